@@ -1,0 +1,89 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ArtifactSource says how an artifact came to be.
+// +kubebuilder:validation:Enum=capture;export;upload
+type ArtifactSource string
+
+// Classification labels the sensitivity of an artifact.
+// +kubebuilder:validation:Enum=public;internal;confidential;restricted
+type Classification string
+
+// ArtifactSpec describes a content-addressed blob held by a node.
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="immutable: spec is immutable"
+type ArtifactSpec struct {
+	// +required
+	EnvironmentRef ObjectName `json:"environmentRef"`
+	// +required
+	Source ArtifactSource `json:"source"`
+	// sessionRef names the captured session (capture).
+	// +optional
+	SessionRef *ObjectName `json:"sessionRef,omitempty"`
+	// root and path name the exported subtree (export).
+	// +optional
+	Root *RootName `json:"root,omitempty"`
+	// +optional
+	Path *RelativePath `json:"path,omitempty"`
+	// +optional
+	// +kubebuilder:default=internal
+	Classification Classification `json:"classification,omitempty"`
+	// retentionSeconds after which the node may delete the blob.
+	// +optional
+	// +kubebuilder:default=86400
+	// +kubebuilder:validation:Minimum=60
+	// +kubebuilder:validation:Maximum=2592000
+	RetentionSeconds int64 `json:"retentionSeconds,omitempty"`
+}
+
+// ArtifactStatus locates the blob.
+type ArtifactStatus struct {
+	// +optional
+	Digest Digest `json:"digest,omitempty"`
+	// +optional
+	Size int64 `json:"size,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	NodeName string `json:"nodeName,omitempty"`
+	// +optional
+	RetainedUntil *metav1.Time `json:"retainedUntil,omitempty"`
+	// +optional
+	Refusal *Refusal `json:"refusal,omitempty"`
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Artifact is a content-addressed blob held by a node.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=wbart,categories=workbench
+// +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.spec.source`
+// +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=`.status.size`
+// +kubebuilder:printcolumn:name="Digest",type=string,JSONPath=`.status.digest`,priority=1
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Artifact struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// +required
+	Spec ArtifactSpec `json:"spec"`
+	// +optional
+	Status ArtifactStatus `json:"status,omitempty"`
+}
+
+// ArtifactList is a list of Artifacts.
+// +kubebuilder:object:root=true
+type ArtifactList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Artifact `json:"items"`
+}
+
+func init() { SchemeBuilder.Register(&Artifact{}, &ArtifactList{}) }

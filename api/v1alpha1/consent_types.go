@@ -1,0 +1,251 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ConsentScope is an operator's choice, ordered from narrow to broad.
+// +kubebuilder:validation:Enum=deny;allow-once;remember-exact-argv;remember-argv-prefix
+type ConsentScope string
+
+const (
+	ConsentDeny               ConsentScope = "deny"
+	ConsentAllowOnce          ConsentScope = "allow-once"
+	ConsentRememberExactArgv  ConsentScope = "remember-exact-argv"
+	ConsentRememberArgvPrefix ConsentScope = "remember-argv-prefix"
+)
+
+// ConsentCapability is the capability a consent request concerns.
+// +kubebuilder:validation:Enum=workbench.terminal.command
+type ConsentCapability string
+
+// CapabilityTerminalCommand is the capability of structured terminal commands.
+const CapabilityTerminalCommand ConsentCapability = "workbench.terminal.command"
+
+// SafetyCaps are the caps a grant can never loosen.
+type SafetyCaps struct {
+	// +required
+	TimeoutSeconds int64 `json:"timeoutSeconds"`
+	// +required
+	OutputBytes int64 `json:"outputBytes"`
+	// +required
+	Egress EgressPolicy `json:"egress"`
+	// +required
+	Credentials CredentialPolicy `json:"credentials"`
+}
+
+// ConsentDescriptor is the concrete effect put to the operator.
+type ConsentDescriptor struct {
+	// +required
+	Capability ConsentCapability `json:"capability"`
+	// commandRef names the TerminalCommand that was not admitted.
+	// +required
+	CommandRef ObjectName `json:"commandRef"`
+	// +required
+	ProfileRef ObjectName `json:"profileRef"`
+	// environmentRef is the workspace.
+	// +required
+	EnvironmentRef ObjectName `json:"environmentRef"`
+	// +required
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=256
+	// +listType=atomic
+	// +kubebuilder:validation:items:MaxLength=4096
+	Argv []string `json:"argv"`
+	// +required
+	ArgvDigest Digest `json:"argvDigest"`
+	// +required
+	Cwd CwdAddress `json:"cwd"`
+	// roots the profile allows.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +kubebuilder:validation:items:MaxLength=63
+	Roots []string `json:"roots,omitempty"`
+	// +required
+	SafetyCaps SafetyCaps `json:"safetyCaps"`
+	// reasonCode is why the effect was not admitted (argv-not-admitted).
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	ReasonCode string `json:"reasonCode"`
+}
+
+// ConsentDecision is the lifecycle of a consent request.
+// +kubebuilder:validation:Enum=Pending;Granted;Denied;Expired;Revoked
+type ConsentDecision string
+
+const (
+	DecisionPending ConsentDecision = "Pending"
+	DecisionGranted ConsentDecision = "Granted"
+	DecisionDenied  ConsentDecision = "Denied"
+	DecisionExpired ConsentDecision = "Expired"
+	DecisionRevoked ConsentDecision = "Revoked"
+)
+
+// ConsentRequestSpec is a refused effect eligible for operator approval.
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="immutable: spec is immutable"
+type ConsentRequestSpec struct {
+	// +required
+	Descriptor ConsentDescriptor `json:"descriptor"`
+	// options the operator may choose.
+	// +required
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=4
+	// +listType=set
+	Options []ConsentScope `json:"options"`
+	// timeoutSeconds after which the request expires, failing closed (deny).
+	// +optional
+	// +kubebuilder:default=900
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=86400
+	TimeoutSeconds int64 `json:"timeoutSeconds,omitempty"`
+}
+
+// ConsentRequestStatus is the decision.
+type ConsentRequestStatus struct {
+	// +optional
+	Decision ConsentDecision `json:"decision,omitempty"`
+	// approvalRef is approval:consent:<deltaDigest> of the granting decision.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	ApprovalRef string `json:"approvalRef,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	GrantRef string `json:"grantRef,omitempty"`
+	// +optional
+	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
+	// +optional
+	DecidedAt *metav1.Time `json:"decidedAt,omitempty"`
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ConsentRequest is a refused effect eligible for operator approval. Only the manager
+// creates them.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=wbcr,categories=workbench
+// +kubebuilder:printcolumn:name="Command",type=string,JSONPath=`.spec.descriptor.commandRef`
+// +kubebuilder:printcolumn:name="Decision",type=string,JSONPath=`.status.decision`
+// +kubebuilder:printcolumn:name="Expires",type=date,JSONPath=`.status.expiresAt`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ConsentRequest struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// +required
+	Spec ConsentRequestSpec `json:"spec"`
+	// +optional
+	Status ConsentRequestStatus `json:"status,omitempty"`
+}
+
+// ConsentRequestList is a list of ConsentRequests.
+// +kubebuilder:object:root=true
+type ConsentRequestList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ConsentRequest `json:"items"`
+}
+
+// ConsentGrantSpec is an operator's decision on a ConsentRequest. Only a subject allowed
+// to approve consentrequests may create one; the operator identity is stamped from the
+// admission request and can never be set by the client.
+// +kubebuilder:validation:XValidation:rule="self.requestRef == oldSelf.requestRef && self.scope == oldSelf.scope && self.operator == oldSelf.operator && has(self.prefixLength) == has(oldSelf.prefixLength) && (!has(self.prefixLength) || self.prefixLength == oldSelf.prefixLength) && has(self.variablePrefixes) == has(oldSelf.variablePrefixes) && (!has(self.variablePrefixes) || self.variablePrefixes == oldSelf.variablePrefixes) && has(self.expiresAt) == has(oldSelf.expiresAt) && (!has(self.expiresAt) || self.expiresAt == oldSelf.expiresAt)",message="immutable: only revoked may change"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.revoked) || !oldSelf.revoked || (has(self.revoked) && self.revoked)",message="consent-revoked: a revoked grant stays revoked"
+// +kubebuilder:validation:XValidation:rule="self.scope == 'remember-argv-prefix' ? has(self.prefixLength) : (!has(self.prefixLength) && !has(self.variablePrefixes))",message="consent-scope-invalid: prefixLength and variablePrefixes belong to remember-argv-prefix, which requires prefixLength"
+type ConsentGrantSpec struct {
+	// +required
+	RequestRef ObjectName `json:"requestRef"`
+	// +required
+	Scope ConsentScope `json:"scope"`
+	// prefixLength is how many leading argv atoms of the request form the remembered prefix.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16
+	PrefixLength *int32 `json:"prefixLength,omitempty"`
+	// variablePrefixes admitted after the prefix (at most 8).
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=atomic
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=256
+	VariablePrefixes []string `json:"variablePrefixes,omitempty"`
+	// expiresAt ends a remembered grant; the manager caps it.
+	// +optional
+	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
+	// revoked ends the grant; once true it stays true.
+	// +optional
+	Revoked *bool `json:"revoked,omitempty"`
+	// operator is stamped by the admission webhook from the request's user; a value the
+	// client sets is overwritten on create and may never change.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Operator string `json:"operator,omitempty"`
+	// reason is the operator's note.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Reason string `json:"reason,omitempty"`
+}
+
+// ConsentGrantStatus is the effective state of the grant.
+type ConsentGrantStatus struct {
+	// +optional
+	DeltaDigest Digest `json:"deltaDigest,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	ApprovalRef string `json:"approvalRef,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Operator string `json:"operator,omitempty"`
+	// +optional
+	Active bool `json:"active,omitempty"`
+	// consumedBy names the command an allow-once grant admitted.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ConsumedBy string `json:"consumedBy,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=atomic
+	Diagnostics []Diagnostic `json:"diagnostics,omitempty"`
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ConsentGrant is an operator's decision.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=wbgrant,categories=workbench
+// +kubebuilder:printcolumn:name="Request",type=string,JSONPath=`.spec.requestRef`
+// +kubebuilder:printcolumn:name="Scope",type=string,JSONPath=`.spec.scope`
+// +kubebuilder:printcolumn:name="Operator",type=string,JSONPath=`.spec.operator`
+// +kubebuilder:printcolumn:name="Active",type=boolean,JSONPath=`.status.active`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ConsentGrant struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// +required
+	Spec ConsentGrantSpec `json:"spec"`
+	// +optional
+	Status ConsentGrantStatus `json:"status,omitempty"`
+}
+
+// ConsentGrantList is a list of ConsentGrants.
+// +kubebuilder:object:root=true
+type ConsentGrantList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ConsentGrant `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ConsentRequest{}, &ConsentRequestList{}, &ConsentGrant{}, &ConsentGrantList{})
+}

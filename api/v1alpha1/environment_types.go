@@ -1,0 +1,265 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// BackendID selects an environment backend implementation. A backend id is never evidence
+// of isolation: placement matches the requirements against host-attested capabilities.
+// +kubebuilder:validation:Enum=host-local;fixture-copy.v1;qemu-microvm.v1;cloud-hypervisor-system.v1;vfkit-system.v1
+type BackendID string
+
+const (
+	BackendHostLocal       BackendID = "host-local"
+	BackendFixtureCopy     BackendID = "fixture-copy.v1"
+	BackendQEMUMicroVM     BackendID = "qemu-microvm.v1"
+	BackendCloudHypervisor BackendID = "cloud-hypervisor-system.v1"
+	BackendVfkit           BackendID = "vfkit-system.v1"
+)
+
+// IsolationClass is the closed isolation vocabulary of backend capabilities.
+// +kubebuilder:validation:Enum=none;process-sandbox;shared-kernel-container;hardware-vm
+type IsolationClass string
+
+// SystemFidelity is the closed fidelity vocabulary of backend capabilities.
+// +kubebuilder:validation:Enum=filesystem-view;process-runtime;shared-kernel-linux;full-system-linux
+type SystemFidelity string
+
+// NetworkProfile is the closed network vocabulary.
+// +kubebuilder:validation:Enum=none;isolated;egress-allowlisted
+type NetworkProfile string
+
+// HostFilesystemSharing is the closed host-sharing vocabulary.
+// +kubebuilder:validation:Enum=denied;read-only;read-write
+type HostFilesystemSharing string
+
+// CredentialInjection is the closed credential vocabulary.
+// +kubebuilder:validation:Enum=denied;explicit-scoped
+type CredentialInjection string
+
+// ContextClass is the operational impact class of an environment.
+// +kubebuilder:validation:Enum=experimental;research;test;production;critical
+type ContextClass string
+
+// EnvironmentPhase is a one-word summary derived from conditions.
+// +kubebuilder:validation:Enum=Allocating;Ready;Draining;Closed;Failed;Expired
+type EnvironmentPhase string
+
+const (
+	EnvironmentAllocating EnvironmentPhase = "Allocating"
+	EnvironmentReady      EnvironmentPhase = "Ready"
+	EnvironmentDraining   EnvironmentPhase = "Draining"
+	EnvironmentClosed     EnvironmentPhase = "Closed"
+	EnvironmentFailed     EnvironmentPhase = "Failed"
+	EnvironmentExpired    EnvironmentPhase = "Expired"
+)
+
+// TeardownPolicy says what teardown removes.
+// +kubebuilder:validation:Enum=Delete;RetainArtifacts
+type TeardownPolicy string
+
+// PatchApproval says whether file patches need an operator's approval.
+// +kubebuilder:validation:Enum=Required;AutoApply
+type PatchApproval string
+
+const (
+	PatchApprovalRequired  PatchApproval = "Required"
+	PatchApprovalAutoApply PatchApproval = "AutoApply"
+)
+
+// EnvironmentRequirements are the properties a backend must attest to host this environment.
+// Matching is conjunctive; an unknown or missing capability property never matches.
+type EnvironmentRequirements struct {
+	// +optional
+	IsolationClass *IsolationClass `json:"isolationClass,omitempty"`
+	// +optional
+	SystemFidelity *SystemFidelity `json:"systemFidelity,omitempty"`
+	// +optional
+	NetworkProfile *NetworkProfile `json:"networkProfile,omitempty"`
+	// +optional
+	HostFilesystemSharing *HostFilesystemSharing `json:"hostFilesystemSharing,omitempty"`
+	// +optional
+	CredentialInjection *CredentialInjection `json:"credentialInjection,omitempty"`
+}
+
+// EnvironmentRoot is one named root of an environment.
+// +kubebuilder:validation:XValidation:rule="!(has(self.hostPath) && has(self.source))",message="root-invalid: a root has either hostPath or source, not both"
+type EnvironmentRoot struct {
+	// name of the root, used by command cwd addresses and file references.
+	// +required
+	Name RootName `json:"name"`
+
+	// hostPath is an absolute directory on the node (host-local); it must lie inside a root
+	// admitted by the node agent's configuration.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	HostPath *string `json:"hostPath,omitempty"`
+
+	// source is an absolute directory on the node that fixture-copy.v1 copies (bounded,
+	// symlink-free) under the agent's state directory; the source is never modified.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Source *string `json:"source,omitempty"`
+
+	// access to the root for commands and patches.
+	// +optional
+	// +kubebuilder:default=ReadWrite
+	// +kubebuilder:validation:Enum=ReadOnly;ReadWrite
+	Access *string `json:"access,omitempty"`
+}
+
+// EnvironmentResources bound the environment.
+type EnvironmentResources struct {
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	VCPUs *int32 `json:"vcpus,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Minimum=64
+	// +kubebuilder:validation:Maximum=262144
+	MemoryMiB *int32 `json:"memoryMiB,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1048576
+	DiskMiB *int32 `json:"diskMiB,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65536
+	PIDs *int32 `json:"pids,omitempty"`
+}
+
+// OperationalContext pins the impact class of this exact environment. Policy may raise it,
+// never lower it.
+// +kubebuilder:validation:XValidation:rule="!has(self.summary) || bytes(self.summary).size() <= 512",message="summary-too-large: summary must be at most 512 bytes"
+type OperationalContext struct {
+	// class of operational impact.
+	// +required
+	Class ContextClass `json:"class"`
+
+	// summary is an untrusted human description, at most 512 bytes.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Summary *string `json:"summary,omitempty"`
+}
+
+// EnvironmentSpec is the desired environment.
+// +kubebuilder:validation:XValidation:rule="self.backend == oldSelf.backend && self.roots == oldSelf.roots",message="immutable: backend and roots may not change"
+type EnvironmentSpec struct {
+	// backend selects the implementation.
+	// +required
+	Backend BackendID `json:"backend"`
+
+	// requirements are matched conjunctively against host-attested BackendCapability objects.
+	// +optional
+	Requirements *EnvironmentRequirements `json:"requirements,omitempty"`
+
+	// roots are the named directories of the environment.
+	// +required
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=map
+	// +listMapKey=name
+	Roots []EnvironmentRoot `json:"roots"`
+
+	// resources bound the environment (VM backends).
+	// +optional
+	Resources *EnvironmentResources `json:"resources,omitempty"`
+
+	// operationalContext pins the candidate impact class.
+	// +optional
+	OperationalContext *OperationalContext `json:"operationalContext,omitempty"`
+
+	// imageRef names an ImageManifest (VM backends).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ImageRef *string `json:"imageRef,omitempty"`
+
+	// nodeSelector restricts placement to nodes with these labels on their BackendCapability.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=16
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// ttlSeconds after which the environment expires and is torn down.
+	// +optional
+	// +kubebuilder:validation:Minimum=60
+	// +kubebuilder:validation:Maximum=2592000
+	TTLSeconds *int64 `json:"ttlSeconds,omitempty"`
+
+	// teardown says what teardown removes.
+	// +optional
+	// +kubebuilder:default=Delete
+	Teardown *TeardownPolicy `json:"teardown,omitempty"`
+
+	// patchApproval says whether FilePatches on this environment wait for an operator.
+	// +optional
+	// +kubebuilder:default=Required
+	PatchApproval *PatchApproval `json:"patchApproval,omitempty"`
+}
+
+// UnmetRequirement is one property no capability satisfied.
+type UnmetRequirement struct {
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	Dimension string `json:"dimension"`
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	Want string `json:"want"`
+}
+
+// EnvironmentStatus is the observed environment.
+type EnvironmentStatus struct {
+	// +optional
+	Phase EnvironmentPhase `json:"phase,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	NodeName string `json:"nodeName,omitempty"`
+	// sourceGeneration advances on every new boot or reallocation.
+	// +optional
+	SourceGeneration int64 `json:"sourceGeneration,omitempty"`
+	// +optional
+	PlanDigest Digest `json:"planDigest,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	CapabilityRef string `json:"capabilityRef,omitempty"`
+	// +optional
+	EffectiveOperationalContext ContextClass `json:"effectiveOperationalContext,omitempty"`
+	// unmet lists the requirements that no candidate capability satisfied.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	Unmet []UnmetRequirement `json:"unmet,omitempty"`
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Environment is a workspace or sandbox on one node.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=wbenv,categories=workbench
+// +kubebuilder:printcolumn:name="Backend",type=string,JSONPath=`.spec.backend`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Environment struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// +required
+	Spec EnvironmentSpec `json:"spec"`
+	// +optional
+	Status EnvironmentStatus `json:"status,omitempty"`
+}
+
+// EnvironmentList is a list of Environments.
+// +kubebuilder:object:root=true
+type EnvironmentList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Environment `json:"items"`
+}
+
+func init() { SchemeBuilder.Register(&Environment{}, &EnvironmentList{}) }

@@ -1,0 +1,76 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ProbeResult is the outcome of one active check.
+// +kubebuilder:validation:Enum=Pending;Pass;Fail;Error
+type ProbeResult string
+
+// ProbeSpec is one active bounded check, now.
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="immutable: spec is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.scope)",message="wait-scope-invalid: a probe must name a scope"
+type ProbeSpec struct {
+	// scope names exactly one observed source.
+	// +optional
+	Scope *Scope `json:"scope,omitempty"`
+	// condition to check.
+	// +required
+	Condition WaitCondition `json:"condition"`
+	// timeoutSeconds bounds the check.
+	// +optional
+	// +kubebuilder:default=5
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=30
+	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
+}
+
+// ProbeStatus is the probe's outcome.
+type ProbeStatus struct {
+	// +optional
+	Result ProbeResult `json:"result,omitempty"`
+	// +optional
+	ObservedAt *metav1.Time `json:"observedAt,omitempty"`
+	// +optional
+	Observed *Observed `json:"observed,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxItems=5
+	// +listType=set
+	Diagnostics []WaitDiagnostic `json:"diagnostics,omitempty"`
+	// +optional
+	Refusal *Refusal `json:"refusal,omitempty"`
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Probe is one active bounded check.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=wbprobe,categories=workbench
+// +kubebuilder:printcolumn:name="Condition",type=string,JSONPath=`.spec.condition.kind`
+// +kubebuilder:printcolumn:name="Result",type=string,JSONPath=`.status.result`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Probe struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// +required
+	Spec ProbeSpec `json:"spec"`
+	// +optional
+	Status ProbeStatus `json:"status,omitempty"`
+}
+
+// ProbeList is a list of Probes.
+// +kubebuilder:object:root=true
+type ProbeList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Probe `json:"items"`
+}
+
+func init() { SchemeBuilder.Register(&Probe{}, &ProbeList{}) }

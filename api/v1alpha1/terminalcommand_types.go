@@ -1,0 +1,157 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// CommandPhase is a one-word summary derived from conditions.
+// +kubebuilder:validation:Enum=Pending;AwaitingConsent;Running;Succeeded;Failed;TimedOut;Cancelled;Refused
+type CommandPhase string
+
+const (
+	CommandPending         CommandPhase = "Pending"
+	CommandAwaitingConsent CommandPhase = "AwaitingConsent"
+	CommandRunning         CommandPhase = "Running"
+	CommandSucceeded       CommandPhase = "Succeeded"
+	CommandFailed          CommandPhase = "Failed"
+	CommandTimedOut        CommandPhase = "TimedOut"
+	CommandCancelled       CommandPhase = "Cancelled"
+	CommandRefused         CommandPhase = "Refused"
+)
+
+// SignalOrigin says why a command ended.
+// +kubebuilder:validation:Enum=exit;timeout;cancel;operator
+type SignalOrigin string
+
+// TerminalCommandSpec is a structured command intent: a profile plus argv as data. It is
+// immutable once created.
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="immutable: spec is immutable"
+type TerminalCommandSpec struct {
+	// sessionRef names the TerminalSession (and through it the environment and node).
+	// +required
+	SessionRef ObjectName `json:"sessionRef"`
+
+	// profileRef names the CommandProfile.
+	// +required
+	ProfileRef ObjectName `json:"profileRef"`
+
+	// argv is data, never a shell string; argv[0] is the profile's executable.
+	// +required
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=256
+	// +listType=atomic
+	// +kubebuilder:validation:items:MaxLength=4096
+	Argv []string `json:"argv"`
+
+	// cwd is the working directory as a root name and a relative path.
+	// +required
+	Cwd CwdAddress `json:"cwd"`
+
+	// env overrides, admitted only for keys the profile allows.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=map
+	// +listMapKey=name
+	Env []EnvVar `json:"env,omitempty"`
+
+	// timeoutSeconds, at most the profile's maxTimeoutSeconds.
+	// +optional
+	// +kubebuilder:default=60
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	TimeoutSeconds int64 `json:"timeoutSeconds,omitempty"`
+
+	// outputBytes is the shared stdout+stderr cap, at most the profile's maxOutputBytes.
+	// +optional
+	// +kubebuilder:default=65536
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=67108864
+	OutputBytes int64 `json:"outputBytes,omitempty"`
+
+	// idempotencyKey de-duplicates replays of the same intent.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._:-]*$`
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
+}
+
+// TerminalCommandStatus is the single recorded outcome of a command.
+type TerminalCommandStatus struct {
+	// commandID is assigned by the host.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	CommandID string `json:"commandID,omitempty"`
+	// argvDigest covers argv, cwd and profile ref.
+	// +optional
+	ArgvDigest Digest `json:"argvDigest,omitempty"`
+	// +optional
+	Phase CommandPhase `json:"phase,omitempty"`
+	// admittedBy is "profile" or the ConsentGrant that admitted the argv.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	AdmittedBy string `json:"admittedBy,omitempty"`
+	// +optional
+	ExitCode *int32 `json:"exitCode,omitempty"`
+	// +optional
+	SignalOrigin SignalOrigin `json:"signalOrigin,omitempty"`
+	// stdoutBytes counts output bytes seen (stdout and stderr share one budget).
+	// +optional
+	StdoutBytes int64 `json:"stdoutBytes,omitempty"`
+	// +optional
+	Truncated bool `json:"truncated,omitempty"`
+	// outputDigest is the digest of the retained output.
+	// +optional
+	OutputDigest Digest `json:"outputDigest,omitempty"`
+	// +optional
+	SeqFrom int64 `json:"seqFrom,omitempty"`
+	// +optional
+	SeqTo int64 `json:"seqTo,omitempty"`
+	// +optional
+	Refusal *Refusal `json:"refusal,omitempty"`
+	// +optional
+	ConsentRequestRef string `json:"consentRequestRef,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	NodeName string `json:"nodeName,omitempty"`
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// TerminalCommand is a structured command intent with exactly one recorded outcome.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=wbcmd,categories=workbench
+// +kubebuilder:selectablefield:JSONPath=`.spec.sessionRef`
+// +kubebuilder:printcolumn:name="Session",type=string,JSONPath=`.spec.sessionRef`
+// +kubebuilder:printcolumn:name="Profile",type=string,JSONPath=`.spec.profileRef`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Exit",type=integer,JSONPath=`.status.exitCode`
+// +kubebuilder:printcolumn:name="Refusal",type=string,JSONPath=`.status.refusal.code`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type TerminalCommand struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// +required
+	Spec TerminalCommandSpec `json:"spec"`
+	// +optional
+	Status TerminalCommandStatus `json:"status,omitempty"`
+}
+
+// TerminalCommandList is a list of TerminalCommands.
+// +kubebuilder:object:root=true
+type TerminalCommandList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []TerminalCommand `json:"items"`
+}
+
+func init() { SchemeBuilder.Register(&TerminalCommand{}, &TerminalCommandList{}) }

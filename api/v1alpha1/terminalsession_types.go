@@ -1,0 +1,149 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// SessionPhase is a one-word summary derived from conditions.
+// +kubebuilder:validation:Enum=Requested;Starting;Running;Idle;Closing;Closed;Failed;Expired;Killed
+type SessionPhase string
+
+const (
+	SessionRequested SessionPhase = "Requested"
+	SessionStarting  SessionPhase = "Starting"
+	SessionRunning   SessionPhase = "Running"
+	SessionIdle      SessionPhase = "Idle"
+	SessionClosing   SessionPhase = "Closing"
+	SessionClosed    SessionPhase = "Closed"
+	SessionFailed    SessionPhase = "Failed"
+	SessionExpired   SessionPhase = "Expired"
+	SessionKilled    SessionPhase = "Killed"
+)
+
+// RawInput says who may write raw bytes to the PTY.
+// +kubebuilder:validation:Enum=Disabled;OperatorOnly
+type RawInput string
+
+const (
+	RawInputDisabled     RawInput = "Disabled"
+	RawInputOperatorOnly RawInput = "OperatorOnly"
+)
+
+// TerminalSessionSpec is a bounded PTY on an environment.
+// +kubebuilder:validation:XValidation:rule="self.environmentRef == oldSelf.environmentRef && (has(self.shellProfileRef) == has(oldSelf.shellProfileRef)) && (!has(self.shellProfileRef) || self.shellProfileRef == oldSelf.shellProfileRef)",message="immutable: environmentRef and shellProfileRef may not change"
+type TerminalSessionSpec struct {
+	// environmentRef names the Environment.
+	// +required
+	EnvironmentRef ObjectName `json:"environmentRef"`
+
+	// shellProfileRef names a CommandProfile (pty: Allowed) whose program runs interactively
+	// on the PTY. Without it the session only hosts structured commands.
+	// +optional
+	ShellProfileRef *ObjectName `json:"shellProfileRef,omitempty"`
+
+	// +optional
+	// +kubebuilder:default=24
+	// +kubebuilder:validation:Minimum=2
+	// +kubebuilder:validation:Maximum=500
+	Rows int32 `json:"rows,omitempty"`
+
+	// +optional
+	// +kubebuilder:default=80
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=1000
+	Cols int32 `json:"cols,omitempty"`
+
+	// idleTimeoutSeconds after which a session without output or input becomes Idle.
+	// +optional
+	// +kubebuilder:default=300
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	IdleTimeoutSeconds int64 `json:"idleTimeoutSeconds,omitempty"`
+
+	// maxDurationSeconds after which the session expires and is closed.
+	// +optional
+	// +kubebuilder:default=3600
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=604800
+	MaxDurationSeconds int64 `json:"maxDurationSeconds,omitempty"`
+
+	// rawInput says who may write raw bytes.
+	// +optional
+	// +kubebuilder:default=Disabled
+	RawInput RawInput `json:"rawInput,omitempty"`
+
+	// desiredState Closed asks the node agent to close the session.
+	// +optional
+	// +kubebuilder:default=Open
+	// +kubebuilder:validation:Enum=Open;Closed
+	DesiredState string `json:"desiredState,omitempty"`
+}
+
+// SessionCleanup reports what closing left behind.
+type SessionCleanup struct {
+	// remainingProcesses counts processes of the session's group still alive.
+	// +optional
+	RemainingProcesses int32 `json:"remainingProcesses,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+}
+
+// TerminalSessionStatus is the observed session. It never holds terminal bytes.
+type TerminalSessionStatus struct {
+	// +optional
+	Phase SessionPhase `json:"phase,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	NodeName string `json:"nodeName,omitempty"`
+	// lastSeq is the sequence number of the newest event.
+	// +optional
+	LastSeq int64 `json:"lastSeq,omitempty"`
+	// activeCommand names the TerminalCommand running on the session.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ActiveCommand string `json:"activeCommand,omitempty"`
+	// screenDigest is the digest of the current viewport.
+	// +optional
+	ScreenDigest Digest `json:"screenDigest,omitempty"`
+	// +optional
+	Cleanup *SessionCleanup `json:"cleanup,omitempty"`
+	// +optional
+	Refusal *Refusal `json:"refusal,omitempty"`
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// TerminalSession is a bounded PTY on an environment.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=wbsess,categories=workbench
+// +kubebuilder:selectablefield:JSONPath=`.spec.environmentRef`
+// +kubebuilder:printcolumn:name="Environment",type=string,JSONPath=`.spec.environmentRef`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Seq",type=integer,JSONPath=`.status.lastSeq`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type TerminalSession struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// +required
+	Spec TerminalSessionSpec `json:"spec"`
+	// +optional
+	Status TerminalSessionStatus `json:"status,omitempty"`
+}
+
+// TerminalSessionList is a list of TerminalSessions.
+// +kubebuilder:object:root=true
+type TerminalSessionList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []TerminalSession `json:"items"`
+}
+
+func init() { SchemeBuilder.Register(&TerminalSession{}, &TerminalSessionList{}) }

@@ -1,0 +1,112 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// NodeCaps are the node agent's configured caps.
+type NodeCaps struct {
+	// +optional
+	Sessions int32 `json:"sessions,omitempty"`
+	// +optional
+	SessionsPerEnvironment int32 `json:"sessionsPerEnvironment,omitempty"`
+	// +optional
+	ReaderTasks int32 `json:"readerTasks,omitempty"`
+	// +optional
+	InputQueueDepth int32 `json:"inputQueueDepth,omitempty"`
+	// +optional
+	EventBufferDepth int32 `json:"eventBufferDepth,omitempty"`
+	// +optional
+	PendingWaits int32 `json:"pendingWaits,omitempty"`
+}
+
+// AdmittedRoot is a host directory the node's own configuration admits.
+type AdmittedRoot struct {
+	// +required
+	Name RootName `json:"name"`
+	// +required
+	// +kubebuilder:validation:MaxLength=4096
+	Path string `json:"path"`
+}
+
+// DataPlane is the node agent's HTTPS endpoint.
+type DataPlane struct {
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Endpoint string `json:"endpoint,omitempty"`
+	// caBundle is the PEM CA of the endpoint's serving certificate.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16384
+	CABundle string `json:"caBundle,omitempty"`
+}
+
+// RecoveryAction is one action of a recovery sweep.
+type RecoveryAction struct {
+	// +required
+	// +kubebuilder:validation:MaxLength=512
+	Resource string `json:"resource"`
+	// +required
+	// +kubebuilder:validation:Enum=recovered;terminated;quarantined;failed-retryable;failed-permanent;expired;unknown
+	Outcome string `json:"outcome"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+	// +required
+	Time metav1.Time `json:"time"`
+}
+
+// WorkbenchNodeStatus is one node agent's self-report.
+type WorkbenchNodeStatus struct {
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	AgentVersion string `json:"agentVersion,omitempty"`
+	// +optional
+	HeartbeatTime *metav1.Time `json:"heartbeatTime,omitempty"`
+	// +optional
+	DataPlane *DataPlane `json:"dataPlane,omitempty"`
+	// +optional
+	Caps *NodeCaps `json:"caps,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=map
+	// +listMapKey=name
+	AdmittedRoots []AdmittedRoot `json:"admittedRoots,omitempty"`
+	// +optional
+	ActiveSessions int32 `json:"activeSessions,omitempty"`
+	// +optional
+	ActiveWaits int32 `json:"activeWaits,omitempty"`
+	// recovery lists the actions of the last recovery sweep (bounded, newest last).
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	Recovery []RecoveryAction `json:"recovery,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// WorkbenchNode is one node agent's self-report; its name is the node's name.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=wbnode,categories=workbench
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.agentVersion`
+// +kubebuilder:printcolumn:name="Sessions",type=integer,JSONPath=`.status.activeSessions`
+// +kubebuilder:printcolumn:name="Heartbeat",type=date,JSONPath=`.status.heartbeatTime`
+type WorkbenchNode struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// +optional
+	Status WorkbenchNodeStatus `json:"status,omitempty"`
+}
+
+// WorkbenchNodeList is a list of WorkbenchNodes.
+// +kubebuilder:object:root=true
+type WorkbenchNodeList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []WorkbenchNode `json:"items"`
+}
+
+func init() { SchemeBuilder.Register(&WorkbenchNode{}, &WorkbenchNodeList{}) }
