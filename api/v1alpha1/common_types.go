@@ -27,6 +27,7 @@ const (
 	ConditionDecided         = "Decided"
 	ConditionActive          = "Active"
 	ConditionApplied         = "Applied"
+	ConditionExpired         = "Expired"
 )
 
 // ObjectName is the name of an object in the same namespace.

@@ -154,7 +154,7 @@ type ConsentRequestList struct {
 // ConsentGrantSpec is an operator's decision on a ConsentRequest. Only a subject allowed
 // to approve consentrequests may create one; the operator identity is stamped from the
 // admission request and can never be set by the client.
-// +kubebuilder:validation:XValidation:rule="self.requestRef == oldSelf.requestRef && self.scope == oldSelf.scope && self.operator == oldSelf.operator && has(self.prefixLength) == has(oldSelf.prefixLength) && (!has(self.prefixLength) || self.prefixLength == oldSelf.prefixLength) && has(self.variablePrefixes) == has(oldSelf.variablePrefixes) && (!has(self.variablePrefixes) || self.variablePrefixes == oldSelf.variablePrefixes) && has(self.expiresAt) == has(oldSelf.expiresAt) && (!has(self.expiresAt) || self.expiresAt == oldSelf.expiresAt)",message="immutable: only revoked may change"
+// +kubebuilder:validation:XValidation:rule="self.requestRef == oldSelf.requestRef && self.scope == oldSelf.scope && self.operator == oldSelf.operator && has(self.operatorGroups) == has(oldSelf.operatorGroups) && (!has(self.operatorGroups) || self.operatorGroups == oldSelf.operatorGroups) && has(self.prefixLength) == has(oldSelf.prefixLength) && (!has(self.prefixLength) || self.prefixLength == oldSelf.prefixLength) && has(self.variablePrefixes) == has(oldSelf.variablePrefixes) && (!has(self.variablePrefixes) || self.variablePrefixes == oldSelf.variablePrefixes) && has(self.expiresAt) == has(oldSelf.expiresAt) && (!has(self.expiresAt) || self.expiresAt == oldSelf.expiresAt)",message="immutable: only revoked may change"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.revoked) || !oldSelf.revoked || (has(self.revoked) && self.revoked)",message="consent-revoked: a revoked grant stays revoked"
 // +kubebuilder:validation:XValidation:rule="self.scope == 'remember-argv-prefix' ? has(self.prefixLength) : (!has(self.prefixLength) && !has(self.variablePrefixes))",message="consent-scope-invalid: prefixLength and variablePrefixes belong to remember-argv-prefix, which requires prefixLength"
 type ConsentGrantSpec struct {
@@ -185,6 +185,13 @@ type ConsentGrantSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
 	Operator string `json:"operator,omitempty"`
+	// operatorGroups are stamped with operator, so the manager can recheck the operator's
+	// right to approve with SubjectAccessReview.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +kubebuilder:validation:items:MaxLength=256
+	OperatorGroups []string `json:"operatorGroups,omitempty"`
 	// reason is the operator's note.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024

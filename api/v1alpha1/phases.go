@@ -1,0 +1,104 @@
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// This file is the one place where phases are derived from conditions. Controllers and the
+// node agent set conditions; they never decide a phase on their own.
+
+// Condition reasons shared across kinds.
+const (
+	ReasonAwaitingConsent     = "AwaitingConsent"
+	ReasonRefused             = "Refused"
+	ReasonAdmittedByProfile   = "AdmittedByProfile"
+	ReasonAdmittedByConsent   = "AdmittedByConsent"
+	ReasonWaitingForProfile   = "WaitingForProfile"
+	ReasonWaitingForSession   = "WaitingForSession"
+	ReasonWaitingForPlacement = "WaitingForPlacement"
+	ReasonSucceeded           = "Succeeded"
+	ReasonFailed              = "Failed"
+	ReasonTimedOut            = "TimedOut"
+	ReasonCancelled           = "Cancelled"
+	ReasonExpired             = "Expired"
+	ReasonPlaced              = "Placed"
+	ReasonNoMatch             = "NoMatchingCapability"
+	ReasonDraining            = "Draining"
+	ReasonClosed              = "Closed"
+)
+
+func isTrue(conds []metav1.Condition, t string) bool { return meta.IsStatusConditionTrue(conds, t) }
+
+func reasonOf(conds []metav1.Condition, t string) string {
+	if c := meta.FindStatusCondition(conds, t); c != nil {
+		return c.Reason
+	}
+	return ""
+}
+
+// CommandPhaseFor derives a TerminalCommand's phase: Completed (reason = outcome) wins, then
+// Started, then an Admitted=False AwaitingConsent, else Pending.
+func CommandPhaseFor(conds []metav1.Condition) CommandPhase {
+	if isTrue(conds, ConditionCompleted) {
+		switch r := reasonOf(conds, ConditionCompleted); r {
+		case ReasonSucceeded, ReasonFailed, ReasonTimedOut, ReasonCancelled, ReasonRefused:
+			return CommandPhase(r)
+		default:
+			return CommandFailed
+		}
+	}
+	if isTrue(conds, ConditionStarted) {
+		return CommandRunning
+	}
+	if c := meta.FindStatusCondition(conds, ConditionAdmitted); c != nil && c.Status == metav1.ConditionFalse && c.Reason == ReasonAwaitingConsent {
+		return CommandAwaitingConsent
+	}
+	return CommandPending
+}
+
+// CommandIsFinal says whether the command has its one recorded outcome.
+func CommandIsFinal(conds []metav1.Condition) bool { return isTrue(conds, ConditionCompleted) }
+
+// EnvironmentPhaseFor derives an Environment's phase. deleting is true while the object is
+// being deleted.
+func EnvironmentPhaseFor(conds []metav1.Condition, deleting bool) EnvironmentPhase {
+	if isTrue(conds, ConditionExpired) {
+		if isTrue(conds, ConditionCleanupComplete) || !deleting {
+			return EnvironmentExpired
+		}
+		return EnvironmentDraining
+	}
+	ready := meta.FindStatusCondition(conds, ConditionReady)
+	if ready != nil && ready.Status != metav1.ConditionTrue {
+		switch ready.Reason {
+		case ReasonFailed:
+			return EnvironmentFailed
+		case ReasonExpired:
+			return EnvironmentExpired
+		case ReasonClosed:
+			return EnvironmentClosed
+		}
+	}
+	if deleting || (ready != nil && ready.Reason == ReasonDraining) {
+		if isTrue(conds, ConditionCleanupComplete) {
+			return EnvironmentClosed
+		}
+		return EnvironmentDraining
+	}
+	if ready != nil && ready.Status == metav1.ConditionTrue {
+		return EnvironmentReady
+	}
+	return EnvironmentAllocating
+}
+
+// ConsentDecisionFor derives a ConsentRequest's decision from its Decided condition.
+func ConsentDecisionFor(conds []metav1.Condition) ConsentDecision {
+	if isTrue(conds, ConditionDecided) {
+		switch r := reasonOf(conds, ConditionDecided); r {
+		case string(DecisionGranted), string(DecisionDenied), string(DecisionExpired), string(DecisionRevoked):
+			return ConsentDecision(r)
+		}
+	}
+	return DecisionPending
+}

@@ -1,0 +1,213 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/convert"
+)
+
+// EnvironmentReconciler places Environments: their requirements are matched conjunctively
+// against host-attested BackendCapability objects; the first match (by name) binds the
+// environment to its node. It also expires environments past their TTL.
+type EnvironmentReconciler struct {
+	client.Client
+	Recorder events.EventRecorder
+	Now      func() time.Time
+}
+
+// +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=environments,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=environments/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=backendcapabilities;workbenchnodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// environmentOwned is the status projection this controller owns.
+func environmentOwned(s *wbv1.EnvironmentStatus) wbv1.EnvironmentStatus {
+	return wbv1.EnvironmentStatus{
+		Phase: s.Phase, NodeName: s.NodeName, PlanDigest: s.PlanDigest, CapabilityRef: s.CapabilityRef,
+		EffectiveOperationalContext: s.EffectiveOperationalContext, Unmet: s.Unmet, ObservedGeneration: s.ObservedGeneration,
+		Conditions: ownedConditions(s.Conditions, wbv1.ConditionScheduled, wbv1.ConditionExpired),
+	}
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *EnvironmentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var env wbv1.Environment
+	if err := r.Get(ctx, req.NamespacedName, &env); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	cur := environmentOwned(&env.Status)
+	next := environmentOwned(&env.Status)
+	all := append([]metav1.Condition(nil), env.Status.Conditions...)
+	gen := env.Generation
+	var result ctrl.Result
+
+	if next.NodeName == "" {
+		if err := r.place(ctx, &env, &next, &all); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if env.Spec.TTLSeconds != nil {
+		expiry := env.CreationTimestamp.Add(time.Duration(*env.Spec.TTLSeconds) * time.Second)
+		if now := r.Now(); now.Before(expiry) {
+			result.RequeueAfter = requeueAt(now, expiry)
+		} else {
+			setCondition(&next.Conditions, &all, cond(wbv1.ConditionExpired, true, wbv1.ReasonExpired, "the environment's TTL passed", gen))
+		}
+	}
+	next.ObservedGeneration = gen
+	next.Phase = wbv1.EnvironmentPhaseFor(all, !env.DeletionTimestamp.IsZero())
+	wrote, err := applyStatus(ctx, r.Client, "environment", &env, cur, next)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if wrote && cur.Phase != next.Phase {
+		phaseTransitions.WithLabelValues("Environment", string(next.Phase)).Inc()
+		r.Recorder.Eventf(&env, nil, corev1.EventTypeNormal, "Phase"+string(next.Phase), "Reconcile", "Environment is %s", next.Phase)
+	}
+	return result, nil
+}
+
+// place picks a capability and binds the environment to its node: the node label first,
+// then the status, so a crash in between is completed by the next pass.
+func (r *EnvironmentReconciler) place(ctx context.Context, env *wbv1.Environment, next *wbv1.EnvironmentStatus, all *[]metav1.Condition) error {
+	logger := log.FromContext(ctx)
+	var caps wbv1.BackendCapabilityList
+	if err := r.List(ctx, &caps); err != nil {
+		return fmt.Errorf("listing BackendCapabilities: %w", err)
+	}
+	slices.SortFunc(caps.Items, func(a, b wbv1.BackendCapability) int { return strings.Compare(a.Name, b.Name) })
+	req := convert.Requirement(&env.Spec)
+	selector := labels.SelectorFromSet(env.Spec.NodeSelector)
+	var best []actuation.Unmet
+	candidates := 0
+	for i := range caps.Items {
+		c := &caps.Items[i]
+		if !selector.Matches(labels.Set(c.Labels)) {
+			continue
+		}
+		candidates++
+		ok, unmet := actuation.Match(req, convert.Capability(&c.Spec), nil)
+		if !ok {
+			if best == nil || len(unmet) < len(best) {
+				best = unmet
+			}
+			continue
+		}
+		return r.bind(ctx, env, c, next, all)
+	}
+	next.Unmet = nil
+	msg := fmt.Sprintf("%s: no BackendCapability matches backend %s", actuation.CodeCapabilityMismatch, env.Spec.Backend)
+	if candidates > 0 && len(best) > 0 {
+		parts := make([]string, 0, len(best))
+		for _, u := range best {
+			next.Unmet = append(next.Unmet, wbv1.UnmetRequirement{Dimension: string(u.Dimension), Want: u.Want})
+			parts = append(parts, fmt.Sprintf("%s=%s (have %s)", u.Dimension, u.Want, strings.Join(u.Have, ",")))
+		}
+		if len(next.Unmet) > 32 {
+			next.Unmet = next.Unmet[:32]
+		}
+		msg = fmt.Sprintf("%s: unmet %s", actuation.CodeCapabilityMismatch, strings.Join(parts, "; "))
+	}
+	logger.V(1).Info("No capability matches", "environment", client.ObjectKeyFromObject(env), "message", msg)
+	setCondition(&next.Conditions, all, cond(wbv1.ConditionScheduled, false, wbv1.ReasonNoMatch, msg, env.Generation))
+	return nil
+}
+
+func (r *EnvironmentReconciler) bind(ctx context.Context, env *wbv1.Environment, c *wbv1.BackendCapability, next *wbv1.EnvironmentStatus, all *[]metav1.Condition) error {
+	node := c.Spec.NodeName
+	if env.Labels[wbv1.NodeLabel] != node {
+		orig := env.DeepCopy()
+		if env.Labels == nil {
+			env.Labels = map[string]string{}
+		}
+		env.Labels[wbv1.NodeLabel] = node
+		if err := r.Patch(ctx, env, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			return fmt.Errorf("labelling Environment %s with node %s: %w", client.ObjectKeyFromObject(env), node, err)
+		}
+	}
+	candidate := actuation.ContextClass("test")
+	if oc := env.Spec.OperationalContext; oc != nil {
+		candidate = actuation.ContextClass(oc.Class)
+	}
+	req := convert.Requirement(&env.Spec)
+	effective := actuation.EffectiveContext(candidate, req.NetworkProfile, req.HostFilesystemSharing)
+	candidateDigest, err := actuation.Digest(env.Spec.OperationalContext)
+	if err != nil {
+		return fmt.Errorf("digesting operational context of %s: %w", env.Name, err)
+	}
+	capDigest, err := actuation.Digest(c.Spec)
+	if err != nil {
+		return fmt.Errorf("digesting capability %s: %w", c.Name, err)
+	}
+	plan := actuation.Plan{
+		BackendID: string(env.Spec.Backend), Requirement: req, CapabilityRef: c.Name, CapabilityDigest: capDigest,
+		EffectiveContext: effective, CandidateContextDigest: candidateDigest, ImageRef: ptrStr(env.Spec.ImageRef),
+	}
+	if res := env.Spec.Resources; res != nil {
+		plan.VCPUs, plan.MemoryMiB, plan.DiskMiB, plan.PIDs = deref(res.VCPUs), deref(res.MemoryMiB), deref(res.DiskMiB), deref(res.PIDs)
+	}
+	next.NodeName = node
+	next.CapabilityRef = c.Name
+	next.PlanDigest = wbv1.Digest(actuation.PlanDigest(plan))
+	next.EffectiveOperationalContext = wbv1.ContextClass(effective)
+	next.Unmet = nil
+	setCondition(&next.Conditions, all, cond(wbv1.ConditionScheduled, true, wbv1.ReasonPlaced,
+		fmt.Sprintf("placed on node %s by capability %s", node, c.Name), env.Generation))
+	r.Recorder.Eventf(env, c, "Normal", "Scheduled", "Place", "Placed on node %s", node)
+	return nil
+}
+
+func ptrStr(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+func deref(p *int32) int32 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// SetupWithManager registers the controller: environments, and unplaced environments again
+// whenever a capability changes.
+func (r *EnvironmentReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&wbv1.Environment{}).
+		Watches(&wbv1.BackendCapability{}, handler.EnqueueRequestsFromMapFunc(r.unplaced)).
+		Named("environment").
+		Complete(r)
+}
+
+func (r *EnvironmentReconciler) unplaced(ctx context.Context, _ client.Object) []reconcile.Request {
+	var envs wbv1.EnvironmentList
+	if err := r.List(ctx, &envs); err != nil {
+		log.FromContext(ctx).Error(err, "Listing environments for a capability change")
+		return nil
+	}
+	var out []reconcile.Request
+	for _, e := range envs.Items {
+		if e.Status.NodeName == "" {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&e)})
+		}
+	}
+	return out
+}

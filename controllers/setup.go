@@ -1,0 +1,104 @@
+package controllers
+
+import (
+	"context"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
+)
+
+// Config tunes the controllers; zero values take the defaults.
+type Config struct {
+	// ConsentTimeoutSeconds is how long operators have to answer a consent request.
+	ConsentTimeoutSeconds int64
+	// BindingRecheck is how often an active grant's operator is re-checked.
+	BindingRecheck time.Duration
+}
+
+// SetupWithManager registers every cluster controller with the manager.
+func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
+	c := mgr.GetClient()
+	now := time.Now
+	for _, s := range []interface{ SetupWithManager(ctrl.Manager) error }{
+		&EnvironmentReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-environment"), Now: now},
+		&CommandProfileReconciler{Client: c},
+		&ConsentRequestReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-consent"), Now: now},
+		&ConsentGrantReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-consent"), Now: now, Recheck: cfg.BindingRecheck},
+		&TerminalCommandReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-command"), Now: now, ConsentTimeoutSeconds: cfg.ConsentTimeoutSeconds},
+		sessionBinder(c, now), waitBinder(c, now), probeBinder(c, now), patchBinder(c, now),
+	} {
+		if err := s.SetupWithManager(mgr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func refusal(code actuation.Code, msg string) *wbv1.Refusal {
+	return &wbv1.Refusal{Code: string(code), Message: truncate(msg, 1024)}
+}
+
+func sessionBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1.TerminalSession] {
+	return &BindingReconciler[*wbv1.TerminalSession]{
+		Client: c, Now: now, Kind: "TerminalSession", NewObj: func() *wbv1.TerminalSession { return &wbv1.TerminalSession{} },
+		EnvOf: func(_ context.Context, _ client.Reader, o *wbv1.TerminalSession) (string, error) { return string(o.Spec.EnvironmentRef), nil },
+		Final: func(o *wbv1.TerminalSession) bool {
+			switch o.Status.Phase {
+			case wbv1.SessionClosed, wbv1.SessionFailed, wbv1.SessionExpired, wbv1.SessionKilled:
+				return true
+			}
+			return false
+		},
+		Fail: func(ctx context.Context, c client.Client, o *wbv1.TerminalSession, code actuation.Code, msg string) error {
+			next := wbv1.TerminalSessionStatus{Phase: wbv1.SessionFailed, Refusal: refusal(code, msg),
+				Conditions: []metav1.Condition{cond(wbv1.ConditionReady, false, wbv1.ReasonFailed, string(code)+": "+msg, o.Generation)}}
+			_, err := applyStatus(ctx, c, "binding", o, wbv1.TerminalSessionStatus{}, next)
+			return err
+		},
+	}
+}
+
+func waitBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1.Wait] {
+	return &BindingReconciler[*wbv1.Wait]{
+		Client: c, Now: now, Kind: "Wait", NewObj: func() *wbv1.Wait { return &wbv1.Wait{} },
+		EnvOf: func(ctx context.Context, r client.Reader, o *wbv1.Wait) (string, error) {
+			return envOfScope(ctx, r, o.Namespace, o.Spec.Scope)
+		},
+		Final: func(o *wbv1.Wait) bool { return o.Status.ConditionStatus != "" && o.Status.ConditionStatus != wbv1.WaitPending },
+		Fail: func(ctx context.Context, c client.Client, o *wbv1.Wait, code actuation.Code, msg string) error {
+			_, err := applyStatus(ctx, c, "binding", o, wbv1.WaitStatus{}, wbv1.WaitStatus{ConditionStatus: wbv1.WaitFailed, Refusal: refusal(code, msg)})
+			return err
+		},
+	}
+}
+
+func probeBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1.Probe] {
+	return &BindingReconciler[*wbv1.Probe]{
+		Client: c, Now: now, Kind: "Probe", NewObj: func() *wbv1.Probe { return &wbv1.Probe{} },
+		EnvOf: func(ctx context.Context, r client.Reader, o *wbv1.Probe) (string, error) {
+			return envOfScope(ctx, r, o.Namespace, o.Spec.Scope)
+		},
+		Final: func(o *wbv1.Probe) bool { return o.Status.Result != "" && o.Status.Result != "Pending" },
+		Fail: func(ctx context.Context, c client.Client, o *wbv1.Probe, code actuation.Code, msg string) error {
+			_, err := applyStatus(ctx, c, "binding", o, wbv1.ProbeStatus{}, wbv1.ProbeStatus{Result: "Error", Refusal: refusal(code, msg)})
+			return err
+		},
+	}
+}
+
+func patchBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1.FilePatch] {
+	return &BindingReconciler[*wbv1.FilePatch]{
+		Client: c, Now: now, Kind: "FilePatch", NewObj: func() *wbv1.FilePatch { return &wbv1.FilePatch{} },
+		EnvOf: func(_ context.Context, _ client.Reader, o *wbv1.FilePatch) (string, error) { return string(o.Spec.EnvironmentRef), nil },
+		Final: func(o *wbv1.FilePatch) bool { return o.Status.Phase == "Applied" || o.Status.Phase == "Rejected" },
+		Fail: func(ctx context.Context, c client.Client, o *wbv1.FilePatch, code actuation.Code, msg string) error {
+			_, err := applyStatus(ctx, c, "binding", o, wbv1.FilePatchStatus{}, wbv1.FilePatchStatus{Phase: "Rejected", Refusal: refusal(code, msg)})
+			return err
+		},
+	}
+}

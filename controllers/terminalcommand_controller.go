@@ -1,0 +1,377 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/convert"
+)
+
+// Timing of the consent gate.
+const (
+	// ReferenceGrace is how long a command may name a session or profile that does not
+	// exist yet (GitOps applies objects in any order) before it is refused.
+	ReferenceGrace = 30 * time.Second
+	// PlacementRecheck is how often an admitted command re-reads an unplaced environment.
+	PlacementRecheck = 10 * time.Second
+	// DefaultConsentTimeout is how long an operator has to answer.
+	DefaultConsentTimeout = 900
+)
+
+// TerminalCommandReconciler is the consent gate. A command whose argv the effective profile
+// (profile + active grants) admits is bound to its environment's node and marked Admitted;
+// one it does not admit is held AwaitingConsent with a ConsentRequest, or Refused with
+// profile-missing when the profile forbids prompting. The node agent runs only admitted
+// commands; every accepted command ends in exactly one recorded outcome.
+type TerminalCommandReconciler struct {
+	client.Client
+	Recorder events.EventRecorder
+	Now      func() time.Time
+	// ConsentTimeoutSeconds overrides DefaultConsentTimeout.
+	ConsentTimeoutSeconds int64
+}
+
+// +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=terminalcommands,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=terminalcommands/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=terminalsessions;commandprofiles;environments,verbs=get;list;watch
+// +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=consentgrants/status,verbs=get;update;patch
+
+func terminalCommandOwned(s *wbv1.TerminalCommandStatus) wbv1.TerminalCommandStatus {
+	return wbv1.TerminalCommandStatus{
+		CommandID: s.CommandID, ArgvDigest: s.ArgvDigest, Phase: s.Phase, AdmittedBy: s.AdmittedBy, Refusal: s.Refusal,
+		ConsentRequestRef: s.ConsentRequestRef, CompletionTime: s.CompletionTime, ObservedGeneration: s.ObservedGeneration,
+		Conditions: ownedConditions(s.Conditions, wbv1.ConditionAdmitted, wbv1.ConditionCompleted),
+	}
+}
+
+// commandPass carries one reconcile pass.
+type commandPass struct {
+	cmd       *wbv1.TerminalCommand
+	cur, next wbv1.TerminalCommandStatus
+	all       []metav1.Condition
+	result    ctrl.Result
+}
+
+func (p *commandPass) set(c metav1.Condition) { setCondition(&p.next.Conditions, &p.all, c) }
+
+func (p *commandPass) hold(reason, msg string) {
+	p.set(cond(wbv1.ConditionAdmitted, false, reason, msg, p.cmd.Generation))
+}
+
+func (r *TerminalCommandReconciler) refuse(p *commandPass, code actuation.Code, msg string) {
+	p.next.Refusal = &wbv1.Refusal{Code: string(code), Message: truncate(msg, 1024)}
+	p.next.CompletionTime = &metav1.Time{Time: r.Now()}
+	p.set(cond(wbv1.ConditionAdmitted, false, wbv1.ReasonRefused, string(code)+": "+msg, p.cmd.Generation))
+	p.set(cond(wbv1.ConditionCompleted, true, wbv1.ReasonRefused, string(code)+": "+msg, p.cmd.Generation))
+	refusals.WithLabelValues("TerminalCommand", string(code)).Inc()
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *TerminalCommandReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var cmd wbv1.TerminalCommand
+	if err := r.Get(ctx, req.NamespacedName, &cmd); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if wbv1.CommandIsFinal(cmd.Status.Conditions) || isTrueCond(cmd.Status.Conditions, wbv1.ConditionAdmitted) {
+		return ctrl.Result{}, nil
+	}
+	p := &commandPass{cmd: &cmd, cur: terminalCommandOwned(&cmd.Status), next: terminalCommandOwned(&cmd.Status),
+		all: append([]metav1.Condition(nil), cmd.Status.Conditions...)}
+	p.next.CommandID = string(cmd.UID)
+	p.next.ArgvDigest = wbv1.Digest(actuation.ArgvDigest(string(cmd.Spec.ProfileRef), cmd.Spec.Argv, convert.Cwd(cmd.Spec.Cwd)))
+	p.next.ObservedGeneration = cmd.Generation
+	if err := r.gate(ctx, p); err != nil {
+		return ctrl.Result{}, err
+	}
+	p.next.Phase = wbv1.CommandPhaseFor(p.all)
+	wrote, err := applyStatus(ctx, r.Client, "terminalcommand", &cmd, p.cur, p.next)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if wrote && p.cur.Phase != p.next.Phase {
+		phaseTransitions.WithLabelValues("TerminalCommand", string(p.next.Phase)).Inc()
+		evType, note := corev1.EventTypeNormal, fmt.Sprintf("Command is %s", p.next.Phase)
+		if p.next.Refusal != nil {
+			evType, note = corev1.EventTypeWarning, fmt.Sprintf("Command refused: %s", p.next.Refusal.Code)
+		}
+		r.Recorder.Eventf(&cmd, nil, evType, string(p.next.Phase), "Gate", "%s", note)
+	}
+	return p.result, nil
+}
+
+// gate decides admission for one pass.
+func (r *TerminalCommandReconciler) gate(ctx context.Context, p *commandPass) error {
+	cmd := p.cmd
+	young := r.Now().Sub(cmd.CreationTimestamp.Time) < ReferenceGrace
+	var sess wbv1.TerminalSession
+	if err := r.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: string(cmd.Spec.SessionRef)}, &sess); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("reading TerminalSession of %s: %w", cmd.Name, err)
+		}
+		if young {
+			p.hold(wbv1.ReasonWaitingForSession, "session "+string(cmd.Spec.SessionRef)+" does not exist yet")
+			p.result.RequeueAfter = ReferenceGrace
+			return nil
+		}
+		r.refuse(p, actuation.CodeSessionMissing, "session "+string(cmd.Spec.SessionRef)+" does not exist")
+		return nil
+	}
+	var env wbv1.Environment
+	if err := r.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: string(sess.Spec.EnvironmentRef)}, &env); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("reading Environment of %s: %w", cmd.Name, err)
+		}
+		if young {
+			p.hold(wbv1.ReasonWaitingForPlacement, "environment "+string(sess.Spec.EnvironmentRef)+" does not exist yet")
+			p.result.RequeueAfter = ReferenceGrace
+			return nil
+		}
+		r.refuse(p, actuation.CodeEnvironmentUnavailable, "environment "+string(sess.Spec.EnvironmentRef)+" does not exist")
+		return nil
+	}
+	switch env.Status.Phase {
+	case wbv1.EnvironmentFailed, wbv1.EnvironmentExpired, wbv1.EnvironmentClosed, wbv1.EnvironmentDraining:
+		r.refuse(p, actuation.CodeEnvironmentUnavailable, "environment "+env.Name+" is "+string(env.Status.Phase))
+		return nil
+	}
+	var prof wbv1.CommandProfile
+	if err := r.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: string(cmd.Spec.ProfileRef)}, &prof); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("reading CommandProfile of %s: %w", cmd.Name, err)
+		}
+		if young {
+			p.hold(wbv1.ReasonWaitingForProfile, "profile "+string(cmd.Spec.ProfileRef)+" does not exist yet")
+			p.result.RequeueAfter = ReferenceGrace
+			return nil
+		}
+		r.refuse(p, actuation.CodeProfileMissing, "profile "+string(cmd.Spec.ProfileRef)+" does not exist")
+		return nil
+	}
+	core := convert.Profile(&prof.Spec)
+	intent := convert.Intent(&cmd.Spec)
+	if refs := actuation.ValidateIntentAgainstProfile(core, intent); len(refs) > 0 {
+		r.refuse(p, refs[0].Code, refs[0].Message)
+		return nil
+	}
+	commandRef := convert.CommandRef(cmd.Namespace, cmd.Name)
+	adm := actuation.Admit(core, convert.Entries(cmd.Namespace, prof.Status.ConsentEntries), intent, commandRef)
+	if !adm.Admitted {
+		granted, err := r.consentPath(ctx, p, &prof, &env, adm)
+		if err != nil || !granted {
+			return err
+		}
+		adm = actuation.Admission{Admitted: true, By: p.next.AdmittedBy, Scope: actuation.ConsentScope(wbv1.ConsentAllowOnce)}
+	}
+	return r.admit(ctx, p, &env, adm)
+}
+
+// consentPath handles an argv the effective profile does not admit. It returns true only
+// when an allow-once grant was already consumed by this very command (a pass that crashed
+// after consuming it).
+func (r *TerminalCommandReconciler) consentPath(ctx context.Context, p *commandPass, prof *wbv1.CommandProfile, env *wbv1.Environment, adm actuation.Admission) (bool, error) {
+	cmd := p.cmd
+	reason := actuation.CodeArgvNotAdmitted
+	if adm.Refusal != nil {
+		reason = adm.Refusal.Code
+	}
+	if reason != actuation.CodeArgvNotAdmitted {
+		r.refuse(p, reason, adm.Refusal.Message)
+		return false, nil
+	}
+	if prof.Spec.ConsentPrompting == wbv1.ConsentPromptingForbidden {
+		r.refuse(p, actuation.CodeProfileMissing, "no profile admits this argv and profile "+prof.Name+" forbids prompting an operator")
+		return false, nil
+	}
+	cr, err := r.ensureConsentRequest(ctx, p, prof, env)
+	if err != nil {
+		return false, err
+	}
+	p.next.ConsentRequestRef = cr.Name
+	switch wbv1.ConsentDecisionFor(cr.Status.Conditions) {
+	case wbv1.DecisionDenied:
+		r.refuse(p, actuation.CodeConsentDenied, "an operator denied this command")
+	case wbv1.DecisionExpired:
+		r.refuse(p, actuation.CodeConsentExpired, "no operator decided before the request's timeout")
+	case wbv1.DecisionRevoked:
+		r.refuse(p, actuation.CodeConsentRevoked, "the grant was revoked before the command was admitted")
+	case wbv1.DecisionGranted:
+		var g wbv1.ConsentGrant
+		if err := r.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: cr.Status.GrantRef}, &g); err == nil &&
+			g.Spec.Scope == wbv1.ConsentAllowOnce && g.Status.ConsumedBy == cmd.Name {
+			p.next.AdmittedBy = g.Name
+			return true, nil
+		}
+		// The grant's argv shape reaches the profile's projection shortly; the profile
+		// watch wakes this command then.
+		p.hold(wbv1.ReasonAwaitingConsent, "granted by "+cr.Status.GrantRef+"; waiting for the effective profile")
+	default:
+		p.hold(wbv1.ReasonAwaitingConsent, fmt.Sprintf("%s: argv is not admitted by profile %s; waiting for an operator on %s", actuation.CodeConsentRequired, prof.Name, cr.Name))
+	}
+	return false, nil
+}
+
+func (r *TerminalCommandReconciler) ensureConsentRequest(ctx context.Context, p *commandPass, prof *wbv1.CommandProfile, env *wbv1.Environment) (*wbv1.ConsentRequest, error) {
+	cmd := p.cmd
+	name := truncateName(cmd.Name, "-consent")
+	cr := &wbv1.ConsentRequest{}
+	err := r.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: name}, cr)
+	if err == nil {
+		return cr, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("reading ConsentRequest %s: %w", name, err)
+	}
+	core := convert.Profile(&prof.Spec)
+	intent := convert.Intent(&cmd.Spec)
+	cr = &wbv1.ConsentRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: cmd.Namespace, Labels: map[string]string{wbv1.EnvironmentLabel: env.Name}},
+		Spec: wbv1.ConsentRequestSpec{
+			Descriptor: wbv1.ConsentDescriptor{
+				Capability: wbv1.CapabilityTerminalCommand, CommandRef: wbv1.ObjectName(cmd.Name), ProfileRef: cmd.Spec.ProfileRef,
+				EnvironmentRef: wbv1.ObjectName(env.Name), Argv: cmd.Spec.Argv, ArgvDigest: p.next.ArgvDigest, Cwd: cmd.Spec.Cwd,
+				Roots: prof.Spec.AllowedRoots,
+				SafetyCaps: wbv1.SafetyCaps{
+					TimeoutSeconds: intent.TimeoutSeconds, OutputBytes: intent.OutputBytes,
+					Egress: wbv1.EgressPolicy(core.Egress), Credentials: wbv1.CredentialPolicy(core.Credentials),
+				},
+				ReasonCode: string(actuation.CodeArgvNotAdmitted),
+			},
+			Options:        []wbv1.ConsentScope{wbv1.ConsentDeny, wbv1.ConsentAllowOnce, wbv1.ConsentRememberExactArgv, wbv1.ConsentRememberArgvPrefix},
+			TimeoutSeconds: DefaultConsentTimeout,
+		},
+	}
+	if r.ConsentTimeoutSeconds > 0 {
+		cr.Spec.TimeoutSeconds = r.ConsentTimeoutSeconds
+	}
+	if err := controllerutil.SetControllerReference(cmd, cr, r.Scheme()); err != nil {
+		return nil, fmt.Errorf("owning ConsentRequest %s: %w", name, err)
+	}
+	log.FromContext(ctx).Info("Creating consent request", "command", client.ObjectKeyFromObject(cmd), "request", name)
+	if err := r.Create(ctx, cr); err != nil {
+		return nil, fmt.Errorf("creating ConsentRequest %s: %w", name, err)
+	}
+	r.Recorder.Eventf(cmd, cr, corev1.EventTypeNormal, "ConsentRequested", "Gate", "Argv not admitted by profile %s; asked an operator", prof.Name)
+	return cr, nil
+}
+
+// admit binds an admitted command to its environment's node. An allow-once grant is
+// consumed first, so it can never admit two commands.
+func (r *TerminalCommandReconciler) admit(ctx context.Context, p *commandPass, env *wbv1.Environment, adm actuation.Admission) error {
+	cmd := p.cmd
+	node := env.Status.NodeName
+	if node == "" {
+		p.hold(wbv1.ReasonWaitingForPlacement, "environment "+env.Name+" is not placed on a node yet")
+		p.result.RequeueAfter = PlacementRecheck
+		return nil
+	}
+	if adm.By != "profile" && adm.Scope == actuation.ConsentScope(wbv1.ConsentAllowOnce) {
+		if err := r.consume(ctx, cmd, adm.By); err != nil {
+			return err
+		}
+	}
+	if cmd.Labels[wbv1.NodeLabel] != node || cmd.Labels[wbv1.EnvironmentLabel] != env.Name {
+		orig := cmd.DeepCopy()
+		if cmd.Labels == nil {
+			cmd.Labels = map[string]string{}
+		}
+		cmd.Labels[wbv1.NodeLabel] = node
+		cmd.Labels[wbv1.EnvironmentLabel] = env.Name
+		if err := r.Patch(ctx, cmd, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			return fmt.Errorf("binding TerminalCommand %s to node %s: %w", cmd.Name, node, err)
+		}
+	}
+	reason := wbv1.ReasonAdmittedByProfile
+	if adm.By != "profile" {
+		reason = wbv1.ReasonAdmittedByConsent
+	}
+	p.next.AdmittedBy = adm.By
+	p.set(cond(wbv1.ConditionAdmitted, true, reason, "admitted by "+adm.By+" for node "+node, cmd.Generation))
+	return nil
+}
+
+func (r *TerminalCommandReconciler) consume(ctx context.Context, cmd *wbv1.TerminalCommand, grant string) error {
+	var g wbv1.ConsentGrant
+	if err := r.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: grant}, &g); err != nil {
+		return fmt.Errorf("reading allow-once grant %s: %w", grant, err)
+	}
+	if g.Status.ConsumedBy == cmd.Name {
+		return nil
+	}
+	if g.Status.ConsumedBy != "" {
+		return fmt.Errorf("allow-once grant %s was consumed by %s", grant, g.Status.ConsumedBy)
+	}
+	_, err := applyStatus(ctx, r.Client, "terminalcommand", &g, wbv1.ConsentGrantStatus{}, wbv1.ConsentGrantStatus{ConsumedBy: cmd.Name})
+	return err
+}
+
+func isTrueCond(conds []metav1.Condition, t string) bool {
+	for _, c := range conds {
+		if c.Type == t {
+			return c.Status == metav1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// truncateName keeps a derived name within 253 characters.
+func truncateName(base, suffix string) string {
+	if len(base)+len(suffix) > 253 {
+		base = base[:253-len(suffix)]
+	}
+	return base + suffix
+}
+
+// SetupWithManager registers the controller with the indexes it lists by.
+func (r *TerminalCommandReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	idx := mgr.GetFieldIndexer()
+	if err := idx.IndexField(context.Background(), &wbv1.TerminalCommand{}, indexCommandProfile, func(o client.Object) []string {
+		return []string{string(o.(*wbv1.TerminalCommand).Spec.ProfileRef)}
+	}); err != nil {
+		return fmt.Errorf("indexing commands by profile: %w", err)
+	}
+	if err := idx.IndexField(context.Background(), &wbv1.TerminalCommand{}, indexCommandSession, func(o client.Object) []string {
+		return []string{string(o.(*wbv1.TerminalCommand).Spec.SessionRef)}
+	}); err != nil {
+		return fmt.Errorf("indexing commands by session: %w", err)
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&wbv1.TerminalCommand{}).
+		Owns(&wbv1.ConsentRequest{}).
+		Watches(&wbv1.CommandProfile{}, handler.EnqueueRequestsFromMapFunc(r.commandsOf(indexCommandProfile))).
+		Watches(&wbv1.TerminalSession{}, handler.EnqueueRequestsFromMapFunc(r.commandsOf(indexCommandSession))).
+		Named("terminalcommand").
+		Complete(r)
+}
+
+// commandsOf maps a profile or session to the pending commands naming it.
+func (r *TerminalCommandReconciler) commandsOf(index string) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		var cmds wbv1.TerminalCommandList
+		if err := r.List(ctx, &cmds, client.InNamespace(o.GetNamespace()), client.MatchingFields{index: o.GetName()}); err != nil {
+			log.FromContext(ctx).Error(err, "Listing commands", "index", index, "object", o.GetName())
+			return nil
+		}
+		var out []reconcile.Request
+		for i := range cmds.Items {
+			if !wbv1.CommandIsFinal(cmds.Items[i].Status.Conditions) {
+				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&cmds.Items[i])})
+			}
+		}
+		return out
+	}
+}

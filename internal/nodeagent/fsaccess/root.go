@@ -1,0 +1,268 @@
+package fsaccess
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// resolveFlags is applied to every path resolution: the result must stay beneath
+// the directory fd, and /proc-style magic links are never followed.
+const resolveFlags = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS
+
+// maxResolveRetries bounds retries on EAGAIN/EINTR (EAGAIN: the kernel could not
+// prove a '..' stayed beneath because of a concurrent rename).
+const maxResolveRetries = 8
+
+// openat2 is the only path-resolution syscall in this package; tests replace it
+// to simulate a kernel without openat2.
+var openat2 = unix.Openat2
+
+// EntryType classifies a directory entry.
+type EntryType string
+
+const (
+	TypeFile    EntryType = "file"
+	TypeDir     EntryType = "dir"
+	TypeSymlink EntryType = "symlink"
+	TypeOther   EntryType = "other"
+)
+
+// Entry is metadata about one path beneath a root. Symlinks are described, never
+// followed; Digest is set only for regular files that were hashed.
+type Entry struct {
+	Path       string      `json:"path"`
+	Type       EntryType   `json:"type"`
+	Size       int64       `json:"size"`
+	Mode       fs.FileMode `json:"mode"`
+	ModTime    time.Time   `json:"modTime"`
+	Digest     string      `json:"digest,omitempty"`
+	LinkTarget string      `json:"linkTarget,omitempty"`
+	// DigestOmitted says why a regular file has no Digest: "over-file-cap",
+	// "over-total-cap", "changed-during-read" or "unreadable".
+	DigestOmitted string `json:"digestOmitted,omitempty"`
+
+	ino, dev uint64
+}
+
+// Root is an admitted directory opened once as an O_PATH|O_DIRECTORY fd. All
+// accesses are resolved relative to that fd by the kernel. A Root is safe for
+// concurrent use; Close must not race with other calls.
+type Root struct {
+	fd     int
+	dir    string
+	closed atomic.Bool
+}
+
+// OpenRoot opens dir (an absolute or relative directory path chosen by the
+// operator, not by a caller) and verifies that openat2 is usable.
+func OpenRoot(dir string) (*Root, error) {
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if err == unix.ENOTDIR {
+			return nil, Wrap(CodeNotDirectory, err, "root %q", dir)
+		}
+		return nil, fmt.Errorf("fsaccess: open root %q: %w", dir, err)
+	}
+	r := &Root{fd: fd, dir: dir}
+	// Probe: refuse to hand out a Root at all when openat2 is missing.
+	probe, err := r.open(".", unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	unix.Close(probe)
+	return r, nil
+}
+
+// Dir returns the directory the root was opened from (for messages only).
+func (r *Root) Dir() string { return r.dir }
+
+// Close releases the root fd.
+func (r *Root) Close() error {
+	if r.closed.Swap(true) {
+		return nil
+	}
+	return unix.Close(r.fd)
+}
+
+func (r *Root) display(rel string) string {
+	if rel == "" {
+		return r.dir
+	}
+	return r.dir + "/" + rel
+}
+
+// open resolves rel beneath the root fd. rel must already be lexically checked
+// (or be a single component / "." produced internally).
+func (r *Root) open(rel string, flags int, mode uint32) (int, error) {
+	if r.closed.Load() {
+		return -1, fmt.Errorf("fsaccess: root %q is closed: %w", r.dir, fs.ErrClosed)
+	}
+	return openBeneath(r.fd, rel, flags, mode, r.display(rel))
+}
+
+// openBeneath is the single wrapper around openat2.
+func openBeneath(dirfd int, rel string, flags int, mode uint32, display string) (int, error) {
+	how := unix.OpenHow{
+		Flags:   uint64(flags | unix.O_CLOEXEC),
+		Mode:    uint64(mode),
+		Resolve: resolveFlags,
+	}
+	for i := 0; ; i++ {
+		fd, err := openat2(dirfd, rel, &how)
+		if err == nil {
+			return fd, nil
+		}
+		if (err == unix.EINTR || err == unix.EAGAIN) && i < maxResolveRetries {
+			continue
+		}
+		return -1, mapOpenErr(err, display)
+	}
+}
+
+// mapOpenErr turns kernel resolution errors into refusal codes.
+func mapOpenErr(err error, display string) error {
+	switch {
+	case errors.Is(err, unix.ENOSYS):
+		return Wrap(CodeOpenat2Unavailable, err, "openat2 is not available; refusing %q (no string-only fallback)", display)
+	case errors.Is(err, unix.EXDEV):
+		return Wrap(CodeSymlinkEscape, err, "%q resolves outside the root", display)
+	case errors.Is(err, unix.ELOOP):
+		return Wrap(CodeSymlinkEscape, err, "%q: symlink refused (magic link, loop, or a final symlink where none may be followed)", display)
+	case errors.Is(err, unix.ENOENT):
+		return Wrap(CodePathNotFound, err, "%q", display)
+	case errors.Is(err, unix.ENOTDIR):
+		return Wrap(CodeNotDirectory, err, "%q: a path component is not a directory", display)
+	}
+	return fmt.Errorf("fsaccess: %s: %w", display, err)
+}
+
+// openParent opens the parent directory of a checked, non-empty rel (as an
+// O_PATH fd) and returns it with the final component. Intermediate symlinks are
+// followed only while they stay beneath the root.
+func (r *Root) openParent(rel string) (int, string, error) {
+	dir, base := splitParent(rel)
+	fd, err := r.open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return -1, "", err
+	}
+	return fd, base, nil
+}
+
+func statToEntry(p string, st *unix.Stat_t) Entry {
+	e := Entry{
+		Path:    p,
+		Size:    st.Size,
+		Mode:    unixMode(st.Mode),
+		ModTime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec).UTC(),
+		ino:     st.Ino,
+		dev:     st.Dev,
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		e.Type = TypeFile
+	case unix.S_IFDIR:
+		e.Type = TypeDir
+	case unix.S_IFLNK:
+		e.Type = TypeSymlink
+	default:
+		e.Type = TypeOther
+	}
+	return e
+}
+
+func unixMode(m uint32) fs.FileMode {
+	mode := fs.FileMode(m & 0o777)
+	switch m & unix.S_IFMT {
+	case unix.S_IFDIR:
+		mode |= fs.ModeDir
+	case unix.S_IFLNK:
+		mode |= fs.ModeSymlink
+	case unix.S_IFIFO:
+		mode |= fs.ModeNamedPipe
+	case unix.S_IFSOCK:
+		mode |= fs.ModeSocket
+	case unix.S_IFCHR:
+		mode |= fs.ModeDevice | fs.ModeCharDevice
+	case unix.S_IFBLK:
+		mode |= fs.ModeDevice
+	}
+	if m&unix.S_ISUID != 0 {
+		mode |= fs.ModeSetuid
+	}
+	if m&unix.S_ISGID != 0 {
+		mode |= fs.ModeSetgid
+	}
+	if m&unix.S_ISVTX != 0 {
+		mode |= fs.ModeSticky
+	}
+	return mode
+}
+
+// Lstat describes rel without following a final symlink ("" = the root itself).
+func (r *Root) Lstat(rel string) (Entry, error) {
+	if err := CheckRel(rel, false); err != nil {
+		return Entry{}, err
+	}
+	var st unix.Stat_t
+	if rel == "" {
+		fd, err := r.open(".", unix.O_PATH|unix.O_DIRECTORY, 0)
+		if err != nil {
+			return Entry{}, err
+		}
+		defer unix.Close(fd)
+		if err := unix.Fstat(fd, &st); err != nil {
+			return Entry{}, fmt.Errorf("fsaccess: fstat %s: %w", r.dir, err)
+		}
+		return statToEntry("", &st), nil
+	}
+	pfd, base, err := r.openParent(rel)
+	if err != nil {
+		return Entry{}, err
+	}
+	defer unix.Close(pfd)
+	if err := unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return Entry{}, mapOpenErr(err, r.display(rel))
+	}
+	e := statToEntry(rel, &st)
+	if e.Type == TypeSymlink {
+		e.LinkTarget, _ = readlinkAt(pfd, base)
+	}
+	return e, nil
+}
+
+// maxLinkTarget bounds readlink (PATH_MAX).
+const maxLinkTarget = 4096
+
+func readlinkAt(dirfd int, name string) (string, error) {
+	buf := make([]byte, maxLinkTarget)
+	n, err := unix.Readlinkat(dirfd, name, buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
+}
+
+// fileFromFd wraps fd in an *os.File named for messages.
+func (r *Root) fileFromFd(fd int, rel string) *os.File {
+	return os.NewFile(uintptr(fd), r.display(rel))
+}
+
+// Sub opens the directory rel (beneath r, final component not a symlink) as a
+// new Root. The returned Root must be closed separately.
+func (r *Root) Sub(rel string) (*Root, error) {
+	if err := CheckRel(rel, true); err != nil {
+		return nil, err
+	}
+	fd, err := r.open(rel, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &Root{fd: fd, dir: r.display(rel)}, nil
+}

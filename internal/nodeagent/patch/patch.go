@@ -1,0 +1,526 @@
+// Package patch applies an approved FilePatch (unified diff or structured ops)
+// to a workspace root, all-or-nothing: every new content is computed and bounded
+// in memory first, then files are written (temp + fsync + rename, beneath the
+// root via fsaccess) with backups, and a failure midway rolls back every file
+// already written. It has no Kubernetes imports.
+package patch
+
+import (
+	"bytes"
+	"crypto/sha1"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"strings"
+
+	"github.com/bluekeyes/go-gitdiff/gitdiff"
+
+	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
+)
+
+// Refusal codes. The first six are actuation's vocabulary; the rest are new.
+const (
+	CodeDigestMismatch          = fsaccess.CodeDigestMismatch // declared digest missing/malformed/different
+	CodePatchOutsideRoot        = "patch-outside-root"        // absolute/traversal path or a symlink leaving the root
+	CodePatchDirty              = "patch-dirty"               // context/base does not match the current content
+	CodePatchDeleteForbidden    = "patch-delete-forbidden"    // delete while Policy.AllowDelete=false
+	CodePatchTooManyFiles       = "patch-too-many-files"      // above Policy.MaxChangedFiles (hard cap 256)
+	CodePatchCreateForbidden    = "patch-create-forbidden"    // create while Policy.AllowCreate=false
+	CodePatchMalformed          = "patch-malformed"           // unparsable, empty, duplicate path, unknown op/format
+	CodePatchTooLarge           = "patch-too-large"           // patch, per-file or total size caps
+	CodePatchRenameUnsupported  = "patch-rename-unsupported"  // rename/copy in a diff
+	CodePatchBinaryUnsupported  = "patch-binary-unsupported"  // binary diff
+	CodePatchModeUnsupported    = "patch-mode-unsupported"    // mode change, symlink or submodule entry
+	CodePatchTargetNotRegular   = "patch-target-not-regular"  // target is a dir, symlink, fifo...
+	CodePatchWriteFailed        = "patch-write-failed"        // I/O failure while writing (rolled back)
+	CodePatchRollbackIncomplete = "patch-rollback-incomplete" // rollback itself failed: operator must look
+)
+
+// Caps.
+const (
+	MaxPatchBytes       = 16 << 20 // patch-too-large: the patch document itself
+	MaxFileBytes        = 8 << 20  // patch-too-large: any one file before or after
+	MaxTotalBytes       = 32 << 20 // patch-too-large: sum of all new contents
+	MaxChangedFilesHard = 256      // patch-too-many-files: Policy.MaxChangedFiles is clamped to this
+	defaultCreateMode   = fs.FileMode(0o644)
+	dirMode             = fs.FileMode(0o755)
+)
+
+// Format of FilePatch content.
+type Format string
+
+const (
+	FormatUnified    Format = "unified"
+	FormatStructured Format = "structured"
+)
+
+// Policy is FilePatch.spec.policy.
+type Policy struct {
+	RequireCleanApply bool `json:"requireCleanApply"`
+	AllowCreate       bool `json:"allowCreate"`
+	AllowDelete       bool `json:"allowDelete"`
+	MaxChangedFiles   int  `json:"maxChangedFiles"` // <=0 or >256 means 256
+}
+
+// Request is one patch application.
+type Request struct {
+	Format  Format
+	Content []byte // the patch bytes whose sha256 must equal Digest
+	Digest  string // declared "sha256:<hex>"
+	Policy  Policy
+}
+
+// Op is what happened to one file.
+type Op string
+
+const (
+	OpCreate  Op = "create"
+	OpReplace Op = "replace"
+	OpAppend  Op = "append"
+	OpDelete  Op = "delete"
+	OpModify  Op = "modify" // a unified-diff hunk edit
+)
+
+// ChangedFile is FilePatch.status.changedFiles[]. DigestBefore is empty for a
+// create, DigestAfter empty for a delete.
+type ChangedFile struct {
+	Path         string `json:"path"`
+	Op           Op     `json:"op"`
+	DigestBefore string `json:"digestBefore,omitempty"`
+	DigestAfter  string `json:"digestAfter,omitempty"`
+}
+
+// StructuredOp is one element of a structured patch (a JSON array of these).
+// ExpectDigest, when set, must equal the current file's digest (else patch-dirty).
+type StructuredOp struct {
+	Op           Op     `json:"op"`
+	Path         string `json:"path"`
+	Content      string `json:"content,omitempty"`
+	ExpectDigest string `json:"expectDigest,omitempty"`
+}
+
+// intent is a parsed, policy-checked, not-yet-read change.
+type intent struct {
+	path      string
+	op        Op
+	gitFile   *gitdiff.File // unified only
+	content   []byte        // structured only
+	expect    string        // structured only
+	createMod fs.FileMode
+}
+
+// change is a fully computed change.
+type change struct {
+	path       string
+	op         Op
+	existed    bool
+	oldMode    fs.FileMode
+	oldDigest  string
+	oldContent []byte
+	newContent []byte
+	newMode    fs.FileMode
+	newDigest  string
+}
+
+// Result of Plan or Apply.
+type Result struct {
+	ChangedFiles []ChangedFile `json:"changedFiles"`
+	// Warnings are non-fatal facts after a successful commit (a backup that
+	// could not be removed).
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// Plan verifies and computes the patch without writing anything and returns
+// the files it would change. Apply = Plan + write.
+func Plan(root *fsaccess.Root, req Request) (*Result, error) {
+	changes, err := plan(root, req)
+	if err != nil {
+		return nil, err
+	}
+	return &Result{ChangedFiles: summarize(changes)}, nil
+}
+
+// Apply verifies, computes and writes the patch all-or-nothing.
+func Apply(root *fsaccess.Root, req Request) (*Result, error) {
+	changes, err := plan(root, req)
+	if err != nil {
+		return nil, err
+	}
+	warnings, err := commit(root, changes)
+	if err != nil {
+		return nil, err
+	}
+	return &Result{ChangedFiles: summarize(changes), Warnings: warnings}, nil
+}
+
+func summarize(changes []*change) []ChangedFile {
+	out := make([]ChangedFile, 0, len(changes))
+	for _, c := range changes {
+		out = append(out, ChangedFile{Path: c.path, Op: c.op, DigestBefore: c.oldDigest, DigestAfter: c.newDigest})
+	}
+	return out
+}
+
+func refuse(code, format string, args ...any) error {
+	return fsaccess.Errorf(code, format, args...)
+}
+
+func plan(root *fsaccess.Root, req Request) ([]*change, error) {
+	if len(req.Content) > MaxPatchBytes {
+		return nil, refuse(CodePatchTooLarge, "patch is %d bytes, max %d", len(req.Content), MaxPatchBytes)
+	}
+	if _, err := fsaccess.ParseDigest(req.Digest); err != nil {
+		return nil, fsaccess.Wrap(CodeDigestMismatch, err, "declared patch digest is missing or malformed")
+	}
+	if got := fsaccess.DigestBytes(req.Content); got != req.Digest {
+		return nil, refuse(CodeDigestMismatch, "patch digest %s does not match declared %s", got, req.Digest)
+	}
+	maxFiles := req.Policy.MaxChangedFiles
+	if maxFiles <= 0 || maxFiles > MaxChangedFilesHard {
+		maxFiles = MaxChangedFilesHard
+	}
+	var (
+		intents []*intent
+		err     error
+	)
+	switch req.Format {
+	case FormatUnified:
+		intents, err = parseUnified(req.Content, maxFiles)
+	case FormatStructured:
+		intents, err = parseStructured(req.Content, maxFiles)
+	default:
+		return nil, refuse(CodePatchMalformed, "unknown patch format %q", req.Format)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(intents) == 0 {
+		return nil, refuse(CodePatchMalformed, "patch changes no files")
+	}
+	if len(intents) > maxFiles {
+		return nil, refuse(CodePatchTooManyFiles, "patch changes %d files, max %d", len(intents), maxFiles)
+	}
+	seen := map[string]bool{}
+	for _, in := range intents {
+		if err := checkPath(in.path); err != nil {
+			return nil, err
+		}
+		if seen[in.path] {
+			return nil, refuse(CodePatchMalformed, "path %q appears more than once", in.path)
+		}
+		seen[in.path] = true
+		if in.op == OpCreate && !req.Policy.AllowCreate {
+			return nil, refuse(CodePatchCreateForbidden, "patch creates %q but policy.allowCreate=false", in.path)
+		}
+		if in.op == OpDelete && !req.Policy.AllowDelete {
+			return nil, refuse(CodePatchDeleteForbidden, "patch deletes %q but policy.allowDelete=false", in.path)
+		}
+	}
+	var total int64
+	changes := make([]*change, 0, len(intents))
+	for _, in := range intents {
+		c, err := compute(root, in, req.Policy)
+		if err != nil {
+			return nil, err
+		}
+		total += int64(len(c.newContent))
+		if total > MaxTotalBytes {
+			return nil, refuse(CodePatchTooLarge, "new contents exceed %d bytes in total", MaxTotalBytes)
+		}
+		changes = append(changes, c)
+	}
+	return changes, nil
+}
+
+// checkPath applies the lexical rules; absolute and traversal become
+// patch-outside-root, other path faults keep their path-* code.
+func checkPath(p string) error {
+	err := fsaccess.CheckRel(p, true)
+	switch fsaccess.CodeOf(err) {
+	case "":
+		if strings.HasPrefix(path.Base(p), fsaccess.TempPrefix) || strings.HasPrefix(path.Base(p), fsaccess.BackupPrefix) {
+			return refuse(CodePatchMalformed, "path %q uses a name reserved for the agent's temp/backup files", p)
+		}
+		return nil
+	case fsaccess.CodePathAbsolute, fsaccess.CodePathTraversal:
+		return fsaccess.Wrap(CodePatchOutsideRoot, err, "path %q is outside the root", p)
+	}
+	return err
+}
+
+// current reads the target's present state (bounded).
+func current(root *fsaccess.Root, p string) (exists bool, content []byte, e fsaccess.Entry, err error) {
+	e, err = root.Lstat(p)
+	switch code := fsaccess.CodeOf(err); {
+	case err == nil:
+	case code == fsaccess.CodePathNotFound:
+		return false, nil, e, nil
+	case code == fsaccess.CodeSymlinkEscape:
+		return false, nil, e, fsaccess.Wrap(CodePatchOutsideRoot, err, "path %q resolves outside the root", p)
+	case code == fsaccess.CodeNotDirectory:
+		return false, nil, e, fsaccess.Wrap(CodePatchDirty, err, "a parent of %q is not a directory", p)
+	default:
+		return false, nil, e, err
+	}
+	if e.Type != fsaccess.TypeFile {
+		return false, nil, e, refuse(CodePatchTargetNotRegular, "target %q is a %s, not a regular file", p, e.Type)
+	}
+	content, e, err = root.ReadFile(p, MaxFileBytes)
+	switch fsaccess.CodeOf(err) {
+	case "":
+		return true, content, e, nil
+	case fsaccess.CodeFileTooLarge:
+		return false, nil, e, fsaccess.Wrap(CodePatchTooLarge, err, "target %q above %d bytes", p, MaxFileBytes)
+	case fsaccess.CodeSymlinkEscape, fsaccess.CodeNotRegularFile:
+		return false, nil, e, fsaccess.Wrap(CodePatchTargetNotRegular, err, "target %q changed type while reading", p)
+	}
+	return false, nil, e, err
+}
+
+func compute(root *fsaccess.Root, in *intent, pol Policy) (*change, error) {
+	exists, old, e, err := current(root, in.path)
+	if err != nil {
+		return nil, err
+	}
+	c := &change{path: in.path, op: in.op, existed: exists}
+	if exists {
+		c.oldContent, c.oldDigest = old, e.Digest
+		c.oldMode = e.Mode.Perm()
+		c.newMode = c.oldMode
+	} else {
+		c.newMode = in.createMod
+	}
+	switch {
+	case in.op == OpCreate && exists:
+		return nil, refuse(CodePatchDirty, "create %q: file already exists", in.path)
+	case in.op != OpCreate && !exists:
+		return nil, refuse(CodePatchDirty, "%s %q: file does not exist", in.op, in.path)
+	}
+	if in.expect != "" && in.expect != c.oldDigest {
+		return nil, refuse(CodePatchDirty, "%s %q: current digest %s, expected %s", in.op, in.path, c.oldDigest, in.expect)
+	}
+	if in.gitFile != nil {
+		c.newContent, err = applyUnified(in, old, pol)
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		switch in.op {
+		case OpCreate, OpReplace:
+			c.newContent = in.content
+		case OpAppend:
+			if int64(len(old))+int64(len(in.content)) > MaxFileBytes {
+				return nil, refuse(CodePatchTooLarge, "append %q: result above %d bytes", in.path, MaxFileBytes)
+			}
+			c.newContent = append(append(make([]byte, 0, len(old)+len(in.content)), old...), in.content...)
+		}
+	}
+	if len(c.newContent) > MaxFileBytes {
+		return nil, refuse(CodePatchTooLarge, "%q: new content above %d bytes", in.path, MaxFileBytes)
+	}
+	if in.op != OpDelete {
+		c.newDigest = fsaccess.DigestBytes(c.newContent)
+	}
+	return c, nil
+}
+
+// ---- structured ----
+
+func parseStructured(content []byte, maxFiles int) ([]*intent, error) {
+	dec := json.NewDecoder(bytes.NewReader(content))
+	dec.DisallowUnknownFields()
+	var ops []StructuredOp
+	if err := dec.Decode(&ops); err != nil {
+		return nil, fsaccess.Wrap(CodePatchMalformed, err, "structured patch is not a JSON array of {op,path,content,expectDigest}")
+	}
+	if dec.More() {
+		return nil, refuse(CodePatchMalformed, "trailing data after structured patch")
+	}
+	if len(ops) > maxFiles {
+		return nil, refuse(CodePatchTooManyFiles, "patch has %d operations, max %d", len(ops), maxFiles)
+	}
+	out := make([]*intent, 0, len(ops))
+	for i, op := range ops {
+		switch op.Op {
+		case OpCreate, OpReplace, OpAppend:
+		case OpDelete:
+			if op.Content != "" {
+				return nil, refuse(CodePatchMalformed, "op %d: delete carries content", i)
+			}
+		default:
+			return nil, refuse(CodePatchMalformed, "op %d: unknown op %q (create|replace|append|delete)", i, op.Op)
+		}
+		if op.ExpectDigest != "" {
+			if _, err := fsaccess.ParseDigest(op.ExpectDigest); err != nil {
+				return nil, fsaccess.Wrap(CodePatchMalformed, err, "op %d: expectDigest", i)
+			}
+			if op.Op == OpCreate {
+				return nil, refuse(CodePatchMalformed, "op %d: create cannot carry expectDigest", i)
+			}
+		}
+		out = append(out, &intent{path: op.Path, op: op.Op, content: []byte(op.Content), expect: op.ExpectDigest, createMod: defaultCreateMode})
+	}
+	return out, nil
+}
+
+// ---- unified ----
+
+func parseUnified(content []byte, maxFiles int) ([]*intent, error) {
+	files, _, err := gitdiff.Parse(bytes.NewReader(content))
+	if err != nil {
+		return nil, fsaccess.Wrap(CodePatchMalformed, err, "unified diff does not parse")
+	}
+	if len(files) > maxFiles {
+		return nil, refuse(CodePatchTooManyFiles, "patch changes %d files, max %d", len(files), maxFiles)
+	}
+	// go-gitdiff strips one leading component from `diff --git` names but keeps
+	// traditional `--- a/x` / `+++ b/x` names verbatim; strip a/ b/ there.
+	gitHeaders := countGitHeaders(content)
+	traditional := gitHeaders == 0
+	if !traditional && gitHeaders != len(files) {
+		return nil, refuse(CodePatchMalformed, "diff mixes git and traditional file headers")
+	}
+	out := make([]*intent, 0, len(files))
+	for _, f := range files {
+		if f.IsRename || f.IsCopy {
+			return nil, refuse(CodePatchRenameUnsupported, "rename/copy %q -> %q is not supported; send delete + create", f.OldName, f.NewName)
+		}
+		if f.IsBinary || f.BinaryFragment != nil {
+			return nil, refuse(CodePatchBinaryUnsupported, "binary patch for %q is not supported", nameOf(f))
+		}
+		in := &intent{gitFile: f, createMod: defaultCreateMode}
+		switch {
+		case f.IsNew:
+			in.op, in.path = OpCreate, f.NewName
+			m, err := regularMode(f.NewMode, f.NewName)
+			if err != nil {
+				return nil, err
+			}
+			if m != 0 {
+				in.createMod = m
+			}
+		case f.IsDelete:
+			in.op, in.path = OpDelete, f.OldName
+			if _, err := regularMode(f.OldMode, f.OldName); err != nil {
+				return nil, err
+			}
+		default:
+			in.op, in.path = OpModify, f.NewName
+			if f.OldName != f.NewName {
+				return nil, refuse(CodePatchRenameUnsupported, "old name %q differs from new name %q", f.OldName, f.NewName)
+			}
+			if f.OldMode != 0 && f.NewMode != 0 && f.OldMode != f.NewMode {
+				return nil, refuse(CodePatchModeUnsupported, "mode change on %q (%o -> %o) is not supported", f.NewName, f.OldMode, f.NewMode)
+			}
+			if _, err := regularMode(f.OldMode, f.OldName); err != nil {
+				return nil, err
+			}
+			if len(f.TextFragments) == 0 {
+				return nil, refuse(CodePatchModeUnsupported, "%q has no text hunks (mode-only or empty change)", f.NewName)
+			}
+		}
+		if traditional {
+			in.path = stripTraditionalPrefix(in.path)
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
+func nameOf(f *gitdiff.File) string {
+	if f.NewName != "" {
+		return f.NewName
+	}
+	return f.OldName
+}
+
+func countGitHeaders(content []byte) int {
+	n := 0
+	for _, line := range bytes.Split(content, []byte("\n")) {
+		if bytes.HasPrefix(line, []byte("diff --git ")) {
+			n++
+		}
+	}
+	return n
+}
+
+func stripTraditionalPrefix(p string) string {
+	if strings.HasPrefix(p, "a/") || strings.HasPrefix(p, "b/") {
+		return p[2:]
+	}
+	return p
+}
+
+// regularMode accepts git modes 100644/100755 (or none) and refuses symlinks,
+// submodules and anything else.
+func regularMode(m fs.FileMode, name string) (fs.FileMode, error) {
+	switch m {
+	case 0:
+		return 0, nil
+	case 0o100644:
+		return 0o644, nil
+	case 0o100755:
+		return 0o755, nil
+	}
+	return 0, refuse(CodePatchModeUnsupported, "%q has git mode %o; only regular files (100644/100755) are supported", name, m)
+}
+
+// limitedBuffer refuses writes beyond max.
+type limitedBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+var errOverflow = errors.New("new content above cap")
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	if l.Len()+len(p) > l.max {
+		return 0, errOverflow
+	}
+	return l.Buffer.Write(p)
+}
+
+func applyUnified(in *intent, old []byte, pol Policy) ([]byte, error) {
+	f := in.gitFile
+	if pol.RequireCleanApply && in.op != OpCreate {
+		if p := f.OldOIDPrefix; p != "" && strings.Trim(p, "0") != "" {
+			if id := gitBlobID(old, len(p)); !strings.HasPrefix(id, p) {
+				return nil, refuse(CodePatchDirty, "%q: base blob %s does not match the diff's index %s", in.path, id, p)
+			}
+		}
+	}
+	out := &limitedBuffer{max: MaxFileBytes}
+	if err := gitdiff.Apply(out, bytes.NewReader(old), f); err != nil {
+		if errors.Is(err, errOverflow) {
+			return nil, refuse(CodePatchTooLarge, "%q: new content above %d bytes", in.path, MaxFileBytes)
+		}
+		// go-gitdiff has no fuzz: any mismatch is a real conflict, whatever
+		// RequireCleanApply says.
+		return nil, fsaccess.Wrap(CodePatchDirty, err, "%q does not apply cleanly", in.path)
+	}
+	if pol.RequireCleanApply && in.op != OpDelete {
+		if p := f.NewOIDPrefix; p != "" && strings.Trim(p, "0") != "" {
+			if id := gitBlobID(out.Bytes(), len(p)); !strings.HasPrefix(id, p) {
+				return nil, refuse(CodePatchDirty, "%q: result blob %s does not match the diff's index %s", in.path, id, p)
+			}
+		}
+	}
+	return out.Bytes(), nil
+}
+
+// gitBlobID is git's object id of a blob (hash of "blob <len>\0" + data), used
+// only to check a diff's `index` line under RequireCleanApply. A prefix longer
+// than 40 hex digits comes from a SHA-256 repository.
+func gitBlobID(b []byte, prefixLen int) string {
+	h := sha1.New()
+	if prefixLen > 40 {
+		h = sha256.New()
+	}
+	fmt.Fprintf(h, "blob %d\x00", len(b))
+	h.Write(b)
+	return hex.EncodeToString(h.Sum(nil))
+}

@@ -1,0 +1,196 @@
+// Package envtest is the shared bootstrap of the integration suites: a real kube-apiserver
+// and etcd (built by hack/build-control-plane.sh from the Go module proxy), the real CRDs
+// from config/crd/bases, the real webhook configurations from config/webhook, the RBAC
+// roles from config/rbac, and the manager's controllers and webhooks running in-process.
+package envtest
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/yaml"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+)
+
+// Env is a running control plane with the manager attached.
+type Env struct {
+	Env    *envtest.Environment
+	Config *rest.Config
+	Client client.Client
+	Scheme *kruntime.Scheme
+	Root   string
+	stop   context.CancelFunc
+	done   chan error
+}
+
+// Options tune the manager run by the bootstrap.
+type Options struct {
+	// Setup registers controllers and webhooks; nil starts no manager.
+	Setup func(mgr ctrl.Manager) error
+}
+
+// RepoRoot is the repository's root directory.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
+}
+
+// Scheme returns a scheme with the core and workbench types.
+func Scheme() *kruntime.Scheme {
+	s := kruntime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(wbv1.AddToScheme(s))
+	return s
+}
+
+// ErrNoAssets explains a missing control plane; callers skip with it.
+var ErrNoAssets = fmt.Errorf("KUBEBUILDER_ASSETS is not set: run `make test` (it builds kube-apiserver and etcd with hack/build-control-plane.sh)")
+
+// Start boots the control plane, installs CRDs, webhooks and RBAC roles, and runs the
+// manager. Call Stop when done.
+func Start(opts Options) (*Env, error) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		return nil, ErrNoAssets
+	}
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(false), zap.Level(zapLevel())))
+	root := RepoRoot()
+	te := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		WebhookInstallOptions: envtest.WebhookInstallOptions{Paths: []string{filepath.Join(root, "config", "webhook", "manifests.yaml")}},
+	}
+	cfg, err := te.Start()
+	if err != nil {
+		return nil, fmt.Errorf("starting envtest: %w", err)
+	}
+	e := &Env{Env: te, Config: cfg, Scheme: Scheme(), Root: root}
+	e.Client, err = client.New(cfg, client.Options{Scheme: e.Scheme})
+	if err != nil {
+		_ = te.Stop()
+		return nil, fmt.Errorf("creating client: %w", err)
+	}
+	if err := e.installRoles(); err != nil {
+		_ = te.Stop()
+		return nil, err
+	}
+	if opts.Setup != nil {
+		if err := e.startManager(opts.Setup); err != nil {
+			_ = te.Stop()
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+func zapLevel() zapcore.Level {
+	if os.Getenv("WORKBENCH_TEST_VERBOSE") != "" {
+		return -2
+	}
+	return 2
+}
+
+// installRoles applies the hand-written ClusterRoles from config/rbac.
+func (e *Env) installRoles() error {
+	for _, f := range []string{"operator_role.yaml", "agent_role.yaml", "viewer_role.yaml", "node_agent_role.yaml"} {
+		raw, err := os.ReadFile(filepath.Join(e.Root, "config", "rbac", f))
+		if err != nil {
+			return fmt.Errorf("reading role %s: %w", f, err)
+		}
+		var role rbacv1.ClusterRole
+		if err := yaml.UnmarshalStrict(raw, &role); err != nil {
+			return fmt.Errorf("decoding role %s: %w", f, err)
+		}
+		if err := e.Client.Create(context.Background(), &role); err != nil {
+			return fmt.Errorf("creating role %s: %w", role.Name, err)
+		}
+	}
+	return nil
+}
+
+func (e *Env) startManager(setup func(ctrl.Manager) error) error {
+	wo := &e.Env.WebhookInstallOptions
+	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
+		Scheme:  e.Scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host: wo.LocalServingHost, Port: wo.LocalServingPort, CertDir: wo.LocalServingCertDir,
+		}),
+		HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	if err := setup(mgr); err != nil {
+		return fmt.Errorf("setting up manager: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e.stop, e.done = cancel, make(chan error, 1)
+	go func() { e.done <- mgr.Start(ctx) }()
+	// The webhook server must answer before the API server can admit anything.
+	addr := net.JoinHostPort(wo.LocalServingHost, fmt.Sprint(wo.LocalServingPort))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // readiness probe of our own test server
+		if err == nil {
+			_ = conn.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			return fmt.Errorf("webhook server at %s did not answer within 30s: %w", addr, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		cancel()
+		return fmt.Errorf("manager cache did not sync")
+	}
+	return nil
+}
+
+// Stop stops the manager and the control plane.
+func (e *Env) Stop() {
+	if e.stop != nil {
+		e.stop()
+		<-e.done
+	}
+	_ = e.Env.Stop()
+}
+
+// As returns a client that impersonates user (and groups).
+func (e *Env) As(user string, groups ...string) (client.Client, error) {
+	cfg := rest.CopyConfig(e.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
+	return client.New(cfg, client.Options{Scheme: e.Scheme})
+}
+
+// Bind grants a ClusterRole to a user, cluster-wide or in one namespace.
+func (e *Env) Bind(ctx context.Context, role, user, namespace string) error {
+	subj := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}
+	ref := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role}
+	name := role + "-" + user
+	if namespace == "" {
+		return e.Client.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name}, Subjects: subj, RoleRef: ref})
+	}
+	return e.Client.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}, Subjects: subj, RoleRef: ref})
+}

@@ -1,0 +1,152 @@
+package webhooks
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/convert"
+)
+
+// MaxGrantLifetime caps how far in the future a remembered grant may expire.
+const MaxGrantLifetime = 30 * 24 * time.Hour
+
+// +kubebuilder:webhook:path=/mutate-workbench-sensorium-dev-v1alpha1-consentgrant,mutating=true,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=consentgrants,verbs=create,versions=v1alpha1,name=mconsentgrant.workbench.sensorium.dev,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-consentgrant,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=consentgrants,verbs=create;update,versions=v1alpha1,name=vconsentgrant.workbench.sensorium.dev,admissionReviewVersions=v1
+
+// ConsentGrantStamper overwrites the operator identity with the admission request's user, so
+// a client can never choose it.
+type ConsentGrantStamper struct{}
+
+// Default implements admission.Defaulter.
+func (ConsentGrantStamper) Default(ctx context.Context, obj *wbv1.ConsentGrant) error {
+	req, err := request(ctx)
+	if err != nil {
+		return err
+	}
+	obj.Spec.Operator = req.UserInfo.Username
+	obj.Spec.OperatorGroups = slices.Clone(req.UserInfo.Groups)
+	return nil
+}
+
+// ConsentGrantValidator admits a grant only from a subject allowed to approve consent
+// requests (SubjectAccessReview), for a pending request that offered the chosen scope, with
+// a bounded prefix and expiry. A grant can only add argv shapes; the profile's safety caps
+// stay as they are.
+type ConsentGrantValidator struct {
+	Reader client.Reader
+	Authz  Authorizer
+	Now    func() time.Time
+}
+
+func setupConsentGrant(mgr ctrl.Manager) error {
+	return ctrl.NewWebhookManagedBy(mgr, &wbv1.ConsentGrant{}).
+		WithDefaulter(ConsentGrantStamper{}).
+		WithValidator(ConsentGrantValidator{Reader: mgr.GetAPIReader(), Authz: Authorizer{Client: mgr.GetClient()}, Now: time.Now}).
+		Complete()
+}
+
+// ValidateCreate implements admission.Validator.
+func (v ConsentGrantValidator) ValidateCreate(ctx context.Context, g *wbv1.ConsentGrant) (admission.Warnings, error) {
+	req, err := request(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := v.requireOperator(ctx, req, g); err != nil {
+		return nil, err
+	}
+	if g.Spec.Operator != req.UserInfo.Username {
+		return nil, forbidden("ConsentGrant", g.Name, actuation.CodeConsentNotOperator, "operator must be the requesting user %q", req.UserInfo.Username)
+	}
+	specPath := field.NewPath("spec")
+	var cr wbv1.ConsentRequest
+	if err := v.Reader.Get(ctx, types.NamespacedName{Namespace: g.Namespace, Name: string(g.Spec.RequestRef)}, &cr); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, invalid("ConsentGrant", g.Name, field.ErrorList{field.NotFound(specPath.Child("requestRef"), g.Spec.RequestRef)})
+		}
+		return nil, fmt.Errorf("reading ConsentRequest %s/%s: %w", g.Namespace, g.Spec.RequestRef, err)
+	}
+	var errs field.ErrorList
+	switch decision := wbv1.ConsentDecisionFor(cr.Status.Conditions); decision {
+	case wbv1.DecisionPending:
+	case wbv1.DecisionExpired:
+		errs = append(errs, field.Invalid(specPath.Child("requestRef"), g.Spec.RequestRef, string(actuation.CodeConsentExpired)+": the request expired (fail closed)"))
+	default:
+		errs = append(errs, field.Invalid(specPath.Child("requestRef"), g.Spec.RequestRef, string(actuation.CodeConsentScopeInvalid)+": the request is already "+string(decision)))
+	}
+	if !slices.Contains(cr.Spec.Options, g.Spec.Scope) {
+		errs = append(errs, field.NotSupported(specPath.Child("scope"), g.Spec.Scope, scopes(cr.Spec.Options)))
+		errs[len(errs)-1].Detail = string(actuation.CodeConsentScopeInvalid) + ": " + errs[len(errs)-1].Detail
+	}
+	d := &cr.Spec.Descriptor
+	if n := g.Spec.PrefixLength; n != nil && int(*n) > len(d.Argv) {
+		errs = append(errs, field.Invalid(specPath.Child("prefixLength"), *n, string(actuation.CodeConsentScopeInvalid)+": must not exceed the reviewed argv's length"))
+	}
+	if exp := g.Spec.ExpiresAt; exp != nil {
+		now := v.Now()
+		if !exp.After(now) || exp.Sub(now) > MaxGrantLifetime {
+			errs = append(errs, field.Invalid(specPath.Child("expiresAt"), exp.String(), string(actuation.CodeConsentScopeInvalid)+": must be in the future and within "+MaxGrantLifetime.String()))
+		}
+	}
+	if len(errs) == 0 && g.Spec.Scope != wbv1.ConsentDeny {
+		var prof wbv1.CommandProfile
+		if err := v.Reader.Get(ctx, types.NamespacedName{Namespace: g.Namespace, Name: string(d.ProfileRef)}, &prof); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, invalid("ConsentGrant", g.Name, field.ErrorList{field.Invalid(specPath.Child("requestRef"), g.Spec.RequestRef, string(actuation.CodeProfileMissing)+": the request's profile no longer exists")})
+			}
+			return nil, fmt.Errorf("reading CommandProfile %s/%s: %w", g.Namespace, d.ProfileRef, err)
+		}
+		errs = append(errs, refusalErrors(specPath, one(actuation.ValidateConsentEntry(convert.Profile(&prof.Spec), convert.Entry(g.Namespace, g, d))))...)
+	}
+	return nil, invalid("ConsentGrant", g.Name, errs)
+}
+
+// ValidateUpdate implements admission.Validator: only revoked may change (CEL), and
+// revoking is an operator's act too.
+func (v ConsentGrantValidator) ValidateUpdate(ctx context.Context, old, g *wbv1.ConsentGrant) (admission.Warnings, error) {
+	req, err := request(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if isStatus(req) {
+		return nil, nil
+	}
+	return nil, v.requireOperator(ctx, req, g)
+}
+
+// ValidateDelete implements admission.Validator.
+func (ConsentGrantValidator) ValidateDelete(context.Context, *wbv1.ConsentGrant) (admission.Warnings, error) {
+	return nil, nil
+}
+
+func (v ConsentGrantValidator) requireOperator(ctx context.Context, req admission.Request, g *wbv1.ConsentGrant) error {
+	if _, isNode := NodeIdentity(req.UserInfo); isNode {
+		return forbidden("ConsentGrant", g.Name, actuation.CodeNodeRestricted, "node agents never decide consent")
+	}
+	ok, err := v.Authz.Allowed(ctx, req.UserInfo.Username, req.UserInfo.Groups, req.UserInfo.Extra, req.UserInfo.UID, "approve", "consentrequests", g.Namespace)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return forbidden("ConsentGrant", g.Name, actuation.CodeConsentNotOperator, "user %q may not approve consent requests in %q", req.UserInfo.Username, g.Namespace)
+	}
+	return nil
+}
+
+func scopes(in []wbv1.ConsentScope) []string {
+	out := make([]string, 0, len(in))
+	for _, s := range in {
+		out = append(out, string(s))
+	}
+	return out
+}

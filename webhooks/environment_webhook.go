@@ -1,0 +1,99 @@
+package webhooks
+
+import (
+	"context"
+	"path"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/convert"
+)
+
+// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-environment,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=environments;environments/status,verbs=create;update,versions=v1alpha1,name=venvironment.workbench.sensorium.dev,admissionReviewVersions=v1
+
+// EnvironmentValidator admits Environments.
+type EnvironmentValidator struct{}
+
+func setupEnvironment(mgr ctrl.Manager) error {
+	return ctrl.NewWebhookManagedBy(mgr, &wbv1.Environment{}).WithValidator(EnvironmentValidator{}).Complete()
+}
+
+// ValidateCreate implements admission.Validator.
+func (v EnvironmentValidator) ValidateCreate(ctx context.Context, obj *wbv1.Environment) (admission.Warnings, error) {
+	return v.validate(ctx, obj.Labels, obj)
+}
+
+// ValidateUpdate implements admission.Validator.
+func (v EnvironmentValidator) ValidateUpdate(ctx context.Context, old, obj *wbv1.Environment) (admission.Warnings, error) {
+	return v.validate(ctx, old.Labels, obj)
+}
+
+// ValidateDelete implements admission.Validator.
+func (EnvironmentValidator) ValidateDelete(context.Context, *wbv1.Environment) (admission.Warnings, error) {
+	return nil, nil
+}
+
+func (EnvironmentValidator) validate(ctx context.Context, boundLabels map[string]string, env *wbv1.Environment) (admission.Warnings, error) {
+	req, err := request(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := nodeRestriction(req, "Environment", env.Name, boundLabels); err != nil {
+		return nil, err
+	}
+	if isStatus(req) {
+		return nil, nil
+	}
+	return nil, invalid("Environment", env.Name, validateEnvironmentSpec(&env.Spec))
+}
+
+func validateEnvironmentSpec(spec *wbv1.EnvironmentSpec) field.ErrorList {
+	var errs field.ErrorList
+	rootsPath := field.NewPath("spec", "roots")
+	for i, r := range spec.Roots {
+		p := rootsPath.Index(i)
+		switch spec.Backend {
+		case wbv1.BackendHostLocal:
+			if r.HostPath == nil {
+				errs = append(errs, field.Required(p.Child("hostPath"), string(actuation.CodeRootInvalid)+": a host-local root must name a hostPath"))
+			}
+		case wbv1.BackendFixtureCopy:
+			if r.Source == nil {
+				errs = append(errs, field.Required(p.Child("source"), string(actuation.CodeRootInvalid)+": a fixture-copy.v1 root must name a source"))
+			}
+		default:
+			if r.HostPath != nil || r.Source != nil {
+				errs = append(errs, field.Forbidden(p, string(actuation.CodeRootInvalid)+": a VM root may not name a host directory (no host sharing)"))
+			}
+		}
+		for _, hp := range []struct {
+			name string
+			v    *string
+		}{{"hostPath", r.HostPath}, {"source", r.Source}} {
+			if hp.v == nil {
+				continue
+			}
+			if !path.IsAbs(*hp.v) || path.Clean(*hp.v) != *hp.v || *hp.v == "/" {
+				errs = append(errs, field.Invalid(p.Child(hp.name), *hp.v, string(actuation.CodeRootInvalid)+": must be an absolute, clean directory other than /"))
+			}
+		}
+	}
+	if oc := spec.OperationalContext; oc != nil {
+		summary := ""
+		if oc.Summary != nil {
+			summary = *oc.Summary
+		}
+		errs = append(errs, refusalErrors(field.NewPath("spec", "operationalContext"),
+			actuation.ValidateOperationalContext(actuation.ContextClass(oc.Class), summary))...)
+	}
+	if spec.Requirements != nil {
+		errs = append(errs, refusalErrors(field.NewPath("spec", "requirements"),
+			actuation.ValidateRequirement(convert.Requirement(spec)))...)
+	}
+	return errs
+}
+

@@ -1,0 +1,53 @@
+package webhooks
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
+)
+
+// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-imagemanifest,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=imagemanifests,verbs=create;update,versions=v1alpha1,name=vimagemanifest.workbench.sensorium.dev,admissionReviewVersions=v1
+
+// ImageManifestValidator admits image manifests whose file paths stay beneath the node
+// agent's image directory.
+type ImageManifestValidator struct{}
+
+func setupImageManifest(mgr ctrl.Manager) error {
+	return ctrl.NewWebhookManagedBy(mgr, &wbv1.ImageManifest{}).WithValidator(ImageManifestValidator{}).Complete()
+}
+
+// ValidateCreate implements admission.Validator.
+func (ImageManifestValidator) ValidateCreate(ctx context.Context, obj *wbv1.ImageManifest) (admission.Warnings, error) {
+	req, err := request(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, isNode := NodeIdentity(req.UserInfo); isNode && !isStatus(req) {
+		return nil, forbidden("ImageManifest", obj.Name, actuation.CodeNodeRestricted, "node agents may not write image manifests")
+	}
+	var errs field.ErrorList
+	for i, v := range obj.Spec.Variants {
+		p := field.NewPath("spec", "variants").Index(i)
+		for name, f := range map[string]*wbv1.ImageFile{"kernel": v.Kernel, "initrd": v.Initrd, "firmware": v.Firmware, "disk": v.Disk} {
+			if f != nil {
+				errs = append(errs, refusalErrors(p.Child(name, "path"), one(actuation.ValidateRelativePath(string(f.Path), true)))...)
+			}
+		}
+	}
+	return nil, invalid("ImageManifest", obj.Name, errs)
+}
+
+// ValidateUpdate implements admission.Validator.
+func (v ImageManifestValidator) ValidateUpdate(ctx context.Context, _, obj *wbv1.ImageManifest) (admission.Warnings, error) {
+	return v.ValidateCreate(ctx, obj)
+}
+
+// ValidateDelete implements admission.Validator.
+func (ImageManifestValidator) ValidateDelete(context.Context, *wbv1.ImageManifest) (admission.Warnings, error) {
+	return nil, nil
+}

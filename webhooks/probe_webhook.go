@@ -1,0 +1,42 @@
+package webhooks
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+)
+
+// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-probe,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=probes;probes/status,verbs=create;update,versions=v1alpha1,name=vprobe.workbench.sensorium.dev,admissionReviewVersions=v1
+
+// ProbeValidator admits Probes with the same condition rules as Waits.
+type ProbeValidator struct{}
+
+func setupProbe(mgr ctrl.Manager) error {
+	return ctrl.NewWebhookManagedBy(mgr, &wbv1.Probe{}).WithValidator(ProbeValidator{}).Complete()
+}
+
+// ValidateCreate implements admission.Validator.
+func (ProbeValidator) ValidateCreate(ctx context.Context, obj *wbv1.Probe) (admission.Warnings, error) {
+	req, err := request(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := nodeRestriction(req, "Probe", obj.Name, obj.Labels); err != nil {
+		return nil, err
+	}
+	return nil, invalid("Probe", obj.Name, validateCondition(field.NewPath("spec"), obj.Spec.Scope, &obj.Spec.Condition))
+}
+
+// ValidateUpdate implements admission.Validator.
+func (ProbeValidator) ValidateUpdate(ctx context.Context, old, obj *wbv1.Probe) (admission.Warnings, error) {
+	return nodeRestricted(ctx, "Probe", obj.Name, old.Labels)
+}
+
+// ValidateDelete implements admission.Validator.
+func (ProbeValidator) ValidateDelete(context.Context, *wbv1.Probe) (admission.Warnings, error) {
+	return nil, nil
+}

@@ -1,0 +1,88 @@
+package webhooks
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/convert"
+)
+
+// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-terminalcommand,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=terminalcommands;terminalcommands/status,verbs=create;update,versions=v1alpha1,name=vterminalcommand.workbench.sensorium.dev,admissionReviewVersions=v1
+
+// TerminalCommandValidator refuses malformed command intents outright: shell strings, bad
+// argv, bad cwd paths, forbidden environment keys, and timeout, output or env overrides
+// beyond the named profile. A well-formed argv the profile does not admit is accepted here;
+// the manager then holds it for consent (or refuses it) — admission by argv is not a
+// malformation.
+type TerminalCommandValidator struct {
+	Reader client.Reader
+}
+
+func setupTerminalCommand(mgr ctrl.Manager) error {
+	return ctrl.NewWebhookManagedBy(mgr, &wbv1.TerminalCommand{}).
+		WithValidator(TerminalCommandValidator{Reader: mgr.GetAPIReader()}).Complete()
+}
+
+// ValidateCreate implements admission.Validator.
+func (v TerminalCommandValidator) ValidateCreate(ctx context.Context, obj *wbv1.TerminalCommand) (admission.Warnings, error) {
+	req, err := request(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := nodeRestriction(req, "TerminalCommand", obj.Name, obj.Labels); err != nil {
+		return nil, err
+	}
+	errs := ValidateCommandShape(&obj.Spec)
+	if len(errs) == 0 {
+		perr, err := v.againstProfile(ctx, obj)
+		if err != nil {
+			return nil, err
+		}
+		errs = perr
+	}
+	return nil, invalid("TerminalCommand", obj.Name, errs)
+}
+
+// ValidateUpdate implements admission.Validator. The spec is immutable (CEL); status writes
+// are node-restricted.
+func (v TerminalCommandValidator) ValidateUpdate(ctx context.Context, old, obj *wbv1.TerminalCommand) (admission.Warnings, error) {
+	return nodeRestricted(ctx, "TerminalCommand", obj.Name, old.Labels)
+}
+
+// ValidateDelete implements admission.Validator.
+func (TerminalCommandValidator) ValidateDelete(context.Context, *wbv1.TerminalCommand) (admission.Warnings, error) {
+	return nil, nil
+}
+
+// ValidateCommandShape checks what needs no other object: argv shape, cwd path, env keys.
+func ValidateCommandShape(spec *wbv1.TerminalCommandSpec) field.ErrorList {
+	specPath := field.NewPath("spec")
+	errs := refusalErrors(specPath.Child("argv"), actuation.ValidateArgvShape(spec.Argv))
+	errs = append(errs, refusalErrors(specPath.Child("cwd", "path"), one(actuation.ValidateRelativePath(string(spec.Cwd.Path), false)))...)
+	for i, e := range spec.Env {
+		errs = append(errs, refusalErrors(specPath.Child("env").Index(i), actuation.ValidateEnvVar(actuation.EnvVar{Name: e.Name, Value: e.Value}))...)
+	}
+	return errs
+}
+
+// againstProfile checks caps and cwd/env policy against the named profile when it exists.
+// A missing profile is not a malformation: the manager refuses with profile-missing.
+func (v TerminalCommandValidator) againstProfile(ctx context.Context, obj *wbv1.TerminalCommand) (field.ErrorList, error) {
+	var prof wbv1.CommandProfile
+	if err := v.Reader.Get(ctx, types.NamespacedName{Namespace: obj.Namespace, Name: string(obj.Spec.ProfileRef)}, &prof); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading CommandProfile %s/%s: %w", obj.Namespace, obj.Spec.ProfileRef, err)
+	}
+	return refusalErrors(field.NewPath("spec"), actuation.ValidateIntentAgainstProfile(convert.Profile(&prof.Spec), convert.Intent(&obj.Spec))), nil
+}

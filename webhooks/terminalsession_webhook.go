@@ -1,0 +1,44 @@
+package webhooks
+
+import (
+	"context"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+)
+
+// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-terminalsession,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=terminalsessions;terminalsessions/status,verbs=create;update,versions=v1alpha1,name=vterminalsession.workbench.sensorium.dev,admissionReviewVersions=v1
+
+// TerminalSessionValidator admits TerminalSessions. Bounds and enums live in the schema;
+// this enforces node restriction on status writes.
+type TerminalSessionValidator struct{}
+
+func setupTerminalSession(mgr ctrl.Manager) error {
+	return ctrl.NewWebhookManagedBy(mgr, &wbv1.TerminalSession{}).WithValidator(TerminalSessionValidator{}).Complete()
+}
+
+// ValidateCreate implements admission.Validator.
+func (TerminalSessionValidator) ValidateCreate(ctx context.Context, obj *wbv1.TerminalSession) (admission.Warnings, error) {
+	return nodeRestricted(ctx, "TerminalSession", obj.Name, obj.Labels)
+}
+
+// ValidateUpdate implements admission.Validator.
+func (TerminalSessionValidator) ValidateUpdate(ctx context.Context, old, obj *wbv1.TerminalSession) (admission.Warnings, error) {
+	return nodeRestricted(ctx, "TerminalSession", obj.Name, old.Labels)
+}
+
+// ValidateDelete implements admission.Validator.
+func (TerminalSessionValidator) ValidateDelete(context.Context, *wbv1.TerminalSession) (admission.Warnings, error) {
+	return nil, nil
+}
+
+// nodeRestricted applies only the node restriction; labels are the stored object's.
+func nodeRestricted(ctx context.Context, kind, name string, labels map[string]string) (admission.Warnings, error) {
+	req, err := request(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return nil, nodeRestriction(req, kind, name, labels)
+}
