@@ -5,6 +5,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -12,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 )
@@ -31,7 +31,11 @@ func applyStatus(ctx context.Context, c client.Client, owner string, obj client.
 	if err != nil {
 		return false, fmt.Errorf("resolving kind of %T: %w", obj, err)
 	}
-	st, err := runtime.DefaultUnstructuredConverter.ToUnstructured(next)
+	var st map[string]any
+	raw, err := json.Marshal(next)
+	if err == nil {
+		err = json.Unmarshal(raw, &st)
+	}
 	if err != nil {
 		return false, fmt.Errorf("converting status of %s: %w", obj.GetName(), err)
 	}

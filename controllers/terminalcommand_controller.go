@@ -185,12 +185,14 @@ func (r *TerminalCommandReconciler) gate(ctx context.Context, p *commandPass) er
 // after consuming it).
 func (r *TerminalCommandReconciler) consentPath(ctx context.Context, p *commandPass, prof *wbv1.CommandProfile, env *wbv1.Environment, adm actuation.Admission) (bool, error) {
 	cmd := p.cmd
-	reason := actuation.CodeArgvNotAdmitted
-	if adm.Refusal != nil {
-		reason = adm.Refusal.Code
-	}
-	if reason != actuation.CodeArgvNotAdmitted {
-		r.refuse(p, reason, adm.Refusal.Message)
+	// The core answers consent-required for an argv an operator could approve; anything
+	// else (another executable, a matching deny entry) is refused outright.
+	if adm.Refusal == nil || adm.Refusal.Code != actuation.CodeConsentRequired {
+		code, msg := actuation.CodeArgvNotAdmitted, "argv is not admitted"
+		if adm.Refusal != nil {
+			code, msg = adm.Refusal.Code, adm.Refusal.Message
+		}
+		r.refuse(p, code, msg)
 		return false, nil
 	}
 	if prof.Spec.ConsentPrompting == wbv1.ConsentPromptingForbidden {
@@ -249,7 +251,7 @@ func (r *TerminalCommandReconciler) ensureConsentRequest(ctx context.Context, p 
 					TimeoutSeconds: intent.TimeoutSeconds, OutputBytes: intent.OutputBytes,
 					Egress: wbv1.EgressPolicy(core.Egress), Credentials: wbv1.CredentialPolicy(core.Credentials),
 				},
-				ReasonCode: string(actuation.CodeArgvNotAdmitted),
+				ReasonCode: string(actuation.CodeConsentRequired),
 			},
 			Options:        []wbv1.ConsentScope{wbv1.ConsentDeny, wbv1.ConsentAllowOnce, wbv1.ConsentRememberExactArgv, wbv1.ConsentRememberArgvPrefix},
 			TimeoutSeconds: DefaultConsentTimeout,

@@ -1,0 +1,178 @@
+package actuation
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Code is a stable refusal code. The set of codes is closed: callers and
+// dashboards branch on these values, and a new code is an API change.
+type Code string
+
+// The closed vocabulary of refusal codes.
+const (
+	// Paths (seed 000 §6, adversarial matrix "path validation").
+	CodePathEmpty            Code = "path-empty"
+	CodePathAbsolute         Code = "path-absolute"
+	CodePathTraversal        Code = "path-traversal"
+	CodePathInvalidComponent Code = "path-invalid-component" // ".", empty component, trailing slash
+	CodePathInvalidCharacter Code = "path-invalid-character" // backslash, NUL, control chars, invalid UTF-8
+	CodePathTooLong          Code = "path-too-long"
+	CodeSymlinkEscape        Code = "symlink-escape"
+	CodeRootNotAllowed       Code = "root-not-allowed"
+
+	// Command profiles and intents.
+	CodeExecutableNotAbsolute Code = "executable-not-absolute"
+	CodeShellString           Code = "shell-string"
+	CodeProfileInvalid        Code = "profile-invalid"
+	CodeProfileRootsEmpty     Code = "profile-roots-empty"
+	CodeProfileMissing        Code = "profile-missing"
+	CodeArgvInvalid           Code = "argv-invalid"
+	CodeArgvNotAdmitted       Code = "argv-not-admitted"
+	CodeCwdNotAllowed         Code = "cwd-not-allowed"
+	CodeEnvKeyInvalid         Code = "env-key-invalid"
+	CodeEnvKeyForbidden       Code = "env-key-forbidden"
+	CodeEnvValueInvalid       Code = "env-value-invalid"
+	CodeEnvOverrideNotAllowed Code = "env-override-not-allowed"
+	CodeEgressForbidden       Code = "egress-forbidden"
+	CodeCredentialsForbidden  Code = "credentials-forbidden"
+	CodeTimeoutAboveMax       Code = "timeout-above-max"
+	CodeTimeoutInvalid        Code = "timeout-invalid" // zero or negative timeout
+	CodeOutputCapAboveMax     Code = "output-cap-above-max"
+	CodeOutputCapInvalid      Code = "output-cap-invalid" // zero or negative output cap
+
+	// Runtime caps (node agent).
+	CodeSessionCapReached Code = "session-cap-reached"
+	CodeReaderCapReached  Code = "reader-cap-reached"
+	CodeQueueFull         Code = "queue-full"
+	CodeEventBufferFull   Code = "event-buffer-full"
+
+	// Operator consent.
+	CodeConsentRequired                Code = "consent-required"
+	CodeConsentDenied                  Code = "consent-denied"
+	CodeConsentExpired                 Code = "consent-expired"
+	CodeConsentRevoked                 Code = "consent-revoked"
+	CodeConsentScopeInvalid            Code = "consent-scope-invalid"
+	CodeConsentPrefixTooBroad          Code = "consent-prefix-too-broad"
+	CodeConsentOperatorBindingInactive Code = "consent-operator-binding-inactive"
+	CodeConsentCapabilityNotGrantable  Code = "consent-capability-not-grantable"
+	CodeConsentNotOperator             Code = "consent-not-operator"
+
+	// Closed vocabularies, capability admission and plans.
+	CodeVocabularyUnknown  Code = "vocabulary-unknown"
+	CodeCapabilityMismatch Code = "capability-mismatch"
+	CodePolicyInvalid      Code = "policy-invalid" // malformed host policy (equivalence sets)
+
+	// Operational context, waits, objects.
+	CodeSummaryTooLarge  Code = "summary-too-large"
+	CodeDeadlineAboveMax Code = "deadline-above-max"
+	CodeWaitScopeInvalid Code = "wait-scope-invalid"
+	CodeNodeRestricted   Code = "node-restricted"
+	CodeImmutable        Code = "immutable"
+
+	// Artifacts and patches.
+	CodeDigestMismatch       Code = "digest-mismatch"
+	CodePatchOutsideRoot     Code = "patch-outside-root"
+	CodePatchDirty           Code = "patch-dirty"
+	CodePatchDeleteForbidden Code = "patch-delete-forbidden"
+	CodePatchTooManyFiles    Code = "patch-too-many-files"
+	CodePatchCreateForbidden Code = "patch-create-forbidden"
+
+	// Lifecycle.
+	CodeInterrupted Code = "interrupted"
+
+	// Object references and shapes checked by the admission webhooks and controllers.
+	CodeRootInvalid            Code = "root-invalid"            // an environment root's host directory or source
+	CodePatchInvalid           Code = "patch-invalid"           // a structured patch operation without content
+	CodeSessionMissing         Code = "session-missing"         // a command names a session that does not exist
+	CodeEnvironmentUnavailable Code = "environment-unavailable" // missing, failed, expired, draining or closed
+)
+
+// allCodes is the closed vocabulary as data; Codes returns a sorted copy.
+var allCodes = []Code{
+	CodePathEmpty, CodePathAbsolute, CodePathTraversal, CodePathInvalidComponent,
+	CodePathInvalidCharacter, CodePathTooLong, CodeSymlinkEscape, CodeRootNotAllowed,
+	CodeExecutableNotAbsolute, CodeShellString, CodeProfileInvalid, CodeProfileRootsEmpty,
+	CodeProfileMissing, CodeArgvInvalid, CodeArgvNotAdmitted, CodeCwdNotAllowed,
+	CodeEnvKeyInvalid, CodeEnvKeyForbidden, CodeEnvValueInvalid, CodeEnvOverrideNotAllowed,
+	CodeEgressForbidden, CodeCredentialsForbidden, CodeTimeoutAboveMax, CodeTimeoutInvalid,
+	CodeOutputCapAboveMax, CodeOutputCapInvalid,
+	CodeSessionCapReached, CodeReaderCapReached, CodeQueueFull, CodeEventBufferFull,
+	CodeConsentRequired, CodeConsentDenied, CodeConsentExpired, CodeConsentRevoked,
+	CodeConsentScopeInvalid, CodeConsentPrefixTooBroad, CodeConsentOperatorBindingInactive,
+	CodeConsentCapabilityNotGrantable, CodeConsentNotOperator,
+	CodeVocabularyUnknown, CodeCapabilityMismatch, CodePolicyInvalid,
+	CodeSummaryTooLarge, CodeDeadlineAboveMax, CodeWaitScopeInvalid, CodeNodeRestricted, CodeImmutable,
+	CodeDigestMismatch, CodePatchOutsideRoot, CodePatchDirty, CodePatchDeleteForbidden,
+	CodePatchTooManyFiles, CodePatchCreateForbidden,
+	CodeInterrupted,
+	CodeRootInvalid, CodePatchInvalid, CodeSessionMissing, CodeEnvironmentUnavailable,
+}
+
+var sortedCodes = func() []Code {
+	c := slices.Clone(allCodes)
+	slices.Sort(c)
+	return slices.Compact(c)
+}()
+
+// Codes returns every refusal code of the closed vocabulary, sorted.
+func Codes() []Code { return slices.Clone(sortedCodes) }
+
+// IsKnownCode reports whether c belongs to the closed vocabulary.
+func IsKnownCode(c Code) bool {
+	_, found := slices.BinarySearch(sortedCodes, c)
+	return found
+}
+
+// Refusal is one refused rule: a stable Code, the Field it concerns (a
+// JSON-ish path such as "spec.argv[2]", possibly empty) and a human Message
+// written with "must" / "must not".
+type Refusal struct {
+	Code    Code   `json:"code"`
+	Field   string `json:"field,omitempty"`
+	Message string `json:"message"`
+}
+
+// Error renders "<code>: <field>: <message>", omitting the field part when
+// Field is empty.
+func (r *Refusal) Error() string {
+	if r == nil {
+		return "<nil refusal>"
+	}
+	if r.Field == "" {
+		return string(r.Code) + ": " + r.Message
+	}
+	return string(r.Code) + ": " + r.Field + ": " + r.Message
+}
+
+// Err returns r as an error, or a nil error when r is nil. Use it instead of
+// assigning a possibly nil *Refusal to an error variable.
+func (r *Refusal) Err() error {
+	if r == nil {
+		return nil
+	}
+	return r
+}
+
+// Refuse builds a Refusal; the message is fmt.Sprintf(format, args...).
+func Refuse(code Code, field, format string, args ...any) *Refusal {
+	return &Refusal{Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// FirstRefusal returns the first refusal of rs, or nil when rs is empty.
+func FirstRefusal(rs []*Refusal) *Refusal {
+	if len(rs) == 0 {
+		return nil
+	}
+	return rs[0]
+}
+
+// field helpers keep refusal field paths uniform.
+func fieldIndex(base string, i int) string { return fmt.Sprintf("%s[%d]", base, i) }
+
+func fieldJoin(base, name string) string {
+	if base == "" {
+		return name
+	}
+	return base + "." + name
+}

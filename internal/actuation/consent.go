@@ -1,0 +1,225 @@
+package actuation
+
+import (
+	"slices"
+	"strings"
+)
+
+// ConsentScope is the scope an operator granted (seed 000 "operator consent
+// prompting"), ordered from narrow to broad.
+type ConsentScope string
+
+// Consent scopes. remember-executable-any-args is not part of the vocabulary:
+// no host policy gate is registered for it, so it is refused as
+// consent-scope-invalid.
+const (
+	ScopeDeny               ConsentScope = "deny"
+	ScopeAllowOnce          ConsentScope = "allow-once"
+	ScopeRememberExactArgv  ConsentScope = "remember-exact-argv"
+	ScopeRememberArgvPrefix ConsentScope = "remember-argv-prefix"
+)
+
+// consentScopes are the admitted scopes, narrow to broad.
+var consentScopes = []ConsentScope{ScopeDeny, ScopeAllowOnce, ScopeRememberExactArgv, ScopeRememberArgvPrefix}
+
+// ConsentScopes returns the admitted scopes, narrow to broad.
+func ConsentScopes() []ConsentScope { return slices.Clone(consentScopes) }
+
+func scopeRank(s ConsentScope) int { return slices.Index(consentScopes, s) }
+
+// ConsentEntry is one effective consent projected onto a command profile.
+// The effective profile is the base profile plus its entries: an entry only
+// adds argv shapes, bound to the exact cwd the operator reviewed; egress,
+// credentials, roots, timeout and output caps stay the base profile's
+// (decision 37).
+type ConsentEntry struct {
+	Scope            ConsentScope `json:"scope"`
+	GrantRef         string       `json:"grantRef"`
+	Argv             []string     `json:"argv,omitempty"`             // allow-once, remember-exact-argv: the whole argv; deny: optional
+	Prefix           []string     `json:"prefix,omitempty"`           // remember-argv-prefix: fixed leading atoms, Prefix[0] == Executable
+	VariablePrefixes []string     `json:"variablePrefixes,omitempty"` // remember-argv-prefix: each further atom has one of these prefixes
+	Cwd              CwdAddress   `json:"cwd"`                        // the exact cwd reviewed
+	CommandRef       string       `json:"commandRef,omitempty"`       // allow-once: the only command (namespace/name) that may use it
+}
+
+// Host caps of remember-argv-prefix (decision 37).
+const (
+	MaxConsentPrefixAtoms      = 16
+	MaxConsentVariablePrefixes = 8
+	MaxGrantRefBytes           = 253
+)
+
+// ValidateConsentEntry checks one entry against its base profile:
+// a known scope and a grantRef (consent-scope-invalid); the cwd against the
+// profile's roots and cwd policy (root-not-allowed, path codes,
+// cwd-not-allowed); then per scope:
+//
+//   - deny: admits nothing; Prefix and VariablePrefixes must be empty, an
+//     Argv (the denied argv, for suppressing repeated prompts) must have a
+//     valid shape;
+//   - allow-once: Argv passes ValidateArgvShape and starts with Executable
+//     (argv-not-admitted), CommandRef is set (consent-scope-invalid);
+//   - remember-exact-argv: as allow-once without CommandRef;
+//   - remember-argv-prefix: 1 <= len(Prefix) <= MaxConsentPrefixAtoms,
+//     Prefix[0] == Executable, at most MaxConsentVariablePrefixes non-empty
+//     variable prefixes, and no inline-code flag reachable through Prefix or
+//     VariablePrefixes (all consent-prefix-too-broad); Prefix atoms must have
+//     a valid shape.
+//
+// Fields that do not belong to the scope are refused with
+// consent-scope-invalid.
+func ValidateConsentEntry(p Profile, e ConsentEntry) *Refusal {
+	if scopeRank(e.Scope) < 0 {
+		return Refuse(CodeConsentScopeInvalid, "scope", "must be one of %q (got %q)", ConsentScopes(), truncateForMessage(string(e.Scope)))
+	}
+	if e.GrantRef == "" || len(e.GrantRef) > MaxGrantRefBytes {
+		return Refuse(CodeConsentScopeInvalid, "grantRef", "must name the grant, at most %d bytes", MaxGrantRefBytes)
+	}
+	if r := FirstRefusal(validateCwd(p, e.Cwd, "cwd")); r != nil {
+		return r
+	}
+	if e.Scope != ScopeAllowOnce && e.CommandRef != "" {
+		return Refuse(CodeConsentScopeInvalid, "commandRef", "must be empty for scope %q", e.Scope)
+	}
+	if e.Scope != ScopeRememberArgvPrefix && (len(e.Prefix) > 0 || len(e.VariablePrefixes) > 0) {
+		return Refuse(CodeConsentScopeInvalid, "prefix", "must be empty for scope %q", e.Scope)
+	}
+	switch e.Scope {
+	case ScopeDeny:
+		if len(e.Argv) > 0 {
+			if r := FirstRefusal(ValidateArgvShape(e.Argv)); r != nil {
+				return relocate(r, "spec.argv", "argv")
+			}
+		}
+		return nil
+	case ScopeAllowOnce, ScopeRememberExactArgv:
+		if e.Scope == ScopeAllowOnce && e.CommandRef == "" {
+			return Refuse(CodeConsentScopeInvalid, "commandRef", "must name the one command that may use an allow-once consent")
+		}
+		if r := FirstRefusal(ValidateArgvShape(e.Argv)); r != nil {
+			return relocate(r, "spec.argv", "argv")
+		}
+		if e.Argv[0] != p.Executable {
+			return Refuse(CodeArgvNotAdmitted, "argv[0]", "must be the profile executable %q", truncateForMessage(p.Executable))
+		}
+		return nil
+	default: // ScopeRememberArgvPrefix
+		if len(e.Argv) > 0 {
+			return Refuse(CodeConsentScopeInvalid, "argv", "must be empty for scope %q", e.Scope)
+		}
+		switch {
+		case len(e.Prefix) == 0:
+			return Refuse(CodeConsentPrefixTooBroad, "prefix", "must start with the profile executable")
+		case len(e.Prefix) > MaxConsentPrefixAtoms:
+			return Refuse(CodeConsentPrefixTooBroad, "prefix", "must not have more than %d atoms (got %d)", MaxConsentPrefixAtoms, len(e.Prefix))
+		case e.Prefix[0] != p.Executable:
+			return Refuse(CodeConsentPrefixTooBroad, "prefix[0]", "must be the profile executable %q", truncateForMessage(p.Executable))
+		case len(e.VariablePrefixes) > MaxConsentVariablePrefixes:
+			return Refuse(CodeConsentPrefixTooBroad, "variablePrefixes", "must not have more than %d entries (got %d)", MaxConsentVariablePrefixes, len(e.VariablePrefixes))
+		}
+		if r := FirstRefusal(ValidateArgvShape(e.Prefix)); r != nil {
+			return relocate(r, "spec.argv", "prefix")
+		}
+		for i, vp := range e.VariablePrefixes {
+			f := fieldIndex("variablePrefixes", i)
+			if vp == "" {
+				return Refuse(CodeConsentPrefixTooBroad, f, "must not be empty: an empty prefix would admit any atom")
+			}
+			if msg := atomProblem(vp); msg != "" {
+				return Refuse(CodeConsentPrefixTooBroad, f, "%s", msg)
+			}
+		}
+		if r := checkInlineCode(CodeConsentPrefixTooBroad, p.Executable, e.Prefix[1:], "prefix", 1, e.VariablePrefixes, "variablePrefixes"); r != nil {
+			return r
+		}
+		return nil
+	}
+}
+
+// relocate rewrites the field of a shape refusal from one list to another.
+func relocate(r *Refusal, from, to string) *Refusal {
+	if strings.HasPrefix(r.Field, from) {
+		r.Field = to + strings.TrimPrefix(r.Field, from)
+	}
+	return r
+}
+
+// Admission is the argv decision for one intent.
+type Admission struct {
+	Admitted bool
+	By       string       // "profile" or the GrantRef of the admitting entry
+	Scope    ConsentScope // scope of the admitting (or denying) entry; "" when By is "profile"
+	Refusal  *Refusal     // set when not admitted
+}
+
+// AdmittedByProfile is the Admission.By value of argv the base profile admits.
+const AdmittedByProfile = "profile"
+
+// Admit decides argv admission for an intent under the effective profile
+// (base profile plus entries):
+//
+//  1. an argv refused by ValidateArgvShape is refused with that code;
+//  2. the base profile admits it (By "profile");
+//  3. entries are considered only when valid (ValidateConsentEntry) and
+//     their Cwd equals the intent's Cwd exactly; a matching deny entry with
+//     the same argv refuses with consent-denied;
+//  4. otherwise the narrowest matching entry admits (allow-once only when
+//     its CommandRef equals a non-empty commandRef, then
+//     remember-exact-argv, then remember-argv-prefix; ties by GrantRef);
+//  5. otherwise: argv[0] other than the executable is argv-not-admitted
+//     (no consent can add an executable); anything else is consent-required,
+//     meaning an operator could approve it.
+//
+// Admit decides argv only; callers also run ValidateIntentAgainstProfile.
+// Expired, revoked or inactive consents must not be passed in.
+func Admit(p Profile, entries []ConsentEntry, in CommandIntent, commandRef string) Admission {
+	if r := FirstRefusal(ValidateArgvShape(in.Argv)); r != nil {
+		return Admission{Refusal: r}
+	}
+	profileRefusal := AdmitArgvByProfile(p, in.Argv)
+	if profileRefusal == nil {
+		return Admission{Admitted: true, By: AdmittedByProfile}
+	}
+	var best *ConsentEntry
+	for i := range entries {
+		e := &entries[i]
+		if e.Cwd != in.Cwd || ValidateConsentEntry(p, *e) != nil {
+			continue
+		}
+		if !entryMatches(e, in.Argv, commandRef) {
+			continue
+		}
+		if e.Scope == ScopeDeny {
+			return Admission{By: e.GrantRef, Scope: ScopeDeny, Refusal: Refuse(CodeConsentDenied, "spec.argv", "must not run: an operator denied this command (%s)", truncateForMessage(e.GrantRef))}
+		}
+		if best == nil || scopeRank(e.Scope) < scopeRank(best.Scope) ||
+			(e.Scope == best.Scope && e.GrantRef < best.GrantRef) {
+			best = e
+		}
+	}
+	if best != nil {
+		return Admission{Admitted: true, By: best.GrantRef, Scope: best.Scope}
+	}
+	if in.Argv[0] != p.Executable {
+		return Admission{Refusal: profileRefusal}
+	}
+	return Admission{Refusal: Refuse(CodeConsentRequired, profileRefusal.Field, "must be approved by an operator: the profile does not admit it (%s)", profileRefusal.Message)}
+}
+
+// entryMatches reports whether a valid entry covers argv.
+func entryMatches(e *ConsentEntry, argv []string, commandRef string) bool {
+	switch e.Scope {
+	case ScopeDeny:
+		return len(e.Argv) > 0 && slices.Equal(e.Argv, argv)
+	case ScopeAllowOnce:
+		return commandRef != "" && e.CommandRef == commandRef && slices.Equal(e.Argv, argv)
+	case ScopeRememberExactArgv:
+		return slices.Equal(e.Argv, argv)
+	case ScopeRememberArgvPrefix:
+		if len(argv) < len(e.Prefix) || !slices.Equal(argv[:len(e.Prefix)], e.Prefix) {
+			return false
+		}
+		return firstUnprefixed(argv, len(e.Prefix), e.VariablePrefixes) < 0
+	}
+	return false
+}

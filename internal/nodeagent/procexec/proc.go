@@ -1,0 +1,197 @@
+package procexec
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Stat is the subset of /proc/<pid>/stat the runtime relies on.
+type Stat struct {
+	Pid   int
+	State byte // R, S, D, Z, ...
+	Ppid  int
+	Pgid  int
+	Sid   int
+	// StartTime is field 22: clock ticks since boot at which the process
+	// started. (Pid, StartTime) identifies a process across pid reuse and is
+	// what the crash-recovery sweep records.
+	StartTime uint64
+}
+
+// ReadStat parses /proc/<pid>/stat.
+func ReadStat(pid int) (Stat, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return Stat{}, fmt.Errorf("read /proc/%d/stat: %w", pid, err)
+	}
+	return parseStat(pid, b)
+}
+
+func parseStat(pid int, b []byte) (Stat, error) {
+	// The command name (field 2) is parenthesised and may itself contain
+	// spaces and parentheses: split after the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 > len(b) {
+		return Stat{}, fmt.Errorf("parse /proc/%d/stat: no command terminator", pid)
+	}
+	f := bytes.Fields(b[i+1:])
+	// f[0] is field 3 (state); field N is f[N-3].
+	if len(f) < 20 || len(f[0]) != 1 {
+		return Stat{}, fmt.Errorf("parse /proc/%d/stat: %d fields", pid, len(f))
+	}
+	num := func(field int) (int64, error) {
+		return strconv.ParseInt(string(f[field-3]), 10, 64)
+	}
+	ppid, err1 := num(4)
+	pgid, err2 := num(5)
+	sid, err3 := num(6)
+	st, err4 := strconv.ParseUint(string(f[22-3]), 10, 64)
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		return Stat{}, fmt.Errorf("parse /proc/%d/stat: %w", pid, err)
+	}
+	return Stat{Pid: pid, State: f[0][0], Ppid: int(ppid), Pgid: int(pgid), Sid: int(sid), StartTime: st}, nil
+}
+
+// ProcessStartTime returns field 22 of /proc/<pid>/stat.
+func ProcessStartTime(pid int) (uint64, error) {
+	st, err := ReadStat(pid)
+	if err != nil {
+		return 0, err
+	}
+	return st.StartTime, nil
+}
+
+// GroupExists probes the process group with kill(-pgid, 0). It returns false
+// only on ESRCH, i.e. when the kernel confirms that no process (not even an
+// unreaped zombie) of the group remains.
+func GroupExists(pgid int) (bool, error) {
+	if pgid <= 1 {
+		return false, fmt.Errorf("probe process group %d: refusing to address pgid <= 1", pgid)
+	}
+	err := unix.Kill(-pgid, 0)
+	switch {
+	case err == nil, errors.Is(err, unix.EPERM):
+		return true, nil
+	case errors.Is(err, unix.ESRCH):
+		return false, nil
+	default:
+		return true, fmt.Errorf("probe process group %d: %w", pgid, err)
+	}
+}
+
+// SignalGroup sends sig to every process of the group. ESRCH (group already
+// gone) is not an error.
+func SignalGroup(pgid int, sig syscall.Signal) error {
+	if pgid <= 1 {
+		return fmt.Errorf("signal process group %d: refusing to address pgid <= 1", pgid)
+	}
+	if err := unix.Kill(-pgid, sig); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("signal process group %d with %s: %w", pgid, unix.SignalName(sig), err)
+	}
+	return nil
+}
+
+// SessionMembers scans /proc for live or zombie processes whose session id is
+// sid. It catches members that moved to another process group of the same
+// session (job control), which a kill(-pgid) would miss.
+func SessionMembers(sid int) ([]Stat, error) {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("scan /proc: %w", err)
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, fmt.Errorf("scan /proc: %w", err)
+	}
+	var out []Stat
+	for _, n := range names {
+		pid, err := strconv.Atoi(n)
+		if err != nil || pid <= 0 {
+			continue
+		}
+		st, err := ReadStat(pid)
+		if err != nil {
+			continue // exited while scanning
+		}
+		if st.Sid == sid {
+			out = append(out, st)
+		}
+	}
+	return out, nil
+}
+
+// EnableSubreaper marks the calling process as a child subreaper
+// (PR_SET_CHILD_SUBREAPER): orphaned descendants are re-parented to it instead
+// of to PID 1, so the runtime can reap a killed process group itself and
+// confirm with kill(-pgid, 0) == ESRCH that nothing remains. The node agent's
+// main (and test binaries' TestMain) call it once at start-up. If the agent is
+// PID 1 of its container this is implied.
+func EnableSubreaper() error {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_SET_CHILD_SUBREAPER): %w", err)
+	}
+	return nil
+}
+
+// WaitExitNoReap blocks until process pid (a child of the caller) has exited,
+// WITHOUT reaping it. While the zombie is unreaped its pid, and therefore the
+// process group id it leads, cannot be reused, so signals sent to -pgid after
+// this returns still address the right group.
+func WaitExitNoReap(pid int) error {
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("waitid(pid %d, WNOWAIT): %w", pid, err)
+		}
+		return nil
+	}
+}
+
+// ReapGroup reaps every child of the caller that belongs to process group
+// pgid, blocking until none is left (ECHILD). It returns the wait status of
+// each reaped pid. Because descendants are re-parented to a subreaper before
+// their parent becomes waitable, a subreaper that gets ECHILD here has reaped
+// the whole group; callers confirm with GroupExists.
+func ReapGroup(pgid int) (map[int]unix.WaitStatus, error) {
+	if pgid <= 1 {
+		return nil, fmt.Errorf("reap process group %d: refusing to address pgid <= 1", pgid)
+	}
+	out := map[int]unix.WaitStatus{}
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-pgid, &ws, 0, nil)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.ECHILD):
+			return out, nil
+		case err != nil:
+			return out, fmt.Errorf("wait4(-%d): %w", pgid, err)
+		}
+		out[pid] = ws
+	}
+}
+
+// ExitDescription renders a wait status as (exit code, signal name). The exit
+// code is -1 when the process was killed by a signal.
+func ExitDescription(ws unix.WaitStatus) (code int, signal string) {
+	switch {
+	case ws.Exited():
+		return ws.ExitStatus(), ""
+	case ws.Signaled():
+		return -1, unix.SignalName(ws.Signal())
+	default:
+		return -1, ""
+	}
+}

@@ -1,0 +1,681 @@
+// Package procexec runs structured commands for the node agent.
+//
+// A command is data: an absolute executable, an argv, a curated environment
+// (never the agent's own), a working directory and limits. Each command runs in
+// its own process group, in a fresh network namespace with only loopback up,
+// with writes confined by Landlock to declared roots plus a private temp dir
+// that is created per run and removed afterwards, and with no_new_privs set.
+// Isolation is established by a re-exec helper (see MaybeRunHelper) and fails
+// closed with an explicit refusal when it cannot be established.
+//
+// Termination is group-wide and attributed: a timeout, a context cancellation
+// or an explicit Kill sends SIGTERM to the group, then SIGKILL after the grace
+// period; the Result records which of them ended the command. When the main
+// process exits, whatever is left of its group is killed and reaped so nothing
+// outlives the command, and the Result reports whether the kernel confirmed the
+// group gone.
+//
+// No Kubernetes types are used here.
+package procexec
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"sensorium.dev/workbench/internal/nodeagent/refusal"
+)
+
+// Caps and defaults. Each cap names the refusal code it produces.
+const (
+	// DefaultTimeout applies when Spec.Timeout is zero.
+	DefaultTimeout = 10 * time.Minute
+	// MaxTimeout caps Spec.Timeout (refusal.TimeoutAboveMax).
+	MaxTimeout = time.Hour
+	// DefaultGrace is the SIGTERM→SIGKILL grace period.
+	DefaultGrace = 2 * time.Second
+	// MaxGrace caps Spec.Grace (refusal.TimeoutAboveMax).
+	MaxGrace = 30 * time.Second
+	// DefaultOutputBytes is the shared stdout+stderr cap when unset.
+	DefaultOutputBytes = 1 << 20
+	// MaxOutputBytes caps Spec.OutputBytes (refusal.OutputCapAboveMax).
+	MaxOutputBytes = 16 << 20
+	// MaxArgs and MaxArgBytes bound the argv (refusal.InvalidSpec).
+	MaxArgs     = 1024
+	MaxArgBytes = 128 << 10
+	// MaxEnvVars and MaxEnvBytes bound the curated environment (refusal.InvalidSpec).
+	MaxEnvVars  = 256
+	MaxEnvBytes = 64 << 10
+	// MaxRoots bounds WritableRoots and ReadableRoots each (refusal.InvalidSpec).
+	MaxRoots = 32
+	// DefaultMaxConcurrent is the default concurrent command cap
+	// (refusal.CommandCapReached).
+	DefaultMaxConcurrent = 4
+	// HelperStartTimeout bounds the sandbox set-up handshake.
+	HelperStartTimeout = 10 * time.Second
+	// OutputDrainTimeout bounds how long output is drained after the group is
+	// gone (a process that escaped the group may still hold the pipe).
+	OutputDrainTimeout = time.Second
+	// outputChunk is the read size of the output pump.
+	outputChunk = 32 << 10
+)
+
+// Network selects the network mode. Only NetworkNone exists: a fresh network
+// namespace with loopback only. Anything else is refused (egress-forbidden).
+type Network string
+
+// NetworkNone is the only supported (and the default) network mode.
+const NetworkNone Network = "none"
+
+// Origin records what ended a command.
+type Origin string
+
+// Termination origins.
+const (
+	OriginExit     Origin = "exit"     // the program ended on its own
+	OriginTimeout  Origin = "timeout"  // Spec.Timeout elapsed
+	OriginCancel   Origin = "cancel"   // the Start/Run context was cancelled
+	OriginOperator Origin = "operator" // Handle.Kill by an operator directive
+)
+
+// Spec describes one command. Argv is data: Argv[0] must be an absolute path
+// and no shell or PATH lookup is involved.
+type Spec struct {
+	Argv []string
+	// Env is the complete environment of the program ("K=V"); nil means an
+	// empty environment. The agent's environment is never inherited.
+	Env []string
+	// Dir is the working directory (absolute, must exist). Empty selects the
+	// private temp dir.
+	Dir string
+	// Timeout (default DefaultTimeout, max MaxTimeout) and Grace (default
+	// DefaultGrace, max MaxGrace).
+	Timeout time.Duration
+	Grace   time.Duration
+	// OutputBytes is ONE cap shared by stdout and stderr (combined in arrival
+	// order). 0 selects DefaultOutputBytes; max MaxOutputBytes.
+	OutputBytes int64
+	// Network must be "" or "none".
+	Network Network
+	// WritableRoots are absolute existing directories where writes are
+	// allowed, in addition to the private temp dir.
+	WritableRoots []string
+	// ReadOnlyAll makes the whole filesystem readable. When false, reads are
+	// confined to the roots, ReadableRoots, Argv[0] and a small system set
+	// (/usr, /bin, /lib*, a few /etc files).
+	ReadOnlyAll   bool
+	ReadableRoots []string
+	// TempDirEnv, when set (e.g. "TMPDIR"), adds NAME=<private temp dir> to
+	// the environment. By default the environment is exactly Env.
+	TempDirEnv string
+}
+
+// Info identifies a started command (for status and crash recovery).
+type Info struct {
+	Pid  int
+	Pgid int
+	// StartTime is /proc/<pid>/stat field 22 (clock ticks since boot).
+	StartTime uint64
+	TempDir   string
+}
+
+// Result is the outcome of a command.
+type Result struct {
+	ExitCode        int    // -1 when killed by a signal
+	Signal          string // e.g. "SIGKILL"; empty when the program exited
+	SignalOrigin    Origin // what ended the command
+	Output          []byte // combined stdout+stderr, at most the cap
+	OutputBytesSeen int64  // total bytes produced, including discarded ones
+	Truncated       bool
+	Pid             int
+	Pgid            int
+	StartTime       uint64
+	Duration        time.Duration
+	// CleanupComplete is true when kill(-pgid, 0) returned ESRCH after the
+	// group was reaped, the output pipe reached EOF and the temp dir was removed.
+	CleanupComplete bool
+}
+
+// Limits configures a Runner.
+type Limits struct {
+	// MaxConcurrent caps concurrently running commands (refusal
+	// command-cap-reached). 0 selects DefaultMaxConcurrent.
+	MaxConcurrent int
+	// TempBase is where private temp dirs are created (default os.TempDir()).
+	TempBase string
+	// HelperPath is the sandbox helper binary: any binary whose main() calls
+	// MaybeRunHelper first. Default: the running executable (os.Executable).
+	// A small dedicated binary avoids paying the agent's package
+	// initialisation on every command.
+	HelperPath string
+}
+
+// Runner admits and starts commands under Limits.
+type Runner struct {
+	limits Limits
+	sem    chan struct{}
+}
+
+// NewRunner returns a Runner with the given limits.
+func NewRunner(l Limits) *Runner {
+	if l.MaxConcurrent <= 0 {
+		l.MaxConcurrent = DefaultMaxConcurrent
+	}
+	if l.TempBase == "" {
+		l.TempBase = os.TempDir()
+	}
+	if l.HelperPath != "" && !filepath.IsAbs(l.HelperPath) {
+		l.HelperPath = "" // never resolve a helper through PATH or the cwd
+	}
+	return &Runner{limits: l, sem: make(chan struct{}, l.MaxConcurrent)}
+}
+
+var defaultRunner = NewRunner(Limits{})
+
+// Start starts spec on the default runner.
+func Start(ctx context.Context, spec Spec) (*Handle, error) { return defaultRunner.Start(ctx, spec) }
+
+// Run runs spec on the default runner and waits for it.
+func Run(ctx context.Context, spec Spec) (Result, error) { return defaultRunner.Run(ctx, spec) }
+
+// Run starts spec and waits for its Result.
+func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
+	h, err := r.Start(ctx, spec)
+	if err != nil {
+		return Result{}, err
+	}
+	return h.Wait()
+}
+
+// Handle is a running command.
+type Handle struct {
+	spec    Spec
+	info    Info
+	cmd     *exec.Cmd
+	started time.Time
+	release func()
+
+	outR    *os.File
+	outDone chan struct{}
+	outErr  error // terminal read error of the output pump (io.EOF when drained)
+	output  []byte
+	seen    int64
+
+	stopCtx func() bool
+	timeout *time.Timer
+
+	mu          sync.Mutex
+	origin      Origin
+	terminating bool
+	exited      bool
+	reaped      bool
+	grace       *time.Timer
+
+	done   chan struct{}
+	result Result
+	err    error
+}
+
+// Start validates and admits spec, starts it inside the sandbox and returns
+// once the program has been exec'd (or the sandbox refused). Refusals are
+// *refusal.Error values.
+func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, refusal.New(refusal.Interrupted, "start: %v", err)
+	}
+	if err := normalize(&spec); err != nil {
+		return nil, err
+	}
+	abi, err := landlockABI()
+	if err != nil || abi < MinLandlockABI {
+		return nil, refusal.New(refusal.LandlockUnavailable,
+			"kernel Landlock ABI %d (err %v) is below the required %d; refusing to run without write confinement", abi, err, MinLandlockABI)
+	}
+	hostNS, err := netnsInode()
+	if err != nil {
+		return nil, refusal.New(refusal.EgressForbidden, "cannot identify the host network namespace: %v", err)
+	}
+	self := r.limits.HelperPath
+	if self == "" {
+		if self, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("procexec: locate agent executable for the sandbox helper: %w", err)
+		}
+	}
+
+	select {
+	case r.sem <- struct{}{}:
+	default:
+		return nil, refusal.New(refusal.CommandCapReached, "%d commands already running", cap(r.sem))
+	}
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			<-r.sem
+		}
+	}
+
+	tmp, err := os.MkdirTemp(r.limits.TempBase, "procexec-")
+	if err != nil {
+		release()
+		return nil, fmt.Errorf("procexec: create private temp dir: %w", err)
+	}
+	cleanupTmp := func() { _ = os.RemoveAll(tmp) }
+	if spec.Dir == "" {
+		spec.Dir = tmp
+	}
+	env := spec.Env
+	if spec.TempDirEnv != "" {
+		env = append(append([]string{}, env...), spec.TempDirEnv+"="+tmp)
+	}
+	cfg := helperConfig{
+		Argv:          spec.Argv,
+		Env:           env,
+		WritableRoots: append(append([]string{}, spec.WritableRoots...), tmp),
+		ReadableRoots: spec.ReadableRoots,
+		ReadOnlyAll:   spec.ReadOnlyAll,
+		HostNetNS:     hostNS,
+		LandlockABI:   abi,
+	}
+	h, err := r.spawn(ctx, self, spec, cfg)
+	if err != nil {
+		cleanupTmp()
+		release()
+		return nil, err
+	}
+	h.info.TempDir = tmp
+	h.release = func() { cleanupTmp(); release() }
+	go h.waitLoop()
+	return h, nil
+}
+
+func (r *Runner) spawn(ctx context.Context, self string, spec Spec, cfg helperConfig) (*Handle, error) {
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("procexec: config pipe: %w", err)
+	}
+	defer cfgW.Close()
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		cfgR.Close()
+		return nil, fmt.Errorf("procexec: status pipe: %w", err)
+	}
+	defer statusR.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		cfgR.Close()
+		statusW.Close()
+		return nil, fmt.Errorf("procexec: output pipe: %w", err)
+	}
+
+	cmd := &exec.Cmd{
+		Path:       self,
+		Args:       []string{self, HelperArg},
+		Env:        []string{helperEnvKey + "=" + helperEnvValue},
+		Dir:        spec.Dir,
+		Stdout:     outW, // the same *os.File for both: one pipe, arrival order
+		Stderr:     outW,
+		ExtraFiles: []*os.File{cfgR, statusW},
+		SysProcAttr: &syscall.SysProcAttr{
+			Setpgid:    true,
+			Cloneflags: syscall.CLONE_NEWNET,
+		},
+	}
+	startErr := cmd.Start()
+	cfgR.Close()
+	statusW.Close()
+	outW.Close()
+	if startErr != nil {
+		outR.Close()
+		if errors.Is(startErr, syscall.EPERM) || errors.Is(startErr, syscall.EINVAL) ||
+			errors.Is(startErr, syscall.ENOSPC) || errors.Is(startErr, syscall.EUSERS) {
+			return nil, refusal.New(refusal.EgressForbidden,
+				"cannot create a network namespace (%v); refusing to run with host networking", startErr)
+		}
+		return nil, fmt.Errorf("procexec: start sandbox helper: %w", startErr)
+	}
+	pid := cmd.Process.Pid
+
+	// Hand over the configuration, then wait for exec (EOF) or a failure report.
+	raw, _ := json.Marshal(cfg)
+	_, werr := cfgW.Write(raw)
+	cfgW.Close()
+	_ = statusR.SetReadDeadline(time.Now().Add(HelperStartTimeout))
+	report, rerr := io.ReadAll(io.LimitReader(statusR, maxHelperStatus))
+	if werr != nil || rerr != nil || len(report) > 0 {
+		// The helper did not exec: make sure it is gone and reaped.
+		_ = SignalGroup(pid, syscall.SIGKILL)
+		_, _ = ReapGroup(pid)
+		_ = cmd.Process.Release()
+		outR.Close()
+		return nil, helperError(report, werr, rerr)
+	}
+
+	h := &Handle{
+		spec:    spec,
+		cmd:     cmd,
+		started: time.Now(),
+		outR:    outR,
+		outDone: make(chan struct{}),
+		done:    make(chan struct{}),
+		info:    Info{Pid: pid, Pgid: pid},
+	}
+	// The leader is our unreaped child, so /proc/<pid>/stat exists even if
+	// it already exited.
+	if st, err := ProcessStartTime(pid); err == nil {
+		h.info.StartTime = st
+	}
+	go h.pumpOutput()
+	h.timeout = time.AfterFunc(spec.Timeout, func() { h.terminate(OriginTimeout) })
+	h.stopCtx = context.AfterFunc(ctx, func() { h.terminate(OriginCancel) })
+	return h, nil
+}
+
+func helperError(report []byte, werr, rerr error) error {
+	if len(report) > 0 {
+		var st helperStatus
+		if err := json.Unmarshal(report, &st); err != nil {
+			return fmt.Errorf("procexec: undecodable sandbox helper report %q: %w", report, err)
+		}
+		if st.Code == statusExecFailed {
+			if st.Errno != 0 {
+				return fmt.Errorf("procexec: %s: %w", st.Message, syscall.Errno(st.Errno))
+			}
+			return fmt.Errorf("procexec: %s", st.Message)
+		}
+		return refusal.New(st.Code, "%s", st.Message)
+	}
+	if werr != nil {
+		return fmt.Errorf("procexec: send sandbox config: %w", werr)
+	}
+	return refusal.New(refusal.SandboxSetupFailed, "sandbox helper handshake failed: %v", rerr)
+}
+
+// Info returns the command's identity.
+func (h *Handle) Info() Info { return h.info }
+
+// Done is closed once the command has ended and been cleaned up.
+func (h *Handle) Done() <-chan struct{} { return h.done }
+
+// Kill asks the command to stop: SIGTERM to the group, SIGKILL after the
+// grace period. The first termination request determines SignalOrigin.
+func (h *Handle) Kill(origin Origin) { h.terminate(origin) }
+
+// Wait blocks until the command has ended and returns its Result. The error
+// is non-nil only for runtime failures (not for non-zero exit codes).
+func (h *Handle) Wait() (Result, error) {
+	<-h.done
+	return h.result, h.err
+}
+
+func (h *Handle) terminate(origin Origin) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.exited || h.terminating {
+		return
+	}
+	h.terminating = true
+	h.origin = origin
+	_ = SignalGroup(h.info.Pgid, syscall.SIGTERM)
+	_ = SignalGroup(h.info.Pgid, syscall.SIGCONT) // a stopped member must see the TERM
+	h.grace = time.AfterFunc(h.spec.Grace, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if !h.reaped {
+			_ = SignalGroup(h.info.Pgid, syscall.SIGKILL)
+		}
+	})
+}
+
+func (h *Handle) pumpOutput() {
+	defer close(h.outDone)
+	limit := h.spec.OutputBytes
+	buf := make([]byte, outputChunk)
+	for {
+		n, err := h.outR.Read(buf)
+		if n > 0 {
+			h.seen += int64(n)
+			if room := limit - int64(len(h.output)); room > 0 {
+				h.output = append(h.output, buf[:min(int64(n), room)]...)
+			}
+		}
+		if err != nil {
+			h.outErr = err
+			return
+		}
+	}
+}
+
+// waitLoop waits for the leader, kills and reaps what is left of its group,
+// drains output and removes the temp dir.
+func (h *Handle) waitLoop() {
+	var errs []error
+	if err := WaitExitNoReap(h.info.Pid); err != nil {
+		errs = append(errs, err)
+	}
+	ended := time.Now()
+	h.mu.Lock()
+	h.exited = true
+	origin := h.origin
+	if !h.terminating {
+		origin = OriginExit
+	}
+	h.timeout.Stop()
+	h.mu.Unlock()
+	h.stopCtx()
+
+	// The leader is an unreaped zombie, so -pgid still names this group:
+	// nothing of it may outlive the command.
+	if err := SignalGroup(h.info.Pgid, syscall.SIGKILL); err != nil {
+		errs = append(errs, err)
+	}
+	statuses, err := ReapGroup(h.info.Pgid)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	h.mu.Lock()
+	h.reaped = true
+	if h.grace != nil {
+		h.grace.Stop()
+	}
+	h.mu.Unlock()
+	_ = h.cmd.Process.Release()
+	exists, err := GroupExists(h.info.Pgid)
+	if err != nil {
+		errs = append(errs, err)
+	}
+
+	// Output: the group is gone, so EOF is due unless an escaped process
+	// holds the pipe; bound the wait.
+	_ = h.outR.SetReadDeadline(time.Now().Add(OutputDrainTimeout))
+	<-h.outDone
+	drained := errors.Is(h.outErr, io.EOF)
+	if !drained {
+		errs = append(errs, fmt.Errorf("procexec: output pipe of pgid %d not drained: %w", h.info.Pgid, h.outErr))
+	}
+	h.outR.Close()
+	h.release()
+	_, statErr := os.Stat(h.info.TempDir)
+	tmpGone := errors.Is(statErr, os.ErrNotExist)
+
+	ws, ok := statuses[h.info.Pid]
+	code, sig := -1, ""
+	if ok {
+		code, sig = ExitDescription(ws)
+	} else {
+		errs = append(errs, fmt.Errorf("procexec: exit status of pid %d was not collected", h.info.Pid))
+	}
+	h.result = Result{
+		ExitCode:        code,
+		Signal:          sig,
+		SignalOrigin:    origin,
+		Output:          h.output,
+		OutputBytesSeen: h.seen,
+		Truncated:       h.seen > int64(len(h.output)),
+		Pid:             h.info.Pid,
+		Pgid:            h.info.Pgid,
+		StartTime:       h.info.StartTime,
+		Duration:        ended.Sub(h.started),
+		CleanupComplete: !exists && drained && tmpGone,
+	}
+	h.err = errors.Join(errs...)
+	close(h.done)
+}
+
+// normalize validates spec and applies defaults.
+func normalize(s *Spec) error {
+	if err := ValidateArgv(s.Argv); err != nil {
+		return err
+	}
+	if err := ValidateEnv(s.Env); err != nil {
+		return err
+	}
+	if s.Env == nil {
+		s.Env = []string{}
+	}
+	if s.TempDirEnv != "" && (strings.ContainsAny(s.TempDirEnv, "=\x00") || len(s.Env) >= MaxEnvVars) {
+		return refusal.New(refusal.InvalidSpec, "invalid TempDirEnv %q", s.TempDirEnv)
+	}
+	switch s.Network {
+	case "", NetworkNone:
+		s.Network = NetworkNone
+	default:
+		return refusal.New(refusal.EgressForbidden, "network mode %q is not available; only %q (loopback only)", s.Network, NetworkNone)
+	}
+	switch {
+	case s.Timeout < 0 || s.Grace < 0 || s.OutputBytes < 0:
+		return refusal.New(refusal.InvalidSpec, "negative timeout, grace or output cap")
+	case s.Timeout > MaxTimeout:
+		return refusal.New(refusal.TimeoutAboveMax, "timeout %s exceeds %s", s.Timeout, MaxTimeout)
+	case s.Grace > MaxGrace:
+		return refusal.New(refusal.TimeoutAboveMax, "grace %s exceeds %s", s.Grace, MaxGrace)
+	case s.OutputBytes > MaxOutputBytes:
+		return refusal.New(refusal.OutputCapAboveMax, "output cap %d exceeds %d", s.OutputBytes, MaxOutputBytes)
+	}
+	if s.Timeout == 0 {
+		s.Timeout = DefaultTimeout
+	}
+	if s.Grace == 0 {
+		s.Grace = DefaultGrace
+	}
+	if s.OutputBytes == 0 {
+		s.OutputBytes = DefaultOutputBytes
+	}
+	if s.Dir != "" {
+		if err := checkDir(s.Dir); err != nil {
+			return refusal.New(refusal.InvalidSpec, "working directory: %v", err)
+		}
+	}
+	for _, roots := range [][]string{s.WritableRoots, s.ReadableRoots} {
+		if len(roots) > MaxRoots {
+			return refusal.New(refusal.InvalidSpec, "%d roots exceed the cap %d", len(roots), MaxRoots)
+		}
+		for _, root := range roots {
+			if err := checkDir(root); err != nil {
+				return refusal.New(refusal.InvalidSpec, "root: %v", err)
+			}
+			if filepath.Clean(root) == "/" {
+				return refusal.New(refusal.InvalidSpec, "the filesystem root cannot be a root")
+			}
+		}
+	}
+	return nil
+}
+
+// ValidateArgv checks an argv: Argv[0] a clean absolute path (no PATH lookup,
+// no shell), no NUL bytes, bounded count and size (refusal.InvalidSpec).
+func ValidateArgv(argv []string) error {
+	if len(argv) == 0 || !filepath.IsAbs(argv[0]) || filepath.Clean(argv[0]) != argv[0] {
+		return refusal.New(refusal.InvalidSpec, "argv[0] must be a clean absolute path, got %q", first(argv))
+	}
+	if len(argv) > MaxArgs {
+		return refusal.New(refusal.InvalidSpec, "%d arguments exceed the cap %d", len(argv), MaxArgs)
+	}
+	total := 0
+	for _, a := range argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return refusal.New(refusal.InvalidSpec, "argument contains a NUL byte")
+		}
+		total += len(a) + 1
+	}
+	if total > MaxArgBytes {
+		return refusal.New(refusal.InvalidSpec, "argv of %d bytes exceeds the cap %d", total, MaxArgBytes)
+	}
+	return nil
+}
+
+// ValidateDir checks that p is an absolute path to an existing directory
+// (refusal.InvalidSpec).
+func ValidateDir(p string) error {
+	if err := checkDir(p); err != nil {
+		return refusal.New(refusal.InvalidSpec, "directory: %v", err)
+	}
+	return nil
+}
+
+// ValidateEnv checks a curated environment: K=V entries, no NUL bytes, bounded
+// count and size (refusal.InvalidSpec).
+func ValidateEnv(env []string) error {
+	if len(env) > MaxEnvVars {
+		return refusal.New(refusal.InvalidSpec, "%d environment variables exceed the cap %d", len(env), MaxEnvVars)
+	}
+	total := 0
+	for _, kv := range env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.IndexByte(kv, 0) >= 0 {
+			return refusal.New(refusal.InvalidSpec, "malformed environment entry %q", truncate(kv, 64))
+		}
+		total += len(kv) + 1
+	}
+	if total > MaxEnvBytes {
+		return refusal.New(refusal.InvalidSpec, "environment of %d bytes exceeds the cap %d", total, MaxEnvBytes)
+	}
+	return nil
+}
+
+func checkDir(p string) error {
+	if !filepath.IsAbs(p) {
+		return fmt.Errorf("%q is not absolute", p)
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%q is not a directory", p)
+	}
+	return nil
+}
+
+func netnsInode() (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/net", &st); err != nil {
+		return 0, fmt.Errorf("stat /proc/self/ns/net: %w", err)
+	}
+	return st.Ino, nil
+}
+
+func first(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s[0]
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

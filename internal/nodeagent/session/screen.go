@@ -1,0 +1,90 @@
+package session
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"strings"
+	"unicode/utf8"
+)
+
+// Snapshot is a bounded viewport of the session's screen model (resolved
+// decision 2: a viewport with cursor position and digests, never a full
+// transcript). Lines holds at most Rows lines (trailing blank lines omitted),
+// each at most Cols runes with trailing blanks trimmed.
+type Snapshot struct {
+	Rows, Cols   int
+	Lines        []string
+	CursorRow    int // 0-based
+	CursorCol    int // 0-based
+	CursorHidden bool
+	AltScreen    bool
+	// Seq is the last output event folded into this screen.
+	Seq uint64
+	// Digest is the hex sha256 of the viewport (size, lines, cursor).
+	Digest string
+	// OutputDigest / OutputBytes cover every output byte of the session,
+	// including bytes evicted from the ring.
+	OutputDigest string
+	OutputBytes  uint64
+}
+
+// Screen returns a snapshot of the current viewport.
+func (s *Session) Screen() Snapshot {
+	s.screenMu.Lock()
+	cols, rows := s.emu.Width(), s.emu.Height()
+	lines := make([]string, 0, rows)
+	var b strings.Builder
+	for y := range rows {
+		b.Reset()
+		pending := 0 // blanks not yet known to be non-trailing
+		runes := 0
+		for x := range cols {
+			c := s.emu.CellAt(x, y)
+			if c == nil || c.Content == "" { // wide-char continuation / unset
+				continue
+			}
+			if c.Content == " " {
+				pending++
+				continue
+			}
+			n := utf8.RuneCountInString(c.Content)
+			if runes+pending+n > cols {
+				break
+			}
+			b.WriteString(strings.Repeat(" ", pending))
+			runes += pending + n
+			pending = 0
+			b.WriteString(c.Content)
+		}
+		lines = append(lines, b.String())
+	}
+	pos := s.emu.CursorPosition()
+	snap := Snapshot{
+		Rows: rows, Cols: cols,
+		CursorRow: pos.Y, CursorCol: pos.X,
+		CursorHidden: s.emu.CursorHidden(),
+		AltScreen:    s.emu.IsAltScreen(),
+		Seq:          s.screenSeq,
+	}
+	s.screenMu.Unlock()
+
+	for len(lines) > 0 && lines[len(lines)-1] == "" {
+		lines = lines[:len(lines)-1]
+	}
+	snap.Lines = lines
+	h := sha256.New()
+	var hdr [16]byte
+	binary.BigEndian.PutUint32(hdr[0:], uint32(rows))
+	binary.BigEndian.PutUint32(hdr[4:], uint32(cols))
+	binary.BigEndian.PutUint32(hdr[8:], uint32(snap.CursorRow))
+	binary.BigEndian.PutUint32(hdr[12:], uint32(snap.CursorCol))
+	h.Write(hdr[:])
+	for _, l := range lines {
+		h.Write([]byte(l))
+		h.Write([]byte{'\n'})
+	}
+	snap.Digest = hex.EncodeToString(h.Sum(nil))
+	snap.OutputDigest, snap.OutputBytes = s.ring.OutputDigest()
+	return snap
+}

@@ -1,0 +1,708 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/charmbracelet/x/vt"
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+
+	"sensorium.dev/workbench/internal/nodeagent/procexec"
+	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/nodeagent/ring"
+)
+
+// Spec describes a session. Argv is data: Argv[0] is an absolute executable
+// and no shell or PATH lookup is involved.
+type Spec struct {
+	ID            string
+	EnvironmentID string
+	Argv          []string
+	// Env is the complete environment ("K=V"); nil means empty. The agent's
+	// environment is never inherited.
+	Env []string
+	// Dir is the absolute working directory (default "/").
+	Dir        string
+	Rows, Cols uint16
+	// IdleTimeout: no output for this long moves Running -> Idle (0 selects
+	// DefaultIdleTimeout, negative disables). MaxDuration: the session is
+	// terminated and ends Expired (0 selects DefaultMaxDuration). Grace: the
+	// SIGTERM -> SIGKILL grace period (0 selects DefaultGrace).
+	IdleTimeout time.Duration
+	MaxDuration time.Duration
+	Grace       time.Duration
+	// EventBufferDepth overrides the ring depth (<= Caps.EventBufferDepth).
+	EventBufferDepth int
+	// SysProcAttr lets the caller add namespaces, credentials, ... to the
+	// process attributes. Setsid, Setctty and Ctty are forced afterwards.
+	SysProcAttr func(*syscall.SysProcAttr)
+}
+
+// Info identifies a session's processes (for status and crash recovery).
+type Info struct {
+	Pid  int
+	Pgid int
+	Sid  int
+	// StartTime is /proc/<pid>/stat field 22 (clock ticks since boot);
+	// (Pid, StartTime) survives pid reuse as an identity.
+	StartTime uint64
+	TTY       string
+	Started   time.Time
+}
+
+// Exit describes how a session ended.
+type Exit struct {
+	Code   int    // -1 when killed by a signal or unknown
+	Signal string // e.g. "SIGKILL"
+	Origin string // "exit", "close", "expired", "killed", "failed"
+}
+
+type origin string
+
+const (
+	originExit   origin = "exit"
+	originClose  origin = "close"
+	originExpire origin = "expired"
+	originKill   origin = "killed"
+	originFail   origin = "failed"
+)
+
+var finalPhase = map[origin]Phase{
+	originExit: PhaseClosed, originClose: PhaseClosed, originExpire: PhaseExpired,
+	originKill: PhaseKilled, originFail: PhaseFailed,
+}
+
+// Session is one PTY session.
+type Session struct {
+	m    *Manager
+	spec Spec
+	ring *ring.Ring
+	info Info
+
+	master  *os.File
+	process *os.Process
+	start0  time.Time
+
+	screenMu  sync.Mutex
+	emu       *vt.Emulator
+	screenSeq uint64
+
+	inputQ     chan []byte
+	stopWriter chan struct{}
+	writerDone chan struct{}
+	pumpDone   chan struct{}
+	pumpErr    error
+	replyDone  chan struct{}
+
+	lastOutput atomic.Int64 // nanoseconds since start0
+
+	phaseMu sync.Mutex
+	phase   atomic.Value // Phase
+	history []PhaseChange
+
+	mu          sync.Mutex
+	pending     *termRequest // Close/Kill that arrived while starting
+	terminating bool
+	origin      origin
+	reaped      bool
+	leaderDead  bool
+	graceTimer  *time.Timer
+	maxTimer    *time.Timer
+	idleTimer   *time.Timer
+	statuses    map[int]unix.WaitStatus
+	retries     int
+	cleanupErr  error
+
+	cleanupMu sync.Mutex // serialises cleanup attempts
+	cleaned   atomic.Bool
+	exit      Exit
+	done      chan struct{}
+}
+
+func newSession(m *Manager, spec Spec, rg *ring.Ring) *Session {
+	s := &Session{
+		m:          m,
+		spec:       spec,
+		ring:       rg,
+		inputQ:     make(chan []byte, m.caps.InputQueueDepth),
+		stopWriter: make(chan struct{}),
+		writerDone: make(chan struct{}),
+		pumpDone:   make(chan struct{}),
+		replyDone:  make(chan struct{}),
+		statuses:   map[int]unix.WaitStatus{},
+		done:       make(chan struct{}),
+		emu:        vt.NewEmulator(int(spec.Cols), int(spec.Rows)),
+	}
+	s.emu.SetScrollbackSize(1) // viewport only; the ring is the bounded history
+	s.phase.Store(Phase(""))
+	return s
+}
+
+// start spawns the program on a fresh PTY and starts the pumps and timers.
+func (s *Session) start() error {
+	master, tty, err := pty.Open()
+	if err != nil {
+		return fmt.Errorf("allocate pty: %w", err)
+	}
+	defer tty.Close()
+	if master, err = pollableMaster(master); err != nil {
+		return err
+	}
+	// Size through the tty side: pty.Setsize calls Fd(), which would put the
+	// master back into blocking mode.
+	if err := pty.Setsize(tty, &pty.Winsize{Rows: s.spec.Rows, Cols: s.spec.Cols}); err != nil {
+		master.Close()
+		return fmt.Errorf("size pty: %w", err)
+	}
+	attr := &syscall.SysProcAttr{}
+	if s.spec.SysProcAttr != nil {
+		s.spec.SysProcAttr(attr)
+	}
+	attr.Setsid, attr.Setctty, attr.Ctty = true, true, 0
+	attr.Setpgid, attr.Foreground, attr.Noctty = false, false, false
+	cmd := &exec.Cmd{
+		Path:        s.spec.Argv[0],
+		Args:        s.spec.Argv,
+		Env:         s.spec.Env,
+		Dir:         s.spec.Dir,
+		Stdin:       tty,
+		Stdout:      tty,
+		Stderr:      tty,
+		SysProcAttr: attr,
+	}
+	if err := cmd.Start(); err != nil {
+		master.Close()
+		return fmt.Errorf("start %s: %w", s.spec.Argv[0], err)
+	}
+	pid := cmd.Process.Pid
+	info := Info{Pid: pid, Pgid: pid, Sid: pid, TTY: tty.Name(), Started: time.Now()}
+	// The leader is our unreaped child: its /proc entry exists even if it
+	// already exited.
+	if st, err := procexec.ProcessStartTime(pid); err == nil {
+		info.StartTime = st
+	}
+	s.start0 = info.Started
+	s.master = master
+	s.process = cmd.Process
+
+	// Running is entered before anything that can move the session on
+	// (leader exit, timers, a pending Close), so every later transition
+	// starts from Running.
+	s.setPhase(PhaseRunning, "started")
+	go s.pumpOutput()
+	go s.drainReplies()
+	go s.writeInput()
+	s.mu.Lock()
+	s.info = info
+	s.maxTimer = time.AfterFunc(s.spec.MaxDuration, func() { s.terminate(originExpire, false, "max duration reached") })
+	if s.spec.IdleTimeout > 0 {
+		s.idleTimer = time.AfterFunc(s.spec.IdleTimeout, s.onIdleTimer)
+	}
+	pending := s.pending
+	s.mu.Unlock()
+	go s.waitLeader()
+	if pending != nil {
+		s.terminate(pending.origin, pending.immediate, pending.reason)
+	}
+	return nil
+}
+
+// pollableMaster re-wraps the PTY master as a non-blocking, poller-managed
+// file. creack/pty's Open calls Fd() on the master (ptsname/unlockpt ioctls),
+// which switches it to blocking mode; a blocking master would let a reader or
+// a writer stuck on a full terminal buffer ignore deadlines and Close.
+func pollableMaster(f *os.File) (*os.File, error) {
+	defer f.Close()
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("dup pty master: %w", err)
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("pty master O_NONBLOCK: %w", err)
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil // non-blocking fd => pollable File
+}
+
+// ID returns the session ID.
+func (s *Session) ID() string { return s.spec.ID }
+
+// EnvironmentID returns the owning environment.
+func (s *Session) EnvironmentID() string { return s.spec.EnvironmentID }
+
+// Info returns the process identity (zero until the program started).
+func (s *Session) Info() Info {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.info
+}
+
+// Phase returns the current phase.
+func (s *Session) Phase() Phase { return s.phase.Load().(Phase) }
+
+// History returns the most recent phase changes (bounded).
+func (s *Session) History() []PhaseChange {
+	s.phaseMu.Lock()
+	defer s.phaseMu.Unlock()
+	return append([]PhaseChange(nil), s.history...)
+}
+
+// Done is closed when the session reached a terminal phase.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Exit returns how the session ended (valid after Done).
+func (s *Session) Exit() Exit {
+	<-s.done
+	return s.exit
+}
+
+// CleanupComplete is true only once the kernel confirmed (kill(-pgid, 0) ==
+// ESRCH and no process left in the session) that nothing of it remains.
+func (s *Session) CleanupComplete() bool { return s.cleaned.Load() }
+
+// Events exposes the session's event ring (read-only use: Read, Wait, Stats).
+func (s *Session) Events() *ring.Ring { return s.ring }
+
+// Read reads events after cursor (see ring.Ring.Read).
+func (s *Session) Read(cursor uint64, max int) ([]ring.Event, uint64, *ring.Gap) {
+	return s.ring.Read(cursor, max)
+}
+
+// WaitEvents long-polls for an event after afterSeq. It holds a reader-task
+// permit while waiting and is refused with reader-cap-reached when none is
+// free.
+func (s *Session) WaitEvents(ctx context.Context, afterSeq uint64) error {
+	if err := s.m.acquireReader(); err != nil {
+		return err
+	}
+	defer s.m.releaseReader()
+	return s.ring.Wait(ctx, afterSeq)
+}
+
+func (s *Session) setPhase(to Phase, reason string) bool {
+	s.phaseMu.Lock()
+	defer s.phaseMu.Unlock()
+	from := s.Phase()
+	ok := false
+	for _, p := range transitions[from] {
+		ok = ok || p == to
+	}
+	if !ok {
+		return false
+	}
+	s.phase.Store(to)
+	seq, _ := s.ring.Append(ring.KindStatus, []byte(to))
+	pc := PhaseChange{
+		SessionID: s.spec.ID, EnvironmentID: s.spec.EnvironmentID,
+		From: from, To: to, Reason: reason, Time: time.Now(), Seq: seq,
+	}
+	if len(s.history) >= historyCap {
+		s.history = append(s.history[:0], s.history[1:]...)
+	}
+	s.history = append(s.history, pc)
+	if s.m.observer != nil {
+		s.m.observer(pc)
+	}
+	return true
+}
+
+func (s *Session) accepting() error {
+	switch p := s.Phase(); p {
+	case PhaseRunning, PhaseIdle:
+		return nil
+	default:
+		return refusal.New(refusal.SessionNotRunning, "session %q is %s", s.spec.ID, p)
+	}
+}
+
+// Input queues bytes for the program. It never blocks: a full queue is
+// refused with queue-full; oversized writes with input-too-large. Input bytes
+// are never retained; the ring records only their count.
+func (s *Session) Input(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	if len(b) > s.m.caps.MaxInputBytes {
+		return refusal.New(refusal.InputTooLarge, "%d bytes exceed the per-write cap %d", len(b), s.m.caps.MaxInputBytes)
+	}
+	if err := s.accepting(); err != nil {
+		return err
+	}
+	buf := append([]byte(nil), b...)
+	select {
+	case s.inputQ <- buf:
+		return nil
+	default:
+		return refusal.New(refusal.QueueFull, "input queue of session %q is full (depth %d)", s.spec.ID, cap(s.inputQ))
+	}
+}
+
+// Resize sets the terminal size (TIOCSWINSZ on the master; the kernel sends
+// SIGWINCH to the foreground group) and resizes the screen model.
+func (s *Session) Resize(rows, cols uint16) error {
+	if rows == 0 || cols == 0 || rows > MaxRows || cols > MaxCols {
+		return refusal.New(refusal.InvalidSpec, "terminal %dx%d outside 1..%dx1..%d", rows, cols, MaxRows, MaxCols)
+	}
+	if err := s.accepting(); err != nil {
+		return err
+	}
+	// pty.Setsize would call Fd() and switch the master to blocking mode,
+	// after which Close could no longer interrupt the output pump; issue the
+	// same ioctl through the poller-safe raw connection instead.
+	rc, err := s.master.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("resize session %q: %w", s.spec.ID, err)
+	}
+	var ioErr error
+	ws := &unix.Winsize{Row: rows, Col: cols}
+	if err := rc.Control(func(fd uintptr) { ioErr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, ws) }); err != nil {
+		return fmt.Errorf("resize session %q: %w", s.spec.ID, err)
+	}
+	if ioErr != nil {
+		return fmt.Errorf("resize session %q: TIOCSWINSZ: %w", s.spec.ID, ioErr)
+	}
+	s.screenMu.Lock()
+	s.emu.Resize(int(cols), int(rows))
+	s.screenMu.Unlock()
+	_, _ = s.ring.Append(ring.KindResize, fmt.Appendf(nil, "%dx%d", rows, cols))
+	return nil
+}
+
+// Signal delivers sig to the session's process group.
+func (s *Session) Signal(sig syscall.Signal) error {
+	if !allowedSignals[sig] {
+		return refusal.New(refusal.InvalidSpec, "signal %d is not deliverable to sessions", int(sig))
+	}
+	s.mu.Lock()
+	if s.reaped || s.info.Pid == 0 {
+		s.mu.Unlock()
+		return refusal.New(refusal.SessionNotRunning, "session %q is %s", s.spec.ID, s.Phase())
+	}
+	err := procexec.SignalGroup(s.info.Pgid, sig)
+	s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("signal session %q: %w", s.spec.ID, err)
+	}
+	_, _ = s.ring.Append(ring.KindSignal, []byte(unix.SignalName(sig)))
+	return nil
+}
+
+// Close terminates the session (SIGHUP+SIGTERM to the group, SIGKILL after
+// the grace period, reap) and waits until cleanup is confirmed or ctx ends.
+// It is idempotent: later calls just wait for the same outcome.
+func (s *Session) Close(ctx context.Context) error {
+	s.terminate(originClose, false, "close requested")
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return refusal.New(refusal.CleanupIncomplete, "session %q: cleanup not confirmed: %v", s.spec.ID, ctx.Err())
+	}
+}
+
+// Kill terminates the session at once with SIGKILL; it ends Killed.
+func (s *Session) Kill(ctx context.Context) error {
+	s.terminate(originKill, true, "kill requested")
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return refusal.New(refusal.CleanupIncomplete, "session %q: cleanup not confirmed: %v", s.spec.ID, ctx.Err())
+	}
+}
+
+type termRequest struct {
+	origin    origin
+	immediate bool
+	reason    string
+}
+
+// terminate starts group termination once; the first origin wins. A request
+// that arrives before the program started is applied right after it starts.
+func (s *Session) terminate(o origin, immediate bool, reason string) {
+	s.mu.Lock()
+	if s.info.Pid == 0 {
+		if s.pending == nil {
+			s.pending = &termRequest{o, immediate, reason}
+		}
+		s.mu.Unlock()
+		return
+	}
+	if s.terminating || s.reaped {
+		s.mu.Unlock()
+		return
+	}
+	s.terminating = true
+	s.origin = o
+	s.mu.Unlock()
+	s.setPhase(PhaseClosing, reason)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reaped {
+		return
+	}
+	if immediate {
+		s.signalAllLocked(syscall.SIGKILL)
+		return
+	}
+	s.signalAllLocked(syscall.SIGHUP)
+	s.signalAllLocked(syscall.SIGTERM)
+	s.signalAllLocked(syscall.SIGCONT) // stopped members must see the TERM
+	s.graceTimer = time.AfterFunc(s.spec.Grace, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !s.reaped {
+			s.signalAllLocked(syscall.SIGKILL)
+		}
+	})
+}
+
+// signalAllLocked signals the session's process group and every other
+// process group of its session (job control moves background jobs into their
+// own groups). Callers hold s.mu and have checked !s.reaped, so the unreaped
+// leader keeps the ids from being reused.
+func (s *Session) signalAllLocked(sig syscall.Signal) {
+	_ = procexec.SignalGroup(s.info.Pgid, sig)
+	members, _ := procexec.SessionMembers(s.info.Sid)
+	seen := map[int]bool{s.info.Pgid: true}
+	for _, m := range members {
+		if !seen[m.Pgid] && m.Pgid > 1 {
+			seen[m.Pgid] = true
+			_ = procexec.SignalGroup(m.Pgid, sig)
+		}
+	}
+}
+
+func (s *Session) sinceStart() int64 { return int64(time.Since(s.start0)) }
+
+func (s *Session) onIdleTimer() {
+	idle := s.spec.IdleTimeout
+	quiet := time.Duration(s.sinceStart() - s.lastOutput.Load())
+	if quiet < idle {
+		s.mu.Lock()
+		if !s.reaped {
+			s.idleTimer.Reset(idle - quiet)
+		}
+		s.mu.Unlock()
+		return
+	}
+	s.setPhase(PhaseIdle, fmt.Sprintf("no output for %s", idle))
+}
+
+func (s *Session) pumpOutput() {
+	defer close(s.pumpDone)
+	defer s.m.releaseReader()
+	buf := make([]byte, ring.MaxEventData)
+	for {
+		n, err := s.master.Read(buf)
+		if n > 0 {
+			s.onOutput(buf[:n])
+		}
+		if err != nil {
+			s.pumpErr = err
+			return
+		}
+	}
+}
+
+func (s *Session) onOutput(b []byte) {
+	seq, _ := s.ring.Append(ring.KindOutput, b)
+	s.screenMu.Lock()
+	_, _ = s.emu.Write(b)
+	s.screenSeq = seq
+	s.screenMu.Unlock()
+	s.lastOutput.Store(s.sinceStart())
+	if s.Phase() == PhaseIdle && s.setPhase(PhaseRunning, "output") {
+		s.mu.Lock()
+		if s.idleTimer != nil && !s.reaped {
+			s.idleTimer.Reset(s.spec.IdleTimeout)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// drainReplies consumes the emulator's answers to terminal queries (device
+// attributes, cursor reports). They are discarded: only the operator or an
+// explicit input directive may write to the program.
+func (s *Session) drainReplies() {
+	defer close(s.replyDone)
+	_, _ = io.Copy(io.Discard, s.emu)
+}
+
+func (s *Session) writeInput() {
+	defer close(s.writerDone)
+	for {
+		select {
+		case b := <-s.inputQ:
+			n, err := s.master.Write(b)
+			if n > 0 {
+				_, _ = s.ring.AppendCount(ring.KindInput, n)
+			}
+			_ = err // the master is closing; queued input is dropped with it
+		case <-s.stopWriter:
+			return
+		}
+	}
+}
+
+// waitLeader runs the end of the session: wait for the leader, terminate what
+// is left, reap, verify, release.
+func (s *Session) waitLeader() {
+	if err := procexec.WaitExitNoReap(s.info.Pid); err != nil {
+		s.terminate(originFail, true, err.Error())
+	}
+	s.mu.Lock()
+	s.leaderDead = true
+	natural := !s.terminating
+	s.mu.Unlock()
+	if natural {
+		s.terminate(originExit, false, "program exited")
+	}
+	s.tryCleanup()
+}
+
+// tryCleanup reaps the session's groups and verifies that nothing remains. On
+// success it finalises the session; otherwise it re-arms a bounded retry
+// timer (the kernel offers no notification for a foreign parent reaping).
+func (s *Session) tryCleanup() {
+	s.cleanupMu.Lock()
+	defer s.cleanupMu.Unlock()
+	if s.cleaned.Load() {
+		return
+	}
+	var errs []error
+	for {
+		pgids := []int{s.info.Pgid}
+		members, err := procexec.SessionMembers(s.info.Sid)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, m := range members {
+			if m.Pgid != s.info.Pgid && m.Pgid > 1 {
+				pgids = append(pgids, m.Pgid)
+			}
+		}
+		progress := false
+		for _, pg := range pgids {
+			st, err := procexec.ReapGroup(pg)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			s.mu.Lock()
+			for pid, ws := range st {
+				s.statuses[pid] = ws
+				progress = true
+			}
+			s.mu.Unlock()
+		}
+		exists, err := procexec.GroupExists(s.info.Pgid)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		left, _ := procexec.SessionMembers(s.info.Sid)
+		if !exists && len(left) == 0 {
+			break
+		}
+		if !progress {
+			s.scheduleRetry(fmt.Errorf("group %d exists=%v, %d session members left: %w",
+				s.info.Pgid, exists, len(left), errors.Join(errs...)))
+			return
+		}
+	}
+	s.finalize()
+}
+
+func (s *Session) scheduleRetry(cause error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cleanupErr = refusal.New(refusal.CleanupIncomplete, "session %q: %v", s.spec.ID, cause)
+	if s.retries >= cleanupRetries {
+		return // stays Closing; VerifyCleanup re-probes on demand
+	}
+	delay := min(cleanupRetryBase<<s.retries, cleanupRetryMax)
+	s.retries++
+	time.AfterFunc(delay, s.tryCleanup)
+}
+
+// VerifyCleanup re-probes a session whose cleanup could not be confirmed and
+// reports whether it is now complete.
+func (s *Session) VerifyCleanup() bool {
+	s.mu.Lock()
+	dead := s.leaderDead
+	s.mu.Unlock()
+	if dead {
+		s.tryCleanup()
+	}
+	return s.CleanupComplete()
+}
+
+// CleanupError reports why cleanup is not (yet) confirmed, or nil.
+func (s *Session) CleanupError() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cleaned.Load() {
+		return nil
+	}
+	return s.cleanupErr
+}
+
+// finalize runs once the kernel confirmed the groups gone.
+func (s *Session) finalize() {
+	s.mu.Lock()
+	s.reaped = true
+	for _, t := range []*time.Timer{s.graceTimer, s.maxTimer, s.idleTimer} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+	o := s.origin
+	ws, ok := s.statuses[s.info.Pid]
+	s.cleanupErr = nil
+	s.mu.Unlock()
+	s.cleaned.Store(true)
+
+	// Every process is gone, so the pump sees EIO at once unless a process
+	// that left the session still holds the terminal: bound the drain.
+	_ = s.master.SetReadDeadline(time.Now().Add(OutputDrainTimeout))
+	<-s.pumpDone
+	// A writer blocked on a full terminal input buffer is released by an
+	// immediate write deadline; queued input is dropped with the session.
+	_ = s.master.SetWriteDeadline(time.Now())
+	close(s.stopWriter)
+	<-s.writerDone
+	_ = s.master.Close()
+	if pw, ok := s.emu.InputPipe().(io.Closer); ok {
+		_ = pw.Close() // ends drainReplies; later replies fail instead of blocking
+	}
+	<-s.replyDone
+	_ = s.process.Release()
+
+	ex := Exit{Code: -1, Origin: string(o)}
+	if ok {
+		ex.Code, ex.Signal = procexec.ExitDescription(ws)
+	}
+	s.exit = ex
+	note := fmt.Sprintf("exit=%d", ex.Code)
+	if ex.Signal != "" {
+		note = "signal=" + ex.Signal
+	}
+	_, _ = s.ring.Append(ring.KindExit, []byte(note))
+	reason := "cleanup confirmed; " + note
+	if s.pumpErr != nil && !errors.Is(s.pumpErr, syscall.EIO) && !errors.Is(s.pumpErr, os.ErrDeadlineExceeded) {
+		reason += "; output pump: " + s.pumpErr.Error()
+	}
+	s.setPhase(finalPhase[o], reason)
+	s.ring.Close()
+	s.m.releaseSlot(s)
+	close(s.done)
+}
