@@ -72,7 +72,8 @@ func (v ConsentGrantValidator) ValidateCreate(ctx context.Context, g *wbv1.Conse
 	var cr wbv1.ConsentRequest
 	if err := v.Reader.Get(ctx, types.NamespacedName{Namespace: g.Namespace, Name: string(g.Spec.RequestRef)}, &cr); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, invalid("ConsentGrant", g.Name, field.ErrorList{field.NotFound(specPath.Child("requestRef"), g.Spec.RequestRef)})
+			return nil, invalid("ConsentGrant", g.Name, field.ErrorList{field.Invalid(specPath.Child("requestRef"), g.Spec.RequestRef,
+				string(actuation.CodeConsentScopeInvalid)+": the consent request does not exist")})
 		}
 		return nil, fmt.Errorf("reading ConsentRequest %s/%s: %w", g.Namespace, g.Spec.RequestRef, err)
 	}

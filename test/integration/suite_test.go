@@ -141,8 +141,9 @@ func hostLocalCapability(node string) *wbv1.BackendCapability {
 		ObjectMeta: metav1.ObjectMeta{Name: node + ".host-local"},
 		Spec: wbv1.BackendCapabilitySpec{
 			NodeName: node, BackendID: wbv1.BackendHostLocal, Provider: "workbench", Version: "v1alpha1",
-			Locality: "local-only", HostArchitecture: "x86_64", IsolationClass: "none", SystemFidelity: "filesystem-view",
-			ControlTransport: "local-process", NetworkProfiles: []string{"none"}, HostFilesystemSharing: "read-write",
+			PlatformRef: "linux-x86_64", Locality: "local-only", HostArchitecture: "x86_64", GuestArchitecture: "x86_64",
+			IsolationClass: "none", SystemFidelity: "filesystem-view", ControlTransport: "local-process",
+			ControlGuestEndpoint: "none", ControlHostEndpoint: "none", ControlChannelBinding: "none", BootMode: "none", ConsoleMode: "none", NetworkProfiles: []string{"none"}, HostFilesystemSharing: "read-write",
 			CredentialInjection: "denied", ResourceEnforcement: []string{"host-process"},
 			LifecycleOperations: []string{"allocate", "inspect", "teardown", "recover"},
 		},

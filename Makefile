@@ -1,0 +1,191 @@
+# Sensorium Workbench — build, test and local-run entry points (kubebuilder v4 layout).
+#
+# Every tool this Makefile needs is either the Go toolchain or built from the Go module
+# proxy into ./bin with a pinned version: controller-gen (`go install`) and the test
+# control plane (etcd, kube-apiserver, kubectl; hack/build-control-plane.sh).
+
+# Image URL to use for the manager image.
+IMG ?= controller:latest
+# Image URL to use for the node agent image (the `node-agent` target of the Dockerfile).
+NODE_AGENT_IMG ?= node-agent:latest
+CONTAINER_TOOL ?= docker
+
+# Extra flags for `go test` in `make test` (e.g. TEST_FLAGS=-race, TEST_FLAGS=-v).
+# -race is off by default to keep CI within its time budget on two cores.
+TEST_FLAGS ?=
+# How long `make fuzz` runs each fuzz target.
+FUZZTIME ?= 30s
+# Extra flags for `make bench` (e.g. BENCH_FLAGS="-count=5 -benchtime=2s").
+BENCH_FLAGS ?=
+
+# Setting SHELL to bash allows bash commands to be executed by recipes.
+# Options are set to exit when a recipe line exits non-zero or a piped command fails.
+SHELL = /usr/bin/env bash -o pipefail
+.SHELLFLAGS = -ec
+
+.PHONY: all
+all: build
+
+##@ General
+
+# The help target prints all targets with their descriptions, grouped under their
+# categories: `target: ## description` lines and `##@ Category` lines.
+.PHONY: help
+help: ## Display this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "\nUsage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
+
+##@ Development
+
+# controller-gen fails on a path that does not exist, so only the folders that exist
+# are passed (controllers/ and webhooks/ arrive with their first files).
+empty :=
+space := $(empty) $(empty)
+MANIFEST_PATHS = $(subst $(space),;,$(strip $(foreach d,api controllers webhooks,$(if $(wildcard $(d)/*.go $(d)/*/*.go),./$(d)/...))))
+
+.PHONY: manifests
+manifests: controller-gen ## Generate CRDs (config/crd/bases), the manager ClusterRole (config/rbac/role.yaml) and webhook configurations (config/webhook/manifests.yaml).
+	$(CONTROLLER_GEN) rbac:roleName=workbench-manager crd webhook paths="$(MANIFEST_PATHS)" \
+		output:crd:artifacts:config=config/crd/bases \
+		output:rbac:artifacts:config=config/rbac \
+		output:webhook:artifacts:config=config/webhook
+
+.PHONY: generate
+generate: controller-gen ## Generate DeepCopy, DeepCopyInto and DeepCopyObject implementations.
+	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
+
+# Fingerprint of api/ and config/ relative to HEAD: tracked changes, untracked files and
+# their contents. Comparing it before and after regeneration tells whether regeneration
+# changed anything, also in a work tree that has uncommitted edits.
+GEN_FINGERPRINT = { git status --porcelain --untracked-files=all -- api config; git diff -- api config; git ls-files -z --others --exclude-standard -- api config | xargs -0 -r sha256sum; } | sha256sum
+
+.PHONY: verify-generated
+verify-generated: ## Regenerate code and manifests; fail if that changes anything under api/ or config/.
+	@if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+		echo "verify-generated: not a git work tree; cannot tell whether generated files are current" >&2; exit 1; \
+	fi
+	@before="$$($(GEN_FINGERPRINT))"; \
+	$(MAKE) --no-print-directory generate manifests; \
+	after="$$($(GEN_FINGERPRINT))"; \
+	if [[ "$$before" != "$$after" ]]; then \
+		echo "" >&2; \
+		echo "ERROR: generated files were out of date: 'make generate manifests' changed files under api/ or config/." >&2; \
+		echo "Never edit generated files by hand; regenerate and commit the result. Now changed relative to HEAD:" >&2; \
+		git status --porcelain --untracked-files=all -- api config >&2; \
+		exit 1; \
+	fi; \
+	if [[ "$${CI:-}" == "true" && -n "$$(git status --porcelain --untracked-files=all -- api config)" ]]; then \
+		echo "ERROR: api/ or config/ differ from the committed tree in CI:" >&2; \
+		git status --porcelain --untracked-files=all -- api config >&2; \
+		exit 1; \
+	fi; \
+	echo "verify-generated: generated code and manifests are current"
+
+.PHONY: fmt
+fmt: ## Run go fmt against code.
+	go fmt ./...
+
+.PHONY: vet
+vet: ## Run go vet against code.
+	go vet ./...
+
+##@ Test
+
+.PHONY: control-plane
+control-plane: ## Build etcd, kube-apiserver and kubectl from the Go module proxy into bin/k8s/ (cached; ~10 min the first time).
+	hack/build-control-plane.sh all
+
+.PHONY: test
+test: control-plane verify-generated vet ## Run all tests against a real API server (envtest with the binaries from `make control-plane`).
+	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh path)" go test ./... -count=1 -timeout 30m $(TEST_FLAGS)
+
+.PHONY: fuzz
+fuzz: control-plane ## Run every Go fuzz target for FUZZTIME (default 30s) each.
+	@export KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh path)"; \
+	pkgs="$$(grep -rlE --include='*_test.go' '^func Fuzz[A-Z0-9_]' . 2>/dev/null | grep -v -e '^./bin/' -e '^./.local/' | xargs -r -n1 dirname | sort -u)"; \
+	if [[ -z "$$pkgs" ]]; then echo "fuzz: no fuzz targets found"; exit 0; fi; \
+	n=0; \
+	for pkg in $$pkgs; do \
+		for target in $$(go test -list '^Fuzz' "$$pkg" | grep -E '^Fuzz'); do \
+			echo "==> $$pkg $$target ($(FUZZTIME))"; \
+			go test -run '^$$' -fuzz "^$${target}\$$" -fuzztime $(FUZZTIME) "$$pkg"; \
+			n=$$((n+1)); \
+		done; \
+	done; \
+	echo "fuzz: $$n targets ran for $(FUZZTIME) each"
+
+.PHONY: bench
+bench: control-plane ## Run the benchmarks (packages with Benchmark functions plus ./test/bench); output in test/bench/out/.
+	@export KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh path)"; \
+	pkgs="$$(grep -rlE --include='*_test.go' '^func Benchmark[A-Z0-9_]' . 2>/dev/null | grep -v -e '^./bin/' -e '^./.local/' | xargs -r -n1 dirname | sort -u)"; \
+	if [[ -d test/bench ]]; then pkgs="$$(printf '%s\n' $$pkgs ./test/bench/... | sort -u)"; fi; \
+	if [[ -z "$$pkgs" ]]; then echo "bench: no benchmarks found"; exit 0; fi; \
+	mkdir -p test/bench/out; \
+	out="test/bench/out/bench-$$(date -u +%Y%m%dT%H%M%SZ).txt"; \
+	{ echo "# $$(go version) $$(uname -srm) nproc=$$(nproc)"; \
+	  go test -run '^$$' -bench . -benchmem $(BENCH_FLAGS) $$pkgs; } 2>&1 | tee "$$out"; \
+	cp "$$out" test/bench/out/latest.txt; \
+	echo "bench: results in $$out (and test/bench/out/latest.txt)"
+
+.PHONY: test-e2e
+test-e2e: ## Run the e2e tests (kind + Docker; skipped with a message where `docker info` fails, as on the CI machines).
+	@if ! $(CONTAINER_TOOL) info >/dev/null 2>&1; then \
+		echo "test-e2e: SKIPPED: '$(CONTAINER_TOOL) info' failed (no container daemon here); e2e needs Docker and kind"; \
+		exit 0; \
+	fi; \
+	if [[ ! -d test/e2e ]]; then echo "test-e2e: no test/e2e folder yet"; exit 0; fi; \
+	go test -tags e2e ./test/e2e/... -count=1 -v -timeout 60m
+
+##@ Build
+
+.PHONY: build
+build: ## Build the binaries under cmd/ (manager, node-agent, kubectl-workbench) into bin/.
+	@if ! ls cmd/*/main.go >/dev/null 2>&1; then echo "build: no cmd/*/main.go yet"; exit 0; fi; \
+	go build -o bin/ ./cmd/...
+
+.PHONY: docker-build
+docker-build: ## Build the manager image IMG and the node agent image NODE_AGENT_IMG (needs Docker; not available on the dev/CI machines).
+	$(CONTAINER_TOOL) build -t $(IMG) .
+	@if [[ -f cmd/node-agent/main.go ]]; then \
+		echo "$(CONTAINER_TOOL) build --target node-agent -t $(NODE_AGENT_IMG) ."; \
+		$(CONTAINER_TOOL) build --target node-agent -t $(NODE_AGENT_IMG) .; \
+	else echo "docker-build: no cmd/node-agent yet; node agent image skipped"; fi
+
+.PHONY: docker-push
+docker-push: ## Push the manager and node agent images (needs Docker).
+	$(CONTAINER_TOOL) push $(IMG)
+	@if [[ -f cmd/node-agent/main.go ]]; then $(CONTAINER_TOOL) push $(NODE_AGENT_IMG); fi
+
+##@ Local run
+
+.PHONY: run-local
+run-local: ## Start the embedded default on loopback: etcd + kube-apiserver + CRDs/RBAC/webhooks + manager, samples applied (hack/local-up.sh).
+	hack/local-up.sh
+
+.PHONY: down-local
+down-local: ## Stop everything `make run-local` started (hack/local-down.sh).
+	hack/local-down.sh
+
+##@ Deployment
+
+.PHONY: render
+render: ## Render config/default to stdout (pipeable) with the kustomize built into the kubectl of `make control-plane`.
+	@hack/build-control-plane.sh k8s >/dev/null
+	@"$$(hack/build-control-plane.sh path)/kubectl" kustomize config/default
+
+##@ Dependencies
+
+## Location to install dependencies to
+LOCALBIN ?= $(shell pwd)/bin
+$(LOCALBIN):
+	mkdir -p $(LOCALBIN)
+
+## Tool binaries and versions
+CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
+CONTROLLER_TOOLS_VERSION ?= v0.23.0
+
+.PHONY: controller-gen
+controller-gen: $(LOCALBIN) ## Install controller-gen (pinned CONTROLLER_TOOLS_VERSION, v0.23.0) into bin/ if missing or of another version.
+	@if ! "$(CONTROLLER_GEN)" --version 2>/dev/null | grep -qx "Version: $(CONTROLLER_TOOLS_VERSION)"; then \
+		echo "Installing controller-gen $(CONTROLLER_TOOLS_VERSION) into $(LOCALBIN)"; \
+		GOBIN="$(LOCALBIN)" go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION); \
+	fi

@@ -1,0 +1,351 @@
+#!/usr/bin/env bash
+# Starts the embedded default of Sensorium Workbench on this machine, on loopback only:
+# etcd and kube-apiserver (built from the Go module proxy by hack/build-control-plane.sh),
+# the CRDs and ClusterRoles, the manager as a local process with its admission webhooks
+# registered by URL (https://127.0.0.1:<port>), and the samples from config/samples/.
+# The node agent joins here when it exists (see "Node agent" below).
+#
+# Everything it makes lives under .local/ (git-ignored): pki/, etcd/ (data), logs/,
+# pids/, kubeconfig. Re-running first stops a previous run; hack/local-down.sh (or
+# `make down-local`) stops everything by recorded pid.
+#
+# Environment (defaults in brackets):
+#   LOCAL_UP_FOREGROUND=1   stay in the foreground until Ctrl-C, then stop everything [0]
+#   LOCAL_UP_CLEAN=1        start from an empty etcd and a fresh PKI [0: keep both]
+#   LOCAL_UP_SKIP_MANAGER=1 stop after the control plane, CRDs and RBAC [0]
+#   LOCAL_STATE_DIR         state directory [.local]
+#   ETCD_CLIENT_PORT [23790]  ETCD_PEER_PORT [23800]  APISERVER_PORT [6443]
+#   WEBHOOK_PORT [9443]  MANAGER_METRICS_PORT [8080]  MANAGER_HEALTH_PORT [8081]
+#   MANAGER_BIN             a manager binary to run instead of building ./cmd/manager
+#   MANAGER_ARGS            extra arguments for the manager
+#   READY_TIMEOUT           seconds to wait for each component to become ready [60]
+set -Eeuo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${ROOT}"
+
+STATE="${LOCAL_STATE_DIR:-${ROOT}/.local}"
+ETCD_CLIENT_PORT="${ETCD_CLIENT_PORT:-23790}"
+ETCD_PEER_PORT="${ETCD_PEER_PORT:-23800}"
+APISERVER_PORT="${APISERVER_PORT:-6443}"
+WEBHOOK_PORT="${WEBHOOK_PORT:-9443}"
+MANAGER_METRICS_PORT="${MANAGER_METRICS_PORT:-8080}"
+MANAGER_HEALTH_PORT="${MANAGER_HEALTH_PORT:-8081}"
+READY_TIMEOUT="${READY_TIMEOUT:-60}"
+FOREGROUND="${LOCAL_UP_FOREGROUND:-0}"
+CLEAN="${LOCAL_UP_CLEAN:-0}"
+SKIP_MANAGER="${LOCAL_UP_SKIP_MANAGER:-0}"
+# shellcheck disable=SC2206 # word splitting of MANAGER_ARGS is intended
+EXTRA_MANAGER_ARGS=(${MANAGER_ARGS:-})
+
+PKI="${STATE}/pki"
+LOGS="${STATE}/logs"
+PIDS="${STATE}/pids"
+KUBECONFIG_FILE="${STATE}/kubeconfig"
+WEBHOOK_CERTS="${STATE}/webhook-certs"
+FIELD_MANAGER="workbench-local-up"
+
+log() { printf '[local-up %s] %s\n' "$(date +%T)" "$*" >&2; }
+
+fail() {
+  trap - ERR
+  log "ERROR: $*"
+  log "Stopping what this run started (logs stay in ${LOGS})"
+  LOCAL_STATE_DIR="${STATE}" "${ROOT}/hack/local-down.sh" >&2 || true
+  exit 1
+}
+trap 'fail "command failed at line ${LINENO}: ${BASH_COMMAND}"' ERR
+
+need() { command -v "$1" >/dev/null 2>&1 || fail "$1 is required (apt-get install $2)"; }
+need openssl openssl
+need curl curl
+
+# port_in_use PORT: true if something accepts connections on 127.0.0.1:PORT.
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# start NAME LOGFILE CMD...: starts CMD in its own session with stdin from /dev/null and
+# its output in LOGFILE; records "pid starttime name" in pids/NAME.pid.
+start() {
+  local name="$1" logfile="$2"
+  shift 2
+  setsid "$@" </dev/null >"${logfile}" 2>&1 &
+  local pid=$!
+  local starttime
+  starttime="$(sed 's/^.*) //' "/proc/${pid}/stat" | cut -d' ' -f20)"
+  echo "${pid} ${starttime} ${name}" >"${PIDS}/${name}.pid"
+  log "Started ${name} (pid ${pid}, log ${logfile})"
+}
+
+alive() { [[ -f "${PIDS}/$1.pid" ]] && kill -0 "$(cut -d' ' -f1 "${PIDS}/$1.pid")" 2>/dev/null; }
+
+# wait_ready NAME URL CURL_ARGS...: polls URL once a second, at most READY_TIMEOUT
+# seconds, failing early with the log tail if the process NAME exits.
+wait_ready() {
+  local name="$1" url="$2"
+  shift 2
+  local deadline=$((SECONDS + READY_TIMEOUT))
+  until curl -sf --max-time 2 "$@" "${url}" >/dev/null 2>&1; do
+    if ! alive "${name}"; then
+      tail -n 30 "${LOGS}/${name}.log" >&2 || true
+      fail "${name} exited before ${url} answered; see ${LOGS}/${name}.log"
+    fi
+    if ((SECONDS >= deadline)); then
+      tail -n 30 "${LOGS}/${name}.log" >&2 || true
+      fail "${name} not ready: ${url} did not answer within ${READY_TIMEOUT}s; see ${LOGS}/${name}.log"
+    fi
+    sleep 1
+  done
+  log "${name} is ready (${url})"
+}
+
+# --- 0. Stop a previous run ---------------------------------------------------------------
+if [[ -d "${PIDS}" ]]; then
+  LOCAL_STATE_DIR="${STATE}" "${ROOT}/hack/local-down.sh"
+fi
+if [[ "${CLEAN}" == "1" ]]; then
+  log "LOCAL_UP_CLEAN=1: removing ${STATE}"
+  rm -rf "${STATE}"
+fi
+mkdir -p "${PKI}" "${LOGS}" "${PIDS}" "${WEBHOOK_CERTS}" "${STATE}/etcd"
+chmod 700 "${STATE}" "${PKI}"
+
+for port in "${ETCD_CLIENT_PORT}" "${ETCD_PEER_PORT}" "${APISERVER_PORT}"; do
+  if port_in_use "${port}"; then
+    fail "127.0.0.1:${port} is already in use by another program; free it or choose another port (ETCD_CLIENT_PORT, ETCD_PEER_PORT, APISERVER_PORT)"
+  fi
+done
+
+# --- 1. Binaries --------------------------------------------------------------------------
+K8S_BIN="$("${ROOT}/hack/build-control-plane.sh" path)"
+if [[ ! -x "${K8S_BIN}/etcd" || ! -x "${K8S_BIN}/kube-apiserver" || ! -x "${K8S_BIN}/kubectl" ]]; then
+  log "Building etcd, kube-apiserver and kubectl from the Go module proxy (about 10 minutes the first time)"
+  "${ROOT}/hack/build-control-plane.sh" all >/dev/null
+fi
+KUBECTL="${K8S_BIN}/kubectl"
+kubectl() { "${KUBECTL}" --kubeconfig "${KUBECONFIG_FILE}" "$@"; }
+
+HAVE_MANAGER=0
+if [[ "${SKIP_MANAGER}" == "1" ]]; then
+  log "LOCAL_UP_SKIP_MANAGER=1: control plane, CRDs and RBAC only"
+elif [[ -n "${MANAGER_BIN:-}" ]]; then
+  [[ -x "${MANAGER_BIN}" ]] || fail "MANAGER_BIN=${MANAGER_BIN} is not an executable"
+  log "Using MANAGER_BIN=${MANAGER_BIN}"
+  HAVE_MANAGER=1
+elif [[ ! -f cmd/manager/main.go ]]; then
+  log "WARNING: cmd/manager/main.go does not exist yet: control plane, CRDs and RBAC only"
+else
+  log "Building bin/manager"
+  go build -o bin/manager ./cmd/manager || fail "go build ./cmd/manager failed"
+  HAVE_MANAGER=1
+fi
+MANAGER_BIN="${MANAGER_BIN:-${ROOT}/bin/manager}"
+
+# --- 2. PKI -------------------------------------------------------------------------------
+# One local CA signs the API server's serving certificate, the admin client certificate
+# and the webhook server's certificate; a separate key pair signs service account tokens.
+# Kept across runs (so kubeconfigs stay valid) unless a certificate is about to expire.
+valid_cert() { [[ -s "$1" ]] && openssl x509 -in "$1" -noout -checkend 86400 >/dev/null 2>&1; }
+
+# issue NAME SUBJECT EXTENSIONS: key + certificate signed by the local CA.
+issue() {
+  local name="$1" subject="$2" ext="$3"
+  openssl req -new -newkey rsa:2048 -nodes -keyout "${PKI}/${name}.key" -subj "${subject}" \
+    -out "${PKI}/${name}.csr" 2>/dev/null
+  printf '%b\n' "${ext}" >"${PKI}/${name}.ext"
+  openssl x509 -req -in "${PKI}/${name}.csr" -CA "${PKI}/ca.crt" -CAkey "${PKI}/ca.key" \
+    -CAcreateserial -days 365 -sha256 -extfile "${PKI}/${name}.ext" -out "${PKI}/${name}.crt" 2>/dev/null
+  rm -f "${PKI}/${name}.csr" "${PKI}/${name}.ext"
+}
+
+if ! valid_cert "${PKI}/ca.crt"; then
+  log "Generating a local CA and certificates in ${PKI}"
+  rm -f "${PKI}"/*
+  openssl req -x509 -new -newkey rsa:2048 -nodes -days 365 -sha256 \
+    -keyout "${PKI}/ca.key" -out "${PKI}/ca.crt" -subj "/CN=workbench-local-ca" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+fi
+if ! valid_cert "${PKI}/apiserver.crt"; then
+  issue apiserver "/CN=kube-apiserver" \
+    "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:10.0.0.1"
+fi
+if ! valid_cert "${PKI}/admin.crt"; then
+  issue admin "/O=system:masters/CN=workbench-admin" \
+    "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth"
+fi
+if ! valid_cert "${PKI}/webhook.crt"; then
+  issue webhook "/CN=workbench-webhook" \
+    "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost"
+fi
+if [[ ! -s "${PKI}/sa.key" ]]; then
+  openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "${PKI}/sa.key" 2>/dev/null
+  openssl pkey -in "${PKI}/sa.key" -pubout -out "${PKI}/sa.pub"
+fi
+chmod 600 "${PKI}"/*.key
+# controller-runtime's webhook server reads tls.crt and tls.key from --webhook-cert-dir.
+cp "${PKI}/webhook.crt" "${WEBHOOK_CERTS}/tls.crt"
+cp "${PKI}/webhook.key" "${WEBHOOK_CERTS}/tls.key"
+chmod 600 "${WEBHOOK_CERTS}/tls.key"
+
+# --- 3. etcd ------------------------------------------------------------------------------
+start etcd "${LOGS}/etcd.log" "${K8S_BIN}/etcd" \
+  --name=workbench-local \
+  --data-dir="${STATE}/etcd" \
+  --listen-client-urls="http://127.0.0.1:${ETCD_CLIENT_PORT}" \
+  --advertise-client-urls="http://127.0.0.1:${ETCD_CLIENT_PORT}" \
+  --listen-peer-urls="http://127.0.0.1:${ETCD_PEER_PORT}" \
+  --initial-advertise-peer-urls="http://127.0.0.1:${ETCD_PEER_PORT}" \
+  --initial-cluster="workbench-local=http://127.0.0.1:${ETCD_PEER_PORT}"
+wait_ready etcd "http://127.0.0.1:${ETCD_CLIENT_PORT}/health"
+
+# --- 4. kube-apiserver --------------------------------------------------------------------
+# The API server audit log is the host audit of the seeds (DESIGN.md §2): every request on
+# the workbench group is logged with its user, verb and object.
+cat >"${STATE}/audit-policy.yaml" <<'EOF'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages:
+- RequestReceived
+rules:
+- level: Metadata
+  resources:
+  - group: workbench.sensorium.dev
+- level: None
+EOF
+# Loopback only: --endpoint-reconciler-type=none because the reconciler refuses a loopback
+# advertise address (nothing runs in-cluster, so no endpoint for the `kubernetes` Service
+# is needed); the service range is a required setting, no address in it is ever contacted.
+start kube-apiserver "${LOGS}/kube-apiserver.log" "${K8S_BIN}/kube-apiserver" \
+  --bind-address=127.0.0.1 \
+  --advertise-address=127.0.0.1 \
+  --secure-port="${APISERVER_PORT}" \
+  --cert-dir="${STATE}/apiserver-certs" \
+  --tls-cert-file="${PKI}/apiserver.crt" \
+  --tls-private-key-file="${PKI}/apiserver.key" \
+  --client-ca-file="${PKI}/ca.crt" \
+  --etcd-servers="http://127.0.0.1:${ETCD_CLIENT_PORT}" \
+  --authorization-mode=RBAC \
+  --service-account-issuer="https://127.0.0.1:${APISERVER_PORT}" \
+  --service-account-key-file="${PKI}/sa.pub" \
+  --service-account-signing-key-file="${PKI}/sa.key" \
+  --service-cluster-ip-range=10.0.0.0/24 \
+  --endpoint-reconciler-type=none \
+  --audit-policy-file="${STATE}/audit-policy.yaml" \
+  --audit-log-path="${LOGS}/audit.log" \
+  --audit-log-maxsize=50 \
+  --audit-log-maxbackup=2 \
+  --profiling=false
+wait_ready kube-apiserver "https://127.0.0.1:${APISERVER_PORT}/readyz" \
+  --cacert "${PKI}/ca.crt" --cert "${PKI}/admin.crt" --key "${PKI}/admin.key"
+
+# --- 5. kubeconfig ------------------------------------------------------------------------
+rm -f "${KUBECONFIG_FILE}"
+kubectl config set-cluster workbench-local --server="https://127.0.0.1:${APISERVER_PORT}" \
+  --certificate-authority="${PKI}/ca.crt" --embed-certs=true >/dev/null
+kubectl config set-credentials workbench-admin --client-certificate="${PKI}/admin.crt" \
+  --client-key="${PKI}/admin.key" --embed-certs=true >/dev/null
+kubectl config set-context workbench-local --cluster=workbench-local --user=workbench-admin >/dev/null
+kubectl config use-context workbench-local >/dev/null
+chmod 600 "${KUBECONFIG_FILE}"
+log "Wrote ${KUBECONFIG_FILE} (user workbench-admin, group system:masters)"
+
+# --- 6. CRDs and RBAC ---------------------------------------------------------------------
+log "Installing CRDs from config/crd/bases"
+kubectl apply --server-side --field-manager="${FIELD_MANAGER}" -f config/crd/bases >/dev/null
+kubectl wait --for=condition=Established -f config/crd/bases --timeout="${READY_TIMEOUT}s" >/dev/null
+log "CRDs established: $(kubectl get crd -o name | grep -c 'workbench.sensorium.dev')"
+
+# The user-facing ClusterRoles, plus the manager's generated role when it exists. The
+# local manager runs with the admin kubeconfig; the roles are here to bind and try out,
+# e.g. kubectl auth can-i create consentgrants --as=alice --as-group=... after a binding.
+rbac_files=(config/rbac/operator_role.yaml config/rbac/agent_role.yaml config/rbac/viewer_role.yaml
+  config/rbac/node_agent_role.yaml config/rbac/metrics_reader_role.yaml)
+[[ -f config/rbac/role.yaml ]] && rbac_files+=(config/rbac/role.yaml)
+log "Installing ClusterRoles: ${rbac_files[*]}"
+rbac_args=()
+for f in "${rbac_files[@]}"; do rbac_args+=(-f "${f}"); done
+kubectl apply --server-side --field-manager="${FIELD_MANAGER}" "${rbac_args[@]}" >/dev/null
+kubectl create namespace workbench-system --dry-run=client -o yaml |
+  kubectl apply --server-side --field-manager="${FIELD_MANAGER}" -f - >/dev/null
+
+# --- 7. Manager and webhooks --------------------------------------------------------------
+if [[ "${HAVE_MANAGER}" == "1" ]]; then
+  for port in "${WEBHOOK_PORT}" "${MANAGER_METRICS_PORT}" "${MANAGER_HEALTH_PORT}"; do
+    port_in_use "${port}" && fail "127.0.0.1:${port} is already in use (WEBHOOK_PORT, MANAGER_METRICS_PORT, MANAGER_HEALTH_PORT)"
+  done
+  manager_args=(
+    --kubeconfig "${KUBECONFIG_FILE}"
+    --webhook-cert-dir "${WEBHOOK_CERTS}"
+    --metrics-bind-address "127.0.0.1:${MANAGER_METRICS_PORT}"
+    --health-probe-bind-address "127.0.0.1:${MANAGER_HEALTH_PORT}"
+  )
+  # Keep the webhook server on loopback when the manager lets us choose its address.
+  # (The help text is captured first: grep -q closing the pipe early would fail the
+  # pipeline under pipefail.)
+  manager_help="$("${MANAGER_BIN}" --help 2>&1 || true)"
+  if grep -q -- '-webhook-host' <<<"${manager_help}" && grep -q -- '-webhook-port' <<<"${manager_help}"; then
+    manager_args+=(--webhook-host 127.0.0.1 --webhook-port "${WEBHOOK_PORT}")
+  elif [[ "${WEBHOOK_PORT}" != "9443" ]]; then
+    fail "${MANAGER_BIN} has no --webhook-host/--webhook-port flags, so its webhook server listens on :9443; WEBHOOK_PORT=${WEBHOOK_PORT} cannot be honoured"
+  else
+    log "WARNING: ${MANAGER_BIN} has no --webhook-host flag; its webhook server listens on all interfaces, port 9443"
+  fi
+  start manager "${LOGS}/manager.log" "${MANAGER_BIN}" "${manager_args[@]}" "${EXTRA_MANAGER_ARGS[@]}"
+  wait_ready manager "http://127.0.0.1:${MANAGER_HEALTH_PORT}/readyz"
+
+  # Webhooks are registered only once the manager serves them: with failurePolicy Fail,
+  # a registered webhook without a server would refuse every workbench object.
+  if [[ -f config/webhook/manifests.yaml ]]; then
+    log "Registering webhooks at https://127.0.0.1:${WEBHOOK_PORT}"
+    go run ./hack/render-webhooks -in config/webhook/manifests.yaml \
+      -url "https://127.0.0.1:${WEBHOOK_PORT}" -ca-file "${PKI}/ca.crt" \
+      -out "${STATE}/webhooks.yaml"
+    kubectl apply --server-side --force-conflicts --field-manager="${FIELD_MANAGER}" -f "${STATE}/webhooks.yaml" >/dev/null
+  else
+    log "WARNING: config/webhook/manifests.yaml does not exist (run make manifests): no admission webhooks registered"
+  fi
+
+  # --- Node agent: starts here once cmd/node-agent exists (next issue) ---
+
+  # --- 8. Samples -------------------------------------------------------------------------
+  if [[ -f config/samples/kustomization.yaml ]]; then
+    log "Applying config/samples (kustomization)"
+    kubectl apply --server-side --field-manager="${FIELD_MANAGER}" -k config/samples
+  elif compgen -G 'config/samples/*.yaml' >/dev/null; then
+    log "Applying config/samples"
+    kubectl apply --server-side --field-manager="${FIELD_MANAGER}" -f config/samples
+  fi
+fi
+
+# --- 9. What next -------------------------------------------------------------------------
+cat <<EOF
+
+Sensorium Workbench is running locally (state in ${STATE}, logs in ${LOGS}).
+
+  export KUBECONFIG=${KUBECONFIG_FILE}
+  export PATH=${K8S_BIN}:\$PATH
+  kubectl get crd | grep workbench
+  kubectl get environments,terminalsessions,terminalcommands,waits -A
+  kubectl get workbench -A                  # every workbench kind (category)
+  kubectl auth can-i approve consentrequests --as=someone          # RBAC: no
+  kubectl create clusterrolebinding alice-operator --clusterrole=workbench-operator --user=alice
+  kubectl auth can-i approve consentrequests --as=alice           # RBAC: yes
+  tail -f ${LOGS}/manager.log ${LOGS}/audit.log
+
+Stop everything with: make down-local
+EOF
+if [[ "${HAVE_MANAGER}" != "1" ]]; then
+  echo "(No manager is running: webhooks, samples and reconciliation are not active.)"
+fi
+
+if [[ "${FOREGROUND}" == "1" ]]; then
+  trap - ERR
+  trap 'echo; log "Stopping"; LOCAL_STATE_DIR="${STATE}" "${ROOT}/hack/local-down.sh"; exit 0' INT TERM
+  log "Running in the foreground; Ctrl-C stops everything"
+  pids=()
+  for f in "${PIDS}"/*.pid; do pids+=("$(cut -d' ' -f1 "${f}")"); done
+  # Returns as soon as any component exits (or on Ctrl-C through the trap above).
+  wait -n "${pids[@]}" || true
+  log "A component exited; stopping the rest (logs in ${LOGS})"
+  LOCAL_STATE_DIR="${STATE}" "${ROOT}/hack/local-down.sh"
+  exit 1
+fi

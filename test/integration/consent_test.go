@@ -1,0 +1,269 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+)
+
+func getRequest(t *testing.T, ns, name string) *wbv1.ConsentRequest {
+	t.Helper()
+	var cr wbv1.ConsentRequest
+	eventually(t, 20*time.Second, "consent request "+name, func() (bool, string) {
+		err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &cr)
+		return err == nil, fmt.Sprint(err)
+	})
+	return &cr
+}
+
+func grant(ns, name, request string, scope wbv1.ConsentScope) *wbv1.ConsentGrant {
+	return &wbv1.ConsentGrant{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: wbv1.ConsentGrantSpec{RequestRef: wbv1.ObjectName(request), Scope: scope}}
+}
+
+// operator returns a client acting as a fresh operator bound in ns.
+func operator(t *testing.T, ns, user string) client.Client {
+	t.Helper()
+	must(t, env.Bind(context.Background(), "workbench-operator", user, ns))
+	c, err := env.As(user)
+	must(t, err)
+	return c
+}
+
+// TestAdmittedByProfile: an argv the profile admits is bound to the environment's node.
+func TestAdmittedByProfile(t *testing.T) {
+	ns := namespace(t)
+	placedSetup(t, ns, "node-a")
+	must(t, env.Client.Create(context.Background(), command(ns, "ok", "/usr/bin/git", "--no-pager", "status", "--short")))
+	eventually(t, 20*time.Second, "command admitted", func() (bool, string) {
+		c := getCommand(t, ns, "ok")
+		return isTrue(c.Status.Conditions, wbv1.ConditionAdmitted) && c.Labels[wbv1.NodeLabel] == "node-a",
+			fmt.Sprintf("labels=%v status=%+v", c.Labels, c.Status)
+	})
+	c := getCommand(t, ns, "ok")
+	if c.Status.AdmittedBy != "profile" || c.Status.Phase != wbv1.CommandPending || !strings.HasPrefix(string(c.Status.ArgvDigest), "sha256:") {
+		t.Fatalf("unexpected status: %+v", c.Status)
+	}
+}
+
+// TestConsentRememberExactArgv walks the whole consent path: held AwaitingConsent, the
+// agent cannot grant, an operator grants with a stamped identity, the effective profile gains
+// the entry, the command is admitted, and a second identical command is admitted directly.
+func TestConsentRememberExactArgv(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	placedSetup(t, ns, "node-a")
+	argv := []string{"/usr/bin/git", "--no-pager", "diff", "--stat"}
+	must(t, env.Client.Create(ctx, command(ns, "diff", argv...)))
+	c := waitCommandPhase(t, ns, "diff", wbv1.CommandAwaitingConsent)
+	if c.Status.ConsentRequestRef != "diff-consent" {
+		t.Fatalf("consentRequestRef = %q", c.Status.ConsentRequestRef)
+	}
+	cr := getRequest(t, ns, "diff-consent")
+	if cr.Spec.Descriptor.ArgvDigest != c.Status.ArgvDigest || cr.Spec.Descriptor.SafetyCaps.Egress != "Deny" {
+		t.Fatalf("descriptor does not bind the command: %+v", cr.Spec.Descriptor)
+	}
+
+	must(t, env.Bind(ctx, "workbench-agent", "agent-1", ns))
+	agent, err := env.As("agent-1")
+	must(t, err)
+	if err := agent.Create(ctx, grant(ns, "by-agent", "diff-consent", wbv1.ConsentRememberExactArgv)); !apierrors.IsForbidden(err) {
+		t.Fatalf("an agent must not create grants; got %v", err)
+	}
+
+	op := operator(t, ns, "alice")
+	g := grant(ns, "g1", "diff-consent", wbv1.ConsentRememberExactArgv)
+	g.Spec.Operator = "mallory" // a client-set identity is overwritten
+	must(t, op.Create(ctx, g))
+	must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(g), g))
+	if g.Spec.Operator != "alice" {
+		t.Fatalf("operator not stamped from the request: %q", g.Spec.Operator)
+	}
+	c = waitCommandPhase(t, ns, "diff", wbv1.CommandPending)
+	eventually(t, 20*time.Second, "command admitted by consent", func() (bool, string) {
+		c = getCommand(t, ns, "diff")
+		return c.Status.AdmittedBy == "g1" && isTrue(c.Status.Conditions, wbv1.ConditionAdmitted), fmt.Sprintf("%+v", c.Status)
+	})
+	var prof wbv1.CommandProfile
+	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "git"}, &prof))
+	if len(prof.Status.ConsentEntries) != 1 || prof.Status.ConsentEntries[0].Operator != "alice" || prof.Status.ConsentEntries[0].DeltaDigest == "" {
+		t.Fatalf("effective profile lacks the grant's provenance: %+v", prof.Status)
+	}
+	if prof.Spec.MaxTimeoutSeconds != 120 {
+		t.Fatalf("a grant changed the profile's caps: %+v", prof.Spec)
+	}
+	cr = getRequest(t, ns, "diff-consent")
+	if cr.Status.Decision != wbv1.DecisionGranted || !strings.HasPrefix(cr.Status.ApprovalRef, "approval:consent:sha256:") {
+		t.Fatalf("request status: %+v", cr.Status)
+	}
+	// The remembered argv admits the same command again without a prompt.
+	must(t, env.Client.Create(ctx, command(ns, "diff-again", argv...)))
+	eventually(t, 20*time.Second, "second command admitted by the remembered grant", func() (bool, string) {
+		c := getCommand(t, ns, "diff-again")
+		return c.Status.AdmittedBy == "g1", fmt.Sprintf("%+v", c.Status)
+	})
+	// A different argv is still not admitted: the grant is exact.
+	must(t, env.Client.Create(ctx, command(ns, "diff-other", "/usr/bin/git", "--no-pager", "diff")))
+	waitCommandPhase(t, ns, "diff-other", wbv1.CommandAwaitingConsent)
+
+	// Revoking removes the entry from the effective profile with a diagnostic.
+	must(t, op.Get(ctx, client.ObjectKeyFromObject(g), g))
+	g.Spec.Revoked = ptr(true)
+	must(t, op.Update(ctx, g))
+	must(t, op.Get(ctx, client.ObjectKeyFromObject(g), g))
+	g.Spec.Revoked = ptr(false)
+	mustRefuse(t, op.Update(ctx, g), "consent-revoked")
+	eventually(t, 20*time.Second, "revoked grant leaves the projection", func() (bool, string) {
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "git"}, &prof))
+		return len(prof.Status.ConsentEntries) == 0 && hasDiag(prof.Status.Diagnostics, "consent-revoked"), fmt.Sprintf("%+v", prof.Status)
+	})
+}
+
+// TestConsentAllowOnceAndDeny: allow-once admits exactly that command once; deny refuses.
+func TestConsentAllowOnceAndDeny(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	placedSetup(t, ns, "node-a")
+	op := operator(t, ns, "bob")
+	must(t, env.Client.Create(ctx, command(ns, "once", "/usr/bin/git", "--no-pager", "log")))
+	waitCommandPhase(t, ns, "once", wbv1.CommandAwaitingConsent)
+	must(t, op.Create(ctx, grant(ns, "g-once", "once-consent", wbv1.ConsentAllowOnce)))
+	eventually(t, 20*time.Second, "allow-once admits and is consumed", func() (bool, string) {
+		c := getCommand(t, ns, "once")
+		var g wbv1.ConsentGrant
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "g-once"}, &g))
+		return c.Status.AdmittedBy == "g-once" && g.Status.ConsumedBy == "once" && !g.Status.Active, fmt.Sprintf("cmd=%+v grant=%+v", c.Status, g.Status)
+	})
+	// The same argv in another command is not admitted by the consumed grant.
+	must(t, env.Client.Create(ctx, command(ns, "once-b", "/usr/bin/git", "--no-pager", "log")))
+	waitCommandPhase(t, ns, "once-b", wbv1.CommandAwaitingConsent)
+
+	must(t, op.Create(ctx, grant(ns, "g-deny", "once-b-consent", wbv1.ConsentDeny)))
+	c := waitCommandPhase(t, ns, "once-b", wbv1.CommandRefused)
+	if c.Status.Refusal == nil || c.Status.Refusal.Code != "consent-denied" {
+		t.Fatalf("refusal = %+v", c.Status.Refusal)
+	}
+	// A decided request takes no further grant.
+	mustRefuse(t, op.Create(ctx, grant(ns, "g-late", "once-b-consent", wbv1.ConsentAllowOnce)), "consent-scope-invalid")
+}
+
+// TestConsentPromptingForbidden: a profile that forbids prompting refuses with profile-missing.
+func TestConsentPromptingForbidden(t *testing.T) {
+	ns := namespace(t)
+	placedSetup(t, ns, "node-a", func(s *wbv1.CommandProfileSpec) { s.ConsentPrompting = wbv1.ConsentPromptingForbidden })
+	must(t, env.Client.Create(context.Background(), command(ns, "x", "/usr/bin/git", "--no-pager", "push")))
+	c := waitCommandPhase(t, ns, "x", wbv1.CommandRefused)
+	if c.Status.Refusal == nil || c.Status.Refusal.Code != "profile-missing" || c.Status.ConsentRequestRef != "" {
+		t.Fatalf("status = %+v", c.Status)
+	}
+}
+
+// TestConsentExpiresFailClosed: an unanswered request expires and the command is refused.
+func TestConsentExpiresFailClosed(t *testing.T) {
+	ns := namespace(t)
+	placedSetup(t, ns, "node-a")
+	must(t, env.Client.Create(context.Background(), command(ns, "late", "/usr/bin/git", "--no-pager", "blame")))
+	waitCommandPhase(t, ns, "late", wbv1.CommandAwaitingConsent)
+	var c *wbv1.TerminalCommand
+	eventually(t, (testConsentTimeout+20)*time.Second, "request expiry refuses the command", func() (bool, string) {
+		c = getCommand(t, ns, "late")
+		return c.Status.Phase == wbv1.CommandRefused, fmt.Sprintf("%+v", c.Status)
+	})
+	if c.Status.Refusal.Code != "consent-expired" {
+		t.Fatalf("refusal = %+v", c.Status.Refusal)
+	}
+	if cr := getRequest(t, ns, "late-consent"); cr.Status.Decision != wbv1.DecisionExpired {
+		t.Fatalf("request decision = %s", cr.Status.Decision)
+	}
+}
+
+// TestConsentOperatorBindingInactive: a grant whose operator loses the approve right stops
+// being effective, with the diagnostic consent-operator-binding-inactive.
+func TestConsentOperatorBindingInactive(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	placedSetup(t, ns, "node-a")
+	op := operator(t, ns, "carol")
+	must(t, env.Client.Create(ctx, command(ns, "c1", "/usr/bin/git", "--no-pager", "show")))
+	waitCommandPhase(t, ns, "c1", wbv1.CommandAwaitingConsent)
+	must(t, op.Create(ctx, grant(ns, "g", "c1-consent", wbv1.ConsentRememberExactArgv)))
+	eventually(t, 20*time.Second, "grant active", func() (bool, string) {
+		var g wbv1.ConsentGrant
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "g"}, &g))
+		return g.Status.Active, fmt.Sprintf("%+v", g.Status)
+	})
+	must(t, env.Client.Delete(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "workbench-operator-carol", Namespace: ns}}))
+	eventually(t, 30*time.Second, "grant inactive after the operator lost the role", func() (bool, string) {
+		var g wbv1.ConsentGrant
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "g"}, &g))
+		return !g.Status.Active && hasDiag(g.Status.Diagnostics, "consent-operator-binding-inactive"), fmt.Sprintf("%+v", g.Status)
+	})
+	eventually(t, 20*time.Second, "projection drops the grant", func() (bool, string) {
+		var prof wbv1.CommandProfile
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "git"}, &prof))
+		return len(prof.Status.ConsentEntries) == 0 && hasDiag(prof.Status.Diagnostics, "consent-operator-binding-inactive"), fmt.Sprintf("%+v", prof.Status)
+	})
+}
+
+// TestConsentGrantRefusals: who may grant, and what a grant may say.
+func TestConsentGrantRefusals(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	placedSetup(t, ns, "node-a")
+	must(t, env.Client.Create(ctx, command(ns, "p", "/usr/bin/git", "--no-pager", "log", "--oneline")))
+	waitCommandPhase(t, ns, "p", wbv1.CommandAwaitingConsent)
+	op := operator(t, ns, "dave")
+	// A viewer is no operator.
+	must(t, env.Bind(ctx, "workbench-viewer", "vic", ns))
+	viewer, err := env.As("vic")
+	must(t, err)
+	if err := viewer.Create(ctx, grant(ns, "gv", "p-consent", wbv1.ConsentAllowOnce)); !apierrors.IsForbidden(err) {
+		t.Fatalf("viewer grant: %v", err)
+	}
+	// A prefix longer than the reviewed argv, and a prefix wide open to inline code.
+	g := grant(ns, "g-long", "p-consent", wbv1.ConsentRememberArgvPrefix)
+	g.Spec.PrefixLength = ptr(int32(9))
+	mustRefuse(t, op.Create(ctx, g), "consent-scope-invalid")
+	g = grant(ns, "g-exp", "p-consent", wbv1.ConsentRememberExactArgv)
+	g.Spec.ExpiresAt = &metav1.Time{Time: time.Now().Add(365 * 24 * time.Hour)}
+	mustRefuse(t, op.Create(ctx, g), "consent-scope-invalid")
+	g = grant(ns, "g-missing", "nope", wbv1.ConsentAllowOnce)
+	mustRefuse(t, op.Create(ctx, g), "consent-scope-invalid: the consent request does not exist")
+	// A valid bounded prefix grant admits a later command under the prefix.
+	g = grant(ns, "g-prefix", "p-consent", wbv1.ConsentRememberArgvPrefix)
+	g.Spec.PrefixLength = ptr(int32(3))
+	g.Spec.VariablePrefixes = []string{"--oneline", "-n"}
+	must(t, op.Create(ctx, g))
+	must(t, env.Client.Create(ctx, command(ns, "p2", "/usr/bin/git", "--no-pager", "log", "-n5")))
+	eventually(t, 20*time.Second, "prefix grant admits a later command", func() (bool, string) {
+		c := getCommand(t, ns, "p2")
+		return c.Status.AdmittedBy == "g-prefix", fmt.Sprintf("%+v", c.Status)
+	})
+}
+
+func hasDiag(ds []wbv1.Diagnostic, code string) bool {
+	for _, d := range ds {
+		if d.Code == code {
+			return true
+		}
+	}
+	return false
+}
+
+func isTrue(conds []metav1.Condition, t string) bool {
+	for _, c := range conds {
+		if c.Type == t {
+			return c.Status == metav1.ConditionTrue
+		}
+	}
+	return false
+}
