@@ -21,9 +21,9 @@ import (
 // appears is given its one final outcome here, with a refusal code.
 type BindingReconciler[T client.Object] struct {
 	client.Client
-	Now     func() time.Time
-	Kind    string
-	NewObj  func() T
+	Now    func() time.Time
+	Kind   string
+	NewObj func() T
 	// EnvOf names the environment the object acts on ("" when it acts on none, e.g. a wait
 	// on another operation, which the node of that operation's object handles).
 	EnvOf func(ctx context.Context, c client.Reader, obj T) (string, error)

@@ -46,7 +46,9 @@ func refusal(code actuation.Code, msg string) *wbv1.Refusal {
 func sessionBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1.TerminalSession] {
 	return &BindingReconciler[*wbv1.TerminalSession]{
 		Client: c, Now: now, Kind: "TerminalSession", NewObj: func() *wbv1.TerminalSession { return &wbv1.TerminalSession{} },
-		EnvOf: func(_ context.Context, _ client.Reader, o *wbv1.TerminalSession) (string, error) { return string(o.Spec.EnvironmentRef), nil },
+		EnvOf: func(_ context.Context, _ client.Reader, o *wbv1.TerminalSession) (string, error) {
+			return string(o.Spec.EnvironmentRef), nil
+		},
 		Final: func(o *wbv1.TerminalSession) bool {
 			switch o.Status.Phase {
 			case wbv1.SessionClosed, wbv1.SessionFailed, wbv1.SessionExpired, wbv1.SessionKilled:
@@ -69,7 +71,9 @@ func waitBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1.
 		EnvOf: func(ctx context.Context, r client.Reader, o *wbv1.Wait) (string, error) {
 			return envOfScope(ctx, r, o.Namespace, o.Spec.Scope)
 		},
-		Final: func(o *wbv1.Wait) bool { return o.Status.ConditionStatus != "" && o.Status.ConditionStatus != wbv1.WaitPending },
+		Final: func(o *wbv1.Wait) bool {
+			return o.Status.ConditionStatus != "" && o.Status.ConditionStatus != wbv1.WaitPending
+		},
 		Fail: func(ctx context.Context, c client.Client, o *wbv1.Wait, code actuation.Code, msg string) error {
 			_, err := applyStatus(ctx, c, "binding", o, wbv1.WaitStatus{}, wbv1.WaitStatus{ConditionStatus: wbv1.WaitFailed, Refusal: refusal(code, msg)})
 			return err
@@ -94,7 +98,9 @@ func probeBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1
 func patchBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1.FilePatch] {
 	return &BindingReconciler[*wbv1.FilePatch]{
 		Client: c, Now: now, Kind: "FilePatch", NewObj: func() *wbv1.FilePatch { return &wbv1.FilePatch{} },
-		EnvOf: func(_ context.Context, _ client.Reader, o *wbv1.FilePatch) (string, error) { return string(o.Spec.EnvironmentRef), nil },
+		EnvOf: func(_ context.Context, _ client.Reader, o *wbv1.FilePatch) (string, error) {
+			return string(o.Spec.EnvironmentRef), nil
+		},
 		Final: func(o *wbv1.FilePatch) bool { return o.Status.Phase == "Applied" || o.Status.Phase == "Rejected" },
 		Fail: func(ctx context.Context, c client.Client, o *wbv1.FilePatch, code actuation.Code, msg string) error {
 			_, err := applyStatus(ctx, c, "binding", o, wbv1.FilePatchStatus{}, wbv1.FilePatchStatus{Phase: "Rejected", Refusal: refusal(code, msg)})

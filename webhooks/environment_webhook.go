@@ -96,4 +96,3 @@ func validateEnvironmentSpec(spec *wbv1.EnvironmentSpec) field.ErrorList {
 	}
 	return errs
 }
-

@@ -36,7 +36,9 @@ func TestAdmissionRefusals(t *testing.T) {
 		{"cwd backslash", cmd(func(c *wbv1.TerminalCommand) { c.Spec.Cwd.Path = `a\b` }), "path-invalid-character"},
 		{"argv shell string", cmd(func(c *wbv1.TerminalCommand) { c.Spec.Argv = []string{"git status; rm -rf /"} }), "shell-string"},
 		{"forbidden env key LD_PRELOAD", cmd(func(c *wbv1.TerminalCommand) { c.Spec.Env = []wbv1.EnvVar{{Name: "LD_PRELOAD", Value: "/tmp/x.so"}} }), "env-key-forbidden"},
-		{"forbidden env key SSH_AUTH_SOCK", cmd(func(c *wbv1.TerminalCommand) { c.Spec.Env = []wbv1.EnvVar{{Name: "SSH_AUTH_SOCK", Value: "/tmp/agent"}} }), "env-key-forbidden"},
+		{"forbidden env key SSH_AUTH_SOCK", cmd(func(c *wbv1.TerminalCommand) {
+			c.Spec.Env = []wbv1.EnvVar{{Name: "SSH_AUTH_SOCK", Value: "/tmp/agent"}}
+		}), "env-key-forbidden"},
 		{"env override not in profile", cmd(func(c *wbv1.TerminalCommand) { c.Spec.Env = []wbv1.EnvVar{{Name: "LANG", Value: "C"}} }), "env-override-not-allowed"},
 		{"timeout above profile max", cmd(func(c *wbv1.TerminalCommand) { c.Spec.TimeoutSeconds = 121 }), "timeout-above-max"},
 		{"output above profile max", cmd(func(c *wbv1.TerminalCommand) { c.Spec.OutputBytes = 2 << 20 }), "output-cap-above-max"},
@@ -44,10 +46,15 @@ func TestAdmissionRefusals(t *testing.T) {
 		{"profile shell", prof(func(s *wbv1.CommandProfileSpec) { s.Executable = "/bin/sh"; s.FixedArgs = []string{"-c"} }), "shell-string"},
 		{"profile bash", prof(func(s *wbv1.CommandProfileSpec) { s.Executable = "/usr/bin/bash"; s.FixedArgs = nil }), "shell-string"},
 		{"profile python -c", prof(func(s *wbv1.CommandProfileSpec) { s.Executable = "/usr/bin/python3"; s.FixedArgs = []string{"-c"} }), "shell-string"},
-		{"profile python open prefix", prof(func(s *wbv1.CommandProfileSpec) { s.Executable = "/usr/bin/python3"; s.AllowedArgPrefixes = []string{"-"} }), "shell-string"},
+		{"profile python open prefix", prof(func(s *wbv1.CommandProfileSpec) {
+			s.Executable = "/usr/bin/python3"
+			s.AllowedArgPrefixes = []string{"-"}
+		}), "shell-string"},
 		{"profile relative executable", prof(func(s *wbv1.CommandProfileSpec) { s.Executable = "git" }), "executable-not-absolute"},
 		{"profile empty roots", prof(func(s *wbv1.CommandProfileSpec) { s.AllowedRoots = nil }), "profile-roots-empty"},
-		{"profile forbidden default env", prof(func(s *wbv1.CommandProfileSpec) { s.Env.Defaults = []wbv1.EnvVar{{Name: "AWS_SECRET_ACCESS_KEY", Value: "x"}} }), "env-key-forbidden"},
+		{"profile forbidden default env", prof(func(s *wbv1.CommandProfileSpec) {
+			s.Env.Defaults = []wbv1.EnvVar{{Name: "AWS_SECRET_ACCESS_KEY", Value: "x"}}
+		}), "env-key-forbidden"},
 		{"profile forbidden override", prof(func(s *wbv1.CommandProfileSpec) {
 			s.Env.Mode = "AllowlistedOverrides"
 			s.Env.AllowedOverrides = []string{"NODE_OPTIONS"}

@@ -133,7 +133,6 @@ func TestNodeRestriction(t *testing.T) {
 	}
 }
 
-
 // TestPlacement: conjunctive matching; no match lists the unmet properties.
 func TestPlacement(t *testing.T) {
 	ctx := context.Background()
