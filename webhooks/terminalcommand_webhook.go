@@ -23,13 +23,17 @@ import (
 // beyond the named profile. A well-formed argv the profile does not admit is accepted here;
 // the manager then holds it for consent (or refuses it) — admission by argv is not a
 // malformation.
+//
+// The profile is read from the manager's informer cache: admission stays one API round trip
+// cheaper, and a profile the cache has not seen yet only skips these early checks — the
+// consent gate re-checks the same rules against the live profile before admitting.
 type TerminalCommandValidator struct {
 	Reader client.Reader
 }
 
 func setupTerminalCommand(mgr ctrl.Manager) error {
 	return ctrl.NewWebhookManagedBy(mgr, &wbv1.TerminalCommand{}).
-		WithValidator(TerminalCommandValidator{Reader: mgr.GetAPIReader()}).Complete()
+		WithValidator(TerminalCommandValidator{Reader: mgr.GetClient()}).Complete()
 }
 
 // ValidateCreate implements admission.Validator.

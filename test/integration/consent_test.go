@@ -10,6 +10,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -115,13 +116,19 @@ func TestConsentRememberExactArgv(t *testing.T) {
 	must(t, env.Client.Create(ctx, command(ns, "diff-other", "/usr/bin/git", "--no-pager", "diff")))
 	waitCommandPhase(t, ns, "diff-other", wbv1.CommandAwaitingConsent)
 
-	// Revoking removes the entry from the effective profile with a diagnostic.
-	must(t, op.Get(ctx, client.ObjectKeyFromObject(g), g))
-	g.Spec.Revoked = ptr(true)
-	must(t, op.Update(ctx, g))
-	must(t, op.Get(ctx, client.ObjectKeyFromObject(g), g))
-	g.Spec.Revoked = ptr(false)
-	mustRefuse(t, op.Update(ctx, g), "consent-revoked")
+	// Revoking removes the entry from the effective profile with a diagnostic; a revoked
+	// grant stays revoked. Status writes bump the resource version, so retry on conflict.
+	setRevoked := func(v bool) error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := op.Get(ctx, client.ObjectKeyFromObject(g), g); err != nil {
+				return err
+			}
+			g.Spec.Revoked = ptr(v)
+			return op.Update(ctx, g)
+		})
+	}
+	must(t, setRevoked(true))
+	mustRefuse(t, setRevoked(false), "consent-revoked")
 	eventually(t, 20*time.Second, "revoked grant leaves the projection", func() (bool, string) {
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "git"}, &prof))
 		return len(prof.Status.ConsentEntries) == 0 && hasDiag(prof.Status.Diagnostics, "consent-revoked"), fmt.Sprintf("%+v", prof.Status)
