@@ -1,0 +1,93 @@
+// Package statusapply writes the status fields a component owns by server-side apply, under
+// a field manager of its own, and only when they changed. The manager's controllers and the
+// node agent share it, so both follow one rule for status writes.
+package statusapply
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+)
+
+// Apply writes the owned status fields of obj by server-side apply when they differ
+// from cur (the same projection of the stored status). It returns whether it wrote.
+func Apply(ctx context.Context, c client.Client, owner string, obj client.Object, cur, next any) (bool, error) {
+	if equality.Semantic.DeepEqual(cur, next) {
+		return false, nil
+	}
+	gvk, err := apiutil.GVKForObject(obj, c.Scheme())
+	if err != nil {
+		return false, fmt.Errorf("resolving kind of %T: %w", obj, err)
+	}
+	var st map[string]any
+	raw, err := json.Marshal(next)
+	if err == nil {
+		err = json.Unmarshal(raw, &st)
+	}
+	if err != nil {
+		return false, fmt.Errorf("converting status of %s: %w", obj.GetName(), err)
+	}
+	md := map[string]any{"name": obj.GetName()}
+	if ns := obj.GetNamespace(); ns != "" {
+		md["namespace"] = ns
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": gvk.GroupVersion().String(), "kind": gvk.Kind, "metadata": md, "status": st,
+	}}
+	//nolint:staticcheck // typed apply configurations are not generated for this API; unstructured apply is the supported path.
+	if err := c.Status().Patch(ctx, u, client.Apply, client.FieldOwner(owner), client.ForceOwnership); err != nil {
+		return false, fmt.Errorf("applying status of %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(obj), err)
+	}
+	return true, nil
+}
+
+// Owned returns copies of the conditions of the given types.
+func Owned(all []metav1.Condition, types ...string) []metav1.Condition {
+	var out []metav1.Condition
+	for _, t := range types {
+		if c := meta.FindStatusCondition(all, t); c != nil {
+			out = append(out, *c)
+		}
+	}
+	return out
+}
+
+// Set sets a condition on both the owned set and the full view (used to derive
+// phases), keeping lastTransitionTime when the status does not change.
+func Set(owned, all *[]metav1.Condition, c metav1.Condition) {
+	meta.SetStatusCondition(owned, c)
+	meta.SetStatusCondition(all, c)
+}
+
+// Cond builds a condition.
+func Cond(t string, s bool, reason, msg string, gen int64) metav1.Condition {
+	st := metav1.ConditionFalse
+	if s {
+		st = metav1.ConditionTrue
+	}
+	return metav1.Condition{Type: t, Status: st, Reason: reason, Message: Truncate(msg, 1024), ObservedGeneration: gen}
+}
+
+// Truncate shortens s to at most n bytes.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
+
+// RequeueAt returns the delay until t, at least one second.
+func RequeueAt(now, t time.Time) time.Duration {
+	if d := t.Sub(now); d > time.Second {
+		return d
+	}
+	return time.Second
+}
