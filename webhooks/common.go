@@ -75,7 +75,11 @@ func refusalErrors(base *field.Path, refusals []*actuation.Refusal) field.ErrorL
 			continue
 		}
 		p := base
-		if r.Field != "" {
+		switch {
+		case r.Field == "":
+		case strings.HasPrefix(r.Field, base.String()+"."):
+			p = field.NewPath(r.Field) // the core already names the full path
+		default:
 			p = base.Child(r.Field)
 		}
 		errs = append(errs, field.Invalid(p, "", string(r.Code)+": "+r.Message))

@@ -1,0 +1,180 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/nodeagent/procexec"
+	"sensorium.dev/workbench/internal/nodeagent/session"
+	"sensorium.dev/workbench/internal/nodeagent/store"
+)
+
+// Version is the agent's version, stamped at build time.
+var Version = "v0.1.0-dev"
+
+// FieldManager prefixes the node agent's field managers.
+const FieldManager = "workbench-node-agent/"
+
+// Agent is one node agent process.
+type Agent struct {
+	cfg      Config
+	store    *store.DB
+	backends *backends.Registry
+	sessions *session.Manager
+	runner   *procexec.Runner
+	client   client.Client
+	reader   client.Reader
+
+	mu       sync.Mutex
+	envs     map[string]*liveEnv     // environment UID → mounted roots
+	sess     map[string]*liveSession // session UID → ring (+ PTY)
+	commands map[string]*liveCommand // command UID → running handle or finished result
+	recovery  []wbv1.RecoveryAction
+	waits     int
+	dataPlane *wbv1.DataPlane
+	recorder  events.EventRecorder
+
+	// wake re-queues objects from goroutines (command exits, session phase changes).
+	wakeCommands chan event.GenericEvent
+	wakeSessions chan event.GenericEvent
+}
+
+// Options tune an agent for tests and embedding.
+type Options struct {
+	// Backends overrides the default backend set.
+	Backends []backends.Backend
+	// HelperPath is the sandbox helper binary (default: this executable).
+	HelperPath string
+}
+
+// New opens the store and prepares the runtime. Nothing runs until Run.
+func New(cfg Config, opts Options) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{cfg.StateDir, filepath.Join(cfg.StateDir, "tmp")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("creating state dir %s: %w", d, err)
+		}
+	}
+	db, err := store.Open(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	bs := opts.Backends
+	if bs == nil {
+		bs = defaultBackends(cfg)
+	}
+	reg, err := backends.NewRegistry(bs...)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	caps := cfg.Caps
+	a := &Agent{
+		cfg: cfg, store: db, backends: reg,
+		sessions: session.NewManager(session.Caps{
+			Sessions: caps.Sessions, SessionsPerEnvironment: caps.SessionsPerEnvironment, ReaderTasks: caps.ReaderTasks,
+			InputQueueDepth: caps.InputQueueDepth, EventBufferDepth: caps.EventBufferDepth,
+		}),
+		runner:       procexec.NewRunner(procexec.Limits{MaxConcurrent: caps.ConcurrentCommands, TempBase: filepath.Join(cfg.StateDir, "tmp"), HelperPath: opts.HelperPath}),
+		envs:         map[string]*liveEnv{},
+		sess:         map[string]*liveSession{},
+		commands:     map[string]*liveCommand{},
+		wakeCommands: make(chan event.GenericEvent, 1024),
+		wakeSessions: make(chan event.GenericEvent, 1024),
+	}
+	return a, nil
+}
+
+// Scheme returns the scheme the agent's clients use.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = wbv1.AddToScheme(s)
+	return s
+}
+
+// cacheOptions restrict every watch to this node's objects: a label selector on the node
+// label for namespaced kinds and the agent's own capabilities, the node's own name for its
+// WorkbenchNode. The agent never lists cluster-wide.
+func (a *Agent) cacheOptions() cache.Options {
+	sel := labels.SelectorFromSet(labels.Set{wbv1.NodeLabel: a.cfg.NodeName})
+	byLabel := cache.ByObject{Label: sel}
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&wbv1.Environment{}:       byLabel,
+		&wbv1.TerminalSession{}:   byLabel,
+		&wbv1.TerminalCommand{}:   byLabel,
+		&wbv1.Wait{}:              byLabel,
+		&wbv1.Probe{}:             byLabel,
+		&wbv1.FilePatch{}:         byLabel,
+		&wbv1.Artifact{}:          byLabel,
+		&wbv1.BackendCapability{}: byLabel,
+		&wbv1.WorkbenchNode{}:     {Field: fields.OneTermEqualSelector("metadata.name", a.cfg.NodeName)},
+	}}
+}
+
+// Run sweeps what a previous process left, then reconciles until ctx ends.
+func (a *Agent) Run(ctx context.Context, cfg *rest.Config) error {
+	log := ctrl.LoggerFrom(ctx).WithValues("node", a.cfg.NodeName)
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: Scheme(), Cache: a.cacheOptions(),
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		return fmt.Errorf("creating node agent manager: %w", err)
+	}
+	a.client, a.reader = mgr.GetClient(), mgr.GetAPIReader()
+	a.recorder = mgr.GetEventRecorder("workbench-node-agent")
+
+	log.Info("Sweeping what a previous agent process left")
+	if err := a.recover(ctx); err != nil {
+		return fmt.Errorf("recovery sweep: %w", err)
+	}
+	if err := a.setupControllers(mgr); err != nil {
+		return err
+	}
+	if err := mgr.Add(managerRunnable(a.publishLoop)); err != nil {
+		return err
+	}
+	log.Info("Starting node agent", "version", Version, "backends", a.backends.IDs())
+	err = mgr.Start(ctx)
+	shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a.shutdown(shutdown)
+	return err
+}
+
+// shutdown stops every process the agent runs; it leaves store records so a restart knows
+// what was interrupted.
+func (a *Agent) shutdown(ctx context.Context) {
+	_ = a.sessions.Shutdown(ctx)
+	a.mu.Lock()
+	for _, c := range a.commands {
+		if c.handle != nil && c.result == nil {
+			c.handle.Kill(procexec.OriginCancel)
+		}
+	}
+	a.mu.Unlock()
+	_ = a.store.Close()
+}
+
+type managerRunnable func(ctx context.Context) error
+
+func (f managerRunnable) Start(ctx context.Context) error { return f(ctx) }

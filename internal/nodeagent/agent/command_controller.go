@@ -1,0 +1,378 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/convert"
+	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
+	"sensorium.dev/workbench/internal/nodeagent/procexec"
+	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/nodeagent/ring"
+	"sensorium.dev/workbench/internal/nodeagent/store"
+	"sensorium.dev/workbench/internal/statusapply"
+)
+
+// liveCommand is a command this process started.
+type liveCommand struct {
+	handle  *procexec.Handle
+	started time.Time
+	result  *commandOutcome
+}
+
+// commandOutcome is the one recorded outcome, persisted in the store before it is written
+// to status, so a crash between the two still reports the truth.
+type commandOutcome struct {
+	Phase        wbv1.CommandPhase `json:"phase"`
+	ExitCode     *int32            `json:"exitCode,omitempty"`
+	SignalOrigin string            `json:"signalOrigin,omitempty"`
+	Bytes        int64             `json:"bytes"`
+	Truncated    bool              `json:"truncated,omitempty"`
+	OutputDigest string            `json:"outputDigest,omitempty"`
+	SeqFrom      uint64            `json:"seqFrom,omitempty"`
+	SeqTo        uint64            `json:"seqTo,omitempty"`
+	RefusalCode  string            `json:"refusalCode,omitempty"`
+	Message      string            `json:"message,omitempty"`
+	Started      time.Time         `json:"started,omitempty"`
+	Completed    time.Time         `json:"completed"`
+}
+
+type commandReconciler struct{ a *Agent }
+
+func commandOwned(s *wbv1.TerminalCommandStatus) wbv1.TerminalCommandStatus {
+	return wbv1.TerminalCommandStatus{
+		Phase: s.Phase, ExitCode: s.ExitCode, SignalOrigin: s.SignalOrigin, StdoutBytes: s.StdoutBytes, Truncated: s.Truncated,
+		OutputDigest: s.OutputDigest, SeqFrom: s.SeqFrom, SeqTo: s.SeqTo, Refusal: s.Refusal, NodeName: s.NodeName,
+		StartTime: s.StartTime, CompletionTime: s.CompletionTime,
+		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionStarted, wbv1.ConditionCompleted),
+	}
+}
+
+func (r *commandReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	a := r.a
+	var cmd wbv1.TerminalCommand
+	if err := a.client.Get(ctx, req.NamespacedName, &cmd); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if cmd.Labels[wbv1.NodeLabel] != a.cfg.NodeName || wbv1.CommandIsFinal(cmd.Status.Conditions) ||
+		!condTrue(cmd.Status.Conditions, wbv1.ConditionAdmitted) {
+		return ctrl.Result{}, nil
+	}
+	cur, next := commandOwned(&cmd.Status), commandOwned(&cmd.Status)
+	all := append([]metav1.Condition(nil), cmd.Status.Conditions...)
+	p := &cmdPass{cmd: &cmd, next: &next, all: &all}
+	if err := r.step(ctx, p); err != nil {
+		return ctrl.Result{}, err
+	}
+	next.Phase = wbv1.CommandPhaseFor(all)
+	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"command", &cmd, cur, next)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if wrote && cur.Phase != next.Phase {
+		evType := corev1.EventTypeNormal
+		if next.Phase != wbv1.CommandRunning && next.Phase != wbv1.CommandSucceeded {
+			evType = corev1.EventTypeWarning
+		}
+		a.recordEvent(&cmd, evType, string(next.Phase), fmt.Sprintf("Command is %s on node %s", next.Phase, a.cfg.NodeName))
+	}
+	return p.result, nil
+}
+
+type cmdPass struct {
+	cmd    *wbv1.TerminalCommand
+	next   *wbv1.TerminalCommandStatus
+	all    *[]metav1.Condition
+	result ctrl.Result
+}
+
+func (p *cmdPass) set(t string, ok bool, reason, msg string) {
+	statusapply.Set(&p.next.Conditions, p.all, statusapply.Cond(t, ok, reason, msg, p.cmd.Generation))
+}
+
+// finish records the outcome in status. Every field this agent owns is set again, so a
+// pass that read a stale copy never drops what an earlier pass wrote.
+func (p *cmdPass) finish(o *commandOutcome) {
+	if !o.Started.IsZero() {
+		p.next.StartTime = &metav1.Time{Time: o.Started}
+		p.set(wbv1.ConditionStarted, true, "Started", "the process was started on this node")
+	}
+	p.next.ExitCode = o.ExitCode
+	p.next.SignalOrigin = wbv1.SignalOrigin(o.SignalOrigin)
+	p.next.StdoutBytes, p.next.Truncated = o.Bytes, o.Truncated
+	p.next.OutputDigest = wbv1.Digest(o.OutputDigest)
+	p.next.SeqFrom, p.next.SeqTo = int64(o.SeqFrom), int64(o.SeqTo)
+	p.next.CompletionTime = &metav1.Time{Time: o.Completed}
+	if o.RefusalCode != "" {
+		p.next.Refusal = &wbv1.Refusal{Code: o.RefusalCode, Message: statusapply.Truncate(o.Message, 1024)}
+	}
+	p.set(wbv1.ConditionCompleted, true, string(o.Phase), statusapply.Truncate(o.Message, 1024))
+}
+
+// step decides one pass. The order matters for exactly-once: the store records the start
+// before any process exists; a record without a live handle in this process means a
+// previous process started it, and the command ends Failed/interrupted — never re-run.
+func (r *commandReconciler) step(ctx context.Context, p *cmdPass) error {
+	a := r.a
+	uid := string(p.cmd.UID)
+	a.mu.Lock()
+	live := a.commands[uid]
+	a.mu.Unlock()
+	p.next.NodeName = a.cfg.NodeName
+	if live != nil {
+		if live.result != nil {
+			p.finish(live.result)
+		} else {
+			p.next.StartTime = &metav1.Time{Time: live.started}
+			p.set(wbv1.ConditionStarted, true, "Started", "the process runs on this node")
+		}
+		return nil
+	}
+	rec, ok, err := a.store.Commands().Get(uid)
+	if err != nil {
+		return err
+	}
+	if ok {
+		if o := decodeOutcome(rec.Outcome); o != nil {
+			p.finish(o)
+			return nil
+		}
+		p.finish(&commandOutcome{Phase: wbv1.CommandFailed, RefusalCode: string(actuation.CodeInterrupted), Completed: time.Now(),
+			Message: "interrupted: the node agent restarted while the command ran; it is never re-run (" + rec.Outcome + ")"})
+		return nil
+	}
+	return r.start(ctx, p)
+}
+
+func decodeOutcome(s string) *commandOutcome {
+	var o commandOutcome
+	if s == "" || json.Unmarshal([]byte(s), &o) != nil || o.Phase == "" {
+		return nil
+	}
+	return &o
+}
+
+// refuse ends a command at the node with a code (nothing was started).
+func (p *cmdPass) refuse(code, msg string) {
+	p.finish(&commandOutcome{Phase: wbv1.CommandFailed, RefusalCode: code, Message: code + ": " + msg, Completed: time.Now()})
+}
+
+func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
+	a := r.a
+	cmd := p.cmd
+	var sess wbv1.TerminalSession
+	if err := a.client.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: string(cmd.Spec.SessionRef)}, &sess); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			p.refuse(string(actuation.CodeSessionMissing), "session "+string(cmd.Spec.SessionRef)+" is not on this node")
+			return nil
+		}
+		return err
+	}
+	var env wbv1.Environment
+	if err := a.client.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: string(sess.Spec.EnvironmentRef)}, &env); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if env.Status.NodeName != a.cfg.NodeName {
+		return nil // not ours (yet); the label said so, the status does not agree
+	}
+	roots, ready := a.mountedRoots(string(env.UID))
+	if !ready {
+		p.result.RequeueAfter = 2 * time.Second
+		return nil
+	}
+	live := a.sessionRing(string(sess.UID))
+	if live == nil {
+		p.result.RequeueAfter = time.Second // the session is not open yet
+		return nil
+	}
+	var prof wbv1.CommandProfile
+	if err := a.reader.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: string(cmd.Spec.ProfileRef)}, &prof); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			p.refuse(string(actuation.CodeProfileMissing), "profile "+string(cmd.Spec.ProfileRef)+" no longer exists")
+			return nil
+		}
+		return err
+	}
+	core, intent := convert.Profile(&prof.Spec), convert.Intent(&cmd.Spec)
+	// Defence in depth: the same core rules the webhook and the gate ran, at the edge.
+	if refs := append(actuation.ValidateArgvShape(intent.Argv), actuation.ValidateIntentAgainstProfile(core, intent)...); len(refs) > 0 {
+		p.refuse(string(refs[0].Code), refs[0].Message)
+		return nil
+	}
+	envVars, ref := actuation.CuratedEnv(core, intent.Env)
+	if ref != nil {
+		p.refuse(string(ref.Code), ref.Message)
+		return nil
+	}
+	spec, code, msg := commandSpec(roots, intent, envVars)
+	if code != "" {
+		p.refuse(code, msg)
+		return nil
+	}
+	rec, created, err := a.store.RecordCommandStart(store.Command{
+		UID: string(cmd.UID), Namespace: cmd.Namespace, Name: cmd.Name, SessionUID: string(sess.UID),
+		IdempotencyKey: cmd.Spec.IdempotencyKey, ArgvDigest: string(cmd.Status.ArgvDigest),
+	})
+	if err != nil {
+		if code := fsaccess.CodeOf(err); code != "" {
+			p.refuse(code, err.Error())
+			return nil
+		}
+		return err
+	}
+	if !created {
+		// Another command already holds this idempotency key: replay its outcome.
+		if o := decodeOutcome(rec.Outcome); o != nil {
+			o.Message = fmt.Sprintf("replay of %s (idempotency key %q): %s", rec.Name, cmd.Spec.IdempotencyKey, o.Message)
+			p.finish(o)
+		} else {
+			p.result.RequeueAfter = time.Second
+		}
+		return nil
+	}
+	seqFrom := live.LastSeq() + 1
+	h, err := a.runner.Start(context.Background(), spec)
+	if err != nil {
+		o := &commandOutcome{Phase: wbv1.CommandFailed, RefusalCode: refusal.CodeOf(err), Message: err.Error(), Completed: time.Now()}
+		if o.RefusalCode == "" {
+			o.RefusalCode = "start-failed"
+		}
+		a.persistOutcome(string(cmd.UID), o)
+		p.finish(o)
+		return nil
+	}
+	info := h.Info()
+	rec.PID, rec.PGID, rec.StartTime, rec.Phase, rec.UpdatedAt = info.Pid, info.Pgid, info.StartTime, string(wbv1.CommandRunning), time.Now()
+	if err := a.store.Commands().Put(rec); err != nil {
+		h.Kill(procexec.OriginCancel)
+		return err
+	}
+	a.mu.Lock()
+	now := metav1.Now()
+	a.commands[string(cmd.UID)] = &liveCommand{handle: h, started: now.Time}
+	a.mu.Unlock()
+	go a.awaitCommand(cmd.DeepCopy(), h, live, seqFrom, now.Time)
+	p.next.StartTime, p.next.NodeName = &now, a.cfg.NodeName
+	p.set(wbv1.ConditionStarted, true, "Started", fmt.Sprintf("pid %d in its own process group, no network, writes confined to the environment", info.Pid))
+	return nil
+}
+
+// commandSpec resolves the working directory beneath its root (openat2, so no symlink
+// escapes) and builds the sandboxed process spec.
+func commandSpec(roots []backends.MountedRoot, in actuation.CommandIntent, envVars []actuation.EnvVar) (procexec.Spec, string, string) {
+	var rootPath string
+	var writable, readable []string
+	for _, r := range roots {
+		if r.Name == in.Cwd.Root {
+			rootPath = r.Path
+		}
+		if r.ReadOnly {
+			readable = append(readable, r.Path)
+		} else {
+			writable = append(writable, r.Path)
+		}
+	}
+	if rootPath == "" {
+		return procexec.Spec{}, string(actuation.CodeRootNotAllowed), "root " + in.Cwd.Root + " is not a root of the environment"
+	}
+	dir := rootPath
+	if in.Cwd.Path != "" {
+		root, err := fsaccess.OpenRoot(rootPath)
+		if err != nil {
+			return procexec.Spec{}, "root-invalid", err.Error()
+		}
+		fi, err := root.Lstat(in.Cwd.Path)
+		_ = root.Close()
+		if err != nil {
+			code := fsaccess.CodeOf(err)
+			if code == "" {
+				code = string(actuation.CodeCwdNotAllowed)
+			}
+			return procexec.Spec{}, code, err.Error()
+		}
+		if fi.Type != fsaccess.TypeDir {
+			return procexec.Spec{}, string(actuation.CodeCwdNotAllowed), "cwd " + in.Cwd.Path + " is not a directory"
+		}
+		dir = filepath.Join(rootPath, in.Cwd.Path)
+	}
+	env := make([]string, 0, len(envVars))
+	for _, e := range envVars {
+		env = append(env, e.Name+"="+e.Value)
+	}
+	return procexec.Spec{
+		Argv: in.Argv, Env: env, Dir: dir, Timeout: time.Duration(in.TimeoutSeconds) * time.Second,
+		OutputBytes: in.OutputBytes, Network: procexec.NetworkNone, WritableRoots: writable, ReadableRoots: readable,
+		TempDirEnv: "TMPDIR",
+	}, "", ""
+}
+
+// awaitCommand waits for the process, appends its output to the session's event ring,
+// persists the outcome, and wakes the reconciler to write it.
+func (a *Agent) awaitCommand(cmd *wbv1.TerminalCommand, h *procexec.Handle, rg *ring.Ring, seqFrom uint64, started time.Time) {
+	res, err := h.Wait()
+	o := &commandOutcome{Started: started, Completed: time.Now(), Bytes: res.OutputBytesSeen, Truncated: res.Truncated, SignalOrigin: string(res.SignalOrigin)}
+	sum := sha256.Sum256(res.Output)
+	o.OutputDigest = "sha256:" + hex.EncodeToString(sum[:])
+	if len(res.Output) > 0 {
+		if _, aerr := rg.Append(ring.KindOutput, res.Output); aerr == nil {
+			o.SeqFrom, o.SeqTo = seqFrom, rg.LastSeq()
+		}
+	}
+	switch {
+	case err != nil:
+		o.Phase, o.RefusalCode, o.Message = wbv1.CommandFailed, refusal.CodeOf(err), err.Error()
+	case res.SignalOrigin == procexec.OriginTimeout:
+		o.Phase, o.Message = wbv1.CommandTimedOut, "timed out; the process group was terminated"
+	case res.SignalOrigin == procexec.OriginCancel || res.SignalOrigin == procexec.OriginOperator:
+		o.Phase, o.Message = wbv1.CommandCancelled, "cancelled ("+string(res.SignalOrigin)+")"
+	case res.ExitCode == 0:
+		o.Phase, o.Message = wbv1.CommandSucceeded, "exited 0"
+	default:
+		o.Phase, o.Message = wbv1.CommandFailed, fmt.Sprintf("exited %d %s", res.ExitCode, res.Signal)
+	}
+	if res.Signal == "" || res.SignalOrigin == procexec.OriginExit {
+		code := int32(res.ExitCode)
+		o.ExitCode = &code
+	}
+	if !res.CleanupComplete && err == nil {
+		o.Message += "; cleanup incomplete: processes of the group may remain"
+	}
+	a.persistOutcome(string(cmd.UID), o)
+	a.mu.Lock()
+	if lc := a.commands[string(cmd.UID)]; lc != nil {
+		lc.result = o
+	}
+	a.mu.Unlock()
+	a.wake(a.wakeCommands, cmd)
+}
+
+func (a *Agent) persistOutcome(uid string, o *commandOutcome) {
+	raw, _ := json.Marshal(o)
+	rec, ok, err := a.store.Commands().Get(uid)
+	if err != nil || !ok {
+		return
+	}
+	rec.Phase, rec.Outcome, rec.UpdatedAt = string(o.Phase), string(raw), time.Now()
+	_ = a.store.Commands().Put(rec)
+}
+
+// wake re-queues obj. Senders are bounded (one goroutine per running command or session,
+// both capped), and the controller drains the channel continuously.
+func (a *Agent) wake(ch chan event.GenericEvent, obj client.Object) {
+	ch <- event.GenericEvent{Object: obj}
+}

@@ -1,0 +1,121 @@
+// Package agent is the node agent: it reconciles the environments, sessions, commands,
+// waits, probes, patches and artifacts bound to its own node toward their spec, keeps a
+// metadata store for crash recovery, publishes its WorkbenchNode and honest
+// BackendCapability objects, and serves the node data plane.
+package agent
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"sensorium.dev/workbench/internal/actuation"
+)
+
+// Config is the node agent's own configuration file. Admitted roots come from here, never
+// from the cluster: an Environment's hostPath must lie inside one of them.
+type Config struct {
+	// NodeName is the node this agent acts for (from NODE_NAME when empty).
+	NodeName string `json:"nodeName,omitempty"`
+	// StateDir holds the store, managed copies, artifacts and temp roots.
+	StateDir string `json:"stateDir"`
+	// AdmittedRoots maps a name to an absolute host directory.
+	AdmittedRoots map[string]string `json:"admittedRoots,omitempty"`
+	// Caps bound the node.
+	Caps Caps `json:"caps,omitempty"`
+	// DataPlaneAddress is where the HTTPS data plane listens ("" disables it).
+	DataPlaneAddress string `json:"dataPlaneAddress,omitempty"`
+	// DataPlaneHosts are the names/IPs in the data plane's serving certificate.
+	DataPlaneHosts []string `json:"dataPlaneHosts,omitempty"`
+	// HeartbeatSeconds is the WorkbenchNode heartbeat period.
+	HeartbeatSeconds int `json:"heartbeatSeconds,omitempty"`
+}
+
+// Caps are the node's configurable bounds (seed laptop defaults).
+type Caps struct {
+	Sessions               int `json:"sessions,omitempty"`
+	SessionsPerEnvironment int `json:"sessionsPerEnvironment,omitempty"`
+	ReaderTasks            int `json:"readerTasks,omitempty"`
+	InputQueueDepth        int `json:"inputQueueDepth,omitempty"`
+	EventBufferDepth       int `json:"eventBufferDepth,omitempty"`
+	PendingWaits           int `json:"pendingWaits,omitempty"`
+	ConcurrentCommands     int `json:"concurrentCommands,omitempty"`
+}
+
+// Defaults.
+const (
+	DefaultSessions               = 2
+	DefaultSessionsPerEnvironment = 2
+	DefaultReaderTasks            = 4
+	DefaultInputQueueDepth        = 256
+	DefaultEventBufferDepth       = 1000
+	DefaultPendingWaits           = 1000
+	DefaultConcurrentCommands     = 8
+	DefaultHeartbeat              = 30 * time.Second
+)
+
+func orDefault(v, d int) int {
+	if v <= 0 {
+		return d
+	}
+	return v
+}
+
+// withDefaults fills unset caps.
+func (c Caps) withDefaults() Caps {
+	return Caps{
+		Sessions:               orDefault(c.Sessions, DefaultSessions),
+		SessionsPerEnvironment: orDefault(c.SessionsPerEnvironment, DefaultSessionsPerEnvironment),
+		ReaderTasks:            orDefault(c.ReaderTasks, DefaultReaderTasks),
+		InputQueueDepth:        orDefault(c.InputQueueDepth, DefaultInputQueueDepth),
+		EventBufferDepth:       orDefault(c.EventBufferDepth, DefaultEventBufferDepth),
+		PendingWaits:           orDefault(c.PendingWaits, DefaultPendingWaits),
+		ConcurrentCommands:     orDefault(c.ConcurrentCommands, DefaultConcurrentCommands),
+	}
+}
+
+// LoadConfig reads and validates a configuration file.
+func LoadConfig(path string) (Config, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("reading node agent config %s: %w", path, err)
+	}
+	var c Config
+	if err := yaml.UnmarshalStrict(raw, &c); err != nil {
+		return Config{}, fmt.Errorf("decoding node agent config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Validate normalizes and checks the configuration: absolute, clean, existing admitted
+// directories other than /, valid root names.
+func (c *Config) Validate() error {
+	if c.NodeName == "" {
+		c.NodeName = os.Getenv("NODE_NAME")
+	}
+	if c.NodeName == "" {
+		return fmt.Errorf("node agent config: nodeName is empty and NODE_NAME is unset")
+	}
+	if c.StateDir == "" || !filepath.IsAbs(c.StateDir) {
+		return fmt.Errorf("node agent config: stateDir %q must be an absolute directory", c.StateDir)
+	}
+	for name, dir := range c.AdmittedRoots {
+		if r := actuation.ValidateRootName(name); r != nil {
+			return fmt.Errorf("node agent config: admitted root %q: %w", name, r)
+		}
+		if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir || dir == "/" {
+			return fmt.Errorf("node agent config: admitted root %q: %q must be an absolute, clean directory other than /", name, dir)
+		}
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return fmt.Errorf("node agent config: admitted root %q: %q is not an existing directory", name, dir)
+		}
+	}
+	c.Caps = c.Caps.withDefaults()
+	if c.HeartbeatSeconds <= 0 {
+		c.HeartbeatSeconds = int(DefaultHeartbeat / time.Second)
+	}
+	return nil
+}

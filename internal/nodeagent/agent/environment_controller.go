@@ -1,0 +1,209 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/nodeagent/store"
+	"sensorium.dev/workbench/internal/statusapply"
+)
+
+// liveEnv is what the agent knows of an allocated environment in this process.
+type liveEnv struct {
+	spec   backends.Spec
+	status backends.Status
+}
+
+// inspectInterval re-observes ready environments (their roots can disappear under us).
+const inspectInterval = time.Minute
+
+type environmentReconciler struct{ a *Agent }
+
+func environmentOwned(s *wbv1.EnvironmentStatus) wbv1.EnvironmentStatus {
+	return wbv1.EnvironmentStatus{
+		Phase: s.Phase, SourceGeneration: s.SourceGeneration,
+		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionReady, wbv1.ConditionCleanupComplete, wbv1.ConditionDegraded),
+	}
+}
+
+func specFor(env *wbv1.Environment) backends.Spec {
+	s := backends.Spec{
+		ID: string(env.UID), Ref: env.Namespace + "/" + env.Name, Generation: max(env.Status.SourceGeneration, 1),
+		PlanDigest: string(env.Status.PlanDigest), ImageRef: ptrStr(env.Spec.ImageRef),
+	}
+	for _, r := range env.Spec.Roots {
+		s.Roots = append(s.Roots, backends.Root{Name: string(r.Name), HostPath: ptrStr(r.HostPath), Source: ptrStr(r.Source),
+			ReadOnly: r.Access != nil && *r.Access == "ReadOnly"})
+	}
+	if res := env.Spec.Resources; res != nil {
+		s.VCPUs, s.MemoryMiB, s.DiskMiB, s.PIDs = deref(res.VCPUs), deref(res.MemoryMiB), deref(res.DiskMiB), deref(res.PIDs)
+	}
+	return s
+}
+
+func specFromRecord(e store.Environment) backends.Spec {
+	s := backends.Spec{ID: e.UID, Ref: e.Namespace + "/" + e.Name}
+	for name, p := range e.RootPaths {
+		s.Roots = append(s.Roots, backends.Root{Name: name, HostPath: p})
+	}
+	return s
+}
+
+func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	a := r.a
+	var env wbv1.Environment
+	if err := a.client.Get(ctx, req.NamespacedName, &env); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			return ctrl.Result{}, a.teardownDeleted(ctx, req.Namespace, req.Name)
+		}
+		return ctrl.Result{}, err
+	}
+	// Re-check ownership before acting: the label selected it, the status must agree.
+	if env.Labels[wbv1.NodeLabel] != a.cfg.NodeName || env.Status.NodeName != a.cfg.NodeName {
+		return ctrl.Result{}, nil
+	}
+	cur, next := environmentOwned(&env.Status), environmentOwned(&env.Status)
+	all := append([]metav1.Condition(nil), env.Status.Conditions...)
+	set := func(t string, ok bool, reason, msg string) {
+		statusapply.Set(&next.Conditions, &all, statusapply.Cond(t, ok, reason, msg, env.Generation))
+	}
+	b, ok := a.backends.Get(string(env.Spec.Backend))
+	spec := specFor(&env)
+	result := ctrl.Result{RequeueAfter: inspectInterval}
+	switch {
+	case !ok:
+		set(wbv1.ConditionReady, false, wbv1.ReasonFailed, fmt.Sprintf("capability-mismatch: backend %s is not available on node %s", env.Spec.Backend, a.cfg.NodeName))
+	case condTrue(all, wbv1.ConditionExpired) || !env.DeletionTimestamp.IsZero():
+		st, err := b.Teardown(ctx, spec)
+		a.forgetEnv(spec.ID)
+		if err != nil || len(st.Residue) > 0 {
+			set(wbv1.ConditionCleanupComplete, false, "TeardownIncomplete", fmt.Sprintf("teardown left %v: %v", st.Residue, err))
+			set(wbv1.ConditionDegraded, true, "TeardownIncomplete", "resources remain after teardown")
+			result.RequeueAfter = 10 * time.Second
+		} else {
+			set(wbv1.ConditionCleanupComplete, true, "TornDown", "backend resources removed")
+			_ = a.store.Environments().Delete(spec.ID)
+			result = ctrl.Result{}
+		}
+		reason := wbv1.ReasonExpired
+		if !condTrue(all, wbv1.ConditionExpired) {
+			reason = wbv1.ReasonClosed
+		}
+		set(wbv1.ConditionReady, false, reason, "environment is "+reason)
+	default:
+		rec := store.Environment{UID: spec.ID, Namespace: env.Namespace, Name: env.Name, Backend: b.ID(), RootPaths: map[string]string{},
+			Phase: string(backends.PhaseAllocating), UpdatedAt: time.Now()}
+		for _, root := range spec.Roots {
+			rec.RootPaths[root.Name] = root.HostPath
+		}
+		if err := a.store.Environments().Put(rec); err != nil {
+			return ctrl.Result{}, err
+		}
+		st, err := b.Allocate(ctx, spec)
+		if err == nil {
+			st, err = b.Start(ctx, spec)
+		}
+		if err != nil {
+			set(wbv1.ConditionReady, false, wbv1.ReasonFailed, err.Error())
+			a.recordEvent(&env, corev1.EventTypeWarning, "AllocationFailed", err.Error())
+			break
+		}
+		rec.Phase = string(st.Phase)
+		_ = a.store.Environments().Put(rec)
+		a.rememberEnv(spec, st)
+		if st.Phase == backends.PhaseReady {
+			set(wbv1.ConditionReady, true, "Ready", fmt.Sprintf("%s environment ready with %d roots", b.ID(), len(st.Roots)))
+		} else {
+			set(wbv1.ConditionReady, false, string(st.Phase), st.Message)
+		}
+		if next.SourceGeneration == 0 {
+			next.SourceGeneration = spec.Generation
+		}
+	}
+	next.Phase = wbv1.EnvironmentPhaseFor(all, !env.DeletionTimestamp.IsZero())
+	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"environment", &env, cur, next)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if wrote && cur.Phase != next.Phase {
+		a.recordEvent(&env, corev1.EventTypeNormal, "Phase"+string(next.Phase), "Environment is "+string(next.Phase)+" on node "+a.cfg.NodeName)
+	}
+	return result, nil
+}
+
+// teardownDeleted tears down an environment whose object is gone, from the store record.
+func (a *Agent) teardownDeleted(ctx context.Context, ns, name string) error {
+	recs, err := a.store.Environments().List(0)
+	if err != nil {
+		return err
+	}
+	for _, e := range recs {
+		if e.Namespace != ns || e.Name != name {
+			continue
+		}
+		if b, ok := a.backends.Get(e.Backend); ok {
+			if _, err := b.Teardown(ctx, specFromRecord(e)); err != nil {
+				return fmt.Errorf("tearing down deleted environment %s/%s: %w", ns, name, err)
+			}
+		}
+		a.forgetEnv(e.UID)
+		if err := a.store.Environments().Delete(e.UID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *Agent) rememberEnv(spec backends.Spec, st backends.Status) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.envs[spec.ID] = &liveEnv{spec: spec, status: st}
+}
+
+func (a *Agent) forgetEnv(id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.envs, id)
+}
+
+// mountedRoots returns the environment's roots if it is ready in this process.
+func (a *Agent) mountedRoots(envUID string) ([]backends.MountedRoot, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e, ok := a.envs[envUID]
+	if !ok || e.status.Phase != backends.PhaseReady {
+		return nil, false
+	}
+	return e.status.Roots, true
+}
+
+func condTrue(conds []metav1.Condition, t string) bool {
+	for _, c := range conds {
+		if c.Type == t {
+			return c.Status == metav1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func ptrStr(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+func deref(p *int32) int32 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}

@@ -1,0 +1,177 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"sort"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/statusapply"
+)
+
+// publishLoop publishes the node's BackendCapability objects once and its WorkbenchNode on
+// every heartbeat, until ctx ends.
+func (a *Agent) publishLoop(ctx context.Context) error {
+	log := ctrl.LoggerFrom(ctx)
+	if err := a.publishCapabilities(ctx); err != nil {
+		log.Error(err, "Publishing backend capabilities")
+	}
+	t := time.NewTicker(time.Duration(a.cfg.HeartbeatSeconds) * time.Second)
+	defer t.Stop()
+	for {
+		if err := a.publishNode(ctx); err != nil {
+			log.Error(err, "Publishing WorkbenchNode")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// binaryDigest is the digest of the running agent binary, attested in capabilities.
+func binaryDigest() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	f, err := os.Open(exe)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, io.LimitReader(f, 1<<30)); err != nil {
+		return ""
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+func hostArch() string {
+	if runtime.GOARCH == "arm64" {
+		return "arm64"
+	}
+	return "x86_64"
+}
+
+// capabilities describes what this node measured and enforces, honestly: host-local and
+// fixture-copy.v1 isolate nothing (isolationClass none); commands run with no network
+// (a fresh netns with loopback only), in their own process group, with Landlock.
+func (a *Agent) capabilities() []wbv1.BackendCapability {
+	digest := wbv1.Digest(binaryDigest())
+	arch := hostArch()
+	base := wbv1.BackendCapabilitySpec{
+		NodeName: a.cfg.NodeName, Provider: "sensorium-workbench", Version: Version, BinaryDigest: digest, PlatformRef: "linux-" + arch,
+		Locality: "local-only", HostArchitecture: arch, GuestArchitecture: arch, IsolationClass: "none",
+		ControlTransport: "local-process", ControlGuestEndpoint: "none", ControlHostEndpoint: "none", ControlChannelBinding: "none",
+		BootMode: "none", ConsoleMode: "none", NetworkProfiles: []string{"none"}, CredentialInjection: "denied",
+		ResourceEnforcement: []string{"host-process", "channel-bounds"},
+		LifecycleOperations: []string{"allocate", "inspect", "drain", "teardown", "recover"},
+	}
+	var out []wbv1.BackendCapability
+	for _, id := range a.backends.IDs() {
+		s := base
+		s.BackendID = wbv1.BackendID(id)
+		switch wbv1.BackendID(id) {
+		case wbv1.BackendHostLocal:
+			s.SystemFidelity, s.HostFilesystemSharing = "process-runtime", "read-write"
+		case wbv1.BackendFixtureCopy:
+			s.SystemFidelity, s.HostFilesystemSharing, s.StorageFormats = "filesystem-view", "denied", []string{"directory-copy"}
+		default:
+			continue // VM backends attest their own measured descriptors
+		}
+		out = append(out, wbv1.BackendCapability{
+			ObjectMeta: metav1.ObjectMeta{Name: a.cfg.NodeName + "." + id, Labels: map[string]string{wbv1.NodeLabel: a.cfg.NodeName}},
+			Spec:       s,
+		})
+	}
+	return out
+}
+
+func (a *Agent) publishCapabilities(ctx context.Context) error {
+	for _, want := range a.capabilities() {
+		var have wbv1.BackendCapability
+		err := a.client.Get(ctx, client.ObjectKeyFromObject(&want), &have)
+		switch {
+		case apierrors.IsNotFound(err):
+			have = want
+			if err := a.client.Create(ctx, &have); err != nil {
+				return fmt.Errorf("creating BackendCapability %s: %w", want.Name, err)
+			}
+		case err != nil:
+			return err
+		default:
+			have.Spec, have.Labels = want.Spec, want.Labels
+			if err := a.client.Update(ctx, &have); err != nil {
+				return fmt.Errorf("updating BackendCapability %s: %w", want.Name, err)
+			}
+		}
+		now := metav1.Now()
+		if _, err := statusapply.Apply(ctx, a.client, FieldManager+"capability", &have, nil, wbv1.BackendCapabilityStatus{AttestedAt: &now, NodeName: a.cfg.NodeName}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// publishNode writes the WorkbenchNode self-report (created when missing).
+func (a *Agent) publishNode(ctx context.Context) error {
+	node := &wbv1.WorkbenchNode{ObjectMeta: metav1.ObjectMeta{Name: a.cfg.NodeName, Labels: map[string]string{wbv1.NodeLabel: a.cfg.NodeName}}}
+	if err := a.client.Get(ctx, client.ObjectKeyFromObject(node), node); apierrors.IsNotFound(err) {
+		if err := a.client.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating WorkbenchNode %s: %w", a.cfg.NodeName, err)
+		}
+	} else if err != nil {
+		return err
+	}
+	now := metav1.Now()
+	caps := a.cfg.Caps
+	a.mu.Lock()
+	active := 0
+	for _, s := range a.sess {
+		if !s.closed {
+			active++
+		}
+	}
+	st := wbv1.WorkbenchNodeStatus{
+		AgentVersion: Version, HeartbeatTime: &now,
+		Caps: &wbv1.NodeCaps{Sessions: int32(caps.Sessions), SessionsPerEnvironment: int32(caps.SessionsPerEnvironment), ReaderTasks: int32(caps.ReaderTasks),
+			InputQueueDepth: int32(caps.InputQueueDepth), EventBufferDepth: int32(caps.EventBufferDepth), PendingWaits: int32(caps.PendingWaits)},
+		ActiveSessions: int32(active), ActiveWaits: int32(a.waits), Recovery: a.recovery, DataPlane: a.dataPlane,
+	}
+	a.mu.Unlock()
+	names := make([]string, 0, len(a.cfg.AdmittedRoots))
+	for n := range a.cfg.AdmittedRoots {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		st.AdmittedRoots = append(st.AdmittedRoots, wbv1.AdmittedRoot{Name: wbv1.RootName(n), Path: a.cfg.AdmittedRoots[n]})
+	}
+	degraded := false
+	for _, r := range st.Recovery {
+		if r.Outcome == "failed-retryable" || r.Outcome == "failed-permanent" {
+			degraded = true
+		}
+	}
+	conds := append([]metav1.Condition(nil), node.Status.Conditions...)
+	reason := map[bool]string{true: "CleanupFailed", false: "Healthy"}[degraded]
+	meta.SetStatusCondition(&conds, statusapply.Cond(wbv1.ConditionReady, true, "Heartbeat", "node agent "+Version+" serving", 0))
+	meta.SetStatusCondition(&conds, statusapply.Cond(wbv1.ConditionDegraded, degraded, reason, "see recovery actions", 0))
+	st.Conditions = conds
+	_, err := statusapply.Apply(ctx, a.client, FieldManager+"node", node, nil, st)
+	return err
+}

@@ -1,0 +1,157 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/nodeagent/procexec"
+	"sensorium.dev/workbench/internal/nodeagent/store"
+)
+
+// maxRecoveryReport bounds the recovery actions published in WorkbenchNode status.
+const maxRecoveryReport = 64
+
+// recover is the authoritative sweep before serving: it kills every process group a
+// previous agent process recorded (matched by pgid and start time, so a recycled pid is
+// never signalled), removes temp roots, lets each backend sweep its own resources, and
+// marks every in-flight session, command, wait and patch interrupted. A previous "Running"
+// is never trusted.
+func (a *Agent) recover(ctx context.Context) error {
+	log := ctrl.LoggerFrom(ctx)
+	now := time.Now()
+	var actions []wbv1.RecoveryAction
+	report := func(resource, outcome, msg string) {
+		log.Info("Recovery", "resource", resource, "outcome", outcome, "message", msg)
+		actions = append(actions, wbv1.RecoveryAction{Resource: resource, Outcome: outcome, Message: msg, Time: metav1.NewTime(now)})
+		_, _ = a.store.AppendRecovery(store.Recovery{Time: now, Resource: resource, Action: "sweep", Outcome: outcome, Detail: msg})
+	}
+
+	cmds, err := a.store.Commands().List(0)
+	if err != nil {
+		return err
+	}
+	for _, c := range cmds {
+		if isFinalCommandPhase(c.Phase) || c.PGID == 0 {
+			continue
+		}
+		outcome, msg := killRecorded(c.PGID, c.PID, c.StartTime)
+		report(fmt.Sprintf("command/%s/%s pgid %d", c.Namespace, c.Name, c.PGID), outcome, msg)
+	}
+	sessions, err := a.store.Sessions().List(0)
+	if err != nil {
+		return err
+	}
+	for _, s := range sessions {
+		if isFinalSessionPhase(s.Phase) || s.PGID == 0 {
+			continue
+		}
+		outcome, msg := killRecorded(s.PGID, s.PID, s.StartTime)
+		report(fmt.Sprintf("session/%s/%s pgid %d", s.Namespace, s.Name, s.PGID), outcome, msg)
+	}
+	// Private temp dirs of commands live under <state>/tmp; nothing there survives a restart.
+	tmp := a.cfg.StateDir + "/tmp"
+	if entries, err := os.ReadDir(tmp); err == nil {
+		for _, e := range entries {
+			p := tmp + "/" + e.Name()
+			if err := os.RemoveAll(p); err != nil {
+				report("temp-root "+p, store.OutcomeFailedRetryable, err.Error())
+			} else {
+				report("temp-root "+p, store.OutcomeTerminated, "removed")
+			}
+		}
+	}
+	envs, err := a.store.Environments().List(0)
+	if err != nil {
+		return err
+	}
+	known := map[string]map[string]backends.Spec{}
+	for _, e := range envs {
+		if e.Phase == string(backends.PhaseClosed) {
+			continue
+		}
+		if known[e.Backend] == nil {
+			known[e.Backend] = map[string]backends.Spec{}
+		}
+		known[e.Backend][e.UID] = specFromRecord(e)
+	}
+	for _, id := range a.backends.IDs() {
+		b, _ := a.backends.Get(id)
+		acts, err := b.Recover(ctx, known[id])
+		if err != nil {
+			report("backend "+id, store.OutcomeFailedRetryable, err.Error())
+			continue
+		}
+		for _, act := range acts {
+			report(act.Resource, act.Outcome, act.Message)
+		}
+	}
+	sum, err := a.store.MarkInterrupted("agent restarted", now)
+	if err != nil {
+		return err
+	}
+	for _, r := range sum.Records {
+		actions = append(actions, wbv1.RecoveryAction{Resource: r.Resource, Outcome: r.Outcome, Message: r.Detail, Time: metav1.NewTime(now)})
+	}
+	if len(actions) > maxRecoveryReport {
+		actions = actions[len(actions)-maxRecoveryReport:]
+	}
+	a.mu.Lock()
+	a.recovery = actions
+	a.mu.Unlock()
+	return nil
+}
+
+// killRecorded terminates a recorded process group if its leader is still the recorded
+// incarnation (same start time); a group whose leader is gone is killed only when members
+// remain and are verified by the group id alone is not enough, so it is reported.
+func killRecorded(pgid, pid int, start uint64) (outcome, msg string) {
+	alive, err := procexec.GroupExists(pgid)
+	if err != nil {
+		return store.OutcomeUnknown, err.Error()
+	}
+	if !alive {
+		return store.OutcomeExpired, "no process of the group remained"
+	}
+	if pid != 0 && start != 0 {
+		if st, err := procexec.ProcessStartTime(pid); err == nil && st != start {
+			return store.OutcomeQuarantined, fmt.Sprintf("pid %d now belongs to another process (start %d, recorded %d); not signalled", pid, st, start)
+		}
+	}
+	if err := procexec.SignalGroup(pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return store.OutcomeFailedRetryable, err.Error()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if alive, _ := procexec.GroupExists(pgid); !alive {
+			return store.OutcomeTerminated, "process group killed"
+		}
+		_, _ = procexec.ReapGroup(pgid)
+		time.Sleep(20 * time.Millisecond) // bounded: waiting for the kernel to tear down a SIGKILLed group
+	}
+	return store.OutcomeFailedRetryable, "process group still present after SIGKILL"
+}
+
+func isFinalCommandPhase(p string) bool {
+	switch wbv1.CommandPhase(p) {
+	case wbv1.CommandSucceeded, wbv1.CommandFailed, wbv1.CommandTimedOut, wbv1.CommandCancelled, wbv1.CommandRefused:
+		return true
+	}
+	return false
+}
+
+func isFinalSessionPhase(p string) bool {
+	switch wbv1.SessionPhase(p) {
+	case wbv1.SessionClosed, wbv1.SessionFailed, wbv1.SessionExpired, wbv1.SessionKilled:
+		return true
+	}
+	return false
+}

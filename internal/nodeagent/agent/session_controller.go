@@ -1,0 +1,297 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/convert"
+	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/nodeagent/ring"
+	"sensorium.dev/workbench/internal/nodeagent/session"
+	"sensorium.dev/workbench/internal/nodeagent/store"
+	"sensorium.dev/workbench/internal/statusapply"
+)
+
+// liveSession is a session this process serves: always an event ring; a PTY program too
+// when the session names a shell profile.
+type liveSession struct {
+	envUID  string
+	ring    *ring.Ring
+	pty     *session.Session
+	started time.Time
+	closed  bool
+}
+
+// sessionRing returns the event ring of an open session.
+func (a *Agent) sessionRing(uid string) *ring.Ring {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if s := a.sess[uid]; s != nil && !s.closed {
+		return s.ring
+	}
+	return nil
+}
+
+type sessionReconciler struct{ a *Agent }
+
+func sessionOwned(s *wbv1.TerminalSessionStatus) wbv1.TerminalSessionStatus {
+	return wbv1.TerminalSessionStatus{
+		Phase: s.Phase, NodeName: s.NodeName, LastSeq: s.LastSeq, ScreenDigest: s.ScreenDigest, Cleanup: s.Cleanup, Refusal: s.Refusal,
+		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionReady, wbv1.ConditionCleanupComplete),
+	}
+}
+
+func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	a := r.a
+	var ts wbv1.TerminalSession
+	if err := a.client.Get(ctx, req.NamespacedName, &ts); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			a.closeSessionByName(ctx, req.Namespace, req.Name)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	if ts.Labels[wbv1.NodeLabel] != a.cfg.NodeName || isFinalSessionPhase(string(ts.Status.Phase)) {
+		return ctrl.Result{}, nil
+	}
+	cur, next := sessionOwned(&ts.Status), sessionOwned(&ts.Status)
+	uid := string(ts.UID)
+	a.mu.Lock()
+	live := a.sess[uid]
+	a.mu.Unlock()
+	result := ctrl.Result{}
+	next.NodeName = a.cfg.NodeName
+	set := func(t string, ok bool, reason, msg string) {
+		statusapply.Set(&next.Conditions, &next.Conditions, statusapply.Cond(t, ok, reason, msg, ts.Generation))
+	}
+	fail := func(code, msg string) {
+		next.Phase, next.Refusal = wbv1.SessionFailed, &wbv1.Refusal{Code: code, Message: statusapply.Truncate(msg, 1024)}
+		set(wbv1.ConditionReady, false, wbv1.ReasonFailed, code+": "+msg)
+	}
+	switch {
+	case live == nil:
+		if rec, ok, _ := a.store.Sessions().Get(uid); ok {
+			// Opened by a previous agent process: its PTY and processes are gone (the
+			// recovery sweep killed them); the session ends Failed, never silently reopened.
+			fail(string(actuation.CodeInterrupted), "the node agent restarted; "+rec.Reason)
+			break
+		}
+		if ts.Spec.DesiredState == "Closed" {
+			next.Phase = wbv1.SessionClosed
+			set(wbv1.ConditionCleanupComplete, true, "NeverOpened", "the session was closed before it opened")
+			break
+		}
+		res, code, msg, err := a.openSession(ctx, &ts)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if code != "" {
+			fail(code, msg)
+			break
+		}
+		if res.RequeueAfter > 0 {
+			next.Phase = wbv1.SessionStarting
+			result = res
+			break
+		}
+		next.Phase = wbv1.SessionRunning
+		set(wbv1.ConditionReady, true, "Running", "session open on node "+a.cfg.NodeName)
+		result.RequeueAfter = 30 * time.Second
+	default:
+		next.LastSeq = int64(live.ring.LastSeq())
+		expired := time.Since(live.started) > time.Duration(ts.Spec.MaxDurationSeconds)*time.Second
+		if ts.Spec.DesiredState == "Closed" || expired || (live.pty != nil && live.pty.Phase().Terminal()) {
+			phase := a.closeSession(ctx, uid, expired)
+			next.Phase = phase
+			remaining := int32(0)
+			if live.pty != nil && !live.pty.CleanupComplete() {
+				remaining = 1
+			}
+			next.Cleanup = &wbv1.SessionCleanup{RemainingProcesses: remaining}
+			set(wbv1.ConditionCleanupComplete, remaining == 0, "Closed", "session closed")
+			set(wbv1.ConditionReady, false, string(phase), "session "+string(phase))
+			if remaining > 0 {
+				result.RequeueAfter = 2 * time.Second
+			}
+			break
+		}
+		if live.pty != nil {
+			snap := live.pty.Screen()
+			next.ScreenDigest = wbv1.Digest(snap.Digest)
+			switch live.pty.Phase() {
+			case session.PhaseIdle:
+				next.Phase = wbv1.SessionIdle
+			default:
+				next.Phase = wbv1.SessionRunning
+			}
+		}
+		left := time.Duration(ts.Spec.MaxDurationSeconds)*time.Second - time.Since(live.started)
+		result.RequeueAfter = min(30*time.Second, max(left, time.Second))
+	}
+	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"session", &ts, cur, next)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if wrote && cur.Phase != next.Phase {
+		a.recordEvent(&ts, corev1.EventTypeNormal, string(next.Phase), "Session is "+string(next.Phase))
+	}
+	return result, nil
+}
+
+// openSession opens the ring (and the PTY program of a shell profile) once the environment
+// is ready. It returns a refusal code when the session cannot open.
+func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl.Result, string, string, error) {
+	var env wbv1.Environment
+	if err := a.client.Get(ctx, types.NamespacedName{Namespace: ts.Namespace, Name: string(ts.Spec.EnvironmentRef)}, &env); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			return ctrl.Result{}, string(actuation.CodeEnvironmentUnavailable), "environment not on this node", nil
+		}
+		return ctrl.Result{}, "", "", err
+	}
+	roots, ready := a.mountedRoots(string(env.UID))
+	if !ready {
+		return ctrl.Result{RequeueAfter: 2 * time.Second}, "", "", nil
+	}
+	a.mu.Lock()
+	open, perEnv := 0, 0
+	for _, s := range a.sess {
+		if !s.closed {
+			open++
+			if s.envUID == string(env.UID) {
+				perEnv++
+			}
+		}
+	}
+	a.mu.Unlock()
+	if open >= a.cfg.Caps.Sessions || perEnv >= a.cfg.Caps.SessionsPerEnvironment {
+		return ctrl.Result{}, string(actuation.CodeSessionCapReached), fmt.Sprintf("node has %d open sessions (cap %d), environment %d (cap %d)",
+			open, a.cfg.Caps.Sessions, perEnv, a.cfg.Caps.SessionsPerEnvironment), nil
+	}
+	live := &liveSession{envUID: string(env.UID), started: time.Now()}
+	rec := store.Session{UID: string(ts.UID), Namespace: ts.Namespace, Name: ts.Name, EnvironmentUID: string(env.UID), Phase: string(wbv1.SessionStarting), UpdatedAt: time.Now()}
+	if ts.Spec.ShellProfileRef != nil {
+		var prof wbv1.CommandProfile
+		if err := a.reader.Get(ctx, types.NamespacedName{Namespace: ts.Namespace, Name: string(*ts.Spec.ShellProfileRef)}, &prof); err != nil {
+			if client.IgnoreNotFound(err) == nil {
+				return ctrl.Result{}, string(actuation.CodeProfileMissing), "shell profile does not exist", nil
+			}
+			return ctrl.Result{}, "", "", err
+		}
+		core := convert.Profile(&prof.Spec)
+		if core.PTY != "Allowed" {
+			return ctrl.Result{}, string(actuation.CodeProfileInvalid), "profile " + prof.Name + " does not allow a PTY", nil
+		}
+		if env.Spec.Backend == wbv1.BackendFixtureCopy {
+			return ctrl.Result{}, string(actuation.CodeCapabilityMismatch), "fixture-copy.v1 is a managed copy, not a process sandbox: no PTY", nil
+		}
+		envVars, ref := actuation.CuratedEnv(core, nil)
+		if ref != nil {
+			return ctrl.Result{}, string(ref.Code), ref.Message, nil
+		}
+		dir := ""
+		for _, r := range roots {
+			if len(core.AllowedRoots) > 0 && r.Name == core.AllowedRoots[0] {
+				dir = r.Path
+			}
+		}
+		if dir == "" {
+			return ctrl.Result{}, string(actuation.CodeRootNotAllowed), "no root of the environment is allowed by the profile", nil
+		}
+		kv := make([]string, 0, len(envVars))
+		for _, e := range envVars {
+			kv = append(kv, e.Name+"="+e.Value)
+		}
+		if err := a.store.Sessions().Put(rec); err != nil {
+			return ctrl.Result{}, "", "", err
+		}
+		s, err := a.sessions.Open(context.Background(), session.Spec{
+			ID: string(ts.UID), EnvironmentID: string(env.UID), Argv: append([]string{core.Executable}, core.FixedArgs...), Env: kv,
+			Dir: filepath.Clean(dir), Rows: uint16(ts.Spec.Rows), Cols: uint16(ts.Spec.Cols),
+			IdleTimeout: time.Duration(ts.Spec.IdleTimeoutSeconds) * time.Second, MaxDuration: time.Duration(ts.Spec.MaxDurationSeconds) * time.Second,
+		})
+		if err != nil {
+			_ = a.store.Sessions().Delete(rec.UID)
+			code := refusal.CodeOf(err)
+			if code == "" {
+				code = "session-open-failed"
+			}
+			return ctrl.Result{}, code, err.Error(), nil
+		}
+		info := s.Info()
+		rec.PID, rec.PGID, rec.StartTime = info.Pid, info.Pgid, info.StartTime
+		live.pty, live.ring = s, s.Events()
+		obj := ts.DeepCopy()
+		go func() {
+			<-s.Done()
+			a.wake(a.wakeSessions, obj)
+		}()
+	} else {
+		rg, err := ring.New(ring.Config{MaxEvents: a.cfg.Caps.EventBufferDepth})
+		if err != nil {
+			return ctrl.Result{}, refusal.CodeOf(err), err.Error(), nil
+		}
+		live.ring = rg
+	}
+	rec.Phase = string(wbv1.SessionRunning)
+	if err := a.store.Sessions().Put(rec); err != nil {
+		return ctrl.Result{}, "", "", err
+	}
+	a.mu.Lock()
+	a.sess[string(ts.UID)] = live
+	a.mu.Unlock()
+	return ctrl.Result{}, "", "", nil
+}
+
+// closeSession closes a live session idempotently and returns its final phase.
+func (a *Agent) closeSession(ctx context.Context, uid string, expired bool) wbv1.SessionPhase {
+	a.mu.Lock()
+	live := a.sess[uid]
+	if live != nil {
+		live.closed = true
+	}
+	a.mu.Unlock()
+	phase := wbv1.SessionClosed
+	if expired {
+		phase = wbv1.SessionExpired
+	}
+	if live != nil && live.pty != nil {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_ = live.pty.Close(cctx)
+		cancel()
+		if e := live.pty.Exit(); e.Origin == "expired" {
+			phase = wbv1.SessionExpired
+		} else if e.Origin == "killed" {
+			phase = wbv1.SessionKilled
+		}
+	}
+	if rec, ok, _ := a.store.Sessions().Get(uid); ok {
+		rec.Phase, rec.UpdatedAt = string(phase), time.Now()
+		_ = a.store.Sessions().Put(rec)
+	}
+	return phase
+}
+
+func (a *Agent) closeSessionByName(ctx context.Context, ns, name string) {
+	recs, _ := a.store.Sessions().List(0)
+	for _, r := range recs {
+		if r.Namespace == ns && r.Name == name {
+			a.closeSession(ctx, r.UID, false)
+			_ = a.store.Sessions().Delete(r.UID)
+			a.mu.Lock()
+			delete(a.sess, r.UID)
+			a.mu.Unlock()
+		}
+	}
+}
+
+var _ = metav1.Now

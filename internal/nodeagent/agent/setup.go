@@ -1,0 +1,67 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/backends/fixturecopy"
+	"sensorium.dev/workbench/internal/backends/hostlocal"
+	"sensorium.dev/workbench/internal/nodeagent/fixture"
+)
+
+func defaultBackends(cfg Config) []backends.Backend {
+	return []backends.Backend{
+		hostlocal.New(cfg.AdmittedRoots),
+		fixturecopy.New(filepath.Join(cfg.StateDir), cfg.AdmittedRoots, fixture.Limits{}),
+	}
+}
+
+// setupControllers registers one reconciler per kind, each filtered to this node.
+func (a *Agent) setupControllers(mgr ctrl.Manager) error {
+	name := func(kind string) string { return "node-" + kind }
+	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.Environment{}).Named(name("environment")).
+		Complete(&environmentReconciler{a: a}); err != nil {
+		return fmt.Errorf("environment controller: %w", err)
+	}
+	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.TerminalSession{}).Named(name("session")).
+		WatchesRawSource(source.Channel(a.wakeSessions, &handler.EnqueueRequestForObject{})).
+		Watches(&wbv1.Environment{}, handler.EnqueueRequestsFromMapFunc(a.sessionsOfEnvironment)).
+		Complete(&sessionReconciler{a: a}); err != nil {
+		return fmt.Errorf("session controller: %w", err)
+	}
+	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.TerminalCommand{}).Named(name("command")).
+		WatchesRawSource(source.Channel(a.wakeCommands, &handler.EnqueueRequestForObject{})).
+		Complete(&commandReconciler{a: a}); err != nil {
+		return fmt.Errorf("command controller: %w", err)
+	}
+	return nil
+}
+
+func (a *Agent) recordEvent(obj client.Object, evType, reason, note string) {
+	if a.recorder != nil {
+		a.recorder.Eventf(obj, nil, evType, reason, "NodeAgent", "%s", note)
+	}
+}
+
+func (a *Agent) sessionsOfEnvironment(ctx context.Context, o client.Object) []reconcile.Request {
+	var list wbv1.TerminalSessionList
+	if err := a.client.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		if string(list.Items[i].Spec.EnvironmentRef) == o.GetName() {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
+	}
+	return out
+}

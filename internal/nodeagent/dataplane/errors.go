@@ -1,0 +1,145 @@
+package dataplane
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
+	"sensorium.dev/workbench/internal/nodeagent/refusal"
+)
+
+// Codes produced by the data plane itself. Codes of the session runtime
+// (package refusal), of fsaccess and of the actuation core are passed through
+// unchanged in the same {code, message} body.
+const (
+	// CodeUnauthenticated: no bearer token, or the API server did not
+	// authenticate it (401).
+	CodeUnauthenticated = "unauthenticated"
+	// CodeForbidden: SubjectAccessReview denied the virtual subresource (403).
+	CodeForbidden = "forbidden"
+	// CodeRawInputDisabled: the caller may create terminalsessions/input but
+	// the session's spec.rawInput is not OperatorOnly (403).
+	CodeRawInputDisabled = "raw-input-disabled"
+	// CodeNotFound: no such route, session, environment or root (404).
+	CodeNotFound = "not-found"
+	// CodeQueueFull: a concurrency cap of the data plane (long-polls,
+	// requests in flight) or of the session (input queue) is reached (429).
+	CodeQueueFull = refusal.QueueFull
+	// CodeBadRequest: malformed body, query parameter or object name (400).
+	CodeBadRequest = "bad-request"
+	// CodeBodyTooLarge: the request body exceeds Limits.MaxBodyBytes (413).
+	CodeBodyTooLarge = "body-too-large"
+	// CodeMethodNotAllowed: the route exists with another method (405).
+	CodeMethodNotAllowed = "method-not-allowed"
+	// CodeUnavailable: TokenReview or SubjectAccessReview could not be
+	// completed (API server unreachable, timeout); retry later (503).
+	CodeUnavailable = "unavailable"
+	// CodeInternal: an unexpected failure; the message carries no detail
+	// beyond what is safe to return (500).
+	CodeInternal = "internal"
+)
+
+// Error is the JSON body of every non-2xx response.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// httpError is an error that already knows its HTTP status and code.
+type httpError struct {
+	status  int
+	code    string
+	message string
+	cause   error
+}
+
+func (e *httpError) Error() string {
+	if e.cause != nil {
+		return e.code + ": " + e.message + ": " + e.cause.Error()
+	}
+	return e.code + ": " + e.message
+}
+
+func (e *httpError) Unwrap() error { return e.cause }
+
+func errorf(status int, code, message string) *httpError {
+	return &httpError{status: status, code: code, message: message}
+}
+
+// statusFor maps a stable code to its HTTP status. Codes not listed are
+// refusals of the request's content and map to 400.
+func statusFor(code string) int {
+	switch code {
+	case CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case CodeForbidden, CodeRawInputDisabled, fsaccess.CodeSymlinkEscape:
+		return http.StatusForbidden
+	case CodeNotFound, fsaccess.CodePathNotFound:
+		return http.StatusNotFound
+	case CodeMethodNotAllowed:
+		return http.StatusMethodNotAllowed
+	case refusal.SessionNotRunning:
+		return http.StatusConflict
+	case CodeBodyTooLarge, refusal.InputTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case CodeQueueFull, refusal.ReaderCapReached:
+		return http.StatusTooManyRequests
+	case CodeUnavailable, fsaccess.CodeOpenat2Unavailable, refusal.Interrupted:
+		return http.StatusServiceUnavailable
+	case CodeInternal:
+		return http.StatusInternalServerError
+	}
+	return http.StatusBadRequest
+}
+
+// classify turns any error into (status, body). Coded errors keep their code
+// and message; anything else is an internal error whose detail is logged, not
+// returned.
+func classify(err error) (int, Error, bool) {
+	var he *httpError
+	if errors.As(err, &he) {
+		return he.status, Error{Code: he.code, Message: he.message}, he.status >= 500
+	}
+	if errors.Is(err, ErrNotFound) {
+		return http.StatusNotFound, Error{Code: CodeNotFound, Message: err.Error()}, false
+	}
+	var ar *actuation.Refusal
+	if errors.As(err, &ar) && ar != nil {
+		c := string(ar.Code)
+		return statusFor(c), Error{Code: c, Message: ar.Error()}, false
+	}
+	if c := refusal.CodeOf(err); c != "" {
+		return statusFor(c), Error{Code: c, Message: err.Error()}, statusFor(c) >= 500
+	}
+	if c := fsaccess.CodeOf(err); c != "" {
+		return statusFor(c), Error{Code: c, Message: err.Error()}, statusFor(c) >= 500
+	}
+	return http.StatusInternalServerError, Error{Code: CodeInternal, Message: "internal error"}, true
+}
+
+// writeError writes err as a JSON {code, message} body.
+func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	status, body, serverSide := classify(err)
+	if serverSide {
+		ctrl.LoggerFrom(r.Context()).Error(err, "Request failed", "method", r.Method, "path", r.URL.Path, "code", body.Code)
+	}
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="workbench-node"`)
+	}
+	writeJSON(w, status, body)
+}
+
+// writeJSON writes v with status. Encoding errors can only come from the
+// connection and are dropped (the status line is already sent).
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

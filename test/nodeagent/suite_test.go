@@ -1,0 +1,203 @@
+// Package nodeagent runs the node agent against a real API server, with real PTYs and real
+// processes: the manager (controllers + webhooks) and one agent acting as node identity
+// workbench:node:<name>, bound to the workbench-node-agent ClusterRole.
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/controllers"
+	"sensorium.dev/workbench/internal/nodeagent/agent"
+	"sensorium.dev/workbench/internal/nodeagent/procexec"
+	"sensorium.dev/workbench/internal/test/envtest"
+	"sensorium.dev/workbench/webhooks"
+)
+
+const nodeName = "node-test"
+
+var (
+	env       *envtest.Env
+	ag        *agent.Agent
+	workspace string // admitted root "work"
+	stateDir  string
+)
+
+func TestMain(m *testing.M) {
+	procexec.MaybeRunHelper() // the agent re-executes this binary as its sandbox helper
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "SKIP node agent suite: needs root for network namespaces and Landlock sandboxes")
+		os.Exit(0)
+	}
+	code, err := run(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(code)
+}
+
+func run(m *testing.M) (int, error) {
+	var err error
+	env, err = envtest.Start(envtest.Options{Setup: func(mgr ctrl.Manager) error {
+		if err := controllers.SetupWithManager(mgr, controllers.Config{}); err != nil {
+			return err
+		}
+		return webhooks.SetupWithManager(mgr)
+	}})
+	if err == envtest.ErrNoAssets {
+		fmt.Fprintln(os.Stderr, "SKIP node agent suite:", err)
+		return 0, nil
+	}
+	if err != nil {
+		return 1, err
+	}
+	defer env.Stop()
+	tmp, err := os.MkdirTemp("", "wb-nodeagent-")
+	if err != nil {
+		return 1, err
+	}
+	defer os.RemoveAll(tmp)
+	workspace, stateDir = filepath.Join(tmp, "work"), filepath.Join(tmp, "state")
+	if err := os.MkdirAll(workspace, 0o755); err != nil {
+		return 1, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ag, err = startAgent(ctx, stateDir)
+	if err != nil {
+		return 1, err
+	}
+	return m.Run(), nil
+}
+
+// nodeConfig is a rest config acting as this node's identity.
+func nodeConfig(ctx context.Context) (*rest.Config, error) {
+	user := webhooks.NodeUserPrefix + nodeName
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "node-agent-" + nodeName},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "workbench-node-agent"}}
+	if err := env.Client.Create(ctx, crb); err != nil && !strings.Contains(err.Error(), "already exists") {
+		return nil, err
+	}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{webhooks.NodeGroup}}
+	return cfg, nil
+}
+
+func startAgent(ctx context.Context, state string) (*agent.Agent, error) {
+	cfg, err := nodeConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	a, err := agent.New(agent.Config{NodeName: nodeName, StateDir: state, AdmittedRoots: map[string]string{"work": workspace}, HeartbeatSeconds: 5, Caps: agent.Caps{Sessions: 64, SessionsPerEnvironment: 4}}, agent.Options{})
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		if err := a.Run(ctrl.LoggerInto(ctx, ctrl.Log.WithName("agent")), cfg); err != nil {
+			fmt.Fprintln(os.Stderr, "agent stopped:", err)
+		}
+	}()
+	return a, nil
+}
+
+func namespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "na-"}}
+	must(t, env.Client.Create(context.Background(), ns))
+	return ns.Name
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s; last saw: %s", timeout, what, seen)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// workDir makes a fresh directory inside the admitted root for one test.
+func workDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp(workspace, "t-")
+	must(t, err)
+	return d
+}
+
+// profile is a CommandProfile for exe with variable atoms under prefixes.
+func profile(ns, name, exe string, fixed, prefixes []string, mut ...func(*wbv1.CommandProfileSpec)) *wbv1.CommandProfile {
+	p := &wbv1.CommandProfile{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: wbv1.CommandProfileSpec{
+		Executable: exe, FixedArgs: fixed, AllowedArgPrefixes: prefixes, AllowedRoots: []string{"repo"},
+		Env:               wbv1.CommandEnvPolicy{Defaults: []wbv1.EnvVar{{Name: "LANG", Value: "C.UTF-8"}, {Name: "PATH", Value: "/usr/bin:/bin"}}},
+		MaxTimeoutSeconds: 60, MaxOutputBytes: 1 << 20,
+	}}
+	for _, m := range mut {
+		m(&p.Spec)
+	}
+	return p
+}
+
+// readyEnvironment creates a host-local environment over dir and a structured session, and
+// waits until both are running on the node.
+func readyEnvironment(t *testing.T, ns, dir string) {
+	t.Helper()
+	ctx := context.Background()
+	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
+		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(dir)}},
+	}}))
+	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
+		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+	eventually(t, 30*time.Second, "environment Ready and session Running", func() (bool, string) {
+		var e wbv1.Environment
+		var s wbv1.TerminalSession
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
+		return e.Status.Phase == wbv1.EnvironmentReady && s.Status.Phase == wbv1.SessionRunning,
+			fmt.Sprintf("env=%+v session=%+v", e.Status, s.Status)
+	})
+}
+
+func command(ns, name string, argv ...string) *wbv1.TerminalCommand {
+	return &wbv1.TerminalCommand{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: wbv1.TerminalCommandSpec{SessionRef: "s", ProfileRef: "p", Argv: argv, Cwd: wbv1.CwdAddress{Root: "repo"}, TimeoutSeconds: 20}}
+}
+
+func waitFinal(t *testing.T, ns, name string) *wbv1.TerminalCommand {
+	t.Helper()
+	var c wbv1.TerminalCommand
+	eventually(t, 60*time.Second, "command "+name+" outcome", func() (bool, string) {
+		must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &c))
+		return wbv1.CommandIsFinal(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
+	})
+	return &c
+}
