@@ -131,6 +131,11 @@ func (r *TerminalCommandReconciler) gate(ctx context.Context, p *commandPass) er
 		r.refuse(p, actuation.CodeSessionMissing, "session "+string(cmd.Spec.SessionRef)+" does not exist")
 		return nil
 	}
+	switch sess.Status.Phase {
+	case wbv1.SessionClosed, wbv1.SessionFailed, wbv1.SessionExpired, wbv1.SessionKilled:
+		r.refuse(p, actuation.CodeSessionClosed, "session "+sess.Name+" is "+string(sess.Status.Phase))
+		return nil
+	}
 	var env wbv1.Environment
 	if err := r.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: string(sess.Spec.EnvironmentRef)}, &env); err != nil {
 		if !apierrors.IsNotFound(err) {

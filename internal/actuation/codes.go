@@ -86,6 +86,12 @@ const (
 	CodePatchInvalid           Code = "patch-invalid"           // a structured patch operation without content
 	CodeSessionMissing         Code = "session-missing"         // a command names a session that does not exist
 	CodeEnvironmentUnavailable Code = "environment-unavailable" // missing, failed, expired, draining or closed
+	CodeSessionClosed          Code = "session-closed"          // a command names a session that has ended
+	CodeRootNotAdmitted        Code = "root-not-admitted"       // a host directory outside the node's admitted roots
+	CodeNoPTY                  Code = "no-pty"                  // raw input to a session without a PTY program
+	CodeWatchUnavailable       Code = "watch-unavailable"       // the kernel refused a file watch (no polling fallback)
+	CodeWatchCapReached        Code = "watch-cap-reached"       // too many file watches
+	CodeLandlockUnavailable    Code = "landlock-unavailable"    // the kernel cannot confine writes: fail closed
 )
 
 // allCodes is the closed vocabulary as data; Codes returns a sorted copy.
@@ -107,6 +113,7 @@ var allCodes = []Code{
 	CodePatchTooManyFiles, CodePatchCreateForbidden,
 	CodeInterrupted,
 	CodeRootInvalid, CodePatchInvalid, CodeSessionMissing, CodeEnvironmentUnavailable,
+	CodeSessionClosed, CodeRootNotAdmitted, CodeNoPTY, CodeWatchUnavailable, CodeWatchCapReached, CodeLandlockUnavailable,
 }
 
 var sortedCodes = func() []Code {

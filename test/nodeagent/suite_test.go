@@ -171,9 +171,16 @@ func profile(ns, name, exe string, fixed, prefixes []string, mut ...func(*wbv1.C
 // waits until both are running on the node.
 func readyEnvironment(t *testing.T, ns, dir string) {
 	t.Helper()
+	readyEnvironmentOn(t, ns, dir, nodeName)
+}
+
+// readyEnvironmentOn places the environment on node through a node selector.
+func readyEnvironmentOn(t *testing.T, ns, dir, node string) {
+	t.Helper()
 	ctx := context.Background()
 	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
 		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(dir)}},
+		NodeSelector: map[string]string{wbv1.NodeLabel: node},
 	}}))
 	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
 		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))

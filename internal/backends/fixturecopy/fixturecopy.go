@@ -75,14 +75,15 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
 // record is copy.json: the completion record of one root's copy.
 type record struct {
-	Schema string `json:"schema"`
-	ID     string `json:"id"`
-	Root   string `json:"root"`
-	Source string `json:"source"` // resolved source directory
-	Copy   string `json:"copy"`   // fx-<rand> name inside the root's directory
-	Files  int    `json:"files"`
-	Dirs   int    `json:"dirs"`
-	Bytes  int64  `json:"bytes"`
+	Schema   string `json:"schema"`
+	ID       string `json:"id"`
+	Root     string `json:"root"`
+	Source   string `json:"source"`   // the spec's source path (identity of the copy)
+	Resolved string `json:"resolved"` // that path, symlinks resolved, when copied
+	Copy     string `json:"copy"`     // fx-<rand> name inside the root's directory
+	Files    int    `json:"files"`
+	Dirs     int    `json:"dirs"`
+	Bytes    int64  `json:"bytes"`
 }
 
 const recordSchema = "fixture-copy.v1.record"
@@ -188,13 +189,16 @@ func (b *Backend) openFixtures() (*fsaccess.Root, error) {
 
 type plannedRoot struct {
 	name     string
-	source   string // resolved source directory
+	source   string // the spec's source path
+	resolved string // set by admit: the resolved, admitted source directory
 	readOnly bool
 	admitted []hostlocal.AdmittedRoot
+	reuse    string // a complete copy to reuse ("" = copy needed)
 }
 
-// check validates the spec and resolves each root's source.
-func (b *Backend) check(spec backends.Spec) ([]plannedRoot, error) {
+// checkShape validates the spec without touching the sources: ID, root
+// count, names, and that every root names a source (not a hostPath).
+func (b *Backend) checkShape(spec backends.Spec) ([]plannedRoot, error) {
 	if err := validID(spec.ID); err != nil {
 		return nil, fmt.Errorf("environment %s: %w", spec.Ref, err)
 	}
@@ -203,11 +207,6 @@ func (b *Backend) check(spec backends.Spec) ([]plannedRoot, error) {
 	}
 	if len(spec.Roots) > MaxRoots {
 		return nil, fsaccess.Errorf(CodeRootInvalid, "environment %s: %d roots, at most %d", spec.Ref, len(spec.Roots), MaxRoots)
-	}
-	admitted := hostlocal.Admitted(b.admitted)
-	stateDir := b.stateDir
-	if r, err := filepath.EvalSymlinks(stateDir); err == nil {
-		stateDir = r
 	}
 	seen := map[string]bool{}
 	out := make([]plannedRoot, 0, len(spec.Roots))
@@ -223,61 +222,96 @@ func (b *Backend) check(spec backends.Spec) ([]plannedRoot, error) {
 		if r.HostPath != "" {
 			return nil, fsaccess.Errorf(CodeRootInvalid, "environment %s: %s: fixture-copy.v1 takes a source, not a hostPath", spec.Ref, field)
 		}
-		resolved, _, err := hostlocal.CheckDir(admitted, field+".source", r.Source)
-		if err != nil {
-			return nil, fmt.Errorf("environment %s: %w", spec.Ref, err)
+		if r.Source == "" {
+			return nil, fsaccess.Errorf(CodeRootInvalid, "environment %s: %s.source: a source directory is required", spec.Ref, field)
 		}
-		if hostlocal.Within(stateDir, resolved) || hostlocal.Within(resolved, stateDir) {
-			return nil, fsaccess.Errorf(CodeRootNotAdmitted, "environment %s: %s.source %q overlaps the agent's state directory %q", spec.Ref, field, r.Source, b.stateDir)
-		}
-		out = append(out, plannedRoot{name: r.Name, source: resolved, readOnly: r.ReadOnly, admitted: admitted})
+		out = append(out, plannedRoot{name: r.Name, source: r.Source, readOnly: r.ReadOnly})
 	}
 	return out, nil
 }
 
+// admit checks that p's source is an existing directory inside an admitted
+// root (symlinks resolved on both sides) and does not overlap the state
+// directory.
+func (b *Backend) admit(spec backends.Spec, i int, p *plannedRoot, admitted []hostlocal.AdmittedRoot) error {
+	field := fmt.Sprintf("roots[%d].source", i)
+	resolved, _, err := hostlocal.CheckDir(admitted, field, p.source)
+	if err != nil {
+		return fmt.Errorf("environment %s: %w", spec.Ref, err)
+	}
+	stateDir := b.stateDir
+	if r, err := filepath.EvalSymlinks(stateDir); err == nil {
+		stateDir = r
+	}
+	if hostlocal.Within(stateDir, resolved) || hostlocal.Within(resolved, stateDir) {
+		return fsaccess.Errorf(CodeRootNotAdmitted, "environment %s: %s %q overlaps the agent's state directory %q", spec.Ref, field, p.source, b.stateDir)
+	}
+	p.resolved, p.admitted = resolved, admitted
+	return nil
+}
+
 // Allocate makes (or reuses) the managed copy of every root. It is idempotent:
-// a complete copy recorded for the same ID, root and source is reused as is
-// (it may hold the environment's writes); a partial one is removed and
-// redone. Caps refuse with the fixture package's codes. Copies made by this
-// call are removed again if a later root fails. The result is Ready.
+// a complete copy recorded for the same ID, root and source path is reused as
+// is (it may hold the environment's writes, and the source need not exist any
+// more); a partial one is removed and redone. Every source that has to be
+// copied is admitted first, so a refusal copies nothing. Caps refuse with the
+// fixture package's codes; copies made by this call are then removed again.
+// The result is Ready.
 func (b *Backend) Allocate(ctx context.Context, spec backends.Spec) (backends.Status, error) {
 	if err := ctx.Err(); err != nil {
 		return backends.Status{}, fmt.Errorf("allocate %s: %w", spec.Ref, err)
 	}
-	plan, err := b.check(spec)
-	if err != nil {
+	failed := func(err error) (backends.Status, error) {
 		return backends.Status{Phase: backends.PhaseFailed, Message: err.Error()}, err
+	}
+	plan, err := b.checkShape(spec)
+	if err != nil {
+		return failed(err)
 	}
 	defer b.lock(spec.ID)()
 	fx, err := b.openFixtures()
 	if err != nil {
-		return backends.Status{Phase: backends.PhaseFailed, Message: err.Error()}, err
+		return failed(err)
 	}
 	defer fx.Close()
 
+	// Pass 1: find reusable copies; admit every source that must be copied.
+	admitted := hostlocal.Admitted(b.admitted)
+	for i := range plan {
+		p := &plan[i]
+		if p.reuse, err = b.findComplete(fx, spec.ID, p.name, p.source); err != nil {
+			return failed(fmt.Errorf("allocate %s root %q: %w", spec.Ref, p.name, err))
+		}
+		if p.reuse == "" {
+			if err := b.admit(spec, i, p, admitted); err != nil {
+				return failed(err)
+			}
+		}
+	}
+	// Pass 2: copy.
 	var (
 		roots   []backends.MountedRoot
 		created []string // root dirs (rel to fixtures) whose copy this call made
 	)
-	fail := func(err error) (backends.Status, error) {
+	rollback := func(err error) (backends.Status, error) {
 		for _, rel := range created {
 			if rerr := b.removeRootCopies(fx, rel); rerr != nil {
 				err = errors.Join(err, rerr)
 			}
 		}
-		return backends.Status{Phase: backends.PhaseFailed, Message: err.Error()}, err
+		return failed(err)
 	}
 	for _, p := range plan {
 		if err := ctx.Err(); err != nil {
-			return fail(fmt.Errorf("allocate %s: %w", spec.Ref, err))
+			return rollback(fmt.Errorf("allocate %s: %w", spec.Ref, err))
 		}
-		rel := spec.ID + "/" + p.name
-		path, made, err := b.ensureCopy(fx, spec.ID, rel, p)
-		if made {
+		path := p.reuse
+		if path == "" {
+			rel := spec.ID + "/" + p.name
 			created = append(created, rel)
-		}
-		if err != nil {
-			return fail(fmt.Errorf("allocate %s root %q: %w", spec.Ref, p.name, err))
+			if path, err = b.makeCopy(fx, spec.ID, rel, p); err != nil {
+				return rollback(fmt.Errorf("allocate %s root %q: %w", spec.Ref, p.name, err))
+			}
 		}
 		roots = append(roots, backends.MountedRoot{Name: p.name, Path: path, ReadOnly: p.readOnly})
 	}
@@ -300,14 +334,26 @@ func readRecord(fx *fsaccess.Root, rel string) *record {
 	return &rec
 }
 
-// completeCopy returns the absolute path of the complete copy in the root
-// directory rel (which must exist) for the given ID, root and resolved source,
-// or "" when there is none.
-func completeCopy(fx *fsaccess.Root, m *fixture.Manager, id, rel, name, source string) (string, error) {
+// findComplete returns the absolute path of the complete copy of root name
+// of environment id recorded for source, or "" when there is none (no
+// directory, no or another record, a missing copy, extra copies or staging).
+func (b *Backend) findComplete(fx *fsaccess.Root, id, name, source string) (string, error) {
+	rel := id + "/" + name
+	if e, err := fx.Lstat(rel); err != nil || e.Type != fsaccess.TypeDir {
+		if err == nil || errors.Is(err, fs.ErrNotExist) {
+			return "", nil
+		}
+		return "", err
+	}
 	rec := readRecord(fx, rel)
 	if rec == nil || rec.ID != id || rec.Root != name || rec.Source != source {
 		return "", nil
 	}
+	m, err := fixture.NewManager(filepath.Join(b.dir, rel))
+	if err != nil {
+		return "", err
+	}
+	defer m.Close()
 	l, err := m.List()
 	if err != nil {
 		return "", err
@@ -319,44 +365,39 @@ func completeCopy(fx *fsaccess.Root, m *fixture.Manager, id, rel, name, source s
 	return "", nil
 }
 
-// ensureCopy reuses or makes the copy of one root. made reports whether a new
-// copy was published by this call.
-func (b *Backend) ensureCopy(fx *fsaccess.Root, id, rel string, p plannedRoot) (path string, made bool, err error) {
+// makeCopy clears the root directory rel of any partial or stale copy, then
+// copies the admitted source and records the copy as complete.
+func (b *Backend) makeCopy(fx *fsaccess.Root, id, rel string, p plannedRoot) (string, error) {
 	if _, err := fx.MkdirAll(rel, 0o700); err != nil {
-		return "", false, fmt.Errorf("create %q: %w", filepath.Join(b.dir, rel), err)
+		return "", fmt.Errorf("create %q: %w", filepath.Join(b.dir, rel), err)
+	}
+	if err := b.removeRootCopies(fx, rel); err != nil {
+		return "", err
 	}
 	m, err := fixture.NewManager(filepath.Join(b.dir, rel))
 	if err != nil {
-		return "", false, err
+		return "", err
 	}
 	defer m.Close()
-	if path, err := completeCopy(fx, m, id, rel, p.name, p.source); err != nil || path != "" {
-		return path, false, err
-	}
-	// Partial or stale: clear the root directory of copies, staging dirs and
-	// the record, then copy afresh.
-	if err := b.removeRootCopies(fx, rel); err != nil {
-		return "", false, err
-	}
 	pinned, unpin, err := pinSource(p)
 	if err != nil {
-		return "", false, err
+		return "", err
 	}
 	res, err := m.Copy(pinned, b.limits)
 	unpin()
 	if err != nil {
-		return "", false, fmt.Errorf("copy %q: %w", p.source, err)
+		return "", fmt.Errorf("copy %q: %w", p.source, err)
 	}
-	rec := record{Schema: recordSchema, ID: id, Root: p.name, Source: p.source, Copy: res.Name,
-		Files: res.Files, Dirs: res.Dirs, Bytes: res.Bytes}
+	rec := record{Schema: recordSchema, ID: id, Root: p.name, Source: p.source, Resolved: p.resolved,
+		Copy: res.Name, Files: res.Files, Dirs: res.Dirs, Bytes: res.Bytes}
 	data, err := json.Marshal(rec)
 	if err == nil {
 		err = fx.WriteFileAtomic(rel+"/"+RecordName, data, 0o600)
 	}
 	if err != nil {
-		return res.Dir, true, fmt.Errorf("record copy %q: %w", res.Dir, err)
+		return "", fmt.Errorf("record copy %q: %w", res.Dir, err)
 	}
-	return res.Dir, true, nil
+	return res.Dir, nil
 }
 
 // pinSource opens the checked source directory once (O_PATH, final component
@@ -364,9 +405,9 @@ func (b *Backend) ensureCopy(fx *fsaccess.Root, id, rel string, p plannedRoot) (
 // /proc/self/fd path to it: the copy then reads exactly the directory that was
 // admitted, even if a path component is swapped for a symlink in between.
 func pinSource(p plannedRoot) (string, func(), error) {
-	fd, err := unix.Open(p.source, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(p.resolved, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return "", nil, fsaccess.Wrap(CodeRootInvalid, err, "source %q", p.source)
+		return "", nil, fsaccess.Wrap(CodeRootInvalid, err, "source %q (%q)", p.source, p.resolved)
 	}
 	proc := fmt.Sprintf("/proc/self/fd/%d", fd)
 	buf := make([]byte, unix.PathMax)
@@ -461,13 +502,14 @@ func (b *Backend) Start(ctx context.Context, spec backends.Spec) (backends.Statu
 	return b.Allocate(ctx, spec)
 }
 
-// Inspect verifies, now, that every root's complete copy exists. A missing or
-// partial copy yields Failed with a message.
+// Inspect verifies, now, that every root's complete copy exists (the source
+// is not consulted: it may be gone). A missing or partial copy yields Failed
+// with a message.
 func (b *Backend) Inspect(ctx context.Context, spec backends.Spec) (backends.Status, error) {
 	if err := ctx.Err(); err != nil {
 		return backends.Status{}, fmt.Errorf("inspect %s: %w", spec.Ref, err)
 	}
-	plan, err := b.check(spec)
+	plan, err := b.checkShape(spec)
 	if err != nil {
 		return backends.Status{Phase: backends.PhaseFailed, Message: err.Error()}, nil
 	}
@@ -479,22 +521,12 @@ func (b *Backend) Inspect(ctx context.Context, spec backends.Spec) (backends.Sta
 	defer fx.Close()
 	var roots []backends.MountedRoot
 	for _, p := range plan {
-		rel := spec.ID + "/" + p.name
-		e, err := fx.Lstat(rel)
-		if err != nil || e.Type != fsaccess.TypeDir {
-			return backends.Status{Phase: backends.PhaseFailed, Message: fmt.Sprintf("copy of root %q is missing (%s)", p.name, filepath.Join(b.dir, rel))}, nil
-		}
-		m, err := fixture.NewManager(filepath.Join(b.dir, rel))
-		if err != nil {
-			return backends.Status{}, err
-		}
-		path, err := completeCopy(fx, m, spec.ID, rel, p.name, p.source)
-		m.Close()
+		path, err := b.findComplete(fx, spec.ID, p.name, p.source)
 		if err != nil {
 			return backends.Status{}, fmt.Errorf("inspect %s root %q: %w", spec.Ref, p.name, err)
 		}
 		if path == "" {
-			return backends.Status{Phase: backends.PhaseFailed, Message: fmt.Sprintf("copy of root %q is missing or incomplete in %s", p.name, filepath.Join(b.dir, rel))}, nil
+			return backends.Status{Phase: backends.PhaseFailed, Message: fmt.Sprintf("copy of root %q is missing or incomplete in %s", p.name, filepath.Join(b.dir, spec.ID, p.name))}, nil
 		}
 		roots = append(roots, backends.MountedRoot{Name: p.name, Path: path, ReadOnly: p.readOnly})
 	}
@@ -673,13 +705,9 @@ func (b *Backend) recoverKnown(ctx context.Context, fx *fsaccess.Root, spec back
 	act := func(rel, outcome, msg string) {
 		actions = append(actions, backends.RecoveryAction{Resource: filepath.Join(b.dir, rel), Outcome: outcome, Message: msg})
 	}
-	sources := map[string]string{} // root name -> resolved source ("" when unresolvable now)
+	sources := map[string]string{} // root name -> source path of the spec
 	for _, r := range spec.Roots {
-		s, err := filepath.EvalSymlinks(r.Source)
-		if err != nil {
-			s = ""
-		}
-		sources[r.Name] = s
+		sources[r.Name] = r.Source
 	}
 	entries, err := listNames(fx, spec.ID)
 	if err != nil {
@@ -715,7 +743,7 @@ func (b *Backend) recoverKnown(ctx context.Context, fx *fsaccess.Root, spec back
 			continue
 		}
 		keep := ""
-		if rec := readRecord(fx, rel); rec != nil && rec.ID == spec.ID && rec.Root == de.name && (source == "" || rec.Source == source) {
+		if rec := readRecord(fx, rel); rec != nil && rec.ID == spec.ID && rec.Root == de.name && rec.Source == source {
 			keep = filepath.Join(m.Dir(), rec.Copy)
 		}
 		l, err := m.List()

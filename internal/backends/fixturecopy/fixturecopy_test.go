@@ -328,3 +328,31 @@ func sortedMap(m map[string]string) []string {
 	sort.Strings(out)
 	return out
 }
+
+func TestCopyOutlivesItsSource(t *testing.T) {
+	e := newEnv(t, fixture.Limits{})
+	ctx := context.Background()
+	src := filepath.Join(e.admitted, "proj")
+	sp := e.spec("env-1", backends.Root{Name: "proj", Source: src})
+	st, err := e.b.Allocate(ctx, sp)
+	must(t, err)
+	must(t, os.RemoveAll(src))
+	// The copy is the environment's now: Inspect and a re-driven Allocate
+	// (agent restart) keep using it without the source.
+	for _, f := range []func(context.Context, backends.Spec) (backends.Status, error){e.b.Inspect, e.b.Allocate} {
+		st2, err := f(ctx, sp)
+		if err != nil || st2.Phase != backends.PhaseReady || st2.Roots[0].Path != st.Roots[0].Path {
+			t.Fatalf("after source removal: %+v %v", st2, err)
+		}
+	}
+	// A second root whose source is not admitted refuses before anything is copied.
+	sp2 := e.spec("env-2",
+		backends.Root{Name: "other", Source: filepath.Join(e.admitted, "other")},
+		backends.Root{Name: "bad", Source: e.outside})
+	if _, err := e.b.Allocate(ctx, sp2); CodeOf(err) != CodeRootNotAdmitted {
+		t.Fatalf("mixed roots: %v", err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(e.state, "fixtures", "env-2", "*", "*")); len(m) != 0 {
+		t.Fatalf("refused allocation left: %v", m)
+	}
+}

@@ -21,6 +21,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/nodeagent/procexec"
 	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/nodeagent/store"
@@ -42,13 +43,14 @@ type Agent struct {
 	client   client.Client
 	reader   client.Reader
 
-	mu       sync.Mutex
-	envs     map[string]*liveEnv     // environment UID → mounted roots
-	sess     map[string]*liveSession // session UID → ring (+ PTY)
-	commands map[string]*liveCommand // command UID → running handle or finished result
+	mu        sync.Mutex
+	envs      map[string]*liveEnv     // environment UID → mounted roots
+	sess      map[string]*liveSession // session UID → ring (+ PTY)
+	commands  map[string]*liveCommand // command UID → running handle or finished result
 	recovery  []wbv1.RecoveryAction
 	waits     int
 	dataPlane *wbv1.DataPlane
+	roots     map[string]*fsaccess.Root // open roots served by the data plane, by directory
 	recorder  events.EventRecorder
 
 	// wake re-queues objects from goroutines (command exits, session phase changes).
@@ -98,6 +100,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		envs:         map[string]*liveEnv{},
 		sess:         map[string]*liveSession{},
 		commands:     map[string]*liveCommand{},
+		roots:        map[string]*fsaccess.Root{},
 		wakeCommands: make(chan event.GenericEvent, 1024),
 		wakeSessions: make(chan event.GenericEvent, 1024),
 	}
@@ -150,7 +153,12 @@ func (a *Agent) Run(ctx context.Context, cfg *rest.Config) error {
 	if err := a.setupControllers(mgr); err != nil {
 		return err
 	}
-	if err := mgr.Add(managerRunnable(a.publishLoop)); err != nil {
+	if err := mgr.Add(managerRunnable(func(ctx context.Context) error {
+		if err := a.startDataPlane(ctx); err != nil {
+			return err
+		}
+		return a.publishLoop(ctx)
+	})); err != nil {
 		return err
 	}
 	log.Info("Starting node agent", "version", Version, "backends", a.backends.IDs())

@@ -183,6 +183,10 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		}
 		return err
 	}
+	if isFinalSessionPhase(string(sess.Status.Phase)) {
+		p.refuse(string(actuation.CodeSessionClosed), "session "+sess.Name+" is "+string(sess.Status.Phase))
+		return nil
+	}
 	var env wbv1.Environment
 	if err := a.client.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: string(sess.Spec.EnvironmentRef)}, &env); err != nil {
 		return client.IgnoreNotFound(err)

@@ -171,6 +171,14 @@ func (a *Agent) rememberEnv(spec backends.Spec, st backends.Status) {
 func (a *Agent) forgetEnv(id string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if e := a.envs[id]; e != nil {
+		for _, r := range e.status.Roots {
+			if open := a.roots[r.Path]; open != nil {
+				_ = open.Close()
+				delete(a.roots, r.Path)
+			}
+		}
+	}
 	delete(a.envs, id)
 }
 

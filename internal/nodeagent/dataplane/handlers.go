@@ -22,7 +22,6 @@ import (
 	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
-	"sensorium.dev/workbench/internal/nodeagent/session"
 )
 
 // signals is the closed list of signal names POST .../signal accepts.
@@ -44,7 +43,7 @@ func SignalNames() []string {
 
 // sessionHandle is a resolved session with its object facts.
 type sessionHandle struct {
-	s    *session.Session
+	s    Terminal
 	info SessionInfo
 }
 

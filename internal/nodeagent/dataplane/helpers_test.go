@@ -35,7 +35,7 @@ type fakeSession struct {
 	info SessionInfo
 }
 
-func (f *fakeResolver) Session(ns, name string) (*session.Session, SessionInfo, error) {
+func (f *fakeResolver) Session(ns, name string) (Terminal, SessionInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fs, ok := f.sessions[ns+"/"+name]

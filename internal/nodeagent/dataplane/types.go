@@ -1,9 +1,11 @@
 package dataplane
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
+	"syscall"
 	"time"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -29,12 +31,27 @@ type SessionInfo struct {
 // Errors wrapping ErrNotFound become 404; refusal and fsaccess codes pass
 // through; anything else is a 500.
 type Resolver interface {
-	// Session returns the live PTY session of TerminalSession ns/name.
-	Session(ns, name string) (*session.Session, SessionInfo, error)
+	// Session returns the live terminal of TerminalSession ns/name.
+	Session(ns, name string) (Terminal, SessionInfo, error)
 	// Root returns the named root of Environment ns/env. The Root stays owned
 	// by the Resolver: the data plane never closes it.
 	Root(ns, env, root string) (*fsaccess.Root, error)
 }
+
+// Terminal is what the data plane needs of a session: a *session.Session (a PTY program)
+// or a structured-only session, whose event ring records its commands' output.
+type Terminal interface {
+	Screen() session.Snapshot
+	Events() *ring.Ring
+	Read(cursor uint64, max int) ([]ring.Event, uint64, *ring.Gap)
+	WaitEvents(ctx context.Context, afterSeq uint64) error
+	Input(b []byte) error
+	Resize(rows, cols uint16) error
+	Signal(sig syscall.Signal) error
+	Phase() session.Phase
+}
+
+var _ Terminal = (*session.Session)(nil)
 
 // Route paths (Go 1.22 ServeMux patterns). Namespace and name come from the
 // URL; the methods are part of the pattern.

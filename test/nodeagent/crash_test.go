@@ -1,0 +1,176 @@
+package nodeagent
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/webhooks"
+)
+
+const crashNode = "node-crash"
+
+// agentProcess is a node agent running as its own process (the real binary).
+type agentProcess struct {
+	cmd *exec.Cmd
+	log bytes.Buffer
+}
+
+func buildAgent(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "node-agent")
+	out, err := exec.Command("go", "build", "-o", bin, "sensorium.dev/workbench/cmd/node-agent").CombinedOutput()
+	if err != nil {
+		t.Fatalf("building node-agent: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func crashKubeconfig(t *testing.T) string {
+	t.Helper()
+	user, err := env.Env.AddUser(crenvtest.User{Name: webhooks.NodeUserPrefix + crashNode, Groups: []string{webhooks.NodeGroup}}, nil)
+	must(t, err)
+	kc, err := user.KubeConfig()
+	must(t, err)
+	p := filepath.Join(t.TempDir(), "kubeconfig")
+	must(t, os.WriteFile(p, kc, 0o600))
+	return p
+}
+
+func startAgentProcess(t *testing.T, bin, kubeconfig, config string) *agentProcess {
+	t.Helper()
+	p := &agentProcess{cmd: exec.Command(bin, "--config", config, "--kubeconfig", kubeconfig)}
+	p.cmd.Stdout, p.cmd.Stderr = &p.log, &p.log
+	p.cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	must(t, p.cmd.Start())
+	return p
+}
+
+// findProcess returns the pids whose command line is exactly argv.
+func findProcess(argv ...string) []int {
+	want := strings.Join(argv, "\x00") + "\x00"
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && string(b) == want {
+			if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil && !strings.Contains(string(st), ") Z ") {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+// TestCrashRecovery kills the node agent with SIGKILL while a command and a session run,
+// restarts it, and checks: no orphan process, no leaked temp root, truthful statuses, and
+// the recovery actions reported on the WorkbenchNode.
+func TestCrashRecovery(t *testing.T) {
+	ctx := context.Background()
+	bin := buildAgent(t)
+	kubeconfig := crashKubeconfig(t)
+	must(t, env.Bind(ctx, "workbench-node-agent", webhooks.NodeUserPrefix+crashNode, ""))
+	state := t.TempDir()
+	root := t.TempDir()
+	config := filepath.Join(t.TempDir(), "node-agent.yaml")
+	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nadmittedRoots:\n  crash: %s\nheartbeatSeconds: 2\n", crashNode, state, root)), 0o600))
+
+	first := startAgentProcess(t, bin, kubeconfig, config)
+	ns := namespace(t)
+	readyEnvironmentOn(t, ns, root, crashNode)
+	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/sleep", nil, []string{"30"})))
+	must(t, env.Client.Create(ctx, command(ns, "long", "/bin/sleep", "301.25")))
+	eventually(t, 30*time.Second, "the command to run", func() (bool, string) {
+		var c wbv1.TerminalCommand
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
+		return c.Status.Phase == wbv1.CommandRunning, fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(first.log.String()))
+	})
+	pids := findProcess("/bin/sleep", "301.25")
+	if len(pids) != 1 {
+		t.Fatalf("expected one sleep process, found %v", pids)
+	}
+	must(t, first.cmd.Process.Signal(syscall.SIGKILL))
+	_ = first.cmd.Wait()
+	if len(findProcess("/bin/sleep", "301.25")) != 1 {
+		t.Fatal("the command died with the agent; the test needs an orphan to sweep")
+	}
+
+	second := startAgentProcess(t, bin, kubeconfig, config)
+	defer func() {
+		_ = second.cmd.Process.Signal(syscall.SIGTERM)
+		_ = second.cmd.Wait()
+	}()
+	var c wbv1.TerminalCommand
+	eventually(t, 60*time.Second, "the interrupted command's truthful outcome", func() (bool, string) {
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
+		return wbv1.CommandIsFinal(c.Status.Conditions), fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(second.log.String()))
+	})
+	if c.Status.Phase != wbv1.CommandFailed || c.Status.Refusal == nil || c.Status.Refusal.Code != "interrupted" {
+		t.Fatalf("status = %+v", c.Status)
+	}
+	if left := findProcess("/bin/sleep", "301.25"); len(left) != 0 {
+		t.Fatalf("orphan processes after recovery: %v", left)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(state, "tmp")); len(ents) != 0 {
+		t.Fatalf("leaked temp roots: %v", ents)
+	}
+	var s wbv1.TerminalSession
+	eventually(t, 30*time.Second, "the interrupted session ends Failed", func() (bool, string) {
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
+		return s.Status.Phase == wbv1.SessionFailed && s.Status.Refusal != nil && s.Status.Refusal.Code == "interrupted", fmt.Sprintf("%+v", s.Status)
+	})
+	var node wbv1.WorkbenchNode
+	eventually(t, 30*time.Second, "recovery actions on the WorkbenchNode", func() (bool, string) {
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: crashNode}, &node); err != nil {
+			return false, err.Error()
+		}
+		terminated := false
+		for _, r := range node.Status.Recovery {
+			if r.Outcome == "terminated" && strings.Contains(r.Resource, "command/"+ns+"/long") {
+				terminated = true
+			}
+		}
+		return terminated, fmt.Sprintf("%+v", node.Status.Recovery)
+	})
+	// The agent serves again after the sweep: a command on a new session runs; one on the
+	// interrupted session is refused.
+	must(t, env.Client.Create(ctx, profile(ns, "p2", "/bin/echo", nil, []string{"back"})))
+	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s2", Namespace: ns}, Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+	for _, tc := range []struct {
+		name, session string
+		want          wbv1.CommandPhase
+	}{{"after", "s2", wbv1.CommandSucceeded}, {"on-dead-session", "s", wbv1.CommandRefused}} {
+		c := command(ns, tc.name, "/bin/echo", "back")
+		c.Spec.ProfileRef, c.Spec.SessionRef = "p2", wbv1.ObjectName(tc.session)
+		must(t, env.Client.Create(ctx, c))
+		eventually(t, 30*time.Second, "command "+tc.name+" after recovery is "+string(tc.want), func() (bool, string) {
+			var got wbv1.TerminalCommand
+			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: tc.name}, &got))
+			return got.Status.Phase == tc.want, fmt.Sprintf("%+v\nagent log:\n%s", got.Status, tail(second.log.String()))
+		})
+	}
+}
+
+func tail(s string) string {
+	if len(s) > 3000 {
+		return s[len(s)-3000:]
+	}
+	return s
+}
