@@ -18,6 +18,10 @@
 #   WEBHOOK_PORT [9443]  MANAGER_METRICS_PORT [8080]  MANAGER_HEALTH_PORT [8081]
 #   MANAGER_BIN             a manager binary to run instead of building ./cmd/manager
 #   MANAGER_ARGS            extra arguments for the manager
+#   LOCAL_NODE_NAME         the node agent's node name [local]
+#   LOCAL_WORKSPACES        the node agent's admitted root "workspaces" [/var/lib/workbench/workspaces]
+#   DATAPLANE_PORT          the node agent's HTTPS data plane on 127.0.0.1 [10350]
+#   LOCAL_UP_SKIP_NODE_AGENT=1  run no node agent (it needs root for network namespaces) [0]
 #   READY_TIMEOUT           seconds to wait for each component to become ready [60]
 set -Eeuo pipefail
 
@@ -35,6 +39,10 @@ READY_TIMEOUT="${READY_TIMEOUT:-60}"
 FOREGROUND="${LOCAL_UP_FOREGROUND:-0}"
 CLEAN="${LOCAL_UP_CLEAN:-0}"
 SKIP_MANAGER="${LOCAL_UP_SKIP_MANAGER:-0}"
+NODE_NAME="${LOCAL_NODE_NAME:-local}"
+WORKSPACES="${LOCAL_WORKSPACES:-/var/lib/workbench/workspaces}"
+DATAPLANE_PORT="${DATAPLANE_PORT:-10350}"
+SKIP_NODE_AGENT="${LOCAL_UP_SKIP_NODE_AGENT:-0}"
 # shellcheck disable=SC2206 # word splitting of MANAGER_ARGS is intended
 EXTRA_MANAGER_ARGS=(${MANAGER_ARGS:-})
 
@@ -138,6 +146,16 @@ else
   go build -o bin/manager ./cmd/manager || fail "go build ./cmd/manager failed"
   HAVE_MANAGER=1
 fi
+HAVE_NODE_AGENT=0
+if [[ "${HAVE_MANAGER}" == "1" && "${SKIP_NODE_AGENT}" != "1" ]]; then
+  if [[ "$(id -u)" != "0" ]]; then
+    log "WARNING: not root: the node agent needs root for network namespaces and Landlock; running without it"
+  else
+    log "Building bin/node-agent"
+    go build -o bin/node-agent ./cmd/node-agent || fail "go build ./cmd/node-agent failed"
+    HAVE_NODE_AGENT=1
+  fi
+fi
 MANAGER_BIN="${MANAGER_BIN:-${ROOT}/bin/manager}"
 
 # --- 2. PKI -------------------------------------------------------------------------------
@@ -175,6 +193,12 @@ fi
 if ! valid_cert "${PKI}/webhook.crt"; then
   issue webhook "/CN=workbench-webhook" \
     "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost"
+fi
+# The node agent authenticates as user workbench:node:<node> in group workbench:nodes: the
+# admission webhooks restrict that identity to its own node's objects.
+if ! valid_cert "${PKI}/node-${NODE_NAME}.crt"; then
+  issue "node-${NODE_NAME}" "/O=workbench:nodes/CN=workbench:node:${NODE_NAME}" \
+    "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth"
 fi
 if [[ ! -s "${PKI}/sa.key" ]]; then
   openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "${PKI}/sa.key" 2>/dev/null
@@ -304,7 +328,50 @@ if [[ "${HAVE_MANAGER}" == "1" ]]; then
     log "WARNING: config/webhook/manifests.yaml does not exist (run make manifests): no admission webhooks registered"
   fi
 
-  # --- Node agent: starts here once cmd/node-agent exists (next issue) ---
+  # --- Node agent -------------------------------------------------------------------------
+  if [[ "${HAVE_NODE_AGENT}" == "1" ]]; then
+    node_kubeconfig="${STATE}/node-agent.kubeconfig"
+    rm -f "${node_kubeconfig}"
+    "${KUBECTL}" config --kubeconfig "${node_kubeconfig}" set-cluster workbench-local --server="https://127.0.0.1:${APISERVER_PORT}" \
+      --certificate-authority="${PKI}/ca.crt" --embed-certs=true >/dev/null
+    "${KUBECTL}" config --kubeconfig "${node_kubeconfig}" set-credentials "node-${NODE_NAME}" --client-certificate="${PKI}/node-${NODE_NAME}.crt" \
+      --client-key="${PKI}/node-${NODE_NAME}.key" --embed-certs=true >/dev/null
+    "${KUBECTL}" config --kubeconfig "${node_kubeconfig}" set-context node --cluster=workbench-local --user="node-${NODE_NAME}" >/dev/null
+    "${KUBECTL}" config --kubeconfig "${node_kubeconfig}" use-context node >/dev/null
+    chmod 600 "${node_kubeconfig}"
+    kubectl create clusterrolebinding "workbench-node-agent-${NODE_NAME}" --clusterrole=workbench-node-agent \
+      --user="workbench:node:${NODE_NAME}" --dry-run=client -o yaml |
+      kubectl apply --server-side --field-manager="${FIELD_MANAGER}" -f - >/dev/null
+    # The samples' environment lives in the admitted root: a small git repository.
+    mkdir -p "${WORKSPACES}/demo" "${STATE}/node-agent"
+    if [[ ! -e "${WORKSPACES}/demo/README.md" ]]; then
+      printf '# demo\n\nA workspace of the embedded default.\n' >"${WORKSPACES}/demo/README.md"
+      printf 'Notes.\n' >"${WORKSPACES}/demo/NOTES.md"
+      if command -v git >/dev/null 2>&1; then
+        git -C "${WORKSPACES}/demo" init -q && git -C "${WORKSPACES}/demo" add -A &&
+          git -C "${WORKSPACES}/demo" -c user.name=workbench -c user.email=workbench@localhost commit -qm "demo" || true
+      fi
+    fi
+    cat >"${STATE}/node-agent.yaml" <<NODECONF
+nodeName: ${NODE_NAME}
+stateDir: ${STATE}/node-agent
+admittedRoots:
+  workspaces: ${WORKSPACES}
+dataPlaneAddress: 127.0.0.1:${DATAPLANE_PORT}
+dataPlaneHosts: [127.0.0.1, localhost]
+heartbeatSeconds: 15
+NODECONF
+    port_in_use "${DATAPLANE_PORT}" && fail "127.0.0.1:${DATAPLANE_PORT} is already in use (DATAPLANE_PORT)"
+    start node-agent "${LOGS}/node-agent.log" "${ROOT}/bin/node-agent" --config "${STATE}/node-agent.yaml" --kubeconfig "${node_kubeconfig}"
+    log "Waiting for WorkbenchNode ${NODE_NAME}"
+    deadline=$((SECONDS + READY_TIMEOUT))
+    until kubectl get workbenchnode "${NODE_NAME}" >/dev/null 2>&1; do
+      alive node-agent || fail "the node agent exited; see ${LOGS}/node-agent.log"
+      ((SECONDS < deadline)) || fail "WorkbenchNode ${NODE_NAME} did not appear within ${READY_TIMEOUT}s; see ${LOGS}/node-agent.log"
+      sleep 0.5
+    done
+    kubectl wait --for=condition=Ready "workbenchnode/${NODE_NAME}" --timeout="${READY_TIMEOUT}s" >/dev/null
+  fi
 
   # --- 8. Samples -------------------------------------------------------------------------
   if [[ -f config/samples/kustomization.yaml ]]; then
@@ -325,6 +392,14 @@ Sensorium Workbench is running locally (state in ${STATE}, logs in ${LOGS}).
   export PATH=${K8S_BIN}:\$PATH
   kubectl get crd | grep workbench
   kubectl get environments,terminalsessions,terminalcommands,waits -A
+  kubectl get terminalcommand git-status -o yaml    # outcome: phase, exitCode, outputDigest
+  kubectl get consentrequests,workbenchnodes,backendcapabilities
+  kubectl create -f - <<GRANT   # approve git-diff (it waits for consent)
+apiVersion: workbench.sensorium.dev/v1alpha1
+kind: ConsentGrant
+metadata: {name: allow-git-diff, namespace: default}
+spec: {requestRef: git-diff-consent, scope: remember-exact-argv}
+GRANT
   kubectl get workbench -A                  # every workbench kind (category)
   kubectl auth can-i approve consentrequests --as=someone          # RBAC: no
   kubectl create clusterrolebinding alice-operator --clusterrole=workbench-operator --user=alice

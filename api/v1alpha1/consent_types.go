@@ -132,7 +132,7 @@ type ConsentRequestStatus struct {
 // +kubebuilder:resource:shortName=wbcr,categories=workbench
 // +kubebuilder:printcolumn:name="Command",type=string,JSONPath=`.spec.descriptor.commandRef`
 // +kubebuilder:printcolumn:name="Decision",type=string,JSONPath=`.status.decision`
-// +kubebuilder:printcolumn:name="Expires",type=date,JSONPath=`.status.expiresAt`
+// +kubebuilder:printcolumn:name="Expires",type=string,JSONPath=`.status.expiresAt`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ConsentRequest struct {
 	metav1.TypeMeta   `json:",inline"`

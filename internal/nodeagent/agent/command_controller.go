@@ -176,12 +176,25 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	a := r.a
 	cmd := p.cmd
 	var sess wbv1.TerminalSession
-	if err := a.client.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: string(cmd.Spec.SessionRef)}, &sess); err != nil {
-		if client.IgnoreNotFound(err) == nil {
-			p.refuse(string(actuation.CodeSessionMissing), "session "+string(cmd.Spec.SessionRef)+" is not on this node")
+	key := types.NamespacedName{Namespace: cmd.Namespace, Name: string(cmd.Spec.SessionRef)}
+	if err := a.client.Get(ctx, key, &sess); err != nil {
+		if client.IgnoreNotFound(err) != nil {
+			return err
+		}
+		// Not in this node's cache: either not bound to the node yet (the manager binds
+		// sessions and commands independently) or gone. Ask the API server once.
+		if err := a.reader.Get(ctx, key, &sess); client.IgnoreNotFound(err) != nil {
+			return err
+		} else if err != nil {
+			p.refuse(string(actuation.CodeSessionMissing), "session "+key.Name+" does not exist")
 			return nil
 		}
-		return err
+		if l := sess.Labels[wbv1.NodeLabel]; l != "" && l != a.cfg.NodeName {
+			p.refuse(string(actuation.CodeSessionMissing), "session "+key.Name+" is bound to node "+l)
+			return nil
+		}
+		p.result.RequeueAfter = time.Second
+		return nil
 	}
 	if isFinalSessionPhase(string(sess.Status.Phase)) {
 		p.refuse(string(actuation.CodeSessionClosed), "session "+sess.Name+" is "+string(sess.Status.Phase))
