@@ -11,7 +11,7 @@
 #
 # Environment (defaults in brackets):
 #   LOCAL_UP_FOREGROUND=1   stay in the foreground until Ctrl-C, then stop everything [0]
-#   LOCAL_UP_CLEAN=1        start from an empty etcd and a fresh PKI [0: keep both]
+#   LOCAL_UP_CLEAN=0        keep etcd data and the PKI of the previous run [1: start clean]
 #   LOCAL_UP_SKIP_MANAGER=1 stop after the control plane, CRDs and RBAC [0]
 #   LOCAL_STATE_DIR         state directory [.local]
 #   ETCD_CLIENT_PORT [23790]  ETCD_PEER_PORT [23800]  APISERVER_PORT [6443]
@@ -37,7 +37,7 @@ MANAGER_METRICS_PORT="${MANAGER_METRICS_PORT:-8080}"
 MANAGER_HEALTH_PORT="${MANAGER_HEALTH_PORT:-8081}"
 READY_TIMEOUT="${READY_TIMEOUT:-60}"
 FOREGROUND="${LOCAL_UP_FOREGROUND:-0}"
-CLEAN="${LOCAL_UP_CLEAN:-0}"
+CLEAN="${LOCAL_UP_CLEAN:-1}"
 SKIP_MANAGER="${LOCAL_UP_SKIP_MANAGER:-0}"
 NODE_NAME="${LOCAL_NODE_NAME:-local}"
 WORKSPACES="${LOCAL_WORKSPACES:-/var/lib/workbench/workspaces}"

@@ -101,9 +101,17 @@ var forbiddenEnvRules = func() []envRule {
 	return rules
 }()
 
+// narrowingEnvKeys are exact keys that match a forbidden pattern but can only take
+// authority away: GIT_CONFIG_NOSYSTEM stops git from reading /etc/gitconfig (which the
+// sandbox does not let it read anyway). They are admitted despite their prefix.
+var narrowingEnvKeys = map[string]bool{"GIT_CONFIG_NOSYSTEM": true}
+
 // matchForbiddenEnv returns the first forbidden rule matching key.
 func matchForbiddenEnv(key string) (envRule, bool) {
 	k := strings.ToUpper(key)
+	if narrowingEnvKeys[k] {
+		return envRule{}, false
+	}
 	var segments []string
 	for _, r := range forbiddenEnvRules {
 		var hit bool

@@ -83,6 +83,9 @@ var envKeySyntax = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // forbiddenByTable re-reads the forbidden tables without matchForbiddenEnv.
 func forbiddenByTable(key string) bool {
 	k := strings.ToUpper(key)
+	if narrowingEnvKeys[k] {
+		return false
+	}
 	for _, r := range forbiddenEnvRules {
 		switch r.match {
 		case envExact:

@@ -1,0 +1,230 @@
+// Package nodeagent benchmarks the node agent end to end against a real API server, each
+// figure next to a floor measured in the same run.
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/controllers"
+	"sensorium.dev/workbench/internal/nodeagent/agent"
+	"sensorium.dev/workbench/internal/nodeagent/procexec"
+	"sensorium.dev/workbench/internal/nodeagent/session"
+	"sensorium.dev/workbench/internal/test/envtest"
+	"sensorium.dev/workbench/webhooks"
+)
+
+const node = "bench-node"
+
+var (
+	env *envtest.Env
+	wc  client.WithWatch
+)
+
+func TestMain(m *testing.M) {
+	procexec.MaybeRunHelper()
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "SKIP node agent benchmarks: need root for network namespaces and Landlock")
+		os.Exit(0)
+	}
+	var err error
+	env, err = envtest.Start(envtest.Options{Setup: func(mgr ctrl.Manager) error {
+		if err := controllers.SetupWithManager(mgr, controllers.Config{}); err != nil {
+			return err
+		}
+		return webhooks.SetupWithManager(mgr)
+	}})
+	if err == envtest.ErrNoAssets {
+		fmt.Fprintln(os.Stderr, "SKIP node agent benchmarks:", err)
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := func() int {
+		defer env.Stop()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		if err := startAgent(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if wc, err = client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+func startAgent(ctx context.Context) error {
+	user := webhooks.NodeUserPrefix + node
+	if err := env.Client.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "bench-node-agent"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "workbench-node-agent"}}); err != nil {
+		return err
+	}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{webhooks.NodeGroup}}
+	dir, err := os.MkdirTemp("", "wb-bench-")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir+"/work", 0o755); err != nil {
+		return err
+	}
+	a, err := agent.New(agent.Config{NodeName: node, StateDir: dir + "/state", AdmittedRoots: map[string]string{"work": dir + "/work"},
+		Caps: agent.Caps{Sessions: 8, ConcurrentCommands: 8}}, agent.Options{})
+	if err != nil {
+		return err
+	}
+	go func() { _ = a.Run(ctx, cfg) }()
+	return nil
+}
+
+// setup creates a namespace with a profile for /bin/true, an environment and a session on
+// the bench node, and waits until the session runs.
+func setup(b *testing.B) string {
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "bench-"}}
+	must(b, env.Client.Create(ctx, ns))
+	work, _ := os.MkdirTemp("", "wb-bench-work-")
+	_ = os.Remove(work)
+	must(b, os.MkdirAll(work, 0o755))
+	must(b, env.Client.Create(ctx, &wbv1.CommandProfile{ObjectMeta: metav1.ObjectMeta{Name: "true", Namespace: ns.Name},
+		Spec: wbv1.CommandProfileSpec{Executable: "/bin/true", AllowedRoots: []string{"repo"}}}))
+	hp := work
+	must(b, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns.Name}, Spec: wbv1.EnvironmentSpec{
+		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: &hp}},
+		NodeSelector: map[string]string{wbv1.NodeLabel: node}}}))
+	must(b, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns.Name},
+		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var s wbv1.TerminalSession
+		must(b, env.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "s"}, &s))
+		if s.Status.Phase == wbv1.SessionRunning {
+			return ns.Name
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("session not running: %+v", s.Status)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func must(b testing.TB, err error) {
+	b.Helper()
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkCommandTrue measures TerminalCommand create → Succeeded for /bin/true through the
+// API server, the consent gate and the node agent, against the floor of an API create +
+// watch round trip (a ConfigMap) plus a bare fork/exec of /bin/true. Run with -benchtime=Nx.
+func BenchmarkCommandTrue(b *testing.B) {
+	ctx := context.Background()
+	ns := setup(b)
+	var floorAPI, floorExec, full time.Duration
+	for i := 0; i < b.N; i++ {
+		// Floor 1: create + watch until the API server reports it.
+		w, err := wc.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns))
+		must(b, err)
+		t0 := time.Now()
+		must(b, env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "m" + strconv.Itoa(i), Namespace: ns}}))
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Added {
+				break
+			}
+		}
+		floorAPI += time.Since(t0)
+		w.Stop()
+		// Floor 2: a bare fork/exec.
+		t1 := time.Now()
+		must(b, exec.Command("/bin/true").Run())
+		floorExec += time.Since(t1)
+		// Full path.
+		w, err = wc.Watch(ctx, &wbv1.TerminalCommandList{}, client.InNamespace(ns))
+		must(b, err)
+		t2 := time.Now()
+		must(b, env.Client.Create(ctx, &wbv1.TerminalCommand{ObjectMeta: metav1.ObjectMeta{Name: "c" + strconv.Itoa(i), Namespace: ns},
+			Spec: wbv1.TerminalCommandSpec{SessionRef: "s", ProfileRef: "true", Argv: []string{"/bin/true"}, Cwd: wbv1.CwdAddress{Root: "repo"}}}))
+		for ev := range w.ResultChan() {
+			c, ok := ev.Object.(*wbv1.TerminalCommand)
+			if ok && c.Name == "c"+strconv.Itoa(i) && wbv1.CommandIsFinal(c.Status.Conditions) {
+				if c.Status.Phase != wbv1.CommandSucceeded {
+					b.Fatalf("command %s: %+v", c.Name, c.Status)
+				}
+				break
+			}
+		}
+		full += time.Since(t2)
+		w.Stop()
+	}
+	n := float64(b.N)
+	ms := func(d time.Duration) float64 { return float64(d) / n / float64(time.Millisecond) }
+	b.ReportMetric(ms(full), "cmd-ms")
+	b.ReportMetric(ms(floorAPI), "api-roundtrip-ms")
+	b.ReportMetric(ms(floorExec), "fork-exec-ms")
+	b.ReportMetric(float64(full)/float64(floorAPI+floorExec), "ratio-to-floor")
+}
+
+// BenchmarkIdleSessionMemory opens 100 idle PTY sessions (/bin/cat) in one session manager
+// and reports the agent-side memory per session: Go heap and process RSS deltas.
+func BenchmarkIdleSessionMemory(b *testing.B) {
+	const sessions = 100
+	for i := 0; i < b.N; i++ {
+		mgr := session.NewManager(session.Caps{Sessions: sessions, SessionsPerEnvironment: sessions, ReaderTasks: 2 * sessions})
+		runtime.GC()
+		var before runtime.MemStats
+		runtime.ReadMemStats(&before)
+		rssBefore := rssBytes()
+		var open []*session.Session
+		for j := 0; j < sessions; j++ {
+			s, err := mgr.Open(context.Background(), session.Spec{ID: fmt.Sprintf("s%d", j), EnvironmentID: "e", Argv: []string{"/bin/cat"},
+				Env: []string{"PATH=/usr/bin:/bin"}, Dir: "/", Rows: 24, Cols: 80})
+			must(b, err)
+			open = append(open, s)
+		}
+		time.Sleep(500 * time.Millisecond) // let every reader park
+		runtime.GC()
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		rssAfter := rssBytes()
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/sessions/1024, "heap-KiB/session")
+		b.ReportMetric(float64(rssAfter-rssBefore)/sessions/1024, "rss-KiB/session")
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		_ = mgr.Shutdown(ctx)
+		cancel()
+		_ = open
+	}
+}
+
+func rssBytes() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	pages, _ := strconv.ParseInt(f[1], 10, 64)
+	return pages * int64(os.Getpagesize())
+}
