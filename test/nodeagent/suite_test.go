@@ -103,7 +103,7 @@ func startAgent(ctx context.Context, state string) (*agent.Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a, err := agent.New(agent.Config{NodeName: nodeName, StateDir: state, AdmittedRoots: map[string]string{"work": workspace}, HeartbeatSeconds: 5, Caps: agent.Caps{Sessions: 64, SessionsPerEnvironment: 4}}, agent.Options{})
+	a, err := agent.New(agent.Config{NodeName: nodeName, StateDir: state, AdmittedRoots: map[string]string{"work": workspace}, HeartbeatSeconds: 5, DataPlaneAddress: "127.0.0.1:0", Caps: agent.Caps{Sessions: 64, SessionsPerEnvironment: 4}}, agent.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -208,3 +208,5 @@ func waitFinal(t *testing.T, ns, name string) *wbv1.TerminalCommand {
 	})
 	return &c
 }
+
+func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o644) }
