@@ -189,3 +189,9 @@ controller-gen: $(LOCALBIN) ## Install controller-gen (pinned CONTROLLER_TOOLS_V
 		echo "Installing controller-gen $(CONTROLLER_TOOLS_VERSION) into $(LOCALBIN)"; \
 		GOBIN="$(LOCALBIN)" go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION); \
 	fi
+
+##@ Guest image
+
+.PHONY: guest-image
+guest-image: ## Build the minimal qemu-microvm.v1 guest image into bin/guest/ (root, apt-get; hack/guest-image/build.sh) and write config/samples/07_imagemanifest.yaml.
+	hack/guest-image/build.sh

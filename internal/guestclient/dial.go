@@ -22,6 +22,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	protocol "sensorium.dev/workbench/guest/protocol/v1"
 )
 
 // Endpoint is how to reach a guest agent.
@@ -40,7 +42,7 @@ type Endpoint struct {
 }
 
 // DefaultPort is the guest agent's vsock port.
-const DefaultPort = 1024
+const DefaultPort = protocol.AgentPort
 
 // Bounds of the connect preamble.
 const (

@@ -36,9 +36,15 @@ func runMain(m *testing.M) int {
 	_, file, _, _ := runtime.Caller(0)
 	repo := filepath.Join(filepath.Dir(file), "..", "..")
 	guestBin = filepath.Join(dir, "workbench-guest")
-	cmd := exec.Command("go", "build", "-tags", "workbench_unix_transport", "-o", guestBin, "./guest/cmd/workbench-guest")
+	args := []string{"build", "-tags", "workbench_unix_transport", "-o", guestBin}
+	cgo := "CGO_ENABLED=0"
+	if os.Getenv("WORKBENCH_GUEST_RACE") == "1" {
+		// The agent under the race detector; its reports appear in the test log.
+		args, cgo = append(args, "-race"), "CGO_ENABLED=1"
+	}
+	cmd := exec.Command("go", append(args, "./guest/cmd/workbench-guest")...)
 	cmd.Dir = repo
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Env = append(os.Environ(), cgo)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building the guest agent: %v\n%s", err, out)
 		return 1

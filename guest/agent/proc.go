@@ -1,0 +1,267 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	protocol "sensorium.dev/workbench/guest/protocol/v1"
+)
+
+// proc is a running spawn, signalable by its opID while registered.
+type proc struct {
+	mu   sync.Mutex
+	pid  int  // process group id (the leader's pid)
+	done bool // exited (the pid may be reaped and reused after this)
+}
+
+// signalGroup signals the process group unless the leader has exited (a pid is never
+// signalled after it may have been reaped and reused).
+func (p *proc) signalGroup(sig unix.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done || p.pid == 0 {
+		return protocol.Refusef(protocol.CodeSessionNotRunning, "process has exited")
+	}
+	if err := unix.Kill(-p.pid, sig); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("%w: %w", protocol.Refusef(protocol.CodeIOError, "kill"), err)
+	}
+	return nil
+}
+
+// outBudget is the one output budget shared by stdout and stderr.
+type outBudget struct {
+	mu        sync.Mutex
+	remaining int
+	truncated bool
+}
+
+type capBuffer struct {
+	b   *outBudget
+	buf []byte
+}
+
+func (c *capBuffer) Write(p []byte) (int, error) {
+	c.b.mu.Lock()
+	defer c.b.mu.Unlock()
+	n := min(len(p), c.b.remaining)
+	c.buf = append(c.buf, p[:n]...)
+	c.b.remaining -= n
+	if n < len(p) {
+		c.b.truncated = true
+	}
+	return len(p), nil // keep draining: the child never blocks on a full budget
+}
+
+func (a *Agent) register(id string, isSession bool, limit int) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, dup := a.procs[id]; dup {
+		return protocol.Refusef(protocol.CodeSessionExists, "%q is already running", id)
+	}
+	if _, dup := a.sessions[id]; dup {
+		return protocol.Refusef(protocol.CodeSessionExists, "%q is already a session", id)
+	}
+	if isSession {
+		if len(a.sessions) >= limit {
+			return protocol.Refusef(protocol.CodeSessionCapReached, "at most %d sessions", limit)
+		}
+		a.sessions[id] = nil // reserved
+		return nil
+	}
+	if len(a.procs) >= limit {
+		return protocol.Refusef(protocol.CodeProcessCapReached, "at most %d processes", limit)
+	}
+	a.procs[id] = &proc{}
+	return nil
+}
+
+func envOrEmpty(env []string) []string {
+	if env == nil {
+		return []string{} // never the agent's own environment
+	}
+	return env
+}
+
+func execErr(err error) error {
+	return fmt.Errorf("%w: %w", protocol.Refusef(protocol.CodeExecFailed, "%v", err), err)
+}
+
+func (a *Agent) spawn(ctx context.Context, opID string, args *protocol.SpawnArgs) reply {
+	if a.quiesced.Load() {
+		return refused(protocol.Refusef(protocol.CodeQuiesced, "the guest is quiesced"))
+	}
+	cwd, err := a.openDir(args.Cwd)
+	if err != nil {
+		return refused(err)
+	}
+	defer unix.Close(cwd)
+	if err := a.register(opID, false, a.cfg.MaxProcs); err != nil {
+		return refused(err)
+	}
+	a.mu.Lock()
+	p := a.procs[opID]
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		delete(a.procs, opID)
+		a.mu.Unlock()
+	}()
+
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return refused(execErr(err))
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return refused(execErr(err))
+	}
+	budget := &outBudget{remaining: int(args.OutputMax)}
+	stdout, stderr := &capBuffer{b: budget}, &capBuffer{b: budget}
+	cmd := &exec.Cmd{
+		Path:        args.Argv[0],
+		Args:        args.Argv,
+		Env:         envOrEmpty(args.Env),
+		Dir:         fmt.Sprintf("/proc/self/fd/%d", cwd), // the directory resolved beneath the root, not a re-resolved string
+		Stdout:      outW,
+		Stderr:      errW,
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	start := time.Now()
+	p.mu.Lock()
+	err = cmd.Start()
+	if err == nil {
+		p.pid = cmd.Process.Pid
+	}
+	p.mu.Unlock()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return refused(execErr(err))
+	}
+	var wg sync.WaitGroup
+	for _, pair := range []struct {
+		r *os.File
+		w io.Writer
+	}{{outR, stdout}, {errR, stderr}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer pair.r.Close()
+			io.Copy(pair.w, pair.r)
+		}()
+	}
+
+	deadline, _ := ctx.Deadline()
+	killAt := start.Add(time.Duration(args.TimeoutMS) * time.Millisecond)
+	if deadline.Before(killAt) {
+		killAt = deadline // the request deadline is never extended
+	}
+	timedOut := make(chan struct{})
+	timer := time.AfterFunc(time.Until(killAt), func() {
+		close(timedOut)
+		p.signalGroup(unix.SIGKILL)
+	})
+
+	// Wait without reaping first, so that the group is marked done before its pid can be
+	// reused; then reap through os/exec.
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, p.pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	timer.Stop()
+	p.mu.Lock()
+	// Leftover members of the group (background children) are ended with the leader.
+	unix.Kill(-p.pid, unix.SIGKILL)
+	p.done = true
+	p.mu.Unlock()
+	werr := cmd.Wait()
+	// Output still held open by an escaped descendant is cut off after a short drain.
+	drainBy := time.Now().Add(spawnIODrainAfterExit)
+	outR.SetReadDeadline(drainBy)
+	errR.SetReadDeadline(drainBy)
+	wg.Wait()
+
+	d := protocol.SpawnData{Pid: p.pid, DurationMS: uint64(time.Since(start).Milliseconds())}
+	select {
+	case <-timedOut:
+		d.TimedOut = true
+	default:
+	}
+	budget.mu.Lock()
+	d.Truncated = budget.truncated
+	budget.mu.Unlock()
+	d.StdoutBytes, d.StderrBytes = uint32(len(stdout.buf)), uint32(len(stderr.buf))
+	bulk := append(stdout.buf, stderr.buf...)
+	var ee *exec.ExitError
+	if werr != nil && !errors.As(werr, &ee) {
+		// The process ran; its status could not be collected.
+		return unknown(protocol.CodeIOError, werr, d)
+	}
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		d.ExitCode = -1
+		d.Signal = unix.SignalName(ws.Signal())
+	} else {
+		d.ExitCode = ws.ExitStatus()
+	}
+	return ok(d, bulk)
+}
+
+func (a *Agent) signal(args *protocol.SignalArgs) reply {
+	sig := unix.SignalNum(args.Signal)
+	if sig == 0 {
+		return refused(protocol.Refusef(protocol.CodeInvalidSpec, "signal %q", args.Signal))
+	}
+	a.mu.Lock()
+	s := a.sessions[args.Target]
+	p := a.procs[args.Target]
+	a.mu.Unlock()
+	var err error
+	switch {
+	case s != nil:
+		err = s.proc.signalGroup(sig)
+	case p != nil:
+		err = p.signalGroup(sig)
+	default:
+		err = protocol.Refusef(protocol.CodeSessionUnknown, "no session or running process %q", args.Target)
+	}
+	if err != nil {
+		return refused(err)
+	}
+	return ok(protocol.Empty{}, nil)
+}
+
+// killAll ends every session and process group (shutdown, Close).
+func (a *Agent) killAll() {
+	a.mu.Lock()
+	var ss []*session
+	for _, s := range a.sessions {
+		if s != nil {
+			ss = append(ss, s)
+		}
+	}
+	for _, p := range a.procs {
+		p.signalGroup(unix.SIGKILL)
+	}
+	a.mu.Unlock()
+	for _, s := range ss {
+		s.proc.signalGroup(unix.SIGKILL)
+		s.ptmx.Close()
+	}
+}
