@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -21,10 +22,12 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/nodeagent/artifacts"
 	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/nodeagent/procexec"
 	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/nodeagent/store"
+	"sensorium.dev/workbench/internal/nodeagent/waits"
 )
 
 // Version is the agent's version, stamped at build time.
@@ -56,6 +59,15 @@ type Agent struct {
 	// wake re-queues objects from goroutines (command exits, session phase changes).
 	wakeCommands chan event.GenericEvent
 	wakeSessions chan event.GenericEvent
+
+	// Waits, probes, patches and artifacts (wait_controller.go and its siblings).
+	runCtx    context.Context      // Run's context: registered waits live as long as the agent
+	engine    *waits.Engine        // pending waits, bounded by Caps.PendingWaits
+	signals   waitSignals          // change signals of the conditions fed from reconcilers
+	liveWaits map[string]*liveWait // wait UID → wait registered by this process
+	watcher   *waits.FileWatcher   // inotify, opened by the first file wait
+	blobs     *artifacts.Store     // <stateDir>/artifacts
+	wakeWaits chan event.GenericEvent
 }
 
 // Options tune an agent for tests and embedding.
@@ -89,6 +101,11 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		_ = db.Close()
 		return nil, err
 	}
+	blobs, err := artifacts.Open(filepath.Join(cfg.StateDir, "artifacts"))
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	caps := cfg.Caps
 	a := &Agent{
 		cfg: cfg, store: db, backends: reg,
@@ -103,6 +120,10 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		roots:        map[string]*fsaccess.Root{},
 		wakeCommands: make(chan event.GenericEvent, 1024),
 		wakeSessions: make(chan event.GenericEvent, 1024),
+		engine:       waits.NewEngine(waits.Caps{PendingWaits: caps.PendingWaits}),
+		liveWaits:    map[string]*liveWait{},
+		blobs:        blobs,
+		wakeWaits:    make(chan event.GenericEvent, 1024),
 	}
 	return a, nil
 }
@@ -110,6 +131,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 // Scheme returns the scheme the agent's clients use.
 func Scheme() *runtime.Scheme {
 	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s) // TokenReview, SubjectAccessReview, events
 	_ = wbv1.AddToScheme(s)
 	return s
 }
@@ -136,6 +158,7 @@ func (a *Agent) cacheOptions() cache.Options {
 // Run sweeps what a previous process left, then reconciles until ctx ends.
 func (a *Agent) Run(ctx context.Context, cfg *rest.Config) error {
 	log := ctrl.LoggerFrom(ctx).WithValues("node", a.cfg.NodeName)
+	a.runCtx = ctx
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: Scheme(), Cache: a.cacheOptions(),
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",

@@ -375,6 +375,7 @@ func (a *Agent) awaitCommand(cmd *wbv1.TerminalCommand, h *procexec.Handle, rg *
 		lc.result = o
 	}
 	a.mu.Unlock()
+	a.commandFinished()
 	a.wake(a.wakeCommands, cmd)
 }
 

@@ -43,7 +43,7 @@ func (a *Agent) setupControllers(mgr ctrl.Manager) error {
 		Complete(&commandReconciler{a: a}); err != nil {
 		return fmt.Errorf("command controller: %w", err)
 	}
-	return nil
+	return a.setupOperations(mgr)
 }
 
 func (a *Agent) recordEvent(obj client.Object, evType, reason, note string) {

@@ -1,0 +1,221 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/nodeagent/fixture"
+	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/statusapply"
+)
+
+// Artifact bounds.
+const (
+	// maxArtifactBytes caps one captured or exported blob (artifact-too-large above it).
+	maxArtifactBytes = 64 << 20
+	// defaultRetention applies when spec.retentionSeconds is unset.
+	defaultRetention = 24 * time.Hour
+	// artifactScopeGrace bounds how long an artifact waits for its environment or session
+	// to become available in this process before it is refused.
+	artifactScopeGrace = 2 * time.Minute
+)
+
+// Artifact sources.
+const (
+	artifactCapture wbv1.ArtifactSource = "capture"
+	artifactExport  wbv1.ArtifactSource = "export"
+)
+
+func artifactOwned(s *wbv1.ArtifactStatus) wbv1.ArtifactStatus {
+	return wbv1.ArtifactStatus{
+		Digest: s.Digest, Size: s.Size, NodeName: s.NodeName, RetainedUntil: s.RetainedUntil, Refusal: s.Refusal,
+		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionReady),
+	}
+}
+
+type artifactReconciler struct{ a *Agent }
+
+// Reconcile captures or exports an artifact bound to this node once into the node's
+// content-addressed store and records where it is. Storing is idempotent (identical
+// bytes are stored once), so a pass repeated after a failed status write is harmless.
+// Uploads are not served by the node yet; such artifacts are left alone.
+func (r *artifactReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	a := r.a
+	var art wbv1.Artifact
+	if err := a.client.Get(ctx, req.NamespacedName, &art); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if art.Labels[wbv1.NodeLabel] != a.cfg.NodeName || art.Status.Digest != "" || art.Status.Refusal != nil ||
+		(art.Spec.Source != artifactCapture && art.Spec.Source != artifactExport) {
+		return ctrl.Result{}, nil
+	}
+	cur, next := artifactOwned(&art.Status), artifactOwned(&art.Status)
+	set := func(ok bool, reason, msg string) {
+		statusapply.Set(&next.Conditions, &next.Conditions, statusapply.Cond(wbv1.ConditionReady, ok, reason, msg, art.Generation))
+	}
+	var (
+		digest string
+		size   int64
+		note   string
+		err    error
+	)
+	if art.Spec.Source == artifactCapture {
+		digest, size, note, err = a.captureArtifact(ctx, &art)
+	} else {
+		digest, size, note, err = a.exportArtifact(ctx, &art)
+	}
+	switch {
+	case errors.Is(err, errNotYet) && time.Since(art.CreationTimestamp.Time) < artifactScopeGrace:
+		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
+	case errors.Is(err, errNotYet):
+		err = refusal.New(string(actuation.CodeEnvironmentUnavailable), "its environment or session did not become available on this node within %s", artifactScopeGrace)
+		fallthrough
+	case codeOf(err) != "":
+		next.Refusal = &wbv1.Refusal{Code: codeOf(err), Message: statusapply.Truncate(err.Error(), 1024)}
+		set(false, wbv1.ReasonFailed, codeOf(err)+": "+err.Error())
+	case err != nil:
+		return ctrl.Result{}, err
+	default:
+		retention := defaultRetention
+		if art.Spec.RetentionSeconds > 0 {
+			retention = time.Duration(art.Spec.RetentionSeconds) * time.Second
+		}
+		until := metav1.NewTime(art.CreationTimestamp.Add(retention))
+		next.Digest, next.Size, next.RetainedUntil = wbv1.Digest(digest), size, &until
+		set(true, "Stored", fmt.Sprintf("%d bytes held by node %s%s", size, a.cfg.NodeName, note))
+	}
+	next.NodeName = a.cfg.NodeName
+	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"artifact", &art, cur, next)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if wrote {
+		if next.Refusal != nil {
+			a.recordEvent(&art, corev1.EventTypeWarning, "Refused", next.Refusal.Code+": "+next.Refusal.Message)
+		} else {
+			a.recordEvent(&art, corev1.EventTypeNormal, "Stored", "Artifact stored as "+digest)
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// captureArtifact stores the output bytes a session's event ring retains.
+func (a *Agent) captureArtifact(ctx context.Context, art *wbv1.Artifact) (string, int64, string, error) {
+	if art.Spec.SessionRef == nil {
+		return "", 0, "", refusal.New(string(actuation.CodeSessionMissing), "a capture names a session (spec.sessionRef)")
+	}
+	key := types.NamespacedName{Namespace: art.Namespace, Name: string(*art.Spec.SessionRef)}
+	var ts wbv1.TerminalSession
+	if err := a.getScoped(ctx, key, &ts); err != nil {
+		switch {
+		case apierrors.IsNotFound(err):
+			return "", 0, "", refusal.New(string(actuation.CodeSessionMissing), "session %s does not exist", key)
+		case errors.Is(err, errNotYet):
+			return "", 0, "", err
+		}
+		return "", 0, "", fmt.Errorf("reading TerminalSession %s: %w", key, err)
+	}
+	if ts.Spec.EnvironmentRef != art.Spec.EnvironmentRef {
+		return "", 0, "", refusal.New(string(actuation.CodeSessionMissing), "session %s is not a session of environment %s", key, art.Spec.EnvironmentRef)
+	}
+	rg := a.sessionRing(string(ts.UID))
+	if rg == nil {
+		if isFinalSessionPhase(string(ts.Status.Phase)) {
+			return "", 0, "", refusal.New(string(actuation.CodeSessionClosed), "session %s is %s; its output is gone", key, ts.Status.Phase)
+		}
+		return "", 0, "", errNotYet
+	}
+	last := rg.LastSeq()
+	out, gap, err := a.Output(string(ts.UID), 1, last)
+	if err != nil {
+		return "", 0, "", refusal.New(string(actuation.CodeSessionClosed), "%v", err)
+	}
+	note := fmt.Sprintf(" (output up to event %d", last)
+	if gap != nil {
+		note += fmt.Sprintf("; events %d-%d had left the ring", gap.FromSeq, gap.ToSeq)
+	}
+	digest, size, err := a.blobs.Put(bytes.NewReader(out), maxArtifactBytes)
+	return digest, size, note + ")", err
+}
+
+// exportArtifact stores a deterministic tar of a subtree of an environment root: through
+// fixture.Export for a managed copy, fixture.ExportRoot (same format) for a host root.
+func (a *Agent) exportArtifact(ctx context.Context, art *wbv1.Artifact) (string, int64, string, error) {
+	if art.Spec.Root == nil {
+		return "", 0, "", refusal.New(string(actuation.CodeRootNotAllowed), "an export names a root (spec.root)")
+	}
+	rel := ""
+	if art.Spec.Path != nil {
+		rel = string(*art.Spec.Path)
+	}
+	var env wbv1.Environment
+	if err := a.getScoped(ctx, types.NamespacedName{Namespace: art.Namespace, Name: string(art.Spec.EnvironmentRef)}, &env); err != nil {
+		switch {
+		case apierrors.IsNotFound(err):
+			return "", 0, "", refusal.New(string(actuation.CodeEnvironmentUnavailable), "environment %s does not exist", art.Spec.EnvironmentRef)
+		case errors.Is(err, errNotYet):
+			return "", 0, "", err
+		}
+		return "", 0, "", fmt.Errorf("reading Environment %s: %w", art.Spec.EnvironmentRef, err)
+	}
+	root, mr, err := a.environmentRoot(ctx, art.Namespace, env.Name, string(*art.Spec.Root))
+	if err != nil {
+		return "", 0, "", err
+	}
+	lim := fixture.Limits{MaxBytes: maxArtifactBytes}
+	digest, size, err := a.putStream(func(w io.Writer) error {
+		if env.Spec.Backend == wbv1.BackendFixtureCopy {
+			m, err := fixture.NewManager(filepath.Dir(mr.Path))
+			if err != nil {
+				return err
+			}
+			defer m.Close()
+			_, err = m.Export(mr.Path, rel, w, lim)
+			return err
+		}
+		_, err := fixture.ExportRoot(root, rel, w, lim)
+		return err
+	})
+	return digest, size, "", err
+}
+
+var errPutEnded = errors.New("the artifact store stopped reading")
+
+// putStream stores what write produces, bounded by maxArtifactBytes, without holding it
+// in memory. A refusal of the writer (symlink, cap) or of the store wins over the
+// secondary error it causes on the other side of the pipe.
+func (a *Agent) putStream(write func(io.Writer) error) (string, int64, error) {
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := write(pw)
+		pw.CloseWithError(err) // nil: EOF
+		done <- err
+	}()
+	digest, size, perr := a.blobs.Put(pr, maxArtifactBytes)
+	pr.CloseWithError(errPutEnded) // unblocks the writer when the store stopped early
+	werr := <-done
+	switch {
+	case codeOf(werr) != "":
+		return "", 0, werr
+	case perr != nil:
+		return "", 0, perr
+	case werr != nil:
+		return "", 0, werr
+	}
+	return digest, size, nil
+}

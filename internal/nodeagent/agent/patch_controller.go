@@ -1,0 +1,337 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/nodeagent/artifacts"
+	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
+	"sensorium.dev/workbench/internal/nodeagent/patch"
+	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/nodeagent/store"
+	"sensorium.dev/workbench/internal/statusapply"
+)
+
+// FilePatch phases, and the reasons of its Applied condition they derive from.
+const (
+	patchAwaitingApproval wbv1.FilePatchPhase = "AwaitingApproval"
+	patchApplied          wbv1.FilePatchPhase = "Applied"
+	patchRejected         wbv1.FilePatchPhase = "Rejected"
+
+	reasonAwaitingApproval = "AwaitingApproval"
+	reasonApprovalRejected = "ApprovalRejected"
+	reasonInterrupted      = "Interrupted"
+
+	// approval states of spec.approval.
+	approvalApproved wbv1.PatchApprovalState = "Approved"
+	approvalRejected wbv1.PatchApprovalState = "Rejected"
+)
+
+func patchIsFinal(s *wbv1.FilePatchStatus) bool {
+	return s.Phase == patchApplied || s.Phase == patchRejected
+}
+
+// patchPhaseFor derives the phase from the Applied condition: True is Applied; False for
+// want of approval is AwaitingApproval; any other False or Unknown (a refusal, an
+// operator's rejection, an apply whose outcome a restart made unknown) is Rejected.
+func patchPhaseFor(conds []metav1.Condition) wbv1.FilePatchPhase {
+	c := meta.FindStatusCondition(conds, wbv1.ConditionApplied)
+	switch {
+	case c == nil || (c.Status == metav1.ConditionFalse && c.Reason == reasonAwaitingApproval):
+		return patchAwaitingApproval
+	case c.Status == metav1.ConditionTrue:
+		return patchApplied
+	}
+	return patchRejected
+}
+
+func patchOwned(s *wbv1.FilePatchStatus) wbv1.FilePatchStatus {
+	return wbv1.FilePatchStatus{
+		Phase: s.Phase, ChangedFiles: s.ChangedFiles, Refusal: s.Refusal,
+		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionApplied),
+	}
+}
+
+type patchReconciler struct{ a *Agent }
+
+type patchPass struct {
+	fp     *wbv1.FilePatch
+	next   *wbv1.FilePatchStatus
+	result ctrl.Result
+	skip   bool // the stored status is already final: write nothing
+}
+
+func (p *patchPass) set(st metav1.ConditionStatus, reason, msg string) {
+	c := statusapply.Cond(wbv1.ConditionApplied, false, reason, msg, p.fp.Generation)
+	c.Status = st
+	statusapply.Set(&p.next.Conditions, &p.next.Conditions, c)
+}
+
+func (p *patchPass) applied(files []store.PatchFile) {
+	p.next.Refusal, p.next.ChangedFiles = nil, nil
+	for _, f := range files {
+		op := wbv1.FileOperationKind(f.Op)
+		if f.Op == string(patch.OpModify) {
+			op = "replace" // a unified-diff hunk edit replaces the file's content
+		}
+		p.next.ChangedFiles = append(p.next.ChangedFiles, wbv1.ChangedFile{Path: wbv1.RelativePath(f.Path), Op: op,
+			DigestBefore: wbv1.Digest(f.DigestBefore), DigestAfter: wbv1.Digest(f.DigestAfter)})
+	}
+	p.set(metav1.ConditionTrue, string(patchApplied), fmt.Sprintf("%d files changed on node", len(files)))
+}
+
+func (p *patchPass) reject(code, msg string) {
+	p.next.ChangedFiles = nil
+	p.next.Refusal = &wbv1.Refusal{Code: code, Message: statusapply.Truncate(msg, 1024)}
+	p.set(metav1.ConditionFalse, string(patchRejected), code+": "+msg)
+}
+
+func (r *patchReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	a := r.a
+	var fp wbv1.FilePatch
+	if err := a.client.Get(ctx, req.NamespacedName, &fp); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if fp.Labels[wbv1.NodeLabel] != a.cfg.NodeName || patchIsFinal(&fp.Status) {
+		return ctrl.Result{}, nil
+	}
+	cur, next := patchOwned(&fp.Status), patchOwned(&fp.Status)
+	p := &patchPass{fp: &fp, next: &next}
+	if err := r.step(ctx, p); err != nil || p.skip {
+		return p.result, err
+	}
+	next.Phase = patchPhaseFor(next.Conditions)
+	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"patch", &fp, cur, next)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if wrote && cur.Phase != next.Phase {
+		evType := corev1.EventTypeNormal
+		if next.Phase == patchRejected {
+			evType = corev1.EventTypeWarning
+		}
+		a.recordEvent(&fp, evType, string(next.Phase), "FilePatch is "+string(next.Phase)+" on node "+a.cfg.NodeName)
+	}
+	return p.result, nil
+}
+
+// step decides one pass. A patch applies at most once: the store records Applying before
+// any file is touched, and any record of the patch's UID decides the outcome from then on
+// (a record a restart left Applying was marked interrupted: its outcome is unknown and it
+// is never retried).
+func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
+	a := r.a
+	fp := p.fp
+	uid := string(fp.UID)
+	rec, ok, err := a.store.Patches().Get(uid)
+	if err != nil {
+		return err
+	}
+	if ok {
+		var fresh wbv1.FilePatch
+		if err := a.reader.Get(ctx, client.ObjectKeyFromObject(fp), &fresh); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		if patchIsFinal(&fresh.Status) {
+			p.skip = true // the cache is behind our own write
+			return nil
+		}
+		switch {
+		case rec.Phase == string(patchApplied):
+			p.applied(rec.ChangedFiles)
+		case rec.Phase == string(patchRejected) && rec.RefusalCode == "":
+			p.set(metav1.ConditionFalse, reasonApprovalRejected, "an operator rejected the patch")
+		case rec.Phase == string(patchRejected):
+			p.reject(rec.RefusalCode, "refused on node "+a.cfg.NodeName)
+		default:
+			p.next.ChangedFiles = nil
+			p.next.Refusal = &wbv1.Refusal{Code: string(actuation.CodeInterrupted),
+				Message: "the node agent stopped while applying the patch; which files changed is unknown and it is never retried: inspect the root"}
+			p.set(metav1.ConditionUnknown, reasonInterrupted, "interrupted while applying: outcome unknown")
+		}
+		return nil
+	}
+	if fp.Spec.Approval == approvalRejected {
+		if err := a.recordPatch(fp, "", string(patchRejected), "", nil); err != nil {
+			return err
+		}
+		p.set(metav1.ConditionFalse, reasonApprovalRejected, "an operator rejected the patch")
+		return nil
+	}
+	var env wbv1.Environment
+	if err := a.getScoped(ctx, types.NamespacedName{Namespace: fp.Namespace, Name: string(fp.Spec.EnvironmentRef)}, &env); err != nil {
+		switch {
+		case apierrors.IsNotFound(err):
+			p.reject(string(actuation.CodeEnvironmentUnavailable), "environment "+string(fp.Spec.EnvironmentRef)+" does not exist")
+			return nil
+		case errors.Is(err, errNotYet):
+			p.result.RequeueAfter = 2 * time.Second
+			return nil
+		}
+		return err
+	}
+	auto := env.Spec.PatchApproval != nil && *env.Spec.PatchApproval == wbv1.PatchApprovalAutoApply
+	if !auto && fp.Spec.Approval != approvalApproved {
+		p.set(metav1.ConditionFalse, reasonAwaitingApproval, "environment "+env.Name+" requires an operator's approval (approve on filepatches)")
+		return nil // the approval is a spec change: it triggers the next pass
+	}
+	root, mr, err := a.environmentRoot(ctx, fp.Namespace, env.Name, string(fp.Spec.Root))
+	switch {
+	case errors.Is(err, errNotYet):
+		p.result.RequeueAfter = 2 * time.Second
+		return nil
+	case codeOf(err) != "":
+		p.reject(codeOf(err), err.Error())
+		return nil
+	case err != nil:
+		return err
+	case mr.ReadOnly:
+		p.reject(string(actuation.CodeRootNotAllowed), "root "+mr.Name+" is read-only")
+		return nil
+	}
+	req, err := a.patchRequest(ctx, fp)
+	switch {
+	case errors.Is(err, errNotYet):
+		p.result.RequeueAfter = 2 * time.Second
+		return nil
+	case codeOf(err) != "":
+		p.reject(codeOf(err), err.Error())
+		return nil
+	case err != nil:
+		return err
+	}
+	if err := a.recordPatch(fp, string(env.UID), store.PhaseApplying, "", nil); err != nil {
+		return err
+	}
+	res, err := patch.Apply(root, req)
+	if err != nil {
+		code := fsaccess.CodeOf(err)
+		if code == "" {
+			code = patch.CodePatchWriteFailed
+		}
+		if rerr := a.recordPatch(fp, string(env.UID), string(patchRejected), code, nil); rerr != nil {
+			return rerr
+		}
+		p.reject(code, err.Error())
+		return nil
+	}
+	files := make([]store.PatchFile, 0, len(res.ChangedFiles))
+	for _, f := range res.ChangedFiles {
+		files = append(files, store.PatchFile{Path: f.Path, Op: string(f.Op), DigestBefore: f.DigestBefore, DigestAfter: f.DigestAfter})
+	}
+	if err := a.recordPatch(fp, string(env.UID), string(patchApplied), "", files); err != nil {
+		// The files are written; a restart reports the record's Applying as unknown.
+		ctrl.LoggerFrom(ctx).Error(err, "Recording applied patch", "filePatch", client.ObjectKeyFromObject(fp))
+	}
+	p.applied(files)
+	return nil
+}
+
+func (a *Agent) recordPatch(fp *wbv1.FilePatch, envUID, phase, code string, files []store.PatchFile) error {
+	return a.store.Patches().Put(store.Patch{UID: string(fp.UID), Namespace: fp.Namespace, Name: fp.Name, EnvironmentUID: envUID,
+		Root: string(fp.Spec.Root), Digest: string(fp.Spec.Digest), Phase: phase, ChangedFiles: files, RefusalCode: code, UpdatedAt: time.Now()})
+}
+
+// patchRequest builds the engine request: the inline diff, the canonical JSON of the
+// structured operations (the bytes the declared digest covers, see webhooks.PatchDigest),
+// or the blob of the named Artifact from this node's store.
+func (a *Agent) patchRequest(ctx context.Context, fp *wbv1.FilePatch) (patch.Request, error) {
+	pol := fp.Spec.Policy
+	req := patch.Request{Format: patch.Format(fp.Spec.Format), Digest: string(fp.Spec.Digest), Policy: patch.Policy{
+		RequireCleanApply: pol.RequireCleanApply == nil || *pol.RequireCleanApply,
+		AllowCreate:       pol.AllowCreate != nil && *pol.AllowCreate,
+		AllowDelete:       pol.AllowDelete != nil && *pol.AllowDelete,
+		MaxChangedFiles:   16,
+	}}
+	if pol.MaxChangedFiles != nil {
+		req.Policy.MaxChangedFiles = int(*pol.MaxChangedFiles)
+	}
+	switch {
+	case fp.Spec.Format == wbv1.PatchFormatStructured:
+		raw, err := actuation.CanonicalJSON(fp.Spec.Operations)
+		if err != nil {
+			return req, refusal.New(patch.CodePatchMalformed, "structured operations: %v", err)
+		}
+		req.Content = raw
+	case fp.Spec.Patch != nil:
+		req.Content = []byte(*fp.Spec.Patch)
+	case fp.Spec.ArtifactRef != nil:
+		raw, err := a.artifactBytes(ctx, types.NamespacedName{Namespace: fp.Namespace, Name: string(*fp.Spec.ArtifactRef)}, patch.MaxPatchBytes)
+		if err != nil {
+			return req, err
+		}
+		req.Content = raw
+	default:
+		return req, refusal.New(string(actuation.CodePatchInvalid), "the patch carries no content")
+	}
+	return req, nil
+}
+
+// artifactBytes reads at most maxBytes+1 bytes of an Artifact's verified blob (the caller
+// refuses anything above maxBytes).
+func (a *Agent) artifactBytes(ctx context.Context, key types.NamespacedName, maxBytes int64) ([]byte, error) {
+	var art wbv1.Artifact
+	if err := a.getScoped(ctx, key, &art); err != nil {
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, refusal.New(artifacts.CodeArtifactNotFound, "artifact %s does not exist", key)
+		case errors.Is(err, errNotYet):
+			return nil, err // not (yet) held by this node
+		}
+		return nil, fmt.Errorf("reading Artifact %s: %w", key, err)
+	}
+	switch {
+	case art.Status.Refusal != nil:
+		return nil, refusal.New(artifacts.CodeArtifactNotFound, "artifact %s was refused (%s)", key, art.Status.Refusal.Code)
+	case art.Status.Digest == "":
+		return nil, errNotYet
+	}
+	blob, err := a.blobs.Open(string(art.Status.Digest))
+	if err != nil {
+		return nil, err
+	}
+	defer blob.Close()
+	raw, err := io.ReadAll(io.LimitReader(blob, maxBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading artifact %s: %w", key, err)
+	}
+	return raw, nil
+}
+
+// codeOf returns the refusal code of err from either error family.
+func codeOf(err error) string {
+	if c := refusal.CodeOf(err); c != "" {
+		return c
+	}
+	return fsaccess.CodeOf(err)
+}
+
+// patchesOfEnvironment re-queues the patches of an environment whose approval policy or
+// readiness changed.
+func (a *Agent) patchesOfEnvironment(ctx context.Context, o client.Object) []reconcile.Request {
+	var list wbv1.FilePatchList
+	if err := a.client.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		if string(list.Items[i].Spec.EnvironmentRef) == o.GetName() && !patchIsFinal(&list.Items[i].Status) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
+	}
+	return out
+}

@@ -1,0 +1,148 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/nodeagent/waits"
+	"sensorium.dev/workbench/internal/statusapply"
+)
+
+// probeScopeGrace is how long a probe waits for its scoped resource to become available
+// in this process (an environment still allocating, a session still opening) before it
+// ends Error with environment-unavailable.
+const probeScopeGrace = 30 * time.Second
+
+// Probe results.
+const (
+	probePending wbv1.ProbeResult = "Pending"
+	probePass    wbv1.ProbeResult = "Pass"
+	probeFail    wbv1.ProbeResult = "Fail"
+	probeError   wbv1.ProbeResult = "Error"
+)
+
+func probeIsFinal(s *wbv1.ProbeStatus) bool { return s.Result != "" && s.Result != probePending }
+
+// probeResultFor derives the result from the Completed condition (reason = result).
+func probeResultFor(conds []metav1.Condition) wbv1.ProbeResult {
+	c := meta.FindStatusCondition(conds, wbv1.ConditionCompleted)
+	if c == nil || c.Status != metav1.ConditionTrue {
+		return probePending
+	}
+	switch r := wbv1.ProbeResult(c.Reason); r {
+	case probePass, probeFail, probeError:
+		return r
+	}
+	return probeError
+}
+
+func probeOwned(s *wbv1.ProbeStatus) wbv1.ProbeStatus {
+	return wbv1.ProbeStatus{
+		Result: s.Result, ObservedAt: s.ObservedAt, Observed: s.Observed, Diagnostics: s.Diagnostics, Refusal: s.Refusal,
+		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionCompleted),
+	}
+}
+
+type probeReconciler struct{ a *Agent }
+
+// Reconcile evaluates a probe once, now, within its timeout, and records the result.
+// A probe only reads: evaluating it again after a failed status write is harmless.
+func (r *probeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	a := r.a
+	var pr wbv1.Probe
+	if err := a.client.Get(ctx, req.NamespacedName, &pr); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if pr.Labels[wbv1.NodeLabel] != a.cfg.NodeName || probeIsFinal(&pr.Status) {
+		return ctrl.Result{}, nil
+	}
+	cur, next := probeOwned(&pr.Status), probeOwned(&pr.Status)
+	set := func(result wbv1.ProbeResult, msg string) {
+		statusapply.Set(&next.Conditions, &next.Conditions, statusapply.Cond(wbv1.ConditionCompleted, true, string(result), msg, pr.Generation))
+	}
+	refuse := func(code, msg string) {
+		now := metav1.Now()
+		next.ObservedAt = &now
+		next.Refusal = &wbv1.Refusal{Code: code, Message: statusapply.Truncate(msg, 1024)}
+		next.Diagnostics = []wbv1.WaitDiagnostic{wbv1.WaitDiagnostic(waits.DiagProbeFailed)}
+		set(probeError, code+": "+msg)
+	}
+	preq, err := conditionRequest(string(pr.UID), &pr.Spec.Condition)
+	if err == nil {
+		preq.Source, err = a.scopeSource(ctx, pr.Namespace, pr.Spec.Scope, false)
+	}
+	switch {
+	case errors.Is(err, errNotYet):
+		if time.Since(pr.CreationTimestamp.Time) < probeScopeGrace {
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		}
+		refuse(string(actuation.CodeEnvironmentUnavailable), "the scoped resource did not become available on this node")
+	case waits.CodeOf(err) != "":
+		refuse(waits.CodeOf(err), err.Error())
+	case err != nil:
+		return ctrl.Result{}, err
+	default:
+		res, err := a.engine.Probe(ctx, preq, time.Duration(pr.Spec.TimeoutSeconds)*time.Second)
+		if err != nil {
+			code := waits.CodeOf(err)
+			if code == "" {
+				code = codeSourceFailed
+			}
+			refuse(code, err.Error())
+			break
+		}
+		r.record(&next, res)
+		msg := res.Observation.Detail
+		if res.Err != nil {
+			msg = res.Err.Error()
+		}
+		set(wbv1.ProbeResult(res.Result), msg)
+	}
+	next.Result = probeResultFor(next.Conditions)
+	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"probe", &pr, cur, next)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if wrote {
+		evType := corev1.EventTypeNormal
+		if next.Result == probeError {
+			evType = corev1.EventTypeWarning
+		}
+		a.recordEvent(&pr, evType, string(next.Result), "Probe "+string(pr.Spec.Condition.Kind)+" is "+string(next.Result))
+	}
+	return ctrl.Result{}, nil
+}
+
+// record copies the probe's observation (sequence numbers and digests only).
+func (r *probeReconciler) record(next *wbv1.ProbeStatus, res waits.ProbeResult) {
+	at := metav1.NewTime(res.ObservedAt)
+	next.ObservedAt = &at
+	if o := res.Observation; o.SeqFrom != 0 || o.SeqTo != 0 || o.Digest != "" {
+		next.Observed = &wbv1.Observed{SeqFrom: int64(o.SeqFrom), SeqTo: int64(o.SeqTo), Digest: wbv1.Digest(o.Digest)}
+	}
+	for _, d := range res.Diagnostics {
+		if len(next.Diagnostics) < waits.MaxDiagnostics {
+			next.Diagnostics = append(next.Diagnostics, wbv1.WaitDiagnostic(d))
+		}
+	}
+	if res.Result == waits.ProbeError {
+		code := waits.CodeOf(res.Err)
+		switch {
+		case code != "":
+		case errors.Is(res.Err, waits.ErrProbeTimeout):
+			code = codeProbeTimedOut
+		default:
+			code = codeSourceFailed
+		}
+		next.Refusal = &wbv1.Refusal{Code: code, Message: statusapply.Truncate(res.Err.Error(), 1024)}
+	}
+}

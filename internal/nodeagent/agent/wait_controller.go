@@ -1,0 +1,361 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/nodeagent/store"
+	"sensorium.dev/workbench/internal/nodeagent/waits"
+	"sensorium.dev/workbench/internal/statusapply"
+)
+
+// liveWait is a wait this process registered with the engine.
+type liveWait struct {
+	key     types.NamespacedName
+	h       *waits.Handle
+	started time.Time
+	result  *waitOutcome // set once the engine ended it (guarded by Agent.mu)
+}
+
+// waitOutcome is the one recorded outcome of a wait. It is persisted in the store (as
+// the record's reason) before it is written to status, so a restart between the two
+// still reports the truth; it holds sequence numbers and digests only.
+type waitOutcome struct {
+	Status      wbv1.WaitConditionStatus `json:"status"`
+	SeqFrom     uint64                   `json:"seqFrom,omitempty"`
+	SeqTo       uint64                   `json:"seqTo,omitempty"`
+	Digest      string                   `json:"digest,omitempty"`
+	Diagnostics []string                 `json:"diagnostics,omitempty"`
+	RefusalCode string                   `json:"refusalCode,omitempty"`
+	Message     string                   `json:"message,omitempty"`
+	Started     time.Time                `json:"started,omitempty"`
+	DurationMS  int64                    `json:"durationMs,omitempty"`
+}
+
+func decodeWaitOutcome(s string) *waitOutcome {
+	var o waitOutcome
+	if s == "" || json.Unmarshal([]byte(s), &o) != nil || o.Status == "" || o.Status == wbv1.WaitPending {
+		return nil
+	}
+	return &o
+}
+
+// waitIsFinal says whether a wait has its one outcome.
+func waitIsFinal(s *wbv1.WaitStatus) bool {
+	return s.ConditionStatus != "" && s.ConditionStatus != wbv1.WaitPending
+}
+
+// waitStatusFor derives conditionStatus from the Completed condition (reason = outcome).
+func waitStatusFor(conds []metav1.Condition) wbv1.WaitConditionStatus {
+	c := meta.FindStatusCondition(conds, wbv1.ConditionCompleted)
+	if c == nil || c.Status != metav1.ConditionTrue {
+		return wbv1.WaitPending
+	}
+	switch s := wbv1.WaitConditionStatus(c.Reason); s {
+	case wbv1.WaitSatisfied, wbv1.WaitTimedOut, wbv1.WaitCancelled, wbv1.WaitFailed, wbv1.WaitExpired:
+		return s
+	}
+	return wbv1.WaitFailed
+}
+
+func waitOwned(s *wbv1.WaitStatus) wbv1.WaitStatus {
+	return wbv1.WaitStatus{
+		ConditionStatus: s.ConditionStatus, Observed: s.Observed, Diagnostics: s.Diagnostics, DurationMilliseconds: s.DurationMilliseconds,
+		Refusal: s.Refusal, NodeName: s.NodeName, StartTime: s.StartTime,
+		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionCompleted),
+	}
+}
+
+type waitReconciler struct{ a *Agent }
+
+type waitPass struct {
+	w       *wbv1.Wait
+	next    *wbv1.WaitStatus
+	outcome *waitOutcome // the final outcome this pass writes
+	skip    bool         // the stored status is already final: write nothing
+}
+
+func (p *waitPass) set(ok bool, reason, msg string) {
+	statusapply.Set(&p.next.Conditions, &p.next.Conditions, statusapply.Cond(wbv1.ConditionCompleted, ok, reason, msg, p.w.Generation))
+}
+
+// pending records a registered wait (one write, then nothing until its outcome).
+func (p *waitPass) pending(started time.Time, deadline time.Time) {
+	p.next.StartTime = &metav1.Time{Time: started.Truncate(time.Second)}
+	p.set(false, string(wbv1.WaitPending), fmt.Sprintf("waiting for %s until %s; a wait never kills anything",
+		p.w.Spec.Condition.Kind, deadline.UTC().Format(time.RFC3339)))
+}
+
+// finish records the outcome. Every owned field is set again, so a pass that read a stale
+// copy never drops what an earlier pass wrote.
+func (p *waitPass) finish(o *waitOutcome) {
+	p.outcome = o
+	if !o.Started.IsZero() {
+		p.next.StartTime = &metav1.Time{Time: o.Started.Truncate(time.Second)}
+	}
+	p.next.Observed = nil
+	if o.SeqFrom != 0 || o.SeqTo != 0 || o.Digest != "" {
+		p.next.Observed = &wbv1.Observed{SeqFrom: int64(o.SeqFrom), SeqTo: int64(o.SeqTo), Digest: wbv1.Digest(o.Digest)}
+	}
+	p.next.Diagnostics = nil
+	for _, d := range o.Diagnostics {
+		if len(p.next.Diagnostics) < waits.MaxDiagnostics {
+			p.next.Diagnostics = append(p.next.Diagnostics, wbv1.WaitDiagnostic(d))
+		}
+	}
+	p.next.DurationMilliseconds = o.DurationMS
+	p.next.Refusal = nil
+	if o.Status == wbv1.WaitFailed && o.RefusalCode != "" {
+		p.next.Refusal = &wbv1.Refusal{Code: o.RefusalCode, Message: statusapply.Truncate(o.Message, 1024)}
+	}
+	p.set(true, string(o.Status), o.Message)
+}
+
+// fail ends a wait that was never registered (or no longer can be) with a code.
+func (p *waitPass) fail(code, msg string) {
+	p.finish(&waitOutcome{Status: wbv1.WaitFailed, RefusalCode: code, Message: code + ": " + msg})
+}
+
+func (r *waitReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	a := r.a
+	var w wbv1.Wait
+	if err := a.client.Get(ctx, req.NamespacedName, &w); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, a.forgetWait(req.NamespacedName)
+		}
+		return ctrl.Result{}, err
+	}
+	if w.Labels[wbv1.NodeLabel] != a.cfg.NodeName || waitIsFinal(&w.Status) {
+		return ctrl.Result{}, nil
+	}
+	cur, next := waitOwned(&w.Status), waitOwned(&w.Status)
+	p := &waitPass{w: &w, next: &next}
+	result, err := r.step(ctx, p)
+	if err != nil || p.skip {
+		return result, err
+	}
+	next.NodeName = a.cfg.NodeName
+	next.ConditionStatus = waitStatusFor(next.Conditions)
+	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"wait", &w, cur, next)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if p.outcome != nil {
+		a.mu.Lock()
+		delete(a.liveWaits, string(w.UID))
+		a.mu.Unlock()
+		if wrote {
+			evType := corev1.EventTypeNormal
+			if p.outcome.Status == wbv1.WaitFailed {
+				evType = corev1.EventTypeWarning
+			}
+			a.recordEvent(&w, evType, string(p.outcome.Status), "Wait is "+string(p.outcome.Status)+": "+statusapply.Truncate(p.outcome.Message, 256))
+		}
+	}
+	return result, nil
+}
+
+// step decides one pass. The store records a wait before the engine holds it; a record
+// without a live registration in this process means a previous process held it, and the
+// wait ends Failed/interrupted — it is never silently re-registered.
+func (r *waitReconciler) step(ctx context.Context, p *waitPass) (ctrl.Result, error) {
+	a := r.a
+	uid := string(p.w.UID)
+	a.mu.Lock()
+	lw := a.liveWaits[uid]
+	var o *waitOutcome
+	if lw != nil {
+		o = lw.result
+	}
+	a.mu.Unlock()
+	deadline := p.w.CreationTimestamp.Add(time.Duration(p.w.Spec.DeadlineSeconds) * time.Second)
+	switch {
+	case lw != nil && o != nil:
+		p.finish(o)
+		return ctrl.Result{}, nil
+	case lw != nil:
+		if p.w.Spec.Cancel {
+			lw.h.Cancel() // the outcome (Cancelled) arrives through awaitWait
+		}
+		p.pending(lw.started, deadline)
+		return ctrl.Result{}, nil
+	}
+	rec, ok, err := a.store.Waits().Get(uid)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if ok {
+		if o := decodeWaitOutcome(rec.Reason); o != nil {
+			// Recorded before its status was written (or the cache is behind): check the
+			// stored object before writing it again.
+			var fresh wbv1.Wait
+			if err := a.reader.Get(ctx, client.ObjectKeyFromObject(p.w), &fresh); err != nil {
+				return ctrl.Result{}, client.IgnoreNotFound(err)
+			}
+			p.skip = waitIsFinal(&fresh.Status)
+			p.finish(o)
+			return ctrl.Result{}, nil
+		}
+		p.fail(string(actuation.CodeInterrupted), "the node agent restarted while the wait was pending ("+rec.Reason+"); a wait is never re-registered: create a new one")
+		return ctrl.Result{}, r.a.persistWait(uid, p.outcome)
+	}
+	return r.register(ctx, p, deadline)
+}
+
+// register resolves the wait's source and hands it to the engine with the agent's
+// long-lived context.
+func (r *waitReconciler) register(ctx context.Context, p *waitPass, deadline time.Time) (ctrl.Result, error) {
+	a := r.a
+	w := p.w
+	if w.Spec.Cancel {
+		p.finish(&waitOutcome{Status: wbv1.WaitCancelled, Message: "cancelled before it was registered"})
+		return ctrl.Result{}, nil
+	}
+	req, err := conditionRequest(string(w.UID), &w.Spec.Condition)
+	if err != nil {
+		p.fail(waits.CodeOf(err), err.Error())
+		return ctrl.Result{}, nil
+	}
+	src, err := a.scopeSource(ctx, w.Namespace, w.Spec.Scope, true)
+	switch {
+	case errors.Is(err, errNotYet):
+		if !time.Now().Before(deadline) {
+			p.finish(&waitOutcome{Status: wbv1.WaitTimedOut, Message: "the deadline passed before the scoped resource became available on this node; nothing was killed"})
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{RequeueAfter: min(2*time.Second, statusapply.RequeueAt(time.Now(), deadline))}, nil
+	case waits.CodeOf(err) != "":
+		p.fail(waits.CodeOf(err), err.Error())
+		return ctrl.Result{}, nil
+	case err != nil:
+		return ctrl.Result{}, err
+	}
+	req.Source, req.Deadline = src, deadline
+	now := time.Now()
+	if err := a.store.Waits().Put(store.Wait{UID: string(w.UID), Namespace: w.Namespace, Name: w.Name,
+		Phase: string(wbv1.WaitPending), Deadline: deadline, UpdatedAt: now}); err != nil {
+		if rel, ok := src.(waits.Releaser); ok {
+			rel.Release()
+		}
+		return ctrl.Result{}, err
+	}
+	h, err := a.engine.Register(a.runCtx, req)
+	if err != nil {
+		code := waits.CodeOf(err)
+		if code == "" {
+			code = codeSourceFailed
+		}
+		p.fail(code, err.Error())
+		return ctrl.Result{}, a.persistWait(string(w.UID), p.outcome)
+	}
+	lw := &liveWait{key: client.ObjectKeyFromObject(w), h: h, started: now}
+	a.mu.Lock()
+	a.liveWaits[string(w.UID)] = lw
+	a.waits = a.engine.Pending()
+	a.mu.Unlock()
+	go a.awaitWait(w.DeepCopy(), lw)
+	p.pending(now, deadline)
+	return ctrl.Result{}, nil
+}
+
+// awaitWait waits for the engine's outcome, persists it and wakes the reconciler to
+// write it. When the agent is stopping the record stays live, so the next process
+// reports the wait interrupted instead of a Cancelled nobody asked for.
+func (a *Agent) awaitWait(obj *wbv1.Wait, lw *liveWait) {
+	<-lw.h.Done()
+	res, _ := lw.h.Result()
+	a.mu.Lock()
+	a.waits = a.engine.Pending()
+	a.mu.Unlock()
+	if a.runCtx.Err() != nil {
+		return
+	}
+	o := outcomeOf(obj, res)
+	if err := a.persistWait(string(obj.UID), o); err != nil {
+		ctrl.LoggerFrom(a.runCtx).Error(err, "Recording wait outcome", "wait", client.ObjectKeyFromObject(obj))
+	}
+	a.mu.Lock()
+	lw.result = o
+	a.mu.Unlock()
+	a.wake(a.wakeWaits, obj)
+}
+
+func outcomeOf(w *wbv1.Wait, res waits.Result) *waitOutcome {
+	o := &waitOutcome{
+		Status: wbv1.WaitConditionStatus(res.Status), SeqFrom: res.Observation.SeqFrom, SeqTo: res.Observation.SeqTo,
+		Digest: res.Observation.Digest, Message: res.Reason, Started: res.Started, DurationMS: res.Duration.Milliseconds(),
+	}
+	if o.DurationMS == 0 && res.Duration > 0 {
+		o.DurationMS = 1
+	}
+	for _, d := range res.Diagnostics {
+		o.Diagnostics = append(o.Diagnostics, string(d))
+	}
+	if d := res.Observation.Detail; d != "" {
+		o.Message += " (" + d + ")"
+	}
+	if res.Status == waits.StatusFailed {
+		switch o.RefusalCode = waits.CodeOf(res.Err); {
+		case o.RefusalCode != "":
+		case res.Err != nil:
+			o.RefusalCode = codeSourceFailed
+		case w.Spec.Scope != nil && w.Spec.Scope.SessionRef != nil:
+			o.RefusalCode = string(actuation.CodeSessionClosed) // the session ended without the condition
+		default:
+			o.RefusalCode = codeConditionUnreachable
+		}
+	}
+	return o
+}
+
+// persistWait records the outcome in the wait's store record (when it has one).
+func (a *Agent) persistWait(uid string, o *waitOutcome) error {
+	rec, ok, err := a.store.Waits().Get(uid)
+	if err != nil || !ok {
+		return err
+	}
+	raw, err := json.Marshal(o)
+	if err != nil {
+		return fmt.Errorf("encoding outcome of wait %s: %w", uid, err)
+	}
+	rec.Phase, rec.Reason, rec.UpdatedAt = string(o.Status), string(raw), time.Now()
+	return a.store.Waits().Put(rec)
+}
+
+// forgetWait drops what the agent holds for a deleted Wait: a pending registration is
+// cancelled (deleting a wait kills nothing either) and its store record removed.
+func (a *Agent) forgetWait(key types.NamespacedName) error {
+	a.mu.Lock()
+	for uid, lw := range a.liveWaits {
+		if lw.key == key {
+			lw.h.Cancel()
+			delete(a.liveWaits, uid)
+		}
+	}
+	a.mu.Unlock()
+	recs, err := a.store.Waits().List(0)
+	if err != nil {
+		return err
+	}
+	for _, rec := range recs {
+		if rec.Namespace == key.Namespace && rec.Name == key.Name {
+			if err := a.store.Waits().Delete(rec.UID); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,218 @@
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/webhooks"
+)
+
+func wait(ns, name string, scope wbv1.Scope, kind wbv1.ConditionKind, deadlineSeconds int32) *wbv1.Wait {
+	return &wbv1.Wait{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: wbv1.WaitSpec{
+		Scope: &scope, Condition: wbv1.WaitCondition{Kind: kind}, DeadlineSeconds: deadlineSeconds}}
+}
+
+func fileScope(path string) wbv1.Scope {
+	return wbv1.Scope{File: &wbv1.FileRef{EnvironmentRef: "e", Root: "repo", Path: wbv1.RelativePath(path)}}
+}
+
+// waitStatus polls the Wait until cond holds.
+func waitStatus(t *testing.T, ns, name string, timeout time.Duration, what string, cond func(*wbv1.WaitStatus) bool) *wbv1.Wait {
+	t.Helper()
+	var w wbv1.Wait
+	eventually(t, timeout, "wait "+name+" "+what, func() (bool, string) {
+		must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &w))
+		return cond(&w.Status), fmt.Sprintf("%+v", w.Status)
+	})
+	return &w
+}
+
+func isStatus(s wbv1.WaitConditionStatus) func(*wbv1.WaitStatus) bool {
+	return func(st *wbv1.WaitStatus) bool { return st.ConditionStatus == s }
+}
+
+func completed(conds []metav1.Condition) *metav1.Condition {
+	for i := range conds {
+		if conds[i].Type == wbv1.ConditionCompleted {
+			return &conds[i]
+		}
+	}
+	return nil
+}
+
+// TestWaitCommandDone: a wait on terminal.command.done is satisfied when the command it
+// names finishes, and records the node, its start and its duration.
+func TestWaitCommandDone(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	readyEnvironment(t, ns, workDir(t))
+	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/sleep", nil, []string{"2"})))
+	must(t, env.Client.Create(ctx, command(ns, "c", "/bin/sleep", "2")))
+	cmdRef := wbv1.ObjectName("c")
+	must(t, env.Client.Create(ctx, wait(ns, "w", wbv1.Scope{CommandRef: &cmdRef}, wbv1.ConditionKindCommandDone, 60)))
+	w := waitStatus(t, ns, "w", 60*time.Second, "Satisfied", isStatus(wbv1.WaitSatisfied))
+	c := waitFinal(t, ns, "c")
+	if c.Status.Phase != wbv1.CommandSucceeded {
+		t.Fatalf("command: %+v", c.Status)
+	}
+	cond := completed(w.Status.Conditions)
+	if w.Status.NodeName != nodeName || w.Status.StartTime == nil || w.Status.DurationMilliseconds <= 0 || w.Status.Refusal != nil ||
+		cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != string(wbv1.WaitSatisfied) {
+		t.Fatalf("wait status = %+v", w.Status)
+	}
+}
+
+// TestWaitFileExistsByInotify: a file.exists wait on a path whose directory does not exist
+// yet stays Pending (counted in the WorkbenchNode), then is satisfied within moments of
+// the file appearing: it is woken by inotify, not by a polling interval.
+func TestWaitFileExistsByInotify(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	dir := workDir(t)
+	readyEnvironment(t, ns, dir)
+	must(t, env.Client.Create(ctx, wait(ns, "w", fileScope("later/ready.txt"), wbv1.ConditionKindFileExists, 300)))
+	waitStatus(t, ns, "w", 30*time.Second, "Pending", isStatus(wbv1.WaitPending))
+	eventually(t, 20*time.Second, "WorkbenchNode counting the pending wait", func() (bool, string) {
+		var n wbv1.WorkbenchNode
+		must(t, env.Client.Get(ctx, client.ObjectKey{Name: nodeName}, &n))
+		return n.Status.ActiveWaits >= 1, fmt.Sprintf("activeWaits=%d", n.Status.ActiveWaits)
+	})
+	time.Sleep(time.Second) // the wait holds while nothing happens
+	waitStatus(t, ns, "w", time.Second, "still Pending", isStatus(wbv1.WaitPending))
+
+	must(t, os.MkdirAll(filepath.Join(dir, "later"), 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "later", "ready.txt"), []byte("ok\n"), 0o644))
+	created := time.Now()
+	w := waitStatus(t, ns, "w", 10*time.Second, "Satisfied", isStatus(wbv1.WaitSatisfied))
+	if took := time.Since(created); took > 5*time.Second {
+		t.Fatalf("satisfied %s after the file appeared", took)
+	}
+	if w.Status.NodeName != nodeName || w.Status.DurationMilliseconds < 1000 {
+		t.Fatalf("wait status = %+v", w.Status)
+	}
+}
+
+// TestWaitOutputMatchesStructuredSession: a wait on the output of a session without a PTY
+// program (its event ring holds the output of its structured commands) is satisfied by
+// the command that prints the pattern, with the sequence range it saw.
+func TestWaitOutputMatchesStructuredSession(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	readyEnvironment(t, ns, workDir(t))
+	sessRef := wbv1.ObjectName("s")
+	w := wait(ns, "w", wbv1.Scope{SessionRef: &sessRef}, wbv1.ConditionKindOutputMatches, 60)
+	w.Spec.Condition.Pattern = ptr("build (ok|done)")
+	must(t, env.Client.Create(ctx, w))
+	waitStatus(t, ns, "w", 30*time.Second, "Pending", isStatus(wbv1.WaitPending))
+	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/echo", nil, []string{"build", "done"})))
+	must(t, env.Client.Create(ctx, command(ns, "c", "/bin/echo", "build", "done")))
+	got := waitStatus(t, ns, "w", 30*time.Second, "Satisfied", isStatus(wbv1.WaitSatisfied))
+	c := waitFinal(t, ns, "c")
+	if o := got.Status.Observed; o == nil || o.SeqFrom != c.Status.SeqFrom || o.SeqTo != c.Status.SeqTo {
+		t.Fatalf("wait observed %+v; the command's output is events %d..%d", got.Status.Observed, c.Status.SeqFrom, c.Status.SeqTo)
+	}
+}
+
+// TestWaitTimesOutAndKillsNothing: a wait whose deadline passes ends TimedOut while the
+// command it watched keeps running, and that command later exits on its own.
+func TestWaitTimesOutAndKillsNothing(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	readyEnvironment(t, ns, workDir(t))
+	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/sleep", nil, []string{"8"})))
+	must(t, env.Client.Create(ctx, command(ns, "c", "/bin/sleep", "8")))
+	cmdRef := wbv1.ObjectName("c")
+	must(t, env.Client.Create(ctx, wait(ns, "w", wbv1.Scope{CommandRef: &cmdRef}, wbv1.ConditionKindCommandDone, 2)))
+	w := waitStatus(t, ns, "w", 30*time.Second, "TimedOut", isStatus(wbv1.WaitTimedOut))
+	var c wbv1.TerminalCommand
+	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c"}, &c))
+	if c.Status.Phase != wbv1.CommandRunning {
+		t.Fatalf("the watched command is %s after the wait timed out: %+v", c.Status.Phase, c.Status)
+	}
+	if w.Status.Refusal != nil || w.Status.DurationMilliseconds <= 0 {
+		t.Fatalf("wait status = %+v", w.Status)
+	}
+	done := waitFinal(t, ns, "c")
+	if done.Status.Phase != wbv1.CommandSucceeded || done.Status.SignalOrigin != "exit" {
+		t.Fatalf("the command did not run to its own end: %+v", done.Status)
+	}
+}
+
+// TestProbeFileExists: a probe checks once, now: Pass for a present file, Fail for an
+// absent one.
+func TestProbeFileExists(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	dir := workDir(t)
+	readyEnvironment(t, ns, dir)
+	must(t, os.WriteFile(filepath.Join(dir, "present.txt"), []byte("x"), 0o644))
+	probe := func(name, path string) *wbv1.Probe {
+		s := fileScope(path)
+		return &wbv1.Probe{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: wbv1.ProbeSpec{Scope: &s, Condition: wbv1.WaitCondition{Kind: wbv1.ConditionKindFileExists}, TimeoutSeconds: 5}}
+	}
+	must(t, env.Client.Create(ctx, probe("present", "present.txt")))
+	must(t, env.Client.Create(ctx, probe("absent", "absent.txt")))
+	for name, want := range map[string]wbv1.ProbeResult{"present": "Pass", "absent": "Fail"} {
+		var p wbv1.Probe
+		eventually(t, 30*time.Second, "probe "+name+" result", func() (bool, string) {
+			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p))
+			return p.Status.Result != "" && p.Status.Result != "Pending", fmt.Sprintf("%+v", p.Status)
+		})
+		if p.Status.Result != want || p.Status.ObservedAt == nil || p.Status.Refusal != nil {
+			t.Fatalf("probe %s: %+v, want %s", name, p.Status, want)
+		}
+	}
+}
+
+// TestWaitInterruptedByRestart: a wait pending when the agent stops (gracefully: its
+// context ends, which must not be reported as a cancellation) is not re-registered by the
+// next agent process; it ends Failed with refusal code interrupted.
+func TestWaitInterruptedByRestart(t *testing.T) {
+	const node = "node-restart"
+	ctx := context.Background()
+	bin := buildAgent(t)
+	user, err := env.Env.AddUser(crenvtest.User{Name: webhooks.NodeUserPrefix + node, Groups: []string{webhooks.NodeGroup}}, nil)
+	must(t, err)
+	kc, err := user.KubeConfig()
+	must(t, err)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	must(t, os.WriteFile(kubeconfig, kc, 0o600))
+	must(t, env.Bind(ctx, "workbench-node-agent", webhooks.NodeUserPrefix+node, ""))
+	state, root := t.TempDir(), t.TempDir()
+	config := filepath.Join(t.TempDir(), "node-agent.yaml")
+	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nadmittedRoots:\n  restart: %s\nheartbeatSeconds: 2\n", node, state, root)), 0o600))
+
+	first := startAgentProcess(t, bin, kubeconfig, config)
+	ns := namespace(t)
+	readyEnvironmentOn(t, ns, root, node)
+	must(t, env.Client.Create(ctx, wait(ns, "w", fileScope("never.txt"), wbv1.ConditionKindFileExists, 600)))
+	waitStatus(t, ns, "w", 30*time.Second, "Pending", isStatus(wbv1.WaitPending))
+	must(t, first.cmd.Process.Signal(syscall.SIGTERM))
+	_ = first.cmd.Wait()
+	var w wbv1.Wait
+	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "w"}, &w))
+	if w.Status.ConditionStatus != wbv1.WaitPending {
+		t.Fatalf("stopping the agent changed the wait: %+v\nagent log:\n%s", w.Status, tail(first.log.String()))
+	}
+
+	second := startAgentProcess(t, bin, kubeconfig, config)
+	defer func() {
+		_ = second.cmd.Process.Signal(syscall.SIGTERM)
+		_ = second.cmd.Wait()
+	}()
+	got := waitStatus(t, ns, "w", 60*time.Second, "Failed", isStatus(wbv1.WaitFailed))
+	if got.Status.Refusal == nil || got.Status.Refusal.Code != "interrupted" || got.Status.NodeName != node {
+		t.Fatalf("status = %+v", got.Status)
+	}
+}
