@@ -92,6 +92,19 @@ const (
 	CodeWatchUnavailable       Code = "watch-unavailable"       // the kernel refused a file watch (no polling fallback)
 	CodeWatchCapReached        Code = "watch-cap-reached"       // too many file watches
 	CodeLandlockUnavailable    Code = "landlock-unavailable"    // the kernel cannot confine writes: fail closed
+
+	// Node agent runtime (processes, PTYs, waits).
+	CodeInputTooLarge        Code = "input-too-large"       // one raw input write above the per-write cap
+	CodeCommandCapReached    Code = "command-cap-reached"   // concurrent structured commands at the node cap
+	CodeInvalidSpec          Code = "invalid-spec"          // a malformed runtime request
+	CodeSessionExists        Code = "session-exists"        // a session ID registered twice
+	CodeSessionNotRunning    Code = "session-not-running"   // input, resize or signal to a session that ended
+	CodeSandboxSetupFailed   Code = "sandbox-setup-failed"  // isolation could not be established: nothing ran
+	CodeCleanupIncomplete    Code = "cleanup-incomplete"    // processes of the group may remain
+	CodeStartFailed          Code = "start-failed"          // the program could not be started
+	CodeSourceFailed         Code = "source-failed"         // a wait's observed source failed
+	CodeConditionUnreachable Code = "condition-unreachable" // a wait's condition can no longer hold
+	CodeProbeTimedOut        Code = "probe-timed-out"       // a probe did not finish within its timeout
 )
 
 // allCodes is the closed vocabulary as data; Codes returns a sorted copy.
@@ -114,6 +127,8 @@ var allCodes = []Code{
 	CodeInterrupted,
 	CodeRootInvalid, CodePatchInvalid, CodeSessionMissing, CodeEnvironmentUnavailable,
 	CodeSessionClosed, CodeRootNotAdmitted, CodeNoPTY, CodeWatchUnavailable, CodeWatchCapReached, CodeLandlockUnavailable,
+	CodeInputTooLarge, CodeCommandCapReached, CodeInvalidSpec, CodeSessionExists, CodeSessionNotRunning,
+	CodeSandboxSetupFailed, CodeCleanupIncomplete, CodeStartFailed, CodeSourceFailed, CodeConditionUnreachable, CodeProbeTimedOut,
 }
 
 var sortedCodes = func() []Code {

@@ -267,7 +267,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	if err != nil {
 		o := &commandOutcome{Phase: wbv1.CommandFailed, RefusalCode: refusal.CodeOf(err), Message: err.Error(), Completed: time.Now()}
 		if o.RefusalCode == "" {
-			o.RefusalCode = "start-failed"
+			o.RefusalCode = string(actuation.CodeStartFailed)
 		}
 		a.persistOutcome(string(cmd.UID), o)
 		p.finish(o)

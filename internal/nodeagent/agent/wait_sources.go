@@ -25,11 +25,11 @@ import (
 // internal/actuation's vocabulary yet.
 const (
 	// codeSourceFailed: the observed source failed without a more specific code.
-	codeSourceFailed = "source-failed"
+	codeSourceFailed = string(actuation.CodeSourceFailed)
 	// codeConditionUnreachable: the condition can no longer hold (its source ended).
-	codeConditionUnreachable = "condition-unreachable"
+	codeConditionUnreachable = string(actuation.CodeConditionUnreachable)
 	// codeProbeTimedOut: the probe's source did not answer within its timeout.
-	codeProbeTimedOut = "probe-timed-out"
+	codeProbeTimedOut = string(actuation.CodeProbeTimedOut)
 )
 
 // errNotYet: the scoped resource exists but is not ready in this process yet (an

@@ -4,61 +4,63 @@
 // A refusal is not a failure of the runtime: it is the runtime declining a
 // request because a declared cap, policy or safety property would otherwise be
 // violated ("overload refuses; it never queues without bound"). Callers map the
-// Code onto the actuation vocabulary; the codes used here match the strings of
-// internal/actuation without importing it.
+// The codes are those of internal/actuation's closed vocabulary, named here for the
+// runtime packages.
 package refusal
 
 import (
 	"errors"
 	"fmt"
+
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // Refusal codes used by the node agent runtime. Each cap that can refuse
 // documents which of these it returns.
 const (
 	// SessionCapReached: node-wide or per-environment PTY session cap reached.
-	SessionCapReached = "session-cap-reached"
+	SessionCapReached = string(actuation.CodeSessionCapReached)
 	// ReaderCapReached: no reader-task permit is available (PTY output pumps
 	// and long-poll event waiters share the permit pool).
-	ReaderCapReached = "reader-cap-reached"
+	ReaderCapReached = string(actuation.CodeReaderCapReached)
 	// QueueFull: a bounded input queue cannot accept another item.
-	QueueFull = "queue-full"
+	QueueFull = string(actuation.CodeQueueFull)
 	// EventBufferFull: an event buffer cannot accept the request (an event
 	// larger than the whole buffer, or a requested depth above the node cap).
-	EventBufferFull = "event-buffer-full"
+	EventBufferFull = string(actuation.CodeEventBufferFull)
 	// TimeoutAboveMax: a requested duration (timeout, grace, max duration,
 	// idle window) exceeds the node's ceiling.
-	TimeoutAboveMax = "timeout-above-max"
+	TimeoutAboveMax = string(actuation.CodeTimeoutAboveMax)
 	// EgressForbidden: network isolation could not be established (or a
 	// network mode other than "none" was requested); the runtime fails closed
 	// and never falls back to host networking.
-	EgressForbidden = "egress-forbidden"
+	EgressForbidden = string(actuation.CodeEgressForbidden)
 	// Interrupted: the operation was interrupted (context cancelled, runtime
 	// shutting down) before it could be admitted.
-	Interrupted = "interrupted"
+	Interrupted = string(actuation.CodeInterrupted)
 	// LandlockUnavailable: filesystem write confinement was required but the
 	// kernel's Landlock support is missing or too old; fail closed.
-	LandlockUnavailable = "landlock-unavailable"
+	LandlockUnavailable = string(actuation.CodeLandlockUnavailable)
 	// OutputCapAboveMax: a requested output byte cap exceeds the node ceiling.
-	OutputCapAboveMax = "output-cap-above-max"
+	OutputCapAboveMax = string(actuation.CodeOutputCapAboveMax)
 	// InputTooLarge: a single input write exceeds the per-write byte cap.
-	InputTooLarge = "input-too-large"
+	InputTooLarge = string(actuation.CodeInputTooLarge)
 	// CommandCapReached: the concurrent structured-command cap is reached.
-	CommandCapReached = "command-cap-reached"
+	CommandCapReached = string(actuation.CodeCommandCapReached)
 	// InvalidSpec: the request is malformed (relative executable, NUL bytes,
 	// too many arguments, unknown signal, out-of-range size, ...).
-	InvalidSpec = "invalid-spec"
+	InvalidSpec = string(actuation.CodeInvalidSpec)
 	// SessionExists: a session with the same ID is already registered.
-	SessionExists = "session-exists"
+	SessionExists = string(actuation.CodeSessionExists)
 	// SessionNotRunning: the session is not in a phase that accepts the
 	// request (input, resize, signal after close).
-	SessionNotRunning = "session-not-running"
+	SessionNotRunning = string(actuation.CodeSessionNotRunning)
 	// SandboxSetupFailed: the sandbox helper could not establish isolation
 	// (loopback, no_new_privs, ...) and refused to run the program.
-	SandboxSetupFailed = "sandbox-setup-failed"
+	SandboxSetupFailed = string(actuation.CodeSandboxSetupFailed)
 	// CleanupIncomplete: termination was requested but the runtime could not
 	// (yet) confirm that no process of the group remains.
-	CleanupIncomplete = "cleanup-incomplete"
+	CleanupIncomplete = string(actuation.CodeCleanupIncomplete)
 )
 
 // Error is an explicit refusal with a stable machine-readable Code and a
