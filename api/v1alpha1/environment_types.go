@@ -17,8 +17,10 @@ const (
 	BackendVfkit           BackendID = "vfkit-system.v1"
 )
 
-// IsolationClass is the closed isolation vocabulary of backend capabilities.
-// +kubebuilder:validation:Enum=none;process-sandbox;shared-kernel-container;hardware-vm
+// IsolationClass is the closed isolation vocabulary of backend capabilities. emulated-vm
+// (a full-system VM under software emulation, TCG) is a revision of the seed vocabulary;
+// see docs/vocabulary.md.
+// +kubebuilder:validation:Enum=none;process-sandbox;shared-kernel-container;hardware-vm;emulated-vm
 type IsolationClass string
 
 // SystemFidelity is the closed fidelity vocabulary of backend capabilities.

@@ -105,6 +105,17 @@ const (
 	CodeSourceFailed         Code = "source-failed"         // a wait's observed source failed
 	CodeConditionUnreachable Code = "condition-unreachable" // a wait's condition can no longer hold
 	CodeProbeTimedOut        Code = "probe-timed-out"       // a probe did not finish within its timeout
+
+	// VM backends (qemu-microvm.v1): the host broker's refusals.
+	CodeImageInvalid         Code = "image-invalid"          // no boot image, a path outside the node's image dir, a missing or oversized file
+	CodeResourcesAboveMax    Code = "resources-above-max"    // vCPUs or memory above the node's per-VM bounds
+	CodeResourcesInvalid     Code = "resources-invalid"      // vCPUs or memory below what a guest needs
+	CodeVMCapReached         Code = "vm-cap-reached"         // the node runs its maximum number of VMs
+	CodeBootFailed           Code = "boot-failed"            // the VMM or vsock device exited, or the guest refused the boot's binding
+	CodeBootTimeout          Code = "boot-timeout"           // no guest handshake within the boot timeout
+	CodeVMNotRunning         Code = "vm-not-running"         // no running VM for the environment on this node
+	CodeEnvironmentIDInvalid Code = "environment-id-invalid" // an environment ID unusable as a directory name
+	CodeStateDirTooLong      Code = "state-dir-too-long"     // a VM's socket paths would exceed the Unix socket limit
 )
 
 // allCodes is the closed vocabulary as data; Codes returns a sorted copy.
@@ -129,6 +140,8 @@ var allCodes = []Code{
 	CodeSessionClosed, CodeRootNotAdmitted, CodeNoPTY, CodeWatchUnavailable, CodeWatchCapReached, CodeLandlockUnavailable,
 	CodeInputTooLarge, CodeCommandCapReached, CodeInvalidSpec, CodeSessionExists, CodeSessionNotRunning,
 	CodeSandboxSetupFailed, CodeCleanupIncomplete, CodeStartFailed, CodeSourceFailed, CodeConditionUnreachable, CodeProbeTimedOut,
+	CodeImageInvalid, CodeResourcesAboveMax, CodeResourcesInvalid, CodeVMCapReached, CodeBootFailed, CodeBootTimeout,
+	CodeVMNotRunning, CodeEnvironmentIDInvalid, CodeStateDirTooLong,
 }
 
 var sortedCodes = func() []Code {

@@ -34,6 +34,25 @@ type Spec struct {
 	DiskMiB    int32
 	PIDs       int32
 	ImageRef   string
+	// Boot is the boot image of a VM backend, resolved by the node agent from the
+	// environment's ImageManifest variant for this backend (nil for processless backends).
+	// The backend verifies every digest before it boots.
+	Boot *BootImage
+}
+
+// BootImage is one direct-kernel boot variant of an ImageManifest. Paths are relative to
+// the backend's image directory (the node operator's configuration), never host paths
+// chosen by a caller; the backend resolves them beneath that directory.
+type BootImage struct {
+	// Variant is the ImageManifest variant's name (for messages and the recovery record).
+	Variant      string
+	KernelPath   string
+	KernelDigest string // sha256:<hex>
+	InitrdPath   string
+	InitrdDigest string // sha256:<hex>
+	// CommandLine is the variant's kernel command line; the backend may append
+	// accelerator-specific options of its own.
+	CommandLine string
 }
 
 // Phase of an environment as the backend observes it.
@@ -51,8 +70,11 @@ const (
 // MountedRoot is a root ready for file access and command working directories.
 type MountedRoot struct {
 	Name     string
-	Path     string // directory on the host (host-local: the admitted path; fixture-copy: the managed copy)
+	Path     string // directory on the host (host-local: the admitted path; fixture-copy: the managed copy); "" for VM backends
 	ReadOnly bool
+	// GuestDir is set by VM backends instead of Path: the root's directory relative to the
+	// guest agent's root (/workspace in the reference image). It is never a host path.
+	GuestDir string
 }
 
 // Status is what Inspect observes, freshly (never a remembered flag).
@@ -62,6 +84,9 @@ type Status struct {
 	Message string
 	// Residue lists resources still present after Teardown (empty when clean).
 	Residue []string
+	// Generation is the source generation of the running boot (VM backends; 0 for
+	// processless backends). Every new boot advances it; an adopted boot keeps it.
+	Generation int64
 }
 
 // RecoveryAction is one action of a recovery sweep.

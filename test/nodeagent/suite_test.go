@@ -103,7 +103,8 @@ func startAgent(ctx context.Context, state string) (*agent.Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a, err := agent.New(agent.Config{NodeName: nodeName, StateDir: state, AdmittedRoots: map[string]string{"work": workspace}, HeartbeatSeconds: 5, DataPlaneAddress: "127.0.0.1:0", Caps: agent.Caps{Sessions: 64, SessionsPerEnvironment: 4}}, agent.Options{})
+	a, err := agent.New(agent.Config{NodeName: nodeName, StateDir: state, AdmittedRoots: map[string]string{"work": workspace}, HeartbeatSeconds: 5, DataPlaneAddress: "127.0.0.1:0", Caps: agent.Caps{Sessions: 64, SessionsPerEnvironment: 4},
+		QEMU: qemuConfig()}, agent.Options{})
 	if err != nil {
 		return nil, err
 	}

@@ -39,6 +39,7 @@ const FieldManager = "workbench-node-agent/"
 // Agent is one node agent process.
 type Agent struct {
 	cfg      Config
+	helper   string // this executable (or Options.HelperPath): sandbox helper and guest PTY relay
 	store    *store.DB
 	backends *backends.Registry
 	sessions *session.Manager
@@ -94,7 +95,10 @@ func New(cfg Config, opts Options) (*Agent, error) {
 	}
 	bs := opts.Backends
 	if bs == nil {
-		bs = defaultBackends(cfg)
+		if bs, err = defaultBackends(cfg); err != nil {
+			_ = db.Close()
+			return nil, err
+		}
 	}
 	reg, err := backends.NewRegistry(bs...)
 	if err != nil {
@@ -107,8 +111,15 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		return nil, err
 	}
 	caps := cfg.Caps
+	helper := opts.HelperPath
+	if helper == "" {
+		if helper, err = os.Executable(); err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("locating the agent executable: %w", err)
+		}
+	}
 	a := &Agent{
-		cfg: cfg, store: db, backends: reg,
+		cfg: cfg, helper: helper, store: db, backends: reg,
 		sessions: session.NewManager(session.Caps{
 			Sessions: caps.Sessions, SessionsPerEnvironment: caps.SessionsPerEnvironment, ReaderTasks: caps.ReaderTasks,
 			InputQueueDepth: caps.InputQueueDepth, EventBufferDepth: caps.EventBufferDepth,
@@ -200,6 +211,9 @@ func (a *Agent) shutdown(ctx context.Context) {
 	for _, c := range a.commands {
 		if c.handle != nil && c.result == nil {
 			c.handle.Kill(procexec.OriginCancel)
+		}
+		if c.cancel != nil && c.result == nil {
+			c.cancel() // a guest command: stop waiting; the store keeps it interrupted
 		}
 	}
 	a.mu.Unlock()

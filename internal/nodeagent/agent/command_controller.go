@@ -33,6 +33,8 @@ type liveCommand struct {
 	handle  *procexec.Handle
 	started time.Time
 	result  *commandOutcome
+	// cancel ends the wait for a command running in a VM guest (no host handle).
+	cancel context.CancelFunc
 }
 
 // commandOutcome is the one recorded outcome, persisted in the store before it is written
@@ -235,6 +237,14 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	if ref != nil {
 		p.refuse(string(ref.Code), ref.Message)
 		return nil
+	}
+	if g, ok := a.guestBackendOf(&env); ok {
+		args, code, msg := guestSpawnArgs(roots, intent, envVars)
+		if code != "" {
+			p.refuse(code, msg)
+			return nil
+		}
+		return r.startGuest(p, g, string(env.UID), string(sess.UID), args, live)
 	}
 	spec, code, msg := commandSpec(roots, intent, envVars)
 	if code != "" {

@@ -32,6 +32,24 @@ type Config struct {
 	DataPlaneHosts []string `json:"dataPlaneHosts,omitempty"`
 	// HeartbeatSeconds is the WorkbenchNode heartbeat period.
 	HeartbeatSeconds int `json:"heartbeatSeconds,omitempty"`
+	// QEMU enables the qemu-microvm.v1 backend (absent or enabled: false: not offered).
+	QEMU *QEMUConfig `json:"qemu,omitempty"`
+}
+
+// QEMUConfig configures the qemu-microvm.v1 backend (internal/backends/qemumicrovm).
+type QEMUConfig struct {
+	Enabled bool `json:"enabled"`
+	// ImageDir is where ImageManifest variant paths resolve (e.g. the bin/ of a checkout
+	// after make guest-image: guest/vmlinux, guest/initramfs.cpio).
+	ImageDir string `json:"imageDir"`
+	// QEMUBinary and VhostDeviceVsock: absolute paths or names in PATH (defaults
+	// qemu-system-x86_64; vhost-device-vsock, else <imageDir>/guest/vhost-device-vsock).
+	QEMUBinary       string `json:"qemuBinary,omitempty"`
+	VhostDeviceVsock string `json:"vhostDeviceVsock,omitempty"`
+	// Accel is auto (default: KVM only if a probe VM boots under it), kvm or tcg.
+	Accel string `json:"accel,omitempty"`
+	// MaxVMs bounds the VMs of the node (default 4).
+	MaxVMs int `json:"maxVMs,omitempty"`
 }
 
 // Caps are the node's configurable bounds (seed laptop defaults).
@@ -111,6 +129,16 @@ func (c *Config) Validate() error {
 		}
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 			return fmt.Errorf("node agent config: admitted root %q: %q is not an existing directory", name, dir)
+		}
+	}
+	if q := c.QEMU; q != nil && q.Enabled {
+		if q.ImageDir == "" || !filepath.IsAbs(q.ImageDir) || filepath.Clean(q.ImageDir) != q.ImageDir {
+			return fmt.Errorf("node agent config: qemu.imageDir %q must be an absolute, clean directory", q.ImageDir)
+		}
+		switch q.Accel {
+		case "", "auto", "kvm", "tcg":
+		default:
+			return fmt.Errorf("node agent config: qemu.accel %q is not auto, kvm or tcg", q.Accel)
 		}
 	}
 	c.Caps = c.Caps.withDefaults()

@@ -87,6 +87,11 @@ func (r resolver) Root(ns, env, root string) (*fsaccess.Root, error) {
 
 // openRoot keeps one open root per directory (bounded by the environments on the node).
 func (a *Agent) openRoot(path string) (*fsaccess.Root, error) {
+	if path == "" {
+		// A VM backend's roots live inside the guest (MountedRoot.GuestDir): there is no
+		// host directory to open, and none is ever substituted.
+		return nil, refusal.New(string(actuation.CodeCapabilityMismatch), "the environment's roots live inside a VM guest; host file access does not reach them")
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if r := a.roots[path]; r != nil {

@@ -6,11 +6,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/nodeagent/store"
 	"sensorium.dev/workbench/internal/statusapply"
@@ -99,6 +102,13 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 		set(wbv1.ConditionReady, false, reason, "environment is "+reason)
 	default:
+		if code, msg, err := a.resolveBootImage(ctx, &env, &spec); err != nil {
+			return ctrl.Result{}, err
+		} else if code != "" {
+			set(wbv1.ConditionReady, false, wbv1.ReasonFailed, code+": "+msg)
+			a.recordEvent(&env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
+			break
+		}
 		rec := store.Environment{UID: spec.ID, Namespace: env.Namespace, Name: env.Name, Backend: b.ID(), RootPaths: map[string]string{},
 			Phase: string(backends.PhaseAllocating), UpdatedAt: time.Now()}
 		for _, root := range spec.Roots {
@@ -124,7 +134,9 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		} else {
 			set(wbv1.ConditionReady, false, string(st.Phase), st.Message)
 		}
-		if next.SourceGeneration == 0 {
+		if st.Generation > 0 {
+			next.SourceGeneration = st.Generation // a VM backend: the generation of the running boot
+		} else if next.SourceGeneration == 0 {
 			next.SourceGeneration = spec.Generation
 		}
 	}
@@ -214,4 +226,36 @@ func deref(p *int32) int32 {
 		return 0
 	}
 	return *p
+}
+
+// resolveBootImage resolves a VM environment's spec.imageRef → ImageManifest → the variant
+// for its backend on this node's architecture, and puts the boot files (paths beneath the
+// backend's image directory, digests the backend verifies before booting) into spec. It
+// returns a refusal code and message when the image cannot be resolved; processless
+// backends need nothing.
+func (a *Agent) resolveBootImage(ctx context.Context, env *wbv1.Environment, spec *backends.Spec) (string, string, error) {
+	if env.Spec.Backend != wbv1.BackendQEMUMicroVM {
+		return "", "", nil
+	}
+	code := string(actuation.CodeImageInvalid)
+	if env.Spec.ImageRef == nil || *env.Spec.ImageRef == "" {
+		return code, fmt.Sprintf("%s needs spec.imageRef naming an ImageManifest", env.Spec.Backend), nil
+	}
+	var im wbv1.ImageManifest
+	if err := a.reader.Get(ctx, types.NamespacedName{Name: *env.Spec.ImageRef}, &im); err != nil {
+		if apierrors.IsNotFound(err) {
+			return code, fmt.Sprintf("ImageManifest %s does not exist", *env.Spec.ImageRef), nil
+		}
+		return "", "", fmt.Errorf("reading ImageManifest %s: %w", *env.Spec.ImageRef, err)
+	}
+	arch := "x86_64" // qemu-microvm.v1 runs qemu-system-x86_64 guests (its capability's guestArchitecture)
+	for _, v := range im.Spec.Variants {
+		if v.BackendID != env.Spec.Backend || v.Architecture != arch || v.BootMode != "direct-kernel" || v.Kernel == nil || v.Initrd == nil {
+			continue
+		}
+		spec.Boot = &backends.BootImage{Variant: v.Name, KernelPath: string(v.Kernel.Path), KernelDigest: string(v.Kernel.Digest),
+			InitrdPath: string(v.Initrd.Path), InitrdDigest: string(v.Initrd.Digest), CommandLine: v.KernelCommandLine}
+		return "", "", nil
+	}
+	return code, fmt.Sprintf("ImageManifest %s has no direct-kernel %s variant with a kernel and an initrd for %s", im.Name, env.Spec.Backend, arch), nil
 }

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/statusapply"
 )
 
@@ -91,7 +92,19 @@ func (a *Agent) capabilities() []wbv1.BackendCapability {
 		case wbv1.BackendFixtureCopy:
 			s.SystemFidelity, s.HostFilesystemSharing, s.StorageFormats = "filesystem-view", "denied", []string{"directory-copy"}
 		default:
-			continue // VM backends attest their own measured descriptors
+			// VM backends attest their own measured descriptors (the accelerator a probe VM
+			// really booted under); one that cannot boot anything publishes nothing.
+			b, _ := a.backends.Get(id)
+			cr, ok := b.(capabilityReporter)
+			if !ok {
+				continue
+			}
+			c, err := cr.Capability()
+			if err != nil {
+				ctrl.Log.WithName("capabilities").Error(err, "Backend attests no capability on this node", "backend", id)
+				continue
+			}
+			s = capabilitySpec(a.cfg.NodeName, c)
 		}
 		out = append(out, wbv1.BackendCapability{
 			ObjectMeta: metav1.ObjectMeta{Name: a.cfg.NodeName + "." + id, Labels: map[string]string{wbv1.NodeLabel: a.cfg.NodeName}},
@@ -99,6 +112,24 @@ func (a *Agent) capabilities() []wbv1.BackendCapability {
 		})
 	}
 	return out
+}
+
+// capabilityReporter is a backend that measures its own descriptor (qemu-microvm.v1).
+type capabilityReporter interface {
+	Capability() (actuation.Capability, error)
+}
+
+func capabilitySpec(node string, c actuation.Capability) wbv1.BackendCapabilitySpec {
+	return wbv1.BackendCapabilitySpec{
+		NodeName: node, BackendID: wbv1.BackendID(c.BackendID), Provider: c.Provider, Version: c.Version, BinaryDigest: wbv1.Digest(c.BinaryDigest),
+		PlatformRef: c.PlatformRef, Locality: c.Locality, HostArchitecture: c.HostArchitecture, GuestArchitecture: c.GuestArchitecture,
+		IsolationClass: wbv1.IsolationClass(c.IsolationClass), SystemFidelity: wbv1.SystemFidelity(c.SystemFidelity),
+		ControlTransport: c.ControlTransport, ControlGuestEndpoint: c.ControlGuestEndpoint, ControlHostEndpoint: c.ControlHostEndpoint,
+		ControlChannelBinding: c.ControlChannelBinding, BootMode: c.BootMode, StorageFormats: c.StorageFormats, DeviceClasses: c.DeviceClasses,
+		ConsoleMode: c.ConsoleMode, NetworkProfiles: c.NetworkProfiles, HostFilesystemSharing: wbv1.HostFilesystemSharing(c.HostFilesystemSharing),
+		CredentialInjection: wbv1.CredentialInjection(c.CredentialInjection), ResourceEnforcement: c.ResourceEnforcement,
+		LifecycleOperations: c.LifecycleOperations,
+	}
 }
 
 func (a *Agent) publishCapabilities(ctx context.Context) error {

@@ -198,24 +198,32 @@ func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl
 		if ref != nil {
 			return ctrl.Result{}, string(ref.Code), ref.Message, nil
 		}
-		dir := ""
+		dir, guestDir := "", ""
 		for _, r := range roots {
 			if len(core.AllowedRoots) > 0 && r.Name == core.AllowedRoots[0] {
-				dir = r.Path
+				dir, guestDir = r.Path, r.GuestDir
 			}
 		}
-		if dir == "" {
+		if dir == "" && guestDir == "" {
 			return ctrl.Result{}, string(actuation.CodeRootNotAllowed), "no root of the environment is allowed by the profile", nil
 		}
 		kv := make([]string, 0, len(envVars))
 		for _, e := range envVars {
 			kv = append(kv, e.Name+"="+e.Value)
 		}
+		argv := append([]string{core.Executable}, core.FixedArgs...)
+		if guestDir != "" {
+			// The program runs in the VM guest; the host session runs the relay to it.
+			var code, msg string
+			if argv, kv, dir, code, msg = a.guestRelay(&env, ts, argv, kv, guestDir); code != "" {
+				return ctrl.Result{}, code, msg, nil
+			}
+		}
 		if err := a.store.Sessions().Put(rec); err != nil {
 			return ctrl.Result{}, "", "", err
 		}
 		s, err := a.sessions.Open(context.Background(), session.Spec{
-			ID: string(ts.UID), EnvironmentID: string(env.UID), Argv: append([]string{core.Executable}, core.FixedArgs...), Env: kv,
+			ID: string(ts.UID), EnvironmentID: string(env.UID), Argv: argv, Env: kv,
 			Dir: filepath.Clean(dir), Rows: uint16(ts.Spec.Rows), Cols: uint16(ts.Spec.Cols),
 			IdleTimeout: time.Duration(ts.Spec.IdleTimeoutSeconds) * time.Second, MaxDuration: time.Duration(ts.Spec.MaxDurationSeconds) * time.Second,
 		})

@@ -15,14 +15,24 @@ import (
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/backends/fixturecopy"
 	"sensorium.dev/workbench/internal/backends/hostlocal"
+	"sensorium.dev/workbench/internal/backends/qemumicrovm"
 	"sensorium.dev/workbench/internal/nodeagent/fixture"
 )
 
-func defaultBackends(cfg Config) []backends.Backend {
-	return []backends.Backend{
+func defaultBackends(cfg Config) ([]backends.Backend, error) {
+	bs := []backends.Backend{
 		hostlocal.New(cfg.AdmittedRoots),
 		fixturecopy.New(filepath.Join(cfg.StateDir), cfg.AdmittedRoots, fixture.Limits{}),
 	}
+	if q := cfg.QEMU; q != nil && q.Enabled {
+		vm, err := qemumicrovm.New(qemumicrovm.Config{StateDir: cfg.StateDir, ImageDir: q.ImageDir, QEMUBinary: q.QEMUBinary,
+			VhostDeviceVsock: q.VhostDeviceVsock, Accel: q.Accel, MaxVMs: q.MaxVMs})
+		if err != nil {
+			return nil, err
+		}
+		bs = append(bs, vm)
+	}
+	return bs, nil
 }
 
 // setupControllers registers one reconciler per kind, each filtered to this node.

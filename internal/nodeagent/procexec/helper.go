@@ -13,6 +13,7 @@ import (
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 
+	"sensorium.dev/workbench/internal/nodeagent/guestpty"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 )
 
@@ -91,6 +92,7 @@ const statusExecFailed = "exec-failed"
 // uses procexec (and of TestMain in test binaries). In a normal invocation it
 // returns immediately; in a sandbox-helper invocation it never returns.
 func MaybeRunHelper() {
+	guestpty.MaybeRun() // the guest PTY relay is this executable's other helper mode
 	if len(os.Args) != 2 || os.Args[1] != HelperArg || os.Getenv(helperEnvKey) != helperEnvValue {
 		return
 	}

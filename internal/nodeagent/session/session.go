@@ -143,6 +143,7 @@ func newSession(m *Manager, spec Spec, rg *ring.Ring) *Session {
 		emu:        vt.NewEmulator(int(spec.Cols), int(spec.Rows)),
 	}
 	s.emu.SetScrollbackSize(1) // viewport only; the ring is the bounded history
+	boundParser(s.emu)
 	s.phase.Store(Phase(""))
 	return s
 }

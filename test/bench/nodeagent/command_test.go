@@ -33,8 +33,9 @@ import (
 const node = "bench-node"
 
 var (
-	env *envtest.Env
-	wc  client.WithWatch
+	env      *envtest.Env
+	wc       client.WithWatch
+	admitted string // the agent's admitted root
 )
 
 func TestMain(m *testing.M) {
@@ -88,11 +89,12 @@ func startAgent(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(dir+"/work", 0o755); err != nil {
+	admitted = dir + "/work"
+	if err := os.MkdirAll(admitted, 0o755); err != nil {
 		return err
 	}
 	a, err := agent.New(agent.Config{NodeName: node, StateDir: dir + "/state", AdmittedRoots: map[string]string{"work": dir + "/work"},
-		Caps: agent.Caps{Sessions: 8, ConcurrentCommands: 8}}, agent.Options{})
+		Caps: agent.Caps{Sessions: 8, ConcurrentCommands: 8}, QEMU: qemuConfig()}, agent.Options{})
 	if err != nil {
 		return err
 	}
@@ -106,9 +108,8 @@ func setup(b *testing.B) string {
 	ctx := context.Background()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "bench-"}}
 	must(b, env.Client.Create(ctx, ns))
-	work, _ := os.MkdirTemp("", "wb-bench-work-")
-	_ = os.Remove(work)
-	must(b, os.MkdirAll(work, 0o755))
+	work, err := os.MkdirTemp(admitted, "ws-")
+	must(b, err)
 	must(b, env.Client.Create(ctx, &wbv1.CommandProfile{ObjectMeta: metav1.ObjectMeta{Name: "true", Namespace: ns.Name},
 		Spec: wbv1.CommandProfileSpec{Executable: "/bin/true", AllowedRoots: []string{"repo"}}}))
 	hp := work

@@ -1,0 +1,282 @@
+package qemumicrovm
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+
+	protocol "sensorium.dev/workbench/guest/protocol/v1"
+	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/guestclient"
+	"sensorium.dev/workbench/internal/nodeagent/guestpty"
+	"sensorium.dev/workbench/internal/nodeagent/ring"
+	"sensorium.dev/workbench/internal/nodeagent/session"
+)
+
+// benchBoots is how many boots each boot benchmark iteration measures
+// (WORKBENCH_BENCH_BOOTS overrides; at least 10 for a meaningful p50).
+func benchBoots() int {
+	if n, err := strconv.Atoi(os.Getenv("WORKBENCH_BENCH_BOOTS")); err == nil && n > 0 {
+		return n
+	}
+	return 10
+}
+
+func p50(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// bareBoot is the floor: the same vsock device and QEMU command line (same kernel, initrd,
+// accelerator, devices, memory and vCPUs) launched directly, timed from the first process
+// start to the guest agent's first reply (the handshake answer). No record, no digest
+// check, no process identities, no root creation.
+func bareBoot(b *testing.B, bk *Backend, img *backends.BootImage, dir string) time.Duration {
+	b.Helper()
+	must := func(err error) {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(dir, 0o700))
+	defer os.RemoveAll(dir)
+	nonce, _ := newNonce()
+	rec := &Record{Accel: AccelTCG, VCPUs: DefaultVCPUs, MemoryMiB: DefaultMemoryMiB, CommandLine: commandLine(img.CommandLine, AccelTCG),
+		Binding: protocol.Binding{EnvironmentRef: "bench/floor", SourceGeneration: 1, PlanDigest: protocol.DigestOf([]byte("floor")),
+			ImageDigest: imageDigest(img), GuestCID: guestCID, BootNonce: nonce}}
+	bj, _ := json.Marshal(rec.Binding)
+	must(os.WriteFile(filepath.Join(dir, bindingName), bj, 0o400))
+	kernel, err := os.Open(filepath.Join(bk.cfg.ImageDir, img.KernelPath))
+	must(err)
+	defer kernel.Close()
+	initrd, err := os.Open(filepath.Join(bk.cfg.ImageDir, img.InitrdPath))
+	must(err)
+	defer initrd.Close()
+	vs, gs := filepath.Join(dir, vhostSock), filepath.Join(dir, guestSock)
+	w, err := watchDir(dir)
+	must(err)
+	defer w.close()
+
+	start := time.Now()
+	dev := exec.Command(bk.devBin, "--guest-cid=3", "--socket="+vs, "--uds-path="+gs)
+	dev.Env = []string{"RUST_LOG=warn"}
+	must(dev.Start())
+	defer func() { dev.Process.Kill(); dev.Wait() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	must(w.waitFor(ctx, vs, nil))
+	ready, err := guestclient.ListenReady(gs, 0)
+	must(err)
+	defer ready.Close()
+	serial, err := listenSerial(filepath.Join(dir, serialSock), filepath.Join(dir, serialLog), DefaultSerialMaxBytes)
+	must(err)
+	go serial.serve(time.Now().Add(60 * time.Second))
+	defer serial.close()
+	q := exec.Command(bk.qemuBin, bk.qemuArgs(dir, rec)...)
+	q.ExtraFiles = []*os.File{kernel, initrd}
+	var out bytes.Buffer
+	q.Stdout, q.Stderr = &out, &out
+	must(q.Start())
+	defer func() { q.Process.Kill(); q.Wait() }()
+	if err := ready.Wait(ctx); err != nil {
+		b.Fatalf("floor boot: %v (%s)", err, out.String())
+	}
+	c, _, err := guestclient.WaitReady(ctx, guestclient.Endpoint{Path: gs, Hybrid: true}, rec.Binding, 20*time.Millisecond)
+	must(err)
+	took := time.Since(start)
+	c.Close()
+	return took
+}
+
+// BenchmarkBootToAgentReady: Allocate (environment create at the broker) → guest agent
+// ready (handshake done, roots created, record complete), p50 over benchBoots() boots,
+// against the floor of a bare QEMU launch to the agent's first reply with the same kernel,
+// image and accelerator, interleaved in the same run. Also reports QEMU and vsock device
+// RSS per VM. Accelerator: TCG (these machines cannot run a stock kernel under KVM).
+func BenchmarkBootToAgentReady(b *testing.B) {
+	imageDir, img := vmEnv(b)
+	cfg := testConfig(b, imageDir)
+	bk, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var full, floor []time.Duration
+	var qemuRSS, devRSS []int64
+	for i := 0; i < b.N; i++ {
+		for j := 0; j < benchBoots(); j++ {
+			floor = append(floor, bareBoot(b, bk, img, filepath.Join(cfg.StateDir, "floor")))
+			spec := testSpec(fmt.Sprintf("bench-%d-%d", i, j), img)
+			t0 := time.Now()
+			if _, err := bk.Allocate(context.Background(), spec); err != nil {
+				b.Fatal(err)
+			}
+			full = append(full, time.Since(t0))
+			info, _ := bk.Info(spec.ID)
+			if kb, err := procRSS(info.QEMU.Pid); err == nil {
+				qemuRSS = append(qemuRSS, kb)
+			}
+			if kb, err := procRSS(info.Device.Pid); err == nil {
+				devRSS = append(devRSS, kb)
+			}
+			if _, err := bk.Teardown(context.Background(), spec); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(msOf(p50(full)), "p50-ready-ms")
+	b.ReportMetric(msOf(p50(floor)), "p50-floor-ms")
+	b.ReportMetric(float64(p50(full))/float64(p50(floor)), "ratio-to-floor")
+	b.ReportMetric(float64(len(full)), "boots")
+	if len(qemuRSS) > 0 {
+		slices.Sort(qemuRSS)
+		slices.Sort(devRSS)
+		b.ReportMetric(float64(qemuRSS[len(qemuRSS)/2])/1024, "qemu-rss-MiB")
+		b.ReportMetric(float64(devRSS[len(devRSS)/2])/1024, "vsockdev-rss-MiB")
+	}
+	b.Logf("accel=tcg boots=%d ready p50 %v (min %v max %v), floor p50 %v (min %v max %v)", len(full),
+		p50(full).Round(time.Millisecond), slices.Min(full).Round(time.Millisecond), slices.Max(full).Round(time.Millisecond),
+		p50(floor).Round(time.Millisecond), slices.Min(floor).Round(time.Millisecond), slices.Max(floor).Round(time.Millisecond))
+}
+
+// BenchmarkPTYRoundTrip: a one-line echo through /bin/cat on a PTY inside the VM (guest
+// pty.input, then pty.read until the tty echo and cat's copy are back), next to the same
+// round trip on a host PTY (the floor of internal/nodeagent/session).
+func BenchmarkPTYRoundTrip(b *testing.B) {
+	msg, reply := []byte("ping\n"), 12 // "ping\r\n" echoed by the tty plus cat's copy
+	b.Run("host-local", func(b *testing.B) {
+		cmd := exec.Command("/bin/cat")
+		cmd.Env = []string{}
+		f, err := pty.Start(cmd)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() { cmd.Process.Kill(); cmd.Wait(); f.Close() }()
+		buf := make([]byte, 256)
+		for b.Loop() {
+			if _, err := f.Write(msg); err != nil {
+				b.Fatal(err)
+			}
+			for got := 0; got < reply; {
+				n, err := f.Read(buf)
+				if err != nil {
+					b.Fatal(err)
+				}
+				got += n
+			}
+		}
+	})
+	b.Run("in-vm", func(b *testing.B) {
+		imageDir, img := vmEnv(b)
+		bk, err := New(testConfig(b, imageDir))
+		if err != nil {
+			b.Fatal(err)
+		}
+		spec := testSpec("bench-pty", img)
+		if _, err := bk.Allocate(context.Background(), spec); err != nil {
+			b.Fatal(err)
+		}
+		defer bk.Teardown(context.Background(), spec)
+		ctx := context.Background()
+		ctl, err := bk.Guest(ctx, spec.ID)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ctl.Close()
+		rd, err := bk.Guest(ctx, spec.ID)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer rd.Close()
+		if _, err := ctl.PTYOpen(ctx, "", protocol.PTYOpenArgs{SessionID: "cat", Argv: []string{"/bin/cat"}, Rows: 24, Cols: 80}); err != nil {
+			b.Fatal(err)
+		}
+		// The guest's tty needs a moment after open before input is echoed reliably: one
+		// warm-up round trip.
+		off := uint64(0)
+		roundTrip := func() {
+			if _, err := ctl.PTYInput(ctx, "", "cat", msg); err != nil {
+				b.Fatal(err)
+			}
+			for want := off + uint64(reply); off < want; {
+				d, _, err := rd.PTYRead(ctx, "", protocol.PTYReadArgs{SessionID: "cat", Offset: off, Max: 4096, WaitMS: 5000})
+				if err != nil {
+					b.Fatal(err)
+				}
+				off = d.Next
+			}
+		}
+		roundTrip()
+		for b.Loop() {
+			roundTrip()
+		}
+	})
+	// The node agent's path for an interactive session of a VM environment: a host PTY
+	// session (ring, screen model) running the guest PTY relay, which carries the bytes to
+	// and from a PTY in the guest.
+	b.Run("in-vm-session-relay", func(b *testing.B) {
+		imageDir, img := vmEnv(b)
+		bk, err := New(testConfig(b, imageDir))
+		if err != nil {
+			b.Fatal(err)
+		}
+		spec := testSpec("bench-relay", img)
+		if _, err := bk.Allocate(context.Background(), spec); err != nil {
+			b.Fatal(err)
+		}
+		defer bk.Teardown(context.Background(), spec)
+		ep, bind, err := bk.GuestChannel(spec.ID)
+		if err != nil {
+			b.Fatal(err)
+		}
+		e, err := guestpty.Config{Endpoint: ep, Binding: bind, SessionID: "relay", Argv: []string{"/bin/cat"}}.Environ()
+		if err != nil {
+			b.Fatal(err)
+		}
+		self, _ := os.Executable()
+		m := session.NewManager(session.Caps{})
+		ctx := context.Background()
+		s, err := m.Open(ctx, session.Spec{ID: "relay", Argv: []string{self, guestpty.Arg}, Env: []string{e}, Dir: "/", IdleTimeout: -1, Rows: 24, Cols: 80})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close(ctx)
+		cursor := s.Events().LastSeq()
+		roundTrip := func() {
+			if err := s.Input(msg); err != nil {
+				b.Fatal(err)
+			}
+			for got := 0; got < reply; {
+				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				err := s.Events().Wait(wctx, cursor)
+				cancel()
+				if err != nil {
+					b.Fatal(err)
+				}
+				var evs []ring.Event
+				evs, cursor, _ = s.Read(cursor, 0)
+				for _, ev := range evs {
+					if ev.Kind == ring.KindOutput {
+						got += len(ev.Data)
+					}
+				}
+			}
+		}
+		roundTrip()
+		for b.Loop() {
+			roundTrip()
+		}
+	})
+}

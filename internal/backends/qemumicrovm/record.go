@@ -1,0 +1,203 @@
+package qemumicrovm
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	protocol "sensorium.dev/workbench/guest/protocol/v1"
+)
+
+// Names inside one VM directory (<StateDir>/vms/<ID>). They are short on purpose: a Unix
+// socket path has at most 107 bytes.
+const (
+	RecordName  = "record.json"
+	bindingName = "binding.json"
+	vhostSock   = "v.sock" // QEMU <-> vhost-device-vsock (vhost-user)
+	guestSock   = "g.sock" // hybrid vsock host side (CONNECT <port>)
+	serialSock  = "s.sock" // QEMU's serial chardev connects here once, then it is removed
+	serialLog   = "serial.log"
+	tmpPrefix   = ".tmp-"
+	recordLimit = 64 << 10
+)
+
+// VM states in the record. They only move forward within one boot: launching → running
+// → draining; a boot that ended (failed, quarantined, replaced) leaves a "stopped"
+// tombstone that keeps the generation so the next boot advances it.
+const (
+	StateLaunching = "launching"
+	StateRunning   = "running"
+	StateDraining  = "draining"
+	StateStopped   = "stopped"
+)
+
+const recordSchema = "qemu-microvm.v1.record"
+
+// SocketIdentity pins a Unix socket by path, device and inode.
+type SocketIdentity struct {
+	Path string `json:"path"`
+	Dev  uint64 `json:"dev"`
+	Ino  uint64 `json:"ino"`
+}
+
+// FileRef is a verified boot file.
+type FileRef struct {
+	Path   string `json:"path"` // relative to the image directory
+	Digest string `json:"digest"`
+}
+
+// Record is the host-private recovery record of one VM (record.json, 0600). It is written
+// before anything is launched and completed after every step, so a crash at any point
+// leaves a record that names what may exist.
+type Record struct {
+	Schema string `json:"schema"`
+	ID     string `json:"id"`
+	Ref    string `json:"ref"`
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"`
+
+	Generation int64 `json:"generation"`
+	// Binding is what the guest must answer the handshake with: environment, generation,
+	// VM plan digest, image digest, guest CID and this boot's nonce.
+	Binding protocol.Binding `json:"binding"`
+	// SpecPlanDigest is the manager's normalized plan digest the VM plan includes.
+	SpecPlanDigest string `json:"specPlanDigest,omitempty"`
+
+	Accel       string   `json:"accel"`
+	VCPUs       int32    `json:"vcpus"`
+	MemoryMiB   int32    `json:"memoryMiB"`
+	Variant     string   `json:"variant,omitempty"`
+	Kernel      FileRef  `json:"kernel"`
+	Initrd      FileRef  `json:"initrd"`
+	CommandLine string   `json:"commandLine"`
+	Devices     []string `json:"devices"`
+
+	QEMU   *ProcIdentity `json:"qemu,omitempty"`
+	Device *ProcIdentity `json:"device,omitempty"`
+	// Sockets pins the control sockets once they exist (vhost, guest).
+	Sockets []SocketIdentity `json:"sockets,omitempty"`
+
+	LaunchedAt time.Time `json:"launchedAt,omitzero"`
+	ReadyAt    time.Time `json:"readyAt,omitzero"`
+	UpdatedAt  time.Time `json:"updatedAt"`
+}
+
+// socket returns the pinned identity of the socket named name ("" path when unpinned).
+func (r *Record) socket(path string) SocketIdentity {
+	for _, s := range r.Sockets {
+		if s.Path == path {
+			return s
+		}
+	}
+	return SocketIdentity{}
+}
+
+// writeRecord replaces dir/record.json atomically and durably (temp file, fsync, rename,
+// directory fsync).
+func writeRecord(dir string, r *Record) error {
+	r.Schema = recordSchema
+	r.UpdatedAt = time.Now().UTC()
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode record: %w", err)
+	}
+	if len(data) > recordLimit {
+		return fmt.Errorf("record of %d bytes exceeds %d", len(data), recordLimit)
+	}
+	return writeFileAtomic(dir, RecordName, data, 0o600)
+}
+
+func writeFileAtomic(dir, name string, data []byte, mode os.FileMode) error {
+	f, err := os.CreateTemp(dir, tmpPrefix+name+"-")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	tmp := f.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if err := f.Chmod(mode); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	ok = true
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// errNoRecord: the directory holds no record.
+var errNoRecord = errors.New("no recovery record")
+
+// readRecord reads dir/record.json strictly (bounded, unknown fields refused, schema
+// checked). A missing file is errNoRecord.
+func readRecord(dir string) (*Record, error) {
+	f, err := os.Open(filepath.Join(dir, RecordName))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, errNoRecord
+		}
+		return nil, fmt.Errorf("read record: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, recordLimit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read record: %w", err)
+	}
+	if len(data) > recordLimit {
+		return nil, fmt.Errorf("record larger than %d bytes", recordLimit)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var r Record
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("decode record: %w", err)
+	}
+	if r.Schema != recordSchema {
+		return nil, fmt.Errorf("record schema %q, want %q", r.Schema, recordSchema)
+	}
+	return &r, nil
+}
+
+// socketIdentity stats path and returns its identity if it is a socket.
+func socketIdentity(path string) (SocketIdentity, error) {
+	var st syscall.Stat_t
+	if err := syscall.Lstat(path, &st); err != nil {
+		return SocketIdentity{}, fmt.Errorf("socket %s: %w", path, err)
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFSOCK {
+		return SocketIdentity{}, fmt.Errorf("%s is not a socket", path)
+	}
+	return SocketIdentity{Path: path, Dev: st.Dev, Ino: st.Ino}, nil
+}

@@ -1,0 +1,251 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	protocol "sensorium.dev/workbench/guest/protocol/v1"
+	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/guestclient"
+	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
+	"sensorium.dev/workbench/internal/nodeagent/guestpty"
+	"sensorium.dev/workbench/internal/nodeagent/ring"
+	"sensorium.dev/workbench/internal/nodeagent/store"
+)
+
+// guestBackend is a VM backend: an environment's processes run inside its guest, reached
+// through a channel the backend's host broker hands out (binding and socket identity come
+// from its recovery record, never from the caller).
+type guestBackend interface {
+	Guest(ctx context.Context, id string) (*guestclient.Client, error)
+}
+
+func (a *Agent) guestBackendOf(env *wbv1.Environment) (guestBackend, bool) {
+	b, ok := a.backends.Get(string(env.Spec.Backend))
+	if !ok {
+		return nil, false
+	}
+	g, ok := b.(guestBackend)
+	return g, ok
+}
+
+// guestReportGrace is how long past the command's own timeout the agent waits for the
+// guest's report (the guest ends the process at its timeout and answers just after).
+const guestReportGrace = 15 * time.Second
+
+// guestSpawnArgs builds the guest spawn of a structured command: argv as admitted, the
+// curated environment, the working directory beneath the guest root (<root>[/<path>],
+// i.e. /workspace/<root>/... in the guest), the timeout and one output budget.
+func guestSpawnArgs(roots []backends.MountedRoot, in actuation.CommandIntent, envVars []actuation.EnvVar) (protocol.SpawnArgs, string, string) {
+	dir := ""
+	for _, r := range roots {
+		if r.Name == in.Cwd.Root {
+			dir = r.GuestDir
+		}
+	}
+	if dir == "" {
+		return protocol.SpawnArgs{}, string(actuation.CodeRootNotAllowed), "root " + in.Cwd.Root + " is not a root of the environment"
+	}
+	if in.Cwd.Path != "" {
+		dir += "/" + in.Cwd.Path
+	}
+	if err := protocol.CheckPath(dir, false); err != nil {
+		return protocol.SpawnArgs{}, string(actuation.CodeCwdNotAllowed), err.Error()
+	}
+	timeout := time.Duration(in.TimeoutSeconds) * time.Second
+	if timeout <= 0 || timeout+guestReportGrace > time.Duration(protocol.MaxDeadlineMS)*time.Millisecond {
+		return protocol.SpawnArgs{}, string(actuation.CodeTimeoutAboveMax), fmt.Sprintf("a guest command's timeout must be 1s..%v", time.Duration(protocol.MaxDeadlineMS)*time.Millisecond-guestReportGrace)
+	}
+	if in.OutputBytes <= 0 || in.OutputBytes > protocol.MaxOutputBytes {
+		return protocol.SpawnArgs{}, string(actuation.CodeOutputCapAboveMax), fmt.Sprintf("a guest command's output cap must be 1..%d bytes", protocol.MaxOutputBytes)
+	}
+	env := make([]string, 0, len(envVars))
+	for _, e := range envVars {
+		env = append(env, e.Name+"="+e.Value)
+	}
+	return protocol.SpawnArgs{Argv: in.Argv, Env: env, Cwd: dir, TimeoutMS: uint32(timeout / time.Millisecond), OutputMax: uint32(in.OutputBytes)}, "", ""
+}
+
+// startGuest runs an admitted command inside the environment's guest with the host rules:
+// the store records the start before anything is dispatched, the one outcome is persisted
+// before status shows it, and a record without a live handle after a restart ends the
+// command Failed/interrupted (never re-run). The process itself lives in the guest; the
+// store records no host pid for it.
+func (r *commandReconciler) startGuest(p *cmdPass, g guestBackend, envUID string, sessUID string, args protocol.SpawnArgs, rg *ring.Ring) error {
+	a := r.a
+	cmd := p.cmd
+	a.mu.Lock()
+	running := 0
+	for _, c := range a.commands {
+		if c.cancel != nil && c.result == nil {
+			running++
+		}
+	}
+	a.mu.Unlock()
+	if running >= a.cfg.Caps.ConcurrentCommands {
+		p.refuse(string(actuation.CodeCommandCapReached), fmt.Sprintf("%d guest commands run on this node (cap %d)", running, a.cfg.Caps.ConcurrentCommands))
+		return nil
+	}
+	rec, created, err := a.store.RecordCommandStart(store.Command{
+		UID: string(cmd.UID), Namespace: cmd.Namespace, Name: cmd.Name, SessionUID: sessUID,
+		IdempotencyKey: cmd.Spec.IdempotencyKey, ArgvDigest: string(cmd.Status.ArgvDigest),
+	})
+	if err != nil {
+		if code := fsaccess.CodeOf(err); code != "" {
+			p.refuse(code, err.Error())
+			return nil
+		}
+		return err
+	}
+	if !created {
+		if o := decodeOutcome(rec.Outcome); o != nil {
+			o.Message = fmt.Sprintf("replay of %s (idempotency key %q): %s", rec.Name, cmd.Spec.IdempotencyKey, o.Message)
+			p.finish(o)
+		} else {
+			p.result.RequeueAfter = time.Second
+		}
+		return nil
+	}
+	now := metav1.Now()
+	rec.Phase, rec.UpdatedAt = string(wbv1.CommandRunning), now.Time
+	if err := a.store.Commands().Put(rec); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(args.TimeoutMS)*time.Millisecond+guestReportGrace)
+	a.mu.Lock()
+	a.commands[string(cmd.UID)] = &liveCommand{started: now.Time, cancel: cancel}
+	a.mu.Unlock()
+	go a.awaitGuestCommand(ctx, cancel, cmd.DeepCopy(), g, envUID, args, rg, rg.LastSeq()+1, now.Time)
+	p.next.StartTime, p.next.NodeName = &now, a.cfg.NodeName
+	p.set(wbv1.ConditionStarted, true, "Started", "dispatched to the guest agent of the environment's VM (no network, no host share)")
+	return nil
+}
+
+// awaitGuestCommand runs the guest spawn to completion and records its one outcome.
+func (a *Agent) awaitGuestCommand(ctx context.Context, cancel context.CancelFunc, cmd *wbv1.TerminalCommand, g guestBackend, envUID string,
+	args protocol.SpawnArgs, rg *ring.Ring, seqFrom uint64, started time.Time) {
+	defer cancel()
+	o := &commandOutcome{Started: started}
+	var out []byte
+	c, err := g.Guest(ctx, envUID)
+	if err == nil {
+		// The spawn's opID names the process for a guest-side signal; a command UID is 36
+		// bytes of [0-9a-f-].
+		var res *guestclient.SpawnResult
+		stop := context.AfterFunc(ctx, func() { c.Close() }) // cancellation ends the wait
+		res, err = c.Spawn(ctx, "cmd-"+string(cmd.UID), args)
+		stop()
+		c.Close()
+		if err == nil {
+			out = append(res.Stdout, res.Stderr...)
+			o.Truncated = res.Truncated
+			switch {
+			case res.TimedOut:
+				o.Phase, o.SignalOrigin, o.Message = wbv1.CommandTimedOut, "timeout", "timed out; the guest terminated the process group"
+			case res.Signal != "":
+				o.Phase, o.Message = wbv1.CommandFailed, "killed by "+res.Signal+" in the guest"
+			case res.ExitCode == 0:
+				o.Phase, o.Message = wbv1.CommandSucceeded, "exited 0 in the guest"
+			default:
+				o.Phase, o.Message = wbv1.CommandFailed, fmt.Sprintf("exited %d in the guest", res.ExitCode)
+			}
+			if res.Signal == "" {
+				code := int32(res.ExitCode)
+				o.ExitCode, o.SignalOrigin = &code, "exit"
+				if res.TimedOut {
+					o.SignalOrigin = "timeout"
+				}
+			}
+		}
+	}
+	if err != nil {
+		o.Phase, o.RefusalCode, o.Message = wbv1.CommandFailed, guestRefusalCode(err), err.Error()
+		if errors.Is(err, guestclient.ErrUnknownOutcome) {
+			o.RefusalCode, o.Message = "", "outcome unknown: "+err.Error()
+		}
+	}
+	o.Completed = time.Now()
+	o.Bytes = int64(len(out))
+	sum := sha256.Sum256(out)
+	o.OutputDigest = "sha256:" + hex.EncodeToString(sum[:])
+	if len(out) > 0 {
+		if last, aerr := rg.Append(ring.KindOutput, out); aerr == nil {
+			o.SeqFrom, o.SeqTo = seqFrom, last
+		}
+	}
+	a.persistOutcome(string(cmd.UID), o)
+	a.mu.Lock()
+	if lc := a.commands[string(cmd.UID)]; lc != nil {
+		lc.result = o
+	}
+	a.mu.Unlock()
+	a.commandFinished()
+	a.wake(a.wakeCommands, cmd)
+}
+
+// guestRefusalCode maps a guest or broker refusal onto the closed vocabulary (the guest's
+// own code stays in the message).
+func guestRefusalCode(err error) string {
+	if c := fsaccess.CodeOf(err); c != "" {
+		return c // the broker's codes are actuation's
+	}
+	switch protocol.CodeOf(err) {
+	case protocol.CodeQuiesced, protocol.CodeShuttingDown, protocol.CodeGenerationMismatch, protocol.CodeNonceMismatch,
+		protocol.CodeEnvironmentMismatch, protocol.CodePlanDigestMismatch, protocol.CodeImageDigestMismatch:
+		return string(actuation.CodeEnvironmentUnavailable)
+	case protocol.CodeNotFound, protocol.CodeNotDirectory, protocol.CodeInvalidPath, protocol.CodePathEscapesRoot:
+		return string(actuation.CodeCwdNotAllowed)
+	case protocol.CodeProcessCapReached, protocol.CodeConnectionCap:
+		return string(actuation.CodeCommandCapReached)
+	case protocol.CodeTimeoutAboveDeadline:
+		return string(actuation.CodeTimeoutAboveMax)
+	case protocol.CodeOutputCapAboveMax:
+		return string(actuation.CodeOutputCapAboveMax)
+	case protocol.CodeInvalidSpec:
+		return string(actuation.CodeInvalidSpec)
+	}
+	return string(actuation.CodeStartFailed)
+}
+
+// guestChannelBackend hands the node agent's own helper processes a guest endpoint and
+// binding (the guest PTY relay opens its own channels).
+type guestChannelBackend interface {
+	GuestChannel(id string) (guestclient.Endpoint, protocol.Binding, error)
+}
+
+// guestRelay turns a shell-profile session of a VM environment into the host session that
+// runs this executable as the guest PTY relay (internal/nodeagent/guestpty): the program,
+// its curated environment and its working directory (the root beneath the guest root) go
+// to the guest; on the host only the relay runs.
+func (a *Agent) guestRelay(env *wbv1.Environment, ts *wbv1.TerminalSession, argv, kv []string, guestDir string) ([]string, []string, string, string, string) {
+	b, ok := a.backends.Get(string(env.Spec.Backend))
+	gc, ok2 := b.(guestChannelBackend)
+	if !ok || !ok2 {
+		return nil, nil, "", string(actuation.CodeCapabilityMismatch), fmt.Sprintf("backend %s offers no guest terminal", env.Spec.Backend)
+	}
+	ep, binding, err := gc.GuestChannel(string(env.UID))
+	if err != nil {
+		code := fsaccess.CodeOf(err)
+		if code == "" {
+			code = string(actuation.CodeEnvironmentUnavailable)
+		}
+		return nil, nil, "", code, err.Error()
+	}
+	cfg := guestpty.Config{Endpoint: ep, Binding: binding, SessionID: "s-" + string(ts.UID), Argv: argv, Env: kv, Cwd: guestDir}
+	if err := (&protocol.PTYOpenArgs{SessionID: cfg.SessionID, Argv: argv, Env: kv, Cwd: guestDir, Rows: 1, Cols: 1}).Validate(); err != nil {
+		return nil, nil, "", string(actuation.CodeInvalidSpec), err.Error()
+	}
+	e, err := cfg.Environ()
+	if err != nil {
+		return nil, nil, "", string(actuation.CodeInvalidSpec), err.Error()
+	}
+	return []string{a.helper, guestpty.Arg}, []string{e}, "/", "", ""
+}

@@ -1,0 +1,455 @@
+package nodeagent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/nodeagent/agent"
+	"sensorium.dev/workbench/internal/nodeagent/dataplane"
+	"sensorium.dev/workbench/webhooks"
+)
+
+// qemuSkip says why the qemu-microvm.v1 tests skip ("" when the suite's agent runs the
+// backend).
+var qemuSkip = "the suite's agent was not started"
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// qemuConfig enables qemu-microvm.v1 in the suite's agent when the image of `make
+// guest-image`, QEMU and the vsock device are present. The accelerator is pinned to TCG so
+// the published isolation class is known (emulated-vm); the KVM probe itself is covered by
+// internal/backends/qemumicrovm's tests.
+func qemuConfig() *agent.QEMUConfig {
+	qemuSkip = ""
+	bin, _ := filepath.Abs(filepath.Join(repoRoot(), "bin"))
+	switch {
+	case os.Getenv("WORKBENCH_SKIP_VM") == "1":
+		qemuSkip = "WORKBENCH_SKIP_VM=1"
+	case runtime.GOARCH != "amd64":
+		qemuSkip = "the guest image is x86_64; this is " + runtime.GOARCH
+	default:
+		for _, f := range []string{"vmlinux", "initramfs.cpio", "vhost-device-vsock"} {
+			if _, err := os.Stat(filepath.Join(bin, "guest", f)); err != nil && qemuSkip == "" {
+				qemuSkip = fmt.Sprintf("bin/guest/%s missing: run `make guest-image` first (%v)", f, err)
+			}
+		}
+		if _, err := exec.LookPath("qemu-system-x86_64"); err != nil && qemuSkip == "" {
+			qemuSkip = fmt.Sprintf("qemu-system-x86_64 not found (installed by `make guest-image`): %v", err)
+		}
+	}
+	if qemuSkip != "" {
+		return nil
+	}
+	return &agent.QEMUConfig{Enabled: true, ImageDir: bin, Accel: "tcg"}
+}
+
+func requireQEMU(t *testing.T) {
+	t.Helper()
+	if qemuSkip != "" {
+		t.Skip(qemuSkip)
+	}
+}
+
+// applyImageManifest applies the sample ImageManifest written by make guest-image
+// (config/samples/07_imagemanifest.yaml, or bin/guest/imagemanifest.yaml where CI builds
+// the image with GUEST_IMAGE_MANIFEST pointing there) and returns its name.
+func applyImageManifest(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(repoRoot(), "bin", "guest", "imagemanifest.yaml")
+	if _, err := os.Stat(p); err != nil {
+		p = filepath.Join(repoRoot(), "config", "samples", "07_imagemanifest.yaml")
+	}
+	raw, err := os.ReadFile(p)
+	must(t, err)
+	var im wbv1.ImageManifest
+	must(t, yaml.UnmarshalStrict(raw, &im))
+	if err := env.Client.Create(context.Background(), &im); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	return im.Name
+}
+
+// vmProcesses lists the QEMU and vhost-device-vsock processes of one environment's VM
+// directory (by executable name and the directory in their command line).
+func vmProcesses(t *testing.T, envUID string) []string {
+	t.Helper()
+	return vmProcessesIn(t, stateDir, envUID)
+}
+
+func vmProcessesIn(t *testing.T, state, envUID string) []string {
+	t.Helper()
+	dir := filepath.Join(state, "vms", envUID) + "/"
+	ents, err := os.ReadDir("/proc")
+	must(t, err)
+	var out []string
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		exe, _ := os.Readlink("/proc/" + e.Name() + "/exe")
+		base := filepath.Base(strings.TrimSuffix(exe, " (deleted)"))
+		if base != "qemu-system-x86_64" && base != "vhost-device-vsock" {
+			continue
+		}
+		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if bytes.Contains(cmd, []byte(dir)) {
+			out = append(out, e.Name()+" "+base)
+		}
+	}
+	return out
+}
+
+// TestQEMUMicroVMEnvironment: an Environment of backend qemu-microvm.v1 requiring
+// isolationClass emulated-vm is placed on this TCG node, boots a real guest and becomes
+// Ready; TerminalCommands run inside the guest (its kernel, only lo); deleting the
+// environment leaves no QEMU or vsock device process and no socket.
+func TestQEMUMicroVMEnvironment(t *testing.T) {
+	requireQEMU(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	image := applyImageManifest(t)
+	eventually(t, 60*time.Second, "the node's qemu-microvm.v1 capability", func() (bool, string) {
+		var c wbv1.BackendCapability
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: nodeName + ".qemu-microvm.v1"}, &c); err != nil {
+			return false, err.Error()
+		}
+		return c.Spec.IsolationClass == "emulated-vm" && c.Spec.HostFilesystemSharing == "denied", fmt.Sprintf("%+v", c.Spec)
+	})
+	iso := wbv1.IsolationClass("emulated-vm")
+	start := time.Now()
+	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "vm", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
+		Backend: wbv1.BackendQEMUMicroVM, Requirements: &wbv1.EnvironmentRequirements{IsolationClass: &iso},
+		Roots: []wbv1.EnvironmentRoot{{Name: "repo"}}, ImageRef: ptr(image),
+		Resources:    &wbv1.EnvironmentResources{VCPUs: ptr(int32(1)), MemoryMiB: ptr(int32(512))},
+		NodeSelector: map[string]string{wbv1.NodeLabel: nodeName},
+	}}))
+	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
+		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "vm"}}))
+	var e wbv1.Environment
+	var envReady time.Duration
+	eventually(t, 180*time.Second, "VM environment Ready and session Running", func() (bool, string) {
+		var s wbv1.TerminalSession
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm"}, &e))
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
+		if envReady == 0 && e.Status.Phase == wbv1.EnvironmentReady {
+			envReady = time.Since(start)
+		}
+		return e.Status.Phase == wbv1.EnvironmentReady && s.Status.Phase == wbv1.SessionRunning,
+			fmt.Sprintf("env=%+v session=%+v", e.Status, s.Status)
+	})
+	t.Logf("through the API server: Environment create → Ready %v; → session Running %v", envReady.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	if e.Status.SourceGeneration != 1 || e.Status.NodeName != nodeName {
+		t.Fatalf("status %+v", e.Status)
+	}
+	if procs := vmProcesses(t, string(e.UID)); len(procs) != 2 {
+		t.Fatalf("VM processes: %v", procs)
+	}
+
+	// A command inside the guest: its kernel answers, not the host's. The profiles name the
+	// image's busybox applet links (/bin/uname → busybox): the actuation core refuses a
+	// multi-call binary itself (busybox) as a command launcher, whatever its fixed args.
+	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/uname", nil, []string{"-a"})))
+	must(t, env.Client.Create(ctx, command(ns, "uname", "/bin/uname", "-a")))
+	c := waitFinal(t, ns, "uname")
+	if c.Status.Phase != wbv1.CommandSucceeded || c.Status.ExitCode == nil || *c.Status.ExitCode != 0 {
+		t.Fatalf("uname: %+v", c.Status)
+	}
+	out := output(t, ns, c)
+	host, _ := exec.Command("uname", "-r").Output()
+	t.Logf("uname -a in the guest: %q (host kernel %s)", out, strings.TrimSpace(string(host)))
+	if !strings.HasPrefix(out, "Linux workbench-guest ") || strings.Contains(out, strings.TrimSpace(string(host))) {
+		t.Fatalf("uname output %q is not the guest's", out)
+	}
+
+	// Inside the guest only the loopback interface exists.
+	must(t, env.Client.Create(ctx, profile(ns, "net", "/bin/ls", nil, []string{"/sys/class/net"})))
+	netCmd := command(ns, "net", "/bin/ls", "/sys/class/net")
+	netCmd.Spec.ProfileRef = "net"
+	must(t, env.Client.Create(ctx, netCmd))
+	if c := waitFinal(t, ns, "net"); c.Status.Phase != wbv1.CommandSucceeded || strings.Join(strings.Fields(output(t, ns, c)), ",") != "lo" {
+		t.Fatalf("/sys/class/net: %+v %q", c.Status, output(t, ns, c))
+	}
+
+	// The command's working directory is the root inside the guest.
+	must(t, env.Client.Create(ctx, profile(ns, "pwd", "/bin/realpath", nil, []string{"."})))
+	pwd := command(ns, "pwd", "/bin/realpath", ".")
+	pwd.Spec.ProfileRef = "pwd"
+	must(t, env.Client.Create(ctx, pwd))
+	if c := waitFinal(t, ns, "pwd"); c.Status.Phase != wbv1.CommandSucceeded || output(t, ns, c) != "/workspace/repo\n" {
+		t.Fatalf("cwd: %+v %q", c.Status, output(t, ns, c))
+	}
+
+	// An interactive session with a shell profile runs its program on a PTY in the guest:
+	// operator input reaches it through the data plane and its echo comes back.
+	must(t, env.Client.Create(ctx, profile(ns, "cat", "/bin/cat", nil, nil, func(s *wbv1.CommandProfileSpec) { s.PTY = "Allowed" })))
+	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "pty", Namespace: ns}, Spec: wbv1.TerminalSessionSpec{
+		EnvironmentRef: "vm", ShellProfileRef: ptr(wbv1.ObjectName("cat")), RawInput: wbv1.RawInputOperatorOnly}}))
+	eventually(t, 60*time.Second, "the guest PTY session running", func() (bool, string) {
+		var s wbv1.TerminalSession
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pty"}, &s))
+		return s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("%+v", s.Status)
+	})
+	endpoint, hc := dataPlaneClient(t)
+	opToken := tokenFor(t, ns, "op", "workbench-operator")
+	if code, body := call(t, hc, http.MethodPost, endpoint+dataplane.SessionPath(ns, "pty", "input"), opToken,
+		dataplane.InputRequest{Data: []byte("hello guest\n")}); code != http.StatusAccepted && code != http.StatusOK {
+		t.Fatalf("operator input: %d %s", code, body)
+	}
+	var seen strings.Builder
+	cursor := uint64(0)
+	for deadline := time.Now().Add(30 * time.Second); strings.Count(seen.String(), "hello guest") < 2 && time.Now().Before(deadline); {
+		code, body := call(t, hc, http.MethodGet, fmt.Sprintf("%s%s?cursor=%d&waitSeconds=5", endpoint, dataplane.SessionPath(ns, "pty", "events"), cursor), opToken, nil)
+		if code != http.StatusOK {
+			t.Fatalf("events: %d %s", code, body)
+		}
+		var ev dataplane.EventsResponse
+		must(t, json.Unmarshal(body, &ev))
+		for _, e := range ev.Events {
+			seen.Write(e.Data)
+		}
+		cursor = ev.Next
+	}
+	// The guest terminal echoes the line, then cat prints it: twice.
+	if strings.Count(seen.String(), "hello guest") < 2 {
+		t.Fatalf("guest echo not seen through the event cursor: %q", seen.String())
+	}
+	var pty wbv1.TerminalSession
+	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pty"}, &pty))
+	pty.Spec.DesiredState = "Closed"
+	must(t, env.Client.Update(ctx, &pty))
+	eventually(t, 30*time.Second, "the guest PTY session closed with cleanup complete", func() (bool, string) {
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pty"}, &pty))
+		done := false
+		for _, c := range pty.Status.Conditions {
+			done = done || (c.Type == wbv1.ConditionCleanupComplete && c.Status == metav1.ConditionTrue)
+		}
+		return pty.Status.Phase == wbv1.SessionClosed && done, fmt.Sprintf("%+v", pty.Status)
+	})
+
+	// Deleting the environment tears the VM down: no process, no socket, no directory.
+	must(t, env.Client.Delete(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns}}))
+	must(t, env.Client.Delete(ctx, &e))
+	dir := filepath.Join(stateDir, "vms", string(e.UID))
+	eventually(t, 90*time.Second, "VM torn down", func() (bool, string) {
+		procs := vmProcesses(t, string(e.UID))
+		_, err := os.Lstat(dir)
+		return len(procs) == 0 && os.IsNotExist(err), fmt.Sprintf("processes %v, dir: %v", procs, err)
+	})
+}
+
+// TestQEMUHardwareVMNeverPlacedOnTCG: this node's qemu-microvm.v1 runs under TCG and
+// attests emulated-vm; an Environment requiring hardware-vm is not placed on it.
+func TestQEMUHardwareVMNeverPlacedOnTCG(t *testing.T) {
+	requireQEMU(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	image := applyImageManifest(t)
+	iso := wbv1.IsolationClass("hardware-vm")
+	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "hw", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
+		Backend: wbv1.BackendQEMUMicroVM, Requirements: &wbv1.EnvironmentRequirements{IsolationClass: &iso},
+		Roots: []wbv1.EnvironmentRoot{{Name: "repo"}}, ImageRef: ptr(image),
+	}}))
+	var e wbv1.Environment
+	eventually(t, 60*time.Second, "Scheduled=False naming isolationClass", func() (bool, string) {
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "hw"}, &e))
+		for _, c := range e.Status.Conditions {
+			if c.Type == wbv1.ConditionScheduled && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, "isolationClass=hardware-vm") {
+				return true, c.Message
+			}
+		}
+		return false, fmt.Sprintf("%+v", e.Status)
+	})
+	if e.Status.NodeName != "" || e.Labels[wbv1.NodeLabel] != "" {
+		t.Fatalf("placed: %+v", e.Status)
+	}
+	found := false
+	for _, u := range e.Status.Unmet {
+		found = found || (u.Dimension == "isolationClass" && u.Want == "hardware-vm")
+	}
+	if !found {
+		t.Fatalf("unmet %+v", e.Status.Unmet)
+	}
+	for _, c := range e.Status.Conditions {
+		if c.Type == wbv1.ConditionScheduled {
+			t.Logf("Scheduled=%s: %s", c.Status, c.Message)
+		}
+	}
+}
+
+// TestQEMUAgentCrash kills the node agent binary with SIGKILL while a command runs in a
+// guest, and again while another guest boots, restarting it each time: the running VM is
+// adopted (same QEMU process, same generation) and keeps serving; the interrupted command
+// ends Failed/interrupted, never re-run; the VM caught mid-boot is quarantined and
+// replaced by a new boot with the next generation; no QEMU or vsock device process is
+// orphaned.
+func TestQEMUAgentCrash(t *testing.T) {
+	requireQEMU(t)
+	const vmNode = "node-vmcrash"
+	ctx := context.Background()
+	bin := buildAgent(t)
+	user, err := env.Env.AddUser(crenvtest.User{Name: webhooks.NodeUserPrefix + vmNode, Groups: []string{webhooks.NodeGroup}}, nil)
+	must(t, err)
+	kc, err := user.KubeConfig()
+	must(t, err)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	must(t, os.WriteFile(kubeconfig, kc, 0o600))
+	must(t, env.Bind(ctx, "workbench-node-agent", webhooks.NodeUserPrefix+vmNode, ""))
+	state, err := os.MkdirTemp("", "wb-vmcrash-") // short: VM socket paths are bounded
+	must(t, err)
+	defer os.RemoveAll(state)
+	q := qemuConfig()
+	config := filepath.Join(t.TempDir(), "node-agent.yaml")
+	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nheartbeatSeconds: 2\nqemu:\n  enabled: true\n  imageDir: %s\n  accel: tcg\n",
+		vmNode, state, q.ImageDir)), 0o600))
+	image := applyImageManifest(t)
+	ns := namespace(t)
+	createVM := func(name string) *wbv1.Environment {
+		e := &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: wbv1.EnvironmentSpec{
+			Backend: wbv1.BackendQEMUMicroVM, Roots: []wbv1.EnvironmentRoot{{Name: "repo"}}, ImageRef: ptr(image),
+			NodeSelector: map[string]string{wbv1.NodeLabel: vmNode}}}
+		must(t, env.Client.Create(ctx, e))
+		return e
+	}
+	readyEnv := func(name string, a *agentProcess) *wbv1.Environment {
+		var e wbv1.Environment
+		eventually(t, 120*time.Second, "environment "+name+" Ready", func() (bool, string) {
+			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &e))
+			return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v\nagent log:\n%s", e.Status, tail(a.log.String()))
+		})
+		return &e
+	}
+	stop := func(a *agentProcess) {
+		_ = a.cmd.Process.Signal(syscall.SIGTERM)
+		_ = a.cmd.Wait()
+	}
+
+	first := startAgentProcess(t, bin, kubeconfig, config)
+	createVM("vm")
+	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns}, Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "vm"}}))
+	vm := readyEnv("vm", first)
+	procs := vmProcessesIn(t, state, string(vm.UID))
+	if len(procs) != 2 {
+		t.Fatalf("VM processes: %v", procs)
+	}
+	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/sleep", nil, []string{"30"})))
+	must(t, env.Client.Create(ctx, command(ns, "long", "/bin/sleep", "30")))
+	eventually(t, 60*time.Second, "the guest command to run", func() (bool, string) {
+		var c wbv1.TerminalCommand
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
+		return c.Status.Phase == wbv1.CommandRunning, fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(first.log.String()))
+	})
+	must(t, first.cmd.Process.Signal(syscall.SIGKILL))
+	_ = first.cmd.Wait()
+	if got := vmProcessesIn(t, state, string(vm.UID)); strings.Join(got, ",") != strings.Join(procs, ",") {
+		t.Fatalf("the VM did not survive the agent: %v, before %v", got, procs)
+	}
+
+	second := startAgentProcess(t, bin, kubeconfig, config)
+	var c wbv1.TerminalCommand
+	eventually(t, 60*time.Second, "the interrupted guest command's truthful outcome", func() (bool, string) {
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
+		return wbv1.CommandIsFinal(c.Status.Conditions), fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(second.log.String()))
+	})
+	if c.Status.Phase != wbv1.CommandFailed || c.Status.Refusal == nil || c.Status.Refusal.Code != "interrupted" {
+		t.Fatalf("status = %+v", c.Status)
+	}
+	var node wbv1.WorkbenchNode
+	eventually(t, 30*time.Second, "the adopted VM among the recovery actions", func() (bool, string) {
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: vmNode}, &node); err != nil {
+			return false, err.Error()
+		}
+		for _, r := range node.Status.Recovery {
+			if r.Outcome == "recovered" && strings.HasSuffix(r.Resource, "/vms/"+string(vm.UID)) {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v", node.Status.Recovery)
+	})
+	// The adopted VM serves a new session: same processes, same generation.
+	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s2", Namespace: ns}, Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "vm"}}))
+	must(t, env.Client.Create(ctx, profile(ns, "u", "/bin/uname", nil, []string{"-r"})))
+	after := command(ns, "after", "/bin/uname", "-r")
+	after.Spec.ProfileRef, after.Spec.SessionRef = "u", "s2"
+	must(t, env.Client.Create(ctx, after))
+	if got := waitFinal(t, ns, "after"); got.Status.Phase != wbv1.CommandSucceeded {
+		t.Fatalf("command in the adopted VM: %+v", got.Status)
+	}
+	if vm = readyEnv("vm", second); vm.Status.SourceGeneration != 1 {
+		t.Fatalf("the adopted boot's generation changed: %+v", vm.Status)
+	}
+	if got := vmProcessesIn(t, state, string(vm.UID)); strings.Join(got, ",") != strings.Join(procs, ",") {
+		t.Fatalf("the VM was replaced, not adopted: %v, before %v", got, procs)
+	}
+
+	// A crash mid-boot: the half-booted VM is quarantined, the next boot advances the
+	// generation.
+	vm2 := createVM("vm2")
+	record := ""
+	eventually(t, 60*time.Second, "vm2's QEMU launched (record before the handshake)", func() (bool, string) {
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm2"}, vm2))
+		if vm2.UID == "" {
+			return false, "no uid"
+		}
+		b, err := os.ReadFile(filepath.Join(state, "vms", string(vm2.UID), "record.json"))
+		record = string(b)
+		return err == nil && strings.Contains(record, `"state": "launching"`) && strings.Contains(record, `"qemu"`), record
+	})
+	must(t, second.cmd.Process.Signal(syscall.SIGKILL))
+	_ = second.cmd.Wait()
+	half := vmProcessesIn(t, state, string(vm2.UID))
+
+	third := startAgentProcess(t, bin, kubeconfig, config)
+	defer stop(third)
+	vm2 = readyEnv("vm2", third)
+	eventually(t, 30*time.Second, "vm2 quarantined (or adopted if its boot had finished) in the recovery actions", func() (bool, string) {
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: vmNode}, &node); err != nil {
+			return false, err.Error()
+		}
+		for _, r := range node.Status.Recovery {
+			if strings.HasSuffix(r.Resource, "/vms/"+string(vm2.UID)) && (r.Outcome == "quarantined" || r.Outcome == "recovered") {
+				return true, r.Outcome + ": " + r.Message
+			}
+		}
+		return false, fmt.Sprintf("%+v", node.Status.Recovery)
+	})
+	now := vmProcessesIn(t, state, string(vm2.UID))
+	if len(now) != 2 {
+		t.Fatalf("vm2 processes after recovery: %v (before the crash %v)", now, half)
+	}
+	t.Logf("vm2: processes at the crash %v, after recovery %v, generation %d", half, now, vm2.Status.SourceGeneration)
+	if strings.Join(now, ",") != strings.Join(half, ",") && vm2.Status.SourceGeneration < 2 {
+		t.Fatalf("vm2 was rebooted without advancing its generation: %+v", vm2.Status)
+	}
+
+	// Teardown through the API leaves nothing behind.
+	for _, name := range []string{"vm", "vm2"} {
+		must(t, env.Client.Delete(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}))
+	}
+	eventually(t, 90*time.Second, "both VMs torn down", func() (bool, string) {
+		a, b := vmProcessesIn(t, state, string(vm.UID)), vmProcessesIn(t, state, string(vm2.UID))
+		ents, _ := os.ReadDir(filepath.Join(state, "vms"))
+		return len(a)+len(b) == 0 && len(ents) == 0, fmt.Sprintf("processes %v %v, vms dir %v", a, b, ents)
+	})
+}
