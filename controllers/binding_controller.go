@@ -7,9 +7,12 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
@@ -24,6 +27,9 @@ type BindingReconciler[T client.Object] struct {
 	Now    func() time.Time
 	Kind   string
 	NewObj func() T
+	// NewList lists objects of the kind; an Environment change wakes the unbound ones in
+	// its namespace, so binding follows placement without waiting for a recheck.
+	NewList func() client.ObjectList
 	// EnvOf names the environment the object acts on ("" when it acts on none, e.g. a wait
 	// on another operation, which the node of that operation's object handles).
 	EnvOf func(ctx context.Context, c client.Reader, obj T) (string, error)
@@ -87,7 +93,29 @@ func (r *BindingReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) 
 
 // SetupWithManager registers the binder under a name of its kind.
 func (r *BindingReconciler[T]) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).For(r.NewObj()).Named(strings.ToLower(r.Kind) + "-binding").Complete(r)
+	return ctrl.NewControllerManagedBy(mgr).For(r.NewObj()).
+		Watches(&wbv1.Environment{}, handler.EnqueueRequestsFromMapFunc(r.unboundIn)).
+		Named(strings.ToLower(r.Kind) + "-binding").Complete(r)
+}
+
+// unboundIn maps an Environment change to the objects of its namespace not yet bound.
+func (r *BindingReconciler[T]) unboundIn(ctx context.Context, env client.Object) []reconcile.Request {
+	list := r.NewList()
+	if err := r.List(ctx, list, client.InNamespace(env.GetNamespace())); err != nil {
+		return nil
+	}
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, it := range items {
+		o, ok := it.(client.Object)
+		if ok && o.GetLabels()[wbv1.NodeLabel] == "" {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)})
+		}
+	}
+	return out
 }
 
 // envOfScope resolves the environment a Wait or Probe scope observes.

@@ -46,6 +46,7 @@ func refusal(code actuation.Code, msg string) *wbv1.Refusal {
 func sessionBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1.TerminalSession] {
 	return &BindingReconciler[*wbv1.TerminalSession]{
 		Client: c, Now: now, Kind: "TerminalSession", NewObj: func() *wbv1.TerminalSession { return &wbv1.TerminalSession{} },
+		NewList: func() client.ObjectList { return &wbv1.TerminalSessionList{} },
 		EnvOf: func(_ context.Context, _ client.Reader, o *wbv1.TerminalSession) (string, error) {
 			return string(o.Spec.EnvironmentRef), nil
 		},
@@ -68,6 +69,7 @@ func sessionBinder(c client.Client, now func() time.Time) *BindingReconciler[*wb
 func waitBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1.Wait] {
 	return &BindingReconciler[*wbv1.Wait]{
 		Client: c, Now: now, Kind: "Wait", NewObj: func() *wbv1.Wait { return &wbv1.Wait{} },
+		NewList: func() client.ObjectList { return &wbv1.WaitList{} },
 		EnvOf: func(ctx context.Context, r client.Reader, o *wbv1.Wait) (string, error) {
 			return envOfScope(ctx, r, o.Namespace, o.Spec.Scope)
 		},
@@ -84,6 +86,7 @@ func waitBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1.
 func probeBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1.Probe] {
 	return &BindingReconciler[*wbv1.Probe]{
 		Client: c, Now: now, Kind: "Probe", NewObj: func() *wbv1.Probe { return &wbv1.Probe{} },
+		NewList: func() client.ObjectList { return &wbv1.ProbeList{} },
 		EnvOf: func(ctx context.Context, r client.Reader, o *wbv1.Probe) (string, error) {
 			return envOfScope(ctx, r, o.Namespace, o.Spec.Scope)
 		},
@@ -98,6 +101,7 @@ func probeBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1
 func patchBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1.FilePatch] {
 	return &BindingReconciler[*wbv1.FilePatch]{
 		Client: c, Now: now, Kind: "FilePatch", NewObj: func() *wbv1.FilePatch { return &wbv1.FilePatch{} },
+		NewList: func() client.ObjectList { return &wbv1.FilePatchList{} },
 		EnvOf: func(_ context.Context, _ client.Reader, o *wbv1.FilePatch) (string, error) {
 			return string(o.Spec.EnvironmentRef), nil
 		},

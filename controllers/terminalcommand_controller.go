@@ -361,8 +361,26 @@ func (r *TerminalCommandReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&wbv1.ConsentRequest{}).
 		Watches(&wbv1.CommandProfile{}, handler.EnqueueRequestsFromMapFunc(r.commandsOf(indexCommandProfile))).
 		Watches(&wbv1.TerminalSession{}, handler.EnqueueRequestsFromMapFunc(r.commandsOf(indexCommandSession))).
+		Watches(&wbv1.Environment{}, handler.EnqueueRequestsFromMapFunc(r.pendingIn)).
 		Named("terminalcommand").
 		Complete(r)
+}
+
+// pendingIn maps an Environment change (placement, readiness) to the commands of its
+// namespace that still wait for admission.
+func (r *TerminalCommandReconciler) pendingIn(ctx context.Context, env client.Object) []reconcile.Request {
+	var cmds wbv1.TerminalCommandList
+	if err := r.List(ctx, &cmds, client.InNamespace(env.GetNamespace())); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range cmds.Items {
+		c := &cmds.Items[i]
+		if !wbv1.CommandIsFinal(c.Status.Conditions) && !isTrueCond(c.Status.Conditions, wbv1.ConditionAdmitted) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(c)})
+		}
+	}
+	return out
 }
 
 // commandsOf maps a profile or session to the pending commands naming it.
