@@ -27,7 +27,8 @@ RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpat
 FROM builder AS build-node-agent
 ARG TARGETOS
 ARG TARGETARCH
-RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -ldflags="-s -w" -o /out/node-agent ./cmd/node-agent
+RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -ldflags="-s -w" -o /out/node-agent ./cmd/node-agent \
+ && CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -ldflags="-s -w" -o /out/workbench-sandbox ./cmd/workbench-sandbox
 
 # The node agent (DaemonSet). It runs as root, privileged: it creates PTYs, process groups
 # and network namespaces, applies Landlock and cgroup limits, and launches VMMs with
@@ -36,6 +37,8 @@ RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpat
 FROM gcr.io/distroless/static:latest AS node-agent
 WORKDIR /
 COPY --from=build-node-agent /out/node-agent /node-agent
+# The sandbox helper next to the agent: every structured command starts through it.
+COPY --from=build-node-agent /out/workbench-sandbox /workbench-sandbox
 USER 0:0
 ENTRYPOINT ["/node-agent"]
 

@@ -153,6 +153,7 @@ if [[ "${HAVE_MANAGER}" == "1" && "${SKIP_NODE_AGENT}" != "1" ]]; then
   else
     log "Building bin/node-agent"
     go build -o bin/node-agent ./cmd/node-agent || fail "go build ./cmd/node-agent failed"
+    go build -o bin/workbench-sandbox ./cmd/workbench-sandbox || fail "go build ./cmd/workbench-sandbox failed"
     HAVE_NODE_AGENT=1
   fi
 fi

@@ -124,7 +124,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 			Sessions: caps.Sessions, SessionsPerEnvironment: caps.SessionsPerEnvironment, ReaderTasks: caps.ReaderTasks,
 			InputQueueDepth: caps.InputQueueDepth, EventBufferDepth: caps.EventBufferDepth,
 		}),
-		runner:       procexec.NewRunner(procexec.Limits{MaxConcurrent: caps.ConcurrentCommands, TempBase: filepath.Join(cfg.StateDir, "tmp"), HelperPath: opts.HelperPath}),
+		runner:       procexec.NewRunner(procexec.Limits{MaxConcurrent: caps.ConcurrentCommands, TempBase: filepath.Join(cfg.StateDir, "tmp"), HelperPath: sandboxHelper(cfg, opts)}),
 		envs:         map[string]*liveEnv{},
 		sess:         map[string]*liveSession{},
 		commands:     map[string]*liveCommand{},
@@ -223,3 +223,21 @@ func (a *Agent) shutdown(ctx context.Context) {
 type managerRunnable func(ctx context.Context) error
 
 func (f managerRunnable) Start(ctx context.Context) error { return f(ctx) }
+
+// sandboxHelper picks the sandbox helper binary: the option, the configuration, a
+// workbench-sandbox next to this executable, or (empty) this executable itself.
+func sandboxHelper(cfg Config, opts Options) string {
+	if opts.HelperPath != "" {
+		return opts.HelperPath
+	}
+	if cfg.SandboxHelper != "" {
+		return cfg.SandboxHelper
+	}
+	if exe, err := os.Executable(); err == nil {
+		sibling := filepath.Join(filepath.Dir(exe), "workbench-sandbox")
+		if fi, err := os.Stat(sibling); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return sibling
+		}
+	}
+	return ""
+}

@@ -33,6 +33,8 @@ type liveCommand struct {
 	handle  *procexec.Handle
 	started time.Time
 	result  *commandOutcome
+	// finished is closed once result is set (host commands).
+	finished chan struct{}
 	// cancel ends the wait for a command running in a VM guest (no host handle).
 	cancel context.CancelFunc
 }
@@ -291,13 +293,30 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	}
 	a.mu.Lock()
 	now := metav1.Now()
-	a.commands[string(cmd.UID)] = &liveCommand{handle: h, started: now.Time}
+	lc := &liveCommand{handle: h, started: now.Time, finished: make(chan struct{})}
+	a.commands[string(cmd.UID)] = lc
 	a.mu.Unlock()
 	go a.awaitCommand(cmd.DeepCopy(), h, live, seqFrom, now.Time)
 	p.next.StartTime, p.next.NodeName = &now, a.cfg.NodeName
 	p.set(wbv1.ConditionStarted, true, "Started", fmt.Sprintf("pid %d in its own process group, no network, writes confined to the environment", info.Pid))
+	// A short command often ends before this pass writes: then one status write records
+	// both its start and its outcome. The wait is bounded by coalesceWindow.
+	t := time.NewTimer(coalesceWindow)
+	defer t.Stop()
+	select {
+	case <-lc.finished:
+		a.mu.Lock()
+		o := lc.result
+		a.mu.Unlock()
+		p.finish(o)
+	case <-t.C:
+	}
 	return nil
 }
+
+// coalesceWindow bounds how long a reconcile waits for a just-started command to finish, so
+// that one status write carries both its start and its outcome.
+const coalesceWindow = 20 * time.Millisecond
 
 // commandSpec resolves the working directory beneath its root (openat2, so no symlink
 // escapes) and builds the sandboxed process spec.
@@ -383,6 +402,9 @@ func (a *Agent) awaitCommand(cmd *wbv1.TerminalCommand, h *procexec.Handle, rg *
 	a.mu.Lock()
 	if lc := a.commands[string(cmd.UID)]; lc != nil {
 		lc.result = o
+		if lc.finished != nil {
+			close(lc.finished)
+		}
 	}
 	a.mu.Unlock()
 	a.commandFinished()

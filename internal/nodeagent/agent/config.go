@@ -30,6 +30,9 @@ type Config struct {
 	DataPlaneAddress string `json:"dataPlaneAddress,omitempty"`
 	// DataPlaneHosts are the names/IPs in the data plane's serving certificate.
 	DataPlaneHosts []string `json:"dataPlaneHosts,omitempty"`
+	// SandboxHelper is the sandbox helper binary (cmd/workbench-sandbox). Empty: a
+	// workbench-sandbox next to the agent's executable, else the agent binary itself.
+	SandboxHelper string `json:"sandboxHelper,omitempty"`
 	// HeartbeatSeconds is the WorkbenchNode heartbeat period.
 	HeartbeatSeconds int `json:"heartbeatSeconds,omitempty"`
 	// QEMU enables the qemu-microvm.v1 backend (absent or enabled: false: not offered).

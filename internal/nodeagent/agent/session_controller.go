@@ -125,7 +125,12 @@ func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			}
 			break
 		}
-		if live.pty != nil {
+		if live.pty == nil {
+			// Level-based: a structured session that is open is Running, whatever an
+			// earlier pass managed to write.
+			next.Phase = wbv1.SessionRunning
+			set(wbv1.ConditionReady, true, "Running", "session open on node "+a.cfg.NodeName)
+		} else {
 			snap := live.pty.Screen()
 			next.ScreenDigest = wbv1.Digest(snap.Digest)
 			switch live.pty.Phase() {
