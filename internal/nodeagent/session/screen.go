@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"strings"
 	"unicode/utf8"
 )
@@ -32,6 +33,7 @@ type Snapshot struct {
 // Screen returns a snapshot of the current viewport.
 func (s *Session) Screen() Snapshot {
 	s.screenMu.Lock()
+	s.catchUpLocked()
 	cols, rows := s.emu.Width(), s.emu.Height()
 	lines := make([]string, 0, rows)
 	var b strings.Builder
@@ -87,4 +89,30 @@ func (s *Session) Screen() Snapshot {
 	snap.Digest = hex.EncodeToString(h.Sum(nil))
 	snap.OutputDigest, snap.OutputBytes = s.ring.OutputDigest()
 	return snap
+}
+
+// screenReadBatch bounds one ring read while the screen model catches up.
+const screenReadBatch = 256
+
+// catchUpLocked feeds the screen model the output the ring recorded since it last looked.
+// The work is bounded by the ring's own caps (events, bytes, age). When the ring evicted
+// output the model never saw, the model is reset (RIS) and rebuilt from what the ring
+// retains: the viewport is then what that output draws, and screenGap says so.
+func (s *Session) catchUpLocked() {
+	for {
+		evs, next, gap := s.ring.Read(s.screenSeq, screenReadBatch)
+		if gap != nil {
+			_, _ = s.emu.Write([]byte("\x1bc"))
+			s.screenGap = true
+		}
+		for _, e := range evs {
+			if e.Kind == ring.KindOutput && len(e.Data) > 0 {
+				_, _ = s.emu.Write(e.Data)
+			}
+		}
+		s.screenSeq = next
+		if len(evs) == 0 {
+			return
+		}
+	}
 }

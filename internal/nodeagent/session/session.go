@@ -94,7 +94,8 @@ type Session struct {
 
 	screenMu  sync.Mutex
 	emu       *vt.Emulator
-	screenSeq uint64
+	screenSeq uint64 // the last ring event the screen model has consumed
+	screenGap bool   // the model was rebuilt after the ring evicted output it never saw
 
 	inputQ     chan []byte
 	stopWriter chan struct{}
@@ -372,6 +373,7 @@ func (s *Session) Resize(rows, cols uint16) error {
 		return fmt.Errorf("resize session %q: TIOCSWINSZ: %w", s.spec.ID, ioErr)
 	}
 	s.screenMu.Lock()
+	s.catchUpLocked() // output before the resize is laid out at the old size
 	s.emu.Resize(int(cols), int(rows))
 	s.screenMu.Unlock()
 	_, _ = s.ring.Append(ring.KindResize, fmt.Appendf(nil, "%dx%d", rows, cols))
@@ -517,11 +519,9 @@ func (s *Session) pumpOutput() {
 }
 
 func (s *Session) onOutput(b []byte) {
-	seq, _ := s.ring.Append(ring.KindOutput, b)
-	s.screenMu.Lock()
-	_, _ = s.emu.Write(b)
-	s.screenSeq = seq
-	s.screenMu.Unlock()
+	// The screen model is fed from the ring on demand (Screen, Resize), not here: the PTY
+	// read path only appends, so output throughput is bounded by the ring, not the parser.
+	_, _ = s.ring.Append(ring.KindOutput, b)
 	s.lastOutput.Store(s.sinceStart())
 	if s.Phase() == PhaseIdle && s.setPhase(PhaseRunning, "output") {
 		s.mu.Lock()
