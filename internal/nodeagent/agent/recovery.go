@@ -110,9 +110,10 @@ func (a *Agent) recover(ctx context.Context) error {
 	return nil
 }
 
-// killRecorded terminates a recorded process group if its leader is still the recorded
-// incarnation (same start time); a group whose leader is gone is killed only when members
-// remain and are verified by the group id alone is not enough, so it is reported.
+// killRecorded terminates a recorded process group. When the leader still exists it must be
+// the recorded incarnation (same start time), else the group is left alone and reported
+// quarantined: a recycled pid is never signalled. The wait for the kernel to tear the group
+// down is bounded (5 s) and happens only during the sweep, before the agent serves.
 func killRecorded(pgid, pid int, start uint64) (outcome, msg string) {
 	alive, err := procexec.GroupExists(pgid)
 	if err != nil {
