@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,7 +27,26 @@ const crashNode = "node-crash"
 // agentProcess is a node agent running as its own process (the real binary).
 type agentProcess struct {
 	cmd *exec.Cmd
-	log bytes.Buffer
+	log lockedBuffer
+}
+
+// lockedBuffer is the agent's output, written by exec's copying goroutine while the test
+// reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func buildAgent(t *testing.T) string {

@@ -1,10 +1,12 @@
 package nodeagent
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -452,4 +454,193 @@ func TestQEMUAgentCrash(t *testing.T) {
 		ents, _ := os.ReadDir(filepath.Join(state, "vms"))
 		return len(a)+len(b) == 0 && len(ents) == 0, fmt.Sprintf("processes %v %v, vms dir %v", a, b, ents)
 	})
+}
+
+// TestQEMUMicroVMFileOperations: one VM, the file operations of a qemu-microvm.v1
+// Environment through the same custom resources and data plane as a host root, all inside
+// the guest: structured FilePatches auto-applied (then a guest command reads the new
+// content), a dirty patch rejected with patch-dirty and changing nothing, a data-plane read
+// and snapshot of a file a guest command created (traversal refused before the guest is
+// asked), an export artifact whose digest is that of the stored blob, file.exists probes,
+// and a file wait refused with capability-mismatch (the guest protocol has no change
+// notifications; waits never poll).
+func TestQEMUMicroVMFileOperations(t *testing.T) {
+	requireQEMU(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	image := applyImageManifest(t)
+	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
+		Backend: wbv1.BackendQEMUMicroVM, Roots: []wbv1.EnvironmentRoot{{Name: "repo"}}, ImageRef: ptr(image),
+		Resources:     &wbv1.EnvironmentResources{VCPUs: ptr(int32(1)), MemoryMiB: ptr(int32(512))},
+		PatchApproval: ptr(wbv1.PatchApprovalAutoApply),
+		NodeSelector:  map[string]string{wbv1.NodeLabel: nodeName},
+	}}))
+	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
+		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+	var e wbv1.Environment
+	eventually(t, 180*time.Second, "VM environment Ready and session Running", func() (bool, string) {
+		var s wbv1.TerminalSession
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
+		return e.Status.Phase == wbv1.EnvironmentReady && s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("env=%+v session=%+v", e.Status, s.Status)
+	})
+	defer func() {
+		// One VM per test: tear it down before the next test boots its own.
+		must(t, client.IgnoreNotFound(env.Client.Delete(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}})))
+		eventually(t, 90*time.Second, "VM torn down", func() (bool, string) {
+			procs := vmProcesses(t, string(e.UID))
+			return len(procs) == 0, fmt.Sprintf("processes %v", procs)
+		})
+	}()
+	run := func(name, profileName string, argv ...string) string {
+		t.Helper()
+		c := command(ns, name, argv...)
+		c.Spec.ProfileRef = wbv1.ObjectName(profileName)
+		must(t, env.Client.Create(ctx, c))
+		done := waitFinal(t, ns, name)
+		if done.Status.Phase != wbv1.CommandSucceeded {
+			t.Fatalf("%s: %+v", name, done.Status)
+		}
+		return output(t, ns, done)
+	}
+	must(t, env.Client.Create(ctx, profile(ns, "cat", "/bin/cat", nil, []string{"a.txt", "out/"})))
+	must(t, env.Client.Create(ctx, profile(ns, "cp", "/bin/cp", nil, []string{"a.txt", "copied.txt"})))
+	must(t, env.Client.Create(ctx, profile(ns, "mkdir", "/bin/mkdir", nil, []string{"out"})))
+
+	// A structured FilePatch, auto-applied inside the guest; the guest's cat sees it.
+	must(t, env.Client.Create(ctx, filePatch(t, ns, "create", func(s *wbv1.FilePatchSpec) {
+		s.Format, s.Policy.AllowCreate = wbv1.PatchFormatStructured, ptr(true)
+		s.Operations = []wbv1.FileOperation{{Op: "create", Path: "a.txt", Content: ptr("from the host\n")}}
+	})))
+	fp := patchPhase(t, ns, "create", "Applied")
+	if want := []wbv1.ChangedFile{{Path: "a.txt", Op: "create", DigestAfter: sha("from the host\n")}}; fmt.Sprint(fp.Status.ChangedFiles) != fmt.Sprint(want) {
+		t.Fatalf("create: %+v", fp.Status)
+	}
+	if out := run("cat1", "cat", "/bin/cat", "a.txt"); out != "from the host\n" {
+		t.Fatalf("cat in the guest after the patch: %q", out)
+	}
+	// A replacement (and a create in a directory a guest command made), digests before/after.
+	if out := run("mkdir", "mkdir", "/bin/mkdir", "out"); out != "" {
+		t.Fatalf("mkdir: %q", out)
+	}
+	must(t, env.Client.Create(ctx, filePatch(t, ns, "replace", func(s *wbv1.FilePatchSpec) {
+		s.Format, s.Policy.AllowCreate = wbv1.PatchFormatStructured, ptr(true)
+		s.Operations = []wbv1.FileOperation{
+			{Op: "replace", Path: "a.txt", Content: ptr("second\n")},
+			{Op: "create", Path: "out/report.txt", Content: ptr("report\n")},
+		}
+	})))
+	fp = patchPhase(t, ns, "replace", "Applied")
+	want := []wbv1.ChangedFile{
+		{Path: "a.txt", Op: "replace", DigestBefore: sha("from the host\n"), DigestAfter: sha("second\n")},
+		{Path: "out/report.txt", Op: "create", DigestAfter: sha("report\n")},
+	}
+	if fmt.Sprint(fp.Status.ChangedFiles) != fmt.Sprint(want) || fp.Status.Refusal != nil {
+		t.Fatalf("replace: %+v, want %+v", fp.Status, want)
+	}
+	if out := run("cat2", "cat", "/bin/cat", "a.txt", "out/report.txt"); out != "second\nreport\n" {
+		t.Fatalf("cat in the guest after the second patch: %q", out)
+	}
+
+	// A dirty diff is rejected with patch-dirty and changes nothing in the guest.
+	must(t, env.Client.Create(ctx, filePatch(t, ns, "dirty", func(s *wbv1.FilePatchSpec) {
+		s.Format, s.Patch = wbv1.PatchFormatUnified, ptr("--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-expected\n+changed\n")
+	})))
+	fp = patchPhase(t, ns, "dirty", "Rejected")
+	if fp.Status.Refusal == nil || fp.Status.Refusal.Code != "patch-dirty" || len(fp.Status.ChangedFiles) != 0 {
+		t.Fatalf("dirty: %+v", fp.Status)
+	}
+	// Deleting is not something the guest protocol can do: refused, nothing changed.
+	must(t, env.Client.Create(ctx, filePatch(t, ns, "delete", func(s *wbv1.FilePatchSpec) {
+		s.Format, s.Policy.AllowDelete = wbv1.PatchFormatStructured, ptr(true)
+		s.Operations = []wbv1.FileOperation{{Op: "delete", Path: "a.txt"}}
+	})))
+	if fp = patchPhase(t, ns, "delete", "Rejected"); fp.Status.Refusal == nil || fp.Status.Refusal.Code != "capability-mismatch" {
+		t.Fatalf("delete: %+v", fp.Status)
+	}
+	if out := run("cat3", "cat", "/bin/cat", "a.txt"); out != "second\n" {
+		t.Fatalf("a refused patch changed a.txt in the guest: %q", out)
+	}
+
+	// The data plane reads a file a guest command created; traversal is refused.
+	run("cp", "cp", "/bin/cp", "a.txt", "copied.txt")
+	endpoint, hc := dataPlaneClient(t)
+	opToken := tokenFor(t, ns, "op", "workbench-operator")
+	code, body := call(t, hc, http.MethodGet, endpoint+dataplane.FilesPath(ns, "e", "read")+"?root=repo&path=copied.txt", opToken, nil)
+	var rr dataplane.ReadResponse
+	if code != http.StatusOK || json.Unmarshal(body, &rr) != nil || string(rr.Data) != "second\n" || rr.Digest != string(sha("second\n")) || !rr.EOF {
+		t.Fatalf("read of the guest's file: %d %s", code, body)
+	}
+	code, body = call(t, hc, http.MethodGet, endpoint+dataplane.FilesPath(ns, "e", "snapshot")+"?root=repo", opToken, nil)
+	var snap struct {
+		Entries []struct{ Path, Type, Digest string }
+	}
+	if code != http.StatusOK || json.Unmarshal(body, &snap) != nil {
+		t.Fatalf("snapshot: %d %s", code, body)
+	}
+	listed := map[string]string{}
+	for _, en := range snap.Entries {
+		listed[en.Path] = en.Type + " " + en.Digest
+	}
+	if listed["copied.txt"] != "file "+string(sha("second\n")) || listed["out"] != "dir " || listed["out/report.txt"] != "file "+string(sha("report\n")) {
+		t.Fatalf("snapshot of the guest root: %s", body)
+	}
+	for path, wantCode := range map[string]string{"../../etc/passwd": "path-traversal", "/etc/passwd": "path-absolute", "missing.txt": "path-not-found"} {
+		code, body := call(t, hc, http.MethodGet, endpoint+dataplane.FilesPath(ns, "e", "read")+"?root=repo&path="+path, opToken, nil)
+		if code == http.StatusOK || !strings.Contains(string(body), `"code":"`+wantCode+`"`) {
+			t.Fatalf("read %s: %d %s, want %s", path, code, body, wantCode)
+		}
+	}
+
+	// An export artifact of a guest directory: the stored blob's digest, the host's format.
+	must(t, env.Client.Create(ctx, artifact(ns, "x", func(s *wbv1.ArtifactSpec) {
+		s.Source, s.Root, s.Path = "export", ptr(wbv1.RootName("repo")), ptr(wbv1.RelativePath("out"))
+	})))
+	_, blob := storedArtifact(t, ns, "x")
+	tr := tar.NewReader(bytes.NewReader(blob))
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		must(t, err)
+		names = append(names, h.Name)
+		if !h.ModTime.Equal(time.Unix(0, 0)) || h.Uid != 0 || h.Uname != "" {
+			t.Fatalf("entry %q is not in the deterministic format: %+v", h.Name, h)
+		}
+		if h.Name == "out/report.txt" {
+			if b, _ := io.ReadAll(tr); string(b) != "report\n" {
+				t.Fatalf("exported report.txt = %q", b)
+			}
+		}
+	}
+	if got := strings.Join(names, ","); got != "out/report.txt" {
+		t.Fatalf("tar entries = %s", got)
+	}
+
+	// file.exists probes evaluated once inside the guest.
+	probe := func(name, path string) {
+		s := fileScope(path)
+		must(t, env.Client.Create(ctx, &wbv1.Probe{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: wbv1.ProbeSpec{Scope: &s, Condition: wbv1.WaitCondition{Kind: wbv1.ConditionKindFileExists}, TimeoutSeconds: 10}}))
+	}
+	probe("present", "copied.txt")
+	probe("absent", "absent.txt")
+	for name, want := range map[string]wbv1.ProbeResult{"present": "Pass", "absent": "Fail"} {
+		var p wbv1.Probe
+		eventually(t, 30*time.Second, "probe "+name+" result", func() (bool, string) {
+			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p))
+			return p.Status.Result != "" && p.Status.Result != "Pending", fmt.Sprintf("%+v", p.Status)
+		})
+		if p.Status.Result != want || p.Status.ObservedAt == nil || p.Status.Refusal != nil {
+			t.Fatalf("probe %s: %+v, want %s", name, p.Status, want)
+		}
+	}
+	// A file wait is refused: no change notifications, and waits never poll.
+	must(t, env.Client.Create(ctx, wait(ns, "w", fileScope("later.txt"), wbv1.ConditionKindFileExists, 30)))
+	w := waitStatus(t, ns, "w", 30*time.Second, "Failed", isStatus(wbv1.WaitFailed))
+	if w.Status.Refusal == nil || w.Status.Refusal.Code != "capability-mismatch" || !strings.Contains(w.Status.Refusal.Message, "no change notifications") {
+		t.Fatalf("file wait on a VM root: %+v", w.Status)
+	}
 }

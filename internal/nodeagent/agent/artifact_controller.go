@@ -29,6 +29,8 @@ const (
 	maxArtifactBytes = 64 << 20
 	// defaultRetention applies when spec.retentionSeconds is unset.
 	defaultRetention = 24 * time.Hour
+	// guestExportTimeout bounds an export from a VM guest (receipt and re-encoding).
+	guestExportTimeout = 2 * time.Minute
 	// artifactScopeGrace bounds how long an artifact waits for its environment or session
 	// to become available in this process before it is refused.
 	artifactScopeGrace = 2 * time.Minute
@@ -172,25 +174,34 @@ func (a *Agent) exportArtifact(ctx context.Context, art *wbv1.Artifact) (string,
 		}
 		return "", 0, "", fmt.Errorf("reading Environment %s: %w", art.Spec.EnvironmentRef, err)
 	}
-	root, mr, err := a.environmentRoot(ctx, art.Namespace, env.Name, string(*art.Spec.Root))
+	ra, err := a.environmentRoot(ctx, art.Namespace, env.Name, string(*art.Spec.Root))
 	if err != nil {
 		return "", 0, "", err
 	}
 	lim := fixture.Limits{MaxBytes: maxArtifactBytes}
+	note := ""
 	digest, size, err := a.putStream(func(w io.Writer) error {
-		if env.Spec.Backend == wbv1.BackendFixtureCopy {
-			m, err := fixture.NewManager(filepath.Dir(mr.Path))
+		switch {
+		case ra.guest != nil:
+			// The guest's archive is validated and re-encoded in the same format.
+			ctx, cancel := context.WithTimeout(ctx, guestExportTimeout)
+			defer cancel()
+			_, err := ra.guest.Export(ctx, rel, w, lim)
+			note = " (exported from the guest)"
+			return err
+		case env.Spec.Backend == wbv1.BackendFixtureCopy:
+			m, err := fixture.NewManager(filepath.Dir(ra.mr.Path))
 			if err != nil {
 				return err
 			}
 			defer m.Close()
-			_, err = m.Export(mr.Path, rel, w, lim)
+			_, err = m.Export(ra.mr.Path, rel, w, lim)
 			return err
 		}
-		_, err := fixture.ExportRoot(root, rel, w, lim)
+		_, err := fixture.ExportRoot(ra.host, rel, w, lim)
 		return err
 	})
-	return digest, size, "", err
+	return digest, size, note, err
 }
 
 var errPutEnded = errors.New("the artifact store stopped reading")

@@ -136,11 +136,15 @@ func (r *commandReconciler) step(ctx context.Context, p *cmdPass) error {
 	uid := string(p.cmd.UID)
 	a.mu.Lock()
 	live := a.commands[uid]
+	var result *commandOutcome
+	if live != nil {
+		result = live.result // written under a.mu by the goroutine awaiting the command
+	}
 	a.mu.Unlock()
 	p.next.NodeName = a.cfg.NodeName
 	if live != nil {
-		if live.result != nil {
-			p.finish(live.result)
+		if result != nil {
+			p.finish(result)
 		} else {
 			p.next.StartTime = &metav1.Time{Time: live.started}
 			p.set(wbv1.ConditionStarted, true, "Started", "the process runs on this node")

@@ -64,7 +64,7 @@ func (r resolver) Session(ns, name string) (dataplane.Terminal, dataplane.Sessio
 	return structuredTerminal{rg: live.ring}, info, nil
 }
 
-func (r resolver) Root(ns, env, root string) (*fsaccess.Root, error) {
+func (r resolver) Root(ns, env, root string) (dataplane.Files, error) {
 	a := r.a
 	var e wbv1.Environment
 	if err := a.client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: env}, &e); err != nil {
@@ -79,7 +79,11 @@ func (r resolver) Root(ns, env, root string) (*fsaccess.Root, error) {
 	}
 	for _, mr := range roots {
 		if mr.Name == root {
-			return a.openRoot(mr.Path)
+			ra, err := a.openRootAccess(&e, mr)
+			if err != nil {
+				return nil, err
+			}
+			return ra.files(), nil
 		}
 	}
 	return nil, fmt.Errorf("root %s of environment %s/%s: %w", root, ns, env, dataplane.ErrNotFound)

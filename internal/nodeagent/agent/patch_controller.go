@@ -20,6 +20,7 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/artifacts"
 	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
+	"sensorium.dev/workbench/internal/nodeagent/guestfs"
 	"sensorium.dev/workbench/internal/nodeagent/patch"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/store"
@@ -94,6 +95,15 @@ func (p *patchPass) applied(files []store.PatchFile) {
 	p.set(metav1.ConditionTrue, string(patchApplied), fmt.Sprintf("%d files changed on node", len(files)))
 }
 
+// unknown reports an apply whose effect cannot be proved: Applied=Unknown with refusal
+// interrupted; the patch is never retried.
+func (p *patchPass) unknown(why string) {
+	p.next.ChangedFiles = nil
+	p.next.Refusal = &wbv1.Refusal{Code: string(actuation.CodeInterrupted),
+		Message: statusapply.Truncate(why+"; which files changed is unknown and it is never retried: inspect the root", 1024)}
+	p.set(metav1.ConditionUnknown, reasonInterrupted, "interrupted while applying: outcome unknown")
+}
+
 func (p *patchPass) reject(code, msg string) {
 	p.next.ChangedFiles = nil
 	p.next.Refusal = &wbv1.Refusal{Code: code, Message: statusapply.Truncate(msg, 1024)}
@@ -158,10 +168,7 @@ func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
 		case rec.Phase == string(patchRejected):
 			p.reject(rec.RefusalCode, "refused on node "+a.cfg.NodeName)
 		default:
-			p.next.ChangedFiles = nil
-			p.next.Refusal = &wbv1.Refusal{Code: string(actuation.CodeInterrupted),
-				Message: "the node agent stopped while applying the patch; which files changed is unknown and it is never retried: inspect the root"}
-			p.set(metav1.ConditionUnknown, reasonInterrupted, "interrupted while applying: outcome unknown")
+			p.unknown("the node agent stopped while applying the patch, or a VM guest's answer was lost")
 		}
 		return nil
 	}
@@ -189,7 +196,8 @@ func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
 		p.set(metav1.ConditionFalse, reasonAwaitingApproval, "environment "+env.Name+" requires an operator's approval (approve on filepatches)")
 		return nil // the approval is a spec change: it triggers the next pass
 	}
-	root, mr, err := a.environmentRoot(ctx, fp.Namespace, env.Name, string(fp.Spec.Root))
+	ra, err := a.environmentRoot(ctx, fp.Namespace, env.Name, string(fp.Spec.Root))
+	mr := ra.mr
 	switch {
 	case errors.Is(err, errNotYet):
 		p.result.RequeueAfter = 2 * time.Second
@@ -217,7 +225,23 @@ func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
 	if err := a.recordPatch(fp, string(env.UID), store.PhaseApplying, "", nil); err != nil {
 		return err
 	}
-	res, err := patch.Apply(root, req)
+	var res *patch.Result
+	if ra.guest != nil {
+		gctx, cancel := context.WithTimeout(ctx, guestPatchTimeout)
+		res, err = ra.guest.ApplyPatch(gctx, req)
+		cancel()
+		if errors.Is(err, guestfs.ErrOutcomeUnknown) {
+			// Which files changed cannot be proved: recorded as the store records an
+			// interrupted apply (never retried), reported Unknown.
+			if rerr := a.recordPatch(fp, string(env.UID), store.PhaseFailed, string(actuation.CodeInterrupted), nil); rerr != nil {
+				return rerr
+			}
+			p.unknown("applying the patch inside the VM guest: " + err.Error())
+			return nil
+		}
+	} else {
+		res, err = patch.Apply(ra.host, req)
+	}
 	if err != nil {
 		code := fsaccess.CodeOf(err)
 		if code == "" {

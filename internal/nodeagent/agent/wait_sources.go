@@ -14,8 +14,6 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/backends"
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/nodeagent/waits"
@@ -84,18 +82,22 @@ func (a *Agent) scopeSource(ctx context.Context, ns string, s *wbv1.Scope, watch
 	case s.EnvironmentRef != nil:
 		return a.environmentSource(types.NamespacedName{Namespace: ns, Name: string(*s.EnvironmentRef)}), nil
 	case s.File != nil:
-		root, _, err := a.environmentRoot(ctx, ns, string(s.File.EnvironmentRef), string(s.File.Root))
-		if err != nil {
+		ra, err := a.environmentRoot(ctx, ns, string(s.File.EnvironmentRef), string(s.File.Root))
+		switch {
+		case err != nil:
 			return nil, err
-		}
-		if !watch {
-			return waits.FileSource(root, string(s.File.Path), nil), nil
+		case ra.guest != nil && watch:
+			return nil, errGuestFileWaits
+		case ra.guest != nil:
+			return &guestFileSource{root: ra.guest, rel: string(s.File.Path)}, nil
+		case !watch:
+			return waits.FileSource(ra.host, string(s.File.Path), nil), nil
 		}
 		w, err := a.fileWatcher()
 		if err != nil {
 			return nil, err
 		}
-		return w.Source(root, string(s.File.Path))
+		return w.Source(ra.host, string(s.File.Path))
 	case s.ArtifactRef != nil:
 		return a.artifactSource(types.NamespacedName{Namespace: ns, Name: string(*s.ArtifactRef)}), nil
 	case s.OperationRef != nil:
@@ -136,39 +138,40 @@ func (a *Agent) fileWatcher() (*waits.FileWatcher, error) {
 	return a.watcher, nil
 }
 
-// environmentRoot opens the named root of an environment that is ready in this process.
-func (a *Agent) environmentRoot(ctx context.Context, ns, envName, rootName string) (*fsaccess.Root, backends.MountedRoot, error) {
+// environmentRoot opens the named root of an environment that is ready in this process:
+// its host directory, or its directory inside the environment's VM guest.
+func (a *Agent) environmentRoot(ctx context.Context, ns, envName, rootName string) (rootAccess, error) {
 	var env wbv1.Environment
 	if err := a.getScoped(ctx, types.NamespacedName{Namespace: ns, Name: envName}, &env); err != nil {
 		switch {
 		case apierrors.IsNotFound(err):
-			return nil, backends.MountedRoot{}, refusal.New(string(actuation.CodeEnvironmentUnavailable), "environment %s/%s does not exist", ns, envName)
+			return rootAccess{}, refusal.New(string(actuation.CodeEnvironmentUnavailable), "environment %s/%s does not exist", ns, envName)
 		case errors.Is(err, errNotYet):
-			return nil, backends.MountedRoot{}, err
+			return rootAccess{}, err
 		}
-		return nil, backends.MountedRoot{}, fmt.Errorf("reading Environment %s/%s: %w", ns, envName, err)
+		return rootAccess{}, fmt.Errorf("reading Environment %s/%s: %w", ns, envName, err)
 	}
 	if env.Status.NodeName != a.cfg.NodeName {
-		return nil, backends.MountedRoot{}, errNotYet
+		return rootAccess{}, errNotYet
 	}
 	roots, ready := a.mountedRoots(string(env.UID))
 	if !ready {
 		switch env.Status.Phase {
 		case wbv1.EnvironmentFailed, wbv1.EnvironmentExpired, wbv1.EnvironmentClosed, wbv1.EnvironmentDraining:
-			return nil, backends.MountedRoot{}, refusal.New(string(actuation.CodeEnvironmentUnavailable), "environment %s/%s is %s", ns, envName, env.Status.Phase)
+			return rootAccess{}, refusal.New(string(actuation.CodeEnvironmentUnavailable), "environment %s/%s is %s", ns, envName, env.Status.Phase)
 		}
-		return nil, backends.MountedRoot{}, errNotYet
+		return rootAccess{}, errNotYet
 	}
 	for _, mr := range roots {
 		if mr.Name == rootName {
-			r, err := a.openRoot(mr.Path)
+			ra, err := a.openRootAccess(&env, mr)
 			if err != nil {
-				return nil, mr, fmt.Errorf("opening root %s of environment %s/%s: %w", rootName, ns, envName, err)
+				return ra, fmt.Errorf("opening root %s of environment %s/%s: %w", rootName, ns, envName, err)
 			}
-			return r, mr, nil
+			return ra, nil
 		}
 	}
-	return nil, backends.MountedRoot{}, refusal.New(string(actuation.CodeRootNotAllowed), "%s is not a root of environment %s/%s", rootName, ns, envName)
+	return rootAccess{}, refusal.New(string(actuation.CodeRootNotAllowed), "%s is not a root of environment %s/%s", rootName, ns, envName)
 }
 
 // sessionSource observes an open session: its PTY program (screen and ring) through the

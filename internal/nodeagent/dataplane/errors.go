@@ -88,7 +88,8 @@ func statusFor(code string) int {
 		return http.StatusRequestEntityTooLarge
 	case CodeQueueFull, refusal.ReaderCapReached:
 		return http.StatusTooManyRequests
-	case CodeUnavailable, fsaccess.CodeOpenat2Unavailable, refusal.Interrupted:
+	case CodeUnavailable, fsaccess.CodeOpenat2Unavailable, refusal.Interrupted,
+		string(actuation.CodeEnvironmentUnavailable), string(actuation.CodeVMNotRunning):
 		return http.StatusServiceUnavailable
 	case CodeInternal:
 		return http.StatusInternalServerError

@@ -375,7 +375,7 @@ func fileQuery(q url.Values, requireFile bool) (root, path string, err error) {
 	return root, path, nil
 }
 
-func (s *Server) resolveRoot(ref objRef, root string) (*fsaccess.Root, error) {
+func (s *Server) resolveRoot(ref objRef, root string) (Files, error) {
 	rt, err := s.res.Root(ref.ns, ref.name, root)
 	if err != nil {
 		return nil, fmt.Errorf("resolving root %q of environment %s: %w", root, ref, err)
@@ -395,7 +395,7 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, ref objRef) er
 	if err != nil {
 		return err
 	}
-	snap, err := rt.Snapshot(path, s.lim.Snapshot)
+	snap, err := rt.Snapshot(r.Context(), path, s.lim.Snapshot)
 	if err != nil {
 		return fmt.Errorf("snapshot of %q in root %q of environment %s: %w", path, root, ref, err)
 	}
@@ -428,7 +428,7 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, ref objRef) error 
 	if err != nil {
 		return err
 	}
-	res, err := rt.Read(path, int64(offset), int(maxBytes))
+	res, err := rt.Read(r.Context(), path, int64(offset), int(maxBytes))
 	if err != nil {
 		return fmt.Errorf("reading %q in root %q of environment %s: %w", path, root, ref, err)
 	}

@@ -27,7 +27,7 @@ type fakeResolver struct {
 
 	mu       sync.Mutex
 	sessions map[string]fakeSession
-	roots    map[string]*fsaccess.Root
+	roots    map[string]Files
 }
 
 type fakeSession struct {
@@ -45,7 +45,7 @@ func (f *fakeResolver) Session(ns, name string) (Terminal, SessionInfo, error) {
 	return fs.s, fs.info, nil
 }
 
-func (f *fakeResolver) Root(ns, env, root string) (*fsaccess.Root, error) {
+func (f *fakeResolver) Root(ns, env, root string) (Files, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r, ok := f.roots[ns+"/"+env+"/"+root]
@@ -71,7 +71,7 @@ func startServer(tb testing.TB, authn Authenticator, authz Authorizer, lim Limit
 		tb.Fatal(err)
 	}
 	mgr := session.NewManager(session.Caps{Sessions: 16, SessionsPerEnvironment: 16, ReaderTasks: 64})
-	res := &fakeResolver{mgr: mgr, sessions: map[string]fakeSession{}, roots: map[string]*fsaccess.Root{}}
+	res := &fakeResolver{mgr: mgr, sessions: map[string]fakeSession{}, roots: map[string]Files{}}
 	srv, err := New(Config{
 		TLS:           &tls.Config{Certificates: []tls.Certificate{cert}},
 		Authenticator: authn, Authorizer: authz, Resolver: res, Limits: lim,
@@ -140,7 +140,14 @@ func (ts *testServer) addRoot(tb testing.TB, ns, env, root, dir string) {
 	}
 	tb.Cleanup(func() { _ = r.Close() })
 	ts.res.mu.Lock()
-	ts.res.roots[ns+"/"+env+"/"+root] = r
+	ts.res.roots[ns+"/"+env+"/"+root] = HostFiles(r)
+	ts.res.mu.Unlock()
+}
+
+// addFiles registers any Files (e.g. a root inside a VM guest) as root of environment ns/env.
+func (ts *testServer) addFiles(ns, env, root string, f Files) {
+	ts.res.mu.Lock()
+	ts.res.roots[ns+"/"+env+"/"+root] = f
 	ts.res.mu.Unlock()
 }
 

@@ -33,9 +33,41 @@ type SessionInfo struct {
 type Resolver interface {
 	// Session returns the live terminal of TerminalSession ns/name.
 	Session(ns, name string) (Terminal, SessionInfo, error)
-	// Root returns the named root of Environment ns/env. The Root stays owned
-	// by the Resolver: the data plane never closes it.
-	Root(ns, env, root string) (*fsaccess.Root, error)
+	// Root returns the file access of the named root of Environment ns/env: a
+	// host directory (HostFiles) or a root inside a VM guest. It stays owned by
+	// the Resolver: the data plane never closes it.
+	Root(ns, env, root string) (Files, error)
+}
+
+// Files is bounded read access beneath one environment root, wherever the root
+// lives. Paths are validated by the data plane (actuation.ValidateRelativePath)
+// before any call; implementations check them again. Errors carry fsaccess's
+// codes (or refusal's) so they map onto the same responses.
+type Files interface {
+	// Snapshot lists rel ("" = the root) within lim.
+	Snapshot(ctx context.Context, rel string, lim fsaccess.SnapshotLimits) (*fsaccess.Snapshot, error)
+	// Read returns at most maxBytes of the regular file rel from offset.
+	Read(ctx context.Context, rel string, offset int64, maxBytes int) (*fsaccess.ReadResult, error)
+}
+
+// HostFiles is the Files of a host directory opened as an fsaccess root (nil for
+// a nil root). Its operations are local and bounded by fsaccess's caps; the
+// context is not consulted.
+func HostFiles(r *fsaccess.Root) Files {
+	if r == nil {
+		return nil
+	}
+	return hostFiles{r}
+}
+
+type hostFiles struct{ r *fsaccess.Root }
+
+func (h hostFiles) Snapshot(_ context.Context, rel string, lim fsaccess.SnapshotLimits) (*fsaccess.Snapshot, error) {
+	return h.r.Snapshot(rel, lim)
+}
+
+func (h hostFiles) Read(_ context.Context, rel string, offset int64, maxBytes int) (*fsaccess.ReadResult, error) {
+	return h.r.Read(rel, offset, maxBytes)
 }
 
 // Terminal is what the data plane needs of a session: a *session.Session (a PTY program)

@@ -5,12 +5,15 @@ import (
 	"crypto/ecdsa"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -241,6 +244,7 @@ func TestClassify(t *testing.T) {
 		{fsaccess.Errorf(fsaccess.CodePathNotFound, "x"), 404, "path-not-found"},
 		{actuation.Refuse(actuation.CodePathTraversal, "path", "x"), 400, "path-traversal"},
 		{errors.Join(errors.New("resolving"), ErrNotFound), 404, "not-found"},
+		{fsaccess.Errorf(string(actuation.CodeEnvironmentUnavailable), "x"), 503, "environment-unavailable"},
 		{errors.New("boom"), 500, "internal"},
 	} {
 		status, body, _ := classify(tc.err)
@@ -373,5 +377,79 @@ func TestServeShutdown(t *testing.T) {
 	}
 	if _, err := New(Config{Authenticator: staticAuth{}, Authorizer: staticAuth{}, Resolver: &fakeResolver{}}); err == nil {
 		t.Error("New accepted a config without TLS")
+	}
+}
+
+// recordingFiles is a Files that is not a host directory (as a VM guest's root is): it
+// records the calls it receives and answers from a map.
+type recordingFiles struct {
+	mu    sync.Mutex
+	calls []string
+	files map[string]string
+	err   error
+}
+
+func (f *recordingFiles) Snapshot(ctx context.Context, rel string, _ fsaccess.SnapshotLimits) (*fsaccess.Snapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, "snapshot "+rel)
+	if ctx == nil || f.err != nil {
+		return nil, f.err
+	}
+	return &fsaccess.Snapshot{Root: rel, Entries: []fsaccess.Entry{}}, nil
+}
+
+func (f *recordingFiles) Read(ctx context.Context, rel string, offset int64, maxBytes int) (*fsaccess.ReadResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, fmt.Sprintf("read %s %d %d", rel, offset, maxBytes))
+	if f.err != nil {
+		return nil, f.err
+	}
+	c, ok := f.files[rel]
+	if !ok {
+		return nil, fsaccess.Errorf(fsaccess.CodePathNotFound, "%s", rel)
+	}
+	return &fsaccess.ReadResult{Path: rel, Data: []byte(c), Size: int64(len(c)), EOF: true, Digest: fsaccess.DigestBytes([]byte(c))}, nil
+}
+
+// TestFilesOfAnyRoot: the file routes serve any Files implementation; paths are refused
+// before the root is called, and the root's coded errors map onto the same responses.
+func TestFilesOfAnyRoot(t *testing.T) {
+	ts := startServer(t, staticAuth{}, staticAuth{}, Limits{})
+	f := &recordingFiles{files: map[string]string{"a.txt": "inside\n"}}
+	ts.addFiles("ns", "vm", "repo", f)
+	status, body := ts.do(t, "GET", FilesPath("ns", "vm", "read")+"?root=repo&path=a.txt", "op", nil)
+	var rr ReadResponse
+	if status != 200 || json.Unmarshal(body, &rr) != nil || string(rr.Data) != "inside\n" || rr.Digest != fsaccess.DigestBytes([]byte("inside\n")) {
+		t.Fatalf("read: %d %s", status, body)
+	}
+	for _, tc := range []struct {
+		path   string
+		status int
+		code   string
+	}{
+		{"?root=repo&path=../../etc/passwd", 400, "path-traversal"},
+		{"?root=repo&path=/etc/passwd", 400, "path-absolute"},
+		{"?root=repo&path=a/./b", 400, "path-invalid-component"},
+		{"?root=repo&path=missing", 404, "path-not-found"},
+	} {
+		status, body := ts.do(t, "GET", FilesPath("ns", "vm", "read")+tc.path, "op", nil)
+		if status != tc.status || errorCode(t, body) != tc.code {
+			t.Fatalf("read %s: %d %s, want %d %s", tc.path, status, body, tc.status, tc.code)
+		}
+	}
+	if status, body := ts.do(t, "GET", FilesPath("ns", "vm", "snapshot")+"?root=repo&path=../x", "op", nil); status != 400 || errorCode(t, body) != "path-traversal" {
+		t.Fatalf("snapshot traversal: %d %s", status, body)
+	}
+	f.mu.Lock()
+	calls := strings.Join(f.calls, "; ")
+	f.err = fsaccess.Errorf(string(actuation.CodeEnvironmentUnavailable), "the guest did not answer")
+	f.mu.Unlock()
+	if calls != fmt.Sprintf("read a.txt 0 %d; read missing 0 %d", MaxReadBytes, MaxReadBytes) {
+		t.Fatalf("the root saw %q (refused paths must never reach it)", calls)
+	}
+	if status, body := ts.do(t, "GET", FilesPath("ns", "vm", "snapshot")+"?root=repo", "op", nil); status != 503 || errorCode(t, body) != "environment-unavailable" {
+		t.Fatalf("unavailable root: %d %s", status, body)
 	}
 }

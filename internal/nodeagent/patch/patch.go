@@ -134,10 +134,71 @@ type Result struct {
 	Warnings []string `json:"warnings,omitempty"`
 }
 
+// Source is where planning reads the targets' present state: for each path,
+// whether it exists as a regular file, its content (at most MaxFileBytes) and
+// its metadata (Digest of the content, Mode). A Root is read through fsaccess
+// (RootSource); an applier that writes elsewhere (a VM guest) brings its own.
+// Errors carry the package's codes: a symlink leaving the root is
+// patch-outside-root, a non-regular target patch-target-not-regular, a target
+// above MaxFileBytes patch-too-large, a parent that is not a directory
+// patch-dirty.
+type Source interface {
+	Current(rel string) (exists bool, content []byte, e fsaccess.Entry, err error)
+}
+
+// RootSource reads targets beneath an fsaccess root (what Plan and Apply use).
+func RootSource(root *fsaccess.Root) Source { return rootSource{root} }
+
+type rootSource struct{ root *fsaccess.Root }
+
+func (s rootSource) Current(rel string) (bool, []byte, fsaccess.Entry, error) {
+	return current(s.root, rel)
+}
+
+// Change is one fully computed change of a planned patch, for an applier other
+// than Apply (which writes through fsaccess). OldContent is the content the
+// change was computed against (nil for a create), OldDigest its digest ("" for
+// a create); NewContent/NewDigest are empty for a delete.
+type Change struct {
+	Path       string
+	Op         Op
+	Existed    bool
+	OldDigest  string
+	OldContent []byte
+	NewContent []byte
+	NewMode    fs.FileMode
+	NewDigest  string
+}
+
+// PlanChanges verifies and computes the patch against src without writing
+// anything, with every check and cap of Plan, and returns the computed changes
+// in patch order.
+func PlanChanges(src Source, req Request) ([]Change, error) {
+	changes, err := plan(src, req)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Change, 0, len(changes))
+	for _, c := range changes {
+		out = append(out, Change{Path: c.path, Op: c.op, Existed: c.existed, OldDigest: c.oldDigest, OldContent: c.oldContent,
+			NewContent: c.newContent, NewMode: c.newMode, NewDigest: c.newDigest})
+	}
+	return out, nil
+}
+
+// Summarize is the status summary of computed changes (status.changedFiles).
+func Summarize(changes []Change) []ChangedFile {
+	out := make([]ChangedFile, 0, len(changes))
+	for _, c := range changes {
+		out = append(out, ChangedFile{Path: c.Path, Op: c.Op, DigestBefore: c.OldDigest, DigestAfter: c.NewDigest})
+	}
+	return out
+}
+
 // Plan verifies and computes the patch without writing anything and returns
 // the files it would change. Apply = Plan + write.
 func Plan(root *fsaccess.Root, req Request) (*Result, error) {
-	changes, err := plan(root, req)
+	changes, err := plan(rootSource{root}, req)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +207,7 @@ func Plan(root *fsaccess.Root, req Request) (*Result, error) {
 
 // Apply verifies, computes and writes the patch all-or-nothing.
 func Apply(root *fsaccess.Root, req Request) (*Result, error) {
-	changes, err := plan(root, req)
+	changes, err := plan(rootSource{root}, req)
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +230,7 @@ func refuse(code, format string, args ...any) error {
 	return fsaccess.Errorf(code, format, args...)
 }
 
-func plan(root *fsaccess.Root, req Request) ([]*change, error) {
+func plan(src Source, req Request) ([]*change, error) {
 	if len(req.Content) > MaxPatchBytes {
 		return nil, refuse(CodePatchTooLarge, "patch is %d bytes, max %d", len(req.Content), MaxPatchBytes)
 	}
@@ -223,7 +284,7 @@ func plan(root *fsaccess.Root, req Request) ([]*change, error) {
 	var total int64
 	changes := make([]*change, 0, len(intents))
 	for _, in := range intents {
-		c, err := compute(root, in, req.Policy)
+		c, err := compute(src, in, req.Policy)
 		if err != nil {
 			return nil, err
 		}
@@ -281,8 +342,8 @@ func current(root *fsaccess.Root, p string) (exists bool, content []byte, e fsac
 	return false, nil, e, err
 }
 
-func compute(root *fsaccess.Root, in *intent, pol Policy) (*change, error) {
-	exists, old, e, err := current(root, in.path)
+func compute(src Source, in *intent, pol Policy) (*change, error) {
+	exists, old, e, err := src.Current(in.path)
 	if err != nil {
 		return nil, err
 	}

@@ -498,3 +498,39 @@ func inode(t *testing.T, p string) uint64 {
 	must(t, unix.Lstat(p, &st))
 	return st.Ino
 }
+
+// memSource is an in-memory Source (what a non-fsaccess applier provides).
+type memSource map[string]string
+
+func (m memSource) Current(rel string) (bool, []byte, fsaccess.Entry, error) {
+	c, ok := m[rel]
+	if !ok {
+		return false, nil, fsaccess.Entry{Path: rel}, nil
+	}
+	return true, []byte(c), fsaccess.Entry{Path: rel, Type: fsaccess.TypeFile, Size: int64(len(c)), Mode: 0o600, Digest: fsaccess.DigestBytes([]byte(c))}, nil
+}
+
+// TestPlanChangesFromSource: planning runs against any Source, with the same checks, and
+// returns what an applier needs (old and new content, digests, modes); Plan through
+// RootSource answers the same summary.
+func TestPlanChangesFromSource(t *testing.T) {
+	ops := `[{"op":"replace","path":"hello.txt","content":"new\n"},{"op":"append","path":"sub/c.txt","content":"d\n"},{"op":"create","path":"n.txt","content":"n\n"}]`
+	req := Request{Format: FormatStructured, Content: []byte(ops), Digest: fsaccess.DigestBytes([]byte(ops)), Policy: Policy{AllowCreate: true}}
+	src := memSource{"hello.txt": "one\ntwo\nthree\n", "sub/c.txt": "c\n"}
+	changes, err := PlanChanges(src, req)
+	must(t, err)
+	if len(changes) != 3 || string(changes[1].NewContent) != "c\nd\n" || string(changes[0].OldContent) != src["hello.txt"] ||
+		!changes[0].Existed || changes[2].Existed || changes[2].NewMode != 0o644 || changes[0].NewMode != 0o600 ||
+		changes[2].NewDigest != fsaccess.DigestBytes([]byte("n\n")) || changes[2].OldDigest != "" {
+		t.Fatalf("changes = %+v", changes)
+	}
+	root, _ := workspace(t)
+	res, err := Plan(root, req)
+	must(t, err)
+	if fmt.Sprint(res.ChangedFiles) != fmt.Sprint(Summarize(changes)) {
+		t.Fatalf("Plan %+v, PlanChanges %+v", res.ChangedFiles, Summarize(changes))
+	}
+	dirty := `[{"op":"create","path":"hello.txt","content":"x"}]`
+	_, err = PlanChanges(src, Request{Format: FormatStructured, Content: []byte(dirty), Digest: fsaccess.DigestBytes([]byte(dirty)), Policy: Policy{AllowCreate: true}})
+	wantCode(t, err, CodePatchDirty)
+}

@@ -1,0 +1,123 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/guestclient"
+	"sensorium.dev/workbench/internal/nodeagent/dataplane"
+	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
+	"sensorium.dev/workbench/internal/nodeagent/guestfs"
+	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/nodeagent/waits"
+)
+
+// rootAccess is one environment root: a host directory (host-local, fixture-copy) or a
+// directory inside the environment's VM guest (qemu-microvm.v1), reached through the guest
+// protocol. Exactly one of host and guest is set.
+type rootAccess struct {
+	mr    backends.MountedRoot
+	host  *fsaccess.Root
+	guest *guestfs.Root
+}
+
+// files is the data plane's view of the root.
+func (ra rootAccess) files() dataplane.Files {
+	if ra.guest != nil {
+		return ra.guest
+	}
+	return dataplane.HostFiles(ra.host)
+}
+
+// errGuestFileWaits refuses file waits on VM roots: the guest protocol has no change
+// notifications, and a wait never polls.
+var errGuestFileWaits = refusal.New(string(actuation.CodeCapabilityMismatch),
+	"file waits on VM environments are not available: the guest protocol has no change notifications")
+
+// openRootAccess opens a mounted root of env: its host directory, or its directory inside
+// the guest of env's VM backend (each guest operation opens its own channel through the
+// backend's host broker, which pins the endpoint and binding of the running boot).
+func (a *Agent) openRootAccess(env *wbv1.Environment, mr backends.MountedRoot) (rootAccess, error) {
+	if mr.Path != "" {
+		r, err := a.openRoot(mr.Path)
+		return rootAccess{mr: mr, host: r}, err
+	}
+	g, ok := a.guestBackendOf(env)
+	if !ok || mr.GuestDir == "" {
+		return rootAccess{mr: mr}, refusal.New(string(actuation.CodeCapabilityMismatch), "backend %s offers no file access to root %s", env.Spec.Backend, mr.Name)
+	}
+	uid := string(env.UID)
+	gr, err := guestfs.New(func(ctx context.Context) (*guestclient.Client, error) { return g.Guest(ctx, uid) }, mr.GuestDir)
+	if err != nil {
+		return rootAccess{mr: mr}, refusal.New(string(actuation.CodeRootInvalid), "root %s: %v", mr.Name, err)
+	}
+	return rootAccess{mr: mr, guest: gr}, nil
+}
+
+// guestProbeTimeout bounds one evaluation of a probe on a VM root (the engine's own timeout
+// ends the probe earlier; this ends the guest request behind it).
+const guestProbeTimeout = 30 * time.Second
+
+// guestFileSource evaluates file.exists and file.digest.changed once, through the guest.
+// It never changes by itself: it serves probes, never waits.
+type guestFileSource struct {
+	root *guestfs.Root
+	rel  string
+}
+
+func (g *guestFileSource) Supports(kind string) bool {
+	return kind == waits.KindFileExists || kind == waits.KindDigestChanged
+}
+
+func (g *guestFileSource) Changed() <-chan struct{} { return nil }
+
+func (g *guestFileSource) Observe(req *waits.Request) (waits.Observation, error) {
+	if err := fsaccess.CheckRel(g.rel, true); err != nil {
+		return waits.Observation{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), guestProbeTimeout)
+	defer cancel()
+	switch req.Kind {
+	case waits.KindFileExists:
+		ok, detail, err := g.root.Exists(ctx, g.rel)
+		if err != nil {
+			return waits.Observation{}, err
+		}
+		return waits.Observation{Satisfied: ok, ObservedAt: time.Now(), Detail: detail}, nil
+	case waits.KindDigestChanged:
+		obs := waits.Observation{}
+		res, err := g.root.Read(ctx, g.rel, 0, 1)
+		switch {
+		case err == nil:
+		case fsaccess.CodeOf(err) == fsaccess.CodePathNotFound || fsaccess.CodeOf(err) == fsaccess.CodeNotDirectory:
+			res = &fsaccess.ReadResult{}
+		default:
+			return waits.Observation{}, err
+		}
+		switch res.DigestOmitted {
+		case "":
+			obs.Digest = res.Digest
+		case "over-file-cap":
+			return waits.Observation{}, fsaccess.Errorf(fsaccess.CodeFileTooLarge, "%q is %d bytes; digests stop at %d", g.rel, res.Size, fsaccess.MaxReadDigestBytes)
+		default:
+			obs.Detail = res.DigestOmitted
+		}
+		obs.ObservedAt = time.Now()
+		if obs.Detail == "" {
+			obs.Satisfied = obs.Digest != req.PrevDigest
+			obs.Detail = "unchanged"
+			if obs.Satisfied {
+				obs.Detail = "changed"
+			}
+		}
+		return obs, nil
+	}
+	return waits.Observation{}, refusal.New(waits.CodeWaitScopeInvalid, "file source cannot evaluate %s", req.Kind)
+}
+
+// guestPatchTimeout bounds a FilePatch applied inside a guest (planning reads, stages,
+// applies and a rollback, each operation also bounded by guestfs.OpTimeout).
+const guestPatchTimeout = 5 * time.Minute
