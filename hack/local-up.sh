@@ -401,6 +401,7 @@ kind: ConsentGrant
 metadata: {name: allow-git-diff, namespace: default}
 spec: {requestRef: git-diff-consent, scope: remember-exact-argv}
 GRANT
+  kubectl patch filepatch add-note --type merge -p '{"spec":{"approval":"Approved"}}'   # apply the sample patch
   kubectl get workbench -A                  # every workbench kind (category)
   kubectl auth can-i approve consentrequests --as=someone          # RBAC: no
   kubectl create clusterrolebinding alice-operator --clusterrole=workbench-operator --user=alice
