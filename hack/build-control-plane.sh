@@ -10,6 +10,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${ROOT}/bin/k8s/${K8S_VERSION}"
 WORK="${ROOT}/bin/.build"
 mkdir -p "${OUT}" "${WORK}"
+# The throwaway modules live inside this repository's work tree: never stamp its VCS state.
+export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 
 log() { printf '[build-control-plane] %s\n' "$*" >&2; }
 
