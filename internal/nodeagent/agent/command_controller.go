@@ -257,26 +257,9 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		p.refuse(code, msg)
 		return nil
 	}
-	rec, created, err := a.store.RecordCommandStart(store.Command{
-		UID: string(cmd.UID), Namespace: cmd.Namespace, Name: cmd.Name, SessionUID: string(sess.UID),
-		IdempotencyKey: cmd.Spec.IdempotencyKey, ArgvDigest: string(cmd.Status.ArgvDigest),
-	})
-	if err != nil {
-		if code := fsaccess.CodeOf(err); code != "" {
-			p.refuse(code, err.Error())
-			return nil
-		}
+	rec, proceed, err := a.recordStart(p, string(sess.UID))
+	if err != nil || !proceed {
 		return err
-	}
-	if !created {
-		// Another command already holds this idempotency key: replay its outcome.
-		if o := decodeOutcome(rec.Outcome); o != nil {
-			o.Message = fmt.Sprintf("replay of %s (idempotency key %q): %s", rec.Name, cmd.Spec.IdempotencyKey, o.Message)
-			p.finish(o)
-		} else {
-			p.result.RequeueAfter = time.Second
-		}
-		return nil
 	}
 	seqFrom := live.LastSeq() + 1
 	h, err := a.runner.Start(context.Background(), spec)
@@ -321,6 +304,35 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 // coalesceWindow bounds how long a reconcile waits for a just-started command to finish, so
 // that one status write carries both its start and its outcome.
 const coalesceWindow = 20 * time.Millisecond
+
+// recordStart records a command's start durably before any process exists — the rule that
+// makes re-reconciling never run a command twice. proceed is false when the pass already
+// has its outcome: a refusal, or the replay of the command that holds the same idempotency
+// key (or a requeue while that one still runs).
+func (a *Agent) recordStart(p *cmdPass, sessUID string) (rec store.Command, proceed bool, err error) {
+	cmd := p.cmd
+	rec, created, err := a.store.RecordCommandStart(store.Command{
+		UID: string(cmd.UID), Namespace: cmd.Namespace, Name: cmd.Name, SessionUID: sessUID,
+		IdempotencyKey: cmd.Spec.IdempotencyKey, ArgvDigest: string(cmd.Status.ArgvDigest),
+	})
+	if err != nil {
+		if code := fsaccess.CodeOf(err); code != "" {
+			p.refuse(code, err.Error())
+			return rec, false, nil
+		}
+		return rec, false, err
+	}
+	if !created {
+		if o := decodeOutcome(rec.Outcome); o != nil {
+			o.Message = fmt.Sprintf("replay of %s (idempotency key %q): %s", rec.Name, cmd.Spec.IdempotencyKey, o.Message)
+			p.finish(o)
+		} else {
+			p.result.RequeueAfter = time.Second
+		}
+		return rec, false, nil
+	}
+	return rec, true, nil
+}
 
 // commandSpec resolves the working directory beneath its root (openat2, so no symlink
 // escapes) and builds the sandboxed process spec.

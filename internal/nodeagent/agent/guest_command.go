@@ -18,7 +18,6 @@ import (
 	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/nodeagent/guestpty"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
-	"sensorium.dev/workbench/internal/nodeagent/store"
 )
 
 // guestBackend is a VM backend: an environment's processes run inside its guest, reached
@@ -94,25 +93,9 @@ func (r *commandReconciler) startGuest(p *cmdPass, g guestBackend, envUID string
 		p.refuse(string(actuation.CodeCommandCapReached), fmt.Sprintf("%d guest commands run on this node (cap %d)", running, a.cfg.Caps.ConcurrentCommands))
 		return nil
 	}
-	rec, created, err := a.store.RecordCommandStart(store.Command{
-		UID: string(cmd.UID), Namespace: cmd.Namespace, Name: cmd.Name, SessionUID: sessUID,
-		IdempotencyKey: cmd.Spec.IdempotencyKey, ArgvDigest: string(cmd.Status.ArgvDigest),
-	})
-	if err != nil {
-		if code := fsaccess.CodeOf(err); code != "" {
-			p.refuse(code, err.Error())
-			return nil
-		}
+	rec, proceed, err := a.recordStart(p, sessUID)
+	if err != nil || !proceed {
 		return err
-	}
-	if !created {
-		if o := decodeOutcome(rec.Outcome); o != nil {
-			o.Message = fmt.Sprintf("replay of %s (idempotency key %q): %s", rec.Name, cmd.Spec.IdempotencyKey, o.Message)
-			p.finish(o)
-		} else {
-			p.result.RequeueAfter = time.Second
-		}
-		return nil
 	}
 	now := metav1.Now()
 	rec.Phase, rec.UpdatedAt = string(wbv1.CommandRunning), now.Time
