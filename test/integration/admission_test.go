@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -124,6 +125,13 @@ func TestCommandSpecImmutable(t *testing.T) {
 	ns := namespace(t)
 	c := command(ns, "c", "/usr/bin/git", "--no-pager", "status")
 	must(t, env.Client.Create(ctx, c))
-	c.Spec.Argv = append(c.Spec.Argv, "--short")
-	mustRefuse(t, env.Client.Update(ctx, c), "immutable")
+	// The manager writes the command's status meanwhile: retry on a stale resource version.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
+			return err
+		}
+		c.Spec.Argv = append(c.Spec.Argv, "--short")
+		return env.Client.Update(ctx, c)
+	})
+	mustRefuse(t, err, "immutable")
 }

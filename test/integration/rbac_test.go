@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -104,10 +105,13 @@ func TestNodeRestriction(t *testing.T) {
 	n2, _ := env.As(webhooks.NodeUserPrefix+"node-other", webhooks.NodeGroup)
 
 	startRunning := func(c client.Client) error {
-		cmd := getCommand(t, ns, "c")
-		cmd.Status.StartTime = &metav1.Time{Time: time.Now()}
-		cmd.Status.NodeName = bound
-		return c.Status().Update(ctx, cmd)
+		// Retry a stale resource version: the refusal (or success) is what is asserted.
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cmd := getCommand(t, ns, "c")
+			cmd.Status.StartTime = &metav1.Time{Time: time.Now()}
+			cmd.Status.NodeName = bound
+			return c.Status().Update(ctx, cmd)
+		})
 	}
 	mustRefuse(t, startRunning(n2), "node-restricted")
 	must(t, startRunning(n1))

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -140,9 +141,13 @@ func TestDataPlanePTYSession(t *testing.T) {
 	}
 	// Closing the session is declarative and idempotent; the PTY's process group is gone after.
 	var s wbv1.TerminalSession
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pty"}, &s))
-	s.Spec.DesiredState = "Closed"
-	must(t, env.Client.Update(ctx, &s))
+	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error { // the agent writes status meanwhile
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pty"}, &s); err != nil {
+			return err
+		}
+		s.Spec.DesiredState = "Closed"
+		return env.Client.Update(ctx, &s)
+	}))
 	eventually(t, 30*time.Second, "the session closed with cleanup complete", func() (bool, string) {
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pty"}, &s))
 		done := false

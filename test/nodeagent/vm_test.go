@@ -20,6 +20,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
@@ -238,9 +239,13 @@ func TestQEMUMicroVMEnvironment(t *testing.T) {
 		t.Fatalf("guest echo not seen through the event cursor: %q", seen.String())
 	}
 	var pty wbv1.TerminalSession
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pty"}, &pty))
-	pty.Spec.DesiredState = "Closed"
-	must(t, env.Client.Update(ctx, &pty))
+	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error { // the agent writes status meanwhile
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pty"}, &pty); err != nil {
+			return err
+		}
+		pty.Spec.DesiredState = "Closed"
+		return env.Client.Update(ctx, &pty)
+	}))
 	eventually(t, 30*time.Second, "the guest PTY session closed with cleanup complete", func() (bool, string) {
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pty"}, &pty))
 		done := false
