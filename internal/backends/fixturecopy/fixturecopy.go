@@ -97,13 +97,8 @@ type Backend struct {
 	limits   fixture.Limits
 
 	mu       sync.Mutex
-	locks    map[string]*idLock
+	locks    backends.IDLocks
 	draining map[string]bool
-}
-
-type idLock struct {
-	mu   sync.Mutex
-	refs int
 }
 
 var _ backends.Backend = (*Backend)(nil)
@@ -127,7 +122,7 @@ func New(stateDir string, admitted map[string]string, limits fixture.Limits) *Ba
 		dir:      filepath.Join(abs, FixturesDir),
 		admitted: cp,
 		limits:   limits,
-		locks:    map[string]*idLock{},
+
 		draining: map[string]bool{},
 	}
 }
@@ -138,25 +133,7 @@ func (b *Backend) ID() string { return ID }
 // Dir is the absolute fixtures directory (<stateDir>/fixtures).
 func (b *Backend) Dir() string { return b.dir }
 
-func (b *Backend) lock(id string) func() {
-	b.mu.Lock()
-	l := b.locks[id]
-	if l == nil {
-		l = &idLock{}
-		b.locks[id] = l
-	}
-	l.refs++
-	b.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		b.mu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(b.locks, id)
-		}
-		b.mu.Unlock()
-	}
-}
+func (b *Backend) lock(id string) func() { return b.locks.Lock(id) }
 
 func validID(id string) error {
 	if len(id) == 0 || len(id) > MaxIDBytes || !idPattern.MatchString(id) {

@@ -142,7 +142,7 @@ type Backend struct {
 	digests digestCache
 
 	mu      sync.Mutex
-	locks   map[string]*idLock
+	locks   backends.IDLocks
 	vms     map[string]*vm
 	booting int
 
@@ -153,11 +153,6 @@ type Backend struct {
 	infoOnce    sync.Once
 	qemuVersion string
 	qemuDigest  string
-}
-
-type idLock struct {
-	mu   sync.Mutex
-	refs int
 }
 
 var _ backends.Backend = (*Backend)(nil)
@@ -228,7 +223,7 @@ func New(cfg Config) (*Backend, error) {
 		cfg.SerialMaxBytes = DefaultSerialMaxBytes
 	}
 	b := &Backend{cfg: cfg, vmsDir: filepath.Join(cfg.StateDir, "vms"), qemuBin: qemu, devBin: dev,
-		locks: map[string]*idLock{}, vms: map[string]*vm{}}
+		vms: map[string]*vm{}}
 	if cfg.Accel != AccelAuto {
 		b.accel, b.accelReason = cfg.Accel, "configured"
 	}
@@ -258,25 +253,7 @@ func (b *Backend) VMsDir() string { return b.vmsDir }
 // Binaries returns the resolved QEMU and vsock device paths.
 func (b *Backend) Binaries() (qemu, device string) { return b.qemuBin, b.devBin }
 
-func (b *Backend) lock(id string) func() {
-	b.mu.Lock()
-	l := b.locks[id]
-	if l == nil {
-		l = &idLock{}
-		b.locks[id] = l
-	}
-	l.refs++
-	b.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		b.mu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(b.locks, id)
-		}
-		b.mu.Unlock()
-	}
-}
+func (b *Backend) lock(id string) func() { return b.locks.Lock(id) }
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
