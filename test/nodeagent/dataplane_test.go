@@ -33,6 +33,7 @@ func tokenFor(t *testing.T, ns, name, role string) string {
 	must(t, env.Client.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role}}))
+	must(t, env.WaitAuthorized(ctx, "system:serviceaccount:"+ns+":"+name, ns))
 	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(600))}}
 	must(t, env.Client.SubResource("token").Create(ctx, sa, tr))
 	return tr.Status.Token

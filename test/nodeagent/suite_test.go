@@ -93,6 +93,9 @@ func nodeConfig(ctx context.Context) (*rest.Config, error) {
 	if err := env.Client.Create(ctx, crb); err != nil && !strings.Contains(err.Error(), "already exists") {
 		return nil, err
 	}
+	if err := env.WaitAuthorized(ctx, user, ""); err != nil {
+		return nil, err
+	}
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{webhooks.NodeGroup}}
 	return cfg, nil

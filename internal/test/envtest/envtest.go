@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
@@ -189,8 +190,35 @@ func (e *Env) Bind(ctx context.Context, role, user, namespace string) error {
 	subj := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}
 	ref := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role}
 	name := role + "-" + user
+	var err error
 	if namespace == "" {
-		return e.Client.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name}, Subjects: subj, RoleRef: ref})
+		err = e.Client.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name}, Subjects: subj, RoleRef: ref})
+	} else {
+		err = e.Client.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}, Subjects: subj, RoleRef: ref})
 	}
-	return e.Client.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}, Subjects: subj, RoleRef: ref})
+	if err != nil {
+		return err
+	}
+	return e.WaitAuthorized(ctx, user, namespace)
+}
+
+// WaitAuthorized waits (at most 10 s) until the API server's authorizer has seen a new
+// binding: every workbench role may get terminalcommands, so a SubjectAccessReview for
+// that turns true once the binding is in effect. Tests then never race RBAC propagation.
+func (e *Env) WaitAuthorized(ctx context.Context, user, namespace string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: "get", Group: wbv1.GroupVersion.Group, Resource: "terminalcommands"}}}
+		if err := e.Client.Create(ctx, sar); err != nil {
+			return err
+		}
+		if sar.Status.Allowed {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("binding for %q in %q not in effect after 10s", user, namespace)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
