@@ -101,6 +101,7 @@ const (
 	CodeSessionNotRunning    Code = "session-not-running"   // input, resize or signal to a session that ended
 	CodeSandboxSetupFailed   Code = "sandbox-setup-failed"  // isolation could not be established: nothing ran
 	CodeCleanupIncomplete    Code = "cleanup-incomplete"    // processes of the group may remain
+	CodeCgroupUnavailable    Code = "cgroup-unavailable"    // a required cgroup controller is missing or the group could not be made: nothing ran
 	CodeStartFailed          Code = "start-failed"          // the program could not be started
 	CodeSourceFailed         Code = "source-failed"         // a wait's observed source failed
 	CodeConditionUnreachable Code = "condition-unreachable" // a wait's condition can no longer hold
@@ -139,7 +140,7 @@ var allCodes = []Code{
 	CodeRootInvalid, CodePatchInvalid, CodeSessionMissing, CodeEnvironmentUnavailable,
 	CodeSessionClosed, CodeRootNotAdmitted, CodeNoPTY, CodeWatchUnavailable, CodeWatchCapReached, CodeLandlockUnavailable,
 	CodeInputTooLarge, CodeCommandCapReached, CodeInvalidSpec, CodeSessionExists, CodeSessionNotRunning,
-	CodeSandboxSetupFailed, CodeCleanupIncomplete, CodeStartFailed, CodeSourceFailed, CodeConditionUnreachable, CodeProbeTimedOut,
+	CodeSandboxSetupFailed, CodeCleanupIncomplete, CodeCgroupUnavailable, CodeStartFailed, CodeSourceFailed, CodeConditionUnreachable, CodeProbeTimedOut,
 	CodeImageInvalid, CodeResourcesAboveMax, CodeResourcesInvalid, CodeVMCapReached, CodeBootFailed, CodeBootTimeout,
 	CodeVMNotRunning, CodeEnvironmentIDInvalid, CodeStateDirTooLong,
 }

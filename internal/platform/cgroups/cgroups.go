@@ -433,7 +433,7 @@ func (p Proc) String() string { return fmt.Sprintf("%d(%s)", p.Pid, p.Comm) }
 type KillReport struct {
 	// Found counts the distinct processes found alive in the group and killed.
 	Found int
-	// Procs lists up to MaxReportedProcs of them.
+	// Procs lists them (Summary shows the first MaxReportedProcs).
 	Procs []Proc
 	// Rounds is the number of kill rounds it took.
 	Rounds int
@@ -450,13 +450,13 @@ func (r KillReport) Summary() string {
 	fmt.Fprintf(&b, "killed %d process(es) left in the cgroup", r.Found)
 	if len(r.Procs) > 0 {
 		b.WriteString(": ")
-		for i, p := range r.Procs {
+		for i, p := range r.Procs[:min(len(r.Procs), MaxReportedProcs)] {
 			if i > 0 {
 				b.WriteString(", ")
 			}
 			b.WriteString(p.String())
 		}
-		if r.Found > len(r.Procs) {
+		if r.Found > MaxReportedProcs {
 			b.WriteString(", ...")
 		}
 	}
@@ -602,9 +602,7 @@ func (g *Group) Kill() (KillReport, error) {
 			if !seen[p.Pid] {
 				seen[p.Pid] = true
 				rep.Found++
-				if len(rep.Procs) < MaxReportedProcs {
-					rep.Procs = append(rep.Procs, p)
-				}
+				rep.Procs = append(rep.Procs, p)
 			}
 		}
 		if err != nil {

@@ -513,3 +513,36 @@ func TestSweepRemovesLeftovers(t *testing.T) {
 		t.Fatalf("re-created group inherited %v", pids)
 	}
 }
+
+// StartCmd: the child is born in the group (its first fork too), and no thread of the
+// caller stays there.
+func TestStartCmdBornInGroup(t *testing.T) {
+	m := testManager(t)
+	g, err := m.Create(KindSession, "born", Limits{Pids: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		cmd := exec.Command("/bin/sh", "-c", "/bin/sleep 300 & exec /bin/sleep 301")
+		cmd.WaitDelay = 10 * time.Second
+		if err := g.StartCmd(cmd); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		if !g.Contains(cmd.Process.Pid) {
+			t.Fatalf("round %d: pid %d not in the group", i, cmd.Process.Pid)
+		}
+	}
+	waitMembers(t, g, 40)
+	tasks, _ := os.ReadDir("/proc/self/task")
+	for _, tk := range tasks {
+		b, _ := os.ReadFile("/proc/self/task/" + tk.Name() + "/cgroup")
+		if strings.Contains(string(b), g.Path()) {
+			t.Fatalf("thread %s of the test is still in %s:\n%s", tk.Name(), g.Path(), b)
+		}
+	}
+	rep, err := g.Kill()
+	if err != nil || rep.Found != 40 || !rep.Empty {
+		t.Fatalf("kill %+v %v", rep, err)
+	}
+}
