@@ -42,6 +42,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "SKIP node agent suite: needs root for network namespaces and Landlock sandboxes")
 		os.Exit(0)
 	}
+	// As cmd/node-agent does: orphans of a command are re-parented to the agent, which
+	// reaps them and confirms its groups gone.
+	if err := procexec.EnableSubreaper(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	code, err := run(m)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

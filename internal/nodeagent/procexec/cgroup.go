@@ -38,11 +38,11 @@ func (r *CgroupReport) Summary() string {
 		return ""
 	}
 	parts := []string{}
-	if r.Kill.Found > 0 || !r.Kill.Empty {
-		parts = append(parts, r.Kill.Summary())
-	}
 	if s := r.Stats.Summary(); s != "" {
 		parts = append(parts, s)
+	}
+	if r.Kill.Found > 0 || !r.Kill.Empty {
+		parts = append(parts, r.Kill.Summary())
 	}
 	return strings.Join(parts, "; ")
 }
