@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"slices"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/test/envtest"
+	"sensorium.dev/workbench/internal/test/samples"
 	"sensorium.dev/workbench/webhooks"
 )
 
@@ -44,14 +44,6 @@ func TestMain(m *testing.M) {
 // admissions per kind and benchmark iteration.
 const admissions = 500
 
-func percentile(d []time.Duration, p float64) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[int(p*float64(len(s)-1))]
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
 // BenchmarkAdmissionLatency reports p50/p99 of TerminalCommand admission through the
 // webhook and of the ConfigMap floor, and their ratio. Run with -benchtime=1x.
 func BenchmarkAdmissionLatency(b *testing.B) {
@@ -71,7 +63,7 @@ func BenchmarkAdmissionLatency(b *testing.B) {
 		// Warm both paths (connections, caches, CEL programs); the histogram is read after
 		// the warm-up so only measured admissions count.
 		var before webhookHistograms
-		var cmdLat, cmLat []time.Duration
+		var cmdLat, cmLat samples.Durations
 		for i := -20; i < admissions; i++ {
 			cmd := &wbv1.TerminalCommand{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("c%d", i+20), Namespace: ns.Name}, Spec: wbv1.TerminalCommandSpec{
 				SessionRef: "s", ProfileRef: "git", Argv: []string{"/usr/bin/git", "--no-pager", "status", "--short"}, Cwd: wbv1.CwdAddress{Root: "repo", Path: "src/pkg"},
@@ -110,10 +102,8 @@ func BenchmarkAdmissionLatency(b *testing.B) {
 		b.ReportMetric(1000*h.quantile(0.50), "apiserver-webhook-p50-ms")
 		b.ReportMetric(1000*h.quantile(0.99), "apiserver-webhook-p99-ms")
 		b.ReportMetric(100*h.fractionWithin(0.005), "apiserver-webhook-pct-within-5ms")
-		b.ReportMetric(ms(percentile(cmdLat, 0.50)), "cmd-p50-ms")
-		b.ReportMetric(ms(percentile(cmdLat, 0.99)), "cmd-p99-ms")
-		b.ReportMetric(ms(percentile(cmLat, 0.50)), "floor-p50-ms")
-		b.ReportMetric(ms(percentile(cmLat, 0.99)), "floor-p99-ms")
-		b.ReportMetric(float64(percentile(cmdLat, 0.50))/float64(percentile(cmLat, 0.50)), "p50-ratio")
+		cmdLat.Report(b, "cmd-create")
+		cmLat.Report(b, "floor-create")
+		samples.Ratio(b, "create-to-floor", cmdLat, cmLat)
 	}
 }
