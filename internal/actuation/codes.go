@@ -111,6 +111,7 @@ const (
 	CodeImageInvalid         Code = "image-invalid"          // no boot image, a path outside the node's image dir, a missing or oversized file
 	CodeResourcesAboveMax    Code = "resources-above-max"    // vCPUs or memory above the node's per-VM bounds
 	CodeResourcesInvalid     Code = "resources-invalid"      // vCPUs or memory below what a guest needs
+	CodeResourceNotEnforced  Code = "resource-not-enforced"  // a resource limit the backend cannot enforce (refused, never ignored)
 	CodeVMCapReached         Code = "vm-cap-reached"         // the node runs its maximum number of VMs
 	CodeBootFailed           Code = "boot-failed"            // the VMM or vsock device exited, or the guest refused the boot's binding
 	CodeBootTimeout          Code = "boot-timeout"           // no guest handshake within the boot timeout
@@ -141,7 +142,7 @@ var allCodes = []Code{
 	CodeSessionClosed, CodeRootNotAdmitted, CodeNoPTY, CodeWatchUnavailable, CodeWatchCapReached, CodeLandlockUnavailable,
 	CodeInputTooLarge, CodeCommandCapReached, CodeInvalidSpec, CodeSessionExists, CodeSessionNotRunning,
 	CodeSandboxSetupFailed, CodeCleanupIncomplete, CodeCgroupUnavailable, CodeStartFailed, CodeSourceFailed, CodeConditionUnreachable, CodeProbeTimedOut,
-	CodeImageInvalid, CodeResourcesAboveMax, CodeResourcesInvalid, CodeVMCapReached, CodeBootFailed, CodeBootTimeout,
+	CodeImageInvalid, CodeResourcesAboveMax, CodeResourcesInvalid, CodeResourceNotEnforced, CodeVMCapReached, CodeBootFailed, CodeBootTimeout,
 	CodeVMNotRunning, CodeEnvironmentIDInvalid, CodeStateDirTooLong,
 }
 

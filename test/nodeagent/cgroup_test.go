@@ -7,8 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 )
@@ -65,4 +67,27 @@ func TestCommandCgroupLimitsAndTeardown(t *testing.T) {
 	if c := waitFinal(t, ns, "after"); c.Status.Phase != wbv1.CommandSucceeded {
 		t.Fatalf("the next command: %+v", c.Status)
 	}
+}
+
+// TestEnvironmentDiskLimitRefused: resources.diskMiB is not enforced by any backend of
+// this node, so the Environment is refused (resource-not-enforced), never silently run
+// without it.
+func TestEnvironmentDiskLimitRefused(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
+		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(workDir(t))}},
+		NodeSelector: map[string]string{wbv1.NodeLabel: nodeName},
+		Resources:    &wbv1.EnvironmentResources{DiskMiB: ptr(int32(64))},
+	}}))
+	eventually(t, 30*time.Second, "environment refused with resource-not-enforced", func() (bool, string) {
+		var e wbv1.Environment
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+		for _, c := range e.Status.Conditions {
+			if c.Type == wbv1.ConditionReady && c.Status == metav1.ConditionFalse && strings.HasPrefix(c.Message, "resource-not-enforced: resources.diskMiB") {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v", e.Status)
+	})
 }

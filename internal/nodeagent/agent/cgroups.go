@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/nodeagent/store"
 	"sensorium.dev/workbench/internal/platform/cgroups"
 )
@@ -53,6 +55,27 @@ func environmentLimits(env *wbv1.Environment) cgroups.Limits {
 		l.CPUMillis = int64(deref(res.VCPUs)) * 1000
 	}
 	return l
+}
+
+// unenforcedResources refuses (resource-not-enforced) an Environment that asks for a limit
+// its backend cannot enforce, instead of accepting and ignoring it:
+//   - diskMiB on every backend: cgroups have no disk-space controller, host-local roots
+//     are the operator's own directories, fixture-copy copies live on the node's state
+//     filesystem without per-environment quotas, and the VM backend boots from an
+//     initramfs with no disk;
+//   - pids on qemu-microvm.v1: the guest's process count is not bounded by the host (the
+//     VMM's own cgroup bounds QEMU's threads, not the guest's processes).
+//
+// pids, memoryMiB and vcpus on host-local and fixture-copy.v1 bound every command and
+// session through its cgroup (environmentLimits).
+func unenforcedResources(backend string, s backends.Spec) (code, msg string) {
+	switch {
+	case s.DiskMiB > 0:
+		return string(actuation.CodeResourceNotEnforced), fmt.Sprintf("resources.diskMiB (%d) is not enforced by %s on this node; leave it unset", s.DiskMiB, backend)
+	case s.PIDs > 0 && backend != string(wbv1.BackendHostLocal) && backend != string(wbv1.BackendFixtureCopy):
+		return string(actuation.CodeResourceNotEnforced), fmt.Sprintf("resources.pids (%d) is not enforced inside %s guests; leave it unset", s.PIDs, backend)
+	}
+	return "", ""
 }
 
 // hostEnforcement is BackendCapability.resourceEnforcement for the host backends:

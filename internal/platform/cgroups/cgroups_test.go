@@ -450,7 +450,8 @@ func TestMemoryStormOOMKilledInGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("stats %+v", st)
-	if st.OOMKills < 1 || st.MemoryPeakBytes > 64<<20 || st.MemoryPeakBytes < 32<<20 {
+	// The peak may pass the limit by a few pages charged while the kernel reclaims.
+	if st.OOMKills < 1 || st.MemoryPeakBytes > 65<<20 || st.MemoryPeakBytes < 32<<20 {
 		t.Fatalf("stats %+v: want an OOM kill and a peak near the 64 MiB limit", st)
 	}
 	if !strings.Contains(st.Summary(), "OOM-killed at the cgroup memory limit of 67108864 bytes") {
@@ -544,5 +545,76 @@ func TestStartCmdBornInGroup(t *testing.T) {
 	rep, err := g.Kill()
 	if err != nil || rep.Found != 40 || !rep.Empty {
 		t.Fatalf("kill %+v %v", rep, err)
+	}
+}
+
+// TestV2KillAndBirthOnUnifiedMount exercises the v2 mechanisms that need no controller
+// (CLONE_INTO_CGROUP birth, cgroup.procs, cgroup.kill, the cgroup.events wait, rmdir) on a
+// real cgroup2 mount: the hybrid machines' /sys/fs/cgroup/unified, or /sys/fs/cgroup
+// itself on a v2 node. The limits need controllers and are covered where the node has them.
+func TestV2KillAndBirthOnUnifiedMount(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("cgroup tests need root (CI runs as root)")
+	}
+	root := ""
+	for _, r := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		var st unix.Statfs_t
+		if unix.Statfs(r, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+			root = r
+			break
+		}
+	}
+	if root == "" {
+		t.Skip("no cgroup2 mount on this machine")
+	}
+	parent := fmt.Sprintf("workbench-test-%d-v2", os.Getpid())
+	m := &Manager{mode: ModeV2, root: root, parent: parent, have: map[Controller]bool{}}
+	g := &Group{m: m, name: "cmd-v2"}
+	if err := os.MkdirAll(g.dir(""), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = g.Kill()
+		_ = g.Delete()
+		_ = unix.Rmdir(filepath.Join(root, parent))
+	})
+	if got := detectMode(root); got != ModeV2 {
+		t.Fatalf("detectMode(%s) = %s", root, got)
+	}
+	cmd := exec.Command("/bin/sh", "-c", "/usr/bin/setsid /bin/sleep 300 & /bin/sleep 300 & exec /bin/sleep 301")
+	cmd.WaitDelay = 10 * time.Second
+	if err := g.StartCmd(cmd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	if !g.Contains(cmd.Process.Pid) {
+		t.Fatalf("pid %d not born in %s", cmd.Process.Pid, g.dir(""))
+	}
+	waitMembers(t, g, 3)
+	rep, err := g.Kill()
+	if err != nil || !rep.Empty || rep.Found != 3 {
+		t.Fatalf("v2 kill: %+v %v", rep, err)
+	}
+	if err := cmd.Wait(); err == nil {
+		t.Fatal("the leader survived cgroup.kill")
+	}
+	if err := g.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(g.dir("")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("group dir still there: %v", err)
+	}
+	// Without pids, memory and cpu in cgroup.controllers, a v2 manager is unavailable.
+	mm, err := NewManager(Config{Root: root, Parent: parent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mm.Mode() != ModeV2 {
+		t.Fatalf("mode %s", mm.Mode())
+	}
+	b, _ := os.ReadFile(filepath.Join(root, "cgroup.controllers"))
+	full := strings.Contains(string(b), "pids") && strings.Contains(string(b), "memory") && strings.Contains(string(b), "cpu")
+	if mm.Available() != full {
+		t.Fatalf("available %v with controllers %q", mm.Available(), b)
 	}
 }
