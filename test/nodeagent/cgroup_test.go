@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -21,6 +22,12 @@ import (
 // both, and the node keeps serving.
 func TestCommandCgroupLimitsAndTeardown(t *testing.T) {
 	ctx := context.Background()
+	// As cmd/node-agent does, the (in-process) agent is a child subreaper for this test:
+	// orphans of a command are re-parented to it, so it reaps them and confirms the
+	// command's process group gone. Only for this test: TestCrashRecovery needs the
+	// orphans of a killed agent process to go to init.
+	must(t, unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))
+	t.Cleanup(func() { _ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) })
 	ns := namespace(t)
 	dir := workDir(t)
 	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
