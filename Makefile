@@ -94,6 +94,10 @@ vet: ## Run go vet against code.
 control-plane: ## Build etcd, kube-apiserver and kubectl from the Go module proxy into bin/k8s/ (cached; ~10 min the first time).
 	hack/build-control-plane.sh all
 
+.PHONY: node-components
+node-components: ## Build kube-controller-manager, kube-scheduler, kubelet and kube-proxy from the Go module proxy into bin/k8s/ (cached; for run-cluster and test-e2e).
+	hack/build-control-plane.sh node
+
 .PHONY: test
 test: control-plane verify-generated vet ## Run all tests against a real API server (envtest with the binaries from `make control-plane`).
 	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh path)" go test ./... -count=1 -timeout 30m $(TEST_FLAGS)
@@ -141,6 +145,14 @@ test-e2e: ## Run the e2e tests (kind + Docker; skipped with a message where `doc
 build: ## Build the binaries under cmd/ (manager, node-agent, kubectl-workbench) into bin/.
 	@if ! ls cmd/*/main.go >/dev/null 2>&1; then echo "build: no cmd/*/main.go yet"; exit 0; fi; \
 	go build -o bin/ ./cmd/...
+
+# Where `make images` writes the image tarballs, and their tag.
+IMAGES_DIR ?= bin/images
+IMAGE_TAG ?= latest
+
+.PHONY: images
+images: ## Build the image tarballs without Docker (hack/images, go-containerregistry): manager (controller:TAG), node-agent, workbench-pause into IMAGES_DIR.
+	go run ./hack/images -out $(IMAGES_DIR) -tag $(IMAGE_TAG)
 
 .PHONY: docker-build
 docker-build: ## Build the manager image IMG and the node agent image NODE_AGENT_IMG (needs Docker; not available on the dev/CI machines).
