@@ -173,6 +173,10 @@ docker-push: ## Push the manager and node agent images (needs Docker).
 run-local: ## Start the embedded default on loopback: etcd + kube-apiserver + CRDs/RBAC/webhooks + manager, samples applied (hack/local-up.sh).
 	hack/local-up.sh
 
+.PHONY: check-local
+check-local: ## Against a running run-local: garbage collection and namespace deletion work (hack/local-check.sh).
+	hack/local-check.sh
+
 .PHONY: down-local
 down-local: ## Stop everything `make run-local` started (hack/local-down.sh).
 	hack/local-down.sh
