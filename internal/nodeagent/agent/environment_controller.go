@@ -30,9 +30,12 @@ const inspectInterval = time.Minute
 
 type environmentReconciler struct{ a *Agent }
 
+// environmentOwned is what the node writes of an Environment's status: its own conditions
+// and the source generation. The phase and the health conditions are derived from all
+// conditions by the manager, their one writer.
 func environmentOwned(s *wbv1.EnvironmentStatus) wbv1.EnvironmentStatus {
 	return wbv1.EnvironmentStatus{
-		Phase: s.Phase, SourceGeneration: s.SourceGeneration,
+		SourceGeneration: s.SourceGeneration,
 		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionReady, wbv1.ConditionCleanupComplete, wbv1.ConditionDegraded),
 	}
 }
@@ -166,13 +169,13 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			next.SourceGeneration = spec.Generation
 		}
 	}
-	next.Phase = wbv1.EnvironmentPhaseFor(all, !env.DeletionTimestamp.IsZero())
+	before, after := env.Status.Phase, wbv1.EnvironmentPhaseFor(all, !env.DeletionTimestamp.IsZero())
 	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"environment", &env, cur, next)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if wrote && cur.Phase != next.Phase {
-		a.recordEvent(&env, corev1.EventTypeNormal, "Phase"+string(next.Phase), "Environment is "+string(next.Phase)+" on node "+a.cfg.NodeName)
+	if wrote && before != after {
+		a.recordEvent(&env, corev1.EventTypeNormal, "Phase"+string(after), "Environment is "+string(after)+" on node "+a.cfg.NodeName)
 	}
 	return result, nil
 }
