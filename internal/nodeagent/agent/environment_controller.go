@@ -36,7 +36,7 @@ type environmentReconciler struct{ a *Agent }
 func environmentOwned(s *wbv1.EnvironmentStatus) wbv1.EnvironmentStatus {
 	return wbv1.EnvironmentStatus{
 		SourceGeneration: s.SourceGeneration,
-		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionReady, wbv1.ConditionCleanupComplete, wbv1.ConditionDegraded),
+		Conditions:       statusapply.Owned(s.Conditions, wbv1.ConditionReady, wbv1.ConditionCleanupComplete, wbv1.ConditionDegraded),
 	}
 }
 
@@ -102,7 +102,8 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			set(wbv1.ConditionReady, false, wbv1.ReasonDraining, "draining: stopping commands and closing sessions")
 			a.drainEnvironment(ctx, spec.ID)
 			if _, err := b.Drain(ctx, spec); err != nil {
-				return ctrl.Result{}, fmt.Errorf("draining environment %s/%s: %w", env.Namespace, env.Name, err)
+				// Nothing left to drain (no VM runs) must not block the teardown.
+				ctrl.LoggerFrom(ctx).Info("Drain before teardown failed; tearing down", "environment", req.NamespacedName, "error", err.Error())
 			}
 			if env.Spec.Teardown == nil || *env.Spec.Teardown != wbv1.TeardownRetainArtifacts {
 				if err := a.expireArtifactsOf(ctx, &env); err != nil {
