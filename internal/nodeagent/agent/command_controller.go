@@ -309,9 +309,9 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		return err
 	}
 	core, intent := convert.Profile(&prof.Spec), convert.Intent(&cmd.Spec)
-	// Defence in depth: the same core rules the webhook and the gate ran, at the edge.
-	if refs := append(actuation.ValidateArgvShape(intent.Argv), actuation.ValidateIntentAgainstProfile(core, intent)...); len(refs) > 0 {
-		p.refuse(string(refs[0].Code), refs[0].Message)
+	// Defence in depth: admission again, at the edge, against the effective profile.
+	if ref := admitAtNode(cmd, &prof, &env); ref != nil {
+		p.refuse(string(ref.Code), ref.Message)
 		return nil
 	}
 	envVars, ref := actuation.CuratedEnv(core, intent.Env)
