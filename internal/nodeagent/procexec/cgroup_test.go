@@ -227,3 +227,28 @@ func TestCgroupUnavailableFailsClosed(t *testing.T) {
 		t.Fatalf("the program ran without its cgroup: %v", err)
 	}
 }
+
+// BenchmarkProcexecTrueCgroup is BenchmarkProcexecTrue with a cgroup per command (create,
+// move, teardown kill, remove): compare the two in the same run for the cgroup's cost.
+func BenchmarkProcexecTrueCgroup(b *testing.B) {
+	requireSandbox(b)
+	parent := fmt.Sprintf("workbench-bench-%d", os.Getpid())
+	m, err := cgroups.NewManager(cgroups.Config{Parent: parent})
+	if err != nil || !m.Available() {
+		b.Skipf("no usable cgroups: %v", err)
+	}
+	b.Cleanup(func() {
+		_, _ = m.Sweep(nil)
+		for _, c := range []string{"", "pids", "memory", "cpu", "freezer"} {
+			_ = unix.Rmdir(filepath.Join("/sys/fs/cgroup", c, parent))
+		}
+	})
+	r := NewRunner(Limits{Cgroups: m})
+	ctx := context.Background()
+	for b.Loop() {
+		res, err := r.Run(ctx, Spec{Argv: []string{"/bin/true"}})
+		if err != nil || res.ExitCode != 0 || res.Cgroup == nil || !res.Cgroup.Removed {
+			b.Fatal(res, err)
+		}
+	}
+}
