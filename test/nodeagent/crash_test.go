@@ -148,7 +148,11 @@ func TestCrashRecovery(t *testing.T) {
 	if left := findProcess("/bin/sleep", "301.25"); len(left) != 0 {
 		t.Fatalf("orphan processes after recovery: %v", left)
 	}
-	if ents, _ := os.ReadDir(filepath.Join(state, "tmp")); len(ents) != 0 {
+	ents, err := os.ReadDir(filepath.Join(state, "tmp"))
+	if err != nil {
+		t.Fatalf("cannot check for leaked temp roots: %v", err)
+	}
+	if len(ents) != 0 {
 		t.Fatalf("leaked temp roots: %v", ents)
 	}
 	var s wbv1.TerminalSession
