@@ -6,10 +6,12 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -164,16 +166,31 @@ func TestGoldenJSON(t *testing.T) {
 
 var (
 	generated = regexp.MustCompile(`-[bcdfghjklmnpqrstvwxz2456789]{5}\b`)
+	uuid      = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 	volatile  = map[string]bool{"creationTimestamp": true, "resourceVersion": true, "uid": true, "lastTransitionTime": true,
 		"startTime": true, "completionTime": true, "expiresAt": true, "decidedAt": true, "observedAt": true, "time": true,
 		"commandID": true, "lastHeartbeatTime": true, "retainedUntil": true, "planDigest": true}
 )
 
+// normalize blanks volatile fields. Conditions become sorted "Type=Status" strings: their
+// reasons and messages belong to the controllers (whose own tests pin them), not to the
+// CLI's output format.
 func normalize(v any) any {
 	switch x := v.(type) {
 	case map[string]any:
 		delete(x, "managedFields")
 		for k, val := range x {
+			if conds, ok := val.([]any); ok && k == "conditions" {
+				var out []string
+				for _, c := range conds {
+					if m, ok := c.(map[string]any); ok {
+						out = append(out, fmt.Sprintf("%v=%v", m["type"], m["status"]))
+					}
+				}
+				sort.Strings(out)
+				x[k] = out
+				continue
+			}
 			if volatile[k] {
 				x[k] = "<volatile>"
 				continue
@@ -201,6 +218,7 @@ func golden(t *testing.T, name, ns, dir string, r result, code int) {
 	must(t, err)
 	s := strings.ReplaceAll(string(b), dir, "<repo>")
 	s = strings.ReplaceAll(s, ns, "<namespace>")
+	s = uuid.ReplaceAllString(s, "<uid>")
 	s = generated.ReplaceAllString(s, "-xxxxx") + "\n"
 	path := filepath.Join("testdata", name+".json")
 	if *update {
