@@ -104,9 +104,10 @@ func (r *commandReconciler) startGuest(p *cmdPass, g guestBackend, envUID string
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(args.TimeoutMS)*time.Millisecond+guestReportGrace)
 	a.mu.Lock()
-	a.commands[string(cmd.UID)] = &liveCommand{started: now.Time, cancel: cancel}
+	seqFrom := rg.LastSeq() + 1
+	a.commands[string(cmd.UID)] = &liveCommand{started: now.Time, cancel: cancel, finished: make(chan struct{}), out: rg, seqFrom: seqFrom}
 	a.mu.Unlock()
-	go a.awaitGuestCommand(ctx, cancel, cmd.DeepCopy(), g, envUID, args, rg, rg.LastSeq()+1, now.Time)
+	go a.awaitGuestCommand(ctx, cancel, cmd.DeepCopy(), g, envUID, args, rg, seqFrom, now.Time)
 	p.next.StartTime, p.next.NodeName = &now, a.cfg.NodeName
 	p.set(wbv1.ConditionStarted, true, "Started", "dispatched to the guest agent of the environment's VM (no network, no host share)")
 	return nil
@@ -168,6 +169,9 @@ func (a *Agent) awaitGuestCommand(ctx context.Context, cancel context.CancelFunc
 	a.mu.Lock()
 	if lc := a.commands[string(cmd.UID)]; lc != nil {
 		lc.result = o
+		if lc.finished != nil {
+			close(lc.finished)
+		}
 	}
 	a.mu.Unlock()
 	a.commandFinished()
