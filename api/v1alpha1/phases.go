@@ -102,3 +102,118 @@ func ConsentDecisionFor(conds []metav1.Condition) ConsentDecision {
 	}
 	return DecisionPending
 }
+
+// SessionPhaseIsFinal says whether a session has ended (nothing of it runs any more).
+func SessionPhaseIsFinal(p SessionPhase) bool {
+	switch p {
+	case SessionClosed, SessionFailed, SessionExpired, SessionKilled:
+		return true
+	}
+	return false
+}
+
+// The cleanup finalizer (CleanupFinalizer) keeps an object while its node may still hold
+// something for it: an environment's copy or VM, a session's PTY, a running command's
+// process group, an artifact's blob. The manager adds it and releases it; the node agent
+// never writes metadata, it reports through its own status conditions that it holds nothing
+// more. The predicates below are that report, one per kind.
+
+// EnvironmentReleased says the node holds nothing more for the environment: its teardown
+// reported CleanupComplete, or it was never placed on a node.
+func EnvironmentReleased(e *Environment) bool {
+	return e.Status.NodeName == "" || isTrue(e.Status.Conditions, ConditionCleanupComplete)
+}
+
+// SessionReleased says the node holds nothing more for the session.
+func SessionReleased(s *TerminalSession) bool {
+	return s.Labels[NodeLabel] == "" || SessionPhaseIsFinal(s.Status.Phase) || isTrue(s.Status.Conditions, ConditionCleanupComplete)
+}
+
+// CommandReleased says no process runs or will run for the command: it has its outcome, or
+// it was never admitted (the node runs admitted commands only).
+func CommandReleased(c *TerminalCommand) bool {
+	return c.Labels[NodeLabel] == "" || CommandIsFinal(c.Status.Conditions) || !isTrue(c.Status.Conditions, ConditionAdmitted)
+}
+
+// ArtifactReleased says the node holds no blob for the artifact (it never stored one, or
+// it reported the blob's removal).
+func ArtifactReleased(a *Artifact) bool {
+	return a.Labels[NodeLabel] == "" || a.Status.Digest == "" || isTrue(a.Status.Conditions, ConditionCleanupComplete)
+}
+
+// Health conditions (the kstatus conventions that Flux, Argo CD and `kubectl wait`-style
+// tools read): Reconciling=True while work is pending, Stalled=True when the object reached
+// an outcome that is not what was asked for and no further reconciliation will change it.
+// Neither is set (both False) when the object is where its spec wants it.
+const (
+	ConditionReconciling = "Reconciling"
+	ConditionStalled     = "Stalled"
+)
+
+// Health is the kstatus summary of one phase.
+type Health string
+
+// Health values.
+const (
+	HealthProgressing Health = "Progressing" // Reconciling=True
+	HealthCurrent     Health = "Current"     // both False
+	HealthStalled     Health = "Stalled"     // Stalled=True
+)
+
+// CommandHealth: pending, held for consent or running is progress; only Succeeded is the
+// outcome asked for; every other outcome is final and not a success.
+func CommandHealth(p CommandPhase) Health {
+	switch p {
+	case CommandSucceeded:
+		return HealthCurrent
+	case CommandFailed, CommandTimedOut, CommandCancelled, CommandRefused:
+		return HealthStalled
+	}
+	return HealthProgressing
+}
+
+// SessionHealth: a session is current while it serves, and when it closed as asked
+// (desiredState Closed); a session that failed, was killed or expired without being asked
+// to close is stalled.
+func SessionHealth(p SessionPhase, closeRequested bool) Health {
+	switch p {
+	case SessionRunning, SessionIdle:
+		return HealthCurrent
+	case SessionClosed:
+		if closeRequested {
+			return HealthCurrent
+		}
+		return HealthStalled
+	case SessionFailed, SessionKilled, SessionExpired:
+		return HealthStalled
+	}
+	return HealthProgressing
+}
+
+// EnvironmentHealth: Ready is current; allocating and draining are progress; a failed,
+// expired or closed environment serves nothing any more.
+func EnvironmentHealth(p EnvironmentPhase) Health {
+	switch p {
+	case EnvironmentReady:
+		return HealthCurrent
+	case EnvironmentFailed, EnvironmentExpired, EnvironmentClosed:
+		return HealthStalled
+	}
+	return HealthProgressing
+}
+
+// HealthConditions returns the Reconciling and Stalled conditions for h; reason is the
+// phase (CamelCase), message says why.
+func HealthConditions(h Health, reason, message string, generation int64) []metav1.Condition {
+	if reason == "" {
+		reason = "Pending"
+	}
+	mk := func(t string, on bool) metav1.Condition {
+		s := metav1.ConditionFalse
+		if on {
+			s = metav1.ConditionTrue
+		}
+		return metav1.Condition{Type: t, Status: s, Reason: reason, Message: message, ObservedGeneration: generation}
+	}
+	return []metav1.Condition{mk(ConditionReconciling, h == HealthProgressing), mk(ConditionStalled, h == HealthStalled)}
+}

@@ -23,7 +23,6 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/nodeagent/artifacts"
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/nodeagent/procexec"
 	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/nodeagent/store"
@@ -54,7 +53,7 @@ type Agent struct {
 	recovery  []wbv1.RecoveryAction
 	waits     int
 	dataPlane *wbv1.DataPlane
-	roots     map[string]*fsaccess.Root // open roots served by the data plane, by directory
+	pins      map[string]map[string]*pinnedRoot // environment UID → root name → its pinned directory (roots.go)
 	recorder  events.EventRecorder
 
 	// wake re-queues objects from goroutines (command exits, session phase changes).
@@ -69,6 +68,8 @@ type Agent struct {
 	watcher   *waits.FileWatcher   // inotify, opened by the first file wait
 	blobs     *artifacts.Store     // <stateDir>/artifacts
 	wakeWaits chan event.GenericEvent
+	// sweepArtifacts kicks the artifact retention sweep (retention.go).
+	sweepArtifacts chan struct{}
 }
 
 // Options tune an agent for tests and embedding.
@@ -124,17 +125,18 @@ func New(cfg Config, opts Options) (*Agent, error) {
 			Sessions: caps.Sessions, SessionsPerEnvironment: caps.SessionsPerEnvironment, ReaderTasks: caps.ReaderTasks,
 			InputQueueDepth: caps.InputQueueDepth, EventBufferDepth: caps.EventBufferDepth,
 		}),
-		runner:       procexec.NewRunner(procexec.Limits{MaxConcurrent: caps.ConcurrentCommands, TempBase: filepath.Join(cfg.StateDir, "tmp"), HelperPath: sandboxHelper(cfg, opts)}),
-		envs:         map[string]*liveEnv{},
-		sess:         map[string]*liveSession{},
-		commands:     map[string]*liveCommand{},
-		roots:        map[string]*fsaccess.Root{},
-		wakeCommands: make(chan event.GenericEvent, 1024),
-		wakeSessions: make(chan event.GenericEvent, 1024),
-		engine:       waits.NewEngine(waits.Caps{PendingWaits: caps.PendingWaits}),
-		liveWaits:    map[string]*liveWait{},
-		blobs:        blobs,
-		wakeWaits:    make(chan event.GenericEvent, 1024),
+		runner:         procexec.NewRunner(procexec.Limits{MaxConcurrent: caps.ConcurrentCommands, TempBase: filepath.Join(cfg.StateDir, "tmp"), HelperPath: sandboxHelper(cfg, opts)}),
+		envs:           map[string]*liveEnv{},
+		sess:           map[string]*liveSession{},
+		commands:       map[string]*liveCommand{},
+		pins:           map[string]map[string]*pinnedRoot{},
+		wakeCommands:   make(chan event.GenericEvent, 1024),
+		wakeSessions:   make(chan event.GenericEvent, 1024),
+		engine:         waits.NewEngine(waits.Caps{PendingWaits: caps.PendingWaits}),
+		liveWaits:      map[string]*liveWait{},
+		blobs:          blobs,
+		wakeWaits:      make(chan event.GenericEvent, 1024),
+		sweepArtifacts: make(chan struct{}, 1),
 	}
 	return a, nil
 }
@@ -193,6 +195,9 @@ func (a *Agent) Run(ctx context.Context, cfg *rest.Config) error {
 		}
 		return a.publishLoop(ctx)
 	})); err != nil {
+		return err
+	}
+	if err := mgr.Add(managerRunnable(a.artifactSweepLoop)); err != nil {
 		return err
 	}
 	log.Info("Starting node agent", "version", Version, "backends", a.backends.IDs())

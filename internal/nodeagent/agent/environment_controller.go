@@ -30,10 +30,13 @@ const inspectInterval = time.Minute
 
 type environmentReconciler struct{ a *Agent }
 
+// environmentOwned is what the node writes of an Environment's status: its own conditions
+// and the source generation. The phase and the health conditions are derived from all
+// conditions by the manager, their one writer.
 func environmentOwned(s *wbv1.EnvironmentStatus) wbv1.EnvironmentStatus {
 	return wbv1.EnvironmentStatus{
-		Phase: s.Phase, SourceGeneration: s.SourceGeneration,
-		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionReady, wbv1.ConditionCleanupComplete, wbv1.ConditionDegraded),
+		SourceGeneration: s.SourceGeneration,
+		Conditions:       statusapply.Owned(s.Conditions, wbv1.ConditionReady, wbv1.ConditionCleanupComplete, wbv1.ConditionDegraded),
 	}
 }
 
@@ -81,10 +84,33 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	b, ok := a.backends.Get(string(env.Spec.Backend))
 	spec := specFor(&env)
 	result := ctrl.Result{RequeueAfter: inspectInterval}
+	deleting := !env.DeletionTimestamp.IsZero()
 	switch {
+	case deleting && condTrue(all, wbv1.ConditionCleanupComplete):
+		return ctrl.Result{}, nil // reported; the manager releases the finalizer
+	case deleting && !ok:
+		// No backend of that id here: this node never allocated anything for it.
+		set(wbv1.ConditionCleanupComplete, true, "NothingHeld", "node "+a.cfg.NodeName+" holds nothing for this environment")
+		set(wbv1.ConditionReady, false, wbv1.ReasonClosed, "environment is Closed")
+		result = ctrl.Result{}
 	case !ok:
 		set(wbv1.ConditionReady, false, wbv1.ReasonFailed, fmt.Sprintf("capability-mismatch: backend %s is not available on node %s", env.Spec.Backend, a.cfg.NodeName))
-	case condTrue(all, wbv1.ConditionExpired) || !env.DeletionTimestamp.IsZero():
+	case condTrue(all, wbv1.ConditionExpired) || deleting:
+		if deleting {
+			// reconcileDelete: drain (stop the environment's commands, close its sessions),
+			// then tear down per spec.teardown.
+			set(wbv1.ConditionReady, false, wbv1.ReasonDraining, "draining: stopping commands and closing sessions")
+			a.drainEnvironment(ctx, spec.ID)
+			if _, err := b.Drain(ctx, spec); err != nil {
+				// Nothing left to drain (no VM runs) must not block the teardown.
+				ctrl.LoggerFrom(ctx).Info("Drain before teardown failed; tearing down", "environment", req.NamespacedName, "error", err.Error())
+			}
+			if env.Spec.Teardown == nil || *env.Spec.Teardown != wbv1.TeardownRetainArtifacts {
+				if err := a.expireArtifactsOf(ctx, &env); err != nil {
+					return ctrl.Result{}, err
+				}
+			}
+		}
 		st, err := b.Teardown(ctx, spec)
 		a.forgetEnv(spec.ID)
 		if err != nil || len(st.Residue) > 0 {
@@ -93,7 +119,9 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			result.RequeueAfter = 10 * time.Second
 		} else {
 			set(wbv1.ConditionCleanupComplete, true, "TornDown", "backend resources removed")
-			_ = a.store.Environments().Delete(spec.ID)
+			if err := a.store.Environments().Delete(spec.ID); err != nil {
+				return ctrl.Result{}, fmt.Errorf("deleting the store record of environment %s/%s: %w", env.Namespace, env.Name, err)
+			}
 			result = ctrl.Result{}
 		}
 		reason := wbv1.ReasonExpired
@@ -111,6 +139,11 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 		rec := store.Environment{UID: spec.ID, Namespace: env.Namespace, Name: env.Name, Backend: b.ID(), RootPaths: map[string]string{},
 			Phase: string(backends.PhaseAllocating), UpdatedAt: time.Now()}
+		if old, found, err := a.store.Environments().Get(spec.ID); err != nil {
+			return ctrl.Result{}, err
+		} else if found {
+			rec.RootIdentities = old.RootIdentities // pinned by an earlier pass or process
+		}
 		for _, root := range spec.Roots {
 			rec.RootPaths[root.Name] = root.HostPath
 		}
@@ -126,8 +159,27 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			a.recordEvent(&env, corev1.EventTypeWarning, "AllocationFailed", err.Error())
 			break
 		}
+		if st.Phase == backends.PhaseReady {
+			ids, err := a.pinRoots(spec.ID, st.Roots, rec.RootIdentities)
+			if err != nil {
+				a.forgetEnv(spec.ID)
+				code := codeOf(err)
+				if code == "" {
+					code = string(actuation.CodeRootInvalid)
+				}
+				rec.Phase = string(backends.PhaseFailed)
+				_ = a.store.Environments().Put(rec)
+				msg := fmt.Sprintf("%s: %v", code, err)
+				set(wbv1.ConditionReady, false, wbv1.ReasonFailed, msg)
+				a.recordEvent(&env, corev1.EventTypeWarning, "RootChanged", msg)
+				break
+			}
+			rec.RootIdentities = ids
+		}
 		rec.Phase = string(st.Phase)
-		_ = a.store.Environments().Put(rec)
+		if err := a.store.Environments().Put(rec); err != nil {
+			return ctrl.Result{}, fmt.Errorf("recording environment %s/%s: %w", env.Namespace, env.Name, err)
+		}
 		a.rememberEnv(spec, st)
 		if st.Phase == backends.PhaseReady {
 			set(wbv1.ConditionReady, true, "Ready", fmt.Sprintf("%s environment ready with %d roots", b.ID(), len(st.Roots)))
@@ -140,13 +192,13 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			next.SourceGeneration = spec.Generation
 		}
 	}
-	next.Phase = wbv1.EnvironmentPhaseFor(all, !env.DeletionTimestamp.IsZero())
+	before, after := env.Status.Phase, wbv1.EnvironmentPhaseFor(all, !env.DeletionTimestamp.IsZero())
 	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"environment", &env, cur, next)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if wrote && cur.Phase != next.Phase {
-		a.recordEvent(&env, corev1.EventTypeNormal, "Phase"+string(next.Phase), "Environment is "+string(next.Phase)+" on node "+a.cfg.NodeName)
+	if wrote && before != after {
+		a.recordEvent(&env, corev1.EventTypeNormal, "Phase"+string(after), "Environment is "+string(after)+" on node "+a.cfg.NodeName)
 	}
 	return result, nil
 }
@@ -183,14 +235,7 @@ func (a *Agent) rememberEnv(spec backends.Spec, st backends.Status) {
 func (a *Agent) forgetEnv(id string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if e := a.envs[id]; e != nil {
-		for _, r := range e.status.Roots {
-			if open := a.roots[r.Path]; open != nil {
-				_ = open.Close()
-				delete(a.roots, r.Path)
-			}
-		}
-	}
+	a.unpinRootsLocked(id)
 	delete(a.envs, id)
 }
 
@@ -258,4 +303,60 @@ func (a *Agent) resolveBootImage(ctx context.Context, env *wbv1.Environment, spe
 		return "", "", nil
 	}
 	return code, fmt.Sprintf("ImageManifest %s has no direct-kernel %s variant with a kernel and an initrd for %s", im.Name, env.Spec.Backend, arch), nil
+}
+
+// drainEnvironment stops the environment's running commands and closes its sessions, and
+// waits (bounded by drainWait) for the commands' outcomes to be recorded.
+func (a *Agent) drainEnvironment(ctx context.Context, envUID string) {
+	stopped := a.stopCommands(func(lc *liveCommand) bool { return lc.envUID == envUID })
+	a.mu.Lock()
+	var sessions []string
+	for uid, s := range a.sess {
+		if s.envUID == envUID && !s.closed {
+			sessions = append(sessions, uid)
+		}
+	}
+	a.mu.Unlock()
+	for _, uid := range sessions {
+		a.closeSession(ctx, uid, false)
+	}
+	t := time.NewTimer(drainWait)
+	defer t.Stop()
+	for _, lc := range stopped {
+		if lc.finished == nil {
+			continue // a guest command: cancelling it ended its wait
+		}
+		select {
+		case <-lc.finished:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// drainWait bounds how long a drain waits for stopped commands to record their outcomes.
+const drainWait = 10 * time.Second
+
+// expireArtifactsOf ends the retention of the artifacts of an environment deleted with
+// teardown Delete: their retainedUntil becomes now, and the artifact sweep removes the blobs.
+func (a *Agent) expireArtifactsOf(ctx context.Context, env *wbv1.Environment) error {
+	var list wbv1.ArtifactList
+	if err := a.client.List(ctx, &list, client.InNamespace(env.Namespace)); err != nil {
+		return fmt.Errorf("listing artifacts of environment %s/%s: %w", env.Namespace, env.Name, err)
+	}
+	now := metav1.Now()
+	for i := range list.Items {
+		art := &list.Items[i]
+		if art.Spec.EnvironmentRef != wbv1.ObjectName(env.Name) || art.Status.Digest == "" ||
+			(art.Status.RetainedUntil != nil && !art.Status.RetainedUntil.After(now.Time)) {
+			continue
+		}
+		if err := a.expireArtifact(ctx, art, now, "the environment was deleted with teardown Delete"); err != nil {
+			return err
+		}
+	}
+	a.kickArtifactSweep()
+	return nil
 }

@@ -10,6 +10,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
 	"sensorium.dev/workbench/internal/actuation"
@@ -105,7 +107,8 @@ func (r *commandReconciler) startGuest(p *cmdPass, g guestBackend, envUID string
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(args.TimeoutMS)*time.Millisecond+guestReportGrace)
 	a.mu.Lock()
 	seqFrom := rg.LastSeq() + 1
-	a.commands[string(cmd.UID)] = &liveCommand{started: now.Time, cancel: cancel, finished: make(chan struct{}), out: rg, seqFrom: seqFrom}
+	a.commands[string(cmd.UID)] = &liveCommand{key: client.ObjectKeyFromObject(cmd), envUID: envUID, started: now.Time, cancel: cancel,
+		finished: make(chan struct{}), out: rg, seqFrom: seqFrom}
 	a.mu.Unlock()
 	go a.awaitGuestCommand(ctx, cancel, cmd.DeepCopy(), g, envUID, args, rg, seqFrom, now.Time)
 	p.next.StartTime, p.next.NodeName = &now, a.cfg.NodeName
@@ -165,15 +168,7 @@ func (a *Agent) awaitGuestCommand(ctx context.Context, cancel context.CancelFunc
 			o.SeqFrom, o.SeqTo = seqFrom, last
 		}
 	}
-	a.persistOutcome(string(cmd.UID), o)
-	a.mu.Lock()
-	if lc := a.commands[string(cmd.UID)]; lc != nil {
-		lc.result = o
-		if lc.finished != nil {
-			close(lc.finished)
-		}
-	}
-	a.mu.Unlock()
+	a.recordOutcome(string(cmd.UID), o)
 	a.commandFinished()
 	a.wake(a.wakeCommands, cmd)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,7 +48,9 @@ type sessionReconciler struct{ a *Agent }
 func sessionOwned(s *wbv1.TerminalSessionStatus) wbv1.TerminalSessionStatus {
 	return wbv1.TerminalSessionStatus{
 		Phase: s.Phase, NodeName: s.NodeName, LastSeq: s.LastSeq, ScreenDigest: s.ScreenDigest, Cleanup: s.Cleanup, Refusal: s.Refusal,
-		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionReady, wbv1.ConditionCleanupComplete),
+		ObservedGeneration: s.ObservedGeneration,
+		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionReady, wbv1.ConditionCleanupComplete,
+			wbv1.ConditionReconciling, wbv1.ConditionStalled),
 	}
 }
 
@@ -61,9 +64,10 @@ func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 		return ctrl.Result{}, err
 	}
-	if ts.Labels[wbv1.NodeLabel] != a.cfg.NodeName || isFinalSessionPhase(string(ts.Status.Phase)) {
+	if ts.Labels[wbv1.NodeLabel] != a.cfg.NodeName || wbv1.SessionPhaseIsFinal(ts.Status.Phase) {
 		return ctrl.Result{}, nil
 	}
+	deleting := !ts.DeletionTimestamp.IsZero()
 	cur, next := sessionOwned(&ts.Status), sessionOwned(&ts.Status)
 	uid := string(ts.UID)
 	a.mu.Lock()
@@ -80,13 +84,17 @@ func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	switch {
 	case live == nil:
-		if rec, ok, _ := a.store.Sessions().Get(uid); ok {
+		rec, ok, err := a.store.Sessions().Get(uid)
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("reading the store record of session %s/%s: %w", ts.Namespace, ts.Name, err)
+		}
+		if ok {
 			// Opened by a previous agent process: its PTY and processes are gone (the
 			// recovery sweep killed them); the session ends Failed, never silently reopened.
 			fail(string(actuation.CodeInterrupted), "the node agent restarted; "+rec.Reason)
 			break
 		}
-		if ts.Spec.DesiredState == "Closed" {
+		if ts.Spec.DesiredState == "Closed" || deleting {
 			next.Phase = wbv1.SessionClosed
 			set(wbv1.ConditionCleanupComplete, true, "NeverOpened", "the session was closed before it opened")
 			break
@@ -110,7 +118,7 @@ func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	default:
 		next.LastSeq = int64(live.ring.LastSeq())
 		expired := time.Since(live.started) > time.Duration(ts.Spec.MaxDurationSeconds)*time.Second
-		if ts.Spec.DesiredState == "Closed" || expired || (live.pty != nil && live.pty.Phase().Terminal()) {
+		if ts.Spec.DesiredState == "Closed" || deleting || expired || (live.pty != nil && live.pty.Phase().Terminal()) {
 			phase := a.closeSession(ctx, uid, expired)
 			next.Phase = phase
 			remaining := int32(0)
@@ -143,6 +151,15 @@ func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		left := time.Duration(ts.Spec.MaxDurationSeconds)*time.Second - time.Since(live.started)
 		result.RequeueAfter = min(30*time.Second, max(left, time.Second))
 	}
+	closeRequested := ts.Spec.DesiredState == "Closed" || deleting
+	if next.Phase == wbv1.SessionClosed && closeRequested {
+		// Closed as asked: the session has no readiness left to report (kstatus Current).
+		next.Conditions = slices.DeleteFunc(next.Conditions, func(c metav1.Condition) bool { return c.Type == wbv1.ConditionReady })
+	}
+	for _, hc := range wbv1.HealthConditions(wbv1.SessionHealth(next.Phase, closeRequested), string(next.Phase), "session is "+string(next.Phase), ts.Generation) {
+		statusapply.Set(&next.Conditions, &next.Conditions, hc)
+	}
+	next.ObservedGeneration = ts.Generation
 	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"session", &ts, cur, next)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -211,6 +228,9 @@ func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl
 		}
 		if dir == "" && guestDir == "" {
 			return ctrl.Result{}, string(actuation.CodeRootNotAllowed), "no root of the environment is allowed by the profile", nil
+		}
+		if err := a.verifyRoots(string(env.UID), roots); err != nil {
+			return ctrl.Result{}, codeOf(err), err.Error(), nil
 		}
 		kv := make([]string, 0, len(envVars))
 		for _, e := range envVars {
