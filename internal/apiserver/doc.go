@@ -11,5 +11,5 @@
 // authorizes the end user with SubjectAccessReview. Users never need a node address, CA or
 // token.
 //
-// +kubebuilder:object:generate=true
+// +kubebuilder:object:generate=false
 package apiserver

@@ -8,6 +8,7 @@ import (
 // themselves live in workbench.sensorium.dev (CRDs) and are never served here.
 
 // TerminalSession is the parent of terminalsessions/{attach,screen,events,resize,signal}.
+// +kubebuilder:object:generate=true
 // +kubebuilder:object:root=true
 type TerminalSession struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -15,6 +16,7 @@ type TerminalSession struct {
 }
 
 // TerminalCommand is the parent of terminalcommands/{output,cancel}.
+// +kubebuilder:object:generate=true
 // +kubebuilder:object:root=true
 type TerminalCommand struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -22,6 +24,7 @@ type TerminalCommand struct {
 }
 
 // Environment is the parent of environments/files.
+// +kubebuilder:object:generate=true
 // +kubebuilder:object:root=true
 type Environment struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -29,6 +32,7 @@ type Environment struct {
 }
 
 // Artifact is the parent of artifacts/{download,upload}.
+// +kubebuilder:object:generate=true
 // +kubebuilder:object:root=true
 type Artifact struct {
 	metav1.TypeMeta   `json:",inline"`
