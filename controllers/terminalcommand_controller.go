@@ -50,12 +50,34 @@ type TerminalCommandReconciler struct {
 // +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=terminalsessions;commandprofiles;environments,verbs=get;list;watch
 // +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=consentgrants/status,verbs=get;update;patch
 
+// terminalCommandOwned is what the manager writes of a command's status. Its outcome
+// fields (refusal, completionTime, Completed) are the manager's only for a command the gate
+// refused; an admitted command's outcome belongs to the node agent. Phase and the health
+// conditions are derived from every component's conditions, here, by their one writer.
 func terminalCommandOwned(s *wbv1.TerminalCommandStatus) wbv1.TerminalCommandStatus {
-	return wbv1.TerminalCommandStatus{
-		CommandID: s.CommandID, ArgvDigest: s.ArgvDigest, Phase: s.Phase, AdmittedBy: s.AdmittedBy, Refusal: s.Refusal, SignalOrigin: s.SignalOrigin,
-		ConsentRequestRef: s.ConsentRequestRef, CompletionTime: s.CompletionTime, ObservedGeneration: s.ObservedGeneration,
-		Conditions: ownedConditions(s.Conditions, wbv1.ConditionAdmitted, wbv1.ConditionCompleted),
+	out := wbv1.TerminalCommandStatus{
+		CommandID: s.CommandID, ArgvDigest: s.ArgvDigest, Phase: s.Phase, AdmittedBy: s.AdmittedBy,
+		ConsentRequestRef: s.ConsentRequestRef, ObservedGeneration: s.ObservedGeneration,
+		Conditions: ownedConditions(s.Conditions, wbv1.ConditionAdmitted, wbv1.ConditionReconciling, wbv1.ConditionStalled),
 	}
+	if !isTrueCond(s.Conditions, wbv1.ConditionAdmitted) {
+		out.Refusal, out.CompletionTime, out.SignalOrigin = s.Refusal, s.CompletionTime, s.SignalOrigin
+		out.Conditions = ownedConditions(s.Conditions, wbv1.ConditionAdmitted, wbv1.ConditionCompleted, wbv1.ConditionReconciling, wbv1.ConditionStalled)
+	}
+	return out
+}
+
+// summarize writes the derived phase and health of a command the gate no longer decides
+// (admitted, or final).
+func (r *TerminalCommandReconciler) summarize(ctx context.Context, cmd *wbv1.TerminalCommand) error {
+	cur, next := terminalCommandOwned(&cmd.Status), terminalCommandOwned(&cmd.Status)
+	all := append([]metav1.Condition(nil), cmd.Status.Conditions...)
+	next.Phase = wbv1.CommandPhaseFor(all)
+	for _, hc := range wbv1.HealthConditions(wbv1.CommandHealth(next.Phase), string(next.Phase), "command is "+string(next.Phase), cmd.Generation) {
+		setCondition(&next.Conditions, &all, hc)
+	}
+	_, err := applyStatus(ctx, r.Client, "terminalcommand", cmd, cur, next)
+	return err
 }
 
 // commandPass carries one reconcile pass.
@@ -87,7 +109,7 @@ func (r *TerminalCommandReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if wbv1.CommandIsFinal(cmd.Status.Conditions) || isTrueCond(cmd.Status.Conditions, wbv1.ConditionAdmitted) {
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, r.summarize(ctx, &cmd)
 	}
 	p := &commandPass{cmd: &cmd, cur: terminalCommandOwned(&cmd.Status), next: terminalCommandOwned(&cmd.Status),
 		all: append([]metav1.Condition(nil), cmd.Status.Conditions...)}
@@ -104,6 +126,9 @@ func (r *TerminalCommandReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return ctrl.Result{}, err
 	}
 	p.next.Phase = wbv1.CommandPhaseFor(p.all)
+	for _, hc := range wbv1.HealthConditions(wbv1.CommandHealth(p.next.Phase), string(p.next.Phase), "command is "+string(p.next.Phase), cmd.Generation) {
+		p.set(hc)
+	}
 	wrote, err := applyStatus(ctx, r.Client, "terminalcommand", &cmd, p.cur, p.next)
 	if err != nil {
 		return ctrl.Result{}, err

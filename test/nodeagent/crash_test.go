@@ -140,7 +140,8 @@ func TestCrashRecovery(t *testing.T) {
 	var c wbv1.TerminalCommand
 	eventually(t, 60*time.Second, "the interrupted command's truthful outcome", func() (bool, string) {
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
-		return wbv1.CommandIsFinal(c.Status.Conditions), fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(second.log.String()))
+		return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions),
+			fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(second.log.String()))
 	})
 	if c.Status.Phase != wbv1.CommandFailed || c.Status.Refusal == nil || c.Status.Refusal.Code != "interrupted" {
 		t.Fatalf("status = %+v", c.Status)

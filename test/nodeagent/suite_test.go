@@ -106,7 +106,7 @@ func startAgent(ctx context.Context, state string) (*agent.Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a, err := agent.New(agent.Config{NodeName: nodeName, StateDir: state, AdmittedRoots: map[string]string{"work": workspace}, HeartbeatSeconds: 5, DataPlaneAddress: "127.0.0.1:0", Caps: agent.Caps{Sessions: 64, SessionsPerEnvironment: 4},
+	a, err := agent.New(agent.Config{NodeName: nodeName, StateDir: state, AdmittedRoots: map[string]string{"work": workspace}, HeartbeatSeconds: 5, RecordRetentionSeconds: 2, DataPlaneAddress: "127.0.0.1:0", Caps: agent.Caps{Sessions: 64, SessionsPerEnvironment: 4},
 		QEMU: qemuConfig()}, agent.Options{})
 	if err != nil {
 		return nil, err
@@ -208,7 +208,8 @@ func waitFinal(t *testing.T, ns, name string) *wbv1.TerminalCommand {
 	var c wbv1.TerminalCommand
 	eventually(t, 60*time.Second, "command "+name+" outcome", func() (bool, string) {
 		must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &c))
-		return wbv1.CommandIsFinal(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
+		// The node records the outcome; the manager derives the phase from it a moment later.
+		return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
 	})
 	return &c
 }

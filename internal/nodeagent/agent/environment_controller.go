@@ -30,10 +30,13 @@ const inspectInterval = time.Minute
 
 type environmentReconciler struct{ a *Agent }
 
+// environmentOwned is what the node writes of an Environment's status: its own conditions
+// and the source generation. The phase and the health conditions are derived from all
+// conditions by the manager, their one writer.
 func environmentOwned(s *wbv1.EnvironmentStatus) wbv1.EnvironmentStatus {
 	return wbv1.EnvironmentStatus{
-		Phase: s.Phase, SourceGeneration: s.SourceGeneration,
-		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionReady, wbv1.ConditionCleanupComplete, wbv1.ConditionDegraded),
+		SourceGeneration: s.SourceGeneration,
+		Conditions:       statusapply.Owned(s.Conditions, wbv1.ConditionReady, wbv1.ConditionCleanupComplete, wbv1.ConditionDegraded),
 	}
 }
 
@@ -99,7 +102,8 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			set(wbv1.ConditionReady, false, wbv1.ReasonDraining, "draining: stopping commands and closing sessions")
 			a.drainEnvironment(ctx, spec.ID)
 			if _, err := b.Drain(ctx, spec); err != nil {
-				return ctrl.Result{}, fmt.Errorf("draining environment %s/%s: %w", env.Namespace, env.Name, err)
+				// Nothing left to drain (no VM runs) must not block the teardown.
+				ctrl.LoggerFrom(ctx).Info("Drain before teardown failed; tearing down", "environment", req.NamespacedName, "error", err.Error())
 			}
 			if env.Spec.Teardown == nil || *env.Spec.Teardown != wbv1.TeardownRetainArtifacts {
 				if err := a.expireArtifactsOf(ctx, &env); err != nil {
@@ -166,13 +170,13 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			next.SourceGeneration = spec.Generation
 		}
 	}
-	next.Phase = wbv1.EnvironmentPhaseFor(all, !env.DeletionTimestamp.IsZero())
+	before, after := env.Status.Phase, wbv1.EnvironmentPhaseFor(all, !env.DeletionTimestamp.IsZero())
 	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"environment", &env, cur, next)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if wrote && cur.Phase != next.Phase {
-		a.recordEvent(&env, corev1.EventTypeNormal, "Phase"+string(next.Phase), "Environment is "+string(next.Phase)+" on node "+a.cfg.NodeName)
+	if wrote && before != after {
+		a.recordEvent(&env, corev1.EventTypeNormal, "Phase"+string(after), "Environment is "+string(after)+" on node "+a.cfg.NodeName)
 	}
 	return result, nil
 }
