@@ -92,10 +92,12 @@ type Session struct {
 	process *os.Process
 	start0  time.Time
 
-	screenMu  sync.Mutex
-	emu       *vt.Emulator
-	screenSeq uint64 // the last ring event the screen model has consumed
-	screenGap bool   // the model was rebuilt after the ring evicted output it never saw
+	screenMu     sync.Mutex
+	emu          *vt.Emulator // nil until a screen is first asked for (screen.go)
+	rows, cols   uint16       // the current terminal size (guarded by screenMu)
+	screenClosed bool         // the session was cleaned up: replies are no longer drained
+	screenSeq    uint64       // the last ring event the screen model has consumed
+	screenGap    bool         // the model was rebuilt after the ring evicted output it never saw
 
 	inputQ     chan []byte
 	stopWriter chan struct{}
@@ -141,10 +143,11 @@ func newSession(m *Manager, spec Spec, rg *ring.Ring) *Session {
 		replyDone:  make(chan struct{}),
 		statuses:   map[int]unix.WaitStatus{},
 		done:       make(chan struct{}),
-		emu:        vt.NewEmulator(int(spec.Cols), int(spec.Rows)),
+		// The screen model (emu) is built on the first Screen or Resize that needs it,
+		// from the ring: an idle session nobody looks at holds no emulator.
+		rows: spec.Rows,
+		cols: spec.Cols,
 	}
-	s.emu.SetScrollbackSize(1) // viewport only; the ring is the bounded history
-	boundParser(s.emu)
 	s.phase.Store(Phase(""))
 	return s
 }
@@ -201,7 +204,6 @@ func (s *Session) start() error {
 	// starts from Running.
 	s.setPhase(PhaseRunning, "started")
 	go s.pumpOutput()
-	go s.drainReplies()
 	go s.writeInput()
 	s.mu.Lock()
 	s.info = info
@@ -372,11 +374,15 @@ func (s *Session) Resize(rows, cols uint16) error {
 	if ioErr != nil {
 		return fmt.Errorf("resize session %q: TIOCSWINSZ: %w", s.spec.ID, ioErr)
 	}
+	// The resize is an event in the ring: a screen model replaying the ring lays out the
+	// output before it at the old size and the output after it at the new one.
 	s.screenMu.Lock()
-	s.catchUpLocked() // output before the resize is laid out at the old size
-	s.emu.Resize(int(cols), int(rows))
-	s.screenMu.Unlock()
+	s.rows, s.cols = rows, cols
 	_, _ = s.ring.Append(ring.KindResize, fmt.Appendf(nil, "%dx%d", rows, cols))
+	if s.emu != nil {
+		s.catchUpLocked()
+	}
+	s.screenMu.Unlock()
 	return nil
 }
 
@@ -535,9 +541,9 @@ func (s *Session) onOutput(b []byte) {
 // drainReplies consumes the emulator's answers to terminal queries (device
 // attributes, cursor reports). They are discarded: only the operator or an
 // explicit input directive may write to the program.
-func (s *Session) drainReplies() {
+func (s *Session) drainReplies(emu *vt.Emulator) {
 	defer close(s.replyDone)
-	_, _ = io.Copy(io.Discard, s.emu)
+	_, _ = io.Copy(io.Discard, emu)
 }
 
 func (s *Session) writeInput() {
@@ -682,10 +688,16 @@ func (s *Session) finalize() {
 	close(s.stopWriter)
 	<-s.writerDone
 	_ = s.master.Close()
-	if pw, ok := s.emu.InputPipe().(io.Closer); ok {
-		_ = pw.Close() // ends drainReplies; later replies fail instead of blocking
+	s.screenMu.Lock()
+	s.screenClosed = true
+	emu := s.emu
+	s.screenMu.Unlock()
+	if emu != nil {
+		if pw, ok := emu.InputPipe().(io.Closer); ok {
+			_ = pw.Close() // ends drainReplies; later replies fail instead of blocking
+		}
+		<-s.replyDone
 	}
-	<-s.replyDone
 	_ = s.process.Release()
 
 	ex := Exit{Code: -1, Origin: string(o)}
