@@ -19,6 +19,7 @@ import (
 	"sensorium.dev/workbench/internal/nodeagent/procexec"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
+	"sensorium.dev/workbench/internal/platform/cgroups"
 )
 
 // Spec describes a session. Argv is data: Argv[0] is an absolute executable
@@ -42,6 +43,9 @@ type Spec struct {
 	Grace       time.Duration
 	// EventBufferDepth overrides the ring depth (<= Caps.EventBufferDepth).
 	EventBufferDepth int
+	// Resources are the session's cgroup limits (with a cgroup manager; zero
+	// fields select procexec.ResolveLimits defaults).
+	Resources cgroups.Limits
 	// SysProcAttr lets the caller add namespaces, credentials, ... to the
 	// process attributes. Setsid, Setctty and Ctty are forced afterwards.
 	SysProcAttr func(*syscall.SysProcAttr)
@@ -91,6 +95,8 @@ type Session struct {
 	master  *os.File
 	process *os.Process
 	start0  time.Time
+	cg      *cgroups.Group
+	cgRep   *procexec.CgroupReport // set once by the teardown
 
 	screenMu     sync.Mutex
 	emu          *vt.Emulator // nil until a screen is first asked for (screen.go)
@@ -168,6 +174,14 @@ func (s *Session) start() error {
 		master.Close()
 		return fmt.Errorf("size pty: %w", err)
 	}
+	if s.m.cgroups != nil {
+		g, err := procexec.CreateCgroup(s.m.cgroups, cgroups.KindSession, procexec.CgroupID(s.spec.ID), s.spec.Resources)
+		if err != nil {
+			master.Close()
+			return err
+		}
+		s.cg, s.spec.Resources = g, procexec.ResolveLimits(s.spec.Resources)
+	}
 	attr := &syscall.SysProcAttr{}
 	if s.spec.SysProcAttr != nil {
 		s.spec.SysProcAttr(attr)
@@ -184,8 +198,13 @@ func (s *Session) start() error {
 		Stderr:      tty,
 		SysProcAttr: attr,
 	}
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if s.cg != nil {
+		start = func() error { return s.cg.StartCmd(cmd) } // born inside its cgroup
+	}
+	if err := start(); err != nil {
 		master.Close()
+		s.dropCgroup()
 		return fmt.Errorf("start %s: %w", s.spec.Argv[0], err)
 	}
 	pid := cmd.Process.Pid
@@ -267,6 +286,22 @@ func (s *Session) Done() <-chan struct{} { return s.done }
 func (s *Session) Exit() Exit {
 	<-s.done
 	return s.exit
+}
+
+// CgroupReport is what the session's cgroup teardown found (nil without a cgroup
+// manager or before the teardown ran).
+func (s *Session) CgroupReport() *procexec.CgroupReport {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cgRep
+}
+
+// dropCgroup removes the cgroup of a session whose program never started.
+func (s *Session) dropCgroup() {
+	if s.cg != nil {
+		_, _ = s.cg.Kill()
+		_ = s.cg.Delete()
+	}
 }
 
 // CleanupComplete is true only once the kernel confirmed (kill(-pgid, 0) ==
@@ -588,6 +623,17 @@ func (s *Session) tryCleanup() {
 		return
 	}
 	var errs []error
+	if s.cg != nil && s.cgRep == nil {
+		// Whatever is left in the session's cgroup (daemons that left its session
+		// and process groups included) is killed as a whole, once.
+		rep, err := procexec.TeardownCgroup(s.cg, s.spec.Resources, s.info.Pgid)
+		s.mu.Lock()
+		s.cgRep = rep
+		s.mu.Unlock()
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for {
 		pgids := []int{s.info.Pgid}
 		members, err := procexec.SessionMembers(s.info.Sid)
@@ -617,7 +663,17 @@ func (s *Session) tryCleanup() {
 			errs = append(errs, err)
 		}
 		left, _ := procexec.SessionMembers(s.info.Sid)
-		if !exists && len(left) == 0 {
+		cgLeft := s.cgRep != nil && (!s.cgRep.Kill.Empty || !s.cgRep.Removed)
+		if cgLeft && s.cg != nil {
+			// Retry the cgroup kill and removal with the group re-verification.
+			if rep, err := procexec.TeardownCgroup(s.cg, s.spec.Resources, s.info.Pgid); err == nil {
+				s.mu.Lock()
+				s.cgRep.Kill.Empty, s.cgRep.Removed = rep.Kill.Empty, rep.Removed
+				s.mu.Unlock()
+				cgLeft = !rep.Kill.Empty || !rep.Removed
+			}
+		}
+		if !exists && len(left) == 0 && !cgLeft {
 			break
 		}
 		if !progress {
