@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -29,11 +28,11 @@ import (
 
 // FilePatch phases, and the reasons of its Applied condition they derive from.
 const (
-	patchAwaitingApproval wbv1.FilePatchPhase = "AwaitingApproval"
-	patchApplied          wbv1.FilePatchPhase = "Applied"
-	patchRejected         wbv1.FilePatchPhase = "Rejected"
+	patchAwaitingApproval = wbv1.FilePatchAwaitingApproval
+	patchApplied          = wbv1.FilePatchApplied
+	patchRejected         = wbv1.FilePatchRejected
 
-	reasonAwaitingApproval = "AwaitingApproval"
+	reasonAwaitingApproval = wbv1.ReasonAwaitingApproval
 	reasonApprovalRejected = "ApprovalRejected"
 	reasonInterrupted      = "Interrupted"
 
@@ -42,22 +41,11 @@ const (
 	approvalRejected wbv1.PatchApprovalState = "Rejected"
 )
 
-func patchIsFinal(s *wbv1.FilePatchStatus) bool {
-	return s.Phase == patchApplied || s.Phase == patchRejected
-}
+func patchIsFinal(s *wbv1.FilePatchStatus) bool { return wbv1.FilePatchIsFinal(s.Phase) }
 
-// patchPhaseFor derives the phase from the Applied condition: True is Applied; False for
-// want of approval is AwaitingApproval; any other False or Unknown (a refusal, an
-// operator's rejection, an apply whose outcome a restart made unknown) is Rejected.
+// patchPhaseFor is wbv1.FilePatchPhaseFor (the one derivation, in api/v1alpha1).
 func patchPhaseFor(conds []metav1.Condition) wbv1.FilePatchPhase {
-	c := meta.FindStatusCondition(conds, wbv1.ConditionApplied)
-	switch {
-	case c == nil || (c.Status == metav1.ConditionFalse && c.Reason == reasonAwaitingApproval):
-		return patchAwaitingApproval
-	case c.Status == metav1.ConditionTrue:
-		return patchApplied
-	}
-	return patchRejected
+	return wbv1.FilePatchPhaseFor(conds)
 }
 
 func patchOwned(s *wbv1.FilePatchStatus) wbv1.FilePatchStatus {
