@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
@@ -174,8 +173,7 @@ func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
 			p.reject(string(actuation.CodeEnvironmentUnavailable), "environment "+string(fp.Spec.EnvironmentRef)+" does not exist")
 			return nil
 		case errors.Is(err, errNotYet):
-			p.result.RequeueAfter = 2 * time.Second
-			return nil
+			return nil // the object reaching this node's cache wakes the patch
 		}
 		return err
 	}
@@ -188,8 +186,7 @@ func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
 	mr := ra.mr
 	switch {
 	case errors.Is(err, errNotYet):
-		p.result.RequeueAfter = 2 * time.Second
-		return nil
+		return nil // environmentAvailable wakes the patch once the environment is mounted here
 	case codeOf(err) != "":
 		p.reject(codeOf(err), err.Error())
 		return nil
@@ -202,8 +199,7 @@ func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
 	req, err := a.patchRequest(ctx, fp)
 	switch {
 	case errors.Is(err, errNotYet):
-		p.result.RequeueAfter = 2 * time.Second
-		return nil
+		return nil // the artifact's status (stored here) wakes the patch
 	case codeOf(err) != "":
 		p.reject(codeOf(err), err.Error())
 		return nil
@@ -334,16 +330,3 @@ func codeOf(err error) string {
 
 // patchesOfEnvironment re-queues the patches of an environment whose approval policy or
 // readiness changed.
-func (a *Agent) patchesOfEnvironment(ctx context.Context, o client.Object) []reconcile.Request {
-	var list wbv1.FilePatchList
-	if err := a.client.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
-		return nil
-	}
-	var out []reconcile.Request
-	for i := range list.Items {
-		if string(list.Items[i].Spec.EnvironmentRef) == o.GetName() && !patchIsFinal(&list.Items[i].Status) {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-		}
-	}
-	return out
-}

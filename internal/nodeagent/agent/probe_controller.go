@@ -70,8 +70,9 @@ func (r *probeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	switch {
 	case errors.Is(err, errNotYet):
-		if time.Since(pr.CreationTimestamp.Time) < probeScopeGrace {
-			return ctrl.Result{RequeueAfter: time.Second}, nil
+		if end := pr.CreationTimestamp.Add(probeScopeGrace); time.Now().Before(end) {
+			// Woken when its scope becomes available here; the requeue is the grace's end.
+			return ctrl.Result{RequeueAfter: statusapply.RequeueAt(time.Now(), end)}, nil
 		}
 		refuse(string(actuation.CodeEnvironmentUnavailable), "the scoped resource did not become available on this node")
 	case waits.CodeOf(err) != "":

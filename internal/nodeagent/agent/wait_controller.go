@@ -224,7 +224,8 @@ func (r *waitReconciler) register(ctx context.Context, p *waitPass, deadline tim
 			p.finish(&waitOutcome{Status: wbv1.WaitTimedOut, Message: "the deadline passed before the scoped resource became available on this node; nothing was killed"})
 			return ctrl.Result{}, nil
 		}
-		return ctrl.Result{RequeueAfter: min(2*time.Second, statusapply.RequeueAt(time.Now(), deadline))}, nil
+		// Woken when its scope becomes available here; the requeue is the deadline.
+		return ctrl.Result{RequeueAfter: statusapply.RequeueAt(time.Now(), deadline)}, nil
 	case waits.CodeOf(err) != "":
 		p.fail(waits.CodeOf(err), err.Error())
 		return ctrl.Result{}, nil
