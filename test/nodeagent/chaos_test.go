@@ -21,9 +21,12 @@ import (
 	"sensorium.dev/workbench/webhooks"
 )
 
-// chaosScript appends one line to the counter file named by its argument and lingers, so a
-// kill often lands while it runs. A command that ran twice leaves two lines.
-const chaosScript = `echo ran >> "$0"; sleep 0.2 # wb-chaos-marker`
+// A counted command appends the line of chaos-line to its own counter file (dd, no shell:
+// profiles refuse shells); a command that ran twice leaves two lines. Sleepers linger so
+// that kills land while processes run.
+var chaosCount = []string{"if=chaos-line", "oflag=append", "conv=notrunc", "status=none"}
+
+const chaosSleep = "0.7"
 
 // TestChaosKills runs a mixed workload (sessions, commands, waits on them) against a node
 // agent process and kills it with SIGKILL at random points (seeded; the seed is printed),
@@ -65,9 +68,11 @@ func TestChaosKills(t *testing.T) {
 	}()
 	ns := namespace(t)
 	readyEnvironmentOn(t, ns, root, node)
-	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/sh", []string{"-c", chaosScript}, []string{"count-"})))
+	must(t, os.WriteFile(filepath.Join(root, "chaos-line"), []byte("ran\n"), 0o644))
+	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/dd", chaosCount, []string{"of=count-"})))
+	must(t, env.Client.Create(ctx, profile(ns, "sleep", "/bin/sleep", nil, []string{chaosSleep})))
 
-	var cmds, waitNames []string
+	var cmds, sleepers, waitNames []string
 	session := "s"
 	for k := 0; k < kills; k++ {
 		// A fresh session after every restart: the previous one was interrupted.
@@ -78,10 +83,14 @@ func TestChaosKills(t *testing.T) {
 		}
 		for i, n := 0, 1+rng.Intn(4); i < n; i++ {
 			name := fmt.Sprintf("c%d-%d", k, i)
-			c := command(ns, name, "/bin/sh", "-c", chaosScript, "count-"+name)
+			c := command(ns, name, append(append([]string{"/bin/dd"}, chaosCount...), "of=count-"+name)...)
 			c.Spec.SessionRef = wbv1.ObjectName(session)
 			must(t, env.Client.Create(ctx, c))
 			cmds = append(cmds, name)
+			sl := command(ns, "sleep-"+name, "/bin/sleep", chaosSleep)
+			sl.Spec.SessionRef, sl.Spec.ProfileRef = wbv1.ObjectName(session), "sleep"
+			must(t, env.Client.Create(ctx, sl))
+			sleepers = append(sleepers, sl.Name)
 			if rng.Intn(2) == 0 {
 				ref := wbv1.ObjectName(name)
 				w := &wbv1.Wait{ObjectMeta: metav1.ObjectMeta{Name: "w-" + name, Namespace: ns}, Spec: wbv1.WaitSpec{
@@ -117,6 +126,14 @@ func TestChaosKills(t *testing.T) {
 			t.Errorf("command %s Succeeded but its side effect happened %d times", name, runs)
 		}
 	}
+	for _, name := range sleepers {
+		var c wbv1.TerminalCommand
+		eventually(t, 120*time.Second, "command "+name+" to have its one outcome", func() (bool, string) {
+			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c))
+			return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
+		})
+		outcomes[c.Status.Phase]++
+	}
 	for _, name := range waitNames {
 		var w wbv1.Wait
 		eventually(t, 150*time.Second, "wait "+name+" to have its one outcome", func() (bool, string) {
@@ -124,12 +141,12 @@ func TestChaosKills(t *testing.T) {
 			return wbv1.WaitIsFinal(w.Status.ConditionStatus), fmt.Sprintf("%+v", w.Status)
 		})
 	}
-	t.Logf("chaos: %d commands, %d waits, outcomes %v", len(cmds), len(waitNames), outcomes)
+	t.Logf("chaos: %d counted commands, %d sleepers, %d waits, outcomes %v", len(cmds), len(sleepers), len(waitNames), outcomes)
 
 	// Stop the agent cleanly and look at what it left.
 	must(t, agentProc.cmd.Process.Signal(syscall.SIGTERM))
 	_ = agentProc.cmd.Wait()
-	if left := processesWith("wb-chaos-marker"); len(left) != 0 {
+	if left := findProcess("/bin/sleep", chaosSleep); len(left) != 0 {
 		t.Errorf("orphan processes: %v", left)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(state, "tmp")); len(ents) != 0 {
@@ -152,23 +169,4 @@ func TestChaosKills(t *testing.T) {
 	}
 	// Restart once more so the suite's namespace cleanup is not left to a stopped node.
 	agentProc = startAgentProcess(t, bin, kubeconfig, config)
-}
-
-// processesWith lists the pids whose command line contains marker.
-func processesWith(marker string) []int {
-	ents, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && strings.Contains(string(b), marker) {
-			if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil && !strings.Contains(string(st), ") Z ") {
-				pids = append(pids, pid)
-			}
-		}
-	}
-	return pids
 }
