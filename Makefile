@@ -94,6 +94,10 @@ vet: ## Run go vet against code.
 control-plane: ## Build etcd, kube-apiserver and kubectl from the Go module proxy into bin/k8s/ (cached; ~10 min the first time).
 	hack/build-control-plane.sh all
 
+.PHONY: node-components
+node-components: ## Build kube-controller-manager, kube-scheduler, kubelet and kube-proxy from the Go module proxy into bin/k8s/ (cached; for run-cluster and test-e2e).
+	hack/build-control-plane.sh node
+
 # `make test` streams `go test -json` through hack/testsummary: every failing test's output,
 # every skipped test with its reason, a run/pass/fail/skip table per package, and a failure
 # when a suite listed in test/required-suites.txt ran no test or skipped one.
@@ -164,6 +168,14 @@ build: ## Build the binaries under cmd/ (manager, node-agent, kubectl-workbench)
 	@if ! ls cmd/*/main.go >/dev/null 2>&1; then echo "build: no cmd/*/main.go yet"; exit 0; fi; \
 	go build -o bin/ ./cmd/...
 
+# Where `make images` writes the image tarballs, and their tag.
+IMAGES_DIR ?= bin/images
+IMAGE_TAG ?= latest
+
+.PHONY: images
+images: ## Build the image tarballs without Docker (hack/images, go-containerregistry): manager (controller:TAG), node-agent, workbench-pause into IMAGES_DIR.
+	go run ./hack/images -out $(IMAGES_DIR) -tag $(IMAGE_TAG)
+
 .PHONY: docker-build
 docker-build: ## Build the manager image IMG and the node agent image NODE_AGENT_IMG (needs Docker; not available on the dev/CI machines).
 	$(CONTAINER_TOOL) build -t $(IMG) .
@@ -182,6 +194,10 @@ docker-push: ## Push the manager and node agent images (needs Docker).
 .PHONY: run-local
 run-local: ## Start the embedded default on loopback: etcd + kube-apiserver + CRDs/RBAC/webhooks + manager, samples applied (hack/local-up.sh).
 	hack/local-up.sh
+
+.PHONY: check-local
+check-local: ## Against a running run-local: garbage collection and namespace deletion work (hack/local-check.sh).
+	hack/local-check.sh
 
 .PHONY: down-local
 down-local: ## Stop everything `make run-local` started (hack/local-down.sh).

@@ -324,6 +324,10 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		}
 		return r.startGuest(p, g, string(env.UID), string(sess.UID), args, live)
 	}
+	if err := a.verifyRoots(string(env.UID), roots); err != nil {
+		p.refuse(codeOf(err), err.Error())
+		return nil
+	}
 	spec, code, msg := commandSpec(roots, intent, envVars)
 	if code != "" {
 		p.refuse(code, msg)

@@ -243,6 +243,9 @@ func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl
 		if dir == "" && guestDir == "" {
 			return ctrl.Result{}, string(actuation.CodeRootNotAllowed), "no root of the environment is allowed by the profile", nil
 		}
+		if err := a.verifyRoots(string(env.UID), roots); err != nil {
+			return ctrl.Result{}, codeOf(err), err.Error(), nil
+		}
 		kv := make([]string, 0, len(envVars))
 		for _, e := range envVars {
 			kv = append(kv, e.Name+"="+e.Value)
