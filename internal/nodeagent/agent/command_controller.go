@@ -343,7 +343,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	if err != nil || !proceed {
 		return err
 	}
-	seqFrom := live.LastSeq() + 1 // where this command's output starts in the session's ring
+	seqFrom := live.LastSeq() + 1
 	out := &liveOutput{rg: live}
 	spec.OnOutput = out.write
 	h, err := a.runner.Start(context.Background(), spec)
