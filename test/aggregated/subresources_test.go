@@ -145,9 +145,10 @@ func TestDiscovery(t *testing.T) {
 			t.Errorf("%s/%s verbs %v lack %s", s.Resource, s.Name, v, want)
 		}
 	}
+	// Parents carry a verb, so `kubectl api-resources` lists them.
 	for _, p := range []string{"terminalsessions", "terminalcommands", "environments", "artifacts"} {
-		if _, ok := verbs[p]; !ok {
-			t.Errorf("discovery lacks parent %s", p)
+		if v := verbs[p]; len(v) == 0 || v[0] != "get" {
+			t.Errorf("discovery parent %s verbs %v, want [get]", p, v)
 		}
 	}
 }
@@ -406,4 +407,31 @@ func TestAuditLog(t *testing.T) {
 		}
 		return false, fmt.Sprintf("%d bytes of audit log without the event", len(raw))
 	})
+}
+
+// TestArtifactDownload: an exported artifact's blob through the aggregated API, with its
+// digest; a viewer may not download.
+func TestArtifactDownload(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	dir := readyEnvironment(t, ns, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s"}})
+	must(t, os.MkdirAll(dir+"/out", 0o755))
+	must(t, os.WriteFile(dir+"/out/result.txt", []byte("exported\n"), 0o644))
+	must(t, env.Client.Create(ctx, &wbv1.Artifact{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: ns, Labels: map[string]string{wbv1.NodeLabel: nodeName}},
+		Spec: wbv1.ArtifactSpec{EnvironmentRef: "e", Source: "export", Root: ptr(wbv1.RootName("repo")), Path: ptr(wbv1.RelativePath("out"))}}))
+	var a wbv1.Artifact
+	eventually(t, 30*time.Second, "the artifact stored", func() (bool, string) {
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "a"}, &a))
+		return a.Status.Digest != "", fmt.Sprintf("%+v", a.Status)
+	})
+	agentCfg, _ := saUser(t, ns, "agent", "workbench-agent")
+	code, body, h := do(t, agentCfg, http.MethodGet, subPath(ns, "artifacts", "a", "download"), nil)
+	if code != http.StatusOK || h.Get("X-Workbench-Digest") != string(a.Status.Digest) || int64(len(body)) != a.Status.Size ||
+		!bytes.Contains(body, []byte("exported\n")) {
+		t.Fatalf("download: %d %v (%d bytes)", code, h, len(body))
+	}
+	viewerCfg, _ := saUser(t, ns, "viewer", "workbench-viewer")
+	if code, body, _ := do(t, viewerCfg, http.MethodGet, subPath(ns, "artifacts", "a", "download"), nil); code != http.StatusForbidden {
+		t.Fatalf("viewer download: %d %s", code, body)
+	}
 }
