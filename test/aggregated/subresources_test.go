@@ -296,7 +296,7 @@ func waitFor(buf *syncBuffer, sub string, d time.Duration) bool {
 func TestCommandOutput(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	readyEnvironment(t, ns, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s"}})
+	dir := readyEnvironment(t, ns, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s"}})
 	must(t, env.Client.Create(ctx, profile(ns, "seq", "/usr/bin/seq", func(s *wbv1.CommandProfileSpec) { s.AllowedArgPrefixes = []string{"1", "2"} })))
 	must(t, env.Client.Create(ctx, profile(ns, "ls", "/bin/ls", func(s *wbv1.CommandProfileSpec) { s.AllowedArgPrefixes = []string{"/nonexistent"} })))
 	must(t, env.Client.Create(ctx, profile(ns, "sleep", "/bin/sleep", func(s *wbv1.CommandProfileSpec) { s.AllowedArgPrefixes = []string{"3"} })))
@@ -355,6 +355,41 @@ func TestCommandOutput(t *testing.T) {
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "sleep"}, &c))
 		return c.Status.Phase == wbv1.CommandCancelled, fmt.Sprintf("%+v", c.Status)
 	})
+
+	// Live: `tail -f` prints the file at once and never ends by itself. Its output arrives
+	// over a followed WebSocket stream while it runs; cancel ends it and the stream.
+	must(t, os.WriteFile(dir+"/live.txt", []byte("first line, while running\n"), 0o644))
+	must(t, env.Client.Create(ctx, profile(ns, "tail", "/usr/bin/tail", func(s *wbv1.CommandProfileSpec) { s.AllowedArgPrefixes = []string{"-f", "live.txt"} })))
+	create("tail", "tail", "/usr/bin/tail", "-f", "live.txt")
+	var live syncBuffer
+	done := make(chan error, 1)
+	eventually(t, 30*time.Second, "the tail running", func() (bool, string) {
+		var c wbv1.TerminalCommand
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "tail"}, &c))
+		return c.Status.Phase == wbv1.CommandRunning, string(c.Status.Phase)
+	})
+	go func() {
+		done <- stream(ctx, agentCfg, subPath(ns, "terminalcommands", "tail", "output")+"?follow=true", remotecommand.StreamOptions{Stdout: &live})
+	}()
+	if !waitFor(&live, "first line, while running", 20*time.Second) {
+		t.Fatalf("no live output while the command runs: %q", live.String())
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the followed stream ended while the command runs: %v", err)
+	default:
+	}
+	if code, body, _ := do(t, agentCfg, http.MethodPost, subPath(ns, "terminalcommands", "tail", "cancel"), nil); code != http.StatusOK {
+		t.Fatalf("cancel tail: %d %s", code, body)
+	}
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "Cancelled") {
+			t.Logf("stream of the cancelled command ended with %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the followed stream did not end after cancel")
+	}
 }
 
 // TestFiles: snapshot and read through the aggregated API.
