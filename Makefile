@@ -140,6 +140,10 @@ bench: control-plane ## Run the benchmarks (packages with Benchmark functions pl
 	cp "$$out" test/bench/out/latest.txt; \
 	echo "bench: results in $$out (and test/bench/out/latest.txt)"
 
+.PHONY: test-first-run
+test-first-run: control-plane ## Run the README's "First run" block as written against a fresh `make run-local` (root).
+	hack/first-run-check.sh
+
 # Each benchmark once, briefly, so none of them rots unnoticed; figures from this run mean
 # nothing (use `make bench`). Run by .ci/run.
 .PHONY: bench-smoke

@@ -62,11 +62,39 @@ stop_one() {
   rm -f "${file}"
 }
 
+# stop_node_leftovers kills what the node agent started that outlives it by design (VMs: a
+# restarted agent adopts them) but must not outlive the local run: every process whose
+# command line, working directory or an open descriptor lies under the agent's state dir
+# (a confined QEMU holds its VM directory as a descriptor). The next `make run-local` finds
+# their records and quarantines them, as after a node reboot.
+stop_node_leftovers() {
+  local dir="${STATE}/node-agent/" p pid hit left=()
+  [[ -d "${dir}" ]] || return 0
+  for p in /proc/[0-9]*; do
+    pid="${p#/proc/}"
+    [[ "${pid}" == "$$" ]] && continue
+    hit=0
+    if { tr '\0' ' ' <"${p}/cmdline"; } 2>/dev/null | grep -qF "${dir}"; then hit=1
+    elif [[ "$(readlink "${p}/cwd" 2>/dev/null)/" == "${dir}"* ]]; then hit=1
+    else
+      local fd
+      for fd in "${p}"/fd/*; do
+        if [[ "$(readlink "${fd}" 2>/dev/null)" == "${dir}"* ]]; then hit=1; break; fi
+      done
+    fi
+    [[ "${hit}" == "1" ]] && left+=("${pid}")
+  done
+  ((${#left[@]} == 0)) && return 0
+  log "Stopping ${#left[@]} process(es) the node agent left under ${dir} (VMs): ${left[*]}"
+  kill -KILL "${left[@]}" 2>/dev/null || true
+}
+
 status=0
 if [[ -d "${PIDS}" ]]; then
   # Reverse start order: clients before the API server, the API server before etcd.
   for name in node-agent manager kube-controller-manager kube-apiserver etcd; do
     if [[ -f "${PIDS}/${name}.pid" ]]; then stop_one "${PIDS}/${name}.pid" || status=1; fi
+    if [[ "${name}" == "node-agent" ]]; then stop_node_leftovers; fi
   done
   for file in "${PIDS}"/*.pid; do
     if [[ -f "${file}" ]]; then stop_one "${file}" || status=1; fi

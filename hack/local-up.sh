@@ -299,8 +299,9 @@ elif [[ -n "${MANAGER_BIN:-}" ]]; then
 elif [[ ! -f cmd/manager/main.go ]]; then
   log "WARNING: cmd/manager/main.go does not exist yet: control plane, CRDs and RBAC only"
 else
-  log "Building bin/manager"
+  log "Building bin/manager and bin/kubectl-workbench"
   go build -o bin/manager ./cmd/manager || fail "go build ./cmd/manager failed"
+  go build -o bin/kubectl-workbench ./cmd/kubectl-workbench || fail "go build ./cmd/kubectl-workbench failed"
   HAVE_MANAGER=1
 fi
 HAVE_NODE_AGENT=0
