@@ -123,7 +123,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		sessions: session.NewManager(session.Caps{
 			Sessions: caps.Sessions, SessionsPerEnvironment: caps.SessionsPerEnvironment, ReaderTasks: caps.ReaderTasks,
 			InputQueueDepth: caps.InputQueueDepth, EventBufferDepth: caps.EventBufferDepth,
-		}),
+		}, session.WithSandbox(session.Sandbox{HelperPath: sandboxHelper(cfg, opts), TempBase: filepath.Join(cfg.StateDir, "tmp")})),
 		runner:       procexec.NewRunner(procexec.Limits{MaxConcurrent: caps.ConcurrentCommands, TempBase: filepath.Join(cfg.StateDir, "tmp"), HelperPath: sandboxHelper(cfg, opts)}),
 		envs:         map[string]*liveEnv{},
 		sess:         map[string]*liveSession{},

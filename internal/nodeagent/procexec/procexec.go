@@ -508,7 +508,17 @@ func normalize(s *Spec) error {
 			return refusal.New(refusal.InvalidSpec, "working directory: %v", err)
 		}
 	}
-	for _, roots := range [][]string{s.WritableRoots, s.ReadableRoots} {
+	if err := ValidateRoots(s.WritableRoots, s.ReadableRoots); err != nil {
+		return err
+	}
+	return nil
+}
+
+// ValidateRoots checks the roots of a sandbox: bounded in number, absolute
+// existing directories, never "/" nor overlapping the sandbox's system paths
+// (refusal.InvalidSpec).
+func ValidateRoots(writable, readable []string) error {
+	for _, roots := range [][]string{writable, readable} {
 		if len(roots) > MaxRoots {
 			return refusal.New(refusal.InvalidSpec, "%d roots exceed the cap %d", len(roots), MaxRoots)
 		}
@@ -516,8 +526,8 @@ func normalize(s *Spec) error {
 			if err := checkDir(root); err != nil {
 				return refusal.New(refusal.InvalidSpec, "root: %v", err)
 			}
-			if filepath.Clean(root) == "/" {
-				return refusal.New(refusal.InvalidSpec, "the filesystem root cannot be a root")
+			if filepath.Clean(root) != root || root == "/" {
+				return refusal.New(refusal.InvalidSpec, "root %q must be a clean path other than the filesystem root", root)
 			}
 			for _, p := range reservedPaths {
 				if under(root, []string{p}) || under(p, []string{root}) {

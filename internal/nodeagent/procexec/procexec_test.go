@@ -283,8 +283,8 @@ func TestNetworkIsolation(t *testing.T) {
 		}
 	}()
 	res := run(t, Spec{
-		Argv:        []string{selfExe(t)},
-		Env:         []string{noRaceExitSleep, testModeEnv + "=dial", testDialEnv + "=" + ln.Addr().String()},
+		Argv: []string{selfExe(t)},
+		Env:  []string{noRaceExitSleep, testModeEnv + "=dial", testDialEnv + "=" + ln.Addr().String()},
 	})
 	if !strings.HasPrefix(string(res.Output), "dial-err") {
 		t.Fatalf("sandboxed dial to host loopback listener %s: %q", ln.Addr(), res.Output)
@@ -316,8 +316,8 @@ func TestNetworkIsolation(t *testing.T) {
 		}
 		defer ln2.Close()
 		res := run(t, Spec{
-			Argv:        []string{selfExe(t)},
-			Env:         []string{noRaceExitSleep, testModeEnv + "=dial", testDialEnv + "=" + ln2.Addr().String()},
+			Argv: []string{selfExe(t)},
+			Env:  []string{noRaceExitSleep, testModeEnv + "=dial", testDialEnv + "=" + ln2.Addr().String()},
 		})
 		if !strings.HasPrefix(string(res.Output), "dial-err") {
 			t.Fatalf("sandboxed dial to host address %s: %q", ln2.Addr(), res.Output)
@@ -430,7 +430,7 @@ func TestReadConfinementAndPrivateTemp(t *testing.T) {
 func TestWorkingDirectory(t *testing.T) {
 	requireSandbox(t)
 	dir := t.TempDir()
-	res := run(t, Spec{Argv: []string{"/bin/pwd"}, Dir: dir})
+	res := run(t, Spec{Argv: []string{"/bin/pwd"}, Dir: dir, ReadableRoots: []string{dir}})
 	if got := strings.TrimSpace(string(res.Output)); got != dir {
 		t.Fatalf("pwd = %q, want %q", got, dir)
 	}
@@ -596,7 +596,6 @@ func TestDedicatedHelperBinary(t *testing.T) {
 		t.Fatalf("dedicated helper: %+v %v", res, err)
 	}
 }
-
 
 // TestSandboxCannotSignalAgent: with Landlock IPC scoping (ABI >= 6) the
 // program cannot signal processes outside its domain, even as root.

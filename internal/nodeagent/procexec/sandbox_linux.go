@@ -15,7 +15,6 @@ const (
 	mountFD      = "fd"      // a detached (idmapped) mount from the parent: FD indexes the received descriptors
 	mountTmpfs   = "tmpfs"   // a fresh tmpfs (Data: options)
 	mountProc    = "proc"    // the PID namespace's own proc
-	mountDevpts  = "devpts"  // a new devpts instance (PTY programs)
 	mountSymlink = "symlink" // a symlink to Link
 )
 
@@ -121,10 +120,6 @@ func buildRoot(cfg *helperConfig, fds []int) error {
 		case mountProc:
 			if err := unix.Mount("proc", target, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 				return fmt.Errorf("mount proc: %w", err)
-			}
-		case mountDevpts:
-			if err := unix.Mount("devpts", target, "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
-				return fmt.Errorf("mount devpts: %w", err)
 			}
 		default:
 			return fmt.Errorf("unknown mount kind %q", m.Kind)

@@ -59,8 +59,10 @@ type SandboxSpec struct {
 	ReadableRoots []string
 	// TempDir is the private temp dir (created by the caller, writable).
 	TempDir string
-	// PTY adds /dev/pts (a new devpts instance) and /dev/ptmx.
-	PTY bool
+	// TTY is the host path of the program's terminal (/dev/pts/N), bound at
+	// the same path so the program can name it (ttyname). No other terminal
+	// is visible and none can be allocated (no /dev/ptmx).
+	TTY string
 }
 
 // StartOptions are the parent-side settings of one sandbox.
@@ -375,12 +377,14 @@ func sandboxConfig(spec SandboxSpec) (*helperConfig, []idmapSource, error) {
 			cfg.WritableFiles = append(cfg.WritableFiles, d)
 		}
 	}
-	if spec.PTY {
+	if spec.TTY != "" {
+		if filepath.Dir(spec.TTY) != "/dev/pts" {
+			return nil, nil, refusal.New(refusal.InvalidSpec, "terminal %q is not a /dev/pts device", spec.TTY)
+		}
 		mounts = append(mounts,
-			mountSpec{Kind: mountDevpts, Target: "/dev/pts"},
-			mountSpec{Kind: mountSymlink, Target: "/dev/ptmx", Link: "pts/ptmx"})
-		cfg.WritablePaths = append(cfg.WritablePaths, "/dev/pts")
-		cfg.WritableFiles = append(cfg.WritableFiles, "/dev/ptmx")
+			mountSpec{Kind: mountTmpfs, Target: "/dev/pts", Data: "mode=0755,size=4k,nr_inodes=8"},
+			mountSpec{Kind: mountDevBind, Target: spec.TTY, Source: spec.TTY, File: true})
+		cfg.WritableFiles = append(cfg.WritableFiles, spec.TTY)
 	}
 	if spec.TempDir == "" {
 		return nil, nil, errors.New("procexec: sandbox without a private temp dir")
@@ -404,9 +408,8 @@ func sandboxConfig(spec SandboxSpec) (*helperConfig, []idmapSource, error) {
 	case under(spec.Dir, covered):
 		cfg.Dir = spec.Dir
 	default:
-		addFD(spec.Dir, spec.Dir, true)
-		covered = append(covered, spec.Dir)
-		cfg.Dir = spec.Dir
+		return nil, nil, refusal.New(refusal.InvalidSpec,
+			"working directory %q is neither under a root nor the private temp dir", spec.Dir)
 	}
 	// The program, when it lives outside everything above (read-only).
 	if real, err := filepath.EvalSymlinks(spec.Argv[0]); err == nil && !under(real, covered) && !under(spec.Argv[0], covered) {
