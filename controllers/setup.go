@@ -18,6 +18,9 @@ type Config struct {
 	ConsentTimeoutSeconds int64
 	// BindingRecheck is how often an active grant's operator is re-checked.
 	BindingRecheck time.Duration
+	// NodeLostAfter is how long a node may be silent before the manager releases the
+	// cleanup finalizers of its deleted objects without its report (DefaultNodeLostAfter).
+	NodeLostAfter time.Duration
 }
 
 // SetupWithManager registers every cluster controller with the manager.
@@ -32,6 +35,11 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 		&TerminalCommandReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-command"), Now: now, ConsentTimeoutSeconds: cfg.ConsentTimeoutSeconds},
 		sessionBinder(c, now), waitBinder(c, now), probeBinder(c, now), patchBinder(c, now),
 	} {
+		if err := s.SetupWithManager(mgr); err != nil {
+			return err
+		}
+	}
+	for _, s := range cleanupReconcilers(c, now, cfg.NodeLostAfter) {
 		if err := s.SetupWithManager(mgr); err != nil {
 			return err
 		}

@@ -60,6 +60,15 @@ const (
 // +kubebuilder:validation:Enum=Delete;RetainArtifacts
 type TeardownPolicy string
 
+const (
+	// TeardownDelete removes the environment's backend resources and ends the retention of
+	// its artifacts (their blobs are removed).
+	TeardownDelete TeardownPolicy = "Delete"
+	// TeardownRetainArtifacts removes the backend resources and keeps the environment's
+	// artifacts until their retainedUntil.
+	TeardownRetainArtifacts TeardownPolicy = "RetainArtifacts"
+)
+
 // PatchApproval says whether file patches need an operator's approval.
 // +kubebuilder:validation:Enum=Required;AutoApply
 type PatchApproval string

@@ -102,3 +102,41 @@ func ConsentDecisionFor(conds []metav1.Condition) ConsentDecision {
 	}
 	return DecisionPending
 }
+
+// SessionPhaseIsFinal says whether a session has ended (nothing of it runs any more).
+func SessionPhaseIsFinal(p SessionPhase) bool {
+	switch p {
+	case SessionClosed, SessionFailed, SessionExpired, SessionKilled:
+		return true
+	}
+	return false
+}
+
+// The cleanup finalizer (CleanupFinalizer) keeps an object while its node may still hold
+// something for it: an environment's copy or VM, a session's PTY, a running command's
+// process group, an artifact's blob. The manager adds it and releases it; the node agent
+// never writes metadata, it reports through its own status conditions that it holds nothing
+// more. The predicates below are that report, one per kind.
+
+// EnvironmentReleased says the node holds nothing more for the environment: its teardown
+// reported CleanupComplete, or it was never placed on a node.
+func EnvironmentReleased(e *Environment) bool {
+	return e.Status.NodeName == "" || isTrue(e.Status.Conditions, ConditionCleanupComplete)
+}
+
+// SessionReleased says the node holds nothing more for the session.
+func SessionReleased(s *TerminalSession) bool {
+	return s.Labels[NodeLabel] == "" || SessionPhaseIsFinal(s.Status.Phase) || isTrue(s.Status.Conditions, ConditionCleanupComplete)
+}
+
+// CommandReleased says no process runs or will run for the command: it has its outcome, or
+// it was never admitted (the node runs admitted commands only).
+func CommandReleased(c *TerminalCommand) bool {
+	return c.Labels[NodeLabel] == "" || CommandIsFinal(c.Status.Conditions) || !isTrue(c.Status.Conditions, ConditionAdmitted)
+}
+
+// ArtifactReleased says the node holds no blob for the artifact (it never stored one, or
+// it reported the blob's removal).
+func ArtifactReleased(a *Artifact) bool {
+	return a.Labels[NodeLabel] == "" || a.Status.Digest == "" || isTrue(a.Status.Conditions, ConditionCleanupComplete)
+}

@@ -44,8 +44,12 @@ type Agent struct {
 	backends *backends.Registry
 	sessions *session.Manager
 	runner   *procexec.Runner
+	sandbox  string // the sandbox helper binary (empty: this executable)
 	client   client.Client
 	reader   client.Reader
+
+	sandboxOnce sync.Once
+	sandboxErr  error // why the process sandbox cannot be established on this node
 
 	mu        sync.Mutex
 	envs      map[string]*liveEnv     // environment UID → mounted roots
@@ -69,6 +73,8 @@ type Agent struct {
 	watcher   *waits.FileWatcher   // inotify, opened by the first file wait
 	blobs     *artifacts.Store     // <stateDir>/artifacts
 	wakeWaits chan event.GenericEvent
+	// sweepArtifacts kicks the artifact retention sweep (retention.go).
+	sweepArtifacts chan struct{}
 }
 
 // Options tune an agent for tests and embedding.
@@ -124,17 +130,19 @@ func New(cfg Config, opts Options) (*Agent, error) {
 			Sessions: caps.Sessions, SessionsPerEnvironment: caps.SessionsPerEnvironment, ReaderTasks: caps.ReaderTasks,
 			InputQueueDepth: caps.InputQueueDepth, EventBufferDepth: caps.EventBufferDepth,
 		}, session.WithSandbox(session.Sandbox{HelperPath: sandboxHelper(cfg, opts), TempBase: filepath.Join(cfg.StateDir, "tmp")})),
-		runner:       procexec.NewRunner(procexec.Limits{MaxConcurrent: caps.ConcurrentCommands, TempBase: filepath.Join(cfg.StateDir, "tmp"), HelperPath: sandboxHelper(cfg, opts)}),
-		envs:         map[string]*liveEnv{},
-		sess:         map[string]*liveSession{},
-		commands:     map[string]*liveCommand{},
-		roots:        map[string]*fsaccess.Root{},
-		wakeCommands: make(chan event.GenericEvent, 1024),
-		wakeSessions: make(chan event.GenericEvent, 1024),
-		engine:       waits.NewEngine(waits.Caps{PendingWaits: caps.PendingWaits}),
-		liveWaits:    map[string]*liveWait{},
-		blobs:        blobs,
-		wakeWaits:    make(chan event.GenericEvent, 1024),
+		sandbox:        sandboxHelper(cfg, opts),
+		runner:         procexec.NewRunner(procexec.Limits{MaxConcurrent: caps.ConcurrentCommands, TempBase: filepath.Join(cfg.StateDir, "tmp"), HelperPath: sandboxHelper(cfg, opts)}),
+		envs:           map[string]*liveEnv{},
+		sess:           map[string]*liveSession{},
+		commands:       map[string]*liveCommand{},
+		roots:          map[string]*fsaccess.Root{},
+		wakeCommands:   make(chan event.GenericEvent, 1024),
+		wakeSessions:   make(chan event.GenericEvent, 1024),
+		engine:         waits.NewEngine(waits.Caps{PendingWaits: caps.PendingWaits}),
+		liveWaits:      map[string]*liveWait{},
+		blobs:          blobs,
+		wakeWaits:      make(chan event.GenericEvent, 1024),
+		sweepArtifacts: make(chan struct{}, 1),
 	}
 	return a, nil
 }
@@ -193,6 +201,9 @@ func (a *Agent) Run(ctx context.Context, cfg *rest.Config) error {
 		}
 		return a.publishLoop(ctx)
 	})); err != nil {
+		return err
+	}
+	if err := mgr.Add(managerRunnable(a.artifactSweepLoop)); err != nil {
 		return err
 	}
 	log.Info("Starting node agent", "version", Version, "backends", a.backends.IDs())

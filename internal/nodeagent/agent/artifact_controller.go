@@ -45,7 +45,8 @@ const (
 func artifactOwned(s *wbv1.ArtifactStatus) wbv1.ArtifactStatus {
 	return wbv1.ArtifactStatus{
 		Digest: s.Digest, Size: s.Size, NodeName: s.NodeName, RetainedUntil: s.RetainedUntil, Refusal: s.Refusal,
-		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionReady),
+		ObservedGeneration: s.ObservedGeneration,
+		Conditions:         statusapply.Owned(s.Conditions, wbv1.ConditionReady, wbv1.ConditionCleanupComplete),
 	}
 }
 
@@ -60,6 +61,10 @@ func (r *artifactReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	var art wbv1.Artifact
 	if err := a.client.Get(ctx, req.NamespacedName, &art); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if art.Labels[wbv1.NodeLabel] == a.cfg.NodeName && !art.DeletionTimestamp.IsZero() {
+		a.kickArtifactSweep() // the sweep drops its blob and reports CleanupComplete
+		return ctrl.Result{}, nil
 	}
 	if art.Labels[wbv1.NodeLabel] != a.cfg.NodeName || art.Status.Digest != "" || art.Status.Refusal != nil ||
 		(art.Spec.Source != artifactCapture && art.Spec.Source != artifactExport) {
@@ -100,7 +105,7 @@ func (r *artifactReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		next.Digest, next.Size, next.RetainedUntil = wbv1.Digest(digest), size, &until
 		set(true, "Stored", fmt.Sprintf("%d bytes held by node %s%s", size, a.cfg.NodeName, note))
 	}
-	next.NodeName = a.cfg.NodeName
+	next.NodeName, next.ObservedGeneration = a.cfg.NodeName, art.Generation
 	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"artifact", &art, cur, next)
 	if err != nil {
 		return ctrl.Result{}, err

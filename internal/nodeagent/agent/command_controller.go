@@ -31,9 +31,16 @@ import (
 
 // liveCommand is a command this process started.
 type liveCommand struct {
+	key     types.NamespacedName
+	envUID  string
 	handle  *procexec.Handle
 	started time.Time
 	result  *commandOutcome
+	// persisted is set once result is in the store; a pass that finds it unset persists
+	// it (and fails, to be retried, when the store does) before status may show it.
+	persisted bool
+	// stopping is set when the command's object is being deleted: its end is Cancelled.
+	stopping bool
 	// finished is closed once result is set (host commands).
 	finished chan struct{}
 	// cancel ends the wait for a command running in a VM guest (no host handle).
@@ -72,10 +79,17 @@ func (r *commandReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	a := r.a
 	var cmd wbv1.TerminalCommand
 	if err := a.client.Get(ctx, req.NamespacedName, &cmd); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			// Gone (its finalizer released): nothing of it may keep running here.
+			a.stopCommands(func(lc *liveCommand) bool { return lc.key == req.NamespacedName })
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if cmd.Labels[wbv1.NodeLabel] != a.cfg.NodeName || wbv1.CommandIsFinal(cmd.Status.Conditions) ||
-		!condTrue(cmd.Status.Conditions, wbv1.ConditionAdmitted) {
+	if cmd.Labels[wbv1.NodeLabel] != a.cfg.NodeName || !condTrue(cmd.Status.Conditions, wbv1.ConditionAdmitted) {
+		return ctrl.Result{}, nil
+	}
+	if wbv1.CommandIsFinal(cmd.Status.Conditions) {
+		a.forgetCommand(string(cmd.UID)) // status holds the outcome; the store keeps the record
 		return ctrl.Result{}, nil
 	}
 	cur, next := commandOwned(&cmd.Status), commandOwned(&cmd.Status)
@@ -88,6 +102,9 @@ func (r *commandReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"command", &cmd, cur, next)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if wbv1.CommandIsFinal(all) {
+		a.forgetCommand(string(cmd.UID)) // bounded memory: the outcome is in status and in the store
 	}
 	if wrote && cur.Phase != next.Phase {
 		evType := corev1.EventTypeNormal
@@ -135,18 +152,34 @@ func (p *cmdPass) finish(o *commandOutcome) {
 func (r *commandReconciler) step(ctx context.Context, p *cmdPass) error {
 	a := r.a
 	uid := string(p.cmd.UID)
+	deleting := !p.cmd.DeletionTimestamp.IsZero()
 	a.mu.Lock()
 	live := a.commands[uid]
 	var result *commandOutcome
+	persisted := false
 	if live != nil {
-		result = live.result // written under a.mu by the goroutine awaiting the command
+		result, persisted = live.result, live.persisted // written under a.mu by the goroutine awaiting the command
 	}
 	a.mu.Unlock()
 	p.next.NodeName = a.cfg.NodeName
 	if live != nil {
 		if result != nil {
+			if !persisted {
+				// The awaiting goroutine could not store the outcome: store it now, or fail
+				// the pass (retried with backoff) — status never shows an unstored outcome.
+				if err := a.persistOutcome(uid, result); err != nil {
+					return err
+				}
+				a.mu.Lock()
+				live.persisted = true
+				a.mu.Unlock()
+			}
 			p.finish(result)
 		} else {
+			if deleting {
+				a.stopCommands(func(lc *liveCommand) bool { return lc == live })
+				p.result.RequeueAfter = time.Second // the awaiting goroutine also wakes this command
+			}
 			p.next.StartTime = &metav1.Time{Time: live.started}
 			p.set(wbv1.ConditionStarted, true, "Started", "the process runs on this node")
 		}
@@ -161,11 +194,52 @@ func (r *commandReconciler) step(ctx context.Context, p *cmdPass) error {
 			p.finish(o)
 			return nil
 		}
-		p.finish(&commandOutcome{Phase: wbv1.CommandFailed, RefusalCode: string(actuation.CodeInterrupted), Completed: time.Now(),
-			Message: "interrupted: the node agent restarted while the command ran; it is never re-run (" + rec.Outcome + ")"})
+		o := &commandOutcome{Phase: wbv1.CommandFailed, RefusalCode: string(actuation.CodeInterrupted), Completed: time.Now(),
+			Message: "interrupted: the node agent restarted while the command ran; it is never re-run (" + rec.Outcome + ")"}
+		if err := a.persistOutcome(uid, o); err != nil {
+			return err
+		}
+		p.finish(o)
+		return nil
+	}
+	if deleting {
+		// Deleted before it started here: it never runs.
+		p.finish(&commandOutcome{Phase: wbv1.CommandCancelled, Completed: time.Now(), Message: "cancelled: the command was deleted before it started"})
 		return nil
 	}
 	return r.start(ctx, p)
+}
+
+// stopCommands stops every running command match selects (deletion, drain) and marks it
+// stopping, so its end is recorded Cancelled.
+func (a *Agent) stopCommands(match func(*liveCommand) bool) []*liveCommand {
+	a.mu.Lock()
+	var stop []*liveCommand
+	for _, lc := range a.commands {
+		if lc.result == nil && match(lc) {
+			lc.stopping = true
+			stop = append(stop, lc)
+		}
+	}
+	a.mu.Unlock()
+	for _, lc := range stop {
+		if lc.handle != nil {
+			lc.handle.Kill(procexec.OriginCancel)
+		}
+		if lc.cancel != nil {
+			lc.cancel()
+		}
+	}
+	return stop
+}
+
+// forgetCommand drops a finished command from memory once its outcome is stored.
+func (a *Agent) forgetCommand(uid string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if lc := a.commands[uid]; lc != nil && lc.result != nil && lc.persisted {
+		delete(a.commands, uid)
+	}
 }
 
 func decodeOutcome(s string) *commandOutcome {
@@ -178,7 +252,7 @@ func decodeOutcome(s string) *commandOutcome {
 
 // refuse ends a command at the node with a code (nothing was started).
 func (p *cmdPass) refuse(code, msg string) {
-	p.finish(&commandOutcome{Phase: wbv1.CommandFailed, RefusalCode: code, Message: code + ": " + msg, Completed: time.Now()})
+	p.finish(&commandOutcome{Phase: wbv1.CommandRefused, RefusalCode: code, Message: code + ": " + msg, Completed: time.Now()})
 }
 
 func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
@@ -269,7 +343,9 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		if o.RefusalCode == "" {
 			o.RefusalCode = string(actuation.CodeStartFailed)
 		}
-		a.persistOutcome(string(cmd.UID), o)
+		if err := a.persistOutcome(string(cmd.UID), o); err != nil {
+			return err
+		}
 		p.finish(o)
 		return nil
 	}
@@ -281,7 +357,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	}
 	a.mu.Lock()
 	now := metav1.Now()
-	lc := &liveCommand{handle: h, started: now.Time, finished: make(chan struct{})}
+	lc := &liveCommand{key: client.ObjectKeyFromObject(cmd), envUID: string(env.UID), handle: h, started: now.Time, finished: make(chan struct{})}
 	a.commands[string(cmd.UID)] = lc
 	a.mu.Unlock()
 	go a.awaitCommand(cmd.DeepCopy(), h, live, seqFrom, now.Time)
@@ -420,27 +496,52 @@ func (a *Agent) awaitCommand(cmd *wbv1.TerminalCommand, h *procexec.Handle, rg *
 	if !res.CleanupComplete && err == nil {
 		o.Message += "; cleanup incomplete: processes of the group may remain"
 	}
-	a.persistOutcome(string(cmd.UID), o)
+	a.recordOutcome(string(cmd.UID), o)
+	a.commandFinished()
+	a.wake(a.wakeCommands, cmd)
+}
+
+// recordOutcome persists a finished command's outcome and hands it to the reconciler. A
+// store failure is logged and left for the reconciler's pass to retry (persisted unset).
+func (a *Agent) recordOutcome(uid string, o *commandOutcome) {
 	a.mu.Lock()
-	if lc := a.commands[string(cmd.UID)]; lc != nil {
-		lc.result = o
+	if lc := a.commands[uid]; lc != nil && lc.stopping && o.Phase == wbv1.CommandFailed && o.ExitCode == nil {
+		o.Phase, o.RefusalCode, o.Message = wbv1.CommandCancelled, "", "cancelled: the command was deleted ("+o.Message+")"
+	}
+	a.mu.Unlock()
+	err := a.persistOutcome(uid, o)
+	if err != nil && a.runCtx != nil {
+		ctrl.LoggerFrom(a.runCtx).Error(err, "Storing a command outcome; the next pass retries", "command", uid)
+	}
+	a.mu.Lock()
+	if lc := a.commands[uid]; lc != nil {
+		lc.result, lc.persisted = o, err == nil
 		if lc.finished != nil {
 			close(lc.finished)
 		}
 	}
 	a.mu.Unlock()
-	a.commandFinished()
-	a.wake(a.wakeCommands, cmd)
 }
 
-func (a *Agent) persistOutcome(uid string, o *commandOutcome) {
-	raw, _ := json.Marshal(o)
+// persistOutcome stores the one outcome on the command's start record. Every error
+// surfaces: an outcome that is not stored is never shown as final.
+func (a *Agent) persistOutcome(uid string, o *commandOutcome) error {
+	raw, err := json.Marshal(o)
+	if err != nil {
+		return fmt.Errorf("encoding the outcome of command %s: %w", uid, err)
+	}
 	rec, ok, err := a.store.Commands().Get(uid)
-	if err != nil || !ok {
-		return
+	if err != nil {
+		return fmt.Errorf("reading the start record of command %s: %w", uid, err)
+	}
+	if !ok {
+		return fmt.Errorf("command %s has no start record to hold its outcome", uid)
 	}
 	rec.Phase, rec.Outcome, rec.UpdatedAt = string(o.Phase), string(raw), time.Now()
-	_ = a.store.Commands().Put(rec)
+	if err := a.store.Commands().Put(rec); err != nil {
+		return fmt.Errorf("storing the outcome of command %s: %w", uid, err)
+	}
+	return nil
 }
 
 // wake re-queues obj. Senders are bounded (one goroutine per running command or session,

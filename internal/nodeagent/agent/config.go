@@ -37,6 +37,16 @@ type Config struct {
 	HeartbeatSeconds int `json:"heartbeatSeconds,omitempty"`
 	// QEMU enables the qemu-microvm.v1 backend (absent or enabled: false: not offered).
 	QEMU *QEMUConfig `json:"qemu,omitempty"`
+	// RecordRetentionSeconds is how long the store keeps the record of an object that no
+	// longer exists (default 60); the sweep that prunes them runs at least this often.
+	RecordRetentionSeconds int `json:"recordRetentionSeconds,omitempty"`
+}
+
+func (c Config) recordRetention() time.Duration {
+	if c.RecordRetentionSeconds > 0 {
+		return time.Duration(c.RecordRetentionSeconds) * time.Second
+	}
+	return time.Minute
 }
 
 // QEMUConfig configures the qemu-microvm.v1 backend (internal/backends/qemumicrovm).

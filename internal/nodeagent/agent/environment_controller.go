@@ -81,10 +81,32 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	b, ok := a.backends.Get(string(env.Spec.Backend))
 	spec := specFor(&env)
 	result := ctrl.Result{RequeueAfter: inspectInterval}
+	deleting := !env.DeletionTimestamp.IsZero()
 	switch {
+	case deleting && condTrue(all, wbv1.ConditionCleanupComplete):
+		return ctrl.Result{}, nil // reported; the manager releases the finalizer
+	case deleting && !ok:
+		// No backend of that id here: this node never allocated anything for it.
+		set(wbv1.ConditionCleanupComplete, true, "NothingHeld", "node "+a.cfg.NodeName+" holds nothing for this environment")
+		set(wbv1.ConditionReady, false, wbv1.ReasonClosed, "environment is Closed")
+		result = ctrl.Result{}
 	case !ok:
 		set(wbv1.ConditionReady, false, wbv1.ReasonFailed, fmt.Sprintf("capability-mismatch: backend %s is not available on node %s", env.Spec.Backend, a.cfg.NodeName))
-	case condTrue(all, wbv1.ConditionExpired) || !env.DeletionTimestamp.IsZero():
+	case condTrue(all, wbv1.ConditionExpired) || deleting:
+		if deleting {
+			// reconcileDelete: drain (stop the environment's commands, close its sessions),
+			// then tear down per spec.teardown.
+			set(wbv1.ConditionReady, false, wbv1.ReasonDraining, "draining: stopping commands and closing sessions")
+			a.drainEnvironment(ctx, spec.ID)
+			if _, err := b.Drain(ctx, spec); err != nil {
+				return ctrl.Result{}, fmt.Errorf("draining environment %s/%s: %w", env.Namespace, env.Name, err)
+			}
+			if env.Spec.Teardown == nil || *env.Spec.Teardown != wbv1.TeardownRetainArtifacts {
+				if err := a.expireArtifactsOf(ctx, &env); err != nil {
+					return ctrl.Result{}, err
+				}
+			}
+		}
 		st, err := b.Teardown(ctx, spec)
 		a.forgetEnv(spec.ID)
 		if err != nil || len(st.Residue) > 0 {
@@ -93,7 +115,9 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			result.RequeueAfter = 10 * time.Second
 		} else {
 			set(wbv1.ConditionCleanupComplete, true, "TornDown", "backend resources removed")
-			_ = a.store.Environments().Delete(spec.ID)
+			if err := a.store.Environments().Delete(spec.ID); err != nil {
+				return ctrl.Result{}, fmt.Errorf("deleting the store record of environment %s/%s: %w", env.Namespace, env.Name, err)
+			}
 			result = ctrl.Result{}
 		}
 		reason := wbv1.ReasonExpired
@@ -127,7 +151,9 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			break
 		}
 		rec.Phase = string(st.Phase)
-		_ = a.store.Environments().Put(rec)
+		if err := a.store.Environments().Put(rec); err != nil {
+			return ctrl.Result{}, fmt.Errorf("recording environment %s/%s: %w", env.Namespace, env.Name, err)
+		}
 		a.rememberEnv(spec, st)
 		if st.Phase == backends.PhaseReady {
 			set(wbv1.ConditionReady, true, "Ready", fmt.Sprintf("%s environment ready with %d roots", b.ID(), len(st.Roots)))
@@ -258,4 +284,60 @@ func (a *Agent) resolveBootImage(ctx context.Context, env *wbv1.Environment, spe
 		return "", "", nil
 	}
 	return code, fmt.Sprintf("ImageManifest %s has no direct-kernel %s variant with a kernel and an initrd for %s", im.Name, env.Spec.Backend, arch), nil
+}
+
+// drainEnvironment stops the environment's running commands and closes its sessions, and
+// waits (bounded by drainWait) for the commands' outcomes to be recorded.
+func (a *Agent) drainEnvironment(ctx context.Context, envUID string) {
+	stopped := a.stopCommands(func(lc *liveCommand) bool { return lc.envUID == envUID })
+	a.mu.Lock()
+	var sessions []string
+	for uid, s := range a.sess {
+		if s.envUID == envUID && !s.closed {
+			sessions = append(sessions, uid)
+		}
+	}
+	a.mu.Unlock()
+	for _, uid := range sessions {
+		a.closeSession(ctx, uid, false)
+	}
+	t := time.NewTimer(drainWait)
+	defer t.Stop()
+	for _, lc := range stopped {
+		if lc.finished == nil {
+			continue // a guest command: cancelling it ended its wait
+		}
+		select {
+		case <-lc.finished:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// drainWait bounds how long a drain waits for stopped commands to record their outcomes.
+const drainWait = 10 * time.Second
+
+// expireArtifactsOf ends the retention of the artifacts of an environment deleted with
+// teardown Delete: their retainedUntil becomes now, and the artifact sweep removes the blobs.
+func (a *Agent) expireArtifactsOf(ctx context.Context, env *wbv1.Environment) error {
+	var list wbv1.ArtifactList
+	if err := a.client.List(ctx, &list, client.InNamespace(env.Namespace)); err != nil {
+		return fmt.Errorf("listing artifacts of environment %s/%s: %w", env.Namespace, env.Name, err)
+	}
+	now := metav1.Now()
+	for i := range list.Items {
+		art := &list.Items[i]
+		if art.Spec.EnvironmentRef != wbv1.ObjectName(env.Name) || art.Status.Digest == "" ||
+			(art.Status.RetainedUntil != nil && !art.Status.RetainedUntil.After(now.Time)) {
+			continue
+		}
+		if err := a.expireArtifact(ctx, art, now, "the environment was deleted with teardown Delete"); err != nil {
+			return err
+		}
+	}
+	a.kickArtifactSweep()
+	return nil
 }

@@ -10,6 +10,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
 	"sensorium.dev/workbench/internal/actuation"
@@ -104,7 +106,7 @@ func (r *commandReconciler) startGuest(p *cmdPass, g guestBackend, envUID string
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(args.TimeoutMS)*time.Millisecond+guestReportGrace)
 	a.mu.Lock()
-	a.commands[string(cmd.UID)] = &liveCommand{started: now.Time, cancel: cancel}
+	a.commands[string(cmd.UID)] = &liveCommand{key: client.ObjectKeyFromObject(cmd), envUID: envUID, started: now.Time, cancel: cancel}
 	a.mu.Unlock()
 	go a.awaitGuestCommand(ctx, cancel, cmd.DeepCopy(), g, envUID, args, rg, rg.LastSeq()+1, now.Time)
 	p.next.StartTime, p.next.NodeName = &now, a.cfg.NodeName
@@ -164,12 +166,7 @@ func (a *Agent) awaitGuestCommand(ctx context.Context, cancel context.CancelFunc
 			o.SeqFrom, o.SeqTo = seqFrom, last
 		}
 	}
-	a.persistOutcome(string(cmd.UID), o)
-	a.mu.Lock()
-	if lc := a.commands[string(cmd.UID)]; lc != nil {
-		lc.result = o
-	}
-	a.mu.Unlock()
+	a.recordOutcome(string(cmd.UID), o)
 	a.commandFinished()
 	a.wake(a.wakeCommands, cmd)
 }

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"path/filepath"
+
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -8,6 +10,8 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"sensorium.dev/workbench/internal/nodeagent/procexec"
+	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sort"
 	"time"
 
@@ -151,7 +155,11 @@ func (a *Agent) publishCapabilities(ctx context.Context) error {
 			}
 		}
 		now := metav1.Now()
-		if _, err := statusapply.Apply(ctx, a.client, FieldManager+"capability", &have, nil, wbv1.BackendCapabilityStatus{AttestedAt: &now, NodeName: a.cfg.NodeName}); err != nil {
+		st := wbv1.BackendCapabilityStatus{AttestedAt: &now, NodeName: a.cfg.NodeName}
+		if id := want.Spec.BackendID; id == wbv1.BackendHostLocal || id == wbv1.BackendFixtureCopy {
+			st.Conditions = []metav1.Condition{a.sandboxCondition(have.Generation)}
+		}
+		if _, err := statusapply.Apply(ctx, a.client, FieldManager+"capability", &have, nil, st); err != nil {
 			return err
 		}
 	}
@@ -205,4 +213,27 @@ func (a *Agent) publishNode(ctx context.Context) error {
 	st.Conditions = conds
 	_, err := statusapply.Apply(ctx, a.client, FieldManager+"node", node, nil, st)
 	return err
+}
+
+// ConditionProcessSandbox reports on host-local and fixture-copy.v1 capabilities whether the
+// node can establish the process sandbox every command and PTY program runs in. When it is
+// False, its message starts with the refusal code every start fails closed with (e.g.
+// userns-unavailable, idmap-unavailable, landlock-unavailable, seccomp-unavailable).
+const ConditionProcessSandbox = "ProcessSandbox"
+
+// sandboxCondition checks the sandbox once (a trivial program started through it).
+func (a *Agent) sandboxCondition(gen int64) metav1.Condition {
+	a.sandboxOnce.Do(func() {
+		a.sandboxErr = procexec.CheckSandbox(procexec.StartOptions{HelperPath: a.sandbox}, filepath.Join(a.cfg.StateDir, "tmp"))
+	})
+	if a.sandboxErr != nil {
+		code := refusal.CodeOf(a.sandboxErr)
+		if code == "" {
+			code = string(actuation.CodeSandboxSetupFailed)
+		}
+		return statusapply.Cond(ConditionProcessSandbox, false, "Unavailable", statusapply.Truncate(code+": "+a.sandboxErr.Error(), 1024), gen)
+	}
+	return statusapply.Cond(ConditionProcessSandbox, true, "Available",
+		"own user (root mapped to an unprivileged uid), PID, mount, UTS, IPC, cgroup and network namespaces; no capabilities; "+
+			"no_new_privs; Docker-default seccomp; Landlock; idmapped roots", gen)
 }

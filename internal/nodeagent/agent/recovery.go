@@ -10,6 +10,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends"
@@ -73,9 +74,24 @@ func (a *Agent) recover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The inventory: what the API server still wants of this node. What the node holds for
+	// anything else is an orphan (its object was deleted, or its finalizer released, while
+	// no agent ran here) and is removed — as virt-handler does for domains.
+	wanted, err := a.wantedInventory(ctx)
+	if err != nil {
+		report("inventory", store.OutcomeFailedRetryable, "orphans kept until the next start: "+err.Error())
+	}
 	known := map[string]map[string]backends.Spec{}
 	for _, e := range envs {
 		if e.Phase == string(backends.PhaseClosed) {
+			continue
+		}
+		if wanted != nil && !wanted.environments[e.UID] {
+			if err := a.store.Environments().Delete(e.UID); err != nil {
+				return err
+			}
+			report(fmt.Sprintf("environment/%s/%s", e.Namespace, e.Name), store.OutcomeTerminated,
+				"orphan: its Environment no longer exists; the backend sweep removes what it held")
 			continue
 		}
 		if known[e.Backend] == nil {
@@ -97,6 +113,11 @@ func (a *Agent) recover(ctx context.Context) error {
 	sum, err := a.store.MarkInterrupted("agent restarted", now)
 	if err != nil {
 		return err
+	}
+	if wanted != nil {
+		if err := a.pruneOrphanRecords(wanted, report); err != nil {
+			return err
+		}
 	}
 	for _, r := range sum.Records {
 		actions = append(actions, wbv1.RecoveryAction{Resource: r.Resource, Outcome: r.Outcome, Message: r.Detail, Time: metav1.NewTime(now)})
@@ -155,4 +176,72 @@ func isFinalSessionPhase(p string) bool {
 		return true
 	}
 	return false
+}
+
+// inventory is the set of object UIDs on this node the API server still has.
+type inventory struct {
+	environments, sessions, commands map[string]bool
+}
+
+// wantedInventory lists this node's objects from the API server (not the cache, which is
+// not started during the sweep), filtered at the server by the node label.
+func (a *Agent) wantedInventory(ctx context.Context) (*inventory, error) {
+	sel := client.MatchingLabels{wbv1.NodeLabel: a.cfg.NodeName}
+	inv := &inventory{environments: map[string]bool{}, sessions: map[string]bool{}, commands: map[string]bool{}}
+	var envs wbv1.EnvironmentList
+	if err := a.reader.List(ctx, &envs, sel); err != nil {
+		return nil, fmt.Errorf("listing environments of node %s: %w", a.cfg.NodeName, err)
+	}
+	for _, e := range envs.Items {
+		inv.environments[string(e.UID)] = true
+	}
+	var sessions wbv1.TerminalSessionList
+	if err := a.reader.List(ctx, &sessions, sel); err != nil {
+		return nil, fmt.Errorf("listing sessions of node %s: %w", a.cfg.NodeName, err)
+	}
+	for _, s := range sessions.Items {
+		inv.sessions[string(s.UID)] = true
+	}
+	var cmds wbv1.TerminalCommandList
+	if err := a.reader.List(ctx, &cmds, sel); err != nil {
+		return nil, fmt.Errorf("listing commands of node %s: %w", a.cfg.NodeName, err)
+	}
+	for _, c := range cmds.Items {
+		inv.commands[string(c.UID)] = true
+	}
+	return inv, nil
+}
+
+// pruneOrphanRecords drops the store records of sessions and commands whose objects are
+// gone (their processes were killed above): the store stays bounded by what exists.
+func (a *Agent) pruneOrphanRecords(inv *inventory, report func(resource, outcome, msg string)) error {
+	sessions, err := a.store.Sessions().List(0)
+	if err != nil {
+		return err
+	}
+	pruned := 0
+	for _, s := range sessions {
+		if !inv.sessions[s.UID] {
+			if err := a.store.Sessions().Delete(s.UID); err != nil {
+				return err
+			}
+			pruned++
+		}
+	}
+	cmds, err := a.store.Commands().List(0)
+	if err != nil {
+		return err
+	}
+	for _, c := range cmds {
+		if !inv.commands[c.UID] {
+			if err := a.store.Commands().Delete(c.UID); err != nil {
+				return err
+			}
+			pruned++
+		}
+	}
+	if pruned > 0 {
+		report("store", store.OutcomeExpired, fmt.Sprintf("dropped %d records of sessions and commands that no longer exist", pruned))
+	}
+	return nil
 }

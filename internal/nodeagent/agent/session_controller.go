@@ -62,9 +62,10 @@ func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 		return ctrl.Result{}, err
 	}
-	if ts.Labels[wbv1.NodeLabel] != a.cfg.NodeName || isFinalSessionPhase(string(ts.Status.Phase)) {
+	if ts.Labels[wbv1.NodeLabel] != a.cfg.NodeName || wbv1.SessionPhaseIsFinal(ts.Status.Phase) {
 		return ctrl.Result{}, nil
 	}
+	deleting := !ts.DeletionTimestamp.IsZero()
 	cur, next := sessionOwned(&ts.Status), sessionOwned(&ts.Status)
 	uid := string(ts.UID)
 	a.mu.Lock()
@@ -81,13 +82,17 @@ func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	switch {
 	case live == nil:
-		if rec, ok, _ := a.store.Sessions().Get(uid); ok {
+		rec, ok, err := a.store.Sessions().Get(uid)
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("reading the store record of session %s/%s: %w", ts.Namespace, ts.Name, err)
+		}
+		if ok {
 			// Opened by a previous agent process: its PTY and processes are gone (the
 			// recovery sweep killed them); the session ends Failed, never silently reopened.
 			fail(string(actuation.CodeInterrupted), "the node agent restarted; "+rec.Reason)
 			break
 		}
-		if ts.Spec.DesiredState == "Closed" {
+		if ts.Spec.DesiredState == "Closed" || deleting {
 			next.Phase = wbv1.SessionClosed
 			set(wbv1.ConditionCleanupComplete, true, "NeverOpened", "the session was closed before it opened")
 			break
@@ -111,7 +116,7 @@ func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	default:
 		next.LastSeq = int64(live.ring.LastSeq())
 		expired := time.Since(live.started) > time.Duration(ts.Spec.MaxDurationSeconds)*time.Second
-		if ts.Spec.DesiredState == "Closed" || expired || (live.pty != nil && live.pty.Phase().Terminal()) {
+		if ts.Spec.DesiredState == "Closed" || deleting || expired || (live.pty != nil && live.pty.Phase().Terminal()) {
 			phase := a.closeSession(ctx, uid, expired)
 			next.Phase = phase
 			remaining := int32(0)

@@ -446,3 +446,33 @@ func capLastCap() (int, error) {
 	}
 	return n, nil
 }
+
+// CheckSandbox starts a trivial program (/bin/true) in a sandbox with opts and
+// reports whether every layer could be established: nil, or the refusal (its
+// code names the missing kernel primitive: landlock-unavailable,
+// userns-unavailable, idmap-unavailable, seccomp-unavailable, ...). The node
+// publishes the answer in its BackendCapability.
+func CheckSandbox(opts StartOptions, tempBase string) error {
+	prog := "/bin/true"
+	if _, err := os.Stat(prog); err != nil {
+		prog = "/usr/bin/true"
+	}
+	tmp, err := os.MkdirTemp(tempBase, "procexec-check-")
+	if err != nil {
+		return fmt.Errorf("procexec: sandbox check temp dir: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	sb, err := StartSandboxed(SandboxSpec{Argv: []string{prog}, Env: []string{}, TempDir: tmp}, opts)
+	if err != nil {
+		return err
+	}
+	defer sb.Close()
+	st, err := sb.Cmd.Process.Wait()
+	if err != nil {
+		return fmt.Errorf("procexec: sandbox check: %w", err)
+	}
+	if code, sig := sb.ExitStatus(unix.WaitStatus(st.Sys().(syscall.WaitStatus))); code != 0 || sig != "" {
+		return refusal.New(refusal.SandboxSetupFailed, "sandbox check: %s ended with exit %d signal %q", prog, code, sig)
+	}
+	return nil
+}
