@@ -202,3 +202,22 @@ func conditionMessage(c *wbv1.TerminalCommand, t string) string {
 	}
 	return fmt.Sprint(c.Status.Conditions)
 }
+
+// TestHostBackendsAttestTheSandbox: the node's host-local and fixture-copy.v1 capabilities
+// say whether the process sandbox can be established (here it can: condition True).
+func TestHostBackendsAttestTheSandbox(t *testing.T) {
+	for _, id := range []string{"host-local", "fixture-copy.v1"} {
+		eventually(t, 30*time.Second, "the "+id+" ProcessSandbox condition", func() (bool, string) {
+			var c wbv1.BackendCapability
+			if err := env.Client.Get(context.Background(), client.ObjectKey{Name: nodeName + "." + id}, &c); err != nil {
+				return false, err.Error()
+			}
+			for _, cond := range c.Status.Conditions {
+				if cond.Type == "ProcessSandbox" {
+					return cond.Status == "True", fmt.Sprintf("%+v", cond)
+				}
+			}
+			return false, fmt.Sprintf("no ProcessSandbox condition in %+v", c.Status)
+		})
+	}
+}

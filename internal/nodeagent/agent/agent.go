@@ -48,8 +48,7 @@ type Agent struct {
 	client   client.Client
 	reader   client.Reader
 
-	sandboxOnce sync.Once
-	sandboxErr  error // why the process sandbox cannot be established on this node
+	sandboxErr error // why the process sandbox cannot be established on this node (checked by New)
 
 	mu        sync.Mutex
 	envs      map[string]*liveEnv     // environment UID → mounted roots
@@ -144,6 +143,10 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		wakeWaits:      make(chan event.GenericEvent, 1024),
 		sweepArtifacts: make(chan struct{}, 1),
 	}
+	// Before anything runs (and before recovery sweeps the temp dirs): can this node
+	// establish the process sandbox? The answer is published on the host backends'
+	// capabilities; every start fails closed on its own anyway.
+	a.sandboxErr = procexec.CheckSandbox(procexec.StartOptions{HelperPath: a.sandbox}, filepath.Join(cfg.StateDir, "tmp"))
 	return a, nil
 }
 

@@ -1,8 +1,6 @@
 package agent
 
 import (
-	"path/filepath"
-
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,8 +8,6 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"sensorium.dev/workbench/internal/nodeagent/procexec"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sort"
 	"time"
 
@@ -23,6 +19,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/statusapply"
 )
 
@@ -157,7 +154,12 @@ func (a *Agent) publishCapabilities(ctx context.Context) error {
 		now := metav1.Now()
 		st := wbv1.BackendCapabilityStatus{AttestedAt: &now, NodeName: a.cfg.NodeName}
 		if id := want.Spec.BackendID; id == wbv1.BackendHostLocal || id == wbv1.BackendFixtureCopy {
-			st.Conditions = []metav1.Condition{a.sandboxCondition(have.Generation)}
+			c := a.sandboxCondition(have.Generation)
+			c.LastTransitionTime = now
+			if old := meta.FindStatusCondition(have.Status.Conditions, c.Type); old != nil && old.Status == c.Status {
+				c.LastTransitionTime = old.LastTransitionTime
+			}
+			st.Conditions = []metav1.Condition{c}
 		}
 		if _, err := statusapply.Apply(ctx, a.client, FieldManager+"capability", &have, nil, st); err != nil {
 			return err
@@ -221,11 +223,8 @@ func (a *Agent) publishNode(ctx context.Context) error {
 // userns-unavailable, idmap-unavailable, landlock-unavailable, seccomp-unavailable).
 const ConditionProcessSandbox = "ProcessSandbox"
 
-// sandboxCondition checks the sandbox once (a trivial program started through it).
+// sandboxCondition reports the sandbox check New ran (a trivial program started through it).
 func (a *Agent) sandboxCondition(gen int64) metav1.Condition {
-	a.sandboxOnce.Do(func() {
-		a.sandboxErr = procexec.CheckSandbox(procexec.StartOptions{HelperPath: a.sandbox}, filepath.Join(a.cfg.StateDir, "tmp"))
-	})
 	if a.sandboxErr != nil {
 		code := refusal.CodeOf(a.sandboxErr)
 		if code == "" {

@@ -87,6 +87,14 @@ func buildRoot(cfg *helperConfig, fds []int) error {
 		return fmt.Errorf("mount root tmpfs: %w", err)
 	}
 	root := stagingDir
+	// Directories created only to reach a root (e.g. the agent's state dir
+	// above a managed copy) become traverse-only: the program can reach its
+	// roots by path but cannot list or open what leads to them.
+	var skeleton []string
+	targets := map[string]bool{}
+	for _, m := range cfg.Mounts {
+		targets[filepath.Join(root, m.Target)] = true
+	}
 	for i, m := range cfg.Mounts {
 		target := filepath.Join(root, m.Target)
 		if m.Kind == mountSymlink {
@@ -97,6 +105,13 @@ func buildRoot(cfg *helperConfig, fds []int) error {
 				return fmt.Errorf("symlink %s: %w", m.Target, err)
 			}
 			continue
+		}
+		if m.Kind == mountFD {
+			for d := filepath.Dir(target); len(d) > len(root) && !targets[d]; d = filepath.Dir(d) {
+				if _, err := os.Lstat(d); err != nil {
+					skeleton = append(skeleton, d)
+				}
+			}
 		}
 		if err := mountPoint(target, m.File); err != nil {
 			return fmt.Errorf("mount point %s: %w", m.Target, err)
@@ -123,6 +138,12 @@ func buildRoot(cfg *helperConfig, fds []int) error {
 			}
 		default:
 			return fmt.Errorf("unknown mount kind %q", m.Kind)
+		}
+	}
+
+	for _, d := range skeleton {
+		if err := os.Chmod(d, 0o111); err != nil {
+			return fmt.Errorf("chmod %s: %w", d, err)
 		}
 	}
 

@@ -214,3 +214,22 @@ func BenchmarkSandboxStartCost(b *testing.B) {
 	b.ReportMetric(q(fatS, 0.99), "sandbox-selfexec-p99-ms")
 	b.ReportMetric(q(slimS, 0.5)/q(bare, 0.5), "sandbox/bare-p50")
 }
+
+// TestPathToRootIsTraverseOnly: the directories above a root exist only to reach it and
+// cannot be listed or opened.
+func TestPathToRootIsTraverseOnly(t *testing.T) {
+	requireSandbox(t)
+	base := t.TempDir()
+	root := base + "/state/envs/e1/root"
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(base+"/state/secret", []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := run(t, Spec{Argv: []string{"/bin/sh", "-c", `ls "$1" >/dev/null 2>&1 && echo listed; cat "$1/secret" 2>/dev/null && echo read; cd "$2" && echo reached`, "sh", base + "/state", root},
+		WritableRoots: []string{root}, Dir: root})
+	if got := strings.TrimSpace(string(res.Output)); got != "reached" {
+		t.Fatalf("output %q", got)
+	}
+}
