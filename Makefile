@@ -94,9 +94,18 @@ vet: ## Run go vet against code.
 control-plane: ## Build etcd, kube-apiserver and kubectl from the Go module proxy into bin/k8s/ (cached; ~10 min the first time).
 	hack/build-control-plane.sh all
 
+.PHONY: node-components
+node-components: ## Build kube-controller-manager, kube-scheduler, kubelet and kube-proxy from the Go module proxy into bin/k8s/ (cached; for run-cluster and test-e2e).
+	hack/build-control-plane.sh node
+
+# `make test` streams `go test -json` through hack/testsummary: every failing test's output,
+# every skipped test with its reason, a run/pass/fail/skip table per package, and a failure
+# when a suite listed in test/required-suites.txt ran no test or skipped one.
 .PHONY: test
-test: control-plane verify-generated vet ## Run all tests against a real API server (envtest with the binaries from `make control-plane`).
-	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh path)" go test ./... -count=1 -timeout 30m $(TEST_FLAGS)
+test: control-plane verify-generated vet ## Run all tests against a real API server; print skips and per-package counts; fail if a required suite skipped.
+	@go build -o bin/testsummary ./hack/testsummary
+	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh path)" go test -json ./... -count=1 -timeout 30m $(TEST_FLAGS) \
+		| bin/testsummary -require test/required-suites.txt
 
 .PHONY: fuzz
 fuzz: control-plane ## Run every Go fuzz target for FUZZTIME (default 30s) each.
@@ -126,6 +135,18 @@ bench: control-plane ## Run the benchmarks (packages with Benchmark functions pl
 	cp "$$out" test/bench/out/latest.txt; \
 	echo "bench: results in $$out (and test/bench/out/latest.txt)"
 
+# Each benchmark once, briefly, so none of them rots unnoticed; figures from this run mean
+# nothing (use `make bench`). Run by .ci/run.
+.PHONY: bench-smoke
+bench-smoke: control-plane ## Run every benchmark once (-benchtime=1x) to prove they compile and run.
+	@export KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh path)"; \
+	pkgs="$$(grep -rlE --include='*_test.go' '^func Benchmark[A-Z0-9_]' . 2>/dev/null | grep -v -e '^./bin/' -e '^./.local/' | xargs -r -n1 dirname | sort -u)"; \
+	if [[ -z "$$pkgs" ]]; then echo "bench-smoke: no benchmarks found" >&2; exit 1; fi; \
+	go test -run '^$$' -bench . -benchtime=1x -count=1 -timeout 20m $$pkgs 2>&1 | tee /tmp/bench-smoke.$$$$.log; \
+	n="$$(grep -cE '^Benchmark' /tmp/bench-smoke.$$$$.log || true)"; rm -f /tmp/bench-smoke.$$$$.log; \
+	echo "bench-smoke: $$n benchmark results"; \
+	if [[ "$$n" -eq 0 ]]; then echo "bench-smoke: no benchmark ran" >&2; exit 1; fi
+
 .PHONY: test-e2e
 test-e2e: ## Run the e2e tests (kind + Docker; skipped with a message where `docker info` fails, as on the CI machines).
 	@if ! $(CONTAINER_TOOL) info >/dev/null 2>&1; then \
@@ -141,6 +162,14 @@ test-e2e: ## Run the e2e tests (kind + Docker; skipped with a message where `doc
 build: ## Build the binaries under cmd/ (manager, node-agent, kubectl-workbench) into bin/.
 	@if ! ls cmd/*/main.go >/dev/null 2>&1; then echo "build: no cmd/*/main.go yet"; exit 0; fi; \
 	go build -o bin/ ./cmd/...
+
+# Where `make images` writes the image tarballs, and their tag.
+IMAGES_DIR ?= bin/images
+IMAGE_TAG ?= latest
+
+.PHONY: images
+images: ## Build the image tarballs without Docker (hack/images, go-containerregistry): manager (controller:TAG), node-agent, workbench-pause into IMAGES_DIR.
+	go run ./hack/images -out $(IMAGES_DIR) -tag $(IMAGE_TAG)
 
 .PHONY: docker-build
 docker-build: ## Build the manager image IMG and the node agent image NODE_AGENT_IMG (needs Docker; not available on the dev/CI machines).
@@ -160,6 +189,10 @@ docker-push: ## Push the manager and node agent images (needs Docker).
 .PHONY: run-local
 run-local: ## Start the embedded default on loopback: etcd + kube-apiserver + CRDs/RBAC/webhooks + manager, samples applied (hack/local-up.sh).
 	hack/local-up.sh
+
+.PHONY: check-local
+check-local: ## Against a running run-local: garbage collection and namespace deletion work (hack/local-check.sh).
+	hack/local-check.sh
 
 .PHONY: down-local
 down-local: ## Stop everything `make run-local` started (hack/local-down.sh).

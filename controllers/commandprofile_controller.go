@@ -77,10 +77,10 @@ func (r *CommandProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		} else if err != nil {
 			return ctrl.Result{}, err
 		}
-		if cr.Spec.Descriptor.ProfileRef != wbv1.ObjectName(prof.Name) {
+		if cr.Spec.Descriptor.ProfileRef != wbv1.ObjectName(prof.Name) || !answers(g, cr) {
 			continue
 		}
-		if !g.Status.Active {
+		if !g.Status.Active && !consumedBinding(g, cr) {
 			for _, d := range g.Status.Diagnostics {
 				if len(next.Diagnostics) < maxProjectedDiagnostics {
 					next.Diagnostics = append(next.Diagnostics, d)
@@ -103,9 +103,11 @@ func (r *CommandProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		entry := wbv1.ConsentEntry{
 			GrantRef: wbv1.ObjectName(g.Name), Scope: g.Spec.Scope, Argv: e.Argv, Prefix: e.Prefix, VariablePrefixes: e.VariablePrefixes,
 			Cwd: cr.Spec.Descriptor.Cwd, DeltaDigest: g.Status.DeltaDigest, Operator: g.Spec.Operator, ExpiresAt: &exp,
+			EnvironmentRef: cr.Spec.Descriptor.EnvironmentRef,
 		}
 		if g.Spec.Scope == wbv1.ConsentAllowOnce {
 			entry.CommandRef = cr.Spec.Descriptor.CommandRef
+			entry.CommandUID, entry.ArgvDigest = string(cr.Spec.Descriptor.CommandUID), cr.Spec.Descriptor.ArgvDigest
 		}
 		next.ConsentEntries = append(next.ConsentEntries, entry)
 	}

@@ -45,3 +45,21 @@ func getRequest(ctx context.Context, c client.Reader, ns, name string) (*wbv1.Co
 	}
 	return &cr, nil
 }
+
+// answers reports whether g was given for exactly this request object: the admission
+// webhook stamps the request's UID into the grant, so a request recreated under the same
+// name is never decided by a grant given for its predecessor.
+func answers(g *wbv1.ConsentGrant, cr *wbv1.ConsentRequest) bool {
+	return g.Spec.RequestUID != "" && g.Spec.RequestUID == cr.UID
+}
+
+// consumedBinding reports whether g is an allow-once grant consumed by the very command
+// object its request names, and not revoked or expired (the grant controller leaves a
+// diagnostic for those). Such an entry stays in the effective profile, bound to that UID,
+// so the node agent can verify the binding before it starts the command; it can admit no
+// other object.
+func consumedBinding(g *wbv1.ConsentGrant, cr *wbv1.ConsentRequest) bool {
+	return g.Spec.Scope == wbv1.ConsentAllowOnce && answers(g, cr) && g.Status.ConsumedByUID != "" &&
+		g.Status.ConsumedByUID == cr.Spec.Descriptor.CommandUID && len(g.Status.Diagnostics) == 0 &&
+		(g.Spec.Revoked == nil || !*g.Spec.Revoked)
+}

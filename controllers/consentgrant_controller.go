@@ -72,6 +72,8 @@ func (r *ConsentGrantReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		diag(actuation.CodeConsentScopeInvalid, "the consent request no longer exists")
 	case err != nil:
 		return ctrl.Result{}, err
+	case !answers(&g, cr):
+		diag(actuation.CodeConsentScopeInvalid, "the consent request this grant answered no longer exists (the name now belongs to another request)")
 	default:
 		next.DeltaDigest, next.ApprovalRef = "", ""
 		d, ref := grantApproval(&g, cr)
@@ -84,8 +86,10 @@ func (r *ConsentGrantReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		diag(actuation.CodeConsentRevoked, "the grant was revoked")
 	case !now.Before(expiry):
 		diag(actuation.CodeConsentExpired, "the grant expired at "+expiry.UTC().Format(time.RFC3339))
-	case g.Status.ConsumedBy != "":
-		active, reason, msg = false, "Consumed", "the allow-once grant admitted "+g.Status.ConsumedBy
+	case !active:
+		// the request is gone or is another object: diagnosed above
+	case g.Status.ConsumedBy != "" || g.Status.ConsumedByUID != "":
+		active, reason, msg = false, "Consumed", "the allow-once grant admitted "+g.Status.ConsumedBy+" (uid "+string(g.Status.ConsumedByUID)+")"
 	default:
 		if d := expiry.Sub(now); d < result.RequeueAfter {
 			result.RequeueAfter = requeueAt(now, expiry)

@@ -7,11 +7,16 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -42,6 +47,9 @@ func (r *ConsentRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if err := r.Get(ctx, req.NamespacedName, &cr); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if gone, res, err := r.collect(ctx, &cr); err != nil || gone {
+		return res, err
+	}
 	cur := consentRequestOwned(&cr.Status)
 	next := consentRequestOwned(&cr.Status)
 	all := append([]metav1.Condition(nil), cr.Status.Conditions...)
@@ -57,6 +65,7 @@ func (r *ConsentRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		if err := r.List(ctx, &grants, client.InNamespace(cr.Namespace), client.MatchingFields{indexGrantRequest: cr.Name}); err != nil {
 			return ctrl.Result{}, fmt.Errorf("listing grants of %s: %w", req, err)
 		}
+		grants.Items = slices.DeleteFunc(grants.Items, func(g wbv1.ConsentGrant) bool { return !answers(&g, &cr) })
 		slices.SortFunc(grants.Items, func(a, b wbv1.ConsentGrant) int {
 			if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
 				return c
@@ -101,6 +110,44 @@ func (r *ConsentRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	return result, nil
 }
 
+// collect deletes a request whose command object is gone (deleted, or its name reused by
+// another object) unless a durable grant still needs it: a remembered grant outlives the
+// command that prompted it, so its request lives as long as that grant is in force.
+func (r *ConsentRequestReconciler) collect(ctx context.Context, cr *wbv1.ConsentRequest) (bool, ctrl.Result, error) {
+	var cmd wbv1.TerminalCommand
+	err := r.Get(ctx, client.ObjectKey{Namespace: cr.Namespace, Name: string(cr.Spec.Descriptor.CommandRef)}, &cmd)
+	switch {
+	case err == nil && cmd.UID == cr.Spec.Descriptor.CommandUID && cmd.DeletionTimestamp == nil:
+		return false, ctrl.Result{}, nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return false, ctrl.Result{}, fmt.Errorf("reading command of %s/%s: %w", cr.Namespace, cr.Name, err)
+	}
+	var grants wbv1.ConsentGrantList
+	if err := r.List(ctx, &grants, client.InNamespace(cr.Namespace), client.MatchingFields{indexGrantRequest: cr.Name}); err != nil {
+		return false, ctrl.Result{}, fmt.Errorf("listing grants of %s/%s: %w", cr.Namespace, cr.Name, err)
+	}
+	now := r.Now()
+	var until time.Time
+	for i := range grants.Items {
+		g := &grants.Items[i]
+		durable := g.Spec.Scope == wbv1.ConsentRememberExactArgv || g.Spec.Scope == wbv1.ConsentRememberArgvPrefix
+		if !durable || !answers(g, cr) || (g.Spec.Revoked != nil && *g.Spec.Revoked) {
+			continue
+		}
+		if exp := grantExpiry(g); now.Before(exp) && exp.After(until) {
+			until = exp
+		}
+	}
+	if !until.IsZero() {
+		return false, ctrl.Result{RequeueAfter: requeueAt(now, until)}, nil
+	}
+	log.FromContext(ctx).Info("Deleting consent request: its command is gone and no durable grant needs it", "request", client.ObjectKeyFromObject(cr))
+	if err := r.Delete(ctx, cr, client.Preconditions{UID: &cr.UID}); client.IgnoreNotFound(err) != nil {
+		return false, ctrl.Result{}, fmt.Errorf("deleting ConsentRequest %s/%s: %w", cr.Namespace, cr.Name, err)
+	}
+	return true, ctrl.Result{}, nil
+}
+
 func compareStrings(a, b string) int {
 	switch {
 	case a < b:
@@ -123,6 +170,16 @@ func (r *ConsentRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&wbv1.ConsentGrant{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			g := o.(*wbv1.ConsentGrant)
 			return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: g.Namespace, Name: string(g.Spec.RequestRef)}}}
+		})).
+		Watches(&wbv1.TerminalCommand{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			c := o.(*wbv1.TerminalCommand)
+			if c.Status.ConsentRequestRef == "" {
+				return nil
+			}
+			return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: c.Namespace, Name: c.Status.ConsentRequestRef}}}
+		}), builder.WithPredicates(predicate.Funcs{
+			CreateFunc: func(event.CreateEvent) bool { return false }, UpdateFunc: func(event.UpdateEvent) bool { return false },
+			DeleteFunc: func(event.DeleteEvent) bool { return true }, GenericFunc: func(event.GenericEvent) bool { return false },
 		})).
 		Named("consentrequest").
 		Complete(r)

@@ -41,7 +41,7 @@ func environmentOwned(s *wbv1.EnvironmentStatus) wbv1.EnvironmentStatus {
 	return wbv1.EnvironmentStatus{
 		Phase: s.Phase, NodeName: s.NodeName, PlanDigest: s.PlanDigest, CapabilityRef: s.CapabilityRef,
 		EffectiveOperationalContext: s.EffectiveOperationalContext, Unmet: s.Unmet, ObservedGeneration: s.ObservedGeneration,
-		Conditions: ownedConditions(s.Conditions, wbv1.ConditionScheduled, wbv1.ConditionExpired),
+		Conditions: ownedConditions(s.Conditions, wbv1.ConditionScheduled, wbv1.ConditionExpired, wbv1.ConditionReconciling, wbv1.ConditionStalled),
 	}
 }
 
@@ -71,7 +71,11 @@ func (r *EnvironmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 	}
 	next.ObservedGeneration = gen
+	// The one writer of phase and health: derived from every component's conditions.
 	next.Phase = wbv1.EnvironmentPhaseFor(all, !env.DeletionTimestamp.IsZero())
+	for _, hc := range wbv1.HealthConditions(wbv1.EnvironmentHealth(next.Phase), string(next.Phase), "environment is "+string(next.Phase), gen) {
+		setCondition(&next.Conditions, &all, hc)
+	}
 	wrote, err := applyStatus(ctx, r.Client, "environment", &env, cur, next)
 	if err != nil {
 		return ctrl.Result{}, err

@@ -12,7 +12,6 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -51,12 +50,34 @@ type TerminalCommandReconciler struct {
 // +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=terminalsessions;commandprofiles;environments,verbs=get;list;watch
 // +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=consentgrants/status,verbs=get;update;patch
 
+// terminalCommandOwned is what the manager writes of a command's status. Its outcome
+// fields (refusal, completionTime, Completed) are the manager's only for a command the gate
+// refused; an admitted command's outcome belongs to the node agent. Phase and the health
+// conditions are derived from every component's conditions, here, by their one writer.
 func terminalCommandOwned(s *wbv1.TerminalCommandStatus) wbv1.TerminalCommandStatus {
-	return wbv1.TerminalCommandStatus{
-		CommandID: s.CommandID, ArgvDigest: s.ArgvDigest, Phase: s.Phase, AdmittedBy: s.AdmittedBy, Refusal: s.Refusal,
-		ConsentRequestRef: s.ConsentRequestRef, CompletionTime: s.CompletionTime, ObservedGeneration: s.ObservedGeneration,
-		Conditions: ownedConditions(s.Conditions, wbv1.ConditionAdmitted, wbv1.ConditionCompleted),
+	out := wbv1.TerminalCommandStatus{
+		CommandID: s.CommandID, ArgvDigest: s.ArgvDigest, Phase: s.Phase, AdmittedBy: s.AdmittedBy,
+		ConsentRequestRef: s.ConsentRequestRef, ObservedGeneration: s.ObservedGeneration,
+		Conditions: ownedConditions(s.Conditions, wbv1.ConditionAdmitted, wbv1.ConditionReconciling, wbv1.ConditionStalled),
 	}
+	if !isTrueCond(s.Conditions, wbv1.ConditionAdmitted) {
+		out.Refusal, out.CompletionTime = s.Refusal, s.CompletionTime
+		out.Conditions = ownedConditions(s.Conditions, wbv1.ConditionAdmitted, wbv1.ConditionCompleted, wbv1.ConditionReconciling, wbv1.ConditionStalled)
+	}
+	return out
+}
+
+// summarize writes the derived phase and health of a command the gate no longer decides
+// (admitted, or final).
+func (r *TerminalCommandReconciler) summarize(ctx context.Context, cmd *wbv1.TerminalCommand) error {
+	cur, next := terminalCommandOwned(&cmd.Status), terminalCommandOwned(&cmd.Status)
+	all := append([]metav1.Condition(nil), cmd.Status.Conditions...)
+	next.Phase = wbv1.CommandPhaseFor(all)
+	for _, hc := range wbv1.HealthConditions(wbv1.CommandHealth(next.Phase), string(next.Phase), "command is "+string(next.Phase), cmd.Generation) {
+		setCondition(&next.Conditions, &all, hc)
+	}
+	_, err := applyStatus(ctx, r.Client, "terminalcommand", cmd, cur, next)
+	return err
 }
 
 // commandPass carries one reconcile pass.
@@ -88,7 +109,7 @@ func (r *TerminalCommandReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if wbv1.CommandIsFinal(cmd.Status.Conditions) || isTrueCond(cmd.Status.Conditions, wbv1.ConditionAdmitted) {
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, r.summarize(ctx, &cmd)
 	}
 	p := &commandPass{cmd: &cmd, cur: terminalCommandOwned(&cmd.Status), next: terminalCommandOwned(&cmd.Status),
 		all: append([]metav1.Condition(nil), cmd.Status.Conditions...)}
@@ -99,6 +120,9 @@ func (r *TerminalCommandReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return ctrl.Result{}, err
 	}
 	p.next.Phase = wbv1.CommandPhaseFor(p.all)
+	for _, hc := range wbv1.HealthConditions(wbv1.CommandHealth(p.next.Phase), string(p.next.Phase), "command is "+string(p.next.Phase), cmd.Generation) {
+		p.set(hc)
+	}
 	wrote, err := applyStatus(ctx, r.Client, "terminalcommand", &cmd, p.cur, p.next)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -173,8 +197,7 @@ func (r *TerminalCommandReconciler) gate(ctx context.Context, p *commandPass) er
 		r.refuse(p, refs[0].Code, refs[0].Message)
 		return nil
 	}
-	commandRef := convert.CommandRef(cmd.Namespace, cmd.Name)
-	adm := actuation.Admit(core, convert.Entries(cmd.Namespace, prof.Status.ConsentEntries), intent, commandRef)
+	adm := actuation.AdmitSubject(core, convert.Entries(cmd.Namespace, prof.Status.ConsentEntries), intent, convert.Subject(cmd, env.Name))
 	if !adm.Admitted {
 		granted, err := r.consentPath(ctx, p, &prof, &env, adm)
 		if err != nil || !granted {
@@ -219,7 +242,8 @@ func (r *TerminalCommandReconciler) consentPath(ctx context.Context, p *commandP
 	case wbv1.DecisionGranted:
 		var g wbv1.ConsentGrant
 		if err := r.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: cr.Status.GrantRef}, &g); err == nil &&
-			g.Spec.Scope == wbv1.ConsentAllowOnce && g.Status.ConsumedBy == cmd.Name {
+			g.Spec.Scope == wbv1.ConsentAllowOnce && g.Spec.RequestUID == cr.UID && g.Status.ConsumedByUID == cmd.UID &&
+			cr.Spec.Descriptor.CommandUID == cmd.UID && cr.Spec.Descriptor.ArgvDigest == p.next.ArgvDigest {
 			p.next.AdmittedBy = g.Name
 			return true, nil
 		}
@@ -232,25 +256,49 @@ func (r *TerminalCommandReconciler) consentPath(ctx context.Context, p *commandP
 	return false, nil
 }
 
+// ensureConsentRequest finds or creates the request bound to this very command object. A
+// request is found by name, but only a request whose descriptor names this object's UID and
+// argv digest is this command's: one left behind by a deleted command of the same name
+// (kept alive by a remembered grant) is another object's, and this command asks under a
+// name derived from its UID instead.
 func (r *TerminalCommandReconciler) ensureConsentRequest(ctx context.Context, p *commandPass, prof *wbv1.CommandProfile, env *wbv1.Environment) (*wbv1.ConsentRequest, error) {
 	cmd := p.cmd
-	name := truncateName(cmd.Name, "-consent")
-	cr := &wbv1.ConsentRequest{}
-	err := r.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: name}, cr)
-	if err == nil {
-		return cr, nil
+	names := []string{truncateName(cmd.Name, "-consent"), truncateName(cmd.Name, "-consent-"+shortUID(cmd.UID))}
+	if ref := cmd.Status.ConsentRequestRef; ref != "" && ref != names[0] {
+		names = []string{ref}
 	}
-	if !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("reading ConsentRequest %s: %w", name, err)
+	name := ""
+	for _, n := range names {
+		cr := &wbv1.ConsentRequest{}
+		err := r.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: n}, cr)
+		if apierrors.IsNotFound(err) {
+			name = n
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading ConsentRequest %s/%s: %w", cmd.Namespace, n, err)
+		}
+		if cr.Spec.Descriptor.CommandUID == cmd.UID {
+			if cr.Spec.Descriptor.ArgvDigest != p.next.ArgvDigest || cr.Spec.Descriptor.EnvironmentRef != wbv1.ObjectName(env.Name) {
+				return nil, fmt.Errorf("ConsentRequest %s/%s does not bind command %s's argv and environment", cmd.Namespace, n, cmd.Name)
+			}
+			return cr, nil
+		}
+	}
+	if name == "" {
+		return nil, fmt.Errorf("no free ConsentRequest name for command %s/%s (tried %v)", cmd.Namespace, cmd.Name, names)
 	}
 	core := convert.Profile(&prof.Spec)
 	intent := convert.Intent(&cmd.Spec)
-	cr = &wbv1.ConsentRequest{
+	cr := &wbv1.ConsentRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: cmd.Namespace, Labels: map[string]string{wbv1.EnvironmentLabel: env.Name}},
 		Spec: wbv1.ConsentRequestSpec{
 			Descriptor: wbv1.ConsentDescriptor{
-				Capability: wbv1.CapabilityTerminalCommand, CommandRef: wbv1.ObjectName(cmd.Name), ProfileRef: cmd.Spec.ProfileRef,
+				Capability: wbv1.CapabilityTerminalCommand, CommandRef: wbv1.ObjectName(cmd.Name), CommandUID: cmd.UID,
+				ProfileRef:     cmd.Spec.ProfileRef,
 				EnvironmentRef: wbv1.ObjectName(env.Name), Argv: cmd.Spec.Argv, ArgvDigest: p.next.ArgvDigest, Cwd: cmd.Spec.Cwd,
+				RememberedSpan: "allow-once admits only this command object (uid " + string(cmd.UID) + "); remembered grants admit this argv shape on environment " +
+					env.Name + " only, with profile " + string(cmd.Spec.ProfileRef) + " and this cwd",
 				Roots: prof.Spec.AllowedRoots,
 				SafetyCaps: wbv1.SafetyCaps{
 					TimeoutSeconds: intent.TimeoutSeconds, OutputBytes: intent.OutputBytes,
@@ -265,9 +313,9 @@ func (r *TerminalCommandReconciler) ensureConsentRequest(ctx context.Context, p 
 	if r.ConsentTimeoutSeconds > 0 {
 		cr.Spec.TimeoutSeconds = r.ConsentTimeoutSeconds
 	}
-	if err := controllerutil.SetControllerReference(cmd, cr, r.Scheme()); err != nil {
-		return nil, fmt.Errorf("owning ConsentRequest %s: %w", name, err)
-	}
+	// No owner reference: a remembered grant outlives the command that prompted it, so the
+	// request it answers must too. The consent request controller deletes a request once
+	// its command is gone and no durable grant needs it.
 	log.FromContext(ctx).Info("Creating consent request", "command", client.ObjectKeyFromObject(cmd), "request", name)
 	if err := r.Create(ctx, cr); err != nil {
 		return nil, fmt.Errorf("creating ConsentRequest %s: %w", name, err)
@@ -286,7 +334,7 @@ func (r *TerminalCommandReconciler) admit(ctx context.Context, p *commandPass, e
 		p.result.RequeueAfter = PlacementRecheck
 		return nil
 	}
-	if adm.By != "profile" && adm.Scope == actuation.ConsentScope(wbv1.ConsentAllowOnce) {
+	if adm.By != actuation.AdmittedByProfile && adm.Scope == actuation.ConsentScope(wbv1.ConsentAllowOnce) {
 		if err := r.consume(ctx, cmd, adm.By); err != nil {
 			return err
 		}
@@ -316,14 +364,23 @@ func (r *TerminalCommandReconciler) consume(ctx context.Context, cmd *wbv1.Termi
 	if err := r.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: grant}, &g); err != nil {
 		return fmt.Errorf("reading allow-once grant %s: %w", grant, err)
 	}
-	if g.Status.ConsumedBy == cmd.Name {
+	if g.Status.ConsumedByUID == cmd.UID {
 		return nil
 	}
-	if g.Status.ConsumedBy != "" {
-		return fmt.Errorf("allow-once grant %s was consumed by %s", grant, g.Status.ConsumedBy)
+	if g.Status.ConsumedBy != "" || g.Status.ConsumedByUID != "" {
+		return fmt.Errorf("allow-once grant %s was consumed by %s (uid %s), not by %s/%s (uid %s)", grant, g.Status.ConsumedBy, g.Status.ConsumedByUID, cmd.Namespace, cmd.Name, cmd.UID)
 	}
-	_, err := applyStatus(ctx, r.Client, "terminalcommand", &g, wbv1.ConsentGrantStatus{}, wbv1.ConsentGrantStatus{ConsumedBy: cmd.Name})
+	_, err := applyStatus(ctx, r.Client, "terminalcommand", &g, wbv1.ConsentGrantStatus{}, wbv1.ConsentGrantStatus{ConsumedBy: cmd.Name, ConsumedByUID: cmd.UID})
 	return err
+}
+
+// shortUID is the first 8 characters of a UID, for names derived from an object.
+func shortUID(uid types.UID) string {
+	s := string(uid)
+	if len(s) > 8 {
+		s = s[:8]
+	}
+	return s
 }
 
 func isTrueCond(conds []metav1.Condition, t string) bool {
@@ -358,12 +415,18 @@ func (r *TerminalCommandReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&wbv1.TerminalCommand{}).
-		Owns(&wbv1.ConsentRequest{}).
+		Watches(&wbv1.ConsentRequest{}, handler.EnqueueRequestsFromMapFunc(commandOfRequest)).
 		Watches(&wbv1.CommandProfile{}, handler.EnqueueRequestsFromMapFunc(r.commandsOf(indexCommandProfile))).
 		Watches(&wbv1.TerminalSession{}, handler.EnqueueRequestsFromMapFunc(r.commandsOf(indexCommandSession))).
 		Watches(&wbv1.Environment{}, handler.EnqueueRequestsFromMapFunc(r.pendingIn)).
 		Named("terminalcommand").
 		Complete(r)
+}
+
+// commandOfRequest maps a ConsentRequest to the command it was created for.
+func commandOfRequest(_ context.Context, o client.Object) []reconcile.Request {
+	cr := o.(*wbv1.ConsentRequest)
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: cr.Namespace, Name: string(cr.Spec.Descriptor.CommandRef)}}}
 }
 
 // pendingIn maps an Environment change (placement, readiness) to the commands of its

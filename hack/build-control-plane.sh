@@ -2,6 +2,12 @@
 # Builds kube-apiserver, kubectl and etcd from the Go module proxy into bin/k8s/<version>.
 # The usual envtest binary download is unreachable on our machines; these are the same
 # upstream sources, built locally and cached. Re-running is a no-op when the binaries exist.
+#
+#   all                 etcd, kube-apiserver, kubectl: what the tests need (make test)
+#   controller-manager  kube-controller-manager (the embedded default, make run-local)
+#   node                kube-controller-manager, kube-scheduler, kubelet, kube-proxy
+#                       (a real single-node cluster, make run-cluster and test/e2e)
+#   path                print the directory only
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-1.37.2}"
@@ -98,11 +104,65 @@ GO
   )
 }
 
+# --- Components beyond the test control plane ----------------------------------------------
+# Each is a one-file main in its own folder of the same throwaway module as kube-apiserver
+# (same requirements, so the build cache is shared), calling the command constructor of
+# k8s.io/kubernetes/cmd/<name>/app exactly as upstream's own main does.
+component_main() {
+  case "$1" in
+    kube-controller-manager) echo 'os.Exit(cli.Run(app.NewControllerManagerCommand()))' ;;
+    kube-scheduler) echo 'os.Exit(cli.Run(app.NewSchedulerCommand()))' ;;
+    kube-proxy) echo 'os.Exit(cli.Run(app.NewProxyCommand()))' ;;
+    kubelet) echo 'os.Exit(cli.Run(app.NewKubeletCommand(context.Background())))' ;;
+    *) return 1 ;;
+  esac
+}
+
+build_component() {
+  local name="$1"
+  if [[ -x "${OUT}/${name}" ]]; then return; fi
+  # The module (go.mod with the staging replacements) is the one build_k8s prepares.
+  build_k8s
+  local dir="${WORK}/k8s-${K8S_VERSION}"
+  mkdir -p "${dir}/${name}"
+  log "Building ${name} v${K8S_VERSION} in ${dir}"
+  local ctx=''
+  [[ "${name}" == kubelet ]] && ctx='"context"'
+  cat > "${dir}/${name}/main.go" <<GO
+package main
+
+import (
+	${ctx}
+	"os"
+
+	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/component-base/metrics/prometheus/version"
+	"k8s.io/kubernetes/cmd/${name}/app"
+)
+
+func main() { $(component_main "${name}") }
+GO
+  (
+    cd "${dir}"
+    go mod tidy
+    local ld="-s -w -X k8s.io/component-base/version.gitVersion=v${K8S_VERSION} -X k8s.io/component-base/version.gitMajor=${K8S_VERSION%%.*} -X k8s.io/component-base/version.gitMinor=$(echo "${K8S_VERSION}" | cut -d. -f2)"
+    go build -ldflags "${ld}" -o "${OUT}/${name}.tmp" "./${name}"
+  )
+  mv "${OUT}/${name}.tmp" "${OUT}/${name}"
+}
+
 case "${1:-all}" in
   etcd) build_etcd ;;
   k8s) build_k8s ;;
   all) build_etcd; build_k8s ;;
+  controller-manager) build_etcd; build_k8s; build_component kube-controller-manager ;;
+  node)
+    build_etcd; build_k8s
+    for c in kube-controller-manager kube-scheduler kubelet kube-proxy; do build_component "${c}"; done
+    ;;
   path) ;;
-  *) echo "usage: $0 [all|etcd|k8s|path]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|etcd|k8s|controller-manager|node|path]" >&2; exit 2 ;;
 esac
 echo "${OUT}"

@@ -65,7 +65,7 @@ stop_one() {
 status=0
 if [[ -d "${PIDS}" ]]; then
   # Reverse start order: clients before the API server, the API server before etcd.
-  for name in node-agent manager kube-apiserver etcd; do
+  for name in node-agent manager kube-controller-manager kube-apiserver etcd; do
     if [[ -f "${PIDS}/${name}.pid" ]]; then stop_one "${PIDS}/${name}.pid" || status=1; fi
   done
   for file in "${PIDS}"/*.pid; do

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts the embedded default of Sensorium Workbench on this machine, on loopback only:
-# etcd and kube-apiserver (built from the Go module proxy by hack/build-control-plane.sh),
-# the CRDs and ClusterRoles, the manager as a local process with its admission webhooks
+# etcd, kube-apiserver and kube-controller-manager (built from the Go module proxy by
+# hack/build-control-plane.sh; the controller manager runs garbage collection, namespace
+# deletion and the ServiceAccount controllers), the CRDs and ClusterRoles, the manager as a local process with its admission webhooks
 # registered by URL (https://127.0.0.1:<port>), and the samples from config/samples/.
 # The node agent joins here when it exists (see "Node agent" below).
 #
@@ -15,6 +16,7 @@
 #   LOCAL_UP_SKIP_MANAGER=1 stop after the control plane, CRDs and RBAC [0]
 #   LOCAL_STATE_DIR         state directory [.local]
 #   ETCD_CLIENT_PORT [23790]  ETCD_PEER_PORT [23800]  APISERVER_PORT [6443]
+#   CONTROLLER_MANAGER_PORT [10257]  (kube-controller-manager's HTTPS health port)
 #   WEBHOOK_PORT [9443]  MANAGER_METRICS_PORT [8080]  MANAGER_HEALTH_PORT [8081]
 #   MANAGER_BIN             a manager binary to run instead of building ./cmd/manager
 #   MANAGER_ARGS            extra arguments for the manager
@@ -32,6 +34,7 @@ STATE="${LOCAL_STATE_DIR:-${ROOT}/.local}"
 ETCD_CLIENT_PORT="${ETCD_CLIENT_PORT:-23790}"
 ETCD_PEER_PORT="${ETCD_PEER_PORT:-23800}"
 APISERVER_PORT="${APISERVER_PORT:-6443}"
+CONTROLLER_MANAGER_PORT="${CONTROLLER_MANAGER_PORT:-10257}"
 WEBHOOK_PORT="${WEBHOOK_PORT:-9443}"
 MANAGER_METRICS_PORT="${MANAGER_METRICS_PORT:-8080}"
 MANAGER_HEALTH_PORT="${MANAGER_HEALTH_PORT:-8081}"
@@ -106,6 +109,29 @@ wait_ready() {
   log "${name} is ready (${url})"
 }
 
+# --- kube-controller-manager ----------------------------------------------------------------
+# Garbage collection (owner references), namespace deletion, the ServiceAccount and root-CA
+# ConfigMap controllers: without it a deleted namespace stays Terminating for good. It signs
+# nothing for nodes here (no kubelet); it uses the admin kubeconfig and the service account
+# signing key the API server verifies with.
+start_controller_manager() {
+  start kube-controller-manager "${LOGS}/kube-controller-manager.log" "${K8S_BIN}/kube-controller-manager" \
+    --kubeconfig="${KUBECONFIG_FILE}" \
+    --authentication-kubeconfig="${KUBECONFIG_FILE}" \
+    --authorization-kubeconfig="${KUBECONFIG_FILE}" \
+    --bind-address=127.0.0.1 \
+    --secure-port="${CONTROLLER_MANAGER_PORT}" \
+    --cert-dir="${STATE}/controller-manager-certs" \
+    --leader-elect=false \
+    --use-service-account-credentials=true \
+    --service-account-private-key-file="${PKI}/sa.key" \
+    --root-ca-file="${PKI}/ca.crt" \
+    --cluster-signing-cert-file="${PKI}/ca.crt" \
+    --cluster-signing-key-file="${PKI}/ca.key" \
+    --profiling=false
+  wait_ready kube-controller-manager "https://127.0.0.1:${CONTROLLER_MANAGER_PORT}/healthz" --insecure
+}
+
 # --- 0. Stop a previous run ---------------------------------------------------------------
 if [[ -d "${PIDS}" ]]; then
   LOCAL_STATE_DIR="${STATE}" "${ROOT}/hack/local-down.sh"
@@ -117,17 +143,18 @@ fi
 mkdir -p "${PKI}" "${LOGS}" "${PIDS}" "${WEBHOOK_CERTS}" "${STATE}/etcd"
 chmod 700 "${STATE}" "${PKI}"
 
-for port in "${ETCD_CLIENT_PORT}" "${ETCD_PEER_PORT}" "${APISERVER_PORT}"; do
+for port in "${ETCD_CLIENT_PORT}" "${ETCD_PEER_PORT}" "${APISERVER_PORT}" "${CONTROLLER_MANAGER_PORT}"; do
   if port_in_use "${port}"; then
-    fail "127.0.0.1:${port} is already in use by another program; free it or choose another port (ETCD_CLIENT_PORT, ETCD_PEER_PORT, APISERVER_PORT)"
+    fail "127.0.0.1:${port} is already in use by another program; free it or choose another port (ETCD_CLIENT_PORT, ETCD_PEER_PORT, APISERVER_PORT, CONTROLLER_MANAGER_PORT)"
   fi
 done
 
 # --- 1. Binaries --------------------------------------------------------------------------
 K8S_BIN="$("${ROOT}/hack/build-control-plane.sh" path)"
-if [[ ! -x "${K8S_BIN}/etcd" || ! -x "${K8S_BIN}/kube-apiserver" || ! -x "${K8S_BIN}/kubectl" ]]; then
-  log "Building etcd, kube-apiserver and kubectl from the Go module proxy (about 10 minutes the first time)"
-  "${ROOT}/hack/build-control-plane.sh" all >/dev/null
+if [[ ! -x "${K8S_BIN}/etcd" || ! -x "${K8S_BIN}/kube-apiserver" || ! -x "${K8S_BIN}/kubectl" ||
+  ! -x "${K8S_BIN}/kube-controller-manager" ]]; then
+  log "Building etcd, kube-apiserver, kubectl and kube-controller-manager from the Go module proxy (about 15 minutes the first time)"
+  "${ROOT}/hack/build-control-plane.sh" controller-manager >/dev/null
 fi
 KUBECTL="${K8S_BIN}/kubectl"
 kubectl() { "${KUBECTL}" --kubeconfig "${KUBECONFIG_FILE}" "$@"; }
@@ -272,6 +299,8 @@ kubectl config set-context workbench-local --cluster=workbench-local --user=work
 kubectl config use-context workbench-local >/dev/null
 chmod 600 "${KUBECONFIG_FILE}"
 log "Wrote ${KUBECONFIG_FILE} (user workbench-admin, group system:masters)"
+
+start_controller_manager
 
 # --- 6. CRDs and RBAC ---------------------------------------------------------------------
 log "Installing CRDs from config/crd/bases"

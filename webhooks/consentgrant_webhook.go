@@ -26,16 +26,28 @@ const MaxGrantLifetime = 30 * 24 * time.Hour
 
 // ConsentGrantStamper overwrites the operator identity with the admission request's user, so
 // a client can never choose it.
-type ConsentGrantStamper struct{}
+// It also stamps the UID of the request the grant answers, so the grant decides only that
+// request object and never a later one that reuses its name.
+type ConsentGrantStamper struct {
+	Reader client.Reader
+}
 
 // Default implements admission.Defaulter.
-func (ConsentGrantStamper) Default(ctx context.Context, obj *wbv1.ConsentGrant) error {
+func (s ConsentGrantStamper) Default(ctx context.Context, obj *wbv1.ConsentGrant) error {
 	req, err := request(ctx)
 	if err != nil {
 		return err
 	}
 	obj.Spec.Operator = req.UserInfo.Username
 	obj.Spec.OperatorGroups = slices.Clone(req.UserInfo.Groups)
+	obj.Spec.RequestUID = ""
+	var cr wbv1.ConsentRequest
+	switch err := s.Reader.Get(ctx, types.NamespacedName{Namespace: obj.Namespace, Name: string(obj.Spec.RequestRef)}, &cr); {
+	case err == nil:
+		obj.Spec.RequestUID = cr.UID
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("reading ConsentRequest %s/%s: %w", obj.Namespace, obj.Spec.RequestRef, err)
+	}
 	return nil
 }
 
@@ -51,7 +63,7 @@ type ConsentGrantValidator struct {
 
 func setupConsentGrant(mgr ctrl.Manager) error {
 	return ctrl.NewWebhookManagedBy(mgr, &wbv1.ConsentGrant{}).
-		WithDefaulter(ConsentGrantStamper{}).
+		WithDefaulter(ConsentGrantStamper{Reader: mgr.GetAPIReader()}).
 		WithValidator(ConsentGrantValidator{Reader: mgr.GetAPIReader(), Authz: Authorizer{Client: mgr.GetClient()}, Now: time.Now}).
 		Complete()
 }
@@ -78,6 +90,9 @@ func (v ConsentGrantValidator) ValidateCreate(ctx context.Context, g *wbv1.Conse
 		return nil, fmt.Errorf("reading ConsentRequest %s/%s: %w", g.Namespace, g.Spec.RequestRef, err)
 	}
 	var errs field.ErrorList
+	if g.Spec.RequestUID != cr.UID {
+		errs = append(errs, field.Invalid(specPath.Child("requestUID"), g.Spec.RequestUID, string(actuation.CodeConsentScopeInvalid)+": must be the UID of the request answered ("+string(cr.UID)+")"))
+	}
 	switch decision := wbv1.ConsentDecisionFor(cr.Status.Conditions); decision {
 	case wbv1.DecisionPending:
 	case wbv1.DecisionExpired:

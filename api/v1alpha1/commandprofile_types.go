@@ -165,6 +165,16 @@ type ConsentEntry struct {
 	// commandRef is the only command an allow-once grant admits.
 	// +optional
 	CommandRef ObjectName `json:"commandRef,omitempty"`
+	// commandUID is the only command object an allow-once grant admits.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	CommandUID string `json:"commandUID,omitempty"`
+	// argvDigest is the argv digest an allow-once grant was reviewed for.
+	// +optional
+	ArgvDigest Digest `json:"argvDigest,omitempty"`
+	// environmentRef is the only environment the grant admits on.
+	// +optional
+	EnvironmentRef ObjectName `json:"environmentRef,omitempty"`
 	// deltaDigest of the grant.
 	// +required
 	DeltaDigest Digest `json:"deltaDigest"`

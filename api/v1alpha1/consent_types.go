@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // ConsentScope is an operator's choice, ordered from narrow to broad.
@@ -41,11 +42,21 @@ type ConsentDescriptor struct {
 	// commandRef names the TerminalCommand that was not admitted.
 	// +required
 	CommandRef ObjectName `json:"commandRef"`
+	// commandUID is the UID of that command object. An allow-once grant admits only this
+	// object: a command deleted and recreated under the same name is another object and is
+	// never admitted by it.
+	// +required
+	CommandUID types.UID `json:"commandUID"`
 	// +required
 	ProfileRef ObjectName `json:"profileRef"`
-	// environmentRef is the workspace.
+	// environmentRef is the workspace the operator reviews the command on. Every grant of
+	// this request, remembered ones too, admits only on this environment.
 	// +required
 	EnvironmentRef ObjectName `json:"environmentRef"`
+	// rememberedSpan states what a remembered grant of this request would span.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	RememberedSpan string `json:"rememberedSpan,omitempty"`
 	// +required
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=256
@@ -131,6 +142,7 @@ type ConsentRequestStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=wbcr,categories=workbench
 // +kubebuilder:printcolumn:name="Command",type=string,JSONPath=`.spec.descriptor.commandRef`
+// +kubebuilder:printcolumn:name="Environment",type=string,JSONPath=`.spec.descriptor.environmentRef`
 // +kubebuilder:printcolumn:name="Decision",type=string,JSONPath=`.status.decision`
 // +kubebuilder:printcolumn:name="Expires",type=string,JSONPath=`.status.expiresAt`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
@@ -154,12 +166,17 @@ type ConsentRequestList struct {
 // ConsentGrantSpec is an operator's decision on a ConsentRequest. Only a subject allowed
 // to approve consentrequests may create one; the operator identity is stamped from the
 // admission request and can never be set by the client.
+// +kubebuilder:validation:XValidation:rule="has(self.requestUID) == has(oldSelf.requestUID) && (!has(self.requestUID) || self.requestUID == oldSelf.requestUID)",message="immutable: only revoked may change"
 // +kubebuilder:validation:XValidation:rule="self.requestRef == oldSelf.requestRef && self.scope == oldSelf.scope && self.operator == oldSelf.operator && has(self.operatorGroups) == has(oldSelf.operatorGroups) && (!has(self.operatorGroups) || self.operatorGroups == oldSelf.operatorGroups) && has(self.prefixLength) == has(oldSelf.prefixLength) && (!has(self.prefixLength) || self.prefixLength == oldSelf.prefixLength) && has(self.variablePrefixes) == has(oldSelf.variablePrefixes) && (!has(self.variablePrefixes) || self.variablePrefixes == oldSelf.variablePrefixes) && has(self.expiresAt) == has(oldSelf.expiresAt) && (!has(self.expiresAt) || self.expiresAt == oldSelf.expiresAt)",message="immutable: only revoked may change"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.revoked) || !oldSelf.revoked || (has(self.revoked) && self.revoked)",message="consent-revoked: a revoked grant stays revoked"
 // +kubebuilder:validation:XValidation:rule="self.scope == 'remember-argv-prefix' ? has(self.prefixLength) : (!has(self.prefixLength) && !has(self.variablePrefixes))",message="consent-scope-invalid: prefixLength and variablePrefixes belong to remember-argv-prefix, which requires prefixLength"
 type ConsentGrantSpec struct {
 	// +required
 	RequestRef ObjectName `json:"requestRef"`
+	// requestUID is stamped by the admission webhook from the request the grant answers; a
+	// grant decides only that request object, never a later one reusing its name.
+	// +optional
+	RequestUID types.UID `json:"requestUID,omitempty"`
 	// +required
 	Scope ConsentScope `json:"scope"`
 	// prefixLength is how many leading argv atoms of the request form the remembered prefix.
@@ -214,6 +231,9 @@ type ConsentGrantStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	ConsumedBy string `json:"consumedBy,omitempty"`
+	// consumedByUID is the UID of that command object.
+	// +optional
+	ConsumedByUID types.UID `json:"consumedByUID,omitempty"`
 	// +optional
 	// +kubebuilder:validation:MaxItems=8
 	// +listType=atomic

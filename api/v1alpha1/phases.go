@@ -140,3 +140,80 @@ func CommandReleased(c *TerminalCommand) bool {
 func ArtifactReleased(a *Artifact) bool {
 	return a.Labels[NodeLabel] == "" || a.Status.Digest == "" || isTrue(a.Status.Conditions, ConditionCleanupComplete)
 }
+
+// Health conditions (the kstatus conventions that Flux, Argo CD and `kubectl wait`-style
+// tools read): Reconciling=True while work is pending, Stalled=True when the object reached
+// an outcome that is not what was asked for and no further reconciliation will change it.
+// Neither is set (both False) when the object is where its spec wants it.
+const (
+	ConditionReconciling = "Reconciling"
+	ConditionStalled     = "Stalled"
+)
+
+// Health is the kstatus summary of one phase.
+type Health string
+
+// Health values.
+const (
+	HealthProgressing Health = "Progressing" // Reconciling=True
+	HealthCurrent     Health = "Current"     // both False
+	HealthStalled     Health = "Stalled"     // Stalled=True
+)
+
+// CommandHealth: pending, held for consent or running is progress; only Succeeded is the
+// outcome asked for; every other outcome is final and not a success.
+func CommandHealth(p CommandPhase) Health {
+	switch p {
+	case CommandSucceeded:
+		return HealthCurrent
+	case CommandFailed, CommandTimedOut, CommandCancelled, CommandRefused:
+		return HealthStalled
+	}
+	return HealthProgressing
+}
+
+// SessionHealth: a session is current while it serves, and when it closed as asked
+// (desiredState Closed); a session that failed, was killed or expired without being asked
+// to close is stalled.
+func SessionHealth(p SessionPhase, closeRequested bool) Health {
+	switch p {
+	case SessionRunning, SessionIdle:
+		return HealthCurrent
+	case SessionClosed:
+		if closeRequested {
+			return HealthCurrent
+		}
+		return HealthStalled
+	case SessionFailed, SessionKilled, SessionExpired:
+		return HealthStalled
+	}
+	return HealthProgressing
+}
+
+// EnvironmentHealth: Ready is current; allocating and draining are progress; a failed,
+// expired or closed environment serves nothing any more.
+func EnvironmentHealth(p EnvironmentPhase) Health {
+	switch p {
+	case EnvironmentReady:
+		return HealthCurrent
+	case EnvironmentFailed, EnvironmentExpired, EnvironmentClosed:
+		return HealthStalled
+	}
+	return HealthProgressing
+}
+
+// HealthConditions returns the Reconciling and Stalled conditions for h; reason is the
+// phase (CamelCase), message says why.
+func HealthConditions(h Health, reason, message string, generation int64) []metav1.Condition {
+	if reason == "" {
+		reason = "Pending"
+	}
+	mk := func(t string, on bool) metav1.Condition {
+		s := metav1.ConditionFalse
+		if on {
+			s = metav1.ConditionTrue
+		}
+		return metav1.Condition{Type: t, Status: s, Reason: reason, Message: message, ObservedGeneration: generation}
+	}
+	return []metav1.Condition{mk(ConditionReconciling, h == HealthProgressing), mk(ConditionStalled, h == HealthStalled)}
+}

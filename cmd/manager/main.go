@@ -2,8 +2,11 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
+	"errors"
 	"flag"
+	"fmt"
 	"os"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -31,6 +34,14 @@ func main() {
 	flag.StringVar(&certDir, "webhook-cert-dir", "", "Directory with the webhook serving tls.crt and tls.key.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Enable leader election so only one manager is active.")
 	flag.BoolVar(&enableHTTP2, "enable-http2", false, "Serve HTTP/2 on the webhook and metrics servers.")
+	certs := certRotation{caName: "workbench-ca", caOrganization: "sensorium-workbench"}
+	flag.BoolVar(&certs.enabled, "cert-rotation", false, "Generate, rotate and inject the webhook serving certificate (no cert-manager needed): keeps it in --cert-secret-name, mounted at --webhook-cert-dir.")
+	flag.StringVar(&certs.namespace, "cert-namespace", os.Getenv("POD_NAMESPACE"), "Namespace of the certificate Secret and the webhook Service (default: $POD_NAMESPACE).")
+	flag.StringVar(&certs.secretName, "cert-secret-name", "workbench-webhook-server-cert", "Secret holding the CA and the serving certificate.")
+	flag.StringVar(&certs.serviceName, "cert-service-name", "workbench-webhook-service", "Service the serving certificate is issued for (<name>.<namespace>.svc).")
+	flag.StringVar(&certs.validatingWebhooks, "cert-validating-webhooks", "workbench-validating-webhook-configuration", "Comma-separated ValidatingWebhookConfigurations whose caBundle is injected.")
+	flag.StringVar(&certs.mutatingWebhooks, "cert-mutating-webhooks", "workbench-mutating-webhook-configuration", "Comma-separated MutatingWebhookConfigurations whose caBundle is injected.")
+	flag.StringVar(&certs.apiServices, "cert-apiservices", "", "Comma-separated APIServices whose caBundle is injected (an aggregated API server serving with the same certificate).")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -61,21 +72,53 @@ func main() {
 		log.Error(err, "Setting up controllers")
 		os.Exit(1)
 	}
-	if err := webhooks.SetupWithManager(mgr); err != nil {
-		log.Error(err, "Setting up webhooks")
-		os.Exit(1)
-	}
+	ctx := ctrl.SetupSignalHandler()
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		log.Error(err, "Adding health check")
 		os.Exit(1)
 	}
-	if err := mgr.AddReadyzCheck("readyz", mgr.GetWebhookServer().StartedChecker()); err != nil {
-		log.Error(err, "Adding ready check")
-		os.Exit(1)
+	if !certs.enabled {
+		if err := webhooks.SetupWithManager(mgr); err != nil {
+			log.Error(err, "Setting up webhooks")
+			os.Exit(1)
+		}
+		if err := mgr.AddReadyzCheck("readyz", mgr.GetWebhookServer().StartedChecker()); err != nil {
+			log.Error(err, "Adding ready check")
+			os.Exit(1)
+		}
+	} else {
+		// The webhook server reads its certificate files when it starts: it is added to the
+		// manager (by the first GetWebhookServer) only once the rotator has written the
+		// Secret, the kubelet has mounted it and every caBundle is injected.
+		ready, err := certs.start(mgr, certDir)
+		if err != nil {
+			log.Error(err, "Setting up certificate rotation")
+			os.Exit(1)
+		}
+		gate := &gatedChecker{reason: "webhook serving certificate not ready yet"}
+		if err := mgr.AddReadyzCheck("readyz", gate.Check); err != nil {
+			log.Error(err, "Adding ready check")
+			os.Exit(1)
+		}
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		afterReady(ctx, ready, func() {
+			log.Info("Webhook serving certificate ready; starting the webhook server", "secret", certs.namespace+"/"+certs.secretName)
+			if err := webhooks.SetupWithManager(mgr); err != nil {
+				cancel(fmt.Errorf("setting up webhooks: %w", err))
+				return
+			}
+			gate.set(mgr.GetWebhookServer().StartedChecker())
+		})
 	}
 	log.Info("Starting manager")
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "Running manager")
+		os.Exit(1)
+	}
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		log.Error(cause, "Manager stopped")
 		os.Exit(1)
 	}
 }

@@ -78,6 +78,14 @@ const (
 	CodePatchTooManyFiles    Code = "patch-too-many-files"
 	CodePatchCreateForbidden Code = "patch-create-forbidden"
 
+	// Workspace hygiene (issue 7 item 3): what a patch may touch, capped by the
+	// environment's host-owned spec.patchPolicy, and the identity of its roots.
+	CodePatchGitMetadataForbidden     Code = "patch-git-metadata-forbidden"     // .git/hooks/*, .git/config, a .git file, unless the environment allows it
+	CodePatchExecutableForbidden      Code = "patch-executable-forbidden"       // a patch setting an executable bit, unless the environment allows it
+	CodePatchPolicyExceedsEnvironment Code = "patch-policy-exceeds-environment" // a FilePatch's policy asks for more than its environment allows
+	CodeRootOverlap                   Code = "root-overlap"                     // two roots of an environment are nested or the same directory
+	CodeRootChanged                   Code = "root-changed"                     // a root's directory is no longer the one opened at allocation
+
 	// Lifecycle.
 	CodeInterrupted Code = "interrupted"
 
@@ -138,6 +146,8 @@ var allCodes = []Code{
 	CodeSummaryTooLarge, CodeDeadlineAboveMax, CodeWaitScopeInvalid, CodeNodeRestricted, CodeImmutable,
 	CodeDigestMismatch, CodePatchOutsideRoot, CodePatchDirty, CodePatchDeleteForbidden,
 	CodePatchTooManyFiles, CodePatchCreateForbidden,
+	CodePatchGitMetadataForbidden, CodePatchExecutableForbidden, CodePatchPolicyExceedsEnvironment,
+	CodeRootOverlap, CodeRootChanged,
 	CodeInterrupted,
 	CodeRootInvalid, CodePatchInvalid, CodeSessionMissing, CodeEnvironmentUnavailable,
 	CodeSessionClosed, CodeRootNotAdmitted, CodeNoPTY, CodeWatchUnavailable, CodeWatchCapReached, CodeLandlockUnavailable,

@@ -40,6 +40,21 @@ type ConsentEntry struct {
 	VariablePrefixes []string     `json:"variablePrefixes,omitempty"` // remember-argv-prefix: each further atom has one of these prefixes
 	Cwd              CwdAddress   `json:"cwd"`                        // the exact cwd reviewed
 	CommandRef       string       `json:"commandRef,omitempty"`       // allow-once: the only command (namespace/name) that may use it
+	// Binding (decision 37, issue 7): an allow-once entry names the one command object
+	// (its UID) and the argv digest the operator reviewed; every entry names the
+	// environment it was reviewed on. Admit matches an entry only when the subject's UID
+	// and environment equal these (both empty only in core vectors, which have no
+	// objects).
+	CommandUID  string `json:"commandUID,omitempty"`  // allow-once: UID of the only command object
+	ArgvDigest  string `json:"argvDigest,omitempty"`  // allow-once: ArgvDigest(profileRef, argv, cwd) reviewed
+	Environment string `json:"environment,omitempty"` // environment the operator reviewed it on
+}
+
+// Subject is the command object an admission decision is for.
+type Subject struct {
+	Ref         string // namespace/name
+	UID         string // the object's UID: a recreated object is another subject
+	Environment string // the environment the command would run in
 }
 
 // Host caps of remember-argv-prefix (decision 37).
@@ -78,7 +93,7 @@ func ValidateConsentEntry(p Profile, e ConsentEntry) *Refusal {
 	if r := FirstRefusal(validateCwd(p, e.Cwd, "cwd")); r != nil {
 		return r
 	}
-	if e.Scope != ScopeAllowOnce && e.CommandRef != "" {
+	if e.Scope != ScopeAllowOnce && (e.CommandRef != "" || e.CommandUID != "" || e.ArgvDigest != "") {
 		return Refuse(CodeConsentScopeInvalid, "commandRef", "must be empty for scope %q", e.Scope)
 	}
 	if e.Scope != ScopeRememberArgvPrefix && (len(e.Prefix) > 0 || len(e.VariablePrefixes) > 0) {
@@ -173,6 +188,13 @@ const AdmittedByProfile = "profile"
 // Admit decides argv only; callers also run ValidateIntentAgainstProfile.
 // Expired, revoked or inactive consents must not be passed in.
 func Admit(p Profile, entries []ConsentEntry, in CommandIntent, commandRef string) Admission {
+	return AdmitSubject(p, entries, in, Subject{Ref: commandRef})
+}
+
+// AdmitSubject is Admit for a bound subject: an entry admits only on the environment it
+// names (Environment == s.Environment), and an allow-once entry only the command object it
+// names (CommandRef, CommandUID) with exactly the argv digest the operator reviewed.
+func AdmitSubject(p Profile, entries []ConsentEntry, in CommandIntent, s Subject) Admission {
 	if r := FirstRefusal(ValidateArgvShape(in.Argv)); r != nil {
 		return Admission{Refusal: r}
 	}
@@ -183,10 +205,10 @@ func Admit(p Profile, entries []ConsentEntry, in CommandIntent, commandRef strin
 	var best *ConsentEntry
 	for i := range entries {
 		e := &entries[i]
-		if e.Cwd != in.Cwd || ValidateConsentEntry(p, *e) != nil {
+		if e.Cwd != in.Cwd || e.Environment != s.Environment || ValidateConsentEntry(p, *e) != nil {
 			continue
 		}
-		if !entryMatches(e, in.Argv, commandRef) {
+		if !entryMatches(e, in, s) {
 			continue
 		}
 		if e.Scope == ScopeDeny {
@@ -206,13 +228,27 @@ func Admit(p Profile, entries []ConsentEntry, in CommandIntent, commandRef strin
 	return Admission{Refusal: Refuse(CodeConsentRequired, profileRefusal.Field, "must be approved by an operator: the profile does not admit it (%s)", profileRefusal.Message)}
 }
 
+// BindingMatches reports whether an allow-once entry is bound to exactly this subject and
+// intent: the same command reference and object UID, the same argv, and (when the entry
+// carries one, as every projected entry does) the argv digest the operator reviewed.
+func BindingMatches(e *ConsentEntry, in CommandIntent, s Subject) bool {
+	if s.Ref == "" || e.CommandRef != s.Ref || e.CommandUID != s.UID || !slices.Equal(e.Argv, in.Argv) {
+		return false
+	}
+	if s.UID != "" && e.ArgvDigest == "" {
+		return false // an object-bound subject needs an object-bound entry
+	}
+	return e.ArgvDigest == "" || e.ArgvDigest == ArgvDigest(in.ProfileRef, in.Argv, in.Cwd)
+}
+
 // entryMatches reports whether a valid entry covers argv.
-func entryMatches(e *ConsentEntry, argv []string, commandRef string) bool {
+func entryMatches(e *ConsentEntry, in CommandIntent, s Subject) bool {
+	argv := in.Argv
 	switch e.Scope {
 	case ScopeDeny:
 		return len(e.Argv) > 0 && slices.Equal(e.Argv, argv)
 	case ScopeAllowOnce:
-		return commandRef != "" && e.CommandRef == commandRef && slices.Equal(e.Argv, argv)
+		return BindingMatches(e, in, s)
 	case ScopeRememberExactArgv:
 		return slices.Equal(e.Argv, argv)
 	case ScopeRememberArgvPrefix:

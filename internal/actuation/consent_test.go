@@ -90,3 +90,49 @@ func BenchmarkAdmit(b *testing.B) {
 		}
 	}
 }
+
+// TestAdmitSubjectBinding: an allow-once entry admits only the command object (UID) and the
+// argv digest it was reviewed for, and every entry only on its environment.
+func TestAdmitSubjectBinding(t *testing.T) {
+	p := pythonProfile()
+	cwd := CwdAddress{Root: "repo"}
+	argv := []string{"/usr/bin/python3", "tools/migrate.py"}
+	in := CommandIntent{ProfileRef: "py", Argv: argv, Cwd: cwd}
+	digest := ArgvDigest("py", argv, cwd)
+	once := ConsentEntry{Scope: ScopeAllowOnce, GrantRef: "g", Argv: argv, Cwd: cwd, CommandRef: "ns/x", CommandUID: "uid-1", ArgvDigest: digest, Environment: "e"}
+	me := Subject{Ref: "ns/x", UID: "uid-1", Environment: "e"}
+	if a := AdmitSubject(p, []ConsentEntry{once}, in, me); !a.Admitted || a.By != "g" || a.Scope != ScopeAllowOnce {
+		t.Fatalf("the bound command is not admitted: %+v", a)
+	}
+	other := []string{"/usr/bin/python3", "tools/evil.py"}
+	cases := map[string]struct {
+		in CommandIntent
+		s  Subject
+		e  ConsentEntry
+	}{
+		"recreated object (same name, new UID)": {in, Subject{Ref: "ns/x", UID: "uid-2", Environment: "e"}, once},
+		"recreated object with another argv":    {CommandIntent{ProfileRef: "py", Argv: other, Cwd: cwd}, Subject{Ref: "ns/x", UID: "uid-2", Environment: "e"}, once},
+		"another argv, same object":             {CommandIntent{ProfileRef: "py", Argv: other, Cwd: cwd}, me, once},
+		"another environment":                   {in, Subject{Ref: "ns/x", UID: "uid-1", Environment: "e2"}, once},
+		"another profile (digest)":              {CommandIntent{ProfileRef: "other", Argv: argv, Cwd: cwd}, me, once},
+		"entry without a digest for an object":  {in, me, func() ConsentEntry { e := once; e.ArgvDigest = ""; return e }()},
+		"entry digest of another argv":          {in, me, func() ConsentEntry { e := once; e.ArgvDigest = ArgvDigest("py", other, cwd); return e }()},
+		"remembered entry on another environment": {in, Subject{Ref: "ns/y", UID: "uid-3", Environment: "e2"},
+			ConsentEntry{Scope: ScopeRememberExactArgv, GrantRef: "r", Argv: argv, Cwd: cwd, Environment: "e"}},
+	}
+	for name, c := range cases {
+		if a := AdmitSubject(p, []ConsentEntry{c.e}, c.in, c.s); a.Admitted {
+			t.Errorf("%s: admitted by %s", name, a.By)
+		}
+	}
+	remembered := ConsentEntry{Scope: ScopeRememberExactArgv, GrantRef: "r", Argv: argv, Cwd: cwd, Environment: "e"}
+	if a := AdmitSubject(p, []ConsentEntry{remembered}, in, Subject{Ref: "ns/y", UID: "uid-3", Environment: "e"}); !a.Admitted || a.By != "r" {
+		t.Fatalf("a remembered entry admits another command on its environment: %+v", a)
+	}
+	// Binding fields belong to allow-once only.
+	bad := remembered
+	bad.CommandUID = "uid-1"
+	if r := ValidateConsentEntry(p, bad); r == nil || r.Code != CodeConsentScopeInvalid {
+		t.Fatalf("a remembered entry with a command UID: %v", r)
+	}
+}

@@ -107,6 +107,12 @@ func Intent(s *wbv1.TerminalCommandSpec) actuation.CommandIntent {
 	return in
 }
 
+// Subject is the bound subject of a command's admission: its reference, its object UID and
+// the environment it runs in.
+func Subject(cmd *wbv1.TerminalCommand, environment string) actuation.Subject {
+	return actuation.Subject{Ref: CommandRef(cmd.Namespace, cmd.Name), UID: string(cmd.UID), Environment: environment}
+}
+
 // CommandRef is how allow-once grants name a command.
 func CommandRef(namespace, name string) string { return fmt.Sprintf("%s/%s", namespace, name) }
 
@@ -117,6 +123,7 @@ func Entries(namespace string, in []wbv1.ConsentEntry) []actuation.ConsentEntry 
 		ce := actuation.ConsentEntry{
 			Scope: actuation.ConsentScope(e.Scope), GrantRef: string(e.GrantRef),
 			Argv: e.Argv, Prefix: e.Prefix, VariablePrefixes: e.VariablePrefixes, Cwd: Cwd(e.Cwd),
+			CommandUID: e.CommandUID, ArgvDigest: string(e.ArgvDigest), Environment: string(e.EnvironmentRef),
 		}
 		if e.CommandRef != "" {
 			ce.CommandRef = CommandRef(namespace, string(e.CommandRef))
@@ -128,11 +135,13 @@ func Entries(namespace string, in []wbv1.ConsentEntry) []actuation.ConsentEntry 
 
 // Entry builds the consent entry a grant admits, from its request's descriptor.
 func Entry(namespace string, grant *wbv1.ConsentGrant, d *wbv1.ConsentDescriptor) actuation.ConsentEntry {
-	e := actuation.ConsentEntry{Scope: actuation.ConsentScope(grant.Spec.Scope), GrantRef: grant.Name, Cwd: Cwd(d.Cwd)}
+	e := actuation.ConsentEntry{Scope: actuation.ConsentScope(grant.Spec.Scope), GrantRef: grant.Name, Cwd: Cwd(d.Cwd),
+		Environment: string(d.EnvironmentRef)}
 	switch grant.Spec.Scope {
 	case wbv1.ConsentAllowOnce:
 		e.Argv = d.Argv
 		e.CommandRef = CommandRef(namespace, string(d.CommandRef))
+		e.CommandUID, e.ArgvDigest = string(d.CommandUID), string(d.ArgvDigest)
 	case wbv1.ConsentRememberExactArgv:
 		e.Argv = d.Argv
 	case wbv1.ConsentRememberArgvPrefix:
@@ -160,4 +169,37 @@ func Delta(namespace string, grant *wbv1.ConsentGrant, d *wbv1.ConsentDescriptor
 			Egress: string(d.SafetyCaps.Egress), Credentials: string(d.SafetyCaps.Credentials),
 		},
 	}
+}
+
+// EnvironmentPatchPolicy normalizes an Environment's host-owned patch policy (absent fields
+// take the API defaults: creates allowed, deletes, git metadata and executable bits refused).
+func EnvironmentPatchPolicy(spec *wbv1.EnvironmentSpec) actuation.EnvironmentPatchPolicy {
+	var out actuation.EnvironmentPatchPolicy
+	p := spec.PatchPolicy
+	if p == nil {
+		return out
+	}
+	out.DenyCreate = p.AllowCreate != nil && !*p.AllowCreate
+	out.AllowDelete = p.AllowDelete != nil && *p.AllowDelete
+	out.AllowGitMetadata = p.GitMetadata != nil && *p.GitMetadata == wbv1.PatchPermissionAllowed
+	out.AllowExecutable = p.ExecutableFiles != nil && *p.ExecutableFiles == wbv1.PatchPermissionAllowed
+	if p.MaxChangedFiles != nil {
+		out.MaxChangedFiles = int(*p.MaxChangedFiles)
+	}
+	return out
+}
+
+// ProposedPatchPolicy normalizes a FilePatch's own spec.policy (API defaults: no create,
+// no delete, at most 16 files).
+func ProposedPatchPolicy(spec *wbv1.FilePatchSpec) actuation.ProposedPatchPolicy {
+	pol := spec.Policy
+	out := actuation.ProposedPatchPolicy{
+		AllowCreate:     pol.AllowCreate != nil && *pol.AllowCreate,
+		AllowDelete:     pol.AllowDelete != nil && *pol.AllowDelete,
+		MaxChangedFiles: 16,
+	}
+	if pol.MaxChangedFiles != nil {
+		out.MaxChangedFiles = int(*pol.MaxChangedFiles)
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -176,14 +177,27 @@ func TestSamplesAdmitted(t *testing.T) {
 	if len(files) == 0 {
 		t.Fatal("no samples in config/samples")
 	}
-	n := 0
+	n, wantDocs := 0, 0
 	for _, f := range files {
 		raw, err := os.ReadFile(f)
 		must(t, err)
+		// Every document separator counts: a document that fails to decode fails the test
+		// instead of ending the file early, and the number of objects applied must equal
+		// the number of non-empty documents in the files.
+		docs := 0
+		for _, d := range strings.Split("\n"+string(raw), "\n---") {
+			if strings.TrimSpace(stripComments(d)) != "" {
+				docs++
+			}
+		}
+		wantDocs += docs
 		dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(string(raw)), 4096)
 		for {
 			u := &unstructured.Unstructured{}
 			if err := dec.Decode(&u.Object); err != nil {
+				if err != io.EOF {
+					t.Fatalf("%s: decoding document %d: %v", filepath.Base(f), n+1, err)
+				}
 				break
 			}
 			if len(u.Object) == 0 {
@@ -196,7 +210,19 @@ func TestSamplesAdmitted(t *testing.T) {
 			n++
 		}
 	}
-	if n < 6 {
-		t.Fatalf("applied %d sample objects, expected at least 6", n)
+	if n != wantDocs || n < 7 {
+		t.Fatalf("applied %d sample objects from %d non-empty documents in %d files (want all of them, and at least 7)", n, wantDocs, len(files))
 	}
+}
+
+// stripComments drops YAML comment lines (a document holding only comments is empty).
+func stripComments(doc string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(doc, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
+			b.WriteString(l)
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
 }

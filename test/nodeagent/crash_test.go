@@ -140,7 +140,8 @@ func TestCrashRecovery(t *testing.T) {
 	var c wbv1.TerminalCommand
 	eventually(t, 60*time.Second, "the interrupted command's truthful outcome", func() (bool, string) {
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
-		return wbv1.CommandIsFinal(c.Status.Conditions), fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(second.log.String()))
+		return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions),
+			fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(second.log.String()))
 	})
 	if c.Status.Phase != wbv1.CommandFailed || c.Status.Refusal == nil || c.Status.Refusal.Code != "interrupted" {
 		t.Fatalf("status = %+v", c.Status)
@@ -148,7 +149,11 @@ func TestCrashRecovery(t *testing.T) {
 	if left := findProcess("/bin/sleep", "301.25"); len(left) != 0 {
 		t.Fatalf("orphan processes after recovery: %v", left)
 	}
-	if ents, _ := os.ReadDir(filepath.Join(state, "tmp")); len(ents) != 0 {
+	ents, err := os.ReadDir(filepath.Join(state, "tmp"))
+	if err != nil {
+		t.Fatalf("cannot check for leaked temp roots: %v", err)
+	}
+	if len(ents) != 0 {
 		t.Fatalf("leaked temp roots: %v", ents)
 	}
 	var s wbv1.TerminalSession

@@ -377,7 +377,7 @@ func TestQEMUAgentCrash(t *testing.T) {
 	var c wbv1.TerminalCommand
 	eventually(t, 60*time.Second, "the interrupted guest command's truthful outcome", func() (bool, string) {
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
-		return wbv1.CommandIsFinal(c.Status.Conditions), fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(second.log.String()))
+		return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions), fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(second.log.String()))
 	})
 	if c.Status.Phase != wbv1.CommandFailed || c.Status.Refusal == nil || c.Status.Refusal.Code != "interrupted" {
 		t.Fatalf("status = %+v", c.Status)
@@ -423,6 +423,15 @@ func TestQEMUAgentCrash(t *testing.T) {
 		record = string(b)
 		return err == nil && strings.Contains(record, `"state": "launching"`) && strings.Contains(record, `"qemu"`), record
 	})
+	// Freeze the agent first, so the record it left is the one read here: the crash
+	// happens while the boot is unfinished, which must be quarantined (never adopted).
+	must(t, second.cmd.Process.Signal(syscall.SIGSTOP))
+	b, err := os.ReadFile(filepath.Join(state, "vms", string(vm2.UID), "record.json"))
+	must(t, err)
+	if !strings.Contains(string(b), `"state": "launching"`) {
+		_ = second.cmd.Process.Signal(syscall.SIGKILL)
+		t.Fatalf("vm2's boot finished before the agent was frozen; the mid-boot crash was not exercised: %s", b)
+	}
 	must(t, second.cmd.Process.Signal(syscall.SIGKILL))
 	_ = second.cmd.Wait()
 	half := vmProcessesIn(t, state, string(vm2.UID))
@@ -430,12 +439,15 @@ func TestQEMUAgentCrash(t *testing.T) {
 	third := startAgentProcess(t, bin, kubeconfig, config)
 	defer stop(third)
 	vm2 = readyEnv("vm2", third)
-	eventually(t, 30*time.Second, "vm2 quarantined (or adopted if its boot had finished) in the recovery actions", func() (bool, string) {
+	eventually(t, 30*time.Second, "vm2 quarantined in the recovery actions", func() (bool, string) {
 		if err := env.Client.Get(ctx, client.ObjectKey{Name: vmNode}, &node); err != nil {
 			return false, err.Error()
 		}
 		for _, r := range node.Status.Recovery {
-			if strings.HasSuffix(r.Resource, "/vms/"+string(vm2.UID)) && (r.Outcome == "quarantined" || r.Outcome == "recovered") {
+			if strings.HasSuffix(r.Resource, "/vms/"+string(vm2.UID)) && r.Outcome == "recovered" {
+				t.Fatalf("vm2, crashed mid-boot, was adopted: %s", r.Message)
+			}
+			if strings.HasSuffix(r.Resource, "/vms/"+string(vm2.UID)) && r.Outcome == "quarantined" {
 				return true, r.Outcome + ": " + r.Message
 			}
 		}
@@ -446,8 +458,11 @@ func TestQEMUAgentCrash(t *testing.T) {
 		t.Fatalf("vm2 processes after recovery: %v (before the crash %v)", now, half)
 	}
 	t.Logf("vm2: processes at the crash %v, after recovery %v, generation %d", half, now, vm2.Status.SourceGeneration)
-	if strings.Join(now, ",") != strings.Join(half, ",") && vm2.Status.SourceGeneration < 2 {
-		t.Fatalf("vm2 was rebooted without advancing its generation: %+v", vm2.Status)
+	if strings.Join(now, ",") == strings.Join(half, ",") {
+		t.Fatalf("vm2's half-booted processes survived the quarantine: %v", now)
+	}
+	if vm2.Status.SourceGeneration < 2 {
+		t.Fatalf("vm2 was rebooted after quarantine without advancing its generation: %+v", vm2.Status)
 	}
 
 	// Teardown through the API leaves nothing behind.
@@ -478,6 +493,7 @@ func TestQEMUMicroVMFileOperations(t *testing.T) {
 		Backend: wbv1.BackendQEMUMicroVM, Roots: []wbv1.EnvironmentRoot{{Name: "repo"}}, ImageRef: ptr(image),
 		Resources:     &wbv1.EnvironmentResources{VCPUs: ptr(int32(1)), MemoryMiB: ptr(int32(512))},
 		PatchApproval: ptr(wbv1.PatchApprovalAutoApply),
+		PatchPolicy:   &wbv1.EnvironmentPatchPolicy{AllowDelete: ptr(true)}, // so the delete below reaches the guest path
 		NodeSelector:  map[string]string{wbv1.NodeLabel: nodeName},
 	}}))
 	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},

@@ -251,9 +251,19 @@ func TestStageRefGolden(t *testing.T) {
 	}
 }
 
+// goldenSchemaDigest pins protocol v1's schema. A change to the frame layout, limits,
+// operations, outcomes, signals or the stage-ref construction changes it: then it is a
+// new protocol version (or a deliberate, reviewed change of v1) and this constant, the
+// guest image's manifest (config/samples/07_imagemanifest.yaml, `make guest-image`) and
+// every ImageManifest in use must change with it.
+const goldenSchemaDigest = "sha256:f45ee0cf309518e2692b8b129a8d006236768dcd34a49bca4f75516b89c1bb4c"
+
 func TestSchemaDigest(t *testing.T) {
-	if !ValidDigest(SchemaDigest()) || SchemaDigest() != SchemaDigest() {
-		t.Fatal(SchemaDigest())
+	if got := SchemaDigest(); got != goldenSchemaDigest {
+		t.Fatalf("protocol v1 schema digest is %s, golden %s: the wire schema changed", got, goldenSchemaDigest)
+	}
+	if !ValidDigest(SchemaDigest()) {
+		t.Fatalf("schema digest %q is not a valid digest", SchemaDigest())
 	}
 }
 

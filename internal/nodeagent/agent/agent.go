@@ -23,7 +23,6 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/nodeagent/artifacts"
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/nodeagent/procexec"
 	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/nodeagent/store"
@@ -57,7 +56,7 @@ type Agent struct {
 	recovery  []wbv1.RecoveryAction
 	waits     int
 	dataPlane *wbv1.DataPlane
-	roots     map[string]*fsaccess.Root // open roots served by the data plane, by directory
+	pins      map[string]map[string]*pinnedRoot // environment UID → root name → its pinned directory (roots.go)
 	recorder  events.EventRecorder
 
 	// wake re-queues objects from goroutines (command exits, session phase changes).
@@ -134,7 +133,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		envs:           map[string]*liveEnv{},
 		sess:           map[string]*liveSession{},
 		commands:       map[string]*liveCommand{},
-		roots:          map[string]*fsaccess.Root{},
+		pins:           map[string]map[string]*pinnedRoot{},
 		wakeCommands:   make(chan event.GenericEvent, 1024),
 		wakeSessions:   make(chan event.GenericEvent, 1024),
 		engine:         waits.NewEngine(waits.Caps{PendingWaits: caps.PendingWaits}),

@@ -67,8 +67,9 @@ type commandOutcome struct {
 type commandReconciler struct{ a *Agent }
 
 func commandOwned(s *wbv1.TerminalCommandStatus) wbv1.TerminalCommandStatus {
+	// Phase is derived from all conditions by the manager, its one writer.
 	return wbv1.TerminalCommandStatus{
-		Phase: s.Phase, ExitCode: s.ExitCode, SignalOrigin: s.SignalOrigin, StdoutBytes: s.StdoutBytes, Truncated: s.Truncated,
+		ExitCode: s.ExitCode, SignalOrigin: s.SignalOrigin, StdoutBytes: s.StdoutBytes, Truncated: s.Truncated,
 		OutputDigest: s.OutputDigest, SeqFrom: s.SeqFrom, SeqTo: s.SeqTo, Refusal: s.Refusal, NodeName: s.NodeName,
 		StartTime: s.StartTime, CompletionTime: s.CompletionTime,
 		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionStarted, wbv1.ConditionCompleted),
@@ -98,7 +99,7 @@ func (r *commandReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err := r.step(ctx, p); err != nil {
 		return ctrl.Result{}, err
 	}
-	next.Phase = wbv1.CommandPhaseFor(all)
+	before, after := cmd.Status.Phase, wbv1.CommandPhaseFor(all)
 	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"command", &cmd, cur, next)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -106,12 +107,12 @@ func (r *commandReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if wbv1.CommandIsFinal(all) {
 		a.forgetCommand(string(cmd.UID)) // bounded memory: the outcome is in status and in the store
 	}
-	if wrote && cur.Phase != next.Phase {
+	if wrote && before != after {
 		evType := corev1.EventTypeNormal
-		if next.Phase != wbv1.CommandRunning && next.Phase != wbv1.CommandSucceeded {
+		if after != wbv1.CommandRunning && after != wbv1.CommandSucceeded {
 			evType = corev1.EventTypeWarning
 		}
-		a.recordEvent(&cmd, evType, string(next.Phase), fmt.Sprintf("Command is %s on node %s", next.Phase, a.cfg.NodeName))
+		a.recordEvent(&cmd, evType, string(after), fmt.Sprintf("Command is %s on node %s", after, a.cfg.NodeName))
 	}
 	return p.result, nil
 }
@@ -309,9 +310,9 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		return err
 	}
 	core, intent := convert.Profile(&prof.Spec), convert.Intent(&cmd.Spec)
-	// Defence in depth: the same core rules the webhook and the gate ran, at the edge.
-	if refs := append(actuation.ValidateArgvShape(intent.Argv), actuation.ValidateIntentAgainstProfile(core, intent)...); len(refs) > 0 {
-		p.refuse(string(refs[0].Code), refs[0].Message)
+	// Defence in depth: admission again, at the edge, against the effective profile.
+	if ref := admitAtNode(cmd, &prof, &env); ref != nil {
+		p.refuse(string(ref.Code), ref.Message)
 		return nil
 	}
 	envVars, ref := actuation.CuratedEnv(core, intent.Env)
@@ -326,6 +327,10 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 			return nil
 		}
 		return r.startGuest(p, g, string(env.UID), string(sess.UID), args, live)
+	}
+	if err := a.verifyRoots(string(env.UID), roots); err != nil {
+		p.refuse(codeOf(err), err.Error())
+		return nil
 	}
 	spec, code, msg := commandSpec(roots, core.AllowedRoots, intent, envVars)
 	if code != "" {

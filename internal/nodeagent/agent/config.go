@@ -65,7 +65,7 @@ type QEMUConfig struct {
 	MaxVMs int `json:"maxVMs,omitempty"`
 }
 
-// Caps are the node's configurable bounds (seed laptop defaults).
+// Caps are the node's configurable bounds; unset ones take node-sized defaults (capacity.go).
 type Caps struct {
 	Sessions               int `json:"sessions,omitempty"`
 	SessionsPerEnvironment int `json:"sessionsPerEnvironment,omitempty"`
@@ -76,16 +76,12 @@ type Caps struct {
 	ConcurrentCommands     int `json:"concurrentCommands,omitempty"`
 }
 
-// Defaults.
+// Defaults (sessions, reader tasks and concurrent commands are node-sized: capacity.go).
 const (
-	DefaultSessions               = 2
-	DefaultSessionsPerEnvironment = 2
-	DefaultReaderTasks            = 4
-	DefaultInputQueueDepth        = 256
-	DefaultEventBufferDepth       = 1000
-	DefaultPendingWaits           = 1000
-	DefaultConcurrentCommands     = 8
-	DefaultHeartbeat              = 30 * time.Second
+	DefaultInputQueueDepth  = 256
+	DefaultEventBufferDepth = 1000
+	DefaultPendingWaits     = 1000
+	DefaultHeartbeat        = 30 * time.Second
 )
 
 func orDefault(v, d int) int {
@@ -95,16 +91,21 @@ func orDefault(v, d int) int {
 	return v
 }
 
-// withDefaults fills unset caps.
+// withDefaults fills unset caps: the node-sized defaults of capacity.go for sessions,
+// reader tasks and commands, the constants above for the rest.
 func (c Caps) withDefaults() Caps {
+	return c.withDefaultsFrom(hostCaps())
+}
+
+func (c Caps) withDefaultsFrom(node Caps) Caps {
 	return Caps{
-		Sessions:               orDefault(c.Sessions, DefaultSessions),
-		SessionsPerEnvironment: orDefault(c.SessionsPerEnvironment, DefaultSessionsPerEnvironment),
-		ReaderTasks:            orDefault(c.ReaderTasks, DefaultReaderTasks),
+		Sessions:               orDefault(c.Sessions, node.Sessions),
+		SessionsPerEnvironment: orDefault(c.SessionsPerEnvironment, node.SessionsPerEnvironment),
+		ReaderTasks:            orDefault(c.ReaderTasks, node.ReaderTasks),
 		InputQueueDepth:        orDefault(c.InputQueueDepth, DefaultInputQueueDepth),
 		EventBufferDepth:       orDefault(c.EventBufferDepth, DefaultEventBufferDepth),
 		PendingWaits:           orDefault(c.PendingWaits, DefaultPendingWaits),
-		ConcurrentCommands:     orDefault(c.ConcurrentCommands, DefaultConcurrentCommands),
+		ConcurrentCommands:     orDefault(c.ConcurrentCommands, node.ConcurrentCommands),
 	}
 }
 

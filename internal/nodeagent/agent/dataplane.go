@@ -14,7 +14,6 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/dataplane"
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/nodeagent/session"
@@ -87,26 +86,6 @@ func (r resolver) Root(ns, env, root string) (dataplane.Files, error) {
 		}
 	}
 	return nil, fmt.Errorf("root %s of environment %s/%s: %w", root, ns, env, dataplane.ErrNotFound)
-}
-
-// openRoot keeps one open root per directory (bounded by the environments on the node).
-func (a *Agent) openRoot(path string) (*fsaccess.Root, error) {
-	if path == "" {
-		// A VM backend's roots live inside the guest (MountedRoot.GuestDir): there is no
-		// host directory to open, and none is ever substituted.
-		return nil, refusal.New(string(actuation.CodeCapabilityMismatch), "the environment's roots live inside a VM guest; host file access does not reach them")
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if r := a.roots[path]; r != nil {
-		return r, nil
-	}
-	r, err := fsaccess.OpenRoot(path)
-	if err != nil {
-		return nil, err
-	}
-	a.roots[path] = r
-	return r, nil
 }
 
 // startDataPlane serves the node's HTTPS data plane and publishes its address and CA.

@@ -30,10 +30,13 @@ const inspectInterval = time.Minute
 
 type environmentReconciler struct{ a *Agent }
 
+// environmentOwned is what the node writes of an Environment's status: its own conditions
+// and the source generation. The phase and the health conditions are derived from all
+// conditions by the manager, their one writer.
 func environmentOwned(s *wbv1.EnvironmentStatus) wbv1.EnvironmentStatus {
 	return wbv1.EnvironmentStatus{
-		Phase: s.Phase, SourceGeneration: s.SourceGeneration,
-		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionReady, wbv1.ConditionCleanupComplete, wbv1.ConditionDegraded),
+		SourceGeneration: s.SourceGeneration,
+		Conditions:       statusapply.Owned(s.Conditions, wbv1.ConditionReady, wbv1.ConditionCleanupComplete, wbv1.ConditionDegraded),
 	}
 }
 
@@ -99,7 +102,8 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			set(wbv1.ConditionReady, false, wbv1.ReasonDraining, "draining: stopping commands and closing sessions")
 			a.drainEnvironment(ctx, spec.ID)
 			if _, err := b.Drain(ctx, spec); err != nil {
-				return ctrl.Result{}, fmt.Errorf("draining environment %s/%s: %w", env.Namespace, env.Name, err)
+				// Nothing left to drain (no VM runs) must not block the teardown.
+				ctrl.LoggerFrom(ctx).Info("Drain before teardown failed; tearing down", "environment", req.NamespacedName, "error", err.Error())
 			}
 			if env.Spec.Teardown == nil || *env.Spec.Teardown != wbv1.TeardownRetainArtifacts {
 				if err := a.expireArtifactsOf(ctx, &env); err != nil {
@@ -135,6 +139,11 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 		rec := store.Environment{UID: spec.ID, Namespace: env.Namespace, Name: env.Name, Backend: b.ID(), RootPaths: map[string]string{},
 			Phase: string(backends.PhaseAllocating), UpdatedAt: time.Now()}
+		if old, found, err := a.store.Environments().Get(spec.ID); err != nil {
+			return ctrl.Result{}, err
+		} else if found {
+			rec.RootIdentities = old.RootIdentities // pinned by an earlier pass or process
+		}
 		for _, root := range spec.Roots {
 			rec.RootPaths[root.Name] = root.HostPath
 		}
@@ -149,6 +158,23 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			set(wbv1.ConditionReady, false, wbv1.ReasonFailed, err.Error())
 			a.recordEvent(&env, corev1.EventTypeWarning, "AllocationFailed", err.Error())
 			break
+		}
+		if st.Phase == backends.PhaseReady {
+			ids, err := a.pinRoots(spec.ID, st.Roots, rec.RootIdentities)
+			if err != nil {
+				a.forgetEnv(spec.ID)
+				code := codeOf(err)
+				if code == "" {
+					code = string(actuation.CodeRootInvalid)
+				}
+				rec.Phase = string(backends.PhaseFailed)
+				_ = a.store.Environments().Put(rec)
+				msg := fmt.Sprintf("%s: %v", code, err)
+				set(wbv1.ConditionReady, false, wbv1.ReasonFailed, msg)
+				a.recordEvent(&env, corev1.EventTypeWarning, "RootChanged", msg)
+				break
+			}
+			rec.RootIdentities = ids
 		}
 		rec.Phase = string(st.Phase)
 		if err := a.store.Environments().Put(rec); err != nil {
@@ -166,13 +192,13 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			next.SourceGeneration = spec.Generation
 		}
 	}
-	next.Phase = wbv1.EnvironmentPhaseFor(all, !env.DeletionTimestamp.IsZero())
+	before, after := env.Status.Phase, wbv1.EnvironmentPhaseFor(all, !env.DeletionTimestamp.IsZero())
 	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"environment", &env, cur, next)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if wrote && cur.Phase != next.Phase {
-		a.recordEvent(&env, corev1.EventTypeNormal, "Phase"+string(next.Phase), "Environment is "+string(next.Phase)+" on node "+a.cfg.NodeName)
+	if wrote && before != after {
+		a.recordEvent(&env, corev1.EventTypeNormal, "Phase"+string(after), "Environment is "+string(after)+" on node "+a.cfg.NodeName)
 	}
 	return result, nil
 }
@@ -209,14 +235,7 @@ func (a *Agent) rememberEnv(spec backends.Spec, st backends.Status) {
 func (a *Agent) forgetEnv(id string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if e := a.envs[id]; e != nil {
-		for _, r := range e.status.Roots {
-			if open := a.roots[r.Path]; open != nil {
-				_ = open.Close()
-				delete(a.roots, r.Path)
-			}
-		}
-	}
+	a.unpinRootsLocked(id)
 	delete(a.envs, id)
 }
 

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -192,6 +193,13 @@ func (a *Agent) pruneRecords(ctx context.Context) (int, error) {
 	for _, s := range sessions.Items {
 		live[string(s.UID)] = true
 	}
+	a.mu.Lock()
+	for uid, s := range a.sess {
+		if s.closed && !live[uid] {
+			delete(a.sess, uid) // a closed session whose object is gone: drop its ring
+		}
+	}
+	a.mu.Unlock()
 	for _, p := range patches.Items {
 		live[string(p.UID)] = true
 	}
@@ -241,4 +249,35 @@ func (a *Agent) pruneRecords(ctx context.Context) (int, error) {
 		}
 	}
 	return pruned, nil
+}
+
+// Footprint is what the agent holds now: the figures a soak test and an operator watch to
+// see memory and disk stay bounded on a long-running node.
+type Footprint struct {
+	LiveCommands   int   // commands held in memory (running, or finished and not yet written)
+	LiveSessions   int   // sessions held in memory
+	CommandRecords int   // command records in the store
+	SessionRecords int   // session records in the store
+	StoreBytes     int64 // size of the store file
+}
+
+// Footprint reports what the agent holds now.
+func (a *Agent) Footprint() (Footprint, error) {
+	var f Footprint
+	a.mu.Lock()
+	f.LiveCommands, f.LiveSessions = len(a.commands), len(a.sess)
+	a.mu.Unlock()
+	cmds, err := a.store.Commands().List(0)
+	if err != nil {
+		return f, err
+	}
+	sess, err := a.store.Sessions().List(0)
+	if err != nil {
+		return f, err
+	}
+	f.CommandRecords, f.SessionRecords = len(cmds), len(sess)
+	if fi, err := os.Stat(a.store.Path()); err == nil {
+		f.StoreBytes = fi.Size()
+	}
+	return f, nil
 }

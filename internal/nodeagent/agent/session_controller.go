@@ -48,7 +48,9 @@ type sessionReconciler struct{ a *Agent }
 func sessionOwned(s *wbv1.TerminalSessionStatus) wbv1.TerminalSessionStatus {
 	return wbv1.TerminalSessionStatus{
 		Phase: s.Phase, NodeName: s.NodeName, LastSeq: s.LastSeq, ScreenDigest: s.ScreenDigest, Cleanup: s.Cleanup, Refusal: s.Refusal,
-		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionReady, wbv1.ConditionCleanupComplete),
+		ObservedGeneration: s.ObservedGeneration,
+		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionReady, wbv1.ConditionCleanupComplete,
+			wbv1.ConditionReconciling, wbv1.ConditionStalled),
 	}
 }
 
@@ -149,6 +151,15 @@ func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		left := time.Duration(ts.Spec.MaxDurationSeconds)*time.Second - time.Since(live.started)
 		result.RequeueAfter = min(30*time.Second, max(left, time.Second))
 	}
+	closeRequested := ts.Spec.DesiredState == "Closed" || deleting
+	if next.Phase == wbv1.SessionClosed && closeRequested {
+		// Closed as asked: the session has no readiness left to report (kstatus Current).
+		next.Conditions = slices.DeleteFunc(next.Conditions, func(c metav1.Condition) bool { return c.Type == wbv1.ConditionReady })
+	}
+	for _, hc := range wbv1.HealthConditions(wbv1.SessionHealth(next.Phase, closeRequested), string(next.Phase), "session is "+string(next.Phase), ts.Generation) {
+		statusapply.Set(&next.Conditions, &next.Conditions, hc)
+	}
+	next.ObservedGeneration = ts.Generation
 	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"session", &ts, cur, next)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -225,6 +236,9 @@ func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl
 		}
 		if dir == "" && guestDir == "" {
 			return ctrl.Result{}, string(actuation.CodeRootNotAllowed), "no root of the environment is allowed by the profile", nil
+		}
+		if err := a.verifyRoots(string(env.UID), roots); err != nil {
+			return ctrl.Result{}, codeOf(err), err.Error(), nil
 		}
 		kv := make([]string, 0, len(envVars))
 		for _, e := range envVars {

@@ -10,10 +10,12 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/creack/pty"
 
 	"sensorium.dev/workbench/internal/nodeagent/ring"
+	"sensorium.dev/workbench/internal/test/samples"
 )
 
 // echoMsg is answered by 12 bytes: the tty echo "ping\r\n" plus cat's copy.
@@ -21,9 +23,12 @@ var echoMsg = []byte("ping\n")
 
 const echoReply = 12
 
-// BenchmarkPTYEchoRoundTrip is the floor: creack/pty + /bin/cat, direct
-// write and read on the master.
-func BenchmarkPTYEchoRoundTrip(b *testing.B) {
+// BenchmarkEchoRoundTrip measures a keystroke round trip through a Manager session
+// (bounded input queue -> writer -> PTY -> output pump -> ring -> reader) against the
+// floor of creack/pty + /bin/cat written and read directly, in the same run: each
+// iteration takes one sample of each, interleaved, and the percentiles and ratio come
+// from those samples.
+func BenchmarkEchoRoundTrip(b *testing.B) {
 	cmd := exec.Command("/bin/cat")
 	cmd.Env = []string{}
 	f, err := pty.Start(cmd)
@@ -35,8 +40,18 @@ func BenchmarkPTYEchoRoundTrip(b *testing.B) {
 		_ = cmd.Wait()
 		f.Close()
 	}()
+	m := NewManager(Caps{})
+	ctx := context.Background()
+	s, err := m.Open(ctx, Spec{ID: "bench-echo", Argv: []string{"/bin/cat"}, IdleTimeout: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close(ctx)
+	cursor := s.Events().LastSeq()
 	buf := make([]byte, 256)
+	var floor, path samples.Durations
 	for b.Loop() {
+		t0 := time.Now()
 		if _, err := f.Write(echoMsg); err != nil {
 			b.Fatal(err)
 		}
@@ -47,21 +62,9 @@ func BenchmarkPTYEchoRoundTrip(b *testing.B) {
 			}
 			got += n
 		}
-	}
-}
+		floor = append(floor, time.Since(t0))
 
-// BenchmarkSessionEchoRoundTrip goes through the Manager: bounded input queue
-// -> writer -> PTY -> output pump -> ring + screen model -> long-poll reader.
-func BenchmarkSessionEchoRoundTrip(b *testing.B) {
-	m := NewManager(Caps{})
-	ctx := context.Background()
-	s, err := m.Open(ctx, Spec{ID: "bench-echo", Argv: []string{"/bin/cat"}, IdleTimeout: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close(ctx)
-	cursor := s.Events().LastSeq()
-	for b.Loop() {
+		t1 := time.Now()
 		if err := s.Input(echoMsg); err != nil {
 			b.Fatal(err)
 		}
@@ -77,7 +80,13 @@ func BenchmarkSessionEchoRoundTrip(b *testing.B) {
 				}
 			}
 		}
+		path = append(path, time.Since(t1))
 	}
+	b.ReportMetric(samples.Us(path.Quantile(0.50)), "session-p50-us")
+	b.ReportMetric(samples.Us(path.Quantile(0.99)), "session-p99-us")
+	b.ReportMetric(samples.Us(floor.Quantile(0.50)), "raw-pty-p50-us")
+	b.ReportMetric(samples.Us(floor.Quantile(0.99)), "raw-pty-p99-us")
+	samples.Ratio(b, "session-to-raw", path, floor)
 }
 
 func throughputFile(b *testing.B) (string, int64) {
@@ -91,13 +100,22 @@ func throughputFile(b *testing.B) (string, int64) {
 	return p, int64(len(data))
 }
 
-// BenchmarkRawPTYRead is the floor: cat a 1 MiB text file through a PTY and
-// read the master until EIO.
-func BenchmarkRawPTYRead(b *testing.B) {
+// BenchmarkThroughput cats a 1 MiB text file through a Manager session (default caps:
+// 1,000 events / 4 MiB ring; the screen model is built only on demand) until the session
+// is cleaned up, against the floor of the same cat through a bare PTY read until EIO —
+// interleaved, one sample of each per iteration. throughput-pct is the floor's p50 time
+// over the session's p50 time (100 = as fast as a raw read).
+func BenchmarkThroughput(b *testing.B) {
 	path, size := throughputFile(b)
 	b.SetBytes(size)
+	m := NewManager(Caps{})
+	ctx := context.Background()
 	buf := make([]byte, 32<<10)
+	var floor, sess samples.Durations
+	i := 0
 	for b.Loop() {
+		i++
+		t0 := time.Now()
 		cmd := exec.Command("/bin/cat", path)
 		cmd.Env = []string{}
 		f, err := pty.Start(cmd)
@@ -120,27 +138,22 @@ func BenchmarkRawPTYRead(b *testing.B) {
 		if total < size {
 			b.Fatalf("read %d of %d bytes", total, size)
 		}
-	}
-}
+		floor = append(floor, time.Since(t0))
 
-// BenchmarkSessionThroughput cats the same file through a Manager session
-// (default caps: 1,000 events / 4 MiB ring, VT screen model) and waits for the
-// session to be cleaned up.
-func BenchmarkSessionThroughput(b *testing.B) {
-	path, size := throughputFile(b)
-	b.SetBytes(size)
-	m := NewManager(Caps{})
-	ctx := context.Background()
-	i := 0
-	for b.Loop() {
-		i++
+		t1 := time.Now()
 		s, err := m.Open(ctx, Spec{ID: fmt.Sprintf("bench-tp-%d", i), Argv: []string{"/bin/cat", path}, IdleTimeout: -1})
 		if err != nil {
 			b.Fatal(err)
 		}
 		<-s.Done()
+		sess = append(sess, time.Since(t1))
 		if st := s.Events().Stats(); st.OutputBytes < uint64(size) {
 			b.Fatalf("ring saw %d of %d bytes", st.OutputBytes, size)
 		}
+	}
+	sess.Report(b, "session")
+	floor.Report(b, "raw-pty")
+	if p := sess.Quantile(0.50); p > 0 {
+		b.ReportMetric(100*float64(floor.Quantile(0.50))/float64(p), "throughput-pct")
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"sensorium.dev/workbench/internal/nodeagent/procexec"
 	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/test/envtest"
+	"sensorium.dev/workbench/internal/test/samples"
 	"sensorium.dev/workbench/webhooks"
 )
 
@@ -150,7 +151,9 @@ func must(b testing.TB, err error) {
 func BenchmarkCommandTrue(b *testing.B) {
 	ctx := context.Background()
 	ns := setup(b)
-	var floorAPI, floorExec, full, admitted, started time.Duration
+	// One sample of each path per iteration, interleaved: the floor (API create+watch round
+	// trip, then a bare fork/exec) and the product path see the same machine load.
+	var floorAPI, floorExec, floor, full, admitted, started samples.Durations
 	for i := 0; i < b.N; i++ {
 		// Floor 1: create + watch until the API server reports it.
 		w, err := wc.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns))
@@ -162,12 +165,13 @@ func BenchmarkCommandTrue(b *testing.B) {
 				break
 			}
 		}
-		floorAPI += time.Since(t0)
+		floorAPI = append(floorAPI, time.Since(t0))
 		w.Stop()
 		// Floor 2: a bare fork/exec.
 		t1 := time.Now()
 		must(b, exec.Command("/bin/true").Run())
-		floorExec += time.Since(t1)
+		floorExec = append(floorExec, time.Since(t1))
+		floor = append(floor, floorAPI[i]+floorExec[i])
 		// Full path.
 		w, err = wc.Watch(ctx, &wbv1.TerminalCommandList{}, client.InNamespace(ns))
 		must(b, err)
@@ -179,11 +183,11 @@ func BenchmarkCommandTrue(b *testing.B) {
 			c, ok := ev.Object.(*wbv1.TerminalCommand)
 			if ok && c.Name == "c"+strconv.Itoa(i) && !seenAdmitted && hasTrue(c, wbv1.ConditionAdmitted) {
 				seenAdmitted = true
-				admitted += time.Since(t2)
+				admitted = append(admitted, time.Since(t2))
 			}
 			if ok && c.Name == "c"+strconv.Itoa(i) && !seenStarted && hasTrue(c, wbv1.ConditionStarted) {
 				seenStarted = true
-				started += time.Since(t2)
+				started = append(started, time.Since(t2))
 			}
 			if ok && c.Name == "c"+strconv.Itoa(i) && wbv1.CommandIsFinal(c.Status.Conditions) {
 				if c.Status.Phase != wbv1.CommandSucceeded {
@@ -192,17 +196,16 @@ func BenchmarkCommandTrue(b *testing.B) {
 				break
 			}
 		}
-		full += time.Since(t2)
+		full = append(full, time.Since(t2))
 		w.Stop()
 	}
-	n := float64(b.N)
-	ms := func(d time.Duration) float64 { return float64(d) / n / float64(time.Millisecond) }
-	b.ReportMetric(ms(full), "cmd-ms")
-	b.ReportMetric(ms(admitted), "admitted-ms")
-	b.ReportMetric(ms(started), "started-ms")
-	b.ReportMetric(ms(floorAPI), "api-roundtrip-ms")
-	b.ReportMetric(ms(floorExec), "fork-exec-ms")
-	b.ReportMetric(float64(full)/float64(floorAPI+floorExec), "ratio-to-floor")
+	full.Report(b, "cmd")
+	admitted.Report(b, "admitted")
+	started.Report(b, "started")
+	floorAPI.Report(b, "api-roundtrip")
+	floorExec.Report(b, "fork-exec")
+	floor.Report(b, "floor")
+	samples.Ratio(b, "cmd-to-floor", full, floor)
 }
 
 // BenchmarkIdleSessionMemory opens 100 idle PTY sessions (/bin/cat) in one session manager

@@ -1,0 +1,166 @@
+package v1alpha1_test
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+)
+
+func c(t string, ok bool, reason string) metav1.Condition {
+	s := metav1.ConditionFalse
+	if ok {
+		s = metav1.ConditionTrue
+	}
+	return metav1.Condition{Type: t, Status: s, Reason: reason, Message: reason}
+}
+
+// kstatusOf computes the health that Flux, Argo CD and kubectl-wait-style tools see.
+func kstatusOf(t *testing.T, obj runtime.Object) kstatus.Status {
+	t.Helper()
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := kstatus.Compute(&unstructured.Unstructured{Object: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Status
+}
+
+func TestCommandPhaseAndHealth(t *testing.T) {
+	admitted := c(wbv1.ConditionAdmitted, true, wbv1.ReasonAdmittedByProfile)
+	started := c(wbv1.ConditionStarted, true, "Started")
+	for _, tc := range []struct {
+		name  string
+		conds []metav1.Condition
+		phase wbv1.CommandPhase
+		final bool
+		want  kstatus.Status
+	}{
+		{"new", nil, wbv1.CommandPending, false, kstatus.InProgressStatus},
+		{"awaiting consent", []metav1.Condition{c(wbv1.ConditionAdmitted, false, wbv1.ReasonAwaitingConsent)}, wbv1.CommandAwaitingConsent, false, kstatus.InProgressStatus},
+		{"admitted", []metav1.Condition{admitted}, wbv1.CommandPending, false, kstatus.InProgressStatus},
+		{"running", []metav1.Condition{admitted, started}, wbv1.CommandRunning, false, kstatus.InProgressStatus},
+		{"succeeded", []metav1.Condition{admitted, started, c(wbv1.ConditionCompleted, true, wbv1.ReasonSucceeded)}, wbv1.CommandSucceeded, true, kstatus.CurrentStatus},
+		{"failed (interrupted by a node restart)", []metav1.Condition{admitted, started, c(wbv1.ConditionCompleted, true, wbv1.ReasonFailed)}, wbv1.CommandFailed, true, kstatus.FailedStatus},
+		{"timed out", []metav1.Condition{admitted, started, c(wbv1.ConditionCompleted, true, wbv1.ReasonTimedOut)}, wbv1.CommandTimedOut, true, kstatus.FailedStatus},
+		{"cancelled", []metav1.Condition{admitted, started, c(wbv1.ConditionCompleted, true, wbv1.ReasonCancelled)}, wbv1.CommandCancelled, true, kstatus.FailedStatus},
+		{"refused at the gate", []metav1.Condition{c(wbv1.ConditionAdmitted, false, wbv1.ReasonRefused), c(wbv1.ConditionCompleted, true, wbv1.ReasonRefused)}, wbv1.CommandRefused, true, kstatus.FailedStatus},
+		{"refused at the node", []metav1.Condition{admitted, c(wbv1.ConditionCompleted, true, wbv1.ReasonRefused)}, wbv1.CommandRefused, true, kstatus.FailedStatus},
+		{"unknown outcome reason", []metav1.Condition{admitted, c(wbv1.ConditionCompleted, true, "Weird")}, wbv1.CommandFailed, true, kstatus.FailedStatus},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			phase := wbv1.CommandPhaseFor(tc.conds)
+			if phase != tc.phase || wbv1.CommandIsFinal(tc.conds) != tc.final {
+				t.Fatalf("phase %s final %v, want %s %v", phase, wbv1.CommandIsFinal(tc.conds), tc.phase, tc.final)
+			}
+			cmd := &wbv1.TerminalCommand{TypeMeta: metav1.TypeMeta{Kind: "TerminalCommand", APIVersion: wbv1.GroupVersion.String()},
+				ObjectMeta: metav1.ObjectMeta{Name: "c", Generation: 1}}
+			cmd.Status.Phase, cmd.Status.ObservedGeneration = phase, 1
+			cmd.Status.Conditions = append(tc.conds, wbv1.HealthConditions(wbv1.CommandHealth(phase), string(phase), "", 1)...)
+			if got := kstatusOf(t, cmd); got != tc.want {
+				t.Fatalf("kstatus %s, want %s", got, tc.want)
+			}
+			// An unobserved generation is never Current.
+			cmd.Generation = 2
+			if got := kstatusOf(t, cmd); got != kstatus.InProgressStatus {
+				t.Fatalf("kstatus with a new generation %s, want InProgress", got)
+			}
+		})
+	}
+}
+
+func TestSessionHealth(t *testing.T) {
+	for _, tc := range []struct {
+		phase  wbv1.SessionPhase
+		closed bool
+		ready  *metav1.Condition
+		want   kstatus.Status
+		final  bool
+	}{
+		{wbv1.SessionRequested, false, nil, kstatus.InProgressStatus, false},
+		{wbv1.SessionStarting, false, nil, kstatus.InProgressStatus, false},
+		{wbv1.SessionRunning, false, &metav1.Condition{Type: wbv1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Running"}, kstatus.CurrentStatus, false},
+		{wbv1.SessionIdle, false, &metav1.Condition{Type: wbv1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Running"}, kstatus.CurrentStatus, false},
+		{wbv1.SessionClosed, true, nil, kstatus.CurrentStatus, true},
+		{wbv1.SessionClosed, false, &metav1.Condition{Type: wbv1.ConditionReady, Status: metav1.ConditionFalse, Reason: "Closed"}, kstatus.FailedStatus, true},
+		{wbv1.SessionFailed, false, &metav1.Condition{Type: wbv1.ConditionReady, Status: metav1.ConditionFalse, Reason: wbv1.ReasonFailed}, kstatus.FailedStatus, true},
+		{wbv1.SessionKilled, false, &metav1.Condition{Type: wbv1.ConditionReady, Status: metav1.ConditionFalse, Reason: "Killed"}, kstatus.FailedStatus, true},
+		{wbv1.SessionExpired, false, &metav1.Condition{Type: wbv1.ConditionReady, Status: metav1.ConditionFalse, Reason: wbv1.ReasonExpired}, kstatus.FailedStatus, true},
+	} {
+		t.Run(string(tc.phase), func(t *testing.T) {
+			if wbv1.SessionPhaseIsFinal(tc.phase) != tc.final {
+				t.Fatalf("final %v, want %v", !tc.final, tc.final)
+			}
+			s := &wbv1.TerminalSession{TypeMeta: metav1.TypeMeta{Kind: "TerminalSession", APIVersion: wbv1.GroupVersion.String()},
+				ObjectMeta: metav1.ObjectMeta{Name: "s", Generation: 1}}
+			s.Status.Phase, s.Status.ObservedGeneration = tc.phase, 1
+			if tc.ready != nil {
+				s.Status.Conditions = append(s.Status.Conditions, *tc.ready)
+			}
+			s.Status.Conditions = append(s.Status.Conditions, wbv1.HealthConditions(wbv1.SessionHealth(tc.phase, tc.closed), string(tc.phase), "", 1)...)
+			if got := kstatusOf(t, s); got != tc.want {
+				t.Fatalf("kstatus %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestEnvironmentPhaseAndHealth(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		conds    []metav1.Condition
+		deleting bool
+		phase    wbv1.EnvironmentPhase
+		want     kstatus.Status
+	}{
+		{"new", nil, false, wbv1.EnvironmentAllocating, kstatus.InProgressStatus},
+		{"unplaced", []metav1.Condition{c(wbv1.ConditionScheduled, false, wbv1.ReasonNoMatch)}, false, wbv1.EnvironmentAllocating, kstatus.InProgressStatus},
+		{"allocating", []metav1.Condition{c(wbv1.ConditionScheduled, true, wbv1.ReasonPlaced), c(wbv1.ConditionReady, false, "Allocating")}, false, wbv1.EnvironmentAllocating, kstatus.InProgressStatus},
+		{"ready", []metav1.Condition{c(wbv1.ConditionScheduled, true, wbv1.ReasonPlaced), c(wbv1.ConditionReady, true, "Ready")}, false, wbv1.EnvironmentReady, kstatus.CurrentStatus},
+		{"failed", []metav1.Condition{c(wbv1.ConditionReady, false, wbv1.ReasonFailed)}, false, wbv1.EnvironmentFailed, kstatus.FailedStatus},
+		{"expired", []metav1.Condition{c(wbv1.ConditionExpired, true, wbv1.ReasonExpired), c(wbv1.ConditionReady, false, wbv1.ReasonExpired)}, false, wbv1.EnvironmentExpired, kstatus.FailedStatus},
+		{"draining", []metav1.Condition{c(wbv1.ConditionReady, false, wbv1.ReasonDraining)}, false, wbv1.EnvironmentDraining, kstatus.InProgressStatus},
+		{"deleting", []metav1.Condition{c(wbv1.ConditionReady, false, wbv1.ReasonDraining)}, true, wbv1.EnvironmentDraining, kstatus.TerminatingStatus},
+		{"torn down", []metav1.Condition{c(wbv1.ConditionReady, false, wbv1.ReasonClosed), c(wbv1.ConditionCleanupComplete, true, "TornDown")}, true, wbv1.EnvironmentClosed, kstatus.TerminatingStatus},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			phase := wbv1.EnvironmentPhaseFor(tc.conds, tc.deleting)
+			if phase != tc.phase {
+				t.Fatalf("phase %s, want %s", phase, tc.phase)
+			}
+			e := &wbv1.Environment{TypeMeta: metav1.TypeMeta{Kind: "Environment", APIVersion: wbv1.GroupVersion.String()},
+				ObjectMeta: metav1.ObjectMeta{Name: "e", Generation: 1}}
+			if tc.deleting {
+				e.DeletionTimestamp = &metav1.Time{Time: time.Unix(1700000000, 0)}
+			}
+			e.Status.Phase, e.Status.ObservedGeneration = phase, 1
+			e.Status.Conditions = append(tc.conds, wbv1.HealthConditions(wbv1.EnvironmentHealth(phase), string(phase), "", 1)...)
+			if got := kstatusOf(t, e); got != tc.want {
+				t.Fatalf("kstatus %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestWithoutHealthConditionsKStatusMisreads pins the defect the health conditions fix: a
+// failed command and a failed session, as written before, read Current and InProgress.
+func TestWithoutHealthConditionsKStatusMisreads(t *testing.T) {
+	cmd := &wbv1.TerminalCommand{TypeMeta: metav1.TypeMeta{Kind: "TerminalCommand", APIVersion: wbv1.GroupVersion.String()}}
+	cmd.Status.Conditions = []metav1.Condition{c(wbv1.ConditionCompleted, true, wbv1.ReasonFailed)}
+	if got := kstatusOf(t, cmd); got != kstatus.CurrentStatus {
+		t.Fatalf("without health conditions a failed command reads %s", got)
+	}
+	s := &wbv1.TerminalSession{TypeMeta: metav1.TypeMeta{Kind: "TerminalSession", APIVersion: wbv1.GroupVersion.String()}}
+	s.Status.Conditions = []metav1.Condition{c(wbv1.ConditionReady, false, wbv1.ReasonFailed)}
+	if got := kstatusOf(t, s); got != kstatus.InProgressStatus {
+		t.Fatalf("without health conditions a failed session reads %s", got)
+	}
+}

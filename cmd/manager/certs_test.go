@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+)
+
+// TestCertRotationIssuesAndInjects runs the manager's certificate rotation against a real
+// API server: it must write a CA and a serving certificate for the webhook Service into
+// the (empty) Secret, report ready once the files are in the cert dir (written here as the
+// kubelet would from the mounted Secret) and the caBundle is injected, and put the CA back
+// when someone overwrites the caBundle.
+func TestCertRotationIssuesAndInjects(t *testing.T) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Skip("KUBEBUILDER_ASSETS is not set: run make test (hack/build-control-plane.sh builds the API server)")
+	}
+	env := &envtest.Environment{}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("starting the API server: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	const ns, secretName, svc, whName = "wb-certs", "wb-webhook-server-cert", "wb-webhook-service", "wb-validating"
+	must(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secretName, Namespace: ns}}))
+	none := admissionregistrationv1.SideEffectClassNone
+	fail := admissionregistrationv1.Ignore
+	must(t, c.Create(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: whName},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name: "v.example.sensorium.dev",
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{
+				Service: &admissionregistrationv1.ServiceReference{Namespace: ns, Name: svc, Path: ptr.To("/validate")},
+			},
+			SideEffects: &none, FailurePolicy: &fail, AdmissionReviewVersions: []string{"v1"},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{"example.sensorium.dev"}, APIVersions: []string{"v1"}, Resources: []string{"things"}},
+			}},
+		}},
+	}))
+
+	certDir := t.TempDir()
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rot := certRotation{enabled: true, namespace: ns, secretName: secretName, serviceName: svc,
+		validatingWebhooks: whName, caName: "test-ca", caOrganization: "test"}
+	ready, err := rot.start(mgr, certDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgrCtx, stopMgr := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mgrCtx) }()
+	t.Cleanup(func() { stopMgr(); <-done })
+
+	// The kubelet's part: project the Secret's keys into the cert dir once they exist.
+	sec := waitSecret(ctx, t, c, ns, secretName, func(s *corev1.Secret) bool { return len(s.Data["tls.crt"]) > 0 })
+	for k, v := range sec.Data {
+		must(t, os.WriteFile(filepath.Join(certDir, k), v, 0o600))
+	}
+	select {
+	case <-ready:
+	case <-ctx.Done():
+		t.Fatalf("the rotator never reported ready: %v", ctx.Err())
+	}
+
+	caPEM := sec.Data["ca.crt"]
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		t.Fatalf("ca.crt in the Secret is not a PEM certificate")
+	}
+	block, _ := pem.Decode(sec.Data["tls.crt"])
+	if block == nil {
+		t.Fatalf("tls.crt in the Secret is not PEM")
+	}
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{svc + "." + ns + ".svc", svc + "." + ns + ".svc.cluster.local"} {
+		if _, err := leaf.Verify(x509.VerifyOptions{DNSName: name, Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+			t.Errorf("serving certificate does not verify for %s against the Secret's CA: %v", name, err)
+		}
+	}
+
+	wh := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	must(t, c.Get(ctx, client.ObjectKey{Name: whName}, wh))
+	if !bytes.Equal(wh.Webhooks[0].ClientConfig.CABundle, caPEM) {
+		t.Fatalf("caBundle of %s is not the Secret's CA", whName)
+	}
+
+	// Someone overwrites the caBundle: the rotator's watch puts the CA back.
+	wh.Webhooks[0].ClientConfig.CABundle = []byte("not a CA")
+	must(t, c.Update(ctx, wh))
+	w, err := c.Watch(ctx, &admissionregistrationv1.ValidatingWebhookConfigurationList{},
+		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", whName)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		if ev.Type == watch.Error {
+			t.Fatalf("watch error: %v", ev.Object)
+		}
+		if got, ok := ev.Object.(*admissionregistrationv1.ValidatingWebhookConfiguration); ok &&
+			bytes.Equal(got.Webhooks[0].ClientConfig.CABundle, caPEM) {
+			return
+		}
+	}
+	t.Fatalf("the caBundle was not re-injected before the watch ended: %v", ctx.Err())
+}
+
+func waitSecret(ctx context.Context, t *testing.T, c client.WithWatch, ns, name string, ok func(*corev1.Secret) bool) *corev1.Secret {
+	t.Helper()
+	w, err := c.Watch(ctx, &corev1.SecretList{}, client.InNamespace(ns),
+		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", name)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		if s, isSecret := ev.Object.(*corev1.Secret); isSecret && ok(s) {
+			return s
+		}
+	}
+	t.Fatalf("Secret %s/%s never got its certificate: %v", ns, name, ctx.Err())
+	return nil
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,56 @@
+package agent
+
+import (
+	"fmt"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/convert"
+)
+
+// admitAtNode re-runs admission with the actuation core immediately before the node starts
+// a command, against the effective profile it just read from the API server (the spec plus
+// the consent entries projected into its status), so no bug in the manager's gate can
+// become execution:
+//
+//   - the argv shape and the intent's caps, cwd and env against the profile;
+//   - the argv digest the manager recorded is the digest of this spec;
+//   - the argv is admitted by the profile or by a consent entry bound to this environment;
+//     an allow-once entry only when it names this very object (UID) and the argv digest the
+//     operator reviewed.
+//
+// Anything else is refused with argv-not-admitted (or the core's code for a malformed
+// intent), and nothing is started.
+func admitAtNode(cmd *wbv1.TerminalCommand, prof *wbv1.CommandProfile, env *wbv1.Environment) *actuation.Refusal {
+	core, intent := convert.Profile(&prof.Spec), convert.Intent(&cmd.Spec)
+	if refs := append(actuation.ValidateArgvShape(intent.Argv), actuation.ValidateIntentAgainstProfile(core, intent)...); len(refs) > 0 {
+		return refs[0]
+	}
+	digest := actuation.ArgvDigest(intent.ProfileRef, intent.Argv, intent.Cwd)
+	if string(cmd.Status.ArgvDigest) != digest {
+		return notAdmitted("the recorded argv digest %q is not the digest of the command's argv, cwd and profile (%s)", cmd.Status.ArgvDigest, digest)
+	}
+	entries := convert.Entries(cmd.Namespace, prof.Status.ConsentEntries)
+	subject := convert.Subject(cmd, env.Name)
+	adm := actuation.AdmitSubject(core, entries, intent, subject)
+	if !adm.Admitted {
+		why := "no entry admits it"
+		if adm.Refusal != nil {
+			why = string(adm.Refusal.Code) + ": " + adm.Refusal.Message
+		}
+		return notAdmitted("the effective profile %s does not admit this argv on environment %s at the node (%s)", prof.Name, env.Name, why)
+	}
+	if adm.Scope == actuation.ScopeAllowOnce {
+		for _, e := range entries {
+			if e.GrantRef == adm.By && (e.CommandUID != string(cmd.UID) || e.ArgvDigest != digest) {
+				return notAdmitted("allow-once grant %s is bound to command uid %q and argv digest %q, not this command (uid %q, %s)",
+					e.GrantRef, e.CommandUID, e.ArgvDigest, cmd.UID, digest)
+			}
+		}
+	}
+	return nil
+}
+
+func notAdmitted(format string, args ...any) *actuation.Refusal {
+	return &actuation.Refusal{Code: actuation.CodeArgvNotAdmitted, Field: "spec.argv", Message: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,45 @@
+package agent
+
+import "testing"
+
+func TestNodeSizedCaps(t *testing.T) {
+	const gib = uint64(1) << 30
+	for _, tc := range []struct {
+		name     string
+		cpus     int
+		mem      uint64
+		sessions int
+		perEnv   int
+		readers  int
+		commands int
+	}{
+		{"this machine: 2 CPUs, 24 GiB", 2, 24 * gib, 16, 8, 32, 8},
+		{"tiny node: floor of 16 sessions", 1, 1 * gib, 16, 8, 32, 8},
+		{"unknown memory reads as 1 GiB", 4, 0, 16, 8, 32, 8},
+		{"8 CPUs 32 GiB", 8, 32 * gib, 64, 16, 128, 16},
+		{"memory-bound: 16 CPUs 4 GiB", 16, 4 * gib, 64, 16, 128, 32},
+		{"big node: capped at 256 sessions and 64 commands", 96, 768 * gib, 256, 64, 512, 64},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NodeSizedCaps(tc.cpus, tc.mem)
+			if c.Sessions != tc.sessions || c.SessionsPerEnvironment != tc.perEnv || c.ReaderTasks != tc.readers || c.ConcurrentCommands != tc.commands {
+				t.Fatalf("NodeSizedCaps(%d, %d GiB) = %+v; want sessions %d, per env %d, readers %d, commands %d",
+					tc.cpus, tc.mem/gib, c, tc.sessions, tc.perEnv, tc.readers, tc.commands)
+			}
+		})
+	}
+}
+
+func TestCapsDefaultsKeepConfiguredValues(t *testing.T) {
+	node := NodeSizedCaps(2, 24<<30)
+	got := Caps{Sessions: 3, ConcurrentCommands: 1}.withDefaultsFrom(node)
+	if got.Sessions != 3 || got.ConcurrentCommands != 1 {
+		t.Fatalf("configured caps overridden: %+v", got)
+	}
+	if got.ReaderTasks != node.ReaderTasks || got.SessionsPerEnvironment != node.SessionsPerEnvironment {
+		t.Fatalf("unset caps not node-sized: %+v (node %+v)", got, node)
+	}
+	if got.EventBufferDepth != DefaultEventBufferDepth || got.InputQueueDepth != DefaultInputQueueDepth {
+		t.Fatalf("fixed defaults not applied: %+v", got)
+	}
+}

@@ -1,0 +1,164 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"k8s.io/client-go/kubernetes"
+)
+
+// webhookMetric is kube-apiserver's own per-webhook admission latency histogram.
+const webhookMetric = "apiserver_admission_webhook_admission_duration_seconds"
+
+// histogram is one cumulative Prometheus histogram: upper bounds and cumulative counts.
+type histogram struct {
+	bounds []float64 // ascending, +Inf last
+	counts []uint64  // cumulative
+	count  uint64
+	sum    float64
+}
+
+// webhookHistograms maps webhook name (summed over operation/type/rejected) to its histogram.
+type webhookHistograms map[string]histogram
+
+func scrapeWebhookHistograms(ctx context.Context) (webhookHistograms, error) {
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := cs.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("scrape kube-apiserver /metrics: %w", err)
+	}
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("parse kube-apiserver /metrics: %w", err)
+	}
+	out := webhookHistograms{}
+	fam, ok := families[webhookMetric]
+	if !ok {
+		return out, nil // no webhook called yet
+	}
+	for _, m := range fam.GetMetric() {
+		name := label(m, "name")
+		if label(m, "type") != "validating" && label(m, "type") != "admit" {
+			continue
+		}
+		out[name] = out[name].add(fromDTO(m.GetHistogram()))
+	}
+	return out, nil
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+func fromDTO(h *dto.Histogram) histogram {
+	var out histogram
+	for _, b := range h.GetBucket() {
+		out.bounds = append(out.bounds, b.GetUpperBound())
+		out.counts = append(out.counts, b.GetCumulativeCount())
+	}
+	if len(out.bounds) == 0 || !math.IsInf(out.bounds[len(out.bounds)-1], 1) {
+		out.bounds = append(out.bounds, math.Inf(1))
+		out.counts = append(out.counts, h.GetSampleCount())
+	}
+	out.count, out.sum = h.GetSampleCount(), h.GetSampleSum()
+	return out
+}
+
+// add sums two histograms with the same buckets (an empty one adopts the other's).
+func (h histogram) add(o histogram) histogram {
+	if len(h.bounds) == 0 {
+		return histogram{bounds: append([]float64(nil), o.bounds...), counts: append([]uint64(nil), o.counts...), count: o.count, sum: o.sum}
+	}
+	for i := range h.counts {
+		h.counts[i] += o.counts[i]
+	}
+	h.count += o.count
+	h.sum += o.sum
+	return h
+}
+
+func (w webhookHistograms) sub(before webhookHistograms) webhookHistograms {
+	out := webhookHistograms{}
+	for name, h := range w {
+		b, ok := before[name]
+		d := histogram{bounds: h.bounds, counts: append([]uint64(nil), h.counts...), count: h.count, sum: h.sum}
+		if ok {
+			for i := range d.counts {
+				d.counts[i] -= b.counts[i]
+			}
+			d.count -= b.count
+			d.sum -= b.sum
+		}
+		out[name] = d
+	}
+	return out
+}
+
+// largest is the webhook with the most admissions (the TerminalCommand validator here).
+func (w webhookHistograms) largest() (string, histogram) {
+	names := make([]string, 0, len(w))
+	for n := range w {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var best string
+	for _, n := range names {
+		if best == "" || w[n].count > w[best].count {
+			best = n
+		}
+	}
+	return strings.TrimSpace(best), w[best]
+}
+
+// quantile interpolates linearly within the bucket holding rank q*count, as PromQL's
+// histogram_quantile does (the lowest bucket interpolates from 0).
+func (h histogram) quantile(q float64) float64 {
+	if h.count == 0 {
+		return math.NaN()
+	}
+	rank := q * float64(h.count)
+	for i, c := range h.counts {
+		if float64(c) >= rank {
+			lo, prev := 0.0, 0.0
+			if i > 0 {
+				lo, prev = h.bounds[i-1], float64(h.counts[i-1])
+			}
+			hi := h.bounds[i]
+			if math.IsInf(hi, 1) {
+				return lo
+			}
+			return lo + (hi-lo)*(rank-prev)/(float64(c)-prev)
+		}
+	}
+	return h.bounds[len(h.bounds)-2]
+}
+
+// fractionWithin is the share of admissions in buckets with upper bound <= le.
+func (h histogram) fractionWithin(le float64) float64 {
+	if h.count == 0 {
+		return math.NaN()
+	}
+	var c uint64
+	for i, b := range h.bounds {
+		if b <= le {
+			c = h.counts[i]
+		}
+	}
+	return float64(c) / float64(h.count)
+}

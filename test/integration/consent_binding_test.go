@@ -1,0 +1,211 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+)
+
+func getGrant(t *testing.T, ns, name string) *wbv1.ConsentGrant {
+	t.Helper()
+	var g wbv1.ConsentGrant
+	must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &g))
+	return &g
+}
+
+// awaitingOwnRequest waits until the command is held AwaitingConsent with a request bound
+// to this very object (UID and argv digest), and returns that request.
+func awaitingOwnRequest(t *testing.T, ns, name string) (*wbv1.TerminalCommand, *wbv1.ConsentRequest) {
+	t.Helper()
+	var c *wbv1.TerminalCommand
+	eventually(t, 30*time.Second, "command "+name+" held with its own request", func() (bool, string) {
+		c = getCommand(t, ns, name)
+		return c.Status.Phase == wbv1.CommandAwaitingConsent && c.Status.ConsentRequestRef != "", fmt.Sprintf("%+v", c.Status)
+	})
+	cr := getRequest(t, ns, c.Status.ConsentRequestRef)
+	d := cr.Spec.Descriptor
+	if d.CommandUID != c.UID || d.ArgvDigest != c.Status.ArgvDigest || d.EnvironmentRef == "" || d.RememberedSpan == "" {
+		t.Fatalf("request %s does not bind command %s (uid %s, %s): %+v", cr.Name, name, c.UID, c.Status.ArgvDigest, d)
+	}
+	if len(cr.OwnerReferences) != 0 {
+		t.Fatalf("request %s is owned by %v: a remembered grant must outlive the command", cr.Name, cr.OwnerReferences)
+	}
+	if c.Status.AdmittedBy != "" || isTrue(c.Status.Conditions, wbv1.ConditionAdmitted) {
+		t.Fatalf("command %s admitted while awaiting consent: %+v", name, c.Status)
+	}
+	return c, cr
+}
+
+// TestConsentRecreatedCommandIsNotAdmitted: the replay of issue 7. An allow-once grant
+// admits command x; x is deleted and recreated under the same name with another argv (and,
+// separately, with the same argv): the recreated object is another object, held for its
+// own consent, never admitted by the consumed grant.
+func TestConsentRecreatedCommandIsNotAdmitted(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	placedSetup(t, ns, "node-a")
+	op := operator(t, ns, "erin")
+	argv := []string{"/usr/bin/git", "--no-pager", "log"}
+	must(t, env.Client.Create(ctx, command(ns, "x", argv...)))
+	first, cr := awaitingOwnRequest(t, ns, "x")
+	must(t, op.Create(ctx, grant(ns, "g-once", cr.Name, wbv1.ConsentAllowOnce)))
+	if g := getGrant(t, ns, "g-once"); g.Spec.RequestUID != cr.UID {
+		t.Fatalf("grant not stamped with the request's UID: %q, want %q", g.Spec.RequestUID, cr.UID)
+	}
+	eventually(t, 20*time.Second, "allow-once admits x and is consumed by its UID", func() (bool, string) {
+		c, g := getCommand(t, ns, "x"), getGrant(t, ns, "g-once")
+		return c.Status.AdmittedBy == "g-once" && g.Status.ConsumedByUID == first.UID, fmt.Sprintf("cmd=%+v grant=%+v", c.Status, g.Status)
+	})
+
+	for i, again := range [][]string{
+		{"/usr/bin/git", "--no-pager", "-c", "core.fsmonitor=touch /tmp/pwned", "status"}, // another argv
+		argv, // the same argv on a new object
+	} {
+		must(t, env.Client.Delete(ctx, command(ns, "x")))
+		eventually(t, 20*time.Second, "x gone", func() (bool, string) {
+			err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "x"}, &wbv1.TerminalCommand{})
+			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		})
+		must(t, env.Client.Create(ctx, command(ns, "x", again...)))
+		c, _ := awaitingOwnRequest(t, ns, "x")
+		if c.UID == first.UID {
+			t.Fatalf("case %d: not a new object", i)
+		}
+		eventually(t, 20*time.Second, "the grant stays consumed by the first object", func() (bool, string) {
+			g := getGrant(t, ns, "g-once")
+			return g.Status.ConsumedByUID == first.UID && !g.Status.Active, fmt.Sprintf("case %d: %+v", i, g.Status)
+		})
+	}
+	// The request of the deleted command, answered only by a consumed allow-once grant, is
+	// collected.
+	eventually(t, 20*time.Second, "the first request collected", func() (bool, string) {
+		var left wbv1.ConsentRequest
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: cr.Name}, &left)
+		return (apierrors.IsNotFound(err)) || (err == nil && left.UID != cr.UID), fmt.Sprint(err)
+	})
+}
+
+// TestConsentAllowOnceBindsArgv: an allow-once grant admits only the argv of the command
+// it answered. A second command with the same argv, and one with another argv, stay held;
+// the command's argv cannot be changed after the request was made.
+func TestConsentAllowOnceBindsArgv(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	placedSetup(t, ns, "node-a")
+	op := operator(t, ns, "frank")
+	must(t, env.Client.Create(ctx, command(ns, "a", "/usr/bin/git", "--no-pager", "log", "-1")))
+	_, cr := awaitingOwnRequest(t, ns, "a")
+	must(t, env.Client.Create(ctx, command(ns, "b", "/usr/bin/git", "--no-pager", "log", "-1")))
+	must(t, env.Client.Create(ctx, command(ns, "c", "/usr/bin/git", "--no-pager", "log", "-2")))
+	awaitingOwnRequest(t, ns, "b")
+	awaitingOwnRequest(t, ns, "c")
+	// The argv is immutable: the reviewed digest cannot be swapped under the request.
+	a := getCommand(t, ns, "a")
+	a.Spec.Argv = []string{"/usr/bin/git", "--no-pager", "log", "-p"}
+	mustRefuse(t, env.Client.Update(ctx, a), "immutable")
+
+	must(t, op.Create(ctx, grant(ns, "g", cr.Name, wbv1.ConsentAllowOnce)))
+	eventually(t, 20*time.Second, "a admitted by g", func() (bool, string) {
+		c := getCommand(t, ns, "a")
+		return c.Status.AdmittedBy == "g", fmt.Sprintf("%+v", c.Status)
+	})
+	// The projection keeps the consumed entry bound to a's UID and digest (the node agent
+	// verifies it before starting a), and it admits nothing else.
+	var prof wbv1.CommandProfile
+	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "git"}, &prof))
+	a = getCommand(t, ns, "a")
+	var bound bool
+	for _, e := range prof.Status.ConsentEntries {
+		if e.GrantRef == "g" {
+			bound = e.CommandUID == string(a.UID) && e.ArgvDigest == a.Status.ArgvDigest && e.EnvironmentRef == "e"
+		}
+	}
+	if !bound {
+		t.Fatalf("projection does not bind g to a: %+v", prof.Status.ConsentEntries)
+	}
+	for _, n := range []string{"b", "c"} {
+		if c := getCommand(t, ns, n); c.Status.Phase != wbv1.CommandAwaitingConsent || c.Status.AdmittedBy != "" {
+			t.Fatalf("%s admitted by another command's allow-once grant: %+v", n, c.Status)
+		}
+	}
+}
+
+// TestConsentRememberedGrantNamesItsEnvironment: a remembered grant reviewed on environment
+// e admits the same argv on e, never on another environment of the namespace.
+func TestConsentRememberedGrantNamesItsEnvironment(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	placedSetup(t, ns, "node-a")
+	must(t, env.Client.Create(ctx, environment(ns, "e2")))
+	must(t, env.Client.Create(ctx, session(ns, "s2", "e2")))
+	eventually(t, 20*time.Second, "environment e2 placed", func() (bool, string) {
+		var e wbv1.Environment
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e2"}, &e))
+		return e.Status.NodeName != "", fmt.Sprintf("%+v", e.Status)
+	})
+	op := operator(t, ns, "grace")
+	argv := []string{"/usr/bin/git", "--no-pager", "shortlog"}
+	must(t, env.Client.Create(ctx, command(ns, "on-e", argv...)))
+	_, cr := awaitingOwnRequest(t, ns, "on-e")
+	if cr.Spec.Descriptor.EnvironmentRef != "e" {
+		t.Fatalf("request names environment %q", cr.Spec.Descriptor.EnvironmentRef)
+	}
+	must(t, op.Create(ctx, grant(ns, "g", cr.Name, wbv1.ConsentRememberExactArgv)))
+	eventually(t, 20*time.Second, "on-e admitted by g", func() (bool, string) {
+		c := getCommand(t, ns, "on-e")
+		return c.Status.AdmittedBy == "g", fmt.Sprintf("%+v", c.Status)
+	})
+	other := command(ns, "on-e2", argv...)
+	other.Spec.SessionRef = "s2"
+	must(t, env.Client.Create(ctx, other))
+	awaitingOwnRequest(t, ns, "on-e2")
+	// Still admitted on the environment it was reviewed on.
+	must(t, env.Client.Create(ctx, command(ns, "on-e-again", argv...)))
+	eventually(t, 20*time.Second, "on-e-again admitted by g", func() (bool, string) {
+		c := getCommand(t, ns, "on-e-again")
+		return c.Status.AdmittedBy == "g", fmt.Sprintf("%+v", c.Status)
+	})
+	if c := getCommand(t, ns, "on-e2"); c.Status.AdmittedBy != "" {
+		t.Fatalf("on-e2 admitted on another environment: %+v", c.Status)
+	}
+}
+
+// TestConsentDurableGrantOutlivesCommand: a remembered grant stays in force after the command
+// that prompted it is deleted: its request is kept, the grant stays active, and a later
+// command with the same argv is admitted by it.
+func TestConsentDurableGrantOutlivesCommand(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	placedSetup(t, ns, "node-a")
+	op := operator(t, ns, "heidi")
+	argv := []string{"/usr/bin/git", "--no-pager", "describe"}
+	must(t, env.Client.Create(ctx, command(ns, "first", argv...)))
+	_, cr := awaitingOwnRequest(t, ns, "first")
+	must(t, op.Create(ctx, grant(ns, "g", cr.Name, wbv1.ConsentRememberExactArgv)))
+	eventually(t, 20*time.Second, "first admitted by g", func() (bool, string) {
+		c := getCommand(t, ns, "first")
+		return c.Status.AdmittedBy == "g", fmt.Sprintf("%+v", c.Status)
+	})
+	must(t, env.Client.Delete(ctx, command(ns, "first")))
+	eventually(t, 20*time.Second, "first gone", func() (bool, string) {
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "first"}, &wbv1.TerminalCommand{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	must(t, env.Client.Create(ctx, command(ns, "later", argv...)))
+	eventually(t, 20*time.Second, "later admitted by g", func() (bool, string) {
+		c := getCommand(t, ns, "later")
+		return c.Status.AdmittedBy == "g", fmt.Sprintf("%+v", c.Status)
+	})
+	if left := getRequest(t, ns, cr.Name); left.UID != cr.UID {
+		t.Fatalf("request replaced")
+	}
+	if g := getGrant(t, ns, "g"); !g.Status.Active {
+		t.Fatalf("grant inactive after its command was deleted: %+v", g.Status)
+	}
+}
