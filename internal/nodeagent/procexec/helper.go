@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
@@ -100,6 +102,46 @@ type helperStatus struct {
 	Exited  bool   `json:"exited,omitempty"`
 	Exit    int    `json:"exit,omitempty"`
 	Signal  int    `json:"signal,omitempty"`
+	// Left counts the processes still alive in the sandbox when the program
+	// ended (killed with the PID namespace as the helper exits); LeftProcs
+	// names the first maxLeftReported of them (pids inside the sandbox).
+	Left      int        `json:"left,omitempty"`
+	LeftProcs []LeftProc `json:"leftProcs,omitempty"`
+}
+
+// LeftProc is a process found alive in a sandbox after its program ended.
+type LeftProc struct {
+	Pid  int    `json:"pid"` // inside the sandbox's PID namespace
+	Ppid int    `json:"ppid"`
+	Comm string `json:"comm"`
+}
+
+const maxLeftReported = 16
+
+// leftovers lists the processes of the sandbox other than the helper.
+func leftovers() (int, []LeftProc) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, nil
+	}
+	n := 0
+	var out []LeftProc
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid <= 1 {
+			continue
+		}
+		st, err := ReadStat(pid)
+		if err != nil || st.State == 'Z' {
+			continue
+		}
+		n++
+		if len(out) < maxLeftReported {
+			comm, _ := os.ReadFile("/proc/" + e.Name() + "/comm")
+			out = append(out, LeftProc{Pid: pid, Ppid: st.Ppid, Comm: strings.TrimSpace(string(comm))})
+		}
+	}
+	return n, out
 }
 
 // helper status codes that are not refusals.
@@ -170,6 +212,7 @@ func runHelper() {
 		end.Exit = ws.ExitStatus()
 		code = end.Exit
 	}
+	end.Left, end.LeftProcs = leftovers()
 	report(end)
 	os.Exit(code)
 }

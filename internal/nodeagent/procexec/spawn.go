@@ -12,12 +12,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/platform/cgroups"
 )
 
 // DefaultSandboxUID is the host uid (and gid) that uid 0 of a sandbox's user
@@ -90,28 +92,53 @@ type Sandboxed struct {
 	Pid    int
 	status *os.File
 	br     *bufio.Reader
+
+	endOnce sync.Once
+	end     helperStatus
+	ended   bool
 }
 
 // ExitStatus describes how the sandboxed program ended given the helper's
 // wait status: the program's own exit code or signal as the helper reported
 // it, or the helper's status when it was killed before it could report.
 func (s *Sandboxed) ExitStatus(ws unix.WaitStatus) (int, string) {
-	if s.status != nil {
+	if end, ok := s.End(); ok {
+		if end.Signal != 0 {
+			return -1, unix.SignalName(syscall.Signal(end.Signal))
+		}
+		return end.Exit, ""
+	}
+	return ExitDescription(ws)
+}
+
+// End returns the helper's final report once it has exited (read once; ok is
+// false when it was killed before it could report).
+func (s *Sandboxed) End() (helperStatus, bool) {
+	s.endOnce.Do(func() {
+		if s.status == nil {
+			return
+		}
 		_ = s.status.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 		for {
 			st, _, err := readStatusLine(s.br)
 			if err != nil {
-				break
+				return
 			}
 			if st.Exited {
-				if st.Signal != 0 {
-					return -1, unix.SignalName(syscall.Signal(st.Signal))
-				}
-				return st.Exit, ""
+				s.end, s.ended = st, true
+				return
 			}
 		}
-	}
-	return ExitDescription(ws)
+	})
+	return s.end, s.ended
+}
+
+// Leftovers reports the processes the helper found alive in the sandbox when
+// the program ended (all killed with the PID namespace): their count and the
+// first few (pids inside the sandbox).
+func (s *Sandboxed) Leftovers() (int, []LeftProc) {
+	end, _ := s.End()
+	return end.Left, end.LeftProcs
 }
 
 // Close releases the status pipe.
@@ -475,4 +502,21 @@ func CheckSandbox(opts StartOptions, tempBase string) error {
 		return refusal.New(refusal.SandboxSetupFailed, "sandbox check: %s ended with exit %d signal %q", prog, code, sig)
 	}
 	return nil
+}
+
+// MergeLeftovers adds to a cgroup report what the sandbox's PID 1 found still alive when
+// the program ended (the end of the PID namespace killed them before the cgroup teardown
+// could see them), so the outcome reports everything that was left.
+func MergeLeftovers(cg *CgroupReport, sb *Sandboxed) {
+	if cg == nil || sb == nil {
+		return
+	}
+	n, procs := sb.Leftovers()
+	if n == 0 {
+		return
+	}
+	cg.Kill.Found += n
+	for _, p := range procs {
+		cg.Kill.Procs = append(cg.Kill.Procs, cgroups.Proc{Pid: p.Pid, Ppid: p.Ppid, Comm: p.Comm})
+	}
 }
