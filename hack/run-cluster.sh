@@ -27,7 +27,10 @@
 #   CLUSTER_NODE_NAME        the node's name [workbench-node]
 #   CLUSTER_SKIP_WORKBENCH=1 stop after the cluster is up (no images, config, samples) [0]
 #   CLUSTER_SKIP_SAMPLES=1   do not apply config/samples [0]
-#   READY_TIMEOUT            seconds to wait for each component [180]
+#   READY_TIMEOUT            seconds to wait for each component [300]; the manager is
+#                            Ready 1-4 min after it starts: the kubelet refreshes the mounted
+#                            certificate Secret about a minute after the manager writes it,
+#                            and the rotator checks the files with an exponential backoff
 #   CLUSTER_APISERVER_PORT [6445]  CLUSTER_ETCD_PORT [23792]
 set -Eeuo pipefail
 
@@ -38,7 +41,7 @@ source "${ROOT}/hack/cluster-lib.sh"
 
 SKIP_WORKBENCH="${CLUSTER_SKIP_WORKBENCH:-0}"
 SKIP_SAMPLES="${CLUSTER_SKIP_SAMPLES:-0}"
-READY_TIMEOUT="${READY_TIMEOUT:-180}"
+READY_TIMEOUT="${READY_TIMEOUT:-300}"
 
 fail() {
   trap - ERR

@@ -11,6 +11,9 @@
 //	                 kube-scheduler, containerd 2.1, kubelet and kube-proxy on this machine
 //	                 (root); hack/down-cluster.sh afterwards, which fails if anything is
 //	                 left behind.
+//	kind             a kind cluster (sigs.k8s.io/kind, Docker) with the image tarballs
+//	                 loaded into its nodes; skipped, saying why, where `docker info` fails.
+//	                 The host checks (processes, workspaces) are skipped there.
 //	existing         E2E_KUBECONFIG names a cluster where config/default is installed; the
 //	                 host checks (processes) are skipped unless E2E_HOST_STATE is set.
 package e2e
@@ -102,6 +105,12 @@ func run(m *testing.M) (int, error) {
 			}
 			return nil
 		}
+	case "kind":
+		d, skip, err := kindUp(root)
+		if err != nil {
+			return 1, err
+		}
+		cluster.skip, down = skip, d
 	case "existing":
 		cluster.kubeconfig = os.Getenv("E2E_KUBECONFIG")
 		cluster.hostState = os.Getenv("E2E_HOST_STATE")
@@ -110,7 +119,7 @@ func run(m *testing.M) (int, error) {
 			return 1, fmt.Errorf("E2E_PROVIDER=existing needs E2E_KUBECONFIG and E2E_NODE_NAME")
 		}
 	default:
-		return 1, fmt.Errorf("unknown E2E_PROVIDER %q (local, existing)", provider)
+		return 1, fmt.Errorf("unknown E2E_PROVIDER %q (local, kind, existing)", provider)
 	}
 
 	if cluster.skip == "" {
