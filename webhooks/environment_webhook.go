@@ -3,6 +3,7 @@ package webhooks
 import (
 	"context"
 	"path"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -82,6 +83,18 @@ func validateEnvironmentSpec(spec *wbv1.EnvironmentSpec) field.ErrorList {
 			}
 		}
 	}
+	// Nested or identical host directories would let one root reach into another (a
+	// read-only root under a writable one, a .git of one root inside another): refused here
+	// lexically and again by the node agent on the resolved directories.
+	for i, a := range spec.Roots {
+		for j := 0; j < i; j++ {
+			b := spec.Roots[j]
+			if a.HostPath != nil && b.HostPath != nil && pathsOverlap(*a.HostPath, *b.HostPath) {
+				errs = append(errs, field.Invalid(rootsPath.Index(i).Child("hostPath"), *a.HostPath,
+					string(actuation.CodeRootOverlap)+": must not be nested in, contain or equal the hostPath of root "+string(b.Name)))
+			}
+		}
+	}
 	if oc := spec.OperationalContext; oc != nil {
 		summary := ""
 		if oc.Summary != nil {
@@ -95,4 +108,11 @@ func validateEnvironmentSpec(spec *wbv1.EnvironmentSpec) field.ErrorList {
 			actuation.ValidateRequirement(convert.Requirement(spec)))...)
 	}
 	return errs
+}
+
+// pathsOverlap reports whether two clean absolute paths are equal or one lies beneath the
+// other (component-wise).
+func pathsOverlap(a, b string) bool {
+	within := func(p, dir string) bool { return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/") }
+	return within(a, b) || within(b, a)
 }

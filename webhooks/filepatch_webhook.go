@@ -4,13 +4,18 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
+	"io/fs"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/convert"
 )
 
 // +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-filepatch,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=filepatches;filepatches/status,verbs=create;update,versions=v1alpha1,name=vfilepatch.workbench.sensorium.dev,admissionReviewVersions=v1
@@ -18,11 +23,19 @@ import (
 // FilePatchValidator admits FilePatches: the declared digest matches the content, paths stay
 // beneath the root, no delete unless allowed, at most maxChangedFiles. Approval is an
 // operator's act: changing spec.approval needs the virtual verb approve on filepatches.
-type FilePatchValidator struct{ Authz Authorizer }
+// Where the Environment exists, its host-owned spec.patchPolicy caps the patch's own
+// policy (patch-policy-exceeds-environment) and structured operations touching git
+// metadata are refused (patch-git-metadata-forbidden); the node agent re-checks both, and
+// everything that needs the patch's content or the files (unified diffs, modes), before
+// it writes.
+type FilePatchValidator struct {
+	Authz  Authorizer
+	Reader client.Reader
+}
 
 func setupFilePatch(mgr ctrl.Manager) error {
 	return ctrl.NewWebhookManagedBy(mgr, &wbv1.FilePatch{}).
-		WithValidator(FilePatchValidator{Authz: Authorizer{Client: mgr.GetClient()}}).Complete()
+		WithValidator(FilePatchValidator{Authz: Authorizer{Client: mgr.GetClient()}, Reader: mgr.GetAPIReader()}).Complete()
 }
 
 // ValidateCreate implements admission.Validator.
@@ -39,7 +52,44 @@ func (v FilePatchValidator) ValidateCreate(ctx context.Context, obj *wbv1.FilePa
 			return nil, err
 		}
 	}
-	return nil, invalid("FilePatch", obj.Name, validatePatchSpec(&obj.Spec))
+	errs := validatePatchSpec(&obj.Spec)
+	envErrs, err := v.validateAgainstEnvironment(ctx, obj)
+	if err != nil {
+		return nil, err
+	}
+	return nil, invalid("FilePatch", obj.Name, append(errs, envErrs...))
+}
+
+// validateAgainstEnvironment applies the environment's patch policy where the environment
+// exists (a missing one is refused by the node with environment-unavailable).
+func (v FilePatchValidator) validateAgainstEnvironment(ctx context.Context, obj *wbv1.FilePatch) (field.ErrorList, error) {
+	if v.Reader == nil {
+		return nil, nil
+	}
+	var env wbv1.Environment
+	if err := v.Reader.Get(ctx, client.ObjectKey{Namespace: obj.Namespace, Name: string(obj.Spec.EnvironmentRef)}, &env); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading Environment %s/%s for FilePatch %s: %w", obj.Namespace, obj.Spec.EnvironmentRef, obj.Name, err)
+	}
+	return validatePatchAgainstEnvironment(&obj.Spec, &env.Spec), nil
+}
+
+func validatePatchAgainstEnvironment(spec *wbv1.FilePatchSpec, envSpec *wbv1.EnvironmentSpec) field.ErrorList {
+	eff, r := actuation.CapPatchPolicy(convert.EnvironmentPatchPolicy(envSpec), convert.ProposedPatchPolicy(spec))
+	if r != nil {
+		return field.ErrorList{field.Forbidden(field.NewPath(r.Field), string(r.Code)+": "+r.Message)}
+	}
+	var errs field.ErrorList
+	for i, op := range spec.Operations {
+		// A structured create is 0644; a replace keeps the file's mode: only git metadata
+		// can be decided here.
+		if r := actuation.CheckPatchTarget(eff, string(op.Path), op.Op != "create", 0, fs.FileMode(0o644)&^0o111); r != nil {
+			errs = append(errs, field.Forbidden(field.NewPath("spec", "operations").Index(i).Child("path"), string(r.Code)+": "+r.Message))
+		}
+	}
+	return errs
 }
 
 // ValidateUpdate implements admission.Validator.

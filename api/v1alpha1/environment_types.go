@@ -78,6 +78,50 @@ const (
 	PatchApprovalAutoApply PatchApproval = "AutoApply"
 )
 
+// PatchPermission grants or withholds one class of patch change.
+// +kubebuilder:validation:Enum=Denied;Allowed
+type PatchPermission string
+
+const (
+	PatchPermissionDenied  PatchPermission = "Denied"
+	PatchPermissionAllowed PatchPermission = "Allowed"
+)
+
+// EnvironmentPatchPolicy is the host's ceiling on what FilePatches may do in this
+// environment. A FilePatch's own spec.policy may narrow it, never widen it: a patch asking
+// for a permission withheld here is refused with patch-policy-exceeds-environment. An
+// absent patchPolicy means every default below.
+type EnvironmentPatchPolicy struct {
+	// allowCreate lets patches create files (each patch still asks with spec.policy.allowCreate).
+	// +optional
+	// +kubebuilder:default=true
+	AllowCreate *bool `json:"allowCreate,omitempty"`
+	// allowDelete lets patches delete files (each patch still asks with
+	// spec.policy.allowDelete); false unless set.
+	// +optional
+	// +kubebuilder:default=false
+	AllowDelete *bool `json:"allowDelete,omitempty"`
+	// gitMetadata: Denied (the default) refuses any patch that creates, modifies or deletes
+	// git metadata that runs or redirects code (.git/hooks/*, .git/config, config.worktree,
+	// a .git entry itself, the same inside nested repositories) with
+	// patch-git-metadata-forbidden.
+	// +optional
+	// +kubebuilder:default=Denied
+	GitMetadata *PatchPermission `json:"gitMetadata,omitempty"`
+	// executableFiles: Denied (the default) refuses any patch that gives a file an
+	// executable bit it did not have (a new file with mode 100755) with
+	// patch-executable-forbidden.
+	// +optional
+	// +kubebuilder:default=Denied
+	ExecutableFiles *PatchPermission `json:"executableFiles,omitempty"`
+	// maxChangedFiles bounds every patch; a FilePatch asking for more is capped to it.
+	// +optional
+	// +kubebuilder:default=256
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=256
+	MaxChangedFiles *int32 `json:"maxChangedFiles,omitempty"`
+}
+
 // EnvironmentRequirements are the properties a backend must attest to host this environment.
 // Matching is conjunctive; an unknown or missing capability property never matches.
 type EnvironmentRequirements struct {
@@ -205,6 +249,11 @@ type EnvironmentSpec struct {
 	// +optional
 	// +kubebuilder:default=Required
 	PatchApproval *PatchApproval `json:"patchApproval,omitempty"`
+
+	// patchPolicy is the host-owned ceiling on what FilePatches may do here (creates,
+	// deletes, git metadata, executable bits, file count). Absent: the safe defaults.
+	// +optional
+	PatchPolicy *EnvironmentPatchPolicy `json:"patchPolicy,omitempty"`
 }
 
 // UnmetRequirement is one property no capability satisfied.

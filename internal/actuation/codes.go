@@ -78,6 +78,14 @@ const (
 	CodePatchTooManyFiles    Code = "patch-too-many-files"
 	CodePatchCreateForbidden Code = "patch-create-forbidden"
 
+	// Workspace hygiene (issue 7 item 3): what a patch may touch, capped by the
+	// environment's host-owned spec.patchPolicy, and the identity of its roots.
+	CodePatchGitMetadataForbidden     Code = "patch-git-metadata-forbidden"     // .git/hooks/*, .git/config, a .git file, unless the environment allows it
+	CodePatchExecutableForbidden      Code = "patch-executable-forbidden"       // a patch setting an executable bit, unless the environment allows it
+	CodePatchPolicyExceedsEnvironment Code = "patch-policy-exceeds-environment" // a FilePatch's policy asks for more than its environment allows
+	CodeRootOverlap                   Code = "root-overlap"                     // two roots of an environment are nested or the same directory
+	CodeRootChanged                   Code = "root-changed"                     // a root's directory is no longer the one opened at allocation
+
 	// Lifecycle.
 	CodeInterrupted Code = "interrupted"
 
@@ -101,6 +109,7 @@ const (
 	CodeSessionNotRunning    Code = "session-not-running"   // input, resize or signal to a session that ended
 	CodeSandboxSetupFailed   Code = "sandbox-setup-failed"  // isolation could not be established: nothing ran
 	CodeCleanupIncomplete    Code = "cleanup-incomplete"    // processes of the group may remain
+	CodeCgroupUnavailable    Code = "cgroup-unavailable"    // a required cgroup controller is missing or the group could not be made: nothing ran
 	CodeStartFailed          Code = "start-failed"          // the program could not be started
 	CodeSourceFailed         Code = "source-failed"         // a wait's observed source failed
 	CodeConditionUnreachable Code = "condition-unreachable" // a wait's condition can no longer hold
@@ -110,12 +119,22 @@ const (
 	CodeImageInvalid         Code = "image-invalid"          // no boot image, a path outside the node's image dir, a missing or oversized file
 	CodeResourcesAboveMax    Code = "resources-above-max"    // vCPUs or memory above the node's per-VM bounds
 	CodeResourcesInvalid     Code = "resources-invalid"      // vCPUs or memory below what a guest needs
+	CodeResourceNotEnforced  Code = "resource-not-enforced"  // a resource limit the backend cannot enforce (refused, never ignored)
 	CodeVMCapReached         Code = "vm-cap-reached"         // the node runs its maximum number of VMs
 	CodeBootFailed           Code = "boot-failed"            // the VMM or vsock device exited, or the guest refused the boot's binding
 	CodeBootTimeout          Code = "boot-timeout"           // no guest handshake within the boot timeout
 	CodeVMNotRunning         Code = "vm-not-running"         // no running VM for the environment on this node
 	CodeEnvironmentIDInvalid Code = "environment-id-invalid" // an environment ID unusable as a directory name
 	CodeStateDirTooLong      Code = "state-dir-too-long"     // a VM's socket paths would exceed the Unix socket limit
+)
+
+// Codes of the aggregated subresource API (workbench-apiserver) and the node data plane.
+const (
+	CodeForwardingRefused Code = "forwarding-refused" // identity headers from a peer that is not the aggregated API server
+	CodeNodeUnreachable   Code = "node-unreachable"   // the object's node publishes no data plane, or it does not answer
+	CodeOutputEvicted     Code = "output-evicted"     // the command's output left the node's bounded event ring
+	CodeUploadTooLarge    Code = "upload-too-large"   // an artifact upload above the cap
+	CodeRawInputDisabled  Code = "raw-input-disabled" // attach with stdin on a session whose spec.rawInput is not OperatorOnly
 )
 
 // allCodes is the closed vocabulary as data; Codes returns a sorted copy.
@@ -135,13 +154,16 @@ var allCodes = []Code{
 	CodeSummaryTooLarge, CodeDeadlineAboveMax, CodeWaitScopeInvalid, CodeNodeRestricted, CodeImmutable,
 	CodeDigestMismatch, CodePatchOutsideRoot, CodePatchDirty, CodePatchDeleteForbidden,
 	CodePatchTooManyFiles, CodePatchCreateForbidden,
+	CodePatchGitMetadataForbidden, CodePatchExecutableForbidden, CodePatchPolicyExceedsEnvironment,
+	CodeRootOverlap, CodeRootChanged,
 	CodeInterrupted,
 	CodeRootInvalid, CodePatchInvalid, CodeSessionMissing, CodeEnvironmentUnavailable,
 	CodeSessionClosed, CodeRootNotAdmitted, CodeNoPTY, CodeWatchUnavailable, CodeWatchCapReached, CodeLandlockUnavailable,
 	CodeInputTooLarge, CodeCommandCapReached, CodeInvalidSpec, CodeSessionExists, CodeSessionNotRunning,
-	CodeSandboxSetupFailed, CodeCleanupIncomplete, CodeStartFailed, CodeSourceFailed, CodeConditionUnreachable, CodeProbeTimedOut,
-	CodeImageInvalid, CodeResourcesAboveMax, CodeResourcesInvalid, CodeVMCapReached, CodeBootFailed, CodeBootTimeout,
+	CodeSandboxSetupFailed, CodeCleanupIncomplete, CodeCgroupUnavailable, CodeStartFailed, CodeSourceFailed, CodeConditionUnreachable, CodeProbeTimedOut,
+	CodeImageInvalid, CodeResourcesAboveMax, CodeResourcesInvalid, CodeResourceNotEnforced, CodeVMCapReached, CodeBootFailed, CodeBootTimeout,
 	CodeVMNotRunning, CodeEnvironmentIDInvalid, CodeStateDirTooLong,
+	CodeForwardingRefused, CodeNodeUnreachable, CodeOutputEvicted, CodeUploadTooLarge, CodeRawInputDisabled,
 }
 
 var sortedCodes = func() []Code {

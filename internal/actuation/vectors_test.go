@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,6 +23,7 @@ var minVectors = map[string]int{
 	"digest":           10,
 	"capability-match": 20,
 	"consent-delta":    10,
+	"patch-hygiene":    20,
 }
 
 type vectorFile struct {
@@ -135,6 +137,7 @@ func TestVectors(t *testing.T) {
 		"digest":           runDigestVector,
 		"capability-match": runCapabilityMatchVector,
 		"consent-delta":    runConsentDeltaVector,
+		"patch-hygiene":    runPatchHygieneVector,
 	}
 	for kind, min := range minVectors {
 		vf, ok := files[kind]
@@ -432,4 +435,21 @@ func runConsentDeltaVector(t *testing.T, v vector, e expectation) {
 	default:
 		t.Fatalf("unknown op %q", in.Op)
 	}
+}
+
+type patchHygieneInput struct {
+	Path             string `json:"path"`
+	Existed          bool   `json:"existed"`
+	OldMode          uint32 `json:"oldMode"`
+	NewMode          uint32 `json:"newMode"`
+	AllowGitMetadata bool   `json:"allowGitMetadata"`
+	AllowExecutable  bool   `json:"allowExecutable"`
+}
+
+func runPatchHygieneVector(t *testing.T, v vector, e expectation) {
+	var in patchHygieneInput
+	decodeStrict(t, v.Input, &in)
+	pol := EffectivePatchPolicy{AllowGitMetadata: in.AllowGitMetadata, AllowExecutable: in.AllowExecutable}
+	r := CheckPatchTarget(pol, in.Path, in.Existed, fs.FileMode(in.OldMode), fs.FileMode(in.NewMode))
+	checkOK(t, e, codeOf(r), r)
 }

@@ -170,3 +170,36 @@ func Delta(namespace string, grant *wbv1.ConsentGrant, d *wbv1.ConsentDescriptor
 		},
 	}
 }
+
+// EnvironmentPatchPolicy normalizes an Environment's host-owned patch policy (absent fields
+// take the API defaults: creates allowed, deletes, git metadata and executable bits refused).
+func EnvironmentPatchPolicy(spec *wbv1.EnvironmentSpec) actuation.EnvironmentPatchPolicy {
+	var out actuation.EnvironmentPatchPolicy
+	p := spec.PatchPolicy
+	if p == nil {
+		return out
+	}
+	out.DenyCreate = p.AllowCreate != nil && !*p.AllowCreate
+	out.AllowDelete = p.AllowDelete != nil && *p.AllowDelete
+	out.AllowGitMetadata = p.GitMetadata != nil && *p.GitMetadata == wbv1.PatchPermissionAllowed
+	out.AllowExecutable = p.ExecutableFiles != nil && *p.ExecutableFiles == wbv1.PatchPermissionAllowed
+	if p.MaxChangedFiles != nil {
+		out.MaxChangedFiles = int(*p.MaxChangedFiles)
+	}
+	return out
+}
+
+// ProposedPatchPolicy normalizes a FilePatch's own spec.policy (API defaults: no create,
+// no delete, at most 16 files).
+func ProposedPatchPolicy(spec *wbv1.FilePatchSpec) actuation.ProposedPatchPolicy {
+	pol := spec.Policy
+	out := actuation.ProposedPatchPolicy{
+		AllowCreate:     pol.AllowCreate != nil && *pol.AllowCreate,
+		AllowDelete:     pol.AllowDelete != nil && *pol.AllowDelete,
+		MaxChangedFiles: 16,
+	}
+	if pol.MaxChangedFiles != nil {
+		out.MaxChangedFiles = int(*pol.MaxChangedFiles)
+	}
+	return out
+}

@@ -173,6 +173,19 @@ func stageFiles(t *testing.T, g *guest) []string {
 	return names
 }
 
+// publishedStages are the stage files renamed into place (not the ".tmp-" files of
+// uploads in flight).
+func publishedStages(t *testing.T, g *guest) []string {
+	t.Helper()
+	var names []string
+	for _, n := range stageFiles(t, g) {
+		if !strings.HasPrefix(n, ".tmp-") {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
 // waitNoStageFiles polls (test-only) until the guest has cleaned up after a dropped
 // upload: the guest notices the disconnect asynchronously.
 func waitNoStageFiles(t *testing.T, g *guest) {
@@ -236,8 +249,9 @@ func TestPatchStageReplayAfterLostReceipt(t *testing.T) {
 	if err := protocol.WriteTransfer(r.c, 1, content); err != nil {
 		t.Fatal(err)
 	}
-	// Wait (test-only) until the guest committed, then drop the connection unread.
-	for end := time.Now().Add(5 * time.Second); len(stageFiles(t, g)) == 0; time.Sleep(5 * time.Millisecond) {
+	// Wait (test-only) until the guest published the stage (renamed into place: the temp
+	// file of an upload in flight does not count), then drop the connection unread.
+	for end := time.Now().Add(5 * time.Second); len(publishedStages(t, g)) == 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(end) {
 			t.Fatal("stage not committed")
 		}

@@ -295,7 +295,9 @@ func TestNodeAgentPodDeletedMidCommand(t *testing.T) {
 	ns := "e2e-agent-restart"
 	dir := workspace(t, ns)
 	testNamespace(ctx, t, ns)
-	t.Cleanup(func() { _ = cluster.client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}) })
+	t.Cleanup(func() {
+		_ = cluster.client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	})
 	readyEnvironment(ctx, t, ns, dir)
 	must(t, cluster.client.Create(ctx, sleepProfile(ns)))
 	must(t, cluster.client.Create(ctx, sleepCommand(ns, "long", "307.25")))

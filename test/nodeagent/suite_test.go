@@ -8,14 +8,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -24,6 +21,7 @@ import (
 	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/nodeagent/procexec"
 	"sensorium.dev/workbench/internal/test/envtest"
+	"sensorium.dev/workbench/internal/test/nodeagenttest"
 	"sensorium.dev/workbench/webhooks"
 )
 
@@ -84,39 +82,10 @@ func run(m *testing.M) (int, error) {
 	return m.Run(), nil
 }
 
-// nodeConfig is a rest config acting as this node's identity.
-func nodeConfig(ctx context.Context) (*rest.Config, error) {
-	user := webhooks.NodeUserPrefix + nodeName
-	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "node-agent-" + nodeName},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "workbench-node-agent"}}
-	if err := env.Client.Create(ctx, crb); err != nil && !strings.Contains(err.Error(), "already exists") {
-		return nil, err
-	}
-	if err := env.WaitAuthorized(ctx, user, ""); err != nil {
-		return nil, err
-	}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{webhooks.NodeGroup}}
-	return cfg, nil
-}
-
 func startAgent(ctx context.Context, state string) (*agent.Agent, error) {
-	cfg, err := nodeConfig(ctx)
-	if err != nil {
-		return nil, err
-	}
-	a, err := agent.New(agent.Config{NodeName: nodeName, StateDir: state, AdmittedRoots: map[string]string{"work": workspace}, HeartbeatSeconds: 5, RecordRetentionSeconds: 2, DataPlaneAddress: "127.0.0.1:0", Caps: agent.Caps{Sessions: 64, SessionsPerEnvironment: 4},
+	return nodeagenttest.Start(ctx, env, agent.Config{NodeName: nodeName, StateDir: state, AdmittedRoots: map[string]string{"work": workspace},
+		HeartbeatSeconds: 5, RecordRetentionSeconds: 2, DataPlaneAddress: "127.0.0.1:0", Caps: agent.Caps{Sessions: 64, SessionsPerEnvironment: 4},
 		QEMU: qemuConfig()}, agent.Options{})
-	if err != nil {
-		return nil, err
-	}
-	go func() {
-		if err := a.Run(ctrl.LoggerInto(ctx, ctrl.Log.WithName("agent")), cfg); err != nil {
-			fmt.Fprintln(os.Stderr, "agent stopped:", err)
-		}
-	}()
-	return a, nil
 }
 
 func namespace(t *testing.T) string {

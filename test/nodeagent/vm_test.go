@@ -493,6 +493,7 @@ func TestQEMUMicroVMFileOperations(t *testing.T) {
 		Backend: wbv1.BackendQEMUMicroVM, Roots: []wbv1.EnvironmentRoot{{Name: "repo"}}, ImageRef: ptr(image),
 		Resources:     &wbv1.EnvironmentResources{VCPUs: ptr(int32(1)), MemoryMiB: ptr(int32(512))},
 		PatchApproval: ptr(wbv1.PatchApprovalAutoApply),
+		PatchPolicy:   &wbv1.EnvironmentPatchPolicy{AllowDelete: ptr(true)}, // so the delete below reaches the guest path
 		NodeSelector:  map[string]string{wbv1.NodeLabel: nodeName},
 	}}))
 	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},

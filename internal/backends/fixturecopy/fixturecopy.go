@@ -117,6 +117,11 @@ func New(stateDir string, admitted map[string]string, limits fixture.Limits) *Ba
 		abs = stateDir // Allocate then fails on it with a clear error
 	}
 	abs = filepath.Clean(abs)
+	// The node agent pins mounted roots with no symlink followed: name the agent-owned
+	// state directory by its resolved path.
+	if r, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = r
+	}
 	return &Backend{
 		stateDir: abs,
 		dir:      filepath.Join(abs, FixturesDir),

@@ -177,6 +177,7 @@ func (b *Backend) check(spec backends.Spec) ([]backends.MountedRoot, error) {
 	}
 	admitted := Admitted(b.admitted)
 	seen := map[string]bool{}
+	resolvedOf := map[string]string{}
 	out := make([]backends.MountedRoot, 0, len(spec.Roots))
 	for i, r := range spec.Roots {
 		field := fmt.Sprintf("roots[%d]", i)
@@ -190,12 +191,21 @@ func (b *Backend) check(spec backends.Spec) ([]backends.MountedRoot, error) {
 		if r.Source != "" {
 			return nil, fsaccess.Errorf(CodeRootInvalid, "environment %s: %s: host-local takes a hostPath, not a source", spec.Ref, field)
 		}
-		if _, _, err := CheckDir(admitted, field+".hostPath", r.HostPath); err != nil {
+		resolved, _, err := CheckDir(admitted, field+".hostPath", r.HostPath)
+		if err != nil {
 			return nil, fmt.Errorf("environment %s: %w", spec.Ref, err)
 		}
-		// The mounted path is the configured path, not the resolved one: the
-		// node agent opens it with openat2 and fsaccess confines every access.
-		out = append(out, backends.MountedRoot{Name: r.Name, Path: r.HostPath, ReadOnly: r.ReadOnly})
+		for other, od := range resolvedOf {
+			if Within(resolved, od) || Within(od, resolved) {
+				return nil, fsaccess.Errorf(string(actuation.CodeRootOverlap), "environment %s: %s %q (resolving to %q) is nested in, contains or equals root %s (%q)",
+					spec.Ref, field, r.HostPath, resolved, other, od)
+			}
+		}
+		resolvedOf[r.Name] = resolved
+		// The mounted path is the resolved one, the directory the admission check
+		// accepted: the node agent pins it once (no symlink followed on the way) and
+		// works from that descriptor, so a symlink swapped in later is never followed.
+		out = append(out, backends.MountedRoot{Name: r.Name, Path: resolved, ReadOnly: r.ReadOnly})
 	}
 	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
 )
 
@@ -53,6 +54,7 @@ func TestAllocateAdmission(t *testing.T) {
 	}{
 		{"admitted root itself", backends.Root{Name: "a", HostPath: admitted}, ""},
 		{"subdir", backends.Root{Name: "a", HostPath: filepath.Join(admitted, "work", "sub")}, ""},
+		// Symlinked paths are mounted as the directory they resolved to when admitted.
 		{"inner symlink staying inside", backends.Root{Name: "a", HostPath: filepath.Join(admitted, "inner-link")}, ""},
 		{"via admitted symlink path", backends.Root{Name: "a", HostPath: filepath.Join(link, "work")}, ""},
 		{"outside", backends.Root{Name: "a", HostPath: outside}, CodeRootNotAdmitted},
@@ -76,7 +78,8 @@ func TestAllocateAdmission(t *testing.T) {
 				t.Fatalf("code = %q (err %v), want %q", got, err, c.code)
 			}
 			if c.code == "" {
-				if st.Phase != backends.PhaseReady || len(st.Roots) != 1 || st.Roots[0].Path != c.root.HostPath {
+				want, _ := filepath.EvalSymlinks(c.root.HostPath)
+				if st.Phase != backends.PhaseReady || len(st.Roots) != 1 || st.Roots[0].Path != want {
 					t.Fatalf("status = %+v", st)
 				}
 			} else if st.Phase != backends.PhaseFailed {
@@ -90,6 +93,21 @@ func TestAllocateAdmission(t *testing.T) {
 	dup := spec(backends.Root{Name: "a", HostPath: admitted}, backends.Root{Name: "a", HostPath: admitted})
 	if _, err := b.Allocate(ctx, dup); CodeOf(err) != CodeRootInvalid {
 		t.Fatalf("duplicate root: %v", err)
+	}
+	// Nested, containing or identical roots (also through a symlink) are refused.
+	for _, pair := range [][2]string{
+		{admitted, filepath.Join(admitted, "work")},
+		{filepath.Join(admitted, "work", "sub"), filepath.Join(admitted, "work")},
+		{filepath.Join(admitted, "work"), filepath.Join(admitted, "inner-link")},
+	} {
+		st, err := b.Allocate(ctx, spec(backends.Root{Name: "a", HostPath: pair[0]}, backends.Root{Name: "b", HostPath: pair[1]}))
+		if CodeOf(err) != string(actuation.CodeRootOverlap) || st.Phase != backends.PhaseFailed {
+			t.Fatalf("overlapping roots %v: %v (%+v)", pair, err, st)
+		}
+	}
+	if _, err := b.Allocate(ctx, spec(backends.Root{Name: "a", HostPath: filepath.Join(admitted, "work", "sub")},
+		backends.Root{Name: "b", HostPath: admitted + "-evil"})); CodeOf(err) != CodeRootNotAdmitted {
+		t.Fatalf("prefix sibling is not nested, it is refused for admission only: %v", err)
 	}
 	// No admitted roots at all: everything is refused.
 	if _, err := New(nil).Allocate(ctx, spec(backends.Root{Name: "a", HostPath: admitted})); CodeOf(err) != CodeRootNotAdmitted {

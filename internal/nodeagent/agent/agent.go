@@ -23,11 +23,11 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/nodeagent/artifacts"
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/nodeagent/procexec"
 	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/nodeagent/store"
 	"sensorium.dev/workbench/internal/nodeagent/waits"
+	"sensorium.dev/workbench/internal/platform/cgroups"
 )
 
 // Version is the agent's version, stamped at build time.
@@ -44,6 +44,7 @@ type Agent struct {
 	backends *backends.Registry
 	sessions *session.Manager
 	runner   *procexec.Runner
+	cgroups  *cgroups.Manager // a group per command, session and VMM
 	client   client.Client
 	reader   client.Reader
 
@@ -54,7 +55,7 @@ type Agent struct {
 	recovery  []wbv1.RecoveryAction
 	waits     int
 	dataPlane *wbv1.DataPlane
-	roots     map[string]*fsaccess.Root // open roots served by the data plane, by directory
+	pins      map[string]map[string]*pinnedRoot // environment UID → root name → its pinned directory (roots.go)
 	recorder  events.EventRecorder
 
 	// wake re-queues objects from goroutines (command exits, session phase changes).
@@ -95,9 +96,14 @@ func New(cfg Config, opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	cg, err := newCgroups(cfg)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	bs := opts.Backends
 	if bs == nil {
-		if bs, err = defaultBackends(cfg); err != nil {
+		if bs, err = defaultBackends(cfg, cg); err != nil {
 			_ = db.Close()
 			return nil, err
 		}
@@ -125,12 +131,14 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		sessions: session.NewManager(session.Caps{
 			Sessions: caps.Sessions, SessionsPerEnvironment: caps.SessionsPerEnvironment, ReaderTasks: caps.ReaderTasks,
 			InputQueueDepth: caps.InputQueueDepth, EventBufferDepth: caps.EventBufferDepth,
-		}),
-		runner:         procexec.NewRunner(procexec.Limits{MaxConcurrent: caps.ConcurrentCommands, TempBase: filepath.Join(cfg.StateDir, "tmp"), HelperPath: sandboxHelper(cfg, opts)}),
+		}, session.WithCgroups(cg)),
+		runner: procexec.NewRunner(procexec.Limits{MaxConcurrent: caps.ConcurrentCommands, TempBase: filepath.Join(cfg.StateDir, "tmp"),
+			HelperPath: sandboxHelper(cfg, opts), Cgroups: cg}),
+		cgroups:        cg,
 		envs:           map[string]*liveEnv{},
 		sess:           map[string]*liveSession{},
 		commands:       map[string]*liveCommand{},
-		roots:          map[string]*fsaccess.Root{},
+		pins:           map[string]map[string]*pinnedRoot{},
 		wakeCommands:   make(chan event.GenericEvent, 1024),
 		wakeSessions:   make(chan event.GenericEvent, 1024),
 		engine:         waits.NewEngine(waits.Caps{PendingWaits: caps.PendingWaits}),

@@ -137,8 +137,18 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			a.recordEvent(&env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
 			break
 		}
+		if code, msg := unenforcedResources(b.ID(), spec); code != "" {
+			set(wbv1.ConditionReady, false, wbv1.ReasonFailed, code+": "+msg)
+			a.recordEvent(&env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
+			break
+		}
 		rec := store.Environment{UID: spec.ID, Namespace: env.Namespace, Name: env.Name, Backend: b.ID(), RootPaths: map[string]string{},
 			Phase: string(backends.PhaseAllocating), UpdatedAt: time.Now()}
+		if old, found, err := a.store.Environments().Get(spec.ID); err != nil {
+			return ctrl.Result{}, err
+		} else if found {
+			rec.RootIdentities = old.RootIdentities // pinned by an earlier pass or process
+		}
 		for _, root := range spec.Roots {
 			rec.RootPaths[root.Name] = root.HostPath
 		}
@@ -153,6 +163,23 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			set(wbv1.ConditionReady, false, wbv1.ReasonFailed, err.Error())
 			a.recordEvent(&env, corev1.EventTypeWarning, "AllocationFailed", err.Error())
 			break
+		}
+		if st.Phase == backends.PhaseReady {
+			ids, err := a.pinRoots(spec.ID, st.Roots, rec.RootIdentities)
+			if err != nil {
+				a.forgetEnv(spec.ID)
+				code := codeOf(err)
+				if code == "" {
+					code = string(actuation.CodeRootInvalid)
+				}
+				rec.Phase = string(backends.PhaseFailed)
+				_ = a.store.Environments().Put(rec)
+				msg := fmt.Sprintf("%s: %v", code, err)
+				set(wbv1.ConditionReady, false, wbv1.ReasonFailed, msg)
+				a.recordEvent(&env, corev1.EventTypeWarning, "RootChanged", msg)
+				break
+			}
+			rec.RootIdentities = ids
 		}
 		rec.Phase = string(st.Phase)
 		if err := a.store.Environments().Put(rec); err != nil {
@@ -213,14 +240,7 @@ func (a *Agent) rememberEnv(spec backends.Spec, st backends.Status) {
 func (a *Agent) forgetEnv(id string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if e := a.envs[id]; e != nil {
-		for _, r := range e.status.Roots {
-			if open := a.roots[r.Path]; open != nil {
-				_ = open.Close()
-				delete(a.roots, r.Path)
-			}
-		}
-	}
+	a.unpinRootsLocked(id)
 	delete(a.envs, id)
 }
 

@@ -42,7 +42,7 @@ var errGuestFileWaits = refusal.New(string(actuation.CodeCapabilityMismatch),
 // backend's host broker, which pins the endpoint and binding of the running boot).
 func (a *Agent) openRootAccess(env *wbv1.Environment, mr backends.MountedRoot) (rootAccess, error) {
 	if mr.Path != "" {
-		r, err := a.openRoot(mr.Path)
+		r, err := a.pinnedRootOf(string(env.UID), mr.Name)
 		return rootAccess{mr: mr, host: r}, err
 	}
 	g, ok := a.guestBackendOf(env)

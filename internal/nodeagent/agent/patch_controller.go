@@ -18,6 +18,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/convert"
 	"sensorium.dev/workbench/internal/nodeagent/artifacts"
 	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/nodeagent/guestfs"
@@ -211,7 +212,7 @@ func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
 		p.reject(string(actuation.CodeRootNotAllowed), "root "+mr.Name+" is read-only")
 		return nil
 	}
-	req, err := a.patchRequest(ctx, fp)
+	req, err := a.patchRequest(ctx, fp, &env)
 	switch {
 	case errors.Is(err, errNotYet):
 		p.result.RequeueAfter = 2 * time.Second
@@ -273,17 +274,21 @@ func (a *Agent) recordPatch(fp *wbv1.FilePatch, envUID, phase, code string, file
 // patchRequest builds the engine request: the inline diff, the canonical JSON of the
 // structured operations (the bytes the declared digest covers, see webhooks.PatchDigest),
 // or the blob of the named Artifact from this node's store.
-func (a *Agent) patchRequest(ctx context.Context, fp *wbv1.FilePatch) (patch.Request, error) {
+func (a *Agent) patchRequest(ctx context.Context, fp *wbv1.FilePatch, env *wbv1.Environment) (patch.Request, error) {
 	pol := fp.Spec.Policy
+	// The proposer's policy, capped by the environment's host-owned patchPolicy: never widened.
+	eff, ref := actuation.CapPatchPolicy(convert.EnvironmentPatchPolicy(&env.Spec), convert.ProposedPatchPolicy(&fp.Spec))
+	if ref != nil {
+		return patch.Request{}, refusal.New(string(ref.Code), "%s: %s", ref.Field, ref.Message)
+	}
 	req := patch.Request{Format: patch.Format(fp.Spec.Format), Digest: string(fp.Spec.Digest), Policy: patch.Policy{
 		RequireCleanApply: pol.RequireCleanApply == nil || *pol.RequireCleanApply,
-		AllowCreate:       pol.AllowCreate != nil && *pol.AllowCreate,
-		AllowDelete:       pol.AllowDelete != nil && *pol.AllowDelete,
-		MaxChangedFiles:   16,
+		AllowCreate:       eff.AllowCreate,
+		AllowDelete:       eff.AllowDelete,
+		MaxChangedFiles:   eff.MaxChangedFiles,
+		AllowGitMetadata:  eff.AllowGitMetadata,
+		AllowExecutable:   eff.AllowExecutable,
 	}}
-	if pol.MaxChangedFiles != nil {
-		req.Policy.MaxChangedFiles = int(*pol.MaxChangedFiles)
-	}
 	switch {
 	case fp.Spec.Format == wbv1.PatchFormatStructured:
 		raw, err := actuation.CanonicalJSON(fp.Spec.Operations)

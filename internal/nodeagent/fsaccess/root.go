@@ -57,6 +57,10 @@ type Root struct {
 	fd     int
 	dir    string
 	closed atomic.Bool
+	// extra resolve flags of this view (RESOLVE_NO_SYMLINKS for NoSymlinks).
+	resolve uint64
+	// parent is set on views sharing another Root's descriptor.
+	parent *Root
 }
 
 // OpenRoot opens dir (an absolute or relative directory path chosen by the
@@ -83,8 +87,11 @@ func OpenRoot(dir string) (*Root, error) {
 // Dir returns the directory the root was opened from (for messages only).
 func (r *Root) Dir() string { return r.dir }
 
-// Close releases the root fd.
+// Close releases the root fd (a view made by NoSymlinks releases nothing).
 func (r *Root) Close() error {
+	if r.parent != nil {
+		return nil
+	}
 	if r.closed.Swap(true) {
 		return nil
 	}
@@ -101,18 +108,22 @@ func (r *Root) display(rel string) string {
 // open resolves rel beneath the root fd. rel must already be lexically checked
 // (or be a single component / "." produced internally).
 func (r *Root) open(rel string, flags int, mode uint32) (int, error) {
-	if r.closed.Load() {
+	if r.closed.Load() || (r.parent != nil && r.parent.closed.Load()) {
 		return -1, fmt.Errorf("fsaccess: root %q is closed: %w", r.dir, fs.ErrClosed)
 	}
-	return openBeneath(r.fd, rel, flags, mode, r.display(rel))
+	return openResolve(r.fd, rel, flags, mode, r.display(rel), resolveFlags|r.resolve)
 }
 
 // openBeneath is the single wrapper around openat2.
 func openBeneath(dirfd int, rel string, flags int, mode uint32, display string) (int, error) {
+	return openResolve(dirfd, rel, flags, mode, display, resolveFlags)
+}
+
+func openResolve(dirfd int, rel string, flags int, mode uint32, display string, resolve uint64) (int, error) {
 	how := unix.OpenHow{
 		Flags:   uint64(flags | unix.O_CLOEXEC),
 		Mode:    uint64(mode),
-		Resolve: resolveFlags,
+		Resolve: resolve,
 	}
 	for i := 0; ; i++ {
 		fd, err := openat2(dirfd, rel, &how)
@@ -266,3 +277,65 @@ func (r *Root) Sub(rel string) (*Root, error) {
 	}
 	return &Root{fd: fd, dir: r.display(rel)}, nil
 }
+
+// NoSymlinks returns a view of r whose resolutions refuse every symlink, intermediate ones
+// included (RESOLVE_NO_SYMLINKS, code symlink-escape), so nothing written through it can be
+// redirected by a link planted in the tree. It shares r's descriptor: it is usable while r
+// is open, and its Close releases nothing.
+func (r *Root) NoSymlinks() *Root {
+	p := r
+	if r.parent != nil {
+		p = r.parent
+	}
+	return &Root{fd: r.fd, dir: r.dir, resolve: r.resolve | unix.RESOLVE_NO_SYMLINKS, parent: p}
+}
+
+// PinRoot opens the absolute directory dir once, refusing any symlink on the way
+// (RESOLVE_NO_SYMLINKS from "/"), so the Root names exactly the directory an admission
+// check resolved; later accesses go through its descriptor, never through dir again.
+func PinRoot(dir string) (*Root, error) {
+	if len(dir) == 0 || dir[0] != '/' {
+		return nil, Errorf(CodeNotDirectory, "root %q is not an absolute path", dir)
+	}
+	how := unix.OpenHow{Flags: uint64(unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC),
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+	var fd int
+	var err error
+	for i := 0; ; i++ {
+		fd, err = openat2(unix.AT_FDCWD, dir, &how)
+		if (err == unix.EINTR || err == unix.EAGAIN) && i < maxResolveRetries {
+			continue
+		}
+		break
+	}
+	if err != nil {
+		return nil, mapOpenErr(err, dir)
+	}
+	return &Root{fd: fd, dir: dir}, nil
+}
+
+// Identity is a directory's device and inode numbers.
+type Identity struct{ Dev, Ino uint64 }
+
+// Identity returns the device and inode of the root's directory.
+func (r *Root) Identity() (Identity, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(r.fd, &st); err != nil {
+		return Identity{}, fmt.Errorf("fsaccess: fstat root %s: %w", r.dir, err)
+	}
+	return Identity{Dev: uint64(st.Dev), Ino: st.Ino}, nil
+}
+
+// PathIdentity stats dir now (following symlinks, as a path consumer would).
+func PathIdentity(dir string) (Identity, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return Identity{}, fmt.Errorf("fsaccess: stat %s: %w", dir, err)
+	}
+	return Identity{Dev: uint64(st.Dev), Ino: st.Ino}, nil
+}
+
+// FD returns the root's O_PATH descriptor (owned by the Root: never close it) for callers
+// that must hand the pinned directory on (a sandbox's bind mount or Landlock rule through
+// /proc/self/fd/N).
+func (r *Root) FD() int { return r.fd }

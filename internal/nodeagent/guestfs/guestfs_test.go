@@ -325,7 +325,11 @@ func TestApplyPatchRefusals(t *testing.T) {
 		{"create forbidden", structured(t, patch.Policy{}, patch.StructuredOp{Op: patch.OpCreate, Path: "n.txt", Content: "x"}), patch.CodePatchCreateForbidden},
 		{"delete", structured(t, pol, patch.StructuredOp{Op: patch.OpDelete, Path: "a.txt"}), "capability-mismatch"},
 		{"mkdir", structured(t, pol, patch.StructuredOp{Op: patch.OpCreate, Path: "newdir/n.txt", Content: "x"}), "capability-mismatch"},
-		{"mode", request(t, patch.FormatUnified, "diff --git a/run.sh b/run.sh\nnew file mode 100755\n--- /dev/null\n+++ b/run.sh\n@@ -0,0 +1 @@\n+echo\n", pol), patch.CodePatchModeUnsupported},
+		{"mode", request(t, patch.FormatUnified, "diff --git a/run.sh b/run.sh\nnew file mode 100755\n--- /dev/null\n+++ b/run.sh\n@@ -0,0 +1 @@\n+echo\n", withExec(pol)), patch.CodePatchModeUnsupported},
+		// Workspace hygiene holds on VM roots too: the host plans every guest patch.
+		{"executable bit", request(t, patch.FormatUnified, "diff --git a/run.sh b/run.sh\nnew file mode 100755\n--- /dev/null\n+++ b/run.sh\n@@ -0,0 +1 @@\n+echo\n", pol), patch.CodePatchExecutableForbidden},
+		{"git hook", structured(t, pol, patch.StructuredOp{Op: patch.OpCreate, Path: ".git/hooks/pre-commit", Content: "#!/bin/sh\n"}), patch.CodePatchGitMetadataForbidden},
+		{"git config", structured(t, pol, patch.StructuredOp{Op: patch.OpReplace, Path: ".git/config", Content: "[core]\n"}), patch.CodePatchGitMetadataForbidden},
 	} {
 		_, err := w.guest.ApplyPatch(ctx, tc.req)
 		if fsaccess.CodeOf(err) != tc.code {
@@ -495,4 +499,9 @@ func TestUntrustedArchive(t *testing.T) {
 	if len(got) != 2 || got[0].name != "d" || !got[0].dir || got[1].mode != 0o777 || string(got[1].data) != "hi" {
 		t.Fatalf("valid archive: %+v", got)
 	}
+}
+
+func withExec(p patch.Policy) patch.Policy {
+	p.AllowExecutable = true
+	return p
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/bluekeyes/go-gitdiff/gitdiff"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 )
 
@@ -38,6 +39,10 @@ const (
 	CodePatchTargetNotRegular   = "patch-target-not-regular"  // target is a dir, symlink, fifo...
 	CodePatchWriteFailed        = "patch-write-failed"        // I/O failure while writing (rolled back)
 	CodePatchRollbackIncomplete = "patch-rollback-incomplete" // rollback itself failed: operator must look
+
+	// Workspace hygiene: only the environment's host-owned policy grants these.
+	CodePatchGitMetadataForbidden = string(actuation.CodePatchGitMetadataForbidden) // .git/hooks/*, .git/config, a .git entry
+	CodePatchExecutableForbidden  = string(actuation.CodePatchExecutableForbidden)  // a new executable bit
 )
 
 // Caps.
@@ -58,12 +63,29 @@ const (
 	FormatStructured Format = "structured"
 )
 
-// Policy is FilePatch.spec.policy.
+// Policy is the effective policy of one patch: FilePatch.spec.policy capped by the
+// environment's spec.patchPolicy (actuation.CapPatchPolicy). AllowGitMetadata and
+// AllowExecutable come only from the environment.
 type Policy struct {
 	RequireCleanApply bool `json:"requireCleanApply"`
 	AllowCreate       bool `json:"allowCreate"`
 	AllowDelete       bool `json:"allowDelete"`
 	MaxChangedFiles   int  `json:"maxChangedFiles"` // <=0 or >256 means 256
+	AllowGitMetadata  bool `json:"allowGitMetadata,omitempty"`
+	AllowExecutable   bool `json:"allowExecutable,omitempty"`
+}
+
+func (p Policy) hygiene() actuation.EffectivePatchPolicy {
+	return actuation.EffectivePatchPolicy{AllowCreate: p.AllowCreate, AllowDelete: p.AllowDelete,
+		AllowGitMetadata: p.AllowGitMetadata, AllowExecutable: p.AllowExecutable, MaxChangedFiles: p.MaxChangedFiles}
+}
+
+// checkHygiene applies actuation.CheckPatchTarget, keeping its code.
+func checkHygiene(pol Policy, p string, existed bool, oldMode, newMode fs.FileMode) error {
+	if r := actuation.CheckPatchTarget(pol.hygiene(), p, existed, oldMode, newMode); r != nil {
+		return refuse(string(r.Code), "%s: %s", r.Field, r.Message)
+	}
+	return nil
 }
 
 // Request is one patch application.
@@ -146,8 +168,9 @@ type Source interface {
 	Current(rel string) (exists bool, content []byte, e fsaccess.Entry, err error)
 }
 
-// RootSource reads targets beneath an fsaccess root (what Plan and Apply use).
-func RootSource(root *fsaccess.Root) Source { return rootSource{root} }
+// RootSource reads targets beneath an fsaccess root (what Plan and Apply use), refusing
+// every symlink on the way.
+func RootSource(root *fsaccess.Root) Source { return rootSource{root.NoSymlinks()} }
 
 type rootSource struct{ root *fsaccess.Root }
 
@@ -198,15 +221,19 @@ func Summarize(changes []Change) []ChangedFile {
 // Plan verifies and computes the patch without writing anything and returns
 // the files it would change. Apply = Plan + write.
 func Plan(root *fsaccess.Root, req Request) (*Result, error) {
-	changes, err := plan(rootSource{root}, req)
+	changes, err := plan(rootSource{root.NoSymlinks()}, req)
 	if err != nil {
 		return nil, err
 	}
 	return &Result{ChangedFiles: summarize(changes)}, nil
 }
 
-// Apply verifies, computes and writes the patch all-or-nothing.
+// Apply verifies, computes and writes the patch all-or-nothing. Every path is resolved
+// with no symlink at all (fsaccess.Root.NoSymlinks), when planning and again when
+// writing: a directory swapped for a link between the two (say to .git/hooks) is refused
+// with patch-outside-root, never followed.
 func Apply(root *fsaccess.Root, req Request) (*Result, error) {
+	root = root.NoSymlinks()
 	changes, err := plan(rootSource{root}, req)
 	if err != nil {
 		return nil, err
@@ -280,12 +307,23 @@ func plan(src Source, req Request) ([]*change, error) {
 		if in.op == OpDelete && !req.Policy.AllowDelete {
 			return nil, refuse(CodePatchDeleteForbidden, "patch deletes %q but policy.allowDelete=false", in.path)
 		}
+		// Lexical hygiene before anything is read: git metadata, and a create's mode.
+		newMode := fs.FileMode(0)
+		if in.op == OpCreate {
+			newMode = in.createMod
+		}
+		if err := checkHygiene(req.Policy, in.path, in.op != OpCreate, 0, newMode); err != nil {
+			return nil, err
+		}
 	}
 	var total int64
 	changes := make([]*change, 0, len(intents))
 	for _, in := range intents {
 		c, err := compute(src, in, req.Policy)
 		if err != nil {
+			return nil, err
+		}
+		if err := checkHygiene(req.Policy, c.path, c.existed, c.oldMode, c.newMode); err != nil {
 			return nil, err
 		}
 		total += int64(len(c.newContent))

@@ -109,7 +109,7 @@ deleted file mode 100644
 @@ -1 +0,0 @@
 -bye
 `
-	res, err := Apply(r, req(FormatUnified, diff, Policy{RequireCleanApply: true, AllowCreate: true, AllowDelete: true}))
+	res, err := Apply(r, req(FormatUnified, diff, Policy{RequireCleanApply: true, AllowCreate: true, AllowDelete: true, AllowExecutable: true}))
 	must(t, err)
 	if got := read(t, dir, "hello.txt"); got != "one\nTWO\nthree\n" {
 		t.Fatalf("hello.txt = %q", got)

@@ -54,6 +54,9 @@ type Environment struct {
 	Backend        string            `json:"backend"`
 	RootPaths      map[string]string `json:"rootPaths,omitempty"` // root name -> admitted host path
 	ManagedCopyDir string            `json:"managedCopyDir,omitempty"`
+	// RootIdentities are the "dev:ino" of each host root pinned when the environment first
+	// became ready: a root whose directory is later another one fails with root-changed.
+	RootIdentities map[string]string `json:"rootIdentities,omitempty"`
 	Phase          string            `json:"phase"`
 	UpdatedAt      time.Time         `json:"updatedAt"`
 }

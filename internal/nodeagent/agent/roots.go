@@ -1,0 +1,142 @@
+package agent
+
+import (
+	"fmt"
+
+	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
+	"sensorium.dev/workbench/internal/nodeagent/refusal"
+)
+
+// A host root is opened once, when its environment first becomes ready: the directory the
+// backend admitted (its resolved path) is pinned as an O_PATH descriptor, opened with no
+// symlink followed on the way (fsaccess.PinRoot). File reads, patches, waits and the data
+// plane work beneath that descriptor, never through the path again; its device and inode
+// are recorded in the node's store. Every later pass, and every process start, checks that
+// the path still names the pinned directory: if a symlink or directory was swapped in,
+// the environment fails with root-changed (and stays failed across agent restarts, since
+// the identity is in the store), so the swap is never followed by Landlock, a working
+// directory or a file access.
+
+type pinnedRoot struct {
+	root *fsaccess.Root
+	id   fsaccess.Identity
+	path string
+}
+
+func identityString(id fsaccess.Identity) string { return fmt.Sprintf("%d:%d", id.Dev, id.Ino) }
+
+// pinRoots pins the host roots of a ready environment (first pass) or verifies them (later
+// passes) and returns the identities to record. recorded holds the identities a previous
+// process pinned.
+func (a *Agent) pinRoots(envUID string, roots []backends.MountedRoot, recorded map[string]string) (map[string]string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	pins := a.pins[envUID]
+	if pins == nil {
+		pins = map[string]*pinnedRoot{}
+	}
+	ids := map[string]string{}
+	fresh := map[string]*pinnedRoot{}
+	fail := func(err error) (map[string]string, error) {
+		for _, p := range fresh {
+			_ = p.root.Close()
+		}
+		return nil, err
+	}
+	for _, mr := range roots {
+		if mr.Path == "" {
+			continue // a VM root lives in the guest
+		}
+		if p := pins[mr.Name]; p != nil {
+			if err := p.verify(mr.Path); err != nil {
+				return fail(err)
+			}
+			ids[mr.Name] = identityString(p.id)
+			continue
+		}
+		r, err := fsaccess.PinRoot(mr.Path)
+		if err != nil {
+			if c := fsaccess.CodeOf(err); c == fsaccess.CodeSymlinkEscape {
+				return fail(refusal.New(string(actuation.CodeRootChanged), "root %s: %q now passes through a symlink: %v", mr.Name, mr.Path, err))
+			}
+			return fail(refusal.New(string(actuation.CodeRootInvalid), "root %s: pinning %q: %v", mr.Name, mr.Path, err))
+		}
+		id, err := r.Identity()
+		if err != nil {
+			_ = r.Close()
+			return fail(err)
+		}
+		if want := recorded[mr.Name]; want != "" && want != identityString(id) {
+			_ = r.Close()
+			return fail(refusal.New(string(actuation.CodeRootChanged), "root %s: %q is no longer the directory pinned at allocation (%s, now %s)",
+				mr.Name, mr.Path, want, identityString(id)))
+		}
+		fresh[mr.Name] = &pinnedRoot{root: r, id: id, path: mr.Path}
+		ids[mr.Name] = identityString(id)
+	}
+	if a.pins == nil {
+		a.pins = map[string]map[string]*pinnedRoot{}
+	}
+	for name, p := range fresh {
+		pins[name] = p
+	}
+	a.pins[envUID] = pins
+	return ids, nil
+}
+
+// verify checks that path still names the pinned directory.
+func (p *pinnedRoot) verify(path string) error {
+	if path != p.path {
+		return refusal.New(string(actuation.CodeRootChanged), "root now resolves to %q, pinned %q", path, p.path)
+	}
+	id, err := fsaccess.PathIdentity(path)
+	if err != nil {
+		return refusal.New(string(actuation.CodeRootChanged), "root %q: %v", path, err)
+	}
+	if id != p.id {
+		return refusal.New(string(actuation.CodeRootChanged), "%q is no longer the directory pinned at allocation (%s, now %s)",
+			path, identityString(p.id), identityString(id))
+	}
+	return nil
+}
+
+// verifyRoots checks, right before a process starts with them, that every host root of the
+// environment still names its pinned directory.
+func (a *Agent) verifyRoots(envUID string, roots []backends.MountedRoot) error {
+	a.mu.Lock()
+	pins := a.pins[envUID]
+	a.mu.Unlock()
+	for _, mr := range roots {
+		if mr.Path == "" {
+			continue
+		}
+		p := pins[mr.Name]
+		if p == nil {
+			return refusal.New(string(actuation.CodeRootChanged), "root %s was never pinned", mr.Name)
+		}
+		if err := p.verify(mr.Path); err != nil {
+			return fmt.Errorf("root %s: %w", mr.Name, err)
+		}
+	}
+	return nil
+}
+
+// pinnedRootOf returns the pinned root of an environment (owned by the agent: never close it).
+func (a *Agent) pinnedRootOf(envUID, name string) (*fsaccess.Root, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if p := a.pins[envUID][name]; p != nil {
+		return p.root, nil
+	}
+	return nil, refusal.New(string(actuation.CodeRootChanged), "root %s of environment %s is not pinned on this node", name, envUID)
+}
+
+// unpinRoots closes the pinned roots of an environment. Callers hold a.mu.
+func (a *Agent) unpinRootsLocked(envUID string) {
+	for _, p := range a.pins[envUID] {
+		_ = p.root.Close()
+	}
+	delete(a.pins, envUID)
+}

@@ -1,0 +1,258 @@
+package nodeagent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/nodeagent/dataplane"
+)
+
+// Workspace hygiene (issue 7 item 3), through the API server and the running agent.
+
+// setPatchPolicy replaces environment e's host-owned patch policy (as its owner would).
+func setPatchPolicy(t *testing.T, ns string, pol *wbv1.EnvironmentPatchPolicy) {
+	t.Helper()
+	ctx := context.Background()
+	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var e wbv1.Environment
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e); err != nil {
+			return err
+		}
+		e.Spec.PatchPolicy = pol
+		return env.Client.Update(ctx, &e)
+	}))
+}
+
+func rejectedWith(t *testing.T, ns, name, code string) {
+	t.Helper()
+	fp := patchPhase(t, ns, name, "Rejected")
+	if fp.Status.Refusal == nil || fp.Status.Refusal.Code != code || len(fp.Status.ChangedFiles) != 0 {
+		t.Fatalf("%s: status %+v, want refusal %s", name, fp.Status, code)
+	}
+}
+
+func admissionRefused(t *testing.T, err error, code string) {
+	t.Helper()
+	if err == nil || !strings.Contains(err.Error(), code) {
+		t.Fatalf("admission: %v, want a refusal with %s", err, code)
+	}
+}
+
+func absent(t *testing.T, p string) {
+	t.Helper()
+	if _, err := os.Lstat(p); !os.IsNotExist(err) {
+		t.Fatalf("%s exists (%v): a refused patch wrote it", p, err)
+	}
+}
+
+// TestFilePatchGitHooksRefused: a patch creating .git/hooks/pre-commit or changing
+// .git/config is refused — at admission for structured operations, by the node for a
+// unified diff — and nothing is written; the environment's owner can allow it.
+func TestFilePatchGitHooksRefused(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	dir := workDir(t)
+	readyEnvironment(t, ns, dir)
+	autoApply(t, ns)
+	must(t, os.MkdirAll(filepath.Join(dir, ".git", "hooks"), 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, ".git", "config"), []byte("[core]\n\tbare = false\n"), 0o644))
+
+	err := env.Client.Create(ctx, filePatch(t, ns, "hook", func(s *wbv1.FilePatchSpec) {
+		s.Format, s.Policy.AllowCreate = wbv1.PatchFormatStructured, ptr(true)
+		s.Operations = []wbv1.FileOperation{{Op: "create", Path: ".git/hooks/pre-commit", Content: ptr("#!/bin/sh\ntouch /tmp/pwned\n")}}
+	}))
+	admissionRefused(t, err, "patch-git-metadata-forbidden")
+	err = env.Client.Create(ctx, filePatch(t, ns, "config", func(s *wbv1.FilePatchSpec) {
+		s.Format = wbv1.PatchFormatStructured
+		s.Operations = []wbv1.FileOperation{{Op: "replace", Path: ".git/config", Content: ptr("[core]\n\tfsmonitor = touch /tmp/pwned\n")}}
+	}))
+	admissionRefused(t, err, "patch-git-metadata-forbidden")
+
+	// A unified diff is opaque to admission: the node refuses it before writing.
+	diff := "diff --git a/.git/hooks/pre-commit b/.git/hooks/pre-commit\nnew file mode 100644\n--- /dev/null\n+++ b/.git/hooks/pre-commit\n@@ -0,0 +1 @@\n+touch /tmp/pwned\n"
+	must(t, env.Client.Create(ctx, filePatch(t, ns, "hook-diff", func(s *wbv1.FilePatchSpec) {
+		s.Format, s.Patch, s.Policy.AllowCreate = wbv1.PatchFormatUnified, ptr(diff), ptr(true)
+	})))
+	rejectedWith(t, ns, "hook-diff", "patch-git-metadata-forbidden")
+	absent(t, filepath.Join(dir, ".git", "hooks", "pre-commit"))
+	if got := readFile(t, filepath.Join(dir, ".git", "config")); !strings.Contains(got, "bare = false") || strings.Contains(got, "fsmonitor") {
+		t.Fatalf(".git/config changed: %q", got)
+	}
+
+	// The environment's owner allows git metadata: the same diff applies.
+	setPatchPolicy(t, ns, &wbv1.EnvironmentPatchPolicy{GitMetadata: ptr(wbv1.PatchPermissionAllowed)})
+	must(t, env.Client.Create(ctx, filePatch(t, ns, "hook-allowed", func(s *wbv1.FilePatchSpec) {
+		s.Format, s.Patch, s.Policy.AllowCreate = wbv1.PatchFormatUnified, ptr(diff), ptr(true)
+	})))
+	patchPhase(t, ns, "hook-allowed", "Applied")
+	if got := readFile(t, filepath.Join(dir, ".git", "hooks", "pre-commit")); got != "touch /tmp/pwned\n" {
+		t.Fatalf("allowed hook = %q", got)
+	}
+}
+
+// TestFilePatchExecutableBitRefused: a diff creating a file with mode 100755 is refused
+// with patch-executable-forbidden unless the environment allows executable files.
+func TestFilePatchExecutableBitRefused(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	dir := workDir(t)
+	readyEnvironment(t, ns, dir)
+	autoApply(t, ns)
+	diff := "diff --git a/run.sh b/run.sh\nnew file mode 100755\n--- /dev/null\n+++ b/run.sh\n@@ -0,0 +1,2 @@\n+#!/bin/sh\n+id\n"
+	must(t, env.Client.Create(ctx, filePatch(t, ns, "exec", func(s *wbv1.FilePatchSpec) {
+		s.Format, s.Patch, s.Policy.AllowCreate = wbv1.PatchFormatUnified, ptr(diff), ptr(true)
+	})))
+	rejectedWith(t, ns, "exec", "patch-executable-forbidden")
+	absent(t, filepath.Join(dir, "run.sh"))
+
+	setPatchPolicy(t, ns, &wbv1.EnvironmentPatchPolicy{ExecutableFiles: ptr(wbv1.PatchPermissionAllowed)})
+	must(t, env.Client.Create(ctx, filePatch(t, ns, "exec-allowed", func(s *wbv1.FilePatchSpec) {
+		s.Format, s.Patch, s.Policy.AllowCreate = wbv1.PatchFormatUnified, ptr(diff), ptr(true)
+	})))
+	patchPhase(t, ns, "exec-allowed", "Applied")
+	if st, err := os.Stat(filepath.Join(dir, "run.sh")); err != nil || st.Mode().Perm() != 0o755 {
+		t.Fatalf("allowed executable: %v %v", st, err)
+	}
+}
+
+// TestFilePatchPolicyNeverWidensEnvironment: a proposer asking for allowDelete on an
+// environment that does not allow deletes is refused at admission; a patch admitted while
+// the environment allowed it is refused by the node once the owner withdrew it.
+func TestFilePatchPolicyNeverWidensEnvironment(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	dir := workDir(t)
+	readyEnvironment(t, ns, dir)
+	must(t, os.WriteFile(filepath.Join(dir, "keep.txt"), []byte("keep\n"), 0o644))
+	del := func(name string) *wbv1.FilePatch {
+		return filePatch(t, ns, name, func(s *wbv1.FilePatchSpec) {
+			s.Format, s.Policy.AllowDelete = wbv1.PatchFormatStructured, ptr(true)
+			s.Operations = []wbv1.FileOperation{{Op: "delete", Path: "keep.txt"}}
+		})
+	}
+	admissionRefused(t, env.Client.Create(ctx, del("widen")), "patch-policy-exceeds-environment")
+
+	setPatchPolicy(t, ns, &wbv1.EnvironmentPatchPolicy{AllowDelete: ptr(true)})
+	must(t, env.Client.Create(ctx, del("narrowed-later")))
+	patchPhase(t, ns, "narrowed-later", "AwaitingApproval")
+	setPatchPolicy(t, ns, &wbv1.EnvironmentPatchPolicy{AllowDelete: ptr(false)})
+	must(t, env.Bind(ctx, "workbench-operator", "olga", ns))
+	op, err := env.As("olga")
+	must(t, err)
+	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var fp wbv1.FilePatch
+		if err := op.Get(ctx, client.ObjectKey{Namespace: ns, Name: "narrowed-later"}, &fp); err != nil {
+			return err
+		}
+		fp.Spec.Approval = "Approved"
+		return op.Update(ctx, &fp)
+	}))
+	rejectedWith(t, ns, "narrowed-later", "patch-policy-exceeds-environment")
+	if got := readFile(t, filepath.Join(dir, "keep.txt")); got != "keep\n" {
+		t.Fatalf("keep.txt = %q", got)
+	}
+}
+
+// TestRootsNestedRefused: nested host roots are refused at admission with root-overlap.
+func TestRootsNestedRefused(t *testing.T) {
+	ns := namespace(t)
+	dir := workDir(t)
+	must(t, os.MkdirAll(filepath.Join(dir, "inner"), 0o755))
+	err := env.Client.Create(context.Background(), &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "nested", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
+		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{
+			{Name: "repo", HostPath: ptr(dir)}, {Name: "ro", HostPath: ptr(filepath.Join(dir, "inner")), Access: ptr("ReadOnly")}},
+	}})
+	admissionRefused(t, err, "root-overlap")
+}
+
+// TestRootSymlinkSwapNotFollowed: an environment whose hostPath is a symlink is pinned to
+// the directory it named when it became ready. After the link is swapped to another
+// directory, patches, data-plane reads and commands still reach the pinned directory, and
+// the environment's next pass fails it with root-changed (fail closed, never re-pinned).
+func TestRootSymlinkSwapNotFollowed(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	base := workDir(t)
+	real, other, link := filepath.Join(base, "real"), filepath.Join(base, "other"), filepath.Join(base, "link")
+	must(t, os.MkdirAll(real, 0o755))
+	must(t, os.MkdirAll(other, 0o755))
+	must(t, os.WriteFile(filepath.Join(real, "a.txt"), []byte("real\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(other, "a.txt"), []byte("other\n"), 0o644))
+	must(t, os.Symlink(real, link))
+	// AutoApply from the start: no later spec change may race the swap below.
+	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
+		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(link)}},
+		PatchApproval: ptr(wbv1.PatchApprovalAutoApply), NodeSelector: map[string]string{wbv1.NodeLabel: nodeName},
+	}}))
+	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
+		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/cat", nil, []string{"a.txt"})))
+	eventually(t, 30*time.Second, "environment Ready and session Running", func() (bool, string) {
+		var e wbv1.Environment
+		var s wbv1.TerminalSession
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
+		return e.Status.Phase == wbv1.EnvironmentReady && s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("env=%+v session=%+v", e.Status, s.Status)
+	})
+
+	// Swap the link to the other directory.
+	must(t, os.Remove(link))
+	must(t, os.Symlink(other, link))
+
+	must(t, env.Client.Create(ctx, filePatch(t, ns, "fp", func(s *wbv1.FilePatchSpec) {
+		s.Format = wbv1.PatchFormatStructured
+		s.Operations = []wbv1.FileOperation{{Op: "replace", Path: "a.txt", Content: ptr("patched\n")}}
+	})))
+	patchPhase(t, ns, "fp", "Applied")
+	if r, o := readFile(t, filepath.Join(real, "a.txt")), readFile(t, filepath.Join(other, "a.txt")); r != "patched\n" || o != "other\n" {
+		t.Fatalf("after the swap: real=%q other=%q (the patch must reach the pinned directory only)", r, o)
+	}
+	endpoint, hc := dataPlaneClient(t)
+	opToken := tokenFor(t, ns, "op", "workbench-operator")
+	code, body := call(t, hc, http.MethodGet, endpoint+dataplane.FilesPath(ns, "e", "read")+"?root=repo&path=a.txt", opToken, nil)
+	var rr dataplane.ReadResponse
+	if code != http.StatusOK || json.Unmarshal(body, &rr) != nil || string(rr.Data) != "patched\n" {
+		t.Fatalf("data-plane read after the swap: %d %s", code, body)
+	}
+
+	// A command started now works in the pinned directory too, not in the link's new target.
+	must(t, env.Client.Create(ctx, command(ns, "c", "/bin/cat", "a.txt")))
+	if c := waitFinal(t, ns, "c"); c.Status.Phase != wbv1.CommandSucceeded || output(t, ns, c) != "patched\n" {
+		t.Fatalf("command after the swap: %+v output %q", c.Status, output(t, ns, c))
+	}
+
+	// The environment's next pass sees the swap and fails closed.
+	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var e wbv1.Environment
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e); err != nil {
+			return err
+		}
+		if e.Annotations == nil {
+			e.Annotations = map[string]string{}
+		}
+		e.Annotations["test/nudge"] = time.Now().Format(time.RFC3339Nano)
+		return env.Client.Update(ctx, &e)
+	}))
+	eventually(t, 30*time.Second, "environment failed with root-changed", func() (bool, string) {
+		var e wbv1.Environment
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+		for _, c := range e.Status.Conditions {
+			if c.Type == wbv1.ConditionReady && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, "root-changed") {
+				return e.Status.Phase == wbv1.EnvironmentFailed, fmt.Sprintf("phase %s", e.Status.Phase)
+			}
+		}
+		return false, fmt.Sprintf("%+v", e.Status)
+	})
+}
