@@ -346,7 +346,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	if err != nil || !proceed {
 		return err
 	}
-	seqFrom := live.LastSeq() + 1
+	seqFrom := live.LastSeq() + 1 // the data plane's output stream starts here
 	out := &liveOutput{rg: live}
 	spec.OnOutput = out.write
 	h, err := a.runner.Start(context.Background(), spec)
