@@ -260,6 +260,28 @@ resources:
 patches:
 - path: node-agent-host-paths.yaml
 EOF
+  # The aggregated API server (config/apiserver) needs its serving and node-client
+  # certificate Secrets and the API server's front-proxy (requestheader) configuration,
+  # which neither config/default nor this script provide yet: without them its APIService
+  # stays unavailable, and an unavailable APIService blocks every namespace deletion
+  # (discovery fails). It is left out of this cluster until it is wired.
+  if grep -q -- '- ../apiserver' "${ROOT}/config/default/kustomization.yaml"; then
+    cat >>"${STATE}/overlay/kustomization.yaml" <<'EOF'
+- patch: |-
+    $patch: delete
+    apiVersion: apiregistration.k8s.io/v1
+    kind: APIService
+    metadata:
+      name: v1alpha1.subresources.workbench.sensorium.dev
+- patch: |-
+    $patch: delete
+    apiVersion: apps/v1
+    kind: Deployment
+    metadata:
+      name: workbench-apiserver
+      namespace: workbench-system
+EOF
+  fi
   cat >"${STATE}/overlay/node-agent-host-paths.yaml" <<EOF
 apiVersion: apps/v1
 kind: DaemonSet
