@@ -329,6 +329,14 @@ func (m *Manager) Load(name string) (*Group, error) {
 	if !slices.ContainsFunc(g.dirs(), fileExists) {
 		return nil, fmt.Errorf("cgroups: group %s/%s: %w", m.parent, name, os.ErrNotExist)
 	}
+	if m.mode == ModeV1 {
+		g.ctrls = []Controller{}
+		for _, c := range v1Controllers {
+			if fileExists(g.dir(c)) {
+				g.ctrls = append(g.ctrls, c)
+			}
+		}
+	}
 	return g, nil
 }
 
@@ -404,6 +412,19 @@ func (m *Manager) Sweep(keep func(name string) bool) (SweepReport, error) {
 		rep.Removed = append(rep.Removed, n)
 	}
 	return rep, errors.Join(errs...)
+}
+
+// RemoveParent removes the parent's directories if no group is left under them (an
+// agent that stops with nothing running leaves nothing behind). It reports whether the
+// parent is gone.
+func (m *Manager) RemoveParent() bool {
+	gone := true
+	for _, d := range m.parentDirs() {
+		if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) {
+			gone = false
+		}
+	}
+	return gone
 }
 
 // v1 hierarchies that hold a directory per group.
@@ -498,6 +519,17 @@ type Group struct {
 	m      *Manager
 	name   string
 	limits Limits
+	// v1: the hierarchies the group lives in (cpu only with a CPU quota: every
+	// hierarchy costs a migration when a process is added); nil means all of them.
+	ctrls []Controller
+}
+
+// hierarchies returns the v1 hierarchies the group's members are added to.
+func (g *Group) hierarchies() []Controller {
+	if g.ctrls == nil {
+		return v1Controllers
+	}
+	return g.ctrls
 }
 
 // Name returns the group's name ("cmd-<id>").
@@ -534,7 +566,7 @@ func (g *Group) Add(pid int) error {
 		}
 		return nil
 	}
-	for _, c := range v1Controllers {
+	for _, c := range g.hierarchies() {
 		if err := os.WriteFile(filepath.Join(g.dir(c), "cgroup.procs"), v, 0); err != nil {
 			return fmt.Errorf("cgroups: add pid %d to %s in %s: %w", pid, g.Path(), c, err)
 		}

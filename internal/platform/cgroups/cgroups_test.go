@@ -279,7 +279,7 @@ func TestCreateLimitAddKillDelete(t *testing.T) {
 	if !rep.Empty || rep.Found != 4 || rep.Rounds < 1 {
 		t.Fatalf("kill report %+v", rep)
 	}
-	if !strings.Contains(rep.Summary(), "killed 4 process(es)") || !strings.Contains(rep.Summary(), "(sleep)") {
+	if !strings.Contains(rep.Summary(), "killed 4 process(es)") || !strings.Contains(rep.Summary(), fmt.Sprintf("%d(sh)", cmd.Process.Pid)) {
 		t.Fatalf("summary %q", rep.Summary())
 	}
 	if err := cmd.Wait(); err == nil {
@@ -292,6 +292,9 @@ func TestCreateLimitAddKillDelete(t *testing.T) {
 		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("%s still exists after Delete: %v", d, err)
 		}
+	}
+	if !m.RemoveParent() {
+		t.Fatal("the parent of no group could not be removed")
 	}
 	// Killing an empty or deleted group is a no-op that reports empty.
 	if rep, err := g.Kill(); err != nil || !rep.Empty || rep.Found != 0 {
