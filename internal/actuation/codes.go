@@ -109,6 +109,7 @@ const (
 	CodeSessionNotRunning    Code = "session-not-running"   // input, resize or signal to a session that ended
 	CodeSandboxSetupFailed   Code = "sandbox-setup-failed"  // isolation could not be established: nothing ran
 	CodeCleanupIncomplete    Code = "cleanup-incomplete"    // processes of the group may remain
+	CodeCgroupUnavailable    Code = "cgroup-unavailable"    // a required cgroup controller is missing or the group could not be made: nothing ran
 	CodeStartFailed          Code = "start-failed"          // the program could not be started
 	CodeSourceFailed         Code = "source-failed"         // a wait's observed source failed
 	CodeConditionUnreachable Code = "condition-unreachable" // a wait's condition can no longer hold
@@ -118,6 +119,7 @@ const (
 	CodeImageInvalid         Code = "image-invalid"          // no boot image, a path outside the node's image dir, a missing or oversized file
 	CodeResourcesAboveMax    Code = "resources-above-max"    // vCPUs or memory above the node's per-VM bounds
 	CodeResourcesInvalid     Code = "resources-invalid"      // vCPUs or memory below what a guest needs
+	CodeResourceNotEnforced  Code = "resource-not-enforced"  // a resource limit the backend cannot enforce (refused, never ignored)
 	CodeVMCapReached         Code = "vm-cap-reached"         // the node runs its maximum number of VMs
 	CodeBootFailed           Code = "boot-failed"            // the VMM or vsock device exited, or the guest refused the boot's binding
 	CodeBootTimeout          Code = "boot-timeout"           // no guest handshake within the boot timeout
@@ -149,8 +151,8 @@ var allCodes = []Code{
 	CodeRootInvalid, CodePatchInvalid, CodeSessionMissing, CodeEnvironmentUnavailable,
 	CodeSessionClosed, CodeRootNotAdmitted, CodeNoPTY, CodeWatchUnavailable, CodeWatchCapReached, CodeLandlockUnavailable,
 	CodeInputTooLarge, CodeCommandCapReached, CodeInvalidSpec, CodeSessionExists, CodeSessionNotRunning,
-	CodeSandboxSetupFailed, CodeCleanupIncomplete, CodeStartFailed, CodeSourceFailed, CodeConditionUnreachable, CodeProbeTimedOut,
-	CodeImageInvalid, CodeResourcesAboveMax, CodeResourcesInvalid, CodeVMCapReached, CodeBootFailed, CodeBootTimeout,
+	CodeSandboxSetupFailed, CodeCleanupIncomplete, CodeCgroupUnavailable, CodeStartFailed, CodeSourceFailed, CodeConditionUnreachable, CodeProbeTimedOut,
+	CodeImageInvalid, CodeResourcesAboveMax, CodeResourcesInvalid, CodeResourceNotEnforced, CodeVMCapReached, CodeBootFailed, CodeBootTimeout,
 	CodeVMNotRunning, CodeEnvironmentIDInvalid, CodeStateDirTooLong,
 }
 

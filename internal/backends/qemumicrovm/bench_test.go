@@ -1,9 +1,7 @@
 package qemumicrovm
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,7 +15,6 @@ import (
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
 	"sensorium.dev/workbench/internal/backends"
-	"sensorium.dev/workbench/internal/guestclient"
 	"sensorium.dev/workbench/internal/nodeagent/guestpty"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/nodeagent/session"
@@ -40,64 +37,13 @@ func p50(ds []time.Duration) time.Duration {
 
 func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// bareBoot is the floor: the same vsock device and QEMU command line (same kernel, initrd,
-// accelerator, devices, memory and vCPUs) launched directly, timed from the first process
-// start to the guest agent's first reply (the handshake answer). No record, no digest
-// check, no process identities, no root creation.
+// bareBoot is the floor (FloorBoot): the product's own command line launched directly.
 func bareBoot(b *testing.B, bk *Backend, img *backends.BootImage, dir string) time.Duration {
 	b.Helper()
-	must := func(err error) {
-		if err != nil {
-			b.Fatal(err)
-		}
+	took, err := bk.FloorBoot(context.Background(), img, dir)
+	if err != nil {
+		b.Fatal(err)
 	}
-	must(os.MkdirAll(dir, 0o700))
-	defer os.RemoveAll(dir)
-	nonce, _ := newNonce()
-	rec := &Record{Accel: AccelTCG, VCPUs: DefaultVCPUs, MemoryMiB: DefaultMemoryMiB, CommandLine: commandLine(img.CommandLine, AccelTCG),
-		Binding: protocol.Binding{EnvironmentRef: "bench/floor", SourceGeneration: 1, PlanDigest: protocol.DigestOf([]byte("floor")),
-			ImageDigest: imageDigest(img), GuestCID: guestCID, BootNonce: nonce}}
-	bj, _ := json.Marshal(rec.Binding)
-	must(os.WriteFile(filepath.Join(dir, bindingName), bj, 0o400))
-	kernel, err := os.Open(filepath.Join(bk.cfg.ImageDir, img.KernelPath))
-	must(err)
-	defer kernel.Close()
-	initrd, err := os.Open(filepath.Join(bk.cfg.ImageDir, img.InitrdPath))
-	must(err)
-	defer initrd.Close()
-	vs, gs := filepath.Join(dir, vhostSock), filepath.Join(dir, guestSock)
-	w, err := watchDir(dir)
-	must(err)
-	defer w.close()
-
-	start := time.Now()
-	dev := exec.Command(bk.devBin, "--guest-cid=3", "--socket="+vs, "--uds-path="+gs)
-	dev.Env = []string{"RUST_LOG=warn"}
-	must(dev.Start())
-	defer func() { dev.Process.Kill(); dev.Wait() }()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	must(w.waitFor(ctx, vs, nil))
-	ready, err := guestclient.ListenReady(gs, 0)
-	must(err)
-	defer ready.Close()
-	serial, err := listenSerial(filepath.Join(dir, serialSock), filepath.Join(dir, serialLog), DefaultSerialMaxBytes)
-	must(err)
-	go serial.serve(time.Now().Add(60 * time.Second))
-	defer serial.close()
-	q := exec.Command(bk.qemuBin, bk.qemuArgs(dir, rec)...)
-	q.ExtraFiles = []*os.File{kernel, initrd}
-	var out bytes.Buffer
-	q.Stdout, q.Stderr = &out, &out
-	must(q.Start())
-	defer func() { q.Process.Kill(); q.Wait() }()
-	if err := ready.Wait(ctx); err != nil {
-		b.Fatalf("floor boot: %v (%s)", err, out.String())
-	}
-	c, _, err := guestclient.WaitReady(ctx, guestclient.Endpoint{Path: gs, Hybrid: true}, rec.Binding, 20*time.Millisecond)
-	must(err)
-	took := time.Since(start)
-	c.Close()
 	return took
 }
 

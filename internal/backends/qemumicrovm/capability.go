@@ -152,7 +152,7 @@ func (b *Backend) Capability() (actuation.Capability, error) {
 		ControlChannelBinding: "environment-generation-boot-nonce", BootMode: "direct-kernel",
 		StorageFormats: []string{"kernel-initrd-rootfs"}, DeviceClasses: b.devices(), ConsoleMode: "diagnostic-output-only",
 		NetworkProfiles: []string{"none"}, HostFilesystemSharing: "denied", CredentialInjection: "denied",
-		ResourceEnforcement: []string{"channel-bounds", "guest-memory", "guest-vcpu"},
+		ResourceEnforcement: b.resourceEnforcement(),
 		LifecycleOperations: []string{"allocate", "start", "inspect", "drain", "teardown", "recover"},
 	}, nil
 }

@@ -20,6 +20,7 @@ import (
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/guestclient"
 	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
+	"sensorium.dev/workbench/internal/platform/cgroups"
 )
 
 // vm is a VM this process runs: booted by it, or adopted from an exact record match.
@@ -206,6 +207,7 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 		return nil, err
 	}
 	v := &vm{dir: dir, rec: rec}
+	cg, cgErr := b.vmCgroup(dir, rec) // QEMU and the vsock device are born in the VM's cgroup
 	var qemuOut, devOut cappedBuffer
 	qemuOut.max, devOut.max = 8<<10, 8<<10
 	fail := func(code string, err error) (*vm, error) {
@@ -222,6 +224,9 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 		_ = writeRecord(dir, rec)
 		return nil, fsaccess.Wrap(code, err, "boot of generation %d under %s%s", rec.Generation, rec.Accel, protocol.Truncate(said))
 	}
+	if cgErr != nil {
+		return fail(CodeCgroupUnavailable, cgErr)
+	}
 	bootCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	deadline, _ := bootCtx.Deadline()
@@ -237,7 +242,7 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 	dev.Dir, dev.Env = dir, []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "RUST_LOG=warn"}
 	dev.Stdout, dev.Stderr = &devOut, &devOut
 	dev.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if v.dev, v.devDone, err = startProc(dev); err != nil {
+	if v.dev, v.devDone, err = startProc(dev, cg); err != nil {
 		return fail(CodeBootFailed, fmt.Errorf("start vhost-device-vsock: %w", err))
 	}
 	rec.Device = &v.dev.id
@@ -266,7 +271,7 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 	q.Stdout, q.Stderr = &qemuOut, &qemuOut
 	q.ExtraFiles = []*os.File{files.kernel, files.initrd}
 	q.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if v.qemu, v.qemuDone, err = startProc(q); err != nil {
+	if v.qemu, v.qemuDone, err = startProc(q, cg); err != nil {
 		return fail(CodeBootFailed, fmt.Errorf("start QEMU: %w", err))
 	}
 	rec.QEMU, rec.LaunchedAt = &v.qemu.id, time.Now().UTC()
@@ -348,8 +353,12 @@ func bootCode(parent context.Context, err error) string {
 
 // startProc starts cmd, opens a pidfd for the child before anything can reap it (so the
 // pid is exact), records its identity, and reaps it in the background; done closes then.
-func startProc(cmd *exec.Cmd) (*procHandle, <-chan struct{}, error) {
-	if err := cmd.Start(); err != nil {
+func startProc(cmd *exec.Cmd, g *cgroups.Group) (*procHandle, <-chan struct{}, error) {
+	start := cmd.Start
+	if g != nil {
+		start = func() error { return g.StartCmd(cmd) }
+	}
+	if err := start(); err != nil {
 		return nil, nil, err
 	}
 	pid := cmd.Process.Pid
@@ -410,11 +419,12 @@ func (b *Backend) killAll(dir string, rec *Record, v *vm) ([]string, error) {
 		v.qemu.close()
 		v.dev.close()
 	}
+	cgLeft := b.removeVMCgroup(dir) // anything else the VMM processes left behind
 	left, err := scanOwned(dir, []string{b.qemuBin, b.devBin})
 	if err != nil {
 		return nil, err
 	}
-	var residue []string
+	residue := cgLeft
 	for _, id := range left {
 		residue = append(residue, fmt.Sprintf("process %s %s", id, id.Exe))
 	}

@@ -48,6 +48,7 @@ import (
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/guestclient"
 	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
+	"sensorium.dev/workbench/internal/platform/cgroups"
 )
 
 // ID is the backend identifier (spec.backend).
@@ -59,6 +60,7 @@ const (
 	CodeImageInvalid      = string(actuation.CodeImageInvalid)      // no boot image, a path outside the image dir, a missing or oversized file
 	CodeDigestMismatch    = string(actuation.CodeDigestMismatch)    // a boot file's content is not the manifest's digest
 	CodeRootInvalid       = string(actuation.CodeRootInvalid)       // a root with a hostPath or source: no host directory is shared
+	CodeCgroupUnavailable = string(actuation.CodeCgroupUnavailable) // the VM's cgroup could not be made
 	CodeResourcesAboveMax = string(actuation.CodeResourcesAboveMax) // vCPUs or memory above the node's bounds
 	CodeResourcesInvalid  = string(actuation.CodeResourcesInvalid)  // below the minimum the guest needs
 	CodeVMCapReached      = string(actuation.CodeVMCapReached)      // the node runs MaxVMs VMs
@@ -130,6 +132,11 @@ type Config struct {
 	// NoRNG leaves out virtio-rng; NoSandbox leaves out QEMU's seccomp sandbox (for a
 	// QEMU built without it).
 	NoRNG, NoSandbox bool
+	// Cgroups, when set, puts QEMU and the vsock device of each VM in a cgroup
+	// (vm-<environment>) with memory (guest memory + VMMOverheadMiB) and pids
+	// (VMMPids) limits and a CPU quota of vCPUs+1; a missing controller refuses the
+	// boot with cgroup-unavailable.
+	Cgroups *cgroups.Manager
 }
 
 // Backend is the qemu-microvm.v1 backend. It is safe for concurrent use; operations on

@@ -27,6 +27,7 @@ import (
 	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/nodeagent/store"
 	"sensorium.dev/workbench/internal/nodeagent/waits"
+	"sensorium.dev/workbench/internal/platform/cgroups"
 )
 
 // Version is the agent's version, stamped at build time.
@@ -43,6 +44,7 @@ type Agent struct {
 	backends *backends.Registry
 	sessions *session.Manager
 	runner   *procexec.Runner
+	cgroups  *cgroups.Manager // a group per command, session and VMM
 	client   client.Client
 	reader   client.Reader
 
@@ -94,9 +96,14 @@ func New(cfg Config, opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	cg, err := newCgroups(cfg)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	bs := opts.Backends
 	if bs == nil {
-		if bs, err = defaultBackends(cfg); err != nil {
+		if bs, err = defaultBackends(cfg, cg); err != nil {
 			_ = db.Close()
 			return nil, err
 		}
@@ -124,8 +131,10 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		sessions: session.NewManager(session.Caps{
 			Sessions: caps.Sessions, SessionsPerEnvironment: caps.SessionsPerEnvironment, ReaderTasks: caps.ReaderTasks,
 			InputQueueDepth: caps.InputQueueDepth, EventBufferDepth: caps.EventBufferDepth,
-		}),
-		runner:         procexec.NewRunner(procexec.Limits{MaxConcurrent: caps.ConcurrentCommands, TempBase: filepath.Join(cfg.StateDir, "tmp"), HelperPath: sandboxHelper(cfg, opts)}),
+		}, session.WithCgroups(cg)),
+		runner: procexec.NewRunner(procexec.Limits{MaxConcurrent: caps.ConcurrentCommands, TempBase: filepath.Join(cfg.StateDir, "tmp"),
+			HelperPath: sandboxHelper(cfg, opts), Cgroups: cg}),
+		cgroups:        cg,
 		envs:           map[string]*liveEnv{},
 		sess:           map[string]*liveSession{},
 		commands:       map[string]*liveCommand{},

@@ -336,6 +336,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		p.refuse(code, msg)
 		return nil
 	}
+	spec.Resources, spec.CgroupID = environmentLimits(&env), string(cmd.UID)
 	rec, proceed, err := a.recordStart(p, string(sess.UID))
 	if err != nil || !proceed {
 		return err
@@ -491,6 +492,9 @@ func (a *Agent) awaitCommand(cmd *wbv1.TerminalCommand, h *procexec.Handle, rg *
 	if res.Signal == "" || res.SignalOrigin == procexec.OriginExit {
 		code := int32(res.ExitCode)
 		o.ExitCode = &code
+	}
+	if s := res.Cgroup.Summary(); s != "" {
+		o.Message += "; " + s // what the cgroup teardown found, limits that were hit
 	}
 	if !res.CleanupComplete && err == nil {
 		o.Message += "; cleanup incomplete: processes of the group may remain"

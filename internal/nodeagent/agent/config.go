@@ -35,6 +35,8 @@ type Config struct {
 	SandboxHelper string `json:"sandboxHelper,omitempty"`
 	// HeartbeatSeconds is the WorkbenchNode heartbeat period.
 	HeartbeatSeconds int `json:"heartbeatSeconds,omitempty"`
+	// Cgroups configures the cgroups of host processes (default parent: see CgroupsConfig).
+	Cgroups *CgroupsConfig `json:"cgroups,omitempty"`
 	// QEMU enables the qemu-microvm.v1 backend (absent or enabled: false: not offered).
 	QEMU *QEMUConfig `json:"qemu,omitempty"`
 	// RecordRetentionSeconds is how long the store keeps the record of an object that no

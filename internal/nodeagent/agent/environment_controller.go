@@ -137,6 +137,11 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			a.recordEvent(&env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
 			break
 		}
+		if code, msg := unenforcedResources(b.ID(), spec); code != "" {
+			set(wbv1.ConditionReady, false, wbv1.ReasonFailed, code+": "+msg)
+			a.recordEvent(&env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
+			break
+		}
 		rec := store.Environment{UID: spec.ID, Namespace: env.Namespace, Name: env.Name, Backend: b.ID(), RootPaths: map[string]string{},
 			Phase: string(backends.PhaseAllocating), UpdatedAt: time.Now()}
 		if old, found, err := a.store.Environments().Get(spec.ID); err != nil {

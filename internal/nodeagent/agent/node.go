@@ -79,7 +79,7 @@ func (a *Agent) capabilities() []wbv1.BackendCapability {
 		Locality: "local-only", HostArchitecture: arch, GuestArchitecture: arch, IsolationClass: "none",
 		ControlTransport: "local-process", ControlGuestEndpoint: "none", ControlHostEndpoint: "none", ControlChannelBinding: "none",
 		BootMode: "none", ConsoleMode: "none", NetworkProfiles: []string{"none"}, CredentialInjection: "denied",
-		ResourceEnforcement: []string{"host-process", "channel-bounds"},
+		ResourceEnforcement: a.hostEnforcement(),
 		LifecycleOperations: []string{"allocate", "inspect", "drain", "teardown", "recover"},
 	}
 	var out []wbv1.BackendCapability

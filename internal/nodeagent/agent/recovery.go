@@ -58,6 +58,8 @@ func (a *Agent) recover(ctx context.Context) error {
 		outcome, msg := killRecorded(s.PGID, s.PID, s.StartTime)
 		report(fmt.Sprintf("session/%s/%s pgid %d", s.Namespace, s.Name, s.PGID), outcome, msg)
 	}
+	// Every command and session group of the previous process, with whatever it holds.
+	a.sweepCgroups(report)
 	// Private temp dirs of commands live under <state>/tmp; nothing there survives a restart.
 	tmp := a.cfg.StateDir + "/tmp"
 	if entries, err := os.ReadDir(tmp); err == nil {

@@ -251,6 +251,7 @@ func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl
 			ID: string(ts.UID), EnvironmentID: string(env.UID), Argv: argv, Env: kv,
 			Dir: filepath.Clean(dir), Rows: uint16(ts.Spec.Rows), Cols: uint16(ts.Spec.Cols),
 			IdleTimeout: time.Duration(ts.Spec.IdleTimeoutSeconds) * time.Second, MaxDuration: time.Duration(ts.Spec.MaxDurationSeconds) * time.Second,
+			Resources: environmentLimits(&env),
 		})
 		if err != nil {
 			_ = a.store.Sessions().Delete(rec.UID)

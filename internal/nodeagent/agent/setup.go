@@ -17,16 +17,17 @@ import (
 	"sensorium.dev/workbench/internal/backends/hostlocal"
 	"sensorium.dev/workbench/internal/backends/qemumicrovm"
 	"sensorium.dev/workbench/internal/nodeagent/fixture"
+	"sensorium.dev/workbench/internal/platform/cgroups"
 )
 
-func defaultBackends(cfg Config) ([]backends.Backend, error) {
+func defaultBackends(cfg Config, cg *cgroups.Manager) ([]backends.Backend, error) {
 	bs := []backends.Backend{
 		hostlocal.New(cfg.AdmittedRoots),
 		fixturecopy.New(filepath.Join(cfg.StateDir), cfg.AdmittedRoots, fixture.Limits{}),
 	}
 	if q := cfg.QEMU; q != nil && q.Enabled {
 		vm, err := qemumicrovm.New(qemumicrovm.Config{StateDir: cfg.StateDir, ImageDir: q.ImageDir, QEMUBinary: q.QEMUBinary,
-			VhostDeviceVsock: q.VhostDeviceVsock, Accel: q.Accel, MaxVMs: q.MaxVMs})
+			VhostDeviceVsock: q.VhostDeviceVsock, Accel: q.Accel, MaxVMs: q.MaxVMs, Cgroups: cg})
 		if err != nil {
 			return nil, err
 		}

@@ -35,6 +35,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/platform/cgroups"
 )
 
 // Caps and defaults. Each cap names the refusal code it produces.
@@ -119,6 +120,11 @@ type Spec struct {
 	// TempDirEnv, when set (e.g. "TMPDIR"), adds NAME=<private temp dir> to
 	// the environment. By default the environment is exactly Env.
 	TempDirEnv string
+	// Resources are the command's cgroup limits (zero fields select the command
+	// defaults, see ResolveLimits) and CgroupID names its group (default: random).
+	// Used when the Runner has a cgroup manager.
+	Resources cgroups.Limits
+	CgroupID  string
 }
 
 // Info identifies a started command (for status and crash recovery).
@@ -143,8 +149,11 @@ type Result struct {
 	StartTime       uint64
 	Duration        time.Duration
 	// CleanupComplete is true when kill(-pgid, 0) returned ESRCH after the
-	// group was reaped, the output pipe reached EOF and the temp dir was removed.
+	// group was reaped, the output pipe reached EOF, the temp dir was removed
+	// and (with a cgroup manager) the command's cgroup was confirmed empty and removed.
 	CleanupComplete bool
+	// Cgroup reports the command's cgroup (nil without a cgroup manager).
+	Cgroup *CgroupReport
 }
 
 // Limits configures a Runner.
@@ -159,6 +168,10 @@ type Limits struct {
 	// A small dedicated binary avoids paying the agent's package
 	// initialisation on every command.
 	HelperPath string
+	// Cgroups, when set, gives every command a cgroup of its own (KindCommand) with
+	// Spec.Resources; a missing controller refuses with cgroup-unavailable. The node
+	// agent always sets it; nil runs commands without a cgroup.
+	Cgroups *cgroups.Manager
 }
 
 // Runner admits and starts commands under Limits.
@@ -205,6 +218,7 @@ type Handle struct {
 	cmd     *exec.Cmd
 	started time.Time
 	release func()
+	cgroup  *cgroups.Group
 
 	outR    *os.File
 	outDone chan struct{}
@@ -288,8 +302,21 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 		HostNetNS:     hostNS,
 		LandlockABI:   abi,
 	}
-	h, err := r.spawn(ctx, self, spec, cfg)
+	var g *cgroups.Group
+	if r.limits.Cgroups != nil {
+		if g, err = CreateCgroup(r.limits.Cgroups, cgroups.KindCommand, CgroupID(spec.CgroupID), spec.Resources); err != nil {
+			cleanupTmp()
+			release()
+			return nil, err
+		}
+		spec.Resources = ResolveLimits(spec.Resources)
+	}
+	h, err := r.spawn(ctx, self, spec, cfg, g)
 	if err != nil {
+		if g != nil {
+			_, _ = g.Kill()
+			_ = g.Delete()
+		}
 		cleanupTmp()
 		release()
 		return nil, err
@@ -300,7 +327,7 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 	return h, nil
 }
 
-func (r *Runner) spawn(ctx context.Context, self string, spec Spec, cfg helperConfig) (*Handle, error) {
+func (r *Runner) spawn(ctx context.Context, self string, spec Spec, cfg helperConfig, g *cgroups.Group) (*Handle, error) {
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("procexec: config pipe: %w", err)
@@ -346,6 +373,16 @@ func (r *Runner) spawn(ctx context.Context, self string, spec Spec, cfg helperCo
 		return nil, fmt.Errorf("procexec: start sandbox helper: %w", startErr)
 	}
 	pid := cmd.Process.Pid
+	if g != nil {
+		// Into the cgroup before the helper is configured: it does nothing before.
+		if err := EnterCgroup(g, pid); err != nil {
+			_ = SignalGroup(pid, syscall.SIGKILL)
+			_, _ = ReapGroup(pid)
+			_ = cmd.Process.Release()
+			outR.Close()
+			return nil, err
+		}
+	}
 
 	// Hand over the configuration, then wait for exec (EOF) or a failure report.
 	raw, _ := json.Marshal(cfg)
@@ -365,6 +402,7 @@ func (r *Runner) spawn(ctx context.Context, self string, spec Spec, cfg helperCo
 	h := &Handle{
 		spec:    spec,
 		cmd:     cmd,
+		cgroup:  g,
 		started: time.Now(),
 		outR:    outR,
 		outDone: make(chan struct{}),
@@ -475,6 +513,15 @@ func (h *Handle) waitLoop() {
 	h.mu.Unlock()
 	h.stopCtx()
 
+	// Kill the whole cgroup first: setsid'd and double-forked processes are
+	// outside the process group but never outside the cgroup.
+	var cg *CgroupReport
+	if h.cgroup != nil {
+		var err error
+		if cg, err = TeardownCgroup(h.cgroup, h.spec.Resources, h.info.Pgid); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	// The leader is an unreaped zombie, so -pgid still names this group:
 	// nothing of it may outlive the command.
 	if err := SignalGroup(h.info.Pgid, syscall.SIGKILL); err != nil {
@@ -527,7 +574,8 @@ func (h *Handle) waitLoop() {
 		Pgid:            h.info.Pgid,
 		StartTime:       h.info.StartTime,
 		Duration:        ended.Sub(h.started),
-		CleanupComplete: !exists && drained && tmpGone,
+		CleanupComplete: !exists && drained && tmpGone && (cg == nil || cg.Kill.Empty && cg.Removed),
+		Cgroup:          cg,
 	}
 	h.err = errors.Join(errs...)
 	close(h.done)

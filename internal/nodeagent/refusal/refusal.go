@@ -61,6 +61,9 @@ const (
 	// CleanupIncomplete: termination was requested but the runtime could not
 	// (yet) confirm that no process of the group remains.
 	CleanupIncomplete = string(actuation.CodeCleanupIncomplete)
+	// CgroupUnavailable: a required cgroup controller is missing (or the group could
+	// not be created); the runtime fails closed and runs nothing unconfined.
+	CgroupUnavailable = string(actuation.CodeCgroupUnavailable)
 )
 
 // Error is an explicit refusal with a stable machine-readable Code and a

@@ -150,7 +150,7 @@ func New(cfg Config) (*Ring, error) {
 	}
 	return &Ring{
 		cfg:     cfg,
-		buf:     make([]Event, cfg.MaxEvents),
+		buf:     make([]Event, min(cfg.MaxEvents, initialEvents)),
 		nextSeq: 1,
 		notify:  make(chan struct{}),
 		digest:  sha256.New(),
@@ -208,11 +208,27 @@ func (r *Ring) appendLocked(now time.Time, kind Kind, data []byte, n int) {
 	for r.n > 0 && (r.n >= r.cfg.MaxEvents || r.bytes+len(data) > r.cfg.MaxBytes) {
 		r.evictOldestLocked()
 	}
+	if r.n == len(r.buf) {
+		r.growLocked()
+	}
 	idx := (r.head + r.n) % len(r.buf)
 	r.buf[idx] = Event{Seq: r.nextSeq, Time: now, Kind: kind, Data: data, Bytes: n}
 	r.nextSeq++
 	r.n++
 	r.bytes += len(data)
+}
+
+// initialEvents is the slot count a ring starts with; it doubles on demand up to
+// MaxEvents, so an idle session's ring costs little.
+const initialEvents = 16
+
+// growLocked doubles the slots (at most MaxEvents), keeping the events in order.
+func (r *Ring) growLocked() {
+	nb := make([]Event, min(max(2*len(r.buf), 1), r.cfg.MaxEvents))
+	for i := 0; i < r.n; i++ {
+		nb[i] = r.buf[(r.head+i)%len(r.buf)]
+	}
+	r.buf, r.head = nb, 0
 }
 
 func (r *Ring) evictOldestLocked() {

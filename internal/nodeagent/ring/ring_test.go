@@ -309,3 +309,56 @@ func BenchmarkAppendRead(b *testing.B) {
 		_, cursor, _ = r.Read(cursor, 1)
 	}
 }
+
+// TestGrowOnDemandKeepsOrder: a ring starts small and grows up to MaxEvents; growing a
+// wrapped buffer (the head moved by age eviction) keeps every event in order.
+func TestGrowOnDemandKeepsOrder(t *testing.T) {
+	now := time.Unix(1000, 0)
+	r, err := New(Config{MaxEvents: 100, MaxAge: 10 * time.Second, MaxBytes: 1 << 20, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.buf) != initialEvents {
+		t.Fatalf("a new ring holds %d slots, want %d", len(r.buf), initialEvents)
+	}
+	for i := 0; i < 8; i++ {
+		if _, err := r.Append(KindOutput, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now = now.Add(6 * time.Second)
+	for i := 8; i < 16; i++ {
+		if _, err := r.Append(KindOutput, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now = now.Add(5 * time.Second) // the first 8 are older than MaxAge now
+	for i := 16; i < 30; i++ {     // wraps the 16 slots, then grows
+		if _, err := r.Append(KindOutput, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(r.buf) != 32 {
+		t.Fatalf("grew to %d slots, want 32", len(r.buf))
+	}
+	evs, _, gap := r.Read(0, 0)
+	if gap == nil {
+		t.Fatal("no gap reported for the 8 evicted events")
+	}
+	if len(evs) != 22 {
+		t.Fatalf("read %d events, want 22", len(evs))
+	}
+	for i, e := range evs {
+		if want := byte(8 + i); e.Data[0] != want || e.Seq != uint64(9+i) {
+			t.Fatalf("event %d = seq %d data %d, want seq %d data %d", i, e.Seq, e.Data[0], 9+i, want)
+		}
+	}
+	for i := 30; i < 300; i++ {
+		if _, err := r.Append(KindOutput, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(r.buf) != 100 || r.n != 100 {
+		t.Fatalf("ring holds %d of %d slots, want 100 of 100 (the MaxEvents cap)", r.n, len(r.buf))
+	}
+}

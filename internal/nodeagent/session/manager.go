@@ -32,6 +32,7 @@ import (
 	"sensorium.dev/workbench/internal/nodeagent/procexec"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
+	"sensorium.dev/workbench/internal/platform/cgroups"
 )
 
 // Defaults (resolved decision 14: the laptop profile is 2 sessions, 4 reader
@@ -183,10 +184,18 @@ func WithObserver(fn func(PhaseChange)) Option {
 	return func(m *Manager) { m.observer = fn }
 }
 
+// WithCgroups gives every session a cgroup of its own (cgroups.KindSession) with
+// Spec.Resources (procexec.ResolveLimits defaults); a missing controller refuses the
+// session with cgroup-unavailable. Teardown kills the whole cgroup.
+func WithCgroups(cg *cgroups.Manager) Option {
+	return func(m *Manager) { m.cgroups = cg }
+}
+
 // Manager owns the node's sessions and enforces Caps.
 type Manager struct {
 	caps     Caps
 	observer func(PhaseChange)
+	cgroups  *cgroups.Manager
 
 	mu       sync.Mutex
 	sessions map[string]*Session

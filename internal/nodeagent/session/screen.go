@@ -4,9 +4,14 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"sensorium.dev/workbench/internal/nodeagent/ring"
+	"fmt"
+	"io"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/charmbracelet/x/vt"
+
+	"sensorium.dev/workbench/internal/nodeagent/ring"
 )
 
 // Snapshot is a bounded viewport of the session's screen model (resolved
@@ -33,6 +38,7 @@ type Snapshot struct {
 // Screen returns a snapshot of the current viewport.
 func (s *Session) Screen() Snapshot {
 	s.screenMu.Lock()
+	s.ensureEmuLocked()
 	s.catchUpLocked()
 	cols, rows := s.emu.Width(), s.emu.Height()
 	lines := make([]string, 0, rows)
@@ -102,12 +108,21 @@ func (s *Session) catchUpLocked() {
 	for {
 		evs, next, gap := s.ring.Read(s.screenSeq, screenReadBatch)
 		if gap != nil {
+			// The sizes in effect before the evicted output are unknown too: lay out what
+			// is retained at the current size until a retained resize says otherwise.
 			_, _ = s.emu.Write([]byte("\x1bc"))
+			s.resizeEmuLocked(s.rows, s.cols)
 			s.screenGap = true
 		}
 		for _, e := range evs {
-			if e.Kind == ring.KindOutput && len(e.Data) > 0 {
+			switch {
+			case e.Kind == ring.KindOutput && len(e.Data) > 0:
 				_, _ = s.emu.Write(e.Data)
+			case e.Kind == ring.KindResize:
+				var rows, cols uint16
+				if _, err := fmt.Sscanf(string(e.Data), "%dx%d", &rows, &cols); err == nil {
+					s.resizeEmuLocked(rows, cols)
+				}
 			}
 		}
 		s.screenSeq = next
@@ -115,4 +130,33 @@ func (s *Session) catchUpLocked() {
 			return
 		}
 	}
+}
+
+// ensureEmuLocked builds the screen model the first time a screen is asked for: an
+// emulator at the session's initial size that then replays the ring from its start
+// (output and resizes in order; after an eviction, from what is retained). Until then an
+// idle session holds no emulator, and the PTY read path only appends to the ring.
+func (s *Session) ensureEmuLocked() {
+	if s.emu != nil {
+		return
+	}
+	s.emu = vt.NewEmulator(int(s.spec.Cols), int(s.spec.Rows))
+	s.emu.SetScrollbackSize(1) // viewport only; the ring is the bounded history
+	boundParser(s.emu)
+	s.screenSeq = 0
+	if s.screenClosed {
+		// Cleaned up: nobody drains the emulator's replies, so they must fail, not block.
+		if pw, ok := s.emu.InputPipe().(io.Closer); ok {
+			_ = pw.Close()
+		}
+		return
+	}
+	go s.drainReplies(s.emu)
+}
+
+func (s *Session) resizeEmuLocked(rows, cols uint16) {
+	if rows == 0 || cols == 0 || (s.emu.Height() == int(rows) && s.emu.Width() == int(cols)) {
+		return
+	}
+	s.emu.Resize(int(cols), int(rows))
 }

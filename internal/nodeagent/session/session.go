@@ -19,6 +19,7 @@ import (
 	"sensorium.dev/workbench/internal/nodeagent/procexec"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
+	"sensorium.dev/workbench/internal/platform/cgroups"
 )
 
 // Spec describes a session. Argv is data: Argv[0] is an absolute executable
@@ -42,6 +43,9 @@ type Spec struct {
 	Grace       time.Duration
 	// EventBufferDepth overrides the ring depth (<= Caps.EventBufferDepth).
 	EventBufferDepth int
+	// Resources are the session's cgroup limits (with a cgroup manager; zero
+	// fields select procexec.ResolveLimits defaults).
+	Resources cgroups.Limits
 	// SysProcAttr lets the caller add namespaces, credentials, ... to the
 	// process attributes. Setsid, Setctty and Ctty are forced afterwards.
 	SysProcAttr func(*syscall.SysProcAttr)
@@ -91,11 +95,15 @@ type Session struct {
 	master  *os.File
 	process *os.Process
 	start0  time.Time
+	cg      *cgroups.Group
+	cgRep   *procexec.CgroupReport // set once by the teardown
 
-	screenMu  sync.Mutex
-	emu       *vt.Emulator
-	screenSeq uint64 // the last ring event the screen model has consumed
-	screenGap bool   // the model was rebuilt after the ring evicted output it never saw
+	screenMu     sync.Mutex
+	emu          *vt.Emulator // nil until a screen is first asked for (screen.go)
+	rows, cols   uint16       // the current terminal size (guarded by screenMu)
+	screenClosed bool         // the session was cleaned up: replies are no longer drained
+	screenSeq    uint64       // the last ring event the screen model has consumed
+	screenGap    bool         // the model was rebuilt after the ring evicted output it never saw
 
 	inputQ     chan []byte
 	stopWriter chan struct{}
@@ -141,10 +149,11 @@ func newSession(m *Manager, spec Spec, rg *ring.Ring) *Session {
 		replyDone:  make(chan struct{}),
 		statuses:   map[int]unix.WaitStatus{},
 		done:       make(chan struct{}),
-		emu:        vt.NewEmulator(int(spec.Cols), int(spec.Rows)),
+		// The screen model (emu) is built on the first Screen or Resize that needs it,
+		// from the ring: an idle session nobody looks at holds no emulator.
+		rows: spec.Rows,
+		cols: spec.Cols,
 	}
-	s.emu.SetScrollbackSize(1) // viewport only; the ring is the bounded history
-	boundParser(s.emu)
 	s.phase.Store(Phase(""))
 	return s
 }
@@ -165,6 +174,14 @@ func (s *Session) start() error {
 		master.Close()
 		return fmt.Errorf("size pty: %w", err)
 	}
+	if s.m.cgroups != nil {
+		g, err := procexec.CreateCgroup(s.m.cgroups, cgroups.KindSession, procexec.CgroupID(s.spec.ID), s.spec.Resources)
+		if err != nil {
+			master.Close()
+			return err
+		}
+		s.cg, s.spec.Resources = g, procexec.ResolveLimits(s.spec.Resources)
+	}
 	attr := &syscall.SysProcAttr{}
 	if s.spec.SysProcAttr != nil {
 		s.spec.SysProcAttr(attr)
@@ -181,8 +198,13 @@ func (s *Session) start() error {
 		Stderr:      tty,
 		SysProcAttr: attr,
 	}
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if s.cg != nil {
+		start = func() error { return s.cg.StartCmd(cmd) } // born inside its cgroup
+	}
+	if err := start(); err != nil {
 		master.Close()
+		s.dropCgroup()
 		return fmt.Errorf("start %s: %w", s.spec.Argv[0], err)
 	}
 	pid := cmd.Process.Pid
@@ -201,7 +223,6 @@ func (s *Session) start() error {
 	// starts from Running.
 	s.setPhase(PhaseRunning, "started")
 	go s.pumpOutput()
-	go s.drainReplies()
 	go s.writeInput()
 	s.mu.Lock()
 	s.info = info
@@ -265,6 +286,22 @@ func (s *Session) Done() <-chan struct{} { return s.done }
 func (s *Session) Exit() Exit {
 	<-s.done
 	return s.exit
+}
+
+// CgroupReport is what the session's cgroup teardown found (nil without a cgroup
+// manager or before the teardown ran).
+func (s *Session) CgroupReport() *procexec.CgroupReport {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cgRep
+}
+
+// dropCgroup removes the cgroup of a session whose program never started.
+func (s *Session) dropCgroup() {
+	if s.cg != nil {
+		_, _ = s.cg.Kill()
+		_ = s.cg.Delete()
+	}
 }
 
 // CleanupComplete is true only once the kernel confirmed (kill(-pgid, 0) ==
@@ -372,11 +409,15 @@ func (s *Session) Resize(rows, cols uint16) error {
 	if ioErr != nil {
 		return fmt.Errorf("resize session %q: TIOCSWINSZ: %w", s.spec.ID, ioErr)
 	}
+	// The resize is an event in the ring: a screen model replaying the ring lays out the
+	// output before it at the old size and the output after it at the new one.
 	s.screenMu.Lock()
-	s.catchUpLocked() // output before the resize is laid out at the old size
-	s.emu.Resize(int(cols), int(rows))
-	s.screenMu.Unlock()
+	s.rows, s.cols = rows, cols
 	_, _ = s.ring.Append(ring.KindResize, fmt.Appendf(nil, "%dx%d", rows, cols))
+	if s.emu != nil {
+		s.catchUpLocked()
+	}
+	s.screenMu.Unlock()
 	return nil
 }
 
@@ -535,9 +576,9 @@ func (s *Session) onOutput(b []byte) {
 // drainReplies consumes the emulator's answers to terminal queries (device
 // attributes, cursor reports). They are discarded: only the operator or an
 // explicit input directive may write to the program.
-func (s *Session) drainReplies() {
+func (s *Session) drainReplies(emu *vt.Emulator) {
 	defer close(s.replyDone)
-	_, _ = io.Copy(io.Discard, s.emu)
+	_, _ = io.Copy(io.Discard, emu)
 }
 
 func (s *Session) writeInput() {
@@ -582,6 +623,17 @@ func (s *Session) tryCleanup() {
 		return
 	}
 	var errs []error
+	if s.cg != nil && s.cgRep == nil {
+		// Whatever is left in the session's cgroup (daemons that left its session
+		// and process groups included) is killed as a whole, once.
+		rep, err := procexec.TeardownCgroup(s.cg, s.spec.Resources, s.info.Pgid)
+		s.mu.Lock()
+		s.cgRep = rep
+		s.mu.Unlock()
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for {
 		pgids := []int{s.info.Pgid}
 		members, err := procexec.SessionMembers(s.info.Sid)
@@ -611,7 +663,17 @@ func (s *Session) tryCleanup() {
 			errs = append(errs, err)
 		}
 		left, _ := procexec.SessionMembers(s.info.Sid)
-		if !exists && len(left) == 0 {
+		cgLeft := s.cgRep != nil && (!s.cgRep.Kill.Empty || !s.cgRep.Removed)
+		if cgLeft && s.cg != nil {
+			// Retry the cgroup kill and removal with the group re-verification.
+			if rep, err := procexec.TeardownCgroup(s.cg, s.spec.Resources, s.info.Pgid); err == nil {
+				s.mu.Lock()
+				s.cgRep.Kill.Empty, s.cgRep.Removed = rep.Kill.Empty, rep.Removed
+				s.mu.Unlock()
+				cgLeft = !rep.Kill.Empty || !rep.Removed
+			}
+		}
+		if !exists && len(left) == 0 && !cgLeft {
 			break
 		}
 		if !progress {
@@ -682,10 +744,16 @@ func (s *Session) finalize() {
 	close(s.stopWriter)
 	<-s.writerDone
 	_ = s.master.Close()
-	if pw, ok := s.emu.InputPipe().(io.Closer); ok {
-		_ = pw.Close() // ends drainReplies; later replies fail instead of blocking
+	s.screenMu.Lock()
+	s.screenClosed = true
+	emu := s.emu
+	s.screenMu.Unlock()
+	if emu != nil {
+		if pw, ok := emu.InputPipe().(io.Closer); ok {
+			_ = pw.Close() // ends drainReplies; later replies fail instead of blocking
+		}
+		<-s.replyDone
 	}
-	<-s.replyDone
 	_ = s.process.Release()
 
 	ex := Exit{Code: -1, Origin: string(o)}

@@ -3,9 +3,6 @@ package nodeagent
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,7 +10,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -25,9 +21,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
-	protocol "sensorium.dev/workbench/guest/protocol/v1"
-	"sensorium.dev/workbench/internal/guestclient"
+	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/backends/qemumicrovm"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
+	"sensorium.dev/workbench/internal/test/samples"
 )
 
 // qemuSkip says why the VM benchmark skips ("" when the bench agent runs qemu-microvm.v1).
@@ -91,24 +88,10 @@ func vmProcs(uid string) int {
 	return n
 }
 
-func hostTSCkHz() string {
-	b, _ := os.ReadFile("/proc/cpuinfo")
-	if !bytes.Contains(b, []byte(" constant_tsc")) {
-		return ""
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "cpu MHz" {
-			if mhz, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
-				return " tsc_early_khz=" + strconv.FormatInt(int64(mhz*1000), 10)
-			}
-		}
-	}
-	return ""
-}
-
-// bareLaunch is the floor: vhost-device-vsock and QEMU started directly with the command
-// line FACTS.md measured (microvm, TCG, 512 MiB memfd, the same kernel, initrd and kernel
-// command line), timed from the first process start to the guest agent's first reply.
+// bareLaunch is the floor: qemumicrovm's FloorBoot, i.e. the vsock device and QEMU
+// started directly with the product's own QEMU command line (the same builder the node
+// agent uses: kernel, initrd, accelerator, devices, memory, vCPUs, seccomp sandbox, rng,
+// serial), timed from the first process start to the guest agent's handshake answer.
 func bareLaunch(b *testing.B, im *wbv1.ImageManifest) time.Duration {
 	var v *wbv1.ImageVariant
 	for i := range im.Spec.Variants {
@@ -119,46 +102,17 @@ func bareLaunch(b *testing.B, im *wbv1.ImageManifest) time.Duration {
 	if v == nil {
 		b.Fatal("no qemu-microvm.v1 variant")
 	}
+	bin, _ := filepath.Abs(repoBin())
 	dir, err := os.MkdirTemp("", "wb-floor-")
 	must(b, err)
 	defer os.RemoveAll(dir)
-	var nonce [32]byte
-	_, _ = rand.Read(nonce[:])
-	bind := protocol.Binding{EnvironmentRef: "bench/floor", SourceGeneration: 1, PlanDigest: protocol.DigestOf([]byte("p")),
-		ImageDigest: protocol.DigestOf([]byte("i")), GuestCID: 3, BootNonce: hex.EncodeToString(nonce[:])}
-	bj, _ := json.Marshal(bind)
-	must(b, os.WriteFile(filepath.Join(dir, "binding.json"), bj, 0o400))
-	vs, gs := filepath.Join(dir, "v.sock"), filepath.Join(dir, "g.sock")
-	start := time.Now()
-	dev := exec.Command(filepath.Join(repoBin(), "guest", "vhost-device-vsock"), "--guest-cid=3", "--socket="+vs, "--uds-path="+gs)
-	must(b, dev.Start())
-	defer func() { dev.Process.Kill(); dev.Wait() }()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) { // benchmark-only polling
-		if _, err := os.Stat(vs); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("vhost-device-vsock made no socket")
-		}
-	}
-	ready, err := guestclient.ListenReady(gs, 0)
+	bk, err := qemumicrovm.New(qemumicrovm.Config{StateDir: filepath.Join(dir, "state"), ImageDir: bin,
+		VhostDeviceVsock: filepath.Join(bin, "guest", "vhost-device-vsock"), Accel: qemumicrovm.AccelTCG})
 	must(b, err)
-	defer ready.Close()
-	q := exec.Command("qemu-system-x86_64", "-machine", "microvm,accel=tcg,memory-backend=mem", "-cpu", "max", "-smp", "1", "-m", "512M",
-		"-object", "memory-backend-memfd,id=mem,size=512M,share=on",
-		"-kernel", filepath.Join(repoBin(), string(v.Kernel.Path)), "-initrd", filepath.Join(repoBin(), string(v.Initrd.Path)),
-		"-append", v.KernelCommandLine+hostTSCkHz(), "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
-		"-chardev", "socket,id=char0,path="+vs, "-device", "vhost-user-vsock-device,chardev=char0",
-		"-fw_cfg", "name=opt/workbench/binding,file="+filepath.Join(dir, "binding.json"), "-serial", "file:"+filepath.Join(dir, "serial.log"))
-	must(b, q.Start())
-	defer func() { q.Process.Kill(); q.Wait() }()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	must(b, ready.Wait(ctx))
-	c, _, err := guestclient.WaitReady(ctx, guestclient.Endpoint{Path: gs, Hybrid: true}, bind, 20*time.Millisecond)
+	img := &backends.BootImage{Variant: v.Name, KernelPath: string(v.Kernel.Path), KernelDigest: string(v.Kernel.Digest),
+		InitrdPath: string(v.Initrd.Path), InitrdDigest: string(v.Initrd.Digest), CommandLine: v.KernelCommandLine}
+	took, err := bk.FloorBoot(context.Background(), img, filepath.Join(dir, "floor"))
 	must(b, err)
-	took := time.Since(start)
-	c.Close()
 	return took
 }
 
@@ -192,7 +146,7 @@ func BenchmarkVMEnvironmentReady(b *testing.B) {
 	if n, err := strconv.Atoi(os.Getenv("WORKBENCH_BENCH_BOOTS")); err == nil && n > 0 {
 		boots = n
 	}
-	var full, floor []time.Duration
+	var full, floor samples.Durations
 	for i := 0; i < b.N; i++ {
 		for j := 0; j < boots; j++ {
 			floor = append(floor, bareLaunch(b, im))
@@ -231,13 +185,11 @@ func BenchmarkVMEnvironmentReady(b *testing.B) {
 			}
 		}
 	}
-	p50 := func(ds []time.Duration) time.Duration { s := slices.Clone(ds); slices.Sort(s); return s[len(s)/2] }
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	b.ReportMetric(ms(p50(full)), "p50-ready-ms")
-	b.ReportMetric(ms(p50(floor)), "p50-floor-ms")
-	b.ReportMetric(float64(p50(full))/float64(p50(floor)), "ratio-to-floor")
+	full.Report(b, "ready")
+	floor.Report(b, "floor")
+	samples.Ratio(b, "ready-to-floor", full, floor)
 	b.ReportMetric(float64(len(full)), "boots")
-	b.Logf("accel=tcg: Environment create → Ready p50 %v (min %v, max %v); bare QEMU launch → agent reply p50 %v (min %v, max %v)",
-		p50(full).Round(time.Millisecond), slices.Min(full).Round(time.Millisecond), slices.Max(full).Round(time.Millisecond),
-		p50(floor).Round(time.Millisecond), slices.Min(floor).Round(time.Millisecond), slices.Max(floor).Round(time.Millisecond))
+	b.Logf("accel=tcg: Environment create → Ready p50 %v (min %v, max %v); bare launch of the product's QEMU command line → agent reply p50 %v (min %v, max %v)",
+		full.Quantile(0.5).Round(time.Millisecond), slices.Min(full).Round(time.Millisecond), slices.Max(full).Round(time.Millisecond),
+		floor.Quantile(0.5).Round(time.Millisecond), slices.Min(floor).Round(time.Millisecond), slices.Max(floor).Round(time.Millisecond))
 }

@@ -1,0 +1,108 @@
+package qemumicrovm
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	protocol "sensorium.dev/workbench/guest/protocol/v1"
+	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/guestclient"
+)
+
+// FloorBoot is the benchmarks' floor for a VM boot: the vsock device and QEMU started
+// directly with the product's own command line (qemuArgs: the same kernel, initrd,
+// accelerator, devices, memory and vCPUs), timed from the first process start to the
+// guest agent's handshake answer. No record, no digest check, no process identities, no
+// root creation, no placement. dir is a scratch directory, removed afterwards; ctx bounds
+// the boot (a minute when it has no deadline). It is not used by the product itself.
+func (b *Backend) FloorBoot(ctx context.Context, img *backends.BootImage, dir string) (time.Duration, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	accel, _, err := b.accelerator(ctx)
+	if err != nil {
+		return 0, err
+	}
+	nonce, err := newNonce()
+	if err != nil {
+		return 0, err
+	}
+	rec := &Record{Accel: accel, VCPUs: DefaultVCPUs, MemoryMiB: DefaultMemoryMiB, CommandLine: commandLine(img.CommandLine, accel),
+		Binding: protocol.Binding{EnvironmentRef: "bench/floor", SourceGeneration: 1, PlanDigest: protocol.DigestOf([]byte("floor")),
+			ImageDigest: imageDigest(img), GuestCID: guestCID, BootNonce: nonce}}
+	bj, err := json.Marshal(rec.Binding)
+	if err != nil {
+		return 0, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, bindingName), bj, 0o400); err != nil {
+		return 0, err
+	}
+	kernel, err := os.Open(filepath.Join(b.cfg.ImageDir, img.KernelPath))
+	if err != nil {
+		return 0, err
+	}
+	defer kernel.Close()
+	initrd, err := os.Open(filepath.Join(b.cfg.ImageDir, img.InitrdPath))
+	if err != nil {
+		return 0, err
+	}
+	defer initrd.Close()
+	vs, gs := filepath.Join(dir, vhostSock), filepath.Join(dir, guestSock)
+	w, err := watchDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	defer w.close()
+
+	start := time.Now()
+	dev := exec.Command(b.devBin, "--guest-cid=3", "--socket="+vs, "--uds-path="+gs)
+	dev.Env = []string{"RUST_LOG=warn"}
+	if err := dev.Start(); err != nil {
+		return 0, err
+	}
+	defer func() { _ = dev.Process.Kill(); _ = dev.Wait() }()
+	if err := w.waitFor(ctx, vs, nil); err != nil {
+		return 0, err
+	}
+	ready, err := guestclient.ListenReady(gs, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer ready.Close()
+	serial, err := listenSerial(filepath.Join(dir, serialSock), filepath.Join(dir, serialLog), DefaultSerialMaxBytes)
+	if err != nil {
+		return 0, err
+	}
+	go serial.serve(time.Now().Add(time.Minute))
+	defer serial.close()
+	q := exec.Command(b.qemuBin, b.qemuArgs(dir, rec)...)
+	q.ExtraFiles = []*os.File{kernel, initrd}
+	var out bytes.Buffer
+	q.Stdout, q.Stderr = &out, &out
+	if err := q.Start(); err != nil {
+		return 0, err
+	}
+	defer func() { _ = q.Process.Kill(); _ = q.Wait() }()
+	if err := ready.Wait(ctx); err != nil {
+		return 0, fmt.Errorf("floor boot: %w (%s)", err, out.String())
+	}
+	c, _, err := guestclient.WaitReady(ctx, guestclient.Endpoint{Path: gs, Hybrid: true}, rec.Binding, 20*time.Millisecond)
+	if err != nil {
+		return 0, err
+	}
+	took := time.Since(start)
+	c.Close()
+	return took, nil
+}

@@ -1,0 +1,254 @@
+package procexec
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/platform/cgroups"
+)
+
+// cgroupModeEnv switches the test binary, run as a sandboxed program, into a cgroup
+// storm. It is checked in init so it works whatever TestMain does.
+const cgroupModeEnv = "PROCEXEC_CGROUP_TEST_MODE"
+
+func init() {
+	switch os.Getenv(cgroupModeEnv) {
+	case "":
+		return
+	case "forkstorm":
+		// 200 fork+exec attempts of a sleeper; count those the kernel refuses.
+		devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+		if err != nil {
+			os.Exit(4)
+		}
+		fd := devnull.Fd()
+		started, refused := 0, 0
+		for i := 0; i < 200; i++ {
+			_, err := syscall.ForkExec("/bin/sleep", []string{"sleep", "300"}, &syscall.ProcAttr{Files: []uintptr{fd, fd, fd}})
+			switch {
+			case err == nil:
+				started++
+			case errors.Is(err, syscall.EAGAIN):
+				refused++
+			default:
+				fmt.Println("fork error", err)
+				os.Exit(5)
+			}
+		}
+		fmt.Printf("started=%d refused=%d\n", started, refused)
+		os.Exit(0)
+	case "alloc":
+		var keep [][]byte
+		for i := 0; i < 4096; i++ {
+			c := make([]byte, 16<<20)
+			for j := 0; j < len(c); j += 4096 {
+				c[j] = 1
+			}
+			keep = append(keep, c)
+		}
+		fmt.Println("alloc survived", len(keep))
+		os.Exit(0)
+	}
+	os.Exit(6)
+}
+
+// cgroupRunner returns a Runner whose commands get cgroups under a parent unique to the
+// test; every group and the parent are removed when the test ends, pass or fail.
+func cgroupRunner(t *testing.T) (*Runner, *cgroups.Manager) {
+	t.Helper()
+	requireSandbox(t)
+	parent := fmt.Sprintf("workbench-test-%d-%s", os.Getpid(), strings.ToLower(t.Name()))
+	m, err := cgroups.NewManager(cgroups.Config{Parent: parent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Available() {
+		t.Skipf("no usable cgroups here: %s", m.Describe())
+	}
+	t.Cleanup(func() {
+		if rep, err := m.Sweep(nil); err != nil {
+			t.Errorf("cleanup sweep: %v (%+v)", err, rep)
+		}
+		for _, c := range []string{"", "pids", "memory", "cpu", "freezer"} {
+			d := filepath.Join("/sys/fs/cgroup", c, parent)
+			if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR) {
+				t.Errorf("cleanup: rmdir %s: %v", d, err)
+			}
+		}
+	})
+	return NewRunner(Limits{Cgroups: m}), m
+}
+
+func runWith(t *testing.T, r *Runner, spec Spec) Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := r.Run(ctx, spec)
+	if err != nil {
+		t.Fatalf("Run(%q): %v", spec.Argv, err)
+	}
+	return res
+}
+
+func TestCgroupHelperEntersGroupBeforeConfig(t *testing.T) {
+	r, m := cgroupRunner(t)
+	res := runWith(t, r, Spec{Argv: []string{"/bin/cat", "/proc/self/cgroup"}, ReadOnlyAll: true, CgroupID: "entered"})
+	want := "/" + m.Parent() + "/cmd-entered"
+	if res.ExitCode != 0 || !bytes.Contains(res.Output, []byte(want)) {
+		t.Fatalf("the program is not in %s: exit %d, /proc/self/cgroup:\n%s", want, res.ExitCode, res.Output)
+	}
+	if res.Cgroup == nil || !res.Cgroup.Removed || !res.Cgroup.Kill.Empty || res.Cgroup.Kill.Found != 0 || !res.CleanupComplete {
+		t.Fatalf("cgroup report %+v, cleanup %v", res.Cgroup, res.CleanupComplete)
+	}
+	if res.Cgroup.Limits.Pids != cgroups.DefaultCommandPids || res.Cgroup.Limits.MemoryBytes != cgroups.DefaultCommandMemoryBytes {
+		t.Fatalf("defaults not applied: %+v", res.Cgroup.Limits)
+	}
+	if names, _ := m.List(); len(names) != 0 {
+		t.Fatalf("groups left after the command: %v", names)
+	}
+}
+
+// A fork storm above the pids limit is refused inside the command's cgroup; the outcome
+// counts the refused forks and the leftover sleepers are killed with the cgroup.
+func TestCgroupForkStormRefused(t *testing.T) {
+	r, _ := cgroupRunner(t)
+	const limit = 16
+	res := runWith(t, r, Spec{
+		Argv: []string{selfExe(t)}, Env: []string{cgroupModeEnv + "=forkstorm", "GOMAXPROCS=1"},
+		Resources: cgroups.Limits{Pids: limit},
+	})
+	var started, refused int
+	if _, err := fmt.Sscanf(strings.TrimSpace(string(res.Output)), "started=%d refused=%d", &started, &refused); err != nil || res.ExitCode != 0 {
+		t.Fatalf("storm: exit %d output %q: %v", res.ExitCode, res.Output, err)
+	}
+	cg := res.Cgroup
+	t.Logf("started %d, refused %d; %s", started, refused, cg.Summary())
+	if refused < 200-limit || cg.Stats.PidsMaxHits < uint64(refused) || cg.Stats.PidsPeak > limit {
+		t.Fatalf("refused %d (want >= %d), pids.events max %d, peak %d", refused, 200-limit, cg.Stats.PidsMaxHits, cg.Stats.PidsPeak)
+	}
+	if !strings.Contains(cg.Summary(), "fork(s) refused at the cgroup pids limit of 16") {
+		t.Fatalf("summary %q", cg.Summary())
+	}
+	if cg.Kill.Found != started || !cg.Kill.Empty || !res.CleanupComplete {
+		t.Fatalf("kill found %d of %d sleepers, empty %v, cleanup %v", cg.Kill.Found, started, cg.Kill.Empty, res.CleanupComplete)
+	}
+	// The host is unaffected.
+	if out, err := exec.Command("/bin/true").CombinedOutput(); err != nil {
+		t.Fatalf("host fork after the storm: %v %s", err, out)
+	}
+}
+
+// A memory storm is OOM-killed inside its cgroup, the outcome says so, and the runner
+// keeps serving.
+func TestCgroupMemoryStormOOMKilled(t *testing.T) {
+	r, _ := cgroupRunner(t)
+	res := runWith(t, r, Spec{
+		Argv: []string{selfExe(t)}, Env: []string{cgroupModeEnv + "=alloc"},
+		Resources: cgroups.Limits{MemoryBytes: 64 << 20},
+	})
+	cg := res.Cgroup
+	if res.Signal != "SIGKILL" || res.SignalOrigin != OriginExit || cg == nil || cg.Stats.OOMKills < 1 {
+		t.Fatalf("result %+v, cgroup %+v", res, cg)
+	}
+	if !strings.Contains(cg.Summary(), "OOM-killed at the cgroup memory limit of 67108864 bytes") {
+		t.Fatalf("summary %q", cg.Summary())
+	}
+	if res2 := runWith(t, r, Spec{Argv: []string{"/bin/true"}}); res2.ExitCode != 0 || !res2.CleanupComplete {
+		t.Fatalf("next command after the OOM: %+v", res2)
+	}
+}
+
+// A setsid + double-fork daemon leaves the command's process group and session but not
+// its cgroup: it is gone when the Result is returned, and the Result says what was left.
+func TestCgroupDaemonKilledAtTeardown(t *testing.T) {
+	r, _ := cgroupRunner(t)
+	marker := fmt.Sprintf("300.%d", os.Getpid()%100000)
+	script := "( /usr/bin/setsid /bin/sh -c '/bin/sleep " + marker + "; :' </dev/null >/dev/null 2>&1 & ); echo launched"
+	res := runWith(t, r, Spec{Argv: []string{"/bin/sh", "-c", script}, Env: []string{"PATH=/usr/bin:/bin"}})
+	if res.ExitCode != 0 || strings.TrimSpace(string(res.Output)) != "launched" {
+		t.Fatalf("launcher: %+v", res)
+	}
+	if left := processesWithArg(marker); len(left) > 0 {
+		t.Fatalf("daemon processes %v survived the command", left)
+	}
+	cg := res.Cgroup
+	t.Logf("cgroup report: %s", cg.Summary())
+	if !cg.Kill.Empty || !cg.Removed || !res.CleanupComplete {
+		t.Fatalf("cgroup %+v cleanup %v", cg, res.CleanupComplete)
+	}
+	if cg.Kill.Found < 1 || !strings.Contains(cg.Summary(), "left in the cgroup") {
+		t.Fatalf("the outcome does not report the daemon: %+v", cg.Kill)
+	}
+}
+
+// processesWithArg lists live processes with arg in their command line.
+func processesWithArg(arg string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && bytes.Contains(b, []byte(arg)) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func TestCgroupUnavailableFailsClosed(t *testing.T) {
+	requireSandbox(t)
+	m, err := cgroups.NewManager(cgroups.Config{Root: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRunner(Limits{Cgroups: m})
+	marker := filepath.Join(t.TempDir(), "ran")
+	_, err = r.Run(context.Background(), Spec{Argv: []string{"/bin/touch", marker}, WritableRoots: []string{filepath.Dir(marker)}})
+	if !refusal.Is(err, refusal.CgroupUnavailable) {
+		t.Fatalf("Run without cgroups: %v, want %s", err, refusal.CgroupUnavailable)
+	}
+	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the program ran without its cgroup: %v", err)
+	}
+}
+
+// BenchmarkProcexecTrueCgroup is BenchmarkProcexecTrue with a cgroup per command (create,
+// move, teardown kill, remove): compare the two in the same run for the cgroup's cost.
+func BenchmarkProcexecTrueCgroup(b *testing.B) {
+	requireSandbox(b)
+	parent := fmt.Sprintf("workbench-bench-%d", os.Getpid())
+	m, err := cgroups.NewManager(cgroups.Config{Parent: parent})
+	if err != nil || !m.Available() {
+		b.Skipf("no usable cgroups: %v", err)
+	}
+	b.Cleanup(func() {
+		_, _ = m.Sweep(nil)
+		for _, c := range []string{"", "pids", "memory", "cpu", "freezer"} {
+			_ = unix.Rmdir(filepath.Join("/sys/fs/cgroup", c, parent))
+		}
+	})
+	r := NewRunner(Limits{Cgroups: m})
+	ctx := context.Background()
+	for b.Loop() {
+		res, err := r.Run(ctx, Spec{Argv: []string{"/bin/true"}})
+		if err != nil || res.ExitCode != 0 || res.Cgroup == nil || !res.Cgroup.Removed {
+			b.Fatal(res, err)
+		}
+	}
+}
