@@ -51,7 +51,7 @@ manifests: controller-gen ## Generate CRDs (config/crd/bases), the manager Clust
 
 .PHONY: generate
 generate: controller-gen ## Generate DeepCopy, DeepCopyInto and DeepCopyObject implementations.
-	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
+	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/...;./internal/apiserver/..."
 
 # Fingerprint of api/ and config/ relative to HEAD: tracked changes, untracked files and
 # their contents. Comparing it before and after regeneration tells whether regeneration

@@ -128,6 +128,15 @@ const (
 	CodeStateDirTooLong      Code = "state-dir-too-long"     // a VM's socket paths would exceed the Unix socket limit
 )
 
+// Codes of the aggregated subresource API (workbench-apiserver) and the node data plane.
+const (
+	CodeForwardingRefused Code = "forwarding-refused" // identity headers from a peer that is not the aggregated API server
+	CodeNodeUnreachable   Code = "node-unreachable"   // the object's node publishes no data plane, or it does not answer
+	CodeOutputEvicted     Code = "output-evicted"     // the command's output left the node's bounded event ring
+	CodeUploadTooLarge    Code = "upload-too-large"   // an artifact upload above the cap
+	CodeRawInputDisabled  Code = "raw-input-disabled" // attach with stdin on a session whose spec.rawInput is not OperatorOnly
+)
+
 // allCodes is the closed vocabulary as data; Codes returns a sorted copy.
 var allCodes = []Code{
 	CodePathEmpty, CodePathAbsolute, CodePathTraversal, CodePathInvalidComponent,
@@ -154,6 +163,7 @@ var allCodes = []Code{
 	CodeSandboxSetupFailed, CodeCleanupIncomplete, CodeCgroupUnavailable, CodeStartFailed, CodeSourceFailed, CodeConditionUnreachable, CodeProbeTimedOut,
 	CodeImageInvalid, CodeResourcesAboveMax, CodeResourcesInvalid, CodeResourceNotEnforced, CodeVMCapReached, CodeBootFailed, CodeBootTimeout,
 	CodeVMNotRunning, CodeEnvironmentIDInvalid, CodeStateDirTooLong,
+	CodeForwardingRefused, CodeNodeUnreachable, CodeOutputEvicted, CodeUploadTooLarge, CodeRawInputDisabled,
 }
 
 var sortedCodes = func() []Code {

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/nodeagent/dataplane"
 )
 
@@ -34,7 +35,7 @@ func tokenFor(t *testing.T, ns, name, role string) string {
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role}}))
 	must(t, env.WaitAuthorized(ctx, "system:serviceaccount:"+ns+":"+name, ns))
-	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(600))}}
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(600)), Audiences: []string{agent.DataPlaneAudience()}}}
 	must(t, env.Client.SubResource("token").Create(ctx, sa, tr))
 	return tr.Status.Token
 }
@@ -159,4 +160,32 @@ func TestDataPlanePTYSession(t *testing.T) {
 		}
 		return s.Status.Phase == wbv1.SessionClosed && done, fmt.Sprintf("%+v", s.Status)
 	})
+}
+
+// TestDataPlaneTokenAudience: the data plane accepts only tokens minted for its own
+// audience; a token for the API server (the default audience) is refused, so a node never
+// receives a token it could replay against the API server.
+func TestDataPlaneTokenAudience(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	dir := workDir(t)
+	readyEnvironment(t, ns, dir)
+	endpoint, hc := dataPlaneClient(t)
+	tokenFor(t, ns, "op", "workbench-operator") // binds the role; its token carries the data-plane audience
+	apiTok := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(600))}}
+	must(t, env.Client.SubResource("token").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "op", Namespace: ns}}, apiTok))
+	if code, body := call(t, hc, http.MethodGet, endpoint+dataplane.SessionPath(ns, "s", "events"), apiTok.Status.Token, nil); code != http.StatusUnauthorized {
+		t.Fatalf("an API-server-audience token: %d %s, want 401", code, body)
+	}
+	dpTok := tokenAudience(t, ns, "op", agent.DataPlaneAudience())
+	if code, body := call(t, hc, http.MethodGet, endpoint+dataplane.SessionPath(ns, "s", "events"), dpTok, nil); code != http.StatusOK {
+		t.Fatalf("a data-plane-audience token: %d %s, want 200", code, body)
+	}
+}
+
+func tokenAudience(t *testing.T, ns, sa, aud string) string {
+	t.Helper()
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(600)), Audiences: []string{aud}}}
+	must(t, env.Client.SubResource("token").Create(context.Background(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa, Namespace: ns}}, tr))
+	return tr.Status.Token
 }

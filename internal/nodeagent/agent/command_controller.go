@@ -44,6 +44,10 @@ type liveCommand struct {
 	finished chan struct{}
 	// cancel ends the wait for a command running in a VM guest (no host handle).
 	cancel context.CancelFunc
+	// out and seqFrom locate the command's output in its session's ring (the data plane's
+	// output stream reads from them).
+	out     *ring.Ring
+	seqFrom uint64
 }
 
 // commandOutcome is the one recorded outcome, persisted in the store before it is written
@@ -362,7 +366,8 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	}
 	a.mu.Lock()
 	now := metav1.Now()
-	lc := &liveCommand{key: client.ObjectKeyFromObject(cmd), envUID: string(env.UID), handle: h, started: now.Time, finished: make(chan struct{})}
+	lc := &liveCommand{key: client.ObjectKeyFromObject(cmd), envUID: string(env.UID), handle: h, started: now.Time, finished: make(chan struct{}),
+		out: live, seqFrom: seqFrom}
 	a.commands[string(cmd.UID)] = lc
 	a.mu.Unlock()
 	go a.awaitCommand(cmd.DeepCopy(), h, live, seqFrom, now.Time)

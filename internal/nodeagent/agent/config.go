@@ -30,6 +30,11 @@ type Config struct {
 	DataPlaneAddress string `json:"dataPlaneAddress,omitempty"`
 	// DataPlaneHosts are the names/IPs in the data plane's serving certificate.
 	DataPlaneHosts []string `json:"dataPlaneHosts,omitempty"`
+	// DataPlaneForwardingCAFile is the PEM CA of the aggregated API server's client
+	// certificate: only a certificate it signed (with a name in DataPlaneForwardingNames,
+	// when set) may forward an end user's identity to the data plane ("" disables it).
+	DataPlaneForwardingCAFile string   `json:"dataPlaneForwardingCAFile,omitempty"`
+	DataPlaneForwardingNames  []string `json:"dataPlaneForwardingNames,omitempty"`
 	// SandboxHelper is the sandbox helper binary (cmd/workbench-sandbox). Empty: a
 	// workbench-sandbox next to the agent's executable, else the agent binary itself.
 	SandboxHelper string `json:"sandboxHelper,omitempty"`

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"os"
 	"syscall"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -14,6 +15,7 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/dataplane"
+	"sensorium.dev/workbench/internal/nodeagent/procexec"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/nodeagent/session"
@@ -88,6 +90,19 @@ func (r resolver) Root(ns, env, root string) (dataplane.Files, error) {
 	return nil, fmt.Errorf("root %s of environment %s/%s: %w", root, ns, env, dataplane.ErrNotFound)
 }
 
+// forwarding loads the aggregated API server's client CA: only a certificate it signed,
+// with one of the configured names, may forward an end user's identity.
+func (a *Agent) forwarding() (dataplane.Forwarding, error) {
+	if a.cfg.DataPlaneForwardingCAFile == "" {
+		return dataplane.Forwarding{}, nil
+	}
+	caPEM, err := os.ReadFile(a.cfg.DataPlaneForwardingCAFile)
+	if err != nil {
+		return dataplane.Forwarding{}, fmt.Errorf("reading the data plane forwarding CA %s: %w", a.cfg.DataPlaneForwardingCAFile, err)
+	}
+	return dataplane.LoadForwarding(caPEM, a.cfg.DataPlaneForwardingNames)
+}
+
 // startDataPlane serves the node's HTTPS data plane and publishes its address and CA.
 func (a *Agent) startDataPlane(ctx context.Context) error {
 	if a.cfg.DataPlaneAddress == "" {
@@ -101,7 +116,7 @@ func (a *Agent) startDataPlane(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	authn, err := dataplane.NewTokenReviewAuthenticator(a.client, dataplane.TokenReviewOptions{})
+	authn, err := dataplane.NewTokenReviewAuthenticator(a.client, dataplane.TokenReviewOptions{Audiences: []string{dataPlaneAudience}})
 	if err != nil {
 		return err
 	}
@@ -109,8 +124,12 @@ func (a *Agent) startDataPlane(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	fwd, err := a.forwarding()
+	if err != nil {
+		return err
+	}
 	srv, err := dataplane.New(dataplane.Config{TLS: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
-		Authenticator: authn, Authorizer: authz, Resolver: resolver{a: a}})
+		Authenticator: authn, Authorizer: authz, Resolver: resolver{a: a}, Commands: resolver{a: a}, Forwarding: fwd})
 	if err != nil {
 		return err
 	}
@@ -132,3 +151,103 @@ func (a *Agent) startDataPlane(ctx context.Context) error {
 	}()
 	return nil
 }
+
+// dataPlaneAudience is the audience every token the data plane accepts must carry
+// (TokenRequest audiences), so a node never receives a token it could replay against the
+// API server.
+const dataPlaneAudience = "workbench.sensorium.dev/dataplane"
+
+// DataPlaneAudience returns the audience of data-plane tokens.
+func DataPlaneAudience() string { return dataPlaneAudience }
+
+// Command implements dataplane.CommandResolver: a command of a session open on this node.
+func (r resolver) Command(ns, name string) (dataplane.Command, error) {
+	a := r.a
+	var tc wbv1.TerminalCommand
+	if err := a.client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &tc); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			return nil, fmt.Errorf("command %s/%s: %w", ns, name, dataplane.ErrNotFound)
+		}
+		return nil, err
+	}
+	uid := string(tc.UID)
+	a.mu.Lock()
+	lc := a.commands[uid]
+	var out *ring.Ring
+	var finished chan struct{}
+	if lc != nil {
+		out, finished = lc.out, lc.finished
+	}
+	a.mu.Unlock()
+	if lc != nil && out != nil && finished != nil {
+		return liveCommandView{a: a, uid: uid, lc: lc}, nil
+	}
+	// Not started in this process: a recorded outcome whose output is still in its
+	// session's ring.
+	rec, ok, err := a.store.Commands().Get(uid)
+	if err != nil {
+		return nil, fmt.Errorf("command %s/%s: %w", ns, name, err)
+	}
+	o := (*commandOutcome)(nil)
+	if ok {
+		o = decodeOutcome(rec.Outcome)
+	}
+	if o == nil {
+		return nil, fmt.Errorf("command %s/%s has not started on this node: %w", ns, name, dataplane.ErrNotFound)
+	}
+	a.mu.Lock()
+	var rg *ring.Ring
+	if s := a.sess[rec.SessionUID]; s != nil {
+		rg = s.ring
+	}
+	a.mu.Unlock()
+	if rg == nil {
+		return nil, fmt.Errorf("the session of command %s/%s is gone from this node: %w", ns, name, dataplane.ErrNotFound)
+	}
+	done := make(chan struct{})
+	close(done)
+	return finalCommandView{rg: rg, o: o, done: done}, nil
+}
+
+func resultOf(o *commandOutcome) dataplane.CommandResult {
+	return dataplane.CommandResult{Phase: string(o.Phase), SeqTo: o.SeqTo, ExitCode: o.ExitCode, RefusalCode: o.RefusalCode, Message: o.Message}
+}
+
+type liveCommandView struct {
+	a   *Agent
+	uid string
+	lc  *liveCommand
+}
+
+func (v liveCommandView) Ring() *ring.Ring      { return v.lc.out }
+func (v liveCommandView) SeqFrom() uint64       { return v.lc.seqFrom }
+func (v liveCommandView) Done() <-chan struct{} { return v.lc.finished }
+func (v liveCommandView) Result() dataplane.CommandResult {
+	v.a.mu.Lock()
+	defer v.a.mu.Unlock()
+	if v.lc.result == nil {
+		return dataplane.CommandResult{}
+	}
+	return resultOf(v.lc.result)
+}
+func (v liveCommandView) Cancel() error {
+	switch {
+	case v.lc.handle != nil:
+		v.lc.handle.Kill(procexec.OriginCancel)
+	case v.lc.cancel != nil:
+		v.lc.cancel()
+	}
+	return nil
+}
+
+type finalCommandView struct {
+	rg   *ring.Ring
+	o    *commandOutcome
+	done chan struct{}
+}
+
+func (v finalCommandView) Ring() *ring.Ring                { return v.rg }
+func (v finalCommandView) SeqFrom() uint64                 { return v.o.SeqFrom }
+func (v finalCommandView) Done() <-chan struct{}           { return v.done }
+func (v finalCommandView) Result() dataplane.CommandResult { return resultOf(v.o) }
+func (v finalCommandView) Cancel() error                   { return nil }

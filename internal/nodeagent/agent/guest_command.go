@@ -106,9 +106,11 @@ func (r *commandReconciler) startGuest(p *cmdPass, g guestBackend, envUID string
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(args.TimeoutMS)*time.Millisecond+guestReportGrace)
 	a.mu.Lock()
-	a.commands[string(cmd.UID)] = &liveCommand{key: client.ObjectKeyFromObject(cmd), envUID: envUID, started: now.Time, cancel: cancel}
+	seqFrom := rg.LastSeq() + 1
+	a.commands[string(cmd.UID)] = &liveCommand{key: client.ObjectKeyFromObject(cmd), envUID: envUID, started: now.Time, cancel: cancel,
+		finished: make(chan struct{}), out: rg, seqFrom: seqFrom}
 	a.mu.Unlock()
-	go a.awaitGuestCommand(ctx, cancel, cmd.DeepCopy(), g, envUID, args, rg, rg.LastSeq()+1, now.Time)
+	go a.awaitGuestCommand(ctx, cancel, cmd.DeepCopy(), g, envUID, args, rg, seqFrom, now.Time)
 	p.next.StartTime, p.next.NodeName = &now, a.cfg.NodeName
 	p.set(wbv1.ConditionStarted, true, "Started", "dispatched to the guest agent of the environment's VM (no network, no host share)")
 	return nil

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,6 +38,8 @@ type Authenticator interface {
 // Attributes name one virtual subresource access in group
 // workbench.sensorium.dev, e.g. {create, ns, terminalsessions, input, name}.
 type Attributes struct {
+	// Group is the API group ("" means workbench.sensorium.dev).
+	Group       string
 	Verb        string
 	Namespace   string
 	Resource    string
@@ -197,7 +200,7 @@ func (z *SubjectAccessReviewAuthorizer) Authorize(ctx context.Context, u *authen
 		ResourceAttributes: &authorizationv1.ResourceAttributes{
 			Namespace:   a.Namespace,
 			Verb:        a.Verb,
-			Group:       wbv1.GroupVersion.Group,
+			Group:       cmp.Or(a.Group, wbv1.GroupVersion.Group),
 			Resource:    a.Resource,
 			Subresource: a.Subresource,
 			Name:        a.Name,
@@ -217,7 +220,7 @@ func (z *SubjectAccessReviewAuthorizer) Authorize(ctx context.Context, u *authen
 func decisionKey(u *authenticationv1.UserInfo, a Attributes) cacheKey {
 	groups := slices.Clone(u.Groups)
 	sort.Strings(groups)
-	parts := []string{"sar", u.Username, u.UID, a.Verb, a.Namespace, a.Resource, a.Subresource, a.Name,
+	parts := []string{"sar", u.Username, u.UID, a.Group, a.Verb, a.Namespace, a.Resource, a.Subresource, a.Name,
 		strconv.Itoa(len(groups))}
 	parts = append(parts, groups...)
 	keys := make([]string, 0, len(u.Extra))

@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -131,7 +134,49 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="workbench-node"`)
 	}
+	if strings.HasPrefix(r.URL.Path, "/v2/") {
+		writeJSON(w, status, StatusFor(status, body.Code, body.Message))
+		return
+	}
 	writeJSON(w, status, body)
+}
+
+// StatusFor is the metav1.Status of a refusal on the v2 routes (and the aggregated API):
+// the stable code is details.causes[0].reason and the prefix of message.
+func StatusFor(status int, code, message string) *metav1.Status {
+	reason := metav1.StatusReasonBadRequest
+	switch status {
+	case http.StatusUnauthorized:
+		reason = metav1.StatusReasonUnauthorized
+	case http.StatusForbidden:
+		reason = metav1.StatusReasonForbidden
+	case http.StatusNotFound:
+		reason = metav1.StatusReasonNotFound
+	case http.StatusConflict:
+		reason = metav1.StatusReasonConflict
+	case http.StatusGone:
+		reason = metav1.StatusReasonGone
+	case http.StatusUnprocessableEntity:
+		reason = metav1.StatusReasonInvalid
+	case http.StatusRequestEntityTooLarge:
+		reason = metav1.StatusReasonRequestEntityTooLarge
+	case http.StatusTooManyRequests:
+		reason = metav1.StatusReasonTooManyRequests
+	case http.StatusMethodNotAllowed:
+		reason = metav1.StatusReasonMethodNotAllowed
+	case http.StatusServiceUnavailable:
+		reason = metav1.StatusReasonServiceUnavailable
+	case http.StatusInternalServerError:
+		reason = metav1.StatusReasonInternalError
+	}
+	if !strings.HasPrefix(message, code+": ") {
+		message = code + ": " + message
+	}
+	return &metav1.Status{
+		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status:   metav1.StatusFailure, Code: int32(status), Reason: reason, Message: message,
+		Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: metav1.CauseType(code), Message: message}}},
+	}
 }
 
 // writeJSON writes v with status. Encoding errors can only come from the

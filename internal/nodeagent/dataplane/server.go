@@ -38,6 +38,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 )
 
@@ -174,7 +175,13 @@ type Config struct {
 	Authenticator Authenticator
 	Authorizer    Authorizer
 	Resolver      Resolver
-	Limits        Limits
+	// Commands resolves TerminalCommands for the v2 output and cancel routes (optional:
+	// nil answers them with not-found).
+	Commands CommandResolver
+	// Forwarding names the client certificates (the aggregated API server's) allowed to
+	// forward an end user's identity; zero disables forwarding.
+	Forwarding Forwarding
+	Limits     Limits
 }
 
 // Server is the data plane. It is an http.Handler; Serve and ServeListener
@@ -185,6 +192,8 @@ type Server struct {
 	authn Authenticator
 	authz Authorizer
 	res   Resolver
+	cmds  CommandResolver
+	fwd   Forwarding
 	lim   Limits
 	mux   *http.ServeMux
 
@@ -228,12 +237,15 @@ func New(cfg Config) (*Server, error) {
 	if tc.MinVersion < tls.VersionTLS12 {
 		tc.MinVersion = tls.VersionTLS12
 	}
+	cfg.Forwarding.applyTLS(tc)
 	s := &Server{
 		addr:      cfg.Addr,
 		tls:       tc,
 		authn:     cfg.Authenticator,
 		authz:     cfg.Authorizer,
 		res:       cfg.Resolver,
+		cmds:      cfg.Commands,
+		fwd:       cfg.Forwarding,
 		lim:       lim,
 		inflight:  make(chan struct{}, lim.MaxInFlight),
 		longPolls: make(chan struct{}, lim.MaxLongPolls),
@@ -325,6 +337,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeError(w, r, errorf(http.StatusTooManyRequests, CodeQueueFull,
 			fmt.Sprintf("all %d request slots are in use", s.lim.MaxInFlight)))
+		return
+	}
+	if hasIdentityHeaders(r) {
+		cn, trusted := s.fwd.trustedForwarder(r)
+		if !trusted {
+			ctrl.LoggerFrom(r.Context()).V(1).Info("Refusing forwarded identity from an untrusted peer", "path", r.URL.Path, "peer", cn)
+			writeError(w, r, errorf(http.StatusUnauthorized, string(actuation.CodeForwardingRefused),
+				"identity headers are accepted only from the aggregated API server's client certificate"))
+			return
+		}
+		u, err := forwardedUser(r)
+		if err != nil {
+			writeError(w, r, errorf(http.StatusBadRequest, CodeBadRequest, err.Error()))
+			return
+		}
+		s.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), userKey{}, u)))
 		return
 	}
 	token, ok := bearerToken(r)

@@ -40,7 +40,9 @@ type Env struct {
 	Client client.Client
 	Scheme *kruntime.Scheme
 	Root   string
-	stop   context.CancelFunc
+	// Aggregation is set when Options.Aggregation started the front-proxy setup.
+	Aggregation *Aggregation
+	stop        context.CancelFunc
 	done   chan error
 }
 
@@ -48,6 +50,9 @@ type Env struct {
 type Options struct {
 	// Setup registers controllers and webhooks; nil starts no manager.
 	Setup func(mgr ctrl.Manager) error
+	// Aggregation starts kube-apiserver with the front-proxy (requestheader) flags, aggregator
+	// routing and an audit log, so aggregated API servers can be registered.
+	Aggregation bool
 }
 
 // RepoRoot is the repository's root directory.
@@ -80,11 +85,19 @@ func Start(opts Options) (*Env, error) {
 		ErrorIfCRDPathMissing: true,
 		WebhookInstallOptions: envtest.WebhookInstallOptions{Paths: []string{filepath.Join(root, "config", "webhook", "manifests.yaml")}},
 	}
+	var agg *Aggregation
+	if opts.Aggregation {
+		var err error
+		if agg, err = configureAggregation(te); err != nil {
+			return nil, fmt.Errorf("configuring aggregation: %w", err)
+		}
+	}
 	cfg, err := te.Start()
 	if err != nil {
+		agg.cleanup()
 		return nil, fmt.Errorf("starting envtest: %w", err)
 	}
-	e := &Env{Env: te, Config: cfg, Scheme: Scheme(), Root: root}
+	e := &Env{Env: te, Config: cfg, Scheme: Scheme(), Root: root, Aggregation: agg}
 	e.Client, err = client.New(cfg, client.Options{Scheme: e.Scheme})
 	if err != nil {
 		_ = te.Stop()
@@ -176,6 +189,7 @@ func (e *Env) Stop() {
 		<-e.done
 	}
 	_ = e.Env.Stop()
+	e.Aggregation.cleanup()
 }
 
 // As returns a client that impersonates user (and groups).

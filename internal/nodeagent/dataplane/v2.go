@@ -1,0 +1,727 @@
+package dataplane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/httpstream/wsstream"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
+	"sensorium.dev/workbench/internal/nodeagent/ring"
+)
+
+// The v2 routes serve the aggregated subresource API (docs/api-subresources.md) with the
+// same paths after the namespace, so workbench-apiserver forwards a request by swapping
+// the prefix. Errors are metav1.Status bodies whose details.causes[0].reason is the stable
+// code. Every route is authorized with SubjectAccessReview in group SubresourceGroup.
+//
+//	GET  /v2/namespaces/{ns}/terminalsessions/{name}/attach   get (read-only) / create (stdin)
+//	GET  /v2/namespaces/{ns}/terminalsessions/{name}/screen   get
+//	GET  /v2/namespaces/{ns}/terminalsessions/{name}/events   get   (JSON Lines)
+//	POST /v2/namespaces/{ns}/terminalsessions/{name}/resize   create
+//	POST /v2/namespaces/{ns}/terminalsessions/{name}/signal   create
+//	GET  /v2/namespaces/{ns}/terminalcommands/{name}/output   get
+//	POST /v2/namespaces/{ns}/terminalcommands/{name}/cancel   create
+//	GET  /v2/namespaces/{ns}/environments/{name}/files        get
+const (
+	// SubresourceGroup is the API group of the aggregated subresource API.
+	SubresourceGroup = "subresources.workbench.sensorium.dev"
+	v2Prefix         = "/v2/namespaces/{ns}/"
+)
+
+// V2Path returns the v2 path of resource/name/subresource in ns.
+func V2Path(ns, resource, name, subresource string) string {
+	return "/v2/namespaces/" + ns + "/" + resource + "/" + name + "/" + subresource
+}
+
+// Remote command WebSocket protocol (kubectl exec's): channel numbers and subprotocols.
+const (
+	chanStdin  = 0
+	chanStdout = 1
+	chanStderr = 2
+	chanError  = 3
+	chanResize = 4
+
+	ProtocolV5 = "v5.channel.k8s.io"
+	ProtocolV4 = "v4.channel.k8s.io"
+)
+
+// Stream bounds.
+const (
+	// MaxOutputLimitBytes caps ?limitBytes of command output (the node's output ceiling).
+	MaxOutputLimitBytes = 16 << 20
+	// MaxEventLimit caps ?limit of the event stream.
+	MaxEventLimit = 100_000
+	// StreamWriteTimeout drops a streaming client that does not take a write in time.
+	StreamWriteTimeout = 30 * time.Second
+)
+
+// CommandResolver finds TerminalCommands on this node.
+type CommandResolver interface {
+	Command(ns, name string) (Command, error)
+}
+
+// Command is a structured command's output view and control.
+type Command interface {
+	// Ring is the event ring of the command's session, which records the command's output.
+	Ring() *ring.Ring
+	// SeqFrom is the first ring sequence number that can hold the command's output.
+	SeqFrom() uint64
+	// Done is closed once the command is final.
+	Done() <-chan struct{}
+	// Result is the final state (valid once Done is closed).
+	Result() CommandResult
+	// Cancel ends the command (process group terminated, outcome Cancelled).
+	Cancel() error
+}
+
+// CommandResult is a final command's state.
+type CommandResult struct {
+	Phase string
+	// SeqTo is the last ring sequence number holding the command's output (0: none).
+	SeqTo       uint64
+	ExitCode    *int32
+	RefusalCode string
+	Message     string
+}
+
+// SessionEvent is one line of the v2 event stream: UTF-8 text in Text, anything else in
+// DataBase64 (never both).
+type SessionEvent struct {
+	Seq        uint64    `json:"seq,omitempty"`
+	Time       time.Time `json:"time,omitzero"`
+	Type       string    `json:"type"`
+	Text       string    `json:"text,omitempty"`
+	DataBase64 []byte    `json:"dataBase64,omitempty"`
+	Bytes      int       `json:"bytes,omitempty"`
+	Rows       int       `json:"rows,omitempty"`
+	Cols       int       `json:"cols,omitempty"`
+	Signal     string    `json:"signal,omitempty"`
+	ExitCode   *int      `json:"exitCode,omitempty"`
+	Phase      string    `json:"phase,omitempty"`
+	From       uint64    `json:"from,omitempty"`
+	To         uint64    `json:"to,omitempty"`
+}
+
+// SessionEventOf converts a ring event.
+func SessionEventOf(e ring.Event) SessionEvent {
+	ev := SessionEvent{Seq: e.Seq, Time: e.Time.UTC(), Type: string(e.Kind), Bytes: e.Bytes}
+	d := string(e.Data)
+	switch e.Kind {
+	case ring.KindOutput, ring.KindGap:
+		if utf8.Valid(e.Data) {
+			ev.Text = d
+		} else {
+			ev.DataBase64 = e.Data
+		}
+	case ring.KindResize:
+		r, c, _ := strings.Cut(d, "x")
+		ev.Rows, _ = strconv.Atoi(r)
+		ev.Cols, _ = strconv.Atoi(c)
+	case ring.KindSignal:
+		ev.Signal = d
+	case ring.KindExit:
+		if v, ok := strings.CutPrefix(d, "exit="); ok {
+			if n, err := strconv.Atoi(v); err == nil {
+				ev.ExitCode = &n
+			}
+		} else if v, ok := strings.CutPrefix(d, "signal="); ok {
+			ev.Signal = v
+		}
+		ev.Text = d
+	case ring.KindStatus:
+		ev.Phase = d
+	default:
+		if utf8.Valid(e.Data) {
+			ev.Text = d
+		} else {
+			ev.DataBase64 = e.Data
+		}
+	}
+	return ev
+}
+
+// v2Signals is the closed set of POST .../signal.
+var v2Signals = map[string]syscall.Signal{
+	"SIGINT": syscall.SIGINT, "SIGTERM": syscall.SIGTERM, "SIGHUP": syscall.SIGHUP, "SIGQUIT": syscall.SIGQUIT,
+	"SIGKILL": syscall.SIGKILL, "SIGTSTP": syscall.SIGTSTP, "SIGCONT": syscall.SIGCONT, "SIGWINCH": syscall.SIGWINCH,
+}
+
+func (s *Server) v2Routes(mux *http.ServeMux) {
+	sess, cmd, env := v2Prefix+"terminalsessions/{name}/", v2Prefix+"terminalcommands/{name}/", v2Prefix+"environments/{name}/"
+	for _, rt := range []struct {
+		method, path, verb, resource, sub string
+		h                                 handlerFunc
+	}{
+		// attach decides its verb itself (get, or create with stdin).
+		{http.MethodGet, sess + "attach", "", "terminalsessions", "attach", s.v2Attach},
+		{http.MethodGet, sess + "screen", "get", "terminalsessions", "screen", s.screen},
+		{http.MethodGet, sess + "events", "get", "terminalsessions", "events", s.v2Events},
+		{http.MethodPost, sess + "resize", "create", "terminalsessions", "resize", s.resize},
+		{http.MethodPost, sess + "signal", "create", "terminalsessions", "signal", s.v2Signal},
+		{http.MethodGet, cmd + "output", "get", "terminalcommands", "output", s.v2Output},
+		{http.MethodPost, cmd + "cancel", "create", "terminalcommands", "cancel", s.v2Cancel},
+		{http.MethodGet, env + "files", "get", "environments", "files", s.v2Files},
+	} {
+		mux.Handle(rt.method+" "+rt.path, s.authorizedIn(SubresourceGroup, rt.verb, rt.resource, rt.sub, rt.h))
+		allow := rt.method
+		mux.HandleFunc(rt.path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			writeError(w, r, errorf(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "method "+r.Method+" is not allowed; use "+allow))
+		})
+	}
+}
+
+// authorize asks the Authorizer for one more access of the request's user.
+func (s *Server) authorize(r *http.Request, a Attributes) error {
+	u := userFrom(r.Context())
+	ctx, cancel := context.WithTimeout(r.Context(), s.lim.RequestTimeout)
+	d, err := s.authz.Authorize(ctx, u, a)
+	cancel()
+	if err != nil {
+		return &httpError{status: http.StatusServiceUnavailable, code: CodeUnavailable, message: "authorization is unavailable", cause: err}
+	}
+	if !d.Allowed {
+		msg := fmt.Sprintf("user %q may not %s %s/%s %q in namespace %q", u.Username, a.Verb, a.Resource, a.Subresource, a.Name, a.Namespace)
+		if d.Reason != "" {
+			msg += ": " + d.Reason
+		}
+		return errorf(http.StatusForbidden, CodeForbidden, msg)
+	}
+	return nil
+}
+
+// acquireStream takes a long-lived stream slot.
+func (s *Server) acquireStream() (func(), error) {
+	select {
+	case s.longPolls <- struct{}{}:
+		return func() { <-s.longPolls }, nil
+	default:
+		return nil, errorf(http.StatusTooManyRequests, CodeQueueFull, fmt.Sprintf("all %d stream slots are in use", s.lim.MaxLongPolls))
+	}
+}
+
+// streamingResponse lifts the server's read/write timeouts for a long-lived response.
+func streamingResponse(w http.ResponseWriter) *http.ResponseController {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
+	return rc
+}
+
+// queryBool parses an optional boolean parameter.
+func queryBool(r *http.Request, key string) (bool, error) {
+	v, err := queryString(r.URL.Query(), key)
+	if err != nil || v == "" {
+		return false, err
+	}
+	b, perr := strconv.ParseBool(v)
+	if perr != nil {
+		return false, badRequest("query parameter %s=%q must be true or false", key, v)
+	}
+	return b, nil
+}
+
+// ---- attach ------------------------------------------------------------------------------
+
+// v2Attach serves the remote command WebSocket protocol on a session: stdin (create
+// terminalsessions/attach and spec.rawInput OperatorOnly), stdout from the ring (output
+// from now on), resize, and a metav1.Status on the error channel when the program ends.
+func (s *Server) v2Attach(w http.ResponseWriter, r *http.Request, ref objRef) error {
+	stdin, err := queryBool(r, "stdin")
+	if err != nil {
+		return err
+	}
+	verb := "get"
+	if stdin {
+		verb = "create"
+	}
+	if err := s.authorize(r, Attributes{Group: SubresourceGroup, Verb: verb, Namespace: ref.ns, Resource: "terminalsessions", Subresource: "attach", Name: ref.name}); err != nil {
+		return err
+	}
+	if !wsstream.IsWebSocketRequest(r) {
+		return badRequest("attach needs a WebSocket upgrade with subprotocol %s or %s", ProtocolV5, ProtocolV4)
+	}
+	h, err := s.resolveSession(ref)
+	if err != nil {
+		return err
+	}
+	if stdin && h.info.RawInput != wbv1.RawInputOperatorOnly {
+		mode := h.info.RawInput
+		if mode == "" {
+			mode = wbv1.RawInputDisabled
+		}
+		return errorf(http.StatusForbidden, string(actuation.CodeRawInputDisabled),
+			fmt.Sprintf("terminal session %s has spec.rawInput %s; attaching with stdin requires %s", ref, mode, wbv1.RawInputOperatorOnly))
+	}
+	release, err := s.acquireStream()
+	if err != nil {
+		return err
+	}
+	defer release()
+	in := wsstream.IgnoreChannel
+	if stdin {
+		in = wsstream.ReadChannel
+	}
+	chans := []wsstream.ChannelType{in, wsstream.WriteChannel, wsstream.IgnoreChannel, wsstream.WriteChannel, wsstream.ReadChannel}
+	conn := wsstream.NewConn(map[string]wsstream.ChannelProtocolConfig{
+		ProtocolV5: {Binary: true, Channels: chans},
+		ProtocolV4: {Binary: true, Channels: chans},
+	})
+	streamingResponse(w)
+	_, streams, err := conn.Open(w, r)
+	if err != nil {
+		return nil // the handshake failed and was answered by the WebSocket server
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	logger := ctrl.LoggerFrom(r.Context())
+	rg := h.s.Events()
+	cursor := rg.LastSeq()
+
+	// resize: the channel ends when the connection does.
+	go func() {
+		defer cancel()
+		dec := json.NewDecoder(io.LimitReader(streams[chanResize], math.MaxInt64))
+		for {
+			var sz struct{ Width, Height uint16 }
+			if err := dec.Decode(&sz); err != nil {
+				return
+			}
+			if err := h.s.Resize(sz.Height, sz.Width); err != nil {
+				logger.V(1).Info("Attach resize refused", "session", ref.String(), "error", err.Error())
+			}
+		}
+	}()
+	if stdin {
+		go func() {
+			buf := make([]byte, s.lim.MaxInputBytes)
+			for {
+				n, err := streams[chanStdin].Read(buf)
+				if n > 0 {
+					if ierr := h.s.Input(buf[:n]); ierr != nil {
+						logger.V(1).Info("Attach input refused", "session", ref.String(), "error", ierr.Error())
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	var exit *int
+	for {
+		evs, next, _ := rg.Read(cursor, s.lim.MaxEventsPerRead)
+		for _, e := range evs {
+			switch e.Kind {
+			case ring.KindOutput:
+				if _, err := streams[chanStdout].Write(e.Data); err != nil {
+					return nil
+				}
+			case ring.KindExit:
+				exit = SessionEventOf(e).ExitCode
+			}
+		}
+		cursor = next
+		if len(evs) > 0 {
+			continue
+		}
+		if err := rg.Wait(ctx, cursor); err != nil {
+			if errors.Is(err, ring.ErrClosed) {
+				writeRemoteStatus(streams[chanError], exit, "")
+			}
+			return nil
+		}
+	}
+}
+
+// writeRemoteStatus writes the final metav1.Status of a remote command stream.
+func writeRemoteStatus(w io.Writer, exit *int, failure string) {
+	st := metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusSuccess}
+	switch {
+	case failure != "":
+		st.Status, st.Message = metav1.StatusFailure, failure
+		st.Reason = metav1.StatusReasonInternalError
+	case exit != nil && *exit != 0:
+		st.Status, st.Reason = metav1.StatusFailure, "NonZeroExitCode"
+		st.Message = fmt.Sprintf("command terminated with non-zero exit code: %d", *exit)
+		st.Details = &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: "ExitCode", Message: strconv.Itoa(*exit)}}}
+	}
+	raw, _ := json.Marshal(st)
+	_, _ = w.Write(raw)
+}
+
+// ---- events ------------------------------------------------------------------------------
+
+// v2Events streams session events as JSON Lines from ?since (exclusive); ?follow keeps the
+// stream open until the ring closes; ?limit bounds the count.
+func (s *Server) v2Events(w http.ResponseWriter, r *http.Request, ref objRef) error {
+	q := r.URL.Query()
+	since, err := queryUint(q, "since", 0, math.MaxUint64)
+	if err != nil {
+		return err
+	}
+	limit, err := queryUint(q, "limit", 0, MaxEventLimit)
+	if err != nil {
+		return err
+	}
+	follow, err := queryBool(r, "follow")
+	if err != nil {
+		return err
+	}
+	if limit == 0 {
+		limit = MaxEventLimit
+		if !follow {
+			limit = uint64(s.lim.MaxEventsPerRead)
+		}
+	}
+	h, err := s.resolveSession(ref)
+	if err != nil {
+		return err
+	}
+	rg := h.s.Events()
+	if last := rg.LastSeq(); since > last {
+		return badRequest("since %d is ahead of the last event %d", since, last)
+	}
+	if follow {
+		release, err := s.acquireStream()
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
+	rc := streamingResponse(w)
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	enc := json.NewEncoder(w)
+	cursor, sent := since, uint64(0)
+	for sent < limit {
+		evs, next, gap := rg.Read(cursor, int(min(limit-sent, uint64(s.lim.MaxEventsPerRead))))
+		_ = rc.SetWriteDeadline(time.Now().Add(StreamWriteTimeout))
+		if gap != nil {
+			if enc.Encode(SessionEvent{Type: "gap", From: gap.FromSeq, To: gap.ToSeq}) != nil {
+				return nil
+			}
+		}
+		for _, e := range evs {
+			if enc.Encode(SessionEventOf(e)) != nil {
+				return nil
+			}
+		}
+		sent += uint64(len(evs))
+		cursor = next
+		if rc.Flush() != nil {
+			return nil
+		}
+		if len(evs) > 0 || gap != nil {
+			continue
+		}
+		if !follow {
+			return nil
+		}
+		if err := rg.Wait(r.Context(), cursor); err != nil {
+			return nil // closed ring or a finished request both end the stream
+		}
+	}
+	return nil
+}
+
+// ---- signal ------------------------------------------------------------------------------
+
+func (s *Server) v2Signal(w http.ResponseWriter, r *http.Request, ref objRef) error {
+	var req SignalRequest
+	if err := s.decode(w, r, &req); err != nil {
+		return err
+	}
+	sig, ok := v2Signals[req.Signal]
+	if !ok {
+		return badRequest("signal %q is not one of SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGKILL, SIGTSTP, SIGCONT, SIGWINCH", req.Signal)
+	}
+	h, err := s.resolveSession(ref)
+	if err != nil {
+		return err
+	}
+	if err := h.s.Signal(sig); err != nil {
+		return fmt.Errorf("signalling terminal session %s: %w", ref, err)
+	}
+	writeJSON(w, http.StatusOK, req)
+	return nil
+}
+
+// ---- files -------------------------------------------------------------------------------
+
+func (s *Server) v2Files(w http.ResponseWriter, r *http.Request, ref objRef) error {
+	q := r.URL.Query()
+	op, err := queryString(q, "op")
+	if err != nil {
+		return err
+	}
+	switch op {
+	case "", "snapshot":
+		return s.snapshot(w, r, ref)
+	case "read":
+	default:
+		return badRequest("query parameter op=%q must be snapshot or read", op)
+	}
+	root, path, err := fileQuery(q, true)
+	if err != nil {
+		return err
+	}
+	offset, err := queryUint(q, "offset", 0, math.MaxInt64)
+	if err != nil {
+		return err
+	}
+	limit, err := queryUint(q, "limit", uint64(s.lim.MaxReadBytes), math.MaxInt64)
+	if err != nil {
+		return err
+	}
+	switch {
+	case limit == 0:
+		limit = uint64(s.lim.MaxReadBytes)
+	case limit > uint64(s.lim.MaxReadBytes):
+		return errorf(http.StatusBadRequest, fsaccess.CodeReadCapAboveMax, fmt.Sprintf("limit %d exceeds the per-read cap %d", limit, s.lim.MaxReadBytes))
+	}
+	rt, err := s.resolveRoot(ref, root)
+	if err != nil {
+		return err
+	}
+	res, err := rt.Read(r.Context(), path, int64(offset), int(limit))
+	if err != nil {
+		return fmt.Errorf("reading %q in root %q of environment %s: %w", path, root, ref, err)
+	}
+	hd := w.Header()
+	hd.Set("Content-Type", "application/octet-stream")
+	hd.Set("Cache-Control", "no-store")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	if res.Digest != "" {
+		hd.Set("X-Workbench-Digest", res.Digest)
+	}
+	hd.Set("X-Workbench-Size", strconv.FormatInt(res.Size, 10))
+	hd.Set("X-Workbench-Truncated", strconv.FormatBool(!res.EOF))
+	hd.Set("Content-Length", strconv.Itoa(len(res.Data)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(res.Data)
+	return nil
+}
+
+// ---- command output and cancel -----------------------------------------------------------
+
+func (s *Server) resolveCommand(ref objRef) (Command, error) {
+	if s.cmds == nil {
+		return nil, fmt.Errorf("terminal command %s: %w", ref, ErrNotFound)
+	}
+	c, err := s.cmds.Command(ref.ns, ref.name)
+	if err != nil {
+		return nil, fmt.Errorf("resolving terminal command %s: %w", ref, err)
+	}
+	if c == nil {
+		return nil, fmt.Errorf("resolving terminal command %s: %w", ref, ErrNotFound)
+	}
+	return c, nil
+}
+
+func (s *Server) v2Cancel(w http.ResponseWriter, _ *http.Request, ref objRef) error {
+	c, err := s.resolveCommand(ref)
+	if err != nil {
+		return err
+	}
+	if err := c.Cancel(); err != nil {
+		return fmt.Errorf("cancelling terminal command %s: %w", ref, err)
+	}
+	writeJSON(w, http.StatusOK, metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status: metav1.StatusSuccess, Message: "terminal command " + ref.String() + " cancelled"})
+	return nil
+}
+
+// outputSink receives command output: the HTTP body or the WebSocket stdout channel.
+type outputSink interface {
+	write(p []byte) error
+	flush() error
+}
+
+type httpSink struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (h httpSink) write(p []byte) error {
+	_ = h.rc.SetWriteDeadline(time.Now().Add(StreamWriteTimeout))
+	_, err := h.w.Write(p)
+	return err
+}
+func (h httpSink) flush() error { return h.rc.Flush() }
+
+type wsSink struct{ w io.Writer }
+
+func (s wsSink) write(p []byte) error { _, err := s.w.Write(p); return err }
+func (wsSink) flush() error           { return nil }
+
+// v2Output streams a command's combined output from its first byte: plain (chunked) or over
+// the remote command WebSocket protocol (stdout, then a metav1.Status with the exit code).
+func (s *Server) v2Output(w http.ResponseWriter, r *http.Request, ref objRef) error {
+	q := r.URL.Query()
+	follow, err := queryBool(r, "follow")
+	if err != nil {
+		return err
+	}
+	limit, err := queryUint(q, "limitBytes", MaxOutputLimitBytes, MaxOutputLimitBytes)
+	if err != nil {
+		return err
+	}
+	if limit == 0 {
+		limit = MaxOutputLimitBytes
+	}
+	c, err := s.resolveCommand(ref)
+	if err != nil {
+		return err
+	}
+	ws := wsstream.IsWebSocketRequest(r)
+	if follow || ws {
+		release, err := s.acquireStream()
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
+	rc := streamingResponse(w)
+	if !ws {
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.WriteHeader(http.StatusOK)
+		_, _ = s.copyOutput(r.Context(), c, httpSink{w, rc}, follow, limit)
+		return nil
+	}
+	chans := []wsstream.ChannelType{wsstream.IgnoreChannel, wsstream.WriteChannel, wsstream.IgnoreChannel, wsstream.WriteChannel, wsstream.ReadChannel}
+	conn := wsstream.NewConn(map[string]wsstream.ChannelProtocolConfig{
+		ProtocolV5: {Binary: true, Channels: chans},
+		ProtocolV4: {Binary: true, Channels: chans},
+	})
+	_, streams, err := conn.Open(w, r)
+	if err != nil {
+		return nil
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	go func() { // the resize channel ends with the connection
+		defer cancel()
+		_, _ = io.Copy(io.Discard, streams[chanResize])
+	}()
+	final, err := s.copyOutput(ctx, c, wsSink{streams[chanStdout]}, follow, limit)
+	switch {
+	case err != nil:
+		writeRemoteStatus(streams[chanError], nil, err.Error())
+	case final != nil && final.ExitCode != nil:
+		code := int(*final.ExitCode)
+		writeRemoteStatus(streams[chanError], &code, "")
+	case final != nil && final.Phase != string(wbv1.CommandSucceeded):
+		writeRemoteStatus(streams[chanError], nil, final.Phase+": "+final.Message)
+	default:
+		writeRemoteStatus(streams[chanError], nil, "")
+	}
+	return nil
+}
+
+// copyOutput writes the command's output events to sink from SeqFrom on. Without follow it
+// stops at what exists now; with follow it ends when the command is final and all of its
+// output is written. It returns the final result when the command ended.
+func (s *Server) copyOutput(ctx context.Context, c Command, sink outputSink, follow bool, limit uint64) (*CommandResult, error) {
+	rg := c.Ring()
+	cursor := c.SeqFrom()
+	if cursor > 0 {
+		cursor--
+	}
+	var written uint64
+	done := c.Done()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { // a final command ends a parked wait
+		select {
+		case <-done:
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	for {
+		final := false
+		var res CommandResult
+		select {
+		case <-done:
+			final, res = true, c.Result()
+		default:
+		}
+		evs, next, gap := rg.Read(cursor, s.lim.MaxEventsPerRead)
+		if gap != nil && (!final || gap.FromSeq <= res.SeqTo) {
+			return nil, errorf(http.StatusGone, string(actuation.CodeOutputEvicted),
+				fmt.Sprintf("output events %d..%d left the node's event ring", gap.FromSeq, gap.ToSeq))
+		}
+		stop := false
+		for _, e := range evs {
+			if final && e.Seq > res.SeqTo {
+				stop = true
+				break
+			}
+			cursor = e.Seq
+			if e.Kind != ring.KindOutput {
+				continue
+			}
+			data := e.Data
+			if rest := limit - written; uint64(len(data)) > rest {
+				data = data[:rest]
+			}
+			if err := sink.write(data); err != nil {
+				return nil, nil
+			}
+			written += uint64(len(data))
+			if written >= limit {
+				_ = sink.flush()
+				return nil, nil
+			}
+		}
+		if len(evs) == 0 {
+			cursor = max(cursor, next)
+		}
+		if sink.flush() != nil {
+			return nil, nil
+		}
+		if final && (stop || len(evs) == 0 || cursor >= res.SeqTo) {
+			return &res, nil
+		}
+		if len(evs) > 0 {
+			continue
+		}
+		if !follow {
+			return nil, nil
+		}
+		err := rg.Wait(wctx, cursor)
+		switch {
+		case err == nil:
+		case errors.Is(err, ring.ErrClosed):
+			select { // the session closed: the command ends with it
+			case <-done:
+			case <-ctx.Done():
+				return nil, nil
+			}
+		case ctx.Err() != nil:
+			return nil, nil
+		}
+	}
+}

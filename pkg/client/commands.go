@@ -1,0 +1,419 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"slices"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+)
+
+// CreatedByLabel marks objects this client created on the caller's behalf (sessions).
+const CreatedByLabel = "workbench.sensorium.dev/created-by"
+
+// RunRequest is one structured command to run (the CLI's `run` and the MCP run_command
+// tool's input schema).
+type RunRequest struct {
+	Argv           []string `json:"argv" jsonschema:"argv as data (never a shell string); argv[0] may be the profile's executable or its base name"`
+	Environment    string   `json:"environment,omitempty" jsonschema:"Environment to run in (default: the only Ready one)"`
+	Session        string   `json:"session,omitempty" jsonschema:"TerminalSession to run on (default: a structured session of the environment, created if needed)"`
+	Profile        string   `json:"profile,omitempty" jsonschema:"CommandProfile (default: the one whose executable matches argv[0])"`
+	Root           string   `json:"root,omitempty" jsonschema:"root of the working directory (default: the profile's first allowed root the environment has)"`
+	Path           string   `json:"path,omitempty" jsonschema:"working directory beneath the root"`
+	TimeoutSeconds int64    `json:"timeoutSeconds,omitempty" jsonschema:"timeout, at most the profile's maxTimeoutSeconds"`
+	OutputBytes    int64    `json:"outputBytes,omitempty" jsonschema:"output cap in bytes, at most the profile's maxOutputBytes"`
+}
+
+// PrepareCommand resolves r into a TerminalCommand ready to create: the environment, a
+// session (created and awaited when none is open), the profile, argv[0] and fixed
+// arguments, and the working directory's root.
+func (c *Client) PrepareCommand(ctx context.Context, r RunRequest) (*wbv1.TerminalCommand, error) {
+	if len(r.Argv) == 0 {
+		return nil, Usage("run needs an argv after --")
+	}
+	session := r.Session
+	var envName string
+	if session == "" {
+		envName = r.Environment
+		if envName == "" {
+			var err error
+			if envName, err = c.DefaultEnvironment(ctx); err != nil {
+				return nil, err
+			}
+		} else if err := c.Kube.Get(ctx, objectKey(c.Namespace, envName), &wbv1.Environment{}); err != nil {
+			return nil, Wrap("environment "+envName, err)
+		}
+		s, err := c.EnsureSession(ctx, envName)
+		if err != nil {
+			return nil, err
+		}
+		session = s.Name
+	} else {
+		var s wbv1.TerminalSession
+		if err := c.Kube.Get(ctx, ctrlclient.ObjectKey{Namespace: c.Namespace, Name: session}, &s); err != nil {
+			return nil, Wrap("terminalsession "+session, err)
+		}
+		envName = string(s.Spec.EnvironmentRef)
+	}
+	var env wbv1.Environment
+	if err := c.Kube.Get(ctx, ctrlclient.ObjectKey{Namespace: c.Namespace, Name: envName}, &env); err != nil {
+		return nil, Wrap("environment "+envName, err)
+	}
+	prof, err := c.resolveProfile(ctx, r.Profile, r.Argv)
+	if err != nil {
+		return nil, err
+	}
+	argv := normalizeArgv(prof, r.Argv)
+	root := r.Root
+	if root == "" {
+		root = defaultRoot(prof, &env)
+	}
+	cmd := &wbv1.TerminalCommand{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: commandPrefix(argv), Namespace: c.Namespace},
+		Spec: wbv1.TerminalCommandSpec{SessionRef: wbv1.ObjectName(session), ProfileRef: wbv1.ObjectName(prof.Name), Argv: argv,
+			Cwd: wbv1.CwdAddress{Root: wbv1.RootName(root), Path: wbv1.RelativePath(r.Path)}, TimeoutSeconds: r.TimeoutSeconds, OutputBytes: r.OutputBytes},
+	}
+	return cmd, nil
+}
+
+// commandPrefix is a readable generateName: "run-<base of the executable>-".
+func commandPrefix(argv []string) string {
+	base := path.Base(argv[0])
+	out := make([]rune, 0, len(base))
+	for _, r := range base {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			out = append(out, r)
+		case r >= 'A' && r <= 'Z':
+			out = append(out, r+('a'-'A'))
+		default:
+			out = append(out, '-')
+		}
+		if len(out) >= 40 {
+			break
+		}
+	}
+	if len(out) == 0 {
+		return "run-"
+	}
+	return "run-" + string(out) + "-"
+}
+
+// resolveProfile returns the named profile, or the one whose executable matches argv[0]
+// (by full path or base name), preferring one whose fixed arguments argv already carries.
+func (c *Client) resolveProfile(ctx context.Context, name string, argv []string) (*wbv1.CommandProfile, error) {
+	if name != "" {
+		var p wbv1.CommandProfile
+		if err := c.Kube.Get(ctx, ctrlclient.ObjectKey{Namespace: c.Namespace, Name: name}, &p); err != nil {
+			return nil, Wrap("commandprofile "+name, err)
+		}
+		return &p, nil
+	}
+	var l wbv1.CommandProfileList
+	if err := c.Kube.List(ctx, &l, ctrlclient.InNamespace(c.Namespace)); err != nil {
+		return nil, Wrap("commandprofiles", err)
+	}
+	var match []*wbv1.CommandProfile
+	for i := range l.Items {
+		p := &l.Items[i]
+		if p.Spec.Executable == argv[0] || path.Base(p.Spec.Executable) == argv[0] {
+			match = append(match, p)
+		}
+	}
+	if len(match) == 0 {
+		return nil, &Error{Class: ClassNotFound, Code: "profile-missing", Object: "commandprofiles",
+			Message: fmt.Sprintf("no CommandProfile in %s runs %q; name one with -p", c.Namespace, argv[0])}
+	}
+	for _, p := range match {
+		rest := argv[1:]
+		if len(rest) >= len(p.Spec.FixedArgs) && slices.Equal(rest[:len(p.Spec.FixedArgs)], p.Spec.FixedArgs) {
+			return p, nil
+		}
+	}
+	return match[0], nil
+}
+
+// normalizeArgv writes argv[0] as the profile's executable and inserts the profile's fixed
+// arguments when argv does not already start with them: `git status` under a profile
+// (/usr/bin/git, fixedArgs [--no-pager]) becomes [/usr/bin/git --no-pager status].
+func normalizeArgv(p *wbv1.CommandProfile, argv []string) []string {
+	out := []string{p.Spec.Executable}
+	rest := argv[1:]
+	if argv[0] != p.Spec.Executable && path.Base(p.Spec.Executable) != argv[0] {
+		rest = argv // argv[0] is not the executable: treat it all as arguments
+	}
+	if !(len(rest) >= len(p.Spec.FixedArgs) && slices.Equal(rest[:len(p.Spec.FixedArgs)], p.Spec.FixedArgs)) {
+		out = append(out, p.Spec.FixedArgs...)
+	}
+	return append(out, rest...)
+}
+
+// defaultRoot is the profile's first allowed root that the environment has, else the
+// environment's first root.
+func defaultRoot(p *wbv1.CommandProfile, e *wbv1.Environment) string {
+	for _, r := range p.Spec.AllowedRoots {
+		for _, er := range e.Spec.Roots {
+			if string(er.Name) == r {
+				return r
+			}
+		}
+	}
+	if len(e.Spec.Roots) > 0 {
+		return string(e.Spec.Roots[0].Name)
+	}
+	return ""
+}
+
+// EnsureSession returns an open structured session of environment env, creating one (and
+// waiting until it runs) when there is none.
+func (c *Client) EnsureSession(ctx context.Context, env string) (*wbv1.TerminalSession, error) {
+	var l wbv1.TerminalSessionList
+	if err := c.Kube.List(ctx, &l, &ctrlclient.ListOptions{Namespace: c.Namespace,
+		FieldSelector: fields.OneTermEqualSelector("spec.environmentRef", env)}); err != nil {
+		return nil, Wrap("terminalsessions", err)
+	}
+	for i := range l.Items {
+		s := &l.Items[i]
+		if s.Spec.ShellProfileRef == nil && s.Spec.DesiredState != "Closed" && s.DeletionTimestamp == nil &&
+			(s.Status.Phase == wbv1.SessionRunning || s.Status.Phase == wbv1.SessionIdle) {
+			return s, nil
+		}
+	}
+	s := &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{GenerateName: env + "-", Namespace: c.Namespace,
+		Labels: map[string]string{CreatedByLabel: "kubectl-workbench"}},
+		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: wbv1.ObjectName(env)}}
+	if err := c.Kube.Create(ctx, s); err != nil {
+		return nil, Wrap("terminalsession for environment "+env, err)
+	}
+	return c.WaitSessionRunning(ctx, s.Name)
+}
+
+// WaitSessionRunning waits until session name runs (or refuses with its recorded code).
+func (c *Client) WaitSessionRunning(ctx context.Context, name string) (*wbv1.TerminalSession, error) {
+	s := &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace}}
+	err := waitFor(ctx, c, s, &wbv1.TerminalSessionList{}, func(s *wbv1.TerminalSession) (bool, error) {
+		switch s.Status.Phase {
+		case wbv1.SessionRunning, wbv1.SessionIdle:
+			return true, nil
+		case wbv1.SessionClosed, wbv1.SessionFailed, wbv1.SessionExpired, wbv1.SessionKilled, wbv1.SessionClosing:
+			code, msg := "session-closed", "session is "+string(s.Status.Phase)
+			if s.Status.Refusal != nil {
+				code, msg = s.Status.Refusal.Code, s.Status.Refusal.Message
+			}
+			return false, refused("terminalsession "+name, code, msg)
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// CreateCommand creates cmd.
+func (c *Client) CreateCommand(ctx context.Context, cmd *wbv1.TerminalCommand) error {
+	if cmd.Namespace == "" {
+		cmd.Namespace = c.Namespace
+	}
+	return Wrap("terminalcommand "+cmd.Name+cmd.GenerateName, c.Kube.Create(ctx, cmd))
+}
+
+// WaitCommand watches command name until until(cmd) holds (nil: until it is final),
+// calling onChange on every observed change of phase.
+func (c *Client) WaitCommand(ctx context.Context, name string, until func(*wbv1.TerminalCommand) bool, onChange func(*wbv1.TerminalCommand)) (*wbv1.TerminalCommand, error) {
+	if until == nil {
+		until = func(t *wbv1.TerminalCommand) bool { return wbv1.CommandIsFinal(t.Status.Conditions) }
+	}
+	cmd := &wbv1.TerminalCommand{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace}}
+	var last wbv1.CommandPhase = "-"
+	err := waitFor(ctx, c, cmd, &wbv1.TerminalCommandList{}, func(t *wbv1.TerminalCommand) (bool, error) {
+		if p := wbv1.CommandPhaseFor(t.Status.Conditions); p != last {
+			last = p
+			if onChange != nil {
+				onChange(t)
+			}
+		}
+		return until(t), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return cmd, nil
+}
+
+// ExitError is a command that ran and exited non-zero: the CLI exits with its code.
+type ExitError struct {
+	Command string
+	Code    int
+}
+
+func (e *ExitError) Error() string   { return fmt.Sprintf("%s exited with %d", e.Command, e.Code) }
+func (e *ExitError) ExitStatus() int { return e.Code }
+
+// CommandOutcomeError is nil for a Succeeded command and otherwise says why it did not
+// succeed: *ExitError for a non-zero exit, *Error (with the refusal code) for the rest.
+func CommandOutcomeError(cmd *wbv1.TerminalCommand) error {
+	obj := "terminalcommand " + cmd.Name
+	st := cmd.Status
+	phase := wbv1.CommandPhaseFor(st.Conditions)
+	if st.Refusal != nil && phase != wbv1.CommandSucceeded {
+		e := refused(obj, st.Refusal.Code, st.Refusal.Message)
+		switch phase {
+		case wbv1.CommandTimedOut:
+			e.Class = ClassTimedOut
+		case wbv1.CommandCancelled:
+			e.Class = ClassCancelled
+		}
+		return e
+	}
+	switch phase {
+	case wbv1.CommandSucceeded:
+		if st.ExitCode != nil && *st.ExitCode != 0 {
+			return &ExitError{Command: obj, Code: int(*st.ExitCode)}
+		}
+		return nil
+	case wbv1.CommandFailed:
+		if st.ExitCode != nil {
+			return &ExitError{Command: obj, Code: int(*st.ExitCode)}
+		}
+		return &Error{Object: obj, Class: ClassRuntime, Message: "command failed without an exit code"}
+	case wbv1.CommandTimedOut:
+		return &Error{Object: obj, Class: ClassTimedOut, Message: fmt.Sprintf("command timed out after %ds", cmd.Spec.TimeoutSeconds)}
+	case wbv1.CommandCancelled:
+		return &Error{Object: obj, Class: ClassCancelled, Message: "command was cancelled"}
+	}
+	return &Error{Object: obj, Class: ClassInternal, Message: "command is not final: " + string(phase)}
+}
+
+// RunOptions steer Run.
+type RunOptions struct {
+	// Output receives the command's combined output as it runs (nil: not read).
+	Output io.Writer
+	// LimitBytes bounds the output read (0: the server's bound).
+	LimitBytes int64
+	// OnCreated is called with the created command.
+	OnCreated func(*wbv1.TerminalCommand)
+	// OnConsent is called once when the command waits for an operator.
+	OnConsent func(*wbv1.TerminalCommand, *ConsentInfo)
+	// OnOutputUnavailable is called when the output subresource could not be read.
+	OnOutputUnavailable func(error)
+}
+
+// Run creates the command of r, follows its output into opts.Output while it runs, and
+// returns it once final, with CommandOutcomeError as the error.
+func (c *Client) Run(ctx context.Context, r RunRequest, opts RunOptions) (*wbv1.TerminalCommand, error) {
+	cmd, err := c.PrepareCommand(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.CreateCommand(ctx, cmd); err != nil {
+		return nil, err
+	}
+	if opts.OnCreated != nil {
+		opts.OnCreated(cmd)
+	}
+	return c.Follow(ctx, cmd.Name, opts)
+}
+
+// Follow waits for command name: it reports consent once, streams output from the first
+// byte once the command has started, and returns the final command.
+func (c *Client) Follow(ctx context.Context, name string, opts RunOptions) (*wbv1.TerminalCommand, error) {
+	consentShown := false
+	started := func(t *wbv1.TerminalCommand) bool {
+		p := wbv1.CommandPhaseFor(t.Status.Conditions)
+		return p == wbv1.CommandRunning || wbv1.CommandIsFinal(t.Status.Conditions)
+	}
+	onChange := func(t *wbv1.TerminalCommand) {
+		if consentShown || wbv1.CommandPhaseFor(t.Status.Conditions) != wbv1.CommandAwaitingConsent || opts.OnConsent == nil {
+			return
+		}
+		consentShown = true
+		opts.OnConsent(t, c.ConsentInfo(ctx, t))
+	}
+	cmd, err := c.WaitCommand(ctx, name, started, onChange)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Output != nil && cmd.Status.Phase != wbv1.CommandRefused && wbv1.CommandPhaseFor(cmd.Status.Conditions) != wbv1.CommandRefused {
+		if err := c.CommandOutput(ctx, name, true, opts.LimitBytes, opts.Output); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if opts.OnOutputUnavailable != nil {
+				opts.OnOutputUnavailable(err)
+			}
+		}
+	}
+	cmd, err = c.WaitCommand(ctx, name, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	return cmd, CommandOutcomeError(cmd)
+}
+
+// CommandOutput copies the combined output of command name from its first byte into w
+// (terminalcommands/output). With follow it returns when the command is final.
+func (c *Client) CommandOutput(ctx context.Context, name string, follow bool, limitBytes int64, w io.Writer) error {
+	req := c.stream.Get().AbsPath(c.basePath(), "terminalcommands", name, "output")
+	if follow {
+		req = req.Param("follow", "true")
+	}
+	if limitBytes > 0 {
+		req = req.Param("limitBytes", fmt.Sprint(limitBytes))
+	}
+	rc, err := req.Stream(ctx)
+	if err != nil {
+		return c.wrapSub(ctx, "terminalcommand "+name+" output", err)
+	}
+	defer rc.Close()
+	if _, err := io.Copy(w, rc); err != nil {
+		return fmt.Errorf("reading output of terminalcommand %s: %w", name, err)
+	}
+	return nil
+}
+
+// ErrAggregatedAPIUnavailable means the subresource API group is not served.
+var ErrAggregatedAPIUnavailable = errors.New("the aggregated API " + SubresourcesGroupVersion.String() + " is not served (is workbench-apiserver running and its APIService available?)")
+
+// wrapSub wraps an error of the aggregated API. A 403 or 404 without a workbench code may
+// mean that the group itself is not served (kube-apiserver authorizes before it routes):
+// then discovery tells, and the error says so (class unavailable).
+func (c *Client) wrapSub(ctx context.Context, object string, err error) error {
+	w := Wrap(object, err)
+	var e *Error
+	if errors.As(w, &e) && e.Code == "" && (apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsServiceUnavailable(err)) && !c.SubresourcesServed(ctx) {
+		e.Err = fmt.Errorf("%w: %w", ErrAggregatedAPIUnavailable, err)
+		e.Message = ErrAggregatedAPIUnavailable.Error()
+		e.Class = ClassUnavailable
+	}
+	return w
+}
+
+// SubresourcesServed asks discovery whether the aggregated API group is served.
+func (c *Client) SubresourcesServed(ctx context.Context) bool {
+	err := c.Sub.Get().AbsPath("/apis/" + SubresourcesGroupVersion.Group + "/" + SubresourcesGroupVersion.Version).Do(ctx).Error()
+	return err == nil
+}
+
+// CancelCommand cancels command name (terminalcommands/cancel).
+func (c *Client) CancelCommand(ctx context.Context, name string) error {
+	err := c.Sub.Post().AbsPath(c.basePath(), "terminalcommands", name, "cancel").Do(ctx).Error()
+	return c.wrapSub(ctx, "terminalcommand "+name, err)
+}
+
+// GetCommand reads command name.
+func (c *Client) GetCommand(ctx context.Context, name string) (*wbv1.TerminalCommand, error) {
+	var t wbv1.TerminalCommand
+	if err := c.Kube.Get(ctx, ctrlclient.ObjectKey{Namespace: c.Namespace, Name: name}, &t); err != nil {
+		return nil, Wrap("terminalcommand "+name, err)
+	}
+	return &t, nil
+}

@@ -1,0 +1,231 @@
+// Package aggregated tests the aggregated subresource API end to end: a real kube-apiserver
+// started with the front-proxy flags and an audit log, the manager, a real node agent (PTYs,
+// processes) whose data plane trusts only workbench-apiserver's client certificate for
+// identity forwarding, and workbench-apiserver in-process, registered with an APIService.
+// Every call goes through kube-apiserver, as a user's would.
+package aggregated
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/controllers"
+	"sensorium.dev/workbench/internal/nodeagent/agent"
+	"sensorium.dev/workbench/internal/nodeagent/procexec"
+	"sensorium.dev/workbench/internal/test/aggtest"
+	"sensorium.dev/workbench/internal/test/envtest"
+	"sensorium.dev/workbench/webhooks"
+)
+
+const nodeName = "node-agg"
+
+var (
+	env       *envtest.Env
+	agg       *aggtest.Server
+	workspace string
+)
+
+func TestMain(m *testing.M) {
+	procexec.MaybeRunHelper() // the agent re-executes this binary as its sandbox helper
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "SKIP aggregated API suite: the node agent needs root for its sandboxes")
+		os.Exit(0)
+	}
+	code, err := run(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(code)
+}
+
+func run(m *testing.M) (int, error) {
+	var err error
+	env, err = envtest.Start(envtest.Options{Aggregation: true, Setup: func(mgr ctrl.Manager) error {
+		if err := controllers.SetupWithManager(mgr, controllers.Config{}); err != nil {
+			return err
+		}
+		return webhooks.SetupWithManager(mgr)
+	}})
+	if err == envtest.ErrNoAssets {
+		fmt.Fprintln(os.Stderr, "SKIP aggregated API suite:", err)
+		return 0, nil
+	}
+	if err != nil {
+		return 1, err
+	}
+	defer env.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := aggtest.HostIP(); err != nil {
+		fmt.Fprintln(os.Stderr, "SKIP aggregated API suite:", err)
+		return 0, nil
+	}
+	agg, err = aggtest.Start(ctx, env)
+	if err != nil {
+		return 1, fmt.Errorf("starting workbench-apiserver: %w", err)
+	}
+	defer agg.Stop()
+	tmp, err := os.MkdirTemp("", "wb-aggregated-")
+	if err != nil {
+		return 1, err
+	}
+	defer os.RemoveAll(tmp)
+	workspace = filepath.Join(tmp, "work")
+	if err := os.MkdirAll(workspace, 0o755); err != nil {
+		return 1, err
+	}
+	if err := startAgent(ctx, filepath.Join(tmp, "state")); err != nil {
+		return 1, err
+	}
+	return m.Run(), nil
+}
+
+// startAgent runs a node agent as identity workbench:node:<name> whose data plane accepts
+// forwarded identities only from workbench-apiserver's client certificate.
+func startAgent(ctx context.Context, state string) error {
+	user := webhooks.NodeUserPrefix + nodeName
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "node-agent-" + nodeName},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "workbench-node-agent"}}
+	if err := env.Client.Create(ctx, crb); err != nil {
+		return err
+	}
+	if err := env.WaitAuthorized(ctx, user, ""); err != nil {
+		return err
+	}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{webhooks.NodeGroup}}
+	a, err := agent.New(agent.Config{NodeName: nodeName, StateDir: state, AdmittedRoots: map[string]string{"work": workspace},
+		HeartbeatSeconds: 5, DataPlaneAddress: "127.0.0.1:0", Caps: agent.Caps{Sessions: 64, SessionsPerEnvironment: 8},
+		DataPlaneForwardingCAFile: agg.NodeClientCAFile, DataPlaneForwardingNames: []string{aggtest.NodeClientName}}, agent.Options{})
+	if err != nil {
+		return err
+	}
+	go func() {
+		if err := a.Run(ctrl.LoggerInto(ctx, ctrl.Log.WithName("agent")), cfg); err != nil {
+			fmt.Fprintln(os.Stderr, "agent stopped:", err)
+		}
+	}()
+	return nil
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s; last saw: %s", timeout, what, seen)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func namespace(t testing.TB) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "agg-"}}
+	must(t, env.Client.Create(context.Background(), ns))
+	return ns.Name
+}
+
+// user binds role to a fresh user in ns and returns a rest config acting as that user
+// through kube-apiserver (impersonation: kube-apiserver authenticates the admin, then
+// authorizes and audits the user).
+func user(t testing.TB, ns, name, role string) *rest.Config {
+	t.Helper()
+	must(t, env.Bind(context.Background(), role, name, ns))
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: name}
+	return cfg
+}
+
+// readyEnvironment creates a host-local environment over a fresh directory and a session
+// running shell profile prof (nil: a structured session), and waits until both run.
+func readyEnvironment(t testing.TB, ns string, sessions ...*wbv1.TerminalSession) string {
+	t.Helper()
+	ctx := context.Background()
+	dir, err := os.MkdirTemp(workspace, "t-")
+	must(t, err)
+	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
+		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(dir)}},
+		NodeSelector: map[string]string{wbv1.NodeLabel: nodeName},
+	}}))
+	for _, s := range sessions {
+		s.Namespace = ns
+		s.Spec.EnvironmentRef = "e"
+		must(t, env.Client.Create(ctx, s))
+	}
+	eventually(t, 60*time.Second, "environment Ready and sessions Running", func() (bool, string) {
+		var e wbv1.Environment
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+		if e.Status.Phase != wbv1.EnvironmentReady {
+			return false, fmt.Sprintf("env=%+v", e.Status)
+		}
+		for _, s := range sessions {
+			var got wbv1.TerminalSession
+			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: s.Name}, &got))
+			if got.Status.Phase != wbv1.SessionRunning {
+				return false, fmt.Sprintf("session %s=%+v", s.Name, got.Status)
+			}
+		}
+		return true, ""
+	})
+	return dir
+}
+
+// profile is a CommandProfile for exe.
+func profile(ns, name, exe string, mut ...func(*wbv1.CommandProfileSpec)) *wbv1.CommandProfile {
+	p := &wbv1.CommandProfile{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: wbv1.CommandProfileSpec{
+		Executable: exe, AllowedArgPrefixes: []string{""}, AllowedRoots: []string{"repo"},
+		Env:               wbv1.CommandEnvPolicy{Defaults: []wbv1.EnvVar{{Name: "LANG", Value: "C.UTF-8"}, {Name: "PATH", Value: "/usr/bin:/bin"}}},
+		MaxTimeoutSeconds: 60, MaxOutputBytes: 1 << 20,
+	}}
+	for _, m := range mut {
+		m(&p.Spec)
+	}
+	return p
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// dataPlaneClient trusts the node's published CA and presents no client certificate.
+func dataPlaneClient(t testing.TB, node *wbv1.WorkbenchNode) *http.Client {
+	t.Helper()
+	if node.Status.DataPlane == nil {
+		t.Fatal("the node publishes no data plane")
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM([]byte(node.Status.DataPlane.CABundle)) {
+		t.Fatal("the published CA bundle holds no certificate")
+	}
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+}
