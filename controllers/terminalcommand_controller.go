@@ -61,7 +61,7 @@ func terminalCommandOwned(s *wbv1.TerminalCommandStatus) wbv1.TerminalCommandSta
 		Conditions: ownedConditions(s.Conditions, wbv1.ConditionAdmitted, wbv1.ConditionReconciling, wbv1.ConditionStalled),
 	}
 	if !isTrueCond(s.Conditions, wbv1.ConditionAdmitted) {
-		out.Refusal, out.CompletionTime = s.Refusal, s.CompletionTime
+		out.Refusal, out.CompletionTime, out.SignalOrigin = s.Refusal, s.CompletionTime, s.SignalOrigin
 		out.Conditions = ownedConditions(s.Conditions, wbv1.ConditionAdmitted, wbv1.ConditionCompleted, wbv1.ConditionReconciling, wbv1.ConditionStalled)
 	}
 	return out
@@ -116,7 +116,13 @@ func (r *TerminalCommandReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	p.next.CommandID = string(cmd.UID)
 	p.next.ArgvDigest = wbv1.Digest(actuation.ArgvDigest(string(cmd.Spec.ProfileRef), cmd.Spec.Argv, convert.Cwd(cmd.Spec.Cwd)))
 	p.next.ObservedGeneration = cmd.Generation
-	if err := r.gate(ctx, p); err != nil {
+	if cmd.Spec.DesiredState == wbv1.CommandDesiredCancelled {
+		// Cancelled before admission: it is never admitted, so no node ever starts it.
+		msg := "cancelled before it was admitted"
+		p.next.SignalOrigin, p.next.CompletionTime = wbv1.SignalOrigin("cancel"), &metav1.Time{Time: r.Now()}
+		p.set(cond(wbv1.ConditionAdmitted, false, wbv1.ReasonCancelled, msg, cmd.Generation))
+		p.set(cond(wbv1.ConditionCompleted, true, wbv1.ReasonCancelled, msg, cmd.Generation))
+	} else if err := r.gate(ctx, p); err != nil {
 		return ctrl.Result{}, err
 	}
 	p.next.Phase = wbv1.CommandPhaseFor(p.all)

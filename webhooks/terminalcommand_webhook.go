@@ -29,11 +29,13 @@ import (
 // consent gate re-checks the same rules against the live profile before admitting.
 type TerminalCommandValidator struct {
 	Reader client.Reader
+	// Client creates SubjectAccessReviews.
+	Client client.Client
 }
 
 func setupTerminalCommand(mgr ctrl.Manager) error {
 	return ctrl.NewWebhookManagedBy(mgr, &wbv1.TerminalCommand{}).
-		WithValidator(TerminalCommandValidator{Reader: mgr.GetClient()}).Complete()
+		WithValidator(TerminalCommandValidator{Reader: mgr.GetClient(), Client: mgr.GetClient()}).Complete()
 }
 
 // ValidateCreate implements admission.Validator.
@@ -58,8 +60,16 @@ func (v TerminalCommandValidator) ValidateCreate(ctx context.Context, obj *wbv1.
 
 // ValidateUpdate implements admission.Validator. The spec is immutable (CEL); status writes
 // are node-restricted.
+// A subject that may not write status (the workbench-agent role) may only cancel.
 func (v TerminalCommandValidator) ValidateUpdate(ctx context.Context, old, obj *wbv1.TerminalCommand) (admission.Warnings, error) {
-	return nodeRestricted(ctx, "TerminalCommand", obj.Name, old.Labels)
+	if w, err := nodeRestricted(ctx, "TerminalCommand", obj.Name, old.Labels); err != nil {
+		return w, err
+	}
+	req, err := request(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return nil, proposerUpdate(ctx, v.Client, req, "TerminalCommand", "terminalcommands", old, obj, true)
 }
 
 // ValidateDelete implements admission.Validator.

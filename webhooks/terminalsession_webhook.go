@@ -3,7 +3,9 @@ package webhooks
 import (
 	"context"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -13,10 +15,13 @@ import (
 
 // TerminalSessionValidator admits TerminalSessions. Bounds and enums live in the schema;
 // this enforces node restriction on status writes.
-type TerminalSessionValidator struct{}
+// A subject that may not write status (the workbench-agent role) may only close a session.
+type TerminalSessionValidator struct {
+	Client client.Client
+}
 
 func setupTerminalSession(mgr ctrl.Manager) error {
-	return ctrl.NewWebhookManagedBy(mgr, &wbv1.TerminalSession{}).WithValidator(TerminalSessionValidator{}).Complete()
+	return ctrl.NewWebhookManagedBy(mgr, &wbv1.TerminalSession{}).WithValidator(TerminalSessionValidator{Client: mgr.GetClient()}).Complete()
 }
 
 // ValidateCreate implements admission.Validator.
@@ -25,8 +30,19 @@ func (TerminalSessionValidator) ValidateCreate(ctx context.Context, obj *wbv1.Te
 }
 
 // ValidateUpdate implements admission.Validator.
-func (TerminalSessionValidator) ValidateUpdate(ctx context.Context, old, obj *wbv1.TerminalSession) (admission.Warnings, error) {
-	return nodeRestricted(ctx, "TerminalSession", obj.Name, old.Labels)
+func (v TerminalSessionValidator) ValidateUpdate(ctx context.Context, old, obj *wbv1.TerminalSession) (admission.Warnings, error) {
+	if w, err := nodeRestricted(ctx, "TerminalSession", obj.Name, old.Labels); err != nil {
+		return w, err
+	}
+	req, err := request(ctx)
+	if err != nil {
+		return nil, err
+	}
+	oldSpec, newSpec := old.Spec, obj.Spec
+	oldSpec.DesiredState, newSpec.DesiredState = "", ""
+	closing := equality.Semantic.DeepEqual(oldSpec, newSpec) &&
+		(obj.Spec.DesiredState == old.Spec.DesiredState || obj.Spec.DesiredState == "Closed")
+	return nil, proposerUpdate(ctx, v.Client, req, "TerminalSession", "terminalsessions", old, obj, closing)
 }
 
 // ValidateDelete implements admission.Validator.

@@ -23,9 +23,17 @@ const (
 // +kubebuilder:validation:Enum=exit;timeout;cancel;operator
 type SignalOrigin string
 
+// CommandDesiredState is what the proposer wants of a command after it was created.
+// +kubebuilder:validation:Enum=Cancelled
+type CommandDesiredState string
+
+// CommandDesiredCancelled asks for the command to be stopped (or never started).
+const CommandDesiredCancelled CommandDesiredState = "Cancelled"
+
 // TerminalCommandSpec is a structured command intent: a profile plus argv as data. It is
-// immutable once created.
-// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="immutable: spec is immutable"
+// immutable once created, except that desiredState may be set to Cancelled.
+// +kubebuilder:validation:XValidation:rule="self.sessionRef == oldSelf.sessionRef && self.profileRef == oldSelf.profileRef && self.argv == oldSelf.argv && self.cwd == oldSelf.cwd && has(self.env) == has(oldSelf.env) && (!has(self.env) || self.env == oldSelf.env) && has(self.timeoutSeconds) == has(oldSelf.timeoutSeconds) && (!has(self.timeoutSeconds) || self.timeoutSeconds == oldSelf.timeoutSeconds) && has(self.outputBytes) == has(oldSelf.outputBytes) && (!has(self.outputBytes) || self.outputBytes == oldSelf.outputBytes) && has(self.idempotencyKey) == has(oldSelf.idempotencyKey) && (!has(self.idempotencyKey) || self.idempotencyKey == oldSelf.idempotencyKey)",message="immutable: spec is immutable except desiredState (Cancelled)"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.desiredState) || (has(self.desiredState) && self.desiredState == oldSelf.desiredState)",message="immutable: a cancelled command stays cancelled"
 type TerminalCommandSpec struct {
 	// sessionRef names the TerminalSession (and through it the environment and node).
 	// +required
@@ -73,6 +81,13 @@ type TerminalCommandSpec struct {
 	// +kubebuilder:validation:MaxLength=128
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._:-]*$`
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
+
+	// desiredState Cancelled stops the command: a running process group is terminated
+	// (SIGTERM, then SIGKILL after the grace period) and the outcome is Cancelled with
+	// signalOrigin cancel; a command not started yet never starts. It is the only spec
+	// field that may change, and only from unset to Cancelled.
+	// +optional
+	DesiredState CommandDesiredState `json:"desiredState,omitempty"`
 }
 
 // TerminalCommandStatus is the single recorded outcome of a command.

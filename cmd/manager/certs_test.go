@@ -33,7 +33,7 @@ func TestCertRotationIssuesAndInjects(t *testing.T) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		t.Skip("KUBEBUILDER_ASSETS is not set: run make test (hack/build-control-plane.sh builds the API server)")
 	}
-	env := &envtest.Environment{}
+	env := &envtest.Environment{ControlPlaneStartTimeout: 2 * time.Minute} // several control planes start at once under go test ./...
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("starting the API server: %v", err)

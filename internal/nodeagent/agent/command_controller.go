@@ -23,7 +23,6 @@ import (
 	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/nodeagent/procexec"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
-	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/nodeagent/store"
 	"sensorium.dev/workbench/internal/statusapply"
 )
@@ -156,7 +155,7 @@ func (p *cmdPass) finish(o *commandOutcome) {
 func (r *commandReconciler) step(ctx context.Context, p *cmdPass) error {
 	a := r.a
 	uid := string(p.cmd.UID)
-	deleting := !p.cmd.DeletionTimestamp.IsZero()
+	deleting := !p.cmd.DeletionTimestamp.IsZero() || p.cmd.Spec.DesiredState == wbv1.CommandDesiredCancelled
 	a.mu.Lock()
 	live := a.commands[uid]
 	var result *commandOutcome
@@ -208,7 +207,8 @@ func (r *commandReconciler) step(ctx context.Context, p *cmdPass) error {
 	}
 	if deleting {
 		// Deleted before it started here: it never runs.
-		p.finish(&commandOutcome{Phase: wbv1.CommandCancelled, Completed: time.Now(), Message: "cancelled: the command was deleted before it started"})
+		p.finish(&commandOutcome{Phase: wbv1.CommandCancelled, SignalOrigin: string(procexec.OriginCancel), Completed: time.Now(),
+			Message: "cancelled (deleted or desiredState Cancelled) before it started"})
 		return nil
 	}
 	return r.start(ctx, p)
@@ -345,7 +345,8 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	if err != nil || !proceed {
 		return err
 	}
-	seqFrom := live.LastSeq() + 1
+	out := &liveOutput{rg: live}
+	spec.OnOutput = out.write
 	h, err := a.runner.Start(context.Background(), spec)
 	if err != nil {
 		o := &commandOutcome{Phase: wbv1.CommandFailed, RefusalCode: refusal.CodeOf(err), Message: err.Error(), Completed: time.Now()}
@@ -370,7 +371,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		out: live, seqFrom: seqFrom}
 	a.commands[string(cmd.UID)] = lc
 	a.mu.Unlock()
-	go a.awaitCommand(cmd.DeepCopy(), h, live, seqFrom, now.Time)
+	go a.awaitCommand(cmd.DeepCopy(), h, out, now.Time)
 	p.next.StartTime, p.next.NodeName = &now, a.cfg.NodeName
 	p.set(wbv1.ConditionStarted, true, "Started", fmt.Sprintf("pid %d in its own process group, no network, writes confined to the environment", info.Pid))
 	// A short command often ends before this pass writes: then one status write records
@@ -472,16 +473,12 @@ func commandSpec(roots []backends.MountedRoot, in actuation.CommandIntent, envVa
 
 // awaitCommand waits for the process, appends its output to the session's event ring,
 // persists the outcome, and wakes the reconciler to write it.
-func (a *Agent) awaitCommand(cmd *wbv1.TerminalCommand, h *procexec.Handle, rg *ring.Ring, seqFrom uint64, started time.Time) {
+func (a *Agent) awaitCommand(cmd *wbv1.TerminalCommand, h *procexec.Handle, out *liveOutput, started time.Time) {
 	res, err := h.Wait()
 	o := &commandOutcome{Started: started, Completed: time.Now(), Bytes: res.OutputBytesSeen, Truncated: res.Truncated, SignalOrigin: string(res.SignalOrigin)}
 	sum := sha256.Sum256(res.Output)
 	o.OutputDigest = "sha256:" + hex.EncodeToString(sum[:])
-	if len(res.Output) > 0 {
-		if _, aerr := rg.Append(ring.KindOutput, res.Output); aerr == nil {
-			o.SeqFrom, o.SeqTo = seqFrom, rg.LastSeq()
-		}
-	}
+	o.SeqFrom, o.SeqTo = out.bounds() // the output reached the ring while the command ran
 	switch {
 	case err != nil:
 		o.Phase, o.RefusalCode, o.Message = wbv1.CommandFailed, refusal.CodeOf(err), err.Error()
@@ -514,7 +511,7 @@ func (a *Agent) awaitCommand(cmd *wbv1.TerminalCommand, h *procexec.Handle, rg *
 func (a *Agent) recordOutcome(uid string, o *commandOutcome) {
 	a.mu.Lock()
 	if lc := a.commands[uid]; lc != nil && lc.stopping && o.Phase == wbv1.CommandFailed && o.ExitCode == nil {
-		o.Phase, o.RefusalCode, o.Message = wbv1.CommandCancelled, "", "cancelled: the command was deleted ("+o.Message+")"
+		o.Phase, o.RefusalCode, o.Message = wbv1.CommandCancelled, "", "cancelled: the command was deleted or cancelled ("+o.Message+")"
 	}
 	a.mu.Unlock()
 	err := a.persistOutcome(uid, o)

@@ -120,6 +120,11 @@ type Spec struct {
 	// TempDirEnv, when set (e.g. "TMPDIR"), adds NAME=<private temp dir> to
 	// the environment. By default the environment is exactly Env.
 	TempDirEnv string
+	// OnOutput, when set, receives each piece of retained output (never beyond
+	// OutputBytes) as it is read, on the output pump's goroutine; the slice is
+	// reused afterwards, so OnOutput copies what it keeps. The last call
+	// happens before Done is closed.
+	OnOutput func([]byte)
 	// Resources are the command's cgroup limits (zero fields select the command
 	// defaults, see ResolveLimits) and CgroupID names its group (default: random).
 	// Used when the Runner has a cgroup manager.
@@ -485,7 +490,11 @@ func (h *Handle) pumpOutput() {
 		if n > 0 {
 			h.seen += int64(n)
 			if room := limit - int64(len(h.output)); room > 0 {
-				h.output = append(h.output, buf[:min(int64(n), room)]...)
+				kept := buf[:min(int64(n), room)]
+				h.output = append(h.output, kept...)
+				if h.spec.OnOutput != nil {
+					h.spec.OnOutput(kept)
+				}
 			}
 		}
 		if err != nil {

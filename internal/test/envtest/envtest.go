@@ -72,6 +72,9 @@ func Scheme() *kruntime.Scheme {
 // ErrNoAssets explains a missing control plane; callers skip with it.
 var ErrNoAssets = fmt.Errorf("KUBEBUILDER_ASSETS is not set: run `make test` (it builds kube-apiserver and etcd with hack/build-control-plane.sh)")
 
+// StartTimeout bounds how long a test control plane may take to become ready.
+const StartTimeout = 2 * time.Minute
+
 // Start boots the control plane, installs CRDs, webhooks and RBAC roles, and runs the
 // manager. Call Stop when done.
 func Start(opts Options) (*Env, error) {
@@ -84,6 +87,9 @@ func Start(opts Options) (*Env, error) {
 		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 		WebhookInstallOptions: envtest.WebhookInstallOptions{Paths: []string{filepath.Join(root, "config", "webhook", "manifests.yaml")}},
+		// `go test ./...` starts several control planes at once on two cores: give
+		// kube-apiserver longer than envtest's 20 s default before calling it failed.
+		ControlPlaneStartTimeout: StartTimeout,
 	}
 	var agg *Aggregation
 	if opts.Aggregation {

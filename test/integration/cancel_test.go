@@ -1,0 +1,77 @@
+package integration
+
+import (
+	"context"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+)
+
+// TestAgentCancelsAndCloses: the workbench-agent identity may cancel its command (set
+// spec.desiredState Cancelled) and close its session, and nothing else: another spec
+// change, un-cancelling, a label (the node binding) and a session change other than
+// closing are refused. A command cancelled before admission ends Cancelled with
+// signalOrigin cancel and is never bound to a node.
+func TestAgentCancelsAndCloses(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	placedSetup(t, ns, "node-a")
+	must(t, env.Bind(ctx, "workbench-agent", "agent-c", ns))
+	agent, err := env.As("agent-c")
+	must(t, err)
+	must(t, agent.Create(ctx, command(ns, "held", "/usr/bin/git", "--no-pager", "log")))
+	waitCommandPhase(t, ns, "held", wbv1.CommandAwaitingConsent)
+
+	update := func(c client.Client, mut func(*wbv1.TerminalCommand)) error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var cmd wbv1.TerminalCommand
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "held"}, &cmd); err != nil {
+				return err
+			}
+			mut(&cmd)
+			return c.Update(ctx, &cmd)
+		})
+	}
+	mustRefuse(t, update(agent, func(c *wbv1.TerminalCommand) { c.Spec.TimeoutSeconds = 5 }), "immutable")
+	mustRefuse(t, update(agent, func(c *wbv1.TerminalCommand) {
+		if c.Labels == nil {
+			c.Labels = map[string]string{}
+		}
+		c.Labels[wbv1.NodeLabel] = "node-a"
+	}), "immutable")
+	must(t, update(agent, func(c *wbv1.TerminalCommand) { c.Spec.DesiredState = wbv1.CommandDesiredCancelled }))
+	c := waitCommandPhase(t, ns, "held", wbv1.CommandCancelled)
+	if c.Status.SignalOrigin != "cancel" || c.Labels[wbv1.NodeLabel] != "" || isTrue(c.Status.Conditions, wbv1.ConditionAdmitted) {
+		t.Fatalf("cancelled command: labels=%v status=%+v", c.Labels, c.Status)
+	}
+	mustRefuse(t, update(agent, func(c *wbv1.TerminalCommand) { c.Spec.DesiredState = "" }), "stays cancelled")
+
+	// Sessions: close yes, anything else no.
+	updateSession := func(mut func(*wbv1.TerminalSession)) error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var s wbv1.TerminalSession
+			if err := agent.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s); err != nil {
+				return err
+			}
+			mut(&s)
+			return agent.Update(ctx, &s)
+		})
+	}
+	mustRefuse(t, updateSession(func(s *wbv1.TerminalSession) { s.Labels = map[string]string{wbv1.NodeLabel: "node-b"} }), "immutable")
+	must(t, updateSession(func(s *wbv1.TerminalSession) { s.Spec.DesiredState = "Closed" }))
+	mustRefuse(t, updateSession(func(s *wbv1.TerminalSession) { s.Spec.DesiredState = "Open" }), "immutable")
+
+	// A viewer may do neither.
+	must(t, env.Bind(ctx, "workbench-viewer", "viewer-c", ns))
+	viewer, err := env.As("viewer-c")
+	must(t, err)
+	var cmd wbv1.TerminalCommand
+	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "held"}, &cmd))
+	if err := viewer.Update(ctx, &cmd); !apierrors.IsForbidden(err) {
+		t.Fatalf("viewer update of a command: %v", err)
+	}
+}
