@@ -23,6 +23,7 @@ import (
 	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/nodeagent/procexec"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/nodeagent/store"
 	"sensorium.dev/workbench/internal/statusapply"
 )
@@ -345,6 +346,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	if err != nil || !proceed {
 		return err
 	}
+	seqFrom := live.LastSeq() + 1
 	out := &liveOutput{rg: live}
 	spec.OnOutput = out.write
 	h, err := a.runner.Start(context.Background(), spec)
