@@ -24,6 +24,9 @@
 #   LOCAL_WORKSPACES        the node agent's admitted root "workspaces" [/var/lib/workbench/workspaces]
 #   DATAPLANE_PORT          the node agent's HTTPS data plane on 127.0.0.1 [10350]
 #   LOCAL_UP_SKIP_NODE_AGENT=1  run no node agent (it needs root for network namespaces) [0]
+#   LOCAL_VMS               qemu-microvm.v1 in the node agent: auto (when QEMU and the guest
+#                           image can be had; builds the image on first use), 1 (required), 0 (off) [auto]
+#   LOCAL_VM_ACCEL          the VM accelerator: auto (KVM only where a probe VM boots), kvm, tcg [auto]
 #   READY_TIMEOUT           seconds to wait for each component to become ready [60]
 set -Eeuo pipefail
 
@@ -72,6 +75,48 @@ need openssl openssl
 need curl curl
 
 # port_in_use PORT: true if something accepts connections on 127.0.0.1:PORT.
+# local_vms_setup decides whether the node agent offers qemu-microvm.v1 (LOCAL_VMS: auto
+# (default) = when this machine can have QEMU and the guest image, 1 = required, 0 = off).
+# It builds the guest image on first use (cached in bin/guest/; `make guest-image` needs
+# root and apt), and sets VMS_ON and QEMU_CONF (the node agent's qemu: block), or says
+# plainly why VMs are off and how to turn them on.
+VMS_ON=0
+QEMU_CONF=""
+local_vms_setup() {
+  local want="${LOCAL_VMS:-auto}" why=""
+  if [[ "${want}" == "0" ]]; then
+    log "VMs off (LOCAL_VMS=0)"
+    return
+  fi
+  if [[ "$(uname -m)" != "x86_64" ]]; then
+    why="the guest image is x86_64 and this machine is $(uname -m)"
+  elif [[ -z "$(command -v qemu-system-x86_64)" && "$(id -u)" != "0" ]]; then
+    why="qemu-system-x86_64 is not installed and building the guest image needs root (apt-get)"
+  else
+    local f missing=0
+    for f in vmlinux initramfs.cpio vhost-device-vsock imagemanifest.yaml; do
+      [[ -s "${ROOT}/bin/guest/${f}" ]] || missing=1
+    done
+    if [[ "${missing}" == "1" || -z "$(command -v qemu-system-x86_64)" ]]; then
+      log "Building the guest image for qemu-microvm.v1 (first use; cached in bin/guest/; LOCAL_VMS=0 skips): logs in ${LOGS}/guest-image.log"
+      if ! GUEST_IMAGE_MANIFEST="${ROOT}/bin/guest/imagemanifest.yaml" make -C "${ROOT}" guest-image >"${LOGS}/guest-image.log" 2>&1; then
+        why="make guest-image failed (see ${LOGS}/guest-image.log)"
+      fi
+    fi
+  fi
+  if [[ -z "${why}" ]]; then
+    VMS_ON=1
+    QEMU_CONF="qemu:
+  enabled: true
+  imageDir: ${ROOT}/bin
+  accel: ${LOCAL_VM_ACCEL:-auto}"
+    log "VMs on: qemu-microvm.v1 with the image in bin/guest/ (accelerator ${LOCAL_VM_ACCEL:-auto}: KVM only where a probe VM boots under it, else TCG)"
+    return
+  fi
+  [[ "${want}" == "1" ]] && fail "LOCAL_VMS=1 but VMs cannot run here: ${why}"
+  log "VMs off: ${why}. To turn them on: run 'make guest-image' as root (it apt-installs QEMU), then 'make run-local' again"
+}
+
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # start NAME LOGFILE CMD...: starts CMD in its own session with stdin from /dev/null and
@@ -472,6 +517,7 @@ if [[ "${HAVE_MANAGER}" == "1" ]]; then
           git -C "${WORKSPACES}/demo" -c user.name=workbench -c user.email=workbench@localhost commit -qm "demo" || true
       fi
     fi
+    local_vms_setup
     cat >"${STATE}/node-agent.yaml" <<NODECONF
 nodeName: ${NODE_NAME}
 stateDir: ${STATE}/node-agent
@@ -482,6 +528,7 @@ dataPlaneHosts: [127.0.0.1, localhost]
 dataPlaneForwardingCAFile: ${PKI}/ca.crt
 dataPlaneForwardingNames: [workbench-apiserver]
 heartbeatSeconds: 15
+${QEMU_CONF}
 NODECONF
     port_in_use "${DATAPLANE_PORT}" && fail "127.0.0.1:${DATAPLANE_PORT} is already in use (DATAPLANE_PORT)"
     start node-agent "${LOGS}/node-agent.log" "${ROOT}/bin/node-agent" --config "${STATE}/node-agent.yaml" --kubeconfig "${node_kubeconfig}"
@@ -496,6 +543,11 @@ NODECONF
   fi
 
   # --- 8. Samples -------------------------------------------------------------------------
+  if [[ "${VMS_ON}" == "1" ]]; then
+    log "Registering the guest image (bin/guest/imagemanifest.yaml) and applying config/samples/vm"
+    kubectl apply --server-side --field-manager="${FIELD_MANAGER}" -f "${ROOT}/bin/guest/imagemanifest.yaml" >/dev/null
+    kubectl apply --server-side --field-manager="${FIELD_MANAGER}" -f config/samples/vm
+  fi
   if [[ -f config/samples/kustomization.yaml ]]; then
     log "Applying config/samples (kustomization)"
     kubectl apply --server-side --field-manager="${FIELD_MANAGER}" -k config/samples
@@ -533,6 +585,13 @@ GRANT
 
 Stop everything with: make down-local
 EOF
+if [[ "${VMS_ON}" == "1" ]]; then
+  cat <<EOF
+A microVM (qemu-microvm.v1) boots from bin/guest/ with a session and a command inside it:
+  kubectl get environment vm-demo -w                      # Allocating -> Ready (seconds under TCG)
+  kubectl get terminalcommand guest-kernel -o wide       # uname -r inside the guest: the guest's kernel
+EOF
+fi
 if [[ "${HAVE_MANAGER}" != "1" ]]; then
   echo "(No manager is running: webhooks, samples and reconciliation are not active.)"
 fi
