@@ -42,6 +42,30 @@ COPY --from=build-node-agent /out/workbench-sandbox /workbench-sandbox
 USER 0:0
 ENTRYPOINT ["/node-agent"]
 
+FROM builder AS build-apiserver
+ARG TARGETOS
+ARG TARGETARCH
+RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -ldflags="-s -w" -o /out/workbench-apiserver ./cmd/workbench-apiserver
+
+# workbench-apiserver: the aggregated subresource API (config/apiserver), nonroot.
+FROM gcr.io/distroless/static:nonroot AS apiserver
+COPY --from=build-apiserver /out/workbench-apiserver /workbench-apiserver
+USER 65532:65532
+ENTRYPOINT ["/workbench-apiserver"]
+
+# The MCP server over streamable HTTP (config/mcp): no privilege of its own, every tool call
+# runs with the caller's bearer token.
+FROM builder AS build-workbench-mcp
+ARG TARGETOS
+ARG TARGETARCH
+RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -ldflags="-s -w" -o /out/workbench-mcp ./cmd/workbench-mcp
+
+FROM gcr.io/distroless/static:nonroot AS workbench-mcp
+WORKDIR /
+COPY --from=build-workbench-mcp /out/workbench-mcp /workbench-mcp
+USER 65532:65532
+ENTRYPOINT ["/workbench-mcp"]
+
 # The manager (Deployment): no host access, runs as an unprivileged user.
 # This is the last stage, so a plain `docker build` produces it.
 FROM gcr.io/distroless/static:nonroot AS manager

@@ -107,6 +107,11 @@ test: control-plane verify-generated vet ## Run all tests against a real API ser
 	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh path)" go test -json ./... -count=1 -timeout 30m $(TEST_FLAGS) \
 		| bin/testsummary -require test/required-suites.txt
 
+.PHONY: chaos
+chaos: control-plane ## Kill the node agent with SIGKILL at 100 seeded random points of a mixed workload (CI runs 5 in make test); WB_CHAOS_SEED replays.
+	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh path)" WB_CHAOS_KILLS=$${WB_CHAOS_KILLS:-100} \
+		go test ./test/nodeagent/ -run '^TestChaosKills$$' -count=1 -v -timeout 60m
+
 .PHONY: fuzz
 fuzz: control-plane ## Run every Go fuzz target for FUZZTIME (default 30s) each.
 	@export KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh path)"; \

@@ -59,7 +59,11 @@ func (r *CleanupReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) 
 		if has || r.Released(obj) && r.NodeOf(obj) != "" {
 			return ctrl.Result{}, nil
 		}
-		return ctrl.Result{}, r.patchFinalizer(ctx, obj, true)
+		err := r.patchFinalizer(ctx, obj, true)
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{Requeue: true}, nil // another writer moved it (binding); the next pass reads it again
+		}
+		return ctrl.Result{}, err
 	}
 	if !has {
 		return ctrl.Result{}, nil

@@ -58,16 +58,11 @@ func sessionBinder(c client.Client, now func() time.Time) *BindingReconciler[*wb
 		EnvOf: func(_ context.Context, _ client.Reader, o *wbv1.TerminalSession) (string, error) {
 			return string(o.Spec.EnvironmentRef), nil
 		},
-		Final: func(o *wbv1.TerminalSession) bool {
-			switch o.Status.Phase {
-			case wbv1.SessionClosed, wbv1.SessionFailed, wbv1.SessionExpired, wbv1.SessionKilled:
-				return true
-			}
-			return false
-		},
+		Final: func(o *wbv1.TerminalSession) bool { return wbv1.SessionPhaseIsFinal(o.Status.Phase) },
 		Fail: func(ctx context.Context, c client.Client, o *wbv1.TerminalSession, code actuation.Code, msg string) error {
-			next := wbv1.TerminalSessionStatus{Phase: wbv1.SessionFailed, Refusal: refusal(code, msg),
-				Conditions: []metav1.Condition{cond(wbv1.ConditionReady, false, wbv1.ReasonFailed, string(code)+": "+msg, o.Generation)}}
+			next := wbv1.TerminalSessionStatus{Phase: wbv1.SessionFailed, Refusal: refusal(code, msg), ObservedGeneration: o.Generation,
+				Conditions: append([]metav1.Condition{cond(wbv1.ConditionReady, false, wbv1.ReasonFailed, string(code)+": "+msg, o.Generation)},
+					wbv1.HealthConditions(wbv1.HealthStalled, string(wbv1.SessionFailed), string(code)+": "+msg, o.Generation)...)}
 			_, err := applyStatus(ctx, c, "binding", o, wbv1.TerminalSessionStatus{}, next)
 			return err
 		},
@@ -81,9 +76,7 @@ func waitBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1.
 		EnvOf: func(ctx context.Context, r client.Reader, o *wbv1.Wait) (string, error) {
 			return envOfScope(ctx, r, o.Namespace, o.Spec.Scope)
 		},
-		Final: func(o *wbv1.Wait) bool {
-			return o.Status.ConditionStatus != "" && o.Status.ConditionStatus != wbv1.WaitPending
-		},
+		Final: func(o *wbv1.Wait) bool { return wbv1.WaitIsFinal(o.Status.ConditionStatus) },
 		Fail: func(ctx context.Context, c client.Client, o *wbv1.Wait, code actuation.Code, msg string) error {
 			_, err := applyStatus(ctx, c, "binding", o, wbv1.WaitStatus{}, wbv1.WaitStatus{ConditionStatus: wbv1.WaitFailed, Refusal: refusal(code, msg)})
 			return err
@@ -98,7 +91,7 @@ func probeBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1
 		EnvOf: func(ctx context.Context, r client.Reader, o *wbv1.Probe) (string, error) {
 			return envOfScope(ctx, r, o.Namespace, o.Spec.Scope)
 		},
-		Final: func(o *wbv1.Probe) bool { return o.Status.Result != "" && o.Status.Result != "Pending" },
+		Final: func(o *wbv1.Probe) bool { return wbv1.ProbeIsFinal(o.Status.Result) },
 		Fail: func(ctx context.Context, c client.Client, o *wbv1.Probe, code actuation.Code, msg string) error {
 			_, err := applyStatus(ctx, c, "binding", o, wbv1.ProbeStatus{}, wbv1.ProbeStatus{Result: "Error", Refusal: refusal(code, msg)})
 			return err
@@ -113,7 +106,7 @@ func patchBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1
 		EnvOf: func(_ context.Context, _ client.Reader, o *wbv1.FilePatch) (string, error) {
 			return string(o.Spec.EnvironmentRef), nil
 		},
-		Final: func(o *wbv1.FilePatch) bool { return o.Status.Phase == "Applied" || o.Status.Phase == "Rejected" },
+		Final: func(o *wbv1.FilePatch) bool { return wbv1.FilePatchIsFinal(o.Status.Phase) },
 		Fail: func(ctx context.Context, c client.Client, o *wbv1.FilePatch, code actuation.Code, msg string) error {
 			_, err := applyStatus(ctx, c, "binding", o, wbv1.FilePatchStatus{}, wbv1.FilePatchStatus{Phase: "Rejected", Refusal: refusal(code, msg)})
 			return err

@@ -24,6 +24,9 @@
 #   LOCAL_WORKSPACES        the node agent's admitted root "workspaces" [/var/lib/workbench/workspaces]
 #   DATAPLANE_PORT          the node agent's HTTPS data plane on 127.0.0.1 [10350]
 #   LOCAL_UP_SKIP_NODE_AGENT=1  run no node agent (it needs root for network namespaces) [0]
+#   LOCAL_VMS               qemu-microvm.v1 in the node agent: auto (when QEMU and the guest
+#                           image can be had; builds the image on first use), 1 (required), 0 (off) [auto]
+#   LOCAL_VM_ACCEL          the VM accelerator: auto (KVM only where a probe VM boots), kvm, tcg [auto]
 #   READY_TIMEOUT           seconds to wait for each component to become ready [60]
 set -Eeuo pipefail
 
@@ -72,6 +75,48 @@ need openssl openssl
 need curl curl
 
 # port_in_use PORT: true if something accepts connections on 127.0.0.1:PORT.
+# local_vms_setup decides whether the node agent offers qemu-microvm.v1 (LOCAL_VMS: auto
+# (default) = when this machine can have QEMU and the guest image, 1 = required, 0 = off).
+# It builds the guest image on first use (cached in bin/guest/; `make guest-image` needs
+# root and apt), and sets VMS_ON and QEMU_CONF (the node agent's qemu: block), or says
+# plainly why VMs are off and how to turn them on.
+VMS_ON=0
+QEMU_CONF=""
+local_vms_setup() {
+  local want="${LOCAL_VMS:-auto}" why=""
+  if [[ "${want}" == "0" ]]; then
+    log "VMs off (LOCAL_VMS=0)"
+    return
+  fi
+  if [[ "$(uname -m)" != "x86_64" ]]; then
+    why="the guest image is x86_64 and this machine is $(uname -m)"
+  elif [[ -z "$(command -v qemu-system-x86_64)" && "$(id -u)" != "0" ]]; then
+    why="qemu-system-x86_64 is not installed and building the guest image needs root (apt-get)"
+  else
+    local f missing=0
+    for f in vmlinux initramfs.cpio vhost-device-vsock imagemanifest.yaml; do
+      [[ -s "${ROOT}/bin/guest/${f}" ]] || missing=1
+    done
+    if [[ "${missing}" == "1" || -z "$(command -v qemu-system-x86_64)" ]]; then
+      log "Building the guest image for qemu-microvm.v1 (first use; cached in bin/guest/; LOCAL_VMS=0 skips): logs in ${LOGS}/guest-image.log"
+      if ! GUEST_IMAGE_MANIFEST="${ROOT}/bin/guest/imagemanifest.yaml" make -C "${ROOT}" guest-image >"${LOGS}/guest-image.log" 2>&1; then
+        why="make guest-image failed (see ${LOGS}/guest-image.log)"
+      fi
+    fi
+  fi
+  if [[ -z "${why}" ]]; then
+    VMS_ON=1
+    QEMU_CONF="qemu:
+  enabled: true
+  imageDir: ${ROOT}/bin
+  accel: ${LOCAL_VM_ACCEL:-auto}"
+    log "VMs on: qemu-microvm.v1 with the image in bin/guest/ (accelerator ${LOCAL_VM_ACCEL:-auto}: KVM only where a probe VM boots under it, else TCG)"
+    return
+  fi
+  [[ "${want}" == "1" ]] && fail "LOCAL_VMS=1 but VMs cannot run here: ${why}"
+  log "VMs off: ${why}. To turn them on: run 'make guest-image' as root (it apt-installs QEMU), then 'make run-local' again"
+}
+
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # start NAME LOGFILE CMD...: starts CMD in its own session with stdin from /dev/null and
@@ -130,6 +175,91 @@ start_controller_manager() {
     --cluster-signing-key-file="${PKI}/ca.key" \
     --profiling=false
   wait_ready kube-controller-manager "https://127.0.0.1:${CONTROLLER_MANAGER_PORT}/healthz" --insecure
+}
+
+# --- workbench-apiserver (the aggregated subresource API) -----------------------------------
+# kube-apiserver authenticates and authorizes every call on subresources.workbench.sensorium.dev
+# and proxies it, with the caller's identity in front-proxy headers, to workbench-apiserver;
+# that one forwards to the node's data plane with its own client certificate. Locally one CA
+# signs everything; names pin each role: kube-apiserver's proxy client is front-proxy-client
+# (--requestheader-allowed-names), the node agent accepts forwarded identities only from
+# workbench-apiserver. kube-apiserver dials the EndpointSlice address directly
+# (--enable-aggregator-routing, no kube-proxy), which may not be loopback: the host's first
+# non-loopback IPv4 address is used.
+AGG_PORT="${AGG_PORT:-8444}"
+AGG_HOST_IP="${AGG_HOST_IP:-$(ip -4 -o addr show scope global 2>/dev/null | awk '{split($4,a,"/"); print a[1]; exit}')}"
+aggregation_pki() {
+  if ! valid_cert "${PKI}/front-proxy-client.crt"; then
+    issue front-proxy-client "/CN=front-proxy-client" \
+      "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth"
+  fi
+  if [[ -n "${AGG_HOST_IP}" ]] && { ! valid_cert "${PKI}/workbench-apiserver.crt" ||
+    ! openssl x509 -in "${PKI}/workbench-apiserver.crt" -noout -ext subjectAltName 2>/dev/null | grep -q "IP Address:${AGG_HOST_IP}"; }; then
+    issue workbench-apiserver "/CN=workbench-apiserver" \
+      "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:workbench-apiserver.workbench-system.svc,IP:${AGG_HOST_IP},IP:127.0.0.1,DNS:localhost"
+  fi
+  if ! valid_cert "${PKI}/workbench-apiserver-node-client.crt"; then
+    issue workbench-apiserver-node-client "/CN=workbench-apiserver" \
+      "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth"
+  fi
+}
+# kube-apiserver flags for aggregated API servers.
+AGGREGATION_FLAGS=(
+  --requestheader-client-ca-file="${PKI}/ca.crt"
+  --requestheader-allowed-names=front-proxy-client
+  --requestheader-username-headers=X-Remote-User
+  --requestheader-uid-headers=X-Remote-Uid
+  --requestheader-group-headers=X-Remote-Group
+  --requestheader-extra-headers-prefix=X-Remote-Extra-
+  --proxy-client-cert-file="${PKI}/front-proxy-client.crt"
+  --proxy-client-key-file="${PKI}/front-proxy-client.key"
+  --enable-aggregator-routing=true
+)
+start_workbench_apiserver() {
+  if [[ -z "${AGG_HOST_IP}" ]]; then
+    log "WARNING: no non-loopback IPv4 address: kube-apiserver cannot reach workbench-apiserver; skipping it"
+    return
+  fi
+  log "Building bin/workbench-apiserver"
+  go build -o bin/workbench-apiserver ./cmd/workbench-apiserver || fail "go build ./cmd/workbench-apiserver failed"
+  port_in_use "${AGG_PORT}" && fail "port ${AGG_PORT} is already in use (AGG_PORT)"
+  start workbench-apiserver "${LOGS}/workbench-apiserver.log" "${ROOT}/bin/workbench-apiserver" \
+    --bind-address="${AGG_HOST_IP}" --secure-port="${AGG_PORT}" \
+    --tls-cert-file="${PKI}/workbench-apiserver.crt" --tls-private-key-file="${PKI}/workbench-apiserver.key" \
+    --kubeconfig="${KUBECONFIG_FILE}" --authentication-kubeconfig="${KUBECONFIG_FILE}" --authorization-kubeconfig="${KUBECONFIG_FILE}" \
+    --node-client-cert-file="${PKI}/workbench-apiserver-node-client.crt" --node-client-key-file="${PKI}/workbench-apiserver-node-client.key"
+  wait_ready workbench-apiserver "https://${AGG_HOST_IP}:${AGG_PORT}/readyz" --cacert "${PKI}/ca.crt"
+  kubectl apply --server-side --field-manager="${FIELD_MANAGER}" -f - >/dev/null <<AGGREG
+apiVersion: v1
+kind: Service
+metadata: {name: workbench-apiserver, namespace: workbench-system}
+spec:
+  ports: [{name: https, port: 443, targetPort: ${AGG_PORT}, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: workbench-apiserver
+  namespace: workbench-system
+  labels: {kubernetes.io/service-name: workbench-apiserver}
+addressType: IPv4
+endpoints: [{addresses: ["${AGG_HOST_IP}"], conditions: {ready: true}}]
+ports: [{name: https, port: ${AGG_PORT}, protocol: TCP}]
+---
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {name: v1alpha1.subresources.workbench.sensorium.dev}
+spec:
+  group: subresources.workbench.sensorium.dev
+  version: v1alpha1
+  service: {namespace: workbench-system, name: workbench-apiserver, port: 443}
+  caBundle: $(base64 -w0 "${PKI}/ca.crt")
+  groupPriorityMinimum: 100
+  versionPriority: 15
+AGGREG
+  kubectl wait --for=condition=Available apiservice/v1alpha1.subresources.workbench.sensorium.dev --timeout="${READY_TIMEOUT}s" >/dev/null ||
+    fail "APIService v1alpha1.subresources.workbench.sensorium.dev not Available; see ${LOGS}/workbench-apiserver.log"
+  log "workbench-apiserver serves subresources.workbench.sensorium.dev (https://${AGG_HOST_IP}:${AGG_PORT})"
 }
 
 # --- 0. Stop a previous run ---------------------------------------------------------------
@@ -232,6 +362,7 @@ if [[ ! -s "${PKI}/sa.key" ]]; then
   openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "${PKI}/sa.key" 2>/dev/null
   openssl pkey -in "${PKI}/sa.key" -pubout -out "${PKI}/sa.pub"
 fi
+aggregation_pki
 chmod 600 "${PKI}"/*.key
 # controller-runtime's webhook server reads tls.crt and tls.key from --webhook-cert-dir.
 cp "${PKI}/webhook.crt" "${WEBHOOK_CERTS}/tls.crt"
@@ -261,6 +392,7 @@ rules:
 - level: Metadata
   resources:
   - group: workbench.sensorium.dev
+  - group: subresources.workbench.sensorium.dev
 - level: None
 EOF
 # Loopback only: --endpoint-reconciler-type=none because the reconciler refuses a loopback
@@ -285,6 +417,7 @@ start kube-apiserver "${LOGS}/kube-apiserver.log" "${K8S_BIN}/kube-apiserver" \
   --audit-log-path="${LOGS}/audit.log" \
   --audit-log-maxsize=50 \
   --audit-log-maxbackup=2 \
+  "${AGGREGATION_FLAGS[@]}" \
   --profiling=false
 wait_ready kube-apiserver "https://127.0.0.1:${APISERVER_PORT}/readyz" \
   --cacert "${PKI}/ca.crt" --cert "${PKI}/admin.crt" --key "${PKI}/admin.key"
@@ -320,6 +453,8 @@ for f in "${rbac_files[@]}"; do rbac_args+=(-f "${f}"); done
 kubectl apply --server-side --field-manager="${FIELD_MANAGER}" "${rbac_args[@]}" >/dev/null
 kubectl create namespace workbench-system --dry-run=client -o yaml |
   kubectl apply --server-side --field-manager="${FIELD_MANAGER}" -f - >/dev/null
+
+start_workbench_apiserver
 
 # --- 7. Manager and webhooks --------------------------------------------------------------
 if [[ "${HAVE_MANAGER}" == "1" ]]; then
@@ -382,6 +517,7 @@ if [[ "${HAVE_MANAGER}" == "1" ]]; then
           git -C "${WORKSPACES}/demo" -c user.name=workbench -c user.email=workbench@localhost commit -qm "demo" || true
       fi
     fi
+    local_vms_setup
     cat >"${STATE}/node-agent.yaml" <<NODECONF
 nodeName: ${NODE_NAME}
 stateDir: ${STATE}/node-agent
@@ -389,7 +525,10 @@ admittedRoots:
   workspaces: ${WORKSPACES}
 dataPlaneAddress: 127.0.0.1:${DATAPLANE_PORT}
 dataPlaneHosts: [127.0.0.1, localhost]
+dataPlaneForwardingCAFile: ${PKI}/ca.crt
+dataPlaneForwardingNames: [workbench-apiserver]
 heartbeatSeconds: 15
+${QEMU_CONF}
 NODECONF
     port_in_use "${DATAPLANE_PORT}" && fail "127.0.0.1:${DATAPLANE_PORT} is already in use (DATAPLANE_PORT)"
     start node-agent "${LOGS}/node-agent.log" "${ROOT}/bin/node-agent" --config "${STATE}/node-agent.yaml" --kubeconfig "${node_kubeconfig}"
@@ -404,6 +543,11 @@ NODECONF
   fi
 
   # --- 8. Samples -------------------------------------------------------------------------
+  if [[ "${VMS_ON}" == "1" ]]; then
+    log "Registering the guest image (bin/guest/imagemanifest.yaml) and applying config/samples/vm"
+    kubectl apply --server-side --field-manager="${FIELD_MANAGER}" -f "${ROOT}/bin/guest/imagemanifest.yaml" >/dev/null
+    kubectl apply --server-side --field-manager="${FIELD_MANAGER}" -f config/samples/vm
+  fi
   if [[ -f config/samples/kustomization.yaml ]]; then
     log "Applying config/samples (kustomization)"
     kubectl apply --server-side --field-manager="${FIELD_MANAGER}" -k config/samples
@@ -432,6 +576,8 @@ spec: {requestRef: git-diff-consent, scope: remember-exact-argv}
 GRANT
   kubectl patch filepatch add-note --type merge -p '{"spec":{"approval":"Approved"}}'   # apply the sample patch
   kubectl get workbench -A                  # every workbench kind (category)
+  kubectl api-resources --api-group=subresources.workbench.sensorium.dev   # the streaming API
+  kubectl get --raw /apis/subresources.workbench.sensorium.dev/v1alpha1/namespaces/default/terminalcommands/git-status/output
   kubectl auth can-i approve consentrequests --as=someone          # RBAC: no
   kubectl create clusterrolebinding alice-operator --clusterrole=workbench-operator --user=alice
   kubectl auth can-i approve consentrequests --as=alice           # RBAC: yes
@@ -439,6 +585,13 @@ GRANT
 
 Stop everything with: make down-local
 EOF
+if [[ "${VMS_ON}" == "1" ]]; then
+  cat <<EOF
+A microVM (qemu-microvm.v1) boots from bin/guest/ with a session and a command inside it:
+  kubectl get environment vm-demo -w                      # Allocating -> Ready (seconds under TCG)
+  kubectl get terminalcommand guest-kernel -o wide       # uname -r inside the guest: the guest's kernel
+EOF
+fi
 if [[ "${HAVE_MANAGER}" != "1" ]]; then
   echo "(No manager is running: webhooks, samples and reconciliation are not active.)"
 fi

@@ -217,3 +217,81 @@ func HealthConditions(h Health, reason, message string, generation int64) []meta
 	}
 	return []metav1.Condition{mk(ConditionReconciling, h == HealthProgressing), mk(ConditionStalled, h == HealthStalled)}
 }
+
+// FilePatch phases, and the reason of its Applied condition that holds a patch for approval.
+const (
+	FilePatchAwaitingApproval FilePatchPhase = "AwaitingApproval"
+	FilePatchApplied          FilePatchPhase = "Applied"
+	FilePatchRejected         FilePatchPhase = "Rejected"
+
+	ReasonAwaitingApproval = "AwaitingApproval"
+)
+
+// FilePatchPhaseFor derives a patch's phase from its Applied condition: True is Applied;
+// False for want of approval (or no condition yet) is AwaitingApproval; any other False or
+// Unknown (a refusal, an operator's rejection, an apply whose outcome a restart made
+// unknown) is Rejected.
+func FilePatchPhaseFor(conds []metav1.Condition) FilePatchPhase {
+	c := meta.FindStatusCondition(conds, ConditionApplied)
+	switch {
+	case c == nil || (c.Status == metav1.ConditionFalse && c.Reason == ReasonAwaitingApproval):
+		return FilePatchAwaitingApproval
+	case c.Status == metav1.ConditionTrue:
+		return FilePatchApplied
+	}
+	return FilePatchRejected
+}
+
+// FilePatchIsFinal says whether the patch has its one outcome.
+func FilePatchIsFinal(p FilePatchPhase) bool { return p == FilePatchApplied || p == FilePatchRejected }
+
+// Probe results.
+const (
+	ProbePending ProbeResult = "Pending"
+	ProbePass    ProbeResult = "Pass"
+	ProbeFail    ProbeResult = "Fail"
+	ProbeError   ProbeResult = "Error"
+)
+
+// ProbeResultFor derives a probe's result from its Completed condition (reason = result).
+func ProbeResultFor(conds []metav1.Condition) ProbeResult {
+	c := meta.FindStatusCondition(conds, ConditionCompleted)
+	if c == nil || c.Status != metav1.ConditionTrue {
+		return ProbePending
+	}
+	switch r := ProbeResult(c.Reason); r {
+	case ProbePass, ProbeFail, ProbeError:
+		return r
+	}
+	return ProbeError
+}
+
+// ProbeIsFinal says whether the probe has its one result.
+func ProbeIsFinal(r ProbeResult) bool { return r != "" && r != ProbePending }
+
+// WaitStatusFor derives a wait's conditionStatus from its Completed condition (reason =
+// outcome).
+func WaitStatusFor(conds []metav1.Condition) WaitConditionStatus {
+	c := meta.FindStatusCondition(conds, ConditionCompleted)
+	if c == nil || c.Status != metav1.ConditionTrue {
+		return WaitPending
+	}
+	switch s := WaitConditionStatus(c.Reason); s {
+	case WaitSatisfied, WaitTimedOut, WaitCancelled, WaitFailed, WaitExpired:
+		return s
+	}
+	return WaitFailed
+}
+
+// WaitIsFinal says whether the wait has its one outcome.
+func WaitIsFinal(s WaitConditionStatus) bool { return s != "" && s != WaitPending }
+
+// CommandPhaseIsFinal says whether a recorded command phase is an outcome (the node's store
+// keeps phases as strings).
+func CommandPhaseIsFinal(p CommandPhase) bool {
+	switch p {
+	case CommandSucceeded, CommandFailed, CommandTimedOut, CommandCancelled, CommandRefused:
+		return true
+	}
+	return false
+}

@@ -164,3 +164,54 @@ func TestWithoutHealthConditionsKStatusMisreads(t *testing.T) {
 		t.Fatalf("without health conditions a failed session reads %s", got)
 	}
 }
+
+func TestOperationDerivations(t *testing.T) {
+	completed := func(reason string) []metav1.Condition { return []metav1.Condition{c(wbv1.ConditionCompleted, true, reason)} }
+	for _, tc := range []struct {
+		conds []metav1.Condition
+		want  wbv1.WaitConditionStatus
+	}{
+		{nil, wbv1.WaitPending},
+		{[]metav1.Condition{c(wbv1.ConditionCompleted, false, "Pending")}, wbv1.WaitPending},
+		{completed("Satisfied"), wbv1.WaitSatisfied},
+		{completed("TimedOut"), wbv1.WaitTimedOut},
+		{completed("Cancelled"), wbv1.WaitCancelled},
+		{completed("Expired"), wbv1.WaitExpired},
+		{completed("Weird"), wbv1.WaitFailed},
+	} {
+		if got := wbv1.WaitStatusFor(tc.conds); got != tc.want || wbv1.WaitIsFinal(got) != (tc.want != wbv1.WaitPending) {
+			t.Errorf("wait %v: %s, want %s", tc.conds, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		conds []metav1.Condition
+		want  wbv1.ProbeResult
+	}{
+		{nil, wbv1.ProbePending}, {completed("Pass"), wbv1.ProbePass}, {completed("Fail"), wbv1.ProbeFail},
+		{completed("Error"), wbv1.ProbeError}, {completed("Weird"), wbv1.ProbeError},
+	} {
+		if got := wbv1.ProbeResultFor(tc.conds); got != tc.want || wbv1.ProbeIsFinal(got) != (tc.want != wbv1.ProbePending) {
+			t.Errorf("probe %v: %s, want %s", tc.conds, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		conds []metav1.Condition
+		want  wbv1.FilePatchPhase
+	}{
+		{nil, wbv1.FilePatchAwaitingApproval},
+		{[]metav1.Condition{c(wbv1.ConditionApplied, false, wbv1.ReasonAwaitingApproval)}, wbv1.FilePatchAwaitingApproval},
+		{[]metav1.Condition{c(wbv1.ConditionApplied, true, "Applied")}, wbv1.FilePatchApplied},
+		{[]metav1.Condition{c(wbv1.ConditionApplied, false, "ApprovalRejected")}, wbv1.FilePatchRejected},
+		{[]metav1.Condition{{Type: wbv1.ConditionApplied, Status: metav1.ConditionUnknown, Reason: "Interrupted"}}, wbv1.FilePatchRejected},
+	} {
+		if got := wbv1.FilePatchPhaseFor(tc.conds); got != tc.want || wbv1.FilePatchIsFinal(got) != (tc.want != wbv1.FilePatchAwaitingApproval) {
+			t.Errorf("patch %v: %s, want %s", tc.conds, got, tc.want)
+		}
+	}
+	for p, final := range map[wbv1.CommandPhase]bool{wbv1.CommandPending: false, wbv1.CommandAwaitingConsent: false, wbv1.CommandRunning: false,
+		wbv1.CommandSucceeded: true, wbv1.CommandFailed: true, wbv1.CommandTimedOut: true, wbv1.CommandCancelled: true, wbv1.CommandRefused: true} {
+		if wbv1.CommandPhaseIsFinal(p) != final {
+			t.Errorf("command phase %s final = %v", p, !final)
+		}
+	}
+}

@@ -65,8 +65,8 @@ var crdKinds = map[string]string{
 	"artifacts":        "Artifact",
 }
 
-// target returns the data plane endpoint and CA of the node bound to resource ns/name.
-func (f *Forwarder) target(ctx context.Context, resource, ns, name string) (*wbv1.DataPlane, error) {
+// metadata reads the metadata of the Workbench object behind resource ns/name.
+func (f *Forwarder) metadata(ctx context.Context, resource, ns, name string) (*metav1.PartialObjectMetadata, error) {
 	kind, ok := crdKinds[resource]
 	if !ok {
 		return nil, apierrors.NewNotFound(GroupVersion.WithResource(resource).GroupResource(), name)
@@ -79,6 +79,16 @@ func (f *Forwarder) target(ctx context.Context, resource, ns, name string) (*wbv
 		}
 		return nil, fmt.Errorf("reading %s %s/%s: %w", kind, ns, name, err)
 	}
+	return obj, nil
+}
+
+// target returns the data plane endpoint and CA of the node bound to resource ns/name.
+func (f *Forwarder) target(ctx context.Context, resource, ns, name string) (*wbv1.DataPlane, error) {
+	obj, err := f.metadata(ctx, resource, ns, name)
+	if err != nil {
+		return nil, err
+	}
+	kind := crdKinds[resource]
 	node := obj.Labels[wbv1.NodeLabel]
 	if node == "" {
 		return nil, statusError(http.StatusServiceUnavailable, actuation.CodeNodeUnreachable,

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 )
 
@@ -56,13 +57,35 @@ var Subresources = []Subresource{
 	{"terminalcommands", "cancel", []string{http.MethodPost}},
 	{"environments", "files", []string{http.MethodGet}},
 	{"artifacts", "download", []string{http.MethodGet}},
-	{"artifacts", "upload", []string{http.MethodPut, http.MethodPost}},
+	// artifacts/upload is not served yet (docs/api-subresources.md, "Not yet served").
 }
 
-// parentStorage names a parent resource in discovery; it serves no verb of its own.
+// parentStorage names a parent resource in discovery. Its only verb, get, returns the
+// Workbench object's metadata (name, namespace, uid, labels: what names the subresources'
+// parent), so discovery advertises the resource and `kubectl api-resources` lists it.
 type parentStorage struct {
 	newObj   func() runtime.Object
 	singular string
+	resource string
+	fwd      *Forwarder
+}
+
+var _ rest.Getter = parentStorage{}
+
+func (p parentStorage) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
+	ns, _ := genericapirequest.NamespaceFrom(ctx)
+	meta, err := p.fwd.metadata(ctx, p.resource, ns, name)
+	if err != nil {
+		return nil, err
+	}
+	obj := p.newObj()
+	m := obj.(metav1.Object)
+	m.SetName(meta.Name)
+	m.SetNamespace(meta.Namespace)
+	m.SetUID(meta.UID)
+	m.SetLabels(meta.Labels)
+	m.SetCreationTimestamp(meta.CreationTimestamp)
+	return obj, nil
 }
 
 var (
@@ -71,30 +94,41 @@ var (
 	_ rest.SingularNameProvider = parentStorage{}
 )
 
-func (p parentStorage) New() runtime.Object         { return p.newObj() }
-func (parentStorage) Destroy()                      {}
-func (parentStorage) NamespaceScoped() bool         { return true }
-func (p parentStorage) GetSingularName() string     { return p.singular }
-func newParent(n func() runtime.Object, s string) parentStorage { return parentStorage{newObj: n, singular: s} }
+func (p parentStorage) New() runtime.Object     { return p.newObj() }
+func (parentStorage) Destroy()                  {}
+func (parentStorage) NamespaceScoped() bool     { return true }
+func (p parentStorage) GetSingularName() string { return p.singular }
 
-var parents = map[string]parentStorage{
-	"terminalsessions": newParent(func() runtime.Object { return &TerminalSession{} }, "terminalsession"),
-	"terminalcommands": newParent(func() runtime.Object { return &TerminalCommand{} }, "terminalcommand"),
-	"environments":     newParent(func() runtime.Object { return &Environment{} }, "environment"),
-	"artifacts":        newParent(func() runtime.Object { return &Artifact{} }, "artifact"),
+var parentKinds = map[string]struct {
+	newObj   func() runtime.Object
+	singular string
+}{
+	"terminalsessions": {func() runtime.Object { return &TerminalSession{} }, "terminalsession"},
+	"terminalcommands": {func() runtime.Object { return &TerminalCommand{} }, "terminalcommand"},
+	"environments":     {func() runtime.Object { return &Environment{} }, "environment"},
+	"artifacts":        {func() runtime.Object { return &Artifact{} }, "artifact"},
 }
 
 // connectStorage serves one subresource with rest.Connecter (as pods/exec and pods/attach
 // do): Connect resolves the object's node and returns a handler forwarding to its data
 // plane.
 type connectStorage struct {
-	parentStorage
+	// newObj names the parent kind; the storage must not embed parentStorage, whose Get
+	// would take the subresource's GET route.
+	newObj        func() runtime.Object
 	resource, sub string
 	methods       []string
 	fwd           *Forwarder
 }
 
-var _ rest.Connecter = (*connectStorage)(nil)
+var (
+	_ rest.Connecter = (*connectStorage)(nil)
+	_ rest.Scoper    = (*connectStorage)(nil)
+)
+
+func (c *connectStorage) New() runtime.Object   { return c.newObj() }
+func (c *connectStorage) Destroy()              {}
+func (c *connectStorage) NamespaceScoped() bool { return true }
 
 func (c *connectStorage) ConnectMethods() []string { return c.methods }
 
@@ -107,11 +141,13 @@ func (c *connectStorage) Connect(ctx context.Context, name string, _ runtime.Obj
 // storages builds the version's storage map.
 func storages(fwd *Forwarder) map[string]rest.Storage {
 	m := map[string]rest.Storage{}
-	for r, p := range parents {
-		m[r] = p
+	parents := map[string]parentStorage{}
+	for r, k := range parentKinds {
+		parents[r] = parentStorage{newObj: k.newObj, singular: k.singular, resource: r, fwd: fwd}
+		m[r] = parents[r]
 	}
 	for _, s := range Subresources {
-		m[s.Resource+"/"+s.Name] = &connectStorage{parentStorage: parents[s.Resource], resource: s.Resource, sub: s.Name, methods: s.Methods, fwd: fwd}
+		m[s.Resource+"/"+s.Name] = &connectStorage{newObj: parents[s.Resource].newObj, resource: s.Resource, sub: s.Name, methods: s.Methods, fwd: fwd}
 	}
 	return m
 }

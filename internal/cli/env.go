@@ -59,7 +59,7 @@ func envCreateCommand(o *Options) *cobra.Command {
 				}
 			}
 			return o.printObject(e, func(w io.Writer) {
-				fmt.Fprintf(w, "environment/%s %s on node %s\n", e.Name, orNone(string(e.Status.Phase)), orNone(e.Status.NodeName))
+				fmt.Fprintf(w, "environment/%s %s on node %s\n", e.Name, orNone(string(wbv1.EnvironmentPhaseFor(e.Status.Conditions, e.DeletionTimestamp != nil))), orNone(e.Status.NodeName))
 			})
 		},
 	}
@@ -122,7 +122,7 @@ func envLsCommand(o *Options) *cobra.Command {
 			return o.print(listOf(envs, func(e *wbv1.Environment) runtime.Object { return e }), func(w io.Writer) {
 				rows := [][]string{}
 				for _, e := range envs {
-					rows = append(rows, []string{e.Name, string(e.Spec.Backend), orNone(string(e.Status.Phase)), orNone(e.Status.NodeName), age(e.CreationTimestamp.Time)})
+					rows = append(rows, []string{e.Name, string(e.Spec.Backend), orNone(string(wbv1.EnvironmentPhaseFor(e.Status.Conditions, e.DeletionTimestamp != nil))), orNone(e.Status.NodeName), age(e.CreationTimestamp.Time)})
 				}
 				table(w, "NAME\tBACKEND\tPHASE\tNODE\tAGE", rows)
 			})

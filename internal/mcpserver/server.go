@@ -116,7 +116,7 @@ type EnvironmentSummary struct {
 }
 
 func summarize(e *wbv1.Environment) EnvironmentSummary {
-	return EnvironmentSummary{Name: e.Name, Backend: string(e.Spec.Backend), Phase: string(e.Status.Phase), Node: e.Status.NodeName}
+	return EnvironmentSummary{Name: e.Name, Backend: string(e.Spec.Backend), Phase: string(wbv1.EnvironmentPhaseFor(e.Status.Conditions, e.DeletionTimestamp != nil)), Node: e.Status.NodeName}
 }
 
 // NoInput is the input of tools without parameters.

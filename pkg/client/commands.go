@@ -342,7 +342,7 @@ func (c *Client) Follow(ctx context.Context, name string, opts RunOptions) (*wbv
 	if err != nil {
 		return nil, err
 	}
-	if opts.Output != nil && cmd.Status.Phase != wbv1.CommandRefused && wbv1.CommandPhaseFor(cmd.Status.Conditions) != wbv1.CommandRefused {
+	if opts.Output != nil && wbv1.CommandPhaseFor(cmd.Status.Conditions) != wbv1.CommandRefused {
 		if err := c.CommandOutput(ctx, name, true, opts.LimitBytes, opts.Output); err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()

@@ -88,7 +88,8 @@ func (c *Client) WaitEnvironmentReady(ctx context.Context, name string, progress
 	e := &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace}}
 	last, step := "", 0
 	err := waitFor(ctx, c, e, &wbv1.EnvironmentList{}, func(e *wbv1.Environment) (bool, error) {
-		p := EnvironmentProgress{Phase: e.Status.Phase, Node: e.Status.NodeName}
+		phase := wbv1.EnvironmentPhaseFor(e.Status.Conditions, e.DeletionTimestamp != nil)
+		p := EnvironmentProgress{Phase: phase, Node: e.Status.NodeName}
 		if newest := newestCondition(e.Status.Conditions); newest != nil {
 			p.Reason, p.Message = newest.Reason, newest.Message
 		}
@@ -102,7 +103,7 @@ func (c *Client) WaitEnvironmentReady(ctx context.Context, name string, progress
 				progress(p)
 			}
 		}
-		switch e.Status.Phase {
+		switch phase {
 		case wbv1.EnvironmentReady:
 			return true, nil
 		case wbv1.EnvironmentFailed, wbv1.EnvironmentExpired, wbv1.EnvironmentClosed, wbv1.EnvironmentDraining:
@@ -111,7 +112,7 @@ func (c *Client) WaitEnvironmentReady(ctx context.Context, name string, progress
 				msg = ready.Message
 			}
 			code := codeFromText(msg, "environment-unavailable")
-			return false, refused("environment "+name, code, fmt.Sprintf("environment is %s: %s", e.Status.Phase, msg))
+			return false, refused("environment "+name, code, fmt.Sprintf("environment is %s: %s", phase, msg))
 		}
 		return false, nil
 	})
@@ -156,7 +157,7 @@ func (c *Client) DefaultEnvironment(ctx context.Context) (string, error) {
 	}
 	var ready []string
 	for _, e := range envs {
-		if e.Status.Phase == wbv1.EnvironmentReady && e.DeletionTimestamp == nil {
+		if wbv1.EnvironmentPhaseFor(e.Status.Conditions, e.DeletionTimestamp != nil) == wbv1.EnvironmentReady {
 			ready = append(ready, e.Name)
 		}
 	}

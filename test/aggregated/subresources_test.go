@@ -145,9 +145,10 @@ func TestDiscovery(t *testing.T) {
 			t.Errorf("%s/%s verbs %v lack %s", s.Resource, s.Name, v, want)
 		}
 	}
+	// Parents carry a verb, so `kubectl api-resources` lists them.
 	for _, p := range []string{"terminalsessions", "terminalcommands", "environments", "artifacts"} {
-		if _, ok := verbs[p]; !ok {
-			t.Errorf("discovery lacks parent %s", p)
+		if v := verbs[p]; len(v) == 0 || v[0] != "get" {
+			t.Errorf("discovery parent %s verbs %v, want [get]", p, v)
 		}
 	}
 }
@@ -295,7 +296,7 @@ func waitFor(buf *syncBuffer, sub string, d time.Duration) bool {
 func TestCommandOutput(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	readyEnvironment(t, ns, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s"}})
+	dir := readyEnvironment(t, ns, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s"}})
 	must(t, env.Client.Create(ctx, profile(ns, "seq", "/usr/bin/seq", func(s *wbv1.CommandProfileSpec) { s.AllowedArgPrefixes = []string{"1", "2"} })))
 	must(t, env.Client.Create(ctx, profile(ns, "ls", "/bin/ls", func(s *wbv1.CommandProfileSpec) { s.AllowedArgPrefixes = []string{"/nonexistent"} })))
 	must(t, env.Client.Create(ctx, profile(ns, "sleep", "/bin/sleep", func(s *wbv1.CommandProfileSpec) { s.AllowedArgPrefixes = []string{"3"} })))
@@ -354,6 +355,41 @@ func TestCommandOutput(t *testing.T) {
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "sleep"}, &c))
 		return c.Status.Phase == wbv1.CommandCancelled, fmt.Sprintf("%+v", c.Status)
 	})
+
+	// Live: `tail -f` prints the file at once and never ends by itself. Its output arrives
+	// over a followed WebSocket stream while it runs; cancel ends it and the stream.
+	must(t, os.WriteFile(dir+"/live.txt", []byte("first line, while running\n"), 0o644))
+	must(t, env.Client.Create(ctx, profile(ns, "tail", "/usr/bin/tail", func(s *wbv1.CommandProfileSpec) { s.AllowedArgPrefixes = []string{"-f", "live.txt"} })))
+	create("tail", "tail", "/usr/bin/tail", "-f", "live.txt")
+	var live syncBuffer
+	done := make(chan error, 1)
+	eventually(t, 30*time.Second, "the tail running", func() (bool, string) {
+		var c wbv1.TerminalCommand
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "tail"}, &c))
+		return c.Status.Phase == wbv1.CommandRunning, string(c.Status.Phase)
+	})
+	go func() {
+		done <- stream(ctx, agentCfg, subPath(ns, "terminalcommands", "tail", "output")+"?follow=true", remotecommand.StreamOptions{Stdout: &live})
+	}()
+	if !waitFor(&live, "first line, while running", 20*time.Second) {
+		t.Fatalf("no live output while the command runs: %q", live.String())
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the followed stream ended while the command runs: %v", err)
+	default:
+	}
+	if code, body, _ := do(t, agentCfg, http.MethodPost, subPath(ns, "terminalcommands", "tail", "cancel"), nil); code != http.StatusOK {
+		t.Fatalf("cancel tail: %d %s", code, body)
+	}
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "Cancelled") {
+			t.Logf("stream of the cancelled command ended with %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the followed stream did not end after cancel")
+	}
 }
 
 // TestFiles: snapshot and read through the aggregated API.
@@ -406,4 +442,31 @@ func TestAuditLog(t *testing.T) {
 		}
 		return false, fmt.Sprintf("%d bytes of audit log without the event", len(raw))
 	})
+}
+
+// TestArtifactDownload: an exported artifact's blob through the aggregated API, with its
+// digest; a viewer may not download.
+func TestArtifactDownload(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	dir := readyEnvironment(t, ns, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s"}})
+	must(t, os.MkdirAll(dir+"/out", 0o755))
+	must(t, os.WriteFile(dir+"/out/result.txt", []byte("exported\n"), 0o644))
+	must(t, env.Client.Create(ctx, &wbv1.Artifact{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: ns, Labels: map[string]string{wbv1.NodeLabel: nodeName}},
+		Spec: wbv1.ArtifactSpec{EnvironmentRef: "e", Source: "export", Root: ptr(wbv1.RootName("repo")), Path: ptr(wbv1.RelativePath("out"))}}))
+	var a wbv1.Artifact
+	eventually(t, 30*time.Second, "the artifact stored", func() (bool, string) {
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "a"}, &a))
+		return a.Status.Digest != "", fmt.Sprintf("%+v", a.Status)
+	})
+	agentCfg, _ := saUser(t, ns, "agent", "workbench-agent")
+	code, body, h := do(t, agentCfg, http.MethodGet, subPath(ns, "artifacts", "a", "download"), nil)
+	if code != http.StatusOK || h.Get("X-Workbench-Digest") != string(a.Status.Digest) || int64(len(body)) != a.Status.Size ||
+		!bytes.Contains(body, []byte("exported\n")) {
+		t.Fatalf("download: %d %v (%d bytes)", code, h, len(body))
+	}
+	viewerCfg, _ := saUser(t, ns, "viewer", "workbench-viewer")
+	if code, body, _ := do(t, viewerCfg, http.MethodGet, subPath(ns, "artifacts", "a", "download"), nil); code != http.StatusForbidden {
+		t.Fatalf("viewer download: %d %s", code, body)
+	}
 }

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -26,7 +25,6 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/controllers"
-	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/nodeagent/procexec"
 	"sensorium.dev/workbench/internal/test/aggtest"
 	"sensorium.dev/workbench/internal/test/envtest"
@@ -97,33 +95,8 @@ func run(m *testing.M) (int, error) {
 	return m.Run(), nil
 }
 
-// startAgent runs a node agent as identity workbench:node:<name> whose data plane accepts
-// forwarded identities only from workbench-apiserver's client certificate.
 func startAgent(ctx context.Context, state string) error {
-	user := webhooks.NodeUserPrefix + nodeName
-	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "node-agent-" + nodeName},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "workbench-node-agent"}}
-	if err := env.Client.Create(ctx, crb); err != nil {
-		return err
-	}
-	if err := env.WaitAuthorized(ctx, user, ""); err != nil {
-		return err
-	}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{webhooks.NodeGroup}}
-	a, err := agent.New(agent.Config{NodeName: nodeName, StateDir: state, AdmittedRoots: map[string]string{"work": workspace},
-		HeartbeatSeconds: 5, DataPlaneAddress: "127.0.0.1:0", Caps: agent.Caps{Sessions: 64, SessionsPerEnvironment: 8},
-		DataPlaneForwardingCAFile: agg.NodeClientCAFile, DataPlaneForwardingNames: []string{aggtest.NodeClientName}}, agent.Options{})
-	if err != nil {
-		return err
-	}
-	go func() {
-		if err := a.Run(ctrl.LoggerInto(ctx, ctrl.Log.WithName("agent")), cfg); err != nil {
-			fmt.Fprintln(os.Stderr, "agent stopped:", err)
-		}
-	}()
-	return nil
+	return agg.StartNodeAgent(ctx, env, nodeName, state, workspace)
 }
 
 func must(t testing.TB, err error) {

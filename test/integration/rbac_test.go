@@ -173,6 +173,9 @@ func TestSamplesAdmitted(t *testing.T) {
 	dir := filepath.Join(env.Root, "config", "samples")
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	must(t, err)
+	vmFiles, err := filepath.Glob(filepath.Join(dir, "vm", "*.yaml")) // applied by run-local when VMs are on
+	must(t, err)
+	files = append(files, vmFiles...)
 	sort.Strings(files)
 	if len(files) == 0 {
 		t.Fatal("no samples in config/samples")
@@ -210,8 +213,8 @@ func TestSamplesAdmitted(t *testing.T) {
 			n++
 		}
 	}
-	if n != wantDocs || n < 7 {
-		t.Fatalf("applied %d sample objects from %d non-empty documents in %d files (want all of them, and at least 7)", n, wantDocs, len(files))
+	if n != wantDocs || n < 11 {
+		t.Fatalf("applied %d sample objects from %d non-empty documents in %d files (want all of them, and at least 11)", n, wantDocs, len(files))
 	}
 }
 

@@ -63,13 +63,14 @@ type Agent struct {
 	wakeSessions chan event.GenericEvent
 
 	// Waits, probes, patches and artifacts (wait_controller.go and its siblings).
-	runCtx    context.Context      // Run's context: registered waits live as long as the agent
-	engine    *waits.Engine        // pending waits, bounded by Caps.PendingWaits
-	signals   waitSignals          // change signals of the conditions fed from reconcilers
-	liveWaits map[string]*liveWait // wait UID → wait registered by this process
-	watcher   *waits.FileWatcher   // inotify, opened by the first file wait
-	blobs     *artifacts.Store     // <stateDir>/artifacts
-	wakeWaits chan event.GenericEvent
+	runCtx                                 context.Context      // Run's context: registered waits live as long as the agent
+	engine                                 *waits.Engine        // pending waits, bounded by Caps.PendingWaits
+	signals                                waitSignals          // change signals of the conditions fed from reconcilers
+	liveWaits                              map[string]*liveWait // wait UID → wait registered by this process
+	watcher                                *waits.FileWatcher   // inotify, opened by the first file wait
+	blobs                                  *artifacts.Store     // <stateDir>/artifacts
+	wakeWaits                              chan event.GenericEvent
+	wakePatches, wakeArtifacts, wakeProbes chan event.GenericEvent
 	// sweepArtifacts kicks the artifact retention sweep (retention.go).
 	sweepArtifacts chan struct{}
 }
@@ -146,6 +147,9 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		blobs:          blobs,
 		wakeWaits:      make(chan event.GenericEvent, 1024),
 		sweepArtifacts: make(chan struct{}, 1),
+		wakePatches:    make(chan event.GenericEvent, 1024),
+		wakeArtifacts:  make(chan event.GenericEvent, 1024),
+		wakeProbes:     make(chan event.GenericEvent, 1024),
 	}
 	return a, nil
 }

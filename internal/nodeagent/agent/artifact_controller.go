@@ -87,7 +87,9 @@ func (r *artifactReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 	switch {
 	case errors.Is(err, errNotYet) && time.Since(art.CreationTimestamp.Time) < artifactScopeGrace:
-		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
+		// Woken when its environment or session becomes available here; the requeue is the
+		// grace's end.
+		return ctrl.Result{RequeueAfter: statusapply.RequeueAt(time.Now(), art.CreationTimestamp.Add(artifactScopeGrace))}, nil
 	case errors.Is(err, errNotYet):
 		err = refusal.New(string(actuation.CodeEnvironmentUnavailable), "its environment or session did not become available on this node within %s", artifactScopeGrace)
 		fallthrough

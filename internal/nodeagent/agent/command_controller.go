@@ -281,8 +281,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 			p.refuse(string(actuation.CodeSessionMissing), "session "+key.Name+" is bound to node "+l)
 			return nil
 		}
-		p.result.RequeueAfter = time.Second
-		return nil
+		return nil // binding the session to this node brings it into the cache: its event wakes the command
 	}
 	if isFinalSessionPhase(string(sess.Status.Phase)) {
 		p.refuse(string(actuation.CodeSessionClosed), "session "+sess.Name+" is "+string(sess.Status.Phase))
@@ -297,13 +296,11 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	}
 	roots, ready := a.mountedRoots(string(env.UID))
 	if !ready {
-		p.result.RequeueAfter = 2 * time.Second
-		return nil
+		return nil // environmentAvailable wakes the command once the environment is mounted here
 	}
 	live := a.sessionRing(string(sess.UID))
 	if live == nil {
-		p.result.RequeueAfter = time.Second // the session is not open yet
-		return nil
+		return nil // sessionAvailable wakes the command once the session is open here
 	}
 	var prof wbv1.CommandProfile
 	if err := a.reader.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: string(cmd.Spec.ProfileRef)}, &prof); err != nil {
@@ -346,7 +343,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	if err != nil || !proceed {
 		return err
 	}
-	seqFrom := live.LastSeq() + 1
+	seqFrom := live.LastSeq() + 1 // the data plane's output stream starts here
 	out := &liveOutput{rg: live}
 	spec.OnOutput = out.write
 	h, err := a.runner.Start(context.Background(), spec)
@@ -554,5 +551,12 @@ func (a *Agent) persistOutcome(uid string, o *commandOutcome) error {
 // wake re-queues obj. Senders are bounded (one goroutine per running command or session,
 // both capped), and the controller drains the channel continuously.
 func (a *Agent) wake(ch chan event.GenericEvent, obj client.Object) {
-	ch <- event.GenericEvent{Object: obj}
+	done := context.Background().Done() // nil: never (an agent under construction)
+	if a.runCtx != nil {
+		done = a.runCtx.Done()
+	}
+	select {
+	case ch <- event.GenericEvent{Object: obj}:
+	case <-done:
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"syscall"
@@ -129,7 +130,7 @@ func (a *Agent) startDataPlane(ctx context.Context) error {
 		return err
 	}
 	srv, err := dataplane.New(dataplane.Config{TLS: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
-		Authenticator: authn, Authorizer: authz, Resolver: resolver{a: a}, Commands: resolver{a: a}, Forwarding: fwd})
+		Authenticator: authn, Authorizer: authz, Resolver: resolver{a: a}, Commands: resolver{a: a}, Artifacts: resolver{a: a}, Forwarding: fwd})
 	if err != nil {
 		return err
 	}
@@ -251,3 +252,24 @@ func (v finalCommandView) SeqFrom() uint64                 { return v.o.SeqFrom 
 func (v finalCommandView) Done() <-chan struct{}           { return v.done }
 func (v finalCommandView) Result() dataplane.CommandResult { return resultOf(v.o) }
 func (v finalCommandView) Cancel() error                   { return nil }
+
+// OpenArtifact implements dataplane.ArtifactResolver: the verified blob of an Artifact bound
+// to this node whose content is recorded.
+func (r resolver) OpenArtifact(ns, name string) (io.ReadCloser, string, int64, error) {
+	a := r.a
+	var art wbv1.Artifact
+	if err := a.client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &art); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			return nil, "", 0, fmt.Errorf("artifact %s/%s: %w", ns, name, dataplane.ErrNotFound)
+		}
+		return nil, "", 0, err
+	}
+	if art.Status.Digest == "" || art.Status.NodeName != a.cfg.NodeName {
+		return nil, "", 0, fmt.Errorf("artifact %s/%s holds no content on this node yet: %w", ns, name, dataplane.ErrNotFound)
+	}
+	b, err := a.blobs.Open(string(art.Status.Digest))
+	if err != nil {
+		return nil, "", 0, err
+	}
+	return b, b.Digest, b.Size, nil
+}

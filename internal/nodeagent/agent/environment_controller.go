@@ -81,6 +81,7 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	set := func(t string, ok bool, reason, msg string) {
 		statusapply.Set(&next.Conditions, &all, statusapply.Cond(t, ok, reason, msg, env.Generation))
 	}
+	_, wasMounted := a.mountedRoots(string(env.UID))
 	b, ok := a.backends.Get(string(env.Spec.Backend))
 	spec := specFor(&env)
 	result := ctrl.Result{RequeueAfter: inspectInterval}
@@ -201,6 +202,9 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"environment", &env, cur, next)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if _, mounted := a.mountedRoots(string(env.UID)); mounted && !wasMounted && !deleting {
+		a.environmentAvailable(ctx, &env)
 	}
 	if wrote && before != after {
 		a.recordEvent(&env, corev1.EventTypeNormal, "Phase"+string(after), "Environment is "+string(after)+" on node "+a.cfg.NodeName)

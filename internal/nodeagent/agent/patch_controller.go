@@ -9,12 +9,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
@@ -30,11 +28,11 @@ import (
 
 // FilePatch phases, and the reasons of its Applied condition they derive from.
 const (
-	patchAwaitingApproval wbv1.FilePatchPhase = "AwaitingApproval"
-	patchApplied          wbv1.FilePatchPhase = "Applied"
-	patchRejected         wbv1.FilePatchPhase = "Rejected"
+	patchAwaitingApproval = wbv1.FilePatchAwaitingApproval
+	patchApplied          = wbv1.FilePatchApplied
+	patchRejected         = wbv1.FilePatchRejected
 
-	reasonAwaitingApproval = "AwaitingApproval"
+	reasonAwaitingApproval = wbv1.ReasonAwaitingApproval
 	reasonApprovalRejected = "ApprovalRejected"
 	reasonInterrupted      = "Interrupted"
 
@@ -43,22 +41,11 @@ const (
 	approvalRejected wbv1.PatchApprovalState = "Rejected"
 )
 
-func patchIsFinal(s *wbv1.FilePatchStatus) bool {
-	return s.Phase == patchApplied || s.Phase == patchRejected
-}
+func patchIsFinal(s *wbv1.FilePatchStatus) bool { return wbv1.FilePatchIsFinal(s.Phase) }
 
-// patchPhaseFor derives the phase from the Applied condition: True is Applied; False for
-// want of approval is AwaitingApproval; any other False or Unknown (a refusal, an
-// operator's rejection, an apply whose outcome a restart made unknown) is Rejected.
+// patchPhaseFor is wbv1.FilePatchPhaseFor (the one derivation, in api/v1alpha1).
 func patchPhaseFor(conds []metav1.Condition) wbv1.FilePatchPhase {
-	c := meta.FindStatusCondition(conds, wbv1.ConditionApplied)
-	switch {
-	case c == nil || (c.Status == metav1.ConditionFalse && c.Reason == reasonAwaitingApproval):
-		return patchAwaitingApproval
-	case c.Status == metav1.ConditionTrue:
-		return patchApplied
-	}
-	return patchRejected
+	return wbv1.FilePatchPhaseFor(conds)
 }
 
 func patchOwned(s *wbv1.FilePatchStatus) wbv1.FilePatchStatus {
@@ -187,8 +174,7 @@ func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
 			p.reject(string(actuation.CodeEnvironmentUnavailable), "environment "+string(fp.Spec.EnvironmentRef)+" does not exist")
 			return nil
 		case errors.Is(err, errNotYet):
-			p.result.RequeueAfter = 2 * time.Second
-			return nil
+			return nil // the object reaching this node's cache wakes the patch
 		}
 		return err
 	}
@@ -201,8 +187,7 @@ func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
 	mr := ra.mr
 	switch {
 	case errors.Is(err, errNotYet):
-		p.result.RequeueAfter = 2 * time.Second
-		return nil
+		return nil // environmentAvailable wakes the patch once the environment is mounted here
 	case codeOf(err) != "":
 		p.reject(codeOf(err), err.Error())
 		return nil
@@ -215,8 +200,7 @@ func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
 	req, err := a.patchRequest(ctx, fp, &env)
 	switch {
 	case errors.Is(err, errNotYet):
-		p.result.RequeueAfter = 2 * time.Second
-		return nil
+		return nil // the artifact's status (stored here) wakes the patch
 	case codeOf(err) != "":
 		p.reject(codeOf(err), err.Error())
 		return nil
@@ -351,16 +335,3 @@ func codeOf(err error) string {
 
 // patchesOfEnvironment re-queues the patches of an environment whose approval policy or
 // readiness changed.
-func (a *Agent) patchesOfEnvironment(ctx context.Context, o client.Object) []reconcile.Request {
-	var list wbv1.FilePatchList
-	if err := a.client.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
-		return nil
-	}
-	var out []reconcile.Request
-	for i := range list.Items {
-		if string(list.Items[i].Spec.EnvironmentRef) == o.GetName() && !patchIsFinal(&list.Items[i].Status) {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-		}
-	}
-	return out
-}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,28 +21,17 @@ import (
 // ends Error with environment-unavailable.
 const probeScopeGrace = 30 * time.Second
 
-// Probe results.
+// Probe results (api/v1alpha1 holds the one derivation).
 const (
-	probePending wbv1.ProbeResult = "Pending"
-	probePass    wbv1.ProbeResult = "Pass"
-	probeFail    wbv1.ProbeResult = "Fail"
-	probeError   wbv1.ProbeResult = "Error"
+	probePending = wbv1.ProbePending
+	probePass    = wbv1.ProbePass
+	probeFail    = wbv1.ProbeFail
+	probeError   = wbv1.ProbeError
 )
 
-func probeIsFinal(s *wbv1.ProbeStatus) bool { return s.Result != "" && s.Result != probePending }
+func probeIsFinal(s *wbv1.ProbeStatus) bool { return wbv1.ProbeIsFinal(s.Result) }
 
-// probeResultFor derives the result from the Completed condition (reason = result).
-func probeResultFor(conds []metav1.Condition) wbv1.ProbeResult {
-	c := meta.FindStatusCondition(conds, wbv1.ConditionCompleted)
-	if c == nil || c.Status != metav1.ConditionTrue {
-		return probePending
-	}
-	switch r := wbv1.ProbeResult(c.Reason); r {
-	case probePass, probeFail, probeError:
-		return r
-	}
-	return probeError
-}
+func probeResultFor(conds []metav1.Condition) wbv1.ProbeResult { return wbv1.ProbeResultFor(conds) }
 
 func probeOwned(s *wbv1.ProbeStatus) wbv1.ProbeStatus {
 	return wbv1.ProbeStatus{
@@ -82,8 +70,9 @@ func (r *probeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	switch {
 	case errors.Is(err, errNotYet):
-		if time.Since(pr.CreationTimestamp.Time) < probeScopeGrace {
-			return ctrl.Result{RequeueAfter: time.Second}, nil
+		if end := pr.CreationTimestamp.Add(probeScopeGrace); time.Now().Before(end) {
+			// Woken when its scope becomes available here; the requeue is the grace's end.
+			return ctrl.Result{RequeueAfter: statusapply.RequeueAt(time.Now(), end)}, nil
 		}
 		refuse(string(actuation.CodeEnvironmentUnavailable), "the scoped resource did not become available on this node")
 	case waits.CodeOf(err) != "":

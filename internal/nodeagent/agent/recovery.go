@@ -164,21 +164,9 @@ func killRecorded(pgid, pid int, start uint64) (outcome, msg string) {
 	return store.OutcomeFailedRetryable, "process group still present after SIGKILL"
 }
 
-func isFinalCommandPhase(p string) bool {
-	switch wbv1.CommandPhase(p) {
-	case wbv1.CommandSucceeded, wbv1.CommandFailed, wbv1.CommandTimedOut, wbv1.CommandCancelled, wbv1.CommandRefused:
-		return true
-	}
-	return false
-}
+func isFinalCommandPhase(p string) bool { return wbv1.CommandPhaseIsFinal(wbv1.CommandPhase(p)) }
 
-func isFinalSessionPhase(p string) bool {
-	switch wbv1.SessionPhase(p) {
-	case wbv1.SessionClosed, wbv1.SessionFailed, wbv1.SessionExpired, wbv1.SessionKilled:
-		return true
-	}
-	return false
-}
+func isFinalSessionPhase(p string) bool { return wbv1.SessionPhaseIsFinal(wbv1.SessionPhase(p)) }
 
 // inventory is the set of object UIDs on this node the API server still has.
 type inventory struct {

@@ -33,6 +33,14 @@ type liveSession struct {
 	closed  bool
 }
 
+// sessionOpen says whether the session is open in this process.
+func (a *Agent) sessionOpen(uid string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.sess[uid]
+	return s != nil && !s.closed
+}
+
 // sessionRing returns the event ring of an open session.
 func (a *Agent) sessionRing(uid string) *ring.Ring {
 	a.mu.Lock()
@@ -74,6 +82,7 @@ func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	live := a.sess[uid]
 	a.mu.Unlock()
 	result := ctrl.Result{}
+	opened := false
 	next.NodeName = a.cfg.NodeName
 	set := func(t string, ok bool, reason, msg string) {
 		statusapply.Set(&next.Conditions, &next.Conditions, statusapply.Cond(t, ok, reason, msg, ts.Generation))
@@ -107,11 +116,12 @@ func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			fail(code, msg)
 			break
 		}
-		if res.RequeueAfter > 0 {
+		if !a.sessionOpen(uid) {
 			next.Phase = wbv1.SessionStarting
 			result = res
 			break
 		}
+		opened = true
 		next.Phase = wbv1.SessionRunning
 		set(wbv1.ConditionReady, true, "Running", "session open on node "+a.cfg.NodeName)
 		result.RequeueAfter = 30 * time.Second
@@ -164,6 +174,9 @@ func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if opened {
+		a.sessionAvailable(ctx, &ts)
+	}
 	if wrote && cur.Phase != next.Phase {
 		a.recordEvent(&ts, corev1.EventTypeNormal, string(next.Phase), "Session is "+string(next.Phase))
 	}
@@ -182,7 +195,8 @@ func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl
 	}
 	roots, ready := a.mountedRoots(string(env.UID))
 	if !ready {
-		return ctrl.Result{RequeueAfter: 2 * time.Second}, "", "", nil
+		// environmentAvailable wakes the session once the environment is mounted here.
+		return ctrl.Result{}, "", "", nil
 	}
 	a.mu.Lock()
 	open, perEnv := 0, 0

@@ -1,10 +1,8 @@
 package agent
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,6 +37,9 @@ func defaultBackends(cfg Config, cg *cgroups.Manager) ([]backends.Backend, error
 // setupControllers registers one reconciler per kind, each filtered to this node.
 func (a *Agent) setupControllers(mgr ctrl.Manager) error {
 	name := func(kind string) string { return "node-" + kind }
+	if err := a.setupIndexes(a.runCtx, mgr); err != nil {
+		return fmt.Errorf("indexing references: %w", err)
+	}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.Environment{}).Named(name("environment")).
 		Complete(&environmentReconciler{a: a}); err != nil {
 		return fmt.Errorf("environment controller: %w", err)
@@ -51,6 +52,8 @@ func (a *Agent) setupControllers(mgr ctrl.Manager) error {
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.TerminalCommand{}).Named(name("command")).
 		WatchesRawSource(source.Channel(a.wakeCommands, &handler.EnqueueRequestForObject{})).
+		Watches(&wbv1.TerminalSession{}, handler.EnqueueRequestsFromMapFunc(a.commandsOfSession)).
+		Watches(&wbv1.Environment{}, handler.EnqueueRequestsFromMapFunc(a.commandsOfEnvironment)).
 		Complete(&commandReconciler{a: a}); err != nil {
 		return fmt.Errorf("command controller: %w", err)
 	}
@@ -61,18 +64,4 @@ func (a *Agent) recordEvent(obj client.Object, evType, reason, note string) {
 	if a.recorder != nil {
 		a.recorder.Eventf(obj, nil, evType, reason, "NodeAgent", "%s", note)
 	}
-}
-
-func (a *Agent) sessionsOfEnvironment(ctx context.Context, o client.Object) []reconcile.Request {
-	var list wbv1.TerminalSessionList
-	if err := a.client.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
-		return nil
-	}
-	var out []reconcile.Request
-	for i := range list.Items {
-		if string(list.Items[i].Spec.EnvironmentRef) == o.GetName() {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-		}
-	}
-	return out
 }

@@ -37,6 +37,8 @@ func (a *Agent) setupOperations(mgr ctrl.Manager) error {
 		Watches(&wbv1.TerminalCommand{}, signal(&s.command, &s.operation)).
 		Watches(&wbv1.Probe{}, signal(&s.operation)).
 		Watches(&wbv1.FilePatch{}, signal(&s.operation)).
+		Watches(&wbv1.TerminalCommand{}, handler.EnqueueRequestsFromMapFunc(a.operationsAwaitingScope)).
+		Watches(&wbv1.TerminalSession{}, handler.EnqueueRequestsFromMapFunc(a.operationsAwaitingScope)).
 		Complete(&waitReconciler{a: a}); err != nil {
 		return fmt.Errorf("wait controller: %w", err)
 	}
@@ -44,15 +46,23 @@ func (a *Agent) setupOperations(mgr ctrl.Manager) error {
 	// keep one slow source from delaying the others.
 	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.Probe{}).Named("node-probe").
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		WatchesRawSource(source.Channel(a.wakeProbes, &handler.EnqueueRequestForObject{})).
+		Watches(&wbv1.TerminalCommand{}, handler.EnqueueRequestsFromMapFunc(a.probesAwaitingScope)).
+		Watches(&wbv1.TerminalSession{}, handler.EnqueueRequestsFromMapFunc(a.probesAwaitingScope)).
 		Complete(&probeReconciler{a: a}); err != nil {
 		return fmt.Errorf("probe controller: %w", err)
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.FilePatch{}).Named("node-filepatch").
+		WatchesRawSource(source.Channel(a.wakePatches, &handler.EnqueueRequestForObject{})).
 		Watches(&wbv1.Environment{}, handler.EnqueueRequestsFromMapFunc(a.patchesOfEnvironment)).
+		Watches(&wbv1.Artifact{}, handler.EnqueueRequestsFromMapFunc(a.patchesOfNamespace)).
 		Complete(&patchReconciler{a: a}); err != nil {
 		return fmt.Errorf("file patch controller: %w", err)
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.Artifact{}).Named("node-artifact").
+		WatchesRawSource(source.Channel(a.wakeArtifacts, &handler.EnqueueRequestForObject{})).
+		Watches(&wbv1.Environment{}, handler.EnqueueRequestsFromMapFunc(a.artifactsOfEnvironment)).
+		Watches(&wbv1.TerminalSession{}, handler.EnqueueRequestsFromMapFunc(a.artifactsOfSession)).
 		Complete(&artifactReconciler{a: a}); err != nil {
 		return fmt.Errorf("artifact controller: %w", err)
 	}

@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -53,22 +52,11 @@ func decodeWaitOutcome(s string) *waitOutcome {
 	return &o
 }
 
-// waitIsFinal says whether a wait has its one outcome.
-func waitIsFinal(s *wbv1.WaitStatus) bool {
-	return s.ConditionStatus != "" && s.ConditionStatus != wbv1.WaitPending
-}
+// waitIsFinal and waitStatusFor are the api/v1alpha1 derivations.
+func waitIsFinal(s *wbv1.WaitStatus) bool { return wbv1.WaitIsFinal(s.ConditionStatus) }
 
-// waitStatusFor derives conditionStatus from the Completed condition (reason = outcome).
 func waitStatusFor(conds []metav1.Condition) wbv1.WaitConditionStatus {
-	c := meta.FindStatusCondition(conds, wbv1.ConditionCompleted)
-	if c == nil || c.Status != metav1.ConditionTrue {
-		return wbv1.WaitPending
-	}
-	switch s := wbv1.WaitConditionStatus(c.Reason); s {
-	case wbv1.WaitSatisfied, wbv1.WaitTimedOut, wbv1.WaitCancelled, wbv1.WaitFailed, wbv1.WaitExpired:
-		return s
-	}
-	return wbv1.WaitFailed
+	return wbv1.WaitStatusFor(conds)
 }
 
 func waitOwned(s *wbv1.WaitStatus) wbv1.WaitStatus {
@@ -236,7 +224,8 @@ func (r *waitReconciler) register(ctx context.Context, p *waitPass, deadline tim
 			p.finish(&waitOutcome{Status: wbv1.WaitTimedOut, Message: "the deadline passed before the scoped resource became available on this node; nothing was killed"})
 			return ctrl.Result{}, nil
 		}
-		return ctrl.Result{RequeueAfter: min(2*time.Second, statusapply.RequeueAt(time.Now(), deadline))}, nil
+		// Woken when its scope becomes available here; the requeue is the deadline.
+		return ctrl.Result{RequeueAfter: statusapply.RequeueAt(time.Now(), deadline)}, nil
 	case waits.CodeOf(err) != "":
 		p.fail(waits.CodeOf(err), err.Error())
 		return ctrl.Result{}, nil

@@ -178,6 +178,8 @@ type Config struct {
 	// Commands resolves TerminalCommands for the v2 output and cancel routes (optional:
 	// nil answers them with not-found).
 	Commands CommandResolver
+	// Artifacts opens artifact blobs for the v2 download route (optional).
+	Artifacts ArtifactResolver
 	// Forwarding names the client certificates (the aggregated API server's) allowed to
 	// forward an end user's identity; zero disables forwarding.
 	Forwarding Forwarding
@@ -193,6 +195,7 @@ type Server struct {
 	authz Authorizer
 	res   Resolver
 	cmds  CommandResolver
+	arts  ArtifactResolver
 	fwd   Forwarding
 	lim   Limits
 	mux   *http.ServeMux
@@ -245,6 +248,7 @@ func New(cfg Config) (*Server, error) {
 		authz:     cfg.Authorizer,
 		res:       cfg.Resolver,
 		cmds:      cfg.Commands,
+		arts:      cfg.Artifacts,
 		fwd:       cfg.Forwarding,
 		lim:       lim,
 		inflight:  make(chan struct{}, lim.MaxInFlight),

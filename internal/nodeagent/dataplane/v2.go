@@ -176,6 +176,7 @@ func (s *Server) v2Routes(mux *http.ServeMux) {
 		{http.MethodGet, cmd + "output", "get", "terminalcommands", "output", s.v2Output},
 		{http.MethodPost, cmd + "cancel", "create", "terminalcommands", "cancel", s.v2Cancel},
 		{http.MethodGet, env + "files", "get", "environments", "files", s.v2Files},
+		{http.MethodGet, v2Prefix + "artifacts/{name}/download", "get", "artifacts", "download", s.v2Download},
 	} {
 		mux.Handle(rt.method+" "+rt.path, s.authorizedIn(SubresourceGroup, rt.verb, rt.resource, rt.sub, rt.h))
 		allow := rt.method
@@ -722,6 +723,47 @@ func (s *Server) copyOutput(ctx context.Context, c Command, sink outputSink, fol
 			}
 		case ctx.Err() != nil:
 			return nil, nil
+		}
+	}
+}
+
+// ---- artifacts ---------------------------------------------------------------------------
+
+// ArtifactResolver opens the stored blob of an Artifact bound to this node.
+type ArtifactResolver interface {
+	// OpenArtifact returns the verified blob, its digest ("sha256:...") and size.
+	OpenArtifact(ns, name string) (io.ReadCloser, string, int64, error)
+}
+
+// v2Download streams an artifact's blob with its digest and length.
+func (s *Server) v2Download(w http.ResponseWriter, r *http.Request, ref objRef) error {
+	if s.arts == nil {
+		return fmt.Errorf("artifact %s: %w", ref, ErrNotFound)
+	}
+	rc, digest, size, err := s.arts.OpenArtifact(ref.ns, ref.name)
+	if err != nil {
+		return fmt.Errorf("opening artifact %s: %w", ref, err)
+	}
+	defer rc.Close()
+	ctl := streamingResponse(w)
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("X-Workbench-Digest", digest)
+	h.Set("Content-Length", strconv.FormatInt(size, 10))
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := rc.Read(buf)
+		if n > 0 {
+			_ = ctl.SetWriteDeadline(time.Now().Add(StreamWriteTimeout))
+			if _, err := w.Write(buf[:n]); err != nil {
+				return nil
+			}
+		}
+		if rerr != nil {
+			return nil
 		}
 	}
 }

@@ -89,41 +89,47 @@ func EnterCgroup(g *cgroups.Group, pid int) error {
 	return nil
 }
 
-// TeardownCgroup kills whatever is left in g once the program's main process has ended
-// (the leader, an unreaped zombie, is not a member any more), reaps the killed processes
-// that are this process's children (orphans re-parented to the subreaper), reads the
-// counters and removes the group. Killed members of the leader's process group are left
-// for ReapGroup so their statuses are collected there. It never blocks beyond the
-// cgroups package's kill bound.
-func TeardownCgroup(g *cgroups.Group, l cgroups.Limits, leaderPgid int) (*CgroupReport, error) {
+// KillCgroup kills whatever is left in g once the program's main process has ended
+// (the leader, an unreaped zombie, is not a member any more) and reaps the killed
+// processes that are this process's children (orphans re-parented to the subreaper).
+// Killed members of the leader's process group are left for ReapGroup, which collects
+// their statuses. It never blocks beyond the cgroups package's kill bound. Call
+// RemoveCgroup once the leader's group is reaped: a cgroup cannot be removed while
+// zombies of it are unreaped.
+func KillCgroup(g *cgroups.Group, l cgroups.Limits, leaderPgid int) (*CgroupReport, error) {
 	rep := &CgroupReport{Group: g.Path(), Limits: l}
-	var errs []error
 	kr, err := g.Kill()
 	rep.Kill = kr
-	if err != nil {
-		errs = append(errs, err)
-	}
 	self := os.Getpid()
 	for _, p := range kr.Procs {
-		st, err := ReadStat(p.Pid)
-		if err != nil || st.Ppid != self || st.Pgid == leaderPgid {
+		st, serr := ReadStat(p.Pid)
+		if serr != nil || st.Ppid != self || st.Pgid == leaderPgid {
 			continue
 		}
 		// Our child and SIGKILLed: its exit is due.
 		var ws unix.WaitStatus
 		for {
-			_, err := unix.Wait4(p.Pid, &ws, 0, nil)
-			if !errors.Is(err, unix.EINTR) {
+			_, werr := unix.Wait4(p.Pid, &ws, 0, nil)
+			if !errors.Is(werr, unix.EINTR) {
 				break
 			}
 		}
 	}
+	if err != nil {
+		return rep, fmt.Errorf("procexec: cgroup %s: %w", g.Path(), err)
+	}
+	return rep, nil
+}
+
+// RemoveCgroup reads g's counters into rep and removes g when the kill confirmed it empty.
+func RemoveCgroup(g *cgroups.Group, rep *CgroupReport) error {
+	var errs []error
 	stats, err := g.Stats()
 	rep.Stats = stats
 	if err != nil {
 		errs = append(errs, err)
 	}
-	if kr.Empty {
+	if rep.Kill.Empty {
 		if err := g.Delete(); err != nil {
 			errs = append(errs, err)
 		} else {
@@ -131,9 +137,15 @@ func TeardownCgroup(g *cgroups.Group, l cgroups.Limits, leaderPgid int) (*Cgroup
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return rep, fmt.Errorf("procexec: cgroup %s: %w", g.Path(), err)
+		return fmt.Errorf("procexec: cgroup %s: %w", g.Path(), err)
 	}
-	return rep, nil
+	return nil
+}
+
+// TeardownCgroup is KillCgroup then RemoveCgroup, for callers whose leader is reaped.
+func TeardownCgroup(g *cgroups.Group, l cgroups.Limits, leaderPgid int) (*CgroupReport, error) {
+	rep, err := KillCgroup(g, l, leaderPgid)
+	return rep, errors.Join(err, RemoveCgroup(g, rep))
 }
 
 // CgroupID turns a caller's id into a cgroup id (a UID already is one).

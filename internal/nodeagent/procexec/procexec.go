@@ -530,7 +530,7 @@ func (h *Handle) waitLoop() {
 	var cg *CgroupReport
 	if h.cgroup != nil {
 		var err error
-		if cg, err = TeardownCgroup(h.cgroup, h.spec.Resources, h.info.Pgid); err != nil {
+		if cg, err = KillCgroup(h.cgroup, h.spec.Resources, h.info.Pgid); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -542,6 +542,11 @@ func (h *Handle) waitLoop() {
 	statuses, err := ReapGroup(h.info.Pgid)
 	if err != nil {
 		errs = append(errs, err)
+	}
+	if cg != nil {
+		if err := RemoveCgroup(h.cgroup, cg); err != nil { // after the reap: zombies pin a cgroup
+			errs = append(errs, err)
+		}
 	}
 	h.mu.Lock()
 	h.reaped = true

@@ -626,7 +626,7 @@ func (s *Session) tryCleanup() {
 	if s.cg != nil && s.cgRep == nil {
 		// Whatever is left in the session's cgroup (daemons that left its session
 		// and process groups included) is killed as a whole, once.
-		rep, err := procexec.TeardownCgroup(s.cg, s.spec.Resources, s.info.Pgid)
+		rep, err := procexec.KillCgroup(s.cg, s.spec.Resources, s.info.Pgid)
 		s.mu.Lock()
 		s.cgRep = rep
 		s.mu.Unlock()
@@ -663,17 +663,27 @@ func (s *Session) tryCleanup() {
 			errs = append(errs, err)
 		}
 		left, _ := procexec.SessionMembers(s.info.Sid)
-		cgLeft := s.cgRep != nil && (!s.cgRep.Kill.Empty || !s.cgRep.Removed)
-		if cgLeft && s.cg != nil {
-			// Retry the cgroup kill and removal with the group re-verification.
-			if rep, err := procexec.TeardownCgroup(s.cg, s.spec.Resources, s.info.Pgid); err == nil {
+		cgLeft := s.cgRep != nil && !s.cgRep.Kill.Empty
+		if cgLeft {
+			// Retry the cgroup kill with the group re-verification.
+			if rep, err := procexec.KillCgroup(s.cg, s.spec.Resources, s.info.Pgid); err == nil {
 				s.mu.Lock()
-				s.cgRep.Kill.Empty, s.cgRep.Removed = rep.Kill.Empty, rep.Removed
+				s.cgRep.Kill.Empty = rep.Kill.Empty
 				s.mu.Unlock()
-				cgLeft = !rep.Kill.Empty || !rep.Removed
+				cgLeft = !rep.Kill.Empty
 			}
 		}
 		if !exists && len(left) == 0 && !cgLeft {
+			if s.cgRep != nil && !s.cgRep.Removed {
+				// Everything is reaped now, so the group can go.
+				s.mu.Lock()
+				err := procexec.RemoveCgroup(s.cg, s.cgRep)
+				s.mu.Unlock()
+				if err != nil {
+					s.scheduleRetry(err)
+					return
+				}
+			}
 			break
 		}
 		if !progress {

@@ -329,6 +329,14 @@ func (m *Manager) Load(name string) (*Group, error) {
 	if !slices.ContainsFunc(g.dirs(), fileExists) {
 		return nil, fmt.Errorf("cgroups: group %s/%s: %w", m.parent, name, os.ErrNotExist)
 	}
+	if m.mode == ModeV1 {
+		g.ctrls = []Controller{}
+		for _, c := range v1Controllers {
+			if fileExists(g.dir(c)) {
+				g.ctrls = append(g.ctrls, c)
+			}
+		}
+	}
 	return g, nil
 }
 
@@ -498,6 +506,17 @@ type Group struct {
 	m      *Manager
 	name   string
 	limits Limits
+	// v1: the hierarchies the group lives in (cpu only with a CPU quota: every
+	// hierarchy costs a migration when a process is added); nil means all of them.
+	ctrls []Controller
+}
+
+// hierarchies returns the v1 hierarchies the group's members are added to.
+func (g *Group) hierarchies() []Controller {
+	if g.ctrls == nil {
+		return v1Controllers
+	}
+	return g.ctrls
 }
 
 // Name returns the group's name ("cmd-<id>").
@@ -534,7 +553,7 @@ func (g *Group) Add(pid int) error {
 		}
 		return nil
 	}
-	for _, c := range v1Controllers {
+	for _, c := range g.hierarchies() {
 		if err := os.WriteFile(filepath.Join(g.dir(c), "cgroup.procs"), v, 0); err != nil {
 			return fmt.Errorf("cgroups: add pid %d to %s in %s: %w", pid, g.Path(), c, err)
 		}

@@ -279,7 +279,7 @@ func TestCreateLimitAddKillDelete(t *testing.T) {
 	if !rep.Empty || rep.Found != 4 || rep.Rounds < 1 {
 		t.Fatalf("kill report %+v", rep)
 	}
-	if !strings.Contains(rep.Summary(), "killed 4 process(es)") || !strings.Contains(rep.Summary(), "(sleep)") {
+	if !strings.Contains(rep.Summary(), "killed 4 process(es)") || !strings.Contains(rep.Summary(), fmt.Sprintf("%d(sh)", cmd.Process.Pid)) {
 		t.Fatalf("summary %q", rep.Summary())
 	}
 	if err := cmd.Wait(); err == nil {

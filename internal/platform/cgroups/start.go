@@ -26,7 +26,7 @@ func (g *Group) StartCmd(cmd *exec.Cmd) error {
 	if g.m.mode == ModeV2 {
 		fd, err := unix.Open(g.dir(""), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return fmt.Errorf("cgroups: open %s: %w", g.Path(), err)
+			return fmt.Errorf("cgroups: open %s: %w: %w", g.Path(), ErrUnavailable, err)
 		}
 		defer unix.Close(fd)
 		if cmd.SysProcAttr == nil {
@@ -49,6 +49,8 @@ func (g *Group) StartCmd(cmd *exec.Cmd) error {
 		var r result
 		if r.start = g.moveThreadV1(tid, nil); r.start == nil {
 			r.start = cmd.Start()
+		} else {
+			r.start = fmt.Errorf("%w: %w", ErrUnavailable, r.start)
 		}
 		r.restore = g.moveThreadV1(tid, orig)
 		if r.restore == nil {
@@ -94,7 +96,7 @@ func threadCgroupsV1(tid int) (map[Controller]string, error) {
 // moveThreadV1 writes tid into the group's "tasks" (orig nil) or back into orig.
 func (g *Group) moveThreadV1(tid int, orig map[Controller]string) error {
 	var errs []error
-	for _, c := range v1Controllers {
+	for _, c := range g.hierarchies() {
 		dir := g.dir(c)
 		if orig != nil {
 			dir = filepath.Join(g.m.root, string(c), orig[c])

@@ -15,10 +15,14 @@ import (
 
 // hierarchyV1 restricts containerd's v1 driver to the four controllers a group uses
 // (its default would also create directories in net_cls, hugetlb, blkio, ...).
-func (m *Manager) hierarchyV1() cgroup1.Hierarchy {
+func (m *Manager) hierarchyV1(withCPU bool) cgroup1.Hierarchy {
 	return func() ([]cgroup1.Subsystem, error) {
 		mem := cgroup1.NewMemory(m.root, cgroup1.OptionalSwap())
-		return []cgroup1.Subsystem{cgroup1.NewPids(m.root), mem, cgroup1.NewCpu(m.root), cgroup1.NewFreezer(m.root)}, nil
+		out := []cgroup1.Subsystem{cgroup1.NewPids(m.root), mem, cgroup1.NewFreezer(m.root)}
+		if withCPU {
+			out = append(out, cgroup1.NewCpu(m.root))
+		}
+		return out, nil
 	}
 }
 
@@ -38,14 +42,18 @@ func (g *Group) createV1() error {
 		q, p := l.cpuQuota()
 		res.CPU = &specs.LinuxCPU{Quota: &q, Period: &p}
 	}
-	_, err := cgroup1.New(cgroup1.StaticPath("/"+g.Path()), res, cgroup1.WithHierarchy(g.m.hierarchyV1()))
+	g.ctrls = []Controller{Pids, Memory, Freezer}
+	if l.CPUMillis > 0 {
+		g.ctrls = append(g.ctrls, CPU)
+	}
+	_, err := cgroup1.New(cgroup1.StaticPath("/"+g.Path()), res, cgroup1.WithHierarchy(g.m.hierarchyV1(l.CPUMillis > 0)))
 	if err != nil {
 		_ = g.Delete()
 		return err
 	}
 	// The driver creates what it finds; make sure every hierarchy really holds the group
 	// (a controller that disappeared between detection and now fails closed).
-	for _, c := range v1Controllers {
+	for _, c := range g.ctrls {
 		if !fileExists(filepath.Join(g.dir(c), "cgroup.procs")) {
 			_ = g.Delete()
 			return fmt.Errorf("no %s hierarchy for the group: %w", c, ErrUnavailable)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -27,7 +28,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sensorium.dev/workbench/internal/apiserver"
+	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/test/envtest"
+	"sensorium.dev/workbench/webhooks"
 )
 
 // Names of the registration (as in config/apiserver).
@@ -238,4 +241,34 @@ func WaitAvailable(ctx context.Context, c client.Client, timeout time.Duration) 
 
 func isExists(err error) bool {
 	return err != nil && (client.IgnoreAlreadyExists(err) == nil)
+}
+
+// StartNodeAgent runs a node agent named node as identity workbench:node:<node> whose data
+// plane accepts forwarded identities only from s's client certificate (CA and name). It
+// admits root "work" at workspace. The agent stops with ctx.
+func (s *Server) StartNodeAgent(ctx context.Context, e *envtest.Env, node, stateDir, workspace string) error {
+	user := webhooks.NodeUserPrefix + node
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "node-agent-" + node},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "workbench-node-agent"}}
+	if err := e.Client.Create(ctx, crb); err != nil {
+		return err
+	}
+	if err := e.WaitAuthorized(ctx, user, ""); err != nil {
+		return err
+	}
+	cfg := rest.CopyConfig(e.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{webhooks.NodeGroup}}
+	a, err := agent.New(agent.Config{NodeName: node, StateDir: stateDir, AdmittedRoots: map[string]string{"work": workspace},
+		HeartbeatSeconds: 5, DataPlaneAddress: "127.0.0.1:0", Caps: agent.Caps{Sessions: 64, SessionsPerEnvironment: 8},
+		DataPlaneForwardingCAFile: s.NodeClientCAFile, DataPlaneForwardingNames: []string{NodeClientName}}, agent.Options{})
+	if err != nil {
+		return err
+	}
+	go func() {
+		if err := a.Run(ctrl.LoggerInto(ctx, ctrl.Log.WithName("agent")), cfg); err != nil && ctx.Err() == nil {
+			fmt.Fprintln(os.Stderr, "agent stopped:", err)
+		}
+	}()
+	return nil
 }

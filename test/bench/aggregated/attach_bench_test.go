@@ -1,0 +1,261 @@
+// Package aggregated benchmarks the attach round trip through the aggregated API
+// (client → kube-apiserver → workbench-apiserver → node data plane → PTY and back) against
+// the node data plane directly (client → node data plane → PTY), in the same run, samples
+// interleaved, over two open WebSocket streams on two identical /bin/cat PTY sessions.
+//
+//	KUBEBUILDER_ASSETS=$(hack/build-control-plane.sh path) go test ./test/bench/aggregated/ -run '^$' -bench AttachRoundTrip -benchtime 400x
+package aggregated
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/controllers"
+	"sensorium.dev/workbench/internal/apiserver"
+	"sensorium.dev/workbench/internal/nodeagent/agent"
+	"sensorium.dev/workbench/internal/nodeagent/dataplane"
+	"sensorium.dev/workbench/internal/nodeagent/procexec"
+	"sensorium.dev/workbench/internal/test/aggtest"
+	"sensorium.dev/workbench/internal/test/envtest"
+	"sensorium.dev/workbench/webhooks"
+)
+
+const nodeName = "node-bench"
+
+var (
+	env       *envtest.Env
+	agg       *aggtest.Server
+	workspace string
+)
+
+func TestMain(m *testing.M) {
+	procexec.MaybeRunHelper()
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "SKIP aggregated benchmark: the node agent needs root")
+		os.Exit(0)
+	}
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	var err error
+	env, err = envtest.Start(envtest.Options{Aggregation: true, Setup: func(mgr ctrl.Manager) error {
+		if err := controllers.SetupWithManager(mgr, controllers.Config{}); err != nil {
+			return err
+		}
+		return webhooks.SetupWithManager(mgr)
+	}})
+	if err == envtest.ErrNoAssets {
+		fmt.Fprintln(os.Stderr, "SKIP aggregated benchmark:", err)
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer env.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := aggtest.HostIP(); err != nil {
+		fmt.Fprintln(os.Stderr, "SKIP aggregated benchmark:", err)
+		return 0
+	}
+	if agg, err = aggtest.Start(ctx, env); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer agg.Stop()
+	tmp, err := os.MkdirTemp("", "wb-bench-agg-")
+	if err != nil {
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	workspace = filepath.Join(tmp, "work")
+	if err := os.MkdirAll(workspace, 0o755); err != nil {
+		return 1
+	}
+	if err := agg.StartNodeAgent(ctx, env, nodeName, filepath.Join(tmp, "state"), workspace); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+func must(tb testing.TB, err error) {
+	tb.Helper()
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// echoWatcher signals when a marker appears in the stream's output.
+type echoWatcher struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	hit  chan struct{}
+}
+
+func (e *echoWatcher) Write(p []byte) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.buf.Write(p)
+	if e.want != "" && strings.Contains(e.buf.String(), e.want) {
+		e.want = ""
+		e.buf.Reset()
+		close(e.hit)
+	}
+	if e.buf.Len() > 1<<16 {
+		e.buf.Reset()
+	}
+	return len(p), nil
+}
+
+func (e *echoWatcher) expect(s string) <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.want, e.hit = s, make(chan struct{})
+	e.buf.Reset()
+	return e.hit
+}
+
+// attached is one open attach stream.
+type attached struct {
+	in  *io.PipeWriter
+	out *echoWatcher
+}
+
+func attach(tb testing.TB, ctx context.Context, cfg *rest.Config, url string) *attached {
+	exec, err := remotecommand.NewWebSocketExecutor(cfg, http.MethodGet, url)
+	must(tb, err)
+	inR, inW := io.Pipe()
+	a := &attached{in: inW, out: &echoWatcher{}}
+	go func() {
+		_ = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: inR, Stdout: a.out, Tty: true})
+	}()
+	return a
+}
+
+// roundTrip types a unique line and waits for its echo.
+func (a *attached) roundTrip(tb testing.TB, marker string) time.Duration {
+	hit := a.out.expect(marker)
+	start := time.Now()
+	if _, err := io.WriteString(a.in, marker+"\n"); err != nil {
+		tb.Fatal(err)
+	}
+	select {
+	case <-hit:
+		return time.Since(start)
+	case <-time.After(10 * time.Second):
+		tb.Fatalf("no echo of %q within 10s", marker)
+		return 0
+	}
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(float64(len(s))*p))]
+}
+
+// BenchmarkAttachRoundTrip reports p50/p99 of both paths and their ratio.
+func BenchmarkAttachRoundTrip(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "bench-"}}
+	must(b, env.Client.Create(ctx, ns))
+	dir, err := os.MkdirTemp(workspace, "b-")
+	must(b, err)
+	must(b, env.Client.Create(ctx, &wbv1.CommandProfile{ObjectMeta: metav1.ObjectMeta{Name: "cat", Namespace: ns.Name}, Spec: wbv1.CommandProfileSpec{
+		Executable: "/bin/cat", AllowedRoots: []string{"repo"}, PTY: "Allowed", MaxTimeoutSeconds: 60, MaxOutputBytes: 1 << 20,
+		Env: wbv1.CommandEnvPolicy{Defaults: []wbv1.EnvVar{{Name: "PATH", Value: "/usr/bin:/bin"}}}}}))
+	must(b, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns.Name}, Spec: wbv1.EnvironmentSpec{
+		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(dir)}},
+		NodeSelector: map[string]string{wbv1.NodeLabel: nodeName}}}))
+	for _, n := range []string{"direct", "agg"} {
+		must(b, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: ns.Name}, Spec: wbv1.TerminalSessionSpec{
+			EnvironmentRef: "e", ShellProfileRef: ptr(wbv1.ObjectName("cat")), RawInput: wbv1.RawInputOperatorOnly}}))
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var d, a wbv1.TerminalSession
+		must(b, env.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "direct"}, &d))
+		must(b, env.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "agg"}, &a))
+		if d.Status.Phase == wbv1.SessionRunning && a.Status.Phase == wbv1.SessionRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("sessions not running: %+v %+v", d.Status, a.Status)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The operator: a ServiceAccount with a token for kube-apiserver and one for the data
+	// plane's audience (the direct path).
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "op", Namespace: ns.Name}}
+	must(b, env.Client.Create(ctx, sa))
+	must(b, env.Client.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "op", Namespace: ns.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "op", Namespace: ns.Name}},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "workbench-operator"}}))
+	must(b, env.WaitAuthorized(ctx, "system:serviceaccount:"+ns.Name+":op", ns.Name))
+	token := func(aud ...string) string {
+		tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(3600)), Audiences: aud}}
+		must(b, env.Client.SubResource("token").Create(ctx, sa, tr))
+		return tr.Status.Token
+	}
+	kubeCfg := rest.AnonymousClientConfig(env.Config)
+	kubeCfg.BearerToken = token()
+	var node wbv1.WorkbenchNode
+	must(b, env.Client.Get(ctx, client.ObjectKey{Name: nodeName}, &node))
+	directCfg := &rest.Config{Host: node.Status.DataPlane.Endpoint, BearerToken: token(agent.DataPlaneAudience()),
+		TLSClientConfig: rest.TLSClientConfig{CAData: []byte(node.Status.DataPlane.CABundle)}}
+
+	q := "?stdin=true&stdout=true&tty=true"
+	direct := attach(b, ctx, directCfg, node.Status.DataPlane.Endpoint+dataplane.V2Path(ns.Name, "terminalsessions", "direct", "attach")+q)
+	aggr := attach(b, ctx, kubeCfg, strings.TrimSuffix(kubeCfg.Host, "/")+"/apis/"+apiserver.GroupName+"/"+apiserver.Version+
+		"/namespaces/"+ns.Name+"/terminalsessions/agg/attach"+q)
+	// Warm up both paths (connections, caches) before measuring.
+	for i := range 20 {
+		direct.roundTrip(b, fmt.Sprintf("warm-d-%d", i))
+		aggr.roundTrip(b, fmt.Sprintf("warm-a-%d", i))
+	}
+	var ds, as []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ds = append(ds, direct.roundTrip(b, fmt.Sprintf("d%07d", i)))
+		as = append(as, aggr.roundTrip(b, fmt.Sprintf("a%07d", i)))
+	}
+	b.StopTimer()
+	dp50, dp99 := percentile(ds, 0.50), percentile(ds, 0.99)
+	ap50, ap99 := percentile(as, 0.50), percentile(as, 0.99)
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	b.ReportMetric(us(dp50), "direct-p50-µs")
+	b.ReportMetric(us(dp99), "direct-p99-µs")
+	b.ReportMetric(us(ap50), "aggregated-p50-µs")
+	b.ReportMetric(us(ap99), "aggregated-p99-µs")
+	b.ReportMetric(float64(ap50)/float64(dp50), "p50-ratio")
+	b.ReportMetric(float64(ap99)/float64(dp99), "p99-ratio")
+	b.Logf("attach round trip over %d interleaved samples: direct p50 %s p99 %s; aggregated p50 %s p99 %s; ratio p50 %.2f p99 %.2f",
+		len(ds), dp50, dp99, ap50, ap99, float64(ap50)/float64(dp50), float64(ap99)/float64(dp99))
+}

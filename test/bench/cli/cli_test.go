@@ -1,0 +1,132 @@
+// Package cli measures kubectl-workbench end to end: `kubectl workbench run -- /bin/true`
+// from process start to exit, against the command's own create → Succeeded measured in the
+// same run by an in-process client (create, then watch until the outcome), interleaved.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/nodeagent/procexec"
+	"sensorium.dev/workbench/internal/test/stack"
+	wbclient "sensorium.dev/workbench/pkg/client"
+)
+
+var st *stack.Stack
+
+const ns = "bench"
+
+func TestMain(m *testing.M) {
+	procexec.MaybeRunHelper()
+	var err error
+	st, err = stack.Start("./cmd/kubectl-workbench")
+	var skip *stack.ErrSkip
+	if errors.As(err, &skip) {
+		fmt.Fprintln(os.Stderr, "SKIP cli benchmarks:", skip.Reason)
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the stack:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	st.Stop()
+	os.Exit(code)
+}
+
+var benchClient *wbclient.Client
+
+// setup makes the namespace, a /bin/true profile and a Ready environment once per process
+// (the benchmark function runs several times while the framework sizes b.N).
+func setup(b *testing.B) *wbclient.Client {
+	b.Helper()
+	if benchClient != nil {
+		return benchClient
+	}
+	ctx := context.Background()
+	c := st.Env.Client
+	must(b, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	must(b, c.Create(ctx, &wbv1.CommandProfile{ObjectMeta: metav1.ObjectMeta{Name: "true", Namespace: ns}, Spec: wbv1.CommandProfileSpec{
+		Executable: "/bin/true", AllowedRoots: []string{"work"}, MaxTimeoutSeconds: 60, MaxOutputBytes: 1 << 16,
+		Env: wbv1.CommandEnvPolicy{Defaults: []wbv1.EnvVar{{Name: "PATH", Value: "/usr/bin:/bin"}}}}}))
+	dir, err := os.MkdirTemp(st.Workspace, "bench-")
+	must(b, err)
+	cl, err := wbclient.New(st.Env.Config, ns)
+	must(b, err)
+	e, err := wbclient.EnvironmentRequest{Name: "e", Roots: map[string]string{"work": dir}}.Environment(ns)
+	must(b, err)
+	must(b, cl.CreateEnvironment(ctx, e))
+	_, err = cl.WaitEnvironmentReady(ctx, "e", nil)
+	must(b, err)
+	benchClient = cl
+	return cl
+}
+
+// BenchmarkRunTrue: each iteration runs the built CLI once (process start → exit, which
+// includes loading the kubeconfig, discovery, resolving the environment, session and
+// profile, the create, the watch, the output stream and the final read), then, as the
+// floor, creates the same command in-process and watches it until Succeeded. Reported:
+// p50 and p90 of both and the ratio of the p50s.
+func BenchmarkRunTrue(b *testing.B) {
+	cl := setup(b)
+	ctx := context.Background()
+	run := func() time.Duration {
+		start := time.Now()
+		cmd := exec.Command(st.Bin("kubectl-workbench"), "--kubeconfig", st.Kubeconfig, "-n", ns, "run", "-e", "e", "--", "/bin/true")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("kubectl workbench run -- /bin/true: %v\n%s", err, out)
+		}
+		return time.Since(start)
+	}
+	floor := func() time.Duration {
+		tc, err := cl.PrepareCommand(ctx, wbclient.RunRequest{Environment: "e", Argv: []string{"/bin/true"}})
+		must(b, err)
+		start := time.Now()
+		must(b, cl.CreateCommand(ctx, tc))
+		final, err := cl.WaitCommand(ctx, tc.Name, nil, nil)
+		must(b, err)
+		d := time.Since(start)
+		if wbv1.CommandPhaseFor(final.Status.Conditions) != wbv1.CommandSucceeded {
+			b.Fatalf("command %s: %+v", tc.Name, final.Status)
+		}
+		return d
+	}
+	run() // warm up: the session exists from here on
+	floor()
+	var cli, cmd []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		cli = append(cli, run())
+		cmd = append(cmd, floor())
+	}
+	b.StopTimer()
+	p := func(s []time.Duration, q float64) float64 {
+		s = slices.Clone(s)
+		slices.Sort(s)
+		return float64(s[int(q*float64(len(s)-1))].Microseconds()) / 1000
+	}
+	b.ReportMetric(p(cli, 0.5), "cli-p50-ms")
+	b.ReportMetric(p(cli, 0.9), "cli-p90-ms")
+	b.ReportMetric(p(cmd, 0.5), "create-succeeded-p50-ms")
+	b.ReportMetric(p(cmd, 0.9), "create-succeeded-p90-ms")
+	b.ReportMetric(p(cli, 0.5)/p(cmd, 0.5), "ratio-p50")
+	b.ReportMetric(0, "ns/op")
+	b.Logf("aggregated API served: %v", cl.SubresourcesServed(ctx))
+}
+
+func must(b *testing.B, err error) {
+	b.Helper()
+	if err != nil {
+		b.Fatal(err)
+	}
+}

@@ -1,0 +1,172 @@
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/nodeagent/store"
+	"sensorium.dev/workbench/webhooks"
+)
+
+// A counted command appends the line of chaos-line to its own counter file (dd, no shell:
+// profiles refuse shells); a command that ran twice leaves two lines. Sleepers linger so
+// that kills land while processes run.
+var chaosCount = []string{"if=chaos-line", "oflag=append", "conv=notrunc", "status=none"}
+
+const chaosSleep = "0.7"
+
+// TestChaosKills runs a mixed workload (sessions, commands, waits on them) against a node
+// agent process and kills it with SIGKILL at random points (seeded; the seed is printed),
+// restarting it each time. At the end: every accepted command and wait has exactly one
+// outcome, no command ran twice (a side-effect counter per command), no orphan process or
+// temp root is left, and the store agrees with the API server.
+//
+// CI runs WB_CHAOS_KILLS (default 5) kills; `make chaos` runs 100. WB_CHAOS_SEED replays a run.
+func TestChaosKills(t *testing.T) {
+	const node = "node-chaos"
+	kills := 5
+	if v, err := strconv.Atoi(os.Getenv("WB_CHAOS_KILLS")); err == nil && v > 0 {
+		kills = v
+	}
+	seed := time.Now().UnixNano()
+	if v, err := strconv.ParseInt(os.Getenv("WB_CHAOS_SEED"), 10, 64); err == nil {
+		seed = v
+	}
+	t.Logf("chaos: %d kills, seed %d (replay with WB_CHAOS_SEED=%d)", kills, seed, seed)
+	rng := rand.New(rand.NewSource(seed))
+
+	ctx := context.Background()
+	bin := buildAgent(t)
+	user, err := env.Env.AddUser(crenvtest.User{Name: webhooks.NodeUserPrefix + node, Groups: []string{webhooks.NodeGroup}}, nil)
+	must(t, err)
+	kc, err := user.KubeConfig()
+	must(t, err)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	must(t, os.WriteFile(kubeconfig, kc, 0o600))
+	must(t, env.Bind(ctx, "workbench-node-agent", webhooks.NodeUserPrefix+node, ""))
+	state, root := t.TempDir(), t.TempDir()
+	config := filepath.Join(t.TempDir(), "node-agent.yaml")
+	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nadmittedRoots:\n  chaos: %s\nheartbeatSeconds: 2\ncaps:\n  sessions: 64\n  sessionsPerEnvironment: 64\n", node, state, root)), 0o600))
+
+	agentProc := startAgentProcess(t, bin, kubeconfig, config)
+	defer func() {
+		_ = agentProc.cmd.Process.Signal(syscall.SIGTERM)
+		_ = agentProc.cmd.Wait()
+	}()
+	ns := namespace(t)
+	readyEnvironmentOn(t, ns, root, node)
+	must(t, os.WriteFile(filepath.Join(root, "chaos-line"), []byte("ran\n"), 0o644))
+	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/dd", chaosCount, []string{"of=count-"})))
+	must(t, env.Client.Create(ctx, profile(ns, "sleep", "/bin/sleep", nil, []string{chaosSleep})))
+
+	var cmds, sleepers, waitNames []string
+	session := "s"
+	for k := 0; k < kills; k++ {
+		// A fresh session after every restart: the previous one was interrupted.
+		if k > 0 {
+			session = fmt.Sprintf("s%d", k)
+			must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: session, Namespace: ns},
+				Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+		}
+		for i, n := 0, 1+rng.Intn(4); i < n; i++ {
+			name := fmt.Sprintf("c%d-%d", k, i)
+			c := command(ns, name, append(append([]string{"/bin/dd"}, chaosCount...), "of=count-"+name)...)
+			c.Spec.SessionRef = wbv1.ObjectName(session)
+			must(t, env.Client.Create(ctx, c))
+			cmds = append(cmds, name)
+			sl := command(ns, "sleep-"+name, "/bin/sleep", chaosSleep)
+			sl.Spec.SessionRef, sl.Spec.ProfileRef = wbv1.ObjectName(session), "sleep"
+			must(t, env.Client.Create(ctx, sl))
+			sleepers = append(sleepers, sl.Name)
+			if rng.Intn(2) == 0 {
+				ref := wbv1.ObjectName(name)
+				w := &wbv1.Wait{ObjectMeta: metav1.ObjectMeta{Name: "w-" + name, Namespace: ns}, Spec: wbv1.WaitSpec{
+					Scope: &wbv1.Scope{CommandRef: &ref}, Condition: wbv1.WaitCondition{Kind: wbv1.ConditionKindCommandDone}, DeadlineSeconds: 120}}
+				must(t, env.Client.Create(ctx, w))
+				waitNames = append(waitNames, w.Name)
+			}
+		}
+		time.Sleep(time.Duration(rng.Intn(1500)) * time.Millisecond) // the random kill point (this is the chaos, not a wait for a condition)
+		must(t, agentProc.cmd.Process.Signal(syscall.SIGKILL))
+		_ = agentProc.cmd.Wait()
+		agentProc = startAgentProcess(t, bin, kubeconfig, config)
+	}
+
+	outcomes := map[wbv1.CommandPhase]int{}
+	for _, name := range cmds {
+		var c wbv1.TerminalCommand
+		eventually(t, 120*time.Second, "command "+name+" to have its one outcome", func() (bool, string) {
+			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c))
+			return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions),
+				fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(agentProc.log.String()))
+		})
+		outcomes[c.Status.Phase]++
+		b, err := os.ReadFile(filepath.Join(root, "count-"+name))
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		runs := strings.Count(string(b), "ran\n")
+		switch {
+		case runs > 1:
+			t.Errorf("command %s ran %d times", name, runs)
+		case c.Status.Phase == wbv1.CommandSucceeded && runs != 1:
+			t.Errorf("command %s Succeeded but its side effect happened %d times", name, runs)
+		}
+	}
+	for _, name := range sleepers {
+		var c wbv1.TerminalCommand
+		eventually(t, 120*time.Second, "command "+name+" to have its one outcome", func() (bool, string) {
+			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c))
+			return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
+		})
+		outcomes[c.Status.Phase]++
+	}
+	for _, name := range waitNames {
+		var w wbv1.Wait
+		eventually(t, 150*time.Second, "wait "+name+" to have its one outcome", func() (bool, string) {
+			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &w))
+			return wbv1.WaitIsFinal(w.Status.ConditionStatus), fmt.Sprintf("%+v", w.Status)
+		})
+	}
+	t.Logf("chaos: %d counted commands, %d sleepers, %d waits, outcomes %v", len(cmds), len(sleepers), len(waitNames), outcomes)
+
+	// Stop the agent cleanly and look at what it left.
+	must(t, agentProc.cmd.Process.Signal(syscall.SIGTERM))
+	_ = agentProc.cmd.Wait()
+	if left := findProcess("/bin/sleep", chaosSleep); len(left) != 0 {
+		t.Errorf("orphan processes: %v", left)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(state, "tmp")); len(ents) != 0 {
+		t.Errorf("leaked temp roots: %v", ents)
+	}
+	db, err := store.Open(state)
+	must(t, err)
+	recs, err := db.Commands().List(0)
+	must(t, err)
+	must(t, db.Close())
+	for _, r := range recs {
+		var c wbv1.TerminalCommand
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: r.Name}, &c); err != nil {
+			t.Errorf("store record of %s/%s without an object: %v", r.Namespace, r.Name, err)
+			continue
+		}
+		if string(c.UID) != r.UID || !wbv1.CommandPhaseIsFinal(wbv1.CommandPhase(r.Phase)) || wbv1.CommandPhase(r.Phase) != c.Status.Phase {
+			t.Errorf("store and API server disagree on %s: store %s %s, status %s %s", r.Name, r.UID, r.Phase, c.UID, c.Status.Phase)
+		}
+	}
+	// Restart once more so the suite's namespace cleanup is not left to a stopped node.
+	agentProc = startAgentProcess(t, bin, kubeconfig, config)
+}
