@@ -348,9 +348,11 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	spec.OnOutput = out.write
 	h, err := a.runner.Start(context.Background(), spec)
 	if err != nil {
-		o := &commandOutcome{Phase: wbv1.CommandFailed, RefusalCode: refusal.CodeOf(err), Message: err.Error(), Completed: time.Now()}
+		// A refusal of the runner (a cap) is Refused: nothing started; any other error is a
+		// failure to start.
+		o := &commandOutcome{Phase: wbv1.CommandRefused, RefusalCode: refusal.CodeOf(err), Message: err.Error(), Completed: time.Now()}
 		if o.RefusalCode == "" {
-			o.RefusalCode = string(actuation.CodeStartFailed)
+			o.Phase, o.RefusalCode = wbv1.CommandFailed, string(actuation.CodeStartFailed)
 		}
 		if err := a.persistOutcome(string(cmd.UID), o); err != nil {
 			return err
