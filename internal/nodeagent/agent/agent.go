@@ -226,15 +226,28 @@ func (a *Agent) Run(ctx context.Context, cfg *rest.Config) error {
 func (a *Agent) shutdown(ctx context.Context) {
 	_ = a.sessions.Shutdown(ctx)
 	a.mu.Lock()
+	var ending []*procexec.Handle
 	for _, c := range a.commands {
 		if c.handle != nil && c.result == nil {
 			c.handle.Kill(procexec.OriginCancel)
+			ending = append(ending, c.handle)
 		}
 		if c.cancel != nil && c.result == nil {
 			c.cancel() // a guest command: stop waiting; the store keeps it interrupted
 		}
 	}
 	a.mu.Unlock()
+	// Once the commands' cgroups are gone, an agent with no VM left removes its cgroup
+	// parent (best effort, bounded by ctx).
+	for _, h := range ending {
+		select {
+		case <-h.Done():
+		case <-ctx.Done():
+		}
+	}
+	if a.cgroups != nil {
+		a.cgroups.RemoveParent()
+	}
 	_ = a.store.Close()
 }
 

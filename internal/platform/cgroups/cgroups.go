@@ -414,6 +414,19 @@ func (m *Manager) Sweep(keep func(name string) bool) (SweepReport, error) {
 	return rep, errors.Join(errs...)
 }
 
+// RemoveParent removes the parent's directories if no group is left under them (an
+// agent that stops with nothing running leaves nothing behind). It reports whether the
+// parent is gone.
+func (m *Manager) RemoveParent() bool {
+	gone := true
+	for _, d := range m.parentDirs() {
+		if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) {
+			gone = false
+		}
+	}
+	return gone
+}
+
 // v1 hierarchies that hold a directory per group.
 var v1Controllers = []Controller{Pids, Memory, CPU, Freezer}
 

@@ -293,6 +293,9 @@ func TestCreateLimitAddKillDelete(t *testing.T) {
 			t.Fatalf("%s still exists after Delete: %v", d, err)
 		}
 	}
+	if !m.RemoveParent() {
+		t.Fatal("the parent of no group could not be removed")
+	}
 	// Killing an empty or deleted group is a no-op that reports empty.
 	if rep, err := g.Kill(); err != nil || !rep.Empty || rep.Found != 0 {
 		t.Fatalf("kill of a deleted group: %+v %v", rep, err)
