@@ -90,16 +90,19 @@ const (
 	CodeInterrupted Code = "interrupted"
 
 	// Object references and shapes checked by the admission webhooks and controllers.
-	CodeRootInvalid            Code = "root-invalid"            // an environment root's host directory or source
-	CodePatchInvalid           Code = "patch-invalid"           // a structured patch operation without content
-	CodeSessionMissing         Code = "session-missing"         // a command names a session that does not exist
-	CodeEnvironmentUnavailable Code = "environment-unavailable" // missing, failed, expired, draining or closed
-	CodeSessionClosed          Code = "session-closed"          // a command names a session that has ended
-	CodeRootNotAdmitted        Code = "root-not-admitted"       // a host directory outside the node's admitted roots
-	CodeNoPTY                  Code = "no-pty"                  // raw input to a session without a PTY program
-	CodeWatchUnavailable       Code = "watch-unavailable"       // the kernel refused a file watch (no polling fallback)
-	CodeWatchCapReached        Code = "watch-cap-reached"       // too many file watches
-	CodeLandlockUnavailable    Code = "landlock-unavailable"    // the kernel cannot confine writes: fail closed
+	CodeRootInvalid              Code = "root-invalid"            // an environment root's host directory or source
+	CodePatchInvalid             Code = "patch-invalid"           // a structured patch operation without content
+	CodeSessionMissing           Code = "session-missing"         // a command names a session that does not exist
+	CodeEnvironmentUnavailable   Code = "environment-unavailable" // missing, failed, expired, draining or closed
+	CodeSessionClosed            Code = "session-closed"          // a command names a session that has ended
+	CodeRootNotAdmitted          Code = "root-not-admitted"       // a host directory outside the node's admitted roots
+	CodeNoPTY                    Code = "no-pty"                  // raw input to a session without a PTY program
+	CodeWatchUnavailable         Code = "watch-unavailable"       // the kernel refused a file watch (no polling fallback)
+	CodeWatchCapReached          Code = "watch-cap-reached"       // too many file watches
+	CodeLandlockUnavailable      Code = "landlock-unavailable"    // the kernel cannot confine writes: fail closed
+	CodeUserNamespaceUnavailable Code = "userns-unavailable"      // no user/PID/mount namespaces for the sandbox: fail closed
+	CodeIdmapUnavailable         Code = "idmap-unavailable"       // no idmapped mounts for the sandbox's roots: fail closed
+	CodeSeccompUnavailable       Code = "seccomp-unavailable"     // the sandbox's seccomp filter cannot be built or installed: fail closed
 
 	// Node agent runtime (processes, PTYs, waits).
 	CodeInputTooLarge        Code = "input-too-large"       // one raw input write above the per-write cap
@@ -159,6 +162,7 @@ var allCodes = []Code{
 	CodeInterrupted,
 	CodeRootInvalid, CodePatchInvalid, CodeSessionMissing, CodeEnvironmentUnavailable,
 	CodeSessionClosed, CodeRootNotAdmitted, CodeNoPTY, CodeWatchUnavailable, CodeWatchCapReached, CodeLandlockUnavailable,
+	CodeUserNamespaceUnavailable, CodeIdmapUnavailable, CodeSeccompUnavailable,
 	CodeInputTooLarge, CodeCommandCapReached, CodeInvalidSpec, CodeSessionExists, CodeSessionNotRunning,
 	CodeSandboxSetupFailed, CodeCleanupIncomplete, CodeCgroupUnavailable, CodeStartFailed, CodeSourceFailed, CodeConditionUnreachable, CodeProbeTimedOut,
 	CodeImageInvalid, CodeResourcesAboveMax, CodeResourcesInvalid, CodeResourceNotEnforced, CodeVMCapReached, CodeBootFailed, CodeBootTimeout,

@@ -360,36 +360,82 @@ func (c *Client) Follow(ctx context.Context, name string, opts RunOptions) (*wbv
 }
 
 // CommandOutput copies the combined output of command name from its first byte into w
-// (terminalcommands/output). With follow it returns when the command is final.
+// (terminalcommands/output). With follow it returns when the command is final: a plain
+// HTTP follow through kube-apiserver ends at its request timeout, so while the command is
+// not final the stream is opened again and the bytes already copied are skipped (the
+// output is read from the first byte each time).
 func (c *Client) CommandOutput(ctx context.Context, name string, follow bool, limitBytes int64, w io.Writer) error {
-	req := c.stream.Get().AbsPath(c.basePath(), "terminalcommands", name, "output")
-	if follow {
-		req = req.Param("follow", "true")
+	sw := &skipWriter{w: w}
+	for {
+		req := c.stream.Get().AbsPath(c.basePath(), "terminalcommands", name, "output")
+		if follow {
+			req = req.Param("follow", "true")
+		}
+		if limitBytes > 0 {
+			req = req.Param("limitBytes", fmt.Sprint(limitBytes))
+		}
+		rc, err := req.Stream(ctx)
+		if err != nil {
+			return c.wrapSub(ctx, "terminalcommand "+name+" output", err)
+		}
+		sw.seen = 0
+		_, err = io.Copy(sw, rc)
+		rc.Close()
+		if err != nil && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !follow || (limitBytes > 0 && sw.written >= limitBytes) {
+			return nil
+		}
+		t, gerr := c.GetCommand(ctx, name)
+		if gerr != nil {
+			return gerr
+		}
+		if wbv1.CommandIsFinal(t.Status.Conditions) {
+			if err == nil || sw.seen >= sw.written {
+				return nil
+			}
+		}
+		// Not final (or cut short): read again from the first byte, skipping what w has.
 	}
-	if limitBytes > 0 {
-		req = req.Param("limitBytes", fmt.Sprint(limitBytes))
+}
+
+// skipWriter passes on only bytes beyond those already written in an earlier pass.
+type skipWriter struct {
+	w             io.Writer
+	seen, written int64
+}
+
+func (s *skipWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	if skip := s.written - s.seen; skip > 0 {
+		if int64(len(p)) <= skip {
+			s.seen += int64(len(p))
+			return n, nil
+		}
+		p = p[skip:]
+		s.seen += skip
 	}
-	rc, err := req.Stream(ctx)
+	m, err := s.w.Write(p)
+	s.seen += int64(m)
+	s.written += int64(m)
 	if err != nil {
-		return c.wrapSub(ctx, "terminalcommand "+name+" output", err)
+		return n - len(p) + m, err
 	}
-	defer rc.Close()
-	if _, err := io.Copy(w, rc); err != nil {
-		return fmt.Errorf("reading output of terminalcommand %s: %w", name, err)
-	}
-	return nil
+	return n, nil
 }
 
 // ErrAggregatedAPIUnavailable means the subresource API group is not served.
 var ErrAggregatedAPIUnavailable = errors.New("the aggregated API " + SubresourcesGroupVersion.String() + " is not served (is workbench-apiserver running and its APIService available?)")
 
-// wrapSub wraps an error of the aggregated API. A 403 or 404 without a workbench code may
-// mean that the group itself is not served (kube-apiserver authorizes before it routes):
-// then discovery tells, and the error says so (class unavailable).
+// wrapSub wraps an error of the aggregated API. A 403 or 404 without a workbench code (or a
+// failed WebSocket handshake) may mean that the group itself is not served (kube-apiserver
+// authorizes before it routes): then discovery tells, and the error says so (class
+// unavailable).
 func (c *Client) wrapSub(ctx context.Context, object string, err error) error {
 	w := Wrap(object, err)
 	var e *Error
-	if errors.As(w, &e) && e.Code == "" && (apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsServiceUnavailable(err)) && !c.SubresourcesServed(ctx) {
+	if errors.As(w, &e) && e.Code == "" && (e.Class == ClassInternal || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsServiceUnavailable(err)) && !c.SubresourcesServed(ctx) {
 		e.Err = fmt.Errorf("%w: %w", ErrAggregatedAPIUnavailable, err)
 		e.Message = ErrAggregatedAPIUnavailable.Error()
 		e.Class = ClassUnavailable

@@ -91,8 +91,32 @@ type EventsOptions struct {
 }
 
 // Events streams the events of session name to fn, one per JSON line, until the stream
-// ends (the session's end with Follow), fn returns an error, or ctx ends.
+// ends (with Follow: until the session has ended), fn returns an error, or ctx ends. A
+// follow through kube-apiserver ends at its request timeout; it is resumed after the last
+// sequence number seen.
 func (c *Client) Events(ctx context.Context, name string, o EventsOptions, fn func(Event) error) error {
+	since, sent := o.Since, 0
+	for {
+		n, last, err := c.eventsOnce(ctx, name, EventsOptions{Since: since, Limit: o.Limit - sent, Follow: o.Follow}, fn)
+		sent += n
+		if err != nil || !o.Follow || ctx.Err() != nil || (o.Limit > 0 && sent >= o.Limit) {
+			return err
+		}
+		since = max(since, last)
+		var s wbv1.TerminalSession
+		if err := c.Kube.Get(ctx, objectKey(c.Namespace, name), &s); err != nil {
+			return Wrap("terminalsession "+name, err)
+		}
+		switch s.Status.Phase {
+		case wbv1.SessionClosed, wbv1.SessionFailed, wbv1.SessionExpired, wbv1.SessionKilled:
+			return nil
+		}
+	}
+}
+
+// eventsOnce is one events request; it returns how many events it passed on and the
+// newest sequence number seen.
+func (c *Client) eventsOnce(ctx context.Context, name string, o EventsOptions, fn func(Event) error) (int, int64, error) {
 	rc := c.Sub
 	if o.Follow {
 		rc = c.stream
@@ -109,9 +133,10 @@ func (c *Client) Events(ctx context.Context, name string, o EventsOptions, fn fu
 	}
 	body, err := req.Stream(ctx)
 	if err != nil {
-		return c.wrapSub(ctx, "terminalsession "+name+" events", err)
+		return 0, 0, c.wrapSub(ctx, "terminalsession "+name+" events", err)
 	}
 	defer body.Close()
+	n, last := 0, int64(0)
 	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 64<<10), MaxEventLineBytes)
 	for sc.Scan() {
@@ -121,17 +146,19 @@ func (c *Client) Events(ctx context.Context, name string, o EventsOptions, fn fu
 		}
 		var ev Event
 		if err := json.Unmarshal(line, &ev); err != nil {
-			return fmt.Errorf("decoding an event of terminalsession %s: %w", name, err)
+			return n, last, fmt.Errorf("decoding an event of terminalsession %s: %w", name, err)
 		}
 		ev.Raw = append(json.RawMessage(nil), line...)
+		last = max(last, ev.Seq, ev.To)
+		n++
 		if err := fn(ev); err != nil {
-			return err
+			return n, last, err
 		}
 	}
-	if err := sc.Err(); err != nil && ctx.Err() == nil {
-		return fmt.Errorf("reading events of terminalsession %s: %w", name, err)
+	if err := sc.Err(); err != nil && ctx.Err() == nil && !o.Follow {
+		return n, last, fmt.Errorf("reading events of terminalsession %s: %w", name, err)
 	}
-	return nil
+	return n, last, nil
 }
 
 // AttachOptions steer Attach. Stdin nil attaches read-only (RBAC get suffices).

@@ -138,25 +138,33 @@ func TestCommandTimeout(t *testing.T) {
 	}
 }
 
-// TestCommandWritesConfined: writes inside the root succeed; writes outside fail.
+// TestCommandWritesConfined: writes inside the root succeed; writes outside fail or land
+// in the sandbox's own (private, discarded) tree, never on the host.
 func TestCommandWritesConfined(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	dir := workDir(t)
 	readyEnvironment(t, ns, dir)
 	outside := filepath.Join(stateDir, "..", "outside-"+ns)
+	atRoot := "/outside-" + ns
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/mkdir", nil, []string{"inside", "/"})))
 	must(t, env.Client.Create(ctx, command(ns, "in", "/bin/mkdir", "inside")))
 	must(t, env.Client.Create(ctx, command(ns, "out", "/bin/mkdir", filepath.Clean(outside))))
+	must(t, env.Client.Create(ctx, command(ns, "root", "/bin/mkdir", atRoot)))
 	if c := waitFinal(t, ns, "in"); c.Status.Phase != wbv1.CommandSucceeded {
 		t.Fatalf("inside: %+v", c.Status)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "inside")); err != nil {
 		t.Fatalf("inside dir missing: %v", err)
 	}
-	if c := waitFinal(t, ns, "out"); c.Status.Phase != wbv1.CommandFailed {
-		t.Fatalf("outside: %+v", c.Status)
+	// The sandbox's root is read-only.
+	if c := waitFinal(t, ns, "root"); c.Status.Phase != wbv1.CommandFailed {
+		t.Fatalf("at the root: %+v", c.Status)
 	}
+	if _, err := os.Stat(atRoot); err == nil {
+		t.Fatalf("the sandbox created %s on the host", atRoot)
+	}
+	waitFinal(t, ns, "out")
 	if _, err := os.Stat(outside); err == nil {
 		t.Fatalf("the sandbox created %s outside the environment", outside)
 	}
@@ -193,4 +201,23 @@ func conditionMessage(c *wbv1.TerminalCommand, t string) string {
 		}
 	}
 	return fmt.Sprint(c.Status.Conditions)
+}
+
+// TestHostBackendsAttestTheSandbox: the node's host-local and fixture-copy.v1 capabilities
+// say whether the process sandbox can be established (here it can: condition True).
+func TestHostBackendsAttestTheSandbox(t *testing.T) {
+	for _, id := range []string{"host-local", "fixture-copy.v1"} {
+		eventually(t, 30*time.Second, "the "+id+" ProcessSandbox condition", func() (bool, string) {
+			var c wbv1.BackendCapability
+			if err := env.Client.Get(context.Background(), client.ObjectKey{Name: nodeName + "." + id}, &c); err != nil {
+				return false, err.Error()
+			}
+			for _, cond := range c.Status.Conditions {
+				if cond.Type == "ProcessSandbox" {
+					return cond.Status == "True", fmt.Sprintf("%+v", cond)
+				}
+			}
+			return false, fmt.Sprintf("no ProcessSandbox condition in %+v", c.Status)
+		})
+	}
 }

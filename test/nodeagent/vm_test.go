@@ -116,8 +116,11 @@ func vmProcessesIn(t *testing.T, state, envUID string) []string {
 		if base != "qemu-system-x86_64" && base != "vhost-device-vsock" {
 			continue
 		}
+		// The confined VMM processes reach their directory through a descriptor; the
+		// launch names it in their environment.
 		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if bytes.Contains(cmd, []byte(dir)) {
+		env, _ := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if bytes.Contains(cmd, []byte(dir)) || bytes.Contains(append([]byte{0}, env...), []byte("\x00WORKBENCH_VM_DIR="+strings.TrimSuffix(dir, "/")+"\x00")) {
 			out = append(out, e.Name()+" "+base)
 		}
 	}

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -206,6 +205,18 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 	if err := writeFileAtomic(dir, bindingName, bj, 0o400); err != nil {
 		return nil, err
 	}
+	// The VMM processes run as an unprivileged uid (vmm.go): they reach the VM directory
+	// through a descriptor, may create their sockets in it (sticky: never replace the
+	// agent's files) and read the binding.
+	id := b.vmmIdentity()
+	if err := shareWithVMM(dir, id, 0o1770, bindingName); err != nil {
+		return nil, err
+	}
+	dirFile, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open VM directory %s: %w", dir, err)
+	}
+	defer dirFile.Close()
 	v := &vm{dir: dir, rec: rec}
 	cg, cgErr := b.vmCgroup(dir, rec) // QEMU and the vsock device are born in the VM's cgroup
 	var qemuOut, devOut cappedBuffer
@@ -238,10 +249,12 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 		return fail(CodeBootFailed, err)
 	}
 	defer w.close()
-	dev := exec.Command(b.devBin, "--guest-cid="+strconv.Itoa(guestCID), "--socket="+vs, "--uds-path="+gs)
-	dev.Dir, dev.Env = dir, []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "RUST_LOG=warn"}
+	devDir := "/proc/self/fd/3" // ExtraFiles[0]: the VM directory
+	dev := exec.Command(b.devBin, "--guest-cid="+strconv.Itoa(guestCID), "--socket="+filepath.Join(devDir, vhostSock), "--uds-path="+filepath.Join(devDir, guestSock))
+	dev.Dir, dev.Env = "/", []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "RUST_LOG=warn", vmDirEnv + "=" + dir}
 	dev.Stdout, dev.Stderr = &devOut, &devOut
-	dev.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	dev.ExtraFiles = []*os.File{dirFile}
+	dev.SysProcAttr = id.sysProcAttr(false)
 	if v.dev, v.devDone, err = startProc(dev, cg); err != nil {
 		return fail(CodeBootFailed, fmt.Errorf("start vhost-device-vsock: %w", err))
 	}
@@ -263,14 +276,18 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 	if v.serial, err = listenSerial(filepath.Join(dir, serialSock), filepath.Join(dir, serialLog), b.cfg.SerialMaxBytes); err != nil {
 		return fail(CodeBootFailed, fmt.Errorf("serial listener: %w", err))
 	}
+	// The VMM processes connect to both listeners.
+	if err := shareWithVMM("", id, 0, ready.Path(), filepath.Join(dir, serialSock)); err != nil {
+		return fail(CodeBootFailed, err)
+	}
 	go v.serial.serve(deadline)
 
 	// 3. QEMU.
-	q := exec.Command(b.qemuBin, b.qemuArgs(dir, rec)...)
-	q.Dir, q.Env = dir, []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	q := exec.Command(b.qemuBin, b.qemuArgs("/proc/self/fd/5", rec)...) // ExtraFiles[2]: the VM directory
+	q.Dir, q.Env = "/", []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", vmDirEnv + "=" + dir}
 	q.Stdout, q.Stderr = &qemuOut, &qemuOut
-	q.ExtraFiles = []*os.File{files.kernel, files.initrd}
-	q.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	q.ExtraFiles = []*os.File{files.kernel, files.initrd, dirFile}
+	q.SysProcAttr = id.sysProcAttr(true)
 	if v.qemu, v.qemuDone, err = startProc(q, cg); err != nil {
 		return fail(CodeBootFailed, fmt.Errorf("start QEMU: %w", err))
 	}
@@ -358,7 +375,7 @@ func startProc(cmd *exec.Cmd, g *cgroups.Group) (*procHandle, <-chan struct{}, e
 	if g != nil {
 		start = func() error { return g.StartCmd(cmd) }
 	}
-	if err := start(); err != nil {
+	if err := startNoNewPrivs(start); err != nil {
 		return nil, nil, err
 	}
 	pid := cmd.Process.Pid

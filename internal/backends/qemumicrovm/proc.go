@@ -171,8 +171,16 @@ func scanOwned(dir string, bins []string) ([]ProcIdentity, error) {
 			continue
 		}
 		cmd, err := readBounded("/proc/"+e.Name()+"/cmdline", maxCmdline)
-		if err != nil || !bytes.Contains(cmd, needle) {
+		if err != nil {
 			continue
+		}
+		if !bytes.Contains(cmd, needle) {
+			// Confined VMM processes name their directory through a descriptor; the
+			// launch puts it in their environment.
+			env, err := readBounded("/proc/"+e.Name()+"/environ", maxCmdline)
+			if err != nil || !bytes.Contains(append([]byte{0}, env...), []byte("\x00"+vmDirEnv+"="+filepath.Clean(dir)+"\x00")) {
+				continue
+			}
 		}
 		id, err := identify(pid)
 		if err != nil {

@@ -137,6 +137,9 @@ type Config struct {
 	// (VMMPids) limits and a CPU quota of vCPUs+1; a missing controller refuses the
 	// boot with cgroup-unavailable.
 	Cgroups *cgroups.Manager
+	// VMMUID is the host uid and gid QEMU and vhost-device-vsock run as (0 selects
+	// DefaultVMMUID); see vmm.go for the whole confinement profile.
+	VMMUID uint32
 }
 
 // Backend is the qemu-microvm.v1 backend. It is safe for concurrent use; operations on

@@ -23,6 +23,8 @@ import (
 	"sensorium.dev/workbench/internal/guestclient"
 	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/nodeagent/guestpty"
+
+	"golang.org/x/sys/unix"
 )
 
 // helperEnv makes the test binary a crash-test helper: it allocates one VM with a fresh
@@ -200,8 +202,26 @@ func TestBootHandshakeTeardown(t *testing.T) {
 	if err != nil || rec.State != StateRunning || rec.QEMU == nil || rec.Device == nil || len(rec.Sockets) != 2 || rec.Accel != AccelTCG {
 		t.Fatalf("record: %+v %v", rec, err)
 	}
-	if fi, err := os.Stat(filepath.Join(b.dir(spec.ID), bindingName)); err != nil || fi.Mode().Perm() != 0o400 {
-		t.Fatalf("binding file: %v %v", fi, err)
+	// Read-only, owned by root, readable by the VMM's group only; the directory is
+	// root:<vmm gid> 01770 (the VMM creates its sockets, cannot replace the agent's files).
+	var bst, dst unix.Stat_t
+	if err := unix.Stat(filepath.Join(b.dir(spec.ID), bindingName), &bst); err != nil || bst.Mode&0o7777 != 0o440 || bst.Uid != 0 || bst.Gid != DefaultVMMUID {
+		t.Fatalf("binding file: mode %o uid %d gid %d: %v", bst.Mode&0o7777, bst.Uid, bst.Gid, err)
+	}
+	if err := unix.Stat(b.dir(spec.ID), &dst); err != nil || dst.Mode&0o7777 != 0o1770 || dst.Uid != 0 || dst.Gid != DefaultVMMUID {
+		t.Fatalf("VM directory: mode %o uid %d gid %d: %v", dst.Mode&0o7777, dst.Uid, dst.Gid, err)
+	}
+	// Both VMM processes run as the unprivileged VMM uid with no capability.
+	for _, pid := range []int{rec.QEMU.Pid, rec.Device.Pid} {
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{fmt.Sprintf("Uid:\t%d\t%d\t%d\t%d", DefaultVMMUID, DefaultVMMUID, DefaultVMMUID, DefaultVMMUID), "CapEff:\t0000000000000000", "CapPrm:\t0000000000000000"} {
+			if !strings.Contains(string(status), want) {
+				t.Errorf("process %d lacks %q:\n%s", pid, want, status)
+			}
+		}
 	}
 	if !strings.Contains(rec.CommandLine, "tsc_early_khz=") {
 		t.Logf("no tsc_early_khz on this host: %q", rec.CommandLine)

@@ -44,9 +44,12 @@ type Agent struct {
 	backends *backends.Registry
 	sessions *session.Manager
 	runner   *procexec.Runner
+	sandbox  string           // the sandbox helper binary (empty: this executable)
 	cgroups  *cgroups.Manager // a group per command, session and VMM
 	client   client.Client
 	reader   client.Reader
+
+	sandboxErr error // why the process sandbox cannot be established on this node (checked by New)
 
 	mu        sync.Mutex
 	envs      map[string]*liveEnv     // environment UID → mounted roots
@@ -132,7 +135,8 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		sessions: session.NewManager(session.Caps{
 			Sessions: caps.Sessions, SessionsPerEnvironment: caps.SessionsPerEnvironment, ReaderTasks: caps.ReaderTasks,
 			InputQueueDepth: caps.InputQueueDepth, EventBufferDepth: caps.EventBufferDepth,
-		}, session.WithCgroups(cg)),
+		}, session.WithCgroups(cg), session.WithSandbox(session.Sandbox{HelperPath: sandboxHelper(cfg, opts), TempBase: filepath.Join(cfg.StateDir, "tmp")})),
+		sandbox: sandboxHelper(cfg, opts),
 		runner: procexec.NewRunner(procexec.Limits{MaxConcurrent: caps.ConcurrentCommands, TempBase: filepath.Join(cfg.StateDir, "tmp"),
 			HelperPath: sandboxHelper(cfg, opts), Cgroups: cg}),
 		cgroups:        cg,
@@ -151,6 +155,10 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		wakeArtifacts:  make(chan event.GenericEvent, 1024),
 		wakeProbes:     make(chan event.GenericEvent, 1024),
 	}
+	// Before anything runs (and before recovery sweeps the temp dirs): can this node
+	// establish the process sandbox? The answer is published on the host backends'
+	// capabilities; every start fails closed on its own anyway.
+	a.sandboxErr = procexec.CheckSandbox(procexec.StartOptions{HelperPath: a.sandbox}, filepath.Join(cfg.StateDir, "tmp"))
 	return a, nil
 }
 

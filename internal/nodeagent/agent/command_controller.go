@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -333,7 +334,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		p.refuse(codeOf(err), err.Error())
 		return nil
 	}
-	spec, code, msg := commandSpec(roots, intent, envVars)
+	spec, code, msg := commandSpec(roots, core.AllowedRoots, intent, envVars)
 	if code != "" {
 		p.refuse(code, msg)
 		return nil
@@ -424,11 +425,16 @@ func (a *Agent) recordStart(p *cmdPass, sessUID string) (rec store.Command, proc
 }
 
 // commandSpec resolves the working directory beneath its root (openat2, so no symlink
-// escapes) and builds the sandboxed process spec.
-func commandSpec(roots []backends.MountedRoot, in actuation.CommandIntent, envVars []actuation.EnvVar) (procexec.Spec, string, string) {
+// escapes) and builds the sandboxed process spec. Only the profile's allowedRoots are
+// mounted in the sandbox (writable when the environment's root is); the environment's
+// other roots are not visible to the command at all.
+func commandSpec(roots []backends.MountedRoot, allowed []string, in actuation.CommandIntent, envVars []actuation.EnvVar) (procexec.Spec, string, string) {
 	var rootPath string
 	var writable, readable []string
 	for _, r := range roots {
+		if !slices.Contains(allowed, r.Name) {
+			continue
+		}
 		if r.Name == in.Cwd.Root {
 			rootPath = r.Path
 		}

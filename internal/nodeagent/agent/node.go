@@ -20,6 +20,7 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/procexec"
+	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/statusapply"
 )
@@ -153,7 +154,16 @@ func (a *Agent) publishCapabilities(ctx context.Context) error {
 			}
 		}
 		now := metav1.Now()
-		if _, err := statusapply.Apply(ctx, a.client, FieldManager+"capability", &have, nil, wbv1.BackendCapabilityStatus{AttestedAt: &now, NodeName: a.cfg.NodeName}); err != nil {
+		st := wbv1.BackendCapabilityStatus{AttestedAt: &now, NodeName: a.cfg.NodeName}
+		if id := want.Spec.BackendID; id == wbv1.BackendHostLocal || id == wbv1.BackendFixtureCopy {
+			c := a.sandboxCondition(have.Generation)
+			c.LastTransitionTime = now
+			if old := meta.FindStatusCondition(have.Status.Conditions, c.Type); old != nil && old.Status == c.Status {
+				c.LastTransitionTime = old.LastTransitionTime
+			}
+			st.Conditions = []metav1.Condition{c}
+		}
+		if _, err := statusapply.Apply(ctx, a.client, FieldManager+"capability", &have, nil, st); err != nil {
 			return err
 		}
 	}
@@ -210,4 +220,24 @@ func (a *Agent) publishNode(ctx context.Context) error {
 	st.Conditions = conds
 	_, err := statusapply.Apply(ctx, a.client, FieldManager+"node", node, nil, st)
 	return err
+}
+
+// ConditionProcessSandbox reports on host-local and fixture-copy.v1 capabilities whether the
+// node can establish the process sandbox every command and PTY program runs in. When it is
+// False, its message starts with the refusal code every start fails closed with (e.g.
+// userns-unavailable, idmap-unavailable, landlock-unavailable, seccomp-unavailable).
+const ConditionProcessSandbox = "ProcessSandbox"
+
+// sandboxCondition reports the sandbox check New ran (a trivial program started through it).
+func (a *Agent) sandboxCondition(gen int64) metav1.Condition {
+	if a.sandboxErr != nil {
+		code := refusal.CodeOf(a.sandboxErr)
+		if code == "" {
+			code = string(actuation.CodeSandboxSetupFailed)
+		}
+		return statusapply.Cond(ConditionProcessSandbox, false, "Unavailable", statusapply.Truncate(code+": "+a.sandboxErr.Error(), 1024), gen)
+	}
+	return statusapply.Cond(ConditionProcessSandbox, true, "Available",
+		"own user (root mapped to an unprivileged uid), PID, mount, UTS, IPC, cgroup and network namespaces; no capabilities; "+
+			"no_new_privs; Docker-default seccomp; Landlock; idmapped roots", gen)
 }

@@ -235,9 +235,17 @@ func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl
 			return ctrl.Result{}, string(ref.Code), ref.Message, nil
 		}
 		dir, guestDir := "", ""
+		var writable, readable []string // the profile's allowed roots: all the program sees of the host
 		for _, r := range roots {
 			if len(core.AllowedRoots) > 0 && r.Name == core.AllowedRoots[0] {
 				dir, guestDir = r.Path, r.GuestDir
+			}
+			if r.Path != "" && slices.Contains(core.AllowedRoots, r.Name) {
+				if r.ReadOnly {
+					readable = append(readable, r.Path)
+				} else {
+					writable = append(writable, r.Path)
+				}
 			}
 		}
 		if dir == "" && guestDir == "" {
@@ -264,6 +272,7 @@ func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl
 		s, err := a.sessions.Open(context.Background(), session.Spec{
 			ID: string(ts.UID), EnvironmentID: string(env.UID), Argv: argv, Env: kv,
 			Dir: filepath.Clean(dir), Rows: uint16(ts.Spec.Rows), Cols: uint16(ts.Spec.Cols),
+			WritableRoots: writable, ReadableRoots: readable, HostRelay: guestDir != "",
 			IdleTimeout: time.Duration(ts.Spec.IdleTimeoutSeconds) * time.Second, MaxDuration: time.Duration(ts.Spec.MaxDurationSeconds) * time.Second,
 			Resources: environmentLimits(&env),
 		})

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"sensorium.dev/workbench/internal/nodeagent/procexec"
 	"sensorium.dev/workbench/internal/test/envtest"
 )
 
@@ -41,6 +42,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	procexec.MaybeRunHelper() // sessions start through the sandbox helper (this binary)
 	env, err := envtest.Start(envtest.Options{})
 	switch {
 	case errors.Is(err, envtest.ErrNoAssets):

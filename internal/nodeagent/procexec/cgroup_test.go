@@ -105,10 +105,23 @@ func runWith(t *testing.T, r *Runner, spec Spec) Result {
 
 func TestCgroupHelperEntersGroupBeforeConfig(t *testing.T) {
 	r, m := cgroupRunner(t)
-	res := runWith(t, r, Spec{Argv: []string{"/bin/cat", "/proc/self/cgroup"}, ReadOnlyAll: true, CgroupID: "entered"})
+	// Inside, the program sees only its own cgroup namespace ("/"): look from the host.
+	h, err := r.Start(context.Background(), Spec{Argv: []string{"/bin/sh", "-c", "cat /proc/self/cgroup; exec /bin/sleep 30"}, CgroupID: "entered"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", h.Info().Pid))
+	h.Kill(OriginOperator)
+	res, werr := h.Wait()
+	if err != nil || werr != nil {
+		t.Fatal(err, werr)
+	}
 	want := "/" + m.Parent() + "/cmd-entered"
-	if res.ExitCode != 0 || !bytes.Contains(res.Output, []byte(want)) {
-		t.Fatalf("the program is not in %s: exit %d, /proc/self/cgroup:\n%s", want, res.ExitCode, res.Output)
+	if !bytes.Contains(host, []byte(want)) {
+		t.Fatalf("the sandbox helper is not in %s: /proc/<pid>/cgroup:\n%s", want, host)
+	}
+	if bytes.Contains(res.Output, []byte(m.Parent())) {
+		t.Fatalf("the program sees the host's cgroup paths:\n%s", res.Output)
 	}
 	if res.Cgroup == nil || !res.Cgroup.Removed || !res.Cgroup.Kill.Empty || res.Cgroup.Kill.Found != 0 || !res.CleanupComplete {
 		t.Fatalf("cgroup report %+v, cleanup %v", res.Cgroup, res.CleanupComplete)

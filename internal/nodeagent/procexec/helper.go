@@ -1,12 +1,17 @@
 package procexec
 
 import (
+	"bufio"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
@@ -17,28 +22,42 @@ import (
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 )
 
-// The sandbox helper is the agent binary re-executed with HelperArg as argv[1]
-// and helperEnvKey=helperEnvValue as its ONLY environment variable. It runs in
-// the fresh network namespace created by clone(CLONE_NEWNET), reads its
-// configuration (argv, curated env, Landlock roots) from fd 3, brings the
-// loopback interface up, applies no_new_privs, Landlock and a seccomp filter
-// against UNIX-socket egress (seccomp.go) to its thread and execve(2)s the
-// real program from that thread. Any failure before execve is
-// reported as JSON on fd 4 (close-on-exec: a successful execve closes it with
-// nothing written) and the helper exits with helperFailExit; it never runs the
-// program with weaker isolation.
+// The sandbox helper is a binary whose main() calls MaybeRunHelper first, started by
+// the parent (StartSandboxed) with HelperArg as argv[1] and helperEnvKey=helperEnvValue
+// as its ONLY environment variable, in fresh user (root mapped to an unprivileged host
+// uid), mount, PID, UTS, IPC and network namespaces. It does nothing before it has read
+// its whole configuration (and the parent's idmapped mounts) from fd 3, so the parent
+// can place it in a cgroup first. Then, on one locked OS thread, it:
+//
+//  1. enters a new cgroup namespace, sets the hostname, brings loopback up;
+//  2. builds a minimal root (sandbox_linux.go) and pivot_roots into it;
+//  3. drops every capability (bounding, ambient, inheritable, permitted, effective),
+//     locks the securebits so uid 0 in the user namespace gains none at exec, sets
+//     no_new_privs, applies Landlock (second layer) and the seccomp filter (seccomp.go);
+//  4. forks and execs the program from that thread (it inherits all of the above) and
+//     stays as PID 1 of the PID namespace: it reaps orphans, forwards SIGTERM, SIGINT,
+//     SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the program's process group when it is
+//     not its own, and exits with the program, which makes the kernel kill whatever is
+//     left in the namespace.
+//
+// fd 4 carries JSON lines to the parent: a failure before the program ran ({code,
+// message}), then {"started":true}, then the program's end ({"exited":true,"exit":N} or
+// {"exited":true,"signal":N}). The helper never runs a program with weaker isolation.
 const (
 	// HelperArg marks the helper invocation in argv[1].
 	HelperArg      = "__sensorium_procexec_sandbox_helper__"
 	helperEnvKey   = "SENSORIUM_PROCEXEC_HELPER"
 	helperEnvValue = "1"
 
-	helperConfigFD = 3 // ExtraFiles[0]
+	helperConfigFD = 3 // ExtraFiles[0]: socket carrying the config and mount fds
 	helperStatusFD = 4 // ExtraFiles[1]
+	helperExecFD   = 5 // ExtraFiles[2]: the helper binary itself (closed at once)
 	helperFailExit = 126
 
 	// maxHelperConfig bounds the configuration read from fd 3.
 	maxHelperConfig = 1 << 20
+	// maxHelperFDs bounds the mount descriptors passed with it.
+	maxHelperFDs = 2*MaxRoots + 8
 	// maxHelperStatus bounds the status read back by the parent.
 	maxHelperStatus = 64 << 10
 
@@ -46,18 +65,6 @@ const (
 	// that also confines truncate(2), so writes outside the roots are fully
 	// denied. Below it Start refuses with refusal.LandlockUnavailable.
 	MinLandlockABI = 3
-)
-
-// Paths readable when ReadOnlyAll is false: enough to load and run ordinary
-// programs, nothing under /home, /root, /var, /run or /proc.
-var (
-	systemReadDirs  = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
-	systemReadFiles = []string{
-		"/etc/ld.so.cache", "/etc/localtime", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf",
-		"/dev/urandom", "/dev/random",
-	}
-	// Device files every program may open for writing.
-	systemWriteFiles = []string{"/dev/null", "/dev/zero", "/dev/full"}
 )
 
 // landlockConfigs indexes the go-landlock presets by ABI version (index v-1).
@@ -69,20 +76,72 @@ var landlockConfigs = []landlock.Config{
 // landlockABI reports the kernel's Landlock ABI (overridden in tests).
 var landlockABI = ll.LandlockGetABIVersion
 
+// helperConfig is what the parent sends on fd 3. Paths are paths inside the sandbox.
 type helperConfig struct {
-	Argv          []string `json:"argv"`
-	Env           []string `json:"env"`
-	WritableRoots []string `json:"writableRoots"`
-	ReadableRoots []string `json:"readableRoots,omitempty"`
-	ReadOnlyAll   bool     `json:"readOnlyAll"`
-	HostNetNS     uint64   `json:"hostNetNS"`
-	LandlockABI   int      `json:"landlockABI"`
+	Argv []string `json:"argv"`
+	Env  []string `json:"env"`
+	Dir  string   `json:"dir"`
+	// Mounts build the sandbox root, in order.
+	Mounts []mountSpec `json:"mounts"`
+	// WritablePaths and WritableFiles get Landlock write rights; the rest of the
+	// (minimal) root is read-only.
+	WritablePaths []string          `json:"writablePaths"`
+	WritableFiles []string          `json:"writableFiles"`
+	Seccomp       []unix.SockFilter `json:"seccomp"`
+	HostNetNS     uint64            `json:"hostNetNS"`
+	LandlockABI   int               `json:"landlockABI"`
+	Hostname      string            `json:"hostname"`
+	CapLastCap    int               `json:"capLastCap"`
 }
 
 type helperStatus struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
+	Code    string `json:"code,omitempty"`
+	Message string `json:"message,omitempty"`
 	Errno   int    `json:"errno,omitempty"`
+	Started bool   `json:"started,omitempty"`
+	Exited  bool   `json:"exited,omitempty"`
+	Exit    int    `json:"exit,omitempty"`
+	Signal  int    `json:"signal,omitempty"`
+	// Left counts the processes still alive in the sandbox when the program
+	// ended (killed with the PID namespace as the helper exits); LeftProcs
+	// names the first maxLeftReported of them (pids inside the sandbox).
+	Left      int        `json:"left,omitempty"`
+	LeftProcs []LeftProc `json:"leftProcs,omitempty"`
+}
+
+// LeftProc is a process found alive in a sandbox after its program ended.
+type LeftProc struct {
+	Pid  int    `json:"pid"` // inside the sandbox's PID namespace
+	Ppid int    `json:"ppid"`
+	Comm string `json:"comm"`
+}
+
+const maxLeftReported = 16
+
+// leftovers lists the processes of the sandbox other than the helper.
+func leftovers() (int, []LeftProc) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, nil
+	}
+	n := 0
+	var out []LeftProc
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid <= 1 {
+			continue
+		}
+		st, err := ReadStat(pid)
+		if err != nil || st.State == 'Z' {
+			continue
+		}
+		n++
+		if len(out) < maxLeftReported {
+			comm, _ := os.ReadFile("/proc/" + e.Name() + "/comm")
+			out = append(out, LeftProc{Pid: pid, Ppid: st.Ppid, Comm: strings.TrimSpace(string(comm))})
+		}
+	}
+	return n, out
 }
 
 // helper status codes that are not refusals.
@@ -97,61 +156,152 @@ func MaybeRunHelper() {
 		return
 	}
 	runHelper()
-	os.Exit(helperFailExit) // unreachable: runHelper execs or exits
+	os.Exit(helperFailExit) // unreachable: runHelper exits
+}
+
+type helperFailure struct {
+	code  string
+	errno int
+	msg   string
+}
+
+func failf(code string, format string, args ...any) *helperFailure {
+	return &helperFailure{code: code, msg: fmt.Sprintf(format, args...)}
 }
 
 func runHelper() {
-	// Landlock is applied to this OS thread only and execve is issued from
-	// the same thread, so the goroutine must never migrate.
+	// Namespaces entered with unshare, Landlock, capabilities and seccomp are
+	// per thread: everything is done on this locked thread and the program is
+	// forked from it, so it inherits all of them.
 	runtime.LockOSThread()
+	_ = unix.Close(helperExecFD)
 
 	status := os.NewFile(helperStatusFD, "procexec-status")
-	fail := func(code string, errno int, format string, args ...any) {
-		_ = json.NewEncoder(status).Encode(helperStatus{Code: code, Message: fmt.Sprintf(format, args...), Errno: errno})
-		os.Exit(helperFailExit)
-	}
 	if status == nil {
 		os.Exit(helperFailExit)
 	}
 	unix.CloseOnExec(helperStatusFD)
+	report := func(st helperStatus) { _ = json.NewEncoder(status).Encode(st) }
+	// Catch the signals to forward before the parent can send any (it does
+	// so only after "started"): PID 1 would otherwise drop them.
+	sigs := make(chan os.Signal, 32)
+	signal.Notify(sigs, append([]os.Signal{syscall.SIGCHLD}, forwardedSignals...)...)
 
-	cfgFile := os.NewFile(helperConfigFD, "procexec-config")
-	if cfgFile == nil {
-		fail(refusal.SandboxSetupFailed, 0, "helper: config descriptor missing")
+	cfg, fds, f := readHelperConfig()
+	if f == nil {
+		f = setupSandbox(cfg, fds)
 	}
-	raw, err := io.ReadAll(io.LimitReader(cfgFile, maxHelperConfig+1))
-	cfgFile.Close()
-	if err != nil || len(raw) > maxHelperConfig {
-		fail(refusal.SandboxSetupFailed, 0, "helper: read config: %v (%d bytes)", err, len(raw))
+	var pid int
+	if f == nil {
+		pid, f = startProgram(cfg)
+	}
+	if f != nil {
+		report(helperStatus{Code: f.code, Message: f.msg, Errno: f.errno})
+		os.Exit(helperFailExit)
+	}
+	_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafePointer(&initName[0])), 0, 0, 0)
+	report(helperStatus{Started: true})
+	ws := superviseInit(pid, sigs)
+	end := helperStatus{Exited: true}
+	code := 0
+	switch {
+	case ws.Signaled():
+		end.Signal = int(ws.Signal())
+		code = 128 + end.Signal
+	default:
+		end.Exit = ws.ExitStatus()
+		code = end.Exit
+	}
+	end.Left, end.LeftProcs = leftovers()
+	report(end)
+	os.Exit(code)
+}
+
+// readHelperConfig reads the length-prefixed configuration and the mount
+// descriptors (SCM_RIGHTS on the first message) from fd 3, then closes it.
+func readHelperConfig() (*helperConfig, []int, *helperFailure) {
+	defer unix.Close(helperConfigFD)
+	var hdr [8]byte
+	oob := make([]byte, unix.CmsgSpace(4*maxHelperFDs))
+	n, oobn, _, _, err := unix.Recvmsg(helperConfigFD, hdr[:], oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil || n == 0 {
+		return nil, nil, failf(refusal.SandboxSetupFailed, "helper: read config header: %v (%d bytes)", err, n)
+	}
+	var fds []int
+	if oobn > 0 {
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil {
+			return nil, nil, failf(refusal.SandboxSetupFailed, "helper: parse descriptors: %v", err)
+		}
+		for _, m := range msgs {
+			got, err := unix.ParseUnixRights(&m)
+			if err != nil {
+				return nil, nil, failf(refusal.SandboxSetupFailed, "helper: parse descriptors: %v", err)
+			}
+			fds = append(fds, got...)
+		}
+	}
+	r := io.Reader(os.NewFile(helperConfigFD, "procexec-config"))
+	if n < len(hdr) {
+		if _, err := io.ReadFull(r, hdr[n:]); err != nil {
+			return nil, nil, failf(refusal.SandboxSetupFailed, "helper: read config header: %v", err)
+		}
+	}
+	size := binary.LittleEndian.Uint32(hdr[:4])
+	if size > maxHelperConfig {
+		return nil, nil, failf(refusal.SandboxSetupFailed, "helper: config of %d bytes exceeds %d", size, maxHelperConfig)
+	}
+	raw := make([]byte, size)
+	if _, err := io.ReadFull(r, raw); err != nil {
+		return nil, nil, failf(refusal.SandboxSetupFailed, "helper: read config: %v", err)
 	}
 	var cfg helperConfig
 	if err := json.Unmarshal(raw, &cfg); err != nil || len(cfg.Argv) == 0 {
-		fail(refusal.SandboxSetupFailed, 0, "helper: decode config: %v", err)
+		return nil, nil, failf(refusal.SandboxSetupFailed, "helper: decode config: %v", err)
 	}
+	if want := binary.LittleEndian.Uint32(hdr[4:]); int(want) != len(fds) {
+		return nil, nil, failf(refusal.SandboxSetupFailed, "helper: %d mount descriptors received, %d sent", len(fds), want)
+	}
+	return &cfg, fds, nil
+}
 
-	// Defence in depth: never exec in the host's network namespace.
+// setupSandbox establishes every isolation layer on the calling (locked) thread.
+func setupSandbox(cfg *helperConfig, fds []int) *helperFailure {
+	// The helper itself keeps capabilities in its user namespace on its other
+	// threads: make it non-dumpable so the program (same uid) cannot inspect it.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return failf(refusal.SandboxSetupFailed, "helper: prctl(PR_SET_DUMPABLE): %v", err)
+	}
+	// Defence in depth: never run in the host's network namespace.
 	var st unix.Stat_t
 	if err := unix.Stat("/proc/self/ns/net", &st); err != nil {
-		fail(refusal.EgressForbidden, 0, "helper: stat own network namespace: %v", err)
+		return failf(refusal.EgressForbidden, "helper: stat own network namespace: %v", err)
 	}
 	if cfg.HostNetNS == 0 || st.Ino == cfg.HostNetNS {
-		fail(refusal.EgressForbidden, 0, "helper: still in the host network namespace (inode %d)", st.Ino)
+		return failf(refusal.EgressForbidden, "helper: still in the host network namespace (inode %d)", st.Ino)
+	}
+	if os.Getpid() != 1 {
+		return failf(refusal.UserNamespaceUnavailable, "helper: not PID 1 of a new PID namespace (pid %d)", os.Getpid())
+	}
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+		return failf(refusal.UserNamespaceUnavailable, "helper: unshare(CLONE_NEWCGROUP): %v", err)
+	}
+	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+		return failf(refusal.SandboxSetupFailed, "helper: sethostname: %v", err)
 	}
 	if err := loopbackUp(); err != nil {
-		fail(refusal.SandboxSetupFailed, 0, "helper: bring loopback up: %v", err)
+		return failf(refusal.SandboxSetupFailed, "helper: bring loopback up: %v", err)
 	}
-
-	if err := restrictThread(&cfg); err != nil {
-		fail(refusal.LandlockUnavailable, 0, "helper: %v", err)
+	if err := buildRoot(cfg, fds); err != nil {
+		return failf(refusal.SandboxSetupFailed, "helper: build the sandbox root: %v", err)
 	}
-	if err := denyUnixSockets(); err != nil {
-		fail(refusal.EgressForbidden, 0, "helper: cannot block UNIX-socket egress: %v", err)
+	if err := os.Chdir(cfg.Dir); err != nil {
+		return failf(refusal.SandboxSetupFailed, "helper: chdir %s: %v", cfg.Dir, err)
 	}
-
-	err = syscall.Exec(cfg.Argv[0], cfg.Argv, cfg.Env)
-	var errno syscall.Errno
-	errors.As(err, &errno)
-	fail(statusExecFailed, int(errno), "exec %s: %v", cfg.Argv[0], err)
+	if err := restrictThread(cfg); err != nil {
+		return err
+	}
+	return nil
 }
 
 // loopbackUp sets IFF_UP on "lo" in the current network namespace.
@@ -175,24 +325,15 @@ func loopbackUp() error {
 	return nil
 }
 
-// landlockRules builds the filesystem policy: full access below the writable
-// roots (including the private temp dir), read-only access to "/" or to the
-// system set, write access to a few harmless device files, nothing else.
+// landlockRules: the whole (minimal) root read/execute, full access below the
+// writable paths, write access to a few device files.
 func landlockRules(cfg *helperConfig) []landlock.Rule {
-	rules := []landlock.Rule{
-		landlock.RWDirs(cfg.WritableRoots...).WithRefer(),
-		landlock.RWFiles(systemWriteFiles...).IgnoreIfMissing(),
+	rules := []landlock.Rule{landlock.RODirs("/")}
+	if len(cfg.WritablePaths) > 0 {
+		rules = append(rules, landlock.RWDirs(cfg.WritablePaths...).WithRefer())
 	}
-	if cfg.ReadOnlyAll {
-		return append(rules, landlock.RODirs("/"))
-	}
-	rules = append(rules,
-		landlock.RODirs(systemReadDirs...).IgnoreIfMissing(),
-		landlock.ROFiles(systemReadFiles...).IgnoreIfMissing(),
-		landlock.ROFiles(cfg.Argv[0]).IgnoreIfMissing(), // a missing program fails at exec with ENOENT
-	)
-	if len(cfg.ReadableRoots) > 0 {
-		rules = append(rules, landlock.RODirs(cfg.ReadableRoots...))
+	if len(cfg.WritableFiles) > 0 {
+		rules = append(rules, landlock.RWFiles(cfg.WritableFiles...).WithIoctlDev().IgnoreIfMissing())
 	}
 	return rules
 }
@@ -200,7 +341,7 @@ func landlockRules(cfg *helperConfig) []landlock.Rule {
 // landlockConfig returns the strict (non best-effort) preset for the kernel's
 // ABI. Network rights are left unhandled (the empty network namespace is the
 // network boundary); IPC scopes (signals, abstract sockets; ABI >= 6) are
-// kept, so the program cannot signal the agent.
+// kept.
 func landlockConfig(abi int) (landlock.Config, error) {
 	if abi < MinLandlockABI {
 		return landlock.Config{}, fmt.Errorf("landlock ABI %d < required %d", abi, MinLandlockABI)
@@ -210,26 +351,148 @@ func landlockConfig(abi int) (landlock.Config, error) {
 	return c, nil
 }
 
-// restrictThread applies no_new_privs and the Landlock domain to the calling
-// (locked) thread. It fails closed: any error aborts the exec.
-func restrictThread(cfg *helperConfig) error {
+// restrictThread drops every capability, sets no_new_privs and applies
+// Landlock and seccomp to the calling (locked) thread. It fails closed.
+func restrictThread(cfg *helperConfig) *helperFailure {
 	llc, err := landlockConfig(cfg.LandlockABI)
 	if err != nil {
-		return err
+		return failf(refusal.LandlockUnavailable, "helper: %v", err)
 	}
 	fd, flags, err := llc.NewRulesetFD(landlockRules(cfg)...)
 	if err != nil {
-		return fmt.Errorf("landlock ruleset: %w", err)
+		return failf(refusal.LandlockUnavailable, "helper: landlock ruleset: %v", err)
 	}
 	if fd < 0 {
-		return errors.New("landlock ruleset: nothing to enforce (kernel support missing)")
+		return failf(refusal.LandlockUnavailable, "helper: landlock ruleset: nothing to enforce (kernel support missing)")
 	}
 	defer unix.Close(fd)
+	if err := dropCapabilities(cfg.CapLastCap); err != nil {
+		return failf(refusal.SandboxSetupFailed, "helper: drop capabilities: %v", err)
+	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err)
+		return failf(refusal.SandboxSetupFailed, "helper: prctl(PR_SET_NO_NEW_PRIVS): %v", err)
 	}
 	if err := ll.LandlockRestrictSelf(fd, flags); err != nil {
-		return fmt.Errorf("landlock_restrict_self: %w", err)
+		return failf(refusal.LandlockUnavailable, "helper: landlock_restrict_self: %v", err)
+	}
+	if err := loadSeccomp(cfg.Seccomp); err != nil {
+		return failf(refusal.SeccompUnavailable, "helper: install seccomp filter: %v", err)
 	}
 	return nil
+}
+
+// Securebits (linux/securebits.h): uid 0 gains no capability at exec, and
+// nothing can undo it.
+const (
+	secbitNoroot              = 1 << 0
+	secbitNorootLocked        = 1 << 1
+	secbitNoSetuidFixup       = 1 << 2
+	secbitNoSetuidFixupLocked = 1 << 3
+	secbitKeepCapsLocked      = 1 << 5
+	secbitNoCapAmbientRaise   = 1 << 6
+	secbitNoCapAmbientLocked  = 1 << 7
+)
+
+func dropCapabilities(last int) error {
+	if last <= 0 || last > 63 {
+		return fmt.Errorf("cap_last_cap %d out of range", last)
+	}
+	bits := secbitNoroot | secbitNorootLocked | secbitNoSetuidFixup | secbitNoSetuidFixupLocked |
+		secbitKeepCapsLocked | secbitNoCapAmbientRaise | secbitNoCapAmbientLocked
+	if err := unix.Prctl(unix.PR_SET_SECUREBITS, uintptr(bits), 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_SET_SECUREBITS): %w", err)
+	}
+	for c := 0; c <= last; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			return fmt.Errorf("prctl(PR_CAPBSET_DROP, %d): %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_CAP_AMBIENT_CLEAR_ALL): %w", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	return nil
+}
+
+// startProgram forks and execs the program from the locked thread.
+func startProgram(cfg *helperConfig) (int, *helperFailure) {
+	pid, err := syscall.ForkExec(cfg.Argv[0], cfg.Argv, &syscall.ProcAttr{
+		Dir:   cfg.Dir,
+		Env:   cfg.Env,
+		Files: []uintptr{0, 1, 2},
+	})
+	if err != nil {
+		var errno syscall.Errno
+		errors.As(err, &errno)
+		return 0, &helperFailure{code: statusExecFailed, errno: int(errno), msg: fmt.Sprintf("exec %s: %v", cfg.Argv[0], err)}
+	}
+	return pid, nil
+}
+
+// initName is the helper's comm once it supervises the program.
+var initName = []byte("sandbox-init\x00")
+
+// forwardedSignals reach the program's process group when it is not the
+// helper's own (a group signal from the parent reaches both already).
+var forwardedSignals = []os.Signal{
+	syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2,
+}
+
+// superviseInit is PID 1's loop: reap every child, forward signals, return
+// the program's wait status once it has ended.
+func superviseInit(pid int, sigs <-chan os.Signal) unix.WaitStatus {
+	own := unix.Getpgrp()
+	// Signals that arrived while the sandbox was being set up did not reach
+	// the program: deliver them now.
+	for pending := true; pending; {
+		select {
+		case s := <-sigs:
+			if s != syscall.SIGCHLD {
+				_ = unix.Kill(pid, s.(syscall.Signal))
+			}
+		default:
+			pending = false
+		}
+	}
+	for {
+		for {
+			var ws unix.WaitStatus
+			got, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil || got <= 0 {
+				break
+			}
+			if got == pid && (ws.Exited() || ws.Signaled()) {
+				return ws
+			}
+		}
+		s := <-sigs
+		if s == syscall.SIGCHLD {
+			continue
+		}
+		if pg, err := unix.Getpgid(pid); err == nil && pg != own && pg > 1 {
+			_ = unix.Kill(-pg, s.(syscall.Signal))
+		} else if err == nil && pg != own {
+			_ = unix.Kill(pid, s.(syscall.Signal))
+		}
+	}
+}
+
+// readStatusLine reads one JSON line from the helper's status pipe.
+func readStatusLine(r *bufio.Reader) (helperStatus, []byte, error) {
+	var st helperStatus
+	line, err := r.ReadSlice('\n')
+	if err != nil {
+		return st, line, err
+	}
+	if err := json.Unmarshal(line, &st); err != nil {
+		return st, line, fmt.Errorf("undecodable sandbox helper report %q: %w", line, err)
+	}
+	return st, line, nil
 }

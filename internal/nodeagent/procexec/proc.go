@@ -195,3 +195,37 @@ func ExitDescription(ws unix.WaitStatus) (code int, signal string) {
 		return -1, ""
 	}
 }
+
+// HostPid translates a pid as seen inside the PID namespace of holder (for a
+// sandbox: its helper, PID 1 of the namespace) into the host's pid. It scans
+// /proc for the process of that namespace whose NSpid ends with inner.
+func HostPid(holder, inner int) (int, error) {
+	ns, err := os.Readlink("/proc/" + strconv.Itoa(holder) + "/ns/pid")
+	if err != nil {
+		return 0, fmt.Errorf("PID namespace of %d: %w", holder, err)
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, fmt.Errorf("list /proc: %w", err)
+	}
+	want := []byte(strconv.Itoa(inner))
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if l, err := os.Readlink("/proc/" + e.Name() + "/ns/pid"); err != nil || l != ns {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range bytes.Split(b, []byte("\n")) {
+			if f := bytes.Fields(line); len(f) >= 2 && string(f[0]) == "NSpid:" && bytes.Equal(f[len(f)-1], want) {
+				return pid, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("no process %d in the PID namespace %s of %d: %w", inner, ns, holder, syscall.ESRCH)
+}

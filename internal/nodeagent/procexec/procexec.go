@@ -20,7 +20,6 @@ package procexec
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -115,13 +114,12 @@ type Spec struct {
 	// WritableRoots are absolute existing directories where writes are
 	// allowed, in addition to the private temp dir.
 	WritableRoots []string
-	// ReadOnlyAll makes the whole filesystem readable. When false, reads are
-	// confined to the roots, ReadableRoots, Argv[0] and a small system set
-	// (/usr, /bin, /lib*, a few /etc files).
-	ReadOnlyAll   bool
+	// ReadableRoots are mounted read-only. Nothing else of the host is
+	// visible but a small read-only system set (/usr, /bin, /lib*, a few /etc
+	// files), Argv[0] and Dir.
 	ReadableRoots []string
-	// TempDirEnv, when set (e.g. "TMPDIR"), adds NAME=<private temp dir> to
-	// the environment. By default the environment is exactly Env.
+	// TempDirEnv, when set (e.g. "TMPDIR"), adds NAME=/tmp (where the
+	// sandbox sees its private temp dir) to the environment. By default the environment is exactly Env.
 	TempDirEnv string
 	// OnOutput, when set, receives each piece of retained output (never beyond
 	// OutputBytes) as it is read, on the output pump's goroutine; the slice is
@@ -171,6 +169,12 @@ type Limits struct {
 	MaxConcurrent int
 	// TempBase is where private temp dirs are created (default os.TempDir()).
 	TempBase string
+	// SandboxUID is the host uid of the sandboxes' root (0 selects
+	// DefaultSandboxUID).
+	SandboxUID uint32
+	// BeforeConfig, when set, runs for each helper after it is started and
+	// before it is configured (see StartOptions.BeforeConfig).
+	BeforeConfig func(pid int) error
 	// HelperPath is the sandbox helper binary: any binary whose main() calls
 	// MaybeRunHelper first. Default: the running executable (os.Executable).
 	// A small dedicated binary avoids paying the agent's package
@@ -224,6 +228,7 @@ type Handle struct {
 	spec    Spec
 	info    Info
 	cmd     *exec.Cmd
+	sb      *Sandboxed
 	started time.Time
 	release func()
 	cgroup  *cgroups.Group
@@ -259,17 +264,9 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 	if err := normalize(&spec); err != nil {
 		return nil, err
 	}
-	abi, err := landlockABI()
-	if err != nil || abi < MinLandlockABI {
-		return nil, refusal.New(refusal.LandlockUnavailable,
-			"kernel Landlock ABI %d (err %v) is below the required %d; refusing to run without write confinement", abi, err, MinLandlockABI)
-	}
-	hostNS, err := netnsInode()
-	if err != nil {
-		return nil, refusal.New(refusal.EgressForbidden, "cannot identify the host network namespace: %v", err)
-	}
 	self := r.limits.HelperPath
 	if self == "" {
+		var err error
 		if self, err = os.Executable(); err != nil {
 			return nil, fmt.Errorf("procexec: locate agent executable for the sandbox helper: %w", err)
 		}
@@ -294,21 +291,17 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 		return nil, fmt.Errorf("procexec: create private temp dir: %w", err)
 	}
 	cleanupTmp := func() { _ = os.RemoveAll(tmp) }
-	if spec.Dir == "" {
-		spec.Dir = tmp
-	}
 	env := spec.Env
 	if spec.TempDirEnv != "" {
-		env = append(append([]string{}, env...), spec.TempDirEnv+"="+tmp)
+		env = append(append([]string{}, env...), spec.TempDirEnv+"="+SandboxTmp)
 	}
-	cfg := helperConfig{
+	sbSpec := SandboxSpec{
 		Argv:          spec.Argv,
 		Env:           env,
-		WritableRoots: append(append([]string{}, spec.WritableRoots...), tmp),
+		Dir:           spec.Dir,
+		WritableRoots: spec.WritableRoots,
 		ReadableRoots: spec.ReadableRoots,
-		ReadOnlyAll:   spec.ReadOnlyAll,
-		HostNetNS:     hostNS,
-		LandlockABI:   abi,
+		TempDir:       tmp,
 	}
 	var g *cgroups.Group
 	if r.limits.Cgroups != nil {
@@ -319,7 +312,7 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 		}
 		spec.Resources = ResolveLimits(spec.Resources)
 	}
-	h, err := r.spawn(ctx, self, spec, cfg, g)
+	h, err := r.spawn(ctx, self, spec, sbSpec, g)
 	if err != nil {
 		if g != nil {
 			_, _ = g.Kill()
@@ -335,81 +328,41 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 	return h, nil
 }
 
-func (r *Runner) spawn(ctx context.Context, self string, spec Spec, cfg helperConfig, g *cgroups.Group) (*Handle, error) {
-	cfgR, cfgW, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("procexec: config pipe: %w", err)
-	}
-	defer cfgW.Close()
-	statusR, statusW, err := os.Pipe()
-	if err != nil {
-		cfgR.Close()
-		return nil, fmt.Errorf("procexec: status pipe: %w", err)
-	}
-	defer statusR.Close()
+func (r *Runner) spawn(ctx context.Context, self string, spec Spec, sbSpec SandboxSpec, g *cgroups.Group) (*Handle, error) {
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		cfgR.Close()
-		statusW.Close()
 		return nil, fmt.Errorf("procexec: output pipe: %w", err)
 	}
-
-	cmd := &exec.Cmd{
-		Path:       self,
-		Args:       []string{self, HelperArg},
-		Env:        []string{helperEnvKey + "=" + helperEnvValue},
-		Dir:        spec.Dir,
-		Stdout:     outW, // the same *os.File for both: one pipe, arrival order
-		Stderr:     outW,
-		ExtraFiles: []*os.File{cfgR, statusW},
-		SysProcAttr: &syscall.SysProcAttr{
-			Setpgid:    true,
-			Cloneflags: syscall.CLONE_NEWNET,
-		},
-	}
-	startErr := cmd.Start()
-	cfgR.Close()
-	statusW.Close()
-	outW.Close()
-	if startErr != nil {
-		outR.Close()
-		if errors.Is(startErr, syscall.EPERM) || errors.Is(startErr, syscall.EINVAL) ||
-			errors.Is(startErr, syscall.ENOSPC) || errors.Is(startErr, syscall.EUSERS) {
-			return nil, refusal.New(refusal.EgressForbidden,
-				"cannot create a network namespace (%v); refusing to run with host networking", startErr)
-		}
-		return nil, fmt.Errorf("procexec: start sandbox helper: %w", startErr)
-	}
-	pid := cmd.Process.Pid
+	// Into the cgroup before the helper is configured: it does nothing before.
+	before := r.limits.BeforeConfig
 	if g != nil {
-		// Into the cgroup before the helper is configured: it does nothing before.
-		if err := EnterCgroup(g, pid); err != nil {
-			_ = SignalGroup(pid, syscall.SIGKILL)
-			_, _ = ReapGroup(pid)
-			_ = cmd.Process.Release()
-			outR.Close()
-			return nil, err
+		before = func(pid int) error {
+			if err := EnterCgroup(g, pid); err != nil {
+				return err
+			}
+			if r.limits.BeforeConfig != nil {
+				return r.limits.BeforeConfig(pid)
+			}
+			return nil
 		}
 	}
-
-	// Hand over the configuration, then wait for exec (EOF) or a failure report.
-	raw, _ := json.Marshal(cfg)
-	_, werr := cfgW.Write(raw)
-	cfgW.Close()
-	_ = statusR.SetReadDeadline(time.Now().Add(HelperStartTimeout))
-	report, rerr := io.ReadAll(io.LimitReader(statusR, maxHelperStatus))
-	if werr != nil || rerr != nil || len(report) > 0 {
-		// The helper did not exec: make sure it is gone and reaped.
-		_ = SignalGroup(pid, syscall.SIGKILL)
-		_, _ = ReapGroup(pid)
-		_ = cmd.Process.Release()
+	sb, err := StartSandboxed(sbSpec, StartOptions{
+		HelperPath:   self,
+		UID:          r.limits.SandboxUID,
+		Stdout:       outW, // the same *os.File for both: one pipe, arrival order
+		Stderr:       outW,
+		BeforeConfig: before,
+	})
+	outW.Close()
+	if err != nil {
 		outR.Close()
-		return nil, helperError(report, werr, rerr)
+		return nil, err
 	}
-
+	pid := sb.Pid
 	h := &Handle{
 		spec:    spec,
-		cmd:     cmd,
+		cmd:     sb.Cmd,
+		sb:      sb,
 		cgroup:  g,
 		started: time.Now(),
 		outR:    outR,
@@ -426,26 +379,6 @@ func (r *Runner) spawn(ctx context.Context, self string, spec Spec, cfg helperCo
 	h.timeout = time.AfterFunc(spec.Timeout, func() { h.terminate(OriginTimeout) })
 	h.stopCtx = context.AfterFunc(ctx, func() { h.terminate(OriginCancel) })
 	return h, nil
-}
-
-func helperError(report []byte, werr, rerr error) error {
-	if len(report) > 0 {
-		var st helperStatus
-		if err := json.Unmarshal(report, &st); err != nil {
-			return fmt.Errorf("procexec: undecodable sandbox helper report %q: %w", report, err)
-		}
-		if st.Code == statusExecFailed {
-			if st.Errno != 0 {
-				return fmt.Errorf("procexec: %s: %w", st.Message, syscall.Errno(st.Errno))
-			}
-			return fmt.Errorf("procexec: %s", st.Message)
-		}
-		return refusal.New(st.Code, "%s", st.Message)
-	}
-	if werr != nil {
-		return fmt.Errorf("procexec: send sandbox config: %w", werr)
-	}
-	return refusal.New(refusal.SandboxSetupFailed, "sandbox helper handshake failed: %v", rerr)
 }
 
 // Info returns the command's identity.
@@ -533,6 +466,7 @@ func (h *Handle) waitLoop() {
 		if cg, err = KillCgroup(h.cgroup, h.spec.Resources, h.info.Pgid); err != nil {
 			errs = append(errs, err)
 		}
+		MergeLeftovers(cg, h.sb)
 	}
 	// The leader is an unreaped zombie, so -pgid still names this group:
 	// nothing of it may outlive the command.
@@ -576,10 +510,11 @@ func (h *Handle) waitLoop() {
 	ws, ok := statuses[h.info.Pid]
 	code, sig := -1, ""
 	if ok {
-		code, sig = ExitDescription(ws)
+		code, sig = h.sb.ExitStatus(ws)
 	} else {
 		errs = append(errs, fmt.Errorf("procexec: exit status of pid %d was not collected", h.info.Pid))
 	}
+	h.sb.Close()
 	h.result = Result{
 		ExitCode:        code,
 		Signal:          sig,
@@ -642,7 +577,17 @@ func normalize(s *Spec) error {
 			return refusal.New(refusal.InvalidSpec, "working directory: %v", err)
 		}
 	}
-	for _, roots := range [][]string{s.WritableRoots, s.ReadableRoots} {
+	if err := ValidateRoots(s.WritableRoots, s.ReadableRoots); err != nil {
+		return err
+	}
+	return nil
+}
+
+// ValidateRoots checks the roots of a sandbox: bounded in number, absolute
+// existing directories, never "/" nor overlapping the sandbox's system paths
+// (refusal.InvalidSpec).
+func ValidateRoots(writable, readable []string) error {
+	for _, roots := range [][]string{writable, readable} {
 		if len(roots) > MaxRoots {
 			return refusal.New(refusal.InvalidSpec, "%d roots exceed the cap %d", len(roots), MaxRoots)
 		}
@@ -650,8 +595,13 @@ func normalize(s *Spec) error {
 			if err := checkDir(root); err != nil {
 				return refusal.New(refusal.InvalidSpec, "root: %v", err)
 			}
-			if filepath.Clean(root) == "/" {
-				return refusal.New(refusal.InvalidSpec, "the filesystem root cannot be a root")
+			if filepath.Clean(root) != root || root == "/" {
+				return refusal.New(refusal.InvalidSpec, "root %q must be a clean path other than the filesystem root", root)
+			}
+			for _, p := range reservedPaths {
+				if under(root, []string{p}) || under(p, []string{root}) {
+					return refusal.New(refusal.InvalidSpec, "root %q overlaps the sandbox's system path %s", root, p)
+				}
 			}
 		}
 	}

@@ -1,73 +1,229 @@
-//go:build amd64 || arm64
-
 package procexec
 
 import (
+	"errors"
 	"fmt"
-	"unsafe"
+	"slices"
+	"sync"
 
+	seccompbpf "github.com/elastic/go-seccomp-bpf"
+	"github.com/elastic/go-seccomp-bpf/arch"
+	mobyseccomp "github.com/moby/profiles/seccomp"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
-// A network namespace does not isolate pathname UNIX sockets, and Landlock
-// only mediates connecting to them from ABI 9 (LANDLOCK_ACCESS_FS_RESOLVE_UNIX).
-// Without a further barrier a sandboxed command could reach host daemons
-// through their sockets (containerd, the kubelet, the agent itself). The
-// helper therefore installs a seccomp filter on the exec'ing thread that:
+// The sandbox's seccomp filter is Docker's default profile (the policy source maintained
+// in github.com/moby/profiles/seccomp, evaluated for a process with NO capabilities on
+// this kernel and architecture) compiled to BPF by github.com/elastic/go-seccomp-bpf,
+// with these further restrictions:
 //
-//   - fails socket(AF_UNIX, ...) with EAFNOSUPPORT (socketpair(2) stays
-//     allowed: it creates connected pairs and reaches nothing outside);
-//   - fails io_uring_setup(2) with ENOSYS (io_uring can create and connect
-//     sockets without passing through the socket syscalls);
-//   - fails syscalls of a foreign ABI (i386 via int 0x80, x32) with ENOSYS so
-//     the filter cannot be bypassed by changing the calling convention.
+//   - socket(2) is allowed only for the families Docker allows minus AF_UNIX, AF_NETLINK,
+//     AF_PACKET and AF_VSOCK: a network namespace does not isolate pathname UNIX sockets
+//     (host daemons' sockets), netlink and packet sockets reach kernel interfaces, and
+//     AF_VSOCK reaches the hypervisor;
+//   - socketpair(2) is denied (it only creates AF_UNIX pairs);
+//   - ptrace(2), process_vm_readv/writev(2) (Docker allows them on kernels >= 4.8) and
+//     every io_uring syscall are denied;
+//   - clone3(2) fails with ENOSYS (as in Docker's profile: its flags live in memory a
+//     filter cannot inspect, and libc falls back to clone(2), whose namespace flags the
+//     profile does filter).
 //
-// Everything else is allowed. The filter requires no_new_privs (set before).
+// Syscalls of a foreign ABI (i386 through int 0x80) fail with EPERM and x32 ones with
+// ENOSYS (go-seccomp-bpf's architecture check). Everything not allowed fails with EPERM,
+// Docker's default errno. The filter is built once per process and handed to the helper
+// as BPF in its configuration.
 
-// seccomp_data offsets (include/uapi/linux/seccomp.h).
-const (
-	seccompDataNr   = 0
-	seccompDataArch = 4
-	seccompDataArg0 = 16 // low 32 bits on little-endian
+// deniedSocketFamilies are refused through socket(2) and socketpair(2).
+var deniedSocketFamilies = []uint64{unix.AF_UNIX, unix.AF_NETLINK, unix.AF_PACKET, unix.AF_VSOCK}
+
+// deniedSyscalls are removed from Docker's allow list.
+var deniedSyscalls = []string{
+	"ptrace", "process_vm_readv", "process_vm_writev",
+	"io_uring_setup", "io_uring_enter", "io_uring_register",
+	"socketpair", "socket", // socket is re-added per family below
+	"clone3", // re-added as ENOSYS below
+}
+
+var (
+	filterOnce sync.Once
+	filterProg []unix.SockFilter
+	filterErr  error
 )
 
-func bpfStmt(code uint16, k uint32) unix.SockFilter { return unix.SockFilter{Code: code, K: k} }
-
-func bpfJump(code uint16, k uint32, jt, jf uint8) unix.SockFilter {
-	return unix.SockFilter{Code: code, Jt: jt, Jf: jf, K: k}
+// seccompProgram returns the sandbox filter as BPF (built once).
+func seccompProgram() ([]unix.SockFilter, error) {
+	filterOnce.Do(func() { filterProg, filterErr = buildSeccompProgram() })
+	return filterProg, filterErr
 }
 
-func seccompFilter() []unix.SockFilter {
-	const (
-		ld  = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
-		jeq = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
-		jge = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
-		ret = unix.BPF_RET | unix.BPF_K
-	)
-	errno := func(e unix.Errno) uint32 { return unix.SECCOMP_RET_ERRNO | uint32(e) }
-	return []unix.SockFilter{
-		/* 0 */ bpfStmt(ld, seccompDataArch),
-		/* 1 */ bpfJump(jeq, auditArch, 1, 0),
-		/* 2 */ bpfStmt(ret, errno(unix.ENOSYS)), // foreign ABI
-		/* 3 */ bpfStmt(ld, seccompDataNr),
-		/* 4 */ bpfJump(jge, x32SyscallBit, 0, 1),
-		/* 5 */ bpfStmt(ret, errno(unix.ENOSYS)), // x32 ABI
-		/* 6 */ bpfJump(jeq, unix.SYS_IO_URING_SETUP, 0, 1),
-		/* 7 */ bpfStmt(ret, errno(unix.ENOSYS)),
-		/* 8 */ bpfJump(jeq, unix.SYS_SOCKET, 0, 3),
-		/* 9 */ bpfStmt(ld, seccompDataArg0),
-		/* 10 */ bpfJump(jeq, unix.AF_UNIX, 0, 1),
-		/* 11 */ bpfStmt(ret, errno(unix.EAFNOSUPPORT)),
-		/* 12 */ bpfStmt(ret, unix.SECCOMP_RET_ALLOW),
+// SeccompPolicy returns the go-seccomp-bpf policy of the sandbox (for inspection and
+// tests): Docker's default profile for a process without capabilities, restricted as
+// documented above.
+func SeccompPolicy() (*seccompbpf.Policy, error) {
+	info, err := arch.GetInfo("")
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: architecture: %w", err)
 	}
+	noCaps := &specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{}}}
+	prof, err := mobyseccomp.GetDefaultProfile(noCaps)
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: Docker default profile: %w", err)
+	}
+	if prof.DefaultAction != specs.ActErrno {
+		return nil, fmt.Errorf("seccomp: Docker default profile has default action %q, want an errno", prof.DefaultAction)
+	}
+	known := func(name string) bool { _, ok := info.SyscallNames[name]; return ok }
+
+	unconditional := map[string]bool{}
+	var allow []string
+	type cond struct {
+		name string
+		c    seccompbpf.ArgumentConditions
+	}
+	var conditional []cond
+	for _, rule := range prof.Syscalls {
+		if rule.Action != specs.ActAllow {
+			continue // errno rules: the default action denies them anyway
+		}
+		for _, name := range rule.Names {
+			if !known(name) || slices.Contains(deniedSyscalls, name) {
+				continue // unknown to the BPF compiler's table: stays denied
+			}
+			if len(rule.Args) == 0 {
+				if !unconditional[name] {
+					unconditional[name] = true
+					allow = append(allow, name)
+				}
+				continue
+			}
+			c, ok := convertArgs(rule.Args)
+			if !ok {
+				continue // an operator go-seccomp-bpf cannot express: stays denied
+			}
+			conditional = append(conditional, cond{name, c})
+		}
+	}
+	var withArgs []seccompbpf.NameWithConditions
+	for _, c := range conditional {
+		if !unconditional[c.name] {
+			withArgs = append(withArgs, seccompbpf.NameWithConditions{Name: c.name, Conditions: c.c})
+		}
+	}
+	for _, fam := range socketFamilies(prof.Syscalls) {
+		withArgs = append(withArgs, seccompbpf.NameWithConditions{Name: "socket", Conditions: seccompbpf.ArgumentConditions{
+			{Argument: 0, Operation: seccompbpf.Equal, Value: fam},
+		}})
+	}
+	return &seccompbpf.Policy{
+		DefaultAction: seccompbpf.ActionErrno, // EPERM, Docker's defaultErrnoRet
+		Syscalls: []seccompbpf.SyscallGroup{{
+			Names: allow, NamesWithCondtions: withArgs, Action: seccompbpf.ActionAllow,
+		}},
+	}, nil
 }
 
-// denyUnixSockets installs the filter on the calling thread.
-func denyUnixSockets() error {
-	f := seccompFilter()
-	prog := unix.SockFprog{Len: uint16(len(f)), Filter: &f[0]}
-	if err := unix.Prctl(unix.PR_SET_SECCOMP, unix.SECCOMP_MODE_FILTER, uintptr(unsafe.Pointer(&prog)), 0, 0); err != nil {
-		return fmt.Errorf("prctl(PR_SET_SECCOMP): %w", err)
+// socketFamilies lists the socket(2) domains Docker's profile allows (equality and
+// "less than" rules on argument 0) minus deniedSocketFamilies.
+func socketFamilies(rules []specs.LinuxSyscall) []uint64 {
+	var fams []uint64
+	add := func(f uint64) {
+		if !slices.Contains(deniedSocketFamilies, f) && !slices.Contains(fams, f) && f != unix.AF_UNSPEC {
+			fams = append(fams, f)
+		}
 	}
-	return nil
+	for _, r := range rules {
+		if r.Action != specs.ActAllow || !slices.Contains(r.Names, "socket") || len(r.Args) != 1 || r.Args[0].Index != 0 {
+			continue
+		}
+		switch a := r.Args[0]; a.Op {
+		case specs.OpEqualTo:
+			add(a.Value)
+		case specs.OpLessThan:
+			for f := uint64(1); f < a.Value && f < 64; f++ {
+				add(f)
+			}
+		}
+	}
+	slices.Sort(fams)
+	return fams
+}
+
+func convertArgs(args []specs.LinuxSeccompArg) (seccompbpf.ArgumentConditions, bool) {
+	var out seccompbpf.ArgumentConditions
+	for _, a := range args {
+		c := seccompbpf.Condition{Argument: uint32(a.Index), Value: a.Value}
+		switch a.Op {
+		case specs.OpEqualTo:
+			c.Operation = seccompbpf.Equal
+		case specs.OpNotEqual:
+			c.Operation = seccompbpf.NotEqual
+		case specs.OpLessThan:
+			c.Operation = seccompbpf.LessThan
+		case specs.OpLessEqual:
+			c.Operation = seccompbpf.LessOrEqual
+		case specs.OpGreaterThan:
+			c.Operation = seccompbpf.GreaterThan
+		case specs.OpGreaterEqual:
+			c.Operation = seccompbpf.GreaterOrEqual
+		case specs.OpMaskedEqual:
+			if a.ValueTwo != 0 {
+				return nil, false // (arg & mask) == v with v != 0: not expressible
+			}
+			c.Operation = seccompbpf.BitsNotSet // (arg & mask) == 0
+		default:
+			return nil, false
+		}
+		out = append(out, c)
+	}
+	return out, true
+}
+
+func buildSeccompProgram() ([]unix.SockFilter, error) {
+	pol, err := SeccompPolicy()
+	if err != nil {
+		return nil, err
+	}
+	insts, err := pol.Assemble()
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: assemble policy: %w", err)
+	}
+	info, err := arch.GetInfo("")
+	if err != nil {
+		return nil, err
+	}
+	nr, ok := info.SyscallNames["clone3"]
+	if !ok {
+		return nil, errors.New("seccomp: clone3 unknown to the syscall table")
+	}
+	// clone3 → ENOSYS, ahead of the policy (relative jumps: prepending is safe).
+	prefix := []bpf.Instruction{
+		bpf.LoadAbsolute{Off: 4, Size: 4}, // seccomp_data.arch
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(info.ID), SkipTrue: 3},
+		bpf.LoadAbsolute{Off: 0, Size: 4}, // seccomp_data.nr
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(nr), SkipTrue: 1},
+		bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)},
+	}
+	raw, err := bpf.Assemble(append(prefix, insts...))
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: assemble BPF: %w", err)
+	}
+	if len(raw) > 4096 {
+		return nil, fmt.Errorf("seccomp: filter of %d instructions exceeds BPF_MAXINSNS", len(raw))
+	}
+	out := make([]unix.SockFilter, len(raw))
+	for i, r := range raw {
+		out[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	}
+	return out, nil
+}
+
+// loadSeccomp installs prog on the calling thread (no_new_privs must be set).
+func loadSeccomp(prog []unix.SockFilter) error {
+	if len(prog) == 0 {
+		return errors.New("empty seccomp program")
+	}
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	return unix.Prctl(unix.PR_SET_SECCOMP, unix.SECCOMP_MODE_FILTER, uintptr(unsafePointer(&fprog)), 0, 0)
 }

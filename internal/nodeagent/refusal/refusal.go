@@ -41,6 +41,15 @@ const (
 	// LandlockUnavailable: filesystem write confinement was required but the
 	// kernel's Landlock support is missing or too old; fail closed.
 	LandlockUnavailable = string(actuation.CodeLandlockUnavailable)
+	// UserNamespaceUnavailable: the sandbox's user, PID, mount, cgroup or
+	// network namespaces could not be created; fail closed.
+	UserNamespaceUnavailable = string(actuation.CodeUserNamespaceUnavailable)
+	// IdmapUnavailable: the roots could not be attached through idmapped
+	// mounts (kernel or filesystem support missing); fail closed.
+	IdmapUnavailable = string(actuation.CodeIdmapUnavailable)
+	// SeccompUnavailable: the seccomp filter could not be built or installed;
+	// fail closed.
+	SeccompUnavailable = string(actuation.CodeSeccompUnavailable)
 	// OutputCapAboveMax: a requested output byte cap exceeds the node ceiling.
 	OutputCapAboveMax = string(actuation.CodeOutputCapAboveMax)
 	// InputTooLarge: a single input write exceeds the per-write byte cap.

@@ -25,6 +25,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -186,6 +188,21 @@ func WithObserver(fn func(PhaseChange)) Option {
 	return func(m *Manager) { m.observer = fn }
 }
 
+// Sandbox configures how session programs are sandboxed (procexec.StartSandboxed).
+type Sandbox struct {
+	// HelperPath is the sandbox helper binary (empty: the running executable).
+	HelperPath string
+	// TempBase holds the sessions' private temp dirs (empty: os.TempDir()).
+	TempBase string
+	// UID is the host uid of the sandbox's root (0: procexec.DefaultSandboxUID).
+	UID uint32
+}
+
+// WithSandbox sets the sandbox configuration of session programs.
+func WithSandbox(sb Sandbox) Option {
+	return func(m *Manager) { m.sandbox = sb }
+}
+
 // WithCgroups gives every session a cgroup of its own (cgroups.KindSession) with
 // Spec.Resources (procexec.ResolveLimits defaults); a missing controller refuses the
 // session with cgroup-unavailable. Teardown kills the whole cgroup.
@@ -197,6 +214,7 @@ func WithCgroups(cg *cgroups.Manager) Option {
 type Manager struct {
 	caps     Caps
 	observer func(PhaseChange)
+	sandbox  Sandbox
 	cgroups  *cgroups.Manager
 
 	mu       sync.Mutex
@@ -215,6 +233,12 @@ func NewManager(caps Caps, opts ...Option) *Manager {
 	}
 	for _, o := range opts {
 		o(m)
+	}
+	if m.sandbox.TempBase == "" {
+		m.sandbox.TempBase = os.TempDir()
+	}
+	if m.sandbox.HelperPath != "" && !filepath.IsAbs(m.sandbox.HelperPath) {
+		m.sandbox.HelperPath = "" // never resolve a helper through PATH or the cwd
 	}
 	return m
 }
@@ -362,6 +386,9 @@ func (m *Manager) normalize(s *Spec) error {
 		s.Dir = "/"
 	}
 	if err := procexec.ValidateDir(s.Dir); err != nil {
+		return err
+	}
+	if err := procexec.ValidateRoots(s.WritableRoots, s.ReadableRoots); err != nil {
 		return err
 	}
 	if s.Rows == 0 {

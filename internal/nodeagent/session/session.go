@@ -31,8 +31,19 @@ type Spec struct {
 	// Env is the complete environment ("K=V"); nil means empty. The agent's
 	// environment is never inherited.
 	Env []string
-	// Dir is the absolute working directory (default "/").
-	Dir        string
+	// Dir is the absolute working directory: under one of the roots, or ""
+	// (or "/") for the session's private temp dir.
+	Dir string
+	// WritableRoots and ReadableRoots are the host directories the program
+	// sees (at the same paths), read-write or read-only. Nothing else of the
+	// host is visible but a read-only system set (procexec.SandboxSpec).
+	WritableRoots []string
+	ReadableRoots []string
+	// HostRelay marks the agent's own guest PTY relay (argv[0] is the agent
+	// binary in its relay mode): the program the operator asked for runs in
+	// the VM guest, and the relay, which must reach the VM's socket, runs
+	// without the host sandbox. Never set it for anything else.
+	HostRelay  bool
 	Rows, Cols uint16
 	// IdleTimeout: no output for this long moves Running -> Idle (0 selects
 	// DefaultIdleTimeout, negative disables). MaxDuration: the session is
@@ -43,12 +54,12 @@ type Spec struct {
 	Grace       time.Duration
 	// EventBufferDepth overrides the ring depth (<= Caps.EventBufferDepth).
 	EventBufferDepth int
+	// BeforeConfig, when set, runs after the sandbox helper is started (and
+	// placed in the session's cgroup) and before it is configured.
+	BeforeConfig func(pid int) error
 	// Resources are the session's cgroup limits (with a cgroup manager; zero
 	// fields select procexec.ResolveLimits defaults).
 	Resources cgroups.Limits
-	// SysProcAttr lets the caller add namespaces, credentials, ... to the
-	// process attributes. Setsid, Setctty and Ctty are forced afterwards.
-	SysProcAttr func(*syscall.SysProcAttr)
 }
 
 // Info identifies a session's processes (for status and crash recovery).
@@ -94,6 +105,8 @@ type Session struct {
 
 	master  *os.File
 	process *os.Process
+	sb      *procexec.Sandboxed // nil for a HostRelay
+	tmpDir  string
 	start0  time.Time
 	cg      *cgroups.Group
 	cgRep   *procexec.CgroupReport // set once by the teardown
@@ -182,30 +195,70 @@ func (s *Session) start() error {
 		}
 		s.cg, s.spec.Resources = g, procexec.ResolveLimits(s.spec.Resources)
 	}
-	attr := &syscall.SysProcAttr{}
-	if s.spec.SysProcAttr != nil {
-		s.spec.SysProcAttr(attr)
-	}
-	attr.Setsid, attr.Setctty, attr.Ctty = true, true, 0
-	attr.Setpgid, attr.Foreground, attr.Noctty = false, false, false
-	cmd := &exec.Cmd{
-		Path:        s.spec.Argv[0],
-		Args:        s.spec.Argv,
-		Env:         s.spec.Env,
-		Dir:         s.spec.Dir,
-		Stdin:       tty,
-		Stdout:      tty,
-		Stderr:      tty,
-		SysProcAttr: attr,
-	}
-	start := cmd.Start
-	if s.cg != nil {
-		start = func() error { return s.cg.StartCmd(cmd) } // born inside its cgroup
-	}
-	if err := start(); err != nil {
-		master.Close()
-		s.dropCgroup()
-		return fmt.Errorf("start %s: %w", s.spec.Argv[0], err)
+	var cmd *exec.Cmd
+	if s.spec.HostRelay {
+		cmd = &exec.Cmd{
+			Path:        s.spec.Argv[0],
+			Args:        s.spec.Argv,
+			Env:         s.spec.Env,
+			Dir:         "/",
+			Stdin:       tty,
+			Stdout:      tty,
+			Stderr:      tty,
+			SysProcAttr: &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0},
+		}
+		start := cmd.Start
+		if s.cg != nil {
+			start = func() error { return s.cg.StartCmd(cmd) } // born inside its cgroup
+		}
+		if err := start(); err != nil {
+			master.Close()
+			s.dropCgroup()
+			return fmt.Errorf("start %s: %w", s.spec.Argv[0], err)
+		}
+	} else {
+		tmp, err := os.MkdirTemp(s.m.sandbox.TempBase, "session-")
+		if err != nil {
+			master.Close()
+			s.dropCgroup()
+			return fmt.Errorf("create the session's private temp dir: %w", err)
+		}
+		dir := s.spec.Dir
+		if dir == "/" {
+			dir = ""
+		}
+		// Into the cgroup before the helper is configured: it does nothing before.
+		before := s.spec.BeforeConfig
+		if s.cg != nil {
+			before = func(pid int) error {
+				if err := procexec.EnterCgroup(s.cg, pid); err != nil {
+					return err
+				}
+				if s.spec.BeforeConfig != nil {
+					return s.spec.BeforeConfig(pid)
+				}
+				return nil
+			}
+		}
+		sb, err := procexec.StartSandboxed(procexec.SandboxSpec{
+			Argv: s.spec.Argv, Env: s.spec.Env, Dir: dir,
+			WritableRoots: s.spec.WritableRoots, ReadableRoots: s.spec.ReadableRoots,
+			TempDir: tmp, TTY: tty.Name(),
+		}, procexec.StartOptions{
+			HelperPath: s.m.sandbox.HelperPath, UID: s.m.sandbox.UID,
+			Stdin: tty, Stdout: tty, Stderr: tty, Terminal: true,
+			BeforeConfig: before,
+		})
+		if err != nil {
+			_ = os.RemoveAll(tmp)
+			master.Close()
+			s.dropCgroup()
+			if refusal.CodeOf(err) != "" {
+				return err
+			}
+			return fmt.Errorf("start %s: %w", s.spec.Argv[0], err)
+		}
+		cmd, s.sb, s.tmpDir = sb.Cmd, sb, tmp
 	}
 	pid := cmd.Process.Pid
 	info := Info{Pid: pid, Pgid: pid, Sid: pid, TTY: tty.Name(), Started: time.Now()}
@@ -627,6 +680,9 @@ func (s *Session) tryCleanup() {
 		// Whatever is left in the session's cgroup (daemons that left its session
 		// and process groups included) is killed as a whole, once.
 		rep, err := procexec.KillCgroup(s.cg, s.spec.Resources, s.info.Pgid)
+		if s.sb != nil {
+			procexec.MergeLeftovers(rep, s.sb) // killed by the end of its PID namespace
+		}
 		s.mu.Lock()
 		s.cgRep = rep
 		s.mu.Unlock()
@@ -767,8 +823,15 @@ func (s *Session) finalize() {
 	_ = s.process.Release()
 
 	ex := Exit{Code: -1, Origin: string(o)}
-	if ok {
+	switch {
+	case ok && s.sb != nil:
+		ex.Code, ex.Signal = s.sb.ExitStatus(ws)
+	case ok:
 		ex.Code, ex.Signal = procexec.ExitDescription(ws)
+	}
+	if s.sb != nil {
+		s.sb.Close()
+		_ = os.RemoveAll(s.tmpDir)
 	}
 	s.exit = ex
 	note := fmt.Sprintf("exit=%d", ex.Code)

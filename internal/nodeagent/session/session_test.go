@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,6 +22,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	procexec.MaybeRunHelper() // session programs start through the sandbox helper (this binary)
 	// Orphaned members of a killed group are re-parented to the test binary
 	// so it can reap them and confirm the group gone (as the agent does).
 	if err := procexec.EnableSubreaper(); err != nil {
@@ -376,9 +378,14 @@ func TestCloseKillsGrandchildIgnoringHangup(t *testing.T) {
 	s := h.open(Spec{ID: "gc", Grace: grace, Env: shellEnv,
 		Argv: []string{"/bin/sh", "-c", `trap "" HUP TERM; /bin/sleep 300 & echo child=$!; wait`}})
 	out := waitOutput(t, s, "\r\n")
-	gpid, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(out, "child=")))
+	inner, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(out, "child=")))
 	if err != nil {
 		t.Fatalf("grandchild pid from %q: %v", out, err)
+	}
+	// The shell prints the pid inside the sandbox's PID namespace.
+	gpid, err := procexec.HostPid(s.Info().Pid, inner)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if st, err := procexec.ReadStat(gpid); err != nil || st.Pgid != s.Info().Pgid {
 		t.Fatalf("grandchild %d stat %+v err %v (want pgid %d)", gpid, st, err, s.Info().Pgid)
@@ -416,9 +423,13 @@ func TestCloseKillsOtherProcessGroupsOfTheSession(t *testing.T) {
 	s := h.open(Spec{ID: "jobs", Env: shellEnv, Grace: 300 * time.Millisecond,
 		Argv: []string{"/bin/sh", "-c", `set -m; /bin/sleep 300 & echo bg=$!; wait`}})
 	out := waitOutput(t, s, "\r\n")
-	bg, err := strconv.Atoi(strings.TrimSpace(out[strings.Index(out, "bg=")+3:]))
+	inner, err := strconv.Atoi(strings.TrimSpace(out[strings.Index(out, "bg=")+3:]))
 	if err != nil {
 		t.Fatalf("background pid from %q: %v", out, err)
+	}
+	bg, err := procexec.HostPid(s.Info().Pid, inner)
+	if err != nil {
+		t.Fatal(err)
 	}
 	st, err := procexec.ReadStat(bg)
 	if err != nil || st.Sid != s.Info().Sid {
@@ -506,4 +517,27 @@ func TestInstantExitReachesClosed(t *testing.T) {
 			t.Fatalf("run %d: phases %v exit %+v cleanup %v", i, got, s.Exit(), s.CleanupComplete())
 		}
 	}
+}
+
+// TestProgramIsSandboxed: a PTY program runs in the same sandbox as structured commands
+// (no capabilities, no_new_privs, seccomp, its own PID namespace with the helper as PID 1,
+// only its roots visible) with the terminal as its controlling tty and its root writable.
+func TestProgramIsSandboxed(t *testing.T) {
+	h := newHarness(t, Caps{})
+	root := t.TempDir()
+	s := h.open(Spec{ID: "sb", Env: shellEnv, Dir: root, WritableRoots: []string{root},
+		Argv: []string{"/bin/sh", "-c", `grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; ` +
+			`echo "init=$(cat /proc/1/comm) tty=$(tty) host=$(test -e /etc/shadow && echo yes || echo no)"; ` +
+			`echo hi > f && echo wrote; echo done; read _`}})
+	out := waitOutput(t, s, "done")
+	for _, want := range []string{"CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1",
+		"Seccomp:\t2", "init=sandbox-init tty=/dev/", "host=no", "wrote"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in %q", want, out)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, "f")); err != nil {
+		t.Errorf("write to the root did not land: %v", err)
+	}
+	closeSession(t, s)
 }

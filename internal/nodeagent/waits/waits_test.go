@@ -16,6 +16,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	procexec.MaybeRunHelper() // sessions start through the sandbox helper (this binary)
 	// As in the session tests: orphans of a killed group are re-parented to
 	// the test binary so sessions can confirm their cleanup.
 	if err := procexec.EnableSubreaper(); err != nil {

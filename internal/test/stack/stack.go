@@ -1,5 +1,6 @@
 // Package stack starts what an end-to-end test of the client surface needs: a real API
-// server with the manager's controllers and webhooks (internal/test/envtest), one node
+// server with the manager's controllers and webhooks (internal/test/envtest), the
+// aggregated API (workbench-apiserver, internal/test/aggtest) registered with it, one node
 // agent acting as its node identity with real sandboxed processes, the binaries under test
 // built with `go build`, and a kubeconfig for them. Callers' TestMain must call
 // procexec.MaybeRunHelper first (the agent re-executes the test binary as its sandbox
@@ -13,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,9 +22,12 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/controllers"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
+	"sensorium.dev/workbench/internal/test/aggtest"
 	"sensorium.dev/workbench/internal/test/envtest"
 	"sensorium.dev/workbench/webhooks"
 )
@@ -32,8 +37,10 @@ const NodeName = "node-cli"
 
 // Stack is a running control plane, manager, node agent and built binaries.
 type Stack struct {
-	Env        *envtest.Env
-	Agent      *agent.Agent
+	Env *envtest.Env
+	// Aggregated is workbench-apiserver registered with the API server (nil when this
+	// machine has no non-loopback IPv4 address for its EndpointSlice).
+	Aggregated *aggtest.Server
 	Workspace  string // the agent's admitted root "work"
 	BinDir     string // kubectl-workbench, workbench-mcp
 	Kubeconfig string // admin credentials of the test API server
@@ -51,7 +58,10 @@ func Start(binaries ...string) (*Stack, error) {
 	if os.Geteuid() != 0 {
 		return nil, &ErrSkip{"needs root: the node agent runs commands in network namespaces with Landlock"}
 	}
-	env, err := envtest.Start(envtest.Options{Setup: func(mgr ctrl.Manager) error {
+	// The aggregated API (workbench-apiserver, in-process) needs a non-loopback address for
+	// its EndpointSlice; without one the stack runs without it and says so.
+	_, noAgg := aggtest.HostIP()
+	env, err := envtest.Start(envtest.Options{Aggregation: noAgg == nil, Setup: func(mgr ctrl.Manager) error {
 		if err := controllers.SetupWithManager(mgr, controllers.Config{}); err != nil {
 			return err
 		}
@@ -64,6 +74,9 @@ func Start(binaries ...string) (*Stack, error) {
 		return nil, err
 	}
 	s := &Stack{Env: env}
+	if noAgg != nil {
+		fmt.Fprintln(os.Stderr, "stack: running without the aggregated API:", noAgg)
+	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -87,7 +100,17 @@ func Start(binaries ...string) (*Stack, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	if s.Agent, err = s.startAgent(ctx); err != nil {
+	if noAgg == nil {
+		if s.Aggregated, err = aggtest.Start(ctx, env); err != nil {
+			return nil, fmt.Errorf("starting workbench-apiserver: %w", err)
+		}
+		if err := s.Aggregated.StartNodeAgent(ctx, env, NodeName, filepath.Join(s.tmp, "state"), s.Workspace); err != nil {
+			return nil, err
+		}
+	} else if err := s.startAgent(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.waitNode(ctx); err != nil {
 		return nil, err
 	}
 	ok = true
@@ -98,6 +121,9 @@ func Start(binaries ...string) (*Stack, error) {
 func (s *Stack) Stop() {
 	if s.cancel != nil {
 		s.cancel()
+	}
+	if s.Aggregated != nil {
+		s.Aggregated.Stop()
 	}
 	if s.Env != nil {
 		s.Env.Stop()
@@ -137,28 +163,45 @@ func writeKubeconfig(cfg *rest.Config, path string) (string, error) {
 	return path, nil
 }
 
-func (s *Stack) startAgent(ctx context.Context) (*agent.Agent, error) {
+func (s *Stack) startAgent(ctx context.Context) error {
 	user := webhooks.NodeUserPrefix + NodeName
 	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "node-agent-" + NodeName},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "workbench-node-agent"}}
 	if err := s.Env.Client.Create(ctx, crb); err != nil {
-		return nil, err
+		return err
 	}
 	if err := s.Env.WaitAuthorized(ctx, user, ""); err != nil {
-		return nil, err
+		return err
 	}
 	cfg := rest.CopyConfig(s.Env.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{webhooks.NodeGroup}}
 	a, err := agent.New(agent.Config{NodeName: NodeName, StateDir: filepath.Join(s.tmp, "state"), AdmittedRoots: map[string]string{"work": s.Workspace},
 		HeartbeatSeconds: 5, DataPlaneAddress: "127.0.0.1:0", Caps: agent.Caps{Sessions: 64, SessionsPerEnvironment: 8}}, agent.Options{})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	go func() {
 		if err := a.Run(ctrl.LoggerInto(ctx, ctrl.Log.WithName("agent")), cfg); err != nil && ctx.Err() == nil {
 			fmt.Fprintln(os.Stderr, "agent stopped:", err)
 		}
 	}()
-	return a, nil
+	return nil
+}
+
+// waitNode waits (at most a minute) until the agent has published its WorkbenchNode with a
+// data-plane endpoint: the aggregated API forwards to that address.
+func (s *Stack) waitNode(ctx context.Context) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var n wbv1.WorkbenchNode
+		err := s.Env.Client.Get(ctx, ctrlclient.ObjectKey{Name: NodeName}, &n)
+		if err == nil && n.Status.DataPlane != nil && n.Status.DataPlane.Endpoint != "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("WorkbenchNode %s has no data-plane endpoint after a minute (last error: %v)", NodeName, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -1,0 +1,522 @@
+package procexec
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/platform/cgroups"
+)
+
+// DefaultSandboxUID is the host uid (and gid) that uid 0 of a sandbox's user
+// namespace maps to: owned by no account, holding no capability on the host.
+const DefaultSandboxUID = 2147000000
+
+// SandboxTmp is where a sandbox sees its private temp dir.
+const SandboxTmp = "/tmp"
+
+// SandboxHostname is the hostname inside every sandbox (its own UTS namespace).
+const SandboxHostname = "workbench-sandbox"
+
+// System paths of the sandbox root, read-only (those missing on the host are
+// skipped; host symlinks such as /bin -> usr/bin are reproduced as symlinks).
+var (
+	systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+	systemEtc  = []string{
+		"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/timezone",
+		"/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/hosts", "/etc/host.conf",
+		"/etc/protocols", "/etc/services", "/etc/os-release", "/etc/alternatives", "/etc/ssl",
+		"/etc/ca-certificates", "/etc/mime.types", "/etc/inputrc", "/etc/bash.bashrc", "/etc/profile",
+		"/etc/terminfo", "/etc/gitconfig", "/etc/environment", "/etc/locale.alias", "/etc/magic",
+	}
+	devFiles = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
+	// reservedPaths may not be (or contain, or be inside) a root: they are
+	// the sandbox's own system tree.
+	reservedPaths = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/dev", "/proc", "/sys"}
+)
+
+// SandboxSpec is what runs inside one sandbox. Paths are host paths; roots
+// appear at the same paths inside, TempDir appears as /tmp.
+type SandboxSpec struct {
+	Argv []string
+	Env  []string
+	// Dir is the working directory: under a root, the temp dir, or any other
+	// existing directory (then bound read-only).
+	Dir           string
+	WritableRoots []string
+	ReadableRoots []string
+	// TempDir is the private temp dir (created by the caller, writable).
+	TempDir string
+	// TTY is the host path of the program's terminal (/dev/pts/N), bound at
+	// the same path so the program can name it (ttyname). No other terminal
+	// is visible and none can be allocated (no /dev/ptmx).
+	TTY string
+}
+
+// StartOptions are the parent-side settings of one sandbox.
+type StartOptions struct {
+	// HelperPath is the helper binary (absolute); empty selects os.Executable.
+	HelperPath string
+	// UID is the host uid/gid of the sandbox's root (0 selects DefaultSandboxUID).
+	UID uint32
+	// Stdin, Stdout and Stderr are the program's standard descriptors.
+	Stdin, Stdout, Stderr *os.File
+	// Terminal makes the helper a session leader with Stdin as its
+	// controlling terminal (PTY programs); otherwise it leads a new process
+	// group.
+	Terminal bool
+	// BeforeConfig runs after the helper is started and before it receives
+	// its configuration (the helper does nothing before that): e.g. to move
+	// it into a cgroup. An error aborts the start (the helper is killed).
+	BeforeConfig func(pid int) error
+}
+
+// Sandboxed is a started sandbox whose program has been exec'd. Pid is the
+// helper (PID 1 of the sandbox, leader of its process group or session).
+type Sandboxed struct {
+	Cmd    *exec.Cmd
+	Pid    int
+	status *os.File
+	br     *bufio.Reader
+
+	endOnce sync.Once
+	end     helperStatus
+	ended   bool
+}
+
+// ExitStatus describes how the sandboxed program ended given the helper's
+// wait status: the program's own exit code or signal as the helper reported
+// it, or the helper's status when it was killed before it could report.
+func (s *Sandboxed) ExitStatus(ws unix.WaitStatus) (int, string) {
+	if end, ok := s.End(); ok {
+		if end.Signal != 0 {
+			return -1, unix.SignalName(syscall.Signal(end.Signal))
+		}
+		return end.Exit, ""
+	}
+	return ExitDescription(ws)
+}
+
+// End returns the helper's final report once it has exited (read once; ok is
+// false when it was killed before it could report).
+func (s *Sandboxed) End() (helperStatus, bool) {
+	s.endOnce.Do(func() {
+		if s.status == nil {
+			return
+		}
+		_ = s.status.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		for {
+			st, _, err := readStatusLine(s.br)
+			if err != nil {
+				return
+			}
+			if st.Exited {
+				s.end, s.ended = st, true
+				return
+			}
+		}
+	})
+	return s.end, s.ended
+}
+
+// Leftovers reports the processes the helper found alive in the sandbox when
+// the program ended (all killed with the PID namespace): their count and the
+// first few (pids inside the sandbox).
+func (s *Sandboxed) Leftovers() (int, []LeftProc) {
+	end, _ := s.End()
+	return end.Left, end.LeftProcs
+}
+
+// Close releases the status pipe.
+func (s *Sandboxed) Close() {
+	if s.status != nil {
+		s.status.Close()
+	}
+}
+
+// StartSandboxed starts spec in a new sandbox and returns once the program
+// has been exec'd or the sandbox refused (a *refusal.Error, or an exec
+// error wrapping the errno).
+func StartSandboxed(spec SandboxSpec, opts StartOptions) (*Sandboxed, error) {
+	abi, err := landlockABI()
+	if err != nil || abi < MinLandlockABI {
+		return nil, refusal.New(refusal.LandlockUnavailable,
+			"kernel Landlock ABI %d (err %v) is below the required %d; refusing to run without write confinement", abi, err, MinLandlockABI)
+	}
+	hostNS, err := netnsInode()
+	if err != nil {
+		return nil, refusal.New(refusal.EgressForbidden, "cannot identify the host network namespace: %v", err)
+	}
+	prog, err := seccompProgram()
+	if err != nil {
+		return nil, refusal.New(refusal.SeccompUnavailable, "cannot build the seccomp filter: %v", err)
+	}
+	lastCap, err := capLastCap()
+	if err != nil {
+		return nil, refusal.New(refusal.SandboxSetupFailed, "%v", err)
+	}
+	helper := opts.HelperPath
+	if helper == "" {
+		if helper, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("procexec: locate the sandbox helper: %w", err)
+		}
+	}
+	uid := opts.UID
+	if uid == 0 {
+		uid = DefaultSandboxUID
+	}
+	cfg, idmaps, err := sandboxConfig(spec)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Seccomp, cfg.HostNetNS, cfg.LandlockABI, cfg.CapLastCap, cfg.Hostname = prog, hostNS, abi, lastCap, SandboxHostname
+
+	exe, err := os.Open(helper)
+	if err != nil {
+		return nil, fmt.Errorf("procexec: open the sandbox helper %s: %w", helper, err)
+	}
+	defer exe.Close()
+	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("procexec: config socket: %w", err)
+	}
+	cfgChild := os.NewFile(uintptr(sp[1]), "procexec-config")
+	cfgParent := sp[0]
+	defer unix.Close(cfgParent)
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		cfgChild.Close()
+		return nil, fmt.Errorf("procexec: status pipe: %w", err)
+	}
+
+	attr := &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
+			syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(uid), Size: 1}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(uid), Size: 1}},
+		GidMappingsEnableSetgroups: true,
+		// No supplementary group of the agent survives.
+		Credential: &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
+	}
+	if opts.Terminal {
+		attr.Setsid, attr.Setctty, attr.Ctty = true, true, 0
+	} else {
+		attr.Setpgid = true
+	}
+	cmd := &exec.Cmd{
+		// Exec through the descriptor: the helper's directory need not be
+		// reachable by the sandbox uid (test binaries live in 0700 dirs).
+		Path:        "/proc/self/fd/" + strconv.Itoa(helperExecFD),
+		Args:        []string{helper, HelperArg},
+		Env:         []string{helperEnvKey + "=" + helperEnvValue},
+		Dir:         "/",
+		Stdin:       opts.Stdin,
+		Stdout:      opts.Stdout,
+		Stderr:      opts.Stderr,
+		ExtraFiles:  []*os.File{cfgChild, statusW, exe},
+		SysProcAttr: attr,
+	}
+	startErr := cmd.Start()
+	cfgChild.Close()
+	statusW.Close()
+	if startErr != nil {
+		statusR.Close()
+		if errors.Is(startErr, syscall.EPERM) || errors.Is(startErr, syscall.EINVAL) ||
+			errors.Is(startErr, syscall.ENOSPC) || errors.Is(startErr, syscall.EUSERS) || errors.Is(startErr, syscall.EACCES) {
+			return nil, refusal.New(refusal.UserNamespaceUnavailable,
+				"cannot create the sandbox's user, PID, mount and network namespaces (%v); refusing to run unconfined", startErr)
+		}
+		return nil, fmt.Errorf("procexec: start sandbox helper: %w", startErr)
+	}
+	pid := cmd.Process.Pid
+	sb := &Sandboxed{Cmd: cmd, Pid: pid, status: statusR, br: bufio.NewReaderSize(statusR, 4096)}
+	abort := func(err error) (*Sandboxed, error) {
+		_ = cmd.Process.Kill()
+		_, _ = cmd.Process.Wait()
+		statusR.Close()
+		return nil, err
+	}
+
+	if opts.BeforeConfig != nil {
+		if err := opts.BeforeConfig(pid); err != nil {
+			return abort(err)
+		}
+	}
+	fds, err := idmappedMounts(pid, idmaps)
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	if err != nil {
+		return abort(err)
+	}
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return abort(fmt.Errorf("procexec: encode sandbox config: %w", err))
+	}
+	var hdr [8]byte
+	binary.LittleEndian.PutUint32(hdr[:4], uint32(len(raw)))
+	binary.LittleEndian.PutUint32(hdr[4:], uint32(len(fds)))
+	var rights []byte
+	if len(fds) > 0 {
+		rights = unix.UnixRights(fds...)
+	}
+	if err := unix.Sendmsg(cfgParent, hdr[:], rights, nil, 0); err != nil {
+		return abort(fmt.Errorf("procexec: send sandbox config: %w", err))
+	}
+	for off := 0; off < len(raw); {
+		n, err := unix.Write(cfgParent, raw[off:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return abort(fmt.Errorf("procexec: send sandbox config: %w", err))
+		}
+		off += n
+	}
+
+	_ = statusR.SetReadDeadline(time.Now().Add(HelperStartTimeout))
+	st, line, rerr := readStatusLine(sb.br)
+	_ = statusR.SetReadDeadline(time.Time{})
+	switch {
+	case rerr == nil && st.Started:
+		return sb, nil
+	case rerr == nil && st.Code == statusExecFailed:
+		if st.Errno != 0 {
+			return abort(fmt.Errorf("procexec: %s: %w", st.Message, syscall.Errno(st.Errno)))
+		}
+		return abort(fmt.Errorf("procexec: %s", st.Message))
+	case rerr == nil && st.Code != "":
+		return abort(refusal.New(st.Code, "%s", st.Message))
+	default:
+		return abort(refusal.New(refusal.SandboxSetupFailed, "sandbox helper handshake failed: %v (%q)", rerr, line))
+	}
+}
+
+// idmapSource is a host directory attached inside through an idmapped mount.
+type idmapSource struct {
+	path     string
+	readOnly bool
+}
+
+// idmappedMounts clones each source (non-recursively: nothing mounted below a
+// root comes along) as a detached mount idmapped with the helper's user
+// namespace, so files owned by host uid/gid 0 appear owned by the sandbox's
+// root and what it creates is stored as 0, while it holds no host privilege.
+func idmappedMounts(pid int, srcs []idmapSource) ([]int, error) {
+	if len(srcs) == 0 {
+		return nil, nil
+	}
+	userns, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, refusal.New(refusal.UserNamespaceUnavailable, "open the sandbox's user namespace: %v", err)
+	}
+	defer unix.Close(userns)
+	fds := make([]int, 0, len(srcs))
+	for _, s := range srcs {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, s.path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			return fds, refusal.New(refusal.IdmapUnavailable, "clone %s for an idmapped mount: %v", s.path, err)
+		}
+		fds = append(fds, fd)
+		attr := unix.MountAttr{
+			Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
+			Userns_fd: uint64(userns),
+		}
+		if s.readOnly {
+			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+		}
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+			return fds, refusal.New(refusal.IdmapUnavailable, "idmap %s (the kernel or filesystem lacks idmapped mounts): %v", s.path, err)
+		}
+	}
+	return fds, nil
+}
+
+// sandboxConfig lays out the sandbox root for spec.
+func sandboxConfig(spec SandboxSpec) (*helperConfig, []idmapSource, error) {
+	cfg := &helperConfig{Argv: spec.Argv, Env: spec.Env}
+	var idmaps []idmapSource
+	var mounts []mountSpec
+	covered := []string{} // host real paths visible inside at the same path
+	addFD := func(target, src string, ro bool) {
+		mounts = append(mounts, mountSpec{Kind: mountFD, Target: target, FD: len(idmaps)})
+		idmaps = append(idmaps, idmapSource{path: src, readOnly: ro})
+	}
+	for _, d := range systemDirs {
+		fi, err := os.Lstat(d)
+		switch {
+		case err != nil:
+			continue
+		case fi.Mode()&os.ModeSymlink != 0:
+			link, err := os.Readlink(d)
+			if err != nil {
+				return nil, nil, fmt.Errorf("procexec: readlink %s: %w", d, err)
+			}
+			mounts = append(mounts, mountSpec{Kind: mountSymlink, Target: d, Link: link})
+		case fi.IsDir():
+			mounts = append(mounts, mountSpec{Kind: mountBind, Target: d, Source: d})
+			covered = append(covered, d)
+		}
+	}
+	for _, p := range systemEtc {
+		fi, err := os.Lstat(p)
+		switch {
+		case err != nil:
+			continue
+		case fi.Mode()&os.ModeSymlink != 0:
+			link, err := os.Readlink(p)
+			if err != nil {
+				continue
+			}
+			mounts = append(mounts, mountSpec{Kind: mountSymlink, Target: p, Link: link})
+		case fi.IsDir() || fi.Mode().IsRegular():
+			mounts = append(mounts, mountSpec{Kind: mountBind, Target: p, Source: p, File: !fi.IsDir()})
+		}
+	}
+	mounts = append(mounts,
+		mountSpec{Kind: mountTmpfs, Target: "/dev", Data: "mode=0755,size=64k,nr_inodes=64"},
+		mountSpec{Kind: mountTmpfs, Target: "/dev/shm", Data: "mode=1777,size=64m"},
+		mountSpec{Kind: mountSymlink, Target: "/dev/fd", Link: "/proc/self/fd"},
+		mountSpec{Kind: mountSymlink, Target: "/dev/stdin", Link: "/proc/self/fd/0"},
+		mountSpec{Kind: mountSymlink, Target: "/dev/stdout", Link: "/proc/self/fd/1"},
+		mountSpec{Kind: mountSymlink, Target: "/dev/stderr", Link: "/proc/self/fd/2"},
+		mountSpec{Kind: mountProc, Target: "/proc"},
+	)
+	for _, d := range devFiles {
+		if _, err := os.Stat(d); err == nil {
+			mounts = append(mounts, mountSpec{Kind: mountDevBind, Target: d, Source: d, File: true})
+			cfg.WritableFiles = append(cfg.WritableFiles, d)
+		}
+	}
+	if spec.TTY != "" {
+		if filepath.Dir(spec.TTY) != "/dev/pts" {
+			return nil, nil, refusal.New(refusal.InvalidSpec, "terminal %q is not a /dev/pts device", spec.TTY)
+		}
+		mounts = append(mounts,
+			mountSpec{Kind: mountTmpfs, Target: "/dev/pts", Data: "mode=0755,size=4k,nr_inodes=8"},
+			mountSpec{Kind: mountDevBind, Target: spec.TTY, Source: spec.TTY, File: true})
+		cfg.WritableFiles = append(cfg.WritableFiles, spec.TTY)
+	}
+	if spec.TempDir == "" {
+		return nil, nil, errors.New("procexec: sandbox without a private temp dir")
+	}
+	addFD(SandboxTmp, spec.TempDir, false)
+	cfg.WritablePaths = append(cfg.WritablePaths, SandboxTmp)
+	for _, r := range spec.WritableRoots {
+		addFD(r, r, false)
+		cfg.WritablePaths = append(cfg.WritablePaths, r)
+		covered = append(covered, r)
+	}
+	for _, r := range spec.ReadableRoots {
+		addFD(r, r, true)
+		covered = append(covered, r)
+	}
+
+	// The working directory.
+	switch {
+	case spec.Dir == "" || spec.Dir == spec.TempDir:
+		cfg.Dir = SandboxTmp
+	case under(spec.Dir, covered):
+		cfg.Dir = spec.Dir
+	default:
+		return nil, nil, refusal.New(refusal.InvalidSpec,
+			"working directory %q is neither under a root nor the private temp dir", spec.Dir)
+	}
+	// The program, when it lives outside everything above (read-only).
+	if real, err := filepath.EvalSymlinks(spec.Argv[0]); err == nil && !under(real, covered) && !under(spec.Argv[0], covered) {
+		if fi, err := os.Stat(real); err == nil && fi.Mode().IsRegular() {
+			mounts = append(mounts, mountSpec{Kind: mountFD, Target: spec.Argv[0], FD: len(idmaps), File: true})
+			idmaps = append(idmaps, idmapSource{path: real, readOnly: true})
+		}
+	}
+	// Parents before children; equal depth keeps the order above.
+	slices.SortStableFunc(mounts, func(a, b mountSpec) int { return depth(a.Target) - depth(b.Target) })
+	cfg.Mounts = mounts
+	return cfg, idmaps, nil
+}
+
+func depth(p string) int { return strings.Count(filepath.Clean(p), "/") }
+
+func under(p string, dirs []string) bool {
+	for _, d := range dirs {
+		if p == d || strings.HasPrefix(p, strings.TrimSuffix(d, "/")+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func capLastCap() (int, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err != nil {
+		return 0, fmt.Errorf("read cap_last_cap: %w", err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, fmt.Errorf("parse cap_last_cap %q: %w", b, err)
+	}
+	return n, nil
+}
+
+// CheckSandbox starts a trivial program (/bin/true) in a sandbox with opts and
+// reports whether every layer could be established: nil, or the refusal (its
+// code names the missing kernel primitive: landlock-unavailable,
+// userns-unavailable, idmap-unavailable, seccomp-unavailable, ...). The node
+// publishes the answer in its BackendCapability.
+func CheckSandbox(opts StartOptions, tempBase string) error {
+	prog := "/bin/true"
+	if _, err := os.Stat(prog); err != nil {
+		prog = "/usr/bin/true"
+	}
+	tmp, err := os.MkdirTemp(tempBase, "procexec-check-")
+	if err != nil {
+		return fmt.Errorf("procexec: sandbox check temp dir: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	sb, err := StartSandboxed(SandboxSpec{Argv: []string{prog}, Env: []string{}, TempDir: tmp}, opts)
+	if err != nil {
+		return err
+	}
+	defer sb.Close()
+	st, err := sb.Cmd.Process.Wait()
+	if err != nil {
+		return fmt.Errorf("procexec: sandbox check: %w", err)
+	}
+	if code, sig := sb.ExitStatus(unix.WaitStatus(st.Sys().(syscall.WaitStatus))); code != 0 || sig != "" {
+		return refusal.New(refusal.SandboxSetupFailed, "sandbox check: %s ended with exit %d signal %q", prog, code, sig)
+	}
+	return nil
+}
+
+// MergeLeftovers adds to a cgroup report what the sandbox's PID 1 found still alive when
+// the program ended (the end of the PID namespace killed them before the cgroup teardown
+// could see them), so the outcome reports everything that was left.
+func MergeLeftovers(cg *CgroupReport, sb *Sandboxed) {
+	if cg == nil || sb == nil {
+		return
+	}
+	n, procs := sb.Leftovers()
+	if n == 0 {
+		return
+	}
+	cg.Kill.Found += n
+	for _, p := range procs {
+		cg.Kill.Procs = append(cg.Kill.Procs, cgroups.Proc{Pid: p.Pid, Ppid: p.Ppid, Comm: p.Comm})
+	}
+}
