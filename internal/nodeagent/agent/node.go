@@ -25,16 +25,23 @@ import (
 	"sensorium.dev/workbench/internal/statusapply"
 )
 
-// publishLoop publishes the node's BackendCapability objects once and its WorkbenchNode on
-// every heartbeat, until ctx ends.
+// publishLoop publishes the node's BackendCapability objects (once they are accepted) and
+// its WorkbenchNode on every heartbeat, until ctx ends. A refused publication is retried on
+// the next heartbeat: on a real cluster the node agent's pod may start before the
+// manager's admission webhooks serve.
 func (a *Agent) publishLoop(ctx context.Context) error {
 	log := ctrl.LoggerFrom(ctx)
-	if err := a.publishCapabilities(ctx); err != nil {
-		log.Error(err, "Publishing backend capabilities")
-	}
 	t := time.NewTicker(time.Duration(a.cfg.HeartbeatSeconds) * time.Second)
 	defer t.Stop()
+	capsPublished := false
 	for {
+		if !capsPublished {
+			if err := a.publishCapabilities(ctx); err != nil {
+				log.Error(err, "Publishing backend capabilities; retrying on the next heartbeat")
+			} else {
+				capsPublished = true
+			}
+		}
 		if err := a.publishNode(ctx); err != nil {
 			log.Error(err, "Publishing WorkbenchNode")
 		}
