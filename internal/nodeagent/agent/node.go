@@ -19,20 +19,29 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/nodeagent/procexec"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/statusapply"
 )
 
-// publishLoop publishes the node's BackendCapability objects once and its WorkbenchNode on
-// every heartbeat, until ctx ends.
+// publishLoop publishes the node's BackendCapability objects (once they are accepted) and
+// its WorkbenchNode on every heartbeat, until ctx ends. A refused publication is retried on
+// the next heartbeat: on a real cluster the node agent's pod may start before the
+// manager's admission webhooks serve.
 func (a *Agent) publishLoop(ctx context.Context) error {
 	log := ctrl.LoggerFrom(ctx)
-	if err := a.publishCapabilities(ctx); err != nil {
-		log.Error(err, "Publishing backend capabilities")
-	}
 	t := time.NewTicker(time.Duration(a.cfg.HeartbeatSeconds) * time.Second)
 	defer t.Stop()
+	capsPublished := false
 	for {
+		if !capsPublished {
+			if err := a.publishCapabilities(ctx); err != nil {
+				log.Error(err, "Publishing backend capabilities; retrying on the next heartbeat")
+			} else {
+				capsPublished = true
+			}
+		}
 		if err := a.publishNode(ctx); err != nil {
 			log.Error(err, "Publishing WorkbenchNode")
 		}
@@ -190,7 +199,10 @@ func (a *Agent) publishNode(ctx context.Context) error {
 	st := wbv1.WorkbenchNodeStatus{
 		AgentVersion: Version, HeartbeatTime: &now,
 		Caps: &wbv1.NodeCaps{Sessions: int32(caps.Sessions), SessionsPerEnvironment: int32(caps.SessionsPerEnvironment), ReaderTasks: int32(caps.ReaderTasks),
-			InputQueueDepth: int32(caps.InputQueueDepth), EventBufferDepth: int32(caps.EventBufferDepth), PendingWaits: int32(caps.PendingWaits)},
+			InputQueueDepth: int32(caps.InputQueueDepth), EventBufferDepth: int32(caps.EventBufferDepth), PendingWaits: int32(caps.PendingWaits),
+			// The ceilings the node's runtimes enforce, advertised (the same as admission's).
+			MaxCommandTimeoutSeconds: int64(procexec.MaxTimeout / time.Second), MaxCommandOutputBytes: procexec.MaxOutputBytes,
+			MaxSessionDurationSeconds: int64(session.DefaultMaxDurationCeiling / time.Second)},
 		ActiveSessions: int32(active), ActiveWaits: int32(a.waits), Recovery: a.recovery, DataPlane: a.dataPlane,
 	}
 	a.mu.Unlock()
