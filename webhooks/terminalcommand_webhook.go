@@ -82,6 +82,7 @@ func ValidateCommandShape(spec *wbv1.TerminalCommandSpec) field.ErrorList {
 	specPath := field.NewPath("spec")
 	errs := refusalErrors(specPath.Child("argv"), actuation.ValidateArgvShape(spec.Argv))
 	errs = append(errs, refusalErrors(specPath.Child("cwd", "path"), one(actuation.ValidateRelativePath(string(spec.Cwd.Path), false)))...)
+	errs = append(errs, refusalErrors(specPath, actuation.ValidateCommandCeilings(spec.TimeoutSeconds, spec.OutputBytes))...)
 	for i, e := range spec.Env {
 		errs = append(errs, refusalErrors(specPath.Child("env").Index(i), actuation.ValidateEnvVar(actuation.EnvVar{Name: e.Name, Value: e.Value}))...)
 	}

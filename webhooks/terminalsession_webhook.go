@@ -4,11 +4,13 @@ import (
 	"context"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-terminalsession,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=terminalsessions;terminalsessions/status,verbs=create;update,versions=v1alpha1,name=vterminalsession.workbench.sensorium.dev,admissionReviewVersions=v1
@@ -26,7 +28,15 @@ func setupTerminalSession(mgr ctrl.Manager) error {
 
 // ValidateCreate implements admission.Validator.
 func (TerminalSessionValidator) ValidateCreate(ctx context.Context, obj *wbv1.TerminalSession) (admission.Warnings, error) {
-	return nodeRestricted(ctx, "TerminalSession", obj.Name, obj.Labels)
+	if w, err := nodeRestricted(ctx, "TerminalSession", obj.Name, obj.Labels); err != nil {
+		return w, err
+	}
+	return nil, sessionCeilings(obj)
+}
+
+// sessionCeilings refuses durations the node would refuse, with the node's code.
+func sessionCeilings(obj *wbv1.TerminalSession) error {
+	return invalid("TerminalSession", obj.Name, refusalErrors(field.NewPath("spec"), actuation.ValidateSessionCeilings(obj.Spec.MaxDurationSeconds, obj.Spec.IdleTimeoutSeconds)))
 }
 
 // ValidateUpdate implements admission.Validator.
@@ -42,6 +52,9 @@ func (v TerminalSessionValidator) ValidateUpdate(ctx context.Context, old, obj *
 	oldSpec.DesiredState, newSpec.DesiredState = "", ""
 	closing := equality.Semantic.DeepEqual(oldSpec, newSpec) &&
 		(obj.Spec.DesiredState == old.Spec.DesiredState || obj.Spec.DesiredState == "Closed")
+	if err := sessionCeilings(obj); err != nil && !isStatus(req) {
+		return nil, err
+	}
 	return nil, proposerUpdate(ctx, v.Client, req, "TerminalSession", "terminalsessions", old, obj, closing)
 }
 

@@ -111,14 +111,14 @@ type CommandProfileSpec struct {
 	// +optional
 	// +kubebuilder:default=300
 	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=86400
+	// +kubebuilder:validation:XValidation:rule="self <= 3600",message="timeout-above-max: at most 3600 seconds, the node ceiling (actuation.MaxCommandTimeoutSeconds)"
 	MaxTimeoutSeconds int64 `json:"maxTimeoutSeconds,omitempty"`
 
 	// maxOutputBytes caps a command's combined stdout and stderr.
 	// +optional
 	// +kubebuilder:default=1048576
 	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=67108864
+	// +kubebuilder:validation:XValidation:rule="self <= 16777216",message="output-cap-above-max: at most 16777216 bytes, the node ceiling (actuation.MaxCommandOutputBytes)"
 	MaxOutputBytes int64 `json:"maxOutputBytes,omitempty"`
 
 	// pty says whether the command may run on a PTY.

@@ -66,14 +66,14 @@ type TerminalCommandSpec struct {
 	// +optional
 	// +kubebuilder:default=60
 	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=86400
+	// +kubebuilder:validation:XValidation:rule="self <= 3600",message="timeout-above-max: at most 3600 seconds, the node ceiling (actuation.MaxCommandTimeoutSeconds)"
 	TimeoutSeconds int64 `json:"timeoutSeconds,omitempty"`
 
 	// outputBytes is the shared stdout+stderr cap, at most the profile's maxOutputBytes.
 	// +optional
 	// +kubebuilder:default=65536
 	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=67108864
+	// +kubebuilder:validation:XValidation:rule="self <= 16777216",message="output-cap-above-max: at most 16777216 bytes, the node ceiling (actuation.MaxCommandOutputBytes)"
 	OutputBytes int64 `json:"outputBytes,omitempty"`
 
 	// idempotencyKey de-duplicates replays of the same intent.

@@ -57,14 +57,14 @@ type TerminalSessionSpec struct {
 	// +optional
 	// +kubebuilder:default=300
 	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=86400
+	// +kubebuilder:validation:XValidation:rule="self <= 43200",message="timeout-above-max: at most 43200 seconds, the node ceiling (actuation.MaxSessionDurationSeconds)"
 	IdleTimeoutSeconds int64 `json:"idleTimeoutSeconds,omitempty"`
 
 	// maxDurationSeconds after which the session expires and is closed.
 	// +optional
 	// +kubebuilder:default=3600
 	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=604800
+	// +kubebuilder:validation:XValidation:rule="self <= 43200",message="timeout-above-max: at most 43200 seconds, the node ceiling (actuation.MaxSessionDurationSeconds)"
 	MaxDurationSeconds int64 `json:"maxDurationSeconds,omitempty"`
 
 	// rawInput says who may write raw bytes.

@@ -18,6 +18,18 @@ type NodeCaps struct {
 	EventBufferDepth int32 `json:"eventBufferDepth,omitempty"`
 	// +optional
 	PendingWaits int32 `json:"pendingWaits,omitempty"`
+	// maxCommandTimeoutSeconds is the longest command timeout this node runs; admission
+	// refuses longer ones with timeout-above-max (the same ceiling, from one source).
+	// +optional
+	MaxCommandTimeoutSeconds int64 `json:"maxCommandTimeoutSeconds,omitempty"`
+	// maxCommandOutputBytes is the largest command output cap this node accepts
+	// (output-cap-above-max above it).
+	// +optional
+	MaxCommandOutputBytes int64 `json:"maxCommandOutputBytes,omitempty"`
+	// maxSessionDurationSeconds is the longest session duration or idle timeout this node
+	// accepts (timeout-above-max above it).
+	// +optional
+	MaxSessionDurationSeconds int64 `json:"maxSessionDurationSeconds,omitempty"`
 }
 
 // AdmittedRoot is a host directory the node's own configuration admits.

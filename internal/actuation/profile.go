@@ -70,8 +70,8 @@ type Profile struct {
 
 // Bounds of profiles and argv.
 const (
-	MaxTimeoutSecondsCap = 86400
-	MaxOutputBytesCap    = 64 << 20
+	MaxTimeoutSecondsCap = MaxCommandTimeoutSeconds // the node ceiling (limits.go)
+	MaxOutputBytesCap    = MaxCommandOutputBytes    // the node ceiling (limits.go)
 	MaxArgv              = 256
 	MaxArgBytes          = 4096
 	MaxArgvTotalBytes    = 64 << 10

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // TestNodeRefusesWhatTheGateDidNotAdmit: the manager's gate is bypassed — the manager's own
@@ -67,5 +68,23 @@ func TestNodeRefusesWhatTheGateDidNotAdmit(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "pwned")); !os.IsNotExist(err) {
 		t.Fatalf("the refused command ran: stat pwned = %v", err)
+	}
+}
+
+// TestNodeAdvertisesAdmissionCeilings: the WorkbenchNode the agent writes advertises the
+// ceilings its runtimes enforce, and they are the ones admission enforces.
+func TestNodeAdvertisesAdmissionCeilings(t *testing.T) {
+	var n wbv1.WorkbenchNode
+	eventually(t, 30*time.Second, "WorkbenchNode caps", func() (bool, string) {
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: nodeName}, &n); err != nil {
+			return false, err.Error()
+		}
+		return n.Status.Caps != nil && n.Status.Caps.MaxCommandTimeoutSeconds != 0, fmt.Sprintf("%+v", n.Status.Caps)
+	})
+	c := n.Status.Caps
+	if c.MaxCommandTimeoutSeconds != actuation.MaxCommandTimeoutSeconds || c.MaxCommandOutputBytes != actuation.MaxCommandOutputBytes ||
+		c.MaxSessionDurationSeconds != actuation.MaxSessionDurationSeconds {
+		t.Fatalf("advertised %+v; admission enforces %d s, %d bytes, %d s", c, actuation.MaxCommandTimeoutSeconds,
+			actuation.MaxCommandOutputBytes, actuation.MaxSessionDurationSeconds)
 	}
 }

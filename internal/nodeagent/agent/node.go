@@ -19,7 +19,9 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/nodeagent/procexec"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/statusapply"
 )
 
@@ -197,7 +199,10 @@ func (a *Agent) publishNode(ctx context.Context) error {
 	st := wbv1.WorkbenchNodeStatus{
 		AgentVersion: Version, HeartbeatTime: &now,
 		Caps: &wbv1.NodeCaps{Sessions: int32(caps.Sessions), SessionsPerEnvironment: int32(caps.SessionsPerEnvironment), ReaderTasks: int32(caps.ReaderTasks),
-			InputQueueDepth: int32(caps.InputQueueDepth), EventBufferDepth: int32(caps.EventBufferDepth), PendingWaits: int32(caps.PendingWaits)},
+			InputQueueDepth: int32(caps.InputQueueDepth), EventBufferDepth: int32(caps.EventBufferDepth), PendingWaits: int32(caps.PendingWaits),
+			// The ceilings the node's runtimes enforce, advertised (the same as admission's).
+			MaxCommandTimeoutSeconds: int64(procexec.MaxTimeout / time.Second), MaxCommandOutputBytes: procexec.MaxOutputBytes,
+			MaxSessionDurationSeconds: int64(session.DefaultMaxDurationCeiling / time.Second)},
 		ActiveSessions: int32(active), ActiveWaits: int32(a.waits), Recovery: a.recovery, DataPlane: a.dataPlane,
 	}
 	a.mu.Unlock()

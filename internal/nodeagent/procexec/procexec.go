@@ -33,6 +33,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/platform/cgroups"
 )
@@ -41,16 +42,18 @@ import (
 const (
 	// DefaultTimeout applies when Spec.Timeout is zero.
 	DefaultTimeout = 10 * time.Minute
-	// MaxTimeout caps Spec.Timeout (refusal.TimeoutAboveMax).
-	MaxTimeout = time.Hour
+	// MaxTimeout caps Spec.Timeout (refusal.TimeoutAboveMax): the node ceiling
+	// admission enforces too (actuation.MaxCommandTimeoutSeconds).
+	MaxTimeout = actuation.MaxCommandTimeoutSeconds * time.Second
 	// DefaultGrace is the SIGTERM→SIGKILL grace period.
 	DefaultGrace = 2 * time.Second
 	// MaxGrace caps Spec.Grace (refusal.TimeoutAboveMax).
 	MaxGrace = 30 * time.Second
 	// DefaultOutputBytes is the shared stdout+stderr cap when unset.
 	DefaultOutputBytes = 1 << 20
-	// MaxOutputBytes caps Spec.OutputBytes (refusal.OutputCapAboveMax).
-	MaxOutputBytes = 16 << 20
+	// MaxOutputBytes caps Spec.OutputBytes (refusal.OutputCapAboveMax): the node
+	// ceiling admission enforces too (actuation.MaxCommandOutputBytes).
+	MaxOutputBytes = actuation.MaxCommandOutputBytes
 	// MaxArgs and MaxArgBytes bound the argv (refusal.InvalidSpec).
 	MaxArgs     = 1024
 	MaxArgBytes = 128 << 10

@@ -31,6 +31,7 @@ import (
 	"syscall"
 	"time"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/procexec"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
@@ -63,8 +64,9 @@ const (
 	// DefaultMaxDuration applies when Spec.MaxDuration is zero.
 	DefaultMaxDuration = time.Hour
 	// DefaultMaxDurationCeiling caps Spec.MaxDuration and Spec.IdleTimeout
-	// (refusal.TimeoutAboveMax).
-	DefaultMaxDurationCeiling = 12 * time.Hour
+	// (refusal.TimeoutAboveMax): the node ceiling admission enforces too
+	// (actuation.MaxSessionDurationSeconds).
+	DefaultMaxDurationCeiling = actuation.MaxSessionDurationSeconds * time.Second
 	// DefaultIdleTimeout applies when Spec.IdleTimeout is zero (a negative
 	// value disables idle detection). Idle is a phase, never a kill trigger.
 	DefaultIdleTimeout = 5 * time.Minute
@@ -126,8 +128,8 @@ func (c Caps) withDefaults() Caps {
 	if c.EventMaxAge <= 0 {
 		c.EventMaxAge = DefaultEventMaxAge
 	}
-	if c.MaxDuration <= 0 {
-		c.MaxDuration = DefaultMaxDurationCeiling
+	if c.MaxDuration <= 0 || c.MaxDuration > DefaultMaxDurationCeiling {
+		c.MaxDuration = DefaultMaxDurationCeiling // never above the ceiling admission enforces
 	}
 	return c
 }

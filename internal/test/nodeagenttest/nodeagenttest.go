@@ -82,7 +82,7 @@ func TokenFor(ctx context.Context, env *envtest.Env, ns, name, role string) (str
 		return "", err
 	}
 	exp := int64(600)
-	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp, Audiences: []string{agent.DataPlaneAudience()}}}
 	if err := env.Client.SubResource("token").Create(ctx, sa, tr); err != nil {
 		return "", err
 	}
