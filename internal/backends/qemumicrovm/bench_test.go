@@ -18,6 +18,7 @@ import (
 	"sensorium.dev/workbench/internal/nodeagent/guestpty"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/nodeagent/session"
+	"sensorium.dev/workbench/internal/test/samples"
 )
 
 // benchBoots is how many boots each boot benchmark iteration measures
@@ -98,131 +99,131 @@ func BenchmarkBootToAgentReady(b *testing.B) {
 }
 
 // BenchmarkPTYRoundTrip: a one-line echo through /bin/cat on a PTY inside the VM (guest
-// pty.input, then pty.read until the tty echo and cat's copy are back), next to the same
-// round trip on a host PTY (the floor of internal/nodeagent/session).
+// pty.input, then pty.read until the tty echo and cat's copy are back), and through the node
+// agent's path for an interactive session of a VM environment (a host PTY session running
+// the guest PTY relay), against the floor of the same round trip on a bare host PTY — one
+// sample of each per iteration, interleaved, percentiles from the samples.
 func BenchmarkPTYRoundTrip(b *testing.B) {
 	msg, reply := []byte("ping\n"), 12 // "ping\r\n" echoed by the tty plus cat's copy
-	b.Run("host-local", func(b *testing.B) {
-		cmd := exec.Command("/bin/cat")
-		cmd.Env = []string{}
-		f, err := pty.Start(cmd)
-		if err != nil {
+	ctx := context.Background()
+
+	// Floor: a bare host PTY.
+	cmd := exec.Command("/bin/cat")
+	cmd.Env = []string{}
+	f, err := pty.Start(cmd)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait(); f.Close() }()
+	buf := make([]byte, 256)
+	hostRoundTrip := func() {
+		if _, err := f.Write(msg); err != nil {
 			b.Fatal(err)
 		}
-		defer func() { cmd.Process.Kill(); cmd.Wait(); f.Close() }()
-		buf := make([]byte, 256)
-		for b.Loop() {
-			if _, err := f.Write(msg); err != nil {
+		for got := 0; got < reply; {
+			n, err := f.Read(buf)
+			if err != nil {
 				b.Fatal(err)
 			}
-			for got := 0; got < reply; {
-				n, err := f.Read(buf)
-				if err != nil {
-					b.Fatal(err)
-				}
-				got += n
-			}
+			got += n
 		}
-	})
-	b.Run("in-vm", func(b *testing.B) {
-		imageDir, img := vmEnv(b)
-		bk, err := New(testConfig(b, imageDir))
-		if err != nil {
+	}
+
+	// In the VM: the guest protocol directly.
+	imageDir, img := vmEnv(b)
+	bk, err := New(testConfig(b, imageDir))
+	if err != nil {
+		b.Fatal(err)
+	}
+	spec := testSpec("bench-pty", img)
+	if _, err := bk.Allocate(ctx, spec); err != nil {
+		b.Fatal(err)
+	}
+	defer bk.Teardown(context.Background(), spec)
+	ctl, err := bk.Guest(ctx, spec.ID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ctl.Close()
+	rd, err := bk.Guest(ctx, spec.ID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rd.Close()
+	if _, err := ctl.PTYOpen(ctx, "", protocol.PTYOpenArgs{SessionID: "cat", Argv: []string{"/bin/cat"}, Rows: 24, Cols: 80}); err != nil {
+		b.Fatal(err)
+	}
+	off := uint64(0)
+	vmRoundTrip := func() {
+		if _, err := ctl.PTYInput(ctx, "", "cat", msg); err != nil {
 			b.Fatal(err)
 		}
-		spec := testSpec("bench-pty", img)
-		if _, err := bk.Allocate(context.Background(), spec); err != nil {
-			b.Fatal(err)
-		}
-		defer bk.Teardown(context.Background(), spec)
-		ctx := context.Background()
-		ctl, err := bk.Guest(ctx, spec.ID)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer ctl.Close()
-		rd, err := bk.Guest(ctx, spec.ID)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer rd.Close()
-		if _, err := ctl.PTYOpen(ctx, "", protocol.PTYOpenArgs{SessionID: "cat", Argv: []string{"/bin/cat"}, Rows: 24, Cols: 80}); err != nil {
-			b.Fatal(err)
-		}
-		// The guest's tty needs a moment after open before input is echoed reliably: one
-		// warm-up round trip.
-		off := uint64(0)
-		roundTrip := func() {
-			if _, err := ctl.PTYInput(ctx, "", "cat", msg); err != nil {
+		for want := off + uint64(reply); off < want; {
+			d, _, err := rd.PTYRead(ctx, "", protocol.PTYReadArgs{SessionID: "cat", Offset: off, Max: 4096, WaitMS: 5000})
+			if err != nil {
 				b.Fatal(err)
 			}
-			for want := off + uint64(reply); off < want; {
-				d, _, err := rd.PTYRead(ctx, "", protocol.PTYReadArgs{SessionID: "cat", Offset: off, Max: 4096, WaitMS: 5000})
-				if err != nil {
-					b.Fatal(err)
-				}
-				off = d.Next
-			}
+			off = d.Next
 		}
-		roundTrip()
-		for b.Loop() {
-			roundTrip()
-		}
-	})
-	// The node agent's path for an interactive session of a VM environment: a host PTY
-	// session (ring, screen model) running the guest PTY relay, which carries the bytes to
-	// and from a PTY in the guest.
-	b.Run("in-vm-session-relay", func(b *testing.B) {
-		imageDir, img := vmEnv(b)
-		bk, err := New(testConfig(b, imageDir))
-		if err != nil {
+	}
+
+	// The node agent's path: a host PTY session (ring) running the guest PTY relay (a host
+	// relay: it must reach the VM's socket; the program runs in the guest).
+	ep, bind, err := bk.GuestChannel(spec.ID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := guestpty.Config{Endpoint: ep, Binding: bind, SessionID: "relay", Argv: []string{"/bin/cat"}}.Environ()
+	if err != nil {
+		b.Fatal(err)
+	}
+	self, _ := os.Executable()
+	m := session.NewManager(session.Caps{})
+	s, err := m.Open(ctx, session.Spec{ID: "relay", Argv: []string{self, guestpty.Arg}, Env: []string{e}, Dir: "/", IdleTimeout: -1,
+		Rows: 24, Cols: 80, HostRelay: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close(ctx)
+	cursor := s.Events().LastSeq()
+	relayRoundTrip := func() {
+		if err := s.Input(msg); err != nil {
 			b.Fatal(err)
 		}
-		spec := testSpec("bench-relay", img)
-		if _, err := bk.Allocate(context.Background(), spec); err != nil {
-			b.Fatal(err)
-		}
-		defer bk.Teardown(context.Background(), spec)
-		ep, bind, err := bk.GuestChannel(spec.ID)
-		if err != nil {
-			b.Fatal(err)
-		}
-		e, err := guestpty.Config{Endpoint: ep, Binding: bind, SessionID: "relay", Argv: []string{"/bin/cat"}}.Environ()
-		if err != nil {
-			b.Fatal(err)
-		}
-		self, _ := os.Executable()
-		m := session.NewManager(session.Caps{})
-		ctx := context.Background()
-		s, err := m.Open(ctx, session.Spec{ID: "relay", Argv: []string{self, guestpty.Arg}, Env: []string{e}, Dir: "/", IdleTimeout: -1, Rows: 24, Cols: 80})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer s.Close(ctx)
-		cursor := s.Events().LastSeq()
-		roundTrip := func() {
-			if err := s.Input(msg); err != nil {
+		for got := 0; got < reply; {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := s.Events().Wait(wctx, cursor)
+			cancel()
+			if err != nil {
 				b.Fatal(err)
 			}
-			for got := 0; got < reply; {
-				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				err := s.Events().Wait(wctx, cursor)
-				cancel()
-				if err != nil {
-					b.Fatal(err)
-				}
-				var evs []ring.Event
-				evs, cursor, _ = s.Read(cursor, 0)
-				for _, ev := range evs {
-					if ev.Kind == ring.KindOutput {
-						got += len(ev.Data)
-					}
+			var evs []ring.Event
+			evs, cursor, _ = s.Read(cursor, 0)
+			for _, ev := range evs {
+				if ev.Kind == ring.KindOutput {
+					got += len(ev.Data)
 				}
 			}
 		}
-		roundTrip()
-		for b.Loop() {
-			roundTrip()
-		}
-	})
+	}
+
+	// The guest's tty needs a moment after open before input is echoed reliably: one
+	// warm-up round trip of each.
+	hostRoundTrip()
+	vmRoundTrip()
+	relayRoundTrip()
+	timed := func(fn func()) time.Duration { t0 := time.Now(); fn(); return time.Since(t0) }
+	var host, vm, relay samples.Durations
+	for b.Loop() {
+		host = append(host, timed(hostRoundTrip))
+		vm = append(vm, timed(vmRoundTrip))
+		relay = append(relay, timed(relayRoundTrip))
+	}
+	b.ReportMetric(samples.Us(host.Quantile(0.50)), "host-pty-p50-us")
+	b.ReportMetric(samples.Us(vm.Quantile(0.50)), "in-vm-p50-us")
+	b.ReportMetric(samples.Us(vm.Quantile(0.99)), "in-vm-p99-us")
+	b.ReportMetric(samples.Us(relay.Quantile(0.50)), "relay-session-p50-us")
+	b.ReportMetric(samples.Us(relay.Quantile(0.99)), "relay-session-p99-us")
+	samples.Ratio(b, "in-vm-to-host", vm, host)
+	samples.Ratio(b, "relay-to-host", relay, host)
 }
