@@ -4,13 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/creack/pty"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
+	"sensorium.dev/workbench/internal/test/samples"
 )
 
 // echoMsg is answered by 12 output bytes: the tty echo "ping\r\n" plus cat's
@@ -19,39 +22,48 @@ var echoMsg = []byte("ping\n")
 
 const echoReply = 12
 
-// BenchmarkInProcessPTYEcho is the floor: write to a creack/pty running
-// /bin/cat and read the echo from the master.
-func BenchmarkInProcessPTYEcho(b *testing.B) {
+// ptyFloor is the floor of the data-plane benchmark: write to a creack/pty running /bin/cat
+// and read the echo from the master, in this process.
+type ptyFloor struct {
+	cmd *exec.Cmd
+	f   *os.File
+	buf []byte
+}
+
+func newPTYFloor(b *testing.B) *ptyFloor {
 	cmd := exec.Command("/bin/cat")
 	cmd.Env = []string{}
 	f, err := pty.Start(cmd)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer func() {
+	fl := &ptyFloor{cmd: cmd, f: f, buf: make([]byte, 256)}
+	b.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		_ = f.Close()
-	}()
-	buf := make([]byte, 256)
-	for b.Loop() {
-		if _, err := f.Write(echoMsg); err != nil {
+	})
+	return fl
+}
+
+func (fl *ptyFloor) roundTrip(b *testing.B) {
+	if _, err := fl.f.Write(echoMsg); err != nil {
+		b.Fatal(err)
+	}
+	for got := 0; got < echoReply; {
+		n, err := fl.f.Read(fl.buf)
+		if err != nil {
 			b.Fatal(err)
 		}
-		for got := 0; got < echoReply; {
-			n, err := f.Read(buf)
-			if err != nil {
-				b.Fatal(err)
-			}
-			got += n
-		}
+		got += n
 	}
 }
 
-// BenchmarkDataPlaneInputEcho: POST input over HTTPS (cached token), then
-// long-poll events until the echo arrived. "authz=cached" reuses allowed
-// SubjectAccessReviews (the default); "authz=per-request" asks the API
-// server on every request.
+// BenchmarkDataPlaneInputEcho: POST input over HTTPS (cached token), then long-poll events
+// until the echo arrived, against the in-process PTY floor — one sample of each per
+// iteration, interleaved, percentiles from the samples. "authz=cached" reuses allowed
+// SubjectAccessReviews (the default); "authz=per-request" asks the API server on every
+// request. (The attach stream through the aggregated API is test/bench/aggregated.)
 func BenchmarkDataPlaneInputEcho(b *testing.B) {
 	fx := requireAPIServer(b)
 	for _, bc := range []struct {
@@ -62,6 +74,7 @@ func BenchmarkDataPlaneInputEcho(b *testing.B) {
 		{"authz=per-request", "bench-per-request", CacheOptions{TTL: -1}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
+			floor := newPTYFloor(b)
 			ts := startKubeServer(b, Limits{}, bc.cache)
 			name := bc.session
 			s := ts.openSession(b, testNS, name, wbv1.RawInputOperatorOnly, 0)
@@ -75,7 +88,12 @@ func BenchmarkDataPlaneInputEcho(b *testing.B) {
 				b.Fatalf("warm-up: %d %v %s", status, err, body)
 			}
 			in := InputRequest{Data: echoMsg}
+			var floorS, pathS samples.Durations
 			for b.Loop() {
+				t0 := time.Now()
+				floor.roundTrip(b)
+				floorS = append(floorS, time.Since(t0))
+				t1 := time.Now()
 				if status, body, err := ts.request(ctx, "POST", inputPath, op, in); err != nil || status != 202 {
 					b.Fatalf("input: %d %v %s", status, err, body)
 				}
@@ -98,7 +116,12 @@ func BenchmarkDataPlaneInputEcho(b *testing.B) {
 					}
 					cursor = er.Next
 				}
+				pathS = append(pathS, time.Since(t1))
 			}
+			b.ReportMetric(samples.Us(floorS.Quantile(0.50)), "floor-p50-us")
+			b.ReportMetric(samples.Us(pathS.Quantile(0.50)), "dataplane-p50-us")
+			b.ReportMetric(samples.Us(pathS.Quantile(0.99)), "dataplane-p99-us")
+			samples.Ratio(b, "dataplane-to-floor", pathS, floorS)
 		})
 	}
 }
