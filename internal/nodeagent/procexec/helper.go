@@ -220,7 +220,11 @@ func runHelper() {
 // readHelperConfig reads the length-prefixed configuration and the mount
 // descriptors (SCM_RIGHTS on the first message) from fd 3, then closes it.
 func readHelperConfig() (*helperConfig, []int, *helperFailure) {
-	defer unix.Close(helperConfigFD)
+	// One owner for fd 3: the *os.File. Closing the raw fd while an *os.File for it stays
+	// reachable would let its finalizer close "fd 3" later — by then another descriptor
+	// (e.g. the exec error pipe of startProgram's ForkExec, which then fails with EBADF).
+	cf := os.NewFile(helperConfigFD, "procexec-config")
+	defer cf.Close()
 	var hdr [8]byte
 	oob := make([]byte, unix.CmsgSpace(4*maxHelperFDs))
 	n, oobn, _, _, err := unix.Recvmsg(helperConfigFD, hdr[:], oob, unix.MSG_CMSG_CLOEXEC)
@@ -241,7 +245,7 @@ func readHelperConfig() (*helperConfig, []int, *helperFailure) {
 			fds = append(fds, got...)
 		}
 	}
-	r := io.Reader(os.NewFile(helperConfigFD, "procexec-config"))
+	r := io.Reader(cf)
 	if n < len(hdr) {
 		if _, err := io.ReadFull(r, hdr[n:]); err != nil {
 			return nil, nil, failf(refusal.SandboxSetupFailed, "helper: read config header: %v", err)
