@@ -59,9 +59,12 @@ func buildAgent(t *testing.T) string {
 	return bin
 }
 
-func crashKubeconfig(t *testing.T) string {
+func crashKubeconfig(t *testing.T) string { return nodeKubeconfig(t, crashNode) }
+
+// nodeKubeconfig writes a kubeconfig of node's identity (user workbench:node:<node>).
+func nodeKubeconfig(t *testing.T, node string) string {
 	t.Helper()
-	user, err := env.Env.AddUser(crenvtest.User{Name: webhooks.NodeUserPrefix + crashNode, Groups: []string{webhooks.NodeGroup}}, nil)
+	user, err := env.Env.AddUser(crenvtest.User{Name: webhooks.NodeUserPrefix + node, Groups: []string{webhooks.NodeGroup}}, nil)
 	must(t, err)
 	kc, err := user.KubeConfig()
 	must(t, err)
@@ -198,4 +201,49 @@ func tail(s string) string {
 		return s[len(s)-3000:]
 	}
 	return s
+}
+
+// TestGracefulStopInterrupts stops the node agent with SIGTERM (as `kubectl delete pod`
+// does) while a command runs: the agent kills the command on its way out, and the outcome
+// is Failed with code interrupted — nobody cancelled it — never Cancelled, never re-run.
+func TestGracefulStopInterrupts(t *testing.T) {
+	ctx := context.Background()
+	bin := buildAgent(t)
+	const node = "node-graceful"
+	kubeconfig := nodeKubeconfig(t, node)
+	must(t, env.Bind(ctx, "workbench-node-agent", webhooks.NodeUserPrefix+node, ""))
+	state := t.TempDir()
+	root := t.TempDir()
+	config := filepath.Join(t.TempDir(), "node-agent.yaml")
+	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nadmittedRoots:\n  crash: %s\nheartbeatSeconds: 2\n", node, state, root)), 0o600))
+
+	first := startAgentProcess(t, bin, kubeconfig, config)
+	ns := namespace(t)
+	readyEnvironmentOn(t, ns, root, node)
+	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/sleep", nil, []string{"30"})))
+	must(t, env.Client.Create(ctx, command(ns, "long", "/bin/sleep", "302.25")))
+	eventually(t, 30*time.Second, "the command to run", func() (bool, string) {
+		var c wbv1.TerminalCommand
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
+		return c.Status.Phase == wbv1.CommandRunning, fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(first.log.String()))
+	})
+	must(t, first.cmd.Process.Signal(syscall.SIGTERM))
+	_ = first.cmd.Wait()
+	if left := findProcess("/bin/sleep", "302.25"); len(left) != 0 {
+		t.Fatalf("the command outlived the agent's graceful stop: %v", left)
+	}
+
+	second := startAgentProcess(t, bin, kubeconfig, config)
+	defer func() {
+		_ = second.cmd.Process.Signal(syscall.SIGTERM)
+		_ = second.cmd.Wait()
+	}()
+	var c wbv1.TerminalCommand
+	eventually(t, 60*time.Second, "the interrupted command's derived phase", func() (bool, string) {
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
+		return wbv1.CommandPhaseIsFinal(c.Status.Phase), fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(second.log.String()))
+	})
+	if c.Status.Phase != wbv1.CommandFailed || c.Status.Refusal == nil || c.Status.Refusal.Code != "interrupted" || c.Status.SignalOrigin == "cancel" {
+		t.Fatalf("outcome after a graceful stop of the agent: %+v", c.Status)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/fields"
@@ -38,6 +39,10 @@ const FieldManager = "workbench-node-agent/"
 
 // Agent is one node agent process.
 type Agent struct {
+	// stopping is set when the agent shuts down: commands it kills then were interrupted by
+	// the node, not cancelled by anyone (awaitCommand records them so).
+	stopping atomic.Bool
+
 	cfg      Config
 	helper   string // this executable (or Options.HelperPath): sandbox helper and guest PTY relay
 	store    *store.DB
@@ -232,6 +237,7 @@ func (a *Agent) Run(ctx context.Context, cfg *rest.Config) error {
 // shutdown stops every process the agent runs; it leaves store records so a restart knows
 // what was interrupted.
 func (a *Agent) shutdown(ctx context.Context) {
+	a.stopping.Store(true)
 	_ = a.sessions.Shutdown(ctx)
 	a.mu.Lock()
 	var ending []*procexec.Handle

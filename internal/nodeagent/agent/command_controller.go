@@ -491,6 +491,11 @@ func (a *Agent) awaitCommand(cmd *wbv1.TerminalCommand, h *procexec.Handle, out 
 		o.Phase, o.RefusalCode, o.Message = wbv1.CommandFailed, refusal.CodeOf(err), err.Error()
 	case res.SignalOrigin == procexec.OriginTimeout:
 		o.Phase, o.Message = wbv1.CommandTimedOut, "timed out; the process group was terminated"
+	case res.SignalOrigin == procexec.OriginCancel && a.stopping.Load():
+		// Killed because the node agent is stopping (e.g. its pod was deleted): nobody
+		// cancelled it, and it will not be re-run — the truthful outcome is interrupted.
+		o.Phase, o.RefusalCode, o.SignalOrigin = wbv1.CommandFailed, string(actuation.CodeInterrupted), ""
+		o.Message = "interrupted: the node agent stopped while the command ran"
 	case res.SignalOrigin == procexec.OriginCancel || res.SignalOrigin == procexec.OriginOperator:
 		o.Phase, o.Message = wbv1.CommandCancelled, "cancelled ("+string(res.SignalOrigin)+")"
 	case res.ExitCode == 0:
