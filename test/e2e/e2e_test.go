@@ -313,6 +313,7 @@ func TestNodeAgentPodDeletedMidCommand(t *testing.T) {
 	if old == nil {
 		t.Fatalf("no node-agent pod: %s", states)
 	}
+	deletedAt := time.Now().Add(-time.Second) // RecoveryAction times have second granularity
 	kubectl(t, "-n", systemNamespace, "delete", "pod", old.Name, "--wait=true")
 	eventually(t, 3*time.Minute, "a new node-agent pod Ready", func() (bool, string) {
 		p, states := agentPod(ctx, t)
@@ -329,11 +330,14 @@ func TestNodeAgentPodDeletedMidCommand(t *testing.T) {
 	if left := hostProcesses("/usr/bin/sleep", "307.25"); len(left) != 0 {
 		t.Fatalf("processes of the interrupted command left on the host: %v", left)
 	}
+	// The new pod's recovery sweep ran and reported on the WorkbenchNode. The command
+	// itself appears there only when the old agent could not record its interruption on
+	// the way out (SIGKILL); a graceful stop records it as interrupted before exiting.
 	var wn wbv1.WorkbenchNode
-	eventually(t, time.Minute, "the recovery sweep reported on the WorkbenchNode", func() (bool, string) {
+	eventually(t, time.Minute, "the recovery sweep of the new pod reported on the WorkbenchNode", func() (bool, string) {
 		must(t, cluster.client.Get(ctx, client.ObjectKey{Name: cluster.node}, &wn))
 		for _, r := range wn.Status.Recovery {
-			if strings.Contains(r.Resource, "command/"+ns+"/long") {
+			if !r.Time.Time.Before(deletedAt) {
 				return true, ""
 			}
 		}
