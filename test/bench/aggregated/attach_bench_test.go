@@ -226,8 +226,18 @@ func BenchmarkAttachRoundTrip(b *testing.B) {
 	}
 	kubeCfg := rest.AnonymousClientConfig(env.Config)
 	kubeCfg.BearerToken = token()
+	// The agent publishes its WorkbenchNode (data-plane endpoint and CA) on its own schedule:
+	// wait for it, bounded.
 	var node wbv1.WorkbenchNode
-	must(b, env.Client.Get(ctx, client.ObjectKey{Name: nodeName}, &node))
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) { // benchmark set-up only
+		err := env.Client.Get(ctx, client.ObjectKey{Name: nodeName}, &node)
+		if err == nil && node.Status.DataPlane != nil && node.Status.DataPlane.Endpoint != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("WorkbenchNode %s with a data plane not published within 2m: %v", nodeName, err)
+		}
+	}
 	directCfg := &rest.Config{Host: node.Status.DataPlane.Endpoint, BearerToken: token(agent.DataPlaneAudience()),
 		TLSClientConfig: rest.TLSClientConfig{CAData: []byte(node.Status.DataPlane.CABundle)}}
 
