@@ -166,7 +166,9 @@ func TestWithoutHealthConditionsKStatusMisreads(t *testing.T) {
 }
 
 func TestOperationDerivations(t *testing.T) {
-	completed := func(reason string) []metav1.Condition { return []metav1.Condition{c(wbv1.ConditionCompleted, true, reason)} }
+	completed := func(reason string) []metav1.Condition {
+		return []metav1.Condition{c(wbv1.ConditionCompleted, true, reason)}
+	}
 	for _, tc := range []struct {
 		conds []metav1.Condition
 		want  wbv1.WaitConditionStatus

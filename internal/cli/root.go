@@ -25,8 +25,8 @@ type Options struct {
 	// started is set once arguments and flags have parsed: an error before that is usage.
 	started bool
 	Config  *genericclioptions.ConfigFlags
-	Output string
-	IO     genericiooptions.IOStreams
+	Output  string
+	IO      genericiooptions.IOStreams
 }
 
 // Client builds the workbench client for the flags' kubeconfig, context, namespace and

@@ -19,8 +19,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"sensorium.dev/workbench/controllers"
 	"sensorium.dev/workbench/internal/nodeagent/agent"

@@ -84,4 +84,3 @@ func (a *Aggregation) cleanup() {
 		_ = os.RemoveAll(a.Dir)
 	}
 }
-

@@ -43,7 +43,7 @@ type Env struct {
 	// Aggregation is set when Options.Aggregation started the front-proxy setup.
 	Aggregation *Aggregation
 	stop        context.CancelFunc
-	done   chan error
+	done        chan error
 }
 
 // Options tune the manager run by the bootstrap.
