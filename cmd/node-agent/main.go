@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"sensorium.dev/workbench/internal/nodeagent/agent"
-	"sensorium.dev/workbench/internal/nodeagent/procexec"
+	"sensorium.dev/workbench/internal/platform/procexec"
 )
 
 func main() {

@@ -8,9 +8,9 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/procexec"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	sessionrt "sensorium.dev/workbench/internal/nodeagent/session"
+	"sensorium.dev/workbench/internal/platform/procexec"
 )
 
 // TestLimitsAgreeEndToEnd: for every node ceiling (actuation.Limits), the API server admits

@@ -36,7 +36,7 @@ import (
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/backends/hostlocal"
 	"sensorium.dev/workbench/internal/nodeagent/fixture"
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // ID is the backend identifier (spec.backend).

@@ -20,7 +20,7 @@ import (
 
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // ID is the backend identifier (spec.backend).

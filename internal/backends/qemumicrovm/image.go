@@ -12,7 +12,7 @@ import (
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
 	"sensorium.dev/workbench/internal/backends"
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // MaxBootFileBytes bounds a kernel or initrd (image-invalid above it).

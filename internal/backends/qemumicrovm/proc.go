@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sensorium.dev/workbench/internal/nodeagent/procexec"
+	"sensorium.dev/workbench/internal/platform/procexec"
 )
 
 // ProcIdentity identifies one process incarnation across pid reuse: the pid plus its

@@ -47,8 +47,8 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/guestclient"
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/platform/cgroups"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // ID is the backend identifier (spec.backend).

@@ -21,8 +21,8 @@ import (
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/guestclient"
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/nodeagent/guestpty"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 
 	"golang.org/x/sys/unix"
 )

@@ -21,11 +21,11 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/convert"
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
-	"sensorium.dev/workbench/internal/nodeagent/procexec"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/nodeagent/store"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
+	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/statusapply"
 )
 

@@ -16,10 +16,10 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/dataplane"
-	"sensorium.dev/workbench/internal/nodeagent/procexec"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/nodeagent/session"
+	"sensorium.dev/workbench/internal/platform/procexec"
 )
 
 // structuredTerminal is the data-plane face of a session without a PTY program: its event

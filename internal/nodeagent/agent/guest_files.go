@@ -9,10 +9,10 @@ import (
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/guestclient"
 	"sensorium.dev/workbench/internal/nodeagent/dataplane"
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/nodeagent/guestfs"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/waits"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // rootAccess is one environment root: a host directory (host-local, fixture-copy) or a

@@ -19,9 +19,9 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/procexec"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/session"
+	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/statusapply"
 )
 

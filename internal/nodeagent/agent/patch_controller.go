@@ -18,11 +18,11 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/convert"
 	"sensorium.dev/workbench/internal/nodeagent/artifacts"
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/nodeagent/guestfs"
 	"sensorium.dev/workbench/internal/nodeagent/patch"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/store"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/statusapply"
 )
 

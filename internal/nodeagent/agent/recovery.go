@@ -14,8 +14,8 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends"
-	"sensorium.dev/workbench/internal/nodeagent/procexec"
 	"sensorium.dev/workbench/internal/nodeagent/store"
+	"sensorium.dev/workbench/internal/platform/procexec"
 )
 
 // maxRecoveryReport bounds the recovery actions published in WorkbenchNode status.

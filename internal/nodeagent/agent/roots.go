@@ -5,8 +5,8 @@ import (
 
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // A host root is opened once, when its environment first becomes ready: the directory the

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // Refusal codes.

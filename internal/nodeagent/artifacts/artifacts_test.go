@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 func must(t *testing.T, err error) {

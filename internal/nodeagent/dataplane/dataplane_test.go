@@ -11,9 +11,9 @@ import (
 	"time"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 func TestKubeAuthentication(t *testing.T) {

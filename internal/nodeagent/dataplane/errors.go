@@ -11,8 +11,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // Codes produced by the data plane itself. Codes of the session runtime

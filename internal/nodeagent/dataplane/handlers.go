@@ -19,9 +19,9 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // signals is the closed list of signal names POST .../signal accepts.

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/nodeagent/session"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // ErrNotFound is returned (wrapped) by a Resolver for an unknown session,

@@ -23,9 +23,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/session"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 func TestGenerateServingCert(t *testing.T) {

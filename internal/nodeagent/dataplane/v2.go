@@ -20,8 +20,8 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // The v2 routes serve the aggregated subresource API (docs/api-subresources.md) with the

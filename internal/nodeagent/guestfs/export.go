@@ -12,7 +12,7 @@ import (
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
 	"sensorium.dev/workbench/internal/nodeagent/fixture"
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 var epoch = time.Unix(0, 0).UTC()

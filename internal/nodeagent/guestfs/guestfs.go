@@ -28,7 +28,7 @@ import (
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/guestclient"
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // Bounds.

@@ -21,8 +21,8 @@ import (
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
 	"sensorium.dev/workbench/internal/guestclient"
 	"sensorium.dev/workbench/internal/nodeagent/fixture"
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/nodeagent/patch"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // world is a real guest agent (in process, on the conformance Unix transport) whose root

@@ -7,7 +7,7 @@ import (
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
 	"sensorium.dev/workbench/internal/guestclient"
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // Snapshot lists rel ("" = the root) like fsaccess.Root.Snapshot: entries in the guest's

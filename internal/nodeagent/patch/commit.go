@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // beforeWrite is a test hook called before change i is written.

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // hygieneVectors are the shared golden vectors of the workspace-hygiene rule; the patch

@@ -20,7 +20,7 @@ import (
 	"github.com/bluekeyes/go-gitdiff/gitdiff"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // Refusal codes. The first six are actuation's vocabulary; the rest are new.

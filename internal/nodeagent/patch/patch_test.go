@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 func must(t *testing.T, err error) {

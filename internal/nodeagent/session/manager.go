@@ -32,10 +32,10 @@ import (
 	"time"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/procexec"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/platform/cgroups"
+	"sensorium.dev/workbench/internal/platform/procexec"
 )
 
 // Defaults (resolved decision 14: the laptop profile is 2 sessions, 4 reader

@@ -16,10 +16,10 @@ import (
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
-	"sensorium.dev/workbench/internal/nodeagent/procexec"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/platform/cgroups"
+	"sensorium.dev/workbench/internal/platform/procexec"
 )
 
 // Spec describes a session. Argv is data: Argv[0] is an absolute executable

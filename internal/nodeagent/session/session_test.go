@@ -16,9 +16,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sensorium.dev/workbench/internal/nodeagent/procexec"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
+	"sensorium.dev/workbench/internal/platform/procexec"
 )
 
 func TestMain(m *testing.M) {

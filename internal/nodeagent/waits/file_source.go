@@ -5,8 +5,8 @@ import (
 	"io/fs"
 	"time"
 
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 type fileSource struct {

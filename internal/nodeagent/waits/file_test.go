@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 func newWatcher(t testing.TB, c WatchCaps) *FileWatcher {

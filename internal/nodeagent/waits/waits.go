@@ -29,8 +29,8 @@ import (
 	"sync"
 	"time"
 
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // Condition kinds (the closed vocabulary of Wait/Probe condition.kind).

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"sensorium.dev/workbench/internal/nodeagent/procexec"
 	"sensorium.dev/workbench/internal/nodeagent/session"
+	"sensorium.dev/workbench/internal/platform/procexec"
 )
 
 func TestMain(m *testing.M) {

@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sensorium.dev/workbench/internal/nodeagent/fsaccess"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // FileWatcher caps (defaults used when a field is <= 0).

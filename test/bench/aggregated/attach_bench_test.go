@@ -34,7 +34,7 @@ import (
 	"sensorium.dev/workbench/internal/apiserver"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/nodeagent/dataplane"
-	"sensorium.dev/workbench/internal/nodeagent/procexec"
+	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/test/aggtest"
 	"sensorium.dev/workbench/internal/test/envtest"
 	"sensorium.dev/workbench/webhooks"

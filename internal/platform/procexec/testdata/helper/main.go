@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	"sensorium.dev/workbench/internal/nodeagent/procexec"
+	"sensorium.dev/workbench/internal/platform/procexec"
 )
 
 func main() {
