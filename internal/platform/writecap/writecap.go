@@ -68,7 +68,7 @@ type Policy struct {
 	MaxBytesPerFile int64
 	// MaxFiles caps files and directories (0 selects DefaultMaxFiles).
 	MaxFiles int
-	// PathPattern, when set, is a POSIX extended regular expression every
+	// PathPattern, when set, is an RE2 regular expression (Go regexp) every
 	// written file's path (relative to the write root, "/"-separated) must
 	// match in full.
 	PathPattern string
@@ -121,7 +121,7 @@ func Validate(p Policy) error {
 }
 
 func compile(p string) (*regexp.Regexp, error) {
-	return regexp.CompilePOSIX("^(" + p + ")$")
+	return regexp.Compile(`^(?:` + p + `)$`)
 }
 
 // Prepare creates a private directory under base and mounts the area on it.
