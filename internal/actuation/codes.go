@@ -164,6 +164,24 @@ const (
 	CodeArtifactTotalCapReached    Code = "artifact-total-cap-reached"    // the artifact directory reached its total byte cap
 )
 
+// Codes of recordings, skills, replays and skill bundles (seed 004, internal/skills).
+const (
+	CodeStateTreeTooLarge     Code = "state-tree-too-large"    // a workspace state over the entry or byte cap: no partial hash is claimed
+	CodeTraceTooLarge         Code = "trace-too-large"         // a trace over its edge or change caps
+	CodeTraceInvalid          Code = "trace-invalid"           // a trace with missing hashes, gaps in its sequence or unknown kinds
+	CodeRecordingConflict     Code = "recording-conflict"      // a second active Recording for the same environment
+	CodeSkillInvalid          Code = "skill-invalid"           // a manifest that does not validate
+	CodeSkillParameterMissing Code = "skill-parameter-missing" // a replay without a value for a declared parameter
+	CodeSkillParameterUnknown Code = "skill-parameter-unknown" // a replay or crystallize naming an undeclared or unused parameter
+	CodeSkillParameterInvalid Code = "skill-parameter-invalid" // a parameter name or value outside its bounds
+	CodeCapabilityUndeclared  Code = "capability-undeclared"   // a replay step needs a profile, action or backend the manifest does not declare
+	CodeStateDiverged         Code = "state-diverged"          // replay halted: the observed state or outcome differs from the recorded one
+	CodeBundleHashMismatch    Code = "bundle-hash-mismatch"    // an imported bundle whose contentHash does not recompute
+	CodeBundleSchemaInvalid   Code = "bundle-schema-invalid"   // an imported bundle that does not validate
+	CodeBundleTooLarge        Code = "bundle-too-large"        // a bundle over the size cap
+	CodeSecretDetected        Code = "secret-detected"         // export with redaction none while a secret pattern is found, without override
+)
+
 // allCodes is the closed vocabulary as data; Codes returns a sorted copy.
 var allCodes = []Code{
 	CodeEgressEndpointForbidden, CodeEgressDNSNameForbidden, CodeEgressConnectionCapReached,
@@ -199,6 +217,10 @@ var allCodes = []Code{
 	CodeImageInvalid, CodeResourcesAboveMax, CodeResourcesInvalid, CodeResourceNotEnforced, CodeVMCapReached, CodeBootFailed, CodeBootTimeout,
 	CodeVMNotRunning, CodeEnvironmentIDInvalid, CodeStateDirTooLong,
 	CodeForwardingRefused, CodeNodeUnreachable, CodeOutputEvicted, CodeUploadTooLarge, CodeRawInputDisabled,
+	// seed 004
+	CodeStateTreeTooLarge, CodeTraceTooLarge, CodeTraceInvalid, CodeRecordingConflict, CodeSkillInvalid,
+	CodeSkillParameterMissing, CodeSkillParameterUnknown, CodeSkillParameterInvalid, CodeCapabilityUndeclared,
+	CodeStateDiverged, CodeBundleHashMismatch, CodeBundleSchemaInvalid, CodeBundleTooLarge, CodeSecretDetected,
 }
 
 var sortedCodes = func() []Code {
