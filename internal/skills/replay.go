@@ -281,6 +281,13 @@ type Observation struct {
 	OutputDigest  string
 	Authorization Authorization
 	Profile       string
+	// Changes are the edge's path changes as the node computed them; used instead of
+	// diffing Before and After entries when ChangesKnown.
+	Changes      []PathChange
+	ChangesKnown bool
+	// Gap are paths changed out of band between the previous edge and this one, as the
+	// node saw them (the per-path difference of a state-before mismatch).
+	Gap []PathChange
 }
 
 // Evaluate compares one observed edge with its step and returns the edge
@@ -304,6 +311,9 @@ func (p *Plan) Evaluate(i int, obs Observation) (ReplayEdge, *SurpriseSignal) {
 	}
 	observedChanges, err := Changes(obs.Before.Entries, obs.After.Entries)
 	haveEntries := obs.Before.Entries != nil && obs.After.Entries != nil && err == nil
+	if obs.ChangesKnown {
+		observedChanges, haveEntries = obs.Changes, true
+	}
 	if haveEntries {
 		if diffs := p.effectDiffs(st, observedChanges); len(diffs) > 0 {
 			e.Match = MatchDiverged
@@ -397,6 +407,13 @@ func sameSide(a, b *PathState, compareDigest bool) bool {
 // expected one, reconstructed from the skill's initial listing and the
 // recorded changes up to step i (before it or after it).
 func (p *Plan) stateDiffs(i int, before bool, obs Observation) []PathDifference {
+	if before && len(obs.Gap) > 0 {
+		out := make([]PathDifference, 0, len(obs.Gap))
+		for _, c := range obs.Gap {
+			out = append(out, PathDifference{Path: c.Path, Expected: c.Before, Observed: c.After})
+		}
+		return out
+	}
 	if p.Manifest.InitialState.Entries == nil {
 		return nil
 	}

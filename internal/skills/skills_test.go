@@ -79,7 +79,7 @@ func (d *demo) edge(e Edge, effect func(dir string)) {
 	d.cur = after
 }
 
-func i32(v int32) *int32 { return &v }
+func i32(v int32) *int32   { return &v }
 func str(s string) *string { return &s }
 
 func argvDigest(t *testing.T, argv []string) string {

@@ -161,6 +161,9 @@ func (t *Trace) Problems() []string {
 		if e.Authorization.Kind == "" || e.Authorization.Ref == "" {
 			p = append(p, f+" lacks its authorization")
 		}
+		if len(e.OutOfBand) > 0 {
+			p = append(p, fmt.Sprintf("%s: the workspace changed out of band before it (%d paths, first %s)", f, len(e.OutOfBand), e.OutOfBand[0].Path))
+		}
 		if len(e.Changes) > MaxChangesPerEdge {
 			p = append(p, fmt.Sprintf("%s has more than %d changes", f, MaxChangesPerEdge))
 		}

@@ -5,6 +5,7 @@
 package skills
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -33,6 +34,7 @@ const nodeName = "node-skills"
 var (
 	env       *envtest.Env
 	workspace string // admitted root "work"
+	stateDir  string // the agent's state directory
 	qemuSkip  string
 )
 
@@ -77,7 +79,8 @@ func run(m *testing.M) (int, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if _, err := nodeagenttest.Start(ctx, env, agent.Config{NodeName: nodeName, StateDir: filepath.Join(tmp, "state"),
+	stateDir = filepath.Join(tmp, "state")
+	if _, err := nodeagenttest.Start(ctx, env, agent.Config{NodeName: nodeName, StateDir: stateDir,
 		AdmittedRoots: map[string]string{"work": workspace}, HeartbeatSeconds: 5, DataPlaneAddress: "127.0.0.1:0",
 		Caps: agent.Caps{Sessions: 64, SessionsPerEnvironment: 8}, QEMU: qemuConfig()}, agent.Options{}); err != nil {
 		return 1, err
@@ -149,3 +152,5 @@ func get(t *testing.T, ns, name string, obj client.Object) {
 }
 
 var _ = wbv1.GroupVersion
+
+func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }

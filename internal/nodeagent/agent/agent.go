@@ -81,6 +81,8 @@ type Agent struct {
 	wakePatches, wakeArtifacts, wakeProbes chan event.GenericEvent
 	// sweepArtifacts kicks the artifact retention sweep (retention.go).
 	sweepArtifacts chan struct{}
+	// rec records admitted work of environments with an active Recording (recorder.go).
+	rec *recorder
 }
 
 // Options tune an agent for tests and embedding.
@@ -156,6 +158,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		blobs:          blobs,
 		wakeWaits:      make(chan event.GenericEvent, 1024),
 		sweepArtifacts: make(chan struct{}, 1),
+		rec:            newRecorder(cfg.StateDir),
 		wakePatches:    make(chan event.GenericEvent, 1024),
 		wakeArtifacts:  make(chan event.GenericEvent, 1024),
 		wakeProbes:     make(chan event.GenericEvent, 1024),
@@ -189,6 +192,7 @@ func (a *Agent) cacheOptions() cache.Options {
 		&wbv1.Probe{}:             byLabel,
 		&wbv1.FilePatch{}:         byLabel,
 		&wbv1.Artifact{}:          byLabel,
+		&wbv1.Recording{}:         byLabel,
 		&wbv1.BackendCapability{}: byLabel,
 		&wbv1.WorkbenchNode{}:     {Field: fields.OneTermEqualSelector("metadata.name", a.cfg.NodeName)},
 	}}

@@ -328,6 +328,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 			p.refuse(code, msg)
 			return nil
 		}
+		a.recordBefore(ctx, &env, sess.Name, string(cmd.UID)) // seed 004: state before, when recorded
 		return r.startGuest(p, g, string(env.UID), string(sess.UID), args, live)
 	}
 	if err := a.verifyRoots(string(env.UID), roots); err != nil {
@@ -344,7 +345,8 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	if err != nil || !proceed {
 		return err
 	}
-	seqFrom := live.LastSeq() + 1 // the data plane's output stream starts here
+	a.recordBefore(ctx, &env, sess.Name, string(cmd.UID)) // seed 004: state before, when recorded
+	seqFrom := live.LastSeq() + 1                         // the data plane's output stream starts here
 	out := &liveOutput{rg: live}
 	spec.OnOutput = out.write
 	h, err := a.runner.Start(context.Background(), spec)
@@ -513,6 +515,7 @@ func (a *Agent) awaitCommand(cmd *wbv1.TerminalCommand, h *procexec.Handle, out 
 	if !res.CleanupComplete && err == nil {
 		o.Message += "; cleanup incomplete: processes of the group may remain"
 	}
+	a.recordAfterCommand(cmd, cmd.Labels[wbv1.EnvironmentLabel], o, res.Output) // seed 004
 	a.recordOutcome(string(cmd.UID), o)
 	a.commandFinished()
 	a.wake(a.wakeCommands, cmd)

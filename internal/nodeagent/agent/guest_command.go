@@ -168,6 +168,7 @@ func (a *Agent) awaitGuestCommand(ctx context.Context, cancel context.CancelFunc
 			o.SeqFrom, o.SeqTo = seqFrom, last
 		}
 	}
+	a.recordAfterCommand(cmd, cmd.Labels[wbv1.EnvironmentLabel], o, out) // seed 004
 	a.recordOutcome(string(cmd.UID), o)
 	a.commandFinished()
 	a.wake(a.wakeCommands, cmd)

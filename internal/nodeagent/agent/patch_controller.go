@@ -210,6 +210,7 @@ func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
 	if err := a.recordPatch(fp, string(env.UID), store.PhaseApplying, "", nil); err != nil {
 		return err
 	}
+	a.recordBefore(ctx, &env, "", string(fp.UID)) // seed 004: state before, when recorded
 	var res *patch.Result
 	if ra.guest != nil {
 		gctx, cancel := context.WithTimeout(ctx, guestPatchTimeout)
@@ -228,6 +229,7 @@ func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
 		res, err = patch.Apply(ra.host, req)
 	}
 	if err != nil {
+		a.takePending(string(fp.UID)) // nothing applied: no edge
 		code := fsaccess.CodeOf(err)
 		if code == "" {
 			code = patch.CodePatchWriteFailed
@@ -246,6 +248,7 @@ func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
 		// The files are written; a restart reports the record's Applying as unknown.
 		ctrl.LoggerFrom(ctx).Error(err, "Recording applied patch", "filePatch", client.ObjectKeyFromObject(fp))
 	}
+	a.recordAfterPatch(fp, &env) // seed 004
 	p.applied(files)
 	return nil
 }

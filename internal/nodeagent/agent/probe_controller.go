@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"sensorium.dev/workbench/internal/skills"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -95,6 +96,10 @@ func (r *probeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 			msg = res.Err.Error()
 		}
 		set(wbv1.ProbeResult(res.Result), msg)
+		if res.Result != waits.ProbeError {
+			a.recordObservation(ctx, pr.Namespace, pr.Labels[wbv1.EnvironmentLabel], scopeSession(pr.Spec.Scope), skills.EdgeProbe,
+				pr.Name, string(pr.Spec.Condition.Kind), string(res.Result)) // seed 004
+		}
 	}
 	next.Result = probeResultFor(next.Conditions)
 	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"probe", &pr, cur, next)

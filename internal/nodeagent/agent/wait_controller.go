@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sensorium.dev/workbench/internal/skills"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -273,6 +274,10 @@ func (a *Agent) awaitWait(obj *wbv1.Wait, lw *liveWait) {
 		return
 	}
 	o := outcomeOf(obj, res)
+	if o.Status == wbv1.WaitSatisfied {
+		a.recordObservation(a.runCtx, obj.Namespace, obj.Labels[wbv1.EnvironmentLabel], scopeSession(obj.Spec.Scope), skills.EdgeWait,
+			obj.Name, string(obj.Spec.Condition.Kind), string(o.Status)) // seed 004
+	}
 	if err := a.persistWait(string(obj.UID), o); err != nil {
 		ctrl.LoggerFrom(a.runCtx).Error(err, "Recording wait outcome", "wait", client.ObjectKeyFromObject(obj))
 	}
