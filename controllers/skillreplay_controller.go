@@ -225,7 +225,9 @@ func (r *SkillReplayReconciler) ensureRecording(ctx context.Context, sr *wbv1.Sk
 	return &rec, nil
 }
 
-func (r *SkillReplayReconciler) sessionName(sr *wbv1.SkillReplay) string { return stepObjectName(sr.Name, 0) + "session" }
+func (r *SkillReplayReconciler) sessionName(sr *wbv1.SkillReplay) string {
+	return stepObjectName(sr.Name, 0) + "session"
+}
 
 func ptrTo[T any](v T) *T { return &v }
 
@@ -303,7 +305,7 @@ func (r *SkillReplayReconciler) advance(ctx context.Context, sc *replayScope, re
 	obs := skills.Observation{Object: name, Before: skills.StateRef{Digest: string(edge.StateBefore)}, After: skills.StateRef{Digest: string(edge.StateAfter)},
 		Outcome: skills.Outcome{Phase: edge.Phase, ExitCode: edge.ExitCode, Code: edge.Code}, OutputDigest: string(edge.OutputDigest),
 		Authorization: skills.Authorization{Kind: skills.AuthorizationKind(kind), Ref: ref},
-		Changes: skillsapi.CoreChanges(edge.Changes), ChangesKnown: !edge.ChangesTruncated, Gap: skillsapi.CoreChanges(edge.OutOfBand)}
+		Changes:       skillsapi.CoreChanges(edge.Changes), ChangesKnown: !edge.ChangesTruncated, Gap: skillsapi.CoreChanges(edge.OutOfBand)}
 	if st.Command != nil {
 		obs.Profile = st.Command.Profile
 	}

@@ -135,7 +135,7 @@ type SkillStep struct {
 type SkillStateEntry struct {
 	// +required
 	// +kubebuilder:validation:MaxLength=4160
-	Path string `json:"path"`
+	Path              string `json:"path"`
 	RecordedPathState `json:",inline"`
 }
 

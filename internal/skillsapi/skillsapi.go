@@ -172,4 +172,3 @@ func truncate(s string, n int) string {
 
 // Now is a metav1 time helper.
 func Now() *metav1.Time { t := metav1.Now(); return &t }
-
