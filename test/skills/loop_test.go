@@ -158,9 +158,14 @@ func (w *world) nodeTrace(ctx context.Context, artifact string) ([]byte, error) 
 // mkdir build, touch build/out.txt, echo (with extra output), a patch creating
 // notes/greeting.txt, a wait on it. It returns the stopped Recording.
 func (w *world) demonstrate(extraEcho ...string) *wbv1.Recording {
+	return w.demonstrateIn(seedDir(w.t), nil, extraEcho...)
+}
+
+// demonstrateIn records in dir; between runs extra admitted commands after the echo.
+func (w *world) demonstrateIn(dir string, between func(), extraEcho ...string) *wbv1.Recording {
 	w.t.Helper()
 	ctx := context.Background()
-	w.hostEnvironment("demo", seedDir(w.t))
+	w.hostEnvironment("demo", dir)
 	w.session("s", "demo")
 	if _, err := w.c.StartRecording(ctx, "rec", "demo", ""); err != nil {
 		w.t.Fatalf("starting the recording: %v", err)
@@ -169,6 +174,9 @@ func (w *world) demonstrate(extraEcho ...string) *wbv1.Recording {
 	w.run("s", "c2", "touch", "/bin/touch", "build/out.txt")
 	echo := append([]string{"/bin/echo", "deploying"}, extraEcho...)
 	w.run("s", "c3", "echo", echo...)
+	if between != nil {
+		between()
+	}
 	w.patchCreate("demo", "p1", "notes/greeting.txt", "hello world\n")
 	must(w.t, env.Client.Create(ctx, &wbv1.Wait{ObjectMeta: metav1.ObjectMeta{Name: "w1", Namespace: w.ns}, Spec: wbv1.WaitSpec{
 		Scope:     &wbv1.Scope{File: &wbv1.FileRef{EnvironmentRef: "demo", Root: "repo", Path: "notes/greeting.txt"}},

@@ -8,10 +8,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sigs.k8s.io/yaml"
 	"testing"
 	"time"
 
@@ -154,3 +156,19 @@ func get(t *testing.T, ns, name string, obj client.Object) {
 var _ = wbv1.GroupVersion
 
 func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
+
+func applyImageManifest(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(repoRoot(), "bin", "guest", "imagemanifest.yaml")
+	if _, err := os.Stat(p); err != nil {
+		p = filepath.Join(repoRoot(), "config", "samples", "07_imagemanifest.yaml")
+	}
+	raw, err := os.ReadFile(p)
+	must(t, err)
+	var im wbv1.ImageManifest
+	must(t, yaml.UnmarshalStrict(raw, &im))
+	if err := env.Client.Create(context.Background(), &im); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	return im.Name
+}
