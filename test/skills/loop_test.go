@@ -156,7 +156,7 @@ func (w *world) nodeTrace(ctx context.Context, artifact string) ([]byte, error) 
 
 // demonstrate records the canonical demonstration on a fresh host-local environment:
 // mkdir build, touch build/out.txt, echo (with extra output), a patch creating
-// notes/greeting.txt, a wait on it. It returns the stopped Recording.
+// greeting.txt, a wait on it. It returns the stopped Recording.
 func (w *world) demonstrate(extraEcho ...string) *wbv1.Recording {
 	return w.demonstrateIn(seedDir(w.t), nil, extraEcho...)
 }
@@ -177,9 +177,9 @@ func (w *world) demonstrateIn(dir string, between func(), extraEcho ...string) *
 	if between != nil {
 		between()
 	}
-	w.patchCreate("demo", "p1", "notes/greeting.txt", "hello world\n")
+	w.patchCreate("demo", "p1", "greeting.txt", "hello world\n")
 	must(w.t, env.Client.Create(ctx, &wbv1.Wait{ObjectMeta: metav1.ObjectMeta{Name: "w1", Namespace: w.ns}, Spec: wbv1.WaitSpec{
-		Scope:     &wbv1.Scope{File: &wbv1.FileRef{EnvironmentRef: "demo", Root: "repo", Path: "notes/greeting.txt"}},
+		Scope:     &wbv1.Scope{File: &wbv1.FileRef{EnvironmentRef: "demo", Root: "repo", Path: "greeting.txt"}},
 		Condition: wbv1.WaitCondition{Kind: "file.exists"}, DeadlineSeconds: 30}}))
 	eventually(w.t, time.Minute, "wait w1 satisfied and recorded", func() (bool, string) {
 		var r wbv1.Recording

@@ -193,6 +193,12 @@ func TestFixtureBackendComparison(t *testing.T) {
 			t.Fatalf("%s: incomplete proof %+v", r.Name, r.Status.Proof)
 		}
 		t.Logf("%-8s backend=%-16s result=%-26s fidelity=%-12s verdict=%s", r.Name, r.Status.Backend, r.Status.ResultText, r.Status.Fidelity, r.Status.Proof.OverallVerdict)
+		for _, d := range r.Status.Denials {
+			t.Logf("    denial at edge %d: %s %s", d.Edge, d.Code, d.Message)
+		}
+		for _, s := range r.Status.Surprises {
+			t.Logf("    surprise at edge %d: %s halted=%v %s differences=%+v", s.Edge, s.Kind, s.Halted, s.Message, s.Differences)
+		}
 		for _, g := range r.Status.Proof.Gates {
 			t.Logf("    %-28s %-12s %s", g.ID, g.Verdict, g.Reason)
 		}
