@@ -140,6 +140,30 @@ const (
 	CodeRawInputDisabled  Code = "raw-input-disabled" // attach with stdin on a session whose spec.rawInput is not OperatorOnly
 )
 
+// Codes of the node's action-class enforcement (issue 10, node half: seed 002's C3
+// scoped writes, C4 egress, C5 artifacts). The seed's own sensorium-os-error-codes.v1
+// vocabulary is declared with the action kinds; these name what the node's envelopes
+// stop while a program runs.
+const (
+	CodeEgressEndpointForbidden    Code = "egress-endpoint-forbidden"     // a connection to a (host, port, protocol) the action does not declare
+	CodeEgressDNSNameForbidden     Code = "egress-dns-name-forbidden"     // a DNS question for a name the action does not declare (NXDOMAIN)
+	CodeEgressConnectionCapReached Code = "egress-connection-cap-reached" // too many concurrent connections through the egress proxy
+	CodeEgressByteCapReached       Code = "egress-byte-cap-reached"       // a connection reached its byte cap and was cut
+	CodeEgressTotalByteCapReached  Code = "egress-total-byte-cap-reached" // the action's egress reached its total byte cap: cut
+	CodeEgressProtocolMismatch     Code = "egress-protocol-mismatch"      // the first bytes do not match the endpoint's declared protocol
+	CodeEgressProtocolUnsupported  Code = "egress-protocol-unsupported"   // an endpoint protocol the node cannot carry (udp): fail closed
+	CodeEgressDialFailed           Code = "egress-dial-failed"            // the declared endpoint could not be reached from the node
+	CodeWriteTotalCapReached       Code = "write-total-cap-reached"       // the write root's byte cap was reached (ENOSPC while writing)
+	CodeWriteFileCapReached        Code = "write-file-cap-reached"        // a file reached the per-file byte cap (EFBIG while writing)
+	CodeWriteFileCountCapReached   Code = "write-file-count-cap-reached"  // the write root's file count cap was reached
+	CodeWritePathForbidden         Code = "write-path-forbidden"          // a written path outside the declared path pattern: nothing committed
+	CodeWriteKindForbidden         Code = "write-kind-forbidden"          // a symlink, device, fifo or socket in the write root: nothing committed
+	CodeArtifactMediaTypeForbidden Code = "artifact-media-type-forbidden" // a produced artifact's sniffed media type is not declared
+	CodeArtifactCountCapReached    Code = "artifact-count-cap-reached"    // more artifacts than the declared count
+	CodeArtifactSizeCapReached     Code = "artifact-size-cap-reached"     // an artifact above the per-artifact byte cap
+	CodeArtifactTotalCapReached    Code = "artifact-total-cap-reached"    // the artifact directory reached its total byte cap
+)
+
 // Codes of recordings, skills, replays and skill bundles (seed 004, internal/skills).
 const (
 	CodeStateTreeTooLarge     Code = "state-tree-too-large"    // a workspace state over the entry or byte cap: no partial hash is claimed
@@ -195,6 +219,13 @@ const (
 
 // allCodes is the closed vocabulary as data; Codes returns a sorted copy.
 var allCodes = []Code{
+	CodeEgressEndpointForbidden, CodeEgressDNSNameForbidden, CodeEgressConnectionCapReached,
+	CodeEgressByteCapReached, CodeEgressTotalByteCapReached, CodeEgressProtocolMismatch,
+	CodeEgressProtocolUnsupported, CodeEgressDialFailed,
+	CodeWriteTotalCapReached, CodeWriteFileCapReached, CodeWriteFileCountCapReached,
+	CodeWritePathForbidden, CodeWriteKindForbidden,
+	CodeArtifactMediaTypeForbidden, CodeArtifactCountCapReached, CodeArtifactSizeCapReached,
+	CodeArtifactTotalCapReached,
 	CodePathEmpty, CodePathAbsolute, CodePathTraversal, CodePathInvalidComponent,
 	CodePathInvalidCharacter, CodePathTooLong, CodeSymlinkEscape, CodeRootNotAllowed,
 	CodeExecutableNotAbsolute, CodeShellString, CodeProfileInvalid, CodeProfileRootsEmpty,
