@@ -299,6 +299,41 @@ const (
 	CodeSecretDetected        Code = "secret-detected"         // export with redaction none while a secret pattern is found, without override
 )
 
+// Seed 002 (issue 10): signed action catalogs. The 24 codes of sensorium-os-error-codes.v1,
+// verbatim, then the few this implementation adds (catalog structure and signer scope).
+const (
+	CodeActionCatalogUnauthorized    Code = "action-catalog-unauthorized"    // no verifying signature (missing under Strict, stale, invalid)
+	CodeActionNotAllowlisted         Code = "action-not-allowlisted"         // a run names an action the catalog does not declare
+	CodeCatalogEntryMissing          Code = "catalog-entry-missing"          // a run names a catalog that does not exist
+	CodeScriptHashMismatch           Code = "script-hash-mismatch"           // the executable's content differs from its sha256 pin
+	CodeWorkingDirectoryForbidden    Code = "working-directory-forbidden"    // a root, write root or cwd outside what the class allows
+	CodeParametersSchemaInvalid      Code = "parameters-schema-invalid"      // parametersSchema is not a well-formed JSON Schema
+	CodeResultSchemaInvalid          Code = "result-schema-invalid"          // a json result that is not one JSON object
+	CodeResultPointerMissing         Code = "result-pointer-missing"         // a declared pointer field absent from the result
+	CodeResultPointerFieldInvalid    Code = "result-pointer-field-invalid"   // a pointer field outside the bounded identifier shape
+	CodeActionClassUnknown           Code = "action-class-unknown"           // a class outside C1..C7
+	CodeActionClassUnavailable       Code = "action-class-unavailable"       // the node cannot enforce the class: fail closed
+	CodeEmergencyPolicyBlocked       Code = "emergency-policy-blocked"       // C3..C6 under Emergency posture without an exception
+	CodeActionIDMissing              Code = "action-id-missing"              // an empty action id
+	CodeActionIDFormatInvalid        Code = "action-id-format-invalid"       // an id outside the identifier shape or over 128 bytes
+	CodeActionIDDuplicate            Code = "action-id-duplicate"            // two declarations with one id
+	CodeHostPolicyRequestForbidden   Code = "host-policy-request-forbidden"  // a run's parameters carrying request-local policy or overrides
+	CodeAllowlistCatalogMismatch     Code = "allowlist-catalog-mismatch"     // a run pinned to another catalog spec digest
+	CodeScriptExecutableMissing      Code = "script-executable-missing"      // no executable path, or the file does not exist
+	CodeSensitivityOverrideForbidden Code = "sensitivity-override-forbidden" // an override/downgrade/loosen/relax sensitivity key
+	CodeSensitivityKeysForbidden     Code = "sensitivity-keys-forbidden"     // any other unknown sensitivity key
+	CodeActionTimeout                Code = "action-timeout"                 // the run exceeded its timeout
+	CodeDirectiveMissing             Code = "directive-missing"              // a run without catalog ref or action id
+	CodeParametersInvalid            Code = "parameters-invalid"             // parameters that do not satisfy the schema or the template
+	CodeScriptNotExecutable          Code = "script-not-executable"          // the executable is not a regular executable file
+
+	// Added by this implementation.
+	CodeArgvTemplateInvalid      Code = "argv-template-invalid"       // a malformed or unknown placeholder, or a shell invocation
+	CodeActionClassParamsInvalid Code = "action-class-params-invalid" // a class block missing, extra or out of bounds
+	CodeCatalogSignerUnknown     Code = "catalog-signer-unknown"      // the signature names no ActionSigner
+	CodeCatalogSignerOutOfScope  Code = "catalog-signer-out-of-scope" // the signer may not sign this namespace or class
+)
+
 // allCodes is the closed vocabulary as data; Codes returns a sorted copy.
 var allCodes = []Code{
 	CodeEgressEndpointForbidden, CodeEgressDNSNameForbidden, CodeEgressConnectionCapReached,
@@ -357,6 +392,14 @@ var allCodes = []Code{
 	CodeStateTreeTooLarge, CodeTraceTooLarge, CodeTraceInvalid, CodeRecordingConflict, CodeSkillInvalid,
 	CodeSkillParameterMissing, CodeSkillParameterUnknown, CodeSkillParameterInvalid, CodeCapabilityUndeclared,
 	CodeStateDiverged, CodeBundleHashMismatch, CodeBundleSchemaInvalid, CodeBundleTooLarge, CodeSecretDetected,
+	// seed 002 (issue 10)
+	CodeActionCatalogUnauthorized, CodeActionNotAllowlisted, CodeCatalogEntryMissing, CodeScriptHashMismatch,
+	CodeWorkingDirectoryForbidden, CodeParametersSchemaInvalid, CodeResultSchemaInvalid, CodeResultPointerMissing,
+	CodeResultPointerFieldInvalid, CodeActionClassUnknown, CodeActionClassUnavailable, CodeEmergencyPolicyBlocked,
+	CodeActionIDMissing, CodeActionIDFormatInvalid, CodeActionIDDuplicate, CodeHostPolicyRequestForbidden,
+	CodeAllowlistCatalogMismatch, CodeScriptExecutableMissing, CodeSensitivityOverrideForbidden, CodeSensitivityKeysForbidden,
+	CodeActionTimeout, CodeDirectiveMissing, CodeParametersInvalid, CodeScriptNotExecutable,
+	CodeArgvTemplateInvalid, CodeActionClassParamsInvalid, CodeCatalogSignerUnknown, CodeCatalogSignerOutOfScope,
 }
 
 var sortedCodes = func() []Code {
