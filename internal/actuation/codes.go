@@ -156,8 +156,57 @@ const (
 	CodeViewSubjectInvalid         Code = "view-subject-invalid"         // a grant subject that is not exactly one user, group or ServiceAccount
 )
 
+// Codes of the node's action-class enforcement (issue 10, node half: seed 002's C3
+// scoped writes, C4 egress, C5 artifacts). The seed's own sensorium-os-error-codes.v1
+// vocabulary is declared with the action kinds; these name what the node's envelopes
+// stop while a program runs.
+const (
+	CodeEgressEndpointForbidden    Code = "egress-endpoint-forbidden"     // a connection to a (host, port, protocol) the action does not declare
+	CodeEgressDNSNameForbidden     Code = "egress-dns-name-forbidden"     // a DNS question for a name the action does not declare (NXDOMAIN)
+	CodeEgressConnectionCapReached Code = "egress-connection-cap-reached" // too many concurrent connections through the egress proxy
+	CodeEgressByteCapReached       Code = "egress-byte-cap-reached"       // a connection reached its byte cap and was cut
+	CodeEgressTotalByteCapReached  Code = "egress-total-byte-cap-reached" // the action's egress reached its total byte cap: cut
+	CodeEgressProtocolMismatch     Code = "egress-protocol-mismatch"      // the first bytes do not match the endpoint's declared protocol
+	CodeEgressProtocolUnsupported  Code = "egress-protocol-unsupported"   // an endpoint protocol the node cannot carry (udp): fail closed
+	CodeEgressDialFailed           Code = "egress-dial-failed"            // the declared endpoint could not be reached from the node
+	CodeWriteTotalCapReached       Code = "write-total-cap-reached"       // the write root's byte cap was reached (ENOSPC while writing)
+	CodeWriteFileCapReached        Code = "write-file-cap-reached"        // a file reached the per-file byte cap (EFBIG while writing)
+	CodeWriteFileCountCapReached   Code = "write-file-count-cap-reached"  // the write root's file count cap was reached
+	CodeWritePathForbidden         Code = "write-path-forbidden"          // a written path outside the declared path pattern: nothing committed
+	CodeWriteKindForbidden         Code = "write-kind-forbidden"          // a symlink, device, fifo or socket in the write root: nothing committed
+	CodeArtifactMediaTypeForbidden Code = "artifact-media-type-forbidden" // a produced artifact's sniffed media type is not declared
+	CodeArtifactCountCapReached    Code = "artifact-count-cap-reached"    // more artifacts than the declared count
+	CodeArtifactSizeCapReached     Code = "artifact-size-cap-reached"     // an artifact above the per-artifact byte cap
+	CodeArtifactTotalCapReached    Code = "artifact-total-cap-reached"    // the artifact directory reached its total byte cap
+)
+
+// Codes of recordings, skills, replays and skill bundles (seed 004, internal/skills).
+const (
+	CodeStateTreeTooLarge     Code = "state-tree-too-large"    // a workspace state over the entry or byte cap: no partial hash is claimed
+	CodeTraceTooLarge         Code = "trace-too-large"         // a trace over its edge or change caps
+	CodeTraceInvalid          Code = "trace-invalid"           // a trace with missing hashes, gaps in its sequence or unknown kinds
+	CodeRecordingConflict     Code = "recording-conflict"      // a second active Recording for the same environment
+	CodeSkillInvalid          Code = "skill-invalid"           // a manifest that does not validate
+	CodeSkillParameterMissing Code = "skill-parameter-missing" // a replay without a value for a declared parameter
+	CodeSkillParameterUnknown Code = "skill-parameter-unknown" // a replay or crystallize naming an undeclared or unused parameter
+	CodeSkillParameterInvalid Code = "skill-parameter-invalid" // a parameter name or value outside its bounds
+	CodeCapabilityUndeclared  Code = "capability-undeclared"   // a replay step needs a profile, action or backend the manifest does not declare
+	CodeStateDiverged         Code = "state-diverged"          // replay halted: the observed state or outcome differs from the recorded one
+	CodeBundleHashMismatch    Code = "bundle-hash-mismatch"    // an imported bundle whose contentHash does not recompute
+	CodeBundleSchemaInvalid   Code = "bundle-schema-invalid"   // an imported bundle that does not validate
+	CodeBundleTooLarge        Code = "bundle-too-large"        // a bundle over the size cap
+	CodeSecretDetected        Code = "secret-detected"         // export with redaction none while a secret pattern is found, without override
+)
+
 // allCodes is the closed vocabulary as data; Codes returns a sorted copy.
 var allCodes = []Code{
+	CodeEgressEndpointForbidden, CodeEgressDNSNameForbidden, CodeEgressConnectionCapReached,
+	CodeEgressByteCapReached, CodeEgressTotalByteCapReached, CodeEgressProtocolMismatch,
+	CodeEgressProtocolUnsupported, CodeEgressDialFailed,
+	CodeWriteTotalCapReached, CodeWriteFileCapReached, CodeWriteFileCountCapReached,
+	CodeWritePathForbidden, CodeWriteKindForbidden,
+	CodeArtifactMediaTypeForbidden, CodeArtifactCountCapReached, CodeArtifactSizeCapReached,
+	CodeArtifactTotalCapReached,
 	CodePathEmpty, CodePathAbsolute, CodePathTraversal, CodePathInvalidComponent,
 	CodePathInvalidCharacter, CodePathTooLong, CodeSymlinkEscape, CodeRootNotAllowed,
 	CodeExecutableNotAbsolute, CodeShellString, CodeProfileInvalid, CodeProfileRootsEmpty,
@@ -188,6 +237,10 @@ var allCodes = []Code{
 	CodeViewGrantMissing, CodeViewGrantRevoked, CodeViewGrantExpired, CodeViewMembershipInactive,
 	CodeViewContextSuperseded, CodeViewContextMissing, CodeViewClassificationExceeded, CodeViewSessionUnavailable,
 	CodeViewGrantLifetimeInvalid, CodeViewGrantNotAuthorized, CodeViewSubjectInvalid,
+	// seed 004
+	CodeStateTreeTooLarge, CodeTraceTooLarge, CodeTraceInvalid, CodeRecordingConflict, CodeSkillInvalid,
+	CodeSkillParameterMissing, CodeSkillParameterUnknown, CodeSkillParameterInvalid, CodeCapabilityUndeclared,
+	CodeStateDiverged, CodeBundleHashMismatch, CodeBundleSchemaInvalid, CodeBundleTooLarge, CodeSecretDetected,
 }
 
 var sortedCodes = func() []Code {

@@ -92,6 +92,8 @@ type helperConfig struct {
 	LandlockABI   int               `json:"landlockABI"`
 	Hostname      string            `json:"hostname"`
 	CapLastCap    int               `json:"capLastCap"`
+	// FileSizeLimit > 0 sets RLIMIT_FSIZE for the program, SIGXFSZ ignored.
+	FileSizeLimit int64 `json:"fileSizeLimit,omitempty"`
 }
 
 type helperStatus struct {
@@ -424,6 +426,15 @@ func dropCapabilities(last int) error {
 
 // startProgram forks and execs the program from the locked thread.
 func startProgram(cfg *helperConfig) (int, *helperFailure) {
+	if cfg.FileSizeLimit > 0 {
+		// Ignored (not caught) signals stay ignored across exec: a write
+		// past the limit then fails with EFBIG instead of killing.
+		signal.Ignore(syscall.SIGXFSZ)
+		lim := unix.Rlimit{Cur: uint64(cfg.FileSizeLimit), Max: uint64(cfg.FileSizeLimit)}
+		if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &lim); err != nil {
+			return 0, failf(refusal.SandboxSetupFailed, "helper: setrlimit(RLIMIT_FSIZE, %d): %v", cfg.FileSizeLimit, err)
+		}
+	}
 	pid, err := syscall.ForkExec(cfg.Argv[0], cfg.Argv, &syscall.ProcAttr{
 		Dir:   cfg.Dir,
 		Env:   cfg.Env,
