@@ -371,3 +371,117 @@ func checkCoalesced(t testing.TB, who string, frames []recvFrame) {
 }
 
 var _ = apierrors.IsForbidden
+
+// TestViewRefusals: each refusal has its code — a grant from a non-granter, an over-long
+// or past expiry, a view above its ceiling or of an environment without context, no grant,
+// no membership (kube-apiserver's RBAC, and mid-stream the node's), an expired grant (at
+// connect and mid-stream) — and an observer can never send input, resize or signal, nor
+// read the session's screen or events.
+func TestViewRefusals(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	dir := viewEnvironment(t, ns, nodeName, workspace, "test")
+	writeFixture(t, dir)
+	must(t, env.Client.Create(ctx, shellSession(ns, "s")))
+	waitSessionRunning(t, ns, "s")
+	user(t, ns, "op", "workbench-operator")
+	op, err := env.As("op")
+	must(t, err)
+
+	// Admission of views.
+	if err := op.Create(ctx, terminalView(ns, "low", "s", "research")); err == nil || !strings.Contains(err.Error(), string(actuation.CodeViewClassificationExceeded)) {
+		t.Fatalf("a view below the environment's context: %v", err)
+	}
+	ev := terminalView(ns, "events", "s", "test")
+	ev.Spec.Publish = "Events"
+	if err := op.Create(ctx, ev); err == nil || !apierrors.IsInvalid(err) {
+		t.Fatalf("a view publishing events was admitted: %v", err)
+	}
+	must(t, op.Create(ctx, terminalView(ns, "v", "s", "test")))
+
+	// Admission of grants: only a granter, bounded expiry, stamped granter.
+	carl := observerUser(t, ns, "carl")
+	carlClient, err := env.As("carl")
+	must(t, err)
+	g := &wbv1.ViewGrant{ObjectMeta: metav1.ObjectMeta{Name: "self", Namespace: ns}, Spec: wbv1.ViewGrantSpec{ViewRef: "v",
+		Subject: wbv1.ViewSubject{Kind: wbv1.ViewSubjectUser, Name: "carl"}, ExpiresAt: metav1.NewTime(time.Now().Add(time.Hour))}}
+	if err := carlClient.Create(ctx, g.DeepCopy()); err == nil || (!strings.Contains(err.Error(), string(actuation.CodeViewGrantNotAuthorized)) && !apierrors.IsForbidden(err)) {
+		t.Fatalf("an observer granted itself: %v", err)
+	}
+	long := g.DeepCopy()
+	long.Spec.ExpiresAt = metav1.NewTime(time.Now().Add(48 * time.Hour))
+	if err := op.Create(ctx, long); err == nil || !strings.Contains(err.Error(), string(actuation.CodeViewGrantLifetimeInvalid)) {
+		t.Fatalf("a 48h grant: %v", err)
+	}
+	badSA := g.DeepCopy()
+	badSA.Spec.Subject = wbv1.ViewSubject{Kind: wbv1.ViewSubjectServiceAccount, Name: "x"}
+	if err := op.Create(ctx, badSA); err == nil || !strings.Contains(err.Error(), string(actuation.CodeViewSubjectInvalid)) {
+		t.Fatalf("a ServiceAccount subject without namespace: %v", err)
+	}
+
+	// No grant: membership alone is refused by the node.
+	if code, reason := viewStatusOf(t, carl, ns, "v"); code != http.StatusForbidden || reason != string(actuation.CodeViewGrantMissing) {
+		t.Fatalf("no grant: %d %q", code, reason)
+	}
+	// No membership: a grant alone is refused (kube-apiserver's RBAC, before any node).
+	grant(t, op, ns, "nomember", "v", wbv1.ViewSubject{Kind: wbv1.ViewSubjectUser, Name: "nomember"}, time.Hour)
+	nm := rest.CopyConfig(env.Config)
+	nm.Impersonate = rest.ImpersonationConfig{UserName: "nomember"}
+	if code, _ := viewStatusOf(t, nm, ns, "v"); code != http.StatusForbidden {
+		t.Fatalf("no membership: %d", code)
+	}
+
+	// Membership removed mid-stream: the node's per-frame SubjectAccessReview closes it.
+	gc := grant(t, op, ns, "carl", "v", wbv1.ViewSubject{Kind: wbv1.ViewSubjectUser, Name: "carl"}, time.Hour)
+	var stamped wbv1.ViewGrant
+	must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(gc), &stamped))
+	if stamped.Spec.GrantedBy != "op" {
+		t.Fatalf("grantedBy = %q, want the requesting user", stamped.Spec.GrantedBy)
+	}
+	o := watchView(t, carl, ns, "v")
+	o.waitScreen("carl sees the runner", "manifest-test>", 30*time.Second)
+	must(t, env.Client.Delete(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "carl-observer", Namespace: ns}}))
+	removed := time.Now()
+	if code := o.waitFinal("carl's stream closes", 5*time.Second); code != string(actuation.CodeViewMembershipInactive) {
+		t.Fatalf("membership removed: %q, want %s", code, actuation.CodeViewMembershipInactive)
+	}
+	t.Logf("membership removed -> stream closed in %s", time.Since(removed))
+
+	// An expiring grant: delivered until expiresAt, then closed with the code, refused after.
+	dora := observerUser(t, ns, "dora")
+	grant(t, op, ns, "dora", "v", wbv1.ViewSubject{Kind: wbv1.ViewSubjectUser, Name: "dora"}, 3*time.Second)
+	od := watchView(t, dora, ns, "v")
+	od.waitScreen("dora sees the runner", "manifest-test>", 10*time.Second)
+	if code := od.waitFinal("dora's grant expires", 10*time.Second); code != string(actuation.CodeViewGrantExpired) {
+		t.Fatalf("expired grant mid-stream: %q", code)
+	}
+	if code, reason := viewStatusOf(t, dora, ns, "v"); code != http.StatusForbidden || reason != string(actuation.CodeViewGrantExpired) {
+		t.Fatalf("expired grant at connect: %d %q", code, reason)
+	}
+
+	// Observers never act on the session and never read its events or its screen.
+	eve := observerUser(t, ns, "eve")
+	grant(t, op, ns, "eve", "v", wbv1.ViewSubject{Kind: wbv1.ViewSubjectUser, Name: "eve"}, time.Hour)
+	for _, c := range []struct{ method, path string }{
+		{http.MethodGet, subPath(ns, "terminalsessions", "s", "events")},
+		{http.MethodGet, subPath(ns, "terminalsessions", "s", "screen")},
+		{http.MethodPost, subPath(ns, "terminalsessions", "s", "resize")},
+		{http.MethodPost, subPath(ns, "terminalsessions", "s", "signal")},
+		{http.MethodPost, subPath(ns, "terminalviews", "v", "stream")},
+	} {
+		code, body, _ := do(t, eve, c.method, c.path, map[string]any{"rows": 10, "cols": 10, "signal": "SIGINT"})
+		if code == http.StatusOK {
+			t.Errorf("observer %s %s: %d %s", c.method, c.path, code, body)
+		}
+	}
+	err = stream(ctx, eve, subPath(ns, "terminalsessions", "s", "attach")+"?stdin=true&stdout=true&tty=true",
+		remotecommand.StreamOptions{Stdin: strings.NewReader("run\n"), Stdout: io.Discard, Tty: true})
+	if err == nil {
+		t.Error("an observer attached with input")
+	}
+	oe := watchView(t, eve, ns, "v")
+	f := oe.waitScreen("eve sees the runner", "manifest-test>", 10*time.Second)
+	if strings.Contains(strings.Join(f.Lines, "\n"), "MANIFEST TEST") {
+		t.Errorf("an observer's attempt reached the terminal: %q", f.Lines)
+	}
+}
