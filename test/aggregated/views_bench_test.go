@@ -24,6 +24,7 @@ func BenchmarkViewRevocation(b *testing.B) {
 	const revocations = 50
 	ctx := context.Background()
 	ns := namespace(b)
+	waitDataPlane(b, nodeName, "")
 	dir := viewEnvironment(b, ns, nodeName, workspace, "test")
 	writeFixture(b, dir)
 	must(b, env.Client.Create(ctx, shellSession(ns, "s")))

@@ -380,6 +380,7 @@ var _ = apierrors.IsForbidden
 func TestViewRefusals(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
+	waitDataPlane(t, nodeName, "")
 	dir := viewEnvironment(t, ns, nodeName, workspace, "test")
 	writeFixture(t, dir)
 	must(t, env.Client.Create(ctx, shellSession(ns, "s")))
