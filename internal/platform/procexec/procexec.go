@@ -361,6 +361,18 @@ func (r *Runner) spawn(ctx context.Context, self string, spec Spec, sbSpec Sandb
 	var sb *Sandboxed
 	var outR *os.File
 	var err error
+	// Hooks run once the helper is in its namespaces and group, before it is configured.
+	hooks := func(pid int) error {
+		if r.limits.BeforeConfig != nil {
+			if err := r.limits.BeforeConfig(pid); err != nil {
+				return err
+			}
+		}
+		if spec.OnSandbox != nil {
+			return spec.OnSandbox(pid)
+		}
+		return nil
+	}
 	if ps != nil {
 		// A pre-started helper: already in its namespaces and (with cgroups) its group,
 		// which now enforces this command's limits; its output pipe is the command's.
@@ -371,7 +383,7 @@ func (r *Runner) spawn(ctx context.Context, self string, spec Spec, sbSpec Sandb
 			outR.Close()
 			return nil, perr
 		}
-		if sb, err = ps.hp.configure(cfg, idmaps, r.limits.BeforeConfig); err != nil {
+		if sb, err = ps.hp.configure(cfg, idmaps, hooks); err != nil {
 			outR.Close()
 			return nil, err
 		}
@@ -388,15 +400,7 @@ func (r *Runner) spawn(ctx context.Context, self string, spec Spec, sbSpec Sandb
 				return err
 			}
 		}
-		if r.limits.BeforeConfig != nil {
-			if err := r.limits.BeforeConfig(pid); err != nil {
-				return err
-			}
-		}
-		if spec.OnSandbox != nil {
-			return spec.OnSandbox(pid)
-		}
-		return nil
+		return hooks(pid)
 	}
 	sb, err = StartSandboxed(sbSpec, StartOptions{
 		HelperPath:   self,
