@@ -9,7 +9,7 @@ func SetupWithManager(mgr ctrl.Manager) error {
 	for _, setup := range []func(ctrl.Manager) error{
 		setupEnvironment, setupCommandProfile, setupTerminalSession, setupTerminalCommand,
 		setupWait, setupProbe, setupFilePatch, setupArtifact, setupConsentRequest, setupConsentGrant,
-		setupBackendCapability, setupWorkbenchNode, setupImageManifest,
+		setupBackendCapability, setupWorkbenchNode, setupImageManifest, setupActions,
 	} {
 		if err := setup(mgr); err != nil {
 			return err
