@@ -9,7 +9,8 @@ func SetupWithManager(mgr ctrl.Manager) error {
 	for _, setup := range []func(ctrl.Manager) error{
 		setupEnvironment, setupCommandProfile, setupTerminalSession, setupTerminalCommand,
 		setupWait, setupProbe, setupFilePatch, setupArtifact, setupConsentRequest, setupConsentGrant,
-		setupBackendCapability, setupWorkbenchNode, setupImageManifest, setupActions,
+		setupBackendCapability, setupWorkbenchNode, setupImageManifest,
+		setupTerminalView, setupViewGrant, setupActions,
 	} {
 		if err := setup(mgr); err != nil {
 			return err

@@ -132,9 +132,9 @@ func actionCommand(o *Options) *cobra.Command {
 	c := &cobra.Command{Use: "action", Short: "Run actions of signed catalogs"}
 	var (
 		envName, paramsJSON, pin string
-		params               []string
-		timeout              int64
-		wait                 bool
+		params                   []string
+		timeout                  int64
+		wait                     bool
 	)
 	run := &cobra.Command{
 		Use: "run CATALOG ACTION --env E [--param k=v]... [--params-json JSON]", Short: "Create an ActionRun and wait for its outcome",
