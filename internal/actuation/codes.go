@@ -140,6 +140,11 @@ const (
 	CodeRawInputDisabled  Code = "raw-input-disabled" // attach with stdin on a session whose spec.rawInput is not OperatorOnly
 )
 
+// Codes of the client surface (output of a command that has not started).
+const (
+	CodeCommandNotStarted Code = "command-not-started" // output over WebSocket of a command that did not start within the bounded wait
+)
+
 // allCodes is the closed vocabulary as data; Codes returns a sorted copy.
 var allCodes = []Code{
 	CodePathEmpty, CodePathAbsolute, CodePathTraversal, CodePathInvalidComponent,
@@ -168,6 +173,7 @@ var allCodes = []Code{
 	CodeImageInvalid, CodeResourcesAboveMax, CodeResourcesInvalid, CodeResourceNotEnforced, CodeVMCapReached, CodeBootFailed, CodeBootTimeout,
 	CodeVMNotRunning, CodeEnvironmentIDInvalid, CodeStateDirTooLong,
 	CodeForwardingRefused, CodeNodeUnreachable, CodeOutputEvicted, CodeUploadTooLarge, CodeRawInputDisabled,
+	CodeCommandNotStarted,
 }
 
 var sortedCodes = func() []Code {

@@ -57,7 +57,7 @@ var Subresources = []Subresource{
 	{"terminalcommands", "cancel", []string{http.MethodPost}},
 	{"environments", "files", []string{http.MethodGet}},
 	{"artifacts", "download", []string{http.MethodGet}},
-	// artifacts/upload is not served yet (docs/api-subresources.md, "Not yet served").
+	{"artifacts", "upload", []string{http.MethodPut, http.MethodPost}},
 }
 
 // parentStorage names a parent resource in discovery. Its only verb, get, returns the

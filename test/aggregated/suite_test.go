@@ -33,6 +33,10 @@ import (
 
 const nodeName = "node-agg"
 
+// RequestTimeout is kube-apiserver's --request-timeout in this suite (60 s by default):
+// short, so that a test sees plain-HTTP streams cut by it and resumed.
+const RequestTimeout = 10 * time.Second
+
 var (
 	env       *envtest.Env
 	agg       *aggtest.Server
@@ -55,7 +59,7 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) (int, error) {
 	var err error
-	env, err = envtest.Start(envtest.Options{Aggregation: true, Setup: func(mgr ctrl.Manager) error {
+	env, err = envtest.Start(envtest.Options{Aggregation: true, RequestTimeout: RequestTimeout, Setup: func(mgr ctrl.Manager) error {
 		if err := controllers.SetupWithManager(mgr, controllers.Config{}); err != nil {
 			return err
 		}
@@ -91,6 +95,19 @@ func run(m *testing.M) (int, error) {
 	}
 	if err := startAgent(ctx, filepath.Join(tmp, "state")); err != nil {
 		return 1, err
+	}
+	// The forwarder finds the node's data plane in its WorkbenchNode: wait until published.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var wn wbv1.WorkbenchNode
+		err := env.Client.Get(ctx, client.ObjectKey{Name: nodeName}, &wn)
+		if err == nil && wn.Status.DataPlane != nil && wn.Status.DataPlane.Endpoint != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			return 1, fmt.Errorf("node %s published no data plane within 60s (last error: %v)", nodeName, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	return m.Run(), nil
 }
