@@ -52,7 +52,7 @@ type Client struct {
 	// CommandOutput resumes it (docs/api-subresources.md, "Long-lived streams").
 	PlainFollow bool
 	// OnOutputResume, when set, is called each time CommandOutput opens the output again
-	// after a cut, with the byte offset it resumes from.
+	// before the command has ended (a cut, a bounded wait), with the byte offset.
 	OnOutputResume func(offset int64)
 }
 

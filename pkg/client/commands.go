@@ -10,11 +10,12 @@ import (
 	"path"
 	"slices"
 	"strconv"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
@@ -373,8 +374,9 @@ func (c *Client) Follow(ctx context.Context, name string, opts RunOptions) (*wbv
 // again from the byte offset already copied (?offset=N), so w gets every byte once.
 func (c *Client) CommandOutput(ctx context.Context, name string, follow bool, limitBytes int64, w io.Writer) error {
 	cw := &countingWriter{w: w}
+	tail := false // the last read, after the command ended: not a resume
 	for opened := 0; ; opened++ {
-		if opened > 0 && c.OnOutputResume != nil {
+		if opened > 0 && !tail && c.OnOutputResume != nil {
 			c.OnOutputResume(cw.n)
 		}
 		q := url.Values{}
@@ -411,7 +413,7 @@ func (c *Client) CommandOutput(ctx context.Context, name string, follow bool, li
 			return nil // a plain follow ends when the command does: all of it was sent
 		}
 		if wbv1.CommandIsFinal(t.Status.Conditions) {
-			follow = false // one more read from the offset picks up any tail, then stop
+			follow, tail = false, true // one more read from the offset picks up any tail, then stop
 		}
 	}
 }
@@ -461,14 +463,19 @@ func (c *Client) outputWebSocket(ctx context.Context, name string, q url.Values,
 	err = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: w})
 	var exitErr utilexec.CodeExitError
 	switch {
-	case err == nil, errors.As(err, &exitErr):
-		return true, nil // the final status arrived: success or the command's exit code
+	case err == nil, errors.As(err, &exitErr), strings.HasPrefix(err.Error(), commandEndedPrefix):
+		// The final status arrived: success, the command's exit code, or its end without one.
+		return true, nil
 	case httpstream.IsUpgradeFailure(err):
 		// The handshake was refused: the served status says why (never a cut).
 		return false, c.wrapSub(ctx, "terminalcommand "+name+" output", upgradeCause(err))
 	}
 	return false, &streamCut{err}
 }
+
+// commandEndedPrefix starts the final Failure status of an output stream whose command
+// ended without an exit code (the node's dataplane.CommandEndedPrefix).
+const commandEndedPrefix = "terminal command ended: "
 
 // upgradeCause is the served metav1.Status of a refused WebSocket handshake when there is
 // one (client-go wraps it in an UpgradeFailureError that does not unwrap), else err.

@@ -113,6 +113,11 @@ type CommandWatcher interface {
 	CommandsChanged() <-chan struct{}
 }
 
+// CommandEndedPrefix starts the message of the final Failure status of an output stream
+// whose command ended without an exit code (Cancelled, timed out, refused): clients tell
+// it from a cut stream by it.
+const CommandEndedPrefix = "terminal command ended: "
+
 // Output start states (header CommandStateHeader of terminalcommands/output).
 const (
 	CommandStateHeader     = "X-Workbench-Command-State"
@@ -712,7 +717,7 @@ func (s *Server) v2Output(w http.ResponseWriter, r *http.Request, ref objRef) er
 		code := int(*final.ExitCode)
 		writeRemoteStatus(streams[chanError], &code, "")
 	case final != nil && final.Phase != string(wbv1.CommandSucceeded):
-		writeRemoteStatus(streams[chanError], nil, final.Phase+": "+final.Message)
+		writeRemoteStatus(streams[chanError], nil, CommandEndedPrefix+final.Phase+": "+final.Message)
 	default:
 		writeRemoteStatus(streams[chanError], nil, "")
 	}
