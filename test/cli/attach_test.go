@@ -198,4 +198,3 @@ func TestVMEnvironmentProgress(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
-
