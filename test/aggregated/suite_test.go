@@ -25,6 +25,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/controllers"
+	"sensorium.dev/workbench/internal/nodeagent/dataplane"
 	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/test/aggtest"
 	"sensorium.dev/workbench/internal/test/envtest"
@@ -93,6 +94,8 @@ func run(m *testing.M) (int, error) {
 	if err := os.MkdirAll(workspace, 0o755); err != nil {
 		return 1, err
 	}
+	// Open attach streams re-check their authorization every 2 s here (30 s by default).
+	dataplane.AttachAuthorizationRecheck = 2 * time.Second
 	if err := startAgent(ctx, filepath.Join(tmp, "state")); err != nil {
 		return 1, err
 	}

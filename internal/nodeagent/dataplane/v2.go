@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -72,6 +73,11 @@ const (
 	// StreamWriteTimeout drops a streaming client that does not take a write in time.
 	StreamWriteTimeout = 30 * time.Second
 )
+
+// AttachAuthorizationRecheck is how often an open attach with stdin re-checks its
+// authorization (SubjectAccessReview of create terminalsessions/attach) and the session's
+// raw-input mode. A variable so that tests can shorten it.
+var AttachAuthorizationRecheck = 30 * time.Second
 
 // CommandResolver finds TerminalCommands on this node.
 type CommandResolver interface {
@@ -360,12 +366,42 @@ func (s *Server) v2Attach(w http.ResponseWriter, r *http.Request, ref objRef) er
 			}
 		}
 	}()
+	// Authorization is decided when the stream opens and re-checked while it stays open
+	// (every AttachAuthorizationRecheck), never per keystroke: a revoked binding, or a
+	// session whose raw input was turned off, ends the stream's input and the stream.
+	var revoked atomic.Pointer[string]
 	if stdin {
+		go func() {
+			t := time.NewTicker(AttachAuthorizationRecheck)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				msg := ""
+				if err := s.authorize(r, Attributes{Group: SubresourceGroup, Verb: "create", Namespace: ref.ns, Resource: "terminalsessions", Subresource: "attach", Name: ref.name}); err != nil {
+					var he *httpError
+					if !errors.As(err, &he) || he.status != http.StatusForbidden {
+						continue // authorization unavailable: keep the decision made at open
+					}
+					msg = he.Error()
+				} else if cur, err := s.resolveSession(ref); err == nil && cur.info.RawInput != wbv1.RawInputOperatorOnly {
+					msg = string(actuation.CodeRawInputDisabled) + ": terminal session " + ref.String() + " no longer takes raw input"
+				}
+				if msg != "" {
+					revoked.Store(&msg)
+					cancel()
+					return
+				}
+			}
+		}()
 		go func() {
 			buf := make([]byte, s.lim.MaxInputBytes)
 			for {
 				n, err := streams[chanStdin].Read(buf)
-				if n > 0 {
+				if n > 0 && revoked.Load() == nil {
 					if ierr := h.s.Input(buf[:n]); ierr != nil {
 						logger.V(1).Info("Attach input refused", "session", ref.String(), "error", ierr.Error())
 					}
@@ -394,7 +430,10 @@ func (s *Server) v2Attach(w http.ResponseWriter, r *http.Request, ref objRef) er
 			continue
 		}
 		if err := rg.Wait(ctx, cursor); err != nil {
-			if errors.Is(err, ring.ErrClosed) {
+			switch {
+			case revoked.Load() != nil:
+				writeRemoteStatus(streams[chanError], nil, "attach authorization revoked: "+*revoked.Load())
+			case errors.Is(err, ring.ErrClosed):
 				writeRemoteStatus(streams[chanError], exit, "")
 			}
 			return nil
