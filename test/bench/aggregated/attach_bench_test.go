@@ -198,16 +198,17 @@ func BenchmarkAttachRoundTrip(b *testing.B) {
 	must(b, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns.Name}, Spec: wbv1.EnvironmentSpec{
 		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(dir)}},
 		NodeSelector: map[string]string{wbv1.NodeLabel: nodeName}}}))
-	for _, n := range []string{"direct", "agg"} {
+	for _, n := range []string{"direct", "agg", "wb"} {
 		must(b, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: ns.Name}, Spec: wbv1.TerminalSessionSpec{
 			EnvironmentRef: "e", ShellProfileRef: ptr(wbv1.ObjectName("cat")), RawInput: wbv1.RawInputOperatorOnly}}))
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		var d, a wbv1.TerminalSession
+		var d, a, w wbv1.TerminalSession
 		must(b, env.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "direct"}, &d))
 		must(b, env.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "agg"}, &a))
-		if d.Status.Phase == wbv1.SessionRunning && a.Status.Phase == wbv1.SessionRunning {
+		must(b, env.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "wb"}, &w))
+		if d.Status.Phase == wbv1.SessionRunning && a.Status.Phase == wbv1.SessionRunning && w.Status.Phase == wbv1.SessionRunning {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -249,22 +250,41 @@ func BenchmarkAttachRoundTrip(b *testing.B) {
 	direct := attach(b, ctx, directCfg, node.Status.DataPlane.Endpoint+dataplane.V2Path(ns.Name, "terminalsessions", "direct", "attach")+q)
 	aggr := attach(b, ctx, kubeCfg, strings.TrimSuffix(kubeCfg.Host, "/")+"/apis/"+apiserver.GroupName+"/"+apiserver.Version+
 		"/namespaces/"+ns.Name+"/terminalsessions/agg/attach"+q)
-	// Warm up both paths (connections, caches) before measuring.
+	// The breakdown: client → workbench-apiserver directly (as kube-apiserver's front proxy:
+	// its client certificate and the X-Remote-* identity headers) → node data plane.
+	fpDir := b.TempDir()
+	fpCert, fpKey, err := env.Aggregation.FrontProxyCA.IssueFiles(fpDir, "bench-front-proxy", envtest.FrontProxyClientName)
+	must(b, err)
+	user := "system:serviceaccount:" + ns.Name + ":op"
+	wbCfg := &rest.Config{Host: "https://" + agg.Addr, TLSClientConfig: rest.TLSClientConfig{CertFile: fpCert, KeyFile: fpKey, CAData: agg.ServingCA.CertPEM},
+		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+				r = r.Clone(r.Context())
+				r.Header.Set("X-Remote-User", user)
+				r.Header["X-Remote-Group"] = []string{"system:serviceaccounts", "system:serviceaccounts:" + ns.Name, "system:authenticated"}
+				return rt.RoundTrip(r)
+			})
+		}}
+	wbOnly := attach(b, ctx, wbCfg, wbCfg.Host+"/apis/"+apiserver.GroupName+"/"+apiserver.Version+
+		"/namespaces/"+ns.Name+"/terminalsessions/wb/attach"+q)
+	// Warm up every path (connections, caches) before measuring.
 	for i := range 20 {
 		direct.roundTrip(b, fmt.Sprintf("warm-d-%d", i))
 		aggr.roundTrip(b, fmt.Sprintf("warm-a-%d", i))
+		wbOnly.roundTrip(b, fmt.Sprintf("warm-w-%d", i))
 	}
 	floor := startFloor(b)
 	defer floor.close()
 	for i := range 20 {
 		floor.roundTrip(b, fmt.Sprintf("warm-f-%d", i))
 	}
-	var fs, ds, as []time.Duration
+	var fs, ds, as, ws []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		fs = append(fs, floor.roundTrip(b, fmt.Sprintf("f%07d", i)))
 		ds = append(ds, direct.roundTrip(b, fmt.Sprintf("d%07d", i)))
 		as = append(as, aggr.roundTrip(b, fmt.Sprintf("a%07d", i)))
+		ws = append(ws, wbOnly.roundTrip(b, fmt.Sprintf("w%07d", i)))
 	}
 	b.StopTimer()
 	fp50 := percentile(fs, 0.50)
@@ -279,6 +299,10 @@ func BenchmarkAttachRoundTrip(b *testing.B) {
 	b.ReportMetric(float64(ap99)/float64(dp99), "p99-ratio")
 	b.ReportMetric(us(fp50), "floor-p50-µs")
 	b.ReportMetric(float64(dp50)/float64(fp50), "direct/floor-p50")
+	wp50 := percentile(ws, 0.50)
+	b.ReportMetric(us(wp50), "wbapiserver-only-p50-µs")
+	b.Logf("breakdown: client → workbench-apiserver → node p50 %s p99 %s (%.2f× direct): workbench-apiserver's hop %s, kube-apiserver's hop %s at p50",
+		wp50, percentile(ws, 0.99), float64(wp50)/float64(dp50), wp50-dp50, ap50-wp50)
 	b.Logf("attach round trip over %d interleaved samples: in-process floor p50 %s p99 %s; direct p50 %s p99 %s (%.2f× the floor); "+
 		"aggregated p50 %s p99 %s; ratio aggregated/direct p50 %.2f p99 %.2f",
 		len(ds), fp50, percentile(fs, 0.99), dp50, dp99, float64(dp50)/float64(fp50), ap50, ap99, float64(ap50)/float64(dp50), float64(ap99)/float64(dp99))
@@ -329,3 +353,7 @@ func (p *floorPTY) close() {
 	_ = p.cmd.Process.Kill()
 	_ = p.cmd.Wait()
 }
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
