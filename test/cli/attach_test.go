@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -132,7 +133,16 @@ func TestAttach(t *testing.T) {
 	if !echoed {
 		t.Fatalf("the operator's attach shows no echo of its input:\nstdout %q\nstderr %s", op.out.String(), op.errb.String())
 	}
-	if !viewer.waitOut("typed-by-operator", 20*time.Second) {
+	// The read-only stream shows output from the moment it opened: type new lines until
+	// one reaches it.
+	seen := false
+	for i := 0; i < 100 && !seen; i++ {
+		if _, err := io.WriteString(op.stdin, fmt.Sprintf("for-the-viewer-%d\n", i)); err != nil {
+			t.Fatalf("writing to the operator's attach: %v\nstderr: %s", err, op.errb.String())
+		}
+		seen = viewer.waitOut("for-the-viewer-", 300*time.Millisecond)
+	}
+	if !seen {
 		t.Fatalf("the read-only attach shows nothing of the session:\nstdout %q\nstderr %s", viewer.out.String(), viewer.errb.String())
 	}
 	select {
