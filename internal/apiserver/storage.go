@@ -30,7 +30,7 @@ var (
 
 func init() {
 	for _, gv := range []schema.GroupVersion{GroupVersion, {Group: GroupName, Version: runtime.APIVersionInternal}} {
-		Scheme.AddKnownTypes(gv, &TerminalSession{}, &TerminalCommand{}, &Environment{}, &Artifact{})
+		Scheme.AddKnownTypes(gv, &TerminalSession{}, &TerminalCommand{}, &Environment{}, &Artifact{}, &TerminalView{})
 	}
 	metav1.AddToGroupVersion(Scheme, GroupVersion)
 	metav1.AddToGroupVersion(Scheme, schema.GroupVersion{Version: "v1"})
@@ -58,6 +58,9 @@ var Subresources = []Subresource{
 	{"environments", "files", []string{http.MethodGet}},
 	{"artifacts", "download", []string{http.MethodGet}},
 	{"artifacts", "upload", []string{http.MethodPut, http.MethodPost}},
+	// the latest-state screen of a TerminalView (docs/shared-views.md); long-running here,
+	// but kube-apiserver cuts it at its --request-timeout: clients reconnect (cursor-free).
+	{"terminalviews", "stream", []string{http.MethodGet}},
 }
 
 // parentStorage names a parent resource in discovery. Its only verb, get, returns the
@@ -107,6 +110,7 @@ var parentKinds = map[string]struct {
 	"terminalcommands": {func() runtime.Object { return &TerminalCommand{} }, "terminalcommand"},
 	"environments":     {func() runtime.Object { return &Environment{} }, "environment"},
 	"artifacts":        {func() runtime.Object { return &Artifact{} }, "artifact"},
+	"terminalviews":    {func() runtime.Object { return &TerminalView{} }, "terminalview"},
 }
 
 // connectStorage serves one subresource with rest.Connecter (as pods/exec and pods/attach

@@ -63,8 +63,10 @@ type Agent struct {
 	recovery  []wbv1.RecoveryAction
 	waits     int
 	dataPlane *wbv1.DataPlane
-	pins      map[string]map[string]*pinnedRoot // environment UID → root name → its pinned directory (roots.go)
-	recorder  events.EventRecorder
+	// viewHub wakes view streams on changes of views, grants, environments and sessions.
+	viewHub  viewHub
+	pins     map[string]map[string]*pinnedRoot // environment UID → root name → its pinned directory (roots.go)
+	recorder events.EventRecorder
 
 	// Data-plane client surface (dataplane.go), guarded by mu: artifact UIDs whose upload
 	// is in progress, and a channel closed (then replaced) when a command starts or is
@@ -196,6 +198,8 @@ func (a *Agent) cacheOptions() cache.Options {
 		&wbv1.FilePatch{}:         byLabel,
 		&wbv1.Artifact{}:          byLabel,
 		&wbv1.BackendCapability{}: byLabel,
+		&wbv1.TerminalView{}:      byLabel,
+		&wbv1.ViewGrant{}:         byLabel,
 		&wbv1.WorkbenchNode{}:     {Field: fields.OneTermEqualSelector("metadata.name", a.cfg.NodeName)},
 	}}
 }

@@ -228,6 +228,8 @@ func (s *Server) v2Routes(mux *http.ServeMux) {
 		// PUT is authorized as update, POST as create, as kube-apiserver derives the verb.
 		{http.MethodPut, v2Prefix + "artifacts/{name}/upload", "update", "artifacts", "upload", s.v2Upload},
 		{http.MethodPost, v2Prefix + "artifacts/{name}/upload", "create", "artifacts", "upload", s.v2Upload},
+		// the view stream authorizes itself, uncached, and again while it streams.
+		{http.MethodGet, v2Prefix + "terminalviews/{name}/stream", "", "terminalviews", "stream", s.viewStream},
 	} {
 		mux.Handle(rt.method+" "+rt.path, s.authorizedIn(SubresourceGroup, rt.verb, rt.resource, rt.sub, rt.h))
 		allow := rt.method
