@@ -48,3 +48,19 @@ func TestOperatorGatedRun(t *testing.T) {
 		t.Fatalf("refusal = %+v", r.Status.Refusal)
 	}
 }
+
+// TestGatedRunDeletedCollectsRequest: deleting a C7 run that waits for consent deletes its
+// ConsentRequest (no durable grant can need it).
+func TestGatedRunDeletedCollectsRequest(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	f.sign(t, f.signer)
+	must(t, env.Client.Create(ctx, f.run("gone", "node.gated", `{"msg":"a"}`)))
+	r := f.waitRun(t, "gone", "awaiting consent", func(r *wbv1.ActionRun) bool { return r.Status.ConsentRequestRef != "" })
+	must(t, env.Client.Delete(ctx, r))
+	eventually(t, 30e9, "consent request "+r.Status.ConsentRequestRef+" collected", func() (bool, string) {
+		var cr wbv1.ConsentRequest
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: r.Status.ConsentRequestRef}, &cr)
+		return err != nil && client.IgnoreNotFound(err) == nil, "still there"
+	})
+}
