@@ -81,6 +81,8 @@ type Agent struct {
 	wakePatches, wakeArtifacts, wakeProbes chan event.GenericEvent
 	// sweepArtifacts kicks the artifact retention sweep (retention.go).
 	sweepArtifacts chan struct{}
+	// capKick asks for a recount of the free capacity (free.go).
+	capKick chan struct{}
 }
 
 // Options tune an agent for tests and embedding.
@@ -156,6 +158,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		blobs:          blobs,
 		wakeWaits:      make(chan event.GenericEvent, 1024),
 		sweepArtifacts: make(chan struct{}, 1),
+		capKick:        make(chan struct{}, 1),
 		wakePatches:    make(chan event.GenericEvent, 1024),
 		wakeArtifacts:  make(chan event.GenericEvent, 1024),
 		wakeProbes:     make(chan event.GenericEvent, 1024),
@@ -224,6 +227,9 @@ func (a *Agent) Run(ctx context.Context, cfg *rest.Config) error {
 		return err
 	}
 	if err := mgr.Add(managerRunnable(a.artifactSweepLoop)); err != nil {
+		return err
+	}
+	if err := mgr.Add(managerRunnable(a.capacityLoop)); err != nil {
 		return err
 	}
 	log.Info("Starting node agent", "version", Version, "backends", a.backends.IDs())

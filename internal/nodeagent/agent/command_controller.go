@@ -82,6 +82,7 @@ func commandOwned(s *wbv1.TerminalCommandStatus) wbv1.TerminalCommandStatus {
 
 func (r *commandReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	a := r.a
+	defer a.kickCapacity() // what this pass opened or ended changes the free capacity (free.go)
 	var cmd wbv1.TerminalCommand
 	if err := a.client.Get(ctx, req.NamespacedName, &cmd); err != nil {
 		if client.IgnoreNotFound(err) == nil {

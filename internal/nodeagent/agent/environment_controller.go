@@ -65,6 +65,7 @@ func specFromRecord(e store.Environment) backends.Spec {
 
 func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	a := r.a
+	defer a.kickCapacity() // what this pass opened or ended changes the free capacity (free.go)
 	var env wbv1.Environment
 	if err := a.client.Get(ctx, req.NamespacedName, &env); err != nil {
 		if client.IgnoreNotFound(err) == nil {
