@@ -140,6 +140,11 @@ const (
 	CodeRawInputDisabled  Code = "raw-input-disabled" // attach with stdin on a session whose spec.rawInput is not OperatorOnly
 )
 
+// Node lifecycle (nodecap): the node is cordoned (kubectl drain) — docs/capacity.md.
+const (
+	CodeNodeDraining Code = "node-draining" // the node is cordoned: no new session or environment starts until it is uncordoned
+)
+
 // allCodes is the closed vocabulary as data; Codes returns a sorted copy.
 var allCodes = []Code{
 	CodePathEmpty, CodePathAbsolute, CodePathTraversal, CodePathInvalidComponent,
@@ -168,6 +173,7 @@ var allCodes = []Code{
 	CodeImageInvalid, CodeResourcesAboveMax, CodeResourcesInvalid, CodeResourceNotEnforced, CodeVMCapReached, CodeBootFailed, CodeBootTimeout,
 	CodeVMNotRunning, CodeEnvironmentIDInvalid, CodeStateDirTooLong,
 	CodeForwardingRefused, CodeNodeUnreachable, CodeOutputEvicted, CodeUploadTooLarge, CodeRawInputDisabled,
+	CodeNodeDraining,
 }
 
 var sortedCodes = func() []Code {

@@ -93,6 +93,14 @@ func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		set(wbv1.ConditionReady, false, wbv1.ReasonFailed, code+": "+msg)
 	}
 	switch {
+	case a.cordoned.Load() && !deleting && ts.Spec.DesiredState != "Closed":
+		// kubectl drain (node_drain.go): an open session ends interrupted, a new one is refused.
+		if live != nil {
+			a.closeSession(ctx, uid, false)
+			fail(string(actuation.CodeInterrupted), "node "+a.cfg.NodeName+" was drained (cordoned) while the session was open")
+		} else {
+			fail(string(actuation.CodeNodeDraining), "node "+a.cfg.NodeName+" is cordoned (kubectl drain); create the session again after kubectl uncordon")
+		}
 	case live == nil:
 		rec, ok, err := a.store.Sessions().Get(uid)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -41,8 +42,13 @@ func (a *Agent) setupControllers(mgr ctrl.Manager) error {
 		return fmt.Errorf("indexing references: %w", err)
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.Environment{}).Named(name("environment")).
+		WatchesRawSource(source.Channel(a.wakeEnvironments, &handler.EnqueueRequestForObject{})).
 		Complete(&environmentReconciler{a: a}); err != nil {
 		return fmt.Errorf("environment controller: %w", err)
+	}
+	if err := ctrl.NewControllerManagedBy(mgr).For(&corev1.Node{}).Named(name("node")).
+		Complete(&nodeReconciler{a: a}); err != nil {
+		return fmt.Errorf("node controller: %w", err)
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.TerminalSession{}).Named(name("session")).
 		WatchesRawSource(source.Channel(a.wakeSessions, &handler.EnqueueRequestForObject{})).
