@@ -301,8 +301,12 @@ EOF
       enabled: true
       imageDir: /var/lib/workbench/images
       accel: ${CLUSTER_VM_ACCEL:-auto}"
+    # Each VM's cgroup nests under the agent container's: its memory (guest + 512 MiB)
+    # counts against the pod's limit, which must hold qemu.maxVMs (4) of them.
     mounts="      containers:
       - name: node-agent
+        resources:
+          limits: {memory: 6Gi}
         volumeMounts:
         - {name: guest-image, mountPath: /var/lib/workbench/images/guest, readOnly: true}"
     vols="      - name: guest-image

@@ -45,11 +45,9 @@ func TestNodeDrain(t *testing.T) {
 	var vm wbv1.Environment
 	var vmGen int64
 	if withVM {
+		vmImage(t, ns)
 		must(t, cluster.client.Create(ctx, vmEnvironment(ns, "vm")))
-		eventually(t, 4*time.Minute, "the VM environment Ready", func() (bool, string) {
-			must(t, cluster.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm"}, &vm))
-			return vm.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", vm.Status)
-		})
+		vmReady(ctx, t, ns, "vm", &vm, nil)
 		vmGen = vm.Status.SourceGeneration
 		if cluster.hostState != "" && len(qemuProcesses(string(vm.UID))) != 1 {
 			t.Fatalf("no QEMU process of the VM environment before the drain")
