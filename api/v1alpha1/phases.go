@@ -295,3 +295,32 @@ func CommandPhaseIsFinal(p CommandPhase) bool {
 	}
 	return false
 }
+
+// ActionRun phases: the same lifecycle as a TerminalCommand.
+const (
+	ActionRunPending         ActionRunPhase = "Pending"
+	ActionRunAwaitingConsent ActionRunPhase = "AwaitingConsent"
+	ActionRunRunning         ActionRunPhase = "Running"
+	ActionRunSucceeded       ActionRunPhase = "Succeeded"
+	ActionRunFailed          ActionRunPhase = "Failed"
+	ActionRunTimedOut        ActionRunPhase = "TimedOut"
+	ActionRunCancelled       ActionRunPhase = "Cancelled"
+	ActionRunRefused         ActionRunPhase = "Refused"
+)
+
+// ActionRunPhaseFor derives an ActionRun's phase exactly as CommandPhaseFor: Completed
+// (reason = outcome) wins, then Started, then Admitted=False AwaitingConsent, else Pending.
+func ActionRunPhaseFor(conds []metav1.Condition) ActionRunPhase {
+	return ActionRunPhase(CommandPhaseFor(conds))
+}
+
+// ActionRunIsFinal says whether the run has its one recorded outcome.
+func ActionRunIsFinal(conds []metav1.Condition) bool { return isTrue(conds, ConditionCompleted) }
+
+// ActionRunHealth mirrors CommandHealth.
+func ActionRunHealth(p ActionRunPhase) Health { return CommandHealth(CommandPhase(p)) }
+
+// ActionRunReleased says no process runs or will run for the run.
+func ActionRunReleased(r *ActionRun) bool {
+	return r.Labels[NodeLabel] == "" || ActionRunIsFinal(r.Status.Conditions) || !isTrue(r.Status.Conditions, ConditionAdmitted)
+}

@@ -113,6 +113,21 @@ type RecoveryAction struct {
 	Time metav1.Time `json:"time"`
 }
 
+// ActionClassSupport says whether this node can enforce an action class's envelope.
+type ActionClassSupport struct {
+	// +required
+	Class ActionClass `json:"class"`
+	// +required
+	Availability ActionAvailability `json:"availability"`
+	// code says why not (action-class-unavailable, landlock-unavailable, ...).
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Code string `json:"code,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+}
+
 // WorkbenchNodeStatus is one node agent's self-report.
 type WorkbenchNodeStatus struct {
 	// +optional
@@ -139,6 +154,13 @@ type WorkbenchNodeStatus struct {
 	// stays the authority and still refuses what free could not foresee.
 	// +optional
 	Free *NodeFree `json:"free,omitempty"`
+	// actionClasses lists, per action class C1..C7, whether this node enforces it (seed
+	// 002: a class whose primitive is missing is published unavailable, never weakened).
+	// +optional
+	// +kubebuilder:validation:MaxItems=7
+	// +listType=map
+	// +listMapKey=class
+	ActionClasses []ActionClassSupport `json:"actionClasses,omitempty"`
 	// recovery lists the actions of the last recovery sweep (bounded, newest last).
 	// +optional
 	// +kubebuilder:validation:MaxItems=64

@@ -17,6 +17,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
@@ -26,11 +27,11 @@ const SchemaVersion = 1
 
 // Refusal codes.
 const (
-	CodeSchemaNewer         = "store-schema-newer"         // database written by a newer agent
-	CodeSchemaInvalid       = "store-schema-invalid"       // version key unreadable, or data without a version
-	CodeRecordTooLarge      = "store-record-too-large"     // value above MaxRecordBytes: metadata only
-	CodeKeyInvalid          = "store-key-invalid"          // empty or above MaxKeyBytes
-	CodeIdempotencyConflict = "store-idempotency-conflict" // idempotency key already bound to another command
+	CodeSchemaNewer         = string(actuation.CodeStoreSchemaNewer)    // database written by a newer agent
+	CodeSchemaInvalid       = string(actuation.CodeStoreSchemaInvalid)  // version key unreadable, or data without a version
+	CodeRecordTooLarge      = string(actuation.CodeStoreRecordTooLarge) // value above MaxRecordBytes: metadata only
+	CodeKeyInvalid          = string(actuation.CodeStoreKeyInvalid)     // empty or above MaxKeyBytes
+	CodeIdempotencyConflict = string(actuation.CodeIdempotencyConflict) // idempotency key already bound to another command
 )
 
 // Caps.
@@ -338,8 +339,10 @@ func indexCommand(tx *bolt.Tx, c *Command) error {
 
 // RecordCommandStart admits a command exactly once. If a record with the same
 // UID exists — or another command in the namespace already holds the same
-// idempotency key — the existing record is returned with created=false and the
-// caller must NOT start a process: re-reconciling never runs a command twice.
+// idempotency key for the same argv and session — the existing record is returned
+// with created=false and the caller must NOT start a process: re-reconciling never
+// runs a command twice. The same key held by a command with another argv digest or
+// session is refused with idempotency-conflict.
 // Otherwise c is stored (Phase defaults to "Starting", CreatedAt to now) and
 // returned with created=true.
 func (db *DB) RecordCommandStart(c Command) (rec Command, created bool, err error) {
@@ -358,6 +361,12 @@ func (db *DB) RecordCommandStart(c Command) (rec Command, created bool, err erro
 					return err
 				}
 				if ok {
+					if existing.ArgvDigest != c.ArgvDigest || existing.SessionUID != c.SessionUID {
+						// The same key for another intent is a conflict, never a replay of
+						// the other command's outcome.
+						return fsaccess.Errorf(CodeIdempotencyConflict, "idempotency key %q in %q belongs to command %s, which has another argv or session",
+							c.IdempotencyKey, c.Namespace, existing.Name)
+					}
 					rec = existing
 					return nil
 				}

@@ -18,6 +18,7 @@ import (
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/guestpty"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 )
@@ -92,6 +93,8 @@ type helperConfig struct {
 	LandlockABI   int               `json:"landlockABI"`
 	Hostname      string            `json:"hostname"`
 	CapLastCap    int               `json:"capLastCap"`
+	// FileSizeLimit > 0 sets RLIMIT_FSIZE for the program, SIGXFSZ ignored.
+	FileSizeLimit int64 `json:"fileSizeLimit,omitempty"`
 }
 
 type helperStatus struct {
@@ -144,8 +147,8 @@ func leftovers() (int, []LeftProc) {
 	return n, out
 }
 
-// helper status codes that are not refusals.
-const statusExecFailed = "exec-failed"
+// statusExecFailed is the helper's status when exec itself failed (mapped to start-failed).
+const statusExecFailed = string(actuation.CodeExecFailed)
 
 // MaybeRunHelper must be the first statement of main() in every binary that
 // uses procexec (and of TestMain in test binaries). In a normal invocation it
@@ -424,6 +427,15 @@ func dropCapabilities(last int) error {
 
 // startProgram forks and execs the program from the locked thread.
 func startProgram(cfg *helperConfig) (int, *helperFailure) {
+	if cfg.FileSizeLimit > 0 {
+		// Ignored (not caught) signals stay ignored across exec: a write
+		// past the limit then fails with EFBIG instead of killing.
+		signal.Ignore(syscall.SIGXFSZ)
+		lim := unix.Rlimit{Cur: uint64(cfg.FileSizeLimit), Max: uint64(cfg.FileSizeLimit)}
+		if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &lim); err != nil {
+			return 0, failf(refusal.SandboxSetupFailed, "helper: setrlimit(RLIMIT_FSIZE, %d): %v", cfg.FileSizeLimit, err)
+		}
+	}
 	pid, err := syscall.ForkExec(cfg.Argv[0], cfg.Argv, &syscall.ProcAttr{
 		Dir:   cfg.Dir,
 		Env:   cfg.Env,

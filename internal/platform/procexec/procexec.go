@@ -131,6 +131,14 @@ type Spec struct {
 	// Used when the Runner has a cgroup manager.
 	Resources cgroups.Limits
 	CgroupID  string
+	// Mounts and FileSizeLimit: see SandboxSpec.
+	Mounts        []Mount
+	FileSizeLimit int64
+	// OnSandbox, when set, runs once the sandbox's namespaces exist and
+	// before its program is configured (nothing runs in it yet), with the
+	// helper's pid: e.g. to attach an egress proxy's listeners inside its
+	// network namespace. An error aborts the start.
+	OnSandbox func(pid int) error
 }
 
 // Info identifies a started command (for status and crash recovery).
@@ -305,6 +313,8 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 		WritableRoots: spec.WritableRoots,
 		ReadableRoots: spec.ReadableRoots,
 		TempDir:       tmp,
+		Mounts:        spec.Mounts,
+		FileSizeLimit: spec.FileSizeLimit,
 	}
 	var g *cgroups.Group
 	if r.limits.Cgroups != nil {
@@ -337,17 +347,21 @@ func (r *Runner) spawn(ctx context.Context, self string, spec Spec, sbSpec Sandb
 		return nil, fmt.Errorf("procexec: output pipe: %w", err)
 	}
 	// Into the cgroup before the helper is configured: it does nothing before.
-	before := r.limits.BeforeConfig
-	if g != nil {
-		before = func(pid int) error {
+	before := func(pid int) error {
+		if g != nil {
 			if err := EnterCgroup(g, pid); err != nil {
 				return err
 			}
-			if r.limits.BeforeConfig != nil {
-				return r.limits.BeforeConfig(pid)
-			}
-			return nil
 		}
+		if r.limits.BeforeConfig != nil {
+			if err := r.limits.BeforeConfig(pid); err != nil {
+				return err
+			}
+		}
+		if spec.OnSandbox != nil {
+			return spec.OnSandbox(pid)
+		}
+		return nil
 	}
 	sb, err := StartSandboxed(sbSpec, StartOptions{
 		HelperPath:   self,

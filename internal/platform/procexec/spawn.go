@@ -65,6 +65,55 @@ type SandboxSpec struct {
 	// the same path so the program can name it (ttyname). No other terminal
 	// is visible and none can be allocated (no /dev/ptmx).
 	TTY string
+	// Mounts attach host paths (directories or regular files) at other paths
+	// inside, after the roots (so a mount may cover part of a root): e.g. a
+	// size-capped scratch filesystem at an action's write root, or a pinned
+	// copy of a script at its declared path. Writable directories get Landlock
+	// write rights.
+	Mounts []Mount
+	// FileSizeLimit, when > 0, is the program's RLIMIT_FSIZE (bytes) with
+	// SIGXFSZ ignored: a write that would grow any file past it fails with
+	// EFBIG at the limit instead of killing the program.
+	FileSizeLimit int64
+}
+
+// Mount is one host path attached inside a sandbox at Target (idmapped like
+// the roots: host uid/gid 0 appear as the sandbox's root).
+type Mount struct {
+	Source   string // host path: an existing directory or regular file
+	Target   string // clean absolute path inside the sandbox, not a system path
+	Writable bool   // directories only
+}
+
+// MaxMounts bounds SandboxSpec.Mounts (refusal.InvalidSpec).
+const MaxMounts = 8
+
+// ValidateMounts checks extra sandbox mounts (refusal.InvalidSpec).
+func ValidateMounts(ms []Mount) error {
+	if len(ms) > MaxMounts {
+		return refusal.New(refusal.InvalidSpec, "%d mounts exceed the cap %d", len(ms), MaxMounts)
+	}
+	for _, m := range ms {
+		if !filepath.IsAbs(m.Source) || !filepath.IsAbs(m.Target) || filepath.Clean(m.Target) != m.Target || m.Target == "/" || m.Target == SandboxTmp {
+			return refusal.New(refusal.InvalidSpec, "mount %q -> %q: source and target must be clean absolute paths (not / or %s)", m.Source, m.Target, SandboxTmp)
+		}
+		for _, p := range reservedPaths {
+			if under(m.Target, []string{p}) || under(p, []string{m.Target}) {
+				return refusal.New(refusal.InvalidSpec, "mount target %q overlaps the sandbox's system path %s", m.Target, p)
+			}
+		}
+		fi, err := os.Stat(m.Source)
+		if err != nil {
+			return refusal.New(refusal.InvalidSpec, "mount source: %v", err)
+		}
+		if !fi.IsDir() && !fi.Mode().IsRegular() {
+			return refusal.New(refusal.InvalidSpec, "mount source %q is neither a directory nor a regular file", m.Source)
+		}
+		if m.Writable && !fi.IsDir() {
+			return refusal.New(refusal.InvalidSpec, "writable mount source %q is not a directory", m.Source)
+		}
+	}
+	return nil
 }
 
 // StartOptions are the parent-side settings of one sandbox.
@@ -427,6 +476,24 @@ func sandboxConfig(spec SandboxSpec) (*helperConfig, []idmapSource, error) {
 		addFD(r, r, true)
 		covered = append(covered, r)
 	}
+	if err := ValidateMounts(spec.Mounts); err != nil {
+		return nil, nil, err
+	}
+	for _, m := range spec.Mounts {
+		fi, _ := os.Stat(m.Source)
+		mounts = append(mounts, mountSpec{Kind: mountFD, Target: m.Target, FD: len(idmaps), File: !fi.IsDir()})
+		idmaps = append(idmaps, idmapSource{path: m.Source, readOnly: !m.Writable})
+		if m.Writable {
+			cfg.WritablePaths = append(cfg.WritablePaths, m.Target)
+		}
+		if fi.IsDir() {
+			covered = append(covered, m.Target)
+		}
+	}
+	if spec.FileSizeLimit < 0 {
+		return nil, nil, refusal.New(refusal.InvalidSpec, "negative file size limit")
+	}
+	cfg.FileSizeLimit = spec.FileSizeLimit
 
 	// The working directory.
 	switch {
