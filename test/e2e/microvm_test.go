@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -148,6 +149,14 @@ func TestMicroVMInDaemonSetPod(t *testing.T) {
 	}
 	t.Logf("guest kernel %q (host %q)", guest, strings.TrimSpace(string(host)))
 
+	// The environment first, so a teardown that does not finish says why.
+	if out, err := exec.Command(cluster.kubectl, "--kubeconfig", cluster.kubeconfig, "-n", ns, "delete", "environment", "vm", "--wait=true", "--timeout=150s").CombinedOutput(); err != nil {
+		var e wbv1.Environment
+		_ = cluster.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm"}, &e)
+		logs, _ := exec.Command(cluster.kubectl, "--kubeconfig", cluster.kubeconfig, "-n", systemNamespace, "logs", "daemonset/"+agentName, "--tail=60").CombinedOutput()
+		left, _ := exec.Command(cluster.kubectl, "--kubeconfig", cluster.kubeconfig, "-n", ns, "get", "workbench", "-o", "wide").CombinedOutput()
+		t.Fatalf("deleting the VM environment: %v\n%s\nfinalizers %v status %+v\nleft in the namespace:\n%s\nnode agent log:\n%s", err, out, e.Finalizers, e.Status, left, logs)
+	}
 	kubectl(t, "delete", "namespace", ns, "--wait=true", "--timeout=180s")
 	if cluster.hostState != "" {
 		eventually(t, time.Minute, "no QEMU of the deleted environment", func() (bool, string) {

@@ -35,7 +35,7 @@ func TestNodeDrain(t *testing.T) {
 	})
 	readyEnvironment(ctx, t, ns, dir)
 	must(t, cluster.client.Create(ctx, sleepProfile(ns)))
-	must(t, cluster.client.Create(ctx, sleepCommand(ns, "long", "313.5")))
+	must(t, cluster.client.Create(ctx, sleepCommand(ns, "long", "308.75")))
 	eventually(t, time.Minute, "the command to run", func() (bool, string) {
 		var c wbv1.TerminalCommand
 		must(t, cluster.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
@@ -68,7 +68,7 @@ func TestNodeDrain(t *testing.T) {
 	t.Logf("kubectl drain returned after %s", time.Since(start).Round(time.Millisecond))
 	if cluster.hostState != "" {
 		eventually(t, 2*time.Minute, "the drained node's command and VM processes gone from the host", func() (bool, string) {
-			left := hostProcesses("/usr/bin/sleep", "313.5")
+			left := hostProcesses("/usr/bin/sleep", "308.75")
 			if withVM {
 				left = append(left, qemuProcesses(string(vm.UID))...)
 			}
