@@ -43,14 +43,15 @@ func TestNodeDrain(t *testing.T) {
 	})
 	withVM := vmAvailable(ctx, t) == ""
 	var vm wbv1.Environment
-	var vmGen int64
+	var qemuBefore []int
 	if withVM {
 		vmImage(t, ns)
 		must(t, cluster.client.Create(ctx, vmEnvironment(ns, "vm")))
 		vmReady(ctx, t, ns, "vm", &vm, nil)
-		vmGen = vm.Status.SourceGeneration
-		if cluster.hostState != "" && len(qemuProcesses(string(vm.UID))) != 1 {
-			t.Fatalf("no QEMU process of the VM environment before the drain")
+		if cluster.hostState != "" {
+			if qemuBefore = qemuProcesses(string(vm.UID)); len(qemuBefore) != 1 {
+				t.Fatalf("want one QEMU process of the VM environment before the drain, found %v", qemuBefore)
+			}
 		}
 	} else {
 		t.Logf("no VM environment in the drain: %s", vmAvailable(ctx, t))
@@ -109,7 +110,12 @@ func TestNodeDrain(t *testing.T) {
 		ok := e.Status.Phase == wbv1.EnvironmentReady
 		if withVM {
 			must(t, cluster.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm"}, &vm))
-			ok = ok && vm.Status.Phase == wbv1.EnvironmentReady && vm.Status.SourceGeneration > vmGen
+			ok = ok && vm.Status.Phase == wbv1.EnvironmentReady
+			if cluster.hostState != "" {
+				// A new boot: one QEMU again, not the one the drain stopped.
+				now := qemuProcesses(string(vm.UID))
+				ok = ok && len(now) == 1 && now[0] != qemuBefore[0]
+			}
 		}
 		return ok, fmt.Sprintf("host-local %+v; vm %+v", e.Status.Phase, vm.Status)
 	})
