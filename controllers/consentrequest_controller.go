@@ -117,10 +117,13 @@ func (r *ConsentRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 // another object) unless a durable grant still needs it: a remembered grant outlives the
 // command that prompted it, so its request lives as long as that grant is in force.
 func (r *ConsentRequestReconciler) collect(ctx context.Context, cr *wbv1.ConsentRequest) (bool, ctrl.Result, error) {
-	var cmd wbv1.TerminalCommand
-	err := r.Get(ctx, client.ObjectKey{Namespace: cr.Namespace, Name: string(cr.Spec.Descriptor.CommandRef)}, &cmd)
+	var cmd client.Object = &wbv1.TerminalCommand{}
+	if cr.Spec.Descriptor.Capability == wbv1.CapabilityActionRun {
+		cmd = &wbv1.ActionRun{}
+	}
+	err := r.Get(ctx, client.ObjectKey{Namespace: cr.Namespace, Name: string(cr.Spec.Descriptor.CommandRef)}, cmd)
 	switch {
-	case err == nil && cmd.UID == cr.Spec.Descriptor.CommandUID && cmd.DeletionTimestamp == nil:
+	case err == nil && cmd.GetUID() == cr.Spec.Descriptor.CommandUID && cmd.GetDeletionTimestamp() == nil:
 		return false, ctrl.Result{}, nil
 	case err != nil && !apierrors.IsNotFound(err):
 		return false, ctrl.Result{}, fmt.Errorf("reading command of %s/%s: %w", cr.Namespace, cr.Name, err)
@@ -180,6 +183,16 @@ func (r *ConsentRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
 				return nil
 			}
 			return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: c.Namespace, Name: c.Status.ConsentRequestRef}}}
+		}), builder.WithPredicates(predicate.Funcs{
+			CreateFunc: func(event.CreateEvent) bool { return false }, UpdateFunc: func(event.UpdateEvent) bool { return false },
+			DeleteFunc: func(event.DeleteEvent) bool { return true }, GenericFunc: func(event.GenericEvent) bool { return false },
+		})).
+		Watches(&wbv1.ActionRun{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			r := o.(*wbv1.ActionRun)
+			if r.Status.ConsentRequestRef == "" {
+				return nil
+			}
+			return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: r.Namespace, Name: r.Status.ConsentRequestRef}}}
 		}), builder.WithPredicates(predicate.Funcs{
 			CreateFunc: func(event.CreateEvent) bool { return false }, UpdateFunc: func(event.UpdateEvent) bool { return false },
 			DeleteFunc: func(event.DeleteEvent) bool { return true }, GenericFunc: func(event.GenericEvent) bool { return false },

@@ -35,6 +35,8 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 		&TerminalCommandReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-command"), Now: now, ConsentTimeoutSeconds: cfg.ConsentTimeoutSeconds},
 		sessionBinder(c, now), waitBinder(c, now), probeBinder(c, now), patchBinder(c, now),
 		&SessionCapacityReconciler{Client: c},
+		&ActionCatalogReconciler{Client: c},
+		&ActionRunReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-action"), Now: now, ConsentTimeoutSeconds: cfg.ConsentTimeoutSeconds},
 	} {
 		if err := s.SetupWithManager(mgr); err != nil {
 			return err
