@@ -147,6 +147,11 @@ const (
 	CodeNodeDraining Code = "node-draining" // the node is cordoned: no new session or environment starts until it is uncordoned
 )
 
+// Codes of the client surface (output of a command that has not started).
+const (
+	CodeCommandNotStarted Code = "command-not-started" // output over WebSocket of a command that did not start within the bounded wait
+)
+
 // Shared read-only terminal views (issue 11, seed 003): TerminalView and ViewGrant, the
 // dual authority checked for every frame, and context replacement.
 const (
@@ -427,6 +432,7 @@ var allCodes = []Code{
 	CodeAllowlistCatalogMismatch, CodeScriptExecutableMissing, CodeSensitivityOverrideForbidden, CodeSensitivityKeysForbidden,
 	CodeActionTimeout, CodeDirectiveMissing, CodeParametersInvalid, CodeScriptNotExecutable,
 	CodeArgvTemplateInvalid, CodeActionClassParamsInvalid, CodeCatalogSignerUnknown, CodeCatalogSignerOutOfScope,
+	CodeCommandNotStarted,
 }
 
 var sortedCodes = func() []Code {

@@ -69,6 +69,12 @@ type Agent struct {
 	pins     map[string]map[string]*pinnedRoot // environment UID → root name → its pinned directory (roots.go)
 	recorder events.EventRecorder
 
+	// Data-plane client surface (dataplane.go), guarded by mu: artifact UIDs whose upload
+	// is in progress, and a channel closed (then replaced) when a command starts or is
+	// reconciled.
+	uploads    map[string]struct{}
+	cmdChanged chan struct{}
+
 	// wake re-queues objects from goroutines (command exits, session phase changes).
 	wakeCommands chan event.GenericEvent
 	wakeSessions chan event.GenericEvent
@@ -152,7 +158,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		}, session.WithCgroups(cg), session.WithSandbox(session.Sandbox{HelperPath: sandboxHelper(cfg, opts), TempBase: filepath.Join(cfg.StateDir, "tmp")})),
 		sandbox: sandboxHelper(cfg, opts),
 		runner: procexec.NewRunner(procexec.Limits{MaxConcurrent: caps.ConcurrentCommands, TempBase: filepath.Join(cfg.StateDir, "tmp"),
-			HelperPath: sandboxHelper(cfg, opts), Cgroups: cg, PrestartedSandboxes: PrestartedSandboxes}),
+			HelperPath: sandboxHelper(cfg, opts), Cgroups: cg, PrestartedSandboxes: caps.PrestartedSandboxes}),
 		cgroups:          cg,
 		envs:             map[string]*liveEnv{},
 		sess:             map[string]*liveSession{},
