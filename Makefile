@@ -58,6 +58,10 @@ generate: controller-gen ## Generate DeepCopy, DeepCopyInto and DeepCopyObject i
 # changed anything, also in a work tree that has uncommitted edits.
 GEN_FINGERPRINT = { git status --porcelain --untracked-files=all -- api config; git diff -- api config; git ls-files -z --others --exclude-standard -- api config | xargs -0 -r sha256sum; } | sha256sum
 
+.PHONY: vocabulary
+vocabulary: ## Regenerate docs/vocabulary.md's refusal-code section from internal/actuation (a test fails when it is stale).
+	go generate ./internal/actuation
+
 .PHONY: verify-generated
 verify-generated: ## Regenerate code and manifests; fail if that changes anything under api/ or config/.
 	@if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \

@@ -1,5 +1,7 @@
 package actuation
 
+//go:generate go run sensorium.dev/workbench/hack/gen-vocabulary -actuation . -doc ../../docs/vocabulary.md
+
 import (
 	"fmt"
 	"slices"
@@ -12,71 +14,71 @@ type Code string
 // The closed vocabulary of refusal codes.
 const (
 	// Paths (seed 000 §6, adversarial matrix "path validation").
-	CodePathEmpty            Code = "path-empty"
-	CodePathAbsolute         Code = "path-absolute"
-	CodePathTraversal        Code = "path-traversal"
+	CodePathEmpty            Code = "path-empty"             // the root itself where a file is required
+	CodePathAbsolute         Code = "path-absolute"          // a path that starts with "/"
+	CodePathTraversal        Code = "path-traversal"         // a ".." component anywhere
 	CodePathInvalidComponent Code = "path-invalid-component" // ".", empty component, trailing slash
 	CodePathInvalidCharacter Code = "path-invalid-character" // backslash, NUL, control chars, invalid UTF-8
-	CodePathTooLong          Code = "path-too-long"
-	CodeSymlinkEscape        Code = "symlink-escape"
-	CodeRootNotAllowed       Code = "root-not-allowed"
+	CodePathTooLong          Code = "path-too-long"          // a path above 4096 bytes or a component above 255
+	CodeSymlinkEscape        Code = "symlink-escape"         // a path that resolves outside its root (openat2 RESOLVE_BENEATH)
+	CodeRootNotAllowed       Code = "root-not-allowed"       // a root the profile or environment does not name
 
 	// Command profiles and intents.
-	CodeExecutableNotAbsolute Code = "executable-not-absolute"
-	CodeShellString           Code = "shell-string"
-	CodeProfileInvalid        Code = "profile-invalid"
-	CodeProfileRootsEmpty     Code = "profile-roots-empty"
-	CodeProfileMissing        Code = "profile-missing"
-	CodeArgvInvalid           Code = "argv-invalid"
-	CodeArgvNotAdmitted       Code = "argv-not-admitted"
-	CodeCwdNotAllowed         Code = "cwd-not-allowed"
-	CodeEnvKeyInvalid         Code = "env-key-invalid"
-	CodeEnvKeyForbidden       Code = "env-key-forbidden"
-	CodeEnvValueInvalid       Code = "env-value-invalid"
-	CodeEnvOverrideNotAllowed Code = "env-override-not-allowed"
-	CodeEgressForbidden       Code = "egress-forbidden"
-	CodeCredentialsForbidden  Code = "credentials-forbidden"
-	CodeTimeoutAboveMax       Code = "timeout-above-max"
-	CodeTimeoutInvalid        Code = "timeout-invalid" // zero or negative timeout
-	CodeOutputCapAboveMax     Code = "output-cap-above-max"
-	CodeOutputCapInvalid      Code = "output-cap-invalid" // zero or negative output cap
+	CodeExecutableNotAbsolute Code = "executable-not-absolute"  // argv[0] is not an absolute path
+	CodeShellString           Code = "shell-string"             // a shell interpreter with a command string (argv is data, not a script)
+	CodeProfileInvalid        Code = "profile-invalid"          // a malformed CommandProfile (or root name)
+	CodeProfileRootsEmpty     Code = "profile-roots-empty"      // a profile without roots
+	CodeProfileMissing        Code = "profile-missing"          // the command names no profile, or one that does not exist
+	CodeArgvInvalid           Code = "argv-invalid"             // an empty argv, too many or too long arguments, NUL bytes
+	CodeArgvNotAdmitted       Code = "argv-not-admitted"        // an argument the profile does not admit
+	CodeCwdNotAllowed         Code = "cwd-not-allowed"          // a working directory outside the profile's roots, or one that does not exist
+	CodeEnvKeyInvalid         Code = "env-key-invalid"          // a malformed environment variable name
+	CodeEnvKeyForbidden       Code = "env-key-forbidden"        // an environment variable that changes how programs load or run (LD_*, BASH_ENV, ...)
+	CodeEnvValueInvalid       Code = "env-value-invalid"        // a malformed or oversized environment variable value
+	CodeEnvOverrideNotAllowed Code = "env-override-not-allowed" // an environment variable the profile does not let a command set
+	CodeEgressForbidden       Code = "egress-forbidden"         // network access the profile does not grant, or isolation that cannot be set up
+	CodeCredentialsForbidden  Code = "credentials-forbidden"    // credentials the profile does not grant
+	CodeTimeoutAboveMax       Code = "timeout-above-max"        // a timeout (or grace, idle window, duration) above the ceiling
+	CodeTimeoutInvalid        Code = "timeout-invalid"          // zero or negative timeout
+	CodeOutputCapAboveMax     Code = "output-cap-above-max"     // an output cap above the ceiling
+	CodeOutputCapInvalid      Code = "output-cap-invalid"       // zero or negative output cap
 
 	// Runtime caps (node agent).
-	CodeSessionCapReached Code = "session-cap-reached"
-	CodeReaderCapReached  Code = "reader-cap-reached"
-	CodeQueueFull         Code = "queue-full"
-	CodeEventBufferFull   Code = "event-buffer-full"
+	CodeSessionCapReached Code = "session-cap-reached" // the node or environment runs its maximum number of sessions
+	CodeReaderCapReached  Code = "reader-cap-reached"  // no reader permit is free (output pumps and long-polls share them)
+	CodeQueueFull         Code = "queue-full"          // a bounded queue (input, requests in flight) is full
+	CodeEventBufferFull   Code = "event-buffer-full"   // an event larger than the buffer, or a depth above the node cap
 
 	// Operator consent.
-	CodeConsentRequired                Code = "consent-required"
-	CodeConsentDenied                  Code = "consent-denied"
-	CodeConsentExpired                 Code = "consent-expired"
-	CodeConsentRevoked                 Code = "consent-revoked"
-	CodeConsentScopeInvalid            Code = "consent-scope-invalid"
-	CodeConsentPrefixTooBroad          Code = "consent-prefix-too-broad"
-	CodeConsentOperatorBindingInactive Code = "consent-operator-binding-inactive"
-	CodeConsentCapabilityNotGrantable  Code = "consent-capability-not-grantable"
-	CodeConsentNotOperator             Code = "consent-not-operator"
+	CodeConsentRequired                Code = "consent-required"                  // the action needs operator consent that has not been granted
+	CodeConsentDenied                  Code = "consent-denied"                    // an operator denied the consent request
+	CodeConsentExpired                 Code = "consent-expired"                   // the consent grant has expired
+	CodeConsentRevoked                 Code = "consent-revoked"                   // the consent grant was revoked
+	CodeConsentScopeInvalid            Code = "consent-scope-invalid"             // a consent scope that is malformed or does not cover the action
+	CodeConsentPrefixTooBroad          Code = "consent-prefix-too-broad"          // a consent argv prefix broader than allowed
+	CodeConsentOperatorBindingInactive Code = "consent-operator-binding-inactive" // the granting operator's binding is not active
+	CodeConsentCapabilityNotGrantable  Code = "consent-capability-not-grantable"  // a capability consent cannot grant
+	CodeConsentNotOperator             Code = "consent-not-operator"              // the granter is not an operator
 
 	// Closed vocabularies, capability admission and plans.
-	CodeVocabularyUnknown  Code = "vocabulary-unknown"
-	CodeCapabilityMismatch Code = "capability-mismatch"
-	CodePolicyInvalid      Code = "policy-invalid" // malformed host policy (equivalence sets)
+	CodeVocabularyUnknown  Code = "vocabulary-unknown"  // a value outside a closed capability vocabulary
+	CodeCapabilityMismatch Code = "capability-mismatch" // no capability (or backend) provides what is required
+	CodePolicyInvalid      Code = "policy-invalid"      // malformed host policy (equivalence sets)
 
 	// Operational context, waits, objects.
-	CodeSummaryTooLarge  Code = "summary-too-large"
-	CodeDeadlineAboveMax Code = "deadline-above-max"
-	CodeWaitScopeInvalid Code = "wait-scope-invalid"
-	CodeNodeRestricted   Code = "node-restricted"
-	CodeImmutable        Code = "immutable"
+	CodeSummaryTooLarge  Code = "summary-too-large"  // an operational-context summary above its cap
+	CodeDeadlineAboveMax Code = "deadline-above-max" // a deadline missing or above the maximum
+	CodeWaitScopeInvalid Code = "wait-scope-invalid" // a wait without a valid source (unknown kind, bad parameter, ID conflict)
+	CodeNodeRestricted   Code = "node-restricted"    // a node identity writing an object or field that is not its own
+	CodeImmutable        Code = "immutable"          // a change to an immutable field
 
 	// Artifacts and patches.
-	CodeDigestMismatch       Code = "digest-mismatch"
-	CodePatchOutsideRoot     Code = "patch-outside-root"
-	CodePatchDirty           Code = "patch-dirty"
-	CodePatchDeleteForbidden Code = "patch-delete-forbidden"
-	CodePatchTooManyFiles    Code = "patch-too-many-files"
-	CodePatchCreateForbidden Code = "patch-create-forbidden"
+	CodeDigestMismatch       Code = "digest-mismatch"        // content whose digest differs from the declared one
+	CodePatchOutsideRoot     Code = "patch-outside-root"     // a patch path absolute, climbing out, or through a symlink leaving the root
+	CodePatchDirty           Code = "patch-dirty"            // the file's content no longer matches the patch's context or base
+	CodePatchDeleteForbidden Code = "patch-delete-forbidden" // a delete the patch policy does not allow
+	CodePatchTooManyFiles    Code = "patch-too-many-files"   // more changed files than the patch policy allows (hard cap 256)
+	CodePatchCreateForbidden Code = "patch-create-forbidden" // a create the patch policy does not allow
 
 	// Workspace hygiene (issue 7 item 3): what a patch may touch, capped by the
 	// environment's host-owned spec.patchPolicy, and the identity of its roots.
@@ -87,7 +89,7 @@ const (
 	CodeRootChanged                   Code = "root-changed"                     // a root's directory is no longer the one opened at allocation
 
 	// Lifecycle.
-	CodeInterrupted Code = "interrupted"
+	CodeInterrupted Code = "interrupted" // the work was cut short (agent restart, stop, cancelled context) and its outcome is recorded as such
 
 	// Object references and shapes checked by the admission webhooks and controllers.
 	CodeRootInvalid              Code = "root-invalid"            // an environment root's host directory or source
@@ -140,6 +142,121 @@ const (
 	CodeRawInputDisabled  Code = "raw-input-disabled" // attach with stdin on a session whose spec.rawInput is not OperatorOnly
 )
 
+// Workspace file access (internal/platform/fsaccess), beyond the path codes above.
+const (
+	CodeOpenat2Unavailable Code = "openat2-unavailable" // the kernel lacks openat2 (RESOLVE_BENEATH): fail closed
+	CodePathNotFound       Code = "path-not-found"      // no such file or directory beneath the root
+	CodeNotRegularFile     Code = "not-regular-file"    // a read or write of a directory, fifo, device or socket
+	CodeNotDirectory       Code = "not-directory"       // a directory was required
+	CodeReadCapAboveMax    Code = "read-cap-above-max"  // a read window above the node's hard cap
+	CodeTooManyEntries     Code = "too-many-entries"    // a walk or removal above its entry cap
+	CodeDigestInvalid      Code = "digest-invalid"      // not "sha256:<64 lowercase hex>"
+	CodeFileTooLarge       Code = "file-too-large"      // a whole-file read above the caller's cap
+	CodeInvalidArgument    Code = "invalid-argument"    // a malformed numeric argument (negative offset, cap <= 0)
+)
+
+// Patch application (internal/nodeagent/patch), beyond the policy codes above.
+const (
+	CodePatchMalformed          Code = "patch-malformed"           // unparsable, empty, duplicate path, unknown operation or format
+	CodePatchTooLarge           Code = "patch-too-large"           // the patch, one file or the total above its size cap
+	CodePatchRenameUnsupported  Code = "patch-rename-unsupported"  // a rename or copy in a diff
+	CodePatchBinaryUnsupported  Code = "patch-binary-unsupported"  // a binary diff
+	CodePatchModeUnsupported    Code = "patch-mode-unsupported"    // a mode change, symlink or submodule entry
+	CodePatchTargetNotRegular   Code = "patch-target-not-regular"  // the target is a directory, symlink, fifo...
+	CodePatchWriteFailed        Code = "patch-write-failed"        // an I/O failure while writing (rolled back)
+	CodePatchRollbackIncomplete Code = "patch-rollback-incomplete" // the rollback itself failed: an operator must look
+)
+
+// Artifacts (internal/nodeagent/artifacts).
+const (
+	CodeArtifactTooLarge Code = "artifact-too-large" // content above the caller's cap (or a cap above the hard cap)
+	CodeArtifactNotFound Code = "artifact-not-found" // no blob with that digest
+	CodeArtifactCorrupt  Code = "artifact-corrupt"   // stored bytes no longer hash to their digest
+	CodeSizeMismatch     Code = "size-mismatch"      // content size differs from the declared size
+)
+
+// Directory-copy fixtures (internal/nodeagent/fixture).
+const (
+	CodeFixtureSymlink        Code = "fixture-symlink"             // a symlink in the source (or later in the copy): refused, never skipped
+	CodeFixtureTooLarge       Code = "fixture-too-large"           // file, byte or depth cap reached; the partial copy is removed
+	CodeFixtureSpecialFile    Code = "fixture-special-file"        // a fifo, socket or device in the source
+	CodeFixtureOutsideManaged Code = "fixture-outside-managed-dir" // a teardown or export target that is not a managed copy
+)
+
+// The node agent's store (internal/nodeagent/store) and command identity.
+const (
+	CodeStoreSchemaNewer    Code = "store-schema-newer"     // the database was written by a newer agent
+	CodeStoreSchemaInvalid  Code = "store-schema-invalid"   // the version key is unreadable, or data has no version
+	CodeStoreRecordTooLarge Code = "store-record-too-large" // a record above the store's per-record cap
+	CodeStoreKeyInvalid     Code = "store-key-invalid"      // an empty key or one above the key cap
+	CodeIdempotencyConflict Code = "idempotency-conflict"   // an idempotency key already bound to another command (or another spec)
+	CodeSessionOpenFailed   Code = "session-open-failed"    // the session's program could not be opened for a reason without its own code
+)
+
+// The node data plane's HTTP errors (internal/nodeagent/dataplane); codes of the other
+// lists pass through it unchanged.
+const (
+	CodeUnauthenticated  Code = "unauthenticated"    // no bearer token, or the API server did not authenticate it (401)
+	CodeForbidden        Code = "forbidden"          // SubjectAccessReview denied the virtual subresource (403)
+	CodeNotFound         Code = "not-found"          // no such route, object or file (404; also the guest protocol's)
+	CodeBadRequest       Code = "bad-request"        // a malformed body, query parameter or object name (400)
+	CodeBodyTooLarge     Code = "body-too-large"     // a request body above the data plane's cap (413)
+	CodeMethodNotAllowed Code = "method-not-allowed" // the route exists with another method (405)
+	CodeUnavailable      Code = "unavailable"        // TokenReview or SubjectAccessReview could not complete; retry (503)
+	CodeInternal         Code = "internal"           // an unexpected failure, with no detail beyond what is safe (500)
+)
+
+// The guest protocol (guest/protocol/v1). Frame-level codes close the connection;
+// binding codes refuse a handshake; operation codes refuse one operation. Path
+// refusals use the path codes above (the guest checks paths with
+// ValidateRelativePath, and reports a resolution outside the root as symlink-escape).
+const (
+	CodeBadMagic           Code = "bad-magic"              // a frame without the protocol's magic
+	CodeUnsupportedVersion Code = "unsupported-version"    // a frame of another protocol version
+	CodeUnknownFrameType   Code = "unknown-frame-type"     // a frame type outside the protocol's set
+	CodeReservedFlags      Code = "reserved-flags"         // reserved header flags set
+	CodeFrameTooLarge      Code = "frame-too-large"        // a frame above the frame cap
+	CodeTooManyChunks      Code = "too-many-chunks"        // a transfer above the chunk-count cap
+	CodeTransferTooLarge   Code = "transfer-too-large"     // a transfer above the byte cap
+	CodeTruncatedFrame     Code = "truncated-frame"        // a frame shorter than its header says
+	CodeUnexpectedFrame    Code = "unexpected-frame"       // a frame type not valid at this point of the exchange
+	CodeBadHeader          Code = "bad-header"             // an inconsistent header (length, index, count)
+	CodeSequenceReplayed   Code = "sequence-replayed"      // a sequence number not above the last one
+	CodeDeadlineMissing    Code = "deadline-missing"       // a request without a deadline
+	CodeDeadlineTooLong    Code = "deadline-too-long"      // a request deadline above the protocol's maximum
+	CodeDeadlineExceeded   Code = "deadline-exceeded"      // the request's deadline passed
+	CodeMalformedPayload   Code = "malformed-payload"      // a payload that is not the operation's strict JSON
+	CodeUnknownOperation   Code = "unknown-operation"      // an operation outside the protocol's set
+	CodeHandshakeRequired  Code = "handshake-required"     // a request before the handshake
+	CodeChannelMismatch    Code = "channel-mismatch"       // a frame of another channel
+	CodeTransferIncomplete Code = "transfer-incomplete"    // a transfer that ended before its last chunk
+	CodeTransferMismatch   Code = "transfer-mismatch"      // chunks that do not belong to the transfer
+	CodeConnectionCap      Code = "connection-cap-reached" // the guest serves its maximum number of connections
+
+	CodeProtocolMismatch    Code = "protocol-version-mismatch" // the handshake names another protocol version
+	CodeEnvironmentMismatch Code = "environment-mismatch"      // the handshake names another environment than the boot binding
+	CodeGenerationMismatch  Code = "generation-mismatch"       // the handshake names another generation than the boot binding
+	CodePlanDigestMismatch  Code = "plan-digest-mismatch"      // the handshake names another plan than the boot binding
+	CodeImageDigestMismatch Code = "image-digest-mismatch"     // the handshake names another image than the boot binding
+	CodeNonceMismatch       Code = "nonce-mismatch"            // the handshake's nonce is not the boot binding's
+	CodeCIDMismatch         Code = "cid-mismatch"              // the handshake names another vsock CID
+	CodeBindingUnavailable  Code = "binding-unavailable"       // the guest has no boot binding to check against
+	CodeBindingInvalid      Code = "binding-invalid"           // the guest's boot binding is malformed
+
+	CodeTooLarge             Code = "too-large"              // content or a listing above the guest's cap
+	CodeStageCapReached      Code = "stage-cap-reached"      // the guest holds its maximum number of staged patches
+	CodeStageUnknown         Code = "stage-unknown"          // a stage reference the guest does not hold
+	CodeStageInFlight        Code = "stage-in-flight"        // a stage still being uploaded
+	CodeBaseMismatch         Code = "base-mismatch"          // the file's current digest is not the patch's base
+	CodeSessionUnknown       Code = "session-unknown"        // a session the guest does not hold
+	CodeProcessCapReached    Code = "process-cap-reached"    // the guest runs its maximum number of processes
+	CodeQuiesced             Code = "quiesced"               // the guest is quiesced and takes no new work
+	CodeTimeoutAboveDeadline Code = "timeout-above-deadline" // an operation timeout above the request deadline
+	CodeExecFailed           Code = "exec-failed"            // the program could not be executed (also the sandbox helper's status)
+	CodeIOError              Code = "io-error"               // an I/O failure inside the guest
+	CodeShuttingDown         Code = "shutting-down"          // the guest is shutting down
+)
+
 // Codes of the node's action-class enforcement (issue 10, node half: seed 002's C3
 // scoped writes, C4 egress, C5 artifacts). The seed's own sensorium-os-error-codes.v1
 // vocabulary is declared with the action kinds; these name what the node's envelopes
@@ -182,6 +299,41 @@ const (
 	CodeSecretDetected        Code = "secret-detected"         // export with redaction none while a secret pattern is found, without override
 )
 
+// Seed 002 (issue 10): signed action catalogs. The 24 codes of sensorium-os-error-codes.v1,
+// verbatim, then the few this implementation adds (catalog structure and signer scope).
+const (
+	CodeActionCatalogUnauthorized    Code = "action-catalog-unauthorized"    // no verifying signature (missing under Strict, stale, invalid)
+	CodeActionNotAllowlisted         Code = "action-not-allowlisted"         // a run names an action the catalog does not declare
+	CodeCatalogEntryMissing          Code = "catalog-entry-missing"          // a run names a catalog that does not exist
+	CodeScriptHashMismatch           Code = "script-hash-mismatch"           // the executable's content differs from its sha256 pin
+	CodeWorkingDirectoryForbidden    Code = "working-directory-forbidden"    // a root, write root or cwd outside what the class allows
+	CodeParametersSchemaInvalid      Code = "parameters-schema-invalid"      // parametersSchema is not a well-formed JSON Schema
+	CodeResultSchemaInvalid          Code = "result-schema-invalid"          // a json result that is not one JSON object
+	CodeResultPointerMissing         Code = "result-pointer-missing"         // a declared pointer field absent from the result
+	CodeResultPointerFieldInvalid    Code = "result-pointer-field-invalid"   // a pointer field outside the bounded identifier shape
+	CodeActionClassUnknown           Code = "action-class-unknown"           // a class outside C1..C7
+	CodeActionClassUnavailable       Code = "action-class-unavailable"       // the node cannot enforce the class: fail closed
+	CodeEmergencyPolicyBlocked       Code = "emergency-policy-blocked"       // C3..C6 under Emergency posture without an exception
+	CodeActionIDMissing              Code = "action-id-missing"              // an empty action id
+	CodeActionIDFormatInvalid        Code = "action-id-format-invalid"       // an id outside the identifier shape or over 128 bytes
+	CodeActionIDDuplicate            Code = "action-id-duplicate"            // two declarations with one id
+	CodeHostPolicyRequestForbidden   Code = "host-policy-request-forbidden"  // a run's parameters carrying request-local policy or overrides
+	CodeAllowlistCatalogMismatch     Code = "allowlist-catalog-mismatch"     // a run pinned to another catalog spec digest
+	CodeScriptExecutableMissing      Code = "script-executable-missing"      // no executable path, or the file does not exist
+	CodeSensitivityOverrideForbidden Code = "sensitivity-override-forbidden" // an override/downgrade/loosen/relax sensitivity key
+	CodeSensitivityKeysForbidden     Code = "sensitivity-keys-forbidden"     // any other unknown sensitivity key
+	CodeActionTimeout                Code = "action-timeout"                 // the run exceeded its timeout
+	CodeDirectiveMissing             Code = "directive-missing"              // a run without catalog ref or action id
+	CodeParametersInvalid            Code = "parameters-invalid"             // parameters that do not satisfy the schema or the template
+	CodeScriptNotExecutable          Code = "script-not-executable"          // the executable is not a regular executable file
+
+	// Added by this implementation.
+	CodeArgvTemplateInvalid      Code = "argv-template-invalid"       // a malformed or unknown placeholder, or a shell invocation
+	CodeActionClassParamsInvalid Code = "action-class-params-invalid" // a class block missing, extra or out of bounds
+	CodeCatalogSignerUnknown     Code = "catalog-signer-unknown"      // the signature names no ActionSigner
+	CodeCatalogSignerOutOfScope  Code = "catalog-signer-out-of-scope" // the signer may not sign this namespace or class
+)
+
 // allCodes is the closed vocabulary as data; Codes returns a sorted copy.
 var allCodes = []Code{
 	CodeEgressEndpointForbidden, CodeEgressDNSNameForbidden, CodeEgressConnectionCapReached,
@@ -217,10 +369,37 @@ var allCodes = []Code{
 	CodeImageInvalid, CodeResourcesAboveMax, CodeResourcesInvalid, CodeResourceNotEnforced, CodeVMCapReached, CodeBootFailed, CodeBootTimeout,
 	CodeVMNotRunning, CodeEnvironmentIDInvalid, CodeStateDirTooLong,
 	CodeForwardingRefused, CodeNodeUnreachable, CodeOutputEvicted, CodeUploadTooLarge, CodeRawInputDisabled,
+	CodeOpenat2Unavailable, CodePathNotFound, CodeNotRegularFile, CodeNotDirectory, CodeReadCapAboveMax,
+	CodeTooManyEntries, CodeDigestInvalid, CodeFileTooLarge, CodeInvalidArgument,
+	CodePatchMalformed, CodePatchTooLarge, CodePatchRenameUnsupported, CodePatchBinaryUnsupported,
+	CodePatchModeUnsupported, CodePatchTargetNotRegular, CodePatchWriteFailed, CodePatchRollbackIncomplete,
+	CodeArtifactTooLarge, CodeArtifactNotFound, CodeArtifactCorrupt, CodeSizeMismatch,
+	CodeFixtureSymlink, CodeFixtureTooLarge, CodeFixtureSpecialFile, CodeFixtureOutsideManaged,
+	CodeStoreSchemaNewer, CodeStoreSchemaInvalid, CodeStoreRecordTooLarge, CodeStoreKeyInvalid,
+	CodeIdempotencyConflict, CodeSessionOpenFailed,
+	CodeUnauthenticated, CodeForbidden, CodeNotFound, CodeBadRequest, CodeBodyTooLarge, CodeMethodNotAllowed,
+	CodeUnavailable, CodeInternal,
+	CodeBadMagic, CodeUnsupportedVersion, CodeUnknownFrameType, CodeReservedFlags, CodeFrameTooLarge,
+	CodeTooManyChunks, CodeTransferTooLarge, CodeTruncatedFrame, CodeUnexpectedFrame, CodeBadHeader,
+	CodeSequenceReplayed, CodeDeadlineMissing, CodeDeadlineTooLong, CodeDeadlineExceeded, CodeMalformedPayload,
+	CodeUnknownOperation, CodeHandshakeRequired, CodeChannelMismatch, CodeTransferIncomplete, CodeTransferMismatch,
+	CodeConnectionCap,
+	CodeProtocolMismatch, CodeEnvironmentMismatch, CodeGenerationMismatch, CodePlanDigestMismatch,
+	CodeImageDigestMismatch, CodeNonceMismatch, CodeCIDMismatch, CodeBindingUnavailable, CodeBindingInvalid,
+	CodeTooLarge, CodeStageCapReached, CodeStageUnknown, CodeStageInFlight, CodeBaseMismatch, CodeSessionUnknown,
+	CodeProcessCapReached, CodeQuiesced, CodeTimeoutAboveDeadline, CodeExecFailed, CodeIOError, CodeShuttingDown,
 	// seed 004
 	CodeStateTreeTooLarge, CodeTraceTooLarge, CodeTraceInvalid, CodeRecordingConflict, CodeSkillInvalid,
 	CodeSkillParameterMissing, CodeSkillParameterUnknown, CodeSkillParameterInvalid, CodeCapabilityUndeclared,
 	CodeStateDiverged, CodeBundleHashMismatch, CodeBundleSchemaInvalid, CodeBundleTooLarge, CodeSecretDetected,
+	// seed 002 (issue 10)
+	CodeActionCatalogUnauthorized, CodeActionNotAllowlisted, CodeCatalogEntryMissing, CodeScriptHashMismatch,
+	CodeWorkingDirectoryForbidden, CodeParametersSchemaInvalid, CodeResultSchemaInvalid, CodeResultPointerMissing,
+	CodeResultPointerFieldInvalid, CodeActionClassUnknown, CodeActionClassUnavailable, CodeEmergencyPolicyBlocked,
+	CodeActionIDMissing, CodeActionIDFormatInvalid, CodeActionIDDuplicate, CodeHostPolicyRequestForbidden,
+	CodeAllowlistCatalogMismatch, CodeScriptExecutableMissing, CodeSensitivityOverrideForbidden, CodeSensitivityKeysForbidden,
+	CodeActionTimeout, CodeDirectiveMissing, CodeParametersInvalid, CodeScriptNotExecutable,
+	CodeArgvTemplateInvalid, CodeActionClassParamsInvalid, CodeCatalogSignerUnknown, CodeCatalogSignerOutOfScope,
 }
 
 var sortedCodes = func() []Code {

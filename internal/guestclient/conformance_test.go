@@ -12,6 +12,7 @@ import (
 	"time"
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // Protocol conformance against the real guest binary over the conformance-only Unix
@@ -444,7 +445,7 @@ func TestSpawnOutputCap(t *testing.T) {
 		t.Fatalf("pwd/env: %q", lines)
 	}
 	_, err = c.Spawn(ctx, "", protocol.SpawnArgs{Argv: []string{"/bin/true"}, Cwd: "../", TimeoutMS: 1000})
-	wantRefusal(t, err, protocol.CodePathEscapesRoot)
+	wantRefusal(t, err, string(actuation.CodePathTraversal))
 	_, err = c.Spawn(ctx, "", protocol.SpawnArgs{Argv: []string{"/nonexistent"}, TimeoutMS: 1000})
 	wantRefusal(t, err, protocol.CodeExecFailed)
 	_, err = c.Spawn(ctx, "", protocol.SpawnArgs{Argv: []string{"/bin/true"}, TimeoutMS: 1000, OutputMax: protocol.MaxOutputBytes + 1})
@@ -584,11 +585,10 @@ func TestFileReadRefusesTraversal(t *testing.T) {
 	}
 	// Lexical traversal is refused by the client's own check and, sent raw, by the guest.
 	_, _, err = c.ReadFile(ctx, "", protocol.ReadArgs{Path: "../etc/passwd", Max: 100})
-	wantRefusal(t, err, protocol.CodePathEscapesRoot)
-	for i, p := range []string{"../etc/passwd", "/etc/passwd", "a/../../etc/passwd"} {
+	wantRefusal(t, err, string(actuation.CodePathTraversal))
+	for p, code := range map[string]actuation.Code{"../etc/passwd": actuation.CodePathTraversal, "/etc/passwd": actuation.CodePathAbsolute, "a/../../etc/passwd": actuation.CodePathTraversal} {
 		_, _, err := c.do(ctx, call{op: protocol.OpFileRead, args: protocol.ReadArgs{Path: p, Max: 100}, bulkLimit: 100})
-		wantRefusal(t, err, protocol.CodePathEscapesRoot)
-		_ = i
+		wantRefusal(t, err, string(code))
 	}
 	_, _, err = c.ReadFile(ctx, "", protocol.ReadArgs{Path: "missing", Max: 100})
 	wantRefusal(t, err, protocol.CodeNotFound)

@@ -3,6 +3,8 @@ package protocol
 import (
 	"errors"
 	"fmt"
+
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // Outcome of one operation.
@@ -24,67 +26,70 @@ func (o Outcome) Valid() bool {
 	return o == OutcomeSucceeded || o == OutcomeRefused || o == OutcomeUnknown
 }
 
-// Stable refusal codes. Frame-level codes close the connection (sent in an error frame);
+// Stable refusal codes, all from the host's one closed vocabulary
+// (internal/actuation/codes.go). Lexical path refusals carry the vocabulary's path
+// codes (CheckPath applies actuation.ValidateRelativePath, the host's own rule);
+// CodePathEscapesRoot is a path that resolves outside the root (openat2
+// RESOLVE_BENEATH), reported as symlink-escape. Frame-level codes close the connection (sent in an error frame);
 // operation-level codes are carried by a refused result and the connection stays usable.
 const (
 	// Frame level.
-	CodeBadMagic           = "bad-magic"
-	CodeUnsupportedVersion = "unsupported-version"
-	CodeUnknownFrameType   = "unknown-frame-type"
-	CodeReservedFlags      = "reserved-flags"
-	CodeFrameTooLarge      = "frame-too-large"
-	CodeTooManyChunks      = "too-many-chunks"
-	CodeTransferTooLarge   = "transfer-too-large"
-	CodeDigestMismatch     = "digest-mismatch"
-	CodeTruncatedFrame     = "truncated-frame"
-	CodeUnexpectedFrame    = "unexpected-frame"
-	CodeBadHeader          = "bad-header"
-	CodeSequenceReplayed   = "sequence-replayed"
-	CodeDeadlineMissing    = "deadline-missing"
-	CodeDeadlineTooLong    = "deadline-too-long"
-	CodeDeadlineExceeded   = "deadline-exceeded"
-	CodeMalformedPayload   = "malformed-payload"
-	CodeUnknownOperation   = "unknown-operation"
-	CodeHandshakeRequired  = "handshake-required"
-	CodeChannelMismatch    = "channel-mismatch"
-	CodeTransferIncomplete = "transfer-incomplete"
-	CodeTransferMismatch   = "transfer-mismatch"
-	CodeConnectionCap      = "connection-cap-reached"
+	CodeBadMagic = string(actuation.CodeBadMagic)
+	CodeUnsupportedVersion = string(actuation.CodeUnsupportedVersion)
+	CodeUnknownFrameType = string(actuation.CodeUnknownFrameType)
+	CodeReservedFlags = string(actuation.CodeReservedFlags)
+	CodeFrameTooLarge = string(actuation.CodeFrameTooLarge)
+	CodeTooManyChunks = string(actuation.CodeTooManyChunks)
+	CodeTransferTooLarge = string(actuation.CodeTransferTooLarge)
+	CodeDigestMismatch = string(actuation.CodeDigestMismatch)
+	CodeTruncatedFrame = string(actuation.CodeTruncatedFrame)
+	CodeUnexpectedFrame = string(actuation.CodeUnexpectedFrame)
+	CodeBadHeader = string(actuation.CodeBadHeader)
+	CodeSequenceReplayed = string(actuation.CodeSequenceReplayed)
+	CodeDeadlineMissing = string(actuation.CodeDeadlineMissing)
+	CodeDeadlineTooLong = string(actuation.CodeDeadlineTooLong)
+	CodeDeadlineExceeded = string(actuation.CodeDeadlineExceeded)
+	CodeMalformedPayload = string(actuation.CodeMalformedPayload)
+	CodeUnknownOperation = string(actuation.CodeUnknownOperation)
+	CodeHandshakeRequired = string(actuation.CodeHandshakeRequired)
+	CodeChannelMismatch = string(actuation.CodeChannelMismatch)
+	CodeTransferIncomplete = string(actuation.CodeTransferIncomplete)
+	CodeTransferMismatch = string(actuation.CodeTransferMismatch)
+	CodeConnectionCap = string(actuation.CodeConnectionCap)
 
 	// Handshake.
-	CodeProtocolMismatch    = "protocol-version-mismatch"
-	CodeEnvironmentMismatch = "environment-mismatch"
-	CodeGenerationMismatch  = "generation-mismatch"
-	CodePlanDigestMismatch  = "plan-digest-mismatch"
-	CodeImageDigestMismatch = "image-digest-mismatch"
-	CodeNonceMismatch       = "nonce-mismatch"
-	CodeCIDMismatch         = "cid-mismatch"
-	CodeBindingUnavailable  = "binding-unavailable"
-	CodeBindingInvalid      = "binding-invalid"
+	CodeProtocolMismatch = string(actuation.CodeProtocolMismatch)
+	CodeEnvironmentMismatch = string(actuation.CodeEnvironmentMismatch)
+	CodeGenerationMismatch = string(actuation.CodeGenerationMismatch)
+	CodePlanDigestMismatch = string(actuation.CodePlanDigestMismatch)
+	CodeImageDigestMismatch = string(actuation.CodeImageDigestMismatch)
+	CodeNonceMismatch = string(actuation.CodeNonceMismatch)
+	CodeCIDMismatch = string(actuation.CodeCIDMismatch)
+	CodeBindingUnavailable = string(actuation.CodeBindingUnavailable)
+	CodeBindingInvalid = string(actuation.CodeBindingInvalid)
 
 	// Operation level.
-	CodeInvalidSpec          = "invalid-spec"
-	CodeInvalidPath          = "invalid-path"
-	CodePathEscapesRoot      = "path-escapes-root"
-	CodeNotFound             = "not-found"
-	CodeNotDirectory         = "not-a-directory"
-	CodeNotRegularFile       = "not-a-regular-file"
-	CodeTooLarge             = "too-large"
-	CodeStageCapReached      = "stage-cap-reached"
-	CodeStageUnknown         = "stage-unknown"
-	CodeStageInFlight        = "stage-in-flight"
-	CodeBaseMismatch         = "base-mismatch"
-	CodeSessionUnknown       = "session-unknown"
-	CodeSessionExists        = "session-exists"
-	CodeSessionCapReached    = "session-cap-reached"
-	CodeProcessCapReached    = "process-cap-reached"
-	CodeSessionNotRunning    = "session-not-running"
-	CodeQuiesced             = "quiesced"
-	CodeTimeoutAboveDeadline = "timeout-above-deadline"
-	CodeOutputCapAboveMax    = "output-cap-above-max"
-	CodeExecFailed           = "exec-failed"
-	CodeIOError              = "io-error"
-	CodeShuttingDown         = "shutting-down"
+	CodeInvalidSpec = string(actuation.CodeInvalidSpec)
+	CodePathEscapesRoot = string(actuation.CodeSymlinkEscape)
+	CodeNotFound = string(actuation.CodeNotFound)
+	CodeNotDirectory = string(actuation.CodeNotDirectory)
+	CodeNotRegularFile = string(actuation.CodeNotRegularFile)
+	CodeTooLarge = string(actuation.CodeTooLarge)
+	CodeStageCapReached = string(actuation.CodeStageCapReached)
+	CodeStageUnknown = string(actuation.CodeStageUnknown)
+	CodeStageInFlight = string(actuation.CodeStageInFlight)
+	CodeBaseMismatch = string(actuation.CodeBaseMismatch)
+	CodeSessionUnknown = string(actuation.CodeSessionUnknown)
+	CodeSessionExists = string(actuation.CodeSessionExists)
+	CodeSessionCapReached = string(actuation.CodeSessionCapReached)
+	CodeProcessCapReached = string(actuation.CodeProcessCapReached)
+	CodeSessionNotRunning = string(actuation.CodeSessionNotRunning)
+	CodeQuiesced = string(actuation.CodeQuiesced)
+	CodeTimeoutAboveDeadline = string(actuation.CodeTimeoutAboveDeadline)
+	CodeOutputCapAboveMax = string(actuation.CodeOutputCapAboveMax)
+	CodeExecFailed = string(actuation.CodeExecFailed)
+	CodeIOError = string(actuation.CodeIOError)
+	CodeShuttingDown = string(actuation.CodeShuttingDown)
 )
 
 // Refusal is a refusal with a stable code. Protocol functions return it (possibly wrapped)
@@ -119,4 +124,16 @@ func CodeOf(err error) string {
 		return r.Code
 	}
 	return ""
+}
+
+// IsPathCode reports whether code is one of the lexical path refusals of
+// actuation.ValidateRelativePath (path-empty, path-absolute, path-traversal,
+// path-invalid-component, path-invalid-character, path-too-long).
+func IsPathCode(code string) bool {
+	switch actuation.Code(code) {
+	case actuation.CodePathEmpty, actuation.CodePathAbsolute, actuation.CodePathTraversal,
+		actuation.CodePathInvalidComponent, actuation.CodePathInvalidCharacter, actuation.CodePathTooLong:
+		return true
+	}
+	return false
 }

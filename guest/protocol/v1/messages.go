@@ -9,6 +9,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // Binding is what binds one channel to one boot of one environment generation. The guest
@@ -256,38 +258,28 @@ func StageRef(target string, size uint64, contentDigest string) string {
 	return DigestPrefix + hex.EncodeToString(h.Sum(nil))
 }
 
-// MaxPathLen bounds a root-relative path.
-const MaxPathLen = 4096
+// MaxPathLen bounds a root-relative path (the host's bound).
+const MaxPathLen = actuation.MaxPathBytes
 
-// CheckPath checks a root-relative path lexically: not absolute, no NUL, no empty, "."
-// or ".." component, at most MaxPathLen bytes. "" (the root itself) is allowed only when
-// allowRoot. The guest still resolves every path with openat2 RESOLVE_BENEATH; this check
-// only gives a stable code to the obvious cases.
+// CheckPath checks a root-relative path lexically with the host's one rule,
+// actuation.ValidateRelativePath (the golden vectors of test/vectors/relative-path.json
+// run against it): "" (the root itself) is allowed only when allowRoot. The refusal
+// carries the rule's path code. The guest still resolves every path with openat2
+// RESOLVE_BENEATH; a resolution outside the root is CodePathEscapesRoot.
 func CheckPath(p string, allowRoot bool) error {
-	if p == "" {
-		if allowRoot {
-			return nil
-		}
-		return Refusef(CodeInvalidPath, "empty path")
-	}
-	if len(p) > MaxPathLen {
-		return Refusef(CodeInvalidPath, "path longer than %d bytes", MaxPathLen)
-	}
-	if strings.IndexByte(p, 0) >= 0 {
-		return Refusef(CodeInvalidPath, "path contains NUL")
-	}
-	if p[0] == '/' {
-		return Refusef(CodePathEscapesRoot, "absolute path %q", p)
-	}
-	for _, c := range strings.Split(p, "/") {
-		switch c {
-		case "..":
-			return Refusef(CodePathEscapesRoot, "path %q climbs out with ..", p)
-		case "", ".":
-			return Refusef(CodeInvalidPath, "path %q has an empty or . component", p)
-		}
+	if r := actuation.ValidateRelativePath(p, !allowRoot); r != nil {
+		return Refusef(string(r.Code), "%s %q: %s", r.Field, truncatePath(p), r.Message)
 	}
 	return nil
+}
+
+// truncatePath bounds an untrusted path quoted in a refusal message.
+func truncatePath(p string) string {
+	const max = 128
+	if len(p) <= max {
+		return p
+	}
+	return p[:max] + "..."
 }
 
 // checkArgvEnv bounds argv and env.

@@ -26,12 +26,11 @@ import (
 // ID is the backend identifier (spec.backend).
 const ID = "host-local"
 
-// Refusal codes. CodeRootInvalid is in actuation's closed vocabulary;
-// CodeRootNotAdmitted is new (to be added to it).
+// Refusal codes, from actuation's closed vocabulary.
 const (
 	// CodeRootNotAdmitted: the directory exists but is not inside any root the
 	// node admitted (checked after resolving symlinks).
-	CodeRootNotAdmitted = "root-not-admitted"
+	CodeRootNotAdmitted = string(actuation.CodeRootNotAdmitted)
 	// CodeRootInvalid: the root is malformed (no hostPath, relative or unclean
 	// path, not an existing directory, bad or duplicate name, a source given
 	// instead of a hostPath).

@@ -451,7 +451,7 @@ func commandSpec(roots []backends.MountedRoot, allowed []string, in actuation.Co
 	if in.Cwd.Path != "" {
 		root, err := fsaccess.OpenRoot(rootPath)
 		if err != nil {
-			return procexec.Spec{}, "root-invalid", err.Error()
+			return procexec.Spec{}, string(actuation.CodeRootInvalid), err.Error()
 		}
 		fi, err := root.Lstat(in.Cwd.Path)
 		_ = root.Close()

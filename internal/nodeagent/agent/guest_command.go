@@ -179,11 +179,14 @@ func guestRefusalCode(err error) string {
 	if c := fsaccess.CodeOf(err); c != "" {
 		return c // the broker's codes are actuation's
 	}
+	if protocol.IsPathCode(protocol.CodeOf(err)) {
+		return string(actuation.CodeCwdNotAllowed)
+	}
 	switch protocol.CodeOf(err) {
 	case protocol.CodeQuiesced, protocol.CodeShuttingDown, protocol.CodeGenerationMismatch, protocol.CodeNonceMismatch,
 		protocol.CodeEnvironmentMismatch, protocol.CodePlanDigestMismatch, protocol.CodeImageDigestMismatch:
 		return string(actuation.CodeEnvironmentUnavailable)
-	case protocol.CodeNotFound, protocol.CodeNotDirectory, protocol.CodeInvalidPath, protocol.CodePathEscapesRoot:
+	case protocol.CodeNotFound, protocol.CodeNotDirectory, protocol.CodePathEscapesRoot:
 		return string(actuation.CodeCwdNotAllowed)
 	case protocol.CodeProcessCapReached, protocol.CodeConnectionCap:
 		return string(actuation.CodeCommandCapReached)

@@ -280,7 +280,7 @@ func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl
 			_ = a.store.Sessions().Delete(rec.UID)
 			code := refusal.CodeOf(err)
 			if code == "" {
-				code = "session-open-failed"
+				code = string(actuation.CodeSessionOpenFailed)
 			}
 			return ctrl.Result{}, code, err.Error(), nil
 		}

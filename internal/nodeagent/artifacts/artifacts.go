@@ -14,18 +14,19 @@ import (
 	"strings"
 	"time"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // Refusal codes.
 const (
-	CodeArtifactTooLarge = "artifact-too-large"         // content above the caller's cap (or cap above MaxBytesHard)
-	CodeArtifactNotFound = "artifact-not-found"         // no blob with that digest
-	CodeArtifactCorrupt  = "artifact-corrupt"           // stored bytes no longer hash to the digest
-	CodeDigestMismatch   = fsaccess.CodeDigestMismatch  // PutExpect: content digest differs from declared
-	CodeSizeMismatch     = "size-mismatch"              // PutExpect: content size differs from declared
-	CodeDigestInvalid    = fsaccess.CodeDigestInvalid   // not sha256:<64 lowercase hex>
-	CodeInvalidArgument  = fsaccess.CodeInvalidArgument // maxBytes <= 0
+	CodeArtifactTooLarge = string(actuation.CodeArtifactTooLarge) // content above the caller's cap (or cap above MaxBytesHard)
+	CodeArtifactNotFound = string(actuation.CodeArtifactNotFound) // no blob with that digest
+	CodeArtifactCorrupt  = string(actuation.CodeArtifactCorrupt)  // stored bytes no longer hash to the digest
+	CodeDigestMismatch   = fsaccess.CodeDigestMismatch            // PutExpect: content digest differs from declared
+	CodeSizeMismatch     = string(actuation.CodeSizeMismatch)     // PutExpect: content size differs from declared
+	CodeDigestInvalid    = fsaccess.CodeDigestInvalid             // not sha256:<64 lowercase hex>
+	CodeInvalidArgument  = fsaccess.CodeInvalidArgument           // maxBytes <= 0
 )
 
 // Caps and timings.

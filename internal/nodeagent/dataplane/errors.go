@@ -21,29 +21,29 @@ import (
 const (
 	// CodeUnauthenticated: no bearer token, or the API server did not
 	// authenticate it (401).
-	CodeUnauthenticated = "unauthenticated"
+	CodeUnauthenticated = string(actuation.CodeUnauthenticated)
 	// CodeForbidden: SubjectAccessReview denied the virtual subresource (403).
-	CodeForbidden = "forbidden"
+	CodeForbidden = string(actuation.CodeForbidden)
 	// CodeRawInputDisabled: the caller may create terminalsessions/input but
 	// the session's spec.rawInput is not OperatorOnly (403).
-	CodeRawInputDisabled = "raw-input-disabled"
+	CodeRawInputDisabled = string(actuation.CodeRawInputDisabled)
 	// CodeNotFound: no such route, session, environment or root (404).
-	CodeNotFound = "not-found"
+	CodeNotFound = string(actuation.CodeNotFound)
 	// CodeQueueFull: a concurrency cap of the data plane (long-polls,
 	// requests in flight) or of the session (input queue) is reached (429).
 	CodeQueueFull = refusal.QueueFull
 	// CodeBadRequest: malformed body, query parameter or object name (400).
-	CodeBadRequest = "bad-request"
+	CodeBadRequest = string(actuation.CodeBadRequest)
 	// CodeBodyTooLarge: the request body exceeds Limits.MaxBodyBytes (413).
-	CodeBodyTooLarge = "body-too-large"
+	CodeBodyTooLarge = string(actuation.CodeBodyTooLarge)
 	// CodeMethodNotAllowed: the route exists with another method (405).
-	CodeMethodNotAllowed = "method-not-allowed"
+	CodeMethodNotAllowed = string(actuation.CodeMethodNotAllowed)
 	// CodeUnavailable: TokenReview or SubjectAccessReview could not be
 	// completed (API server unreachable, timeout); retry later (503).
-	CodeUnavailable = "unavailable"
+	CodeUnavailable = string(actuation.CodeUnavailable)
 	// CodeInternal: an unexpected failure; the message carries no detail
 	// beyond what is safe to return (500).
-	CodeInternal = "internal"
+	CodeInternal = string(actuation.CodeInternal)
 )
 
 // Error is the JSON body of every non-2xx response.

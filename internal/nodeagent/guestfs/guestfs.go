@@ -151,6 +151,9 @@ func (r *Root) mapErr(what, rel string, err error) error {
 		return err
 	}
 	d := r.display(rel)
+	if c := protocol.CodeOf(err); protocol.IsPathCode(c) {
+		return fsaccess.Wrap(c, err, "%s %s", what, d) // the guest applies the host's path rule
+	}
 	switch protocol.CodeOf(err) {
 	case protocol.CodeNotFound:
 		return fsaccess.Wrap(fsaccess.CodePathNotFound, fmt.Errorf("%w: %w", fs.ErrNotExist, err), "%s %s", what, d)
@@ -160,8 +163,6 @@ func (r *Root) mapErr(what, rel string, err error) error {
 		return fsaccess.Wrap(fsaccess.CodeNotRegularFile, err, "%s %s: not a regular file", what, d)
 	case protocol.CodePathEscapesRoot:
 		return fsaccess.Wrap(fsaccess.CodeSymlinkEscape, err, "%s %s: resolves outside the root", what, d)
-	case protocol.CodeInvalidPath:
-		return fsaccess.Wrap(fsaccess.CodePathInvalidComponent, err, "%s %s", what, d)
 	case protocol.CodeTooLarge:
 		return fsaccess.Wrap(fsaccess.CodeTooManyEntries, err, "%s %s: beyond what the guest walks", what, d)
 	}

@@ -23,22 +23,22 @@ import (
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
-// Refusal codes. The first six are actuation's vocabulary; the rest are new.
+// Refusal codes, all from actuation's closed vocabulary.
 const (
-	CodeDigestMismatch          = fsaccess.CodeDigestMismatch // declared digest missing/malformed/different
-	CodePatchOutsideRoot        = "patch-outside-root"        // absolute/traversal path or a symlink leaving the root
-	CodePatchDirty              = "patch-dirty"               // context/base does not match the current content
-	CodePatchDeleteForbidden    = "patch-delete-forbidden"    // delete while Policy.AllowDelete=false
-	CodePatchTooManyFiles       = "patch-too-many-files"      // above Policy.MaxChangedFiles (hard cap 256)
-	CodePatchCreateForbidden    = "patch-create-forbidden"    // create while Policy.AllowCreate=false
-	CodePatchMalformed          = "patch-malformed"           // unparsable, empty, duplicate path, unknown op/format
-	CodePatchTooLarge           = "patch-too-large"           // patch, per-file or total size caps
-	CodePatchRenameUnsupported  = "patch-rename-unsupported"  // rename/copy in a diff
-	CodePatchBinaryUnsupported  = "patch-binary-unsupported"  // binary diff
-	CodePatchModeUnsupported    = "patch-mode-unsupported"    // mode change, symlink or submodule entry
-	CodePatchTargetNotRegular   = "patch-target-not-regular"  // target is a dir, symlink, fifo...
-	CodePatchWriteFailed        = "patch-write-failed"        // I/O failure while writing (rolled back)
-	CodePatchRollbackIncomplete = "patch-rollback-incomplete" // rollback itself failed: operator must look
+	CodeDigestMismatch          = fsaccess.CodeDigestMismatch                   // declared digest missing/malformed/different
+	CodePatchOutsideRoot        = string(actuation.CodePatchOutsideRoot)        // absolute/traversal path or a symlink leaving the root
+	CodePatchDirty              = string(actuation.CodePatchDirty)              // context/base does not match the current content
+	CodePatchDeleteForbidden    = string(actuation.CodePatchDeleteForbidden)    // delete while Policy.AllowDelete=false
+	CodePatchTooManyFiles       = string(actuation.CodePatchTooManyFiles)       // above Policy.MaxChangedFiles (hard cap 256)
+	CodePatchCreateForbidden    = string(actuation.CodePatchCreateForbidden)    // create while Policy.AllowCreate=false
+	CodePatchMalformed          = string(actuation.CodePatchMalformed)          // unparsable, empty, duplicate path, unknown op/format
+	CodePatchTooLarge           = string(actuation.CodePatchTooLarge)           // patch, per-file or total size caps
+	CodePatchRenameUnsupported  = string(actuation.CodePatchRenameUnsupported)  // rename/copy in a diff
+	CodePatchBinaryUnsupported  = string(actuation.CodePatchBinaryUnsupported)  // binary diff
+	CodePatchModeUnsupported    = string(actuation.CodePatchModeUnsupported)    // mode change, symlink or submodule entry
+	CodePatchTargetNotRegular   = string(actuation.CodePatchTargetNotRegular)   // target is a dir, symlink, fifo...
+	CodePatchWriteFailed        = string(actuation.CodePatchWriteFailed)        // I/O failure while writing (rolled back)
+	CodePatchRollbackIncomplete = string(actuation.CodePatchRollbackIncomplete) // rollback itself failed: operator must look
 
 	// Workspace hygiene: only the environment's host-owned policy grants these.
 	CodePatchGitMetadataForbidden = string(actuation.CodePatchGitMetadataForbidden) // .git/hooks/*, .git/config, a .git entry

@@ -17,6 +17,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
@@ -26,11 +27,11 @@ const SchemaVersion = 1
 
 // Refusal codes.
 const (
-	CodeSchemaNewer         = "store-schema-newer"         // database written by a newer agent
-	CodeSchemaInvalid       = "store-schema-invalid"       // version key unreadable, or data without a version
-	CodeRecordTooLarge      = "store-record-too-large"     // value above MaxRecordBytes: metadata only
-	CodeKeyInvalid          = "store-key-invalid"          // empty or above MaxKeyBytes
-	CodeIdempotencyConflict = "store-idempotency-conflict" // idempotency key already bound to another command
+	CodeSchemaNewer         = string(actuation.CodeStoreSchemaNewer)    // database written by a newer agent
+	CodeSchemaInvalid       = string(actuation.CodeStoreSchemaInvalid)  // version key unreadable, or data without a version
+	CodeRecordTooLarge      = string(actuation.CodeStoreRecordTooLarge) // value above MaxRecordBytes: metadata only
+	CodeKeyInvalid          = string(actuation.CodeStoreKeyInvalid)     // empty or above MaxKeyBytes
+	CodeIdempotencyConflict = string(actuation.CodeIdempotencyConflict) // idempotency key already bound to another command
 )
 
 // Caps.

@@ -29,6 +29,7 @@ import (
 	"sync"
 	"time"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
@@ -61,17 +62,15 @@ func Kinds() []string {
 }
 
 // Refusal codes. QueueFull, TimeoutAboveMax and Interrupted are the shared
-// runtime codes; the others match internal/actuation's vocabulary
-// (deadline-above-max, wait-scope-invalid) or are new (watch-unavailable,
-// watch-cap-reached).
+// runtime codes; the others are internal/actuation's.
 const (
-	CodeQueueFull        = refusal.QueueFull       // PendingWaits / concurrent probes reached
-	CodeDeadlineAboveMax = "deadline-above-max"    // deadline missing or beyond MaxDeadline
-	CodeWaitScopeInvalid = "wait-scope-invalid"    // no source, unknown/unsupported kind, bad parameter, ID conflict
-	CodeTimeoutAboveMax  = refusal.TimeoutAboveMax // probe timeout above MaxProbeTimeout
-	CodeInterrupted      = refusal.Interrupted     // engine closed
-	CodeWatchUnavailable = "watch-unavailable"     // inotify unusable: refuse, never poll
-	CodeWatchCapReached  = "watch-cap-reached"     // FileWatcher watch/subscription cap reached
+	CodeQueueFull        = refusal.QueueFull                      // PendingWaits / concurrent probes reached
+	CodeDeadlineAboveMax = string(actuation.CodeDeadlineAboveMax) // deadline missing or beyond MaxDeadline
+	CodeWaitScopeInvalid = string(actuation.CodeWaitScopeInvalid) // no source, unknown/unsupported kind, bad parameter, ID conflict
+	CodeTimeoutAboveMax  = refusal.TimeoutAboveMax                // probe timeout above MaxProbeTimeout
+	CodeInterrupted      = refusal.Interrupted                    // engine closed
+	CodeWatchUnavailable = string(actuation.CodeWatchUnavailable) // inotify unusable: refuse, never poll
+	CodeWatchCapReached  = string(actuation.CodeWatchCapReached)  // FileWatcher watch/subscription cap reached
 )
 
 // Defaults and ceilings.

@@ -11,29 +11,31 @@ package fsaccess
 import (
 	"errors"
 	"fmt"
+
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // Refusal codes. Path codes mirror internal/actuation's closed vocabulary so the
 // lead can put actuation.ValidateRelativePath in front without re-mapping.
 const (
-	CodePathEmpty            = "path-empty"
-	CodePathAbsolute         = "path-absolute"
-	CodePathTraversal        = "path-traversal"
-	CodePathInvalidComponent = "path-invalid-component"
-	CodePathInvalidCharacter = "path-invalid-character"
-	CodePathTooLong          = "path-too-long"
-	CodeSymlinkEscape        = "symlink-escape"
-	CodeDigestMismatch       = "digest-mismatch"
+	CodePathEmpty            = string(actuation.CodePathEmpty)
+	CodePathAbsolute         = string(actuation.CodePathAbsolute)
+	CodePathTraversal        = string(actuation.CodePathTraversal)
+	CodePathInvalidComponent = string(actuation.CodePathInvalidComponent)
+	CodePathInvalidCharacter = string(actuation.CodePathInvalidCharacter)
+	CodePathTooLong          = string(actuation.CodePathTooLong)
+	CodeSymlinkEscape        = string(actuation.CodeSymlinkEscape)
+	CodeDigestMismatch       = string(actuation.CodeDigestMismatch)
 
 	// Codes introduced by this package (not yet in actuation's vocabulary).
-	CodeOpenat2Unavailable = "openat2-unavailable" // kernel lacks openat2: fail closed
-	CodePathNotFound       = "path-not-found"      // wraps ENOENT, errors.Is(err, fs.ErrNotExist) holds
-	CodeNotRegularFile     = "not-regular-file"    // read/write of a dir, fifo, device, socket
-	CodeNotDirectory       = "not-directory"       // a directory was required
-	CodeReadCapAboveMax    = "read-cap-above-max"  // Read maxBytes above MaxReadBytesHard
-	CodeTooManyEntries     = "too-many-entries"    // RemoveAll above MaxRemoveEntries
-	CodeDigestInvalid      = "digest-invalid"      // not "sha256:<64 lowercase hex>"
-	CodeFileTooLarge       = "file-too-large"      // ReadFile above the caller's cap
+	CodeOpenat2Unavailable = string(actuation.CodeOpenat2Unavailable) // kernel lacks openat2: fail closed
+	CodePathNotFound       = string(actuation.CodePathNotFound)       // wraps ENOENT, errors.Is(err, fs.ErrNotExist) holds
+	CodeNotRegularFile     = string(actuation.CodeNotRegularFile)     // read/write of a dir, fifo, device, socket
+	CodeNotDirectory       = string(actuation.CodeNotDirectory)       // a directory was required
+	CodeReadCapAboveMax    = string(actuation.CodeReadCapAboveMax)    // Read maxBytes above MaxReadBytesHard
+	CodeTooManyEntries     = string(actuation.CodeTooManyEntries)     // RemoveAll above MaxRemoveEntries
+	CodeDigestInvalid      = string(actuation.CodeDigestInvalid)      // not "sha256:<64 lowercase hex>"
+	CodeFileTooLarge       = string(actuation.CodeFileTooLarge)       // ReadFile above the caller's cap
 )
 
 // Error is a refusal (or a classified failure) with a stable Code that tests,

@@ -7,6 +7,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // Read caps.
@@ -17,7 +19,7 @@ const (
 )
 
 // CodeInvalidArgument refuses malformed numeric arguments (negative offset...).
-const CodeInvalidArgument = "invalid-argument"
+const CodeInvalidArgument = string(actuation.CodeInvalidArgument)
 
 // ReadResult is one bounded window of a regular file plus facts about the whole
 // file. Digest covers the full file (not the window) when Size <= MaxReadDigestBytes.

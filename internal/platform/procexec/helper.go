@@ -18,6 +18,7 @@ import (
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/guestpty"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 )
@@ -146,8 +147,8 @@ func leftovers() (int, []LeftProc) {
 	return n, out
 }
 
-// helper status codes that are not refusals.
-const statusExecFailed = "exec-failed"
+// statusExecFailed is the helper's status when exec itself failed (mapped to start-failed).
+const statusExecFailed = string(actuation.CodeExecFailed)
 
 // MaybeRunHelper must be the first statement of main() in every binary that
 // uses procexec (and of TestMain in test binaries). In a normal invocation it

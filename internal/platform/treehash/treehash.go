@@ -27,12 +27,13 @@ import (
 
 	"github.com/gowebpki/jcs"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // CodeTreeTooLarge is the refusal code of a tree over the entry or byte cap
 // (it is the actuation vocabulary's "state-tree-too-large").
-const CodeTreeTooLarge = "state-tree-too-large"
+const CodeTreeTooLarge = string(actuation.CodeStateTreeTooLarge)
 
 // Caps (defaults used when a limit is <= 0).
 const (
