@@ -5,7 +5,7 @@ import (
 )
 
 // ArtifactSource says how an artifact came to be.
-// +kubebuilder:validation:Enum=capture;export;upload;recording
+// +kubebuilder:validation:Enum=capture;export;upload;recording;action
 type ArtifactSource string
 
 // Classification labels the sensitivity of an artifact.

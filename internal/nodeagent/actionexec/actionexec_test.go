@@ -63,7 +63,7 @@ func (f *fx) run(t *testing.T, env Envelope, between func()) (procexec.Result, C
 		env.Timeout = 30 * time.Second
 	}
 	if env.StdoutBytes == 0 {
-		env.StdoutBytes = 64 << 10
+		env.StdoutBytes, env.StderrBytes = 64<<10, 64<<10
 	}
 	env.ReadableRoots = append(env.ReadableRoots, f.root)
 	r, err := Prepare(env, Options{WorkBase: f.work, Store: f.store})

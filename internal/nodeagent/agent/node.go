@@ -225,6 +225,7 @@ func (a *Agent) publishNode(ctx context.Context) error {
 	meta.SetStatusCondition(&conds, statusapply.Cond(wbv1.ConditionReady, true, "Heartbeat", "node agent "+Version+" serving", 0))
 	meta.SetStatusCondition(&conds, statusapply.Cond(wbv1.ConditionDegraded, degraded, reason, "see recovery actions", 0))
 	st.Conditions = conds
+	st.ActionClasses = a.actionClasses()
 	_, err := statusapply.Apply(ctx, a.client, FieldManager+"node", node, nil, st)
 	return err
 }
