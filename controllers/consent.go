@@ -21,6 +21,7 @@ const (
 	indexGrantRequest   = "spec.requestRef"
 	indexCommandProfile = "spec.profileRef"
 	indexCommandSession = "spec.sessionRef"
+	indexCommandIdemKey = "spec.idempotencyKey"
 )
 
 // grantApproval derives a grant's delta digest and approval ref from its request: one place

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -147,6 +148,12 @@ func (r *TerminalCommandReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 // gate decides admission for one pass.
 func (r *TerminalCommandReconciler) gate(ctx context.Context, p *commandPass) error {
 	cmd := p.cmd
+	if conflict, err := r.idempotencyConflict(ctx, cmd); err != nil || conflict != "" {
+		if conflict != "" {
+			r.refuse(p, actuation.CodeIdempotencyConflict, conflict)
+		}
+		return err
+	}
 	young := r.Now().Sub(cmd.CreationTimestamp.Time) < ReferenceGrace
 	var sess wbv1.TerminalSession
 	if err := r.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: string(cmd.Spec.SessionRef)}, &sess); err != nil {
@@ -212,6 +219,39 @@ func (r *TerminalCommandReconciler) gate(ctx context.Context, p *commandPass) er
 		adm = actuation.Admission{Admitted: true, By: p.next.AdmittedBy, Scope: actuation.ConsentScope(wbv1.ConsentAllowOnce)}
 	}
 	return r.admit(ctx, p, &env, adm)
+}
+
+// idempotencyConflict enforces that an idempotency key names one intent in its namespace
+// (not per node): the key belongs to the oldest command holding it (creation time, then
+// name), and a later command with the same key and another spec (any field but
+// desiredState) is refused idempotency-conflict instead of replaying the owner's outcome.
+// A later command with the same spec is admitted as usual: the spec names the same session
+// and so the same node, whose store replays the owner's outcome without running again.
+func (r *TerminalCommandReconciler) idempotencyConflict(ctx context.Context, cmd *wbv1.TerminalCommand) (string, error) {
+	if cmd.Spec.IdempotencyKey == "" {
+		return "", nil
+	}
+	var same wbv1.TerminalCommandList
+	if err := r.List(ctx, &same, client.InNamespace(cmd.Namespace), client.MatchingFields{indexCommandIdemKey: cmd.Spec.IdempotencyKey}); err != nil {
+		return "", fmt.Errorf("listing commands with the idempotency key of %s/%s: %w", cmd.Namespace, cmd.Name, err)
+	}
+	var owner *wbv1.TerminalCommand
+	for i := range same.Items {
+		c := &same.Items[i]
+		if owner == nil || c.CreationTimestamp.Before(&owner.CreationTimestamp) ||
+			c.CreationTimestamp.Equal(&owner.CreationTimestamp) && c.Name < owner.Name {
+			owner = c
+		}
+	}
+	if owner == nil || owner.UID == cmd.UID {
+		return "", nil
+	}
+	a, b := owner.Spec, cmd.Spec
+	a.DesiredState, b.DesiredState = "", ""
+	if equality.Semantic.DeepEqual(a, b) {
+		return "", nil
+	}
+	return fmt.Sprintf("idempotency key %q belongs to command %s in namespace %s, whose spec differs: one key names one intent", cmd.Spec.IdempotencyKey, owner.Name, cmd.Namespace), nil
 }
 
 // consentPath handles an argv the effective profile does not admit. It returns true only
@@ -418,6 +458,14 @@ func (r *TerminalCommandReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return []string{string(o.(*wbv1.TerminalCommand).Spec.SessionRef)}
 	}); err != nil {
 		return fmt.Errorf("indexing commands by session: %w", err)
+	}
+	if err := idx.IndexField(context.Background(), &wbv1.TerminalCommand{}, indexCommandIdemKey, func(o client.Object) []string {
+		if k := o.(*wbv1.TerminalCommand).Spec.IdempotencyKey; k != "" {
+			return []string{k}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("indexing commands by idempotency key: %w", err)
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&wbv1.TerminalCommand{}).

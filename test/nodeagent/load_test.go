@@ -91,11 +91,22 @@ func TestLoad(t *testing.T) {
 	outcomes := map[string]int{}
 	var rssPeak int64
 	eventually(t, time.Duration(commands)*200*time.Millisecond+60*time.Second, "every command's one outcome", func() (bool, string) {
-		var list wbv1.TerminalCommandList
-		must(t, env.Client.List(ctx, &list, client.InNamespace(ns)))
+		// Paged: one list of 10,000 commands with their status is a response the API
+		// server may cut (a stream error); a failed page is retried on the next poll.
+		var items []wbv1.TerminalCommand
+		for cont := ""; ; {
+			var list wbv1.TerminalCommandList
+			if err := env.Client.List(ctx, &list, client.InNamespace(ns), client.Limit(500), client.Continue(cont)); err != nil {
+				return false, "listing commands: " + err.Error()
+			}
+			items = append(items, list.Items...)
+			if cont = list.Continue; cont == "" {
+				break
+			}
+		}
 		final := 0
 		outcomes = map[string]int{}
-		for _, c := range list.Items {
+		for _, c := range items {
 			if wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions) {
 				final++
 				k := string(c.Status.Phase)

@@ -339,8 +339,10 @@ func indexCommand(tx *bolt.Tx, c *Command) error {
 
 // RecordCommandStart admits a command exactly once. If a record with the same
 // UID exists — or another command in the namespace already holds the same
-// idempotency key — the existing record is returned with created=false and the
-// caller must NOT start a process: re-reconciling never runs a command twice.
+// idempotency key for the same argv and session — the existing record is returned
+// with created=false and the caller must NOT start a process: re-reconciling never
+// runs a command twice. The same key held by a command with another argv digest or
+// session is refused with idempotency-conflict.
 // Otherwise c is stored (Phase defaults to "Starting", CreatedAt to now) and
 // returned with created=true.
 func (db *DB) RecordCommandStart(c Command) (rec Command, created bool, err error) {
@@ -359,6 +361,12 @@ func (db *DB) RecordCommandStart(c Command) (rec Command, created bool, err erro
 					return err
 				}
 				if ok {
+					if existing.ArgvDigest != c.ArgvDigest || existing.SessionUID != c.SessionUID {
+						// The same key for another intent is a conflict, never a replay of
+						// the other command's outcome.
+						return fsaccess.Errorf(CodeIdempotencyConflict, "idempotency key %q in %q belongs to command %s, which has another argv or session",
+							c.IdempotencyKey, c.Namespace, existing.Name)
+					}
 					rec = existing
 					return nil
 				}

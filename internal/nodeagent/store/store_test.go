@@ -113,11 +113,19 @@ func TestRecordCommandStartIsIdempotent(t *testing.T) {
 		t.Fatalf("second start created=%v %+v", created, again)
 	}
 	// Another object replaying the same idempotency key in the namespace.
-	dup, created, err := db.RecordCommandStart(Command{UID: "c2", Namespace: "ns", IdempotencyKey: "k1"})
+	dup, created, err := db.RecordCommandStart(Command{UID: "c2", Namespace: "ns", IdempotencyKey: "k1", ArgvDigest: "sha256:aa"})
 	must(t, err)
 	if created || dup.UID != "c1" {
 		t.Fatalf("replayed key created=%v %+v", created, dup)
 	}
+	// The same key for another argv (or session) is a conflict, not a replay of c1.
+	_, created, err = db.RecordCommandStart(Command{UID: "c5", Namespace: "ns", IdempotencyKey: "k1", ArgvDigest: "sha256:cc"})
+	wantCode(t, err, CodeIdempotencyConflict)
+	if created {
+		t.Fatal("a conflicting key created a record")
+	}
+	_, created, err = db.RecordCommandStart(Command{UID: "c6", Namespace: "ns", IdempotencyKey: "k1", ArgvDigest: "sha256:aa", SessionUID: "other-session"})
+	wantCode(t, err, CodeIdempotencyConflict)
 	// Same key in another namespace is a different command.
 	_, created, err = db.RecordCommandStart(Command{UID: "c3", Namespace: "other", IdempotencyKey: "k1"})
 	must(t, err)
