@@ -142,6 +142,22 @@ const (
 	CodeRawInputDisabled  Code = "raw-input-disabled" // attach with stdin on a session whose spec.rawInput is not OperatorOnly
 )
 
+// Shared read-only terminal views (issue 11, seed 003): TerminalView and ViewGrant, the
+// dual authority checked for every frame, and context replacement.
+const (
+	CodeViewGrantMissing           Code = "view-grant-missing"           // no ViewGrant names the observer for this view
+	CodeViewGrantRevoked           Code = "view-grant-revoked"           // the observer's grant was revoked
+	CodeViewGrantExpired           Code = "view-grant-expired"           // the observer's grant passed its expiresAt
+	CodeViewMembershipInactive     Code = "view-membership-inactive"     // RBAC no longer allows get on terminalviews/stream
+	CodeViewContextSuperseded      Code = "view-context-superseded"      // the environment was replaced, re-generated or its context changed: grant again on a new view
+	CodeViewContextMissing         Code = "view-context-missing"         // the environment has no operational context: a view fails closed
+	CodeViewClassificationExceeded Code = "view-classification-exceeded" // the environment's context is above the view's classification ceiling
+	CodeViewSessionUnavailable     Code = "view-session-unavailable"     // the view's session is not open on its node (e.g. swept after an agent restart)
+	CodeViewGrantLifetimeInvalid   Code = "view-grant-lifetime-invalid"  // expiresAt in the past or beyond the maximum grant lifetime
+	CodeViewGrantNotAuthorized     Code = "view-grant-not-authorized"    // the requester may not use the virtual verb grant on terminalviews
+	CodeViewSubjectInvalid         Code = "view-subject-invalid"         // a grant subject that is not exactly one user, group or ServiceAccount
+)
+
 // Workspace file access (internal/platform/fsaccess), beyond the path codes above.
 const (
 	CodeOpenat2Unavailable Code = "openat2-unavailable" // the kernel lacks openat2 (RESOLVE_BENEATH): fail closed
@@ -369,6 +385,10 @@ var allCodes = []Code{
 	CodeImageInvalid, CodeResourcesAboveMax, CodeResourcesInvalid, CodeResourceNotEnforced, CodeVMCapReached, CodeBootFailed, CodeBootTimeout,
 	CodeVMNotRunning, CodeEnvironmentIDInvalid, CodeStateDirTooLong,
 	CodeForwardingRefused, CodeNodeUnreachable, CodeOutputEvicted, CodeUploadTooLarge, CodeRawInputDisabled,
+	// views (issue 11)
+	CodeViewGrantMissing, CodeViewGrantRevoked, CodeViewGrantExpired, CodeViewMembershipInactive,
+	CodeViewContextSuperseded, CodeViewContextMissing, CodeViewClassificationExceeded, CodeViewSessionUnavailable,
+	CodeViewGrantLifetimeInvalid, CodeViewGrantNotAuthorized, CodeViewSubjectInvalid,
 	CodeOpenat2Unavailable, CodePathNotFound, CodeNotRegularFile, CodeNotDirectory, CodeReadCapAboveMax,
 	CodeTooManyEntries, CodeDigestInvalid, CodeFileTooLarge, CodeInvalidArgument,
 	CodePatchMalformed, CodePatchTooLarge, CodePatchRenameUnsupported, CodePatchBinaryUnsupported,

@@ -63,6 +63,7 @@ var crdKinds = map[string]string{
 	"terminalcommands": "TerminalCommand",
 	"environments":     "Environment",
 	"artifacts":        "Artifact",
+	"terminalviews":    "TerminalView",
 }
 
 // metadata reads the metadata of the Workbench object behind resource ns/name.

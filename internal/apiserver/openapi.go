@@ -16,7 +16,7 @@ import (
 func openAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	defs := extopenapi.GetOpenAPIDefinitions(ref)
 	objectMeta := metav1.ObjectMeta{}.OpenAPIModelName()
-	for _, obj := range []any{TerminalSession{}, TerminalCommand{}, Environment{}, Artifact{}} {
+	for _, obj := range []any{TerminalSession{}, TerminalCommand{}, Environment{}, Artifact{}, TerminalView{}} {
 		t := reflect.TypeOf(obj)
 		defs[t.PkgPath()+"."+t.Name()] = common.OpenAPIDefinition{
 			Schema: spec.Schema{SchemaProps: spec.SchemaProps{

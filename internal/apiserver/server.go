@@ -67,7 +67,7 @@ func (o *Options) RestConfig() (*rest.Config, error) {
 }
 
 // LongRunningSubresources are exempt from the request timeout: they stream.
-var LongRunningSubresources = sets.NewString("attach", "output", "events", "download", "files")
+var LongRunningSubresources = sets.NewString("attach", "output", "events", "download", "files", "stream")
 
 // Server is a configured, not yet running workbench-apiserver.
 type Server struct {

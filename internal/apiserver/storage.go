@@ -30,7 +30,7 @@ var (
 
 func init() {
 	for _, gv := range []schema.GroupVersion{GroupVersion, {Group: GroupName, Version: runtime.APIVersionInternal}} {
-		Scheme.AddKnownTypes(gv, &TerminalSession{}, &TerminalCommand{}, &Environment{}, &Artifact{})
+		Scheme.AddKnownTypes(gv, &TerminalSession{}, &TerminalCommand{}, &Environment{}, &Artifact{}, &TerminalView{})
 	}
 	metav1.AddToGroupVersion(Scheme, GroupVersion)
 	metav1.AddToGroupVersion(Scheme, schema.GroupVersion{Version: "v1"})
@@ -57,6 +57,9 @@ var Subresources = []Subresource{
 	{"terminalcommands", "cancel", []string{http.MethodPost}},
 	{"environments", "files", []string{http.MethodGet}},
 	{"artifacts", "download", []string{http.MethodGet}},
+	// the latest-state screen of a TerminalView (docs/shared-views.md); long-running here,
+	// but kube-apiserver cuts it at its --request-timeout: clients reconnect (cursor-free).
+	{"terminalviews", "stream", []string{http.MethodGet}},
 	// artifacts/upload is not served yet (docs/api-subresources.md, "Not yet served").
 }
 
@@ -107,6 +110,7 @@ var parentKinds = map[string]struct {
 	"terminalcommands": {func() runtime.Object { return &TerminalCommand{} }, "terminalcommand"},
 	"environments":     {func() runtime.Object { return &Environment{} }, "environment"},
 	"artifacts":        {func() runtime.Object { return &Artifact{} }, "artifact"},
+	"terminalviews":    {func() runtime.Object { return &TerminalView{} }, "terminalview"},
 }
 
 // connectStorage serves one subresource with rest.Connecter (as pods/exec and pods/attach

@@ -38,3 +38,11 @@ type Artifact struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 }
+
+// TerminalView is the parent of terminalviews/stream.
+// +kubebuilder:object:generate=true
+// +kubebuilder:object:root=true
+type TerminalView struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+}

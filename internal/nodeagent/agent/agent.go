@@ -65,8 +65,10 @@ type Agent struct {
 	recovery  []wbv1.RecoveryAction
 	waits     int
 	dataPlane *wbv1.DataPlane
-	pins      map[string]map[string]*pinnedRoot // environment UID → root name → its pinned directory (roots.go)
-	recorder  events.EventRecorder
+	// viewHub wakes view streams on changes of views, grants, environments and sessions.
+	viewHub  viewHub
+	pins     map[string]map[string]*pinnedRoot // environment UID → root name → its pinned directory (roots.go)
+	recorder events.EventRecorder
 
 	// wake re-queues objects from goroutines (command exits, session phase changes).
 	wakeCommands chan event.GenericEvent
@@ -193,6 +195,8 @@ func (a *Agent) cacheOptions() cache.Options {
 		&wbv1.Artifact{}:          byLabel,
 		&wbv1.BackendCapability{}: byLabel,
 		&wbv1.ActionRun{}:         byLabel,
+		&wbv1.TerminalView{}:      byLabel,
+		&wbv1.ViewGrant{}:         byLabel,
 		&wbv1.WorkbenchNode{}:     {Field: fields.OneTermEqualSelector("metadata.name", a.cfg.NodeName)},
 	}}
 }

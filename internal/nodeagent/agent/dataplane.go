@@ -125,12 +125,18 @@ func (a *Agent) startDataPlane(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// View streams re-ask SubjectAccessReview at least every views.RBACRecheckInterval:
+	// never from a cache, so a removed RoleBinding stops delivery within it.
+	viewAuthz, err := dataplane.NewSubjectAccessReviewAuthorizer(a.client, dataplane.CacheOptions{TTL: -1})
+	if err != nil {
+		return err
+	}
 	fwd, err := a.forwarding()
 	if err != nil {
 		return err
 	}
 	srv, err := dataplane.New(dataplane.Config{TLS: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
-		Authenticator: authn, Authorizer: authz, Resolver: resolver{a: a}, Commands: resolver{a: a}, Artifacts: resolver{a: a}, Forwarding: fwd})
+		Authenticator: authn, Authorizer: authz, Resolver: resolver{a: a}, Commands: resolver{a: a}, Artifacts: resolver{a: a}, Views: resolver{a: a}, ViewAuthorizer: viewAuthz, Forwarding: fwd})
 	if err != nil {
 		return err
 	}

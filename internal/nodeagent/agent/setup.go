@@ -60,6 +60,9 @@ func (a *Agent) setupControllers(mgr ctrl.Manager) error {
 	if err := a.setupActionRuns(mgr); err != nil {
 		return err
 	}
+	if err := a.setupViews(mgr); err != nil {
+		return err
+	}
 	return a.setupOperations(mgr)
 }
 

@@ -25,6 +25,7 @@
 package dataplane
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -180,6 +181,12 @@ type Config struct {
 	Commands CommandResolver
 	// Artifacts opens artifact blobs for the v2 download route (optional).
 	Artifacts ArtifactResolver
+	// Views resolves TerminalViews and their grants for the view stream (optional: nil
+	// answers it with not-found).
+	Views ViewResolver
+	// ViewAuthorizer authorizes view streams; it must not cache (a membership removal
+	// closes streams within views.RBACRecheckInterval). Nil: Authorizer.
+	ViewAuthorizer Authorizer
 	// Forwarding names the client certificates (the aggregated API server's) allowed to
 	// forward an end user's identity; zero disables forwarding.
 	Forwarding Forwarding
@@ -196,9 +203,12 @@ type Server struct {
 	res   Resolver
 	cmds  CommandResolver
 	arts  ArtifactResolver
-	fwd   Forwarding
-	lim   Limits
-	mux   *http.ServeMux
+	views ViewResolver
+	// viewAuthz authorizes view streams without a cache.
+	viewAuthz Authorizer
+	fwd       Forwarding
+	lim       Limits
+	mux       *http.ServeMux
 
 	inflight  chan struct{} // semaphore: requests in flight
 	longPolls chan struct{} // semaphore: parked long-polls
@@ -249,6 +259,8 @@ func New(cfg Config) (*Server, error) {
 		res:       cfg.Resolver,
 		cmds:      cfg.Commands,
 		arts:      cfg.Artifacts,
+		views:     cfg.Views,
+		viewAuthz: cmp.Or[Authorizer](cfg.ViewAuthorizer, cfg.Authorizer),
 		fwd:       cfg.Forwarding,
 		lim:       lim,
 		inflight:  make(chan struct{}, lim.MaxInFlight),

@@ -177,6 +177,8 @@ func (s *Server) v2Routes(mux *http.ServeMux) {
 		{http.MethodPost, cmd + "cancel", "create", "terminalcommands", "cancel", s.v2Cancel},
 		{http.MethodGet, env + "files", "get", "environments", "files", s.v2Files},
 		{http.MethodGet, v2Prefix + "artifacts/{name}/download", "get", "artifacts", "download", s.v2Download},
+		// the view stream authorizes itself, uncached, and again while it streams.
+		{http.MethodGet, v2Prefix + "terminalviews/{name}/stream", "", "terminalviews", "stream", s.viewStream},
 	} {
 		mux.Handle(rt.method+" "+rt.path, s.authorizedIn(SubresourceGroup, rt.verb, rt.resource, rt.sub, rt.h))
 		allow := rt.method

@@ -131,7 +131,7 @@ func zapLevel() zapcore.Level {
 
 // installRoles applies the hand-written ClusterRoles from config/rbac.
 func (e *Env) installRoles() error {
-	for _, f := range []string{"operator_role.yaml", "agent_role.yaml", "viewer_role.yaml", "node_agent_role.yaml"} {
+	for _, f := range []string{"operator_role.yaml", "agent_role.yaml", "viewer_role.yaml", "view_observer_role.yaml", "node_agent_role.yaml"} {
 		raw, err := os.ReadFile(filepath.Join(e.Root, "config", "rbac", f))
 		if err != nil {
 			return fmt.Errorf("reading role %s: %w", f, err)

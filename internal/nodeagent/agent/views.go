@@ -1,0 +1,312 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/nodeagent/dataplane"
+	"sensorium.dev/workbench/internal/statusapply"
+	"sensorium.dev/workbench/internal/views"
+)
+
+// MaxViewSubscribers caps concurrent view-stream subscriptions to watch changes (each
+// stream holds one; the data plane's stream slots bound them first).
+const MaxViewSubscribers = 4096
+
+// viewHub wakes every view stream after a change of a TerminalView, ViewGrant or
+// Environment of this node, as the watch delivers it: a revocation reaches the streams
+// without any polling.
+type viewHub struct {
+	mu   sync.Mutex
+	subs map[chan struct{}]struct{}
+}
+
+func (h *viewHub) poke() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for c := range h.subs {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (h *viewHub) subscribe() (<-chan struct{}, func()) {
+	c := make(chan struct{}, 1)
+	h.mu.Lock()
+	if h.subs == nil {
+		h.subs = map[chan struct{}]struct{}{}
+	}
+	if len(h.subs) < MaxViewSubscribers {
+		h.subs[c] = struct{}{}
+	}
+	h.mu.Unlock()
+	return c, func() {
+		h.mu.Lock()
+		delete(h.subs, c)
+		h.mu.Unlock()
+	}
+}
+
+// watchViews registers the hub on the informers of the kinds a view depends on.
+func (a *Agent) watchViews(ctx context.Context, c cache.Cache) error {
+	for _, obj := range []client.Object{&wbv1.ViewGrant{}, &wbv1.TerminalView{}, &wbv1.Environment{}, &wbv1.TerminalSession{}} {
+		inf, err := c.GetInformer(ctx, obj)
+		if err != nil {
+			return fmt.Errorf("watching %T for views: %w", obj, err)
+		}
+		poke := func(any) { a.viewHub.poke() }
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc: poke, DeleteFunc: poke, UpdateFunc: func(_, n any) { poke(n) },
+		}); err != nil {
+			return fmt.Errorf("watching %T for views: %w", obj, err)
+		}
+	}
+	return nil
+}
+
+// Changes implements dataplane.ViewResolver.
+func (r resolver) Changes() (<-chan struct{}, func()) { return r.a.viewHub.subscribe() }
+
+// Grants implements dataplane.ViewResolver: the view's grants from the node's watch cache.
+func (r resolver) Grants(ns, view string) ([]views.Grant, error) {
+	var list wbv1.ViewGrantList
+	if err := r.a.client.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+		return nil, fmt.Errorf("listing ViewGrants in %s: %w", ns, err)
+	}
+	var out []views.Grant
+	for i := range list.Items {
+		g := &list.Items[i]
+		if string(g.Spec.ViewRef) == view {
+			out = append(out, grantOf(g))
+		}
+	}
+	return out, nil
+}
+
+func grantOf(g *wbv1.ViewGrant) views.Grant {
+	s := g.Spec.Subject
+	return views.Grant{Name: g.Name, ViewUID: string(g.Spec.ViewUID), ExpiresAt: g.Spec.ExpiresAt.Time,
+		Revoked: g.Spec.Revoked != nil && *g.Spec.Revoked,
+		Subject: views.Subject{Kind: string(s.Kind), Name: s.Name, Namespace: s.Namespace}}
+}
+
+// View implements dataplane.ViewResolver.
+func (r resolver) View(ns, name string) (dataplane.ViewInfo, error) {
+	ctx := context.Background()
+	var v wbv1.TerminalView
+	if err := r.a.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &v); err != nil {
+		if apierrors.IsNotFound(err) {
+			return dataplane.ViewInfo{}, fmt.Errorf("terminal view %s/%s is not bound to this node: %w", ns, name, dataplane.ErrNotFound)
+		}
+		return dataplane.ViewInfo{}, err
+	}
+	info, _, err := r.a.viewInfo(ctx, &v)
+	return info, err
+}
+
+// viewInfo evaluates a view now: its binding against the environment, its session on this
+// node. The second result is the live binding of the environment.
+func (a *Agent) viewInfo(ctx context.Context, v *wbv1.TerminalView) (dataplane.ViewInfo, views.Binding, error) {
+	spec := &v.Spec
+	info := dataplane.ViewInfo{UID: string(v.UID), Freshness: 10 * time.Second, MinInterval: 100 * time.Millisecond, MaxBytes: 16384}
+	if spec.FreshnessSeconds != nil {
+		info.Freshness = time.Duration(*spec.FreshnessSeconds) * time.Second
+	}
+	if spec.MinFrameIntervalMillis != nil {
+		info.MinInterval = time.Duration(*spec.MinFrameIntervalMillis) * time.Millisecond
+	}
+	if spec.MaxFrameBytes != nil {
+		info.MaxBytes = int(*spec.MaxFrameBytes)
+	}
+	b := spec.Binding
+	if b == nil {
+		info.Refusal, info.Message = actuation.CodeViewContextMissing, "the view carries no environment binding"
+		return info, views.Binding{}, nil
+	}
+	info.Context, info.Generation = string(b.OperationalContext), b.SourceGeneration
+	bound := views.Binding{EnvironmentUID: string(b.EnvironmentUID), SourceGeneration: b.SourceGeneration, Context: actuation.ContextClass(b.OperationalContext)}
+	var env wbv1.Environment
+	var now views.Binding
+	switch err := a.client.Get(ctx, types.NamespacedName{Namespace: v.Namespace, Name: string(b.EnvironmentRef)}, &env); {
+	case err == nil:
+		declared := actuation.ContextClass("")
+		if oc := env.Spec.OperationalContext; oc != nil {
+			declared = actuation.ContextClass(oc.Class)
+		}
+		now = views.Binding{EnvironmentUID: string(env.UID), SourceGeneration: env.Status.SourceGeneration,
+			Context: views.CurrentContext(actuation.ContextClass(env.Status.EffectiveOperationalContext), declared)}
+	case !apierrors.IsNotFound(err):
+		return info, now, err
+	}
+	if c := views.CheckBinding(bound, now, actuation.ContextClass(spec.ClassificationCeiling)); c != "" {
+		info.Refusal = c
+		info.Message = fmt.Sprintf("the view is bound to environment %s generation %d context %s; it is now uid %s generation %d context %q: grant again on a new view",
+			b.EnvironmentRef, b.SourceGeneration, b.OperationalContext, now.EnvironmentUID, now.SourceGeneration, now.Context)
+		return info, now, nil
+	}
+	var ts wbv1.TerminalSession
+	if err := a.client.Get(ctx, types.NamespacedName{Namespace: v.Namespace, Name: string(spec.SessionRef)}, &ts); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return info, now, err
+		}
+	}
+	a.mu.Lock()
+	live := a.sess[string(ts.UID)]
+	a.mu.Unlock()
+	if ts.UID == "" || live == nil || live.closed || live.pty == nil {
+		info.Refusal = actuation.CodeViewSessionUnavailable
+		info.Message = fmt.Sprintf("session %s/%s runs no PTY program open on this node", v.Namespace, spec.SessionRef)
+		return info, now, nil
+	}
+	info.SessionUID, info.Terminal = string(ts.UID), live.pty
+	return info, now, nil
+}
+
+// viewReconciler publishes a TerminalView's status: phase, bound generation and context,
+// and the code observers are refused with.
+type viewReconciler struct{ a *Agent }
+
+func (r *viewReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var v wbv1.TerminalView
+	if err := r.a.client.Get(ctx, req.NamespacedName, &v); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	info, _, err := r.a.viewInfo(ctx, &v)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	cur := v.Status
+	next := wbv1.TerminalViewStatus{Phase: wbv1.ViewPublishing, ObservedGeneration: v.Generation,
+		EnvironmentGeneration: info.Generation, OperationalContext: wbv1.ContextClass(info.Context),
+		Conditions: statusapply.Owned(cur.Conditions, wbv1.ConditionPublishing)}
+	cond := statusapply.Cond(wbv1.ConditionPublishing, true, "Publishing", "publishing the visible screen of session "+string(v.Spec.SessionRef), v.Generation)
+	if info.Refusal != "" {
+		switch info.Refusal {
+		case actuation.CodeViewContextSuperseded:
+			next.Phase = wbv1.ViewSuperseded
+		case actuation.CodeViewSessionUnavailable:
+			next.Phase = wbv1.ViewUnavailable
+		default:
+			next.Phase = wbv1.ViewRefused
+		}
+		next.Refusal = &wbv1.Refusal{Code: string(info.Refusal), Message: statusapply.Truncate(info.Message, 1024)}
+		cond = statusapply.Cond(wbv1.ConditionPublishing, false, string(next.Phase), statusapply.Truncate(info.Message, 1024), v.Generation)
+	}
+	statusapply.Set(&next.Conditions, &next.Conditions, cond)
+	_, err = statusapply.Apply(ctx, r.a.client, FieldManager+"terminalview", &v, viewStatusProjection(&cur), &next)
+	return ctrl.Result{}, err
+}
+
+func viewStatusProjection(s *wbv1.TerminalViewStatus) *wbv1.TerminalViewStatus {
+	p := s.DeepCopy()
+	p.Conditions = statusapply.Owned(s.Conditions, wbv1.ConditionPublishing)
+	return p
+}
+
+// viewGrantReconciler publishes whether a ViewGrant admits its subject now, and wakes at
+// its expiry.
+type viewGrantReconciler struct{ a *Agent }
+
+// ConditionActive is true while a ViewGrant admits its subject.
+const ConditionActive = "Active"
+
+func (r *viewGrantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var g wbv1.ViewGrant
+	if err := r.a.client.Get(ctx, req.NamespacedName, &g); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	now := time.Now()
+	reason := grantOf(&g).State(now)
+	var v wbv1.TerminalView
+	if reason == "" {
+		switch err := r.a.client.Get(ctx, types.NamespacedName{Namespace: g.Namespace, Name: string(g.Spec.ViewRef)}, &v); {
+		case apierrors.IsNotFound(err):
+			reason = actuation.CodeViewGrantMissing
+		case err != nil:
+			return ctrl.Result{}, err
+		case v.UID != g.Spec.ViewUID:
+			reason = actuation.CodeViewGrantMissing
+		default:
+			info, _, err := r.a.viewInfo(ctx, &v)
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			if info.Refusal != "" && info.Refusal != actuation.CodeViewSessionUnavailable {
+				reason = info.Refusal
+			}
+		}
+	}
+	cur := wbv1.ViewGrantStatus{Active: g.Status.Active, Reason: g.Status.Reason, ObservedGeneration: g.Status.ObservedGeneration,
+		Conditions: statusapply.Owned(g.Status.Conditions, ConditionActive)}
+	next := wbv1.ViewGrantStatus{Active: reason == "", Reason: string(reason), ObservedGeneration: g.Generation, Conditions: cur.Conditions}
+	msg := "admits " + string(g.Spec.Subject.Kind) + " " + g.Spec.Subject.Name + " to view " + string(g.Spec.ViewRef)
+	condReason := "Active"
+	if reason != "" {
+		msg, condReason = string(reason), "Inactive"
+	}
+	next.Conditions = slices.Clone(next.Conditions)
+	statusapply.Set(&next.Conditions, &next.Conditions, statusapply.Cond(ConditionActive, reason == "", condReason, msg, g.Generation))
+	if _, err := statusapply.Apply(ctx, r.a.client, FieldManager+"viewgrant", &g, &cur, &next); err != nil {
+		return ctrl.Result{}, err
+	}
+	if reason == "" {
+		return ctrl.Result{RequeueAfter: statusapply.RequeueAt(now, g.Spec.ExpiresAt.Time)}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// setupViews registers the view and grant status reconcilers; a change of an environment
+// or session re-evaluates the views (and their grants) of its namespace.
+func (a *Agent) setupViews(mgr ctrl.Manager) error {
+	viewsIn := func(ctx context.Context, o client.Object) []reconcile.Request {
+		var l wbv1.TerminalViewList
+		if err := a.client.List(ctx, &l, client.InNamespace(o.GetNamespace())); err != nil {
+			return nil
+		}
+		out := make([]reconcile.Request, 0, len(l.Items))
+		for i := range l.Items {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&l.Items[i])})
+		}
+		return out
+	}
+	grantsIn := func(ctx context.Context, o client.Object) []reconcile.Request {
+		var l wbv1.ViewGrantList
+		if err := a.client.List(ctx, &l, client.InNamespace(o.GetNamespace())); err != nil {
+			return nil
+		}
+		out := make([]reconcile.Request, 0, len(l.Items))
+		for i := range l.Items {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&l.Items[i])})
+		}
+		return out
+	}
+	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.TerminalView{}).Named("node-terminalview").
+		Watches(&wbv1.Environment{}, handler.EnqueueRequestsFromMapFunc(viewsIn)).
+		Watches(&wbv1.TerminalSession{}, handler.EnqueueRequestsFromMapFunc(viewsIn)).
+		Complete(&viewReconciler{a: a}); err != nil {
+		return fmt.Errorf("terminal view controller: %w", err)
+	}
+	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.ViewGrant{}).Named("node-viewgrant").
+		Watches(&wbv1.TerminalView{}, handler.EnqueueRequestsFromMapFunc(grantsIn)).
+		Watches(&wbv1.Environment{}, handler.EnqueueRequestsFromMapFunc(grantsIn)).
+		Complete(&viewGrantReconciler{a: a}); err != nil {
+		return fmt.Errorf("view grant controller: %w", err)
+	}
+	return a.watchViews(a.runCtx, mgr.GetCache())
+}
