@@ -46,7 +46,7 @@ func TestWrap(t *testing.T) {
 	}{
 		{"webhook refusal", webhook, "timeout-above-max", ClassRefused, 65},
 		{"aggregated cause", aggregated, "queue-full", ClassCapReached, 75},
-		{"rbac", apierrors.NewForbidden(gr, "x", errors.New("no")), "", ClassForbidden, 77},
+		{"rbac", apierrors.NewForbidden(gr, "x", errors.New("no")), "forbidden", ClassForbidden, 77}, // "forbidden" is in the closed vocabulary
 		{"missing", apierrors.NewNotFound(gr, "x"), "", ClassNotFound, 66},
 		{"unavailable", apierrors.NewServiceUnavailable("down"), "", ClassUnavailable, 69},
 		{"consent", fmt.Errorf("x: %w", refused("terminalcommand x", "consent-denied", "denied")), "consent-denied", ClassConsent, 67},
