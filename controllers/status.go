@@ -21,6 +21,11 @@ func applyStatus(ctx context.Context, c client.Client, owner string, obj client.
 	return statusapply.Apply(ctx, c, FieldManagerPrefix+owner, obj, cur, next)
 }
 
+// applyStatusIfUnchanged is applyStatus held to the version obj was read at.
+func applyStatusIfUnchanged(ctx context.Context, c client.Client, owner string, obj client.Object, cur, next any) (bool, error) {
+	return statusapply.ApplyIfUnchanged(ctx, c, FieldManagerPrefix+owner, obj, cur, next)
+}
+
 func ownedConditions(all []metav1.Condition, types ...string) []metav1.Condition {
 	return statusapply.Owned(all, types...)
 }

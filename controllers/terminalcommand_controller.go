@@ -27,6 +27,13 @@ const (
 	// ReferenceGrace is how long a command may name a session or profile that does not
 	// exist yet (GitOps applies objects in any order) before it is refused.
 	ReferenceGrace = 30 * time.Second
+	// FastPathGrace is how long the gate leaves a command it would admit without an operator
+	// (by profile or a remembered grant) to the node it is bound to: the node agent admits
+	// and claims it itself (one hop). Any status write of the gate before the claim would
+	// move the object's version and void the node's claim, so the gate writes nothing in
+	// that window; after it, the gate admits as before (the node then starts it on the
+	// usual path) — a node that never claims delays a command by this much, no more.
+	FastPathGrace = time.Second
 	// PlacementRecheck is how often an admitted command re-reads an unplaced environment.
 	PlacementRecheck = 10 * time.Second
 	// DefaultConsentTimeout is how long an operator has to answer.
@@ -81,12 +88,73 @@ func (r *TerminalCommandReconciler) summarize(ctx context.Context, cmd *wbv1.Ter
 	return err
 }
 
+// nodeClaimed says the node agent took the command on its fast path: its Started condition
+// exists while the manager has not admitted it (no Admitted=True).
+func nodeClaimed(cmd *wbv1.TerminalCommand) bool {
+	for _, c := range cmd.Status.Conditions {
+		if c.Type == wbv1.ConditionStarted {
+			return !isTrueCond(cmd.Status.Conditions, wbv1.ConditionAdmitted)
+		}
+	}
+	return false
+}
+
+// adoptNodeAdmission records the node's fast-path admission: Admitted=True, who admitted it
+// (the manager's own reading of the effective profile; "node" when that reading no longer
+// admits it — the node decided against the profile it read, and its decision stands), the
+// command's identity and argv digest, the derived phase. It never refuses: the node owns
+// the outcome of a command it claimed.
+func (r *TerminalCommandReconciler) adoptNodeAdmission(ctx context.Context, cmd *wbv1.TerminalCommand) error {
+	cur, next := terminalCommandOwned(&cmd.Status), terminalCommandOwned(&cmd.Status)
+	all := append([]metav1.Condition(nil), cmd.Status.Conditions...)
+	next.CommandID = string(cmd.UID)
+	next.ArgvDigest = wbv1.Digest(actuation.ArgvDigest(string(cmd.Spec.ProfileRef), cmd.Spec.Argv, convert.Cwd(cmd.Spec.Cwd)))
+	next.ObservedGeneration = cmd.Generation
+	// The manager's outcome fields are never written for a command the node claimed.
+	next.Refusal, next.CompletionTime, next.SignalOrigin = nil, nil, ""
+	next.Conditions = ownedConditions(next.Conditions, wbv1.ConditionAdmitted, wbv1.ConditionReconciling, wbv1.ConditionStalled)
+	by, env := "node", cmd.Labels[wbv1.EnvironmentLabel]
+	var prof wbv1.CommandProfile
+	if err := r.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: string(cmd.Spec.ProfileRef)}, &prof); err == nil {
+		adm := actuation.AdmitSubject(convert.Profile(&prof.Spec), convert.Entries(cmd.Namespace, prof.Status.ConsentEntries),
+			convert.Intent(&cmd.Spec), convert.Subject(cmd, env))
+		if adm.Admitted && adm.Scope != actuation.ScopeAllowOnce {
+			by = adm.By
+		}
+	} else if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading CommandProfile of %s: %w", cmd.Name, err)
+	}
+	reason := wbv1.ReasonAdmittedByProfile
+	if by != actuation.AdmittedByProfile {
+		reason = wbv1.ReasonAdmittedByConsent
+	}
+	next.AdmittedBy = by
+	setCondition(&next.Conditions, &all, cond(wbv1.ConditionAdmitted, true, reason,
+		"admitted at node "+cmd.Labels[wbv1.NodeLabel]+" by "+by+" (fast path)", cmd.Generation))
+	next.Phase = wbv1.CommandPhaseFor(all)
+	for _, hc := range wbv1.HealthConditions(wbv1.CommandHealth(next.Phase), string(next.Phase), "command is "+string(next.Phase), cmd.Generation) {
+		setCondition(&next.Conditions, &all, hc)
+	}
+	wrote, err := applyStatus(ctx, r.Client, "terminalcommand", cmd, cur, next)
+	if err != nil {
+		return err
+	}
+	if wrote && cur.Phase != next.Phase {
+		phaseTransitions.WithLabelValues("TerminalCommand", string(next.Phase)).Inc()
+		r.Recorder.Eventf(cmd, nil, corev1.EventTypeNormal, string(next.Phase), "Gate", "Command is %s (admitted at node %s by %s)", next.Phase, cmd.Labels[wbv1.NodeLabel], by)
+	}
+	return nil
+}
+
 // commandPass carries one reconcile pass.
 type commandPass struct {
 	cmd       *wbv1.TerminalCommand
 	cur, next wbv1.TerminalCommandStatus
 	all       []metav1.Condition
 	result    ctrl.Result
+	// leaveToNode: the node bound to the command admits it on its fast path; this pass
+	// writes nothing.
+	leaveToNode bool
 }
 
 func (p *commandPass) set(c metav1.Condition) { setCondition(&p.next.Conditions, &p.all, c) }
@@ -109,8 +177,13 @@ func (r *TerminalCommandReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.Get(ctx, req.NamespacedName, &cmd); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if wbv1.CommandIsFinal(cmd.Status.Conditions) || isTrueCond(cmd.Status.Conditions, wbv1.ConditionAdmitted) {
+	if wbv1.CommandIsFinal(cmd.Status.Conditions) && !nodeClaimed(&cmd) || isTrueCond(cmd.Status.Conditions, wbv1.ConditionAdmitted) {
 		return ctrl.Result{}, r.summarize(ctx, &cmd)
+	}
+	if nodeClaimed(&cmd) {
+		// The node admitted it on the fast path (its claim won): record that decision, never
+		// contradict it.
+		return ctrl.Result{}, r.adoptNodeAdmission(ctx, &cmd)
 	}
 	p := &commandPass{cmd: &cmd, cur: terminalCommandOwned(&cmd.Status), next: terminalCommandOwned(&cmd.Status),
 		all: append([]metav1.Condition(nil), cmd.Status.Conditions...)}
@@ -130,7 +203,21 @@ func (r *TerminalCommandReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	for _, hc := range wbv1.HealthConditions(wbv1.CommandHealth(p.next.Phase), string(p.next.Phase), "command is "+string(p.next.Phase), cmd.Generation) {
 		p.set(hc)
 	}
-	wrote, err := applyStatus(ctx, r.Client, "terminalcommand", &cmd, p.cur, p.next)
+	// The gate's decision on a command bound to a node is written only against the version
+	// this pass read: the node may have claimed the command on its fast path in the
+	// meantime, and then its decision stands (the conflict brings the next pass to
+	// adoptNodeAdmission).
+	write := applyStatus
+	if cmd.Labels[wbv1.NodeLabel] != "" {
+		write = applyStatusIfUnchanged
+	}
+	if p.leaveToNode {
+		return p.result, nil
+	}
+	wrote, err := write(ctx, r.Client, "terminalcommand", &cmd, p.cur, p.next)
+	if apierrors.IsConflict(err) {
+		return ctrl.Result{Requeue: true}, nil
+	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -378,6 +465,12 @@ func (r *TerminalCommandReconciler) admit(ctx context.Context, p *commandPass, e
 	if node == "" {
 		p.hold(wbv1.ReasonWaitingForPlacement, "environment "+env.Name+" is not placed on a node yet")
 		p.result.RequeueAfter = PlacementRecheck
+		return nil
+	}
+	if age := r.Now().Sub(cmd.CreationTimestamp.Time); adm.Scope != actuation.ScopeAllowOnce && cmd.Labels[wbv1.NodeLabel] == node &&
+		cmd.Labels[wbv1.EnvironmentLabel] == env.Name && age < FastPathGrace {
+		p.leaveToNode = true
+		p.result.RequeueAfter = FastPathGrace - age
 		return nil
 	}
 	if adm.By != actuation.AdmittedByProfile && adm.Scope == actuation.ConsentScope(wbv1.ConsentAllowOnce) {

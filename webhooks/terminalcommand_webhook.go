@@ -35,6 +35,7 @@ type TerminalCommandValidator struct {
 
 func setupTerminalCommand(mgr ctrl.Manager) error {
 	return ctrl.NewWebhookManagedBy(mgr, &wbv1.TerminalCommand{}).
+		WithDefaulter(TerminalCommandBinder{Reader: mgr.GetClient()}).
 		WithValidator(TerminalCommandValidator{Reader: mgr.GetClient(), Client: mgr.GetClient()}).Complete()
 }
 

@@ -132,7 +132,10 @@ func SessionReleased(s *TerminalSession) bool {
 // CommandReleased says no process runs or will run for the command: it has its outcome, or
 // it was never admitted (the node runs admitted commands only).
 func CommandReleased(c *TerminalCommand) bool {
-	return c.Labels[NodeLabel] == "" || CommandIsFinal(c.Status.Conditions) || !isTrue(c.Status.Conditions, ConditionAdmitted)
+	// A command the node claimed on its fast path (its Started condition, before the
+	// manager recorded Admitted) is held like an admitted one.
+	return c.Labels[NodeLabel] == "" || CommandIsFinal(c.Status.Conditions) ||
+		!isTrue(c.Status.Conditions, ConditionAdmitted) && meta.FindStatusCondition(c.Status.Conditions, ConditionStarted) == nil
 }
 
 // ArtifactReleased says the node holds no blob for the artifact (it never stored one, or

@@ -20,6 +20,22 @@ import (
 // Apply writes the owned status fields of obj by server-side apply when they differ
 // from cur (the same projection of the stored status). It returns whether it wrote.
 func Apply(ctx context.Context, c client.Client, owner string, obj client.Object, cur, next any) (bool, error) {
+	return apply(ctx, c, owner, obj, "", cur, next)
+}
+
+// ApplyIfUnchanged is Apply with obj's resourceVersion as a precondition: the write fails
+// with a Conflict (apierrors.IsConflict) when any other writer changed the object since obj
+// was read. Two components that may each decide the same question (the node's fast-path
+// admission and the manager's gate) use it so that exactly one decision lands.
+func ApplyIfUnchanged(ctx context.Context, c client.Client, owner string, obj client.Object, cur, next any) (bool, error) {
+	rv := obj.GetResourceVersion()
+	if rv == "" {
+		return false, fmt.Errorf("applying status of %s: no resourceVersion to hold the write to", obj.GetName())
+	}
+	return apply(ctx, c, owner, obj, rv, cur, next)
+}
+
+func apply(ctx context.Context, c client.Client, owner string, obj client.Object, rv string, cur, next any) (bool, error) {
 	if equality.Semantic.DeepEqual(cur, next) {
 		return false, nil
 	}
@@ -36,6 +52,9 @@ func Apply(ctx context.Context, c client.Client, owner string, obj client.Object
 		return false, fmt.Errorf("converting status of %s: %w", obj.GetName(), err)
 	}
 	md := map[string]any{"name": obj.GetName()}
+	if rv != "" {
+		md["resourceVersion"] = rv // server-side apply honours it as a precondition
+	}
 	if ns := obj.GetNamespace(); ns != "" {
 		md["namespace"] = ns
 	}

@@ -51,6 +51,38 @@ func admitAtNode(cmd *wbv1.TerminalCommand, prof *wbv1.CommandProfile, env *wbv1
 	return nil
 }
 
+// fastPathAdmit decides, at the node, whether this node may take a command the manager has
+// not decided yet (issue 13, one hop): the same core checks as admitAtNode, against the
+// effective profile just read, on an environment that is Ready. It answers who admits it
+// ("profile" or a remembered grant bound to this environment) and true only when no operator
+// and no manager-side step is needed: allow-once consent (which the manager consumes),
+// consent-required, a refusal or a malformed intent all answer false, and the manager's gate
+// then records its decision as before.
+func fastPathAdmit(cmd *wbv1.TerminalCommand, prof *wbv1.CommandProfile, env *wbv1.Environment) (string, bool) {
+	if !cmd.DeletionTimestamp.IsZero() || cmd.Spec.DesiredState == wbv1.CommandDesiredCancelled ||
+		env.Status.Phase != wbv1.EnvironmentReady || cmd.Labels[wbv1.EnvironmentLabel] != env.Name {
+		return "", false
+	}
+	core, intent := convert.Profile(&prof.Spec), convert.Intent(&cmd.Spec)
+	if refs := append(actuation.ValidateArgvShape(intent.Argv), actuation.ValidateIntentAgainstProfile(core, intent)...); len(refs) > 0 {
+		return "", false
+	}
+	adm := actuation.AdmitSubject(core, convert.Entries(cmd.Namespace, prof.Status.ConsentEntries), intent, convert.Subject(cmd, env.Name))
+	if !adm.Admitted || adm.Scope == actuation.ScopeAllowOnce {
+		return "", false
+	}
+	return adm.By, true
+}
+
+// argvDigestOf is the digest the manager records (or will record) for cmd.
+func argvDigestOf(cmd *wbv1.TerminalCommand) string {
+	if cmd.Status.ArgvDigest != "" {
+		return string(cmd.Status.ArgvDigest)
+	}
+	intent := convert.Intent(&cmd.Spec)
+	return actuation.ArgvDigest(intent.ProfileRef, intent.Argv, intent.Cwd)
+}
+
 func notAdmitted(format string, args ...any) *actuation.Refusal {
 	return &actuation.Refusal{Code: actuation.CodeArgvNotAdmitted, Field: "spec.argv", Message: fmt.Sprintf(format, args...)}
 }

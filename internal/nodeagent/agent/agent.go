@@ -147,7 +147,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		}, session.WithCgroups(cg), session.WithSandbox(session.Sandbox{HelperPath: sandboxHelper(cfg, opts), TempBase: filepath.Join(cfg.StateDir, "tmp")})),
 		sandbox: sandboxHelper(cfg, opts),
 		runner: procexec.NewRunner(procexec.Limits{MaxConcurrent: caps.ConcurrentCommands, TempBase: filepath.Join(cfg.StateDir, "tmp"),
-			HelperPath: sandboxHelper(cfg, opts), Cgroups: cg}),
+			HelperPath: sandboxHelper(cfg, opts), Cgroups: cg, PrestartedSandboxes: PrestartedSandboxes}),
 		cgroups:        cg,
 		envs:           map[string]*liveEnv{},
 		sess:           map[string]*liveSession{},
@@ -219,6 +219,12 @@ func (a *Agent) Run(ctx context.Context, cfg *rest.Config) error {
 	if err := a.recover(ctx); err != nil {
 		return fmt.Errorf("recovery sweep: %w", err)
 	}
+	if a.sandboxErr == nil {
+		// After the sweep (which removes every command group a previous process left).
+		if err := a.runner.Warm(); err != nil {
+			return err
+		}
+	}
 	if err := a.setupControllers(mgr); err != nil {
 		return err
 	}
@@ -245,6 +251,7 @@ func (a *Agent) Run(ctx context.Context, cfg *rest.Config) error {
 // what was interrupted.
 func (a *Agent) shutdown(ctx context.Context) {
 	a.stopping.Store(true)
+	a.runner.Close() // idle pre-started sandboxes and their groups
 	_ = a.sessions.Shutdown(ctx)
 	a.mu.Lock()
 	var ending []*procexec.Handle

@@ -5,12 +5,15 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -90,7 +93,13 @@ func (r *commandReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if cmd.Labels[wbv1.NodeLabel] != a.cfg.NodeName || !condTrue(cmd.Status.Conditions, wbv1.ConditionAdmitted) {
+	if cmd.Labels[wbv1.NodeLabel] != a.cfg.NodeName {
+		return ctrl.Result{}, nil
+	}
+	// fast: the manager has not decided (no Admitted condition): this node may admit the
+	// command itself (fastPathAdmit) and claim it; anything else waits for the manager.
+	fast := meta.FindStatusCondition(cmd.Status.Conditions, wbv1.ConditionAdmitted) == nil
+	if !fast && !condTrue(cmd.Status.Conditions, wbv1.ConditionAdmitted) {
 		return ctrl.Result{}, nil
 	}
 	if wbv1.CommandIsFinal(cmd.Status.Conditions) {
@@ -99,9 +108,13 @@ func (r *commandReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	cur, next := commandOwned(&cmd.Status), commandOwned(&cmd.Status)
 	all := append([]metav1.Condition(nil), cmd.Status.Conditions...)
-	p := &cmdPass{cmd: &cmd, next: &next, all: &all}
+	p := &cmdPass{cmd: &cmd, next: &next, all: &all, fast: fast, claimed: fast && meta.FindStatusCondition(cmd.Status.Conditions, wbv1.ConditionStarted) != nil}
 	if err := r.step(ctx, p); err != nil {
 		return ctrl.Result{}, err
+	}
+	if p.fast && !p.claimed {
+		// Not taken on the fast path: nothing of it is this node's to write.
+		return p.result, nil
 	}
 	before, after := cmd.Status.Phase, wbv1.CommandPhaseFor(all)
 	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"command", &cmd, cur, next)
@@ -126,6 +139,10 @@ type cmdPass struct {
 	next   *wbv1.TerminalCommandStatus
 	all    *[]metav1.Condition
 	result ctrl.Result
+	// fast: the manager has not recorded an admission decision; claimed: this node took
+	// the command on its fast path (its claim landed). A fast pass that has not claimed
+	// writes nothing: refusals and waiting are the manager's to record.
+	fast, claimed bool
 }
 
 func (p *cmdPass) set(t string, ok bool, reason, msg string) {
@@ -194,6 +211,9 @@ func (r *commandReconciler) step(ctx context.Context, p *cmdPass) error {
 	if err != nil {
 		return err
 	}
+	if ok && p.fast && !p.claimed {
+		return nil // a record without this node's claim in status: the manager decides first
+	}
 	if ok {
 		if o := decodeOutcome(rec.Outcome); o != nil {
 			p.finish(o)
@@ -206,6 +226,9 @@ func (r *commandReconciler) step(ctx context.Context, p *cmdPass) error {
 		}
 		p.finish(o)
 		return nil
+	}
+	if deleting && p.fast {
+		return nil // not admitted by anyone yet: the manager records the cancellation
 	}
 	if deleting {
 		// Deleted before it started here: it never runs.
@@ -312,8 +335,25 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		return err
 	}
 	core, intent := convert.Profile(&prof.Spec), convert.Intent(&cmd.Spec)
-	// Defence in depth: admission again, at the edge, against the effective profile.
-	if ref := admitAtNode(cmd, &prof, &env); ref != nil {
+	claimBy := ""
+	if p.fast {
+		// One hop: this node decides admission itself with the actuation core against the
+		// effective profile it just read; only what the profile or a remembered grant bound
+		// to this environment admits is taken here (allow-once consent, holds and refusals
+		// stay the manager's).
+		by, ok := fastPathAdmit(cmd, &prof, &env)
+		if !ok && p.claimed {
+			// Claimed by an earlier pass that started nothing (the store has no record),
+			// and the profile no longer admits it: this node owns its outcome now.
+			p.refuse(string(actuation.CodeArgvNotAdmitted), "the effective profile "+prof.Name+" no longer admits this argv at the node")
+			return nil
+		}
+		if !ok {
+			return nil
+		}
+		claimBy = by
+	} else if ref := admitAtNode(cmd, &prof, &env); ref != nil {
+		// Defence in depth: admission again, at the edge, against the effective profile.
 		p.refuse(string(ref.Code), ref.Message)
 		return nil
 	}
@@ -328,6 +368,9 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 			p.refuse(code, msg)
 			return nil
 		}
+		if claimed, err := r.claim(ctx, p, claimBy); !claimed || err != nil {
+			return err
+		}
 		return r.startGuest(p, g, string(env.UID), string(sess.UID), args, live)
 	}
 	if err := a.verifyRoots(string(env.UID), roots); err != nil {
@@ -340,7 +383,9 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		return nil
 	}
 	spec.Resources, spec.CgroupID = environmentLimits(&env), string(cmd.UID)
-	rec, proceed, err := a.recordStart(p, string(sess.UID))
+	// The claim (an API write) and the store's start record (an fsync) are independent:
+	// both must hold before a process exists, neither needs the other.
+	rec, proceed, err := a.recordStart(p, string(sess.UID), func() (bool, error) { return r.claim(ctx, p, claimBy) })
 	if err != nil || !proceed {
 		return err
 	}
@@ -391,6 +436,39 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	return nil
 }
 
+// reasonStartingAtNode is the reason of the node's fast-path claim: Started=False until the
+// process runs.
+const reasonStartingAtNode = "StartingAtNode"
+
+// claim takes a command on the fast path before anything of it exists on the node: one
+// status write, held to the version this pass read, with this node's Started condition
+// (False, StartingAtNode). The manager's gate writes its holds and refusals the same way, so
+// exactly one of the two decisions lands; after a conflict the next pass reads what won.
+// Outside the fast path (the manager admitted it) there is nothing to claim.
+func (r *commandReconciler) claim(ctx context.Context, p *cmdPass, by string) (bool, error) {
+	if !p.fast || p.claimed {
+		return true, nil
+	}
+	cur := commandOwned(&p.cmd.Status)
+	next := commandOwned(&p.cmd.Status)
+	next.NodeName = r.a.cfg.NodeName
+	meta.SetStatusCondition(&next.Conditions, statusapply.Cond(wbv1.ConditionStarted, false, reasonStartingAtNode,
+		"admitted at node "+r.a.cfg.NodeName+" by "+by+"; starting", p.cmd.Generation))
+	if _, err := statusapply.ApplyIfUnchanged(ctx, r.a.client, FieldManager+"command", p.cmd, cur, next); err != nil {
+		if apierrors.IsConflict(err) {
+			p.result.Requeue = true // the manager (or a deletion) moved it first: read again
+			return false, nil
+		}
+		return false, err
+	}
+	p.claimed = true
+	*p.next = next
+	*p.all = append([]metav1.Condition(nil), p.cmd.Status.Conditions...)
+	meta.SetStatusCondition(p.all, statusapply.Cond(wbv1.ConditionStarted, false, reasonStartingAtNode,
+		"admitted at node "+r.a.cfg.NodeName+" by "+by+"; starting", p.cmd.Generation))
+	return true, nil
+}
+
 // coalesceWindow bounds how long a reconcile waits for a just-started command to finish, so
 // that one status write carries both its start and its outcome.
 const coalesceWindow = 20 * time.Millisecond
@@ -399,12 +477,39 @@ const coalesceWindow = 20 * time.Millisecond
 // makes re-reconciling never run a command twice. proceed is false when the pass already
 // has its outcome: a refusal, or the replay of the command that holds the same idempotency
 // key (or a requeue while that one still runs).
-func (a *Agent) recordStart(p *cmdPass, sessUID string) (rec store.Command, proceed bool, err error) {
+//
+// claim, when set, runs while the record is written (the fast path's claim): when it does
+// not succeed, a record this call created is removed again — no process exists for it — and
+// nothing proceeds.
+func (a *Agent) recordStart(p *cmdPass, sessUID string, claim func() (bool, error)) (rec store.Command, proceed bool, err error) {
 	cmd := p.cmd
-	rec, created, err := a.store.RecordCommandStart(store.Command{
-		UID: string(cmd.UID), Namespace: cmd.Namespace, Name: cmd.Name, SessionUID: sessUID,
-		IdempotencyKey: cmd.Spec.IdempotencyKey, ArgvDigest: string(cmd.Status.ArgvDigest),
-	})
+	type stored struct {
+		rec     store.Command
+		created bool
+		err     error
+	}
+	done := make(chan stored, 1)
+	go func() {
+		rec, created, err := a.store.RecordCommandStart(store.Command{
+			UID: string(cmd.UID), Namespace: cmd.Namespace, Name: cmd.Name, SessionUID: sessUID,
+			IdempotencyKey: cmd.Spec.IdempotencyKey, ArgvDigest: argvDigestOf(cmd),
+		})
+		done <- stored{rec, created, err}
+	}()
+	claimed, claimErr := true, error(nil)
+	if claim != nil {
+		claimed, claimErr = claim()
+	}
+	st := <-done
+	rec, created, err := st.rec, st.created, st.err
+	if !claimed || claimErr != nil {
+		if err == nil && created {
+			if derr := a.store.Commands().Delete(rec.UID); derr != nil {
+				return rec, false, errors.Join(claimErr, fmt.Errorf("removing the start record of unclaimed command %s: %w", cmd.Name, derr))
+			}
+		}
+		return rec, false, claimErr
+	}
 	if err != nil {
 		if code := fsaccess.CodeOf(err); code != "" {
 			p.refuse(code, err.Error())

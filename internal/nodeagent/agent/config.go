@@ -83,6 +83,12 @@ type Caps struct {
 	ConcurrentCommands     int `json:"concurrentCommands,omitempty"`
 }
 
+// PrestartedSandboxes is how many command sandboxes the agent keeps started ahead (their
+// namespaces, cgroup and output pipe ready; procexec/prestart.go): a command takes one and
+// only configures it, which takes the helper's start and its cgroup migration off the
+// command's path. Each is an idle process blocked on its configuration socket.
+const PrestartedSandboxes = 2
+
 // Defaults (sessions, reader tasks and concurrent commands are node-sized: capacity.go).
 const (
 	DefaultInputQueueDepth  = 256

@@ -95,7 +95,7 @@ func (r *commandReconciler) startGuest(p *cmdPass, g guestBackend, envUID string
 		p.refuse(string(actuation.CodeCommandCapReached), fmt.Sprintf("%d guest commands run on this node (cap %d)", running, a.cfg.Caps.ConcurrentCommands))
 		return nil
 	}
-	rec, proceed, err := a.recordStart(p, sessUID)
+	rec, proceed, err := a.recordStart(p, sessUID, nil) // claimed before (startGuest's caller)
 	if err != nil || !proceed {
 		return err
 	}

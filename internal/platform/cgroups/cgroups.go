@@ -554,6 +554,37 @@ func (g *Group) dir(c Controller) string {
 	return filepath.Join(g.m.root, string(c), g.m.parent, g.name)
 }
 
+// Limits returns the limits the group enforces.
+func (g *Group) Limits() Limits { return g.limits }
+
+// Update sets new limits on an existing group: a group created ahead of its process tree
+// (a pre-started sandbox) takes the limits of the command it ends up running before that
+// command is configured. On v1 a CPU quota needs the cpu hierarchy, which a group created
+// without one does not have (its members were never added there): that is ErrInvalid, and
+// the caller creates a group of its own instead.
+func (g *Group) Update(l Limits) error {
+	if err := l.validate(); err != nil {
+		return err
+	}
+	if g.m.mode == ModeV1 && l.CPUMillis > 0 && !slices.Contains(g.hierarchies(), CPU) {
+		return fmt.Errorf("cgroups: update %s: a CPU quota needs the cpu hierarchy the group was created without: %w", g.Path(), ErrInvalid)
+	}
+	var err error
+	switch g.m.mode {
+	case ModeV2:
+		err = g.updateV2(l)
+	case ModeV1:
+		err = g.updateV1(l)
+	default:
+		err = ErrUnavailable
+	}
+	if err != nil {
+		return fmt.Errorf("cgroups: update %s (%s): %w", g.Path(), g.m.mode, err)
+	}
+	g.limits = l
+	return nil
+}
+
 // Add moves process pid (all its threads) into the group, in every hierarchy.
 func (g *Group) Add(pid int) error {
 	if pid <= 0 {

@@ -28,20 +28,7 @@ func (m *Manager) hierarchyV1(withCPU bool) cgroup1.Hierarchy {
 
 func (g *Group) createV1() error {
 	l := g.limits
-	res := &specs.LinuxResources{}
-	if l.Pids > 0 {
-		res.Pids = &specs.LinuxPids{Limit: &l.Pids}
-	}
-	if l.MemoryBytes > 0 {
-		res.Memory = &specs.LinuxMemory{Limit: &l.MemoryBytes}
-		if g.m.swap {
-			res.Memory.Swap = &l.MemoryBytes // memory+swap = memory: no swap
-		}
-	}
-	if l.CPUMillis > 0 {
-		q, p := l.cpuQuota()
-		res.CPU = &specs.LinuxCPU{Quota: &q, Period: &p}
-	}
+	res := g.resourcesV1(l)
 	g.ctrls = []Controller{Pids, Memory, Freezer}
 	if l.CPUMillis > 0 {
 		g.ctrls = append(g.ctrls, CPU)
@@ -60,6 +47,33 @@ func (g *Group) createV1() error {
 		}
 	}
 	return nil
+}
+
+// updateV1 sets l on the group's existing hierarchies through the same driver.
+func (g *Group) updateV1(l Limits) error {
+	cg, err := cgroup1.Load(cgroup1.StaticPath("/"+g.Path()), cgroup1.WithHierarchy(g.m.hierarchyV1(l.CPUMillis > 0)))
+	if err != nil {
+		return err
+	}
+	return cg.Update(g.resourcesV1(l))
+}
+
+func (g *Group) resourcesV1(l Limits) *specs.LinuxResources {
+	res := &specs.LinuxResources{}
+	if l.Pids > 0 {
+		res.Pids = &specs.LinuxPids{Limit: &l.Pids}
+	}
+	if l.MemoryBytes > 0 {
+		res.Memory = &specs.LinuxMemory{Limit: &l.MemoryBytes}
+		if g.m.swap {
+			res.Memory.Swap = &l.MemoryBytes // memory+swap = memory: no swap
+		}
+	}
+	if l.CPUMillis > 0 {
+		q, p := l.cpuQuota()
+		res.CPU = &specs.LinuxCPU{Quota: &q, Period: &p}
+	}
+	return res
 }
 
 // killV1 runs one freeze/kill/thaw round: while the group is frozen nothing in it can

@@ -79,7 +79,23 @@ func (g *Group) createV2() error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	l := g.limits
+	if _, err := pm.NewChild(g.name, g.resourcesV2(g.limits)); err != nil {
+		_ = g.Delete()
+		return err
+	}
+	return nil
+}
+
+// updateV2 sets l on the group through the same driver.
+func (g *Group) updateV2(l Limits) error {
+	cg, err := cgroup2.Load("/"+g.Path(), cgroup2.WithMountpoint(g.m.root))
+	if err != nil {
+		return err
+	}
+	return cg.Update(g.resourcesV2(l))
+}
+
+func (g *Group) resourcesV2(l Limits) *cgroup2.Resources {
 	res := &cgroup2.Resources{CPU: &cgroup2.CPU{}, Memory: &cgroup2.Memory{}, Pids: &cgroup2.Pids{}}
 	if l.Pids > 0 {
 		res.Pids.Max = l.Pids
@@ -95,11 +111,7 @@ func (g *Group) createV2() error {
 		q, p := l.cpuQuota()
 		res.CPU.Max = cgroup2.NewCPUMax(&q, &p)
 	}
-	if _, err := pm.NewChild(g.name, res); err != nil {
-		_ = g.Delete()
-		return err
-	}
-	return nil
+	return res
 }
 
 // killV2 writes cgroup.kill (atomic against forks: the kernel kills the whole subtree)

@@ -67,7 +67,7 @@ func init() {
 
 // cgroupRunner returns a Runner whose commands get cgroups under a parent unique to the
 // test; every group and the parent are removed when the test ends, pass or fail.
-func cgroupRunner(t *testing.T) (*Runner, *cgroups.Manager) {
+func cgroupRunner(t testing.TB) (*Runner, *cgroups.Manager) {
 	t.Helper()
 	requireSandbox(t)
 	parent := fmt.Sprintf("workbench-test-%d-%s", os.Getpid(), strings.ToLower(t.Name()))

@@ -202,12 +202,17 @@ type Limits struct {
 	// Spec.Resources; a missing controller refuses with cgroup-unavailable. The node
 	// agent always sets it; nil runs commands without a cgroup.
 	Cgroups *cgroups.Manager
+	// PrestartedSandboxes is how many sandbox helpers the runner keeps started ahead
+	// (namespaces, cgroup and output pipe ready, waiting for a command: prestart.go).
+	// 0 starts every helper on demand.
+	PrestartedSandboxes int
 }
 
 // Runner admits and starts commands under Limits.
 type Runner struct {
 	limits Limits
 	sem    chan struct{}
+	pool   *sandboxPool // nil without pre-started sandboxes
 }
 
 // NewRunner returns a Runner with the given limits.
@@ -221,7 +226,11 @@ func NewRunner(l Limits) *Runner {
 	if l.HelperPath != "" && !filepath.IsAbs(l.HelperPath) {
 		l.HelperPath = "" // never resolve a helper through PATH or the cwd
 	}
-	return &Runner{limits: l, sem: make(chan struct{}, l.MaxConcurrent)}
+	r := &Runner{limits: l, sem: make(chan struct{}, l.MaxConcurrent)}
+	if l.PrestartedSandboxes > 0 {
+		r.pool = &sandboxPool{size: l.PrestartedSandboxes}
+	}
+	return r
 }
 
 var defaultRunner = NewRunner(Limits{})
@@ -325,7 +334,17 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 		FileSizeLimit: spec.FileSizeLimit,
 	}
 	var g *cgroups.Group
-	if r.limits.Cgroups != nil {
+	var ps *pooledSandbox
+	if r.pool != nil {
+		ps = r.takePrestarted(ResolveLimits(spec.Resources))
+		defer r.fillPool(self)
+	}
+	if ps != nil {
+		g = ps.cgroup
+		if g != nil {
+			spec.Resources = ResolveLimits(spec.Resources)
+		}
+	} else if r.limits.Cgroups != nil {
 		if g, err = CreateCgroup(r.limits.Cgroups, cgroups.KindCommand, CgroupID(spec.CgroupID), spec.Resources); err != nil {
 			cleanupTmp()
 			release()
@@ -333,7 +352,7 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 		}
 		spec.Resources = ResolveLimits(spec.Resources)
 	}
-	h, err := r.spawn(ctx, self, spec, sbSpec, g)
+	h, err := r.spawn(ctx, self, spec, sbSpec, g, ps)
 	if err != nil {
 		if g != nil {
 			_, _ = g.Kill()
@@ -349,7 +368,38 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 	return h, nil
 }
 
-func (r *Runner) spawn(ctx context.Context, self string, spec Spec, sbSpec SandboxSpec, g *cgroups.Group) (*Handle, error) {
+func (r *Runner) spawn(ctx context.Context, self string, spec Spec, sbSpec SandboxSpec, g *cgroups.Group, ps *pooledSandbox) (*Handle, error) {
+	var sb *Sandboxed
+	var outR *os.File
+	var err error
+	// Hooks run once the helper is in its namespaces and group, before it is configured.
+	hooks := func(pid int) error {
+		if r.limits.BeforeConfig != nil {
+			if err := r.limits.BeforeConfig(pid); err != nil {
+				return err
+			}
+		}
+		if spec.OnSandbox != nil {
+			return spec.OnSandbox(pid)
+		}
+		return nil
+	}
+	if ps != nil {
+		// A pre-started helper: already in its namespaces and (with cgroups) its group,
+		// which now enforces this command's limits; its output pipe is the command's.
+		outR = ps.outR
+		cfg, idmaps, perr := prepareSandbox(sbSpec)
+		if perr != nil {
+			ps.hp.discard()
+			outR.Close()
+			return nil, perr
+		}
+		if sb, err = ps.hp.configure(cfg, idmaps, hooks); err != nil {
+			outR.Close()
+			return nil, err
+		}
+		return r.handle(ctx, spec, sb, g, outR), nil
+	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("procexec: output pipe: %w", err)
@@ -372,17 +422,9 @@ func (r *Runner) spawn(ctx context.Context, self string, spec Spec, sbSpec Sandb
 				return err
 			}
 		}
-		if r.limits.BeforeConfig != nil {
-			if err := r.limits.BeforeConfig(pid); err != nil {
-				return err
-			}
-		}
-		if spec.OnSandbox != nil {
-			return spec.OnSandbox(pid)
-		}
-		return nil
+		return hooks(pid)
 	}
-	sb, err := StartSandboxed(sbSpec, StartOptions{
+	sb, err = StartSandboxed(sbSpec, StartOptions{
 		HelperPath:   self,
 		UID:          r.limits.SandboxUID,
 		Stdout:       outW,
@@ -400,6 +442,11 @@ func (r *Runner) spawn(ctx context.Context, self string, spec Spec, sbSpec Sandb
 		}
 		return nil, err
 	}
+	return r.handle(ctx, spec, sb, g, outR), nil
+}
+
+// handle wraps a started sandbox: output pump, timeout, cancellation.
+func (r *Runner) handle(ctx context.Context, spec Spec, sb *Sandboxed, g *cgroups.Group, outR *os.File) *Handle {
 	pid := sb.Pid
 	h := &Handle{
 		spec:    spec,
@@ -424,7 +471,7 @@ func (r *Runner) spawn(ctx context.Context, self string, spec Spec, sbSpec Sandb
 	}
 	h.timeout = time.AfterFunc(spec.Timeout, func() { h.terminate(OriginTimeout) })
 	h.stopCtx = context.AfterFunc(ctx, func() { h.terminate(OriginCancel) })
-	return h, nil
+	return h
 }
 
 // Info returns the command's identity.

@@ -179,8 +179,16 @@ func BenchmarkSandboxStartCost(b *testing.B) {
 	requireSandbox(b)
 	slim := NewRunner(Limits{HelperPath: slimHelper(b)})
 	fat := NewRunner(Limits{})
+	// With a cgroup per command (as the agent runs them), started on demand and pre-started.
+	_, cgm := cgroupRunner(b)
+	withCg := NewRunner(Limits{HelperPath: slimHelper(b), Cgroups: cgm})
+	pooled := NewRunner(Limits{HelperPath: slimHelper(b), Cgroups: cgm, PrestartedSandboxes: 1})
+	b.Cleanup(pooled.Close)
+	if err := pooled.Warm(); err != nil {
+		b.Fatal(err)
+	}
 	ctx := context.Background()
-	var bare, slimS, fatS []time.Duration
+	var bare, slimS, fatS, cgS, poolS []time.Duration
 	for b.Loop() {
 		t0 := time.Now()
 		cmd := exec.Command("/bin/true")
@@ -192,7 +200,7 @@ func BenchmarkSandboxStartCost(b *testing.B) {
 		for _, s := range []struct {
 			r   *Runner
 			out *[]time.Duration
-		}{{slim, &slimS}, {fat, &fatS}} {
+		}{{slim, &slimS}, {fat, &fatS}, {withCg, &cgS}, {pooled, &poolS}} {
 			t0 = time.Now()
 			res, err := s.r.Run(ctx, Spec{Argv: []string{"/bin/true"}})
 			if err != nil || res.ExitCode != 0 {
@@ -212,7 +220,13 @@ func BenchmarkSandboxStartCost(b *testing.B) {
 	b.ReportMetric(q(slimS, 0.99), "sandbox-p99-ms")
 	b.ReportMetric(q(fatS, 0.5), "sandbox-selfexec-p50-ms")
 	b.ReportMetric(q(fatS, 0.99), "sandbox-selfexec-p99-ms")
+	b.ReportMetric(q(cgS, 0.5), "sandbox-cgroup-p50-ms")
+	b.ReportMetric(q(cgS, 0.99), "sandbox-cgroup-p99-ms")
+	b.ReportMetric(q(poolS, 0.5), "sandbox-cgroup-prestarted-p50-ms")
+	b.ReportMetric(q(poolS, 0.99), "sandbox-cgroup-prestarted-p99-ms")
 	b.ReportMetric(q(slimS, 0.5)/q(bare, 0.5), "sandbox/bare-p50")
+	b.ReportMetric(q(cgS, 0.5)/q(bare, 0.5), "sandbox-cgroup/bare-p50")
+	b.ReportMetric(q(poolS, 0.5)/q(bare, 0.5), "sandbox-cgroup-prestarted/bare-p50")
 }
 
 // TestPathToRootIsTraverseOnly: the directories above a root exist only to reach it and

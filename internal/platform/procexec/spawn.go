@@ -201,23 +201,58 @@ func (s *Sandboxed) Close() {
 // has been exec'd or the sandbox refused (a *refusal.Error, or an exec
 // error wrapping the errno).
 func StartSandboxed(spec SandboxSpec, opts StartOptions) (*Sandboxed, error) {
+	cfg, idmaps, err := prepareSandbox(spec)
+	if err != nil {
+		return nil, err
+	}
+	hp, err := startHelper(opts)
+	if err != nil {
+		return nil, err
+	}
+	return hp.configure(cfg, idmaps, opts.BeforeConfig)
+}
+
+// prepareSandbox checks the kernel primitives every sandbox needs and lays out spec's
+// configuration (nothing is started).
+func prepareSandbox(spec SandboxSpec) (*helperConfig, []idmapSource, error) {
 	abi, err := landlockABI()
 	if err != nil || abi < MinLandlockABI {
-		return nil, refusal.New(refusal.LandlockUnavailable,
+		return nil, nil, refusal.New(refusal.LandlockUnavailable,
 			"kernel Landlock ABI %d (err %v) is below the required %d; refusing to run without write confinement", abi, err, MinLandlockABI)
 	}
 	hostNS, err := netnsInode()
 	if err != nil {
-		return nil, refusal.New(refusal.EgressForbidden, "cannot identify the host network namespace: %v", err)
+		return nil, nil, refusal.New(refusal.EgressForbidden, "cannot identify the host network namespace: %v", err)
 	}
 	prog, err := seccompProgram()
 	if err != nil {
-		return nil, refusal.New(refusal.SeccompUnavailable, "cannot build the seccomp filter: %v", err)
+		return nil, nil, refusal.New(refusal.SeccompUnavailable, "cannot build the seccomp filter: %v", err)
 	}
 	lastCap, err := capLastCap()
 	if err != nil {
-		return nil, refusal.New(refusal.SandboxSetupFailed, "%v", err)
+		return nil, nil, refusal.New(refusal.SandboxSetupFailed, "%v", err)
 	}
+	cfg, idmaps, err := sandboxConfig(spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.Seccomp, cfg.HostNetNS, cfg.LandlockABI, cfg.CapLastCap, cfg.Hostname = prog, hostNS, abi, lastCap, SandboxHostname
+	return cfg, idmaps, nil
+}
+
+// helperProc is a sandbox helper started in its namespaces and waiting for its
+// configuration on fd 3: it has done nothing else yet.
+type helperProc struct {
+	cmd       *exec.Cmd
+	pid       int
+	cfgParent int // the parent's end of the configuration socket
+	statusR   *os.File
+}
+
+// startHelper clones the helper into new user, mount, PID, UTS, IPC and network namespaces
+// and execs it; it then waits for its configuration (configure).
+func startHelper(opts StartOptions) (*helperProc, error) {
+	var err error
 	helper := opts.HelperPath
 	if helper == "" {
 		if helper, err = os.Executable(); err != nil {
@@ -228,12 +263,6 @@ func StartSandboxed(spec SandboxSpec, opts StartOptions) (*Sandboxed, error) {
 	if uid == 0 {
 		uid = DefaultSandboxUID
 	}
-	cfg, idmaps, err := sandboxConfig(spec)
-	if err != nil {
-		return nil, err
-	}
-	cfg.Seccomp, cfg.HostNetNS, cfg.LandlockABI, cfg.CapLastCap, cfg.Hostname = prog, hostNS, abi, lastCap, SandboxHostname
-
 	exe, err := os.Open(helper)
 	if err != nil {
 		return nil, fmt.Errorf("procexec: open the sandbox helper %s: %w", helper, err)
@@ -245,10 +274,10 @@ func StartSandboxed(spec SandboxSpec, opts StartOptions) (*Sandboxed, error) {
 	}
 	cfgChild := os.NewFile(uintptr(sp[1]), "procexec-config")
 	cfgParent := sp[0]
-	defer unix.Close(cfgParent)
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
 		cfgChild.Close()
+		unix.Close(cfgParent)
 		return nil, fmt.Errorf("procexec: status pipe: %w", err)
 	}
 
@@ -284,6 +313,7 @@ func StartSandboxed(spec SandboxSpec, opts StartOptions) (*Sandboxed, error) {
 	statusW.Close()
 	if startErr != nil {
 		statusR.Close()
+		unix.Close(cfgParent)
 		if errors.Is(startErr, syscall.EPERM) || errors.Is(startErr, syscall.EINVAL) ||
 			errors.Is(startErr, syscall.ENOSPC) || errors.Is(startErr, syscall.EUSERS) || errors.Is(startErr, syscall.EACCES) {
 			return nil, refusal.New(refusal.UserNamespaceUnavailable,
@@ -291,7 +321,23 @@ func StartSandboxed(spec SandboxSpec, opts StartOptions) (*Sandboxed, error) {
 		}
 		return nil, fmt.Errorf("procexec: start sandbox helper: %w", startErr)
 	}
-	pid := cmd.Process.Pid
+	return &helperProc{cmd: cmd, pid: cmd.Process.Pid, cfgParent: cfgParent, statusR: statusR}, nil
+}
+
+// discard kills a helper that will not be configured and reaps it.
+func (hp *helperProc) discard() {
+	_ = hp.cmd.Process.Kill()
+	_, _ = hp.cmd.Process.Wait()
+	hp.statusR.Close()
+	unix.Close(hp.cfgParent)
+}
+
+// configure runs before (e.g. placing the helper in its cgroup), attaches the idmapped
+// roots, sends the configuration and returns once the program has been exec'd or the
+// sandbox refused. The helper is discarded on any failure.
+func (hp *helperProc) configure(cfg *helperConfig, idmaps []idmapSource, before func(pid int) error) (*Sandboxed, error) {
+	cmd, pid, cfgParent, statusR := hp.cmd, hp.pid, hp.cfgParent, hp.statusR
+	defer unix.Close(cfgParent)
 	sb := &Sandboxed{Cmd: cmd, Pid: pid, status: statusR, br: bufio.NewReaderSize(statusR, 4096)}
 	abort := func(err error) (*Sandboxed, error) {
 		_ = cmd.Process.Kill()
@@ -300,8 +346,8 @@ func StartSandboxed(spec SandboxSpec, opts StartOptions) (*Sandboxed, error) {
 		return nil, err
 	}
 
-	if opts.BeforeConfig != nil {
-		if err := opts.BeforeConfig(pid); err != nil {
+	if before != nil {
+		if err := before(pid); err != nil {
 			return abort(err)
 		}
 	}

@@ -1,0 +1,186 @@
+package procexec
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"sensorium.dev/workbench/internal/platform/cgroups"
+)
+
+// Pre-started sandboxes (issue 13, "one hop"): most of a sandbox's start is spent before
+// the helper reads its configuration — cloning it into its user, mount, PID, UTS, IPC and
+// network namespaces, exec'ing it and the Go runtime's start, creating its cgroup and, on
+// cgroup v1, moving it into every hierarchy (a migration per hierarchy). None of that
+// depends on the command. A Runner with Limits.PrestartedSandboxes > 0 keeps that many
+// helpers started ahead, each in a cgroup of its own (command defaults) with its output
+// pipe, blocked on its configuration socket; Start takes one, sets its cgroup to the
+// command's limits, and configures it exactly as a freshly started helper (roots, mounts,
+// capability drop, Landlock, seccomp all happen then, per command). Nothing of a
+// pre-started helper is shared with another command, and a helper serves once: it exits
+// with its program. Isolation is unchanged — the helper did nothing but wait before.
+//
+// An idle helper that died (killed from outside) is discarded and the command starts a
+// fresh one; a limit the group cannot take (a v1 CPU quota without the cpu hierarchy, a
+// memory limit below what the idle helper uses) discards it too.
+
+// pooledSandbox is one pre-started helper with its output pipe and cgroup.
+type pooledSandbox struct {
+	hp     *helperProc
+	outR   *os.File
+	cgroup *cgroups.Group // nil without a cgroup manager
+}
+
+func (ps *pooledSandbox) discard() {
+	ps.hp.discard()
+	ps.outR.Close()
+	if ps.cgroup != nil {
+		_, _ = ps.cgroup.Kill()
+		_ = ps.cgroup.Delete()
+	}
+}
+
+// alive reports whether the helper is still waiting (not exited, not reaped).
+// (It is this process's unreaped child, so its /proc entry exists until it is reaped.)
+func (ps *pooledSandbox) alive() bool {
+	st, err := ReadStat(ps.hp.pid)
+	return err == nil && st.State != 'Z' && st.State != 'X'
+}
+
+// prestartRetry is how long a pool that failed to start a helper waits before trying
+// again (Start then pays the full start and reports its refusal itself).
+const prestartRetry = 5 * time.Second
+
+type sandboxPool struct {
+	size    int
+	mu      sync.Mutex
+	idle    []*pooledSandbox
+	filling int
+	closed  bool
+	failed  time.Time
+}
+
+// prestart starts one helper, its output pipe and its cgroup.
+func (r *Runner) prestart(self string) (*pooledSandbox, error) {
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("procexec: output pipe: %w", err)
+	}
+	var g *cgroups.Group
+	if r.limits.Cgroups != nil {
+		if g, err = CreateCgroup(r.limits.Cgroups, cgroups.KindCommand, "", cgroups.Limits{}); err != nil {
+			outR.Close()
+			outW.Close()
+			return nil, err
+		}
+	}
+	hp, err := startHelper(StartOptions{HelperPath: self, UID: r.limits.SandboxUID, Stdout: outW, Stderr: outW})
+	outW.Close()
+	if err == nil && g != nil {
+		if err = EnterCgroup(g, hp.pid); err != nil {
+			hp.discard()
+		}
+	}
+	if err != nil {
+		outR.Close()
+		if g != nil {
+			_, _ = g.Kill()
+			_ = g.Delete()
+		}
+		return nil, err
+	}
+	return &pooledSandbox{hp: hp, outR: outR, cgroup: g}, nil
+}
+
+// fillPool starts helpers in the background until the pool holds its size.
+func (r *Runner) fillPool(self string) {
+	p := r.pool
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	n := p.size - len(p.idle) - p.filling
+	if p.closed || n <= 0 || time.Since(p.failed) < prestartRetry {
+		p.mu.Unlock()
+		return
+	}
+	p.filling += n
+	p.mu.Unlock()
+	go func() {
+		for i := 0; i < n; i++ {
+			ps, err := r.prestart(self)
+			p.mu.Lock()
+			p.filling--
+			switch {
+			case err != nil:
+				p.failed = time.Now()
+			case p.closed:
+				defer ps.discard()
+			default:
+				p.idle = append(p.idle, ps)
+			}
+			p.mu.Unlock()
+		}
+	}()
+}
+
+// takePrestarted returns an idle helper whose cgroup now enforces l, or nil.
+func (r *Runner) takePrestarted(l cgroups.Limits) *pooledSandbox {
+	p := r.pool
+	if p == nil {
+		return nil
+	}
+	for {
+		p.mu.Lock()
+		if p.closed || len(p.idle) == 0 {
+			p.mu.Unlock()
+			return nil
+		}
+		ps := p.idle[0]
+		p.idle = p.idle[1:]
+		p.mu.Unlock()
+		if !ps.alive() {
+			ps.discard()
+			continue
+		}
+		if ps.cgroup != nil && ps.cgroup.Limits() != l {
+			if err := ps.cgroup.Update(l); err != nil {
+				ps.discard()
+				return nil
+			}
+		}
+		return ps
+	}
+}
+
+// Close discards the runner's idle pre-started helpers (and stops refilling). Running
+// commands are not affected.
+func (r *Runner) Close() {
+	p := r.pool
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.closed = true
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, ps := range idle {
+		ps.discard()
+	}
+}
+
+// Warm starts filling the runner's pre-started helpers in the background (Start refills
+// after each take; Warm lets the first command find one).
+func (r *Runner) Warm() error {
+	self := r.limits.HelperPath
+	if self == "" {
+		var err error
+		if self, err = os.Executable(); err != nil {
+			return fmt.Errorf("procexec: locate the sandbox helper: %w", err)
+		}
+	}
+	r.fillPool(self)
+	return nil
+}
