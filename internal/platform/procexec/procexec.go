@@ -335,7 +335,7 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 	}
 	var g *cgroups.Group
 	var ps *pooledSandbox
-	if r.pool != nil {
+	if r.pool != nil && spec.StderrBytes == 0 { // a pre-started helper has one output pipe
 		ps = r.takePrestarted(ResolveLimits(spec.Resources))
 		defer r.fillPool(self)
 	}
@@ -398,7 +398,7 @@ func (r *Runner) spawn(ctx context.Context, self string, spec Spec, sbSpec Sandb
 			outR.Close()
 			return nil, err
 		}
-		return r.handle(ctx, spec, sb, g, outR), nil
+		return r.handle(ctx, spec, sb, g, outR, nil), nil
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
@@ -442,11 +442,11 @@ func (r *Runner) spawn(ctx context.Context, self string, spec Spec, sbSpec Sandb
 		}
 		return nil, err
 	}
-	return r.handle(ctx, spec, sb, g, outR), nil
+	return r.handle(ctx, spec, sb, g, outR, errP), nil
 }
 
 // handle wraps a started sandbox: output pump, timeout, cancellation.
-func (r *Runner) handle(ctx context.Context, spec Spec, sb *Sandboxed, g *cgroups.Group, outR *os.File) *Handle {
+func (r *Runner) handle(ctx context.Context, spec Spec, sb *Sandboxed, g *cgroups.Group, outR *os.File, errP *pump) *Handle {
 	pid := sb.Pid
 	h := &Handle{
 		spec:    spec,
