@@ -78,7 +78,7 @@ func (c *Client) GrantView(ctx context.Context, r GrantRequest) (*wbv1.ViewGrant
 		g.GenerateName = r.View + "-"
 	}
 	if err := c.Kube.Create(ctx, g); err != nil {
-		return nil, Wrap("viewgrant "+r.Name, err)
+		return nil, Wrap("viewgrant of terminalview "+r.View, err)
 	}
 	return g, nil
 }

@@ -1,6 +1,7 @@
 package aggregated
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -11,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,6 +24,8 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/nodeagent/agent"
+	"sensorium.dev/workbench/internal/nodeagent/dataplane"
 	"sensorium.dev/workbench/webhooks"
 )
 
@@ -189,6 +194,12 @@ func TestSharedChairTerminalStory(t *testing.T) {
 		t.Fatalf("grant not stamped with the granter and view: grantedBy %q viewUID %q", gb.Spec.GrantedBy, gb.Spec.ViewUID)
 	}
 
+	eventually(t, 30*time.Second, "the view's status says Publishing with its binding", func() (bool, string) {
+		var v wbv1.TerminalView
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "chair-view"}, &v))
+		return v.Status.Phase == wbv1.ViewPublishing && v.Status.OperationalContext == "test" &&
+			v.Status.EnvironmentGeneration == view.Spec.Binding.SourceGeneration, fmt.Sprintf("%+v", v.Status)
+	})
 	b := watchView(t, bCfg, ns, "chair-view")
 	c := watchView(t, cCfg, ns, "chair-view")
 	fb := b.waitScreen("B observes the failing test", "MANIFEST TEST: FAIL", 30*time.Second)
@@ -325,6 +336,12 @@ func TestSharedChairTerminalStory(t *testing.T) {
 	if code, reason := viewStatusOf(t, bCfg, ns, "chair-view"); code != http.StatusConflict || reason != string(actuation.CodeViewContextSuperseded) {
 		t.Fatalf("B on the superseded view: %d %q", code, reason)
 	}
+	eventually(t, 30*time.Second, "the old view's status says Superseded", func() (bool, string) {
+		var v wbv1.TerminalView
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "chair-view"}, &v))
+		return v.Status.Phase == wbv1.ViewSuperseded && v.Status.Refusal != nil && v.Status.Refusal.Code == string(actuation.CodeViewContextSuperseded),
+			fmt.Sprintf("%+v", v.Status)
+	})
 	if err := chair.Create(ctx, terminalView(ns, "chair-view-prod", "chair2", "test")); err == nil || !strings.Contains(err.Error(), string(actuation.CodeViewClassificationExceeded)) {
 		t.Fatalf("a view whose ceiling is below the new context was admitted: %v", err)
 	}
@@ -485,4 +502,32 @@ func TestViewRefusals(t *testing.T) {
 	if strings.Contains(strings.Join(f.Lines, "\n"), "MANIFEST TEST") {
 		t.Errorf("an observer's attempt reached the terminal: %q", f.Lines)
 	}
+
+	// The node data plane serves the same stream to a bearer token of the data-plane
+	// audience, under the same two authorities.
+	dpCfg, _ := observerSA(t, ns, "dp")
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: []string{agent.DataPlaneAudience()}, ExpirationSeconds: ptr(int64(600))}}
+	must(t, env.Client.SubResource("token").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "dp", Namespace: ns}}, tr))
+	_ = dpCfg
+	var wn wbv1.WorkbenchNode
+	must(t, env.Client.Get(ctx, client.ObjectKey{Name: nodeName}, &wn))
+	hc := dataPlaneClient(t, &wn)
+	direct := func() (int, string) {
+		req, err := http.NewRequest(http.MethodGet, wn.Status.DataPlane.Endpoint+dataplane.V2Path(ns, "terminalviews", "v", "stream"), nil)
+		must(t, err)
+		req.Header.Set("Authorization", "Bearer "+tr.Status.Token)
+		resp, err := hc.Do(req)
+		must(t, err)
+		defer resp.Body.Close()
+		line, _ := bufio.NewReader(io.LimitReader(resp.Body, 1<<20)).ReadBytes('\n')
+		return resp.StatusCode, string(line)
+	}
+	if code, body := direct(); code != http.StatusForbidden || !strings.Contains(body, string(actuation.CodeViewGrantMissing)) {
+		t.Fatalf("data plane without a grant: %d %s", code, body)
+	}
+	grant(t, op, ns, "dp", "v", wbv1.ViewSubject{Kind: wbv1.ViewSubjectServiceAccount, Namespace: ns, Name: "dp"}, time.Hour)
+	eventually(t, 10*time.Second, "a frame from the node's data plane", func() (bool, string) {
+		code, body := direct()
+		return code == http.StatusOK && strings.Contains(body, `"type":"frame"`) && strings.Contains(body, "manifest-test"), fmt.Sprintf("%d %s", code, body)
+	})
 }

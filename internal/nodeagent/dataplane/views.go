@@ -132,7 +132,13 @@ func (s *Server) viewDecide(r *http.Request, ref objRef) (ViewInfo, views.Grant,
 	}
 	u := userFrom(r.Context())
 	g, code := views.Decide(grants, info.UID, views.Identity{User: u.Username, Groups: u.Groups}, time.Now())
-	if code != "" {
+	switch code {
+	case "":
+	case actuation.CodeViewGrantRevoked:
+		return info, g, viewRefusal(code, fmt.Sprintf("the grant of terminal view %s naming user %q was revoked", ref, u.Username))
+	case actuation.CodeViewGrantExpired:
+		return info, g, viewRefusal(code, fmt.Sprintf("the grant of terminal view %s naming user %q expired", ref, u.Username))
+	default:
 		return info, g, viewRefusal(code, fmt.Sprintf("no active grant of terminal view %s names user %q", ref, u.Username))
 	}
 	return info, g, nil
