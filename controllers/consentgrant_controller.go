@@ -39,7 +39,7 @@ func consentGrantOwned(s *wbv1.ConsentGrantStatus) wbv1.ConsentGrantStatus {
 	return wbv1.ConsentGrantStatus{
 		DeltaDigest: s.DeltaDigest, ApprovalRef: s.ApprovalRef, Operator: s.Operator, Active: s.Active,
 		Diagnostics: s.Diagnostics, ObservedGeneration: s.ObservedGeneration,
-		Conditions: ownedConditions(s.Conditions, wbv1.ConditionActive),
+		Conditions: ownedConditions(s.Conditions, wbv1.ConditionActive, wbv1.ConditionReconciling, wbv1.ConditionStalled),
 	}
 }
 
@@ -104,6 +104,10 @@ func (r *ConsentGrantReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	next.Active = active
 	setCondition(&next.Conditions, &all, cond(wbv1.ConditionActive, active, reason, msg, g.Generation))
+	asKept := g.Spec.Scope == wbv1.ConsentDeny || (g.Spec.Revoked != nil && *g.Spec.Revoked) || reason == "Consumed"
+	for _, hc := range wbv1.HealthConditions(wbv1.ConsentGrantHealth(active, asKept), reason, msg, g.Generation) {
+		setCondition(&next.Conditions, &all, hc)
+	}
 	wrote, err := applyStatus(ctx, r.Client, "consentgrant", &g, cur, next)
 	if err != nil {
 		return ctrl.Result{}, err

@@ -37,7 +37,7 @@ type ConsentRequestReconciler struct {
 func consentRequestOwned(s *wbv1.ConsentRequestStatus) wbv1.ConsentRequestStatus {
 	return wbv1.ConsentRequestStatus{
 		Decision: s.Decision, ApprovalRef: s.ApprovalRef, GrantRef: s.GrantRef, ExpiresAt: s.ExpiresAt, DecidedAt: s.DecidedAt,
-		ObservedGeneration: s.ObservedGeneration, Conditions: ownedConditions(s.Conditions, wbv1.ConditionDecided),
+		ObservedGeneration: s.ObservedGeneration, Conditions: ownedConditions(s.Conditions, wbv1.ConditionDecided, wbv1.ConditionReconciling, wbv1.ConditionStalled),
 	}
 }
 
@@ -99,6 +99,9 @@ func (r *ConsentRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		}
 	}
 	next.Decision = wbv1.ConsentDecisionFor(all)
+	for _, hc := range wbv1.HealthConditions(wbv1.ConsentRequestHealth(next.Decision), string(next.Decision), "consent request is "+string(next.Decision), cr.Generation) {
+		setCondition(&next.Conditions, &all, hc)
+	}
 	wrote, err := applyStatus(ctx, r.Client, "consentrequest", &cr, cur, next)
 	if err != nil {
 		return ctrl.Result{}, err

@@ -78,7 +78,11 @@ func waitBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1.
 		},
 		Final: func(o *wbv1.Wait) bool { return wbv1.WaitIsFinal(o.Status.ConditionStatus) },
 		Fail: func(ctx context.Context, c client.Client, o *wbv1.Wait, code actuation.Code, msg string) error {
-			_, err := applyStatus(ctx, c, "binding", o, wbv1.WaitStatus{}, wbv1.WaitStatus{ConditionStatus: wbv1.WaitFailed, Refusal: refusal(code, msg)})
+			m := string(code) + ": " + msg
+			conds := append([]metav1.Condition{cond(wbv1.ConditionCompleted, true, string(wbv1.WaitFailed), m, o.Generation)},
+				wbv1.HealthConditions(wbv1.WaitHealth(wbv1.WaitFailed), string(wbv1.WaitFailed), m, o.Generation)...)
+			_, err := applyStatus(ctx, c, "binding", o, wbv1.WaitStatus{}, wbv1.WaitStatus{ConditionStatus: wbv1.WaitStatusFor(conds),
+				Refusal: refusal(code, msg), ObservedGeneration: o.Generation, Conditions: conds})
 			return err
 		},
 	}
@@ -93,7 +97,11 @@ func probeBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1
 		},
 		Final: func(o *wbv1.Probe) bool { return wbv1.ProbeIsFinal(o.Status.Result) },
 		Fail: func(ctx context.Context, c client.Client, o *wbv1.Probe, code actuation.Code, msg string) error {
-			_, err := applyStatus(ctx, c, "binding", o, wbv1.ProbeStatus{}, wbv1.ProbeStatus{Result: "Error", Refusal: refusal(code, msg)})
+			m := string(code) + ": " + msg
+			conds := append([]metav1.Condition{cond(wbv1.ConditionCompleted, true, string(wbv1.ProbeError), m, o.Generation)},
+				wbv1.HealthConditions(wbv1.ProbeHealth(wbv1.ProbeError), string(wbv1.ProbeError), m, o.Generation)...)
+			_, err := applyStatus(ctx, c, "binding", o, wbv1.ProbeStatus{}, wbv1.ProbeStatus{Result: wbv1.ProbeResultFor(conds),
+				Refusal: refusal(code, msg), ObservedGeneration: o.Generation, Conditions: conds})
 			return err
 		},
 	}
@@ -108,7 +116,11 @@ func patchBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1
 		},
 		Final: func(o *wbv1.FilePatch) bool { return wbv1.FilePatchIsFinal(o.Status.Phase) },
 		Fail: func(ctx context.Context, c client.Client, o *wbv1.FilePatch, code actuation.Code, msg string) error {
-			_, err := applyStatus(ctx, c, "binding", o, wbv1.FilePatchStatus{}, wbv1.FilePatchStatus{Phase: "Rejected", Refusal: refusal(code, msg)})
+			m := string(code) + ": " + msg
+			conds := append([]metav1.Condition{cond(wbv1.ConditionApplied, false, wbv1.ReasonRefused, m, o.Generation)},
+				wbv1.HealthConditions(wbv1.FilePatchHealth(wbv1.FilePatchRejected), string(wbv1.FilePatchRejected), m, o.Generation)...)
+			_, err := applyStatus(ctx, c, "binding", o, wbv1.FilePatchStatus{}, wbv1.FilePatchStatus{Phase: wbv1.FilePatchPhaseFor(conds),
+				Refusal: refusal(code, msg), ObservedGeneration: o.Generation, Conditions: conds})
 			return err
 		},
 	}

@@ -327,3 +327,64 @@ func ActionRunHealth(p ActionRunPhase) Health { return CommandHealth(CommandPhas
 func ActionRunReleased(r *ActionRun) bool {
 	return r.Labels[NodeLabel] == "" || ActionRunIsFinal(r.Status.Conditions) || !isTrue(r.Status.Conditions, ConditionAdmitted)
 }
+
+// WaitHealth: a pending wait is progress; Satisfied, and Cancelled (the spec asked for
+// it), are where the spec wants the wait; TimedOut, Failed and Expired are final outcomes
+// that are not.
+func WaitHealth(s WaitConditionStatus) Health {
+	switch s {
+	case WaitSatisfied, WaitCancelled:
+		return HealthCurrent
+	case WaitTimedOut, WaitFailed, WaitExpired:
+		return HealthStalled
+	}
+	return HealthProgressing
+}
+
+// ProbeHealth: a pending probe is progress; Pass is current; Fail (the checked condition
+// did not hold) and Error (it could not be checked) are final and not what was asked.
+func ProbeHealth(r ProbeResult) Health {
+	switch r {
+	case ProbePass:
+		return HealthCurrent
+	case ProbeFail, ProbeError:
+		return HealthStalled
+	}
+	return HealthProgressing
+}
+
+// FilePatchHealth: a patch awaiting approval is progress; Applied is current; Rejected
+// (refused, rejected by an operator, or an apply whose outcome is unknown) is stalled.
+func FilePatchHealth(p FilePatchPhase) Health {
+	switch p {
+	case FilePatchApplied:
+		return HealthCurrent
+	case FilePatchRejected:
+		return HealthStalled
+	}
+	return HealthProgressing
+}
+
+// ConsentRequestHealth: a request without a decision is progress; a decision an operator
+// made (granted, denied, or a grant later revoked) is the request's outcome; a request
+// that expired without a decision is stalled.
+func ConsentRequestHealth(d ConsentDecision) Health {
+	switch d {
+	case DecisionGranted, DecisionDenied, DecisionRevoked:
+		return HealthCurrent
+	case DecisionExpired:
+		return HealthStalled
+	}
+	return HealthProgressing
+}
+
+// ConsentGrantHealth: an active grant is current, and so is an inactive one that is
+// where its spec put it (a deny decision, a revoked grant, an allow-once grant that admitted
+// its command); one that stopped admitting otherwise (expired, its request gone, its
+// operator's binding gone) is stalled.
+func ConsentGrantHealth(active, asKept bool) Health {
+	if active || asKept {
+		return HealthCurrent
+	}
+	return HealthStalled
+}

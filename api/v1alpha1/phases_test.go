@@ -1,6 +1,7 @@
 package v1alpha1_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -215,5 +216,131 @@ func TestOperationDerivations(t *testing.T) {
 		if wbv1.CommandPhaseIsFinal(p) != final {
 			t.Errorf("command phase %s final = %v", p, !final)
 		}
+	}
+}
+
+// TestOperationHealthThroughKStatus: every outcome of a Wait, Probe, FilePatch,
+// ConsentRequest and ConsentGrant, as its writer records it (the derived field, the
+// deciding condition, the health conditions, observedGeneration), read by kstatus itself:
+// pending work is InProgress, what the spec asked for is Current, any other final outcome
+// is Failed — never Current.
+func TestOperationHealthThroughKStatus(t *testing.T) {
+	tm := func(kind string) metav1.TypeMeta {
+		return metav1.TypeMeta{Kind: kind, APIVersion: wbv1.GroupVersion.String()}
+	}
+	om := metav1.ObjectMeta{Name: "x", Generation: 2}
+	completed := func(reason string) []metav1.Condition {
+		return []metav1.Condition{c(wbv1.ConditionCompleted, true, reason)}
+	}
+	type tcase struct {
+		name string
+		obj  func() runtime.Object
+		want kstatus.Status
+	}
+	var cases []tcase
+	for _, tc := range []struct {
+		conds []metav1.Condition
+		want  kstatus.Status
+	}{
+		{nil, kstatus.InProgressStatus},
+		{completed("Satisfied"), kstatus.CurrentStatus},
+		{completed("Cancelled"), kstatus.CurrentStatus},
+		{completed("TimedOut"), kstatus.FailedStatus},
+		{completed("Failed"), kstatus.FailedStatus},
+		{completed("Expired"), kstatus.FailedStatus},
+	} {
+		cases = append(cases, tcase{"wait " + string(wbv1.WaitStatusFor(tc.conds)), func() runtime.Object {
+			w := &wbv1.Wait{TypeMeta: tm("Wait"), ObjectMeta: om}
+			s := wbv1.WaitStatusFor(tc.conds)
+			w.Status.ConditionStatus, w.Status.ObservedGeneration = s, 2
+			w.Status.Conditions = append(tc.conds, wbv1.HealthConditions(wbv1.WaitHealth(s), string(s), "", 2)...)
+			return w
+		}, tc.want})
+	}
+	for _, tc := range []struct {
+		conds []metav1.Condition
+		want  kstatus.Status
+	}{
+		{nil, kstatus.InProgressStatus},
+		{completed("Pass"), kstatus.CurrentStatus},
+		{completed("Fail"), kstatus.FailedStatus},
+		{completed("Error"), kstatus.FailedStatus},
+	} {
+		cases = append(cases, tcase{"probe " + string(wbv1.ProbeResultFor(tc.conds)), func() runtime.Object {
+			p := &wbv1.Probe{TypeMeta: tm("Probe"), ObjectMeta: om}
+			r := wbv1.ProbeResultFor(tc.conds)
+			p.Status.Result, p.Status.ObservedGeneration = r, 2
+			p.Status.Conditions = append(tc.conds, wbv1.HealthConditions(wbv1.ProbeHealth(r), string(r), "", 2)...)
+			return p
+		}, tc.want})
+	}
+	for _, tc := range []struct {
+		name  string
+		conds []metav1.Condition
+		want  kstatus.Status
+	}{
+		{"new", nil, kstatus.InProgressStatus},
+		{"awaiting approval", []metav1.Condition{c(wbv1.ConditionApplied, false, wbv1.ReasonAwaitingApproval)}, kstatus.InProgressStatus},
+		{"applied", []metav1.Condition{c(wbv1.ConditionApplied, true, "Applied")}, kstatus.CurrentStatus},
+		{"refused", []metav1.Condition{c(wbv1.ConditionApplied, false, wbv1.ReasonRefused)}, kstatus.FailedStatus},
+		{"outcome unknown", []metav1.Condition{{Type: wbv1.ConditionApplied, Status: metav1.ConditionUnknown, Reason: "Interrupted"}}, kstatus.FailedStatus},
+	} {
+		cases = append(cases, tcase{"filepatch " + tc.name, func() runtime.Object {
+			fp := &wbv1.FilePatch{TypeMeta: tm("FilePatch"), ObjectMeta: om}
+			ph := wbv1.FilePatchPhaseFor(tc.conds)
+			fp.Status.Phase, fp.Status.ObservedGeneration = ph, 2
+			fp.Status.Conditions = append(tc.conds, wbv1.HealthConditions(wbv1.FilePatchHealth(ph), string(ph), "", 2)...)
+			return fp
+		}, tc.want})
+	}
+	for _, tc := range []struct {
+		conds []metav1.Condition
+		want  kstatus.Status
+	}{
+		{nil, kstatus.InProgressStatus},
+		{[]metav1.Condition{c(wbv1.ConditionDecided, false, "Pending")}, kstatus.InProgressStatus},
+		{[]metav1.Condition{c(wbv1.ConditionDecided, true, "Granted")}, kstatus.CurrentStatus},
+		{[]metav1.Condition{c(wbv1.ConditionDecided, true, "Denied")}, kstatus.CurrentStatus},
+		{[]metav1.Condition{c(wbv1.ConditionDecided, true, "Revoked")}, kstatus.CurrentStatus},
+		{[]metav1.Condition{c(wbv1.ConditionDecided, true, "Expired")}, kstatus.FailedStatus},
+	} {
+		cases = append(cases, tcase{"consentrequest " + string(wbv1.ConsentDecisionFor(tc.conds)) + " " + fmt.Sprint(len(tc.conds)), func() runtime.Object {
+			cr := &wbv1.ConsentRequest{TypeMeta: tm("ConsentRequest"), ObjectMeta: om}
+			d := wbv1.ConsentDecisionFor(tc.conds)
+			cr.Status.Decision, cr.Status.ObservedGeneration = d, 2
+			cr.Status.Conditions = append(tc.conds, wbv1.HealthConditions(wbv1.ConsentRequestHealth(d), string(d), "", 2)...)
+			return cr
+		}, tc.want})
+	}
+	for _, tc := range []struct {
+		name           string
+		active, asKept bool
+		want           kstatus.Status
+	}{
+		{"active", true, false, kstatus.CurrentStatus},
+		{"consumed, denied or revoked", false, true, kstatus.CurrentStatus},
+		{"expired or unbound", false, false, kstatus.FailedStatus},
+	} {
+		cases = append(cases, tcase{"consentgrant " + tc.name, func() runtime.Object {
+			g := &wbv1.ConsentGrant{TypeMeta: tm("ConsentGrant"), ObjectMeta: om}
+			g.Status.Active, g.Status.ObservedGeneration = tc.active, 2
+			g.Status.Conditions = append([]metav1.Condition{c(wbv1.ConditionActive, tc.active, "R")},
+				wbv1.HealthConditions(wbv1.ConsentGrantHealth(tc.active, tc.asKept), "R", "", 2)...)
+			return g
+		}, tc.want})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := kstatusOf(t, tc.obj()); got != tc.want {
+				t.Fatalf("kstatus %s, want %s", got, tc.want)
+			}
+		})
+	}
+	// observedGeneration behind the generation is InProgress whatever the conditions say.
+	w := &wbv1.Wait{TypeMeta: tm("Wait"), ObjectMeta: om}
+	w.Status.ObservedGeneration = 1
+	w.Status.Conditions = append(completed("Satisfied"), wbv1.HealthConditions(wbv1.HealthCurrent, "Satisfied", "", 1)...)
+	if got := kstatusOf(t, w); got != kstatus.InProgressStatus {
+		t.Fatalf("a wait observed at an old generation reads %s", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -87,6 +88,7 @@ func TestFilePatchStructuredAutoApplied(t *testing.T) {
 	if fmt.Sprint(fp.Status.ChangedFiles) != fmt.Sprint(want) || fp.Status.Refusal != nil {
 		t.Fatalf("status = %+v, want changed files %+v", fp.Status, want)
 	}
+	wantKStatus(t, fp, kstatus.CurrentStatus)
 	if a, b := readFile(t, filepath.Join(dir, "a.txt")), readFile(t, filepath.Join(dir, "sub", "b.txt")); a != "two\n" || b != "new\n" {
 		t.Fatalf("files: a=%q b=%q", a, b)
 	}
@@ -148,6 +150,7 @@ func TestFilePatchDirtyRejected(t *testing.T) {
 	if fp.Status.Refusal == nil || fp.Status.Refusal.Code != "patch-dirty" || len(fp.Status.ChangedFiles) != 0 {
 		t.Fatalf("status = %+v", fp.Status)
 	}
+	wantKStatus(t, fp, kstatus.FailedStatus)
 	if got := readFile(t, target); got != "actual\n" {
 		t.Fatalf("a rejected patch changed the file: %q", got)
 	}

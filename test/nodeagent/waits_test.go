@@ -10,6 +10,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -70,6 +71,7 @@ func TestWaitCommandDone(t *testing.T) {
 		cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != string(wbv1.WaitSatisfied) {
 		t.Fatalf("wait status = %+v", w.Status)
 	}
+	wantKStatus(t, w, kstatus.CurrentStatus)
 }
 
 // TestWaitFileExistsByInotify: a file.exists wait on a path whose directory does not exist
@@ -142,6 +144,7 @@ func TestWaitTimesOutAndKillsNothing(t *testing.T) {
 	if w.Status.Refusal != nil || w.Status.DurationMilliseconds <= 0 {
 		t.Fatalf("wait status = %+v", w.Status)
 	}
+	wantKStatus(t, w, kstatus.FailedStatus) // a timed-out wait is not healthy
 	done := waitFinal(t, ns, "c")
 	if done.Status.Phase != wbv1.CommandSucceeded || done.Status.SignalOrigin != "exit" {
 		t.Fatalf("the command did not run to its own end: %+v", done.Status)
@@ -171,6 +174,11 @@ func TestProbeFileExists(t *testing.T) {
 		})
 		if p.Status.Result != want || p.Status.ObservedAt == nil || p.Status.Refusal != nil {
 			t.Fatalf("probe %s: %+v, want %s", name, p.Status, want)
+		}
+		if want == "Pass" {
+			wantKStatus(t, &p, kstatus.CurrentStatus)
+		} else {
+			wantKStatus(t, &p, kstatus.FailedStatus)
 		}
 	}
 }

@@ -50,8 +50,8 @@ func patchPhaseFor(conds []metav1.Condition) wbv1.FilePatchPhase {
 
 func patchOwned(s *wbv1.FilePatchStatus) wbv1.FilePatchStatus {
 	return wbv1.FilePatchStatus{
-		Phase: s.Phase, ChangedFiles: s.ChangedFiles, Refusal: s.Refusal,
-		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionApplied),
+		Phase: s.Phase, ChangedFiles: s.ChangedFiles, Refusal: s.Refusal, ObservedGeneration: s.ObservedGeneration,
+		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionApplied, wbv1.ConditionReconciling, wbv1.ConditionStalled),
 	}
 }
 
@@ -113,6 +113,8 @@ func (r *patchReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return p.result, err
 	}
 	next.Phase = patchPhaseFor(next.Conditions)
+	next.ObservedGeneration = fp.Generation
+	setHealth(&next.Conditions, wbv1.FilePatchHealth(next.Phase), string(next.Phase), "patch is "+string(next.Phase), fp.Generation)
 	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"patch", &fp, cur, next)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -335,3 +337,11 @@ func codeOf(err error) string {
 
 // patchesOfEnvironment re-queues the patches of an environment whose approval policy or
 // readiness changed.
+
+// setHealth sets the kstatus Reconciling and Stalled conditions for h (every kind the node
+// writes carries them, with the phase as their reason).
+func setHealth(conds *[]metav1.Condition, h wbv1.Health, reason, msg string, gen int64) {
+	for _, hc := range wbv1.HealthConditions(h, reason, msg, gen) {
+		statusapply.Set(conds, conds, hc)
+	}
+}

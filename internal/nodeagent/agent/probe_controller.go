@@ -36,7 +36,8 @@ func probeResultFor(conds []metav1.Condition) wbv1.ProbeResult { return wbv1.Pro
 func probeOwned(s *wbv1.ProbeStatus) wbv1.ProbeStatus {
 	return wbv1.ProbeStatus{
 		Result: s.Result, ObservedAt: s.ObservedAt, Observed: s.Observed, Diagnostics: s.Diagnostics, Refusal: s.Refusal,
-		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionCompleted),
+		ObservedGeneration: s.ObservedGeneration,
+		Conditions:         statusapply.Owned(s.Conditions, wbv1.ConditionCompleted, wbv1.ConditionReconciling, wbv1.ConditionStalled),
 	}
 }
 
@@ -97,6 +98,8 @@ func (r *probeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		set(wbv1.ProbeResult(res.Result), msg)
 	}
 	next.Result = probeResultFor(next.Conditions)
+	next.ObservedGeneration = pr.Generation
+	setHealth(&next.Conditions, wbv1.ProbeHealth(next.Result), string(next.Result), "probe is "+string(next.Result), pr.Generation)
 	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"probe", &pr, cur, next)
 	if err != nil {
 		return ctrl.Result{}, err

@@ -62,8 +62,8 @@ func waitStatusFor(conds []metav1.Condition) wbv1.WaitConditionStatus {
 func waitOwned(s *wbv1.WaitStatus) wbv1.WaitStatus {
 	return wbv1.WaitStatus{
 		ConditionStatus: s.ConditionStatus, Observed: s.Observed, Diagnostics: s.Diagnostics, DurationMilliseconds: s.DurationMilliseconds,
-		Refusal: s.Refusal, NodeName: s.NodeName, StartTime: s.StartTime,
-		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionCompleted),
+		Refusal: s.Refusal, NodeName: s.NodeName, StartTime: s.StartTime, ObservedGeneration: s.ObservedGeneration,
+		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionCompleted, wbv1.ConditionReconciling, wbv1.ConditionStalled),
 	}
 }
 
@@ -137,6 +137,8 @@ func (r *waitReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	next.NodeName = a.cfg.NodeName
 	next.ConditionStatus = waitStatusFor(next.Conditions)
+	next.ObservedGeneration = w.Generation
+	setHealth(&next.Conditions, wbv1.WaitHealth(next.ConditionStatus), string(next.ConditionStatus), "wait is "+string(next.ConditionStatus), w.Generation)
 	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"wait", &w, cur, next)
 	if err != nil {
 		return ctrl.Result{}, err
