@@ -77,7 +77,7 @@ func (r *CommandProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		} else if err != nil {
 			return ctrl.Result{}, err
 		}
-		if cr.Spec.Descriptor.ProfileRef != wbv1.ObjectName(prof.Name) || !answers(g, cr) {
+		if cr.Spec.Descriptor.Capability != wbv1.CapabilityTerminalCommand || cr.Spec.Descriptor.ProfileRef != wbv1.ObjectName(prof.Name) || !answers(g, cr) {
 			continue
 		}
 		if !g.Status.Active && !consumedBinding(g, cr) {

@@ -117,10 +117,13 @@ func (r *ConsentRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 // another object) unless a durable grant still needs it: a remembered grant outlives the
 // command that prompted it, so its request lives as long as that grant is in force.
 func (r *ConsentRequestReconciler) collect(ctx context.Context, cr *wbv1.ConsentRequest) (bool, ctrl.Result, error) {
-	var cmd wbv1.TerminalCommand
-	err := r.Get(ctx, client.ObjectKey{Namespace: cr.Namespace, Name: string(cr.Spec.Descriptor.CommandRef)}, &cmd)
+	var cmd client.Object = &wbv1.TerminalCommand{}
+	if cr.Spec.Descriptor.Capability == wbv1.CapabilityActionRun {
+		cmd = &wbv1.ActionRun{}
+	}
+	err := r.Get(ctx, client.ObjectKey{Namespace: cr.Namespace, Name: string(cr.Spec.Descriptor.CommandRef)}, cmd)
 	switch {
-	case err == nil && cmd.UID == cr.Spec.Descriptor.CommandUID && cmd.DeletionTimestamp == nil:
+	case err == nil && cmd.GetUID() == cr.Spec.Descriptor.CommandUID && cmd.GetDeletionTimestamp() == nil:
 		return false, ctrl.Result{}, nil
 	case err != nil && !apierrors.IsNotFound(err):
 		return false, ctrl.Result{}, fmt.Errorf("reading command of %s/%s: %w", cr.Namespace, cr.Name, err)

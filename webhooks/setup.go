@@ -10,7 +10,7 @@ func SetupWithManager(mgr ctrl.Manager) error {
 		setupEnvironment, setupCommandProfile, setupTerminalSession, setupTerminalCommand,
 		setupWait, setupProbe, setupFilePatch, setupArtifact, setupConsentRequest, setupConsentGrant,
 		setupBackendCapability, setupWorkbenchNode, setupImageManifest,
-		setupTerminalView, setupViewGrant,
+		setupTerminalView, setupViewGrant, setupActions,
 	} {
 		if err := setup(mgr); err != nil {
 			return err

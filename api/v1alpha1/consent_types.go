@@ -17,11 +17,16 @@ const (
 )
 
 // ConsentCapability is the capability a consent request concerns.
-// +kubebuilder:validation:Enum=workbench.terminal.command
+// +kubebuilder:validation:Enum=workbench.terminal.command;workbench.action.run
 type ConsentCapability string
 
 // CapabilityTerminalCommand is the capability of structured terminal commands.
 const CapabilityTerminalCommand ConsentCapability = "workbench.terminal.command"
+
+// CapabilityActionRun is the capability of a C7 (operator-gated) ActionRun: commandRef and
+// commandUID name the ActionRun, profileRef its ActionCatalog, argv the rendered argv. Its
+// grants are never projected into a CommandProfile.
+const CapabilityActionRun ConsentCapability = "workbench.action.run"
 
 // SafetyCaps are the caps a grant can never loosen.
 type SafetyCaps struct {

@@ -139,6 +139,9 @@ func ValidateAction(a *Action, base string) []*actuation.Refusal {
 			r.Field = ef + "." + r.Field
 			add(r)
 		}
+		if e.Name == "TMPDIR" || strings.HasPrefix(e.Name, "WORKBENCH_") {
+			add(actuation.Refuse(actuation.CodeEnvKeyForbidden, ef+".name", "must not be %q: the node agent sets TMPDIR and WORKBENCH_* for every run", clip(e.Name)))
+		}
 		if names[e.Name] {
 			add(actuation.Refuse(actuation.CodeEnvKeyInvalid, ef+".name", "must be unique (%q)", clip(e.Name)))
 		}

@@ -77,7 +77,8 @@ func newCommand(o *Options) *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return wbclient.Usage("%v", err) })
 	root.AddCommand(envCommand(o), runCommand(o), attachCommand(o), screenCommand(o), eventsCommand(o),
 		waitCommand(o), probeCommand(o), lsCommand(o), catCommand(o), cpCommand(o), patchCommand(o),
-		consentCommand(o), cancelCommand(o), mcpCommand(o), viewCommand(o))
+		consentCommand(o), cancelCommand(o), mcpCommand(o), viewCommand(o),
+		catalogCommand(o), actionCommand(o))
 	return root
 }
 

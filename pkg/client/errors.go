@@ -74,6 +74,12 @@ var codeClasses = map[actuation.Code]Class{
 	actuation.CodeStateDirTooLong: ClassRuntime, actuation.CodeConditionUnreachable: ClassRuntime,
 
 	actuation.CodeProbeTimedOut: ClassTimedOut,
+
+	// Signed action catalogs (seed 002).
+	actuation.CodeCatalogEntryMissing: ClassNotFound, actuation.CodeActionNotAllowlisted: ClassNotFound,
+	actuation.CodeActionClassUnavailable: ClassUnavailable, actuation.CodeActionTimeout: ClassTimedOut,
+	actuation.CodeScriptHashMismatch: ClassRuntime, actuation.CodeScriptExecutableMissing: ClassRuntime,
+	actuation.CodeScriptNotExecutable: ClassRuntime,
 }
 
 // ClassOf returns the class of a refusal code. Codes outside the closed vocabulary (a newer
