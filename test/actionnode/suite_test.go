@@ -2,10 +2,8 @@
 // server and a real node agent (real sandboxes, tmpfs areas, the egress proxy in the
 // sandbox's network namespace, a local HTTPS endpoint), the node half of issue 10.
 //
-// The manager's half (admission: Admitted, specDigest, argv, the node label) is played by
-// the suite with the core's own Authorize, writing exactly the fields and the field
-// manager the contract (docs/actions.md) assigns to the manager, so the node's dispatch
-// re-verification is exercised against a real admission record.
+// The manager (controllers and webhooks) admits the runs; the node re-verifies and runs
+// them.
 package actionnode
 
 import (
@@ -35,7 +33,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -212,6 +210,12 @@ func setup(t *testing.T) (string, string) {
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "e"}, &e))
 		return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
 	})
+	// The manager admits a run only on a node that publishes its class Available.
+	eventually(t, 30*time.Second, "WorkbenchNode with action classes", func() (bool, string) {
+		var wn wbv1.WorkbenchNode
+		err := env.Client.Get(ctx, client.ObjectKey{Name: nodeName}, &wn)
+		return err == nil && len(wn.Status.ActionClasses) == 7, fmt.Sprintf("%v %+v", err, wn.Status.ActionClasses)
+	})
 	return ns.Name, dir
 }
 
@@ -227,14 +231,25 @@ func catalog(t *testing.T, ns, name string, decls ...wbv1.ActionDeclaration) *wb
 
 func sign(t *testing.T, cat *wbv1.ActionCatalog) {
 	t.Helper()
-	raw, err := json.Marshal(&cat.Spec)
-	must(t, err)
-	digest, err := actions.SpecDigestJSON(raw)
-	must(t, err)
-	sig, err := actions.Sign(signerKey, digest)
-	must(t, err)
-	cat.Signature = &wbv1.CatalogSignature{SignerRef: "ops", SpecDigest: wbv1.Digest(digest), Value: sig}
-	must(t, env.Client.Update(context.Background(), cat))
+	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(cat), cat); err != nil {
+			return err
+		}
+		raw, err := json.Marshal(&cat.Spec)
+		if err != nil {
+			return err
+		}
+		digest, err := actions.SpecDigestJSON(raw)
+		if err != nil {
+			return err
+		}
+		sig, err := actions.Sign(signerKey, digest)
+		if err != nil {
+			return err
+		}
+		cat.Signature = &wbv1.CatalogSignature{SignerRef: "ops", SpecDigest: wbv1.Digest(digest), Value: sig}
+		return env.Client.Update(context.Background(), cat)
+	}))
 }
 
 // decl is a declaration with the common fields set.
@@ -259,84 +274,19 @@ func perl(t *testing.T, ns, id string, class wbv1.ActionClass, code string) wbv1
 	return d
 }
 
-// start creates a run of action id and admits it as the manager does: the core decides,
-// the run gets the node and environment labels and the manager-owned admission fields.
+// start creates a run of action id; the manager admits it (the core decides, the run gets
+// the node label) and the node runs it.
 func start(t *testing.T, ns, catName, name, id string, params map[string]any) *wbv1.ActionRun {
 	t.Helper()
-	ctx := context.Background()
 	run := &wbv1.ActionRun{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: wbv1.ActionRunSpec{CatalogRef: wbv1.ObjectName(catName), ActionID: id, EnvironmentRef: "e"}}
-	var raw []byte
 	if params != nil {
-		var err error
-		raw, err = json.Marshal(params)
+		raw, err := json.Marshal(params)
 		must(t, err)
 		run.Spec.Parameters = &apiextensionsv1.JSON{Raw: raw}
 	}
-	must(t, env.Client.Create(ctx, run))
-	admit(t, run, raw)
+	must(t, env.Client.Create(context.Background(), run))
 	return run
-}
-
-func admit(t *testing.T, run *wbv1.ActionRun, params []byte) {
-	t.Helper()
-	ctx := context.Background()
-	var cat wbv1.ActionCatalog
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: string(run.Spec.CatalogRef)}, &cat))
-	spec, err := json.Marshal(&cat.Spec)
-	must(t, err)
-	var signers wbv1.ActionSignerList
-	must(t, env.Client.List(ctx, &signers))
-	in := actions.AuthorizeInput{Namespace: run.Namespace, CatalogName: cat.Name, SpecJSON: spec, ActionID: run.Spec.ActionID, Params: params,
-		Signature: &actions.Signature{SignerRef: cat.Signature.SignerRef, SpecDigest: string(cat.Signature.SpecDigest), Value: cat.Signature.Value}}
-	for _, s := range signers.Items {
-		cs := actions.Signer{Name: s.Name, PublicKey: s.Spec.PublicKey, Namespaces: s.Spec.Namespaces}
-		for _, c := range s.Spec.Classes {
-			cs.Classes = append(cs.Classes, actions.Class(c))
-		}
-		in.Signers = append(in.Signers, cs)
-	}
-	d := actions.Authorize(in)
-	if !d.Allowed {
-		t.Fatalf("the core refuses run %s at admission: %v", run.Name, d.Refusal)
-	}
-	run.Labels = map[string]string{wbv1.NodeLabel: nodeName, wbv1.EnvironmentLabel: "e"}
-	must(t, env.Client.Update(ctx, run))
-	argv := make([]any, len(d.Argv))
-	for i, a := range d.Argv {
-		argv[i] = a
-	}
-	st := map[string]any{
-		"class": string(d.Action.Class), "specDigest": d.SpecDigest, "paramsDigest": d.ParamsDigest, "argv": argv,
-		"timeoutSeconds": d.TimeoutSeconds, "signer": d.Signer,
-		"conditions": []any{map[string]any{"type": wbv1.ConditionAdmitted, "status": "True", "reason": "Authorized",
-			"message": "admitted by the test as the manager would", "lastTransitionTime": time.Now().UTC().Format(time.RFC3339)}},
-	}
-	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": wbv1.GroupVersion.String(), "kind": "ActionRun",
-		"metadata": map[string]any{"name": run.Name, "namespace": run.Namespace}, "status": st}}
-	must(t, env.Client.Status().Patch(ctx, u, client.Apply, client.FieldOwner("workbench-manager/actionrun"), client.ForceOwnership))
-}
-
-// admitStale gives run the labels and admission record of an earlier admitted run
-// (the manager's record of the signed catalog).
-func admitStale(t *testing.T, run, from *wbv1.ActionRun) {
-	t.Helper()
-	ctx := context.Background()
-	var src wbv1.ActionRun
-	must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(from), &src))
-	run.Labels = map[string]string{wbv1.NodeLabel: nodeName, wbv1.EnvironmentLabel: "e"}
-	must(t, env.Client.Update(ctx, run))
-	argv := make([]any, len(src.Status.Argv))
-	for i, a := range src.Status.Argv {
-		argv[i] = a
-	}
-	st := map[string]any{"class": string(src.Status.Class), "specDigest": string(src.Status.SpecDigest), "argv": argv,
-		"timeoutSeconds": src.Status.TimeoutSeconds,
-		"conditions": []any{map[string]any{"type": wbv1.ConditionAdmitted, "status": "True", "reason": "Authorized",
-			"message": "admitted against the signed catalog", "lastTransitionTime": time.Now().UTC().Format(time.RFC3339)}}}
-	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": wbv1.GroupVersion.String(), "kind": "ActionRun",
-		"metadata": map[string]any{"name": run.Name, "namespace": run.Namespace}, "status": st}}
-	must(t, env.Client.Status().Patch(ctx, u, client.Apply, client.FieldOwner("workbench-manager/actionrun"), client.ForceOwnership))
 }
 
 // final waits for the node's one recorded outcome.
