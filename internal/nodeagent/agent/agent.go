@@ -147,7 +147,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		}, session.WithCgroups(cg), session.WithSandbox(session.Sandbox{HelperPath: sandboxHelper(cfg, opts), TempBase: filepath.Join(cfg.StateDir, "tmp")})),
 		sandbox: sandboxHelper(cfg, opts),
 		runner: procexec.NewRunner(procexec.Limits{MaxConcurrent: caps.ConcurrentCommands, TempBase: filepath.Join(cfg.StateDir, "tmp"),
-			HelperPath: sandboxHelper(cfg, opts), Cgroups: cg, PrestartedSandboxes: PrestartedSandboxes}),
+			HelperPath: sandboxHelper(cfg, opts), Cgroups: cg, PrestartedSandboxes: caps.PrestartedSandboxes}),
 		cgroups:        cg,
 		envs:           map[string]*liveEnv{},
 		sess:           map[string]*liveSession{},

@@ -81,13 +81,11 @@ type Caps struct {
 	EventBufferDepth       int `json:"eventBufferDepth,omitempty"`
 	PendingWaits           int `json:"pendingWaits,omitempty"`
 	ConcurrentCommands     int `json:"concurrentCommands,omitempty"`
+	// PrestartedSandboxes is how many command sandboxes the agent keeps started ahead
+	// (procexec/prestart.go). Default 0: measured end to end on a loaded 2-core cgroup-v1
+	// node the refill competes with the commands it should speed up (docs/benchmarks.md).
+	PrestartedSandboxes int `json:"prestartedSandboxes,omitempty"`
 }
-
-// PrestartedSandboxes is how many command sandboxes the agent keeps started ahead (their
-// namespaces, cgroup and output pipe ready; procexec/prestart.go): a command takes one and
-// only configures it, which takes the helper's start and its cgroup migration off the
-// command's path. Each is an idle process blocked on its configuration socket.
-const PrestartedSandboxes = 2
 
 // Defaults (sessions, reader tasks and concurrent commands are node-sized: capacity.go).
 const (

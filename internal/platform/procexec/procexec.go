@@ -337,7 +337,9 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 	var ps *pooledSandbox
 	if r.pool != nil && spec.StderrBytes == 0 { // a pre-started helper has one output pipe
 		ps = r.takePrestarted(ResolveLimits(spec.Resources))
-		defer r.fillPool(self)
+		if ps == nil {
+			defer r.fillPool(self) // none ready: start filling now
+		}
 	}
 	if ps != nil {
 		g = ps.cgroup
@@ -363,7 +365,16 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 		return nil, err
 	}
 	h.info.TempDir = tmp
-	h.release = func() { cleanupTmp(); release() }
+	h.release = func() {
+		cleanupTmp()
+		release()
+		// Refill once the command has ended: a helper's start (and on cgroup v1 its
+		// migration, which stalls every fork on the node while it runs) then competes
+		// with neither the command nor its teardown.
+		if ps != nil {
+			r.fillPool(self)
+		}
+	}
 	go h.waitLoop()
 	return h, nil
 }
