@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
@@ -28,6 +29,12 @@ type certRotation struct {
 	mutatingWebhooks       string
 	apiServices            string
 	caName, caOrganization string
+	// controllerName names the rotator's controller ("" = cert-controller's default); each
+	// rotator of one manager needs its own.
+	controllerName string
+	// clientAuth issues a client certificate with common name serviceName (the aggregated
+	// API server's identity towards node data planes) instead of a serving certificate.
+	clientAuth bool
 }
 
 // webhookInfos lists the objects whose caBundle the rotator injects.
@@ -61,16 +68,23 @@ func (c certRotation) start(mgr ctrl.Manager, certDir string) (ready <-chan stru
 	}
 	isReady := make(chan struct{})
 	dns := fmt.Sprintf("%s.%s.svc", c.serviceName, c.namespace)
+	extra := []string{dns + ".cluster.local", c.serviceName + "." + c.namespace, c.serviceName}
+	usages := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	if c.clientAuth {
+		dns, extra, usages = c.serviceName, nil, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	}
 	err = rotator.AddRotator(mgr, &rotator.CertRotator{
 		SecretKey:      types.NamespacedName{Namespace: c.namespace, Name: c.secretName},
 		CertDir:        certDir,
 		CAName:         c.caName,
 		CAOrganization: c.caOrganization,
 		DNSName:        dns,
-		ExtraDNSNames:  []string{dns + ".cluster.local", c.serviceName + "." + c.namespace, c.serviceName},
+		ExtraDNSNames:  extra,
+		ExtKeyUsages:   &usages,
 		IsReady:        isReady,
 		Webhooks:       c.webhookInfos(),
 		FieldOwner:     "workbench-manager",
+		ControllerName: c.controllerName,
 		// Every replica serves webhooks, so every replica needs the files; the Secret is
 		// the single source, written with optimistic concurrency.
 		RequireLeaderElection: false,

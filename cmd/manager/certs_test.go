@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/pem"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -165,4 +167,113 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestAPIServerCertRotation: the manager's rotators for workbench-apiserver (as
+// config/default runs them) write its serving certificate for the Service and inject that
+// CA into the APIService's caBundle, and write its client certificate for the node data
+// planes (common name workbench-apiserver, client auth only) with its own CA.
+func TestAPIServerCertRotation(t *testing.T) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Skip("KUBEBUILDER_ASSETS is not set: run make test (hack/build-control-plane.sh builds the API server)")
+	}
+	env := &envtest.Environment{ControlPlaneStartTimeout: 2 * time.Minute}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("starting the API server: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	scheme := runtime.NewScheme()
+	must(t, clientgoscheme.AddToScheme(scheme))
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	must(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	const ns, serving, nodeClient, svc, apiService = "wb-apiserver-certs", "wb-apiserver-serving", "wb-apiserver-node-client", "wb-apiserver", "v1alpha1.subresources.workbench.sensorium.dev"
+	must(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	for _, n := range []string{serving, nodeClient} {
+		must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: ns}}))
+	}
+	as := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+		"metadata": map[string]any{"name": apiService},
+		"spec": map[string]any{"group": "subresources.workbench.sensorium.dev", "version": "v1alpha1",
+			"service":              map[string]any{"namespace": ns, "name": svc, "port": int64(443)},
+			"groupPriorityMinimum": int64(100), "versionPriority": int64(15)},
+	}}
+	must(t, c.Create(ctx, as))
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	must(t, err)
+	servingDir, clientDir := t.TempDir(), t.TempDir()
+	for _, r := range []struct {
+		rot certRotation
+		dir string
+	}{
+		{certRotation{enabled: true, namespace: ns, secretName: serving, serviceName: svc, apiServices: apiService,
+			caName: "apiserver-ca", caOrganization: "test", controllerName: "apiserver-serving-cert-rotator"}, servingDir},
+		{certRotation{enabled: true, namespace: ns, secretName: nodeClient, serviceName: "workbench-apiserver",
+			caName: "node-client-ca", caOrganization: "test", controllerName: "apiserver-node-client-cert-rotator", clientAuth: true}, clientDir},
+	} {
+		_, err := r.rot.start(mgr, r.dir)
+		must(t, err)
+	}
+	mgrCtx, stopMgr := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mgrCtx) }()
+	t.Cleanup(func() { stopMgr(); <-done })
+
+	leafOf := func(sec *corev1.Secret) (*x509.Certificate, *x509.CertPool) {
+		t.Helper()
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(sec.Data["ca.crt"]) {
+			t.Fatalf("ca.crt of %s is not a PEM certificate", sec.Name)
+		}
+		block, _ := pem.Decode(sec.Data["tls.crt"])
+		if block == nil {
+			t.Fatalf("tls.crt of %s is not PEM", sec.Name)
+		}
+		leaf, err := x509.ParseCertificate(block.Bytes)
+		must(t, err)
+		return leaf, pool
+	}
+	hasCert := func(s *corev1.Secret) bool { return len(s.Data["tls.crt"]) > 0 }
+	servSec := waitSecret(ctx, t, c, ns, serving, hasCert)
+	clientSec := waitSecret(ctx, t, c, ns, nodeClient, hasCert)
+	// The kubelet's part: project the Secrets where the manager mounts them.
+	for dir, sec := range map[string]*corev1.Secret{servingDir: servSec, clientDir: clientSec} {
+		for k, v := range sec.Data {
+			must(t, os.WriteFile(filepath.Join(dir, k), v, 0o600))
+		}
+	}
+	leaf, pool := leafOf(servSec)
+	if _, err := leaf.Verify(x509.VerifyOptions{DNSName: svc + "." + ns + ".svc", Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		t.Fatalf("the serving certificate does not verify for the Service: %v", err)
+	}
+	cl, clPool := leafOf(clientSec)
+	if cl.Subject.CommonName != "workbench-apiserver" {
+		t.Fatalf("client certificate common name %q", cl.Subject.CommonName)
+	}
+	if _, err := cl.Verify(x509.VerifyOptions{Roots: clPool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Fatalf("the client certificate does not verify for client auth against its CA: %v", err)
+	}
+	if _, err := cl.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err == nil {
+		t.Fatal("the client certificate verifies against the serving CA: the two must be separate authorities")
+	}
+
+	// The APIService's caBundle becomes the serving CA.
+	w, err := c.Watch(ctx, &unstructured.UnstructuredList{Object: map[string]any{"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIServiceList"}},
+		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", apiService)})
+	must(t, err)
+	defer w.Stop()
+	want := base64.StdEncoding.EncodeToString(servSec.Data["ca.crt"])
+	for ev := range w.ResultChan() {
+		if u, ok := ev.Object.(*unstructured.Unstructured); ok {
+			if got, _, _ := unstructured.NestedString(u.Object, "spec", "caBundle"); got == want {
+				return
+			}
+		}
+	}
+	t.Fatalf("the APIService's caBundle was not injected before the watch ended: %v", ctx.Err())
 }

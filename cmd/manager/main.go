@@ -42,6 +42,20 @@ func main() {
 	flag.StringVar(&certs.validatingWebhooks, "cert-validating-webhooks", "workbench-validating-webhook-configuration", "Comma-separated ValidatingWebhookConfigurations whose caBundle is injected.")
 	flag.StringVar(&certs.mutatingWebhooks, "cert-mutating-webhooks", "workbench-mutating-webhook-configuration", "Comma-separated MutatingWebhookConfigurations whose caBundle is injected.")
 	flag.StringVar(&certs.apiServices, "cert-apiservices", "", "Comma-separated APIServices whose caBundle is injected (an aggregated API server serving with the same certificate).")
+	// workbench-apiserver's certificates (config/default): its serving certificate, whose CA
+	// goes into its APIService's caBundle, and its client certificate towards the node data
+	// planes, whose CA the node agents trust for identity forwarding. Each Secret is mounted
+	// into the manager too (the rotator checks that the files arrive).
+	apiserverCerts := certRotation{caName: "workbench-apiserver-ca", caOrganization: "sensorium-workbench", controllerName: "apiserver-serving-cert-rotator"}
+	var apiserverCertDir, nodeClientCertDir string
+	flag.StringVar(&apiserverCerts.secretName, "apiserver-cert-secret-name", "", "With --cert-rotation: Secret holding workbench-apiserver's CA and serving certificate (empty: not managed).")
+	flag.StringVar(&apiserverCerts.serviceName, "apiserver-cert-service-name", "workbench-apiserver", "Service of workbench-apiserver (<name>.<namespace>.svc).")
+	flag.StringVar(&apiserverCerts.apiServices, "apiserver-cert-apiservices", "v1alpha1.subresources.workbench.sensorium.dev", "Comma-separated APIServices whose caBundle is workbench-apiserver's serving CA.")
+	flag.StringVar(&apiserverCertDir, "apiserver-cert-dir", "", "Where the manager mounts --apiserver-cert-secret-name.")
+	nodeClientCerts := certRotation{caName: "workbench-apiserver-node-client-ca", caOrganization: "sensorium-workbench", controllerName: "apiserver-node-client-cert-rotator", clientAuth: true}
+	flag.StringVar(&nodeClientCerts.secretName, "apiserver-node-client-secret-name", "", "With --cert-rotation: Secret holding workbench-apiserver's client certificate for node data planes and its CA (empty: not managed).")
+	flag.StringVar(&nodeClientCerts.serviceName, "apiserver-node-client-name", "workbench-apiserver", "Common name of that client certificate (the node agents' dataPlaneForwardingNames).")
+	flag.StringVar(&nodeClientCertDir, "apiserver-node-client-cert-dir", "", "Where the manager mounts --apiserver-node-client-secret-name.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -94,6 +108,19 @@ func main() {
 		if err != nil {
 			log.Error(err, "Setting up certificate rotation")
 			os.Exit(1)
+		}
+		for _, extra := range []struct {
+			rot certRotation
+			dir string
+		}{{apiserverCerts, apiserverCertDir}, {nodeClientCerts, nodeClientCertDir}} {
+			if extra.rot.secretName == "" {
+				continue
+			}
+			extra.rot.enabled, extra.rot.namespace = true, certs.namespace
+			if _, err := extra.rot.start(mgr, extra.dir); err != nil {
+				log.Error(err, "Setting up certificate rotation", "secret", extra.rot.secretName)
+				os.Exit(1)
+			}
 		}
 		gate := &gatedChecker{reason: "webhook serving certificate not ready yet"}
 		if err := mgr.AddReadyzCheck("readyz", gate.Check); err != nil {

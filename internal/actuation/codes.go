@@ -142,6 +142,11 @@ const (
 	CodeRawInputDisabled  Code = "raw-input-disabled" // attach with stdin on a session whose spec.rawInput is not OperatorOnly
 )
 
+// Codes of the client surface (output of a command that has not started).
+const (
+	CodeCommandNotStarted Code = "command-not-started" // output over WebSocket of a command that did not start within the bounded wait
+)
+
 // Shared read-only terminal views (issue 11, seed 003): TerminalView and ViewGrant, the
 // dual authority checked for every frame, and context replacement.
 const (
@@ -420,6 +425,7 @@ var allCodes = []Code{
 	CodeAllowlistCatalogMismatch, CodeScriptExecutableMissing, CodeSensitivityOverrideForbidden, CodeSensitivityKeysForbidden,
 	CodeActionTimeout, CodeDirectiveMissing, CodeParametersInvalid, CodeScriptNotExecutable,
 	CodeArgvTemplateInvalid, CodeActionClassParamsInvalid, CodeCatalogSignerUnknown, CodeCatalogSignerOutOfScope,
+	CodeCommandNotStarted,
 }
 
 var sortedCodes = func() []Code {

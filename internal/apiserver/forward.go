@@ -92,8 +92,8 @@ func (f *Forwarder) target(ctx context.Context, resource, ns, name string) (*wbv
 	kind := crdKinds[resource]
 	node := obj.Labels[wbv1.NodeLabel]
 	if node == "" {
-		return nil, statusError(http.StatusServiceUnavailable, actuation.CodeNodeUnreachable,
-			fmt.Sprintf("%s %s/%s is not bound to a node yet", strings.ToLower(kind), ns, name))
+		return nil, &notBoundError{statusError(http.StatusServiceUnavailable, actuation.CodeNodeUnreachable,
+			fmt.Sprintf("%s %s/%s is not bound to a node yet", strings.ToLower(kind), ns, name))}
 	}
 	var wn wbv1.WorkbenchNode
 	if err := f.c.Get(ctx, types.NamespacedName{Name: node}, &wn); err != nil {
@@ -155,6 +155,10 @@ func (f *Forwarder) Handler(ctx context.Context, resource, name, sub string) (ht
 		return nil, apierrors.NewUnauthorized("no authenticated user")
 	}
 	dp, err := f.target(ctx, resource, ns, name)
+	var nb *notBoundError
+	if resource == "terminalcommands" && sub == "output" && errors.As(err, &nb) {
+		return f.unboundOutput(ns, name, user), nil
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -101,7 +101,7 @@ func New(o *Options, restCfg *rest.Config) (*Server, error) {
 	cfg.OpenAPIV3Config.Info.Title, cfg.OpenAPIV3Config.Info.Version = "workbench-apiserver", Version
 	cfg.LongRunningFunc = genericfilters.BasicLongRunningRequestCheck(sets.NewString("watch", "proxy"), LongRunningSubresources)
 	// Nothing here is stored: no admission, no etcd, no OpenAPI of objects.
-	c, err := client.New(restCfg, client.Options{Scheme: crdScheme()})
+	c, err := client.NewWithWatch(restCfg, client.Options{Scheme: crdScheme()})
 	if err != nil {
 		return nil, fmt.Errorf("workbench-apiserver: client: %w", err)
 	}

@@ -57,10 +57,10 @@ var Subresources = []Subresource{
 	{"terminalcommands", "cancel", []string{http.MethodPost}},
 	{"environments", "files", []string{http.MethodGet}},
 	{"artifacts", "download", []string{http.MethodGet}},
+	{"artifacts", "upload", []string{http.MethodPut, http.MethodPost}},
 	// the latest-state screen of a TerminalView (docs/shared-views.md); long-running here,
 	// but kube-apiserver cuts it at its --request-timeout: clients reconnect (cursor-free).
 	{"terminalviews", "stream", []string{http.MethodGet}},
-	// artifacts/upload is not served yet (docs/api-subresources.md, "Not yet served").
 }
 
 // parentStorage names a parent resource in discovery. Its only verb, get, returns the

@@ -103,7 +103,8 @@ func cpCommand(o *Options) *cobra.Command {
 		Short: "Copy out of an environment (export artifact) or an artifact, or upload a file as an artifact",
 		Example: `  kubectl workbench cp demo:repo/src ./src.tar      # export root/path as a tar artifact, then download it
   kubectl workbench cp artifact/demo-export-x2k ./out.tar
-  kubectl workbench cp ./input.bin demo:            # upload as an Artifact (source: upload) of environment demo`,
+  kubectl workbench cp ./input.bin demo:            # upload as an Artifact (source: upload) of environment demo
+  kubectl workbench cp ./input.bin artifact/in-1    # upload into an existing upload Artifact`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := o.Client()
@@ -112,6 +113,23 @@ func cpCommand(o *Options) *cobra.Command {
 			}
 			ctx := cmd.Context()
 			src, dst := args[0], args[1]
+			if target, ok := strings.CutPrefix(dst, "artifact/"); ok { // upload into an existing Artifact
+				f, err := os.Open(src)
+				if err != nil {
+					return wbclient.Usage("opening %s: %v", src, err)
+				}
+				defer f.Close()
+				if err := cl.UploadTo(ctx, target, f); err != nil {
+					return err
+				}
+				a, err := cl.GetArtifact(ctx, target)
+				if err != nil {
+					return err
+				}
+				return o.printObject(a, func(w io.Writer) {
+					fmt.Fprintf(w, "artifact/%s uploaded (%d bytes, %s)\n", a.Name, a.Status.Size, a.Status.Digest)
+				})
+			}
 			if strings.HasSuffix(dst, ":") || uploadEnv != "" { // upload
 				env := strings.TrimSuffix(dst, ":")
 				if uploadEnv != "" {
@@ -126,7 +144,9 @@ func cpCommand(o *Options) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return o.printObject(a, func(w io.Writer) { fmt.Fprintf(w, "artifact/%s uploaded\n", a.Name) })
+				return o.printObject(a, func(w io.Writer) {
+					fmt.Fprintf(w, "artifact/%s uploaded (%d bytes, %s)\n", a.Name, a.Status.Size, a.Status.Digest)
+				})
 			}
 			artifact, isArtifact := strings.CutPrefix(src, "artifact/")
 			if !isArtifact {

@@ -47,6 +47,13 @@ type Client struct {
 	Sub rest.Interface
 	// streamConfig is Config without a client-side timeout, for long-lived streams.
 	stream rest.Interface
+	// PlainFollow follows command output over plain HTTP (chunked) instead of the
+	// WebSocket stream; kube-apiserver cuts a plain follow at its request timeout and
+	// CommandOutput resumes it (docs/api-subresources.md, "Long-lived streams").
+	PlainFollow bool
+	// OnOutputResume, when set, is called each time CommandOutput opens the output again
+	// before the command has ended (a cut, a bounded wait), with the byte offset.
+	OnOutputResume func(offset int64)
 }
 
 // New builds a Client for namespace from cfg.

@@ -5,12 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"path"
 	"slices"
+	"strconv"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
+	"k8s.io/streaming/pkg/httpstream"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -360,69 +367,150 @@ func (c *Client) Follow(ctx context.Context, name string, opts RunOptions) (*wbv
 }
 
 // CommandOutput copies the combined output of command name from its first byte into w
-// (terminalcommands/output). With follow it returns when the command is final: a plain
-// HTTP follow through kube-apiserver ends at its request timeout, so while the command is
-// not final the stream is opened again and the bytes already copied are skipped (the
-// output is read from the first byte each time).
+// (terminalcommands/output). With follow it returns when the command is final. A follow
+// runs over the WebSocket stream (a hijacked connection, which kube-apiserver's request
+// timeout does not cut) unless PlainFollow is set; whenever a stream ends before the
+// command is final (a cut, a proxy's timeout, a bounded wait for the start), it is opened
+// again from the byte offset already copied (?offset=N), so w gets every byte once.
 func (c *Client) CommandOutput(ctx context.Context, name string, follow bool, limitBytes int64, w io.Writer) error {
-	sw := &skipWriter{w: w}
-	for {
-		req := c.stream.Get().AbsPath(c.basePath(), "terminalcommands", name, "output")
+	cw := &countingWriter{w: w}
+	tail := false // the last read, after the command ended: not a resume
+	for opened := 0; ; opened++ {
+		if opened > 0 && !tail && c.OnOutputResume != nil {
+			c.OnOutputResume(cw.n)
+		}
+		q := url.Values{}
 		if follow {
-			req = req.Param("follow", "true")
+			q.Set("follow", "true")
 		}
 		if limitBytes > 0 {
-			req = req.Param("limitBytes", fmt.Sprint(limitBytes))
+			q.Set("limitBytes", strconv.FormatInt(limitBytes-cw.n, 10))
 		}
-		rc, err := req.Stream(ctx)
-		if err != nil {
-			return c.wrapSub(ctx, "terminalcommand "+name+" output", err)
+		if cw.n > 0 {
+			q.Set("offset", strconv.FormatInt(cw.n, 10))
 		}
-		sw.seen = 0
-		_, err = io.Copy(sw, rc)
-		rc.Close()
-		if err != nil && ctx.Err() != nil {
+		var complete bool
+		var err error
+		if follow && !c.PlainFollow {
+			complete, err = c.outputWebSocket(ctx, name, q, cw)
+		} else {
+			err = c.outputPlain(ctx, name, q, cw)
+		}
+		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if !follow || (limitBytes > 0 && sw.written >= limitBytes) {
+		if err != nil && !retryableOutput(err) {
+			return err
+		}
+		if complete || !follow || (limitBytes > 0 && cw.n >= limitBytes) {
 			return nil
 		}
 		t, gerr := c.GetCommand(ctx, name)
 		if gerr != nil {
 			return gerr
 		}
+		if wbv1.CommandIsFinal(t.Status.Conditions) && err == nil && c.PlainFollow {
+			return nil // a plain follow ends when the command does: all of it was sent
+		}
 		if wbv1.CommandIsFinal(t.Status.Conditions) {
-			if err == nil || sw.seen >= sw.written {
-				return nil
-			}
+			follow, tail = false, true // one more read from the offset picks up any tail, then stop
 		}
-		// Not final (or cut short): read again from the first byte, skipping what w has.
 	}
 }
 
-// skipWriter passes on only bytes beyond those already written in an earlier pass.
-type skipWriter struct {
-	w             io.Writer
-	seen, written int64
+// retryableOutput says whether an output read ended in a way a new read resumes: a cut
+// stream, a bounded wait for the start that ended (command-not-started), or a proxy's
+// timeout before the stream opened. The loop ends when the command is final.
+func retryableOutput(err error) bool {
+	var we *Error
+	if isStreamCut(err) || (errors.As(err, &we) && we.Code == "command-not-started") {
+		return true
+	}
+	return apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err)
 }
 
-func (s *skipWriter) Write(p []byte) (int, error) {
-	n := len(p)
-	if skip := s.written - s.seen; skip > 0 {
-		if int64(len(p)) <= skip {
-			s.seen += int64(len(p))
-			return n, nil
-		}
-		p = p[skip:]
-		s.seen += skip
+// outputPlain is one plain HTTP read of the output.
+func (c *Client) outputPlain(ctx context.Context, name string, q url.Values, w io.Writer) error {
+	req := c.stream.Get().AbsPath(c.basePath(), "terminalcommands", name, "output")
+	for k := range q {
+		req = req.Param(k, q.Get(k))
 	}
-	m, err := s.w.Write(p)
-	s.seen += int64(m)
-	s.written += int64(m)
+	rc, err := req.Stream(ctx)
 	if err != nil {
-		return n - len(p) + m, err
+		return c.wrapSub(ctx, "terminalcommand "+name+" output", err)
 	}
-	return n, nil
+	defer rc.Close()
+	if _, err := io.Copy(w, rc); err != nil {
+		return &streamCut{err}
+	}
+	return nil
+}
+
+// outputWebSocket is one read of the output over the remote command WebSocket protocol.
+// complete is true when the server ended the stream with its final status (the command's
+// output was all sent).
+func (c *Client) outputWebSocket(ctx context.Context, name string, q url.Values, w io.Writer) (bool, error) {
+	u, err := url.Parse(c.Config.Host)
+	if err != nil {
+		return false, fmt.Errorf("parsing API server address %q: %w", c.Config.Host, err)
+	}
+	u.Path = c.basePath() + "/terminalcommands/" + name + "/output"
+	u.RawQuery = q.Encode()
+	exec, err := remotecommand.NewWebSocketExecutor(c.Config, http.MethodGet, u.String())
+	if err != nil {
+		return false, fmt.Errorf("reading output of terminalcommand %s: %w", name, err)
+	}
+	err = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: w})
+	var exitErr utilexec.CodeExitError
+	switch {
+	case err == nil, errors.As(err, &exitErr), strings.HasPrefix(err.Error(), commandEndedPrefix):
+		// The final status arrived: success, the command's exit code, or its end without one.
+		return true, nil
+	case httpstream.IsUpgradeFailure(err):
+		// The handshake was refused: the served status says why (never a cut).
+		return false, c.wrapSub(ctx, "terminalcommand "+name+" output", upgradeCause(err))
+	}
+	return false, &streamCut{err}
+}
+
+// commandEndedPrefix starts the final Failure status of an output stream whose command
+// ended without an exit code (the node's dataplane.CommandEndedPrefix).
+const commandEndedPrefix = "terminal command ended: "
+
+// upgradeCause is the served metav1.Status of a refused WebSocket handshake when there is
+// one (client-go wraps it in an UpgradeFailureError that does not unwrap), else err.
+func upgradeCause(err error) error {
+	var uf *httpstream.UpgradeFailureError
+	if errors.As(err, &uf) && uf.Cause != nil {
+		var st apierrors.APIStatus
+		if errors.As(uf.Cause, &st) {
+			return uf.Cause
+		}
+	}
+	return err
+}
+
+// streamCut marks a stream that ended before its end (connection closed, timeout).
+type streamCut struct{ err error }
+
+func (s *streamCut) Error() string { return "output stream cut: " + s.err.Error() }
+func (s *streamCut) Unwrap() error { return s.err }
+
+func isStreamCut(err error) bool {
+	var sc *streamCut
+	return errors.As(err, &sc)
+}
+
+// countingWriter counts what reached w.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // ErrAggregatedAPIUnavailable means the subresource API group is not served.

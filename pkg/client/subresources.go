@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -183,7 +184,7 @@ func (c *Client) Attach(ctx context.Context, name string, o AttachOptions) error
 		return fmt.Errorf("attaching to terminalsession %s: %w", name, err)
 	}
 	err = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: o.Stdin, Stdout: o.Stdout, Tty: o.TTY, TerminalSizeQueue: o.Sizes})
-	return c.wrapSub(ctx, "terminalsession "+name+" attach", err)
+	return c.wrapSub(ctx, "terminalsession "+name+" attach", upgradeCause(err))
 }
 
 // FileEntry is one entry of a files snapshot.
@@ -338,8 +339,16 @@ func (c *Client) Download(ctx context.Context, name string, w io.Writer) (digest
 	return got, n, nil
 }
 
-// Upload creates an upload Artifact named name for environment env and sends r as its blob.
+// Upload creates an upload Artifact named name (empty: generated) for environment env and
+// streams r as its blob (artifacts/upload). A file larger than MaxUploadBytes is refused
+// before anything is created; a refused or failed upload deletes the Artifact it created.
 func (c *Client) Upload(ctx context.Context, env, name string, r io.Reader) (*wbv1.Artifact, error) {
+	if f, ok := r.(interface{ Stat() (os.FileInfo, error) }); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > MaxUploadBytes {
+			return nil, &Error{Class: ClassCapReached, Code: "upload-too-large", Object: "artifact upload to " + env,
+				Message: fmt.Sprintf("%d bytes; uploads are at most %d bytes", fi.Size(), MaxUploadBytes)}
+		}
+	}
 	a := &wbv1.Artifact{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace},
 		Spec: wbv1.ArtifactSpec{EnvironmentRef: wbv1.ObjectName(env), Source: "upload"}}
 	if name == "" {
@@ -351,21 +360,35 @@ func (c *Client) Upload(ctx context.Context, env, name string, r io.Reader) (*wb
 	if err := c.Kube.Create(ctx, a); err != nil {
 		return nil, Wrap("artifact upload to "+env, err)
 	}
-	body, err := io.ReadAll(io.LimitReader(r, MaxUploadBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading upload for artifact %s: %w", a.Name, err)
+	if err := c.UploadTo(ctx, a.Name, r); err != nil {
+		// Best effort: the Artifact holds nothing and would only linger until deleted.
+		_ = c.Kube.Delete(context.WithoutCancel(ctx), a)
+		return nil, err
 	}
-	if len(body) > MaxUploadBytes {
-		return nil, &Error{Class: ClassCapReached, Code: "upload-too-large", Object: "artifact " + a.Name, Message: fmt.Sprintf("uploads are at most %d bytes", MaxUploadBytes)}
-	}
-	err = c.Sub.Put().AbsPath(c.basePath(), "artifacts", a.Name, "upload").SetHeader("Content-Type", "application/octet-stream").Body(body).Do(ctx).Error()
-	if err != nil {
-		return nil, c.wrapSub(ctx, "artifact "+a.Name+" upload", err)
+	if err := c.Kube.Get(ctx, objectKey(c.Namespace, a.Name), a); err != nil {
+		return nil, Wrap("artifact "+a.Name, err)
 	}
 	return a, nil
 }
 
-// MaxUploadBytes bounds what this client buffers for one upload (the server has its own cap).
+// UploadTo streams r as the blob of the existing Artifact name (spec.source upload).
+func (c *Client) UploadTo(ctx context.Context, name string, r io.Reader) error {
+	err := c.stream.Post().AbsPath(c.basePath(), "artifacts", name, "upload").
+		SetHeader("Content-Type", "application/octet-stream").Body(io.LimitReader(r, MaxUploadBytes+1)).Do(ctx).Error()
+	return c.wrapSub(ctx, "artifact "+name+" upload", err)
+}
+
+// GetArtifact reads Artifact name.
+func (c *Client) GetArtifact(ctx context.Context, name string) (*wbv1.Artifact, error) {
+	var a wbv1.Artifact
+	if err := c.Kube.Get(ctx, objectKey(c.Namespace, name), &a); err != nil {
+		return nil, Wrap("artifact "+name, err)
+	}
+	return &a, nil
+}
+
+// MaxUploadBytes is the node's cap on one upload (a larger body is refused with 413
+// upload-too-large).
 const MaxUploadBytes = 64 << 20
 
 // bindToNode labels an Artifact with the node of environment env (the node agent that

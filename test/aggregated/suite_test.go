@@ -25,6 +25,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/controllers"
+	"sensorium.dev/workbench/internal/nodeagent/dataplane"
 	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/test/aggtest"
 	"sensorium.dev/workbench/internal/test/envtest"
@@ -32,6 +33,10 @@ import (
 )
 
 const nodeName = "node-agg"
+
+// RequestTimeout is kube-apiserver's --request-timeout in this suite (60 s by default):
+// short, so that a test sees plain-HTTP streams cut by it and resumed.
+const RequestTimeout = 10 * time.Second
 
 var (
 	env       *envtest.Env
@@ -55,7 +60,7 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) (int, error) {
 	var err error
-	env, err = envtest.Start(envtest.Options{Aggregation: true, Setup: func(mgr ctrl.Manager) error {
+	env, err = envtest.Start(envtest.Options{Aggregation: true, RequestTimeout: RequestTimeout, Setup: func(mgr ctrl.Manager) error {
 		if err := controllers.SetupWithManager(mgr, controllers.Config{}); err != nil {
 			return err
 		}
@@ -89,8 +94,23 @@ func run(m *testing.M) (int, error) {
 	if err := os.MkdirAll(workspace, 0o755); err != nil {
 		return 1, err
 	}
+	// Open attach streams re-check their authorization every 2 s here (30 s by default).
+	dataplane.AttachAuthorizationRecheck = 2 * time.Second
 	if err := startAgent(ctx, filepath.Join(tmp, "state")); err != nil {
 		return 1, err
+	}
+	// The forwarder finds the node's data plane in its WorkbenchNode: wait until published.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var wn wbv1.WorkbenchNode
+		err := env.Client.Get(ctx, client.ObjectKey{Name: nodeName}, &wn)
+		if err == nil && wn.Status.DataPlane != nil && wn.Status.DataPlane.Endpoint != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			return 1, fmt.Errorf("node %s published no data plane within 60s (last error: %v)", nodeName, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	return m.Run(), nil
 }

@@ -49,7 +49,8 @@ func TestRunGitStatus(t *testing.T) {
 	}
 	var cmds wbv1.TerminalCommandList
 	must(t, st.Env.Client.List(context.Background(), &cmds, ctrlclient.InNamespace(ns)))
-	if len(cmds.Items) != 1 || cmds.Items[0].Status.Phase != wbv1.CommandSucceeded || cmds.Items[0].Spec.Argv[1] != "--no-pager" ||
+	// The outcome is the conditions' (status.phase mirrors them a moment later).
+	if len(cmds.Items) != 1 || wbv1.CommandPhaseFor(cmds.Items[0].Status.Conditions) != wbv1.CommandSucceeded || cmds.Items[0].Spec.Argv[1] != "--no-pager" ||
 		cmds.Items[0].Spec.ProfileRef != "git-readonly" || cmds.Items[0].Status.OutputDigest == "" {
 		t.Fatalf("commands = %+v", cmds.Items)
 	}

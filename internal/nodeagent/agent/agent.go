@@ -70,6 +70,12 @@ type Agent struct {
 	pins     map[string]map[string]*pinnedRoot // environment UID → root name → its pinned directory (roots.go)
 	recorder events.EventRecorder
 
+	// Data-plane client surface (dataplane.go), guarded by mu: artifact UIDs whose upload
+	// is in progress, and a channel closed (then replaced) when a command starts or is
+	// reconciled.
+	uploads    map[string]struct{}
+	cmdChanged chan struct{}
+
 	// wake re-queues objects from goroutines (command exits, session phase changes).
 	wakeCommands chan event.GenericEvent
 	wakeSessions chan event.GenericEvent

@@ -40,6 +40,7 @@ const (
 const (
 	artifactCapture wbv1.ArtifactSource = "capture"
 	artifactExport  wbv1.ArtifactSource = "export"
+	artifactUpload  wbv1.ArtifactSource = "upload"
 )
 
 func artifactOwned(s *wbv1.ArtifactStatus) wbv1.ArtifactStatus {
@@ -55,7 +56,8 @@ type artifactReconciler struct{ a *Agent }
 // Reconcile captures or exports an artifact bound to this node once into the node's
 // content-addressed store and records where it is. Storing is idempotent (identical
 // bytes are stored once), so a pass repeated after a failed status write is harmless.
-// Uploads are not served by the node yet; such artifacts are left alone.
+// Uploads get their content from the data plane (resolver.UploadArtifact); they are left
+// alone here.
 func (r *artifactReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	a := r.a
 	var art wbv1.Artifact

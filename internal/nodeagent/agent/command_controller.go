@@ -85,6 +85,7 @@ func commandOwned(s *wbv1.TerminalCommandStatus) wbv1.TerminalCommandStatus {
 
 func (r *commandReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	a := r.a
+	defer a.commandsChanged() // output?follow waiters look again (dataplane.CommandWatcher)
 	var cmd wbv1.TerminalCommand
 	if err := a.client.Get(ctx, req.NamespacedName, &cmd); err != nil {
 		if client.IgnoreNotFound(err) == nil {
@@ -417,6 +418,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	lc := &liveCommand{key: client.ObjectKeyFromObject(cmd), envUID: string(env.UID), handle: h, started: now.Time, finished: make(chan struct{}),
 		out: live, seqFrom: seqFrom}
 	a.commands[string(cmd.UID)] = lc
+	a.commandsChangedLocked()
 	a.mu.Unlock()
 	go a.awaitCommand(cmd.DeepCopy(), h, out, now.Time)
 	p.next.StartTime, p.next.NodeName = &now, a.cfg.NodeName

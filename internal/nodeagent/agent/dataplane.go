@@ -8,18 +8,24 @@ import (
 	"net"
 	"os"
 	"syscall"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/nodeagent/artifacts"
 	"sensorium.dev/workbench/internal/nodeagent/dataplane"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/nodeagent/session"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/platform/procexec"
+	"sensorium.dev/workbench/internal/statusapply"
 )
 
 // structuredTerminal is the data-plane face of a session without a PTY program: its event
@@ -200,7 +206,9 @@ func (r resolver) Command(ns, name string) (dataplane.Command, error) {
 		o = decodeOutcome(rec.Outcome)
 	}
 	if o == nil {
-		return nil, fmt.Errorf("command %s/%s has not started on this node: %w", ns, name, dataplane.ErrNotFound)
+		// Not run here: not yet (output?follow waits), or never (it ended first).
+		return nil, fmt.Errorf("command %s/%s: %w", ns, name, &dataplane.NotStartedError{
+			Final: wbv1.CommandIsFinal(tc.Status.Conditions), Phase: string(wbv1.CommandPhaseFor(tc.Status.Conditions))})
 	}
 	a.mu.Lock()
 	var rg *ring.Ring
@@ -278,4 +286,96 @@ func (r resolver) OpenArtifact(ns, name string) (io.ReadCloser, string, int64, e
 		return nil, "", 0, err
 	}
 	return b, b.Digest, b.Size, nil
+}
+
+// UploadArtifact implements dataplane.ArtifactUploader: the body becomes the blob of an
+// Artifact with spec.source upload bound to this node, once (content is immutable), and
+// its digest, size and Ready condition are recorded as the artifact reconciler records a
+// capture's. The Artifact is read from the API server, not the cache: clients create it
+// and upload right away.
+func (r resolver) UploadArtifact(ctx context.Context, ns, name string, body io.Reader, maxBytes int64) (string, int64, error) {
+	a := r.a
+	key := types.NamespacedName{Namespace: ns, Name: name}
+	var art wbv1.Artifact
+	if err := a.reader.Get(ctx, key, &art); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			return "", 0, fmt.Errorf("artifact %s: %w", key, dataplane.ErrNotFound)
+		}
+		return "", 0, fmt.Errorf("reading Artifact %s: %w", key, err)
+	}
+	switch {
+	case art.Labels[wbv1.NodeLabel] != a.cfg.NodeName:
+		return "", 0, fmt.Errorf("artifact %s is not bound to node %s: %w", key, a.cfg.NodeName, dataplane.ErrNotFound)
+	case art.Spec.Source != artifactUpload:
+		return "", 0, refusal.New(string(actuation.CodeInvalidSpec), "artifact %s has spec.source %s; only an upload artifact takes content", key, art.Spec.Source)
+	case art.Status.Digest != "" || art.Status.Refusal != nil:
+		return "", 0, refusal.New(string(actuation.CodeImmutable), "artifact %s already holds its content (%s)", key, art.Status.Digest)
+	case !art.DeletionTimestamp.IsZero():
+		return "", 0, fmt.Errorf("artifact %s is being deleted: %w", key, dataplane.ErrNotFound)
+	}
+	id := string(art.UID)
+	a.mu.Lock()
+	if a.uploads == nil {
+		a.uploads = map[string]struct{}{}
+	}
+	_, busy := a.uploads[id]
+	a.uploads[id] = struct{}{}
+	a.mu.Unlock()
+	if busy {
+		return "", 0, refusal.New(string(actuation.CodeImmutable), "artifact %s is being uploaded by another request", key)
+	}
+	defer func() {
+		a.mu.Lock()
+		delete(a.uploads, id)
+		a.mu.Unlock()
+	}()
+	digest, size, err := a.blobs.Put(body, maxBytes)
+	if err != nil {
+		if refusal.CodeOf(err) == artifacts.CodeArtifactTooLarge || fsaccess.CodeOf(err) == artifacts.CodeArtifactTooLarge {
+			return "", 0, refusal.New(string(actuation.CodeUploadTooLarge), "artifact %s: the upload exceeds %d bytes", key, maxBytes)
+		}
+		return "", 0, fmt.Errorf("storing the upload of artifact %s: %w", key, err)
+	}
+	cur, next := artifactOwned(&art.Status), artifactOwned(&art.Status)
+	retention := defaultRetention
+	if art.Spec.RetentionSeconds > 0 {
+		retention = time.Duration(art.Spec.RetentionSeconds) * time.Second
+	}
+	until := metav1.NewTime(art.CreationTimestamp.Add(retention))
+	next.Digest, next.Size, next.RetainedUntil = wbv1.Digest(digest), size, &until
+	next.NodeName, next.ObservedGeneration = a.cfg.NodeName, art.Generation
+	statusapply.Set(&next.Conditions, &next.Conditions, statusapply.Cond(wbv1.ConditionReady, true, "Stored",
+		fmt.Sprintf("%d bytes uploaded, held by node %s", size, a.cfg.NodeName), art.Generation))
+	if _, err := statusapply.Apply(ctx, a.client, FieldManager+"artifact", &art, cur, next); err != nil {
+		return "", 0, fmt.Errorf("recording the upload of artifact %s: %w", key, err)
+	}
+	a.recordEvent(&art, corev1.EventTypeNormal, "Stored", "Artifact uploaded as "+digest)
+	return digest, size, nil
+}
+
+// CommandsChanged implements dataplane.CommandWatcher: the channel closes at the next
+// change of a command on this node (one started, or a TerminalCommand reconciled).
+func (r resolver) CommandsChanged() <-chan struct{} {
+	a := r.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cmdChanged == nil {
+		a.cmdChanged = make(chan struct{})
+	}
+	return a.cmdChanged
+}
+
+// commandsChangedLocked wakes CommandsChanged's waiters; a.mu is held.
+func (a *Agent) commandsChangedLocked() {
+	if a.cmdChanged != nil {
+		close(a.cmdChanged)
+		a.cmdChanged = nil
+	}
+}
+
+// commandsChanged wakes CommandsChanged's waiters.
+func (a *Agent) commandsChanged() {
+	a.mu.Lock()
+	a.commandsChangedLocked()
+	a.mu.Unlock()
 }

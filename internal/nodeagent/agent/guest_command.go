@@ -109,6 +109,7 @@ func (r *commandReconciler) startGuest(p *cmdPass, g guestBackend, envUID string
 	seqFrom := rg.LastSeq() + 1
 	a.commands[string(cmd.UID)] = &liveCommand{key: client.ObjectKeyFromObject(cmd), envUID: envUID, started: now.Time, cancel: cancel,
 		finished: make(chan struct{}), out: rg, seqFrom: seqFrom}
+	a.commandsChangedLocked()
 	a.mu.Unlock()
 	go a.awaitGuestCommand(ctx, cancel, cmd.DeepCopy(), g, envUID, args, rg, seqFrom, now.Time)
 	p.next.StartTime, p.next.NodeName = &now, a.cfg.NodeName

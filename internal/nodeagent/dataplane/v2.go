@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -20,6 +21,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
@@ -37,6 +39,8 @@ import (
 //	GET  /v2/namespaces/{ns}/terminalcommands/{name}/output   get
 //	POST /v2/namespaces/{ns}/terminalcommands/{name}/cancel   create
 //	GET  /v2/namespaces/{ns}/environments/{name}/files        get
+//	GET  /v2/namespaces/{ns}/artifacts/{name}/download        get
+//	POST /v2/namespaces/{ns}/artifacts/{name}/upload          create (PUT: update)
 const (
 	// SubresourceGroup is the API group of the aggregated subresource API.
 	SubresourceGroup = "subresources.workbench.sensorium.dev"
@@ -70,6 +74,11 @@ const (
 	StreamWriteTimeout = 30 * time.Second
 )
 
+// AttachAuthorizationRecheck is how often an open attach with stdin re-checks its
+// authorization (SubjectAccessReview of create terminalsessions/attach) and the session's
+// raw-input mode. A variable so that tests can shorten it.
+var AttachAuthorizationRecheck = 30 * time.Second
+
 // CommandResolver finds TerminalCommands on this node.
 type CommandResolver interface {
 	Command(ns, name string) (Command, error)
@@ -88,6 +97,45 @@ type Command interface {
 	// Cancel ends the command (process group terminated, outcome Cancelled).
 	Cancel() error
 }
+
+// NotStartedError is what a CommandResolver returns for a TerminalCommand that exists but
+// has not run on this node: not yet, or never (Final: it ended before starting, Phase).
+type NotStartedError struct {
+	Final bool
+	Phase string
+}
+
+func (e *NotStartedError) Error() string {
+	if e.Final {
+		return "the command ended (" + e.Phase + ") without starting"
+	}
+	return "the command has not started yet"
+}
+
+// CommandWatcher is implemented by a CommandResolver that can tell when to look again:
+// the channel is closed at the next change of any command on the node (one started, one's
+// object changed).
+type CommandWatcher interface {
+	CommandsChanged() <-chan struct{}
+}
+
+// CommandEndedPrefix starts the message of the final Failure status of an output stream
+// whose command ended without an exit code (Cancelled, timed out, refused): clients tell
+// it from a cut stream by it.
+const CommandEndedPrefix = "terminal command ended: "
+
+// Output start states (header CommandStateHeader of terminalcommands/output).
+const (
+	CommandStateHeader     = "X-Workbench-Command-State"
+	CommandStateStarted    = "Started"
+	CommandStateNotStarted = "NotStarted"
+	CommandStateEnded      = "Ended"
+	// DefaultStartWait bounds how long output?follow=true waits for a command to start
+	// before answering (below kube-apiserver's default 60 s request timeout);
+	// ?startWaitSeconds chooses another bound up to MaxStartWait.
+	DefaultStartWait = 45 * time.Second
+	MaxStartWait     = 10 * time.Minute
+)
 
 // CommandResult is a final command's state.
 type CommandResult struct {
@@ -177,11 +225,20 @@ func (s *Server) v2Routes(mux *http.ServeMux) {
 		{http.MethodPost, cmd + "cancel", "create", "terminalcommands", "cancel", s.v2Cancel},
 		{http.MethodGet, env + "files", "get", "environments", "files", s.v2Files},
 		{http.MethodGet, v2Prefix + "artifacts/{name}/download", "get", "artifacts", "download", s.v2Download},
+		// PUT is authorized as update, POST as create, as kube-apiserver derives the verb.
+		{http.MethodPut, v2Prefix + "artifacts/{name}/upload", "update", "artifacts", "upload", s.v2Upload},
+		{http.MethodPost, v2Prefix + "artifacts/{name}/upload", "create", "artifacts", "upload", s.v2Upload},
 		// the view stream authorizes itself, uncached, and again while it streams.
 		{http.MethodGet, v2Prefix + "terminalviews/{name}/stream", "", "terminalviews", "stream", s.viewStream},
 	} {
 		mux.Handle(rt.method+" "+rt.path, s.authorizedIn(SubresourceGroup, rt.verb, rt.resource, rt.sub, rt.h))
 		allow := rt.method
+		if rt.sub == "upload" {
+			if rt.method == http.MethodPost {
+				continue // one fallback route for both methods
+			}
+			allow = "PUT, POST"
+		}
 		mux.HandleFunc(rt.path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
 			writeError(w, r, errorf(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "method "+r.Method+" is not allowed; use "+allow))
@@ -311,12 +368,42 @@ func (s *Server) v2Attach(w http.ResponseWriter, r *http.Request, ref objRef) er
 			}
 		}
 	}()
+	// Authorization is decided when the stream opens and re-checked while it stays open
+	// (every AttachAuthorizationRecheck), never per keystroke: a revoked binding, or a
+	// session whose raw input was turned off, ends the stream's input and the stream.
+	var revoked atomic.Pointer[string]
 	if stdin {
+		go func() {
+			t := time.NewTicker(AttachAuthorizationRecheck)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				msg := ""
+				if err := s.authorize(r, Attributes{Group: SubresourceGroup, Verb: "create", Namespace: ref.ns, Resource: "terminalsessions", Subresource: "attach", Name: ref.name}); err != nil {
+					var he *httpError
+					if !errors.As(err, &he) || he.status != http.StatusForbidden {
+						continue // authorization unavailable: keep the decision made at open
+					}
+					msg = he.Error()
+				} else if cur, err := s.resolveSession(ref); err == nil && cur.info.RawInput != wbv1.RawInputOperatorOnly {
+					msg = string(actuation.CodeRawInputDisabled) + ": terminal session " + ref.String() + " no longer takes raw input"
+				}
+				if msg != "" {
+					revoked.Store(&msg)
+					cancel()
+					return
+				}
+			}
+		}()
 		go func() {
 			buf := make([]byte, s.lim.MaxInputBytes)
 			for {
 				n, err := streams[chanStdin].Read(buf)
-				if n > 0 {
+				if n > 0 && revoked.Load() == nil {
 					if ierr := h.s.Input(buf[:n]); ierr != nil {
 						logger.V(1).Info("Attach input refused", "session", ref.String(), "error", ierr.Error())
 					}
@@ -345,7 +432,10 @@ func (s *Server) v2Attach(w http.ResponseWriter, r *http.Request, ref objRef) er
 			continue
 		}
 		if err := rg.Wait(ctx, cursor); err != nil {
-			if errors.Is(err, ring.ErrClosed) {
+			switch {
+			case revoked.Load() != nil:
+				writeRemoteStatus(streams[chanError], nil, "attach authorization revoked: "+*revoked.Load())
+			case errors.Is(err, ring.ErrClosed):
 				writeRemoteStatus(streams[chanError], exit, "")
 			}
 			return nil
@@ -591,9 +681,17 @@ func (s *Server) v2Output(w http.ResponseWriter, r *http.Request, ref objRef) er
 	if limit == 0 {
 		limit = MaxOutputLimitBytes
 	}
-	c, err := s.resolveCommand(ref)
+	offset, err := queryUint(q, "offset", 0, MaxOutputLimitBytes)
 	if err != nil {
 		return err
+	}
+	startWait, err := queryUint(q, "startWaitSeconds", 0, uint64(MaxStartWait/time.Second))
+	if err != nil {
+		return err
+	}
+	wait := DefaultStartWait
+	if q.Has("startWaitSeconds") {
+		wait = time.Duration(startWait) * time.Second
 	}
 	ws := wsstream.IsWebSocketRequest(r)
 	if follow || ws {
@@ -603,13 +701,37 @@ func (s *Server) v2Output(w http.ResponseWriter, r *http.Request, ref objRef) er
 		}
 		defer release()
 	}
+	c, err := s.resolveCommand(ref)
+	var ns *NotStartedError
+	if errors.As(err, &ns) && follow && !ns.Final {
+		c, err = s.awaitCommandStart(r.Context(), ref, wait)
+	}
+	if errors.As(err, &ns) {
+		// Not started (plain GET, or the bounded wait ended) or never will: no output.
+		state := CommandStateNotStarted
+		if ns.Final {
+			state = CommandStateEnded
+		}
+		if ws {
+			return errorf(http.StatusConflict, string(actuation.CodeCommandNotStarted), fmt.Sprintf("terminal command %s: %v", ref, ns))
+		}
+		w.Header().Set(CommandStateHeader, state)
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusOK)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	w.Header().Set(CommandStateHeader, CommandStateStarted)
 	rc := streamingResponse(w)
 	if !ws {
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.WriteHeader(http.StatusOK)
-		_, _ = s.copyOutput(r.Context(), c, httpSink{w, rc}, follow, limit)
+		_, _ = s.copyOutput(r.Context(), c, httpSink{w, rc}, follow, offset, limit)
 		return nil
 	}
 	chans := []wsstream.ChannelType{wsstream.IgnoreChannel, wsstream.WriteChannel, wsstream.IgnoreChannel, wsstream.WriteChannel, wsstream.ReadChannel}
@@ -628,7 +750,7 @@ func (s *Server) v2Output(w http.ResponseWriter, r *http.Request, ref objRef) er
 		defer cancel()
 		_, _ = io.Copy(io.Discard, streams[chanResize])
 	}()
-	final, err := s.copyOutput(ctx, c, wsSink{streams[chanStdout]}, follow, limit)
+	final, err := s.copyOutput(ctx, c, wsSink{streams[chanStdout]}, follow, offset, limit)
 	switch {
 	case err != nil:
 		writeRemoteStatus(streams[chanError], nil, err.Error())
@@ -636,17 +758,44 @@ func (s *Server) v2Output(w http.ResponseWriter, r *http.Request, ref objRef) er
 		code := int(*final.ExitCode)
 		writeRemoteStatus(streams[chanError], &code, "")
 	case final != nil && final.Phase != string(wbv1.CommandSucceeded):
-		writeRemoteStatus(streams[chanError], nil, final.Phase+": "+final.Message)
+		writeRemoteStatus(streams[chanError], nil, CommandEndedPrefix+final.Phase+": "+final.Message)
 	default:
 		writeRemoteStatus(streams[chanError], nil, "")
 	}
 	return nil
 }
 
-// copyOutput writes the command's output events to sink from SeqFrom on. Without follow it
+// awaitCommandStart resolves ref again at every change of the node's commands until it has
+// started, ended, or wait has passed (then the last NotStartedError).
+func (s *Server) awaitCommandStart(ctx context.Context, ref objRef, wait time.Duration) (Command, error) {
+	cw, ok := s.cmds.(CommandWatcher)
+	if !ok {
+		return s.resolveCommand(ref)
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		changed := cw.CommandsChanged()
+		c, err := s.resolveCommand(ref)
+		var ns *NotStartedError
+		if !errors.As(err, &ns) || ns.Final {
+			return c, err
+		}
+		select {
+		case <-changed:
+		case <-t.C:
+			return nil, err
+		case <-ctx.Done():
+			return nil, err
+		}
+	}
+}
+
+// copyOutput writes the command's output events to sink from SeqFrom on, skipping the
+// first offset bytes (a resumed read). Without follow it
 // stops at what exists now; with follow it ends when the command is final and all of its
 // output is written. It returns the final result when the command ended.
-func (s *Server) copyOutput(ctx context.Context, c Command, sink outputSink, follow bool, limit uint64) (*CommandResult, error) {
+func (s *Server) copyOutput(ctx context.Context, c Command, sink outputSink, follow bool, offset, limit uint64) (*CommandResult, error) {
 	rg := c.Ring()
 	cursor := c.SeqFrom()
 	if cursor > 0 {
@@ -687,6 +836,13 @@ func (s *Server) copyOutput(ctx context.Context, c Command, sink outputSink, fol
 				continue
 			}
 			data := e.Data
+			if offset > 0 { // resumed: skip what the client has
+				skip := min(offset, uint64(len(data)))
+				data, offset = data[skip:], offset-skip
+				if len(data) == 0 {
+					continue
+				}
+			}
 			if rest := limit - written; uint64(len(data)) > rest {
 				data = data[:rest]
 			}
@@ -768,4 +924,54 @@ func (s *Server) v2Download(w http.ResponseWriter, r *http.Request, ref objRef) 
 			return nil
 		}
 	}
+}
+
+// MaxUploadBytes caps one artifact upload (the node's artifact cap): a larger body is
+// refused with 413 upload-too-large and nothing is stored.
+const MaxUploadBytes = 64 << 20
+
+// ArtifactUploader stores the uploaded blob of an Artifact with spec.source upload bound
+// to this node and records its digest and size in the Artifact's status.
+type ArtifactUploader interface {
+	// UploadArtifact reads at most maxBytes from body (a refusal with code
+	// upload-too-large above it). It refuses not-found (no such Artifact on this node),
+	// invalid-spec (spec.source is not upload) and immutable (content already recorded, or
+	// an upload in progress) with their codes.
+	UploadArtifact(ctx context.Context, ns, name string, body io.Reader, maxBytes int64) (digest string, size int64, err error)
+}
+
+// v2Upload stores the request body as the blob of an upload Artifact.
+func (s *Server) v2Upload(w http.ResponseWriter, r *http.Request, ref objRef) error {
+	up, ok := s.arts.(ArtifactUploader)
+	if !ok {
+		return fmt.Errorf("artifact %s: uploads are not served by this node: %w", ref, ErrNotFound)
+	}
+	if r.ContentLength > MaxUploadBytes {
+		return errorf(http.StatusRequestEntityTooLarge, string(actuation.CodeUploadTooLarge),
+			fmt.Sprintf("the upload of %d bytes exceeds the cap of %d bytes", r.ContentLength, MaxUploadBytes))
+	}
+	streamingResponse(w) // a large body may take longer than the read timeout
+	digest, size, err := up.UploadArtifact(r.Context(), ref.ns, ref.name, r.Body, MaxUploadBytes)
+	if err != nil {
+		switch code := codeOfAny(err); code {
+		case string(actuation.CodeUploadTooLarge):
+			return errorf(http.StatusRequestEntityTooLarge, code, fmt.Sprintf("the upload exceeds the cap of %d bytes", MaxUploadBytes))
+		case string(actuation.CodeImmutable), string(actuation.CodeInvalidSpec):
+			return &httpError{status: http.StatusConflict, code: code, message: err.Error()}
+		}
+		return fmt.Errorf("uploading artifact %s: %w", ref, err)
+	}
+	writeJSON(w, http.StatusOK, metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status: metav1.StatusSuccess, Code: http.StatusOK,
+		Message: fmt.Sprintf("artifact %s stored: %d bytes, %s", ref, size, digest),
+		Details: &metav1.StatusDetails{Name: ref.name, Kind: "artifacts"}})
+	return nil
+}
+
+// codeOfAny returns the stable code an error carries, whatever its refusal type.
+func codeOfAny(err error) string {
+	if c := refusal.CodeOf(err); c != "" {
+		return c
+	}
+	return fsaccess.CodeOf(err)
 }

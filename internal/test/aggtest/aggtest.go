@@ -246,7 +246,7 @@ func isExists(err error) bool {
 // StartNodeAgent runs a node agent named node as identity workbench:node:<node> whose data
 // plane accepts forwarded identities only from s's client certificate (CA and name). It
 // admits root "work" at workspace. The agent stops with ctx.
-func (s *Server) StartNodeAgent(ctx context.Context, e *envtest.Env, node, stateDir, workspace string) error {
+func (s *Server) StartNodeAgent(ctx context.Context, e *envtest.Env, node, stateDir, workspace string, opts ...func(*agent.Config)) error {
 	user := webhooks.NodeUserPrefix + node
 	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "node-agent-" + node},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
@@ -259,9 +259,13 @@ func (s *Server) StartNodeAgent(ctx context.Context, e *envtest.Env, node, state
 	}
 	cfg := rest.CopyConfig(e.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{webhooks.NodeGroup}}
-	a, err := agent.New(agent.Config{NodeName: node, StateDir: stateDir, AdmittedRoots: map[string]string{"work": workspace},
+	acfg := agent.Config{NodeName: node, StateDir: stateDir, AdmittedRoots: map[string]string{"work": workspace},
 		HeartbeatSeconds: 5, DataPlaneAddress: "127.0.0.1:0", Caps: agent.Caps{Sessions: 64, SessionsPerEnvironment: 8},
-		DataPlaneForwardingCAFile: s.NodeClientCAFile, DataPlaneForwardingNames: []string{NodeClientName}}, agent.Options{})
+		DataPlaneForwardingCAFile: s.NodeClientCAFile, DataPlaneForwardingNames: []string{NodeClientName}}
+	for _, o := range opts {
+		o(&acfg)
+	}
+	a, err := agent.New(acfg, agent.Options{})
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package envtest
 import (
 	"os"
 	"path/filepath"
+	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
@@ -37,7 +38,7 @@ rules:
 
 // configureAggregation writes the front-proxy PKI and the audit policy, and sets
 // kube-apiserver's requestheader, proxy-client, aggregator-routing and audit flags.
-func configureAggregation(te *envtest.Environment) (*Aggregation, error) {
+func configureAggregation(te *envtest.Environment, requestTimeout time.Duration) (*Aggregation, error) {
 	dir, err := os.MkdirTemp("", "wb-aggregation-")
 	if err != nil {
 		return nil, err
@@ -75,6 +76,9 @@ func configureAggregation(te *envtest.Environment) (*Aggregation, error) {
 		"audit-log-mode":                     "blocking",
 	} {
 		args.Set(k, v)
+	}
+	if requestTimeout > 0 {
+		args.Set("request-timeout", requestTimeout.String())
 	}
 	return a, nil
 }

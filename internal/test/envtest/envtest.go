@@ -53,6 +53,9 @@ type Options struct {
 	// Aggregation starts kube-apiserver with the front-proxy (requestheader) flags, aggregator
 	// routing and an audit log, so aggregated API servers can be registered.
 	Aggregation bool
+	// RequestTimeout, when set, is kube-apiserver's --request-timeout (default 60 s): the
+	// bound of requests it does not consider long-running.
+	RequestTimeout time.Duration
 }
 
 // RepoRoot is the repository's root directory.
@@ -94,7 +97,7 @@ func Start(opts Options) (*Env, error) {
 	var agg *Aggregation
 	if opts.Aggregation {
 		var err error
-		if agg, err = configureAggregation(te); err != nil {
+		if agg, err = configureAggregation(te, opts.RequestTimeout); err != nil {
 			return nil, fmt.Errorf("configuring aggregation: %w", err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -104,7 +105,7 @@ func Start(binaries ...string) (*Stack, error) {
 		if s.Aggregated, err = aggtest.Start(ctx, env); err != nil {
 			return nil, fmt.Errorf("starting workbench-apiserver: %w", err)
 		}
-		if err := s.Aggregated.StartNodeAgent(ctx, env, NodeName, filepath.Join(s.tmp, "state"), s.Workspace); err != nil {
+		if err := s.Aggregated.StartNodeAgent(ctx, env, NodeName, filepath.Join(s.tmp, "state"), s.Workspace, s.qemu); err != nil {
 			return nil, err
 		}
 	} else if err := s.startAgent(ctx); err != nil {
@@ -204,4 +205,29 @@ func (s *Stack) waitNode(ctx context.Context) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// QEMUSkip says why the stack's agent does not run qemu-microvm.v1 ("" when it does: the
+// guest image of `make guest-image` is in bin/guest and QEMU is installed).
+var QEMUSkip = "the stack was not started with the aggregated API"
+
+// qemu enables qemu-microvm.v1 (TCG) in the agent when the guest image and QEMU exist.
+func (s *Stack) qemu(c *agent.Config) {
+	bin := filepath.Join(envtest.RepoRoot(), "bin")
+	for _, f := range []string{"vmlinux", "initramfs.cpio", "vhost-device-vsock", "imagemanifest.yaml"} {
+		if _, err := os.Stat(filepath.Join(bin, "guest", f)); err != nil {
+			QEMUSkip = fmt.Sprintf("bin/guest/%s missing: run `make guest-image` first (%v)", f, err)
+			return
+		}
+	}
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		QEMUSkip = fmt.Sprintf("qemu-system-x86_64 not found (installed by `make guest-image`): %v", err)
+		return
+	}
+	if runtime.GOARCH != "amd64" {
+		QEMUSkip = "the guest image is x86_64"
+		return
+	}
+	QEMUSkip = ""
+	c.QEMU = &agent.QEMUConfig{Enabled: true, ImageDir: bin, Accel: "tcg"}
 }

@@ -1,7 +1,9 @@
 // Package aggregated benchmarks the attach round trip through the aggregated API
 // (client → kube-apiserver → workbench-apiserver → node data plane → PTY and back) against
-// the node data plane directly (client → node data plane → PTY), in the same run, samples
-// interleaved, over two open WebSocket streams on two identical /bin/cat PTY sessions.
+// the node data plane directly (client → node data plane → PTY), and that against the
+// in-process floor (a PTY of /bin/cat written and read by this process), in the same run,
+// samples interleaved, over two open WebSocket streams on two identical /bin/cat PTY
+// sessions: one long-lived stream each, a keystroke line one frame each way.
 //
 //	KUBEBUILDER_ASSETS=$(hack/build-control-plane.sh path) go test ./test/bench/aggregated/ -run '^$' -bench AttachRoundTrip -benchtime 400x
 package aggregated
@@ -13,6 +15,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -20,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -194,16 +198,17 @@ func BenchmarkAttachRoundTrip(b *testing.B) {
 	must(b, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns.Name}, Spec: wbv1.EnvironmentSpec{
 		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(dir)}},
 		NodeSelector: map[string]string{wbv1.NodeLabel: nodeName}}}))
-	for _, n := range []string{"direct", "agg"} {
+	for _, n := range []string{"direct", "agg", "wb"} {
 		must(b, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: ns.Name}, Spec: wbv1.TerminalSessionSpec{
 			EnvironmentRef: "e", ShellProfileRef: ptr(wbv1.ObjectName("cat")), RawInput: wbv1.RawInputOperatorOnly}}))
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		var d, a wbv1.TerminalSession
+		var d, a, w wbv1.TerminalSession
 		must(b, env.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "direct"}, &d))
 		must(b, env.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "agg"}, &a))
-		if d.Status.Phase == wbv1.SessionRunning && a.Status.Phase == wbv1.SessionRunning {
+		must(b, env.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "wb"}, &w))
+		if d.Status.Phase == wbv1.SessionRunning && a.Status.Phase == wbv1.SessionRunning && w.Status.Phase == wbv1.SessionRunning {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -245,18 +250,44 @@ func BenchmarkAttachRoundTrip(b *testing.B) {
 	direct := attach(b, ctx, directCfg, node.Status.DataPlane.Endpoint+dataplane.V2Path(ns.Name, "terminalsessions", "direct", "attach")+q)
 	aggr := attach(b, ctx, kubeCfg, strings.TrimSuffix(kubeCfg.Host, "/")+"/apis/"+apiserver.GroupName+"/"+apiserver.Version+
 		"/namespaces/"+ns.Name+"/terminalsessions/agg/attach"+q)
-	// Warm up both paths (connections, caches) before measuring.
+	// The breakdown: client → workbench-apiserver directly (as kube-apiserver's front proxy:
+	// its client certificate and the X-Remote-* identity headers) → node data plane.
+	fpDir := b.TempDir()
+	fpCert, fpKey, err := env.Aggregation.FrontProxyCA.IssueFiles(fpDir, "bench-front-proxy", envtest.FrontProxyClientName)
+	must(b, err)
+	user := "system:serviceaccount:" + ns.Name + ":op"
+	wbCfg := &rest.Config{Host: "https://" + agg.Addr, TLSClientConfig: rest.TLSClientConfig{CertFile: fpCert, KeyFile: fpKey, CAData: agg.ServingCA.CertPEM},
+		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+				r = r.Clone(r.Context())
+				r.Header.Set("X-Remote-User", user)
+				r.Header["X-Remote-Group"] = []string{"system:serviceaccounts", "system:serviceaccounts:" + ns.Name, "system:authenticated"}
+				return rt.RoundTrip(r)
+			})
+		}}
+	wbOnly := attach(b, ctx, wbCfg, wbCfg.Host+"/apis/"+apiserver.GroupName+"/"+apiserver.Version+
+		"/namespaces/"+ns.Name+"/terminalsessions/wb/attach"+q)
+	// Warm up every path (connections, caches) before measuring.
 	for i := range 20 {
 		direct.roundTrip(b, fmt.Sprintf("warm-d-%d", i))
 		aggr.roundTrip(b, fmt.Sprintf("warm-a-%d", i))
+		wbOnly.roundTrip(b, fmt.Sprintf("warm-w-%d", i))
 	}
-	var ds, as []time.Duration
+	floor := startFloor(b)
+	defer floor.close()
+	for i := range 20 {
+		floor.roundTrip(b, fmt.Sprintf("warm-f-%d", i))
+	}
+	var fs, ds, as, ws []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
+		fs = append(fs, floor.roundTrip(b, fmt.Sprintf("f%07d", i)))
 		ds = append(ds, direct.roundTrip(b, fmt.Sprintf("d%07d", i)))
 		as = append(as, aggr.roundTrip(b, fmt.Sprintf("a%07d", i)))
+		ws = append(ws, wbOnly.roundTrip(b, fmt.Sprintf("w%07d", i)))
 	}
 	b.StopTimer()
+	fp50 := percentile(fs, 0.50)
 	dp50, dp99 := percentile(ds, 0.50), percentile(ds, 0.99)
 	ap50, ap99 := percentile(as, 0.50), percentile(as, 0.99)
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
@@ -266,6 +297,63 @@ func BenchmarkAttachRoundTrip(b *testing.B) {
 	b.ReportMetric(us(ap99), "aggregated-p99-µs")
 	b.ReportMetric(float64(ap50)/float64(dp50), "p50-ratio")
 	b.ReportMetric(float64(ap99)/float64(dp99), "p99-ratio")
-	b.Logf("attach round trip over %d interleaved samples: direct p50 %s p99 %s; aggregated p50 %s p99 %s; ratio p50 %.2f p99 %.2f",
-		len(ds), dp50, dp99, ap50, ap99, float64(ap50)/float64(dp50), float64(ap99)/float64(dp99))
+	b.ReportMetric(us(fp50), "floor-p50-µs")
+	b.ReportMetric(float64(dp50)/float64(fp50), "direct/floor-p50")
+	wp50 := percentile(ws, 0.50)
+	b.ReportMetric(us(wp50), "wbapiserver-only-p50-µs")
+	b.Logf("breakdown: client → workbench-apiserver → node p50 %s p99 %s (%.2f× direct): workbench-apiserver's hop %s, kube-apiserver's hop %s at p50",
+		wp50, percentile(ws, 0.99), float64(wp50)/float64(dp50), wp50-dp50, ap50-wp50)
+	b.Logf("attach round trip over %d interleaved samples: in-process floor p50 %s p99 %s; direct p50 %s p99 %s (%.2f× the floor); "+
+		"aggregated p50 %s p99 %s; ratio aggregated/direct p50 %.2f p99 %.2f",
+		len(ds), fp50, percentile(fs, 0.99), dp50, dp99, float64(dp50)/float64(fp50), ap50, ap99, float64(ap50)/float64(dp50), float64(ap99)/float64(dp99))
 }
+
+// floorPTY is the in-process floor: this process writes a line to a PTY running /bin/cat
+// and reads until its echo (no sandbox, no ring, no network).
+type floorPTY struct {
+	f   *os.File
+	cmd *exec.Cmd
+	buf []byte
+}
+
+func startFloor(tb testing.TB) *floorPTY {
+	cmd := exec.Command("/bin/cat")
+	f, err := pty.Start(cmd)
+	must(tb, err)
+	return &floorPTY{f: f, cmd: cmd, buf: make([]byte, 4096)}
+}
+
+func (p *floorPTY) roundTrip(tb testing.TB, marker string) time.Duration {
+	start := time.Now()
+	if _, err := io.WriteString(p.f, marker+"\n"); err != nil {
+		tb.Fatal(err)
+	}
+	var seen []byte
+	for !bytes.Contains(seen, []byte(marker)) {
+		n, err := p.f.Read(p.buf)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		seen = append(seen, p.buf[:n]...)
+	}
+	d := time.Since(start)
+	// Drain cat's copy of the line so the next sample starts clean.
+	for !bytes.Contains(seen[bytes.Index(seen, []byte(marker))+len(marker):], []byte(marker)) {
+		n, err := p.f.Read(p.buf)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		seen = append(seen, p.buf[:n]...)
+	}
+	return d
+}
+
+func (p *floorPTY) close() {
+	_ = p.f.Close()
+	_ = p.cmd.Process.Kill()
+	_ = p.cmd.Wait()
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
