@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -347,9 +348,18 @@ func startAgentProc(t testing.TB, bin, kubeconfig, config string) *agentProc {
 	p.cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	must(t, p.cmd.Start())
 	t.Cleanup(func() {
-		if p.cmd.ProcessState == nil {
+		if p.cmd.ProcessState != nil {
+			return
+		}
+		// A graceful stop: the agent ends its sessions' programs before it exits.
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = p.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(40 * time.Second):
 			_ = p.cmd.Process.Kill()
-			_, _ = p.cmd.Process.Wait()
+			<-done
 		}
 	})
 	return p
@@ -359,7 +369,7 @@ func startAgentProc(t testing.TB, bin, kubeconfig, config string) *agentProc {
 func (p *agentProc) kill(t testing.TB) {
 	t.Helper()
 	must(t, p.cmd.Process.Kill())
-	_, _ = p.cmd.Process.Wait()
+	_ = p.cmd.Wait()
 }
 
 // waitDataPlane waits until node publishes a data plane endpoint different from prev.
