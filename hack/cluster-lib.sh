@@ -245,8 +245,33 @@ conntrack:
 EOF
 }
 
+# vms_setup decides whether the DaemonSet pod offers qemu-microvm.v1 (CLUSTER_VMS): the
+# node's QEMU comes in through the pod's read-only /usr mount, the guest image through a
+# read-only hostPath of bin/guest/. Sets VMS_ON and GUEST_DIR, or says why VMs are off.
+vms_setup() {
+  VMS_ON=0
+  GUEST_DIR="$(realpath "${ROOT}/bin/guest" 2>/dev/null || true)"
+  local why="" f
+  if [[ "${CLUSTER_VMS:-auto}" == "0" ]]; then
+    why="CLUSTER_VMS=0"
+  elif [[ ! -x /usr/bin/qemu-system-x86_64 ]]; then
+    why="/usr/bin/qemu-system-x86_64 is not installed on the node (make guest-image installs it)"
+  else
+    for f in vmlinux initramfs.cpio vhost-device-vsock imagemanifest.yaml; do
+      [[ -n "${GUEST_DIR}" && -f "${GUEST_DIR}/${f}" ]] || why="bin/guest/ holds no guest image (make guest-image builds it)"
+    done
+  fi
+  if [[ -n "${why}" ]]; then
+    log "VMs off in the cluster: ${why}"
+    return 0
+  fi
+  VMS_ON=1
+}
+
 # write_overlay: config/default with the node agent's host paths inside the state directory
-# (so down-cluster can remove them and nothing collides with make run-local).
+# (so down-cluster can remove them and nothing collides with make run-local), the aggregated
+# API server's CA in its APIService and in the node agents' configuration, and (VMS_ON=1)
+# qemu-microvm.v1 with the guest image mounted read-only.
 write_overlay() {
   mkdir -p "${STATE}/overlay"
   # kustomize takes only relative paths to other kustomizations.
@@ -259,29 +284,53 @@ resources:
 - ${base}
 patches:
 - path: node-agent-host-paths.yaml
+- path: node-agent-config.yaml
+- path: apiservice-ca.yaml
 EOF
-  # The aggregated API server (config/apiserver) needs its serving and node-client
-  # certificate Secrets and the API server's front-proxy (requestheader) configuration,
-  # which neither config/default nor this script provide yet: without them its APIService
-  # stays unavailable, and an unavailable APIService blocks every namespace deletion
-  # (discovery fails). It is left out of this cluster until it is wired.
-  if grep -q -- '- ../apiserver' "${ROOT}/config/default/kustomization.yaml"; then
-    cat >>"${STATE}/overlay/kustomization.yaml" <<'EOF'
-- patch: |-
-    $patch: delete
-    apiVersion: apiregistration.k8s.io/v1
-    kind: APIService
-    metadata:
-      name: v1alpha1.subresources.workbench.sensorium.dev
-- patch: |-
-    $patch: delete
-    apiVersion: apps/v1
-    kind: Deployment
-    metadata:
-      name: workbench-apiserver
-      namespace: workbench-system
+  cat >"${STATE}/overlay/apiservice-ca.yaml" <<EOF
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata:
+  name: v1alpha1.subresources.workbench.sensorium.dev
+spec:
+  caBundle: $(base64 -w0 <"${PKI}/ca.crt")
 EOF
+  local qemu="" mounts="" vols=""
+  if [[ "${VMS_ON:-0}" == "1" ]]; then
+    qemu="    qemu:
+      enabled: true
+      imageDir: /var/lib/workbench/images
+      accel: ${CLUSTER_VM_ACCEL:-auto}"
+    # Each VM's cgroup nests under the agent container's: its memory (guest + 512 MiB)
+    # counts against the pod's limit, which must hold qemu.maxVMs (4) of them.
+    mounts="      containers:
+      - name: node-agent
+        resources:
+          limits: {memory: 6Gi}
+        volumeMounts:
+        - {name: guest-image, mountPath: /var/lib/workbench/images/guest, readOnly: true}"
+    vols="      - name: guest-image
+        hostPath: {path: ${GUEST_DIR}, type: Directory}"
   fi
+  cat >"${STATE}/overlay/node-agent-config.yaml" <<EOF
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: workbench-node-agent-config
+  namespace: workbench-system
+data:
+  forwarding-ca.crt: |
+$(sed 's/^/    /' "${PKI}/ca.crt")
+  node-agent.yaml: |
+    stateDir: /var/lib/workbench-agent
+    admittedRoots:
+      workspaces: /var/lib/workbench/workspaces
+    dataPlaneAddress: 0.0.0.0:10350
+    heartbeatSeconds: 30
+    dataPlaneForwardingCAFile: /etc/workbench/forwarding-ca.crt
+    dataPlaneForwardingNames: [workbench-apiserver]
+${qemu}
+EOF
   cat >"${STATE}/overlay/node-agent-host-paths.yaml" <<EOF
 apiVersion: apps/v1
 kind: DaemonSet
@@ -296,6 +345,8 @@ spec:
         hostPath: {path: ${STATE}/host/node-agent, type: DirectoryOrCreate}
       - name: workspaces
         hostPath: {path: ${STATE}/host/workspaces, type: DirectoryOrCreate}
+${vols}
+${mounts}
 EOF
 }
 

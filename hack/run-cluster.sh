@@ -27,6 +27,11 @@
 #   CLUSTER_NODE_NAME        the node's name [workbench-node]
 #   CLUSTER_SKIP_WORKBENCH=1 stop after the cluster is up (no images, config, samples) [0]
 #   CLUSTER_SKIP_SAMPLES=1   do not apply config/samples [0]
+#   CLUSTER_VMS              qemu-microvm.v1 in the DaemonSet pod: auto (when the host has
+#                            qemu-system-x86_64 and bin/guest/ holds the guest image, which
+#                            reaches the pod through a read-only hostPath), 0 (off) [auto]
+#   CLUSTER_VM_ACCEL         the VM accelerator: auto (KVM only where a probe VM boots), kvm,
+#                            tcg [auto]
 #   READY_TIMEOUT            seconds to wait for each component [300]; the manager is
 #                            Ready 1-4 min after it starts: the kubelet refreshes the mounted
 #                            certificate Secret about a minute after the manager writes it,
@@ -144,6 +149,14 @@ issue kube-scheduler "/CN=system:kube-scheduler" "clientAuth"
 issue kube-proxy "/CN=system:kube-proxy" "clientAuth"
 issue kubelet-client "/O=system:nodes/CN=system:node:${NODE_NAME}" "clientAuth"
 issue kubelet "/CN=${NODE_NAME}" "serverAuth" "IP:${NODE_IP},DNS:${NODE_NAME},DNS:localhost"
+# The aggregated API (workbench-apiserver): kube-apiserver's front-proxy client (the only
+# name --requestheader-allowed-names accepts), the aggregated server's serving certificate
+# (the APIService's caBundle is this CA) and its client certificate towards the node agents'
+# data plane (CN workbench-apiserver: the only name the agents accept forwarded users from).
+issue front-proxy-client "/CN=front-proxy-client" "clientAuth"
+issue workbench-apiserver-serving "/CN=workbench-apiserver.workbench-system.svc" "serverAuth" \
+  "DNS:workbench-apiserver.workbench-system.svc,DNS:workbench-apiserver.workbench-system.svc.cluster.local,DNS:workbench-apiserver.workbench-system"
+issue workbench-apiserver-node-client "/CN=workbench-apiserver" "clientAuth"
 openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "${PKI}/sa.key" 2>/dev/null
 openssl pkey -in "${PKI}/sa.key" -pubout -out "${PKI}/sa.pub"
 chmod 600 "${PKI}"/*.key
@@ -174,6 +187,10 @@ start kube-apiserver "${K8S_BIN}/kube-apiserver" \
   --etcd-servers="http://127.0.0.1:${ETCD_PORT}" \
   --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
   --allow-privileged=true --enable-aggregator-routing=true \
+  --requestheader-client-ca-file="${PKI}/ca.crt" --requestheader-allowed-names=front-proxy-client \
+  --requestheader-username-headers=X-Remote-User --requestheader-uid-headers=X-Remote-Uid \
+  --requestheader-group-headers=X-Remote-Group --requestheader-extra-headers-prefix=X-Remote-Extra- \
+  --proxy-client-cert-file="${PKI}/front-proxy-client.crt" --proxy-client-key-file="${PKI}/front-proxy-client.key" \
   --service-account-issuer="https://kubernetes.default.svc" \
   --service-account-key-file="${PKI}/sa.pub" --service-account-signing-key-file="${PKI}/sa.key" \
   --service-cluster-ip-range="${SERVICE_CIDR}" \
@@ -235,30 +252,48 @@ fi
 
 # --- 6. Images ----------------------------------------------------------------------------------
 log "Building the image tarballs (hack/images) into ${IMAGES}"
-# The aggregated API server is left out of this cluster (see write_overlay): not built.
-go run ./hack/images -out "${IMAGES}" -tag latest -only manager,node-agent,pause >"${LOGS}/images.txt"
+go run ./hack/images -out "${IMAGES}" -tag latest -only manager,node-agent,workbench-apiserver,pause >"${LOGS}/images.txt"
 for tarball in "${IMAGES}"/*.tar; do
   ctr -n k8s.io images import "${tarball}" >/dev/null
 done
 log "Imported: $(ctr -n k8s.io images ls -q | grep -v '^sha256:' | tr '\n' ' ')"
 
 # --- 7. Sensorium Workbench ----------------------------------------------------------------------
+vms_setup
 write_overlay
 seed_workspace
+# The aggregated API server's two certificate Secrets exist before its pods start.
+kubectl create namespace workbench-system >/dev/null
+kubectl -n workbench-system create secret tls workbench-apiserver-serving \
+  --cert="${PKI}/workbench-apiserver-serving.crt" --key="${PKI}/workbench-apiserver-serving.key" >/dev/null
+kubectl -n workbench-system create secret tls workbench-apiserver-node-client \
+  --cert="${PKI}/workbench-apiserver-node-client.crt" --key="${PKI}/workbench-apiserver-node-client.key" >/dev/null
 log "Applying config/default (through ${STATE}/overlay)"
 kubectl apply --server-side -k "${STATE}/overlay" >"${LOGS}/apply.txt"
 kubectl -n workbench-system rollout status deployment/workbench-controller-manager --timeout="${READY_TIMEOUT}s" ||
   fail "the manager Deployment is not Ready; kubectl -n workbench-system describe pods"
+kubectl -n workbench-system rollout status deployment/workbench-apiserver --timeout="${READY_TIMEOUT}s" ||
+  fail "the workbench-apiserver Deployment is not Ready; kubectl -n workbench-system describe pods"
+kubectl wait --for=condition=Available apiservice/v1alpha1.subresources.workbench.sensorium.dev --timeout="${READY_TIMEOUT}s" >/dev/null ||
+  fail "APIService v1alpha1.subresources.workbench.sensorium.dev not Available"
+log "The aggregated API subresources.workbench.sensorium.dev is Available"
 kubectl -n workbench-system rollout status daemonset/workbench-node-agent --timeout="${READY_TIMEOUT}s" ||
   fail "the node-agent DaemonSet is not Ready; kubectl -n workbench-system describe pods"
 wait_for "" "WorkbenchNode ${NODE_NAME} exists" kubectl get workbenchnode "${NODE_NAME}"
 kubectl wait --for=condition=Ready "workbenchnode/${NODE_NAME}" --timeout="${READY_TIMEOUT}s" >/dev/null ||
   fail "WorkbenchNode ${NODE_NAME} not Ready"
 log "Manager and node agent are Ready; WorkbenchNode ${NODE_NAME} is Ready"
+if [[ "${VMS_ON}" == "1" ]]; then
+  kubectl apply --server-side -f "${ROOT}/bin/guest/imagemanifest.yaml" >/dev/null
+  log "qemu-microvm.v1 runs in the node-agent pod (image bin/guest/ through a read-only hostPath); ImageManifest registered"
+fi
 
 if [[ "${SKIP_SAMPLES}" != "1" ]]; then
   log "Applying config/samples"
   kubectl apply --server-side -f config/samples >/dev/null
+  if [[ "${VMS_ON}" == "1" ]]; then
+    kubectl apply --server-side -f config/samples/vm >/dev/null
+  fi
 fi
 
 cat <<EOF

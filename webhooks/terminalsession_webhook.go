@@ -2,8 +2,11 @@ package webhooks
 
 import (
 	"context"
+	"net/http"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,12 +30,54 @@ func setupTerminalSession(mgr ctrl.Manager) error {
 }
 
 // ValidateCreate implements admission.Validator.
-func (TerminalSessionValidator) ValidateCreate(ctx context.Context, obj *wbv1.TerminalSession) (admission.Warnings, error) {
+func (v TerminalSessionValidator) ValidateCreate(ctx context.Context, obj *wbv1.TerminalSession) (admission.Warnings, error) {
 	if w, err := nodeRestricted(ctx, "TerminalSession", obj.Name, obj.Labels); err != nil {
 		return w, err
 	}
-	return nil, sessionCeilings(obj)
+	if err := sessionCeilings(obj); err != nil {
+		return nil, err
+	}
+	return nil, v.sessionCapacity(ctx, obj)
 }
+
+// sessionCapacity refuses, with the node's own code, a session its environment's node has
+// published no room for (WorkbenchNode status.free). It is advisory-early: it acts only
+// on a placed environment and a Ready node that published its free capacity, and the node
+// still refuses what this could not foresee (a slot taken since the count).
+func (v TerminalSessionValidator) sessionCapacity(ctx context.Context, obj *wbv1.TerminalSession) error {
+	if v.Client == nil {
+		return nil
+	}
+	var env wbv1.Environment
+	if err := v.Client.Get(ctx, client.ObjectKey{Namespace: obj.Namespace, Name: string(obj.Spec.EnvironmentRef)}, &env); err != nil {
+		return nil // missing or unreadable: the binding controller gives the outcome
+	}
+	if env.Status.NodeName == "" {
+		return nil
+	}
+	var node wbv1.WorkbenchNode
+	if err := v.Client.Get(ctx, client.ObjectKey{Name: env.Status.NodeName}, &node); err != nil {
+		return nil
+	}
+	msg := node.NoSessionRoom(env.Namespace, env.Name)
+	if msg == "" {
+		return nil
+	}
+	return capReached("terminalsessions", obj.Name, actuation.CodeSessionCapReached, msg)
+}
+
+// capReached is a refusal for a cap reached: HTTP 429 with the code as the first cause's
+// reason and as the message's prefix. It carries no retryAfterSeconds, so clients do not
+// retry it on their own; WorkbenchNode status.free says when to.
+func capReached(resource, name string, code actuation.Code, msg string) error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure, Code: http.StatusTooManyRequests, Reason: metav1.StatusReasonTooManyRequests,
+		Message: string(code) + ": " + msg,
+		Details: &metav1.StatusDetails{Group: wbv1.GroupVersion.Group, Kind: resource, Name: name,
+			Causes: []metav1.StatusCause{{Type: metav1.CauseType(code), Message: msg}}},
+	}}
+}
+
 
 // sessionCeilings refuses durations the node would refuse, with the node's code.
 func sessionCeilings(obj *wbv1.TerminalSession) error {

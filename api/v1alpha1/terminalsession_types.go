@@ -20,6 +20,13 @@ const (
 	SessionKilled    SessionPhase = "Killed"
 )
 
+// ConditionCapacityAvailable is set by the manager on a session the node refused for its
+// caps (session-cap-reached): False while the node's published free capacity
+// (WorkbenchNode status.free) still has no slot for it, True — with lastTransitionTime the
+// moment capacity returned — once it has. The refused session stays Failed; a client
+// retries honestly by creating a new session after this turns True.
+const ConditionCapacityAvailable = "CapacityAvailable"
+
 // RawInput says who may write raw bytes to the PTY.
 // +kubebuilder:validation:Enum=Disabled;OperatorOnly
 type RawInput string

@@ -32,6 +32,52 @@ type NodeCaps struct {
 	MaxSessionDurationSeconds int64 `json:"maxSessionDurationSeconds,omitempty"`
 }
 
+// NodeFree is what one more session, reader, command, wait or VM would find on the node.
+type NodeFree struct {
+	// sessions is the number of free session slots (caps.sessions minus open sessions).
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	Sessions int32 `json:"sessions"`
+	// readerTasks is the number of free reader-task permits (PTY output pumps and event
+	// long-polls).
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	ReaderTasks int32 `json:"readerTasks"`
+	// commands is the number of free concurrent structured-command slots.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	Commands int32 `json:"commands"`
+	// waits is the number of free pending-wait slots.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	Waits int32 `json:"waits"`
+	// vms is the number of free VM slots (absent when the node offers no VM backend).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	VMs *int32 `json:"vms,omitempty"`
+	// fullEnvironments are the environments at their per-environment session cap
+	// (caps.sessionsPerEnvironment), at most 64.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	FullEnvironments []NodeEnvironmentRef `json:"fullEnvironments,omitempty"`
+	// fullEnvironmentsTruncated says more environments are full than fullEnvironments lists.
+	// +optional
+	FullEnvironmentsTruncated bool `json:"fullEnvironmentsTruncated,omitempty"`
+	// observedTime is when the node agent counted.
+	// +required
+	ObservedTime metav1.Time `json:"observedTime"`
+}
+
+// NodeEnvironmentRef names an Environment from a cluster-scoped object.
+type NodeEnvironmentRef struct {
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+	// +required
+	Name ObjectName `json:"name"`
+}
+
 // AdmittedRoot is a host directory the node's own configuration admits.
 type AdmittedRoot struct {
 	// +required
@@ -102,6 +148,12 @@ type WorkbenchNodeStatus struct {
 	ActiveSessions int32 `json:"activeSessions,omitempty"`
 	// +optional
 	ActiveWaits int32 `json:"activeWaits,omitempty"`
+	// free is the node's free capacity, published by the node agent when it changes (at
+	// most once per capacityPublishMillis, default 1 s). Admission refuses a session the
+	// node would refuse for its caps (session-cap-reached) when free says so; the node
+	// stays the authority and still refuses what free could not foresee.
+	// +optional
+	Free *NodeFree `json:"free,omitempty"`
 	// actionClasses lists, per action class C1..C7, whether this node enforces it (seed
 	// 002: a class whose primitive is missing is published unavailable, never weakened).
 	// +optional
@@ -127,6 +179,7 @@ type WorkbenchNodeStatus struct {
 // +kubebuilder:resource:scope=Cluster,shortName=wbnode,categories=workbench
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.agentVersion`
 // +kubebuilder:printcolumn:name="Sessions",type=integer,JSONPath=`.status.activeSessions`
+// +kubebuilder:printcolumn:name="Free",type=integer,JSONPath=`.status.free.sessions`
 // +kubebuilder:printcolumn:name="Heartbeat",type=date,JSONPath=`.status.heartbeatTime`
 type WorkbenchNode struct {
 	metav1.TypeMeta   `json:",inline"`

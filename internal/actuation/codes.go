@@ -142,6 +142,11 @@ const (
 	CodeRawInputDisabled  Code = "raw-input-disabled" // attach with stdin on a session whose spec.rawInput is not OperatorOnly
 )
 
+// Node lifecycle (nodecap): the node is cordoned (kubectl drain) — docs/capacity.md.
+const (
+	CodeNodeDraining Code = "node-draining" // the node is cordoned: no new session or environment starts until it is uncordoned
+)
+
 // Codes of the client surface (output of a command that has not started).
 const (
 	CodeCommandNotStarted Code = "command-not-started" // output over WebSocket of a command that did not start within the bounded wait
@@ -390,6 +395,8 @@ var allCodes = []Code{
 	CodeImageInvalid, CodeResourcesAboveMax, CodeResourcesInvalid, CodeResourceNotEnforced, CodeVMCapReached, CodeBootFailed, CodeBootTimeout,
 	CodeVMNotRunning, CodeEnvironmentIDInvalid, CodeStateDirTooLong,
 	CodeForwardingRefused, CodeNodeUnreachable, CodeOutputEvicted, CodeUploadTooLarge, CodeRawInputDisabled,
+	// node lifecycle (nodecap)
+	CodeNodeDraining,
 	// views (issue 11)
 	CodeViewGrantMissing, CodeViewGrantRevoked, CodeViewGrantExpired, CodeViewMembershipInactive,
 	CodeViewContextSuperseded, CodeViewContextMissing, CodeViewClassificationExceeded, CodeViewSessionUnavailable,

@@ -263,6 +263,13 @@ func (b *Backend) VMsDir() string { return b.vmsDir }
 // Binaries returns the resolved QEMU and vsock device paths.
 func (b *Backend) Binaries() (qemu, device string) { return b.qemuBin, b.devBin }
 
+// Slots returns the VMs running or booting and the node's maximum (MaxVMs).
+func (b *Backend) Slots() (used, limit int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.vms) + b.booting, b.cfg.MaxVMs
+}
+
 func (b *Backend) lock(id string) func() { return b.locks.Lock(id) }
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)

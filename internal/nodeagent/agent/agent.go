@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -89,6 +90,12 @@ type Agent struct {
 	wakePatches, wakeArtifacts, wakeProbes chan event.GenericEvent
 	// sweepArtifacts kicks the artifact retention sweep (retention.go).
 	sweepArtifacts chan struct{}
+	// capKick asks for a recount of the free capacity (free.go).
+	capKick chan struct{}
+	// cordoned mirrors the Node's spec.unschedulable (kubectl drain; node_drain.go), and
+	// wakeEnvironments re-queues environments when it changes.
+	cordoned         atomic.Bool
+	wakeEnvironments chan event.GenericEvent
 }
 
 // Options tune an agent for tests and embedding.
@@ -152,21 +159,23 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		sandbox: sandboxHelper(cfg, opts),
 		runner: procexec.NewRunner(procexec.Limits{MaxConcurrent: caps.ConcurrentCommands, TempBase: filepath.Join(cfg.StateDir, "tmp"),
 			HelperPath: sandboxHelper(cfg, opts), Cgroups: cg, PrestartedSandboxes: caps.PrestartedSandboxes}),
-		cgroups:        cg,
-		envs:           map[string]*liveEnv{},
-		sess:           map[string]*liveSession{},
-		commands:       map[string]*liveCommand{},
-		pins:           map[string]map[string]*pinnedRoot{},
-		wakeCommands:   make(chan event.GenericEvent, 1024),
-		wakeSessions:   make(chan event.GenericEvent, 1024),
-		engine:         waits.NewEngine(waits.Caps{PendingWaits: caps.PendingWaits}),
-		liveWaits:      map[string]*liveWait{},
-		blobs:          blobs,
-		wakeWaits:      make(chan event.GenericEvent, 1024),
-		sweepArtifacts: make(chan struct{}, 1),
-		wakePatches:    make(chan event.GenericEvent, 1024),
-		wakeArtifacts:  make(chan event.GenericEvent, 1024),
-		wakeProbes:     make(chan event.GenericEvent, 1024),
+		cgroups:          cg,
+		envs:             map[string]*liveEnv{},
+		sess:             map[string]*liveSession{},
+		commands:         map[string]*liveCommand{},
+		pins:             map[string]map[string]*pinnedRoot{},
+		wakeCommands:     make(chan event.GenericEvent, 1024),
+		wakeSessions:     make(chan event.GenericEvent, 1024),
+		engine:           waits.NewEngine(waits.Caps{PendingWaits: caps.PendingWaits}),
+		liveWaits:        map[string]*liveWait{},
+		blobs:            blobs,
+		wakeWaits:        make(chan event.GenericEvent, 1024),
+		sweepArtifacts:   make(chan struct{}, 1),
+		capKick:          make(chan struct{}, 1),
+		wakeEnvironments: make(chan event.GenericEvent, 1024),
+		wakePatches:      make(chan event.GenericEvent, 1024),
+		wakeArtifacts:    make(chan event.GenericEvent, 1024),
+		wakeProbes:       make(chan event.GenericEvent, 1024),
 	}
 	// Before anything runs (and before recovery sweeps the temp dirs): can this node
 	// establish the process sandbox? The answer is published on the host backends'
@@ -201,6 +210,7 @@ func (a *Agent) cacheOptions() cache.Options {
 		&wbv1.TerminalView{}:      byLabel,
 		&wbv1.ViewGrant{}:         byLabel,
 		&wbv1.WorkbenchNode{}:     {Field: fields.OneTermEqualSelector("metadata.name", a.cfg.NodeName)},
+		&corev1.Node{}:            {Field: fields.OneTermEqualSelector("metadata.name", a.cfg.NodeName)},
 	}}
 }
 
@@ -240,6 +250,9 @@ func (a *Agent) Run(ctx context.Context, cfg *rest.Config) error {
 		return err
 	}
 	if err := mgr.Add(managerRunnable(a.artifactSweepLoop)); err != nil {
+		return err
+	}
+	if err := mgr.Add(managerRunnable(a.capacityLoop)); err != nil {
 		return err
 	}
 	log.Info("Starting node agent", "version", Version, "backends", a.backends.IDs())

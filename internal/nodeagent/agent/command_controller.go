@@ -44,6 +44,9 @@ type liveCommand struct {
 	persisted bool
 	// stopping is set when the command's object is being deleted: its end is Cancelled.
 	stopping bool
+	// drained is set when the node is drained (cordoned) while the command runs: its end
+	// is Failed/interrupted (node_drain.go).
+	drained bool
 	// finished is closed once result is set (host commands).
 	finished chan struct{}
 	// cancel ends the wait for a command running in a VM guest (no host handle).
@@ -85,6 +88,7 @@ func commandOwned(s *wbv1.TerminalCommandStatus) wbv1.TerminalCommandStatus {
 
 func (r *commandReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	a := r.a
+	defer a.kickCapacity()    // what this pass opened or ended changes the free capacity (free.go)
 	defer a.commandsChanged() // output?follow waiters look again (dataplane.CommandWatcher)
 	var cmd wbv1.TerminalCommand
 	if err := a.client.Get(ctx, req.NamespacedName, &cmd); err != nil {
@@ -261,6 +265,14 @@ func (a *Agent) stopCommands(match func(*liveCommand) bool) []*liveCommand {
 		}
 	}
 	return stop
+}
+
+// commandDrained says whether a node drain stopped the command.
+func (a *Agent) commandDrained(uid string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	lc := a.commands[uid]
+	return lc != nil && lc.drained
 }
 
 // forgetCommand drops a finished command from memory once its outcome is stored.
@@ -598,6 +610,9 @@ func (a *Agent) awaitCommand(cmd *wbv1.TerminalCommand, h *procexec.Handle, out 
 		o.Phase, o.RefusalCode, o.Message = wbv1.CommandFailed, refusal.CodeOf(err), err.Error()
 	case res.SignalOrigin == procexec.OriginTimeout:
 		o.Phase, o.Message = wbv1.CommandTimedOut, "timed out; the process group was terminated"
+	case res.SignalOrigin == procexec.OriginCancel && a.commandDrained(string(cmd.UID)):
+		o.Phase, o.RefusalCode, o.SignalOrigin = wbv1.CommandFailed, string(actuation.CodeInterrupted), ""
+		o.Message = "interrupted: node " + a.cfg.NodeName + " was drained (cordoned) while the command ran"
 	case res.SignalOrigin == procexec.OriginCancel && a.stopping.Load():
 		// Killed because the node agent is stopping (e.g. its pod was deleted): nobody
 		// cancelled it, and it will not be re-run — the truthful outcome is interrupted.
@@ -629,7 +644,7 @@ func (a *Agent) awaitCommand(cmd *wbv1.TerminalCommand, h *procexec.Handle, out 
 // store failure is logged and left for the reconciler's pass to retry (persisted unset).
 func (a *Agent) recordOutcome(uid string, o *commandOutcome) {
 	a.mu.Lock()
-	if lc := a.commands[uid]; lc != nil && lc.stopping && o.Phase == wbv1.CommandFailed && o.ExitCode == nil {
+	if lc := a.commands[uid]; lc != nil && lc.stopping && !lc.drained && o.Phase == wbv1.CommandFailed && o.ExitCode == nil {
 		o.Phase, o.RefusalCode, o.Message = wbv1.CommandCancelled, "", "cancelled: the command was deleted or cancelled ("+o.Message+")"
 	}
 	a.mu.Unlock()

@@ -38,6 +38,9 @@ type Config struct {
 	// SandboxHelper is the sandbox helper binary (cmd/workbench-sandbox). Empty: a
 	// workbench-sandbox next to the agent's executable, else the agent binary itself.
 	SandboxHelper string `json:"sandboxHelper,omitempty"`
+	// CapacityPublishMillis is the least time between two writes of the WorkbenchNode's
+	// free capacity (status.free; default 1000).
+	CapacityPublishMillis int `json:"capacityPublishMillis,omitempty"`
 	// HeartbeatSeconds is the WorkbenchNode heartbeat period.
 	HeartbeatSeconds int `json:"heartbeatSeconds,omitempty"`
 	// Cgroups configures the cgroups of host processes (default parent: see CgroupsConfig).

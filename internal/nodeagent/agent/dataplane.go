@@ -118,6 +118,11 @@ func (a *Agent) startDataPlane(ctx context.Context) error {
 	hosts := a.cfg.DataPlaneHosts
 	if len(hosts) == 0 {
 		hosts = []string{"127.0.0.1", "localhost"}
+		if ip := os.Getenv("POD_IP"); ip != "" {
+			// In a DaemonSet pod (downward API): the address the aggregated API server's
+			// pods reach, published as the endpoint.
+			hosts = append([]string{ip}, hosts...)
+		}
 	}
 	cert, caPEM, err := dataplane.GenerateServingCert(hosts)
 	if err != nil {

@@ -65,6 +65,7 @@ func specFromRecord(e store.Environment) backends.Spec {
 
 func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	a := r.a
+	defer a.kickCapacity() // what this pass opened or ended changes the free capacity (free.go)
 	var env wbv1.Environment
 	if err := a.client.Get(ctx, req.NamespacedName, &env); err != nil {
 		if client.IgnoreNotFound(err) == nil {
@@ -130,6 +131,33 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			reason = wbv1.ReasonClosed
 		}
 		set(wbv1.ConditionReady, false, reason, "environment is "+reason)
+	case a.cordoned.Load():
+		// kubectl drain (node_drain.go): stop the environment's commands (interrupted),
+		// close its sessions, drain the backend, tear it down; uncordon allocates it again.
+		set(wbv1.ConditionReady, false, wbv1.ReasonDraining, string(actuation.CodeNodeDraining)+": node "+a.cfg.NodeName+
+			" is cordoned (kubectl drain): commands interrupted, sessions closed, backend resources torn down; kubectl uncordon restores the environment")
+		result = ctrl.Result{}
+		if !wasMounted {
+			if _, found, err := a.store.Environments().Get(spec.ID); err != nil || !found {
+				break // nothing allocated here (or already torn down by an earlier pass)
+			}
+		}
+		a.markDrained(spec.ID)
+		a.drainEnvironment(ctx, spec.ID)
+		if _, err := b.Drain(ctx, spec); err != nil {
+			ctrl.LoggerFrom(ctx).Info("Backend drain before the drain's teardown failed; tearing down", "environment", req.NamespacedName, "error", err.Error())
+		}
+		st, err := b.Teardown(ctx, spec)
+		a.forgetEnv(spec.ID)
+		if err != nil || len(st.Residue) > 0 {
+			set(wbv1.ConditionDegraded, true, "TeardownIncomplete", fmt.Sprintf("drain teardown left %v: %v", st.Residue, err))
+			result.RequeueAfter = 10 * time.Second
+			break
+		}
+		if err := a.store.Environments().Delete(spec.ID); err != nil {
+			return ctrl.Result{}, fmt.Errorf("deleting the store record of drained environment %s/%s: %w", env.Namespace, env.Name, err)
+		}
+		a.recordEvent(&env, corev1.EventTypeNormal, "Drained", "node "+a.cfg.NodeName+" is cordoned: environment drained and torn down")
 	default:
 		if code, msg, err := a.resolveBootImage(ctx, &env, &spec); err != nil {
 			return ctrl.Result{}, err

@@ -224,6 +224,12 @@ func (a *Agent) publishNode(ctx context.Context) error {
 	reason := map[bool]string{true: "CleanupFailed", false: "Healthy"}[degraded]
 	meta.SetStatusCondition(&conds, statusapply.Cond(wbv1.ConditionReady, true, "Heartbeat", "node agent "+Version+" serving", 0))
 	meta.SetStatusCondition(&conds, statusapply.Cond(wbv1.ConditionDegraded, degraded, reason, "see recovery actions", 0))
+	if a.cordoned.Load() {
+		meta.SetStatusCondition(&conds, statusapply.Cond(ConditionDraining, true, "NodeCordoned",
+			"the node is cordoned (kubectl drain): its environments are drained, new sessions refused with node-draining", 0))
+	} else {
+		meta.SetStatusCondition(&conds, statusapply.Cond(ConditionDraining, false, "NodeSchedulable", "the node is not cordoned", 0))
+	}
 	st.Conditions = conds
 	_, err := statusapply.Apply(ctx, a.client, FieldManager+"node", node, nil, st)
 	return err

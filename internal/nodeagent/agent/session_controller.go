@@ -64,6 +64,7 @@ func sessionOwned(s *wbv1.TerminalSessionStatus) wbv1.TerminalSessionStatus {
 
 func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	a := r.a
+	defer a.kickCapacity() // what this pass opened or ended changes the free capacity (free.go)
 	var ts wbv1.TerminalSession
 	if err := a.client.Get(ctx, req.NamespacedName, &ts); err != nil {
 		if client.IgnoreNotFound(err) == nil {
@@ -92,6 +93,14 @@ func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		set(wbv1.ConditionReady, false, wbv1.ReasonFailed, code+": "+msg)
 	}
 	switch {
+	case a.cordoned.Load() && !deleting && ts.Spec.DesiredState != "Closed":
+		// kubectl drain (node_drain.go): an open session ends interrupted, a new one is refused.
+		if live != nil {
+			a.closeSession(ctx, uid, false)
+			fail(string(actuation.CodeInterrupted), "node "+a.cfg.NodeName+" was drained (cordoned) while the session was open")
+		} else {
+			fail(string(actuation.CodeNodeDraining), "node "+a.cfg.NodeName+" is cordoned (kubectl drain); create the session again after kubectl uncordon")
+		}
 	case live == nil:
 		rec, ok, err := a.store.Sessions().Get(uid)
 		if err != nil {

@@ -3,10 +3,15 @@ package agent
 import (
 	"fmt"
 	"path/filepath"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -40,17 +45,22 @@ func (a *Agent) setupControllers(mgr ctrl.Manager) error {
 	if err := a.setupIndexes(a.runCtx, mgr); err != nil {
 		return fmt.Errorf("indexing references: %w", err)
 	}
-	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.Environment{}).Named(name("environment")).
+	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.Environment{}).Named(name("environment")).WithOptions(retryOptions()).
+		WatchesRawSource(source.Channel(a.wakeEnvironments, &handler.EnqueueRequestForObject{})).
 		Complete(&environmentReconciler{a: a}); err != nil {
 		return fmt.Errorf("environment controller: %w", err)
 	}
-	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.TerminalSession{}).Named(name("session")).
+	if err := ctrl.NewControllerManagedBy(mgr).For(&corev1.Node{}).Named(name("node")).
+		Complete(&nodeReconciler{a: a}); err != nil {
+		return fmt.Errorf("node controller: %w", err)
+	}
+	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.TerminalSession{}).Named(name("session")).WithOptions(retryOptions()).
 		WatchesRawSource(source.Channel(a.wakeSessions, &handler.EnqueueRequestForObject{})).
 		Watches(&wbv1.Environment{}, handler.EnqueueRequestsFromMapFunc(a.sessionsOfEnvironment)).
 		Complete(&sessionReconciler{a: a}); err != nil {
 		return fmt.Errorf("session controller: %w", err)
 	}
-	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.TerminalCommand{}).Named(name("command")).
+	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.TerminalCommand{}).Named(name("command")).WithOptions(retryOptions()).
 		WatchesRawSource(source.Channel(a.wakeCommands, &handler.EnqueueRequestForObject{})).
 		Watches(&wbv1.TerminalSession{}, handler.EnqueueRequestsFromMapFunc(a.commandsOfSession)).
 		Watches(&wbv1.Environment{}, handler.EnqueueRequestsFromMapFunc(a.commandsOfEnvironment)).
@@ -61,6 +71,16 @@ func (a *Agent) setupControllers(mgr ctrl.Manager) error {
 		return err
 	}
 	return a.setupOperations(mgr)
+}
+
+// maxRetryDelay bounds the backoff of a failed pass of the environment, session and command
+// controllers: when the manager's webhooks are away (its pod evicted by kubectl drain,
+// restarted), the outcomes the node holds reach the API within this long of their return,
+// not after the default exponential backoff's quarter of an hour.
+const maxRetryDelay = 15 * time.Second
+
+func retryOptions() controller.Options {
+	return controller.Options{RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay)}
 }
 
 func (a *Agent) recordEvent(obj client.Object, evType, reason, note string) {

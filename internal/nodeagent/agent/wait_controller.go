@@ -119,6 +119,7 @@ func (p *waitPass) fail(code, msg string) {
 
 func (r *waitReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	a := r.a
+	defer a.kickCapacity() // what this pass opened or ended changes the free capacity (free.go)
 	var w wbv1.Wait
 	if err := a.client.Get(ctx, req.NamespacedName, &w); err != nil {
 		if apierrors.IsNotFound(err) {

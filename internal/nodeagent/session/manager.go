@@ -261,6 +261,13 @@ func (m *Manager) Active() int {
 	return len(m.sessions)
 }
 
+// Readers returns the reader-task permits in use.
+func (m *Manager) Readers() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.readers
+}
+
 // Open admits and starts a session. It returns once the program runs (phase
 // Running) or with a refusal / error (the session then ended Failed).
 func (m *Manager) Open(ctx context.Context, spec Spec) (*Session, error) {

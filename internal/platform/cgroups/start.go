@@ -90,7 +90,46 @@ func threadCgroupsV1(tid int) (map[Controller]string, error) {
 			return nil, fmt.Errorf("cgroups: the thread is in no %s group: %w", c, ErrUnavailable)
 		}
 	}
+	// /proc/<pid>/cgroup names a group from its hierarchy's root; a container (a node-agent
+	// DaemonSet pod) has only its own group mounted at /sys/fs/cgroup/<controller>. Paths
+	// are made relative to what is mounted, or the thread could never move back (and a
+	// locked main thread — PID 1 in a pod — would stay in the command's or VM's group).
+	for c, root := range v1MountRoots() {
+		if p, ok := out[c]; ok && root != "/" {
+			if rel, found := strings.CutPrefix(p, root); found && (rel == "" || strings.HasPrefix(rel, "/")) {
+				out[c] = "/" + strings.TrimPrefix(rel, "/")
+			}
+		}
+	}
 	return out, nil
+}
+
+// v1MountRoots maps each v1 controller to the path of its hierarchy that is mounted (the
+// root field of /proc/self/mountinfo; "/" on a host, the container's group in a pod).
+func v1MountRoots() map[Controller]string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	out := map[Controller]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		if !ok {
+			continue
+		}
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if len(f) < 5 || len(g) < 3 || g[0] != "cgroup" {
+			continue
+		}
+		for _, opt := range strings.Split(g[2], ",") {
+			for _, c := range v1Controllers {
+				if opt == string(c) {
+					out[Controller(c)] = f[3]
+				}
+			}
+		}
+	}
+	return out
 }
 
 // moveThreadV1 writes tid into the group's "tasks" (orig nil) or back into orig.

@@ -228,6 +228,9 @@ var defaultRunner = NewRunner(Limits{})
 // Start starts spec on the default runner.
 func Start(ctx context.Context, spec Spec) (*Handle, error) { return defaultRunner.Start(ctx, spec) }
 
+// Running returns the number of commands holding a concurrency slot.
+func (r *Runner) Running() int { return len(r.sem) }
+
 // Run runs spec on the default runner and waits for it.
 func Run(ctx context.Context, spec Spec) (Result, error) { return defaultRunner.Run(ctx, spec) }
 
