@@ -52,8 +52,10 @@ type Agent struct {
 	runner   *procexec.Runner
 	sandbox  string           // the sandbox helper binary (empty: this executable)
 	cgroups  *cgroups.Manager // a group per command, session and VMM
-	client   client.Client
-	reader   client.Reader
+	// actionRuns runs ActionRuns (actionrun_controller.go); nil until set up.
+	actionRuns *actionRunReconciler
+	client     client.Client
+	reader     client.Reader
 
 	sandboxErr error // why the process sandbox cannot be established on this node (checked by New)
 
@@ -207,6 +209,7 @@ func (a *Agent) cacheOptions() cache.Options {
 		&wbv1.FilePatch{}:         byLabel,
 		&wbv1.Artifact{}:          byLabel,
 		&wbv1.BackendCapability{}: byLabel,
+		&wbv1.ActionRun{}:         byLabel,
 		&wbv1.TerminalView{}:      byLabel,
 		&wbv1.ViewGrant{}:         byLabel,
 		&wbv1.WorkbenchNode{}:     {Field: fields.OneTermEqualSelector("metadata.name", a.cfg.NodeName)},

@@ -231,6 +231,7 @@ func (a *Agent) publishNode(ctx context.Context) error {
 		meta.SetStatusCondition(&conds, statusapply.Cond(ConditionDraining, false, "NodeSchedulable", "the node is not cordoned", 0))
 	}
 	st.Conditions = conds
+	st.ActionClasses = a.actionClasses()
 	_, err := statusapply.Apply(ctx, a.client, FieldManager+"node", node, nil, st)
 	return err
 }

@@ -199,6 +199,14 @@ func (a *Agent) wantedInventory(ctx context.Context) (*inventory, error) {
 	for _, c := range cmds.Items {
 		inv.commands[string(c.UID)] = true
 	}
+	// ActionRuns keep their start and outcome records in the same table (exactly once).
+	var runs wbv1.ActionRunList
+	if err := a.reader.List(ctx, &runs, sel); err != nil {
+		return nil, fmt.Errorf("listing action runs of node %s: %w", a.cfg.NodeName, err)
+	}
+	for _, r := range runs.Items {
+		inv.commands[string(r.UID)] = true
+	}
 	return inv, nil
 }
 

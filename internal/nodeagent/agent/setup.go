@@ -67,6 +67,9 @@ func (a *Agent) setupControllers(mgr ctrl.Manager) error {
 		Complete(&commandReconciler{a: a}); err != nil {
 		return fmt.Errorf("command controller: %w", err)
 	}
+	if err := a.setupActionRuns(mgr); err != nil {
+		return err
+	}
 	if err := a.setupViews(mgr); err != nil {
 		return err
 	}

@@ -73,3 +73,26 @@ func TestValidateMounts(t *testing.T) {
 		t.Errorf("valid mounts refused: %v", err)
 	}
 }
+
+// TestSeparateStderr: with StderrBytes, stdout and stderr are captured apart, each
+// under its own cap.
+func TestSeparateStderr(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("sandbox needs root (as CI runs)")
+	}
+	res, err := NewRunner(Limits{}).Run(context.Background(), Spec{
+		Argv:        []string{"/bin/sh", "-c", "echo out; echo err >&2; head -c 5000 /dev/zero >&2"},
+		Env:         []string{"PATH=/usr/bin:/bin"},
+		OutputBytes: 100,
+		StderrBytes: 10,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(res.Output) != "out\n" || res.Truncated {
+		t.Errorf("stdout %q truncated %v", res.Output, res.Truncated)
+	}
+	if string(res.Stderr) != "err\n\x00\x00\x00\x00\x00\x00" || res.StderrBytesSeen != 5004 || !res.StderrTruncated {
+		t.Errorf("stderr %q seen %d truncated %v", res.Stderr, res.StderrBytesSeen, res.StderrTruncated)
+	}
+}

@@ -131,6 +131,11 @@ type Spec struct {
 	// Used when the Runner has a cgroup manager.
 	Resources cgroups.Limits
 	CgroupID  string
+	// StderrBytes, when > 0, gives stderr a pipe of its own with this cap
+	// (max MaxOutputBytes): Output then holds stdout only (capped by
+	// OutputBytes) and Result.Stderr the standard error. OnOutput sees stdout
+	// only.
+	StderrBytes int64
 	// Mounts and FileSizeLimit: see SandboxSpec.
 	Mounts        []Mount
 	FileSizeLimit int64
@@ -162,6 +167,11 @@ type Result struct {
 	Pgid            int
 	StartTime       uint64
 	Duration        time.Duration
+	// Stderr, StderrBytesSeen and StderrTruncated: standard error when
+	// Spec.StderrBytes is set (Output is then stdout alone).
+	Stderr          []byte
+	StderrBytesSeen int64
+	StderrTruncated bool
 	// CleanupComplete is true when kill(-pgid, 0) returned ESRCH after the
 	// group was reaped, the output pipe reached EOF, the temp dir was removed
 	// and (with a cgroup manager) the command's cgroup was confirmed empty and removed.
@@ -256,6 +266,7 @@ type Handle struct {
 	outR    *os.File
 	outDone chan struct{}
 	outErr  error // terminal read error of the output pump (io.EOF when drained)
+	errPump *pump // separate stderr (Spec.StderrBytes), or nil
 	output  []byte
 	seen    int64
 
@@ -327,7 +338,7 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 	}
 	var g *cgroups.Group
 	var ps *pooledSandbox
-	if r.pool != nil {
+	if r.pool != nil && spec.StderrBytes == 0 { // a pre-started helper has one output pipe
 		ps = r.takePrestarted(ResolveLimits(spec.Resources))
 		if ps == nil {
 			defer r.fillPool(self) // none ready: start filling now
@@ -401,11 +412,22 @@ func (r *Runner) spawn(ctx context.Context, self string, spec Spec, sbSpec Sandb
 			outR.Close()
 			return nil, err
 		}
-		return r.handle(ctx, spec, sb, g, outR), nil
+		return r.handle(ctx, spec, sb, g, outR, nil), nil
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("procexec: output pipe: %w", err)
+	}
+	errW := outW // the same *os.File for both: one pipe, arrival order
+	var errP *pump
+	if spec.StderrBytes > 0 {
+		er, ew, err := os.Pipe()
+		if err != nil {
+			outR.Close()
+			outW.Close()
+			return nil, fmt.Errorf("procexec: stderr pipe: %w", err)
+		}
+		errW, errP = ew, &pump{r: er, limit: spec.StderrBytes, done: make(chan struct{})}
 	}
 	// Into the cgroup before the helper is configured: it does nothing before.
 	before := func(pid int) error {
@@ -419,20 +441,26 @@ func (r *Runner) spawn(ctx context.Context, self string, spec Spec, sbSpec Sandb
 	sb, err = StartSandboxed(sbSpec, StartOptions{
 		HelperPath:   self,
 		UID:          r.limits.SandboxUID,
-		Stdout:       outW, // the same *os.File for both: one pipe, arrival order
-		Stderr:       outW,
+		Stdout:       outW,
+		Stderr:       errW,
 		BeforeConfig: before,
 	})
 	outW.Close()
+	if errP != nil {
+		errW.Close()
+	}
 	if err != nil {
 		outR.Close()
+		if errP != nil {
+			errP.r.Close()
+		}
 		return nil, err
 	}
-	return r.handle(ctx, spec, sb, g, outR), nil
+	return r.handle(ctx, spec, sb, g, outR, errP), nil
 }
 
 // handle wraps a started sandbox: output pump, timeout, cancellation.
-func (r *Runner) handle(ctx context.Context, spec Spec, sb *Sandboxed, g *cgroups.Group, outR *os.File) *Handle {
+func (r *Runner) handle(ctx context.Context, spec Spec, sb *Sandboxed, g *cgroups.Group, outR *os.File, errP *pump) *Handle {
 	pid := sb.Pid
 	h := &Handle{
 		spec:    spec,
@@ -442,6 +470,7 @@ func (r *Runner) handle(ctx context.Context, spec Spec, sb *Sandboxed, g *cgroup
 		started: time.Now(),
 		outR:    outR,
 		outDone: make(chan struct{}),
+		errPump: errP,
 		done:    make(chan struct{}),
 		info:    Info{Pid: pid, Pgid: pid},
 	}
@@ -451,6 +480,9 @@ func (r *Runner) handle(ctx context.Context, spec Spec, sb *Sandboxed, g *cgroup
 		h.info.StartTime = st
 	}
 	go h.pumpOutput()
+	if errP != nil {
+		go errP.run()
+	}
 	h.timeout = time.AfterFunc(spec.Timeout, func() { h.terminate(OriginTimeout) })
 	h.stopCtx = context.AfterFunc(ctx, func() { h.terminate(OriginCancel) })
 	return h
@@ -578,6 +610,15 @@ func (h *Handle) waitLoop() {
 		errs = append(errs, fmt.Errorf("procexec: output pipe of pgid %d not drained: %w", h.info.Pgid, h.outErr))
 	}
 	h.outR.Close()
+	if p := h.errPump; p != nil {
+		_ = p.r.SetReadDeadline(time.Now().Add(OutputDrainTimeout))
+		<-p.done
+		if !errors.Is(p.err, io.EOF) {
+			drained = false
+			errs = append(errs, fmt.Errorf("procexec: stderr pipe of pgid %d not drained: %w", h.info.Pgid, p.err))
+		}
+		p.r.Close()
+	}
 	h.release()
 	_, statErr := os.Stat(h.info.TempDir)
 	tmpGone := errors.Is(statErr, os.ErrNotExist)
@@ -604,8 +645,39 @@ func (h *Handle) waitLoop() {
 		CleanupComplete: !exists && drained && tmpGone && (cg == nil || cg.Kill.Empty && cg.Removed),
 		Cgroup:          cg,
 	}
+	if p := h.errPump; p != nil {
+		h.result.Stderr, h.result.StderrBytesSeen, h.result.StderrTruncated = p.out, p.seen, p.seen > int64(len(p.out))
+	}
 	h.err = errors.Join(errs...)
 	close(h.done)
+}
+
+// pump reads one pipe, keeping at most limit bytes.
+type pump struct {
+	r     *os.File
+	limit int64
+	out   []byte
+	seen  int64
+	err   error // terminal read error (io.EOF when drained)
+	done  chan struct{}
+}
+
+func (p *pump) run() {
+	defer close(p.done)
+	buf := make([]byte, outputChunk)
+	for {
+		n, err := p.r.Read(buf)
+		if n > 0 {
+			p.seen += int64(n)
+			if room := p.limit - int64(len(p.out)); room > 0 {
+				p.out = append(p.out, buf[:min(int64(n), room)]...)
+			}
+		}
+		if err != nil {
+			p.err = err
+			return
+		}
+	}
 }
 
 // normalize validates spec and applies defaults.
@@ -635,8 +707,10 @@ func normalize(s *Spec) error {
 		return refusal.New(refusal.TimeoutAboveMax, "timeout %s exceeds %s", s.Timeout, MaxTimeout)
 	case s.Grace > MaxGrace:
 		return refusal.New(refusal.TimeoutAboveMax, "grace %s exceeds %s", s.Grace, MaxGrace)
-	case s.OutputBytes > MaxOutputBytes:
-		return refusal.New(refusal.OutputCapAboveMax, "output cap %d exceeds %d", s.OutputBytes, MaxOutputBytes)
+	case s.OutputBytes > MaxOutputBytes || s.StderrBytes > MaxOutputBytes:
+		return refusal.New(refusal.OutputCapAboveMax, "output cap %d (stderr %d) exceeds %d", s.OutputBytes, s.StderrBytes, MaxOutputBytes)
+	case s.StderrBytes < 0:
+		return refusal.New(refusal.InvalidSpec, "negative stderr cap")
 	}
 	if s.Timeout == 0 {
 		s.Timeout = DefaultTimeout

@@ -532,9 +532,7 @@ func sandboxConfig(spec SandboxSpec) (*helperConfig, []idmapSource, error) {
 		if m.Writable {
 			cfg.WritablePaths = append(cfg.WritablePaths, m.Target)
 		}
-		if fi.IsDir() {
-			covered = append(covered, m.Target)
-		}
+		covered = append(covered, m.Target) // a file: only the file itself
 	}
 	if spec.FileSizeLimit < 0 {
 		return nil, nil, refusal.New(refusal.InvalidSpec, "negative file size limit")
