@@ -78,7 +78,6 @@ func capReached(resource, name string, code actuation.Code, msg string) error {
 	}}
 }
 
-
 // sessionCeilings refuses durations the node would refuse, with the node's code.
 func sessionCeilings(obj *wbv1.TerminalSession) error {
 	return invalid("TerminalSession", obj.Name, refusalErrors(field.NewPath("spec"), actuation.ValidateSessionCeilings(obj.Spec.MaxDurationSeconds, obj.Spec.IdleTimeoutSeconds)))
