@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -38,6 +39,8 @@ type ActionRunReconciler struct {
 // +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=actionruns,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=actionruns/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=consentrequests,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=consentgrants,verbs=get;list;watch
+// +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=actioncatalogs,verbs=get;list;watch;create
 
 // actionRunOwned is what the manager writes of a run's status (see ActionRunStatus): the
 // outcome fields only for a run it refused before admission.
@@ -241,7 +244,7 @@ func (r *ActionRunReconciler) consent(ctx context.Context, p *runPass, env *wbv1
 					SafetyCaps:     wbv1.SafetyCaps{TimeoutSeconds: p.next.TimeoutSeconds, OutputBytes: 0, Egress: "Deny", Credentials: "Denied"},
 					ReasonCode:     string(actuation.CodeConsentRequired),
 				},
-				Options:        []wbv1.ConsentScope{wbv1.ConsentDeny, wbv1.ConsentAllowOnce},
+				Options:        []wbv1.ConsentScope{wbv1.ConsentDeny, wbv1.ConsentAllowOnce, wbv1.ConsentAddToCatalog},
 				TimeoutSeconds: DefaultConsentTimeout,
 			},
 		}
@@ -260,6 +263,17 @@ func (r *ActionRunReconciler) consent(ctx context.Context, p *runPass, env *wbv1
 	p.next.ConsentRequestRef = cr.Name
 	switch wbv1.ConsentDecisionFor(cr.Status.Conditions) {
 	case wbv1.DecisionGranted:
+		var g wbv1.ConsentGrant
+		if err := r.Get(ctx, types.NamespacedName{Namespace: cr.Namespace, Name: cr.Status.GrantRef}, &g); err != nil {
+			if apierrors.IsNotFound(err) {
+				r.refuse(p, actuation.Refuse(actuation.CodeConsentScopeInvalid, "", "the grant %s that decided %s no longer exists", cr.Status.GrantRef, cr.Name))
+				return false, nil
+			}
+			return false, fmt.Errorf("reading ConsentGrant %s/%s of run %s: %w", cr.Namespace, cr.Status.GrantRef, run.Name, err)
+		}
+		if g.Spec.Scope == wbv1.ConsentAddToCatalog {
+			return false, r.proposeDelta(ctx, p, cat, &g)
+		}
 		if !equalStrings(cr.Spec.Descriptor.Argv, p.next.Argv) {
 			r.refuse(p, actuation.Refuse(actuation.CodeConsentScopeInvalid, "", "the consent covered another argv than the run renders now"))
 			return false, nil
@@ -275,6 +289,68 @@ func (r *ActionRunReconciler) consent(ctx context.Context, p *runPass, env *wbv1
 		p.hold(wbv1.ReasonAwaitingConsent, fmt.Sprintf("%s: class C7 (operator-gated-spawn) runs only with an operator's consent; waiting on %s", actuation.CodeConsentRequired, cr.Name))
 	}
 	return false, nil
+}
+
+// Labels of a catalog proposed by an "add to catalog" consent.
+const (
+	// DeltaOfLabel names the catalog a proposal was computed from.
+	DeltaOfLabel = "workbench.sensorium.dev/catalog-delta-of"
+	// DeltaRunLabel names the run whose consent proposed it.
+	DeltaRunLabel = "workbench.sensorium.dev/catalog-delta-run"
+)
+
+// proposeDelta answers an "add to catalog" grant: it creates (once) an unsigned
+// ActionCatalog whose spec is actions.CatalogDelta of the run's catalog, names it in
+// status.catalogDeltaRef, and refuses the run itself (action-catalog-unauthorized): the
+// proposal runs nothing until a signer signs it, and this run is never admitted by it.
+func (r *ActionRunReconciler) proposeDelta(ctx context.Context, p *runPass, cat *wbv1.ActionCatalog, g *wbv1.ConsentGrant) error {
+	run := p.run
+	base, _, err := convert.ActionCatalog(cat)
+	if err != nil {
+		return err
+	}
+	delta, rf := actions.CatalogDelta(base, run.Spec.ActionID)
+	if rf != nil {
+		r.refuse(p, rf)
+		return nil
+	}
+	spec, err := convert.ActionCatalogSpec(delta)
+	if err != nil {
+		return fmt.Errorf("proposing a catalog for run %s: %w", run.Name, err)
+	}
+	name := truncateName(cat.Name, "-delta-"+shortUID(run.UID))
+	proposal := &wbv1.ActionCatalog{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: run.Namespace,
+			Labels:      map[string]string{DeltaOfLabel: truncateLabel(cat.Name), DeltaRunLabel: truncateLabel(run.Name)},
+			Annotations: map[string]string{DeltaOfLabel: cat.Name + "@" + string(p.next.SpecDigest), DeltaRunLabel: run.Name + " (uid " + string(run.UID) + "), grant " + g.Name + " by " + g.Spec.Operator}},
+		Spec: spec,
+	}
+	switch err := r.Create(ctx, proposal); {
+	case apierrors.IsAlreadyExists(err):
+		var cur wbv1.ActionCatalog
+		if err := r.Get(ctx, client.ObjectKeyFromObject(proposal), &cur); err != nil {
+			return fmt.Errorf("reading proposed ActionCatalog %s for run %s: %w", name, run.Name, err)
+		}
+		if cur.Labels[DeltaRunLabel] != truncateLabel(run.Name) {
+			r.refuse(p, actuation.Refuse(actuation.CodeConsentScopeInvalid, "", "catalog %s exists and is not this run's proposal", name))
+			return nil
+		}
+	case err != nil:
+		return fmt.Errorf("creating proposed ActionCatalog %s for run %s: %w", name, run.Name, err)
+	default:
+		log.FromContext(ctx).Info("Proposed an unsigned catalog from an add-to-catalog consent", "run", client.ObjectKeyFromObject(run), "catalog", name, "grant", g.Name)
+	}
+	p.next.CatalogDeltaRef = name
+	r.refuse(p, actuation.Refuse(actuation.CodeActionCatalogUnauthorized, "", "an operator chose add-to-catalog: catalog %s proposes action %s without a prompt and runs nothing until a signer signs it; this run is not admitted",
+		name, run.Spec.ActionID))
+	return nil
+}
+
+func truncateLabel(s string) string {
+	if len(s) > 63 {
+		s = strings.TrimRight(s[:63], "-.")
+	}
+	return s
 }
 
 func equalStrings(a, b []string) bool {

@@ -6,7 +6,7 @@ import (
 )
 
 // ConsentScope is an operator's choice, ordered from narrow to broad.
-// +kubebuilder:validation:Enum=deny;allow-once;remember-exact-argv;remember-argv-prefix
+// +kubebuilder:validation:Enum=deny;allow-once;remember-exact-argv;remember-argv-prefix;add-to-catalog
 type ConsentScope string
 
 const (
@@ -14,6 +14,10 @@ const (
 	ConsentAllowOnce          ConsentScope = "allow-once"
 	ConsentRememberExactArgv  ConsentScope = "remember-exact-argv"
 	ConsentRememberArgvPrefix ConsentScope = "remember-argv-prefix"
+	// ConsentAddToCatalog is offered only for C7 ActionRuns: the run stays refused and the
+	// manager proposes an unsigned ActionCatalog remembering the action, which runs only
+	// once a signer signs it (see docs/actions.md).
+	ConsentAddToCatalog ConsentScope = "add-to-catalog"
 )
 
 // ConsentCapability is the capability a consent request concerns.

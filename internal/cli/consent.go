@@ -68,7 +68,7 @@ func decideCommand(o *Options, verb string) *cobra.Command {
 	}
 	c.Flags().StringVar(&d.Reason, "reason", "", "a note for the record")
 	if verb == "approve" {
-		c.Flags().StringVar(&d.Scope, "scope", string(wbv1.ConsentAllowOnce), "allow-once, remember-exact-argv or remember-argv-prefix")
+		c.Flags().StringVar(&d.Scope, "scope", string(wbv1.ConsentAllowOnce), "allow-once, remember-exact-argv, remember-argv-prefix, or add-to-catalog (C7 action runs: propose an unsigned catalog)")
 		c.Flags().Int32Var(&d.PrefixLength, "prefix-length", 0, "remember-argv-prefix: leading argv atoms remembered")
 		c.Flags().StringArrayVar(&d.Variable, "variable-prefix", nil, "remember-argv-prefix: admitted prefixes of the atoms after it")
 	}

@@ -22,6 +22,20 @@ func ActionSpecJSON(spec *wbv1.ActionCatalogSpec) ([]byte, error) {
 	return b, nil
 }
 
+// ActionCatalogSpec encodes a core catalog as an API catalog spec (the inverse of
+// ActionCatalog: the types share their JSON field names).
+func ActionCatalogSpec(c actions.Catalog) (wbv1.ActionCatalogSpec, error) {
+	var spec wbv1.ActionCatalogSpec
+	b, err := json.Marshal(c)
+	if err != nil {
+		return spec, fmt.Errorf("encoding catalog: %w", err)
+	}
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return spec, fmt.Errorf("decoding catalog spec: %w", err)
+	}
+	return spec, nil
+}
+
 // ActionCatalog decodes an API catalog into the core's catalog and its spec digest.
 func ActionCatalog(cat *wbv1.ActionCatalog) (actions.Catalog, string, error) {
 	b, err := ActionSpecJSON(&cat.Spec)

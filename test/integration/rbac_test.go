@@ -64,6 +64,10 @@ func TestRoles(t *testing.T) {
 		{"list", "terminalcommands", "", true, true, true},
 		{"create", "commandprofiles", "", false, false, true},
 		{"create", "environments", "", false, false, true},
+		{"list", "actionruns", "", true, true, true},
+		{"create", "actionruns", "", true, false, true},
+		{"list", "actioncatalogs", "", true, true, true},
+		{"create", "actioncatalogs", "", false, false, true},
 	} {
 		for _, who := range []struct {
 			name string
