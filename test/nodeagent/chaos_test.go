@@ -146,8 +146,19 @@ func TestChaosKills(t *testing.T) {
 	// Stop the agent cleanly and look at what it left.
 	must(t, agentProc.cmd.Process.Signal(syscall.SIGTERM))
 	_ = agentProc.cmd.Wait()
-	if left := findProcess("/bin/sleep", chaosSleep); len(left) != 0 {
-		t.Errorf("orphan processes: %v", left)
+	// A sandbox started by an agent that was SIGKILLed keeps running until the next agent's
+	// recovery sweep kills its group, which runs beside the reconcilers: a sleeper of that
+	// kind may still be ending when the last outcome is read. It is logged; one that is still
+	// there after a bounded grace (several times the sleep) is an orphan.
+	if first := findProcess("/bin/sleep", chaosSleep); len(first) != 0 {
+		t.Logf("sleepers still ending at the agent's stop: %v", first)
+		deadline := time.Now().Add(5 * time.Second)
+		for len(findProcess("/bin/sleep", chaosSleep)) != 0 && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if left := findProcess("/bin/sleep", chaosSleep); len(left) != 0 {
+			t.Errorf("orphan processes (alive 5 s after the agent stopped): %v", left)
+		}
 	}
 	if ents, _ := os.ReadDir(filepath.Join(state, "tmp")); len(ents) != 0 {
 		t.Errorf("leaked temp roots: %v", ents)
