@@ -269,8 +269,7 @@ vms_setup() {
 }
 
 # write_overlay: config/default with the node agent's host paths inside the state directory
-# (so down-cluster can remove them and nothing collides with make run-local), the aggregated
-# API server's CA in its APIService and in the node agents' configuration, and (VMS_ON=1)
+# (so down-cluster can remove them and nothing collides with make run-local), and (VMS_ON=1)
 # qemu-microvm.v1 with the guest image mounted read-only.
 write_overlay() {
   mkdir -p "${STATE}/overlay"
@@ -285,15 +284,6 @@ resources:
 patches:
 - path: node-agent-host-paths.yaml
 - path: node-agent-config.yaml
-- path: apiservice-ca.yaml
-EOF
-  cat >"${STATE}/overlay/apiservice-ca.yaml" <<EOF
-apiVersion: apiregistration.k8s.io/v1
-kind: APIService
-metadata:
-  name: v1alpha1.subresources.workbench.sensorium.dev
-spec:
-  caBundle: $(base64 -w0 <"${PKI}/ca.crt")
 EOF
   local qemu="" mounts="" vols=""
   if [[ "${VMS_ON:-0}" == "1" ]]; then
@@ -319,15 +309,13 @@ metadata:
   name: workbench-node-agent-config
   namespace: workbench-system
 data:
-  forwarding-ca.crt: |
-$(sed 's/^/    /' "${PKI}/ca.crt")
   node-agent.yaml: |
     stateDir: /var/lib/workbench-agent
     admittedRoots:
       workspaces: /var/lib/workbench/workspaces
     dataPlaneAddress: 0.0.0.0:10350
     heartbeatSeconds: 30
-    dataPlaneForwardingCAFile: /etc/workbench/forwarding-ca.crt
+    dataPlaneForwardingCAFile: /var/run/workbench/apiserver-node-client/ca.crt
     dataPlaneForwardingNames: [workbench-apiserver]
 ${qemu}
 EOF

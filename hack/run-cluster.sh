@@ -150,13 +150,10 @@ issue kube-proxy "/CN=system:kube-proxy" "clientAuth"
 issue kubelet-client "/O=system:nodes/CN=system:node:${NODE_NAME}" "clientAuth"
 issue kubelet "/CN=${NODE_NAME}" "serverAuth" "IP:${NODE_IP},DNS:${NODE_NAME},DNS:localhost"
 # The aggregated API (workbench-apiserver): kube-apiserver's front-proxy client (the only
-# name --requestheader-allowed-names accepts), the aggregated server's serving certificate
-# (the APIService's caBundle is this CA) and its client certificate towards the node agents'
-# data plane (CN workbench-apiserver: the only name the agents accept forwarded users from).
+# name --requestheader-allowed-names accepts). The aggregated server's serving and node-client
+# certificates, the APIService's caBundle and the node agents' forwarding CA come from the
+# manager's certificate rotator, as on any cluster (config/default).
 issue front-proxy-client "/CN=front-proxy-client" "clientAuth"
-issue workbench-apiserver-serving "/CN=workbench-apiserver.workbench-system.svc" "serverAuth" \
-  "DNS:workbench-apiserver.workbench-system.svc,DNS:workbench-apiserver.workbench-system.svc.cluster.local,DNS:workbench-apiserver.workbench-system"
-issue workbench-apiserver-node-client "/CN=workbench-apiserver" "clientAuth"
 openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "${PKI}/sa.key" 2>/dev/null
 openssl pkey -in "${PKI}/sa.key" -pubout -out "${PKI}/sa.pub"
 chmod 600 "${PKI}"/*.key
@@ -262,12 +259,6 @@ log "Imported: $(ctr -n k8s.io images ls -q | grep -v '^sha256:' | tr '\n' ' ')"
 vms_setup
 write_overlay
 seed_workspace
-# The aggregated API server's two certificate Secrets exist before its pods start.
-kubectl create namespace workbench-system >/dev/null
-kubectl -n workbench-system create secret tls workbench-apiserver-serving \
-  --cert="${PKI}/workbench-apiserver-serving.crt" --key="${PKI}/workbench-apiserver-serving.key" >/dev/null
-kubectl -n workbench-system create secret tls workbench-apiserver-node-client \
-  --cert="${PKI}/workbench-apiserver-node-client.crt" --key="${PKI}/workbench-apiserver-node-client.key" >/dev/null
 log "Applying config/default (through ${STATE}/overlay)"
 kubectl apply --server-side -k "${STATE}/overlay" >"${LOGS}/apply.txt"
 kubectl -n workbench-system rollout status deployment/workbench-controller-manager --timeout="${READY_TIMEOUT}s" ||

@@ -84,7 +84,13 @@ func cgroupRunner(t testing.TB) (*Runner, *cgroups.Manager) {
 		}
 		for _, c := range []string{"", "pids", "memory", "cpu", "freezer"} {
 			d := filepath.Join("/sys/fs/cgroup", c, parent)
-			if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR) {
+			// A killed process leaves its group when the kernel has finished its exit, which
+			// may be just after the sweep returns: EBUSY is retried for a bounded time.
+			err := unix.Rmdir(d)
+			for deadline := time.Now().Add(5 * time.Second); errors.Is(err, unix.EBUSY) && time.Now().Before(deadline); err = unix.Rmdir(d) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR) {
 				t.Errorf("cleanup: rmdir %s: %v", d, err)
 			}
 		}
