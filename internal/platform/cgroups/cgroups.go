@@ -405,6 +405,9 @@ func (m *Manager) Sweep(keep func(name string) bool) (SweepReport, error) {
 		rep.Killed += kr.Found
 		derr := g.Delete()
 		if err := errors.Join(kerr, derr); err != nil {
+			if _, lerr := m.Load(n); lerr != nil {
+				continue // removed by its owner while this sweep ran (a runner discarding it)
+			}
 			rep.Failed = append(rep.Failed, n)
 			errs = append(errs, err)
 			continue
