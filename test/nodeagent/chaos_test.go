@@ -113,10 +113,9 @@ func TestChaosKills(t *testing.T) {
 	outcomes := map[wbv1.CommandPhase]int{}
 	for _, name := range cmds {
 		var c wbv1.TerminalCommand
-		eventually(t, 120*time.Second, "command "+name+" to have its one outcome", func() (bool, string) {
+		chaosWait(t, agentProc, "command "+name+" to have its one outcome", func() (bool, string) {
 			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c))
-			return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions),
-				fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(agentProc.log.String()))
+			return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
 		})
 		outcomes[c.Status.Phase]++
 		b, err := os.ReadFile(filepath.Join(root, "count-"+name))
@@ -133,7 +132,7 @@ func TestChaosKills(t *testing.T) {
 	}
 	for _, name := range sleepers {
 		var c wbv1.TerminalCommand
-		eventually(t, 120*time.Second, "command "+name+" to have its one outcome", func() (bool, string) {
+		chaosWait(t, agentProc, "command "+name+" to have its one outcome", func() (bool, string) {
 			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c))
 			return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
 		})
@@ -177,4 +176,31 @@ func TestChaosKills(t *testing.T) {
 	}
 	// Restart once more so the suite's namespace cleanup is not left to a stopped node.
 	agentProc = startAgentProcess(t, bin, kubeconfig, config)
+}
+
+// chaosWait is eventually (120 s) for the chaos run's final checks; on a timeout it asks the
+// agent for a goroutine dump (SIGQUIT) and keeps its whole log in a file whose path the
+// failure names, so a lost outcome shows where the agent stood.
+func chaosWait(t *testing.T, p *agentProcess, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(120 * time.Second)
+	for {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+			_ = p.cmd.Wait()
+			f, err := os.CreateTemp("", "chaos-agent-*.log")
+			path := "(not kept: " + fmt.Sprint(err) + ")"
+			if err == nil {
+				_, _ = f.WriteString(p.log.String())
+				_ = f.Close()
+				path = f.Name()
+			}
+			t.Fatalf("timed out after 120s waiting for %s; last saw: %s\nagent log with goroutine dump: %s\n%s", what, seen, path, tail(p.log.String()))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
