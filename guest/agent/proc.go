@@ -122,8 +122,8 @@ func (a *Agent) spawn(ctx context.Context, opID string, args *protocol.SpawnArgs
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
-		outR.Close()
-		outW.Close()
+		_ = outR.Close()
+		_ = outW.Close()
 		return refused(execErr(err))
 	}
 	budget := &outBudget{remaining: int(args.OutputMax)}
@@ -144,11 +144,11 @@ func (a *Agent) spawn(ctx context.Context, opID string, args *protocol.SpawnArgs
 		p.pid = cmd.Process.Pid
 	}
 	p.mu.Unlock()
-	outW.Close()
-	errW.Close()
+	_ = outW.Close()
+	_ = errW.Close()
 	if err != nil {
-		outR.Close()
-		errR.Close()
+		_ = outR.Close()
+		_ = errR.Close()
 		return refused(execErr(err))
 	}
 	var wg sync.WaitGroup
@@ -159,7 +159,7 @@ func (a *Agent) spawn(ctx context.Context, opID string, args *protocol.SpawnArgs
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer pair.r.Close()
+			defer func() { _ = pair.r.Close() }()
 			io.Copy(pair.w, pair.r)
 		}()
 	}
@@ -193,8 +193,8 @@ func (a *Agent) spawn(ctx context.Context, opID string, args *protocol.SpawnArgs
 	werr := cmd.Wait()
 	// Output still held open by an escaped descendant is cut off after a short drain.
 	drainBy := time.Now().Add(spawnIODrainAfterExit)
-	outR.SetReadDeadline(drainBy)
-	errR.SetReadDeadline(drainBy)
+	_ = outR.SetReadDeadline(drainBy)
+	_ = errR.SetReadDeadline(drainBy)
 	wg.Wait()
 
 	d := protocol.SpawnData{Pid: p.pid, DurationMS: uint64(time.Since(start).Milliseconds())}
@@ -262,6 +262,6 @@ func (a *Agent) killAll() {
 	a.mu.Unlock()
 	for _, s := range ss {
 		s.proc.signalGroup(unix.SIGKILL)
-		s.ptmx.Close()
+		_ = s.ptmx.Close()
 	}
 }

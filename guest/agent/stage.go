@@ -128,7 +128,7 @@ func (a *Agent) patchStage(ctx context.Context, cn *conn, f protocol.Frame, req 
 	}
 	deadline, _ := ctx.Deadline()
 	// The upload must arrive within the request's deadline; it is never extended.
-	cn.c.SetReadDeadline(deadline)
+	_ = cn.c.SetReadDeadline(deadline)
 	next := func() (protocol.Frame, error) {
 		fr, err := protocol.ReadFrame(cn.c)
 		var ne net.Error
@@ -178,7 +178,7 @@ func (a *Agent) patchStage(ctx context.Context, cn *conn, f protocol.Frame, req 
 	published := false
 	defer func() {
 		if !published {
-			tmp.Close()
+			_ = tmp.Close()
 			os.Remove(tmp.Name())
 			a.stages.release(ref)
 		}
@@ -191,7 +191,7 @@ func (a *Agent) patchStage(ctx context.Context, cn *conn, f protocol.Frame, req 
 		}
 		return reply{}, closeWith(err)
 	}
-	cn.c.SetReadDeadline(time.Time{})
+	_ = cn.c.SetReadDeadline(time.Time{})
 	if err := tmp.Sync(); err != nil {
 		return refused(fmt.Errorf("%w: %w", protocol.Refusef(protocol.CodeIOError, "stage sync"), err)), nil
 	}
@@ -216,7 +216,7 @@ func syncDir(dir string) error {
 	if err != nil {
 		return err
 	}
-	defer d.Close()
+	defer func() { _ = d.Close() }()
 	return d.Sync()
 }
 
@@ -271,7 +271,7 @@ func (a *Agent) patchApply(args *protocol.ApplyArgs) reply {
 		return refused(mapErr(err, args.Target))
 	}
 	tf := os.NewFile(uintptr(tfd), tmpName)
-	cleanup := func() { tf.Close(); unix.Unlinkat(pfd, tmpName, 0) }
+	cleanup := func() { _ = tf.Close(); unix.Unlinkat(pfd, tmpName, 0) }
 	if _, err := io.Copy(tf, bytes.NewReader(content)); err != nil {
 		cleanup()
 		return refused(fmt.Errorf("%w: %w", protocol.Refusef(protocol.CodeIOError, "write"), err))

@@ -118,7 +118,7 @@ func cpCommand(o *Options) *cobra.Command {
 				if err != nil {
 					return wbclient.Usage("opening %s: %v", src, err)
 				}
-				defer f.Close()
+				defer func() { _ = f.Close() }()
 				if err := cl.UploadTo(ctx, target, f); err != nil {
 					return err
 				}
@@ -139,7 +139,7 @@ func cpCommand(o *Options) *cobra.Command {
 				if err != nil {
 					return wbclient.Usage("opening %s: %v", src, err)
 				}
-				defer f.Close()
+				defer func() { _ = f.Close() }()
 				a, err := cl.Upload(ctx, env, name, f)
 				if err != nil {
 					return err

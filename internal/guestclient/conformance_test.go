@@ -214,7 +214,7 @@ func TestPartialTransferPublishesNothing(t *testing.T) {
 		for i := uint32(0); i < 2; i++ {
 			r.write(protocol.Frame{Header: protocol.Header{Type: protocol.FrameChunk, Seq: 1, Index: i, Count: 3}, Payload: content[int(i)*protocol.MaxPayload : int(i+1)*protocol.MaxPayload]})
 		}
-		r.c.Close()
+		_ = r.c.Close()
 		waitNoStageFiles(t, g)
 	})
 	t.Run("digest-mismatch", func(t *testing.T) {
@@ -257,7 +257,7 @@ func TestPatchStageReplayAfterLostReceipt(t *testing.T) {
 			t.Fatal("stage not committed")
 		}
 	}
-	r.c.Close()
+	_ = r.c.Close()
 
 	c := g.client(t)
 	ctx := ctxT(t, 10*time.Second)

@@ -80,7 +80,7 @@ func TestMicroVMBoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ready.Close()
+	defer func() { _ = ready.Close() }()
 
 	cmdline := "console=ttyS0 panic=-1 quiet"
 	if accel == "tcg" {
@@ -144,7 +144,7 @@ func TestMicroVMBoot(t *testing.T) {
 		dumpSerial()
 		t.Fatalf("guest not reachable: %v", err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	t.Logf("accel=%s: QEMU launch -> ready signal %v -> handshake %v (%d connect attempts)", accel, readyAt.Round(time.Millisecond), time.Since(launched).Round(time.Millisecond), attempts)
 
 	// A stale nonce is refused over the real channel, before any operation.

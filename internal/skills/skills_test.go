@@ -32,7 +32,7 @@ func hashDir(t *testing.T, dir string) *treehash.State {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
+	defer func() { _ = r.Close() }()
 	s, err := treehash.HashHostRoots(map[string]*fsaccess.Root{"work": r}, treehash.Limits{})
 	if err != nil {
 		t.Fatal(err)

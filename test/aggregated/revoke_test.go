@@ -24,7 +24,7 @@ func TestAttachRevoked(t *testing.T) {
 	setupSessions(t, ns)
 	opCfg, _ := saUser(t, ns, "op", "workbench-operator")
 	inR, inW := io.Pipe()
-	defer inW.Close()
+	defer func() { _ = inW.Close() }()
 	var out syncBuffer
 	done := make(chan error, 1)
 	go func() {

@@ -73,7 +73,7 @@ func do(t testing.TB, cfg *rest.Config, method, path string, body any) (int, []b
 	}
 	resp, err := hc.Do(req)
 	must(t, err)
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	out, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	return resp.StatusCode, out, resp.Header
 }
@@ -220,7 +220,7 @@ func TestNodeRefusesUntrustedForwarding(t *testing.T) {
 	resp, err := hc.Do(req)
 	must(t, err)
 	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(body), "forwarding-refused") {
 		t.Fatalf("forged identity headers: %d %s, want 401 forwarding-refused", resp.StatusCode, body)
 	}

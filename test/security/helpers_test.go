@@ -239,7 +239,7 @@ func readPTY(t testing.TB, ns, session string) string {
 		resp, err := hc.Do(req)
 		must(t, err)
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("session events: %d %s", resp.StatusCode, body)
 		}

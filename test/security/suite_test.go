@@ -137,7 +137,7 @@ func listen() (func(), error) {
 	hostSock = filepath.Join(tmp, "agent", "host.sock")
 	ul, err := net.Listen("unix", hostSock)
 	if err != nil {
-		tl.Close()
+		_ = tl.Close()
 		return nil, err
 	}
 	accept := func(l net.Listener, n *atomic.Int64) {
@@ -147,12 +147,12 @@ func listen() (func(), error) {
 				return
 			}
 			n.Add(1)
-			c.Close()
+			_ = c.Close()
 		}
 	}
 	go accept(tl, &tcpAccepted)
 	go accept(ul, &unixAccepted)
-	return func() { tl.Close(); ul.Close() }, nil
+	return func() { _ = tl.Close(); ul.Close() }, nil
 }
 
 func globalIPv4() string {

@@ -144,12 +144,12 @@ func BenchmarkPTYRoundTrip(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer ctl.Close()
+	defer func() { _ = ctl.Close() }()
 	rd, err := bk.Guest(ctx, spec.ID)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer rd.Close()
+	defer func() { _ = rd.Close() }()
 	if _, err := ctl.PTYOpen(ctx, "", protocol.PTYOpenArgs{SessionID: "cat", Argv: []string{"/bin/cat"}, Rows: 24, Cols: 80}); err != nil {
 		b.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func BenchmarkPTYRoundTrip(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close(ctx)
+	defer func() { _ = s.Close(ctx) }()
 	cursor := s.Events().LastSeq()
 	relayRoundTrip := func() {
 		if err := s.Input(msg); err != nil {

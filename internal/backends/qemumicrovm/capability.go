@@ -51,7 +51,7 @@ func (b *Backend) probeKVM(ctx context.Context) (accel, reason string, final boo
 	if err != nil {
 		return AccelTCG, fmt.Sprintf("no usable /dev/kvm (%v): TCG", err), true
 	}
-	f.Close()
+	_ = f.Close()
 	img := &backends.BootImage{KernelPath: b.cfg.ProbeKernel, InitrdPath: b.cfg.ProbeInitrd, CommandLine: "console=ttyS0 panic=-1 quiet"}
 	files, err := b.openBoot(img, false)
 	if err != nil {
@@ -102,7 +102,7 @@ func (b *Backend) loadInfo() {
 		if _, err := io.Copy(h, io.LimitReader(f, 1<<30)); err == nil {
 			b.qemuDigest = protocol.DigestPrefix + hex.EncodeToString(h.Sum(nil))
 		}
-		f.Close()
+		_ = f.Close()
 	}
 }
 

@@ -216,7 +216,7 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 	if err != nil {
 		return nil, fmt.Errorf("open VM directory %s: %w", dir, err)
 	}
-	defer dirFile.Close()
+	defer func() { _ = dirFile.Close() }()
 	v := &vm{dir: dir, rec: rec}
 	cg, cgErr := b.vmCgroup(dir, rec) // QEMU and the vsock device are born in the VM's cgroup
 	var qemuOut, devOut cappedBuffer
@@ -272,7 +272,7 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 	if err != nil {
 		return fail(CodeBootFailed, err)
 	}
-	defer ready.Close()
+	defer func() { _ = ready.Close() }()
 	if v.serial, err = listenSerial(filepath.Join(dir, serialSock), filepath.Join(dir, serialLog), b.cfg.SerialMaxBytes); err != nil {
 		return fail(CodeBootFailed, fmt.Errorf("serial listener: %w", err))
 	}
@@ -319,7 +319,7 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 	if err := ready.Wait(bootCtx); err != nil {
 		return fail(bootCode(ctx, exitedErr(err)), exitedErr(err))
 	}
-	ready.Close()
+	_ = ready.Close()
 	gid, err := socketIdentity(gs)
 	if err != nil {
 		return fail(CodeBootFailed, err)
@@ -348,11 +348,11 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 			err = fmt.Errorf("mkdir exited %d: %s", res.ExitCode, sanitize(append(res.Stdout, res.Stderr...), 256))
 		}
 		if err != nil {
-			c.Close()
+			_ = c.Close()
 			return fail(CodeBootFailed, fmt.Errorf("create the roots in the guest: %w", err))
 		}
 	}
-	c.Close()
+	_ = c.Close()
 	rec.State, rec.ReadyAt = StateRunning, time.Now().UTC()
 	if err := writeRecord(dir, rec); err != nil {
 		return fail(CodeBootFailed, err)
@@ -469,7 +469,7 @@ func clearDir(dir string, keepRecord bool) ([]string, error) {
 		return nil, err
 	}
 	names, err := f.Readdirnames(maxDirEntries + 1)
-	f.Close()
+	_ = f.Close()
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("list %s: %w", dir, err)
 	}
@@ -528,7 +528,7 @@ func (b *Backend) destroyVM(ctx context.Context, v *vm, graceful bool) ([]string
 		sctx, cancel := context.WithTimeout(ctx, b.cfg.ShutdownTimeout)
 		if c, err := guestclient.Connect(sctx, v.endpoint(), v.rec.Binding); err == nil {
 			_ = c.Shutdown(sctx, "") // a lost answer is expected: the guest powers off
-			c.Close()
+			_ = c.Close()
 			v.qemu.waitExit(time.Until(deadlineOf(sctx)))
 		}
 		cancel()
@@ -627,7 +627,7 @@ func (b *Backend) adopt(ctx context.Context, rec *Record) (*vm, error) {
 		release()
 		return nil, fmt.Errorf("handshake with the recorded binding: %w", err)
 	}
-	c.Close()
+	_ = c.Close()
 	b.mu.Lock()
 	b.vms[rec.ID] = v
 	b.mu.Unlock()
@@ -686,4 +686,4 @@ func (w *dirWatch) waitFor(ctx context.Context, path string, exited <-chan struc
 	}
 }
 
-func (w *dirWatch) close() { w.f.Close() }
+func (w *dirWatch) close() { _ = w.f.Close() }

@@ -46,7 +46,7 @@ func workspace(t *testing.T) (*fsaccess.Root, string) {
 	must(t, os.Symlink(filepath.Join(base, "outside"), filepath.Join(dir, "outdir")))
 	r, err := fsaccess.OpenRoot(dir)
 	must(t, err)
-	t.Cleanup(func() { r.Close() })
+	t.Cleanup(func() { _ = r.Close() })
 	return r, dir
 }
 
@@ -252,7 +252,7 @@ func TestRequireCleanApplyChecksIndexWithRealGit(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(ws, "f.txt"), []byte(drifted), 0o644))
 	r, err := fsaccess.OpenRoot(ws)
 	must(t, err)
-	defer r.Close()
+	defer func() { _ = r.Close() }()
 	_, err = Apply(r, req(FormatUnified, diff, Policy{RequireCleanApply: true}))
 	wantCode(t, err, CodePatchDirty)
 	_, err = Apply(r, req(FormatUnified, diff, Policy{RequireCleanApply: false}))
@@ -462,7 +462,7 @@ func setFlags(path string, flags int) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	_, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.FS_IOC_SETFLAGS, uintptr(unsafe.Pointer(&flags)))
 	if errno != 0 {
 		return errno

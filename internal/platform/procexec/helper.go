@@ -227,7 +227,7 @@ func readHelperConfig() (*helperConfig, []int, *helperFailure) {
 	// reachable would let its finalizer close "fd 3" later — by then another descriptor
 	// (e.g. the exec error pipe of startProgram's ForkExec, which then fails with EBADF).
 	cf := os.NewFile(helperConfigFD, "procexec-config")
-	defer cf.Close()
+	defer func() { _ = cf.Close() }()
 	var hdr [8]byte
 	oob := make([]byte, unix.CmsgSpace(4*maxHelperFDs))
 	n, oobn, _, _, err := unix.Recvmsg(helperConfigFD, hdr[:], oob, unix.MSG_CMSG_CLOEXEC)

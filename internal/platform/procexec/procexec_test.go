@@ -65,7 +65,7 @@ func childMode(mode string) int {
 			fmt.Println("dial-err", err)
 			return 0
 		}
-		c.Close()
+		_ = c.Close()
 		fmt.Println("dial-ok")
 	case "socketpair":
 		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
@@ -82,13 +82,13 @@ func childMode(mode string) int {
 			fmt.Println("listen-err", err)
 			return 0
 		}
-		defer l.Close()
+		defer func() { _ = l.Close() }()
 		c, err := net.DialTimeout("tcp", l.Addr().String(), 2*time.Second)
 		if err != nil {
 			fmt.Println("dial-err", err)
 			return 0
 		}
-		c.Close()
+		_ = c.Close()
 		fmt.Println("loopback-ok")
 	case "write":
 		for _, p := range strings.Split(os.Getenv(testWritesEnv), ":") {
@@ -271,7 +271,7 @@ func TestNetworkIsolation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	accepted := make(chan net.Conn, 4)
 	go func() {
 		for {
@@ -291,7 +291,7 @@ func TestNetworkIsolation(t *testing.T) {
 	}
 	select {
 	case c := <-accepted:
-		c.Close()
+		_ = c.Close()
 		t.Fatal("the host listener received a connection from the sandbox")
 	case <-time.After(200 * time.Millisecond):
 	}
@@ -300,10 +300,10 @@ func TestNetworkIsolation(t *testing.T) {
 	if err != nil {
 		t.Fatalf("control dial from the test process: %v", err)
 	}
-	c.Close()
+	_ = c.Close()
 	select {
 	case c := <-accepted:
-		c.Close()
+		_ = c.Close()
 	case <-time.After(5 * time.Second):
 		t.Fatal("control connection was not accepted within 5s")
 	}
@@ -314,7 +314,7 @@ func TestNetworkIsolation(t *testing.T) {
 		if err != nil {
 			t.Fatalf("listen on %s: %v", ip, err)
 		}
-		defer ln2.Close()
+		defer func() { _ = ln2.Close() }()
 		res := run(t, Spec{
 			Argv: []string{selfExe(t)},
 			Env:  []string{noRaceExitSleep, testModeEnv + "=dial", testDialEnv + "=" + ln2.Addr().String()},
@@ -540,7 +540,7 @@ func TestEgressForbiddenWithoutPrivilege(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = io.Copy(dst, src)
-	src.Close()
+	_ = src.Close()
 	if cerr := dst.Close(); err != nil || cerr != nil {
 		t.Fatal(err, cerr)
 	}
@@ -621,11 +621,11 @@ func TestHostUnixSocketUnreachable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	accepted := make(chan struct{}, 1)
 	go func() {
 		if c, err := ln.Accept(); err == nil {
-			c.Close()
+			_ = c.Close()
 			accepted <- struct{}{}
 		}
 	}()

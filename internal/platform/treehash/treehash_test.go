@@ -42,7 +42,7 @@ func state(t *testing.T, lim Limits, dirs map[string]string) (*State, error) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { r.Close() })
+		t.Cleanup(func() { _ = r.Close() })
 		roots[name] = r
 	}
 	return HashHostRoots(roots, lim)

@@ -181,7 +181,7 @@ func probes() {
 		}
 		c, err := net.DialTimeout("tcp", a, 2*time.Second)
 		if c != nil {
-			c.Close()
+			_ = c.Close()
 		}
 		report(fmt.Sprintf("tcp-connect-%d", i), err, err != nil, a)
 	}
