@@ -160,7 +160,7 @@ func (a *Agent) spawn(ctx context.Context, opID string, args *protocol.SpawnArgs
 		go func() {
 			defer wg.Done()
 			defer func() { _ = pair.r.Close() }()
-			io.Copy(pair.w, pair.r)
+			_, _ = io.Copy(pair.w, pair.r) // ends at EOF or at the drain deadline below; capBuffer never fails
 		}()
 	}
 
@@ -172,7 +172,7 @@ func (a *Agent) spawn(ctx context.Context, opID string, args *protocol.SpawnArgs
 	timedOut := make(chan struct{})
 	timer := time.AfterFunc(time.Until(killAt), func() {
 		close(timedOut)
-		p.signalGroup(unix.SIGKILL)
+		_ = p.signalGroup(unix.SIGKILL) // refused only when the group already exited
 	})
 
 	// Wait without reaping first, so that the group is marked done before its pid can be
@@ -187,7 +187,7 @@ func (a *Agent) spawn(ctx context.Context, opID string, args *protocol.SpawnArgs
 	timer.Stop()
 	p.mu.Lock()
 	// Leftover members of the group (background children) are ended with the leader.
-	unix.Kill(-p.pid, unix.SIGKILL)
+	_ = unix.Kill(-p.pid, unix.SIGKILL) // ESRCH: no member left
 	p.done = true
 	p.mu.Unlock()
 	werr := cmd.Wait()
@@ -257,11 +257,11 @@ func (a *Agent) killAll() {
 		}
 	}
 	for _, p := range a.procs {
-		p.signalGroup(unix.SIGKILL)
+		_ = p.signalGroup(unix.SIGKILL) // refused only when the group already exited
 	}
 	a.mu.Unlock()
 	for _, s := range ss {
-		s.proc.signalGroup(unix.SIGKILL)
+		_ = s.proc.signalGroup(unix.SIGKILL)
 		_ = s.ptmx.Close()
 	}
 }

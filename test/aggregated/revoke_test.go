@@ -2,7 +2,6 @@ package aggregated
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -48,6 +47,6 @@ func TestAttachRevoked(t *testing.T) {
 		}
 		t.Logf("stream ended: %v", err)
 	case <-time.After(40 * time.Second):
-		t.Fatal(fmt.Sprintf("the attach stream outlived the revocation by 40s: %q", out.String()))
+		t.Fatalf("the attach stream outlived the revocation by 40s: %q", out.String())
 	}
 }

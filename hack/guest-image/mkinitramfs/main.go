@@ -223,7 +223,7 @@ func run(specPath, out string, mtime int64, gz bool) error {
 	if err != nil {
 		return err
 	}
-	defer os.Remove(out + ".tmp")
+	defer func() { _ = os.Remove(out + ".tmp") }() // gone after the rename; removes a failed build
 	var w io.Writer = f
 	var zw *gzip.Writer
 	if gz {

@@ -30,7 +30,7 @@ func (b *Backend) FloorBoot(ctx context.Context, img *backends.BootImage, dir st
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return 0, err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }() // the measurement VM's scratch directory
 	accel, _, err := b.accelerator(ctx)
 	if err != nil {
 		return 0, err

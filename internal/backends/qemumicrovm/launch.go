@@ -229,9 +229,9 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 		if s := devOut.String(); s != "" {
 			said += " (vhost-device-vsock said: " + s + ")"
 		}
-		b.killAll(dir, rec, v)
-		clearDir(dir, true)
-		rec.State, rec.Reason = StateStopped, protocol.Truncate(code+": "+err.Error()+said)
+		procs, perr := b.killAll(dir, rec, v)
+		files, ferr := clearDir(dir, true)
+		rec.State, rec.Reason = StateStopped, protocol.Truncate(code+": "+err.Error()+said+teardownNote(procs, perr, files, ferr))
 		_ = writeRecord(dir, rec)
 		return nil, fsaccess.Wrap(code, err, "boot of generation %d under %s%s", rec.Generation, rec.Accel, protocol.Truncate(said))
 	}
@@ -501,9 +501,9 @@ func clearDir(dir string, keepRecord bool) ([]string, error) {
 // stopVM ends a VM this process runs and leaves a stopped tombstone (the generation is
 // kept, so the next boot advances it).
 func (b *Backend) stopVM(v *vm, reason string) {
-	b.killAll(v.dir, v.rec, v)
-	clearDir(v.dir, true)
-	v.rec.State, v.rec.Reason = StateStopped, protocol.Truncate(reason)
+	procs, perr := b.killAll(v.dir, v.rec, v)
+	files, ferr := clearDir(v.dir, true)
+	v.rec.State, v.rec.Reason = StateStopped, protocol.Truncate(reason+teardownNote(procs, perr, files, ferr))
 	_ = writeRecord(v.dir, v.rec)
 	b.mu.Lock()
 	if b.vms[v.rec.ID] == v {
@@ -515,10 +515,26 @@ func (b *Backend) stopVM(v *vm, reason string) {
 // stopRecord is stopVM for a VM known only from its record.
 func (b *Backend) stopRecord(rec *Record, reason string) {
 	dir := b.dir(rec.ID)
-	b.killAll(dir, rec, nil)
-	clearDir(dir, true)
-	rec.State, rec.Reason = StateStopped, protocol.Truncate(reason)
+	procs, perr := b.killAll(dir, rec, nil)
+	files, ferr := clearDir(dir, true)
+	rec.State, rec.Reason = StateStopped, protocol.Truncate(reason+teardownNote(procs, perr, files, ferr))
 	_ = writeRecord(dir, rec)
+}
+
+// teardownNote is what a stop's killAll and clearDir left behind (surviving processes,
+// unremoved files, errors), for the tombstone's reason, so a leak stays visible in the
+// record instead of being dropped; "" when nothing was left.
+func teardownNote(procs []string, perr error, files []string, ferr error) string {
+	left := append(append([]string(nil), procs...), files...)
+	for _, err := range []error{perr, ferr} {
+		if err != nil {
+			left = append(left, err.Error())
+		}
+	}
+	if len(left) == 0 {
+		return ""
+	}
+	return "; teardown left: " + strings.Join(left, ", ")
 }
 
 // destroyVM tears a VM down: a guest poweroff (bounded) when graceful, then killAll, then

@@ -123,7 +123,7 @@ func writeFileAtomic(dir, name string, data []byte, mode os.FileMode) error {
 	defer func() {
 		if !ok {
 			_ = f.Close()
-			os.Remove(tmp)
+			_ = os.Remove(tmp) // the write already failed; a leftover is a tmpPrefix working file (clearDir)
 		}
 	}()
 	if _, err := f.Write(data); err != nil {

@@ -16,7 +16,7 @@ import (
 	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/httpstream/wsstream"
+	"k8s.io/streaming/pkg/httpstream/wsstream"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"

@@ -59,7 +59,7 @@ func (c *lossyConn) Write(p []byte) (int, error) {
 
 func (c *lossyConn) Read(p []byte) (int, error) {
 	if c.deaf {
-		_ = c.Conn.Close()
+		_ = c.Close()
 		return 0, errors.New("answer lost")
 	}
 	return c.Conn.Read(p)

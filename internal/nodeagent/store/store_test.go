@@ -126,6 +126,9 @@ func TestRecordCommandStartIsIdempotent(t *testing.T) {
 	}
 	_, created, err = db.RecordCommandStart(Command{UID: "c6", Namespace: "ns", IdempotencyKey: "k1", ArgvDigest: "sha256:aa", SessionUID: "other-session"})
 	wantCode(t, err, CodeIdempotencyConflict)
+	if created {
+		t.Fatal("a key replayed from another session created a record")
+	}
 	// Same key in another namespace is a different command.
 	_, created, err = db.RecordCommandStart(Command{UID: "c3", Namespace: "other", IdempotencyKey: "k1"})
 	must(t, err)

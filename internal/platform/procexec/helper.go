@@ -59,8 +59,6 @@ const (
 	maxHelperConfig = 1 << 20
 	// maxHelperFDs bounds the mount descriptors passed with it.
 	maxHelperFDs = 2*MaxRoots + 8
-	// maxHelperStatus bounds the status read back by the parent.
-	maxHelperStatus = 64 << 10
 
 	// MinLandlockABI is the lowest Landlock ABI accepted: v3 is the first
 	// that also confines truncate(2), so writes outside the roots are fully

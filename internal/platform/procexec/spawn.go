@@ -599,7 +599,7 @@ func CheckSandbox(opts StartOptions, tempBase string) error {
 	if err != nil {
 		return fmt.Errorf("procexec: sandbox check temp dir: %w", err)
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }() // the check's scratch directory
 	sb, err := StartSandboxed(SandboxSpec{Argv: []string{prog}, Env: []string{}, TempDir: tmp}, opts)
 	if err != nil {
 		return err
