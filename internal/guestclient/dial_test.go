@@ -37,7 +37,7 @@ func fakeDevice(t *testing.T, reply string) string {
 				if reply == "" {
 					return // the guest does not listen: the device closes
 				}
-				c.Write([]byte(reply + "stream"))
+				_, _ = c.Write([]byte(reply + "stream")) // the client under test reports what arrived
 				time.Sleep(100 * time.Millisecond)
 			}()
 		}

@@ -32,7 +32,7 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	_, file, _, _ := runtime.Caller(0)
 	repo := filepath.Join(filepath.Dir(file), "..", "..")
 	guestBin = filepath.Join(dir, "workbench-guest")
@@ -104,8 +104,8 @@ func startGuest(t *testing.T) *guest {
 	g.exited = make(chan error, 1)
 	go func() { g.exited <- g.cmd.Wait() }()
 	t.Cleanup(func() {
-		g.cmd.Process.Kill()
-		<-g.exited
+		_ = g.cmd.Process.Kill()
+		<-g.exited //nolint:errcheck // killed: the exit status is "signal: killed"
 	})
 	// Test-only readiness poll: connecting succeeds once the agent listens.
 	for end := time.Now().Add(10 * time.Second); ; {

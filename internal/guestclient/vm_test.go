@@ -62,8 +62,8 @@ func TestMicroVMBoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		dev.Process.Kill()
-		dev.Wait()
+		_ = dev.Process.Kill()
+		_ = dev.Wait()
 	})
 	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if _, err := os.Stat(vhostSock); err == nil {
@@ -116,8 +116,8 @@ func TestMicroVMBoot(t *testing.T) {
 	vmDone := make(chan error, 1)
 	go func() { vmDone <- vm.Wait() }()
 	t.Cleanup(func() {
-		vm.Process.Kill()
-		<-vmDone
+		_ = vm.Process.Kill()
+		<-vmDone //nolint:errcheck // killed: the exit status is "signal: killed"
 	})
 	dumpSerial := func() {
 		s, _ := os.ReadFile(serial)

@@ -259,7 +259,7 @@ func TestAttachRoundTrip(t *testing.T) {
 	}
 	cancel()
 	_ = inW.Close()
-	<-errc
+	<-errc //nolint:errcheck // the attach ends by the cancel above: its error is that cancellation
 	// The echo is in the session's events as UTF-8 text, never base64.
 	code, body, _ := do(t, opCfg, http.MethodGet, subPath(ns, "terminalsessions", "pty", "events")+"?limit=1000", nil)
 	if code != http.StatusOK {

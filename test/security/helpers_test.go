@@ -265,7 +265,9 @@ func agentRSS(t testing.TB) int64 {
 	for _, l := range strings.Split(string(b), "\n") {
 		if strings.HasPrefix(l, "VmRSS:") {
 			var kb int64
-			fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(l, "VmRSS:")), "%d", &kb)
+			if _, err := fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(l, "VmRSS:")), "%d", &kb); err != nil {
+				t.Fatalf("VmRSS line %q: %v", l, err)
+			}
 			return kb
 		}
 	}

@@ -80,7 +80,7 @@ func run(m *testing.M) (int, error) {
 	if tmp, err = os.MkdirTemp("", "wb-security-"); err != nil {
 		return 1, err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }()
 	workspace, stateDir = filepath.Join(tmp, "work"), filepath.Join(tmp, "state")
 	for _, d := range []string{workspace, filepath.Join(tmp, "bin"), filepath.Join(tmp, "agent")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -152,7 +152,7 @@ func listen() (func(), error) {
 	}
 	go accept(tl, &tcpAccepted)
 	go accept(ul, &unixAccepted)
-	return func() { _ = tl.Close(); ul.Close() }, nil
+	return func() { _ = tl.Close(); _ = ul.Close() }, nil
 }
 
 func globalIPv4() string {

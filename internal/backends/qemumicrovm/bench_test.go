@@ -114,7 +114,7 @@ func BenchmarkPTYRoundTrip(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer func() { cmd.Process.Kill(); cmd.Wait(); f.Close() }()
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = f.Close() }()
 	buf := make([]byte, 256)
 	hostRoundTrip := func() {
 		if _, err := f.Write(msg); err != nil {
@@ -139,7 +139,11 @@ func BenchmarkPTYRoundTrip(b *testing.B) {
 	if _, err := bk.Allocate(ctx, spec); err != nil {
 		b.Fatal(err)
 	}
-	defer bk.Teardown(context.Background(), spec)
+	defer func() {
+		if _, err := bk.Teardown(context.Background(), spec); err != nil {
+			b.Error(err)
+		}
+	}()
 	ctl, err := bk.Guest(ctx, spec.ID)
 	if err != nil {
 		b.Fatal(err)

@@ -363,7 +363,7 @@ func TestCrashRecovery(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		defer cmd.Wait()
+		defer func() { _ = cmd.Wait() }()
 		dir := filepath.Join(cfg.StateDir, "vms", spec.ID)
 		deadline := time.Now().Add(90 * time.Second)
 		for {
@@ -371,7 +371,7 @@ func TestCrashRecovery(t *testing.T) {
 				break
 			}
 			if time.Now().After(deadline) {
-				cmd.Process.Kill()
+				_ = cmd.Process.Kill()
 				t.Fatal("the helper never reached the crash point")
 			}
 			time.Sleep(2 * time.Millisecond) // test-only polling of the record file
@@ -379,7 +379,7 @@ func TestCrashRecovery(t *testing.T) {
 		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		cmd.Wait()
+		_ = cmd.Wait()
 		rec, err := readRecord(dir)
 		if err != nil {
 			t.Fatal(err)

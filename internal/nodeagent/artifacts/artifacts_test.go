@@ -36,7 +36,7 @@ func store(t *testing.T) (*Store, string) {
 
 func count(t *testing.T, dir string) int {
 	n := 0
-	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			n++
 		}

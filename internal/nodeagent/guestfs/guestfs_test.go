@@ -83,8 +83,8 @@ func newWorld(t *testing.T) *world {
 	l, err := net.Listen("unix", sock)
 	must(t, err)
 	served := make(chan struct{})
-	go func() { defer close(served); ga.Serve(l) }()
-	t.Cleanup(func() { _ = l.Close(); <-served; ga.Close() })
+	go func() { defer close(served); _ = ga.Serve(l) }() // ends when the cleanup closes l
+	t.Cleanup(func() { _ = l.Close(); <-served; _ = ga.Close() })
 	w.guest, err = New(func(ctx context.Context) (*guestclient.Client, error) {
 		w.dials++
 		if w.failDialsAfterLoss && w.lost {

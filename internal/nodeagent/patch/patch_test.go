@@ -75,7 +75,7 @@ func structured(t *testing.T, ops ...StructuredOp) string {
 // noLeftovers asserts no temp or backup files remain anywhere in dir.
 func noLeftovers(t *testing.T, dir string) {
 	t.Helper()
-	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 		if err == nil && (strings.HasPrefix(d.Name(), fsaccess.TempPrefix) || strings.HasPrefix(d.Name(), fsaccess.BackupPrefix)) {
 			t.Errorf("leftover %s", p)
 		}
@@ -382,7 +382,7 @@ func TestSizeCaps(t *testing.T) {
 // snapshotTree returns path -> content|mode for every entry in dir.
 func snapshotTree(t *testing.T, dir string) map[string]string {
 	out := map[string]string{}
-	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 		must(t, err)
 		rel, _ := filepath.Rel(dir, p)
 		info, _ := d.Info()
@@ -480,7 +480,11 @@ func TestRollbackOnImmutableDirectory(t *testing.T) {
 	if err := setFlags(locked, fsImmutableFL); err != nil {
 		t.Skipf("cannot set FS_IMMUTABLE_FL on %s (needs CAP_LINUX_IMMUTABLE and ext4/xfs/btrfs-like fs): %v", locked, err)
 	}
-	t.Cleanup(func() { setFlags(locked, 0) })
+	t.Cleanup(func() {
+		if err := setFlags(locked, 0); err != nil {
+			t.Errorf("clearing FS_IMMUTABLE_FL on %s: %v", locked, err)
+		}
+	})
 	_, err := Apply(r, rollbackPatch(t))
 	wantCode(t, err, CodePatchWriteFailed)
 	if !errors.Is(err, unix.EPERM) {

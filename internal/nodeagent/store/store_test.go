@@ -316,8 +316,10 @@ func TestCrashChild(t *testing.T) {
 	if err != nil {
 		os.Exit(3)
 	}
-	tx.Bucket(bucketCommands).Put([]byte("uncommitted"), []byte(`{"uid":"uncommitted"}`))
-	unix.Kill(os.Getpid(), unix.SIGKILL)
+	if err := tx.Bucket(bucketCommands).Put([]byte("uncommitted"), []byte(`{"uid":"uncommitted"}`)); err != nil {
+		os.Exit(3)
+	}
+	_ = unix.Kill(os.Getpid(), unix.SIGKILL) // does not return
 	select {}
 }
 

@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	if slimPath != "" {
-		os.RemoveAll(filepath.Dir(slimPath))
+		_ = os.RemoveAll(filepath.Dir(slimPath))
 	}
 	os.Exit(code)
 }
@@ -526,7 +526,7 @@ func TestEgressForbiddenWithoutPrivilege(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
