@@ -43,7 +43,7 @@ func (b *Backend) Adopt(ctx context.Context, from, to backends.Spec) error {
 	if err != nil {
 		return err
 	}
-	defer fx.Close()
+	defer func() { _ = fx.Close() }()
 	if _, err := fx.Lstat(from.ID); errors.Is(err, fs.ErrNotExist) {
 		if e, err := fx.Lstat(to.ID); err == nil && e.Type == fsaccess.TypeDir {
 			return nil // done by an earlier pass
