@@ -81,9 +81,10 @@ type EnvironmentPoolStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	TemplateDigest string `json:"templateDigest,omitempty"`
+	// observedGeneration is the metadata.generation of the pool this status was computed from.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// conditions: Ready (readyReplicas == replicas), Reconciling, Stalled (kstatus).
+	// conditions are Ready (readyReplicas == replicas), Reconciling, Stalled (kstatus).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -102,10 +103,14 @@ type EnvironmentPoolStatus struct {
 // +kubebuilder:printcolumn:name="Claims",type=integer,JSONPath=`.status.claims`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type EnvironmentPool struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// spec is the desired state of the pool.
 	// +required
 	Spec EnvironmentPoolSpec `json:"spec"`
+	// status is the observed state of the pool.
 	// +optional
 	Status EnvironmentPoolStatus `json:"status,omitempty"`
 }
