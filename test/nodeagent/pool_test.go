@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -70,6 +71,20 @@ func waitPoolReady(t *testing.T, ns, name string, want int32) map[string]wbv1.En
 			fmt.Sprintf("status=%+v members=%d", p.Status, len(ready))
 	})
 	return ready
+}
+
+// updatePool changes the pool's spec, read afresh on a conflict with the pool controller's
+// own writes (its finalizer).
+func updatePool(t *testing.T, ns, name string, change func(*wbv1.EnvironmentPool)) {
+	t.Helper()
+	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var p wbv1.EnvironmentPool
+		if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &p); err != nil {
+			return err
+		}
+		change(&p)
+		return env.Client.Update(context.Background(), &p)
+	}))
 }
 
 func claimer(ns, name, pool string, spec wbv1.EnvironmentSpec) *wbv1.Environment {
@@ -230,10 +245,7 @@ func TestPoolConcurrentClaims(t *testing.T) {
 	}
 	// Empty the pool (replicas 0, so no refill races it) and claim again: allocated
 	// normally, no member.
-	var p wbv1.EnvironmentPool
-	must(t, env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "pool"}, &p))
-	p.Spec.Replicas = ptr(int32(0))
-	must(t, env.Client.Update(ctx, &p))
+	updatePool(t, ns, "pool", func(p *wbv1.EnvironmentPool) { p.Spec.Replicas = ptr(int32(0)) })
 	eventually(t, 60*time.Second, "pool emptied", func() (bool, string) {
 		ms := members(t, ns, "pool")
 		return len(ms) == 0, fmt.Sprintf("%v", keys(ms))
@@ -257,8 +269,9 @@ func TestPoolTemplateRecreate(t *testing.T) {
 	var p wbv1.EnvironmentPool
 	must(t, env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "pool"}, &p))
 	oldDigest := p.Status.TemplateDigest
-	p.Spec.Template.OperationalContext = &wbv1.OperationalContext{Class: "research", Summary: ptr("template v2")}
-	must(t, env.Client.Update(ctx, &p))
+	updatePool(t, ns, "pool", func(p *wbv1.EnvironmentPool) {
+		p.Spec.Template.OperationalContext = &wbv1.OperationalContext{Class: "research", Summary: ptr("template v2")}
+	})
 	eventually(t, 60*time.Second, "old members replaced", func() (bool, string) {
 		var cur wbv1.EnvironmentPool
 		must(t, env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "pool"}, &cur))
