@@ -81,6 +81,9 @@ func (r *TerminalCommandReconciler) summarize(ctx context.Context, cmd *wbv1.Ter
 	cur, next := terminalCommandOwned(&cmd.Status), terminalCommandOwned(&cmd.Status)
 	all := append([]metav1.Condition(nil), cmd.Status.Conditions...)
 	next.Phase = wbv1.CommandPhaseFor(all)
+	// The phase and health below are derived from this generation (a cancel raises it):
+	// without this kstatus reads a cancelled command InProgress forever.
+	next.ObservedGeneration = cmd.Generation
 	for _, hc := range wbv1.HealthConditions(wbv1.CommandHealth(next.Phase), string(next.Phase), "command is "+string(next.Phase), cmd.Generation) {
 		setCondition(&next.Conditions, &all, hc)
 	}
