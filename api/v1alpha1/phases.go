@@ -23,6 +23,7 @@ const (
 	ReasonCancelled           = "Cancelled"
 	ReasonExpired             = "Expired"
 	ReasonPlaced              = "Placed"
+	ReasonReplanned           = "Replanned" // a placed environment's spec changed and its plan was re-derived (opctx)
 	ReasonNoMatch             = "NoMatchingCapability"
 	ReasonDraining            = "Draining"
 	ReasonClosed              = "Closed"

@@ -365,6 +365,10 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 			return nil
 		}
 		claimBy = by
+	} else if actuation.CheckAdmissionContext(actuation.ContextClass(cmd.Status.AdmittedContext), actuation.ContextClass(env.Status.EffectiveOperationalContext)) != nil {
+		// Admitted under an earlier operational context of the environment: not started
+		// under the new one; the manager re-evaluates it and its status write wakes this.
+		return nil
 	} else if ref := admitAtNode(cmd, &prof, &env); ref != nil {
 		// Defence in depth: admission again, at the edge, against the effective profile.
 		p.refuse(string(ref.Code), ref.Message)
