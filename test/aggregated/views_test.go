@@ -317,7 +317,8 @@ func TestSharedChairTerminalStory(t *testing.T) {
 	eventually(t, 30*time.Second, "C's grant status says revoked", func() (bool, string) {
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "carol"}, &gc))
 		// Revoked as its spec asked: kstatus reads Current (where the spec wants it).
-		return !gc.Status.Active && gc.Status.Reason == string(actuation.CodeViewGrantRevoked) && kstatusOf(t, &gc) == "Current", fmt.Sprintf("%s %+v", kstatusOf(t, &gc), gc.Status)
+		return gc.Status.State == wbv1.ViewGrantInactive && gc.Status.Reason == string(actuation.CodeViewGrantRevoked) && kstatusOf(t, &gc) == "Current",
+			fmt.Sprintf("%s %+v", kstatusOf(t, &gc), gc.Status)
 	})
 	_ = bUser
 
@@ -520,7 +521,7 @@ func TestViewRefusals(t *testing.T) {
 		req.Header.Set("Authorization", "Bearer "+tr.Status.Token)
 		resp, err := hc.Do(req)
 		must(t, err)
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		line, _ := bufio.NewReader(io.LimitReader(resp.Body, 1<<20)).ReadBytes('\n')
 		return resp.StatusCode, string(line)
 	}
