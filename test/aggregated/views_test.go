@@ -316,7 +316,7 @@ func TestSharedChairTerminalStory(t *testing.T) {
 	var gc wbv1.ViewGrant
 	eventually(t, 30*time.Second, "C's grant status says revoked", func() (bool, string) {
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "carol"}, &gc))
-		return !gc.Status.Active && gc.Status.Reason == string(actuation.CodeViewGrantRevoked), fmt.Sprintf("%+v", gc.Status)
+		return gc.Status.State == wbv1.ViewGrantInactive && gc.Status.Reason == string(actuation.CodeViewGrantRevoked), fmt.Sprintf("%+v", gc.Status)
 	})
 	_ = bUser
 

@@ -114,7 +114,7 @@ func run(m *testing.M) (int, error) {
 	defer cancel()
 	ag, err = nodeagenttest.Start(ctx, env, agent.Config{NodeName: nodeName, StateDir: stateDir,
 		AdmittedRoots: map[string]string{"work": workspace}, HeartbeatSeconds: 5, DataPlaneAddress: "127.0.0.1:0",
-		Caps: agent.Caps{Sessions: 64, SessionsPerEnvironment: 8}}, agent.Options{})
+		Caps: agent.Caps{Sessions: 64, SessionsPerEnvironment: 8}, QEMU: qemuConfig()}, agent.Options{})
 	if err != nil {
 		return 1, err
 	}

@@ -254,8 +254,7 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 	dev.Dir, dev.Env = "/", []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "RUST_LOG=warn", vmDirEnv + "=" + dir}
 	dev.Stdout, dev.Stderr = &devOut, &devOut
 	dev.ExtraFiles = []*os.File{dirFile}
-	dev.SysProcAttr = id.sysProcAttr(false)
-	if v.dev, v.devDone, err = startProc(dev, cg); err != nil {
+	if v.dev, v.devDone, err = startProc(dev, cg, id, false); err != nil {
 		return fail(CodeBootFailed, fmt.Errorf("start vhost-device-vsock: %w", err))
 	}
 	rec.Device = &v.dev.id
@@ -287,8 +286,7 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 	q.Dir, q.Env = "/", []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", vmDirEnv + "=" + dir}
 	q.Stdout, q.Stderr = &qemuOut, &qemuOut
 	q.ExtraFiles = []*os.File{files.kernel, files.initrd, dirFile}
-	q.SysProcAttr = id.sysProcAttr(true)
-	if v.qemu, v.qemuDone, err = startProc(q, cg); err != nil {
+	if v.qemu, v.qemuDone, err = startProc(q, cg, id, true); err != nil {
 		return fail(CodeBootFailed, fmt.Errorf("start QEMU: %w", err))
 	}
 	rec.QEMU, rec.LaunchedAt = &v.qemu.id, time.Now().UTC()
@@ -368,33 +366,43 @@ func bootCode(parent context.Context, err error) string {
 	return CodeBootFailed
 }
 
-// startProc starts cmd, opens a pidfd for the child before anything can reap it (so the
-// pid is exact), records its identity, and reaps it in the background; done closes then.
-func startProc(cmd *exec.Cmd, g *cgroups.Group) (*procHandle, <-chan struct{}, error) {
+// startProc starts cmd through the VMM sandbox (vmmsandbox.go) as id, born in g when
+// set, opens a pidfd for the child before anything can reap it (so the pid is exact),
+// waits until the helper exec'd the program, records its identity, and reaps it in the
+// background; done closes then.
+func startProc(cmd *exec.Cmd, g *cgroups.Group, id vmmIdentity, ownPID bool) (*procHandle, <-chan struct{}, error) {
+	report, err := id.sandboxed(cmd, ownPID)
+	if err != nil {
+		return nil, nil, err
+	}
 	start := cmd.Start
 	if g != nil {
 		start = func() error { return g.StartCmd(cmd) }
 	}
-	if err := startNoNewPrivs(start); err != nil {
+	if err := start(); err != nil {
+		_ = report.Close()
+		_ = cmd.ExtraFiles[len(cmd.ExtraFiles)-1].Close()
 		return nil, nil, err
 	}
+	execErr := awaitExec(cmd, report)
+	// Nothing reaps the child before the goroutine below, so the pid stays exact.
 	pid := cmd.Process.Pid
 	fd, ferr := unix.PidfdOpen(pid, 0)
-	id, ierr := identify(pid)
+	pid0, ierr := identify(pid)
 	done := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
 		close(done)
 	}()
-	if err := errors.Join(ferr, ierr); err != nil {
+	if err := errors.Join(execErr, ferr, ierr); err != nil {
 		_ = cmd.Process.Kill()
 		<-done
 		if ferr == nil {
-			unix.Close(fd)
+			_ = unix.Close(fd)
 		}
 		return nil, nil, err
 	}
-	return &procHandle{fd: fd, id: id}, done, nil
+	return &procHandle{fd: fd, id: pid0}, done, nil
 }
 
 // killAll ends every process of a VM directory: the VM's own handles, the record's exact

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 )
 
@@ -389,6 +390,30 @@ func TestLandlockConfinesWrites(t *testing.T) {
 	}
 	if _, err := os.Stat(badPath); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("write outside the roots landed: %v", err)
+	}
+}
+
+// TestRootSwappedForSymlinkRefused: a root whose path became a symlink (swapped after the
+// agent pinned it) is refused with root-changed before anything runs; the program never
+// writes into the link's target.
+func TestRootSwappedForSymlinkRefused(t *testing.T) {
+	requireSandbox(t)
+	base, elsewhere := t.TempDir(), t.TempDir()
+	root := filepath.Join(base, "root")
+	if err := os.Symlink(elsewhere, root); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(root, "planted")
+	_, err := Run(context.Background(), Spec{Argv: []string{"/bin/sh", "-c", "echo x > " + target}, WritableRoots: []string{root}})
+	if !refusal.Is(err, string(actuation.CodeRootChanged)) {
+		t.Fatalf("writable root through a symlink: %v, want %s", err, actuation.CodeRootChanged)
+	}
+	_, err = Run(context.Background(), Spec{Argv: []string{"/bin/true"}, ReadableRoots: []string{root}})
+	if !refusal.Is(err, string(actuation.CodeRootChanged)) {
+		t.Fatalf("readable root through a symlink: %v, want %s", err, actuation.CodeRootChanged)
+	}
+	if _, err := os.Stat(filepath.Join(elsewhere, "planted")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the symlink's target was written: %v", err)
 	}
 }
 
