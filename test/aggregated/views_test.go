@@ -518,7 +518,7 @@ func TestViewRefusals(t *testing.T) {
 		req.Header.Set("Authorization", "Bearer "+tr.Status.Token)
 		resp, err := hc.Do(req)
 		must(t, err)
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		line, _ := bufio.NewReader(io.LimitReader(resp.Body, 1<<20)).ReadBytes('\n')
 		return resp.StatusCode, string(line)
 	}

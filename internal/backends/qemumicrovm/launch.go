@@ -216,7 +216,7 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 	if err != nil {
 		return nil, fmt.Errorf("open VM directory %s: %w", dir, err)
 	}
-	defer dirFile.Close()
+	defer func() { _ = dirFile.Close() }()
 	v := &vm{dir: dir, rec: rec}
 	cg, cgErr := b.vmCgroup(dir, rec) // QEMU and the vsock device are born in the VM's cgroup
 	var qemuOut, devOut cappedBuffer
@@ -229,9 +229,9 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 		if s := devOut.String(); s != "" {
 			said += " (vhost-device-vsock said: " + s + ")"
 		}
-		b.killAll(dir, rec, v)
-		clearDir(dir, true)
-		rec.State, rec.Reason = StateStopped, protocol.Truncate(code+": "+err.Error()+said)
+		procs, perr := b.killAll(dir, rec, v)
+		files, ferr := clearDir(dir, true)
+		rec.State, rec.Reason = StateStopped, protocol.Truncate(code+": "+err.Error()+said+teardownNote(procs, perr, files, ferr))
 		_ = writeRecord(dir, rec)
 		return nil, fsaccess.Wrap(code, err, "boot of generation %d under %s%s", rec.Generation, rec.Accel, protocol.Truncate(said))
 	}
@@ -271,7 +271,7 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 	if err != nil {
 		return fail(CodeBootFailed, err)
 	}
-	defer ready.Close()
+	defer func() { _ = ready.Close() }()
 	if v.serial, err = listenSerial(filepath.Join(dir, serialSock), filepath.Join(dir, serialLog), b.cfg.SerialMaxBytes); err != nil {
 		return fail(CodeBootFailed, fmt.Errorf("serial listener: %w", err))
 	}
@@ -317,7 +317,7 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 	if err := ready.Wait(bootCtx); err != nil {
 		return fail(bootCode(ctx, exitedErr(err)), exitedErr(err))
 	}
-	ready.Close()
+	_ = ready.Close()
 	gid, err := socketIdentity(gs)
 	if err != nil {
 		return fail(CodeBootFailed, err)
@@ -346,11 +346,11 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 			err = fmt.Errorf("mkdir exited %d: %s", res.ExitCode, sanitize(append(res.Stdout, res.Stderr...), 256))
 		}
 		if err != nil {
-			c.Close()
+			_ = c.Close()
 			return fail(CodeBootFailed, fmt.Errorf("create the roots in the guest: %w", err))
 		}
 	}
-	c.Close()
+	_ = c.Close()
 	rec.State, rec.ReadyAt = StateRunning, time.Now().UTC()
 	if err := writeRecord(dir, rec); err != nil {
 		return fail(CodeBootFailed, err)
@@ -477,7 +477,7 @@ func clearDir(dir string, keepRecord bool) ([]string, error) {
 		return nil, err
 	}
 	names, err := f.Readdirnames(maxDirEntries + 1)
-	f.Close()
+	_ = f.Close()
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("list %s: %w", dir, err)
 	}
@@ -509,9 +509,9 @@ func clearDir(dir string, keepRecord bool) ([]string, error) {
 // stopVM ends a VM this process runs and leaves a stopped tombstone (the generation is
 // kept, so the next boot advances it).
 func (b *Backend) stopVM(v *vm, reason string) {
-	b.killAll(v.dir, v.rec, v)
-	clearDir(v.dir, true)
-	v.rec.State, v.rec.Reason = StateStopped, protocol.Truncate(reason)
+	procs, perr := b.killAll(v.dir, v.rec, v)
+	files, ferr := clearDir(v.dir, true)
+	v.rec.State, v.rec.Reason = StateStopped, protocol.Truncate(reason+teardownNote(procs, perr, files, ferr))
 	_ = writeRecord(v.dir, v.rec)
 	b.mu.Lock()
 	if b.vms[v.rec.ID] == v {
@@ -523,10 +523,26 @@ func (b *Backend) stopVM(v *vm, reason string) {
 // stopRecord is stopVM for a VM known only from its record.
 func (b *Backend) stopRecord(rec *Record, reason string) {
 	dir := b.dir(rec.ID)
-	b.killAll(dir, rec, nil)
-	clearDir(dir, true)
-	rec.State, rec.Reason = StateStopped, protocol.Truncate(reason)
+	procs, perr := b.killAll(dir, rec, nil)
+	files, ferr := clearDir(dir, true)
+	rec.State, rec.Reason = StateStopped, protocol.Truncate(reason+teardownNote(procs, perr, files, ferr))
 	_ = writeRecord(dir, rec)
+}
+
+// teardownNote is what a stop's killAll and clearDir left behind (surviving processes,
+// unremoved files, errors), for the tombstone's reason, so a leak stays visible in the
+// record instead of being dropped; "" when nothing was left.
+func teardownNote(procs []string, perr error, files []string, ferr error) string {
+	left := append(append([]string(nil), procs...), files...)
+	for _, err := range []error{perr, ferr} {
+		if err != nil {
+			left = append(left, err.Error())
+		}
+	}
+	if len(left) == 0 {
+		return ""
+	}
+	return "; teardown left: " + strings.Join(left, ", ")
 }
 
 // destroyVM tears a VM down: a guest poweroff (bounded) when graceful, then killAll, then
@@ -536,7 +552,7 @@ func (b *Backend) destroyVM(ctx context.Context, v *vm, graceful bool) ([]string
 		sctx, cancel := context.WithTimeout(ctx, b.cfg.ShutdownTimeout)
 		if c, err := guestclient.Connect(sctx, v.endpoint(), v.rec.Binding); err == nil {
 			_ = c.Shutdown(sctx, "") // a lost answer is expected: the guest powers off
-			c.Close()
+			_ = c.Close()
 			v.qemu.waitExit(time.Until(deadlineOf(sctx)))
 		}
 		cancel()
@@ -635,7 +651,7 @@ func (b *Backend) adopt(ctx context.Context, rec *Record) (*vm, error) {
 		release()
 		return nil, fmt.Errorf("handshake with the recorded binding: %w", err)
 	}
-	c.Close()
+	_ = c.Close()
 	b.mu.Lock()
 	b.vms[rec.ID] = v
 	b.mu.Unlock()
@@ -694,4 +710,4 @@ func (w *dirWatch) waitFor(ctx context.Context, path string, exited <-chan struc
 	}
 }
 
-func (w *dirWatch) close() { w.f.Close() }
+func (w *dirWatch) close() { _ = w.f.Close() }

@@ -194,7 +194,7 @@ func (s *Sandboxed) Leftovers() (int, []LeftProc) {
 // Close releases the status pipe.
 func (s *Sandboxed) Close() {
 	if s.status != nil {
-		s.status.Close()
+		_ = s.status.Close()
 	}
 }
 
@@ -268,7 +268,7 @@ func startHelper(opts StartOptions) (*helperProc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("procexec: open the sandbox helper %s: %w", helper, err)
 	}
-	defer exe.Close()
+	defer func() { _ = exe.Close() }()
 	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("procexec: config socket: %w", err)
@@ -277,7 +277,7 @@ func startHelper(opts StartOptions) (*helperProc, error) {
 	cfgParent := sp[0]
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
-		cfgChild.Close()
+		_ = cfgChild.Close()
 		unix.Close(cfgParent)
 		return nil, fmt.Errorf("procexec: status pipe: %w", err)
 	}
@@ -310,10 +310,10 @@ func startHelper(opts StartOptions) (*helperProc, error) {
 		SysProcAttr: attr,
 	}
 	startErr := cmd.Start()
-	cfgChild.Close()
-	statusW.Close()
+	_ = cfgChild.Close()
+	_ = statusW.Close()
 	if startErr != nil {
-		statusR.Close()
+		_ = statusR.Close()
 		unix.Close(cfgParent)
 		if errors.Is(startErr, syscall.EPERM) || errors.Is(startErr, syscall.EINVAL) ||
 			errors.Is(startErr, syscall.ENOSPC) || errors.Is(startErr, syscall.EUSERS) || errors.Is(startErr, syscall.EACCES) {
@@ -329,7 +329,7 @@ func startHelper(opts StartOptions) (*helperProc, error) {
 func (hp *helperProc) discard() {
 	_ = hp.cmd.Process.Kill()
 	_, _ = hp.cmd.Process.Wait()
-	hp.statusR.Close()
+	_ = hp.statusR.Close()
 	unix.Close(hp.cfgParent)
 }
 
@@ -343,7 +343,7 @@ func (hp *helperProc) configure(cfg *helperConfig, idmaps []idmapSource, before 
 	abort := func(err error) (*Sandboxed, error) {
 		_ = cmd.Process.Kill()
 		_, _ = cmd.Process.Wait()
-		statusR.Close()
+		_ = statusR.Close()
 		return nil, err
 	}
 
@@ -637,7 +637,7 @@ func CheckSandbox(opts StartOptions, tempBase string) error {
 	if err != nil {
 		return fmt.Errorf("procexec: sandbox check temp dir: %w", err)
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }() // the check's scratch directory
 	sb, err := StartSandboxed(SandboxSpec{Argv: []string{prog}, Env: []string{}, TempDir: tmp}, opts)
 	if err != nil {
 		return err
