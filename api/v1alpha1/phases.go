@@ -57,6 +57,33 @@ func CommandPhaseFor(conds []metav1.Condition) CommandPhase {
 	return CommandPending
 }
 
+// PhaseWriter names the one component that writes a TerminalCommand's phase and its health
+// conditions (Reconciling, Stalled) at a given moment.
+type PhaseWriter string
+
+// The two writers of a command's phase.
+const (
+	PhaseWriterManager PhaseWriter = "manager"
+	PhaseWriterNode    PhaseWriter = "node"
+)
+
+// CommandPhaseWriter is the hand-off rule for a command's phase (one writer per field at any
+// time). The manager writes it while it holds the command: pending, awaiting consent, and
+// refused or cancelled before any node took it. The node agent writes it from its first
+// status write on — its fast-path claim, or its first pass over a command the manager
+// admitted — because that write sets status.nodeName together with the phase it derives;
+// from then on the manager writes neither phase nor health, only its own fields (Admitted,
+// admittedBy, commandID, argvDigest, observedGeneration). So the outcome and the phase a
+// user reads arrive in one status write instead of two. The manager's writes of the phase
+// are held to the version it read (a conflict re-reads), so a stale read never overwrites
+// what the node wrote after the hand-off.
+func CommandPhaseWriter(s *TerminalCommandStatus) PhaseWriter {
+	if s.NodeName != "" {
+		return PhaseWriterNode
+	}
+	return PhaseWriterManager
+}
+
 // CommandIsFinal says whether the command has its one recorded outcome.
 func CommandIsFinal(conds []metav1.Condition) bool { return isTrue(conds, ConditionCompleted) }
 

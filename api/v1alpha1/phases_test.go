@@ -344,3 +344,33 @@ func TestOperationHealthThroughKStatus(t *testing.T) {
 		t.Fatalf("a wait observed at an old generation reads %s", got)
 	}
 }
+
+// The phase of a command has one writer at a time: the manager until a node's first status
+// write (which sets nodeName with the phase), the node after it, whatever the phase.
+func TestCommandPhaseWriterHandOff(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		st   wbv1.TerminalCommandStatus
+		want wbv1.PhaseWriter
+	}{
+		{"new", wbv1.TerminalCommandStatus{}, wbv1.PhaseWriterManager},
+		{"pending at the gate", wbv1.TerminalCommandStatus{Phase: wbv1.CommandPending}, wbv1.PhaseWriterManager},
+		{"awaiting consent", wbv1.TerminalCommandStatus{Phase: wbv1.CommandAwaitingConsent}, wbv1.PhaseWriterManager},
+		{"admitted by the gate, no node write yet", wbv1.TerminalCommandStatus{Phase: wbv1.CommandPending, AdmittedBy: "profile",
+			Conditions: []metav1.Condition{c(wbv1.ConditionAdmitted, true, wbv1.ReasonAdmittedByProfile)}}, wbv1.PhaseWriterManager},
+		{"refused at the gate", wbv1.TerminalCommandStatus{Phase: wbv1.CommandRefused, Refusal: &wbv1.Refusal{Code: "profile-missing"}}, wbv1.PhaseWriterManager},
+		{"cancelled before admission", wbv1.TerminalCommandStatus{Phase: wbv1.CommandCancelled}, wbv1.PhaseWriterManager},
+		{"claimed by the node (fast path)", wbv1.TerminalCommandStatus{Phase: wbv1.CommandPending, NodeName: "n1",
+			Conditions: []metav1.Condition{c(wbv1.ConditionStarted, false, "StartingAtNode")}}, wbv1.PhaseWriterNode},
+		{"running", wbv1.TerminalCommandStatus{Phase: wbv1.CommandRunning, NodeName: "n1"}, wbv1.PhaseWriterNode},
+		{"refused at the node", wbv1.TerminalCommandStatus{Phase: wbv1.CommandRefused, NodeName: "n1"}, wbv1.PhaseWriterNode},
+		{"succeeded", wbv1.TerminalCommandStatus{Phase: wbv1.CommandSucceeded, NodeName: "n1"}, wbv1.PhaseWriterNode},
+		{"node wrote, phase not yet set", wbv1.TerminalCommandStatus{NodeName: "n1"}, wbv1.PhaseWriterNode},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := wbv1.CommandPhaseWriter(&tc.st); got != tc.want {
+				t.Fatalf("writer %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
