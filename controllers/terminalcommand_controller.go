@@ -100,7 +100,7 @@ func (r *TerminalCommandReconciler) summarize(ctx context.Context, cmd *wbv1.Ter
 	}
 	wrote, err := applyStatusIfUnchanged(ctx, r.Client, "terminalcommand", cmd, cur, next)
 	if apierrors.IsConflict(err) {
-		return ctrl.Result{Requeue: true}, nil
+		return ctrl.Result{}, nil // another writer moved it: its watch event brings the next pass
 	}
 	if wrote {
 		markCommand(cmd, "manager-phase-written-"+string(next.Phase))
