@@ -100,10 +100,12 @@ type EgressEndpoint struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Host string `json:"host"`
+	// port is the destination TCP or UDP port the action may connect to.
 	// +required
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535
 	Port int32 `json:"port"`
+	// protocol is the transport of the allowed connection.
 	// +required
 	Protocol EgressProtocol `json:"protocol"`
 }
@@ -126,10 +128,13 @@ type EgressParams struct {
 
 // ArtifactParams are the C5 block.
 type ArtifactParams struct {
+	// maxCount is the most artifacts one run may promote.
 	// +required
 	MaxCount int32 `json:"maxCount"`
+	// maxBytesPer is the largest size in bytes of one promoted artifact.
 	// +required
 	MaxBytesPer int64 `json:"maxBytesPer"`
+	// maxBytesTotal is the most bytes one run may promote across all its artifacts.
 	// +required
 	MaxBytesTotal int64 `json:"maxBytesTotal"`
 	// allowedMediaTypes are exact media types (type/subtype); a sniffed or declared type
@@ -156,6 +161,7 @@ const (
 
 // ComposedParams are the C6 block; each named effect needs its class block too.
 type ComposedParams struct {
+	// effects names the effects the composed action combines; each needs its class block too.
 	// +required
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=4
@@ -193,8 +199,12 @@ type ResultContract struct {
 
 // OutputLimits cap captured output.
 type OutputLimits struct {
+	// stdoutBytes is the most standard-output bytes captured; output past it is cut and marked
+	// truncated.
 	// +required
 	StdoutBytes int64 `json:"stdoutBytes"`
+	// stderrBytes is the most standard-error bytes captured; output past it is cut and marked
+	// truncated.
 	// +required
 	StderrBytes int64 `json:"stderrBytes"`
 }
@@ -217,6 +227,7 @@ type ActionDeclaration struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Description string `json:"description,omitempty"`
+	// executable is what the action runs and how its argv is built.
 	// +required
 	Executable ActionExecutable `json:"executable"`
 	// argvTemplate is the argv: each element a literal or exactly one placeholder
@@ -266,8 +277,10 @@ type ActionDeclaration struct {
 	// maxTimeoutSeconds bounds a run's timeoutSeconds.
 	// +required
 	MaxTimeoutSeconds int64 `json:"maxTimeoutSeconds"`
+	// outputLimits caps the output captured from a run of the action.
 	// +required
 	OutputLimits OutputLimits `json:"outputLimits"`
+	// resultContract is what a run of the action must report as its result.
 	// +required
 	ResultContract ResultContract `json:"resultContract"`
 	// sensitivity may only declare the baseline class ("class", or the legacy alias
@@ -280,6 +293,7 @@ type ActionDeclaration struct {
 // ActionCatalogSpec is what a signature covers: RFC 8785 canonical JSON of this struct as
 // encoded by encoding/json, then sha256.
 type ActionCatalogSpec struct {
+	// actions are the actions the catalog declares.
 	// +required
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=128
@@ -333,19 +347,24 @@ const (
 
 // ActionStatus is the manager's verdict on one declared action.
 type ActionStatus struct {
+	// id is the declared action's id in the catalog.
 	// +required
 	// +kubebuilder:validation:MaxLength=128
 	ID string `json:"id"`
+	// class is the action's class (C1..C6) as the manager read it.
 	// +optional
 	Class ActionClass `json:"class,omitempty"`
+	// authorization is the manager's authorization verdict for the action.
 	// +required
 	Authorization ActionAuthorization `json:"authorization"`
+	// availability says whether some node can enforce the action's envelope.
 	// +required
 	Availability ActionAvailability `json:"availability"`
 	// code is the refusal code when not authorized or unavailable.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	Code string `json:"code,omitempty"`
+	// message explains the verdict to an operator.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`
@@ -369,9 +388,11 @@ type ActionCatalogStatus struct {
 	// +listType=map
 	// +listMapKey=id
 	Actions []ActionStatus `json:"actions,omitempty"`
+	// observedGeneration is the metadata.generation of the ActionCatalog that this status was
+	// computed from.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// conditions: Valid (structure), Authorized (signature).
+	// conditions report Valid (structure), Authorized (signature).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -388,13 +409,17 @@ type ActionCatalogStatus struct {
 // +kubebuilder:printcolumn:name="Digest",type=string,JSONPath=`.status.specDigest`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ActionCatalog struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// spec is the desired state of the ActionCatalog.
 	// +required
 	Spec ActionCatalogSpec `json:"spec"`
 	// signature authorizes spec; outside spec so that writing it leaves the digest alone.
 	// +optional
 	Signature *CatalogSignature `json:"signature,omitempty"`
+	// status is the observed state of the ActionCatalog.
 	// +optional
 	Status ActionCatalogStatus `json:"status,omitempty"`
 }
@@ -431,7 +456,7 @@ type ActionRunSpec struct {
 	// environmentRef names the Environment whose workspace and node the run uses.
 	// +required
 	EnvironmentRef ObjectName `json:"environmentRef"`
-	// timeoutSeconds, at most the action's maxTimeoutSeconds; the action's
+	// timeoutSeconds is the run's time limit in seconds, at most the action's maxTimeoutSeconds; the action's
 	// defaultTimeoutSeconds when unset.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
@@ -447,31 +472,40 @@ type ActionRunSpec struct {
 
 // TouchedFile is one file a C3 run wrote, relative to the write root.
 type TouchedFile struct {
+	// path is the file's path relative to the write root.
 	// +required
 	// +kubebuilder:validation:MaxLength=4096
 	Path string `json:"path"`
+	// size is the file's size in bytes after the run.
 	// +required
 	Size int64 `json:"size"`
+	// digest is the file's content digest after the run.
 	// +optional
 	Digest Digest `json:"digest,omitempty"`
 }
 
 // ConnectionRecord is one connection of a C4 run's network transcript.
 type ConnectionRecord struct {
+	// host is the destination host of the connection.
 	// +required
 	// +kubebuilder:validation:MaxLength=253
 	Host string `json:"host"`
+	// port is the destination port of the connection.
 	// +required
 	Port int32 `json:"port"`
+	// protocol is the transport of the connection.
 	// +required
 	Protocol EgressProtocol `json:"protocol"`
+	// bytesOut is the number of bytes the run sent on the connection.
 	// +optional
 	BytesOut int64 `json:"bytesOut,omitempty"`
+	// bytesIn is the number of bytes the run received on the connection.
 	// +optional
 	BytesIn int64 `json:"bytesIn,omitempty"`
+	// durationMillis is how long the connection was open, in milliseconds.
 	// +optional
 	DurationMillis int64 `json:"durationMillis,omitempty"`
-	// refusal code when the proxy refused or cut the connection (egress-forbidden, a cap).
+	// code is the refusal code when the proxy refused or cut the connection (egress-forbidden, a cap).
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	Code string `json:"code,omitempty"`
@@ -482,13 +516,17 @@ type ArtifactRef struct {
 	// name of the Artifact object.
 	// +required
 	Name ObjectName `json:"name"`
+	// digest is the artifact's content digest.
 	// +required
 	Digest Digest `json:"digest"`
+	// mediaType is the artifact's media type, as the run declared it.
 	// +optional
 	// +kubebuilder:validation:MaxLength=127
 	MediaType string `json:"mediaType,omitempty"`
+	// size is the artifact's size in bytes.
 	// +optional
 	Size int64 `json:"size,omitempty"`
+	// role is the artifact's role in the action's result contract.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	Role string `json:"role,omitempty"`
@@ -500,6 +538,8 @@ type ArtifactRef struct {
 type ActionRunStatus struct {
 	// --- manager (field manager workbench-manager/actionrun) ---
 
+	// phase summarizes the ActionRun's conditions in one word, derived in one place; read the
+	// conditions for detail.
 	// +optional
 	Phase ActionRunPhase `json:"phase,omitempty"`
 	// class of the action when admitted.
@@ -542,24 +582,33 @@ type ActionRunStatus struct {
 	// --- shared: refusal, completionTime (manager for a run refused at admission,
 	// node agent for an admitted run) ---
 
+	// refusal is the stable code and message that refused the ActionRun, when it was refused
+	// (codes: docs/vocabulary.md).
 	// +optional
 	Refusal *Refusal `json:"refusal,omitempty"`
+	// completionTime is when the ActionRun reached a final phase.
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
 
 	// --- node agent (field manager workbench-node-agent/actionrun) ---
 
+	// nodeName is the node whose agent acts on the ActionRun.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	NodeName string `json:"nodeName,omitempty"`
+	// startTime is when the node started the ActionRun.
 	// +optional
 	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// exitCode is the process exit code, when the process exited normally.
 	// +optional
 	ExitCode *int32 `json:"exitCode,omitempty"`
+	// signalOrigin says who ended the process by a signal, when one did.
 	// +optional
 	SignalOrigin SignalOrigin `json:"signalOrigin,omitempty"`
+	// stdoutBytes is the number of standard-output bytes captured.
 	// +optional
 	StdoutBytes int64 `json:"stdoutBytes,omitempty"`
+	// stderrBytes is the number of standard-error bytes captured.
 	// +optional
 	StderrBytes int64 `json:"stderrBytes,omitempty"`
 	// truncated is true when stdout or stderr reached its cap.
@@ -570,6 +619,7 @@ type ActionRunStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	Stdout string `json:"stdout,omitempty"`
+	// outputDigest is the digest of the captured output.
 	// +optional
 	OutputDigest Digest `json:"outputDigest,omitempty"`
 	// resultPointers are the declared pointer fields of a json result: key → canonical
@@ -596,9 +646,11 @@ type ActionRunStatus struct {
 	// +listType=atomic
 	ArtifactRefs []ArtifactRef `json:"artifactRefs,omitempty"`
 
+	// observedGeneration is the metadata.generation of the ActionRun that this status was computed
+	// from.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// conditions: Admitted (manager), Started and Completed (node; manager's Completed only
+	// conditions report Admitted (manager), Started and Completed (node; manager's Completed only
 	// for a refused run), Reconciling and Stalled (manager, derived).
 	// +optional
 	// +listType=map
@@ -619,10 +671,14 @@ type ActionRunStatus struct {
 // +kubebuilder:printcolumn:name="Refusal",type=string,JSONPath=`.status.refusal.code`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ActionRun struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// spec is the desired state of the ActionRun.
 	// +required
 	Spec ActionRunSpec `json:"spec"`
+	// status is the observed state of the ActionRun.
 	// +optional
 	Status ActionRunStatus `json:"status,omitempty"`
 }
@@ -677,10 +733,14 @@ type ActionSignerStatus struct {
 // +kubebuilder:printcolumn:name="Classes",type=string,JSONPath=`.spec.classes`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ActionSigner struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// spec is the desired state of the ActionSigner.
 	// +required
 	Spec ActionSignerSpec `json:"spec"`
+	// status is the observed state of the ActionSigner.
 	// +optional
 	Status ActionSignerStatus `json:"status,omitempty"`
 }
@@ -717,11 +777,14 @@ const (
 
 // EmergencyException lets one action run under Emergency posture.
 type EmergencyException struct {
+	// namespace is the namespace of the catalog that declares the action.
 	// +required
 	// +kubebuilder:validation:MaxLength=63
 	Namespace string `json:"namespace"`
+	// catalogRef names the ActionCatalog that declares the action.
 	// +required
 	CatalogRef ObjectName `json:"catalogRef"`
+	// actionId is the id of the action, within the catalog, that may run under Emergency posture.
 	// +required
 	// +kubebuilder:validation:MaxLength=128
 	ActionID string `json:"actionId"`
@@ -729,6 +792,8 @@ type EmergencyException struct {
 
 // WorkbenchPolicySpec is host policy. A missing policy object means Normal and Strict.
 type WorkbenchPolicySpec struct {
+	// posture is the cluster-wide actuation posture; Emergency stops every action that has no
+	// exception.
 	// +optional
 	// +kubebuilder:default=Normal
 	Posture Posture `json:"posture,omitempty"`
@@ -737,6 +802,7 @@ type WorkbenchPolicySpec struct {
 	// +kubebuilder:validation:MaxItems=64
 	// +listType=atomic
 	EmergencyExceptions []EmergencyException `json:"emergencyExceptions,omitempty"`
+	// signaturePolicy says how strictly action catalogs must be signed.
 	// +optional
 	// +kubebuilder:default=Strict
 	SignaturePolicy SignaturePolicy `json:"signaturePolicy,omitempty"`
@@ -744,6 +810,8 @@ type WorkbenchPolicySpec struct {
 
 // WorkbenchPolicyStatus is reserved.
 type WorkbenchPolicyStatus struct {
+	// observedGeneration is the metadata.generation of the WorkbenchPolicy that this status was
+	// computed from.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 }
@@ -759,10 +827,14 @@ const WorkbenchPolicyName = "default"
 // +kubebuilder:printcolumn:name="Posture",type=string,JSONPath=`.spec.posture`
 // +kubebuilder:printcolumn:name="Signatures",type=string,JSONPath=`.spec.signaturePolicy`
 type WorkbenchPolicy struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// spec is the desired state of the WorkbenchPolicy.
 	// +optional
 	Spec WorkbenchPolicySpec `json:"spec,omitempty"`
+	// status is the observed state of the WorkbenchPolicy.
 	// +optional
 	Status WorkbenchPolicyStatus `json:"status,omitempty"`
 }

@@ -15,8 +15,10 @@ type Classification string
 // ArtifactSpec describes a content-addressed blob held by a node.
 // +kubebuilder:validation:XValidation:rule="self == oldSelf",message="immutable: spec is immutable"
 type ArtifactSpec struct {
+	// environmentRef names the Environment, in the same namespace, the artifact is taken from.
 	// +required
 	EnvironmentRef ObjectName `json:"environmentRef"`
+	// source says what the artifact is taken from.
 	// +required
 	Source ArtifactSource `json:"source"`
 	// sessionRef names the captured session (capture).
@@ -25,8 +27,10 @@ type ArtifactSpec struct {
 	// root and path name the exported subtree (export).
 	// +optional
 	Root *RootName `json:"root,omitempty"`
+	// path is the path of the file to collect, relative to the environment's root.
 	// +optional
 	Path *RelativePath `json:"path,omitempty"`
+	// classification is the artifact's data classification; it bounds who may read the artifact.
 	// +optional
 	// +kubebuilder:default=internal
 	Classification Classification `json:"classification,omitempty"`
@@ -40,19 +44,28 @@ type ArtifactSpec struct {
 
 // ArtifactStatus locates the blob.
 type ArtifactStatus struct {
+	// digest is the collected artifact's content digest.
 	// +optional
 	Digest Digest `json:"digest,omitempty"`
+	// size is the collected artifact's size in bytes.
 	// +optional
 	Size int64 `json:"size,omitempty"`
+	// nodeName is the node whose agent acts on the Artifact.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	NodeName string `json:"nodeName,omitempty"`
+	// retainedUntil is when the node may delete the artifact's content.
 	// +optional
 	RetainedUntil *metav1.Time `json:"retainedUntil,omitempty"`
+	// refusal is the stable code and message that refused the Artifact, when it was refused
+	// (codes: docs/vocabulary.md).
 	// +optional
 	Refusal *Refusal `json:"refusal,omitempty"`
+	// observedGeneration is the metadata.generation of the Artifact that this status was computed
+	// from.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions are the latest observations of the Artifact's state, one per condition type.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -70,10 +83,14 @@ type ArtifactStatus struct {
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Artifact struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// spec is the desired state of the Artifact.
 	// +required
 	Spec ArtifactSpec `json:"spec"`
+	// status is the observed state of the Artifact.
 	// +optional
 	Status ArtifactStatus `json:"status,omitempty"`
 }

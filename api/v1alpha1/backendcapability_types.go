@@ -13,76 +13,99 @@ type BackendCapabilitySpec struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	NodeName string `json:"nodeName"`
+	// backendID identifies the backend implementation this capability describes.
 	// +required
 	BackendID BackendID `json:"backendID"`
+	// provider names who provides the backend.
 	// +required
 	// +kubebuilder:validation:MaxLength=63
 	Provider string `json:"provider"`
+	// version is the backend's version.
 	// +required
 	// +kubebuilder:validation:MaxLength=63
 	Version string `json:"version"`
 	// binaryDigest of the agent or VMM binary that provides the backend.
 	// +optional
 	BinaryDigest Digest `json:"binaryDigest,omitempty"`
+	// platformRef names the platform the backend runs on, when it depends on one.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	PlatformRef string `json:"platformRef,omitempty"`
+	// locality says whether the backend runs on the node itself or in a remote sandbox.
 	// +required
 	// +kubebuilder:validation:Enum=local-only;remote-sandbox
 	Locality string `json:"locality"`
+	// hostArchitecture is the CPU architecture of the host the backend runs on.
 	// +required
 	// +kubebuilder:validation:Enum=x86_64;arm64
 	HostArchitecture string `json:"hostArchitecture"`
+	// guestArchitecture is the CPU architecture inside the guest, for backends that boot one.
 	// +optional
 	// +kubebuilder:validation:Enum=x86_64;arm64
 	GuestArchitecture string `json:"guestArchitecture,omitempty"`
+	// isolationClass is the isolation the backend gives an environment.
 	// +required
 	IsolationClass IsolationClass `json:"isolationClass"`
+	// systemFidelity says how close the backend's system is to a real machine.
 	// +required
 	SystemFidelity SystemFidelity `json:"systemFidelity"`
+	// controlTransport is how the node agent reaches the environment's control endpoint.
 	// +required
 	// +kubebuilder:validation:Enum=none;local-process;virtio-vsock
 	ControlTransport string `json:"controlTransport"`
+	// controlGuestEndpoint is the control endpoint's kind inside the guest.
 	// +optional
 	// +kubebuilder:validation:Enum=none;af-vsock
 	ControlGuestEndpoint string `json:"controlGuestEndpoint,omitempty"`
+	// controlHostEndpoint is the control endpoint's kind on the host.
 	// +optional
 	// +kubebuilder:validation:Enum=none;af-vsock;unix-domain-socket
 	ControlHostEndpoint string `json:"controlHostEndpoint,omitempty"`
+	// controlChannelBinding is what the control channel is bound to, so a stale guest cannot
+	// answer for a new one.
 	// +optional
 	// +kubebuilder:validation:Enum=none;environment-generation-boot-nonce
 	ControlChannelBinding string `json:"controlChannelBinding,omitempty"`
+	// bootMode is how the backend boots a guest.
 	// +optional
 	// +kubebuilder:validation:Enum=none;efi;direct-kernel
 	BootMode string `json:"bootMode,omitempty"`
+	// storageFormats are the disk image formats the backend accepts.
 	// +optional
 	// +kubebuilder:validation:MaxItems=8
 	// +listType=set
 	// +kubebuilder:validation:items:Enum=directory-copy;raw;kernel-initrd-rootfs
 	StorageFormats []string `json:"storageFormats,omitempty"`
+	// deviceClasses are the classes of device the backend exposes to a guest.
 	// +optional
 	// +kubebuilder:validation:MaxItems=8
 	// +listType=set
 	// +kubebuilder:validation:items:Enum=virtio-block;virtio-vsock;virtio-rng;diagnostic-serial;virtio-net
 	DeviceClasses []string `json:"deviceClasses,omitempty"`
+	// consoleMode says what the backend's console may be used for.
 	// +optional
 	// +kubebuilder:validation:Enum=none;diagnostic-output-only
 	ConsoleMode string `json:"consoleMode,omitempty"`
+	// networkProfiles are the network profiles the backend can enforce.
 	// +required
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=3
 	// +listType=set
 	// +kubebuilder:validation:items:Enum=none;isolated;egress-allowlisted
 	NetworkProfiles []string `json:"networkProfiles"`
+	// hostFilesystemSharing says how the backend shares host files with an environment.
 	// +required
 	HostFilesystemSharing HostFilesystemSharing `json:"hostFilesystemSharing"`
+	// credentialInjection says how the backend can give an environment credentials.
 	// +required
 	CredentialInjection CredentialInjection `json:"credentialInjection"`
+	// resourceEnforcement names the resource limits the backend enforces.
 	// +optional
 	// +kubebuilder:validation:MaxItems=16
 	// +listType=set
 	// +kubebuilder:validation:items:Enum=host-cpu;host-memory;host-process;host-storage;host-io;guest-vcpu;guest-memory;guest-pids;guest-storage;channel-bounds
 	ResourceEnforcement []string `json:"resourceEnforcement,omitempty"`
+	// lifecycleOperations names the lifecycle operations the backend supports.
 	// +required
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=6
@@ -93,11 +116,15 @@ type BackendCapabilitySpec struct {
 
 // BackendCapabilityStatus records the attestation.
 type BackendCapabilityStatus struct {
+	// attestedAt is when the node agent last attested the capability.
 	// +optional
 	AttestedAt *metav1.Time `json:"attestedAt,omitempty"`
+	// nodeName is the node whose agent acts on the BackendCapability.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	NodeName string `json:"nodeName,omitempty"`
+	// conditions are the latest observations of the BackendCapability's state, one per condition
+	// type.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -116,10 +143,14 @@ type BackendCapabilityStatus struct {
 // +kubebuilder:printcolumn:name="Isolation",type=string,JSONPath=`.spec.isolationClass`
 // +kubebuilder:printcolumn:name="Attested",type=date,JSONPath=`.status.attestedAt`
 type BackendCapability struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// spec is the desired state of the BackendCapability.
 	// +required
 	Spec BackendCapabilitySpec `json:"spec"`
+	// status is the observed state of the BackendCapability.
 	// +optional
 	Status BackendCapabilityStatus `json:"status,omitempty"`
 }

@@ -72,7 +72,7 @@ type CommandProfileSpec struct {
 	// +kubebuilder:validation:items:MaxLength=4096
 	FixedArgs []string `json:"fixedArgs,omitempty"`
 
-	// allowedArgPrefixes: every further argv atom must start with one of these. Empty means
+	// allowedArgPrefixes are the prefixes every further argv atom must start with one of these. Empty means
 	// no further atoms at all, never any atom.
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
@@ -189,12 +189,15 @@ type ConsentEntry struct {
 
 // Diagnostic is a coded observation about an object, for operators.
 type Diagnostic struct {
+	// code is the diagnostic's stable code.
 	// +required
 	// +kubebuilder:validation:MaxLength=63
 	Code string `json:"code"`
+	// ref names the object or field the diagnostic is about.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	Ref string `json:"ref,omitempty"`
+	// message explains the diagnostic to an operator.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`
@@ -217,8 +220,12 @@ type CommandProfileStatus struct {
 	// +kubebuilder:validation:MaxItems=64
 	// +listType=atomic
 	Diagnostics []Diagnostic `json:"diagnostics,omitempty"`
+	// observedGeneration is the metadata.generation of the CommandProfile that this status was
+	// computed from.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions are the latest observations of the CommandProfile's state, one per condition
+	// type.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -234,10 +241,14 @@ type CommandProfileStatus struct {
 // +kubebuilder:printcolumn:name="Digest",type=string,JSONPath=`.status.effectiveDigest`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type CommandProfile struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// spec is the desired state of the CommandProfile.
 	// +required
 	Spec CommandProfileSpec `json:"spec"`
+	// status is the observed state of the CommandProfile.
 	// +optional
 	Status CommandProfileStatus `json:"status,omitempty"`
 }

@@ -34,18 +34,23 @@ const CapabilityActionRun ConsentCapability = "workbench.action.run"
 
 // SafetyCaps are the caps a grant can never loosen.
 type SafetyCaps struct {
+	// timeoutSeconds is the longest a consented command may run, in seconds.
 	// +required
 	TimeoutSeconds int64 `json:"timeoutSeconds"`
+	// outputBytes is the most output bytes a consented command may produce.
 	// +required
 	OutputBytes int64 `json:"outputBytes"`
+	// egress is the network egress a consented command is allowed.
 	// +required
 	Egress EgressPolicy `json:"egress"`
+	// credentials is the credential access a consented command is allowed.
 	// +required
 	Credentials CredentialPolicy `json:"credentials"`
 }
 
 // ConsentDescriptor is the concrete effect put to the operator.
 type ConsentDescriptor struct {
+	// capability names what consent is asked for.
 	// +required
 	Capability ConsentCapability `json:"capability"`
 	// commandRef names the TerminalCommand that was not admitted.
@@ -56,6 +61,7 @@ type ConsentDescriptor struct {
 	// never admitted by it.
 	// +required
 	CommandUID types.UID `json:"commandUID"`
+	// profileRef names the CommandProfile the command runs under.
 	// +required
 	ProfileRef ObjectName `json:"profileRef"`
 	// environmentRef is the workspace the operator reviews the command on. Every grant of
@@ -66,14 +72,17 @@ type ConsentDescriptor struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
 	RememberedSpan string `json:"rememberedSpan,omitempty"`
+	// argv is the exact argument vector consent is asked for.
 	// +required
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=256
 	// +listType=atomic
 	// +kubebuilder:validation:items:MaxLength=4096
 	Argv []string `json:"argv"`
+	// argvDigest is the digest of argv; a grant binds to it.
 	// +required
 	ArgvDigest Digest `json:"argvDigest"`
+	// cwd is where the command runs.
 	// +required
 	Cwd CwdAddress `json:"cwd"`
 	// roots the profile allows.
@@ -82,6 +91,7 @@ type ConsentDescriptor struct {
 	// +listType=atomic
 	// +kubebuilder:validation:items:MaxLength=63
 	Roots []string `json:"roots,omitempty"`
+	// safetyCaps are the caps the command runs under; a grant never loosens them.
 	// +required
 	SafetyCaps SafetyCaps `json:"safetyCaps"`
 	// reasonCode is why the effect was not admitted (argv-not-admitted).
@@ -105,6 +115,7 @@ const (
 // ConsentRequestSpec is a refused effect eligible for operator approval.
 // +kubebuilder:validation:XValidation:rule="self == oldSelf",message="immutable: spec is immutable"
 type ConsentRequestSpec struct {
+	// descriptor is what is asked for, as data an operator can read and a grant can bind to.
 	// +required
 	Descriptor ConsentDescriptor `json:"descriptor"`
 	// options the operator may choose.
@@ -123,21 +134,29 @@ type ConsentRequestSpec struct {
 
 // ConsentRequestStatus is the decision.
 type ConsentRequestStatus struct {
+	// decision is the operator's decision on the request.
 	// +optional
 	Decision ConsentDecision `json:"decision,omitempty"`
 	// approvalRef is approval:consent:<deltaDigest> of the granting decision.
 	// +optional
 	// +kubebuilder:validation:MaxLength=128
 	ApprovalRef string `json:"approvalRef,omitempty"`
+	// grantRef names the ConsentGrant that approved the request.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	GrantRef string `json:"grantRef,omitempty"`
+	// expiresAt is when the request lapses if no one decides it.
 	// +optional
 	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
+	// decidedAt is when the request was decided.
 	// +optional
 	DecidedAt *metav1.Time `json:"decidedAt,omitempty"`
+	// observedGeneration is the metadata.generation of the ConsentRequest that this status was
+	// computed from.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions are the latest observations of the ConsentRequest's state, one per condition
+	// type.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -156,10 +175,14 @@ type ConsentRequestStatus struct {
 // +kubebuilder:printcolumn:name="Expires",type=string,JSONPath=`.status.expiresAt`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ConsentRequest struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// spec is the desired state of the ConsentRequest.
 	// +required
 	Spec ConsentRequestSpec `json:"spec"`
+	// status is the observed state of the ConsentRequest.
 	// +optional
 	Status ConsentRequestStatus `json:"status,omitempty"`
 }
@@ -180,12 +203,14 @@ type ConsentRequestList struct {
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.revoked) || !oldSelf.revoked || (has(self.revoked) && self.revoked)",message="consent-revoked: a revoked grant stays revoked"
 // +kubebuilder:validation:XValidation:rule="self.scope == 'remember-argv-prefix' ? has(self.prefixLength) : (!has(self.prefixLength) && !has(self.variablePrefixes))",message="consent-scope-invalid: prefixLength and variablePrefixes belong to remember-argv-prefix, which requires prefixLength"
 type ConsentGrantSpec struct {
+	// requestRef names the ConsentRequest this grant answers.
 	// +required
 	RequestRef ObjectName `json:"requestRef"`
 	// requestUID is stamped by the admission webhook from the request the grant answers; a
 	// grant decides only that request object, never a later one reusing its name.
 	// +optional
 	RequestUID types.UID `json:"requestUID,omitempty"`
+	// scope is how far the grant reaches beyond the one request.
 	// +required
 	Scope ConsentScope `json:"scope"`
 	// prefixLength is how many leading argv atoms of the request form the remembered prefix.
@@ -226,14 +251,18 @@ type ConsentGrantSpec struct {
 
 // ConsentGrantStatus is the effective state of the grant.
 type ConsentGrantStatus struct {
+	// deltaDigest is the digest of what the grant adds to the command profile.
 	// +optional
 	DeltaDigest Digest `json:"deltaDigest,omitempty"`
+	// approvalRef identifies the approval that created the grant.
 	// +optional
 	// +kubebuilder:validation:MaxLength=128
 	ApprovalRef string `json:"approvalRef,omitempty"`
+	// operator is the authenticated user who approved the grant.
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
 	Operator string `json:"operator,omitempty"`
+	// active says whether the grant may authorize a command now.
 	// +optional
 	Active bool `json:"active,omitempty"`
 	// consumedBy names the command an allow-once grant admitted.
@@ -243,12 +272,16 @@ type ConsentGrantStatus struct {
 	// consumedByUID is the UID of that command object.
 	// +optional
 	ConsumedByUID types.UID `json:"consumedByUID,omitempty"`
+	// diagnostics are coded observations about the grant.
 	// +optional
 	// +kubebuilder:validation:MaxItems=8
 	// +listType=atomic
 	Diagnostics []Diagnostic `json:"diagnostics,omitempty"`
+	// observedGeneration is the metadata.generation of the ConsentGrant that this status was
+	// computed from.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions are the latest observations of the ConsentGrant's state, one per condition type.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -266,10 +299,14 @@ type ConsentGrantStatus struct {
 // +kubebuilder:printcolumn:name="Active",type=boolean,JSONPath=`.status.active`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ConsentGrant struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// spec is the desired state of the ConsentGrant.
 	// +required
 	Spec ConsentGrantSpec `json:"spec"`
+	// status is the observed state of the ConsentGrant.
 	// +optional
 	Status ConsentGrantStatus `json:"status,omitempty"`
 }

@@ -101,14 +101,14 @@ type EnvironmentPatchPolicy struct {
 	// +optional
 	// +kubebuilder:default=false
 	AllowDelete *bool `json:"allowDelete,omitempty"`
-	// gitMetadata: Denied (the default) refuses any patch that creates, modifies or deletes
+	// gitMetadata says whether a patch may touch git metadata. Denied (the default) refuses any patch that creates, modifies or deletes
 	// git metadata that runs or redirects code (.git/hooks/*, .git/config, config.worktree,
 	// a .git entry itself, the same inside nested repositories) with
 	// patch-git-metadata-forbidden.
 	// +optional
 	// +kubebuilder:default=Denied
 	GitMetadata *PatchPermission `json:"gitMetadata,omitempty"`
-	// executableFiles: Denied (the default) refuses any patch that gives a file an
+	// executableFiles says whether a patch may make files executable. Denied (the default) refuses any patch that gives a file an
 	// executable bit it did not have (a new file with mode 100755) with
 	// patch-executable-forbidden.
 	// +optional
@@ -125,14 +125,19 @@ type EnvironmentPatchPolicy struct {
 // EnvironmentRequirements are the properties a backend must attest to host this environment.
 // Matching is conjunctive; an unknown or missing capability property never matches.
 type EnvironmentRequirements struct {
+	// isolationClass is the least isolation the environment needs.
 	// +optional
 	IsolationClass *IsolationClass `json:"isolationClass,omitempty"`
+	// systemFidelity is the least system fidelity the environment needs.
 	// +optional
 	SystemFidelity *SystemFidelity `json:"systemFidelity,omitempty"`
+	// networkProfile is the network profile the environment needs.
 	// +optional
 	NetworkProfile *NetworkProfile `json:"networkProfile,omitempty"`
+	// hostFilesystemSharing is the host file sharing the environment allows.
 	// +optional
 	HostFilesystemSharing *HostFilesystemSharing `json:"hostFilesystemSharing,omitempty"`
+	// credentialInjection is the credential injection the environment allows.
 	// +optional
 	CredentialInjection *CredentialInjection `json:"credentialInjection,omitempty"`
 }
@@ -165,18 +170,22 @@ type EnvironmentRoot struct {
 
 // EnvironmentResources bound the environment.
 type EnvironmentResources struct {
+	// vcpus is the number of virtual CPUs the environment gets.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=64
 	VCPUs *int32 `json:"vcpus,omitempty"`
+	// memoryMiB is the environment's memory, in MiB.
 	// +optional
 	// +kubebuilder:validation:Minimum=64
 	// +kubebuilder:validation:Maximum=262144
 	MemoryMiB *int32 `json:"memoryMiB,omitempty"`
+	// diskMiB is the environment's disk size, in MiB.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1048576
 	DiskMiB *int32 `json:"diskMiB,omitempty"`
+	// pids is the most processes the environment may have at once.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65536
@@ -258,9 +267,11 @@ type EnvironmentSpec struct {
 
 // UnmetRequirement is one property no capability satisfied.
 type UnmetRequirement struct {
+	// dimension names the requirement no capability satisfied.
 	// +required
 	// +kubebuilder:validation:MaxLength=63
 	Dimension string `json:"dimension"`
+	// want is the value the environment asked for.
 	// +required
 	// +kubebuilder:validation:MaxLength=63
 	Want string `json:"want"`
@@ -268,19 +279,25 @@ type UnmetRequirement struct {
 
 // EnvironmentStatus is the observed environment.
 type EnvironmentStatus struct {
+	// phase summarizes the Environment's conditions in one word, derived in one place; read the
+	// conditions for detail.
 	// +optional
 	Phase EnvironmentPhase `json:"phase,omitempty"`
+	// nodeName is the node whose agent acts on the Environment.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	NodeName string `json:"nodeName,omitempty"`
 	// sourceGeneration advances on every new boot or reallocation.
 	// +optional
 	SourceGeneration int64 `json:"sourceGeneration,omitempty"`
+	// planDigest is the digest of the plan the environment was placed with.
 	// +optional
 	PlanDigest Digest `json:"planDigest,omitempty"`
+	// capabilityRef names the BackendCapability the environment was placed on.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	CapabilityRef string `json:"capabilityRef,omitempty"`
+	// effectiveOperationalContext is the operational context the environment runs under now.
 	// +optional
 	EffectiveOperationalContext ContextClass `json:"effectiveOperationalContext,omitempty"`
 	// unmet lists the requirements that no candidate capability satisfied.
@@ -288,8 +305,11 @@ type EnvironmentStatus struct {
 	// +kubebuilder:validation:MaxItems=32
 	// +listType=atomic
 	Unmet []UnmetRequirement `json:"unmet,omitempty"`
+	// observedGeneration is the metadata.generation of the Environment that this status was
+	// computed from.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions are the latest observations of the Environment's state, one per condition type.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -306,10 +326,14 @@ type EnvironmentStatus struct {
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Environment struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// spec is the desired state of the Environment.
 	// +required
 	Spec EnvironmentSpec `json:"spec"`
+	// status is the observed state of the Environment.
 	// +optional
 	Status EnvironmentStatus `json:"status,omitempty"`
 }

@@ -19,8 +19,10 @@ type FileOperationKind string
 
 // FileOperation is one structured edit of one file.
 type FileOperation struct {
+	// op is what the operation does to the file.
 	// +required
 	Op FileOperationKind `json:"op"`
+	// path is the file's path relative to the patch root.
 	// +required
 	Path RelativePath `json:"path"`
 	// content for create, replace and append.
@@ -31,9 +33,11 @@ type FileOperation struct {
 
 // PatchPolicy bounds what a patch may do.
 type PatchPolicy struct {
+	// requireCleanApply refuses a patch that does not apply without fuzz or offset.
 	// +optional
 	// +kubebuilder:default=true
 	RequireCleanApply *bool `json:"requireCleanApply,omitempty"`
+	// allowCreate lets the patch create files.
 	// +optional
 	// +kubebuilder:default=false
 	AllowCreate *bool `json:"allowCreate,omitempty"`
@@ -41,6 +45,7 @@ type PatchPolicy struct {
 	// +optional
 	// +kubebuilder:default=false
 	AllowDelete *bool `json:"allowDelete,omitempty"`
+	// maxChangedFiles is the most files one patch may change.
 	// +optional
 	// +kubebuilder:default=16
 	// +kubebuilder:validation:Minimum=1
@@ -56,10 +61,13 @@ type PatchApprovalState string
 // +kubebuilder:validation:XValidation:rule="self.environmentRef == oldSelf.environmentRef && self.root == oldSelf.root && self.format == oldSelf.format && self.digest == oldSelf.digest && self.policy == oldSelf.policy && has(self.patch) == has(oldSelf.patch) && (!has(self.patch) || self.patch == oldSelf.patch) && has(self.operations) == has(oldSelf.operations) && (!has(self.operations) || self.operations == oldSelf.operations) && has(self.artifactRef) == has(oldSelf.artifactRef) && (!has(self.artifactRef) || self.artifactRef == oldSelf.artifactRef)",message="immutable: only approval may change"
 // +kubebuilder:validation:XValidation:rule="self.format == 'unified' ? ([has(self.patch), has(self.artifactRef)].filter(x, x).size() == 1 && !has(self.operations)) : (has(self.operations) && !has(self.patch))",message="patch-invalid: a unified patch has exactly one of patch or artifactRef; a structured patch has operations"
 type FilePatchSpec struct {
+	// environmentRef names the Environment, in the same namespace, the patch applies to.
 	// +required
 	EnvironmentRef ObjectName `json:"environmentRef"`
+	// root names the environment root the patch's paths are relative to.
 	// +required
 	Root RootName `json:"root"`
+	// format is the patch's format.
 	// +required
 	Format PatchFormat `json:"format"`
 	// patch is an inline unified diff.
@@ -77,6 +85,7 @@ type FilePatchSpec struct {
 	// digest of the patch content (inline patch bytes, or the canonical JSON of operations).
 	// +required
 	Digest Digest `json:"digest"`
+	// policy bounds what the patch may do.
 	// +optional
 	Policy PatchPolicy `json:"policy,omitempty"`
 	// approval is set by an operator (approve on filepatches) unless the environment auto-applies.
@@ -91,31 +100,44 @@ type FilePatchPhase string
 
 // ChangedFile is one file a patch changed.
 type ChangedFile struct {
+	// path is the changed file's path relative to the patch root.
 	// +required
 	Path RelativePath `json:"path"`
+	// op is what the patch did to the file.
 	// +required
 	Op FileOperationKind `json:"op"`
+	// digestBefore is the file's content digest before the patch.
 	// +optional
 	DigestBefore Digest `json:"digestBefore,omitempty"`
+	// digestAfter is the file's content digest after the patch.
 	// +optional
 	DigestAfter Digest `json:"digestAfter,omitempty"`
 }
 
 // FilePatchStatus is the patch's outcome.
 type FilePatchStatus struct {
+	// phase summarizes the FilePatch's conditions in one word, derived in one place; read the
+	// conditions for detail.
 	// +optional
 	Phase FilePatchPhase `json:"phase,omitempty"`
+	// changedFiles lists the files the patch changed.
 	// +optional
 	// +kubebuilder:validation:MaxItems=256
 	// +listType=atomic
 	ChangedFiles []ChangedFile `json:"changedFiles,omitempty"`
+	// refusal is the stable code and message that refused the FilePatch, when it was refused
+	// (codes: docs/vocabulary.md).
 	// +optional
 	Refusal *Refusal `json:"refusal,omitempty"`
+	// approvedBy is the user who approved the patch.
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
 	ApprovedBy string `json:"approvedBy,omitempty"`
+	// observedGeneration is the metadata.generation of the FilePatch that this status was computed
+	// from.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions are the latest observations of the FilePatch's state, one per condition type.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -133,10 +155,14 @@ type FilePatchStatus struct {
 // +kubebuilder:printcolumn:name="Refusal",type=string,JSONPath=`.status.refusal.code`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type FilePatch struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// spec is the desired state of the FilePatch.
 	// +required
 	Spec FilePatchSpec `json:"spec"`
+	// status is the observed state of the FilePatch.
 	// +optional
 	Status FilePatchStatus `json:"status,omitempty"`
 }

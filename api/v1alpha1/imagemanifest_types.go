@@ -7,38 +7,51 @@ import (
 // ImageDigests are the digests shared by every variant of a logical image; variants share
 // one logical ref only when these are identical.
 type ImageDigests struct {
+	// userspace is the digest of the guest userspace.
 	// +required
 	Userspace Digest `json:"userspace"`
+	// sbom is the digest of the image's software bill of materials.
 	// +optional
 	SBOM Digest `json:"sbom,omitempty"`
+	// provenance is the digest of the image's build provenance.
 	// +optional
 	Provenance Digest `json:"provenance,omitempty"`
+	// agent is the digest of the guest agent binary.
 	// +required
 	Agent Digest `json:"agent"`
+	// protocol is the digest of the guest agent protocol definition.
 	// +required
 	Protocol Digest `json:"protocol"`
 }
 
 // ImageVariant is one backend-specific boot variant.
 type ImageVariant struct {
+	// name is the variant's name, unique in the manifest.
 	// +required
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
 	Name string `json:"name"`
+	// backendID is the backend the variant boots on.
 	// +required
 	BackendID BackendID `json:"backendID"`
+	// architecture is the variant's CPU architecture.
 	// +required
 	// +kubebuilder:validation:Enum=x86_64;arm64
 	Architecture string `json:"architecture"`
+	// bootMode is how the variant boots.
 	// +required
 	// +kubebuilder:validation:Enum=efi;direct-kernel
 	BootMode string `json:"bootMode"`
+	// kernel is the kernel file, for direct-kernel boot.
 	// +optional
 	Kernel *ImageFile `json:"kernel,omitempty"`
+	// initrd is the initial ramdisk file, for direct-kernel boot.
 	// +optional
 	Initrd *ImageFile `json:"initrd,omitempty"`
+	// firmware is the firmware file, for EFI boot.
 	// +optional
 	Firmware *ImageFile `json:"firmware,omitempty"`
+	// disk is the root disk image file.
 	// +optional
 	Disk *ImageFile `json:"disk,omitempty"`
 	// kernelCommandLine for direct-kernel boots.
@@ -49,19 +62,23 @@ type ImageVariant struct {
 
 // ImageFile is one boot artifact: its digest and where nodes find it.
 type ImageFile struct {
+	// digest is the file's content digest.
 	// +required
 	Digest Digest `json:"digest"`
 	// path on nodes, beneath the node agent's image directory.
 	// +required
 	Path RelativePath `json:"path"`
+	// size is the file's size in bytes.
 	// +optional
 	Size int64 `json:"size,omitempty"`
 }
 
 // ImageManifestSpec is a logical guest image and its variants.
 type ImageManifestSpec struct {
+	// digests are the digests every variant shares.
 	// +required
 	Digests ImageDigests `json:"digests"`
+	// variants are the image's builds per backend and architecture.
 	// +required
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=8
@@ -72,22 +89,27 @@ type ImageManifestSpec struct {
 
 // ImageVerification records one node's verification of a variant.
 type ImageVerification struct {
+	// nodeName is the node whose agent acts on the ImageVerification.
 	// +required
 	// +kubebuilder:validation:MaxLength=253
 	NodeName string `json:"nodeName"`
+	// variant names the verified variant.
 	// +required
 	// +kubebuilder:validation:MaxLength=63
 	Variant string `json:"variant"`
+	// verifiedAt is when the node verified the variant.
 	// +required
 	VerifiedAt metav1.Time `json:"verifiedAt"`
 }
 
 // ImageManifestStatus lists where the image was verified.
 type ImageManifestStatus struct {
+	// verifiedOn lists the nodes that verified a variant of the image.
 	// +optional
 	// +kubebuilder:validation:MaxItems=256
 	// +listType=atomic
 	VerifiedOn []ImageVerification `json:"verifiedOn,omitempty"`
+	// conditions are the latest observations of the ImageManifest's state, one per condition type.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -102,10 +124,14 @@ type ImageManifestStatus struct {
 // +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.spec.digests.agent`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ImageManifest struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// spec is the desired state of the ImageManifest.
 	// +required
 	Spec ImageManifestSpec `json:"spec"`
+	// status is the observed state of the ImageManifest.
 	// +optional
 	Status ImageManifestStatus `json:"status,omitempty"`
 }

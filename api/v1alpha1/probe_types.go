@@ -28,20 +28,29 @@ type ProbeSpec struct {
 
 // ProbeStatus is the probe's outcome.
 type ProbeStatus struct {
+	// result is the probe's answer.
 	// +optional
 	Result ProbeResult `json:"result,omitempty"`
+	// observedAt is when the node evaluated the probe.
 	// +optional
 	ObservedAt *metav1.Time `json:"observedAt,omitempty"`
+	// observed is what the probe saw, as sequence numbers and digests only.
 	// +optional
 	Observed *Observed `json:"observed,omitempty"`
+	// diagnostics are coded observations about the probe's evaluation.
 	// +optional
 	// +kubebuilder:validation:MaxItems=5
 	// +listType=set
 	Diagnostics []WaitDiagnostic `json:"diagnostics,omitempty"`
+	// refusal is the stable code and message that refused the Probe, when it was refused (codes:
+	// docs/vocabulary.md).
 	// +optional
 	Refusal *Refusal `json:"refusal,omitempty"`
+	// observedGeneration is the metadata.generation of the Probe that this status was computed
+	// from.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions are the latest observations of the Probe's state, one per condition type.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -57,10 +66,14 @@ type ProbeStatus struct {
 // +kubebuilder:printcolumn:name="Result",type=string,JSONPath=`.status.result`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Probe struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// spec is the desired state of the Probe.
 	// +required
 	Spec ProbeSpec `json:"spec"`
+	// status is the observed state of the Probe.
 	// +optional
 	Status ProbeStatus `json:"status,omitempty"`
 }

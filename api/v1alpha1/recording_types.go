@@ -34,11 +34,11 @@ type RecordingSpec struct {
 	// environmentRef is the environment whose work is recorded.
 	// +required
 	EnvironmentRef ObjectName `json:"environmentRef"`
-	// sessionRef, when set, limits the recorded commands and waits to one session of the
+	// sessionRef limits the recorded commands and waits to one session of the
 	// environment (file patches of the environment are recorded either way).
 	// +optional
 	SessionRef *ObjectName `json:"sessionRef,omitempty"`
-	// desiredState: Active records; Stopped ends the recording and stores the trace.
+	// desiredState is what the recording should do: Active records; Stopped ends the recording and stores the trace.
 	// +optional
 	// +kubebuilder:default=Active
 	DesiredState RecordingDesiredState `json:"desiredState,omitempty"`
@@ -46,12 +46,16 @@ type RecordingSpec struct {
 
 // RecordingEdgeCounts counts the recorded edges by kind.
 type RecordingEdgeCounts struct {
+	// commands is the number of recorded command edges.
 	// +optional
 	Commands int32 `json:"commands,omitempty"`
+	// patches is the number of recorded file-patch edges.
 	// +optional
 	Patches int32 `json:"patches,omitempty"`
+	// waits is the number of recorded wait edges.
 	// +optional
 	Waits int32 `json:"waits,omitempty"`
+	// probes is the number of recorded probe edges.
 	// +optional
 	Probes int32 `json:"probes,omitempty"`
 	// refused counts commands refused while recording (recorded as denials, not steps).
@@ -61,12 +65,14 @@ type RecordingEdgeCounts struct {
 
 // RecordedPathState is one path's entry in a workspace state.
 type RecordedPathState struct {
+	// type is the kind of file system entry.
 	// +required
 	// +kubebuilder:validation:Enum=file;dir;symlink;other
 	Type string `json:"type"`
 	// mode is the permission bits.
 	// +required
 	Mode int64 `json:"mode"`
+	// digest is the entry's content digest (files and symlinks).
 	// +optional
 	// +kubebuilder:validation:MaxLength=71
 	Digest string `json:"digest,omitempty"`
@@ -79,8 +85,10 @@ type RecordedPathChange struct {
 	// +required
 	// +kubebuilder:validation:MaxLength=4160
 	Path string `json:"path"`
+	// before is the path's state before the edge; absent when the edge created it.
 	// +optional
 	Before *RecordedPathState `json:"before,omitempty"`
+	// after is the path's state after the edge; absent when the edge removed it.
 	// +optional
 	After *RecordedPathState `json:"after,omitempty"`
 }
@@ -88,31 +96,38 @@ type RecordedPathChange struct {
 // RecordedEdge summarizes one recent edge: hashes, digests, outcome and authorization, never
 // output or contents.
 type RecordedEdge struct {
+	// seq is the edge's position in the recording, from 1.
 	// +required
 	// +kubebuilder:validation:Minimum=1
 	Seq int32 `json:"seq"`
+	// kind is the kind of object the edge recorded.
 	// +required
 	// +kubebuilder:validation:Enum=command;patch;wait;probe
 	Kind string `json:"kind"`
 	// object is the name of the TerminalCommand, FilePatch, Wait or Probe.
 	// +required
 	Object ObjectName `json:"object"`
+	// stateBefore is the digest of the workspace state before the edge.
 	// +required
 	StateBefore Digest `json:"stateBefore"`
+	// stateAfter is the digest of the workspace state after the edge.
 	// +required
 	StateAfter Digest `json:"stateAfter"`
 	// phase is the object's outcome phase.
 	// +required
 	// +kubebuilder:validation:MaxLength=32
 	Phase string `json:"phase"`
+	// exitCode is the recorded command's exit code.
 	// +optional
 	ExitCode *int32 `json:"exitCode,omitempty"`
 	// code is a refusal code, when refused.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	Code string `json:"code,omitempty"`
+	// argvDigest is the digest of the recorded command's argv.
 	// +optional
 	ArgvDigest Digest `json:"argvDigest,omitempty"`
+	// outputDigest is the digest of the recorded command's output.
 	// +optional
 	OutputDigest Digest `json:"outputDigest,omitempty"`
 	// authorization is what admitted the edge: "profile:<name>", "grant:<ref>",
@@ -125,6 +140,7 @@ type RecordedEdge struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=64
 	Changes []RecordedPathChange `json:"changes,omitempty"`
+	// changesTruncated says the changes list was cut at its cap.
 	// +optional
 	ChangesTruncated bool `json:"changesTruncated,omitempty"`
 	// outOfBand are paths changed since the previous edge by something that was not
@@ -137,20 +153,26 @@ type RecordedEdge struct {
 
 // RecordingStatus holds counts, digests and references only.
 type RecordingStatus struct {
+	// phase summarizes the Recording's conditions in one word, derived in one place; read the
+	// conditions for detail.
 	// +optional
 	Phase RecordingPhase `json:"phase,omitempty"`
 	// traceID is the trace's UUIDv7.
 	// +optional
 	// +kubebuilder:validation:MaxLength=36
 	TraceID string `json:"traceID,omitempty"`
+	// nodeName is the node whose agent acts on the Recording.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	NodeName string `json:"nodeName,omitempty"`
+	// backend is the backend of the recorded environment.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	Backend string `json:"backend,omitempty"`
+	// edges is the number of edges recorded.
 	// +optional
 	Edges int32 `json:"edges,omitempty"`
+	// counts are the recorded edges per kind.
 	// +optional
 	Counts RecordingEdgeCounts `json:"counts,omitempty"`
 	// initialStateDigest is the workspace state when recording started.
@@ -170,14 +192,21 @@ type RecordingStatus struct {
 	// traceArtifactRef names the Artifact holding the trace (set when stopped).
 	// +optional
 	TraceArtifactRef ObjectName `json:"traceArtifactRef,omitempty"`
+	// refusal is the stable code and message that refused the Recording, when it was refused
+	// (codes: docs/vocabulary.md).
 	// +optional
 	Refusal *Refusal `json:"refusal,omitempty"`
+	// startTime is when the recording started.
 	// +optional
 	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// stopTime is when the recording stopped.
 	// +optional
 	StopTime *metav1.Time `json:"stopTime,omitempty"`
+	// observedGeneration is the metadata.generation of the Recording that this status was computed
+	// from.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions are the latest observations of the Recording's state, one per condition type.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -196,10 +225,14 @@ type RecordingStatus struct {
 // +kubebuilder:printcolumn:name="Trace",type=string,JSONPath=`.status.traceArtifactRef`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Recording struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// spec is the desired state of the Recording.
 	// +required
 	Spec RecordingSpec `json:"spec"`
+	// status is the observed state of the Recording.
 	// +optional
 	Status RecordingStatus `json:"status,omitempty"`
 }

@@ -62,7 +62,7 @@ type TerminalCommandSpec struct {
 	// +listMapKey=name
 	Env []EnvVar `json:"env,omitempty"`
 
-	// timeoutSeconds, at most the profile's maxTimeoutSeconds.
+	// timeoutSeconds is the command's time limit in seconds, at most the profile's maxTimeoutSeconds.
 	// +optional
 	// +kubebuilder:default=60
 	// +kubebuilder:validation:Minimum=1
@@ -99,41 +99,59 @@ type TerminalCommandStatus struct {
 	// argvDigest covers argv, cwd and profile ref.
 	// +optional
 	ArgvDigest Digest `json:"argvDigest,omitempty"`
+	// phase summarizes the TerminalCommand's conditions in one word, derived in one place; read
+	// the conditions for detail.
 	// +optional
 	Phase CommandPhase `json:"phase,omitempty"`
 	// admittedBy is "profile" or the ConsentGrant that admitted the argv.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	AdmittedBy string `json:"admittedBy,omitempty"`
+	// exitCode is the process exit code, when the process exited normally.
 	// +optional
 	ExitCode *int32 `json:"exitCode,omitempty"`
+	// signalOrigin says who ended the process by a signal, when one did.
 	// +optional
 	SignalOrigin SignalOrigin `json:"signalOrigin,omitempty"`
 	// stdoutBytes counts output bytes seen (stdout and stderr share one budget).
 	// +optional
 	StdoutBytes int64 `json:"stdoutBytes,omitempty"`
+	// truncated says the captured output was cut at its cap.
 	// +optional
 	Truncated bool `json:"truncated,omitempty"`
 	// outputDigest is the digest of the retained output.
 	// +optional
 	OutputDigest Digest `json:"outputDigest,omitempty"`
+	// seqFrom is the session output sequence number where the command's output starts.
 	// +optional
 	SeqFrom int64 `json:"seqFrom,omitempty"`
+	// seqTo is the session output sequence number where the command's output ends.
 	// +optional
 	SeqTo int64 `json:"seqTo,omitempty"`
+	// refusal is the stable code and message that refused the TerminalCommand, when it was refused
+	// (codes: docs/vocabulary.md).
 	// +optional
 	Refusal *Refusal `json:"refusal,omitempty"`
+	// consentRequestRef names the ConsentRequest the command waits on, when it needs consent.
 	// +optional
+	// +kubebuilder:validation:MaxLength=253
 	ConsentRequestRef string `json:"consentRequestRef,omitempty"`
+	// nodeName is the node whose agent acts on the TerminalCommand.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	NodeName string `json:"nodeName,omitempty"`
+	// startTime is when the node started the TerminalCommand.
 	// +optional
 	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// completionTime is when the TerminalCommand reached a final phase.
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// observedGeneration is the metadata.generation of the TerminalCommand that this status was
+	// computed from.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions are the latest observations of the TerminalCommand's state, one per condition
+	// type.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -153,10 +171,14 @@ type TerminalCommandStatus struct {
 // +kubebuilder:printcolumn:name="Refusal",type=string,JSONPath=`.status.refusal.code`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type TerminalCommand struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// spec is the desired state of the TerminalCommand.
 	// +required
 	Spec TerminalCommandSpec `json:"spec"`
+	// status is the observed state of the TerminalCommand.
 	// +optional
 	Status TerminalCommandStatus `json:"status,omitempty"`
 }

@@ -48,12 +48,14 @@ type TerminalSessionSpec struct {
 	// +optional
 	ShellProfileRef *ObjectName `json:"shellProfileRef,omitempty"`
 
+	// rows is the terminal height in character cells.
 	// +optional
 	// +kubebuilder:default=24
 	// +kubebuilder:validation:Minimum=2
 	// +kubebuilder:validation:Maximum=500
 	Rows int32 `json:"rows,omitempty"`
 
+	// cols is the terminal width in character cells.
 	// +optional
 	// +kubebuilder:default=80
 	// +kubebuilder:validation:Minimum=10
@@ -91,6 +93,7 @@ type SessionCleanup struct {
 	// remainingProcesses counts processes of the session's group still alive.
 	// +optional
 	RemainingProcesses int32 `json:"remainingProcesses,omitempty"`
+	// message explains what closing left behind.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`
@@ -98,8 +101,11 @@ type SessionCleanup struct {
 
 // TerminalSessionStatus is the observed session. It never holds terminal bytes.
 type TerminalSessionStatus struct {
+	// phase summarizes the TerminalSession's conditions in one word, derived in one place; read
+	// the conditions for detail.
 	// +optional
 	Phase SessionPhase `json:"phase,omitempty"`
+	// nodeName is the node whose agent acts on the TerminalSession.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	NodeName string `json:"nodeName,omitempty"`
@@ -113,12 +119,19 @@ type TerminalSessionStatus struct {
 	// screenDigest is the digest of the current viewport.
 	// +optional
 	ScreenDigest Digest `json:"screenDigest,omitempty"`
+	// cleanup reports what closing the session left behind.
 	// +optional
 	Cleanup *SessionCleanup `json:"cleanup,omitempty"`
+	// refusal is the stable code and message that refused the TerminalSession, when it was refused
+	// (codes: docs/vocabulary.md).
 	// +optional
 	Refusal *Refusal `json:"refusal,omitempty"`
+	// observedGeneration is the metadata.generation of the TerminalSession that this status was
+	// computed from.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions are the latest observations of the TerminalSession's state, one per condition
+	// type.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -137,10 +150,14 @@ type TerminalSessionStatus struct {
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type TerminalSession struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// spec is the desired state of the TerminalSession.
 	// +required
 	Spec TerminalSessionSpec `json:"spec"`
+	// status is the observed state of the TerminalSession.
 	// +optional
 	Status TerminalSessionStatus `json:"status,omitempty"`
 }

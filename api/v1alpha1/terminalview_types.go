@@ -35,8 +35,11 @@ const ConditionPublishing = "Publishing"
 // its observers are refused with view-context-superseded and must be granted again on a new
 // view.
 type ViewBinding struct {
+	// environmentRef names the Environment the view is bound to.
 	// +required
 	EnvironmentRef ObjectName `json:"environmentRef"`
+	// environmentUID is the UID of the bound Environment, so a recreated one with the same name is
+	// not shown.
 	// +required
 	EnvironmentUID types.UID `json:"environmentUID"`
 	// sourceGeneration of the environment at admission.
@@ -101,6 +104,8 @@ type TerminalViewSpec struct {
 
 // TerminalViewStatus is the observed publication.
 type TerminalViewStatus struct {
+	// phase summarizes the TerminalView's conditions in one word, derived in one place; read the
+	// conditions for detail.
 	// +optional
 	Phase ViewPhase `json:"phase,omitempty"`
 	// environmentGeneration is the bound environment's source generation.
@@ -112,8 +117,11 @@ type TerminalViewStatus struct {
 	// refusal is the code observers are refused with while the view does not publish.
 	// +optional
 	Refusal *Refusal `json:"refusal,omitempty"`
+	// observedGeneration is the metadata.generation of the TerminalView that this status was
+	// computed from.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions are the latest observations of the TerminalView's state, one per condition type.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -133,10 +141,14 @@ type TerminalViewStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type TerminalView struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// spec is the desired state of the TerminalView.
 	// +required
 	Spec TerminalViewSpec `json:"spec"`
+	// status is the observed state of the TerminalView.
 	// +optional
 	Status TerminalViewStatus `json:"status,omitempty"`
 }

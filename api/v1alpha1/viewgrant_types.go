@@ -20,12 +20,15 @@ const (
 // namespace).
 // +kubebuilder:validation:XValidation:rule="self.kind == 'ServiceAccount' ? has(self.__namespace__) : !has(self.__namespace__)",message="view-subject-invalid: namespace is required for a ServiceAccount and only for it"
 type ViewSubject struct {
+	// kind is the kind of subject (user, group or service account).
 	// +required
 	Kind ViewSubjectKind `json:"kind"`
+	// name is the subject's name.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
 	Name string `json:"name"`
+	// namespace is the service account's namespace, for a service account subject.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
@@ -81,8 +84,11 @@ type ViewGrantStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	Reason string `json:"reason,omitempty"`
+	// observedGeneration is the metadata.generation of the ViewGrant that this status was computed
+	// from.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions are the latest observations of the ViewGrant's state, one per condition type.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -101,10 +107,14 @@ type ViewGrantStatus struct {
 // +kubebuilder:printcolumn:name="Active",type=boolean,JSONPath=`.status.active`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
 type ViewGrant struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// spec is the desired state of the ViewGrant.
 	// +required
 	Spec ViewGrantSpec `json:"spec"`
+	// status is the observed state of the ViewGrant.
 	// +optional
 	Status ViewGrantStatus `json:"status,omitempty"`
 }

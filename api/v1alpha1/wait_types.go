@@ -85,7 +85,7 @@ type WaitSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	DeadlineSeconds int32 `json:"deadlineSeconds"`
 
-	// onTimeout: a wait returns and never kills anything.
+	// onTimeout says what happens at the timeout: a wait returns and never kills anything.
 	// +optional
 	// +kubebuilder:default=ReturnNotKill
 	// +kubebuilder:validation:Enum=ReturnNotKill
@@ -98,20 +98,26 @@ type WaitSpec struct {
 
 // Observed is what a wait or probe saw, as sequence numbers and digests only.
 type Observed struct {
+	// seqFrom is the first output sequence number seen.
 	// +optional
 	SeqFrom int64 `json:"seqFrom,omitempty"`
+	// seqTo is the last output sequence number seen.
 	// +optional
 	SeqTo int64 `json:"seqTo,omitempty"`
+	// digest is the digest of what was seen.
 	// +optional
 	Digest Digest `json:"digest,omitempty"`
 }
 
 // WaitStatus is the wait's own record.
 type WaitStatus struct {
+	// conditionStatus is whether the waited-for condition held when the wait ended.
 	// +optional
 	ConditionStatus WaitConditionStatus `json:"conditionStatus,omitempty"`
+	// observed is what the wait saw, as sequence numbers and digests only.
 	// +optional
 	Observed *Observed `json:"observed,omitempty"`
+	// diagnostics are coded observations about the wait's evaluation.
 	// +optional
 	// +kubebuilder:validation:MaxItems=5
 	// +listType=set
@@ -119,15 +125,22 @@ type WaitStatus struct {
 	// durationMilliseconds from start to the final outcome.
 	// +optional
 	DurationMilliseconds int64 `json:"durationMilliseconds,omitempty"`
+	// refusal is the stable code and message that refused the Wait, when it was refused (codes:
+	// docs/vocabulary.md).
 	// +optional
 	Refusal *Refusal `json:"refusal,omitempty"`
+	// nodeName is the node whose agent acts on the Wait.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	NodeName string `json:"nodeName,omitempty"`
+	// startTime is when the node started the wait.
 	// +optional
 	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// observedGeneration is the metadata.generation of the Wait that this status was computed
+	// from.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions are the latest observations of the Wait's state, one per condition type.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -144,10 +157,14 @@ type WaitStatus struct {
 // +kubebuilder:printcolumn:name="Deadline",type=integer,JSONPath=`.spec.deadlineSeconds`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Wait struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// spec is the desired state of the Wait.
 	// +required
 	Spec WaitSpec `json:"spec"`
+	// status is the observed state of the Wait.
 	// +optional
 	Status WaitStatus `json:"status,omitempty"`
 }

@@ -6,16 +6,22 @@ import (
 
 // NodeCaps are the node agent's configured caps.
 type NodeCaps struct {
+	// sessions is the most terminal sessions the node holds at once.
 	// +optional
 	Sessions int32 `json:"sessions,omitempty"`
+	// sessionsPerEnvironment is the most sessions one environment may have at once.
 	// +optional
 	SessionsPerEnvironment int32 `json:"sessionsPerEnvironment,omitempty"`
+	// readerTasks is the most output reader tasks the node runs at once.
 	// +optional
 	ReaderTasks int32 `json:"readerTasks,omitempty"`
+	// inputQueueDepth is the most input writes a session queues.
 	// +optional
 	InputQueueDepth int32 `json:"inputQueueDepth,omitempty"`
+	// eventBufferDepth is the most output events a session buffers.
 	// +optional
 	EventBufferDepth int32 `json:"eventBufferDepth,omitempty"`
+	// pendingWaits is the most waits the node evaluates at once.
 	// +optional
 	PendingWaits int32 `json:"pendingWaits,omitempty"`
 	// maxCommandTimeoutSeconds is the longest command timeout this node runs; admission
@@ -71,17 +77,21 @@ type NodeFree struct {
 
 // NodeEnvironmentRef names an Environment from a cluster-scoped object.
 type NodeEnvironmentRef struct {
+	// namespace is the Environment's namespace.
 	// +required
 	// +kubebuilder:validation:MaxLength=63
 	Namespace string `json:"namespace"`
+	// name is the Environment's name.
 	// +required
 	Name ObjectName `json:"name"`
 }
 
 // AdmittedRoot is a host directory the node's own configuration admits.
 type AdmittedRoot struct {
+	// name is the root's name, as environments refer to it.
 	// +required
 	Name RootName `json:"name"`
+	// path is the host directory the root maps to.
 	// +required
 	// +kubebuilder:validation:MaxLength=4096
 	Path string `json:"path"`
@@ -89,6 +99,7 @@ type AdmittedRoot struct {
 
 // DataPlane is the node agent's HTTPS endpoint.
 type DataPlane struct {
+	// endpoint is the node agent's HTTPS address.
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
 	Endpoint string `json:"endpoint,omitempty"`
@@ -100,29 +111,36 @@ type DataPlane struct {
 
 // RecoveryAction is one action of a recovery sweep.
 type RecoveryAction struct {
+	// resource names what the sweep acted on.
 	// +required
 	// +kubebuilder:validation:MaxLength=512
 	Resource string `json:"resource"`
+	// outcome is what the sweep did with it.
 	// +required
 	// +kubebuilder:validation:Enum=recovered;terminated;quarantined;failed-retryable;failed-permanent;expired;unknown
 	Outcome string `json:"outcome"`
+	// message explains the outcome.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`
+	// time is when the sweep acted.
 	// +required
 	Time metav1.Time `json:"time"`
 }
 
 // ActionClassSupport says whether this node can enforce an action class's envelope.
 type ActionClassSupport struct {
+	// class is the action class.
 	// +required
 	Class ActionClass `json:"class"`
+	// availability says whether the node can enforce the class's envelope.
 	// +required
 	Availability ActionAvailability `json:"availability"`
 	// code says why not (action-class-unavailable, landlock-unavailable, ...).
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	Code string `json:"code,omitempty"`
+	// message explains the availability.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`
@@ -130,22 +148,29 @@ type ActionClassSupport struct {
 
 // WorkbenchNodeStatus is one node agent's self-report.
 type WorkbenchNodeStatus struct {
+	// agentVersion is the node agent's version.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	AgentVersion string `json:"agentVersion,omitempty"`
+	// heartbeatTime is when the node agent last reported.
 	// +optional
 	HeartbeatTime *metav1.Time `json:"heartbeatTime,omitempty"`
+	// dataPlane is the node agent's HTTPS endpoint.
 	// +optional
 	DataPlane *DataPlane `json:"dataPlane,omitempty"`
+	// caps are the node agent's configured caps.
 	// +optional
 	Caps *NodeCaps `json:"caps,omitempty"`
+	// admittedRoots are the host directories the node's configuration admits.
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
 	// +listType=map
 	// +listMapKey=name
 	AdmittedRoots []AdmittedRoot `json:"admittedRoots,omitempty"`
+	// activeSessions is the number of sessions the node holds now.
 	// +optional
 	ActiveSessions int32 `json:"activeSessions,omitempty"`
+	// activeWaits is the number of waits the node evaluates now.
 	// +optional
 	ActiveWaits int32 `json:"activeWaits,omitempty"`
 	// free is the node's free capacity, published by the node agent when it changes (at
@@ -166,6 +191,7 @@ type WorkbenchNodeStatus struct {
 	// +kubebuilder:validation:MaxItems=64
 	// +listType=atomic
 	Recovery []RecoveryAction `json:"recovery,omitempty"`
+	// conditions are the latest observations of the WorkbenchNode's state, one per condition type.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -182,8 +208,11 @@ type WorkbenchNodeStatus struct {
 // +kubebuilder:printcolumn:name="Free",type=integer,JSONPath=`.status.free.sessions`
 // +kubebuilder:printcolumn:name="Heartbeat",type=date,JSONPath=`.status.heartbeatTime`
 type WorkbenchNode struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
+	// status is the observed state of the WorkbenchNode.
 	// +optional
 	Status WorkbenchNodeStatus `json:"status,omitempty"`
 }
