@@ -91,6 +91,10 @@ func terminalCommandOwned(s *wbv1.TerminalCommandStatus) wbv1.TerminalCommandSta
 // stale read never overwrites the node's phase; a conflict reads again.
 func (r *TerminalCommandReconciler) summarize(ctx context.Context, cmd *wbv1.TerminalCommand) (ctrl.Result, error) {
 	cur, next := terminalCommandOwned(&cmd.Status), terminalCommandOwned(&cmd.Status)
+	// The phase and health (and this record of the generation they follow) are derived
+	// from this generation (a cancel raises it): without it kstatus reads a cancelled
+	// command InProgress forever. observedGeneration stays the manager's after the hand-off.
+	next.ObservedGeneration = cmd.Generation
 	if wbv1.CommandPhaseWriter(&cmd.Status) == wbv1.PhaseWriterManager {
 		all := append([]metav1.Condition(nil), cmd.Status.Conditions...)
 		next.Phase = wbv1.CommandPhaseFor(all)

@@ -446,7 +446,7 @@ log "CRDs established: $(kubectl get crd -o name | grep -c 'workbench.sensorium.
 # local manager runs with the admin kubeconfig; the roles are here to bind and try out,
 # e.g. kubectl auth can-i create consentgrants --as=alice --as-group=... after a binding.
 rbac_files=(config/rbac/operator_role.yaml config/rbac/agent_role.yaml config/rbac/viewer_role.yaml
-  config/rbac/node_agent_role.yaml config/rbac/metrics_reader_role.yaml)
+  config/rbac/view_observer_role.yaml config/rbac/node_agent_role.yaml config/rbac/metrics_reader_role.yaml)
 [[ -f config/rbac/role.yaml ]] && rbac_files+=(config/rbac/role.yaml)
 log "Installing ClusterRoles: ${rbac_files[*]}"
 rbac_args=()
@@ -562,6 +562,9 @@ fi
 cat <<EOF
 
 Sensorium Workbench is running locally (state in ${STATE}, logs in ${LOGS}).
+Next: the README's "First run" walks through the product in order (a command and its
+output, a patch, consent, a wait, a microVM, a shared terminal view, a skill); every step
+works as written (\`make test-first-run\` runs them). Or look around:
 
   export KUBECONFIG=${KUBECONFIG_FILE}
   export PATH=${K8S_BIN}:\$PATH

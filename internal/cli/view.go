@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -122,15 +123,30 @@ func viewRevokeCommand(o *Options) *cobra.Command {
 }
 
 func viewWatchCommand(o *Options) *cobra.Command {
-	return &cobra.Command{
+	var frames int
+	c := &cobra.Command{
 		Use: "watch VIEW", Short: "Follow a view's latest screen (read-only; reconnects across request timeouts and node restarts)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if frames < 0 {
+				return wbclient.Usage("--frames must be 0 (follow) or more")
+			}
 			cl, err := o.Client()
 			if err != nil {
 				return err
 			}
+			// --frames N: stop after the N-th screen frame (WatchView returns nil once its
+			// context ends).
+			ctx, stop := context.WithCancel(cmd.Context())
+			defer stop()
+			seen := 0
 			w := o.IO.Out
-			return cl.WatchView(cmd.Context(), args[0], func(f wbclient.ViewFrame) error {
+			return cl.WatchView(ctx, args[0], func(f wbclient.ViewFrame) error {
+				if f.Type == "frame" {
+					seen++
+					if frames > 0 && seen >= frames {
+						defer stop()
+					}
+				}
 				if o.structured() {
 					raw, err := json.Marshal(f)
 					if err != nil {
@@ -153,4 +169,6 @@ func viewWatchCommand(o *Options) *cobra.Command {
 			})
 		},
 	}
+	c.Flags().IntVar(&frames, "frames", 0, "exit after this many screen frames (0: follow until interrupted or refused)")
+	return c
 }

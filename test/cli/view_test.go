@@ -87,6 +87,10 @@ func TestShareView(t *testing.T) {
 		t.Log("the aggregated API is not served by this stack: view watch is exercised in test/aggregated")
 		return
 	}
+	// --frames 1: the current screen once, then exit 0 (the README's First run uses it).
+	if r := kw(t, ns, viewer, "view", "watch", "v", "--frames", "1", "-o", "json"); r.code != 0 || strings.Count(r.stdout, `"type":"frame"`) != 1 {
+		t.Fatalf("view watch --frames 1: %s", r)
+	}
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	cmd := kwCommand(wctx, ns, viewer, "view", "watch", "v", "-o", "json")

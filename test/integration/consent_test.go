@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -159,6 +160,8 @@ func TestConsentAllowOnceAndDeny(t *testing.T) {
 	if c.Status.Refusal == nil || c.Status.Refusal.Code != "consent-denied" {
 		t.Fatalf("refusal = %+v", c.Status.Refusal)
 	}
+	eventuallyKStatus(t, c, kstatus.FailedStatus)                                    // refused: not healthy
+	eventuallyKStatus(t, getRequest(t, ns, "once-b-consent"), kstatus.CurrentStatus) // decided as asked
 	// A decided request takes no further grant.
 	mustRefuse(t, op.Create(ctx, grant(ns, "g-late", "once-b-consent", wbv1.ConsentAllowOnce)), "consent-scope-invalid")
 }
@@ -188,9 +191,13 @@ func TestConsentExpiresFailClosed(t *testing.T) {
 	if c.Status.Refusal.Code != "consent-expired" {
 		t.Fatalf("refusal = %+v", c.Status.Refusal)
 	}
-	if cr := getRequest(t, ns, "late-consent"); cr.Status.Decision != wbv1.DecisionExpired {
+	cr := getRequest(t, ns, "late-consent")
+	if cr.Status.Decision != wbv1.DecisionExpired {
 		t.Fatalf("request decision = %s", cr.Status.Decision)
 	}
+	// Neither the expired request nor its refused command is healthy (issue 16 item 9).
+	eventuallyKStatus(t, cr, kstatus.FailedStatus)
+	eventuallyKStatus(t, c, kstatus.FailedStatus)
 }
 
 // TestConsentOperatorBindingInactive: a grant whose operator loses the approve right stops

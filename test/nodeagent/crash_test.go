@@ -149,6 +149,7 @@ func TestCrashRecovery(t *testing.T) {
 	if c.Status.Phase != wbv1.CommandFailed || c.Status.Refusal == nil || c.Status.Refusal.Code != "interrupted" {
 		t.Fatalf("status = %+v", c.Status)
 	}
+	wantKStatusFailed(t, &c) // interrupted is not healthy (issue 16 item 9)
 	if left := findProcess("/bin/sleep", "301.25"); len(left) != 0 {
 		t.Fatalf("orphan processes after recovery: %v", left)
 	}
@@ -164,6 +165,7 @@ func TestCrashRecovery(t *testing.T) {
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
 		return s.Status.Phase == wbv1.SessionFailed && s.Status.Refusal != nil && s.Status.Refusal.Code == "interrupted", fmt.Sprintf("%+v", s.Status)
 	})
+	wantKStatusFailed(t, &s)
 	var node wbv1.WorkbenchNode
 	eventually(t, 30*time.Second, "recovery actions on the WorkbenchNode", func() (bool, string) {
 		if err := env.Client.Get(ctx, client.ObjectKey{Name: crashNode}, &node); err != nil {
@@ -246,4 +248,5 @@ func TestGracefulStopInterrupts(t *testing.T) {
 	if c.Status.Phase != wbv1.CommandFailed || c.Status.Refusal == nil || c.Status.Refusal.Code != "interrupted" || c.Status.SignalOrigin == "cancel" {
 		t.Fatalf("outcome after a graceful stop of the agent: %+v", c.Status)
 	}
+	wantKStatusFailed(t, &c)
 }

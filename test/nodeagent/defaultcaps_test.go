@@ -1,0 +1,103 @@
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/webhooks"
+)
+
+// TestDefaultCapsServeThreeAgents runs a node agent process configured as `make run-local`
+// configures it — no caps at all, so every cap is the node-sized default — and has three
+// agent identities (each bound to workbench-agent only) open one session each on the same
+// environment and run a command in it. All three sessions run at once and every command
+// succeeds; the node publishes the free session slots left, which the node-sized default
+// (at least 16 sessions, at least 8 per environment: docs/capacity.md) leaves at 13 or more
+// (issue 14: a third agent's session on a node is never refused by a laptop-sized default).
+func TestDefaultCapsServeThreeAgents(t *testing.T) {
+	const node = "node-default-caps"
+	ctx := context.Background()
+	bin := buildAgent(t)
+	kubeconfig := nodeKubeconfig(t, node)
+	must(t, env.Bind(ctx, "workbench-node-agent", webhooks.NodeUserPrefix+node, ""))
+	state, root := t.TempDir(), t.TempDir()
+	config := filepath.Join(t.TempDir(), "node-agent.yaml")
+	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nadmittedRoots:\n  w: %s\nheartbeatSeconds: 2\ncapacityPublishMillis: 100\n",
+		node, state, root)), 0o600))
+	p := startAgentProcess(t, bin, kubeconfig, config)
+	defer func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		_ = p.cmd.Wait()
+		if t.Failed() {
+			t.Logf("agent log:\n%s", tail(p.log.String()))
+		}
+	}()
+	ns := namespace(t)
+	dir := filepath.Join(root, "e")
+	must(t, os.MkdirAll(dir, 0o755))
+	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
+		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(dir)}},
+		NodeSelector: map[string]string{wbv1.NodeLabel: node}}}))
+	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/echo", nil, []string{"agent-"})))
+	eventually(t, 60*time.Second, "environment e Ready on "+node, func() (bool, string) {
+		var e wbv1.Environment
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+		return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
+	})
+
+	agents := []string{"agent-a", "agent-b", "agent-c"}
+	for _, a := range agents {
+		must(t, env.Bind(ctx, "workbench-agent", a, ns))
+		c, err := env.As(a)
+		must(t, err)
+		must(t, c.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: a, Namespace: ns},
+			Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+	}
+	eventually(t, 60*time.Second, "three agents' sessions Running at once", func() (bool, string) {
+		seen := ""
+		for _, a := range agents {
+			var s wbv1.TerminalSession
+			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: a}, &s))
+			if s.Status.Phase != wbv1.SessionRunning {
+				return false, fmt.Sprintf("%s: %+v", a, s.Status)
+			}
+			seen += a + " "
+		}
+		return true, seen
+	})
+	for _, a := range agents {
+		c, err := env.As(a)
+		must(t, err)
+		cmd := command(ns, a, "/bin/echo", a)
+		cmd.Spec.SessionRef = wbv1.ObjectName(a)
+		must(t, c.Create(ctx, cmd))
+	}
+	for _, a := range agents {
+		if got := waitFinal(t, ns, a); got.Status.Phase != wbv1.CommandSucceeded {
+			t.Fatalf("agent %s's command: %+v", a, got.Status)
+		}
+	}
+	var s wbv1.TerminalSession
+	for _, a := range agents {
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: a}, &s))
+		if s.Status.Phase != wbv1.SessionRunning {
+			t.Fatalf("session %s no longer Running after its command: %+v", a, s.Status)
+		}
+	}
+	eventually(t, 30*time.Second, "the node's published free session slots with three open", func() (bool, string) {
+		var wn wbv1.WorkbenchNode
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: node}, &wn); err != nil {
+			return false, err.Error()
+		}
+		return wn.Status.Free != nil && wn.Status.Free.Sessions >= 13, fmt.Sprintf("%+v", wn.Status.Free)
+	})
+}
