@@ -8,6 +8,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/events"
@@ -59,6 +61,13 @@ func (r *EnvironmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 
 	if next.NodeName == "" {
 		if err := r.place(ctx, &env, &next, &all); err != nil {
+			return ctrl.Result{}, err
+		}
+	} else if sc := meta.FindStatusCondition(env.Status.Conditions, wbv1.ConditionScheduled); sc != nil && sc.ObservedGeneration < gen &&
+		env.DeletionTimestamp.IsZero() {
+		// The spec changed since the plan was made (e.g. its operational context rose):
+		// re-plan on the selected capability.
+		if err := r.replan(ctx, &env, &next, &all); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -145,19 +154,39 @@ func (r *EnvironmentReconciler) bind(ctx context.Context, env *wbv1.Environment,
 			return fmt.Errorf("labelling Environment %s with node %s: %w", client.ObjectKeyFromObject(env), node, err)
 		}
 	}
-	candidate := actuation.ContextClass("test")
+	planDigest, effective, err := planFor(env, c, "")
+	if err != nil {
+		return err
+	}
+	next.NodeName = node
+	next.CapabilityRef = c.Name
+	next.PlanDigest = planDigest
+	next.EffectiveOperationalContext = effective
+	next.Unmet = nil
+	setCondition(&next.Conditions, all, cond(wbv1.ConditionScheduled, true, wbv1.ReasonPlaced,
+		fmt.Sprintf("placed on node %s by capability %s under operational context %s", node, c.Name, effective), env.Generation))
+	r.Recorder.Eventf(env, c, "Normal", "Scheduled", "Place", "Placed on node %s", node)
+	return nil
+}
+
+// planFor is the normalized plan of env on the selected capability c: its digest and the
+// effective operational context (actuation.PlanContext: the declared candidate, the floor
+// of the capability actually selected, never below earlier).
+func planFor(env *wbv1.Environment, c *wbv1.BackendCapability, earlier wbv1.ContextClass) (wbv1.Digest, wbv1.ContextClass, error) {
+	var declared actuation.ContextClass
 	if oc := env.Spec.OperationalContext; oc != nil {
-		candidate = actuation.ContextClass(oc.Class)
+		declared = actuation.ContextClass(oc.Class)
 	}
 	req := convert.Requirement(&env.Spec)
-	effective := actuation.EffectiveContext(candidate, req.NetworkProfile, req.HostFilesystemSharing)
+	capability := convert.Capability(&c.Spec)
+	effective := actuation.PlanContext(declared, capability, req, actuation.ContextClass(earlier))
 	candidateDigest, err := actuation.Digest(env.Spec.OperationalContext)
 	if err != nil {
-		return fmt.Errorf("digesting operational context of %s: %w", env.Name, err)
+		return "", "", fmt.Errorf("digesting operational context of %s/%s: %w", env.Namespace, env.Name, err)
 	}
 	capDigest, err := actuation.Digest(c.Spec)
 	if err != nil {
-		return fmt.Errorf("digesting capability %s: %w", c.Name, err)
+		return "", "", fmt.Errorf("digesting capability %s: %w", c.Name, err)
 	}
 	plan := actuation.Plan{
 		BackendID: string(env.Spec.Backend), Requirement: req, CapabilityRef: c.Name, CapabilityDigest: capDigest,
@@ -166,14 +195,40 @@ func (r *EnvironmentReconciler) bind(ctx context.Context, env *wbv1.Environment,
 	if res := env.Spec.Resources; res != nil {
 		plan.VCPUs, plan.MemoryMiB, plan.DiskMiB, plan.PIDs = deref(res.VCPUs), deref(res.MemoryMiB), deref(res.DiskMiB), deref(res.PIDs)
 	}
-	next.NodeName = node
-	next.CapabilityRef = c.Name
-	next.PlanDigest = wbv1.Digest(actuation.PlanDigest(plan))
-	next.EffectiveOperationalContext = wbv1.ContextClass(effective)
-	next.Unmet = nil
-	setCondition(&next.Conditions, all, cond(wbv1.ConditionScheduled, true, wbv1.ReasonPlaced,
-		fmt.Sprintf("placed on node %s by capability %s", node, c.Name), env.Generation))
-	r.Recorder.Eventf(env, c, "Normal", "Scheduled", "Place", "Placed on node %s", node)
+	return wbv1.Digest(actuation.PlanDigest(plan)), wbv1.ContextClass(effective), nil
+}
+
+// replan re-derives the plan of a placed environment whose spec changed, on the capability
+// it was placed by (the node stays: placement is not re-decided). The effective context
+// never falls below the published one; a raised context gives a new plan digest, and what
+// was admitted or published under the old context is superseded by its consumers (commands
+// re-evaluate their admission, views are superseded). A capability that is gone keeps the
+// published plan and reports it.
+func (r *EnvironmentReconciler) replan(ctx context.Context, env *wbv1.Environment, next *wbv1.EnvironmentStatus, all *[]metav1.Condition) error {
+	var c wbv1.BackendCapability
+	if err := r.Get(ctx, client.ObjectKey{Name: next.CapabilityRef}, &c); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("reading BackendCapability %s of Environment %s/%s: %w", next.CapabilityRef, env.Namespace, env.Name, err)
+		}
+		setCondition(&next.Conditions, all, cond(wbv1.ConditionScheduled, true, wbv1.ReasonPlaced,
+			fmt.Sprintf("placed on node %s; capability %s is gone, so generation %d was not re-planned (context stays %s)",
+				next.NodeName, next.CapabilityRef, env.Generation, next.EffectiveOperationalContext), env.Generation))
+		return nil
+	}
+	digest, effective, err := planFor(env, &c, next.EffectiveOperationalContext)
+	if err != nil {
+		return err
+	}
+	before := next.EffectiveOperationalContext
+	next.PlanDigest, next.EffectiveOperationalContext = digest, effective
+	setCondition(&next.Conditions, all, cond(wbv1.ConditionScheduled, true, wbv1.ReasonReplanned,
+		fmt.Sprintf("placed on node %s by capability %s; re-planned at generation %d under operational context %s",
+			next.NodeName, c.Name, env.Generation, effective), env.Generation))
+	if before != effective {
+		log.FromContext(ctx).Info("Operational context changed", "environment", client.ObjectKeyFromObject(env), "from", before, "to", effective)
+		r.Recorder.Eventf(env, &c, corev1.EventTypeNormal, "Replanned", "Plan",
+			"Operational context %s -> %s at generation %d: admissions and views made under %s are superseded", before, effective, env.Generation, before)
+	}
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -63,18 +64,18 @@ type TerminalCommandReconciler struct {
 // fields (refusal, completionTime, Completed) are the manager's only for a command the gate
 // refused; an admitted command's outcome belongs to the node agent. Phase and the health
 // conditions are derived from every component's conditions by their one writer: the
-// manager until a node wrote the command's status, the node agent after
+// manager until the node took the command, the node agent after
 // (wbv1.CommandPhaseWriter) — then the manager's part is its admission record alone.
 func terminalCommandOwned(s *wbv1.TerminalCommandStatus) wbv1.TerminalCommandStatus {
 	if wbv1.CommandPhaseWriter(s) == wbv1.PhaseWriterNode {
 		return wbv1.TerminalCommandStatus{
-			CommandID: s.CommandID, ArgvDigest: s.ArgvDigest, AdmittedBy: s.AdmittedBy,
+			CommandID: s.CommandID, ArgvDigest: s.ArgvDigest, AdmittedBy: s.AdmittedBy, AdmittedContext: s.AdmittedContext,
 			ConsentRequestRef: s.ConsentRequestRef, ObservedGeneration: s.ObservedGeneration,
 			Conditions: ownedConditions(s.Conditions, wbv1.ConditionAdmitted),
 		}
 	}
 	out := wbv1.TerminalCommandStatus{
-		CommandID: s.CommandID, ArgvDigest: s.ArgvDigest, Phase: s.Phase, AdmittedBy: s.AdmittedBy,
+		CommandID: s.CommandID, ArgvDigest: s.ArgvDigest, Phase: s.Phase, AdmittedBy: s.AdmittedBy, AdmittedContext: s.AdmittedContext,
 		ConsentRequestRef: s.ConsentRequestRef, ObservedGeneration: s.ObservedGeneration,
 		Conditions: ownedConditions(s.Conditions, wbv1.ConditionAdmitted, wbv1.ConditionReconciling, wbv1.ConditionStalled),
 	}
@@ -86,8 +87,8 @@ func terminalCommandOwned(s *wbv1.TerminalCommandStatus) wbv1.TerminalCommandSta
 }
 
 // summarize writes the derived phase and health of a command the gate no longer decides
-// (admitted, or final) while the manager is their writer (nothing once a node wrote the
-// command's status: wbv1.CommandPhaseWriter). The write is held to the version read, so a
+// (admitted, or final) while the manager is their writer (not once the node took the
+// command: wbv1.CommandPhaseWriter). The write is held to the version read, so a
 // stale read never overwrites the node's phase; a conflict reads again.
 func (r *TerminalCommandReconciler) summarize(ctx context.Context, cmd *wbv1.TerminalCommand) (ctrl.Result, error) {
 	cur, next := terminalCommandOwned(&cmd.Status), terminalCommandOwned(&cmd.Status)
@@ -156,7 +157,7 @@ func (r *TerminalCommandReconciler) adoptNodeAdmission(ctx context.Context, cmd 
 	setCondition(&next.Conditions, &all, cond(wbv1.ConditionAdmitted, true, reason,
 		"admitted at node "+cmd.Labels[wbv1.NodeLabel]+" by "+by+" (fast path)", cmd.Generation))
 	if wbv1.CommandPhaseWriter(&cmd.Status) == wbv1.PhaseWriterManager {
-		// Not reached while the node's claim sets nodeName; kept so the rule lives in one place.
+		// Not reached (the node's claim is its Started condition); kept so the rule lives in one place.
 		next.Phase = wbv1.CommandPhaseFor(all)
 		for _, hc := range wbv1.HealthConditions(wbv1.CommandHealth(next.Phase), string(next.Phase), "command is "+string(next.Phase), cmd.Generation) {
 			setCondition(&next.Conditions, &all, hc)
@@ -185,6 +186,10 @@ type commandPass struct {
 	// leaveToNode: the node bound to the command admits it on its fast path; this pass
 	// writes nothing.
 	leaveToNode bool
+	// reevaluate: the command was admitted under an earlier operational context of its
+	// environment and has not started; this pass decides admission again (never leaving it
+	// to the node's fast path, which only takes commands the manager has not decided).
+	reevaluate bool
 }
 
 func (p *commandPass) set(c metav1.Condition) { setCondition(&p.next.Conditions, &p.all, c) }
@@ -207,7 +212,11 @@ func (r *TerminalCommandReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.Get(ctx, req.NamespacedName, &cmd); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if wbv1.CommandIsFinal(cmd.Status.Conditions) && !nodeClaimed(&cmd) || isTrueCond(cmd.Status.Conditions, wbv1.ConditionAdmitted) {
+	reevaluate, err := r.admissionSuperseded(ctx, &cmd)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !reevaluate && (wbv1.CommandIsFinal(cmd.Status.Conditions) && !nodeClaimed(&cmd) || isTrueCond(cmd.Status.Conditions, wbv1.ConditionAdmitted)) {
 		return r.summarize(ctx, &cmd)
 	}
 	if nodeClaimed(&cmd) {
@@ -216,7 +225,7 @@ func (r *TerminalCommandReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return ctrl.Result{}, r.adoptNodeAdmission(ctx, &cmd)
 	}
 	p := &commandPass{cmd: &cmd, cur: terminalCommandOwned(&cmd.Status), next: terminalCommandOwned(&cmd.Status),
-		all: append([]metav1.Condition(nil), cmd.Status.Conditions...)}
+		all: append([]metav1.Condition(nil), cmd.Status.Conditions...), reevaluate: reevaluate}
 	p.next.CommandID = string(cmd.UID)
 	p.next.ArgvDigest = wbv1.Digest(actuation.ArgvDigest(string(cmd.Spec.ProfileRef), cmd.Spec.Argv, convert.Cwd(cmd.Spec.Cwd)))
 	p.next.ObservedGeneration = cmd.Generation
@@ -500,10 +509,18 @@ func (r *TerminalCommandReconciler) admit(ctx context.Context, p *commandPass, e
 		p.result.RequeueAfter = PlacementRecheck
 		return nil
 	}
-	if age := r.Now().Sub(cmd.CreationTimestamp.Time); adm.Scope != actuation.ScopeAllowOnce && cmd.Labels[wbv1.NodeLabel] == node &&
+	if age := r.Now().Sub(cmd.CreationTimestamp.Time); !p.reevaluate && adm.Scope != actuation.ScopeAllowOnce && cmd.Labels[wbv1.NodeLabel] == node &&
 		cmd.Labels[wbv1.EnvironmentLabel] == env.Name && age < FastPathGrace {
 		p.leaveToNode = true
 		p.result.RequeueAfter = FastPathGrace - age
+		return nil
+	}
+	if p.reevaluate && adm.By != actuation.AdmittedByProfile && adm.Scope == actuation.ConsentScope(wbv1.ConsentAllowOnce) {
+		// The operator consented once, under the context the command was admitted under;
+		// that consent is not used under the environment's new context.
+		r.refuse(p, actuation.CodeOperationalContextSuperseded, fmt.Sprintf(
+			"allow-once consent %s was given under operational context %s; environment %s is now %s: submit the command again to ask an operator under the new context",
+			adm.By, p.cur.AdmittedContext, env.Name, env.Status.EffectiveOperationalContext))
 		return nil
 	}
 	if adm.By != actuation.AdmittedByProfile && adm.Scope == actuation.ConsentScope(wbv1.ConsentAllowOnce) {
@@ -527,8 +544,40 @@ func (r *TerminalCommandReconciler) admit(ctx context.Context, p *commandPass, e
 		reason = wbv1.ReasonAdmittedByConsent
 	}
 	p.next.AdmittedBy = adm.By
-	p.set(cond(wbv1.ConditionAdmitted, true, reason, "admitted by "+adm.By+" for node "+node, cmd.Generation))
+	p.next.AdmittedContext = env.Status.EffectiveOperationalContext
+	msg := "admitted by " + adm.By + " for node " + node + " under operational context " + string(env.Status.EffectiveOperationalContext)
+	if p.reevaluate {
+		msg = "re-evaluated: " + msg + " (was " + string(p.cur.AdmittedContext) + ")"
+	}
+	p.set(cond(wbv1.ConditionAdmitted, true, reason, msg, cmd.Generation))
 	return nil
+}
+
+// admissionSuperseded says whether cmd holds an admission of the manager made under an
+// operational context its environment no longer has (actuation.CheckAdmissionContext),
+// and has not started: such an admission is not used under the new context, the command
+// is decided again. A command the node claimed or started keeps the outcome the node owns.
+func (r *TerminalCommandReconciler) admissionSuperseded(ctx context.Context, cmd *wbv1.TerminalCommand) (bool, error) {
+	if !isTrueCond(cmd.Status.Conditions, wbv1.ConditionAdmitted) || cmd.Status.AdmittedContext == "" ||
+		wbv1.CommandIsFinal(cmd.Status.Conditions) || meta.FindStatusCondition(cmd.Status.Conditions, wbv1.ConditionStarted) != nil {
+		return false, nil
+	}
+	name := cmd.Labels[wbv1.EnvironmentLabel]
+	if name == "" {
+		return false, nil
+	}
+	var env wbv1.Environment
+	if err := r.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: name}, &env); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil // the gate's own refusal paths handle a vanished environment
+		}
+		return false, fmt.Errorf("reading Environment %s/%s of TerminalCommand %s: %w", cmd.Namespace, name, cmd.Name, err)
+	}
+	ref := actuation.CheckAdmissionContext(actuation.ContextClass(cmd.Status.AdmittedContext), actuation.ContextClass(env.Status.EffectiveOperationalContext))
+	if ref != nil {
+		log.FromContext(ctx).Info("Re-evaluating a superseded admission", "command", client.ObjectKeyFromObject(cmd), "code", ref.Code, "message", ref.Message)
+	}
+	return ref != nil, nil
 }
 
 func (r *TerminalCommandReconciler) consume(ctx context.Context, cmd *wbv1.TerminalCommand, grant string) error {
@@ -619,7 +668,14 @@ func (r *TerminalCommandReconciler) pendingIn(ctx context.Context, env client.Ob
 	var out []reconcile.Request
 	for i := range cmds.Items {
 		c := &cmds.Items[i]
-		if !wbv1.CommandIsFinal(c.Status.Conditions) && !isTrueCond(c.Status.Conditions, wbv1.ConditionAdmitted) {
+		if wbv1.CommandIsFinal(c.Status.Conditions) {
+			continue
+		}
+		// Pending admission, or admitted under another operational context and not started
+		// (admissionSuperseded decides).
+		if !isTrueCond(c.Status.Conditions, wbv1.ConditionAdmitted) ||
+			c.Status.AdmittedContext != "" && c.Labels[wbv1.EnvironmentLabel] == env.GetName() &&
+				meta.FindStatusCondition(c.Status.Conditions, wbv1.ConditionStarted) == nil {
 			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(c)})
 		}
 	}

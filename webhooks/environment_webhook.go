@@ -25,12 +25,12 @@ func setupEnvironment(mgr ctrl.Manager) error {
 
 // ValidateCreate implements admission.Validator.
 func (v EnvironmentValidator) ValidateCreate(ctx context.Context, obj *wbv1.Environment) (admission.Warnings, error) {
-	return v.validate(ctx, obj.Labels, obj)
+	return v.validate(ctx, obj.Labels, nil, obj)
 }
 
 // ValidateUpdate implements admission.Validator.
 func (v EnvironmentValidator) ValidateUpdate(ctx context.Context, old, obj *wbv1.Environment) (admission.Warnings, error) {
-	return v.validate(ctx, old.Labels, obj)
+	return v.validate(ctx, old.Labels, old, obj)
 }
 
 // ValidateDelete implements admission.Validator.
@@ -38,7 +38,7 @@ func (EnvironmentValidator) ValidateDelete(context.Context, *wbv1.Environment) (
 	return nil, nil
 }
 
-func (EnvironmentValidator) validate(ctx context.Context, boundLabels map[string]string, env *wbv1.Environment) (admission.Warnings, error) {
+func (EnvironmentValidator) validate(ctx context.Context, boundLabels map[string]string, old, env *wbv1.Environment) (admission.Warnings, error) {
 	req, err := request(ctx)
 	if err != nil {
 		return nil, err
@@ -49,7 +49,21 @@ func (EnvironmentValidator) validate(ctx context.Context, boundLabels map[string
 	if isStatus(req) {
 		return nil, nil
 	}
-	return nil, invalid("Environment", env.Name, validateEnvironmentSpec(&env.Spec))
+	errs := validateEnvironmentSpec(&env.Spec)
+	if old != nil {
+		// The operational context only rises (actuation.CheckContextChange).
+		errs = append(errs, refusalErrors(field.NewPath("spec", "operationalContext"),
+			one(actuation.CheckContextChange(declaredContext(&old.Spec), declaredContext(&env.Spec))))...)
+	}
+	return nil, invalid("Environment", env.Name, errs)
+}
+
+// declaredContext is the class an environment spec declares, or "" when it declares none.
+func declaredContext(spec *wbv1.EnvironmentSpec) actuation.ContextClass {
+	if spec.OperationalContext == nil {
+		return ""
+	}
+	return actuation.ContextClass(spec.OperationalContext.Class)
 }
 
 func validateEnvironmentSpec(spec *wbv1.EnvironmentSpec) field.ErrorList {

@@ -23,6 +23,7 @@ const (
 	ReasonCancelled           = "Cancelled"
 	ReasonExpired             = "Expired"
 	ReasonPlaced              = "Placed"
+	ReasonReplanned           = "Replanned" // a placed environment's spec changed and its plan was re-derived (opctx)
 	ReasonNoMatch             = "NoMatchingCapability"
 	ReasonDraining            = "Draining"
 	ReasonClosed              = "Closed"
@@ -69,16 +70,20 @@ const (
 
 // CommandPhaseWriter is the hand-off rule for a command's phase (one writer per field at any
 // time). The manager writes it while it holds the command: pending, awaiting consent, and
-// refused or cancelled before any node took it. The node agent writes it from its first
-// status write on — its fast-path claim, or its first pass over a command the manager
-// admitted — because that write sets status.nodeName together with the phase it derives;
-// from then on the manager writes neither phase nor health, only its own fields (Admitted,
-// admittedBy, commandID, argvDigest, observedGeneration). So the outcome and the phase a
-// user reads arrive in one status write instead of two. The manager's writes of the phase
-// are held to the version it read (a conflict re-reads), so a stale read never overwrites
-// what the node wrote after the hand-off.
+// refused or cancelled before any node took it. The node agent writes it once the node took
+// the command: its Started condition exists (the fast path's claim, Started=False
+// StartingAtNode, or the start of a command the manager admitted), or it recorded the
+// outcome of a command the manager admitted (Completed with Admitted=True: the manager
+// records Completed only for what it refused or cancelled, never admitted). The write that
+// takes the command carries the phase, and from then on the manager writes neither phase
+// nor health, only its own fields (Admitted, admittedBy, admittedContext, commandID,
+// argvDigest, observedGeneration) — so the outcome and the phase a user reads arrive in one
+// status write instead of two. The rule is monotonic (neither condition is ever removed),
+// and the manager's writes of the phase are held to the version it read (a conflict reads
+// again), so a stale read never overwrites the phase after the hand-off.
 func CommandPhaseWriter(s *TerminalCommandStatus) PhaseWriter {
-	if s.NodeName != "" {
+	if meta.FindStatusCondition(s.Conditions, ConditionStarted) != nil ||
+		isTrue(s.Conditions, ConditionAdmitted) && isTrue(s.Conditions, ConditionCompleted) {
 		return PhaseWriterNode
 	}
 	return PhaseWriterManager

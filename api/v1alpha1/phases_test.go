@@ -345,30 +345,34 @@ func TestOperationHealthThroughKStatus(t *testing.T) {
 	}
 }
 
-// The phase of a command has one writer at a time: the manager until a node's first status
-// write (which sets nodeName with the phase), the node after it, whatever the phase.
+// The phase of a command has one writer at a time: the manager until the node took the
+// command (its Started condition, or its outcome of a command the manager admitted), the
+// node after it, whatever the phase.
 func TestCommandPhaseWriterHandOff(t *testing.T) {
+	admitted := c(wbv1.ConditionAdmitted, true, wbv1.ReasonAdmittedByProfile)
 	for _, tc := range []struct {
-		name string
-		st   wbv1.TerminalCommandStatus
-		want wbv1.PhaseWriter
+		name  string
+		node  string
+		conds []metav1.Condition
+		want  wbv1.PhaseWriter
 	}{
-		{"new", wbv1.TerminalCommandStatus{}, wbv1.PhaseWriterManager},
-		{"pending at the gate", wbv1.TerminalCommandStatus{Phase: wbv1.CommandPending}, wbv1.PhaseWriterManager},
-		{"awaiting consent", wbv1.TerminalCommandStatus{Phase: wbv1.CommandAwaitingConsent}, wbv1.PhaseWriterManager},
-		{"admitted by the gate, no node write yet", wbv1.TerminalCommandStatus{Phase: wbv1.CommandPending, AdmittedBy: "profile",
-			Conditions: []metav1.Condition{c(wbv1.ConditionAdmitted, true, wbv1.ReasonAdmittedByProfile)}}, wbv1.PhaseWriterManager},
-		{"refused at the gate", wbv1.TerminalCommandStatus{Phase: wbv1.CommandRefused, Refusal: &wbv1.Refusal{Code: "profile-missing"}}, wbv1.PhaseWriterManager},
-		{"cancelled before admission", wbv1.TerminalCommandStatus{Phase: wbv1.CommandCancelled}, wbv1.PhaseWriterManager},
-		{"claimed by the node (fast path)", wbv1.TerminalCommandStatus{Phase: wbv1.CommandPending, NodeName: "n1",
-			Conditions: []metav1.Condition{c(wbv1.ConditionStarted, false, "StartingAtNode")}}, wbv1.PhaseWriterNode},
-		{"running", wbv1.TerminalCommandStatus{Phase: wbv1.CommandRunning, NodeName: "n1"}, wbv1.PhaseWriterNode},
-		{"refused at the node", wbv1.TerminalCommandStatus{Phase: wbv1.CommandRefused, NodeName: "n1"}, wbv1.PhaseWriterNode},
-		{"succeeded", wbv1.TerminalCommandStatus{Phase: wbv1.CommandSucceeded, NodeName: "n1"}, wbv1.PhaseWriterNode},
-		{"node wrote, phase not yet set", wbv1.TerminalCommandStatus{NodeName: "n1"}, wbv1.PhaseWriterNode},
+		{"new", "", nil, wbv1.PhaseWriterManager},
+		{"awaiting consent", "", []metav1.Condition{c(wbv1.ConditionAdmitted, false, wbv1.ReasonAwaitingConsent)}, wbv1.PhaseWriterManager},
+		{"admitted by the gate, not started", "", []metav1.Condition{admitted}, wbv1.PhaseWriterManager},
+		{"admitted, the node wrote nodeName while waiting for its environment", "n1", []metav1.Condition{admitted}, wbv1.PhaseWriterManager},
+		{"re-evaluated after the node wrote nodeName: held for consent", "n1", []metav1.Condition{c(wbv1.ConditionAdmitted, false, wbv1.ReasonAwaitingConsent)}, wbv1.PhaseWriterManager},
+		{"refused at the gate", "", []metav1.Condition{c(wbv1.ConditionAdmitted, false, wbv1.ReasonRefused), c(wbv1.ConditionCompleted, true, wbv1.ReasonRefused)}, wbv1.PhaseWriterManager},
+		{"refused by the gate after the node wrote nodeName", "n1", []metav1.Condition{c(wbv1.ConditionAdmitted, false, wbv1.ReasonRefused), c(wbv1.ConditionCompleted, true, wbv1.ReasonRefused)}, wbv1.PhaseWriterManager},
+		{"cancelled before admission", "", []metav1.Condition{c(wbv1.ConditionAdmitted, false, wbv1.ReasonCancelled), c(wbv1.ConditionCompleted, true, wbv1.ReasonCancelled)}, wbv1.PhaseWriterManager},
+		{"claimed by the node (fast path)", "n1", []metav1.Condition{c(wbv1.ConditionStarted, false, "StartingAtNode")}, wbv1.PhaseWriterNode},
+		{"claimed, then adopted by the manager", "n1", []metav1.Condition{admitted, c(wbv1.ConditionStarted, false, "StartingAtNode")}, wbv1.PhaseWriterNode},
+		{"running", "n1", []metav1.Condition{admitted, c(wbv1.ConditionStarted, true, "Started")}, wbv1.PhaseWriterNode},
+		{"refused at the node (argv-not-admitted)", "n1", []metav1.Condition{admitted, c(wbv1.ConditionCompleted, true, wbv1.ReasonRefused)}, wbv1.PhaseWriterNode},
+		{"succeeded", "n1", []metav1.Condition{admitted, c(wbv1.ConditionStarted, true, "Started"), c(wbv1.ConditionCompleted, true, wbv1.ReasonSucceeded)}, wbv1.PhaseWriterNode},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := wbv1.CommandPhaseWriter(&tc.st); got != tc.want {
+			st := wbv1.TerminalCommandStatus{NodeName: tc.node, Conditions: tc.conds}
+			if got := wbv1.CommandPhaseWriter(&st); got != tc.want {
 				t.Fatalf("writer %s, want %s", got, tc.want)
 			}
 		})

@@ -107,6 +107,12 @@ type TerminalCommandStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	AdmittedBy string `json:"admittedBy,omitempty"`
+	// admittedContext is the environment's effective operational context the manager's
+	// admission was made under. When the environment's context has changed since, the
+	// admission is superseded: the node does not start the command and the manager
+	// re-evaluates it under the new context.
+	// +optional
+	AdmittedContext ContextClass `json:"admittedContext,omitempty"`
 	// exitCode is the process exit code, when the process exited normally.
 	// +optional
 	ExitCode *int32 `json:"exitCode,omitempty"`

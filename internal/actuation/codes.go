@@ -168,6 +168,13 @@ const (
 	CodeViewSubjectInvalid         Code = "view-subject-invalid"         // a grant subject that is not exactly one user, group or ServiceAccount
 )
 
+// Operational context lifecycle (issue 16 item 7, opctx): the context only rises, and
+// what was admitted under an older context is re-evaluated.
+const (
+	CodeOperationalContextLowered    Code = "operational-context-lowered"    // an update lowers an environment's operational context: it may only rise
+	CodeOperationalContextSuperseded Code = "operational-context-superseded" // an admission made under an earlier operational context of the environment: re-evaluate it
+)
+
 // Workspace file access (internal/platform/fsaccess), beyond the path codes above.
 const (
 	CodeOpenat2Unavailable Code = "openat2-unavailable" // the kernel lacks openat2 (RESOLVE_BENEATH): fail closed
@@ -433,6 +440,8 @@ var allCodes = []Code{
 	CodeActionTimeout, CodeDirectiveMissing, CodeParametersInvalid, CodeScriptNotExecutable,
 	CodeArgvTemplateInvalid, CodeActionClassParamsInvalid, CodeCatalogSignerUnknown, CodeCatalogSignerOutOfScope,
 	CodeCommandNotStarted,
+	// operational context lifecycle (opctx)
+	CodeOperationalContextLowered, CodeOperationalContextSuperseded,
 }
 
 var sortedCodes = func() []Code {

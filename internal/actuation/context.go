@@ -72,22 +72,85 @@ func MaxContext(classes ...ContextClass) ContextClass {
 	return contextClasses[best]
 }
 
-// EffectiveContext returns max(candidate, floor), where the policy floor is
-// "test" when networkProfile is neither "none" nor "" or
-// hostFilesystemSharing is neither "denied" nor "" (decision 48), and
-// otherwise no floor. Policy only raises, never lowers. An unknown candidate
-// yields "" (which ValidateOperationalContext refuses); attached-resource
-// classes are folded in with MaxContext.
-func EffectiveContext(candidate ContextClass, networkProfile, hostFilesystemSharing string) ContextClass {
-	if contextRank(candidate) < 0 {
-		return ""
+// DefaultContext is the candidate of an environment that pins none: the current Workbench
+// default is test (decision 48); a lower class is an explicit operator decision.
+const DefaultContext = ContextTest
+
+// CandidateContext is the candidate class an environment pins: its declared class, or
+// DefaultContext when it declares none.
+func CandidateContext(declared ContextClass) ContextClass {
+	if declared == "" {
+		return DefaultContext
 	}
-	floorApplies := (networkProfile != "" && networkProfile != "none") ||
-		(hostFilesystemSharing != "" && hostFilesystemSharing != "denied")
-	if floorApplies {
-		return MaxContext(candidate, ContextTest)
+	return declared
+}
+
+// ContextFloor is the policy floor the selected capability imposes (decision 48): test
+// when the environment can reach a network or shares the host's filesystem, otherwise the
+// lowest class. It reads what the selected backend actually provides, not what the user
+// required: hostFilesystemSharing is the capability's (one value per backend), and the
+// network profile is the required one when the requirement names it (Match guarantees the
+// capability offers it), otherwise any non-"none" profile the capability offers counts,
+// since nothing then pins the environment to "none". Unknown or missing values count as
+// sharing and networking (fail closed: the floor rises, never falls).
+func ContextFloor(c Capability, req Requirement) ContextClass {
+	networked := false
+	switch {
+	case req.NetworkProfile != "":
+		networked = req.NetworkProfile != "none"
+	case len(c.NetworkProfiles) == 0:
+		networked = true
+	default:
+		networked = slices.ContainsFunc(c.NetworkProfiles, func(p string) bool { return p != "none" })
 	}
-	return candidate
+	if networked || c.HostFilesystemSharing != "denied" {
+		return ContextTest
+	}
+	return ContextExperimental
+}
+
+// PlanContext is the effective operational context of a plan: the highest of the
+// environment's candidate (CandidateContext of its declared class), the selected
+// capability's floor (ContextFloor) and every given earlier effective context (a re-plan
+// never lowers what was published; "" entries are ignored). An unknown candidate yields ""
+// (missing context fails closed; ValidateOperationalContext refuses it).
+func PlanContext(declared ContextClass, c Capability, req Requirement, earlier ...ContextClass) ContextClass {
+	classes := []ContextClass{CandidateContext(declared), ContextFloor(c, req)}
+	for _, e := range earlier {
+		if e != "" {
+			classes = append(classes, e)
+		}
+	}
+	return MaxContext(classes...)
+}
+
+// CheckContextChange is the only-rises rule for an update of an environment's declared
+// operational context (seed 000: host policy may only raise the source declaration; a
+// test -> production change is an immutable replacement of the publication). Both sides
+// go through CandidateContext, so removing a declared class is lowering it to the
+// default. A lower candidate is refused operational-context-lowered; unknown classes are
+// left to ValidateOperationalContext.
+func CheckContextChange(oldDeclared, newDeclared ContextClass) *Refusal {
+	from, to := CandidateContext(oldDeclared), CandidateContext(newDeclared)
+	rf, rt := contextRank(from), contextRank(to)
+	if rf < 0 || rt < 0 || rt >= rf {
+		return nil
+	}
+	return Refuse(CodeOperationalContextLowered, "class",
+		"an environment's operational context may only rise: %q is below the current %q (create a new environment for a lower context)", to, from)
+}
+
+// CheckAdmissionContext says whether an admission recorded under the operational context
+// admittedUnder still holds in the environment's current effective context: an admission
+// (or a consent that led to it) made under another context must not be used under the new
+// one without re-evaluation (operational-context-superseded). An admission that recorded
+// no context ("") is not bound to one and holds.
+func CheckAdmissionContext(admittedUnder, current ContextClass) *Refusal {
+	if admittedUnder == "" || admittedUnder == current {
+		return nil
+	}
+	return Refuse(CodeOperationalContextSuperseded, "status.admittedContext",
+		"admitted under operational context %q, but the environment's context is now %q: the admission must be re-evaluated", admittedUnder, current)
 }
 
 // Plan is the normalized, immutable allocation input of an environment:

@@ -2,28 +2,59 @@ package actuation
 
 import "testing"
 
-func TestEffectiveContext(t *testing.T) {
+func TestContextFloorFromSelectedCapability(t *testing.T) {
+	offline := Capability{NetworkProfiles: []string{"none"}, HostFilesystemSharing: "denied"}
+	hostShare := Capability{NetworkProfiles: []string{"none"}, HostFilesystemSharing: "read-write"}
+	netChoice := Capability{NetworkProfiles: []string{"none", "isolated"}, HostFilesystemSharing: "denied"}
 	cases := []struct {
-		candidate ContextClass
-		network   string
-		share     string
-		want      ContextClass
+		name string
+		c    Capability
+		req  Requirement
+		want ContextClass
 	}{
-		{ContextExperimental, "none", "denied", ContextExperimental},
-		{ContextExperimental, "", "", ContextExperimental},
-		{ContextExperimental, "isolated", "denied", ContextTest},
-		{ContextResearch, "none", "read-only", ContextTest},
-		{ContextResearch, "egress-allowlisted", "read-write", ContextTest},
-		{ContextTest, "isolated", "denied", ContextTest},
-		{ContextProduction, "isolated", "denied", ContextProduction},
-		{ContextCritical, "none", "denied", ContextCritical},
-		{ContextExperimental, "bogus", "denied", ContextTest}, // an unknown profile counts as networked
-		{"", "none", "denied", ""},
-		{"staging", "none", "denied", ""},
+		{"offline backend, nothing required", offline, Requirement{}, ContextExperimental},
+		{"offline backend, none required", offline, Requirement{NetworkProfile: "none", HostFilesystemSharing: "denied"}, ContextExperimental},
+		// The requirement left sharing unspecified, but the selected backend shares the host.
+		{"host-sharing backend, nothing required", hostShare, Requirement{}, ContextTest},
+		// A requirement cannot lower what the backend does.
+		{"host-sharing backend, denied required", hostShare, Requirement{HostFilesystemSharing: "denied"}, ContextTest},
+		{"network offered, nothing required", netChoice, Requirement{}, ContextTest},
+		{"network offered, none required", netChoice, Requirement{NetworkProfile: "none"}, ContextExperimental},
+		{"network offered and required", netChoice, Requirement{NetworkProfile: "isolated"}, ContextTest},
+		{"unknown sharing fails closed", Capability{NetworkProfiles: []string{"none"}}, Requirement{}, ContextTest},
+		{"no network profiles fails closed", Capability{HostFilesystemSharing: "denied"}, Requirement{}, ContextTest},
 	}
 	for _, c := range cases {
-		if got := EffectiveContext(c.candidate, c.network, c.share); got != c.want {
-			t.Errorf("EffectiveContext(%q, %q, %q) = %q, want %q", c.candidate, c.network, c.share, got, c.want)
+		if got := ContextFloor(c.c, c.req); got != c.want {
+			t.Errorf("%s: ContextFloor = %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+func TestPlanContext(t *testing.T) {
+	offline := Capability{NetworkProfiles: []string{"none"}, HostFilesystemSharing: "denied"}
+	hostShare := Capability{NetworkProfiles: []string{"none"}, HostFilesystemSharing: "read-only"}
+	cases := []struct {
+		name     string
+		declared ContextClass
+		c        Capability
+		earlier  []ContextClass
+		want     ContextClass
+	}{
+		{"no declaration is the test default", "", offline, nil, ContextTest},
+		{"experimental offline stays experimental", ContextExperimental, offline, nil, ContextExperimental},
+		{"experimental on a host-sharing backend is floored to test", ContextExperimental, hostShare, nil, ContextTest},
+		{"research floored", ContextResearch, hostShare, nil, ContextTest},
+		{"production above the floor", ContextProduction, hostShare, nil, ContextProduction},
+		{"critical", ContextCritical, offline, nil, ContextCritical},
+		{"a re-plan never lowers what was published", ContextTest, offline, []ContextClass{ContextProduction}, ContextProduction},
+		{"an empty earlier context is ignored", ContextResearch, offline, []ContextClass{""}, ContextResearch},
+		{"raise above the earlier context", ContextCritical, offline, []ContextClass{ContextProduction}, ContextCritical},
+		{"unknown candidate fails closed", "staging", offline, nil, ""},
+	}
+	for _, c := range cases {
+		if got := PlanContext(c.declared, c.c, Requirement{}, c.earlier...); got != c.want {
+			t.Errorf("%s: PlanContext = %q, want %q", c.name, got, c.want)
 		}
 	}
 	if got := MaxContext(ContextTest, ContextProduction, ContextResearch); got != ContextProduction {
@@ -34,6 +65,62 @@ func TestEffectiveContext(t *testing.T) {
 	}
 	if got := MaxContext(); got != "" {
 		t.Errorf("MaxContext() = %q", got)
+	}
+}
+
+func TestCheckContextChange(t *testing.T) {
+	cases := []struct {
+		from, to ContextClass
+		lowered  bool
+	}{
+		{ContextTest, ContextTest, false},
+		{ContextTest, ContextProduction, false},
+		{ContextExperimental, ContextCritical, false},
+		{ContextProduction, ContextTest, true},
+		{ContextCritical, ContextExperimental, true},
+		{ContextResearch, ContextExperimental, true},
+		// absent is the test default on both sides
+		{"", ContextTest, false},
+		{"", ContextProduction, false},
+		{"", ContextExperimental, true},
+		{ContextProduction, "", true},
+		{ContextResearch, "", false},
+		// unknown classes are ValidateOperationalContext's to refuse
+		{ContextProduction, "staging", false},
+		{"staging", ContextExperimental, false},
+	}
+	for _, c := range cases {
+		r := CheckContextChange(c.from, c.to)
+		if c.lowered != (r != nil) {
+			t.Errorf("CheckContextChange(%q, %q) = %v, want lowered=%v", c.from, c.to, r, c.lowered)
+			continue
+		}
+		if r != nil && (r.Code != CodeOperationalContextLowered || !IsKnownCode(r.Code)) {
+			t.Errorf("CheckContextChange(%q, %q) code = %q", c.from, c.to, r.Code)
+		}
+	}
+}
+
+func TestCheckAdmissionContext(t *testing.T) {
+	cases := []struct {
+		under, now ContextClass
+		stale      bool
+	}{
+		{"", ContextProduction, false}, // no recorded context: not bound to one
+		{ContextTest, ContextTest, false},
+		{ContextTest, ContextProduction, true},
+		{ContextProduction, ContextCritical, true},
+		{ContextProduction, "", true}, // the environment lost its context: fail closed
+	}
+	for _, c := range cases {
+		r := CheckAdmissionContext(c.under, c.now)
+		if c.stale != (r != nil) {
+			t.Errorf("CheckAdmissionContext(%q, %q) = %v, want stale=%v", c.under, c.now, r, c.stale)
+			continue
+		}
+		if r != nil && (r.Code != CodeOperationalContextSuperseded || !IsKnownCode(r.Code)) {
+			t.Errorf("CheckAdmissionContext(%q, %q) code = %q", c.under, c.now, r.Code)
+		}
 	}
 }
 

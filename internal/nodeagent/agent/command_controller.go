@@ -78,27 +78,36 @@ type commandOutcome struct {
 type commandReconciler struct{ a *Agent }
 
 // commandOwned is what the node agent writes of a command's status: the run and its
-// outcome, nodeName, and — from its first write on, which sets nodeName — the phase and
-// health conditions derived from all conditions (the hand-off of wbv1.CommandPhaseWriter:
-// the outcome and the phase a user reads arrive in one write).
+// outcome, nodeName, and — once this node took the command (wbv1.CommandPhaseWriter) — the
+// phase and health conditions derived from all conditions, so the outcome and the phase a
+// user reads arrive in one write.
 func commandOwned(s *wbv1.TerminalCommandStatus) wbv1.TerminalCommandStatus {
-	return wbv1.TerminalCommandStatus{
+	out := wbv1.TerminalCommandStatus{
 		ExitCode: s.ExitCode, SignalOrigin: s.SignalOrigin, StdoutBytes: s.StdoutBytes, Truncated: s.Truncated,
 		OutputDigest: s.OutputDigest, SeqFrom: s.SeqFrom, SeqTo: s.SeqTo, Refusal: s.Refusal, NodeName: s.NodeName,
-		StartTime: s.StartTime, CompletionTime: s.CompletionTime, Phase: s.Phase,
-		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionStarted, wbv1.ConditionCompleted,
-			wbv1.ConditionReconciling, wbv1.ConditionStalled),
+		StartTime: s.StartTime, CompletionTime: s.CompletionTime,
+		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionStarted, wbv1.ConditionCompleted),
 	}
+	if wbv1.CommandPhaseWriter(s) == wbv1.PhaseWriterNode {
+		out.Phase = s.Phase
+		out.Conditions = append(out.Conditions, statusapply.Owned(s.Conditions, wbv1.ConditionReconciling, wbv1.ConditionStalled)...)
+	}
+	return out
 }
 
-// derivePhase sets the phase and health conditions of next from all conditions (next is
-// what this node writes; it always carries nodeName, so the node is the phase's writer).
+// derivePhase returns the phase all derives, and sets it with the health conditions on next
+// when this write takes the command or the node already holds it (wbv1.CommandPhaseWriter
+// over the conditions after this write); before that the manager writes them.
 func derivePhase(next *wbv1.TerminalCommandStatus, all *[]metav1.Condition, generation int64) wbv1.CommandPhase {
-	next.Phase = wbv1.CommandPhaseFor(*all)
-	for _, hc := range wbv1.HealthConditions(wbv1.CommandHealth(next.Phase), string(next.Phase), "command is "+string(next.Phase), generation) {
+	phase := wbv1.CommandPhaseFor(*all)
+	if wbv1.CommandPhaseWriter(&wbv1.TerminalCommandStatus{Conditions: *all}) != wbv1.PhaseWriterNode {
+		return phase
+	}
+	next.Phase = phase
+	for _, hc := range wbv1.HealthConditions(wbv1.CommandHealth(phase), string(phase), "command is "+string(phase), generation) {
 		statusapply.Set(&next.Conditions, all, hc)
 	}
-	return next.Phase
+	return phase
 }
 
 func (r *commandReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -385,6 +394,10 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		}
 		claimBy = by
 		markCommand(cmd, "node-admitted")
+	} else if actuation.CheckAdmissionContext(actuation.ContextClass(cmd.Status.AdmittedContext), actuation.ContextClass(env.Status.EffectiveOperationalContext)) != nil {
+		// Admitted under an earlier operational context of the environment: not started
+		// under the new one; the manager re-evaluates it and its status write wakes this.
+		return nil
 	} else if ref := admitAtNode(cmd, &prof, &env); ref != nil {
 		// Defence in depth: admission again, at the edge, against the effective profile.
 		p.refuse(string(ref.Code), ref.Message)
