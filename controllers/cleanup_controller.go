@@ -61,7 +61,7 @@ func (r *CleanupReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) 
 		}
 		err := r.patchFinalizer(ctx, obj, true)
 		if apierrors.IsConflict(err) {
-			return ctrl.Result{Requeue: true}, nil // another writer moved it (binding); the next pass reads it again
+			return ctrl.Result{Requeue: true}, nil //nolint:staticcheck // SA1019: the rate-limited requeue RequeueAfter has no form for; another writer moved it (binding); the next pass reads it again
 		}
 		return ctrl.Result{}, err
 	}

@@ -80,7 +80,7 @@ func (r *CommandProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		if cr.Spec.Descriptor.Capability != wbv1.CapabilityTerminalCommand || cr.Spec.Descriptor.ProfileRef != wbv1.ObjectName(prof.Name) || !answers(g, cr) {
 			continue
 		}
-		if !g.Status.Active && !consumedBinding(g, cr) {
+		if g.Status.State != wbv1.ConsentGrantActive && !consumedBinding(g, cr) {
 			for _, d := range g.Status.Diagnostics {
 				if len(next.Diagnostics) < maxProjectedDiagnostics {
 					next.Diagnostics = append(next.Diagnostics, d)

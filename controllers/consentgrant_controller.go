@@ -37,7 +37,7 @@ type ConsentGrantReconciler struct {
 
 func consentGrantOwned(s *wbv1.ConsentGrantStatus) wbv1.ConsentGrantStatus {
 	return wbv1.ConsentGrantStatus{
-		DeltaDigest: s.DeltaDigest, ApprovalRef: s.ApprovalRef, Operator: s.Operator, Active: s.Active,
+		DeltaDigest: s.DeltaDigest, ApprovalRef: s.ApprovalRef, Operator: s.Operator, State: s.State,
 		Diagnostics: s.Diagnostics, ObservedGeneration: s.ObservedGeneration,
 		Conditions: ownedConditions(s.Conditions, wbv1.ConditionActive, wbv1.ConditionReconciling, wbv1.ConditionStalled),
 	}
@@ -61,19 +61,19 @@ func (r *ConsentGrantReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		result.RequeueAfter = r.Recheck
 	}
 
-	active, reason, msg := true, "Active", "the grant admits its argv shape"
-	diag := func(code actuation.Code, m string) {
-		active, reason, msg = false, "Inactive", m
+	state, msg := wbv1.ConsentGrantActive, "the grant admits its argv shape"
+	diag := func(st wbv1.ConsentGrantState, code actuation.Code, m string) {
+		state, msg = st, m
 		next.Diagnostics = append(next.Diagnostics, wbv1.Diagnostic{Code: string(code), Ref: g.Name, Message: m})
 	}
 	cr, err := getRequest(ctx, r.Client, g.Namespace, string(g.Spec.RequestRef))
 	switch {
 	case apierrors.IsNotFound(err):
-		diag(actuation.CodeConsentScopeInvalid, "the consent request no longer exists")
+		diag(wbv1.ConsentGrantUnbound, actuation.CodeConsentScopeInvalid, "the consent request no longer exists")
 	case err != nil:
 		return ctrl.Result{}, err
 	case !answers(&g, cr):
-		diag(actuation.CodeConsentScopeInvalid, "the consent request this grant answered no longer exists (the name now belongs to another request)")
+		diag(wbv1.ConsentGrantUnbound, actuation.CodeConsentScopeInvalid, "the consent request this grant answered no longer exists (the name now belongs to another request)")
 	default:
 		next.DeltaDigest, next.ApprovalRef = "", ""
 		d, ref := grantApproval(&g, cr)
@@ -81,15 +81,15 @@ func (r *ConsentGrantReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	switch expiry := grantExpiry(&g); {
 	case g.Spec.Scope == wbv1.ConsentDeny:
-		active, reason, msg = false, "Denied", "a deny decision admits nothing"
+		state, msg = wbv1.ConsentGrantDenied, "a deny decision admits nothing"
 	case g.Spec.Revoked != nil && *g.Spec.Revoked:
-		diag(actuation.CodeConsentRevoked, "the grant was revoked")
+		diag(wbv1.ConsentGrantRevoked, actuation.CodeConsentRevoked, "the grant was revoked")
 	case !now.Before(expiry):
-		diag(actuation.CodeConsentExpired, "the grant expired at "+expiry.UTC().Format(time.RFC3339))
-	case !active:
+		diag(wbv1.ConsentGrantExpired, actuation.CodeConsentExpired, "the grant expired at "+expiry.UTC().Format(time.RFC3339))
+	case state != wbv1.ConsentGrantActive:
 		// the request is gone or is another object: diagnosed above
 	case g.Status.ConsumedBy != "" || g.Status.ConsumedByUID != "":
-		active, reason, msg = false, "Consumed", "the allow-once grant admitted "+g.Status.ConsumedBy+" (uid "+string(g.Status.ConsumedByUID)+")"
+		state, msg = wbv1.ConsentGrantConsumed, "the allow-once grant admitted "+g.Status.ConsumedBy+" (uid "+string(g.Status.ConsumedByUID)+")"
 	default:
 		if d := expiry.Sub(now); d < result.RequeueAfter {
 			result.RequeueAfter = requeueAt(now, expiry)
@@ -99,12 +99,13 @@ func (r *ConsentGrantReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			return ctrl.Result{}, err
 		}
 		if !ok {
-			diag(actuation.CodeConsentOperatorBindingInactive, fmt.Sprintf("operator %q may no longer approve consent requests in %q", g.Spec.Operator, g.Namespace))
+			diag(wbv1.ConsentGrantUnbound, actuation.CodeConsentOperatorBindingInactive, fmt.Sprintf("operator %q may no longer approve consent requests in %q", g.Spec.Operator, g.Namespace))
 		}
 	}
-	next.Active = active
+	next.State = state
+	active, reason := state == wbv1.ConsentGrantActive, string(state)
 	setCondition(&next.Conditions, &all, cond(wbv1.ConditionActive, active, reason, msg, g.Generation))
-	asKept := g.Spec.Scope == wbv1.ConsentDeny || (g.Spec.Revoked != nil && *g.Spec.Revoked) || reason == "Consumed"
+	asKept := state == wbv1.ConsentGrantDenied || state == wbv1.ConsentGrantRevoked || state == wbv1.ConsentGrantConsumed
 	for _, hc := range wbv1.HealthConditions(wbv1.ConsentGrantHealth(active, asKept), reason, msg, g.Generation) {
 		setCondition(&next.Conditions, &all, hc)
 	}
@@ -112,7 +113,7 @@ func (r *ConsentGrantReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if wrote && cur.Active != next.Active {
+	if wrote && cur.State != next.State {
 		r.Recorder.Eventf(&g, nil, corev1.EventTypeNormal, "Grant"+reason, "Decide", "%s", msg)
 	}
 	return result, nil

@@ -42,7 +42,7 @@ type EnvironmentReconciler struct {
 func environmentOwned(s *wbv1.EnvironmentStatus) wbv1.EnvironmentStatus {
 	return wbv1.EnvironmentStatus{
 		Phase: s.Phase, NodeName: s.NodeName, PlanDigest: s.PlanDigest, CapabilityRef: s.CapabilityRef,
-		EffectiveOperationalContext: s.EffectiveOperationalContext, Unmet: s.Unmet, ObservedGeneration: s.ObservedGeneration,
+		EffectiveOperationalContext: s.EffectiveOperationalContext, Unmet: s.Unmet, ObservedGeneration: s.ObservedGeneration, PoolMember: s.PoolMember,
 		Conditions: ownedConditions(s.Conditions, wbv1.ConditionScheduled, wbv1.ConditionExpired, wbv1.ConditionReconciling, wbv1.ConditionStalled),
 	}
 }
@@ -100,6 +100,11 @@ func (r *EnvironmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 // then the status, so a crash in between is completed by the next pass.
 func (r *EnvironmentReconciler) place(ctx context.Context, env *wbv1.Environment, next *wbv1.EnvironmentStatus, all *[]metav1.Condition) error {
 	logger := log.FromContext(ctx)
+	if env.Spec.PoolRef != nil && env.DeletionTimestamp.IsZero() {
+		if done, err := r.claim(ctx, env, next, all); err != nil || done {
+			return err // claimed a pool member, or refused with a pool code
+		}
+	}
 	var caps wbv1.BackendCapabilityList
 	if err := r.List(ctx, &caps); err != nil {
 		return fmt.Errorf("listing BackendCapabilities: %w", err)
@@ -252,6 +257,7 @@ func (r *EnvironmentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&wbv1.Environment{}).
 		Watches(&wbv1.BackendCapability{}, handler.EnqueueRequestsFromMapFunc(r.unplaced)).
+		Watches(&wbv1.EnvironmentPool{}, handler.EnqueueRequestsFromMapFunc(r.unplacedClaimers)).
 		Named("environment").
 		Complete(r)
 }

@@ -255,7 +255,7 @@ func (r *TerminalCommandReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 	wrote, err := write(ctx, r.Client, "terminalcommand", &cmd, p.cur, p.next)
 	if apierrors.IsConflict(err) {
-		return ctrl.Result{Requeue: true}, nil
+		return ctrl.Result{Requeue: true}, nil //nolint:staticcheck // SA1019: a rate-limited requeue (RequeueAfter has no such form)
 	}
 	if err != nil {
 		return ctrl.Result{}, err

@@ -249,6 +249,20 @@ type ConsentGrantSpec struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// ConsentGrantState is a ConsentGrant's effective state.
+// +kubebuilder:validation:Enum=Active;Consumed;Denied;Revoked;Expired;Unbound
+type ConsentGrantState string
+
+// The states of a ConsentGrant; only Active authorizes.
+const (
+	ConsentGrantActive   ConsentGrantState = "Active"
+	ConsentGrantConsumed ConsentGrantState = "Consumed"
+	ConsentGrantDenied   ConsentGrantState = "Denied"
+	ConsentGrantRevoked  ConsentGrantState = "Revoked"
+	ConsentGrantExpired  ConsentGrantState = "Expired"
+	ConsentGrantUnbound  ConsentGrantState = "Unbound"
+)
+
 // ConsentGrantStatus is the effective state of the grant.
 type ConsentGrantStatus struct {
 	// deltaDigest is the digest of what the grant adds to the command profile.
@@ -262,9 +276,12 @@ type ConsentGrantStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
 	Operator string `json:"operator,omitempty"`
-	// active says whether the grant may authorize a command now.
+	// state is the grant's effective state: Active while it may authorize a command;
+	// Consumed once an allow-once grant admitted its command; Denied for a deny decision;
+	// Revoked after spec.revoked; Expired after its expiry; Unbound when its request is gone
+	// or its operator may no longer approve consent requests.
 	// +optional
-	Active bool `json:"active,omitempty"`
+	State ConsentGrantState `json:"state,omitempty"`
 	// consumedBy names the command an allow-once grant admitted.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
@@ -296,7 +313,7 @@ type ConsentGrantStatus struct {
 // +kubebuilder:printcolumn:name="Request",type=string,JSONPath=`.spec.requestRef`
 // +kubebuilder:printcolumn:name="Scope",type=string,JSONPath=`.spec.scope`
 // +kubebuilder:printcolumn:name="Operator",type=string,JSONPath=`.spec.operator`
-// +kubebuilder:printcolumn:name="Active",type=boolean,JSONPath=`.status.active`
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ConsentGrant struct {
 	metav1.TypeMeta `json:",inline"`

@@ -208,6 +208,7 @@ type OperationalContext struct {
 
 // EnvironmentSpec is the desired environment.
 // +kubebuilder:validation:XValidation:rule="self.backend == oldSelf.backend && self.roots == oldSelf.roots",message="immutable: backend and roots may not change"
+// +kubebuilder:validation:XValidation:rule="has(self.poolRef) == has(oldSelf.poolRef) && (!has(self.poolRef) || self.poolRef == oldSelf.poolRef)",message="immutable: poolRef may not change"
 type EnvironmentSpec struct {
 	// backend selects the implementation.
 	// +required
@@ -263,6 +264,12 @@ type EnvironmentSpec struct {
 	// deletes, git metadata, executable bits, file count). Absent: the safe defaults.
 	// +optional
 	PatchPolicy *EnvironmentPatchPolicy `json:"patchPolicy,omitempty"`
+
+	// poolRef names an EnvironmentPool in this namespace: the environment adopts one of its
+	// Ready members (docs/pools.md) instead of allocating, and allocates normally when none
+	// is ready. Its allocation fields must equal the pool template's.
+	// +optional
+	PoolRef *PoolReference `json:"poolRef,omitempty"`
 }
 
 // UnmetRequirement is one property no capability satisfied.
@@ -305,6 +312,10 @@ type EnvironmentStatus struct {
 	// +kubebuilder:validation:MaxItems=32
 	// +listType=atomic
 	Unmet []UnmetRequirement `json:"unmet,omitempty"`
+	// poolMember is the pool member this environment adopted (spec.poolRef), set by the
+	// manager when it claims one.
+	// +optional
+	PoolMember *PoolMemberStatus `json:"poolMember,omitempty"`
 	// observedGeneration is the metadata.generation of the Environment that this status was
 	// computed from.
 	// +optional

@@ -16,7 +16,7 @@ var (
 	GroupVersion = schema.GroupVersion{Group: "workbench.sensorium.dev", Version: "v1alpha1"}
 
 	// SchemeBuilder registers the types of this group version.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion} //nolint:staticcheck // SA1019: the kubebuilder layout; every kind's init() registers through it
 
 	// AddToScheme adds the types of this group version to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme

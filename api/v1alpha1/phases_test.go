@@ -314,16 +314,20 @@ func TestOperationHealthThroughKStatus(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name           string
+		state          wbv1.ConsentGrantState
 		active, asKept bool
 		want           kstatus.Status
 	}{
-		{"active", true, false, kstatus.CurrentStatus},
-		{"consumed, denied or revoked", false, true, kstatus.CurrentStatus},
-		{"expired or unbound", false, false, kstatus.FailedStatus},
+		{"active", wbv1.ConsentGrantActive, true, false, kstatus.CurrentStatus},
+		{"consumed", wbv1.ConsentGrantConsumed, false, true, kstatus.CurrentStatus},
+		{"denied", wbv1.ConsentGrantDenied, false, true, kstatus.CurrentStatus},
+		{"revoked", wbv1.ConsentGrantRevoked, false, true, kstatus.CurrentStatus},
+		{"expired", wbv1.ConsentGrantExpired, false, false, kstatus.FailedStatus},
+		{"unbound", wbv1.ConsentGrantUnbound, false, false, kstatus.FailedStatus},
 	} {
 		cases = append(cases, tcase{"consentgrant " + tc.name, func() runtime.Object {
 			g := &wbv1.ConsentGrant{TypeMeta: tm("ConsentGrant"), ObjectMeta: om}
-			g.Status.Active, g.Status.ObservedGeneration = tc.active, 2
+			g.Status.State, g.Status.ObservedGeneration = tc.state, 2
 			g.Status.Conditions = append([]metav1.Condition{c(wbv1.ConditionActive, tc.active, "R")},
 				wbv1.HealthConditions(wbv1.ConsentGrantHealth(tc.active, tc.asKept), "R", "", 2)...)
 			return g

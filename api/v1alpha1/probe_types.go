@@ -10,10 +10,9 @@ type ProbeResult string
 
 // ProbeSpec is one active bounded check, now.
 // +kubebuilder:validation:XValidation:rule="self == oldSelf",message="immutable: spec is immutable"
-// +kubebuilder:validation:XValidation:rule="has(self.scope)",message="wait-scope-invalid: a probe must name a scope"
 type ProbeSpec struct {
 	// scope names exactly one observed source.
-	// +optional
+	// +required
 	Scope *Scope `json:"scope,omitempty"`
 	// condition to check.
 	// +required

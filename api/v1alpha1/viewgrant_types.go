@@ -73,12 +73,22 @@ type ViewGrantSpec struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// ViewGrantState is a ViewGrant's effective state.
+// +kubebuilder:validation:Enum=Active;Inactive
+type ViewGrantState string
+
+// The states of a ViewGrant; only Active admits its subject.
+const (
+	ViewGrantActive   ViewGrantState = "Active"
+	ViewGrantInactive ViewGrantState = "Inactive"
+)
+
 // ViewGrantStatus is the grant's effective state as the node publishing the view sees it.
 type ViewGrantStatus struct {
-	// active is true while the grant admits its subject (not revoked, not expired, its
-	// view publishing).
+	// state is Active while the grant admits its subject (not revoked, not expired, its
+	// view publishing) and Inactive otherwise, with the refusal code in reason.
 	// +optional
-	Active bool `json:"active,omitempty"`
+	State ViewGrantState `json:"state,omitempty"`
 	// reason is the refusal code while inactive (view-grant-revoked, view-grant-expired,
 	// view-context-superseded, ...).
 	// +optional
@@ -104,7 +114,7 @@ type ViewGrantStatus struct {
 // +kubebuilder:printcolumn:name="Kind",type=string,JSONPath=`.spec.subject.kind`
 // +kubebuilder:printcolumn:name="Subject",type=string,JSONPath=`.spec.subject.name`
 // +kubebuilder:printcolumn:name="Expires",type=string,JSONPath=`.spec.expiresAt`
-// +kubebuilder:printcolumn:name="Active",type=boolean,JSONPath=`.status.active`
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
 type ViewGrant struct {
 	metav1.TypeMeta `json:",inline"`

@@ -69,11 +69,11 @@ type WaitDiagnostic string
 
 // WaitSpec is a declarative bounded condition.
 // +kubebuilder:validation:XValidation:rule="self.scope == oldSelf.scope && self.condition == oldSelf.condition && self.deadlineSeconds == oldSelf.deadlineSeconds",message="immutable: scope, condition and deadline may not change"
-// +kubebuilder:validation:XValidation:rule="has(self.scope)",message="wait-scope-invalid: a wait must name a scope"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.desiredState) || (has(self.desiredState) && self.desiredState == oldSelf.desiredState)",message="immutable: a cancelled wait stays cancelled"
 // +kubebuilder:validation:XValidation:rule="self.deadlineSeconds <= 3600",message="deadline-above-max: deadlineSeconds must be at most 3600"
 type WaitSpec struct {
 	// scope names exactly one observed source.
-	// +optional
+	// +required
 	Scope *Scope `json:"scope,omitempty"`
 
 	// condition to wait for.
@@ -91,10 +91,18 @@ type WaitSpec struct {
 	// +kubebuilder:validation:Enum=ReturnNotKill
 	OnTimeout string `json:"onTimeout,omitempty"`
 
-	// cancel asks the node agent to cancel the wait.
+	// desiredState Cancelled ends a pending wait as Cancelled (a wait not registered yet
+	// never starts). It may change only from unset to Cancelled.
 	// +optional
-	Cancel bool `json:"cancel,omitempty"`
+	DesiredState WaitDesiredState `json:"desiredState,omitempty"`
 }
+
+// WaitDesiredState is what the proposer wants of a wait after it was created.
+// +kubebuilder:validation:Enum=Cancelled
+type WaitDesiredState string
+
+// WaitDesiredCancelled asks for the wait to end as Cancelled.
+const WaitDesiredCancelled WaitDesiredState = "Cancelled"
 
 // Observed is what a wait or probe saw, as sequence numbers and digests only.
 type Observed struct {

@@ -86,7 +86,12 @@ func TestCertRotationIssuesAndInjects(t *testing.T) {
 	mgrCtx, stopMgr := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(mgrCtx) }()
-	t.Cleanup(func() { stopMgr(); <-done })
+	t.Cleanup(func() {
+		stopMgr()
+		if err := <-done; err != nil {
+			t.Errorf("the manager ended with an error: %v", err)
+		}
+	})
 
 	// The kubelet's part: project the Secret's keys into the cert dir once they exist.
 	sec := waitSecret(ctx, t, c, ns, secretName, func(s *corev1.Secret) bool { return len(s.Data["tls.crt"]) > 0 })
@@ -222,7 +227,12 @@ func TestAPIServerCertRotation(t *testing.T) {
 	mgrCtx, stopMgr := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(mgrCtx) }()
-	t.Cleanup(func() { stopMgr(); <-done })
+	t.Cleanup(func() {
+		stopMgr()
+		if err := <-done; err != nil {
+			t.Errorf("the manager ended with an error: %v", err)
+		}
+	})
 
 	leafOf := func(sec *corev1.Secret) (*x509.Certificate, *x509.CertPool) {
 		t.Helper()

@@ -149,7 +149,7 @@ func LoadBindingFile(path string) (protocol.Binding, error) {
 	if err != nil {
 		return protocol.Binding{}, fmt.Errorf("binding: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	b, err := io.ReadAll(io.LimitReader(f, maxBindingFileBytes+1))
 	if err != nil {
 		return protocol.Binding{}, fmt.Errorf("binding: read %s: %w", path, err)
@@ -203,7 +203,7 @@ func (a *Agent) Close() error {
 func (a *Agent) Serve(l net.Listener) error {
 	go func() {
 		<-a.shutdown
-		l.Close()
+		_ = l.Close()
 	}()
 	for {
 		c, err := l.Accept()
@@ -229,8 +229,8 @@ func (a *Agent) Serve(l net.Listener) error {
 			}()
 		default:
 			go func() {
-				defer c.Close()
-				c.SetWriteDeadline(time.Now().Add(time.Second))
+				defer func() { _ = c.Close() }()
+				_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 				writeError(c, 0, protocol.Refusef(protocol.CodeConnectionCap, "at most %d connections", a.cfg.MaxConns))
 			}()
 		}
@@ -288,7 +288,7 @@ type conn struct {
 }
 
 func (a *Agent) serveConn(c net.Conn) {
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	if a.stopping.Load() {
 		writeError(c, 0, protocol.Refusef(protocol.CodeShuttingDown, "agent is shutting down"))
 		return
@@ -296,18 +296,18 @@ func (a *Agent) serveConn(c net.Conn) {
 	cn := &conn{a: a, c: c}
 	if err := cn.handshake(); err != nil {
 		a.cfg.Logf("handshake refused: %s", protocol.CodeOf(err))
-		c.SetWriteDeadline(time.Now().Add(time.Second))
+		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 		writeError(c, 0, err)
 		return
 	}
 	for {
-		c.SetReadDeadline(time.Now().Add(a.cfg.IdleTimeout))
+		_ = c.SetReadDeadline(time.Now().Add(a.cfg.IdleTimeout))
 		f, err := protocol.ReadFrame(c)
 		if err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || protocol.CodeOf(err) == "" {
 				return
 			}
-			c.SetWriteDeadline(time.Now().Add(time.Second))
+			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 			writeError(c, 0, err)
 			return
 		}
@@ -316,7 +316,7 @@ func (a *Agent) serveConn(c net.Conn) {
 			var fe *frameError
 			if errors.As(err, &fe) {
 				a.cfg.Logf("seq %d refused, closing: %s", f.Seq, protocol.CodeOf(err))
-				c.SetWriteDeadline(time.Now().Add(time.Second))
+				_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 				writeError(c, f.Seq, err)
 			}
 			return
@@ -329,7 +329,7 @@ func (a *Agent) serveConn(c net.Conn) {
 }
 
 func (cn *conn) handshake() error {
-	cn.c.SetReadDeadline(time.Now().Add(DefaultHandshakeWait))
+	_ = cn.c.SetReadDeadline(time.Now().Add(DefaultHandshakeWait))
 	f, err := protocol.ReadFrame(cn.c)
 	if err != nil {
 		if protocol.CodeOf(err) != "" {
@@ -357,7 +357,7 @@ func (cn *conn) handshake() error {
 	}
 	cn.channel = randomHex(16)
 	ack := protocol.HandshakeAck{Protocol: protocol.Version, Channel: cn.channel, BootID: cn.a.bootID, AgentVersion: Version, Limits: protocol.WireLimits()}
-	cn.c.SetWriteDeadline(deadline)
+	_ = cn.c.SetWriteDeadline(deadline)
 	return cn.writeResult(0, "", "", reply{outcome: protocol.OutcomeSucceeded, data: ack})
 }
 
@@ -434,7 +434,7 @@ func (cn *conn) request(f protocol.Frame) (func(), error) {
 	}
 	// The result is written even after the deadline (the effect is done and its report is
 	// due), bounded by a write timeout of its own.
-	cn.c.SetWriteDeadline(time.Now().Add(resultWriteTimeout))
+	_ = cn.c.SetWriteDeadline(time.Now().Add(resultWriteTimeout))
 	if err := cn.writeResult(f.Seq, req.Op, req.OpID, r); err != nil {
 		return nil, err
 	}
@@ -580,7 +580,7 @@ func netInterfaces() []string {
 	if err != nil {
 		return []string{}
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	names, _ := f.Readdirnames(maxNetInterfaces)
 	if names == nil {
 		names = []string{}

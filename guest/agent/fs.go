@@ -75,7 +75,7 @@ func (a *Agent) readFile(args *protocol.ReadArgs) reply {
 		return refused(err)
 	}
 	f := os.NewFile(uintptr(fd), args.Path)
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return refused(mapErr(err, args.Path))
@@ -105,7 +105,7 @@ func dirNames(dirfd int, limit int) ([]string, error) {
 		return nil, err
 	}
 	f := os.NewFile(uintptr(fd), "dir")
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var names []string
 	for len(names) < limit {
 		batch, err := f.Readdirnames(min(256, limit-len(names)))
@@ -218,7 +218,7 @@ func hashAt(dirfd int, name string, size int64, max uint64) string {
 		return ""
 	}
 	f := os.NewFile(uintptr(fd), name)
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	h := sha256.New()
 	n, err := io.Copy(h, io.LimitReader(f, int64(max)+1))
 	if err != nil || uint64(n) > max || n != size {
@@ -307,7 +307,7 @@ func (a *Agent) export(ctx context.Context, args *protocol.ExportArgs) reply {
 			return err
 		}
 		f := os.NewFile(uintptr(fd), rel)
-		defer f.Close()
+		defer func() { _ = f.Close() }()
 		if _, err := io.CopyN(tw, f, st.Size); err != nil {
 			if errors.Is(err, io.EOF) {
 				return protocol.Refusef(protocol.CodeIOError, "%q shrank during export", rel)

@@ -122,8 +122,8 @@ func (a *Agent) spawn(ctx context.Context, opID string, args *protocol.SpawnArgs
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
-		outR.Close()
-		outW.Close()
+		_ = outR.Close()
+		_ = outW.Close()
 		return refused(execErr(err))
 	}
 	budget := &outBudget{remaining: int(args.OutputMax)}
@@ -144,11 +144,11 @@ func (a *Agent) spawn(ctx context.Context, opID string, args *protocol.SpawnArgs
 		p.pid = cmd.Process.Pid
 	}
 	p.mu.Unlock()
-	outW.Close()
-	errW.Close()
+	_ = outW.Close()
+	_ = errW.Close()
 	if err != nil {
-		outR.Close()
-		errR.Close()
+		_ = outR.Close()
+		_ = errR.Close()
 		return refused(execErr(err))
 	}
 	var wg sync.WaitGroup
@@ -159,8 +159,8 @@ func (a *Agent) spawn(ctx context.Context, opID string, args *protocol.SpawnArgs
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer pair.r.Close()
-			io.Copy(pair.w, pair.r)
+			defer func() { _ = pair.r.Close() }()
+			_, _ = io.Copy(pair.w, pair.r) // ends at EOF or at the drain deadline below; capBuffer never fails
 		}()
 	}
 
@@ -172,7 +172,7 @@ func (a *Agent) spawn(ctx context.Context, opID string, args *protocol.SpawnArgs
 	timedOut := make(chan struct{})
 	timer := time.AfterFunc(time.Until(killAt), func() {
 		close(timedOut)
-		p.signalGroup(unix.SIGKILL)
+		_ = p.signalGroup(unix.SIGKILL) // refused only when the group already exited
 	})
 
 	// Wait without reaping first, so that the group is marked done before its pid can be
@@ -187,14 +187,14 @@ func (a *Agent) spawn(ctx context.Context, opID string, args *protocol.SpawnArgs
 	timer.Stop()
 	p.mu.Lock()
 	// Leftover members of the group (background children) are ended with the leader.
-	unix.Kill(-p.pid, unix.SIGKILL)
+	_ = unix.Kill(-p.pid, unix.SIGKILL) // ESRCH: no member left
 	p.done = true
 	p.mu.Unlock()
 	werr := cmd.Wait()
 	// Output still held open by an escaped descendant is cut off after a short drain.
 	drainBy := time.Now().Add(spawnIODrainAfterExit)
-	outR.SetReadDeadline(drainBy)
-	errR.SetReadDeadline(drainBy)
+	_ = outR.SetReadDeadline(drainBy)
+	_ = errR.SetReadDeadline(drainBy)
 	wg.Wait()
 
 	d := protocol.SpawnData{Pid: p.pid, DurationMS: uint64(time.Since(start).Milliseconds())}
@@ -257,11 +257,11 @@ func (a *Agent) killAll() {
 		}
 	}
 	for _, p := range a.procs {
-		p.signalGroup(unix.SIGKILL)
+		_ = p.signalGroup(unix.SIGKILL) // refused only when the group already exited
 	}
 	a.mu.Unlock()
 	for _, s := range ss {
-		s.proc.signalGroup(unix.SIGKILL)
-		s.ptmx.Close()
+		_ = s.proc.signalGroup(unix.SIGKILL)
+		_ = s.ptmx.Close()
 	}
 }

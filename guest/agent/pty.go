@@ -189,8 +189,8 @@ func (a *Agent) ptyInput(deadline time.Time, args *protocol.PTYInputArgs) reply 
 	if exited {
 		return refused(protocol.Refusef(protocol.CodeSessionNotRunning, "session %q has exited", s.id))
 	}
-	s.ptmx.SetWriteDeadline(deadline)
-	defer s.ptmx.SetWriteDeadline(time.Time{})
+	_ = s.ptmx.SetWriteDeadline(deadline)
+	defer func() { _ = s.ptmx.SetWriteDeadline(time.Time{}) }()
 	n, err := s.ptmx.Write(args.Data)
 	if err != nil {
 		code := protocol.CodeIOError
@@ -229,8 +229,8 @@ func (a *Agent) ptyClose(ctx context.Context, args *protocol.SessionArgs) reply 
 	if err != nil {
 		return refused(err)
 	}
-	s.proc.signalGroup(unix.SIGKILL)
-	s.ptmx.Close()
+	_ = s.proc.signalGroup(unix.SIGKILL) // refused only when the group already exited
+	_ = s.ptmx.Close()
 	select {
 	case <-s.done:
 	case <-ctx.Done():

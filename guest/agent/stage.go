@@ -51,8 +51,9 @@ func openStageStore(state string) (*stageStore, error) {
 		ref := protocol.DigestPrefix + name
 		info, err := e.Info()
 		if strings.HasPrefix(name, tmpPrefix) || err != nil || !info.Mode().IsRegular() || !protocol.ValidDigest(ref) || len(s.sizes) >= protocol.MaxStages {
-			// Leftovers of an interrupted agent: never published, so removed.
-			os.Remove(filepath.Join(dir, name))
+			// Leftovers of an interrupted agent: never published, so removed (best effort:
+			// one that stays is not counted, and the next start tries again).
+			_ = os.Remove(filepath.Join(dir, name))
 			continue
 		}
 		s.sizes[ref] = uint64(info.Size())
@@ -128,7 +129,7 @@ func (a *Agent) patchStage(ctx context.Context, cn *conn, f protocol.Frame, req 
 	}
 	deadline, _ := ctx.Deadline()
 	// The upload must arrive within the request's deadline; it is never extended.
-	cn.c.SetReadDeadline(deadline)
+	_ = cn.c.SetReadDeadline(deadline)
 	next := func() (protocol.Frame, error) {
 		fr, err := protocol.ReadFrame(cn.c)
 		var ne net.Error
@@ -178,8 +179,8 @@ func (a *Agent) patchStage(ctx context.Context, cn *conn, f protocol.Frame, req 
 	published := false
 	defer func() {
 		if !published {
-			tmp.Close()
-			os.Remove(tmp.Name())
+			_ = tmp.Close()
+			_ = os.Remove(tmp.Name()) // a leftover is removed at the next start (newStages)
 			a.stages.release(ref)
 		}
 	}()
@@ -191,7 +192,7 @@ func (a *Agent) patchStage(ctx context.Context, cn *conn, f protocol.Frame, req 
 		}
 		return reply{}, closeWith(err)
 	}
-	cn.c.SetReadDeadline(time.Time{})
+	_ = cn.c.SetReadDeadline(time.Time{})
 	if err := tmp.Sync(); err != nil {
 		return refused(fmt.Errorf("%w: %w", protocol.Refusef(protocol.CodeIOError, "stage sync"), err)), nil
 	}
@@ -216,7 +217,7 @@ func syncDir(dir string) error {
 	if err != nil {
 		return err
 	}
-	defer d.Close()
+	defer func() { _ = d.Close() }()
 	return d.Sync()
 }
 
@@ -271,7 +272,7 @@ func (a *Agent) patchApply(args *protocol.ApplyArgs) reply {
 		return refused(mapErr(err, args.Target))
 	}
 	tf := os.NewFile(uintptr(tfd), tmpName)
-	cleanup := func() { tf.Close(); unix.Unlinkat(pfd, tmpName, 0) }
+	cleanup := func() { _ = tf.Close(); _ = unix.Unlinkat(pfd, tmpName, 0) } // the write already failed
 	if _, err := io.Copy(tf, bytes.NewReader(content)); err != nil {
 		cleanup()
 		return refused(fmt.Errorf("%w: %w", protocol.Refusef(protocol.CodeIOError, "write"), err))
@@ -284,17 +285,20 @@ func (a *Agent) patchApply(args *protocol.ApplyArgs) reply {
 		cleanup()
 		return refused(fmt.Errorf("%w: %w", protocol.Refusef(protocol.CodeIOError, "sync"), err))
 	}
-	tf.Close()
+	if err := tf.Close(); err != nil {
+		_ = unix.Unlinkat(pfd, tmpName, 0)
+		return refused(fmt.Errorf("%w: %w", protocol.Refusef(protocol.CodeIOError, "close"), err))
+	}
 	flags := uint(0)
 	if args.Base == protocol.BaseAbsent {
 		flags = unix.RENAME_NOREPLACE // atomic "create only if absent"
 	} else if d := hashAt(pfd, base, st.Size, protocol.MaxTransfer); d != args.Base {
 		// Re-checked right before the rename to narrow the window a concurrent writer has.
-		unix.Unlinkat(pfd, tmpName, 0)
+		_ = unix.Unlinkat(pfd, tmpName, 0)
 		return refused(protocol.Refusef(protocol.CodeBaseMismatch, "%q changed before apply", args.Target))
 	}
 	if err := unix.Renameat2(pfd, tmpName, pfd, base, flags); err != nil {
-		unix.Unlinkat(pfd, tmpName, 0)
+		_ = unix.Unlinkat(pfd, tmpName, 0)
 		if errors.Is(err, unix.EEXIST) {
 			return refused(protocol.Refusef(protocol.CodeBaseMismatch, "%q appeared before apply", args.Target))
 		}

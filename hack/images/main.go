@@ -93,7 +93,7 @@ func run(ctx context.Context, out, tag, only, arch string) error {
 	if err != nil {
 		return fmt.Errorf("creating a build directory: %w", err)
 	}
-	defer os.RemoveAll(work)
+	defer func() { _ = os.RemoveAll(work) }() // a temporary build directory
 
 	for _, s := range specs {
 		if len(want) > 0 && !want[s.image] {

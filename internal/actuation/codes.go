@@ -367,6 +367,12 @@ const (
 	CodeCatalogSignerOutOfScope  Code = "catalog-signer-out-of-scope" // the signer may not sign this namespace or class
 )
 
+// Warm pools (issue 13 item 4, docs/pools.md).
+const (
+	CodePoolNotFound         Code = "pool-not-found"         // spec.poolRef names no EnvironmentPool in the namespace
+	CodePoolTemplateMismatch Code = "pool-template-mismatch" // the claimer's allocation differs from the pool template
+)
+
 // allCodes is the closed vocabulary as data; Codes returns a sorted copy.
 var allCodes = []Code{
 	CodeEgressEndpointForbidden, CodeEgressDNSNameForbidden, CodeEgressConnectionCapReached,
@@ -440,6 +446,8 @@ var allCodes = []Code{
 	CodeActionTimeout, CodeDirectiveMissing, CodeParametersInvalid, CodeScriptNotExecutable,
 	CodeArgvTemplateInvalid, CodeActionClassParamsInvalid, CodeCatalogSignerUnknown, CodeCatalogSignerOutOfScope,
 	CodeCommandNotStarted,
+	// warm pools (issue 13)
+	CodePoolNotFound, CodePoolTemplateMismatch,
 	// operational context lifecycle (opctx)
 	CodeOperationalContextLowered, CodeOperationalContextSuperseded,
 }

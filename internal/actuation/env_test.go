@@ -97,7 +97,7 @@ func forbiddenByTable(key string) bool {
 				return true
 			}
 		case envContains:
-			if strings.Index(k, r.pattern) >= 0 {
+			if strings.Contains(k, r.pattern) {
 				return true
 			}
 		case envSegment:

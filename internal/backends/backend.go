@@ -147,3 +147,11 @@ func (r *Registry) IDs() []string {
 	sort.Strings(ids)
 	return ids
 }
+
+// Adopter is implemented by backends that can move a ready instance from one environment ID
+// to another (a warm pool member adopted by its claimer, docs/pools.md). After Adopt the
+// instance answers only to to.ID; nothing remains under from.ID, and a later Allocate of
+// to finds the instance complete. Backends without it allocate the claimer afresh.
+type Adopter interface {
+	Adopt(ctx context.Context, from, to Spec) error
+}

@@ -36,7 +36,7 @@ func catalogCommand(o *Options) *cobra.Command {
 				return wbclient.Usage("creating key file: %v", err)
 			}
 			if _, err := fmt.Fprintln(f, seed); err != nil {
-				f.Close()
+				_ = f.Close()
 				return err
 			}
 			if err := f.Close(); err != nil {

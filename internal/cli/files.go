@@ -118,7 +118,7 @@ func cpCommand(o *Options) *cobra.Command {
 				if err != nil {
 					return wbclient.Usage("opening %s: %v", src, err)
 				}
-				defer f.Close()
+				defer func() { _ = f.Close() }()
 				if err := cl.UploadTo(ctx, target, f); err != nil {
 					return err
 				}
@@ -139,7 +139,7 @@ func cpCommand(o *Options) *cobra.Command {
 				if err != nil {
 					return wbclient.Usage("opening %s: %v", src, err)
 				}
-				defer f.Close()
+				defer func() { _ = f.Close() }()
 				a, err := cl.Upload(ctx, env, name, f)
 				if err != nil {
 					return err
@@ -161,17 +161,23 @@ func cpCommand(o *Options) *cobra.Command {
 				artifact = a.Name
 			}
 			out := o.IO.Out
+			var f *os.File
 			if dst != "-" {
-				f, err := os.Create(dst)
-				if err != nil {
+				var err error
+				if f, err = os.Create(dst); err != nil {
 					return wbclient.Usage("creating %s: %v", dst, err)
 				}
-				defer f.Close()
+				defer func() { _ = f.Close() }() // on failure; a complete download is closed and checked below
 				out = f
 			}
 			digest, n, err := cl.Download(ctx, artifact, out)
 			if err != nil {
 				return err
+			}
+			if f != nil {
+				if err := f.Close(); err != nil {
+					return fmt.Errorf("writing %s: %w", dst, err)
+				}
 			}
 			if dst != "-" {
 				res := struct {

@@ -69,7 +69,7 @@ func Connect(ctx context.Context, ep Endpoint, b protocol.Binding) (*Client, err
 	}
 	cl, err := Handshake(ctx, c, b)
 	if err != nil {
-		c.Close()
+		_ = c.Close()
 		return nil, err
 	}
 	return cl, nil
@@ -123,7 +123,7 @@ func Handshake(ctx context.Context, conn net.Conn, b protocol.Binding) (*Client,
 	if err != nil {
 		return nil, fmt.Errorf("guestclient: marshal handshake: %w", err)
 	}
-	conn.SetDeadline(deadline)
+	_ = conn.SetDeadline(deadline)
 	if err := protocol.WriteFrame(conn, &protocol.Frame{Header: protocol.Header{Type: protocol.FrameHandshake, DeadlineMS: uint32(ms)}, Payload: p}); err != nil {
 		return nil, fmt.Errorf("guestclient: handshake: %w", err)
 	}
@@ -131,7 +131,7 @@ func Handshake(ctx context.Context, conn net.Conn, b protocol.Binding) (*Client,
 	if err != nil {
 		return nil, fmt.Errorf("guestclient: handshake answer: %w", err)
 	}
-	conn.SetDeadline(time.Time{})
+	_ = conn.SetDeadline(time.Time{})
 	if f.Seq != 0 {
 		return nil, fmt.Errorf("%w: handshake answered with sequence %d", ErrProtocol, f.Seq)
 	}
@@ -187,7 +187,7 @@ func (c *Client) breakWith(err error) error {
 	if c.broken == nil {
 		c.broken = err
 	}
-	c.conn.Close()
+	_ = c.conn.Close()
 	return err
 }
 
@@ -257,7 +257,7 @@ func (c *Client) do(ctx context.Context, k call) (protocol.Result, []byte, error
 	}
 	// The write must finish within the deadline. A failed write delivered an incomplete
 	// frame, which the guest refuses before dispatch; the channel is closed either way.
-	c.conn.SetWriteDeadline(deadline)
+	_ = c.conn.SetWriteDeadline(deadline)
 	req := protocol.Frame{Header: protocol.Header{Type: protocol.FrameRequest, Seq: seq, DeadlineMS: ms, Count: count}, Payload: p}
 	if err := protocol.WriteFrame(c.conn, &req); err != nil {
 		return protocol.Result{}, nil, c.breakWith(fmt.Errorf("%s: request not delivered: %w", k.op, err))
@@ -268,7 +268,7 @@ func (c *Client) do(ctx context.Context, k call) (protocol.Result, []byte, error
 			return protocol.Result{}, nil, c.breakWith(fmt.Errorf("%s: upload: %w", k.op, err))
 		}
 	}
-	c.conn.SetReadDeadline(deadline.Add(ReportGrace))
+	_ = c.conn.SetReadDeadline(deadline.Add(ReportGrace))
 	f, err := protocol.ReadFrame(c.conn)
 	if err != nil {
 		if protocol.CodeOf(err) != "" {
@@ -311,7 +311,7 @@ func (c *Client) do(ctx context.Context, k call) (protocol.Result, []byte, error
 	} else if k.bulkLimit != 0 && res.Outcome == protocol.OutcomeSucceeded {
 		return protocol.Result{}, nil, c.breakWith(fmt.Errorf("%w: %s succeeded without its bulk", ErrProtocol, k.op))
 	}
-	c.conn.SetDeadline(time.Time{})
+	_ = c.conn.SetDeadline(time.Time{})
 	switch res.Outcome {
 	case protocol.OutcomeRefused:
 		return res, nil, &protocol.Refusal{Code: res.Code, Message: protocol.Truncate(res.Message)}

@@ -117,7 +117,7 @@ func TestOversizedTransferRefused(t *testing.T) {
 		r := g.raw(t, true)
 		var hb [protocol.HeaderSize]byte
 		protocol.MarshalHeader(hb[:], &protocol.Header{Type: protocol.FrameRequest, Seq: 1, DeadlineMS: 1000, Length: 2, Count: protocol.MaxChunks + 1})
-		r.c.Write(hb[:])
+		_, _ = r.c.Write(hb[:]) // a lost write shows as the missing refusal
 		r.expectError(protocol.CodeTooManyChunks)
 	})
 	t.Run("more-bytes-than-declared", func(t *testing.T) {
@@ -214,7 +214,7 @@ func TestPartialTransferPublishesNothing(t *testing.T) {
 		for i := uint32(0); i < 2; i++ {
 			r.write(protocol.Frame{Header: protocol.Header{Type: protocol.FrameChunk, Seq: 1, Index: i, Count: 3}, Payload: content[int(i)*protocol.MaxPayload : int(i+1)*protocol.MaxPayload]})
 		}
-		r.c.Close()
+		_ = r.c.Close()
 		waitNoStageFiles(t, g)
 	})
 	t.Run("digest-mismatch", func(t *testing.T) {
@@ -257,7 +257,7 @@ func TestPatchStageReplayAfterLostReceipt(t *testing.T) {
 			t.Fatal("stage not committed")
 		}
 	}
-	r.c.Close()
+	_ = r.c.Close()
 
 	c := g.client(t)
 	ctx := ctxT(t, 10*time.Second)
@@ -274,7 +274,7 @@ func TestPatchStageReplayAfterLostReceipt(t *testing.T) {
 	}
 
 	// Apply: the parent must exist; base absent creates the file atomically.
-	os.Mkdir(filepath.Join(g.root, "src"), 0o755)
+	must(t, os.Mkdir(filepath.Join(g.root, "src"), 0o755))
 	ad, err := c.ApplyPatch(ctx, "", protocol.ApplyArgs{Ref: d.Ref, Target: args.Target, Base: protocol.BaseAbsent})
 	if err != nil {
 		t.Fatal(err)
@@ -379,7 +379,7 @@ func TestMalformedRequestRefusedBeforeDispatch(t *testing.T) {
 			var hb [protocol.HeaderSize]byte
 			h := protocol.Header{Type: protocol.FrameRequest, Seq: 1, Length: uint32(len(p)), Digest: sha(p)}
 			protocol.MarshalHeader(hb[:], &h)
-			r.c.Write(append(hb[:], p...))
+			_, _ = r.c.Write(append(hb[:], p...)) // a lost write shows as the missing refusal
 		}},
 		{"bad-digest", protocol.CodeDigestMismatch, func(r *raw) {
 			a, _ := jsonMarshal(spawn)
@@ -387,7 +387,7 @@ func TestMalformedRequestRefusedBeforeDispatch(t *testing.T) {
 			var hb [protocol.HeaderSize]byte
 			h := protocol.Header{Type: protocol.FrameRequest, Seq: 1, DeadlineMS: 5000, Length: uint32(len(p)), Digest: sha([]byte("other"))}
 			protocol.MarshalHeader(hb[:], &h)
-			r.c.Write(append(hb[:], p...))
+			_, _ = r.c.Write(append(hb[:], p...)) // a lost write shows as the missing refusal
 		}},
 		{"chunks-on-spawn", protocol.CodeTransferMismatch, func(r *raw) { r.request(1, 5000, 1, protocol.OpSpawn, spawn) }},
 		{"trailing-json", protocol.CodeMalformedPayload, func(r *raw) {
@@ -435,7 +435,7 @@ func TestSpawnOutputCap(t *testing.T) {
 		t.Fatalf("one budget for both streams: exit %d truncated %v stdout %d stderr %d", res.ExitCode, res.Truncated, len(res.Stdout), len(res.Stderr))
 	}
 	// The environment is exactly the one given; the working directory is beneath the root.
-	os.MkdirAll(filepath.Join(g.root, "sub"), 0o755)
+	must(t, os.MkdirAll(filepath.Join(g.root, "sub"), 0o755))
 	res, err = c.Spawn(ctx, "", protocol.SpawnArgs{Argv: []string{"/bin/sh", "-c", "pwd; env | sort"}, Env: []string{"A=1"}, Cwd: "sub", TimeoutMS: 5000, OutputMax: 4096})
 	if err != nil {
 		t.Fatal(err)
@@ -566,11 +566,11 @@ func TestFileReadRefusesTraversal(t *testing.T) {
 	g := startGuest(t)
 	c := g.client(t)
 	ctx := ctxT(t, 10*time.Second)
-	os.WriteFile(filepath.Join(g.root, "hello.txt"), []byte("hello world"), 0o644)
-	os.Symlink("/etc/passwd", filepath.Join(g.root, "abs-link"))
-	os.Symlink("../../../../../../etc/passwd", filepath.Join(g.root, "rel-link"))
-	os.Symlink("/etc", filepath.Join(g.root, "dir-link"))
-	os.Symlink("hello.txt", filepath.Join(g.root, "inner-link"))
+	must(t, os.WriteFile(filepath.Join(g.root, "hello.txt"), []byte("hello world"), 0o644))
+	must(t, os.Symlink("/etc/passwd", filepath.Join(g.root, "abs-link")))
+	must(t, os.Symlink("../../../../../../etc/passwd", filepath.Join(g.root, "rel-link")))
+	must(t, os.Symlink("/etc", filepath.Join(g.root, "dir-link")))
+	must(t, os.Symlink("hello.txt", filepath.Join(g.root, "inner-link")))
 
 	d, b, err := c.ReadFile(ctx, "", protocol.ReadArgs{Path: "hello.txt", Offset: 6, Max: 3})
 	if err != nil || string(b) != "wor" || d.Size != 11 || d.EOF {
@@ -592,7 +592,7 @@ func TestFileReadRefusesTraversal(t *testing.T) {
 	}
 	_, _, err = c.ReadFile(ctx, "", protocol.ReadArgs{Path: "missing", Max: 100})
 	wantRefusal(t, err, protocol.CodeNotFound)
-	os.Mkdir(filepath.Join(g.root, "d"), 0o755)
+	must(t, os.Mkdir(filepath.Join(g.root, "d"), 0o755))
 	_, _, err = c.ReadFile(ctx, "", protocol.ReadArgs{Path: "d", Max: 100})
 	wantRefusal(t, err, protocol.CodeNotRegularFile)
 }
@@ -601,9 +601,9 @@ func TestSnapshotAndExport(t *testing.T) {
 	g := startGuest(t)
 	c := g.client(t)
 	ctx := ctxT(t, 10*time.Second)
-	os.MkdirAll(filepath.Join(g.root, "a/b"), 0o755)
-	os.WriteFile(filepath.Join(g.root, "a/b/f.txt"), []byte("content"), 0o644)
-	os.Symlink("/etc", filepath.Join(g.root, "a/link"))
+	must(t, os.MkdirAll(filepath.Join(g.root, "a/b"), 0o755))
+	must(t, os.WriteFile(filepath.Join(g.root, "a/b/f.txt"), []byte("content"), 0o644))
+	must(t, os.Symlink("/etc", filepath.Join(g.root, "a/link")))
 	s, err := c.Snapshot(ctx, "", protocol.SnapshotArgs{MaxEntries: 100, HashMax: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
@@ -651,7 +651,7 @@ func TestSnapshotAndExport(t *testing.T) {
 	if d.Entries != 3 || strings.Join(names, " ") != "b/ b/f.txt link" {
 		t.Fatalf("export %d %v", d.Entries, names)
 	}
-	os.WriteFile(filepath.Join(g.root, "a/big"), make([]byte, 8192), 0o644)
+	must(t, os.WriteFile(filepath.Join(g.root, "a/big"), make([]byte, 8192), 0o644))
 	_, _, err = c.Export(ctx, "", protocol.ExportArgs{Path: "a", MaxBytes: 4096, MaxEntries: 10})
 	wantRefusal(t, err, protocol.CodeTooLarge)
 	_, _, err = c.Export(ctx, "", protocol.ExportArgs{Path: "a", MaxBytes: 1 << 20, MaxEntries: 2})
@@ -681,5 +681,12 @@ func TestQuiesceAndShutdown(t *testing.T) {
 		g.exited <- nil
 	case <-time.After(10 * time.Second):
 		t.Fatal("agent did not exit after shutdown")
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -85,7 +85,7 @@ func Dial(ctx context.Context, ep Endpoint) (net.Conn, error) {
 		return nil, fmt.Errorf("guestclient: connect %s: %w", ep.Path, err)
 	}
 	if err := checkIdentity(ep); err != nil {
-		c.Close()
+		_ = c.Close()
 		return nil, err
 	}
 	if !ep.Hybrid {
@@ -95,12 +95,12 @@ func Dial(ctx context.Context, ep Endpoint) (net.Conn, error) {
 	if port == 0 {
 		port = DefaultPort
 	}
-	c.SetDeadline(deadline)
+	_ = c.SetDeadline(deadline)
 	if _, err := hybridConnect(c, port); err != nil {
-		c.Close()
+		_ = c.Close()
 		return nil, err
 	}
-	c.SetDeadline(time.Time{})
+	_ = c.SetDeadline(time.Time{})
 	return c, nil
 }
 

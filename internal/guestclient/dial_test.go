@@ -21,7 +21,7 @@ func fakeDevice(t *testing.T, reply string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close() })
+	t.Cleanup(func() { _ = l.Close() })
 	go func() {
 		for {
 			c, err := l.Accept()
@@ -29,7 +29,7 @@ func fakeDevice(t *testing.T, reply string) string {
 				return
 			}
 			go func() {
-				defer c.Close()
+				defer func() { _ = c.Close() }()
 				line, err := bufio.NewReader(c).ReadString('\n')
 				if err != nil || !strings.HasPrefix(line, "CONNECT ") {
 					return
@@ -37,7 +37,7 @@ func fakeDevice(t *testing.T, reply string) string {
 				if reply == "" {
 					return // the guest does not listen: the device closes
 				}
-				c.Write([]byte(reply + "stream"))
+				_, _ = c.Write([]byte(reply + "stream")) // the client under test reports what arrived
 				time.Sleep(100 * time.Millisecond)
 			}()
 		}
@@ -57,7 +57,7 @@ func TestHybridPreamble(t *testing.T) {
 	if _, err := c.Read(buf); err != nil || string(buf) != "stream" {
 		t.Fatalf("the preamble consumed stream bytes: %q %v", buf, err)
 	}
-	c.Close()
+	_ = c.Close()
 
 	for _, reply := range []string{"", "NOPE\n", "OK \n", "OK -1\n", "OK 01\n", "OK 99999999999\n", strings.Repeat("O", 40) + "\n"} {
 		_, err := Dial(ctx, Endpoint{Path: fakeDevice(t, reply), Hybrid: true})
@@ -79,7 +79,7 @@ func TestEndpointIdentityPinned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Close()
+	_ = c.Close()
 	_, err = Dial(ctx, Endpoint{Path: sock, Hybrid: true, Dev: st.Dev, Ino: st.Ino + 1})
 	if !errors.Is(err, ErrEndpointReplaced) {
 		t.Fatalf("want ErrEndpointReplaced, got %v", err)

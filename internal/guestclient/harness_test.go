@@ -32,7 +32,7 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	_, file, _, _ := runtime.Caller(0)
 	repo := filepath.Join(filepath.Dir(file), "..", "..")
 	guestBin = filepath.Join(dir, "workbench-guest")
@@ -104,13 +104,13 @@ func startGuest(t *testing.T) *guest {
 	g.exited = make(chan error, 1)
 	go func() { g.exited <- g.cmd.Wait() }()
 	t.Cleanup(func() {
-		g.cmd.Process.Kill()
-		<-g.exited
+		_ = g.cmd.Process.Kill()
+		<-g.exited //nolint:errcheck // killed: the exit status is "signal: killed"
 	})
 	// Test-only readiness poll: connecting succeeds once the agent listens.
 	for end := time.Now().Add(10 * time.Second); ; {
 		if c, err := net.Dial("unix", sock); err == nil {
-			c.Close()
+			_ = c.Close()
 			break
 		}
 		if time.Now().After(end) {
@@ -140,7 +140,7 @@ func (g *guest) client(t *testing.T) *Client {
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
 
@@ -157,8 +157,8 @@ func (g *guest) raw(t *testing.T, handshake bool) *raw {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
-	c.SetDeadline(time.Now().Add(20 * time.Second))
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
 	r := &raw{t: t, c: c}
 	if handshake {
 		p, _ := json.Marshal(protocol.Handshake{Protocol: protocol.Version, Binding: g.binding})
@@ -230,7 +230,7 @@ func (r *raw) expectError(code string) {
 	if ep.Code != code {
 		r.t.Fatalf("want error code %q, got %q (%s)", code, ep.Code, ep.Message)
 	}
-	r.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_ = r.c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	var b [1]byte
 	if n, err := r.c.Read(b[:]); n != 0 || err == nil {
 		r.t.Fatalf("connection not closed after error frame (read %d, %v)", n, err)

@@ -59,8 +59,8 @@ func (r *ReadyListener) Wait(ctx context.Context) error {
 	if !ok {
 		deadline = time.Now().Add(DefaultConnectTimeout)
 	}
-	r.l.SetDeadline(deadline)
-	stop := context.AfterFunc(ctx, func() { r.l.SetDeadline(time.Now()) })
+	_ = r.l.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { _ = r.l.SetDeadline(time.Now()) })
 	defer stop()
 	c, err := r.l.Accept()
 	if err != nil {
@@ -69,8 +69,8 @@ func (r *ReadyListener) Wait(ctx context.Context) error {
 		}
 		return fmt.Errorf("guestclient: no ready signal: %w", err)
 	}
-	defer c.Close()
-	c.SetDeadline(deadline)
+	defer func() { _ = c.Close() }()
+	_ = c.SetDeadline(deadline)
 	buf := make([]byte, len(protocol.ReadyLine)+1)
 	n, err := io.ReadFull(c, buf)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {

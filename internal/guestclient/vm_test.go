@@ -62,8 +62,8 @@ func TestMicroVMBoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		dev.Process.Kill()
-		dev.Wait()
+		_ = dev.Process.Kill()
+		_ = dev.Wait()
 	})
 	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if _, err := os.Stat(vhostSock); err == nil {
@@ -80,7 +80,7 @@ func TestMicroVMBoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ready.Close()
+	defer func() { _ = ready.Close() }()
 
 	cmdline := "console=ttyS0 panic=-1 quiet"
 	if accel == "tcg" {
@@ -116,8 +116,8 @@ func TestMicroVMBoot(t *testing.T) {
 	vmDone := make(chan error, 1)
 	go func() { vmDone <- vm.Wait() }()
 	t.Cleanup(func() {
-		vm.Process.Kill()
-		<-vmDone
+		_ = vm.Process.Kill()
+		<-vmDone //nolint:errcheck // killed: the exit status is "signal: killed"
 	})
 	dumpSerial := func() {
 		s, _ := os.ReadFile(serial)
@@ -144,7 +144,7 @@ func TestMicroVMBoot(t *testing.T) {
 		dumpSerial()
 		t.Fatalf("guest not reachable: %v", err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	t.Logf("accel=%s: QEMU launch -> ready signal %v -> handshake %v (%d connect attempts)", accel, readyAt.Round(time.Millisecond), time.Since(launched).Round(time.Millisecond), attempts)
 
 	// A stale nonce is refused over the real channel, before any operation.

@@ -3,6 +3,7 @@ package skills
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -32,7 +33,7 @@ func hashDir(t *testing.T, dir string) *treehash.State {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
+	defer func() { _ = r.Close() }()
 	s, err := treehash.HashHostRoots(map[string]*fsaccess.Root{"work": r}, treehash.Limits{})
 	if err != nil {
 		t.Fatal(err)
@@ -248,18 +249,23 @@ func profileOf(s PlannedStep) string {
 // faithful performs the planned steps' effects like the demonstration did.
 func faithful(pl *Plan) func(i int, dir string) {
 	return func(i int, dir string) {
+		check := func(err error) {
+			if err != nil {
+				panic(fmt.Sprintf("faithful step %d: %v", i, err)) // no *testing.T here: fail loudly
+			}
+		}
 		switch i {
 		case 0:
-			os.MkdirAll(filepath.Join(dir, "build"), 0o755)
+			check(os.MkdirAll(filepath.Join(dir, "build"), 0o755))
 			target := pl.Parameters["target"]
 			if target == "" {
 				target = "world"
 			}
-			os.WriteFile(filepath.Join(dir, "build/out.txt"), []byte("built "+target+"\n"), 0o644)
+			check(os.WriteFile(filepath.Join(dir, "build/out.txt"), []byte("built "+target+"\n"), 0o644))
 		case 1:
 			op := pl.Steps[1].Patch.Operations[0]
-			os.MkdirAll(filepath.Join(dir, "notes"), 0o755)
-			os.WriteFile(filepath.Join(dir, op.Path), []byte(*op.Content), 0o644)
+			check(os.MkdirAll(filepath.Join(dir, "notes"), 0o755))
+			check(os.WriteFile(filepath.Join(dir, op.Path), []byte(*op.Content), 0o644))
 		}
 	}
 }
@@ -525,7 +531,9 @@ func TestBundleHashReproducibleAndImportVerifies(t *testing.T) {
 	}
 	// Missing content hash fails validation (seed fixture invalid-missing-content-hash).
 	var doc map[string]any
-	json.Unmarshal(indented, &doc)
+	if err := json.Unmarshal(indented, &doc); err != nil {
+		t.Fatal(err)
+	}
 	delete(doc, "contentHash")
 	noHash, _ := json.Marshal(doc)
 	if _, err := Import(noHash); CodeOf(err) != actuation.CodeBundleSchemaInvalid {

@@ -439,7 +439,7 @@ func (c *Client) outputPlain(ctx context.Context, name string, q url.Values, w i
 	if err != nil {
 		return c.wrapSub(ctx, "terminalcommand "+name+" output", err)
 	}
-	defer rc.Close()
+	defer func() { _ = rc.Close() }()
 	if _, err := io.Copy(w, rc); err != nil {
 		return &streamCut{err}
 	}

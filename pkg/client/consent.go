@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -175,5 +174,3 @@ func (c *Client) ConsentSummaries(items []wbv1.ConsentRequest) []ConsentInfo {
 	}
 	return out
 }
-
-func joinArgv(argv []string) string { return strings.Join(argv, " ") }

@@ -66,7 +66,7 @@ func (c *Client) getJSON(ctx context.Context, object string, v any, path string,
 	if err != nil {
 		return c.wrapSub(ctx, object, err)
 	}
-	defer rc.Close()
+	defer func() { _ = rc.Close() }()
 	dec := json.NewDecoder(io.LimitReader(rc, MaxJSONResponseBytes))
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("decoding %s: %w", object, err)
@@ -136,7 +136,7 @@ func (c *Client) eventsOnce(ctx context.Context, name string, o EventsOptions, f
 	if err != nil {
 		return 0, 0, c.wrapSub(ctx, "terminalsession "+name+" events", err)
 	}
-	defer body.Close()
+	defer func() { _ = body.Close() }()
 	n, last := 0, int64(0)
 	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 64<<10), MaxEventLineBytes)
@@ -248,7 +248,7 @@ func (c *Client) ReadFile(ctx context.Context, r FileRequest) (*FileContent, err
 	if err != nil {
 		return nil, c.wrapSub(ctx, "environment "+r.Environment+" file "+r.Root+"/"+r.Path, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxJSONResponseBytes))
 	if err != nil {
 		return nil, fmt.Errorf("reading file %s/%s of environment %s: %w", r.Root, r.Path, r.Environment, err)
@@ -277,7 +277,7 @@ func (c *Client) rawDo(ctx context.Context, req *rest.Request) (*http.Response, 
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return resp, nil
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var st metav1.Status
 	if json.Unmarshal(body, &st) == nil && st.Kind == "Status" {
@@ -326,7 +326,7 @@ func (c *Client) Download(ctx context.Context, name string, w io.Writer) (digest
 	if err != nil {
 		return "", 0, c.wrapSub(ctx, "artifact "+name+" download", err)
 	}
-	defer body.Close()
+	defer func() { _ = body.Close() }()
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(w, h), body)
 	if err != nil {

@@ -141,7 +141,7 @@ func (c *Client) watchViewOnce(ctx context.Context, name string, fn func(ViewFra
 		}
 		return c.wrapSub(ctx, object, err)
 	}
-	defer body.Close()
+	defer func() { _ = body.Close() }()
 	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 64<<10), MaxViewLineBytes)
 	for sc.Scan() {

@@ -96,7 +96,7 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }()
 	workspace, scripts = filepath.Join(tmp, "work"), filepath.Join(tmp, "scripts")
 	for _, d := range []string{workspace, scripts} {
 		if err := os.MkdirAll(d, 0o755); err != nil {

@@ -2,7 +2,6 @@ package aggregated
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -24,7 +23,7 @@ func TestAttachRevoked(t *testing.T) {
 	setupSessions(t, ns)
 	opCfg, _ := saUser(t, ns, "op", "workbench-operator")
 	inR, inW := io.Pipe()
-	defer inW.Close()
+	defer func() { _ = inW.Close() }()
 	var out syncBuffer
 	done := make(chan error, 1)
 	go func() {
@@ -48,6 +47,6 @@ func TestAttachRevoked(t *testing.T) {
 		}
 		t.Logf("stream ended: %v", err)
 	case <-time.After(40 * time.Second):
-		t.Fatal(fmt.Sprintf("the attach stream outlived the revocation by 40s: %q", out.String()))
+		t.Fatalf("the attach stream outlived the revocation by 40s: %q", out.String())
 	}
 }

@@ -73,7 +73,7 @@ func do(t testing.TB, cfg *rest.Config, method, path string, body any) (int, []b
 	}
 	resp, err := hc.Do(req)
 	must(t, err)
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	out, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	return resp.StatusCode, out, resp.Header
 }
@@ -220,7 +220,7 @@ func TestNodeRefusesUntrustedForwarding(t *testing.T) {
 	resp, err := hc.Do(req)
 	must(t, err)
 	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(body), "forwarding-refused") {
 		t.Fatalf("forged identity headers: %d %s, want 401 forwarding-refused", resp.StatusCode, body)
 	}
@@ -259,7 +259,7 @@ func TestAttachRoundTrip(t *testing.T) {
 	}
 	cancel()
 	_ = inW.Close()
-	<-errc
+	<-errc //nolint:errcheck // the attach ends by the cancel above: its error is that cancellation
 	// The echo is in the session's events as UTF-8 text, never base64.
 	code, body, _ := do(t, opCfg, http.MethodGet, subPath(ns, "terminalsessions", "pty", "events")+"?limit=1000", nil)
 	if code != http.StatusOK {

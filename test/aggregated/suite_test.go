@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -89,7 +88,7 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }()
 	workspace = filepath.Join(tmp, "work")
 	if err := os.MkdirAll(workspace, 0o755); err != nil {
 		return 1, err
@@ -207,8 +206,6 @@ func profile(ns, name, exe string, mut ...func(*wbv1.CommandProfileSpec)) *wbv1.
 	}
 	return p
 }
-
-func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
 // dataPlaneClient trusts the node's published CA and presents no client certificate.
 func dataPlaneClient(t testing.TB, node *wbv1.WorkbenchNode) *http.Client {

@@ -78,7 +78,7 @@ func TestArtifactUpload(t *testing.T) {
 	resp, err := hc.Do(req)
 	must(t, err)
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(raw), string(actuation.CodeUploadTooLarge)) {
 		t.Fatalf("announced oversized upload: %d %s", resp.StatusCode, raw)
 	}

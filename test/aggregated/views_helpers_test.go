@@ -102,7 +102,7 @@ func (o *observer) connect(ctx context.Context, hc *http.Client) (string, bool) 
 	if err != nil {
 		return "", false
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		code := statusCode(body)
@@ -210,7 +210,7 @@ func viewStatusOf(t testing.TB, cfg *rest.Config, ns, view string) (int, string)
 	must(t, err)
 	resp, err := hc.Do(req)
 	must(t, err)
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode == http.StatusOK {
 		return resp.StatusCode, ""
 	}

@@ -316,7 +316,7 @@ func TestSharedChairTerminalStory(t *testing.T) {
 	var gc wbv1.ViewGrant
 	eventually(t, 30*time.Second, "C's grant status says revoked", func() (bool, string) {
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "carol"}, &gc))
-		return !gc.Status.Active && gc.Status.Reason == string(actuation.CodeViewGrantRevoked), fmt.Sprintf("%+v", gc.Status)
+		return gc.Status.State == wbv1.ViewGrantInactive && gc.Status.Reason == string(actuation.CodeViewGrantRevoked), fmt.Sprintf("%+v", gc.Status)
 	})
 	_ = bUser
 
@@ -518,7 +518,7 @@ func TestViewRefusals(t *testing.T) {
 		req.Header.Set("Authorization", "Bearer "+tr.Status.Token)
 		resp, err := hc.Do(req)
 		must(t, err)
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		line, _ := bufio.NewReader(io.LimitReader(resp.Body, 1<<20)).ReadBytes('\n')
 		return resp.StatusCode, string(line)
 	}

@@ -64,7 +64,7 @@ func startAttach(t *testing.T, ns, user string, args ...string) *attached {
 	go func() { a.done <- a.cmd.Wait() }()
 	t.Cleanup(func() {
 		cancel()
-		<-a.done
+		<-a.done //nolint:errcheck // killed by cancel: the exit status is not under test
 	})
 	return a
 }
@@ -77,7 +77,8 @@ func (a *attached) waitOut(sub string, d time.Duration) bool {
 			return true
 		}
 		select {
-		case <-a.done:
+		case err := <-a.done:
+			a.done <- err // put back for the cleanup's receive (the channel holds one)
 			return strings.Contains(a.out.String(), sub)
 		case <-time.After(50 * time.Millisecond):
 		}

@@ -121,7 +121,7 @@ func TestMCPStdio(t *testing.T) {
 	client := mcp.NewClient(&mcp.Implementation{Name: "go-sdk-test", Version: "v0"}, nil)
 	s, err := client.Connect(ctx, &mcp.CommandTransport{Command: kwCommand(ctx, ns, agentUser, "mcp")}, nil)
 	must(t, err)
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	exerciseAgentTools(t, s)
 }
 
@@ -144,7 +144,7 @@ func TestMCPHTTP(t *testing.T) {
 	// No token: 401.
 	resp, err := http.Post(endpoint, "application/json", strings.NewReader(`{}`))
 	must(t, err)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("a request without a token got %d, want 401", resp.StatusCode)
 	}
@@ -153,7 +153,7 @@ func TestMCPHTTP(t *testing.T) {
 	s, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint,
 		HTTPClient: &http.Client{Transport: bearer{token}}}, nil)
 	must(t, err)
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	exerciseAgentTools(t, s)
 	res, _ := call(t, s, "create_environment", map[string]any{"name": "x", "roots": map[string]string{"repo": st.Workspace}})
 	meta, _ := res.Meta[mcpserver.RefusalMeta].(map[string]any)
@@ -191,7 +191,7 @@ func freeAddr(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	must(t, err)
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().String()
 }
 
@@ -201,7 +201,7 @@ func waitListening(t *testing.T, addr string) {
 	for {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
-			c.Close()
+			_ = c.Close()
 			return
 		}
 		if time.Now().After(deadline) {

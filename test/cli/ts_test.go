@@ -36,7 +36,7 @@ func tsSDK(t *testing.T) string {
 	must(t, os.MkdirAll(filepath.Dir(dir), 0o755))
 	tmp, err := os.MkdirTemp(filepath.Dir(dir), ".install-")
 	must(t, err)
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "npm", "install", "--no-audit", "--no-fund", "--no-save", "--prefix", tmp, "@modelcontextprotocol/sdk@"+tsSDKVersion)

@@ -79,7 +79,9 @@ func TestAdmissionRefusals(t *testing.T) {
 			Requirements: &wbv1.EnvironmentRequirements{IsolationClass: ptr(wbv1.IsolationClass("microvm-ish"))},
 		}}, "Unsupported value"},
 		{"wait without scope", &wbv1.Wait{ObjectMeta: metav1.ObjectMeta{Name: "w1", Namespace: ns}, Spec: wbv1.WaitSpec{
-			Condition: wbv1.WaitCondition{Kind: wbv1.ConditionKindCommandDone}, DeadlineSeconds: 10}}, "wait-scope-invalid"},
+			Condition: wbv1.WaitCondition{Kind: wbv1.ConditionKindCommandDone}, DeadlineSeconds: 10}}, "spec.scope: Required value"},
+		{"probe without scope", &wbv1.Probe{ObjectMeta: metav1.ObjectMeta{Name: "p0", Namespace: ns}, Spec: wbv1.ProbeSpec{
+			Condition: wbv1.WaitCondition{Kind: wbv1.ConditionKindFileExists}}}, "spec.scope: Required value"},
 		{"wait with two scopes", &wbv1.Wait{ObjectMeta: metav1.ObjectMeta{Name: "w2", Namespace: ns}, Spec: wbv1.WaitSpec{
 			Scope:     &wbv1.Scope{CommandRef: ptr(wbv1.ObjectName("c")), SessionRef: ptr(wbv1.ObjectName("s"))},
 			Condition: wbv1.WaitCondition{Kind: wbv1.ConditionKindCommandDone}, DeadlineSeconds: 10}}, "wait-scope-invalid"},

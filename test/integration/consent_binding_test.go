@@ -79,7 +79,7 @@ func TestConsentRecreatedCommandIsNotAdmitted(t *testing.T) {
 		}
 		eventually(t, 20*time.Second, "the grant stays consumed by the first object", func() (bool, string) {
 			g := getGrant(t, ns, "g-once")
-			return g.Status.ConsumedByUID == first.UID && !g.Status.Active, fmt.Sprintf("case %d: %+v", i, g.Status)
+			return g.Status.ConsumedByUID == first.UID && g.Status.State == wbv1.ConsentGrantConsumed, fmt.Sprintf("case %d: %+v", i, g.Status)
 		})
 	}
 	// The request of the deleted command, answered only by a consumed allow-once grant, is
@@ -205,7 +205,7 @@ func TestConsentDurableGrantOutlivesCommand(t *testing.T) {
 	if left := getRequest(t, ns, cr.Name); left.UID != cr.UID {
 		t.Fatalf("request replaced")
 	}
-	if g := getGrant(t, ns, "g"); !g.Status.Active {
+	if g := getGrant(t, ns, "g"); g.Status.State != wbv1.ConsentGrantActive {
 		t.Fatalf("grant inactive after its command was deleted: %+v", g.Status)
 	}
 }

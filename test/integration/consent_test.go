@@ -149,7 +149,7 @@ func TestConsentAllowOnceAndDeny(t *testing.T) {
 		c := getCommand(t, ns, "once")
 		var g wbv1.ConsentGrant
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "g-once"}, &g))
-		return c.Status.AdmittedBy == "g-once" && g.Status.ConsumedBy == "once" && !g.Status.Active, fmt.Sprintf("cmd=%+v grant=%+v", c.Status, g.Status)
+		return c.Status.AdmittedBy == "g-once" && g.Status.ConsumedBy == "once" && g.Status.State == wbv1.ConsentGrantConsumed, fmt.Sprintf("cmd=%+v grant=%+v", c.Status, g.Status)
 	})
 	// The same argv in another command is not admitted by the consumed grant.
 	must(t, env.Client.Create(ctx, command(ns, "once-b", "/usr/bin/git", "--no-pager", "log")))
@@ -213,13 +213,13 @@ func TestConsentOperatorBindingInactive(t *testing.T) {
 	eventually(t, 20*time.Second, "grant active", func() (bool, string) {
 		var g wbv1.ConsentGrant
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "g"}, &g))
-		return g.Status.Active, fmt.Sprintf("%+v", g.Status)
+		return g.Status.State == wbv1.ConsentGrantActive, fmt.Sprintf("%+v", g.Status)
 	})
 	must(t, env.Client.Delete(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "workbench-operator-carol", Namespace: ns}}))
 	eventually(t, 30*time.Second, "grant inactive after the operator lost the role", func() (bool, string) {
 		var g wbv1.ConsentGrant
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "g"}, &g))
-		return !g.Status.Active && hasDiag(g.Status.Diagnostics, "consent-operator-binding-inactive"), fmt.Sprintf("%+v", g.Status)
+		return g.Status.State == wbv1.ConsentGrantUnbound && hasDiag(g.Status.Diagnostics, "consent-operator-binding-inactive"), fmt.Sprintf("%+v", g.Status)
 	})
 	eventually(t, 20*time.Second, "projection drops the grant", func() (bool, string) {
 		var prof wbv1.CommandProfile

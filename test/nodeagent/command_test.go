@@ -61,7 +61,7 @@ func TestCommandHasNoNetwork(t *testing.T) {
 	readyEnvironment(t, ns, workDir(t))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	must(t, err)
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	var accepted atomic.Int32
 	go func() {
 		for {

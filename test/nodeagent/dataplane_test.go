@@ -73,7 +73,7 @@ func call(t *testing.T, c *http.Client, method, url, token string, body any) (in
 	}
 	resp, err := c.Do(req)
 	must(t, err)
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	out, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	return resp.StatusCode, out
 }

@@ -68,7 +68,7 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }()
 	workspace, stateDir = filepath.Join(tmp, "work"), filepath.Join(tmp, "state")
 	if err := os.MkdirAll(workspace, 0o755); err != nil {
 		return 1, err

@@ -328,7 +328,7 @@ func TestQEMUAgentCrash(t *testing.T) {
 	must(t, env.Bind(ctx, "workbench-node-agent", webhooks.NodeUserPrefix+vmNode, ""))
 	state, err := os.MkdirTemp("", "wb-vmcrash-") // short: VM socket paths are bounded
 	must(t, err)
-	defer os.RemoveAll(state)
+	defer func() { _ = os.RemoveAll(state) }()
 	q := qemuConfig()
 	config := filepath.Join(t.TempDir(), "node-agent.yaml")
 	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nheartbeatSeconds: 2\nqemu:\n  enabled: true\n  imageDir: %s\n  accel: tcg\n",

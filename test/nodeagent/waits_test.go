@@ -224,3 +224,28 @@ func TestWaitInterruptedByRestart(t *testing.T) {
 		t.Fatalf("status = %+v", got.Status)
 	}
 }
+
+// TestWaitCancelledByDesiredState: spec.desiredState Cancelled ends a pending wait as
+// Cancelled with its Completed condition, and the API server refuses to take it back.
+func TestWaitCancelledByDesiredState(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	readyEnvironment(t, ns, workDir(t))
+	must(t, env.Client.Create(ctx, wait(ns, "w", fileScope("never/there.txt"), wbv1.ConditionKindFileExists, 300)))
+	w := waitStatus(t, ns, "w", 30*time.Second, "Pending", isStatus(wbv1.WaitPending))
+
+	patch := client.MergeFrom(w.DeepCopy())
+	w.Spec.DesiredState = wbv1.WaitDesiredCancelled
+	must(t, env.Client.Patch(ctx, w, patch))
+	w = waitStatus(t, ns, "w", 30*time.Second, "Cancelled", isStatus(wbv1.WaitCancelled))
+	cond := completed(w.Status.Conditions)
+	if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != string(wbv1.WaitCancelled) {
+		t.Fatalf("wait status = %+v", w.Status)
+	}
+
+	undo := client.MergeFrom(w.DeepCopy())
+	w.Spec.DesiredState = ""
+	if err := env.Client.Patch(ctx, w, undo); err == nil {
+		t.Fatal("clearing desiredState of a cancelled wait was accepted")
+	}
+}

@@ -239,7 +239,7 @@ func readPTY(t testing.TB, ns, session string) string {
 		resp, err := hc.Do(req)
 		must(t, err)
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("session events: %d %s", resp.StatusCode, body)
 		}
@@ -265,7 +265,9 @@ func agentRSS(t testing.TB) int64 {
 	for _, l := range strings.Split(string(b), "\n") {
 		if strings.HasPrefix(l, "VmRSS:") {
 			var kb int64
-			fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(l, "VmRSS:")), "%d", &kb)
+			if _, err := fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(l, "VmRSS:")), "%d", &kb); err != nil {
+				t.Fatalf("VmRSS line %q: %v", l, err)
+			}
 			return kb
 		}
 	}

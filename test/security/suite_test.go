@@ -80,7 +80,7 @@ func run(m *testing.M) (int, error) {
 	if tmp, err = os.MkdirTemp("", "wb-security-"); err != nil {
 		return 1, err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }()
 	workspace, stateDir = filepath.Join(tmp, "work"), filepath.Join(tmp, "state")
 	for _, d := range []string{workspace, filepath.Join(tmp, "bin"), filepath.Join(tmp, "agent")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -114,7 +114,7 @@ func run(m *testing.M) (int, error) {
 	defer cancel()
 	ag, err = nodeagenttest.Start(ctx, env, agent.Config{NodeName: nodeName, StateDir: stateDir,
 		AdmittedRoots: map[string]string{"work": workspace}, HeartbeatSeconds: 5, DataPlaneAddress: "127.0.0.1:0",
-		Caps: agent.Caps{Sessions: 64, SessionsPerEnvironment: 8}}, agent.Options{})
+		Caps: agent.Caps{Sessions: 64, SessionsPerEnvironment: 8}, QEMU: qemuConfig()}, agent.Options{})
 	if err != nil {
 		return 1, err
 	}
@@ -137,7 +137,7 @@ func listen() (func(), error) {
 	hostSock = filepath.Join(tmp, "agent", "host.sock")
 	ul, err := net.Listen("unix", hostSock)
 	if err != nil {
-		tl.Close()
+		_ = tl.Close()
 		return nil, err
 	}
 	accept := func(l net.Listener, n *atomic.Int64) {
@@ -147,12 +147,12 @@ func listen() (func(), error) {
 				return
 			}
 			n.Add(1)
-			c.Close()
+			_ = c.Close()
 		}
 	}
 	go accept(tl, &tcpAccepted)
 	go accept(ul, &unixAccepted)
-	return func() { tl.Close(); ul.Close() }, nil
+	return func() { _ = tl.Close(); _ = ul.Close() }, nil
 }
 
 func globalIPv4() string {

@@ -26,7 +26,7 @@ func syntheticManifest(t *testing.T) *core.Manifest {
 	hash := func() *treehash.State {
 		r, err := fsaccess.OpenRoot(dir)
 		must(t, err)
-		defer r.Close()
+		defer func() { _ = r.Close() }()
 		s, err := treehash.HashHostRoots(map[string]*fsaccess.Root{"repo": r}, treehash.Limits{})
 		must(t, err)
 		return s

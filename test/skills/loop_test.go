@@ -145,12 +145,12 @@ func (w *world) nodeTrace(ctx context.Context, artifact string) ([]byte, error) 
 	if err != nil {
 		return nil, err
 	}
-	defer st.Close()
+	defer func() { _ = st.Close() }()
 	b, err := st.Open(string(a.Status.Digest))
 	if err != nil {
 		return nil, err
 	}
-	defer b.Close()
+	defer func() { _ = b.Close() }()
 	return io.ReadAll(b)
 }
 

@@ -74,7 +74,7 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }()
 	workspace = filepath.Join(tmp, "work")
 	if err := os.MkdirAll(workspace, 0o755); err != nil {
 		return 1, err

@@ -131,7 +131,7 @@ func loadModules(path string) {
 		}
 		return
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	sc := bufio.NewScanner(io.LimitReader(f, maxModulesFileBytes))
 	n := 0
 	for sc.Scan() {
@@ -149,7 +149,7 @@ func loadModules(path string) {
 			continue
 		}
 		err = unix.FinitModule(int(mf.Fd()), "", 0)
-		mf.Close()
+		_ = mf.Close()
 		if err != nil && !errors.Is(err, unix.EEXIST) {
 			logf("init: module %s: %v", line, err)
 		}

@@ -101,7 +101,7 @@ func runAgent() int {
 		logf("%v", err)
 		return 1
 	}
-	defer a.Close()
+	defer func() { _ = a.Close() }()
 	logf("%s listening on %s", agent.Version, describe(l))
 	if !local && *readyPort != 0 {
 		go announceReady(uint32(*readyPort))
@@ -127,8 +127,8 @@ func announceReady(port uint32) {
 		logf("ready signal to host port %d: %v", port, err)
 		return
 	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
+	defer func() { _ = c.Close() }()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.WriteString(c, protocol.ReadyLine); err != nil {
 		logf("ready signal: %v", err)
 	}

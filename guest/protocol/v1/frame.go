@@ -193,7 +193,7 @@ func AppendFrame(dst []byte, f *Frame) ([]byte, error) {
 	}
 	f.Length = uint32(len(f.Payload))
 	f.Digest = sha256.Sum256(f.Payload)
-	if err := f.Header.Validate(); err != nil {
+	if err := f.Validate(); err != nil {
 		return dst, err
 	}
 	var hb [HeaderSize]byte

@@ -78,7 +78,7 @@ func isStatic(path string) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
 			return fmt.Errorf("%s is dynamically linked", path)
@@ -100,7 +100,7 @@ func parseSpec(path string) ([]entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var es []entry
 	seen := map[string]bool{}
 	sc := bufio.NewScanner(io.LimitReader(f, maxSpecBytes))
@@ -223,7 +223,7 @@ func run(specPath, out string, mtime int64, gz bool) error {
 	if err != nil {
 		return err
 	}
-	defer os.Remove(out + ".tmp")
+	defer func() { _ = os.Remove(out + ".tmp") }() // gone after the rename; removes a failed build
 	var w io.Writer = f
 	var zw *gzip.Writer
 	if gz {

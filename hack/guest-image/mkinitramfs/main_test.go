@@ -10,10 +10,10 @@ import (
 func TestReproducibleNewc(t *testing.T) {
 	dir := t.TempDir()
 	src := filepath.Join(dir, "agent")
-	os.WriteFile(src, []byte("#!/bin/sh\n"), 0o755)
+	must(t, os.WriteFile(src, []byte("#!/bin/sh\n"), 0o755))
 	// Entries in reverse order: the output is sorted regardless.
 	spec := filepath.Join(dir, "spec")
-	os.WriteFile(spec, []byte("file /init "+src+" 0755\nslink /bin/sh busybox 0777\nnod /dev/console 0600 c 5 1\ndir /dev 0755\ndir /bin 0755 # comment\n"), 0o644)
+	must(t, os.WriteFile(spec, []byte("file /init "+src+" 0755\nslink /bin/sh busybox 0777\nnod /dev/console 0600 c 5 1\ndir /dev 0755\ndir /bin 0755 # comment\n"), 0o644))
 	var outs [][]byte
 	for i := 0; i < 2; i++ {
 		out := filepath.Join(dir, "out")
@@ -40,8 +40,15 @@ func TestReproducibleNewc(t *testing.T) {
 		}
 		last = i
 	}
-	os.WriteFile(spec, []byte("file /x "+src+" 0755\nfile /x "+src+" 0755\n"), 0o644)
+	must(t, os.WriteFile(spec, []byte("file /x "+src+" 0755\nfile /x "+src+" 0755\n"), 0o644))
 	if err := run(spec, filepath.Join(dir, "dup"), 0, false); err == nil {
 		t.Fatal("duplicate names accepted")
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

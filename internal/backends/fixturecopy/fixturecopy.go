@@ -158,7 +158,7 @@ func (b *Backend) openFixtures() (*fsaccess.Root, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fixture-copy: open state dir %q: %w", b.stateDir, err)
 	}
-	defer st.Close()
+	defer func() { _ = st.Close() }()
 	if _, err := st.MkdirAll(FixturesDir, 0o700); err != nil {
 		return nil, fmt.Errorf("fixture-copy: create %q: %w", b.dir, err)
 	}
@@ -255,7 +255,7 @@ func (b *Backend) Allocate(ctx context.Context, spec backends.Spec) (backends.St
 	if err != nil {
 		return failed(err)
 	}
-	defer fx.Close()
+	defer func() { _ = fx.Close() }()
 
 	// Pass 1: find reusable copies; admit every source that must be copied.
 	admitted := hostlocal.Admitted(b.admitted)
@@ -335,7 +335,7 @@ func (b *Backend) findComplete(fx *fsaccess.Root, id, name, source string) (stri
 	if err != nil {
 		return "", err
 	}
-	defer m.Close()
+	defer func() { _ = m.Close() }()
 	l, err := m.List()
 	if err != nil {
 		return "", err
@@ -360,7 +360,7 @@ func (b *Backend) makeCopy(fx *fsaccess.Root, id, rel string, p plannedRoot) (st
 	if err != nil {
 		return "", err
 	}
-	defer m.Close()
+	defer func() { _ = m.Close() }()
 	pinned, unpin, err := pinSource(p)
 	if err != nil {
 		return "", err
@@ -421,7 +421,7 @@ func (b *Backend) removeRootCopies(fx *fsaccess.Root, rel string) error {
 	if err != nil {
 		return err
 	}
-	defer m.Close()
+	defer func() { _ = m.Close() }()
 	l, err := m.List()
 	if err != nil {
 		return err
@@ -500,7 +500,7 @@ func (b *Backend) Inspect(ctx context.Context, spec backends.Spec) (backends.Sta
 	if err != nil {
 		return backends.Status{}, err
 	}
-	defer fx.Close()
+	defer func() { _ = fx.Close() }()
 	var roots []backends.MountedRoot
 	for _, p := range plan {
 		path, err := b.findComplete(fx, spec.ID, p.name, p.source)
@@ -553,7 +553,7 @@ func (b *Backend) Teardown(ctx context.Context, spec backends.Spec) (backends.St
 	if err != nil {
 		return backends.Status{}, err
 	}
-	defer fx.Close()
+	defer func() { _ = fx.Close() }()
 	residue, err := b.teardownID(fx, spec.ID)
 	b.mu.Lock()
 	delete(b.draining, spec.ID)
@@ -637,7 +637,7 @@ func (b *Backend) Recover(ctx context.Context, known map[string]backends.Spec) (
 	if err != nil {
 		return nil, err
 	}
-	defer fx.Close()
+	defer func() { _ = fx.Close() }()
 	entries, err := listNames(fx, "")
 	if err != nil {
 		return nil, fmt.Errorf("recover fixture-copy.v1: list %q: %w", b.dir, err)
@@ -721,7 +721,7 @@ func (b *Backend) recoverKnown(ctx context.Context, fx *fsaccess.Root, spec back
 		}
 		if err != nil {
 			act(rel, "failed-retryable", fmt.Sprintf("remove staging: %v", err))
-			m.Close()
+			_ = m.Close()
 			continue
 		}
 		keep := ""
@@ -731,7 +731,7 @@ func (b *Backend) recoverKnown(ctx context.Context, fx *fsaccess.Root, spec back
 		l, err := m.List()
 		if err != nil {
 			act(rel, "failed-retryable", fmt.Sprintf("list: %v", err))
-			m.Close()
+			_ = m.Close()
 			continue
 		}
 		kept := false
@@ -747,7 +747,7 @@ func (b *Backend) recoverKnown(ctx context.Context, fx *fsaccess.Root, spec back
 				actions = append(actions, backends.RecoveryAction{Resource: c, Outcome: "terminated", Message: "partial or unrecorded copy"})
 			}
 		}
-		m.Close()
+		_ = m.Close()
 		if names, err := listNames(fx, rel); err == nil {
 			for _, n := range names {
 				if strings.HasPrefix(n.name, fsaccess.TempPrefix) && fx.Remove(rel+"/"+n.name) == nil {

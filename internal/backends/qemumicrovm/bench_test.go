@@ -114,7 +114,7 @@ func BenchmarkPTYRoundTrip(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer func() { cmd.Process.Kill(); cmd.Wait(); f.Close() }()
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = f.Close() }()
 	buf := make([]byte, 256)
 	hostRoundTrip := func() {
 		if _, err := f.Write(msg); err != nil {
@@ -139,17 +139,21 @@ func BenchmarkPTYRoundTrip(b *testing.B) {
 	if _, err := bk.Allocate(ctx, spec); err != nil {
 		b.Fatal(err)
 	}
-	defer bk.Teardown(context.Background(), spec)
+	defer func() {
+		if _, err := bk.Teardown(context.Background(), spec); err != nil {
+			b.Error(err)
+		}
+	}()
 	ctl, err := bk.Guest(ctx, spec.ID)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer ctl.Close()
+	defer func() { _ = ctl.Close() }()
 	rd, err := bk.Guest(ctx, spec.ID)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer rd.Close()
+	defer func() { _ = rd.Close() }()
 	if _, err := ctl.PTYOpen(ctx, "", protocol.PTYOpenArgs{SessionID: "cat", Argv: []string{"/bin/cat"}, Rows: 24, Cols: 80}); err != nil {
 		b.Fatal(err)
 	}
@@ -184,7 +188,7 @@ func BenchmarkPTYRoundTrip(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close(ctx)
+	defer func() { _ = s.Close(ctx) }()
 	cursor := s.Events().LastSeq()
 	relayRoundTrip := func() {
 		if err := s.Input(msg); err != nil {

@@ -51,7 +51,7 @@ func (b *Backend) probeKVM(ctx context.Context) (accel, reason string, final boo
 	if err != nil {
 		return AccelTCG, fmt.Sprintf("no usable /dev/kvm (%v): TCG", err), true
 	}
-	f.Close()
+	_ = f.Close()
 	img := &backends.BootImage{KernelPath: b.cfg.ProbeKernel, InitrdPath: b.cfg.ProbeInitrd, CommandLine: "console=ttyS0 panic=-1 quiet"}
 	files, err := b.openBoot(img, false)
 	if err != nil {
@@ -59,7 +59,7 @@ func (b *Backend) probeKVM(ctx context.Context) (accel, reason string, final boo
 	}
 	defer files.Close()
 	dir := filepath.Join(b.vmsDir, probeDir)
-	b.destroyDir(dir, true)
+	_, _ = b.destroyDir(dir, true) // a previous probe's leftovers; what survives shows in the teardowns below
 	nonce, err := newNonce()
 	if err != nil {
 		return AccelTCG, err.Error(), false
@@ -72,15 +72,16 @@ func (b *Backend) probeKVM(ctx context.Context) (accel, reason string, final boo
 	start := time.Now()
 	v, err := b.launch(ctx, dir, rec, files, b.cfg.ProbeTimeout, nil)
 	if err != nil {
-		b.destroyDir(dir, true)
+		left, derr := b.destroyDir(dir, true)
+		note := teardownNote(left, derr, nil, nil)
 		if ctx.Err() != nil {
-			return AccelTCG, "KVM probe interrupted: " + ctx.Err().Error(), false
+			return AccelTCG, "KVM probe interrupted: " + ctx.Err().Error() + note, false
 		}
-		return AccelTCG, "a probe VM did not boot under accel=kvm (" + protocol.Truncate(err.Error()) + "): TCG", true
+		return AccelTCG, "a probe VM did not boot under accel=kvm (" + protocol.Truncate(err.Error()) + "): TCG" + note, true
 	}
 	took := time.Since(start)
-	b.destroyVM(ctx, v, true)
-	return AccelKVM, fmt.Sprintf("a probe VM booted to the guest agent's handshake under accel=kvm in %v", took.Round(time.Millisecond)), true
+	left, derr := b.destroyVM(ctx, v, true)
+	return AccelKVM, fmt.Sprintf("a probe VM booted to the guest agent's handshake under accel=kvm in %v", took.Round(time.Millisecond)) + teardownNote(left, derr, nil, nil), true
 }
 
 func (b *Backend) loadInfo() {
@@ -102,7 +103,7 @@ func (b *Backend) loadInfo() {
 		if _, err := io.Copy(h, io.LimitReader(f, 1<<30)); err == nil {
 			b.qemuDigest = protocol.DigestPrefix + hex.EncodeToString(h.Sum(nil))
 		}
-		f.Close()
+		_ = f.Close()
 	}
 }
 
@@ -118,7 +119,7 @@ var ErrNoAccelerator = errors.New("qemu-microvm.v1: the configured accelerator b
 func (b *Backend) Capability() (actuation.Capability, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ProbeTimeout+10*time.Second)
 	defer cancel()
-	accel, reason, err := b.accelerator(ctx)
+	accel, _, err := b.accelerator(ctx)
 	if err != nil {
 		return actuation.Capability{}, err
 	}
@@ -129,7 +130,7 @@ func (b *Backend) Capability() (actuation.Capability, error) {
 				b.accelReason = r
 			}
 		}
-		reason = b.accelReason
+		reason := b.accelReason
 		b.accelMu.Unlock()
 		if !strings.HasPrefix(reason, "a probe VM booted") {
 			return actuation.Capability{}, fmt.Errorf("%w: %s", ErrNoAccelerator, reason)

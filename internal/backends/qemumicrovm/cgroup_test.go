@@ -50,7 +50,7 @@ func TestVMMCgroup(t *testing.T) {
 	}
 	cmd := exec.Command("/bin/sleep", "300")
 	cmd.WaitDelay = 10 * time.Second
-	h, done, err := startProc(cmd, g)
+	h, done, err := startProc(cmd, g, b.vmmIdentity(), false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func (b *Backend) FloorBoot(ctx context.Context, img *backends.BootImage, dir st
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return 0, err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }() // the measurement VM's scratch directory
 	accel, _, err := b.accelerator(ctx)
 	if err != nil {
 		return 0, err
@@ -53,12 +53,12 @@ func (b *Backend) FloorBoot(ctx context.Context, img *backends.BootImage, dir st
 	if err != nil {
 		return 0, err
 	}
-	defer kernel.Close()
+	defer func() { _ = kernel.Close() }()
 	initrd, err := os.Open(filepath.Join(b.cfg.ImageDir, img.InitrdPath))
 	if err != nil {
 		return 0, err
 	}
-	defer initrd.Close()
+	defer func() { _ = initrd.Close() }()
 	vs, gs := filepath.Join(dir, vhostSock), filepath.Join(dir, guestSock)
 	w, err := watchDir(dir)
 	if err != nil {
@@ -80,7 +80,7 @@ func (b *Backend) FloorBoot(ctx context.Context, img *backends.BootImage, dir st
 	if err != nil {
 		return 0, err
 	}
-	defer ready.Close()
+	defer func() { _ = ready.Close() }()
 	serial, err := listenSerial(filepath.Join(dir, serialSock), filepath.Join(dir, serialLog), DefaultSerialMaxBytes)
 	if err != nil {
 		return 0, err
@@ -103,6 +103,6 @@ func (b *Backend) FloorBoot(ctx context.Context, img *backends.BootImage, dir st
 		return 0, err
 	}
 	took := time.Since(start)
-	c.Close()
+	_ = c.Close()
 	return took, nil
 }

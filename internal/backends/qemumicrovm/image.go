@@ -62,10 +62,10 @@ func (f *bootFiles) Close() {
 		return
 	}
 	if f.kernel != nil {
-		f.kernel.Close()
+		_ = f.kernel.Close()
 	}
 	if f.initrd != nil {
-		f.initrd.Close()
+		_ = f.initrd.Close()
 	}
 }
 
@@ -104,7 +104,7 @@ func (b *Backend) openBoot(img *backends.BootImage, verify bool) (*bootFiles, er
 	if err != nil {
 		return nil, fsaccess.Wrap(CodeImageInvalid, err, "image directory %q", b.cfg.ImageDir)
 	}
-	defer root.Close()
+	defer func() { _ = root.Close() }()
 	bf := &bootFiles{}
 	open := func(what, rel, digest string) (*os.File, error) {
 		f, e, err := root.OpenRead(rel)
@@ -112,14 +112,14 @@ func (b *Backend) openBoot(img *backends.BootImage, verify bool) (*bootFiles, er
 			return nil, fsaccess.Wrap(CodeImageInvalid, err, "%s %q beneath %s", what, rel, b.cfg.ImageDir)
 		}
 		if e.Size > MaxBootFileBytes {
-			f.Close()
+			_ = f.Close()
 			return nil, fsaccess.Errorf(CodeImageInvalid, "%s %q is %d bytes, at most %d", what, rel, e.Size, MaxBootFileBytes)
 		}
 		if !verify {
 			return f, nil
 		}
 		if err := b.verify(f, digest); err != nil {
-			f.Close()
+			_ = f.Close()
 			return nil, fsaccess.Wrap(CodeDigestMismatch, err, "%s %q", what, rel)
 		}
 		return f, nil

@@ -216,7 +216,7 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 	if err != nil {
 		return nil, fmt.Errorf("open VM directory %s: %w", dir, err)
 	}
-	defer dirFile.Close()
+	defer func() { _ = dirFile.Close() }()
 	v := &vm{dir: dir, rec: rec}
 	cg, cgErr := b.vmCgroup(dir, rec) // QEMU and the vsock device are born in the VM's cgroup
 	var qemuOut, devOut cappedBuffer
@@ -229,9 +229,9 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 		if s := devOut.String(); s != "" {
 			said += " (vhost-device-vsock said: " + s + ")"
 		}
-		b.killAll(dir, rec, v)
-		clearDir(dir, true)
-		rec.State, rec.Reason = StateStopped, protocol.Truncate(code+": "+err.Error()+said)
+		procs, perr := b.killAll(dir, rec, v)
+		files, ferr := clearDir(dir, true)
+		rec.State, rec.Reason = StateStopped, protocol.Truncate(code+": "+err.Error()+said+teardownNote(procs, perr, files, ferr))
 		_ = writeRecord(dir, rec)
 		return nil, fsaccess.Wrap(code, err, "boot of generation %d under %s%s", rec.Generation, rec.Accel, protocol.Truncate(said))
 	}
@@ -254,8 +254,7 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 	dev.Dir, dev.Env = "/", []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "RUST_LOG=warn", vmDirEnv + "=" + dir}
 	dev.Stdout, dev.Stderr = &devOut, &devOut
 	dev.ExtraFiles = []*os.File{dirFile}
-	dev.SysProcAttr = id.sysProcAttr(false)
-	if v.dev, v.devDone, err = startProc(dev, cg); err != nil {
+	if v.dev, v.devDone, err = startProc(dev, cg, id, false); err != nil {
 		return fail(CodeBootFailed, fmt.Errorf("start vhost-device-vsock: %w", err))
 	}
 	rec.Device = &v.dev.id
@@ -272,7 +271,7 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 	if err != nil {
 		return fail(CodeBootFailed, err)
 	}
-	defer ready.Close()
+	defer func() { _ = ready.Close() }()
 	if v.serial, err = listenSerial(filepath.Join(dir, serialSock), filepath.Join(dir, serialLog), b.cfg.SerialMaxBytes); err != nil {
 		return fail(CodeBootFailed, fmt.Errorf("serial listener: %w", err))
 	}
@@ -287,8 +286,7 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 	q.Dir, q.Env = "/", []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", vmDirEnv + "=" + dir}
 	q.Stdout, q.Stderr = &qemuOut, &qemuOut
 	q.ExtraFiles = []*os.File{files.kernel, files.initrd, dirFile}
-	q.SysProcAttr = id.sysProcAttr(true)
-	if v.qemu, v.qemuDone, err = startProc(q, cg); err != nil {
+	if v.qemu, v.qemuDone, err = startProc(q, cg, id, true); err != nil {
 		return fail(CodeBootFailed, fmt.Errorf("start QEMU: %w", err))
 	}
 	rec.QEMU, rec.LaunchedAt = &v.qemu.id, time.Now().UTC()
@@ -319,7 +317,7 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 	if err := ready.Wait(bootCtx); err != nil {
 		return fail(bootCode(ctx, exitedErr(err)), exitedErr(err))
 	}
-	ready.Close()
+	_ = ready.Close()
 	gid, err := socketIdentity(gs)
 	if err != nil {
 		return fail(CodeBootFailed, err)
@@ -348,11 +346,11 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 			err = fmt.Errorf("mkdir exited %d: %s", res.ExitCode, sanitize(append(res.Stdout, res.Stderr...), 256))
 		}
 		if err != nil {
-			c.Close()
+			_ = c.Close()
 			return fail(CodeBootFailed, fmt.Errorf("create the roots in the guest: %w", err))
 		}
 	}
-	c.Close()
+	_ = c.Close()
 	rec.State, rec.ReadyAt = StateRunning, time.Now().UTC()
 	if err := writeRecord(dir, rec); err != nil {
 		return fail(CodeBootFailed, err)
@@ -368,33 +366,43 @@ func bootCode(parent context.Context, err error) string {
 	return CodeBootFailed
 }
 
-// startProc starts cmd, opens a pidfd for the child before anything can reap it (so the
-// pid is exact), records its identity, and reaps it in the background; done closes then.
-func startProc(cmd *exec.Cmd, g *cgroups.Group) (*procHandle, <-chan struct{}, error) {
+// startProc starts cmd through the VMM sandbox (vmmsandbox.go) as id, born in g when
+// set, opens a pidfd for the child before anything can reap it (so the pid is exact),
+// waits until the helper exec'd the program, records its identity, and reaps it in the
+// background; done closes then.
+func startProc(cmd *exec.Cmd, g *cgroups.Group, id vmmIdentity, ownPID bool) (*procHandle, <-chan struct{}, error) {
+	report, err := id.sandboxed(cmd, ownPID)
+	if err != nil {
+		return nil, nil, err
+	}
 	start := cmd.Start
 	if g != nil {
 		start = func() error { return g.StartCmd(cmd) }
 	}
-	if err := startNoNewPrivs(start); err != nil {
+	if err := start(); err != nil {
+		_ = report.Close()
+		_ = cmd.ExtraFiles[len(cmd.ExtraFiles)-1].Close()
 		return nil, nil, err
 	}
+	execErr := awaitExec(cmd, report)
+	// Nothing reaps the child before the goroutine below, so the pid stays exact.
 	pid := cmd.Process.Pid
 	fd, ferr := unix.PidfdOpen(pid, 0)
-	id, ierr := identify(pid)
+	pid0, ierr := identify(pid)
 	done := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
 		close(done)
 	}()
-	if err := errors.Join(ferr, ierr); err != nil {
+	if err := errors.Join(execErr, ferr, ierr); err != nil {
 		_ = cmd.Process.Kill()
 		<-done
 		if ferr == nil {
-			unix.Close(fd)
+			_ = unix.Close(fd)
 		}
 		return nil, nil, err
 	}
-	return &procHandle{fd: fd, id: id}, done, nil
+	return &procHandle{fd: fd, id: pid0}, done, nil
 }
 
 // killAll ends every process of a VM directory: the VM's own handles, the record's exact
@@ -469,7 +477,7 @@ func clearDir(dir string, keepRecord bool) ([]string, error) {
 		return nil, err
 	}
 	names, err := f.Readdirnames(maxDirEntries + 1)
-	f.Close()
+	_ = f.Close()
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("list %s: %w", dir, err)
 	}
@@ -501,9 +509,9 @@ func clearDir(dir string, keepRecord bool) ([]string, error) {
 // stopVM ends a VM this process runs and leaves a stopped tombstone (the generation is
 // kept, so the next boot advances it).
 func (b *Backend) stopVM(v *vm, reason string) {
-	b.killAll(v.dir, v.rec, v)
-	clearDir(v.dir, true)
-	v.rec.State, v.rec.Reason = StateStopped, protocol.Truncate(reason)
+	procs, perr := b.killAll(v.dir, v.rec, v)
+	files, ferr := clearDir(v.dir, true)
+	v.rec.State, v.rec.Reason = StateStopped, protocol.Truncate(reason+teardownNote(procs, perr, files, ferr))
 	_ = writeRecord(v.dir, v.rec)
 	b.mu.Lock()
 	if b.vms[v.rec.ID] == v {
@@ -515,10 +523,26 @@ func (b *Backend) stopVM(v *vm, reason string) {
 // stopRecord is stopVM for a VM known only from its record.
 func (b *Backend) stopRecord(rec *Record, reason string) {
 	dir := b.dir(rec.ID)
-	b.killAll(dir, rec, nil)
-	clearDir(dir, true)
-	rec.State, rec.Reason = StateStopped, protocol.Truncate(reason)
+	procs, perr := b.killAll(dir, rec, nil)
+	files, ferr := clearDir(dir, true)
+	rec.State, rec.Reason = StateStopped, protocol.Truncate(reason+teardownNote(procs, perr, files, ferr))
 	_ = writeRecord(dir, rec)
+}
+
+// teardownNote is what a stop's killAll and clearDir left behind (surviving processes,
+// unremoved files, errors), for the tombstone's reason, so a leak stays visible in the
+// record instead of being dropped; "" when nothing was left.
+func teardownNote(procs []string, perr error, files []string, ferr error) string {
+	left := append(append([]string(nil), procs...), files...)
+	for _, err := range []error{perr, ferr} {
+		if err != nil {
+			left = append(left, err.Error())
+		}
+	}
+	if len(left) == 0 {
+		return ""
+	}
+	return "; teardown left: " + strings.Join(left, ", ")
 }
 
 // destroyVM tears a VM down: a guest poweroff (bounded) when graceful, then killAll, then
@@ -528,7 +552,7 @@ func (b *Backend) destroyVM(ctx context.Context, v *vm, graceful bool) ([]string
 		sctx, cancel := context.WithTimeout(ctx, b.cfg.ShutdownTimeout)
 		if c, err := guestclient.Connect(sctx, v.endpoint(), v.rec.Binding); err == nil {
 			_ = c.Shutdown(sctx, "") // a lost answer is expected: the guest powers off
-			c.Close()
+			_ = c.Close()
 			v.qemu.waitExit(time.Until(deadlineOf(sctx)))
 		}
 		cancel()
@@ -627,7 +651,7 @@ func (b *Backend) adopt(ctx context.Context, rec *Record) (*vm, error) {
 		release()
 		return nil, fmt.Errorf("handshake with the recorded binding: %w", err)
 	}
-	c.Close()
+	_ = c.Close()
 	b.mu.Lock()
 	b.vms[rec.ID] = v
 	b.mu.Unlock()
@@ -686,4 +710,4 @@ func (w *dirWatch) waitFor(ctx context.Context, path string, exited <-chan struc
 	}
 }
 
-func (w *dirWatch) close() { w.f.Close() }
+func (w *dirWatch) close() { _ = w.f.Close() }

@@ -471,7 +471,7 @@ func (b *Backend) Inspect(ctx context.Context, spec backends.Spec) (backends.Sta
 	if err != nil {
 		return backends.Status{Phase: backends.PhaseFailed, Generation: gen, Message: "guest unreachable: " + err.Error()}, nil
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	info, err := c.Inspect(ictx, "")
 	if err != nil {
 		return backends.Status{Phase: backends.PhaseFailed, Generation: gen, Message: "guest inspect: " + err.Error()}, nil
@@ -517,7 +517,7 @@ func (b *Backend) Drain(ctx context.Context, spec backends.Spec) (backends.Statu
 		return backends.Status{Phase: backends.PhaseDraining, Generation: v.rec.Generation, Message: "recorded as draining; guest unreachable: " + err.Error()},
 			fmt.Errorf("drain %s: %w", spec.Ref, err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	if _, err := c.Quiesce(qctx, ""); err != nil {
 		return backends.Status{Phase: backends.PhaseDraining, Generation: v.rec.Generation, Message: "recorded as draining; guest quiesce: " + err.Error()},
 			fmt.Errorf("drain %s: quiesce: %w", spec.Ref, err)

@@ -94,7 +94,7 @@ func vmEnv(t testing.TB) (imageDir string, img *backends.BootImage) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fs := strings.Fields(sc.Text())
@@ -282,7 +282,7 @@ func TestBootHandshakeTeardown(t *testing.T) {
 			t.Fatalf("unexpected virtio device %s in the guest (no NIC, no block, no 9p)", id)
 		}
 	}
-	c.Close()
+	_ = c.Close()
 
 	if w, _ := b.Info(spec.ID); w.SerialBytes == 0 || w.SerialBytes > DefaultSerialMaxBytes {
 		t.Fatalf("serial capture of %d bytes (want 1..%d)", w.SerialBytes, DefaultSerialMaxBytes)
@@ -363,7 +363,7 @@ func TestCrashRecovery(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		defer cmd.Wait()
+		defer func() { _ = cmd.Wait() }()
 		dir := filepath.Join(cfg.StateDir, "vms", spec.ID)
 		deadline := time.Now().Add(90 * time.Second)
 		for {
@@ -371,7 +371,7 @@ func TestCrashRecovery(t *testing.T) {
 				break
 			}
 			if time.Now().After(deadline) {
-				cmd.Process.Kill()
+				_ = cmd.Process.Kill()
 				t.Fatal("the helper never reached the crash point")
 			}
 			time.Sleep(2 * time.Millisecond) // test-only polling of the record file
@@ -379,7 +379,7 @@ func TestCrashRecovery(t *testing.T) {
 		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		cmd.Wait()
+		_ = cmd.Wait()
 		rec, err := readRecord(dir)
 		if err != nil {
 			t.Fatal(err)
@@ -595,7 +595,7 @@ func procRSS(pid int) (int64, error) {
 func connectWith(ctx context.Context, v *vm, b protocol.Binding) (*guestclient.Client, error) {
 	c, err := guestclient.Connect(ctx, v.endpoint(), b)
 	if err == nil {
-		c.Close()
+		_ = c.Close()
 	}
 	return c, err
 }
@@ -615,7 +615,7 @@ func TestSerialCapped(t *testing.T) {
 	if _, err := c.Write(bytes.Repeat([]byte("x"), 5000)); err != nil {
 		t.Fatal(err)
 	}
-	c.Close()
+	_ = c.Close()
 	<-s.done
 	w, d := s.stats()
 	fi, err := os.Stat(filepath.Join(dir, serialLog))

@@ -122,8 +122,8 @@ func writeFileAtomic(dir, name string, data []byte, mode os.FileMode) error {
 	ok := false
 	defer func() {
 		if !ok {
-			f.Close()
-			os.Remove(tmp)
+			_ = f.Close()
+			_ = os.Remove(tmp) // the write already failed; a leftover is a tmpPrefix working file (clearDir)
 		}
 	}()
 	if _, err := f.Write(data); err != nil {
@@ -150,7 +150,7 @@ func syncDir(dir string) error {
 	if err != nil {
 		return fmt.Errorf("sync %s: %w", dir, err)
 	}
-	defer d.Close()
+	defer func() { _ = d.Close() }()
 	if err := d.Sync(); err != nil {
 		return fmt.Errorf("sync %s: %w", dir, err)
 	}
@@ -170,7 +170,7 @@ func readRecord(dir string) (*Record, error) {
 		}
 		return nil, fmt.Errorf("read record: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	data, err := io.ReadAll(io.LimitReader(f, recordLimit+1))
 	if err != nil {
 		return nil, fmt.Errorf("read record: %w", err)

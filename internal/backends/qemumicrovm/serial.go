@@ -42,9 +42,9 @@ func listenSerial(sockPath, logPath string, max int64) (*serialSink, error) {
 // serve accepts QEMU's one connection (until deadline), removes the listener, and copies.
 func (s *serialSink) serve(deadline time.Time) {
 	defer close(s.done)
-	s.ln.SetDeadline(deadline)
+	_ = s.ln.SetDeadline(deadline)
 	c, err := s.ln.Accept()
-	s.ln.Close() // unlinks the socket: exactly one peer, ever
+	_ = s.ln.Close() // unlinks the socket: exactly one peer, ever
 	if err != nil {
 		return
 	}
@@ -75,9 +75,9 @@ func (s *serialSink) serve(deadline time.Time) {
 			break
 		}
 	}
-	c.Close()
+	_ = c.Close()
 	if f != nil {
-		f.Close()
+		_ = f.Close()
 	}
 }
 
@@ -86,10 +86,10 @@ func (s *serialSink) close() {
 	if s == nil {
 		return
 	}
-	s.ln.Close()
+	_ = s.ln.Close()
 	s.mu.Lock()
 	if s.conn != nil {
-		s.conn.Close()
+		_ = s.conn.Close()
 	}
 	s.mu.Unlock()
 	select {

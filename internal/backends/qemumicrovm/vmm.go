@@ -4,30 +4,29 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
 // The confinement profile of QEMU and vhost-device-vsock (the VMM processes):
 //
-//   - an unprivileged uid/gid (Config.VMMUID, default DefaultVMMUID, owned by no account)
-//     with no supplementary group but /dev/kvm's when it grants the group read-write (so
-//     no capability at all: the switch away from uid 0 clears them);
-//   - no_new_privs, set on the thread that forks them;
+//   - started through the VMM sandbox helper (vmmsandbox.go): a private mount namespace
+//     whose root holds only the read-only system set, the program's binary and the device
+//     files the VMM needs; no capability (bounding set dropped), an unprivileged uid/gid
+//     (Config.VMMUID, default DefaultVMMUID, owned by no account) with no supplementary
+//     group but /dev/kvm's when it grants the group read-write, and no_new_privs on every
+//     cgroup version;
 //   - their own IPC and UTS namespaces, and QEMU its own PID namespace (it forks nothing
 //     with spawn=deny; vhost-device-vsock stays in the host's, as PID 1 would drop the
-//     agent's SIGTERM);
+//     agent's SIGTERM; its /proc hides other users' processes);
 //   - QEMU's own seccomp sandbox: -sandbox on,obsolete=deny,elevateprivileges=deny,
 //     spawn=deny,resourcecontrol=deny (qemuArgs);
 //   - file access through descriptors: the kernel and initrd (fds 3, 4), the VM directory
-//     (a descriptor; /proc/self/fd/N/<name> paths), so nothing above it must be traversable;
+//     (a descriptor; /proc/self/fd/N/<name> paths), so nothing above it must be reachable;
 //     the directory is root:<vmm gid> 01770 (the VMM creates its sockets, cannot replace the
 //     agent's files), the binding and the agent's listeners are root:<vmm gid> 0440/0660.
-//     The guest memory is a memfd QEMU creates itself.
-//
-// A cgroup per VM is the cgroups work's (internal/platform/cgroups).
+//     The guest memory is a memfd QEMU creates itself;
+//   - a cgroup per VM (cgroup.go), which the helper is born in (cgroups.Group.StartCmd).
 
 // DefaultVMMUID is the host uid/gid of the VMM processes when Config.VMMUID is 0.
 const DefaultVMMUID = 2147000001
@@ -50,22 +49,6 @@ func (b *Backend) vmmIdentity() vmmIdentity {
 		id.groups = []uint32{st.Gid}
 	}
 	return id
-}
-
-func (id vmmIdentity) sysProcAttr(ownPID bool) *syscall.SysProcAttr {
-	flags := uintptr(syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS)
-	if ownPID {
-		flags |= syscall.CLONE_NEWPID
-	}
-	groups := id.groups
-	if groups == nil {
-		groups = []uint32{}
-	}
-	return &syscall.SysProcAttr{
-		Setpgid:    true,
-		Cloneflags: flags,
-		Credential: &syscall.Credential{Uid: id.uid, Gid: id.uid, Groups: groups},
-	}
 }
 
 // shareWithVMM gives the VMM's group access to dir (when not empty, with dirMode) and to
@@ -101,22 +84,4 @@ func shareWithVMM(dir string, id vmmIdentity, dirMode os.FileMode, names ...stri
 		}
 	}
 	return nil
-}
-
-// startNoNewPrivs runs start (a cmd.Start) on a locked OS thread that has no_new_privs
-// set, so a child forked from that thread inherits it; the thread is never reused (the
-// goroutine exits locked). With a cgroup v1 hierarchy, cgroups.Group.StartCmd forks from
-// a thread of its own: the VMM processes then rely on QEMU's sandbox setting it (libseccomp
-// does) and on their unprivileged uid.
-func startNoNewPrivs(start func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-			errc <- fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err)
-			return
-		}
-		errc <- start()
-	}()
-	return <-errc
 }

@@ -280,7 +280,7 @@ func (r *Run) executable() (string, []procexec.Mount, error) {
 	if err != nil {
 		return "", nil, refuse(actuation.CodeScriptExecutableMissing, "executable %s: %v", ex.Path, err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	fi, err := f.Stat()
 	if err != nil || !fi.Mode().IsRegular() {
 		return "", nil, refuse(actuation.CodeScriptNotExecutable, "executable %s: %v", ex.Path, errOrNotRegular(err))

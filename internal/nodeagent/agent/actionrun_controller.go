@@ -620,7 +620,7 @@ func resolveDir(roots []backends.MountedRoot, at actuation.CwdAddress) (string, 
 	if err != nil {
 		return "", actuation.CodeWorkingDirectoryForbidden, err.Error()
 	}
-	defer root.Close()
+	defer func() { _ = root.Close() }()
 	fi, err := root.NoSymlinks().Lstat(at.Path)
 	if err != nil {
 		return "", actuation.CodeWorkingDirectoryForbidden, fmt.Sprintf("%s/%s: %v", at.Root, at.Path, err)

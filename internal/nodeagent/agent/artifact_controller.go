@@ -203,7 +203,7 @@ func (a *Agent) exportArtifact(ctx context.Context, art *wbv1.Artifact) (string,
 			if err != nil {
 				return err
 			}
-			defer m.Close()
+			defer func() { _ = m.Close() }()
 			_, err = m.Export(ra.mr.Path, rel, w, lim)
 			return err
 		}

@@ -512,7 +512,7 @@ func (r *commandReconciler) claim(ctx context.Context, p *cmdPass, by string) (b
 	derivePhase(&next, &all, p.cmd.Generation) // the claim sets nodeName: the phase is this node's from here on
 	if _, err := statusapply.ApplyIfUnchanged(ctx, r.a.client, FieldManager+"command", p.cmd, cur, next); err != nil {
 		if apierrors.IsConflict(err) {
-			p.result.Requeue = true // the manager (or a deletion) moved it first: read again
+			p.result.Requeue = true //nolint:staticcheck // SA1019: a rate-limited requeue (RequeueAfter has none); the manager (or a deletion) moved it first: read again
 			return false, nil
 		}
 		return false, err

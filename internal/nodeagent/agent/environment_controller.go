@@ -171,6 +171,13 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			a.recordEvent(&env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
 			break
 		}
+		if env.Labels[wbv1.PoolClaimedByLabel] != "" {
+			result = ctrl.Result{} // a claimed pool member: its instance is its claimer's now (pool.go)
+			break
+		}
+		if err := a.adoptPoolMember(ctx, &env, b, &spec); err != nil {
+			return ctrl.Result{}, err
+		}
 		rec := store.Environment{UID: spec.ID, Namespace: env.Namespace, Name: env.Name, Backend: b.ID(), RootPaths: map[string]string{},
 			Phase: string(backends.PhaseAllocating), UpdatedAt: time.Now()}
 		if old, found, err := a.store.Environments().Get(spec.ID); err != nil {

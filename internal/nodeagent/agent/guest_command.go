@@ -128,10 +128,10 @@ func (a *Agent) awaitGuestCommand(ctx context.Context, cancel context.CancelFunc
 		// The spawn's opID names the process for a guest-side signal; a command UID is 36
 		// bytes of [0-9a-f-].
 		var res *guestclient.SpawnResult
-		stop := context.AfterFunc(ctx, func() { c.Close() }) // cancellation ends the wait
+		stop := context.AfterFunc(ctx, func() { _ = c.Close() }) // cancellation ends the wait
 		res, err = c.Spawn(ctx, "cmd-"+string(cmd.UID), args)
 		stop()
-		c.Close()
+		_ = c.Close()
 		if err == nil {
 			out = append(res.Stdout, res.Stderr...)
 			o.Truncated = res.Truncated

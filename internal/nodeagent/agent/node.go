@@ -63,7 +63,7 @@ func binaryDigest() string {
 	if err != nil {
 		return ""
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	h := sha256.New()
 	if _, err := io.Copy(h, io.LimitReader(f, 1<<30)); err != nil {
 		return ""

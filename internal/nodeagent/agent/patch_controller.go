@@ -322,7 +322,7 @@ func (a *Agent) artifactBytes(ctx context.Context, key types.NamespacedName, max
 	if err != nil {
 		return nil, err
 	}
-	defer blob.Close()
+	defer func() { _ = blob.Close() }()
 	raw, err := io.ReadAll(io.LimitReader(blob, maxBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("reading artifact %s: %w", key, err)

@@ -252,9 +252,13 @@ func (r *viewGrantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 			}
 		}
 	}
-	cur := wbv1.ViewGrantStatus{Active: g.Status.Active, Reason: g.Status.Reason, ObservedGeneration: g.Status.ObservedGeneration,
+	state := wbv1.ViewGrantActive
+	if reason != "" {
+		state = wbv1.ViewGrantInactive
+	}
+	cur := wbv1.ViewGrantStatus{State: g.Status.State, Reason: g.Status.Reason, ObservedGeneration: g.Status.ObservedGeneration,
 		Conditions: statusapply.Owned(g.Status.Conditions, ConditionActive)}
-	next := wbv1.ViewGrantStatus{Active: reason == "", Reason: string(reason), ObservedGeneration: g.Generation, Conditions: cur.Conditions}
+	next := wbv1.ViewGrantStatus{State: state, Reason: string(reason), ObservedGeneration: g.Generation, Conditions: cur.Conditions}
 	msg := "admits " + string(g.Spec.Subject.Kind) + " " + g.Spec.Subject.Name + " to view " + string(g.Spec.ViewRef)
 	condReason := "Active"
 	if reason != "" {

@@ -179,7 +179,7 @@ func (r *waitReconciler) step(ctx context.Context, p *waitPass) (ctrl.Result, er
 		p.finish(o)
 		return ctrl.Result{}, nil
 	case lw != nil:
-		if p.w.Spec.Cancel {
+		if p.w.Spec.DesiredState == wbv1.WaitDesiredCancelled {
 			lw.h.Cancel() // the outcome (Cancelled) arrives through awaitWait
 		}
 		p.pending(lw.started, deadline)
@@ -212,7 +212,7 @@ func (r *waitReconciler) step(ctx context.Context, p *waitPass) (ctrl.Result, er
 func (r *waitReconciler) register(ctx context.Context, p *waitPass, deadline time.Time) (ctrl.Result, error) {
 	a := r.a
 	w := p.w
-	if w.Spec.Cancel {
+	if w.Spec.DesiredState == wbv1.WaitDesiredCancelled {
 		p.finish(&waitOutcome{Status: wbv1.WaitCancelled, Message: "cancelled before it was registered"})
 		return ctrl.Result{}, nil
 	}

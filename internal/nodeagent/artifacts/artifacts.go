@@ -58,7 +58,7 @@ func Open(dir string) (*Store, error) {
 	}
 	for _, d := range []string{blobDir, tmpDir} {
 		if _, err := root.MkdirAll(d, 0o700); err != nil {
-			root.Close()
+			_ = root.Close()
 			return nil, fmt.Errorf("artifacts: create %q/%s: %w", dir, d, err)
 		}
 	}
@@ -101,7 +101,7 @@ func (s *Store) PutExpect(r io.Reader, maxBytes int64, wantDigest string, wantSi
 	committed := false
 	defer func() {
 		if !committed {
-			f.Close()
+			_ = f.Close()
 			_ = s.root.Remove(tmp)
 		}
 	}()
@@ -228,15 +228,15 @@ func (s *Store) Open(digest string) (*Blob, error) {
 	}
 	got, n, err := fsaccess.DigestReader(io.LimitReader(f, MaxBytesHard+1))
 	if err != nil {
-		f.Close()
+		_ = f.Close()
 		return nil, fmt.Errorf("artifacts: read %s: %w", digest, err)
 	}
 	if got != digest || n != e.Size {
-		f.Close()
+		_ = f.Close()
 		return nil, fsaccess.Errorf(CodeArtifactCorrupt, "artifact %s: stored bytes hash to %s (%d bytes)", digest, got, n)
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		f.Close()
+		_ = f.Close()
 		return nil, fmt.Errorf("artifacts: seek %s: %w", digest, err)
 	}
 	return &Blob{File: f, Digest: digest, Size: n}, nil

@@ -30,13 +30,13 @@ func store(t *testing.T) (*Store, string) {
 	dir := filepath.Join(t.TempDir(), "artifacts")
 	s, err := Open(dir)
 	must(t, err)
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { _ = s.Close() })
 	return s, dir
 }
 
 func count(t *testing.T, dir string) int {
 	n := 0
-	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			n++
 		}
@@ -65,7 +65,7 @@ func TestPutOpenDedup(t *testing.T) {
 	b, err := s.Open(d)
 	must(t, err)
 	got, _ := io.ReadAll(b)
-	b.Close()
+	_ = b.Close()
 	if !bytes.Equal(got, content) || b.Size != int64(len(content)) {
 		t.Fatalf("open: %q", got)
 	}

@@ -195,7 +195,7 @@ func (ts *testServer) request(ctx context.Context, method, path, token string, b
 	if err != nil {
 		return 0, nil, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	return resp.StatusCode, raw, err
 }

@@ -330,7 +330,7 @@ func TestRoutingWithoutAPIServer(t *testing.T) {
 		{"input ok", "POST", SessionPath("ns", "s", "input"), "op", InputRequest{Data: []byte("x")}, "", 202, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var body any = tc.body
+			body := any(tc.body)
 			if tc.raw != "" {
 				body = rawBody(tc.raw)
 			}

@@ -16,7 +16,7 @@ import (
 	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/httpstream/wsstream"
+	"k8s.io/streaming/pkg/httpstream/wsstream"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -347,7 +347,7 @@ func (s *Server) v2Attach(w http.ResponseWriter, r *http.Request, ref objRef) er
 	if err != nil {
 		return nil // the handshake failed and was answered by the WebSocket server
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	logger := ctrl.LoggerFrom(r.Context())
@@ -743,7 +743,7 @@ func (s *Server) v2Output(w http.ResponseWriter, r *http.Request, ref objRef) er
 	if err != nil {
 		return nil
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	go func() { // the resize channel ends with the connection
@@ -902,7 +902,7 @@ func (s *Server) v2Download(w http.ResponseWriter, r *http.Request, ref objRef) 
 	if err != nil {
 		return fmt.Errorf("opening artifact %s: %w", ref, err)
 	}
-	defer rc.Close()
+	defer func() { _ = rc.Close() }()
 	ctl := streamingResponse(w)
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")

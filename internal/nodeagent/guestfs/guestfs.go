@@ -106,14 +106,14 @@ func (k *channel) get(ctx context.Context) (*guestclient.Client, error) {
 		}
 		return nil, unavailable(err)
 	}
-	k.c, k.stop = c, context.AfterFunc(ctx, func() { c.Close() })
+	k.c, k.stop = c, context.AfterFunc(ctx, func() { _ = c.Close() })
 	return c, nil
 }
 
 func (k *channel) drop() {
 	if k.c != nil {
 		k.stop()
-		k.c.Close()
+		_ = k.c.Close()
 		k.c = nil
 	}
 }

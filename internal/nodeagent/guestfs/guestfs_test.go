@@ -59,7 +59,7 @@ func (c *lossyConn) Write(p []byte) (int, error) {
 
 func (c *lossyConn) Read(p []byte) (int, error) {
 	if c.deaf {
-		c.Conn.Close()
+		_ = c.Close()
 		return 0, errors.New("answer lost")
 	}
 	return c.Conn.Read(p)
@@ -83,8 +83,8 @@ func newWorld(t *testing.T) *world {
 	l, err := net.Listen("unix", sock)
 	must(t, err)
 	served := make(chan struct{})
-	go func() { defer close(served); ga.Serve(l) }()
-	t.Cleanup(func() { l.Close(); <-served; ga.Close() })
+	go func() { defer close(served); _ = ga.Serve(l) }() // ends when the cleanup closes l
+	t.Cleanup(func() { _ = l.Close(); <-served; _ = ga.Close() })
 	w.guest, err = New(func(ctx context.Context) (*guestclient.Client, error) {
 		w.dials++
 		if w.failDialsAfterLoss && w.lost {
@@ -96,14 +96,14 @@ func newWorld(t *testing.T) *world {
 		}
 		c, err := guestclient.Handshake(ctx, &lossyConn{Conn: conn, w: w}, b)
 		if err != nil {
-			conn.Close()
+			_ = conn.Close()
 		}
 		return c, err
 	}, "repo")
 	must(t, err)
 	w.host, err = fsaccess.OpenRoot(w.dir)
 	must(t, err)
-	t.Cleanup(func() { w.host.Close() })
+	t.Cleanup(func() { _ = w.host.Close() })
 	return w
 }
 
@@ -284,7 +284,7 @@ func TestApplyPatchMatchesHost(t *testing.T) {
 	}
 	host, err := fsaccess.OpenRoot(hostDir)
 	must(t, err)
-	defer host.Close()
+	defer func() { _ = host.Close() }()
 	for i, req := range reqs {
 		want, err := patch.Apply(host, req)
 		must(t, err)

@@ -222,11 +222,11 @@ func (r *Root) apply(ctx context.Context, changes []patch.Change, refs, origs []
 				beforeApply(ch.Path)
 			}
 			applied, cause := r.replace(ctx, k, ch.Path, refs[i], base, ch.NewDigest)
-			switch {
-			case applied == settledYes:
+			switch applied {
+			case settledYes:
 				done = append(done, i)
 				continue
-			case applied == settledUnknown:
+			case settledUnknown:
 				// The cause is kept as text: an unknown outcome carries no refusal code.
 				return fmt.Errorf("%w: applying %q (change %d/%d): %v", ErrOutcomeUnknown, ch.Path, n+1, len(order), cause)
 			}

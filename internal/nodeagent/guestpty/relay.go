@@ -81,7 +81,7 @@ func MaybeRun() {
 		fmt.Fprintln(os.Stderr, "guest pty relay:", err)
 		os.Exit(failureExit)
 	}
-	os.Unsetenv(EnvKey)
+	_ = os.Unsetenv(EnvKey) // fails only for an invalid key; EnvKey is a constant
 	os.Exit(run(cfg))
 }
 
@@ -117,14 +117,14 @@ func run(cfg Config) int {
 	if err != nil {
 		return fail("connect: %v", err)
 	}
-	defer ctl.Close()
+	defer func() { _ = ctl.Close() }()
 	ctx, cancel = opCtx()
 	rd, err := guestclient.Connect(ctx, cfg.Endpoint, cfg.Binding)
 	cancel()
 	if err != nil {
 		return fail("connect: %v", err)
 	}
-	defer rd.Close()
+	defer func() { _ = rd.Close() }()
 	ctx, cancel = opCtx()
 	_, err = ctl.PTYOpen(ctx, "", protocol.PTYOpenArgs{SessionID: cfg.SessionID, Argv: cfg.Argv, Env: cfg.Env, Cwd: cfg.Cwd, Rows: rows, Cols: cols})
 	cancel()

@@ -56,7 +56,7 @@ func TestHygieneVectorsThroughEngine(t *testing.T) {
 			}
 			r, err := fsaccess.OpenRoot(dir)
 			must(t, err)
-			defer r.Close()
+			defer func() { _ = r.Close() }()
 			pol := Policy{AllowCreate: true, AllowGitMetadata: in.AllowGitMetadata, AllowExecutable: in.AllowExecutable}
 			var rq Request
 			switch {
@@ -99,7 +99,7 @@ func TestPatchNeverFollowsSymlinks(t *testing.T) {
 	must(t, os.Symlink("a.txt", filepath.Join(dir, "src", "alias")))
 	r, err := fsaccess.OpenRoot(dir)
 	must(t, err)
-	defer r.Close()
+	defer func() { _ = r.Close() }()
 	pol := Policy{AllowCreate: true}
 	_, err = Apply(r, req(FormatStructured, structured(t, StructuredOp{Op: OpCreate, Path: "tools/pre-commit", Content: "#!/bin/sh\nid\n"}), pol))
 	wantCode(t, err, CodePatchOutsideRoot)
@@ -125,7 +125,7 @@ func TestPatchRaceDirSwappedForSymlink(t *testing.T) {
 	write(t, dir, "tools/x.txt", "x\n")
 	r, err := fsaccess.OpenRoot(dir)
 	must(t, err)
-	defer r.Close()
+	defer func() { _ = r.Close() }()
 	beforeWrite = func(i int, _ string) error {
 		if i == 0 {
 			must(t, os.Rename(filepath.Join(dir, "tools"), filepath.Join(dir, "tools.old")))

@@ -46,7 +46,7 @@ func workspace(t *testing.T) (*fsaccess.Root, string) {
 	must(t, os.Symlink(filepath.Join(base, "outside"), filepath.Join(dir, "outdir")))
 	r, err := fsaccess.OpenRoot(dir)
 	must(t, err)
-	t.Cleanup(func() { r.Close() })
+	t.Cleanup(func() { _ = r.Close() })
 	return r, dir
 }
 
@@ -75,7 +75,7 @@ func structured(t *testing.T, ops ...StructuredOp) string {
 // noLeftovers asserts no temp or backup files remain anywhere in dir.
 func noLeftovers(t *testing.T, dir string) {
 	t.Helper()
-	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 		if err == nil && (strings.HasPrefix(d.Name(), fsaccess.TempPrefix) || strings.HasPrefix(d.Name(), fsaccess.BackupPrefix)) {
 			t.Errorf("leftover %s", p)
 		}
@@ -252,7 +252,7 @@ func TestRequireCleanApplyChecksIndexWithRealGit(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(ws, "f.txt"), []byte(drifted), 0o644))
 	r, err := fsaccess.OpenRoot(ws)
 	must(t, err)
-	defer r.Close()
+	defer func() { _ = r.Close() }()
 	_, err = Apply(r, req(FormatUnified, diff, Policy{RequireCleanApply: true}))
 	wantCode(t, err, CodePatchDirty)
 	_, err = Apply(r, req(FormatUnified, diff, Policy{RequireCleanApply: false}))
@@ -382,7 +382,7 @@ func TestSizeCaps(t *testing.T) {
 // snapshotTree returns path -> content|mode for every entry in dir.
 func snapshotTree(t *testing.T, dir string) map[string]string {
 	out := map[string]string{}
-	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 		must(t, err)
 		rel, _ := filepath.Rel(dir, p)
 		info, _ := d.Info()
@@ -462,7 +462,7 @@ func setFlags(path string, flags int) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	_, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.FS_IOC_SETFLAGS, uintptr(unsafe.Pointer(&flags)))
 	if errno != 0 {
 		return errno
@@ -480,7 +480,11 @@ func TestRollbackOnImmutableDirectory(t *testing.T) {
 	if err := setFlags(locked, fsImmutableFL); err != nil {
 		t.Skipf("cannot set FS_IMMUTABLE_FL on %s (needs CAP_LINUX_IMMUTABLE and ext4/xfs/btrfs-like fs): %v", locked, err)
 	}
-	t.Cleanup(func() { setFlags(locked, 0) })
+	t.Cleanup(func() {
+		if err := setFlags(locked, 0); err != nil {
+			t.Errorf("clearing FS_IMMUTABLE_FL on %s: %v", locked, err)
+		}
+	})
 	_, err := Apply(r, rollbackPatch(t))
 	wantCode(t, err, CodePatchWriteFailed)
 	if !errors.Is(err, unix.EPERM) {

@@ -124,7 +124,7 @@ func TestEvictByCountWithGap(t *testing.T) {
 func TestReadBatchBounded(t *testing.T) {
 	r := mustNew(t, Config{})
 	for range 20 {
-		r.Append(KindOutput, []byte("a"))
+		mustAppend(t, r, KindOutput, []byte("a"))
 	}
 	evs, next, _ := r.Read(0, 7)
 	if len(evs) != 7 || next != 7 {
@@ -139,10 +139,10 @@ func TestReadBatchBounded(t *testing.T) {
 func TestEvictByAge(t *testing.T) {
 	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
 	r := mustNew(t, Config{MaxAge: time.Minute, Now: clk.Now})
-	r.Append(KindOutput, []byte("old1"))
-	r.Append(KindOutput, []byte("old2"))
+	mustAppend(t, r, KindOutput, []byte("old1"))
+	mustAppend(t, r, KindOutput, []byte("old2"))
 	clk.Advance(45 * time.Second)
-	r.Append(KindOutput, []byte("mid"))
+	mustAppend(t, r, KindOutput, []byte("mid"))
 	clk.Advance(30 * time.Second) // old1/old2 now 75s old, mid 30s
 	evs, next, gap := r.Read(0, 0)
 	if gap == nil || gap.FromSeq != 1 || gap.ToSeq != 2 {
@@ -163,9 +163,9 @@ func TestEvictByAge(t *testing.T) {
 
 func TestEvictByBytes(t *testing.T) {
 	r := mustNew(t, Config{MaxBytes: 10})
-	r.Append(KindOutput, []byte("aaaa")) // 1
-	r.Append(KindOutput, []byte("bbbb")) // 2
-	r.Append(KindOutput, []byte("cccc")) // 3 -> evicts 1 (12 > 10)
+	mustAppend(t, r, KindOutput, []byte("aaaa")) // 1
+	mustAppend(t, r, KindOutput, []byte("bbbb")) // 2
+	mustAppend(t, r, KindOutput, []byte("cccc")) // 3 -> evicts 1 (12 > 10)
 	st := r.Stats()
 	if st.Bytes != 8 || st.FirstSeq != 2 || st.Evicted != 1 {
 		t.Fatalf("stats after byte eviction: %+v", st)
@@ -180,7 +180,9 @@ func TestEvictByBytes(t *testing.T) {
 		t.Fatalf("byte cap violated: %+v", st)
 	}
 	// Metadata-only events cost no retained bytes.
-	r.AppendCount(KindInput, 1<<20)
+	if _, err := r.AppendCount(KindInput, 1<<20); err != nil {
+		t.Fatal(err)
+	}
 	if st2 := r.Stats(); st2.Bytes != st.Bytes {
 		t.Fatalf("metadata-only event retained bytes: %d -> %d", st.Bytes, st2.Bytes)
 	}
@@ -192,8 +194,8 @@ func TestOutputDigestCoversEvictedBytes(t *testing.T) {
 	for i := range 10 {
 		b := []byte(fmt.Sprintf("line %d\n", i))
 		h.Write(b)
-		r.Append(KindOutput, b)
-		r.Append(KindInput, []byte("not digested"))
+		mustAppend(t, r, KindOutput, b)
+		mustAppend(t, r, KindInput, []byte("not digested"))
 	}
 	d, n := r.OutputDigest()
 	if d != hex.EncodeToString(h.Sum(nil)) || n != 70 {
@@ -210,7 +212,7 @@ func TestWaitAndClose(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- r.Wait(context.Background(), 0) }()
-	r.Append(KindOutput, []byte("x"))
+	mustAppend(t, r, KindOutput, []byte("x"))
 	select {
 	case err := <-done:
 		if err != nil {
@@ -305,7 +307,9 @@ func BenchmarkAppendRead(b *testing.B) {
 	b.SetBytes(int64(len(data)))
 	var cursor uint64
 	for b.Loop() {
-		r.Append(KindOutput, data)
+		if _, err := r.Append(KindOutput, data); err != nil {
+			b.Fatal(err)
+		}
 		_, cursor, _ = r.Read(cursor, 1)
 	}
 }
@@ -360,5 +364,12 @@ func TestGrowOnDemandKeepsOrder(t *testing.T) {
 	}
 	if len(r.buf) != 100 || r.n != 100 {
 		t.Fatalf("ring holds %d of %d slots, want 100 of 100 (the MaxEvents cap)", r.n, len(r.buf))
+	}
+}
+
+func mustAppend(t *testing.T, r *Ring, kind Kind, data []byte) {
+	t.Helper()
+	if _, err := r.Append(kind, data); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -38,7 +38,7 @@ func BenchmarkEchoRoundTrip(b *testing.B) {
 	defer func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		f.Close()
+		_ = f.Close()
 	}()
 	m := NewManager(Caps{})
 	ctx := context.Background()
@@ -46,7 +46,7 @@ func BenchmarkEchoRoundTrip(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close(ctx)
+	defer func() { _ = s.Close(ctx) }()
 	cursor := s.Events().LastSeq()
 	buf := make([]byte, 256)
 	var floor, path samples.Durations
@@ -134,7 +134,7 @@ func BenchmarkThroughput(b *testing.B) {
 			}
 		}
 		_ = cmd.Wait()
-		f.Close()
+		_ = f.Close()
 		if total < size {
 			b.Fatalf("read %d of %d bytes", total, size)
 		}

@@ -24,6 +24,9 @@ import (
 // It is checked in init so it works whatever TestMain does.
 const cgroupModeEnv = "SESSION_CGROUP_TEST_MODE"
 
+// allocSink holds the "alloc" helper's chunks so none can be freed before the limit.
+var allocSink [][]byte
+
 func init() {
 	switch os.Getenv(cgroupModeEnv) {
 	case "":
@@ -51,13 +54,12 @@ func init() {
 		_, _ = os.Stdin.Read(b[:]) // stay until the session is closed
 		os.Exit(0)
 	case "alloc":
-		var keep [][]byte
 		for i := 0; i < 4096; i++ {
 			c := make([]byte, 16<<20)
 			for j := 0; j < len(c); j += 4096 {
 				c[j] = 1
 			}
-			keep = append(keep, c)
+			allocSink = append(allocSink, c) // kept reachable: the memory limit must be hit
 		}
 		os.Exit(0)
 	}

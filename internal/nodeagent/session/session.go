@@ -177,20 +177,20 @@ func (s *Session) start() error {
 	if err != nil {
 		return fmt.Errorf("allocate pty: %w", err)
 	}
-	defer tty.Close()
+	defer func() { _ = tty.Close() }()
 	if master, err = pollableMaster(master); err != nil {
 		return err
 	}
 	// Size through the tty side: pty.Setsize calls Fd(), which would put the
 	// master back into blocking mode.
 	if err := pty.Setsize(tty, &pty.Winsize{Rows: s.spec.Rows, Cols: s.spec.Cols}); err != nil {
-		master.Close()
+		_ = master.Close()
 		return fmt.Errorf("size pty: %w", err)
 	}
 	if s.m.cgroups != nil {
 		g, err := procexec.CreateCgroup(s.m.cgroups, cgroups.KindSession, procexec.CgroupID(s.spec.ID), s.spec.Resources)
 		if err != nil {
-			master.Close()
+			_ = master.Close()
 			return err
 		}
 		s.cg, s.spec.Resources = g, procexec.ResolveLimits(s.spec.Resources)
@@ -212,14 +212,14 @@ func (s *Session) start() error {
 			start = func() error { return s.cg.StartCmd(cmd) } // born inside its cgroup
 		}
 		if err := start(); err != nil {
-			master.Close()
+			_ = master.Close()
 			s.dropCgroup()
 			return fmt.Errorf("start %s: %w", s.spec.Argv[0], err)
 		}
 	} else {
 		tmp, err := os.MkdirTemp(s.m.sandbox.TempBase, "session-")
 		if err != nil {
-			master.Close()
+			_ = master.Close()
 			s.dropCgroup()
 			return fmt.Errorf("create the session's private temp dir: %w", err)
 		}
@@ -251,7 +251,7 @@ func (s *Session) start() error {
 		})
 		if err != nil {
 			_ = os.RemoveAll(tmp)
-			master.Close()
+			_ = master.Close()
 			s.dropCgroup()
 			if refusal.CodeOf(err) != "" {
 				return err
@@ -297,7 +297,7 @@ func (s *Session) start() error {
 // which switches it to blocking mode; a blocking master would let a reader or
 // a writer stuck on a full terminal buffer ignore deadlines and Close.
 func pollableMaster(f *os.File) (*os.File, error) {
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("dup pty master: %w", err)

@@ -155,7 +155,9 @@ func TestEchoRoundTripAndLifecycle(t *testing.T) {
 	}
 	rc, _ := s.master.SyscallConn()
 	var flags int
-	rc.Control(func(fd uintptr) { flags, _ = unix.FcntlInt(fd, unix.F_GETFL, 0) })
+	if err := rc.Control(func(fd uintptr) { flags, _ = unix.FcntlInt(fd, unix.F_GETFL, 0) }); err != nil {
+		t.Fatal(err)
+	}
 	if flags&unix.O_NONBLOCK == 0 {
 		t.Fatal("pty master is in blocking mode: deadlines and Close cannot unblock its pumps")
 	}

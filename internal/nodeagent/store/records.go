@@ -267,7 +267,7 @@ func ReadProcStartTime(pid int) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("store: %s: %w", p, err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	buf := make([]byte, maxProcStat)
 	n, err := f.Read(buf)
 	if err != nil {

@@ -93,7 +93,7 @@ func Open(stateDir string) (*DB, error) {
 	}
 	db := &DB{bolt: bdb, path: path}
 	if err := bdb.Update(db.migrate); err != nil {
-		bdb.Close()
+		_ = bdb.Close()
 		return nil, err
 	}
 	return db, nil

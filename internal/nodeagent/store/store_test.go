@@ -45,7 +45,7 @@ func TestFreshSchemaAndTables(t *testing.T) {
 	}
 	dir := filepath.Join(t.TempDir(), "state")
 	db := open(t, dir)
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	v, err := db.Version()
 	must(t, err)
 	if v != SchemaVersion {
@@ -91,7 +91,7 @@ func TestFreshSchemaAndTables(t *testing.T) {
 
 func TestMetadataOnlyCaps(t *testing.T) {
 	db := open(t, t.TempDir())
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	err := db.Environments().Put(Environment{UID: "e", RootPaths: map[string]string{"x": strings.Repeat("y", MaxRecordBytes)}})
 	wantCode(t, err, CodeRecordTooLarge)
 	wantCode(t, db.Sessions().Put(Session{}), CodeKeyInvalid)
@@ -100,7 +100,7 @@ func TestMetadataOnlyCaps(t *testing.T) {
 
 func TestRecordCommandStartIsIdempotent(t *testing.T) {
 	db := open(t, t.TempDir())
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	first, created, err := db.RecordCommandStart(Command{UID: "c1", Namespace: "ns", Name: "build", IdempotencyKey: "k1", ArgvDigest: "sha256:aa"})
 	must(t, err)
 	if !created || first.Phase != PhaseStarting || first.CreatedAt.IsZero() {
@@ -126,6 +126,9 @@ func TestRecordCommandStartIsIdempotent(t *testing.T) {
 	}
 	_, created, err = db.RecordCommandStart(Command{UID: "c6", Namespace: "ns", IdempotencyKey: "k1", ArgvDigest: "sha256:aa", SessionUID: "other-session"})
 	wantCode(t, err, CodeIdempotencyConflict)
+	if created {
+		t.Fatal("a key replayed from another session created a record")
+	}
 	// Same key in another namespace is a different command.
 	_, created, err = db.RecordCommandStart(Command{UID: "c3", Namespace: "other", IdempotencyKey: "k1"})
 	must(t, err)
@@ -151,7 +154,7 @@ func TestRecordCommandStartIsIdempotent(t *testing.T) {
 
 func TestMarkInterrupted(t *testing.T) {
 	db := open(t, t.TempDir())
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	must(t, db.Sessions().Put(Session{UID: "s-run", Namespace: "ns", Name: "a", Phase: "Running"}))
 	must(t, db.Sessions().Put(Session{UID: "s-closed", Phase: "Closed"}))
 	must(t, db.Commands().Put(Command{UID: "c-run", Phase: "Running", PID: 5}))
@@ -195,7 +198,7 @@ func TestRecoveryRetentionIsBounded(t *testing.T) {
 	maxRecovery = 5
 	defer func() { maxRecovery = saved }()
 	db := open(t, t.TempDir())
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	for i := 0; i < 12; i++ {
 		_, err := db.AppendRecovery(Recovery{Resource: fmt.Sprintf("r%d", i), Action: "kill", Outcome: OutcomeTerminated})
 		must(t, err)
@@ -263,7 +266,7 @@ func TestMigrationTableUpgrades(t *testing.T) {
 	})
 	defer func() { migrations = saved }()
 	db = open(t, dir)
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	v, _ := db.Version()
 	if v != 2 {
 		t.Fatalf("version %d after upgrade", v)
@@ -313,8 +316,10 @@ func TestCrashChild(t *testing.T) {
 	if err != nil {
 		os.Exit(3)
 	}
-	tx.Bucket(bucketCommands).Put([]byte("uncommitted"), []byte(`{"uid":"uncommitted"}`))
-	unix.Kill(os.Getpid(), unix.SIGKILL)
+	if err := tx.Bucket(bucketCommands).Put([]byte("uncommitted"), []byte(`{"uid":"uncommitted"}`)); err != nil {
+		os.Exit(3)
+	}
+	_ = unix.Kill(os.Getpid(), unix.SIGKILL) // does not return
 	select {}
 }
 
@@ -331,7 +336,7 @@ func TestCrashSafetyKill(t *testing.T) {
 		t.Fatalf("child did not die by SIGKILL: %v\n%s", err, out)
 	}
 	db := open(t, dir)
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	checkIntegrity(t, db)
 	cmds, err := db.Commands().List(0)
 	must(t, err)
@@ -357,7 +362,7 @@ func TestCrashSafetyKill(t *testing.T) {
 func TestCrashSafetyCopyWhileOpen(t *testing.T) {
 	dir := t.TempDir()
 	db := open(t, dir)
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	for i := 0; i < 20; i++ {
 		must(t, db.Sessions().Put(Session{UID: fmt.Sprintf("s%02d", i), Phase: "Running", LastSeq: uint64(i)}))
 	}
@@ -369,12 +374,12 @@ func TestCrashSafetyCopyWhileOpen(t *testing.T) {
 	must(t, err)
 	_, err = io.Copy(out, src)
 	must(t, err)
-	src.Close()
+	_ = src.Close()
 	must(t, out.Close())
 	must(t, db.Sessions().Put(Session{UID: "after-copy", Phase: "Running"}))
 
 	cp := open(t, dst)
-	defer cp.Close()
+	defer func() { _ = cp.Close() }()
 	checkIntegrity(t, cp)
 	ss, err := cp.Sessions().List(0)
 	must(t, err)

@@ -158,7 +158,7 @@ func (a *Area) Collect() (Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("artifactout: open %s: %w", a.area.Dir(), err)
 	}
-	defer root.Close()
+	defer func() { _ = root.Close() }()
 	for _, f := range wr.Files {
 		m, err := sniff(root, f.Path)
 		if err != nil {
@@ -179,7 +179,7 @@ func sniff(root *fsaccess.Root, rel string) (*mimetype.MIME, error) {
 	if err != nil {
 		return nil, fmt.Errorf("artifactout: open %s: %w", rel, err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	m, err := mimetype.DetectReader(io.LimitReader(f, sniffBytes))
 	if err != nil {
 		return nil, fmt.Errorf("artifactout: sniff %s: %w", rel, err)
@@ -203,14 +203,14 @@ func (a *Area) Promote(res Result, store Store) error {
 	if err != nil {
 		return fmt.Errorf("artifactout: open %s: %w", a.area.Dir(), err)
 	}
-	defer root.Close()
+	defer func() { _ = root.Close() }()
 	for _, art := range res.Artifacts {
 		f, _, err := root.OpenRead(art.Path)
 		if err != nil {
 			return fmt.Errorf("artifactout: open %s: %w", art.Path, err)
 		}
 		_, _, err = store.PutExpect(f, a.policy.MaxBytesPer, art.SHA256, art.Size)
-		f.Close()
+		_ = f.Close()
 		if err != nil {
 			return fmt.Errorf("artifactout: promote %s: %w", art.Path, err)
 		}

@@ -73,7 +73,7 @@ func TestDeclaredTypesPromoted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
+	defer func() { _ = store.Close() }()
 	if err := a.Promote(res, store); err != nil {
 		t.Fatalf("Promote: %v", err)
 	}
@@ -95,7 +95,7 @@ func TestUndeclaredTypeRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
+	defer func() { _ = store.Close() }()
 	if err := a.Promote(res, store); refusal.CodeOf(err) != CodeMediaTypeForbidden {
 		t.Errorf("Promote: %v", err)
 	}

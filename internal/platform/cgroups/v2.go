@@ -141,7 +141,7 @@ func waitUnpopulated(file string, deadline time.Time) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	buf := make([]byte, 256)
 	for {
 		n, err := f.ReadAt(buf, 0)

@@ -331,13 +331,13 @@ func (px *Proxy) Attach(pid int) error {
 	})
 	closeAll := func() {
 		if proxyL != nil {
-			proxyL.Close()
+			_ = proxyL.Close()
 		}
 		if dnsC != nil {
-			dnsC.Close()
+			_ = dnsC.Close()
 		}
 		for l := range fwdL {
-			l.Close()
+			_ = l.Close()
 		}
 	}
 	if err != nil {
@@ -372,10 +372,10 @@ func (px *Proxy) Close() Transcript {
 		px.closed = true
 		px.cancel()
 		for _, l := range px.listeners {
-			l.Close()
+			_ = l.Close()
 		}
 		for c := range px.conns {
-			c.Close()
+			_ = c.Close()
 		}
 	}
 	px.mu.Unlock()
@@ -446,12 +446,12 @@ func (px *Proxy) acceptLoop(l net.Listener, serve func(net.Conn)) {
 		px.mu.Lock()
 		if px.closed {
 			px.mu.Unlock()
-			c.Close()
+			_ = c.Close()
 			return
 		}
 		if px.active >= MaxConnections {
 			px.mu.Unlock()
-			c.Close()
+			_ = c.Close()
 			px.record(Connection{Via: "accept", Outcome: OutcomeRefused, Code: CodeConnectionCap})
 			continue
 		}
@@ -466,11 +466,11 @@ func (px *Proxy) acceptLoop(l net.Listener, serve func(net.Conn)) {
 				px.wg.Done()
 			}()
 			if !px.track(c) {
-				c.Close()
+				_ = c.Close()
 				return
 			}
 			defer px.untrack(c)
-			defer c.Close()
+			defer func() { _ = c.Close() }()
 			serve(c)
 		}()
 	}
@@ -547,7 +547,7 @@ func (px *Proxy) serveProxy(c net.Conn) {
 			return
 		}
 		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
-			up.Close()
+			_ = up.Close()
 			rec.Outcome, rec.Duration = OutcomeFailed, time.Since(start)
 			px.record(rec)
 			return
@@ -555,7 +555,7 @@ func (px *Proxy) serveProxy(c net.Conn) {
 		// The tunnel's bytes start after the request; the request header
 		// itself is not counted. Bytes already buffered stay in br.
 		if code := checkProtocol(c, br, e.Protocol); code != "" {
-			up.Close()
+			_ = up.Close()
 			rec.Outcome, rec.Code, rec.Duration = OutcomeRefused, code, time.Since(start)
 			px.record(rec)
 			return
@@ -599,7 +599,7 @@ func (px *Proxy) serveProxy(c net.Conn) {
 	req.Header.Del("Proxy-Authorization")
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(req.Write(pw)) }()
-	defer pr.Close()
+	defer func() { _ = pr.Close() }()
 	px.relay(&rec, start, c, pr, up)
 }
 
@@ -645,7 +645,7 @@ func checkProtocol(c net.Conn, br *bufio.Reader, p Protocol) string {
 		return ""
 	}
 	_ = c.SetReadDeadline(time.Now().Add(peekTimeout))
-	defer c.SetReadDeadline(time.Time{})
+	defer func() { _ = c.SetReadDeadline(time.Time{}) }()
 	switch p {
 	case ProtocolHTTPS:
 		b, err := br.Peek(3)
@@ -679,7 +679,7 @@ func (px *Proxy) dial(e Endpoint) (net.Conn, error) {
 		return nil, fmt.Errorf("egress: dial %s: %w", e, err)
 	}
 	if !px.track(up) {
-		up.Close()
+		_ = up.Close()
 		return nil, errors.New("egress: proxy closed")
 	}
 	return up, nil
@@ -688,7 +688,7 @@ func (px *Proxy) dial(e Endpoint) (net.Conn, error) {
 // relay copies both ways under the caps and records the connection.
 func (px *Proxy) relay(rec *Connection, start time.Time, c net.Conn, fromClient io.Reader, up net.Conn) {
 	defer px.untrack(up)
-	defer up.Close()
+	defer func() { _ = up.Close() }()
 	var (
 		budgetMu sync.Mutex
 		connLeft = px.policy.MaxBytesPerConnection
@@ -698,8 +698,8 @@ func (px *Proxy) relay(rec *Connection, start time.Time, c net.Conn, fromClient 
 	cut := func(code string) {
 		cutOnce.Do(func() {
 			cutCode = code
-			c.Close()
-			up.Close()
+			_ = c.Close()
+			_ = up.Close()
 		})
 	}
 	// reserve takes up to n bytes from the connection's and the proxy's
@@ -759,7 +759,7 @@ func (px *Proxy) relay(rec *Connection, start time.Time, c net.Conn, fromClient 
 				if cw, ok := dst.(interface{ CloseWrite() error }); ok {
 					_ = cw.CloseWrite()
 				} else {
-					dst.Close()
+					_ = dst.Close()
 				}
 				return
 			}

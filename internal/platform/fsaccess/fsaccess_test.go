@@ -33,7 +33,7 @@ func tree(t *testing.T) (root *Root, dir, outside string) {
 	must(t, os.Symlink(filepath.Join(dir, "a.txt"), filepath.Join(dir, "abs-in")))
 	r, err := OpenRoot(dir)
 	must(t, err)
-	t.Cleanup(func() { r.Close() })
+	t.Cleanup(func() { _ = r.Close() })
 	return r, dir, outside
 }
 
@@ -222,7 +222,7 @@ func TestSnapshotCaps(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(base, "huge"), make([]byte, 4096), 0o644))
 	r, err := OpenRoot(base)
 	must(t, err)
-	defer r.Close()
+	defer func() { _ = r.Close() }()
 
 	snap, err := r.Snapshot("", SnapshotLimits{MaxEntries: 5})
 	must(t, err)
@@ -369,7 +369,7 @@ func BenchmarkSnapshot(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer r.Close()
+	defer func() { _ = r.Close() }()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		if _, err := r.Snapshot("", SnapshotLimits{}); err != nil {
@@ -394,7 +394,7 @@ func BenchmarkReadBeneath(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer r.Close()
+	defer func() { _ = r.Close() }()
 	b.SetBytes(benchFileBytes)
 	for i := 0; i < b.N; i++ {
 		if _, err := r.Read("f", 0, 0); err != nil {
@@ -409,7 +409,7 @@ func BenchmarkReadFileBeneath(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer r.Close()
+	defer func() { _ = r.Close() }()
 	b.SetBytes(benchFileBytes)
 	for i := 0; i < b.N; i++ {
 		if _, _, err := r.ReadFile("f", 1<<20); err != nil {
@@ -435,7 +435,7 @@ func BenchmarkOpenBeneath(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer r.Close()
+	defer func() { _ = r.Close() }()
 	for i := 0; i < b.N; i++ {
 		fd, err := r.open("f", unix.O_RDONLY, 0)
 		if err != nil {
@@ -453,6 +453,6 @@ func BenchmarkOsOpen(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		f.Close()
+		_ = f.Close()
 	}
 }

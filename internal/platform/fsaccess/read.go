@@ -54,7 +54,7 @@ func (r *Root) Read(rel string, offset int64, maxBytes int) (*ReadResult, error)
 		return nil, err
 	}
 	f := r.fileFromFd(fd, rel)
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, fmt.Errorf("fsaccess: fstat %s: %w", r.display(rel), err)
@@ -106,7 +106,7 @@ func (r *Root) ReadFile(rel string, maxBytes int64) ([]byte, Entry, error) {
 		return nil, Entry{}, err
 	}
 	f := r.fileFromFd(fd, rel)
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, Entry{}, fmt.Errorf("fsaccess: fstat %s: %w", r.display(rel), err)

@@ -66,7 +66,7 @@ func hashEntry(w *WalkEntry, max int64) (digest, omitted string) {
 	if err != nil {
 		return "", "unreadable"
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	d := NewDigester()
 	n, err := io.Copy(d, io.LimitReader(f, max+1))
 	if err != nil {

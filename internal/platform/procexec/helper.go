@@ -59,8 +59,6 @@ const (
 	maxHelperConfig = 1 << 20
 	// maxHelperFDs bounds the mount descriptors passed with it.
 	maxHelperFDs = 2*MaxRoots + 8
-	// maxHelperStatus bounds the status read back by the parent.
-	maxHelperStatus = 64 << 10
 
 	// MinLandlockABI is the lowest Landlock ABI accepted: v3 is the first
 	// that also confines truncate(2), so writes outside the roots are fully
@@ -227,7 +225,7 @@ func readHelperConfig() (*helperConfig, []int, *helperFailure) {
 	// reachable would let its finalizer close "fd 3" later — by then another descriptor
 	// (e.g. the exec error pipe of startProgram's ForkExec, which then fails with EBADF).
 	cf := os.NewFile(helperConfigFD, "procexec-config")
-	defer cf.Close()
+	defer func() { _ = cf.Close() }()
 	var hdr [8]byte
 	oob := make([]byte, unix.CmsgSpace(4*maxHelperFDs))
 	n, oobn, _, _, err := unix.Recvmsg(helperConfigFD, hdr[:], oob, unix.MSG_CMSG_CLOEXEC)

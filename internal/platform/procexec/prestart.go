@@ -34,7 +34,7 @@ type pooledSandbox struct {
 
 func (ps *pooledSandbox) discard() {
 	ps.hp.discard()
-	ps.outR.Close()
+	_ = ps.outR.Close()
 	if ps.cgroup != nil {
 		_, _ = ps.cgroup.Kill()
 		_ = ps.cgroup.Delete()
@@ -70,20 +70,20 @@ func (r *Runner) prestart(self string) (*pooledSandbox, error) {
 	var g *cgroups.Group
 	if r.limits.Cgroups != nil {
 		if g, err = CreateCgroup(r.limits.Cgroups, cgroups.KindCommand, "", cgroups.Limits{}); err != nil {
-			outR.Close()
-			outW.Close()
+			_ = outR.Close()
+			_ = outW.Close()
 			return nil, err
 		}
 	}
 	hp, err := startHelper(StartOptions{HelperPath: self, UID: r.limits.SandboxUID, Stdout: outW, Stderr: outW})
-	outW.Close()
+	_ = outW.Close()
 	if err == nil && g != nil {
 		if err = EnterCgroup(g, hp.pid); err != nil {
 			hp.discard()
 		}
 	}
 	if err != nil {
-		outR.Close()
+		_ = outR.Close()
 		if g != nil {
 			_, _ = g.Kill()
 			_ = g.Delete()

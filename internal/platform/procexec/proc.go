@@ -105,7 +105,7 @@ func SessionMembers(sid int) ([]Stat, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scan /proc: %w", err)
 	}
-	defer d.Close()
+	defer func() { _ = d.Close() }()
 	names, err := d.Readdirnames(-1)
 	if err != nil {
 		return nil, fmt.Errorf("scan /proc: %w", err)

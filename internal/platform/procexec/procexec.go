@@ -418,11 +418,11 @@ func (r *Runner) spawn(ctx context.Context, self string, spec Spec, sbSpec Sandb
 		cfg, idmaps, perr := prepareSandbox(sbSpec)
 		if perr != nil {
 			ps.hp.discard()
-			outR.Close()
+			_ = outR.Close()
 			return nil, perr
 		}
 		if sb, err = ps.hp.configure(cfg, idmaps, hooks); err != nil {
-			outR.Close()
+			_ = outR.Close()
 			return nil, err
 		}
 		return r.handle(ctx, spec, sb, g, outR, nil), nil
@@ -436,8 +436,8 @@ func (r *Runner) spawn(ctx context.Context, self string, spec Spec, sbSpec Sandb
 	if spec.StderrBytes > 0 {
 		er, ew, err := os.Pipe()
 		if err != nil {
-			outR.Close()
-			outW.Close()
+			_ = outR.Close()
+			_ = outW.Close()
 			return nil, fmt.Errorf("procexec: stderr pipe: %w", err)
 		}
 		errW, errP = ew, &pump{r: er, limit: spec.StderrBytes, done: make(chan struct{})}
@@ -461,14 +461,14 @@ func (r *Runner) spawn(ctx context.Context, self string, spec Spec, sbSpec Sandb
 		Stderr:       errW,
 		BeforeConfig: before,
 	})
-	outW.Close()
+	_ = outW.Close()
 	if errP != nil {
-		errW.Close()
+		_ = errW.Close()
 	}
 	if err != nil {
-		outR.Close()
+		_ = outR.Close()
 		if errP != nil {
-			errP.r.Close()
+			_ = errP.r.Close()
 		}
 		return nil, err
 	}
@@ -632,7 +632,7 @@ func (h *Handle) waitLoop() {
 	if !drained {
 		errs = append(errs, fmt.Errorf("procexec: output pipe of pgid %d not drained: %w", h.info.Pgid, h.outErr))
 	}
-	h.outR.Close()
+	_ = h.outR.Close()
 	trace("teardown-output-drained")
 	if p := h.errPump; p != nil {
 		_ = p.r.SetReadDeadline(time.Now().Add(OutputDrainTimeout))
@@ -641,7 +641,7 @@ func (h *Handle) waitLoop() {
 			drained = false
 			errs = append(errs, fmt.Errorf("procexec: stderr pipe of pgid %d not drained: %w", h.info.Pgid, p.err))
 		}
-		p.r.Close()
+		_ = p.r.Close()
 	}
 	h.release()
 	trace("teardown-released")

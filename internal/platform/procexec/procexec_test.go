@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 )
 
@@ -47,7 +48,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	if slimPath != "" {
-		os.RemoveAll(filepath.Dir(slimPath))
+		_ = os.RemoveAll(filepath.Dir(slimPath))
 	}
 	os.Exit(code)
 }
@@ -65,7 +66,7 @@ func childMode(mode string) int {
 			fmt.Println("dial-err", err)
 			return 0
 		}
-		c.Close()
+		_ = c.Close()
 		fmt.Println("dial-ok")
 	case "socketpair":
 		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
@@ -82,13 +83,13 @@ func childMode(mode string) int {
 			fmt.Println("listen-err", err)
 			return 0
 		}
-		defer l.Close()
+		defer func() { _ = l.Close() }()
 		c, err := net.DialTimeout("tcp", l.Addr().String(), 2*time.Second)
 		if err != nil {
 			fmt.Println("dial-err", err)
 			return 0
 		}
-		c.Close()
+		_ = c.Close()
 		fmt.Println("loopback-ok")
 	case "write":
 		for _, p := range strings.Split(os.Getenv(testWritesEnv), ":") {
@@ -271,7 +272,7 @@ func TestNetworkIsolation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	accepted := make(chan net.Conn, 4)
 	go func() {
 		for {
@@ -291,7 +292,7 @@ func TestNetworkIsolation(t *testing.T) {
 	}
 	select {
 	case c := <-accepted:
-		c.Close()
+		_ = c.Close()
 		t.Fatal("the host listener received a connection from the sandbox")
 	case <-time.After(200 * time.Millisecond):
 	}
@@ -300,10 +301,10 @@ func TestNetworkIsolation(t *testing.T) {
 	if err != nil {
 		t.Fatalf("control dial from the test process: %v", err)
 	}
-	c.Close()
+	_ = c.Close()
 	select {
 	case c := <-accepted:
-		c.Close()
+		_ = c.Close()
 	case <-time.After(5 * time.Second):
 		t.Fatal("control connection was not accepted within 5s")
 	}
@@ -314,7 +315,7 @@ func TestNetworkIsolation(t *testing.T) {
 		if err != nil {
 			t.Fatalf("listen on %s: %v", ip, err)
 		}
-		defer ln2.Close()
+		defer func() { _ = ln2.Close() }()
 		res := run(t, Spec{
 			Argv: []string{selfExe(t)},
 			Env:  []string{noRaceExitSleep, testModeEnv + "=dial", testDialEnv + "=" + ln2.Addr().String()},
@@ -389,6 +390,30 @@ func TestLandlockConfinesWrites(t *testing.T) {
 	}
 	if _, err := os.Stat(badPath); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("write outside the roots landed: %v", err)
+	}
+}
+
+// TestRootSwappedForSymlinkRefused: a root whose path became a symlink (swapped after the
+// agent pinned it) is refused with root-changed before anything runs; the program never
+// writes into the link's target.
+func TestRootSwappedForSymlinkRefused(t *testing.T) {
+	requireSandbox(t)
+	base, elsewhere := t.TempDir(), t.TempDir()
+	root := filepath.Join(base, "root")
+	if err := os.Symlink(elsewhere, root); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(root, "planted")
+	_, err := Run(context.Background(), Spec{Argv: []string{"/bin/sh", "-c", "echo x > " + target}, WritableRoots: []string{root}})
+	if !refusal.Is(err, string(actuation.CodeRootChanged)) {
+		t.Fatalf("writable root through a symlink: %v, want %s", err, actuation.CodeRootChanged)
+	}
+	_, err = Run(context.Background(), Spec{Argv: []string{"/bin/true"}, ReadableRoots: []string{root}})
+	if !refusal.Is(err, string(actuation.CodeRootChanged)) {
+		t.Fatalf("readable root through a symlink: %v, want %s", err, actuation.CodeRootChanged)
+	}
+	if _, err := os.Stat(filepath.Join(elsewhere, "planted")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the symlink's target was written: %v", err)
 	}
 }
 
@@ -526,7 +551,7 @@ func TestEgressForbiddenWithoutPrivilege(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -540,7 +565,7 @@ func TestEgressForbiddenWithoutPrivilege(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = io.Copy(dst, src)
-	src.Close()
+	_ = src.Close()
 	if cerr := dst.Close(); err != nil || cerr != nil {
 		t.Fatal(err, cerr)
 	}
@@ -621,11 +646,11 @@ func TestHostUnixSocketUnreachable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	accepted := make(chan struct{}, 1)
 	go func() {
 		if c, err := ln.Accept(); err == nil {
-			c.Close()
+			_ = c.Close()
 			accepted <- struct{}{}
 		}
 	}()

@@ -61,7 +61,21 @@ func seccompProgram() ([]unix.SockFilter, error) {
 // SeccompPolicy returns the go-seccomp-bpf policy of the sandbox (for inspection and
 // tests): Docker's default profile for a process without capabilities, restricted as
 // documented above.
-func SeccompPolicy() (*seccompbpf.Policy, error) {
+func SeccompPolicy() (*seccompbpf.Policy, error) { return seccompPolicy(socketFamilies, false) }
+
+// VMMSeccompProgram is the filter of the VMM processes (QEMU under its own -sandbox too,
+// and vhost-device-vsock, which has none): the sandbox's policy, except that socket(2)
+// and socketpair(2) are allowed for AF_UNIX only — the vhost-user, hybrid-vsock and
+// serial sockets are all they use.
+func VMMSeccompProgram() ([]unix.SockFilter, error) {
+	pol, err := seccompPolicy(func([]specs.LinuxSyscall) []uint64 { return []uint64{unix.AF_UNIX} }, true)
+	if err != nil {
+		return nil, err
+	}
+	return assembleSeccomp(pol)
+}
+
+func seccompPolicy(families func([]specs.LinuxSyscall) []uint64, unixPairs bool) (*seccompbpf.Policy, error) {
 	info, err := arch.GetInfo("")
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: architecture: %w", err)
@@ -111,7 +125,12 @@ func SeccompPolicy() (*seccompbpf.Policy, error) {
 			withArgs = append(withArgs, seccompbpf.NameWithConditions{Name: c.name, Conditions: c.c})
 		}
 	}
-	for _, fam := range socketFamilies(prof.Syscalls) {
+	if unixPairs {
+		withArgs = append(withArgs, seccompbpf.NameWithConditions{Name: "socketpair", Conditions: seccompbpf.ArgumentConditions{
+			{Argument: 0, Operation: seccompbpf.Equal, Value: unix.AF_UNIX},
+		}})
+	}
+	for _, fam := range families(prof.Syscalls) {
 		withArgs = append(withArgs, seccompbpf.NameWithConditions{Name: "socket", Conditions: seccompbpf.ArgumentConditions{
 			{Argument: 0, Operation: seccompbpf.Equal, Value: fam},
 		}})
@@ -185,6 +204,10 @@ func buildSeccompProgram() ([]unix.SockFilter, error) {
 	if err != nil {
 		return nil, err
 	}
+	return assembleSeccomp(pol)
+}
+
+func assembleSeccomp(pol *seccompbpf.Policy) ([]unix.SockFilter, error) {
 	insts, err := pol.Assemble()
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: assemble policy: %w", err)

@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/platform/cgroups"
 )
@@ -193,7 +194,7 @@ func (s *Sandboxed) Leftovers() (int, []LeftProc) {
 // Close releases the status pipe.
 func (s *Sandboxed) Close() {
 	if s.status != nil {
-		s.status.Close()
+		_ = s.status.Close()
 	}
 }
 
@@ -267,7 +268,7 @@ func startHelper(opts StartOptions) (*helperProc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("procexec: open the sandbox helper %s: %w", helper, err)
 	}
-	defer exe.Close()
+	defer func() { _ = exe.Close() }()
 	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("procexec: config socket: %w", err)
@@ -276,7 +277,7 @@ func startHelper(opts StartOptions) (*helperProc, error) {
 	cfgParent := sp[0]
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
-		cfgChild.Close()
+		_ = cfgChild.Close()
 		unix.Close(cfgParent)
 		return nil, fmt.Errorf("procexec: status pipe: %w", err)
 	}
@@ -309,10 +310,10 @@ func startHelper(opts StartOptions) (*helperProc, error) {
 		SysProcAttr: attr,
 	}
 	startErr := cmd.Start()
-	cfgChild.Close()
-	statusW.Close()
+	_ = cfgChild.Close()
+	_ = statusW.Close()
 	if startErr != nil {
-		statusR.Close()
+		_ = statusR.Close()
 		unix.Close(cfgParent)
 		if errors.Is(startErr, syscall.EPERM) || errors.Is(startErr, syscall.EINVAL) ||
 			errors.Is(startErr, syscall.ENOSPC) || errors.Is(startErr, syscall.EUSERS) || errors.Is(startErr, syscall.EACCES) {
@@ -328,7 +329,7 @@ func startHelper(opts StartOptions) (*helperProc, error) {
 func (hp *helperProc) discard() {
 	_ = hp.cmd.Process.Kill()
 	_, _ = hp.cmd.Process.Wait()
-	hp.statusR.Close()
+	_ = hp.statusR.Close()
 	unix.Close(hp.cfgParent)
 }
 
@@ -342,7 +343,7 @@ func (hp *helperProc) configure(cfg *helperConfig, idmaps []idmapSource, before 
 	abort := func(err error) (*Sandboxed, error) {
 		_ = cmd.Process.Kill()
 		_, _ = cmd.Process.Wait()
-		statusR.Close()
+		_ = statusR.Close()
 		return nil, err
 	}
 
@@ -407,6 +408,10 @@ func (hp *helperProc) configure(cfg *helperConfig, idmaps []idmapSource, before 
 type idmapSource struct {
 	path     string
 	readOnly bool
+	// noSymlinks: an environment's root, pinned by the agent with no symlink on its path
+	// (fsaccess.PinRoot); it is cloned through a descriptor opened the same way, so a root
+	// swapped for a symlink can never redirect the sandbox's mount (root-changed).
+	noSymlinks bool
 }
 
 // idmappedMounts clones each source (non-recursively: nothing mounted below a
@@ -424,7 +429,16 @@ func idmappedMounts(pid int, srcs []idmapSource) ([]int, error) {
 	defer unix.Close(userns)
 	fds := make([]int, 0, len(srcs))
 	for _, s := range srcs {
-		fd, err := unix.OpenTree(unix.AT_FDCWD, s.path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		var fd int
+		var err error
+		if s.noSymlinks {
+			fd, err = cloneNoSymlinks(s.path)
+			if err != nil {
+				return fds, err
+			}
+		} else {
+			fd, err = unix.OpenTree(unix.AT_FDCWD, s.path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		}
 		if err != nil {
 			return fds, refusal.New(refusal.IdmapUnavailable, "clone %s for an idmapped mount: %v", s.path, err)
 		}
@@ -441,6 +455,28 @@ func idmappedMounts(pid int, srcs []idmapSource) ([]int, error) {
 		}
 	}
 	return fds, nil
+}
+
+// cloneNoSymlinks clones the directory dir names with no symlink on the way
+// (RESOLVE_NO_SYMLINKS from "/", as fsaccess.PinRoot opens roots).
+func cloneNoSymlinks(dir string) (int, error) {
+	how := unix.OpenHow{Flags: uint64(unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC), Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+	var pfd int
+	var err error
+	for i := 0; i < 8; i++ {
+		if pfd, err = unix.Openat2(unix.AT_FDCWD, dir, &how); err != unix.EAGAIN && err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return -1, refusal.New(string(actuation.CodeRootChanged), "root %s no longer resolves without a symlink: %v", dir, err)
+	}
+	defer func() { _ = unix.Close(pfd) }()
+	fd, err := unix.OpenTree(pfd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	if err != nil {
+		return -1, refusal.New(refusal.IdmapUnavailable, "clone %s for an idmapped mount: %v", dir, err)
+	}
+	return fd, nil
 }
 
 // sandboxConfig lays out the sandbox root for spec.
@@ -515,11 +551,13 @@ func sandboxConfig(spec SandboxSpec) (*helperConfig, []idmapSource, error) {
 	cfg.WritablePaths = append(cfg.WritablePaths, SandboxTmp)
 	for _, r := range spec.WritableRoots {
 		addFD(r, r, false)
+		idmaps[len(idmaps)-1].noSymlinks = true
 		cfg.WritablePaths = append(cfg.WritablePaths, r)
 		covered = append(covered, r)
 	}
 	for _, r := range spec.ReadableRoots {
 		addFD(r, r, true)
+		idmaps[len(idmaps)-1].noSymlinks = true
 		covered = append(covered, r)
 	}
 	if err := ValidateMounts(spec.Mounts); err != nil {
@@ -599,7 +637,7 @@ func CheckSandbox(opts StartOptions, tempBase string) error {
 	if err != nil {
 		return fmt.Errorf("procexec: sandbox check temp dir: %w", err)
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }() // the check's scratch directory
 	sb, err := StartSandboxed(SandboxSpec{Argv: []string{prog}, Env: []string{}, TempDir: tmp}, opts)
 	if err != nil {
 		return err

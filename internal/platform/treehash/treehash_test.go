@@ -42,7 +42,7 @@ func state(t *testing.T, lim Limits, dirs map[string]string) (*State, error) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { r.Close() })
+		t.Cleanup(func() { _ = r.Close() })
 		roots[name] = r
 	}
 	return HashHostRoots(roots, lim)
@@ -92,15 +92,15 @@ func TestEveryChangeChangesTheDigest(t *testing.T) {
 	base := mustState(t, map[string]string{"work": tree(t)}).Digest
 	cases := map[string]func(dir string){
 		"content":   func(d string) { write(t, d, "src/main.go", "package other\n", 0o644) },
-		"mode":      func(d string) { os.Chmod(filepath.Join(d, "a.txt"), 0o600) },
+		"mode":      func(d string) { must(t, os.Chmod(filepath.Join(d, "a.txt"), 0o600)) },
 		"new file":  func(d string) { write(t, d, "src/new.go", "", 0o644) },
-		"removed":   func(d string) { os.Remove(filepath.Join(d, "bin/run")) },
-		"empty dir": func(d string) { os.Mkdir(filepath.Join(d, "empty"), 0o755) },
+		"removed":   func(d string) { must(t, os.Remove(filepath.Join(d, "bin/run"))) },
+		"empty dir": func(d string) { must(t, os.Mkdir(filepath.Join(d, "empty"), 0o755)) },
 		"symlink target": func(d string) {
-			os.Remove(filepath.Join(d, "link"))
-			os.Symlink("src/main.go", filepath.Join(d, "link"))
+			must(t, os.Remove(filepath.Join(d, "link")))
+			must(t, os.Symlink("src/main.go", filepath.Join(d, "link")))
 		},
-		"rename": func(d string) { os.Rename(filepath.Join(d, "a.txt"), filepath.Join(d, "b.txt")) },
+		"rename": func(d string) { must(t, os.Rename(filepath.Join(d, "a.txt"), filepath.Join(d, "b.txt"))) },
 	}
 	seen := map[string]string{base: "base"}
 	for name, mutate := range cases {
@@ -152,7 +152,7 @@ func TestDiff(t *testing.T) {
 	before := mustState(t, map[string]string{"work": d})
 	write(t, d, "a.txt", "changed\n", 0o644)
 	write(t, d, "src/new.go", "x", 0o644)
-	os.Remove(filepath.Join(d, "bin/run"))
+	must(t, os.Remove(filepath.Join(d, "bin/run")))
 	after := mustState(t, map[string]string{"work": d})
 	ch := Diff(before.Entries, after.Entries)
 	got := []string{}
@@ -176,5 +176,12 @@ func TestDiff(t *testing.T) {
 	}
 	if len(Diff(after.Entries, after.Entries)) != 0 {
 		t.Fatal("a state must not differ from itself")
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -177,7 +177,7 @@ func (a *Area) Collect() (Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("writecap: open the area %s: %w", a.dir, err)
 	}
-	defer root.Close()
+	defer func() { _ = root.Close() }()
 	entries := 0
 	wr, err := root.Walk("", fsaccess.WalkLimits{MaxEntries: a.policy.MaxFiles + 2, MaxDepth: 64}, func(e *fsaccess.WalkEntry) error {
 		entries++
@@ -196,7 +196,7 @@ func (a *Area) Collect() (Result, error) {
 		if err != nil {
 			return err
 		}
-		defer f.Close()
+		defer func() { _ = f.Close() }()
 		d, n, err := fsaccess.DigestReader(f)
 		if err != nil {
 			return fmt.Errorf("writecap: hash %s: %w", e.Path, err)
@@ -236,12 +236,12 @@ func (a *Area) Commit(res Result, dest string) error {
 	if err != nil {
 		return fmt.Errorf("writecap: open the area %s: %w", a.dir, err)
 	}
-	defer src.Close()
+	defer func() { _ = src.Close() }()
 	dst, err := fsaccess.OpenRoot(dest)
 	if err != nil {
 		return fmt.Errorf("writecap: open the write root %s: %w", dest, err)
 	}
-	defer dst.Close()
+	defer func() { _ = dst.Close() }()
 	for _, f := range res.Files {
 		if err := commitFile(src, dst, f); err != nil {
 			return fmt.Errorf("writecap: commit %s into %s: %w", f.Path, dest, err)
@@ -260,7 +260,7 @@ func commitFile(src, dst *fsaccess.Root, f File) error {
 	if err != nil {
 		return err
 	}
-	defer in.Close()
+	defer func() { _ = in.Close() }()
 	if ent.Size != f.Size {
 		return fmt.Errorf("size changed since collection (%d, was %d)", ent.Size, f.Size)
 	}

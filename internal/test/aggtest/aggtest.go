@@ -157,8 +157,12 @@ func (s *Server) Stop() {
 	if s.stop != nil {
 		s.stop()
 		select {
-		case <-s.done:
+		case err := <-s.done:
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "aggtest: the aggregated API server ended with an error: %v\n", err)
+			}
 		case <-time.After(30 * time.Second):
+			fmt.Fprintln(os.Stderr, "aggtest: the aggregated API server did not stop within 30s")
 		}
 	}
 	_ = os.RemoveAll(s.dir)

@@ -195,7 +195,9 @@ func (e *Env) startManager(setup func(ctrl.Manager) error) error {
 func (e *Env) Stop() {
 	if e.stop != nil {
 		e.stop()
-		<-e.done
+		if err := <-e.done; err != nil {
+			fmt.Fprintf(os.Stderr, "envtest: the manager ended with an error: %v\n", err)
+		}
 	}
 	_ = e.Env.Stop()
 	e.Aggregation.cleanup()

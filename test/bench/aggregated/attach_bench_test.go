@@ -93,7 +93,7 @@ func run(m *testing.M) int {
 	if err != nil {
 		return 1
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }()
 	workspace = filepath.Join(tmp, "work")
 	if err := os.MkdirAll(workspace, 0o755); err != nil {
 		return 1

@@ -105,7 +105,7 @@ func bareLaunch(b *testing.B, im *wbv1.ImageManifest) time.Duration {
 	bin, _ := filepath.Abs(repoBin())
 	dir, err := os.MkdirTemp("", "wb-floor-")
 	must(b, err)
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	bk, err := qemumicrovm.New(qemumicrovm.Config{StateDir: filepath.Join(dir, "state"), ImageDir: bin,
 		VhostDeviceVsock: filepath.Join(bin, "guest", "vhost-device-vsock"), Accel: qemumicrovm.AccelTCG})
 	must(b, err)

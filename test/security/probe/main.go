@@ -43,8 +43,11 @@ var out = bufio.NewWriter(os.Stdout)
 
 func emit(l Line) {
 	b, _ := json.Marshal(l)
-	out.Write(append(b, '\n'))
-	out.Flush()
+	_, _ = out.Write(append(b, '\n')) // a write error sticks in the bufio.Writer: Flush returns it
+	if err := out.Flush(); err != nil {
+		fmt.Fprintln(os.Stderr, "probe: writing a result line:", err)
+		os.Exit(1)
+	}
 }
 
 func errnoName(err error) string {
@@ -181,7 +184,7 @@ func probes() {
 		}
 		c, err := net.DialTimeout("tcp", a, 2*time.Second)
 		if c != nil {
-			c.Close()
+			_ = c.Close()
 		}
 		report(fmt.Sprintf("tcp-connect-%d", i), err, err != nil, a)
 	}

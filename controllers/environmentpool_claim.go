@@ -1,0 +1,166 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/convert"
+)
+
+// The claim of a pool member is decided here, in the manager's Environment controller, and
+// nowhere else (docs/pools.md): a webhook cannot know the claimer's UID and would hand out a
+// member for an object whose creation may still fail, and this controller is already the one
+// placement hop an Environment takes, so a claim adds no hop of its own.
+
+// allocation is the part of an Environment spec that a backend instance embodies; a claimer
+// may adopt a member only if theirs are equal.
+type allocation struct {
+	Backend      wbv1.BackendID
+	Requirements *wbv1.EnvironmentRequirements
+	Roots        []wbv1.EnvironmentRoot
+	Resources    *wbv1.EnvironmentResources
+	ImageRef     *string
+}
+
+func allocationOf(s *wbv1.EnvironmentSpec) allocation {
+	return allocation{Backend: s.Backend, Requirements: s.Requirements, Roots: s.Roots, Resources: s.Resources, ImageRef: s.ImageRef}
+}
+
+// sameAllocation reports whether two specs describe the same backend instance.
+func sameAllocation(a, b *wbv1.EnvironmentSpec) bool {
+	return equality.Semantic.DeepEqual(allocationOf(a), allocationOf(b))
+}
+
+// claim binds env to a Ready member of its pool. done reports that placement is decided
+// (claimed, or refused with a code); !done means no member could be had and env is placed
+// normally.
+func (r *EnvironmentReconciler) claim(ctx context.Context, env *wbv1.Environment, next *wbv1.EnvironmentStatus, all *[]metav1.Condition) (bool, error) {
+	logger := log.FromContext(ctx)
+	poolName := env.Spec.PoolRef.Name
+	var pool wbv1.EnvironmentPool
+	if err := r.Get(ctx, types.NamespacedName{Namespace: env.Namespace, Name: poolName}, &pool); err != nil {
+		if !kerrors.IsNotFound(err) {
+			return false, fmt.Errorf("reading EnvironmentPool %s/%s of Environment %s: %w", env.Namespace, poolName, env.Name, err)
+		}
+		setCondition(&next.Conditions, all, cond(wbv1.ConditionScheduled, false, wbv1.ReasonNoMatch,
+			fmt.Sprintf("%s: EnvironmentPool %s does not exist in namespace %s", actuation.CodePoolNotFound, poolName, env.Namespace), env.Generation))
+		return true, nil
+	}
+	if !sameAllocation(&env.Spec, &pool.Spec.Template) {
+		setCondition(&next.Conditions, all, cond(wbv1.ConditionScheduled, false, wbv1.ReasonNoMatch,
+			fmt.Sprintf("%s: backend, requirements, roots, resources and imageRef must equal those of EnvironmentPool %s's template",
+				actuation.CodePoolTemplateMismatch, poolName), env.Generation))
+		return true, nil
+	}
+	var members wbv1.EnvironmentList
+	if err := r.List(ctx, &members, client.InNamespace(env.Namespace), client.MatchingLabels{wbv1.PoolLabel: poolName}); err != nil {
+		return false, fmt.Errorf("listing members of EnvironmentPool %s/%s: %w", env.Namespace, poolName, err)
+	}
+	// A member this environment already claimed (an earlier pass stopped between the claim
+	// and the bind): finish that claim.
+	for i := range members.Items {
+		m := &members.Items[i]
+		if m.Labels[wbv1.PoolClaimedByLabel] == string(env.UID) {
+			return r.bindMember(ctx, env, m, next, all)
+		}
+	}
+	candidates := make([]*wbv1.Environment, 0, len(members.Items))
+	for i := range members.Items {
+		m := &members.Items[i]
+		if m.Labels[wbv1.PoolClaimedByLabel] != "" || !m.DeletionTimestamp.IsZero() || m.Status.Phase != wbv1.EnvironmentReady ||
+			m.Status.NodeName == "" || m.Status.PoolMember != nil || !sameAllocation(&m.Spec, &env.Spec) {
+			continue
+		}
+		candidates = append(candidates, m)
+	}
+	slices.SortFunc(candidates, func(a, b *wbv1.Environment) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	for _, m := range candidates {
+		c, ok, err := r.memberCapability(ctx, env, m)
+		if err != nil {
+			return false, err
+		}
+		if !ok {
+			continue
+		}
+		// The claim: one write of the member, held to the version read. Two claimers racing
+		// for one member both write from the same version; the API server accepts one and
+		// answers the other with a conflict, and that one tries the next member.
+		orig := m.DeepCopy()
+		m.Labels[wbv1.PoolClaimedByLabel] = string(env.UID)
+		if m.Annotations == nil {
+			m.Annotations = map[string]string{}
+		}
+		m.Annotations[wbv1.PoolClaimedByAnnotation] = env.Name
+		m.OwnerReferences = slices.DeleteFunc(m.OwnerReferences, func(o metav1.OwnerReference) bool { return o.Kind == "EnvironmentPool" })
+		if err := r.Patch(ctx, m, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			if kerrors.IsConflict(err) || kerrors.IsNotFound(err) {
+				logger.V(1).Info("Pool member taken meanwhile; trying the next", "member", m.Name, "claimer", env.Name)
+				continue
+			}
+			return false, fmt.Errorf("claiming member %s of EnvironmentPool %s/%s for %s: %w", m.Name, env.Namespace, poolName, env.Name, err)
+		}
+		poolClaims.WithLabelValues("claimed").Inc()
+		r.Recorder.Eventf(env, m, "Normal", "PoolClaimed", "Claim", "Adopted member %s of EnvironmentPool %s", m.Name, poolName)
+		return r.bindMember(ctx, env, m, next, all, c)
+	}
+	poolClaims.WithLabelValues("empty").Inc()
+	r.Recorder.Eventf(env, &pool, "Normal", "PoolEmpty", "Claim", "EnvironmentPool %s has no Ready member; allocating normally", poolName)
+	return false, nil
+}
+
+// memberCapability returns the capability m was placed by, if env may be placed by it too.
+func (r *EnvironmentReconciler) memberCapability(ctx context.Context, env, m *wbv1.Environment) (*wbv1.BackendCapability, bool, error) {
+	var c wbv1.BackendCapability
+	if err := r.Get(ctx, types.NamespacedName{Name: m.Status.CapabilityRef}, &c); err != nil {
+		if kerrors.IsNotFound(err) {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("reading BackendCapability %s of pool member %s/%s: %w", m.Status.CapabilityRef, m.Namespace, m.Name, err)
+	}
+	if c.Spec.NodeName != m.Status.NodeName || !labels.SelectorFromSet(env.Spec.NodeSelector).Matches(labels.Set(c.Labels)) {
+		return nil, false, nil
+	}
+	ok, _ := actuation.Match(convert.Requirement(&env.Spec), convert.Capability(&c.Spec), nil)
+	return &c, ok, nil
+}
+
+// bindMember binds env to the node of its claimed member m and records the member, whose
+// backend instance the node agent then moves to env.
+func (r *EnvironmentReconciler) bindMember(ctx context.Context, env, m *wbv1.Environment, next *wbv1.EnvironmentStatus, all *[]metav1.Condition, known ...*wbv1.BackendCapability) (bool, error) {
+	var c *wbv1.BackendCapability
+	if len(known) > 0 {
+		c = known[0]
+	} else {
+		var err error
+		var ok bool
+		if c, ok, err = r.memberCapability(ctx, env, m); err != nil {
+			return false, err
+		} else if !ok {
+			// The member's capability is gone or no longer fits: it stays claimed (its pool
+			// deletes it) and env is placed normally.
+			return false, nil
+		}
+	}
+	if err := r.bind(ctx, env, c, next, all); err != nil {
+		return false, err
+	}
+	next.PoolMember = &wbv1.PoolMemberStatus{Name: m.Name, UID: string(m.UID), SourceGeneration: m.Status.SourceGeneration}
+	return true, nil
+}

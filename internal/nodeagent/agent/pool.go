@@ -1,0 +1,58 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/backends"
+)
+
+// adoptPoolMember moves the backend instance of the pool member env claimed
+// (status.poolMember, set by the manager) to env before env is allocated: the member's
+// sessions and commands are stopped, the instance is re-keyed to env's UID by the backend,
+// and the member's store record and live state are dropped, so nothing answers to the member
+// any more and its later deletion finds nothing to tear down. The claimer's source
+// generation advances past the member's. When the instance cannot be adopted (no record
+// here, a backend without Adopter, a failed move) env is allocated afresh, which is always
+// correct: its allocation equals the member's, and the member's own teardown removes the
+// instance left behind.
+func (a *Agent) adoptPoolMember(ctx context.Context, env *wbv1.Environment, b backends.Backend, spec *backends.Spec) error {
+	pm := env.Status.PoolMember
+	if pm == nil || pm.UID == "" || pm.UID == spec.ID {
+		return nil
+	}
+	logger := ctrl.LoggerFrom(ctx).WithValues("environment", env.Namespace+"/"+env.Name, "member", pm.Name)
+	if _, found, err := a.store.Environments().Get(spec.ID); err != nil {
+		return fmt.Errorf("reading the store record of environment %s/%s: %w", env.Namespace, env.Name, err)
+	} else if found {
+		return nil // adopted (or allocated) by an earlier pass
+	}
+	spec.Generation = max(spec.Generation, pm.SourceGeneration+1)
+	ad, ok := b.(backends.Adopter)
+	if !ok {
+		logger.V(1).Info("Backend cannot adopt a pool member; allocating afresh", "backend", b.ID())
+		return nil
+	}
+	mrec, found, err := a.store.Environments().Get(pm.UID)
+	if err != nil {
+		return fmt.Errorf("reading the store record of pool member %s/%s: %w", env.Namespace, pm.Name, err)
+	}
+	if !found || mrec.Namespace != env.Namespace || mrec.Backend != b.ID() {
+		logger.Info("Pool member holds no instance on this node; allocating afresh")
+		return nil
+	}
+	a.drainEnvironment(ctx, pm.UID)
+	if err := ad.Adopt(ctx, specFromRecord(mrec), *spec); err != nil {
+		logger.Info("Adopting the pool member failed; allocating afresh", "error", err.Error())
+		return nil
+	}
+	a.forgetEnv(pm.UID)
+	if err := a.store.Environments().Delete(pm.UID); err != nil {
+		return fmt.Errorf("dropping the store record of adopted pool member %s/%s: %w", env.Namespace, pm.Name, err)
+	}
+	a.recordEvent(env, "Normal", "PoolMemberAdopted", "adopted the instance of pool member "+pm.Name+" on node "+a.cfg.NodeName)
+	return nil
+}

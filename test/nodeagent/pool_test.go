@@ -1,0 +1,358 @@
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
+)
+
+// poolTemplate is a fixture-copy.v1 template over a fresh source directory holding seed.txt.
+func poolTemplate(t *testing.T) wbv1.EnvironmentSpec {
+	t.Helper()
+	src := workDir(t)
+	must(t, writeFile(filepath.Join(src, "seed.txt"), "seed\n"))
+	return wbv1.EnvironmentSpec{Backend: wbv1.BackendFixtureCopy, Roots: []wbv1.EnvironmentRoot{{Name: "repo", Source: ptr(src)}},
+		NodeSelector: map[string]string{wbv1.NodeLabel: nodeName}}
+}
+
+func createPool(t *testing.T, ns, name string, replicas int32, tmpl wbv1.EnvironmentSpec) {
+	t.Helper()
+	must(t, env.Client.Create(context.Background(), &wbv1.EnvironmentPool{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: wbv1.EnvironmentPoolSpec{Template: tmpl, Replicas: ptr(replicas)}}))
+}
+
+// members lists the pool's members by name → object.
+func members(t *testing.T, ns, pool string) map[string]wbv1.Environment {
+	t.Helper()
+	var l wbv1.EnvironmentList
+	must(t, env.Client.List(context.Background(), &l, client.InNamespace(ns), client.MatchingLabels{wbv1.PoolLabel: pool}))
+	out := map[string]wbv1.Environment{}
+	for _, e := range l.Items {
+		out[e.Name] = e
+	}
+	return out
+}
+
+// waitPoolReady waits until the pool reports want ready members of its current template and
+// returns them (unclaimed, Ready).
+func waitPoolReady(t *testing.T, ns, name string, want int32) map[string]wbv1.Environment {
+	t.Helper()
+	var ready map[string]wbv1.Environment
+	eventually(t, 60*time.Second, "pool "+name+" ready", func() (bool, string) {
+		var p wbv1.EnvironmentPool
+		must(t, env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &p))
+		ready = map[string]wbv1.Environment{}
+		for n, m := range members(t, ns, name) {
+			if m.Status.Phase == wbv1.EnvironmentReady && m.Labels[wbv1.PoolClaimedByLabel] == "" && m.DeletionTimestamp.IsZero() &&
+				m.Labels[wbv1.PoolTemplateLabel] == p.Status.TemplateDigest {
+				ready[n] = m
+			}
+		}
+		readyCond := false
+		for _, c := range p.Status.Conditions {
+			readyCond = readyCond || (c.Type == wbv1.ConditionReady && c.Status == metav1.ConditionTrue)
+		}
+		return p.Status.ReadyReplicas == want && p.Status.Replicas == want && len(ready) == int(want) && readyCond &&
+				p.Status.ObservedGeneration == p.Generation,
+			fmt.Sprintf("status=%+v members=%d", p.Status, len(ready))
+	})
+	return ready
+}
+
+// updatePool changes the pool's spec, read afresh on a conflict with the pool controller's
+// own writes (its finalizer).
+func updatePool(t *testing.T, ns, name string, change func(*wbv1.EnvironmentPool)) {
+	t.Helper()
+	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var p wbv1.EnvironmentPool
+		if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &p); err != nil {
+			return err
+		}
+		change(&p)
+		return env.Client.Update(context.Background(), &p)
+	}))
+}
+
+func claimer(ns, name, pool string, spec wbv1.EnvironmentSpec) *wbv1.Environment {
+	s := *spec.DeepCopy()
+	s.PoolRef = &wbv1.PoolReference{Name: pool}
+	return &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: s}
+}
+
+func waitEnvReady(t *testing.T, ns, name string) *wbv1.Environment {
+	t.Helper()
+	var e wbv1.Environment
+	eventually(t, 60*time.Second, "environment "+name+" Ready", func() (bool, string) {
+		must(t, env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &e))
+		return e.Status.Phase == wbv1.EnvironmentReady && e.Status.ObservedGeneration == e.Generation, fmt.Sprintf("%+v", e.Status)
+	})
+	return &e
+}
+
+func waitGone(t *testing.T, obj client.Object) {
+	t.Helper()
+	key := client.ObjectKeyFromObject(obj)
+	eventually(t, 60*time.Second, "deletion of "+key.String(), func() (bool, string) {
+		err := env.Client.Get(context.Background(), key, obj)
+		return apierrors.IsNotFound(err), fmt.Sprintf("err=%v", err)
+	})
+}
+
+// fixtureDir is where fixture-copy.v1 keeps the copies of the environment with uid.
+func fixtureDir(uid types.UID) string { return filepath.Join(stateDir, "fixtures", string(uid)) }
+
+func exists(p string) bool { _, err := os.Lstat(p); return err == nil }
+
+// TestPoolFillClaimRefill: the pool fills to its replicas with Ready fixture copies; a claimer
+// adopts one of them (the very copy, moved to the claimer: no second copy is made, nothing
+// remains under the member's identity, the source generation advances), the claimed member
+// object is deleted and the pool refills with a new member.
+func TestPoolFillClaimRefill(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	tmpl := poolTemplate(t)
+	createPool(t, ns, "pool", 2, tmpl)
+	before := waitPoolReady(t, ns, "pool", 2)
+	for _, m := range before {
+		if !exists(filepath.Join(fixtureDir(m.UID), "repo")) {
+			t.Fatalf("member %s is Ready but has no copy under %s", m.Name, fixtureDir(m.UID))
+		}
+		// A marker written into each member's copy: the claimer must find exactly its
+		// member's copy (adopted, not copied afresh from the source).
+		copies, err := filepath.Glob(filepath.Join(fixtureDir(m.UID), "repo", "fx-*"))
+		must(t, err)
+		if len(copies) != 1 {
+			t.Fatalf("member %s: want one copy, have %v", m.Name, copies)
+		}
+		must(t, writeFile(filepath.Join(copies[0], "member.txt"), m.Name))
+	}
+
+	must(t, env.Client.Create(ctx, claimer(ns, "claim", "pool", tmpl)))
+	c := waitEnvReady(t, ns, "claim")
+	pm := c.Status.PoolMember
+	if pm == nil {
+		t.Fatalf("claimer Ready without a pool member: %+v", c.Status)
+	}
+	m, ok := before[pm.Name]
+	if !ok || string(m.UID) != pm.UID {
+		t.Fatalf("claimer adopted %+v, not one of the ready members %v", pm, keys(before))
+	}
+	if c.Status.SourceGeneration <= m.Status.SourceGeneration {
+		t.Errorf("claimer source generation %d did not advance past the member's %d", c.Status.SourceGeneration, m.Status.SourceGeneration)
+	}
+	if c.Status.NodeName != nodeName || c.Labels[wbv1.NodeLabel] != nodeName {
+		t.Errorf("claimer not bound to the member's node: status %q label %q", c.Status.NodeName, c.Labels[wbv1.NodeLabel])
+	}
+	copies, err := filepath.Glob(filepath.Join(fixtureDir(c.UID), "repo", "fx-*"))
+	must(t, err)
+	if len(copies) != 1 {
+		t.Fatalf("claimer: want one copy, have %v", copies)
+	}
+	got, err := os.ReadFile(filepath.Join(copies[0], "member.txt"))
+	if err != nil || string(got) != pm.Name {
+		t.Fatalf("claimer's copy is not the adopted member's (member.txt = %q, %v)", got, err)
+	}
+	// The claimed member object goes; nothing answers to its identity any more.
+	waitGone(t, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pm.Name}})
+	if exists(fixtureDir(m.UID)) {
+		t.Errorf("the adopted member's directory %s is still there", fixtureDir(m.UID))
+	}
+	// The pool refills with a new member; the other original member is still there.
+	after := waitPoolReady(t, ns, "pool", 2)
+	if _, again := after[pm.Name]; again {
+		t.Fatalf("claimed member %s handed out again", pm.Name)
+	}
+	fresh := 0
+	for n := range after {
+		if _, old := before[n]; !old {
+			fresh++
+		}
+	}
+	if fresh != 1 {
+		t.Fatalf("want exactly one new member after one claim; before %v after %v", keys(before), keys(after))
+	}
+	var p wbv1.EnvironmentPool
+	must(t, env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "pool"}, &p))
+	if p.Status.Claims != 1 {
+		t.Errorf("pool counts %d claims, want 1", p.Status.Claims)
+	}
+	// The claimer is an ordinary environment from here on: deleting it tears its copy down.
+	must(t, env.Client.Delete(ctx, c))
+	waitGone(t, c)
+	if exists(fixtureDir(c.UID)) {
+		t.Errorf("claimer's copies %s survived its deletion", fixtureDir(c.UID))
+	}
+}
+
+func keys(m map[string]wbv1.Environment) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// TestPoolConcurrentClaims: two claimers created at once against two Ready members each
+// adopt a different member (the claim is exactly-once), and a third, arriving while the
+// pool is empty, is allocated normally rather than waiting or sharing.
+func TestPoolConcurrentClaims(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	tmpl := poolTemplate(t)
+	createPool(t, ns, "pool", 2, tmpl)
+	before := waitPoolReady(t, ns, "pool", 2)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = env.Client.Create(ctx, claimer(ns, fmt.Sprintf("claim-%d", i), "pool", tmpl))
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		must(t, err)
+	}
+	a, b := waitEnvReady(t, ns, "claim-0"), waitEnvReady(t, ns, "claim-1")
+	if a.Status.PoolMember == nil || b.Status.PoolMember == nil {
+		t.Fatalf("both claimers should adopt a member: %+v / %+v", a.Status.PoolMember, b.Status.PoolMember)
+	}
+	if a.Status.PoolMember.UID == b.Status.PoolMember.UID {
+		t.Fatalf("two claimers adopted the same member %s", a.Status.PoolMember.Name)
+	}
+	for _, c := range []*wbv1.Environment{a, b} {
+		if _, ok := before[c.Status.PoolMember.Name]; !ok {
+			t.Errorf("%s adopted %s, not an original member %v", c.Name, c.Status.PoolMember.Name, keys(before))
+		}
+		if exists(fixtureDir(types.UID(c.Status.PoolMember.UID))) || !exists(fixtureDir(c.UID)) {
+			t.Errorf("%s: the instance did not move from %s to %s", c.Name, c.Status.PoolMember.UID, c.UID)
+		}
+	}
+	// Empty the pool (replicas 0, so no refill races it) and claim again: allocated
+	// normally, no member.
+	updatePool(t, ns, "pool", func(p *wbv1.EnvironmentPool) { p.Spec.Replicas = ptr(int32(0)) })
+	eventually(t, 60*time.Second, "pool emptied", func() (bool, string) {
+		ms := members(t, ns, "pool")
+		return len(ms) == 0, fmt.Sprintf("%v", keys(ms))
+	})
+	must(t, env.Client.Create(ctx, claimer(ns, "claim-2", "pool", tmpl)))
+	c := waitEnvReady(t, ns, "claim-2")
+	if c.Status.PoolMember != nil {
+		t.Fatalf("claim on an empty pool adopted %+v", c.Status.PoolMember)
+	}
+	if !exists(filepath.Join(fixtureDir(c.UID), "repo")) {
+		t.Fatalf("claim-2 allocated normally but has no copy")
+	}
+}
+
+// TestPoolTemplateRecreate: changing the template replaces the members made from the old one.
+func TestPoolTemplateRecreate(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	createPool(t, ns, "pool", 1, poolTemplate(t))
+	old := waitPoolReady(t, ns, "pool", 1)
+	var p wbv1.EnvironmentPool
+	must(t, env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "pool"}, &p))
+	oldDigest := p.Status.TemplateDigest
+	updatePool(t, ns, "pool", func(p *wbv1.EnvironmentPool) {
+		p.Spec.Template.OperationalContext = &wbv1.OperationalContext{Class: "research", Summary: ptr("template v2")}
+	})
+	eventually(t, 60*time.Second, "old members replaced", func() (bool, string) {
+		var cur wbv1.EnvironmentPool
+		must(t, env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "pool"}, &cur))
+		ms := members(t, ns, "pool")
+		for n := range old {
+			if _, still := ms[n]; still {
+				return false, "old member " + n + " still there"
+			}
+		}
+		for n, m := range ms {
+			if m.Labels[wbv1.PoolTemplateLabel] != cur.Status.TemplateDigest || m.Status.Phase != wbv1.EnvironmentReady {
+				return false, fmt.Sprintf("member %s: template %s phase %s", n, m.Labels[wbv1.PoolTemplateLabel], m.Status.Phase)
+			}
+			if m.Spec.OperationalContext == nil || m.Spec.OperationalContext.Class != "research" {
+				return false, "member " + n + " not from the new template"
+			}
+		}
+		return len(ms) == 1 && cur.Status.TemplateDigest != oldDigest && cur.Status.ReadyReplicas == 1, fmt.Sprintf("%d members, %+v", len(ms), cur.Status)
+	})
+	for _, m := range old {
+		if exists(fixtureDir(m.UID)) {
+			t.Errorf("replaced member %s left its copies at %s", m.Name, fixtureDir(m.UID))
+		}
+	}
+}
+
+// TestPoolDeleteReleasesMembers: deleting the pool deletes its unclaimed members, each torn
+// down by its node as any Environment is (copies removed, finalizers released), while a
+// claimed environment stays.
+func TestPoolDeleteReleasesMembers(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	tmpl := poolTemplate(t)
+	createPool(t, ns, "pool", 2, tmpl)
+	waitPoolReady(t, ns, "pool", 2)
+	must(t, env.Client.Create(ctx, claimer(ns, "kept", "pool", tmpl)))
+	kept := waitEnvReady(t, ns, "kept")
+	ms := waitPoolReady(t, ns, "pool", 2)
+	var p wbv1.EnvironmentPool
+	must(t, env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "pool"}, &p))
+	must(t, env.Client.Delete(ctx, &p))
+	waitGone(t, &p)
+	for _, m := range ms {
+		waitGone(t, &m)
+		if exists(fixtureDir(m.UID)) {
+			t.Errorf("released member %s left its copies at %s", m.Name, fixtureDir(m.UID))
+		}
+	}
+	var k wbv1.Environment
+	must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(kept), &k))
+	if k.Status.Phase != wbv1.EnvironmentReady || !exists(fixtureDir(k.UID)) {
+		t.Fatalf("the claimed environment did not survive its pool's deletion: %+v", k.Status)
+	}
+}
+
+// TestPoolClaimRefusals: a poolRef naming no pool, and a claimer whose allocation differs
+// from the template, are refused with their stable codes and never placed.
+func TestPoolClaimRefusals(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	tmpl := poolTemplate(t)
+	must(t, env.Client.Create(ctx, claimer(ns, "orphan", "nope", tmpl)))
+	createPool(t, ns, "pool", 1, tmpl)
+	other := poolTemplate(t) // another source directory: another allocation
+	must(t, env.Client.Create(ctx, claimer(ns, "mismatch", "pool", other)))
+	for name, code := range map[string]actuation.Code{"orphan": actuation.CodePoolNotFound, "mismatch": actuation.CodePoolTemplateMismatch} {
+		eventually(t, 30*time.Second, name+" refused with "+string(code), func() (bool, string) {
+			var e wbv1.Environment
+			must(t, env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &e))
+			for _, c := range e.Status.Conditions {
+				if c.Type == wbv1.ConditionScheduled && c.Status == metav1.ConditionFalse && strings.HasPrefix(c.Message, string(code)+":") {
+					return e.Status.NodeName == "" && e.Status.PoolMember == nil, fmt.Sprintf("%+v", e.Status)
+				}
+			}
+			return false, fmt.Sprintf("%+v", e.Status)
+		})
+	}
+	// A pool created later serves the claimer that named it.
+	createPool(t, ns, "nope", 1, tmpl)
+	e := waitEnvReady(t, ns, "orphan")
+	if e.Status.NodeName != nodeName {
+		t.Fatalf("orphan not placed once its pool exists: %+v", e.Status)
+	}
+}

@@ -1,0 +1,127 @@
+package security
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/webhooks"
+)
+
+// TestSandboxUnavailableFailsClosed: a second node agent (the real binary) whose sandbox helper cannot
+// establish the sandbox (a helper that exits before any setup, as on a kernel lacking a
+// primitive the helper needs) publishes ProcessSandbox=False with the stable code first in
+// its message on its host-local and fixture-copy.v1 capabilities, and a command placed on
+// it is refused with that code: nothing of the command runs.
+func TestSandboxUnavailableFailsClosed(t *testing.T) {
+	const node = "node-sec-nosandbox"
+	ctx := context.Background()
+	// The real agent binary as its own process: one process runs one agent.
+	bin := filepath.Join(t.TempDir(), "node-agent")
+	if out, err := exec.Command("go", "build", "-o", bin, "sensorium.dev/workbench/cmd/node-agent").CombinedOutput(); err != nil {
+		t.Fatalf("building node-agent: %v\n%s", err, out)
+	}
+	user, err := env.Env.AddUser(crenvtest.User{Name: webhooks.NodeUserPrefix + node, Groups: []string{webhooks.NodeGroup}}, nil)
+	must(t, err)
+	kc, err := user.KubeConfig()
+	must(t, err)
+	kcPath := filepath.Join(t.TempDir(), "kubeconfig")
+	must(t, os.WriteFile(kcPath, kc, 0o600))
+	must(t, env.Bind(ctx, "workbench-node-agent", webhooks.NodeUserPrefix+node, ""))
+	dir := filepath.Join(tmp, "nosandbox-work")
+	must(t, os.MkdirAll(dir, 0o755))
+	config := filepath.Join(t.TempDir(), "node-agent.yaml")
+	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nadmittedRoots:\n  work: %s\nheartbeatSeconds: 2\nsandboxHelper: /bin/false\n",
+		node, filepath.Join(tmp, "nosandbox-state"), dir)), 0o600))
+	var log strings.Builder
+	agentCmd := exec.Command(bin, "--config", config, "--kubeconfig", kcPath)
+	agentCmd.Stdout, agentCmd.Stderr = &syncWriter{w: &log}, &syncWriter{w: &log}
+	agentCmd.Env = []string{"PATH=/usr/bin:/bin"}
+	must(t, agentCmd.Start())
+	t.Cleanup(func() {
+		_ = agentCmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = agentCmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = agentCmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("agent log:\n%s", tail(log.String()))
+		}
+	})
+	const wantCode = "sandbox-setup-failed"
+	for _, b := range []wbv1.BackendID{wbv1.BackendHostLocal, wbv1.BackendFixtureCopy} {
+		var bc wbv1.BackendCapability
+		eventually(t, 60*time.Second, "ProcessSandbox=False on "+string(b), func() (bool, string) {
+			if err := env.Client.Get(ctx, client.ObjectKey{Name: node + "." + string(b)}, &bc); err != nil {
+				return false, err.Error()
+			}
+			for _, c := range bc.Status.Conditions {
+				if c.Type == processSandboxCondition {
+					return c.Status == metav1.ConditionFalse && strings.HasPrefix(c.Message, wantCode+":"), fmt.Sprintf("%+v", c)
+				}
+			}
+			return false, fmt.Sprintf("no %s condition: %+v", processSandboxCondition, bc.Status.Conditions)
+		})
+	}
+
+	ns := namespace(t)
+	repo, err := os.MkdirTemp(dir, "repo-")
+	must(t, err)
+	must(t, os.Chmod(repo, 0o755))
+	marker := filepath.Join(repo, "ran")
+	must(t, os.WriteFile(filepath.Join(repo, "Makefile"), []byte(targetProbes+":\n\ttouch ran\n"), 0o644))
+	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
+		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(repo)}},
+		NodeSelector: map[string]string{wbv1.NodeLabel: node},
+	}}))
+	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
+		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+	must(t, env.Client.Create(ctx, makeProfile(ns, "make", []string{"-s"}, false)))
+	eventually(t, 60*time.Second, "session Running", func() (bool, string) {
+		var s wbv1.TerminalSession
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
+		return s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("%+v", s.Status)
+	})
+	must(t, env.Client.Create(ctx, &wbv1.TerminalCommand{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: ns},
+		Spec: wbv1.TerminalCommandSpec{SessionRef: "s", ProfileRef: "make", Argv: []string{"/usr/bin/make", "-s", targetProbes},
+			Cwd: wbv1.CwdAddress{Root: "repo"}, TimeoutSeconds: 30, OutputBytes: outputCap}}))
+	var c wbv1.TerminalCommand
+	eventually(t, 60*time.Second, "command outcome", func() (bool, string) {
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c"}, &c))
+		return wbv1.CommandIsFinal(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
+	})
+	if c.Status.Phase == wbv1.CommandSucceeded || c.Status.Refusal == nil || c.Status.Refusal.Code != wantCode {
+		t.Fatalf("command on a node without the sandbox: phase %s refusal %+v, want refused with %s", c.Status.Phase, c.Status.Refusal, wantCode)
+	}
+	if _, err := os.Stat(marker); !os.IsNotExist(err) {
+		t.Fatalf("the command's side effect exists (%v): something ran outside the sandbox", err)
+	}
+}
+
+// syncWriter serialises the agent's two output streams into one buffer.
+type syncWriter struct{ w io.Writer }
+
+var logMu sync.Mutex
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	logMu.Lock()
+	defer logMu.Unlock()
+	return s.w.Write(p)
+}
