@@ -15,7 +15,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -27,7 +26,7 @@ func main() {
 	var metricsAddr, probeAddr, webhookHost, certDir string
 	var webhookPort int
 	var leaderElect, enableHTTP2 bool
-	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "Address the metrics endpoint binds to; 0 disables it.")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "Address the HTTPS metrics endpoint binds to (authenticated and authorized: callers need the workbench-metrics-reader ClusterRole); 0 disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health probes bind to.")
 	flag.StringVar(&webhookHost, "webhook-host", "", "Address the webhook server binds to.")
 	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port the webhook server listens on.")
@@ -72,7 +71,7 @@ func main() {
 	}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: metricsAddr, TLSOpts: tlsOpts},
+		Metrics:                metricsOptions(metricsAddr, tlsOpts),
 		WebhookServer:          webhook.NewServer(webhook.Options{Host: webhookHost, Port: webhookPort, CertDir: certDir, TLSOpts: tlsOpts}),
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         leaderElect,

@@ -180,6 +180,9 @@ func TestSamplesAdmitted(t *testing.T) {
 	vmFiles, err := filepath.Glob(filepath.Join(dir, "vm", "*.yaml")) // applied by run-local when VMs are on
 	must(t, err)
 	files = append(files, vmFiles...)
+	poolFiles, err := filepath.Glob(filepath.Join(dir, "pool", "0*.yaml")) // the warm pool sample (docs/pools.md)
+	must(t, err)
+	files = append(files, poolFiles...)
 	sort.Strings(files)
 	if len(files) == 0 {
 		t.Fatal("no samples in config/samples")

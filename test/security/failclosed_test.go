@@ -21,11 +21,12 @@ import (
 	"sensorium.dev/workbench/webhooks"
 )
 
-// TestSandboxUnavailableFailsClosed: a second node agent (the real binary) whose sandbox helper cannot
-// establish the sandbox (a helper that exits before any setup, as on a kernel lacking a
-// primitive the helper needs) publishes ProcessSandbox=False with the stable code first in
-// its message on its host-local and fixture-copy.v1 capabilities, and a command placed on
-// it is refused with that code: nothing of the command runs.
+// TestSandboxUnavailableFailsClosed: a second node agent (the real binary) whose sandbox
+// helper cannot establish the sandbox (it reads its configuration and exits without setting
+// anything up, as when a kernel lacks a primitive the helper needs) publishes
+// ProcessSandbox=False with the stable code first in its message on its host-local and
+// fixture-copy.v1 capabilities, and a command placed on it is refused with that code:
+// nothing of the command runs.
 func TestSandboxUnavailableFailsClosed(t *testing.T) {
 	const node = "node-sec-nosandbox"
 	ctx := context.Background()
@@ -41,11 +42,19 @@ func TestSandboxUnavailableFailsClosed(t *testing.T) {
 	kcPath := filepath.Join(t.TempDir(), "kubeconfig")
 	must(t, os.WriteFile(kcPath, kc, 0o600))
 	must(t, env.Bind(ctx, "workbench-node-agent", webhooks.NodeUserPrefix+node, ""))
+	// The helper reads the start of its configuration (so the agent has placed it in its
+	// cgroup and cloned the roots) and exits without setting anything up or reporting.
+	helperDir, err := os.MkdirTemp("", "wb-broken-helper-")
+	must(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(helperDir) })
+	must(t, os.Chmod(helperDir, 0o755)) // exec'd inside the helper's user namespace
+	helper := filepath.Join(helperDir, "helper")
+	must(t, os.WriteFile(helper, []byte("#!/bin/sh\n/usr/bin/head -c 8 <&3 >/dev/null\nexit 1\n"), 0o755))
 	dir := filepath.Join(tmp, "nosandbox-work")
 	must(t, os.MkdirAll(dir, 0o755))
 	config := filepath.Join(t.TempDir(), "node-agent.yaml")
-	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nadmittedRoots:\n  work: %s\nheartbeatSeconds: 2\nsandboxHelper: /bin/false\n",
-		node, filepath.Join(tmp, "nosandbox-state"), dir)), 0o600))
+	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nadmittedRoots:\n  work: %s\nheartbeatSeconds: 2\nsandboxHelper: %s\n",
+		node, filepath.Join(tmp, "nosandbox-state"), dir, helper)), 0o600))
 	var log strings.Builder
 	agentCmd := exec.Command(bin, "--config", config, "--kubeconfig", kcPath)
 	agentCmd.Stdout, agentCmd.Stderr = &syncWriter{w: &log}, &syncWriter{w: &log}

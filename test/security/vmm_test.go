@@ -112,7 +112,7 @@ func TestVMMProcessesConfined(t *testing.T) {
 		NodeSelector: map[string]string{wbv1.NodeLabel: nodeName},
 	}}))
 	var e wbv1.Environment
-	eventually(t, 180*time.Second, "VM environment Ready", func() (bool, string) {
+	eventually(t, 300*time.Second, "VM environment Ready", func() (bool, string) {
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm"}, &e))
 		return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
 	})

@@ -373,7 +373,7 @@ func (hp *helperProc) configure(cfg *helperConfig, idmaps []idmapSource, before 
 		rights = unix.UnixRights(fds...)
 	}
 	if err := unix.Sendmsg(cfgParent, hdr[:], rights, nil, 0); err != nil {
-		return abort(fmt.Errorf("procexec: send sandbox config: %w", err))
+		return abort(refusal.New(refusal.SandboxSetupFailed, "send sandbox config (the helper ended before its setup): %v", err))
 	}
 	for off := 0; off < len(raw); {
 		n, err := unix.Write(cfgParent, raw[off:])
@@ -381,7 +381,7 @@ func (hp *helperProc) configure(cfg *helperConfig, idmaps []idmapSource, before 
 			continue
 		}
 		if err != nil {
-			return abort(fmt.Errorf("procexec: send sandbox config: %w", err))
+			return abort(refusal.New(refusal.SandboxSetupFailed, "send sandbox config (the helper ended before its setup): %v", err))
 		}
 		off += n
 	}
