@@ -48,7 +48,7 @@ func (r *SkillReplayReconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 func skillReplayOwned(s *wbv1.SkillReplayStatus) wbv1.SkillReplayStatus {
 	o := *s.DeepCopy()
-	o.Conditions = ownedConditions(s.Conditions, wbv1.ConditionCompleted)
+	o.Conditions = ownedConditions(s.Conditions, wbv1.ConditionCompleted, wbv1.ConditionReconciling, wbv1.ConditionStalled)
 	return o
 }
 
@@ -75,6 +75,15 @@ func (r *SkillReplayReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, err
 	}
 	next.ObservedGeneration = sr.Generation
+	verdict := ""
+	if next.Proof != nil {
+		verdict = next.Proof.OverallVerdict
+	}
+	reason := string(next.Result)
+	for _, hc := range wbv1.HealthConditions(wbv1.SkillReplayHealth(next.Result, verdict), reason,
+		truncate(fmt.Sprintf("replay %s, proof verdict %q", next.ResultText, verdict), 1024), sr.Generation) {
+		setCondition(&next.Conditions, &next.Conditions, hc)
+	}
 	wrote, err := applyStatus(ctx, r.Client, "skillreplay", &sr, cur, next)
 	if err != nil {
 		return ctrl.Result{}, err

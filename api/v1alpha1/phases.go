@@ -420,3 +420,32 @@ func ConsentGrantHealth(active, asKept bool) Health {
 	}
 	return HealthStalled
 }
+
+// SkillReplayHealth: a replay in progress is progress; only a successful replay whose
+// proof verdict is pass is where its spec wants it; a replay that halted, completed with
+// surprises, was refused, or whose proof is not pass (partial and inconclusive are never
+// success) is stalled.
+func SkillReplayHealth(r SkillReplayResult, verdict string) Health {
+	switch r {
+	case "", SkillReplayRunning:
+		return HealthProgressing
+	case SkillReplaySuccess:
+		if verdict == "pass" {
+			return HealthCurrent
+		}
+	}
+	return HealthStalled
+}
+
+// ViewHealth: a view that publishes is current; one that has no phase yet is progress; a
+// superseded, refused or unavailable view serves nobody until its spec changes (a new
+// view, or a new sessionRef): stalled.
+func ViewHealth(p ViewPhase) Health {
+	switch p {
+	case ViewPublishing:
+		return HealthCurrent
+	case "":
+		return HealthProgressing
+	}
+	return HealthStalled
+}

@@ -198,7 +198,7 @@ func TestSharedChairTerminalStory(t *testing.T) {
 		var v wbv1.TerminalView
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "chair-view"}, &v))
 		return v.Status.Phase == wbv1.ViewPublishing && v.Status.OperationalContext == "test" &&
-			v.Status.EnvironmentGeneration == view.Spec.Binding.SourceGeneration, fmt.Sprintf("%+v", v.Status)
+			v.Status.EnvironmentGeneration == view.Spec.Binding.SourceGeneration && kstatusOf(t, &v) == "Current", fmt.Sprintf("%s %+v", kstatusOf(t, &v), v.Status)
 	})
 	b := watchView(t, bCfg, ns, "chair-view")
 	c := watchView(t, cCfg, ns, "chair-view")
@@ -316,7 +316,9 @@ func TestSharedChairTerminalStory(t *testing.T) {
 	var gc wbv1.ViewGrant
 	eventually(t, 30*time.Second, "C's grant status says revoked", func() (bool, string) {
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "carol"}, &gc))
-		return gc.Status.State == wbv1.ViewGrantInactive && gc.Status.Reason == string(actuation.CodeViewGrantRevoked), fmt.Sprintf("%+v", gc.Status)
+		// Revoked as its spec asked: kstatus reads Current (where the spec wants it).
+		return gc.Status.State == wbv1.ViewGrantInactive && gc.Status.Reason == string(actuation.CodeViewGrantRevoked) && kstatusOf(t, &gc) == "Current",
+			fmt.Sprintf("%s %+v", kstatusOf(t, &gc), gc.Status)
 	})
 	_ = bUser
 
@@ -339,8 +341,9 @@ func TestSharedChairTerminalStory(t *testing.T) {
 	eventually(t, 30*time.Second, "the old view's status says Superseded", func() (bool, string) {
 		var v wbv1.TerminalView
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "chair-view"}, &v))
-		return v.Status.Phase == wbv1.ViewSuperseded && v.Status.Refusal != nil && v.Status.Refusal.Code == string(actuation.CodeViewContextSuperseded),
-			fmt.Sprintf("%+v", v.Status)
+		// A superseded view serves nobody: kstatus reads Failed, never Current.
+		return v.Status.Phase == wbv1.ViewSuperseded && v.Status.Refusal != nil && v.Status.Refusal.Code == string(actuation.CodeViewContextSuperseded) &&
+			kstatusOf(t, &v) == "Failed", fmt.Sprintf("%s %+v", kstatusOf(t, &v), v.Status)
 	})
 	if err := chair.Create(ctx, terminalView(ns, "chair-view-prod", "chair2", "test")); err == nil || !strings.Contains(err.Error(), string(actuation.CodeViewClassificationExceeded)) {
 		t.Fatalf("a view whose ceiling is below the new context was admitted: %v", err)

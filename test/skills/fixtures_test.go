@@ -159,6 +159,7 @@ func TestFixtureReplayFidelity(t *testing.T) {
 	if st.Result != wbv1.SkillReplaySuccess || st.ResultText != "success" || st.EdgesAttempted != 5 || st.EdgesCommitted != 5 {
 		t.Fatalf("replay status %+v", st)
 	}
+	wantKStatusCurrent(t, sr) // success with a passing proof: healthy
 	if st.Fidelity != "exact" && st.Fidelity != "structural" {
 		t.Fatalf("fidelity %s", st.Fidelity)
 	}

@@ -35,6 +35,7 @@ func TestFixtureAuthorityDenied(t *testing.T) {
 	if st.Result != wbv1.SkillReplayHaltedAtEdge || st.HaltedAtEdge != want || st.ResultText != fmt.Sprintf("halted-at-edge-%d", want) {
 		t.Fatalf("replay status %+v", st)
 	}
+	wantKStatusFailed(t, sr) // a halted replay is not healthy
 	if len(st.Denials) == 0 || st.Denials[0].Code != sc.PassCriteria["denial_code"] || !strings.Contains(st.Denials[0].Message, "touch") {
 		t.Fatalf("denials %+v", st.Denials)
 	}
@@ -152,6 +153,7 @@ func TestOutOfBandChangeHaltsReplay(t *testing.T) {
 	if st.Result != wbv1.SkillReplayHaltedAtEdge || st.HaltedAtEdge != 4 || st.ResultText != "halted-at-edge-4" || st.EdgesCommitted != 3 {
 		t.Fatalf("replay status %+v", st)
 	}
+	wantKStatusFailed(t, sr)
 	if len(st.Surprises) != 1 {
 		t.Fatalf("surprises %+v", st.Surprises)
 	}

@@ -45,7 +45,12 @@ func (a *Agent) setupControllers(mgr ctrl.Manager) error {
 	if err := a.setupIndexes(a.runCtx, mgr); err != nil {
 		return fmt.Errorf("indexing references: %w", err)
 	}
-	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.Environment{}).Named(name("environment")).WithOptions(retryOptions()).
+	// Environments reconcile concurrently: a VM's boot (tens of seconds under TCG) must not
+	// hold back a host-local allocation on the same node; one key is never reconciled twice at
+	// once, and the backends count what is booting against their caps.
+	envOpts := retryOptions()
+	envOpts.MaxConcurrentReconciles = environmentWorkers
+	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.Environment{}).Named(name("environment")).WithOptions(envOpts).
 		WatchesRawSource(source.Channel(a.wakeEnvironments, &handler.EnqueueRequestForObject{})).
 		Complete(&environmentReconciler{a: a}); err != nil {
 		return fmt.Errorf("environment controller: %w", err)
@@ -81,6 +86,9 @@ func (a *Agent) setupControllers(mgr ctrl.Manager) error {
 // restarted), the outcomes the node holds reach the API within this long of their return,
 // not after the default exponential backoff's quarter of an hour.
 const maxRetryDelay = 15 * time.Second
+
+// environmentWorkers bounds the Environments the node allocates or tears down at once.
+const environmentWorkers = 4
 
 func retryOptions() controller.Options {
 	return controller.Options{RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay)}

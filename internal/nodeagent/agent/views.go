@@ -194,7 +194,7 @@ func (r *viewReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	cur := v.Status
 	next := wbv1.TerminalViewStatus{Phase: wbv1.ViewPublishing, ObservedGeneration: v.Generation,
 		EnvironmentGeneration: info.Generation, OperationalContext: wbv1.ContextClass(info.Context),
-		Conditions: statusapply.Owned(cur.Conditions, wbv1.ConditionPublishing)}
+		Conditions: statusapply.Owned(cur.Conditions, wbv1.ConditionPublishing, wbv1.ConditionReconciling, wbv1.ConditionStalled)}
 	cond := statusapply.Cond(wbv1.ConditionPublishing, true, "Publishing", "publishing the visible screen of session "+string(v.Spec.SessionRef), v.Generation)
 	if info.Refusal != "" {
 		switch info.Refusal {
@@ -209,13 +209,16 @@ func (r *viewReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		cond = statusapply.Cond(wbv1.ConditionPublishing, false, string(next.Phase), statusapply.Truncate(info.Message, 1024), v.Generation)
 	}
 	statusapply.Set(&next.Conditions, &next.Conditions, cond)
+	for _, hc := range wbv1.HealthConditions(wbv1.ViewHealth(next.Phase), string(next.Phase), cond.Message, v.Generation) {
+		statusapply.Set(&next.Conditions, &next.Conditions, hc)
+	}
 	_, err = statusapply.Apply(ctx, r.a.client, FieldManager+"terminalview", &v, viewStatusProjection(&cur), &next)
 	return ctrl.Result{}, err
 }
 
 func viewStatusProjection(s *wbv1.TerminalViewStatus) *wbv1.TerminalViewStatus {
 	p := s.DeepCopy()
-	p.Conditions = statusapply.Owned(s.Conditions, wbv1.ConditionPublishing)
+	p.Conditions = statusapply.Owned(s.Conditions, wbv1.ConditionPublishing, wbv1.ConditionReconciling, wbv1.ConditionStalled)
 	return p
 }
 
@@ -257,7 +260,7 @@ func (r *viewGrantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		state = wbv1.ViewGrantInactive
 	}
 	cur := wbv1.ViewGrantStatus{State: g.Status.State, Reason: g.Status.Reason, ObservedGeneration: g.Status.ObservedGeneration,
-		Conditions: statusapply.Owned(g.Status.Conditions, ConditionActive)}
+		Conditions: statusapply.Owned(g.Status.Conditions, ConditionActive, wbv1.ConditionReconciling, wbv1.ConditionStalled)}
 	next := wbv1.ViewGrantStatus{State: state, Reason: string(reason), ObservedGeneration: g.Generation, Conditions: cur.Conditions}
 	msg := "admits " + string(g.Spec.Subject.Kind) + " " + g.Spec.Subject.Name + " to view " + string(g.Spec.ViewRef)
 	condReason := "Active"
@@ -266,6 +269,11 @@ func (r *viewGrantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	next.Conditions = slices.Clone(next.Conditions)
 	statusapply.Set(&next.Conditions, &next.Conditions, statusapply.Cond(ConditionActive, reason == "", condReason, msg, g.Generation))
+	// The rule of a ConsentGrant: active, or revoked as its spec asked, is current; a grant
+	// that stopped admitting otherwise (expired, its view gone or superseded) is stalled.
+	for _, hc := range wbv1.HealthConditions(wbv1.ConsentGrantHealth(reason == "", reason == actuation.CodeViewGrantRevoked), condReason, msg, g.Generation) {
+		statusapply.Set(&next.Conditions, &next.Conditions, hc)
+	}
 	if _, err := statusapply.Apply(ctx, r.a.client, FieldManager+"viewgrant", &g, &cur, &next); err != nil {
 		return ctrl.Result{}, err
 	}
