@@ -59,16 +59,17 @@ type Agent struct {
 
 	sandboxErr error // why the process sandbox cannot be established on this node (checked by New)
 
+	// envs and sess have their own locks (registries.go); mu guards the command table and
+	// the fields after it up to recorder.
+	envs      *envRegistry
+	sess      *sessionRegistry
 	mu        sync.Mutex
-	envs      map[string]*liveEnv     // environment UID → mounted roots
-	sess      map[string]*liveSession // session UID → ring (+ PTY)
 	commands  map[string]*liveCommand // command UID → running handle or finished result
 	recovery  []wbv1.RecoveryAction
 	waits     int
 	dataPlane *wbv1.DataPlane
 	// viewHub wakes view streams on changes of views, grants, environments and sessions.
 	viewHub  viewHub
-	pins     map[string]map[string]*pinnedRoot // environment UID → root name → its pinned directory (roots.go)
 	recorder events.EventRecorder
 
 	// Data-plane client surface (dataplane.go), guarded by mu: artifact UIDs whose upload
@@ -164,10 +165,9 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		runner: procexec.NewRunner(procexec.Limits{MaxConcurrent: caps.ConcurrentCommands, TempBase: filepath.Join(cfg.StateDir, "tmp"),
 			HelperPath: sandboxHelper(cfg, opts), Cgroups: cg, PrestartedSandboxes: caps.PrestartedSandboxes}),
 		cgroups:          cg,
-		envs:             map[string]*liveEnv{},
-		sess:             map[string]*liveSession{},
+		envs:             newEnvRegistry(),
+		sess:             newSessionRegistry(),
 		commands:         map[string]*liveCommand{},
-		pins:             map[string]map[string]*pinnedRoot{},
 		wakeCommands:     make(chan event.GenericEvent, 1024),
 		wakeSessions:     make(chan event.GenericEvent, 1024),
 		engine:           waits.NewEngine(waits.Caps{PendingWaits: caps.PendingWaits}),

@@ -59,10 +59,8 @@ func (r resolver) Session(ns, name string) (dataplane.Terminal, dataplane.Sessio
 		}
 		return nil, dataplane.SessionInfo{}, err
 	}
-	a.mu.Lock()
-	live := a.sess[string(ts.UID)]
-	a.mu.Unlock()
-	if live == nil || live.closed {
+	live := a.sess.open(string(ts.UID))
+	if live == nil {
 		return nil, dataplane.SessionInfo{}, fmt.Errorf("session %s/%s is not open on this node: %w", ns, name, dataplane.ErrNotFound)
 	}
 	info := dataplane.SessionInfo{RawInput: ts.Spec.RawInput}
@@ -215,12 +213,10 @@ func (r resolver) Command(ns, name string) (dataplane.Command, error) {
 		return nil, fmt.Errorf("command %s/%s: %w", ns, name, &dataplane.NotStartedError{
 			Final: wbv1.CommandIsFinal(tc.Status.Conditions), Phase: string(wbv1.CommandPhaseFor(tc.Status.Conditions))})
 	}
-	a.mu.Lock()
 	var rg *ring.Ring
-	if s := a.sess[rec.SessionUID]; s != nil {
+	if s, _ := a.sess.get(rec.SessionUID); s != nil {
 		rg = s.ring
 	}
-	a.mu.Unlock()
 	if rg == nil {
 		return nil, fmt.Errorf("the session of command %s/%s is gone from this node: %w", ns, name, dataplane.ErrNotFound)
 	}

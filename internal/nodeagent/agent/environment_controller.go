@@ -270,28 +270,13 @@ func (a *Agent) teardownDeleted(ctx context.Context, ns, name string) error {
 	return nil
 }
 
-func (a *Agent) rememberEnv(spec backends.Spec, st backends.Status) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.envs[spec.ID] = &liveEnv{spec: spec, status: st}
-}
+func (a *Agent) rememberEnv(spec backends.Spec, st backends.Status) { a.envs.remember(spec, st) }
 
-func (a *Agent) forgetEnv(id string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.unpinRootsLocked(id)
-	delete(a.envs, id)
-}
+func (a *Agent) forgetEnv(id string) { a.envs.forget(id) }
 
 // mountedRoots returns the environment's roots if it is ready in this process.
 func (a *Agent) mountedRoots(envUID string) ([]backends.MountedRoot, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	e, ok := a.envs[envUID]
-	if !ok || e.status.Phase != backends.PhaseReady {
-		return nil, false
-	}
-	return e.status.Roots, true
+	return a.envs.mounted(envUID)
 }
 
 func condTrue(conds []metav1.Condition, t string) bool {
@@ -353,15 +338,7 @@ func (a *Agent) resolveBootImage(ctx context.Context, env *wbv1.Environment, spe
 // waits (bounded by drainWait) for the commands' outcomes to be recorded.
 func (a *Agent) drainEnvironment(ctx context.Context, envUID string) {
 	stopped := a.stopCommands(func(lc *liveCommand) bool { return lc.envUID == envUID })
-	a.mu.Lock()
-	var sessions []string
-	for uid, s := range a.sess {
-		if s.envUID == envUID && !s.closed {
-			sessions = append(sessions, uid)
-		}
-	}
-	a.mu.Unlock()
-	for _, uid := range sessions {
+	for _, uid := range a.sess.openIn(envUID) {
 		a.closeSession(ctx, uid, false)
 	}
 	t := time.NewTimer(drainWait)

@@ -42,29 +42,23 @@ func (a *Agent) kickCapacity() {
 // freeCapacity counts what one more session, reader, command, wait or VM would find.
 func (a *Agent) freeCapacity() wbv1.NodeFree {
 	caps := a.cfg.Caps
+	open, perEnv := a.sess.openCounts()
 	a.mu.Lock()
-	open := 0
-	perEnv := map[string]int{}
-	for _, s := range a.sess {
-		if !s.closed {
-			open++
-			perEnv[s.envUID]++
-		}
-	}
 	guest := 0
 	for _, c := range a.commands {
 		if c.cancel != nil && c.result == nil {
 			guest++
 		}
 	}
+	waits := a.waits
+	a.mu.Unlock()
 	var full []wbv1.NodeEnvironmentRef
 	truncated := false
 	for uid, n := range perEnv {
 		if n < caps.SessionsPerEnvironment {
 			continue
 		}
-		le := a.envs[uid]
-		ns, name, ok := strings.Cut(refOf(le), "/")
+		ns, name, ok := strings.Cut(a.envs.ref(uid), "/")
 		if !ok {
 			continue
 		}
@@ -74,8 +68,6 @@ func (a *Agent) freeCapacity() wbv1.NodeFree {
 		}
 		full = append(full, wbv1.NodeEnvironmentRef{Namespace: ns, Name: wbv1.ObjectName(name)})
 	}
-	waits := a.waits
-	a.mu.Unlock()
 	sort.Slice(full, func(i, j int) bool {
 		if full[i].Namespace != full[j].Namespace {
 			return full[i].Namespace < full[j].Namespace

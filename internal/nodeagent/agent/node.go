@@ -189,13 +189,8 @@ func (a *Agent) publishNode(ctx context.Context) error {
 	}
 	now := metav1.Now()
 	caps := a.cfg.Caps
+	active, _ := a.sess.openCounts()
 	a.mu.Lock()
-	active := 0
-	for _, s := range a.sess {
-		if !s.closed {
-			active++
-		}
-	}
 	st := wbv1.WorkbenchNodeStatus{
 		AgentVersion: Version, HeartbeatTime: &now,
 		Caps: &wbv1.NodeCaps{Sessions: int32(caps.Sessions), SessionsPerEnvironment: int32(caps.SessionsPerEnvironment), ReaderTasks: int32(caps.ReaderTasks),

@@ -193,13 +193,7 @@ func (a *Agent) pruneRecords(ctx context.Context) (int, error) {
 	for _, s := range sessions.Items {
 		live[string(s.UID)] = true
 	}
-	a.mu.Lock()
-	for uid, s := range a.sess {
-		if s.closed && !live[uid] {
-			delete(a.sess, uid) // a closed session whose object is gone: drop its ring
-		}
-	}
-	a.mu.Unlock()
+	a.sess.dropClosed(live) // a closed session whose object is gone: drop its ring
 	for _, p := range patches.Items {
 		live[string(p.UID)] = true
 	}
@@ -207,10 +201,10 @@ func (a *Agent) pruneRecords(ctx context.Context) (int, error) {
 	for uid := range a.commands {
 		live[uid] = true
 	}
-	for uid := range a.sess {
+	a.mu.Unlock()
+	for _, uid := range a.sess.uids() {
 		live[uid] = true
 	}
-	a.mu.Unlock()
 	pruned := 0
 	crecs, err := a.store.Commands().List(0)
 	if err != nil {
@@ -265,8 +259,9 @@ type Footprint struct {
 func (a *Agent) Footprint() (Footprint, error) {
 	var f Footprint
 	a.mu.Lock()
-	f.LiveCommands, f.LiveSessions = len(a.commands), len(a.sess)
+	f.LiveCommands = len(a.commands)
 	a.mu.Unlock()
+	f.LiveSessions = a.sess.len()
 	cmds, err := a.store.Commands().List(0)
 	if err != nil {
 		return f, err

@@ -31,11 +31,17 @@ func identityString(id fsaccess.Identity) string { return fmt.Sprintf("%d:%d", i
 // passes) and returns the identities to record. recorded holds the identities a previous
 // process pinned.
 func (a *Agent) pinRoots(envUID string, roots []backends.MountedRoot, recorded map[string]string) (map[string]string, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	pins := a.pins[envUID]
-	if pins == nil {
-		pins = map[string]*pinnedRoot{}
+	return a.envs.pin(envUID, roots, recorded)
+}
+
+// pin is pinRoots on the registry's lock. The stored map of an environment is replaced,
+// never mutated, so pinsOf's readers hold a stable copy.
+func (r *envRegistry) pin(envUID string, roots []backends.MountedRoot, recorded map[string]string) (map[string]string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pins := map[string]*pinnedRoot{}
+	for name, p := range r.pins[envUID] {
+		pins[name] = p
 	}
 	ids := map[string]string{}
 	fresh := map[string]*pinnedRoot{}
@@ -76,13 +82,10 @@ func (a *Agent) pinRoots(envUID string, roots []backends.MountedRoot, recorded m
 		fresh[mr.Name] = &pinnedRoot{root: r, id: id, path: mr.Path}
 		ids[mr.Name] = identityString(id)
 	}
-	if a.pins == nil {
-		a.pins = map[string]map[string]*pinnedRoot{}
-	}
 	for name, p := range fresh {
 		pins[name] = p
 	}
-	a.pins[envUID] = pins
+	r.pins[envUID] = pins
 	return ids, nil
 }
 
@@ -105,9 +108,7 @@ func (p *pinnedRoot) verify(path string) error {
 // verifyRoots checks, right before a process starts with them, that every host root of the
 // environment still names its pinned directory.
 func (a *Agent) verifyRoots(envUID string, roots []backends.MountedRoot) error {
-	a.mu.Lock()
-	pins := a.pins[envUID]
-	a.mu.Unlock()
+	pins := a.envs.pinsOf(envUID)
 	for _, mr := range roots {
 		if mr.Path == "" {
 			continue
@@ -125,18 +126,8 @@ func (a *Agent) verifyRoots(envUID string, roots []backends.MountedRoot) error {
 
 // pinnedRootOf returns the pinned root of an environment (owned by the agent: never close it).
 func (a *Agent) pinnedRootOf(envUID, name string) (*fsaccess.Root, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if p := a.pins[envUID][name]; p != nil {
+	if p := a.envs.pinsOf(envUID)[name]; p != nil {
 		return p.root, nil
 	}
 	return nil, refusal.New(string(actuation.CodeRootChanged), "root %s of environment %s is not pinned on this node", name, envUID)
-}
-
-// unpinRoots closes the pinned roots of an environment. Callers hold a.mu.
-func (a *Agent) unpinRootsLocked(envUID string) {
-	for _, p := range a.pins[envUID] {
-		_ = p.root.Close()
-	}
-	delete(a.pins, envUID)
 }

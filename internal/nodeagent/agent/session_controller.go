@@ -34,18 +34,11 @@ type liveSession struct {
 }
 
 // sessionOpen says whether the session is open in this process.
-func (a *Agent) sessionOpen(uid string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	s := a.sess[uid]
-	return s != nil && !s.closed
-}
+func (a *Agent) sessionOpen(uid string) bool { return a.sess.open(uid) != nil }
 
 // sessionRing returns the event ring of an open session.
 func (a *Agent) sessionRing(uid string) *ring.Ring {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if s := a.sess[uid]; s != nil && !s.closed {
+	if s := a.sess.open(uid); s != nil {
 		return s.ring
 	}
 	return nil
@@ -79,9 +72,7 @@ func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	deleting := !ts.DeletionTimestamp.IsZero()
 	cur, next := sessionOwned(&ts.Status), sessionOwned(&ts.Status)
 	uid := string(ts.UID)
-	a.mu.Lock()
-	live := a.sess[uid]
-	a.mu.Unlock()
+	live, _ := a.sess.get(uid)
 	result := ctrl.Result{}
 	opened := false
 	next.NodeName = a.cfg.NodeName
@@ -207,17 +198,8 @@ func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl
 		// environmentAvailable wakes the session once the environment is mounted here.
 		return ctrl.Result{}, "", "", nil
 	}
-	a.mu.Lock()
-	open, perEnv := 0, 0
-	for _, s := range a.sess {
-		if !s.closed {
-			open++
-			if s.envUID == string(env.UID) {
-				perEnv++
-			}
-		}
-	}
-	a.mu.Unlock()
+	open, perEnvs := a.sess.openCounts()
+	perEnv := perEnvs[string(env.UID)]
 	if open >= a.cfg.Caps.Sessions || perEnv >= a.cfg.Caps.SessionsPerEnvironment {
 		return ctrl.Result{}, string(actuation.CodeSessionCapReached), fmt.Sprintf("node has %d open sessions (cap %d), environment %d (cap %d)",
 			open, a.cfg.Caps.Sessions, perEnv, a.cfg.Caps.SessionsPerEnvironment), nil
@@ -312,20 +294,13 @@ func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl
 	if err := a.store.Sessions().Put(rec); err != nil {
 		return ctrl.Result{}, "", "", err
 	}
-	a.mu.Lock()
-	a.sess[string(ts.UID)] = live
-	a.mu.Unlock()
+	a.sess.put(string(ts.UID), live)
 	return ctrl.Result{}, "", "", nil
 }
 
 // closeSession closes a live session idempotently and returns its final phase.
 func (a *Agent) closeSession(ctx context.Context, uid string, expired bool) wbv1.SessionPhase {
-	a.mu.Lock()
-	live := a.sess[uid]
-	if live != nil {
-		live.closed = true
-	}
-	a.mu.Unlock()
+	live := a.sess.markClosed(uid)
 	phase := wbv1.SessionClosed
 	if expired {
 		phase = wbv1.SessionExpired
@@ -353,9 +328,7 @@ func (a *Agent) closeSessionByName(ctx context.Context, ns, name string) {
 		if r.Namespace == ns && r.Name == name {
 			a.closeSession(ctx, r.UID, false)
 			_ = a.store.Sessions().Delete(r.UID)
-			a.mu.Lock()
-			delete(a.sess, r.UID)
-			a.mu.Unlock()
+			a.sess.remove(r.UID)
 		}
 	}
 }

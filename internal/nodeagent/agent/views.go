@@ -166,10 +166,8 @@ func (a *Agent) viewInfo(ctx context.Context, v *wbv1.TerminalView) (dataplane.V
 			return info, now, err
 		}
 	}
-	a.mu.Lock()
-	live := a.sess[string(ts.UID)]
-	a.mu.Unlock()
-	if ts.UID == "" || live == nil || live.closed || live.pty == nil {
+	live := a.sess.open(string(ts.UID))
+	if ts.UID == "" || live == nil || live.pty == nil {
 		info.Refusal = actuation.CodeViewSessionUnavailable
 		info.Message = fmt.Sprintf("session %s/%s runs no PTY program open on this node", v.Namespace, spec.SessionRef)
 		return info, now, nil

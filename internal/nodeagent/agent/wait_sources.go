@@ -191,10 +191,7 @@ func (a *Agent) sessionSource(ctx context.Context, key types.NamespacedName) (wa
 		return nil, refusal.New(string(actuation.CodeSessionClosed), "session %s is %s", key, ts.Status.Phase)
 	}
 	uid := string(ts.UID)
-	a.mu.Lock()
-	live := a.sess[uid]
-	closed := live != nil && live.closed
-	a.mu.Unlock()
+	live, closed := a.sess.get(uid)
 	switch {
 	case live == nil:
 		return nil, errNotYet
@@ -358,10 +355,8 @@ func (r *ringSource) Changed() <-chan struct{} {
 }
 
 func (r *ringSource) closed() bool {
-	r.a.mu.Lock()
-	defer r.a.mu.Unlock()
-	s := r.a.sess[r.uid]
-	return s == nil || s.closed
+	s, closed := r.a.sess.get(r.uid)
+	return s == nil || closed
 }
 
 func (r *ringSource) Observe(req *waits.Request) (waits.Observation, error) {
