@@ -21,6 +21,7 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/convert"
+	"sensorium.dev/workbench/internal/platform/spans"
 )
 
 // Timing of the consent gate.
@@ -62,8 +63,17 @@ type TerminalCommandReconciler struct {
 // terminalCommandOwned is what the manager writes of a command's status. Its outcome
 // fields (refusal, completionTime, Completed) are the manager's only for a command the gate
 // refused; an admitted command's outcome belongs to the node agent. Phase and the health
-// conditions are derived from every component's conditions, here, by their one writer.
+// conditions are derived from every component's conditions by their one writer: the
+// manager until the node took the command, the node agent after
+// (wbv1.CommandPhaseWriter) — then the manager's part is its admission record alone.
 func terminalCommandOwned(s *wbv1.TerminalCommandStatus) wbv1.TerminalCommandStatus {
+	if wbv1.CommandPhaseWriter(s) == wbv1.PhaseWriterNode {
+		return wbv1.TerminalCommandStatus{
+			CommandID: s.CommandID, ArgvDigest: s.ArgvDigest, AdmittedBy: s.AdmittedBy, AdmittedContext: s.AdmittedContext,
+			ConsentRequestRef: s.ConsentRequestRef, ObservedGeneration: s.ObservedGeneration,
+			Conditions: ownedConditions(s.Conditions, wbv1.ConditionAdmitted),
+		}
+	}
 	out := wbv1.TerminalCommandStatus{
 		CommandID: s.CommandID, ArgvDigest: s.ArgvDigest, Phase: s.Phase, AdmittedBy: s.AdmittedBy, AdmittedContext: s.AdmittedContext,
 		ConsentRequestRef: s.ConsentRequestRef, ObservedGeneration: s.ObservedGeneration,
@@ -77,19 +87,30 @@ func terminalCommandOwned(s *wbv1.TerminalCommandStatus) wbv1.TerminalCommandSta
 }
 
 // summarize writes the derived phase and health of a command the gate no longer decides
-// (admitted, or final).
-func (r *TerminalCommandReconciler) summarize(ctx context.Context, cmd *wbv1.TerminalCommand) error {
+// (admitted, or final) while the manager is their writer (not once the node took the
+// command: wbv1.CommandPhaseWriter). The write is held to the version read, so a
+// stale read never overwrites the node's phase; a conflict reads again.
+func (r *TerminalCommandReconciler) summarize(ctx context.Context, cmd *wbv1.TerminalCommand) (ctrl.Result, error) {
 	cur, next := terminalCommandOwned(&cmd.Status), terminalCommandOwned(&cmd.Status)
-	all := append([]metav1.Condition(nil), cmd.Status.Conditions...)
-	next.Phase = wbv1.CommandPhaseFor(all)
-	// The phase and health below are derived from this generation (a cancel raises it):
-	// without this kstatus reads a cancelled command InProgress forever.
+	// The phase and health (and this record of the generation they follow) are derived
+	// from this generation (a cancel raises it): without it kstatus reads a cancelled
+	// command InProgress forever. observedGeneration stays the manager's after the hand-off.
 	next.ObservedGeneration = cmd.Generation
-	for _, hc := range wbv1.HealthConditions(wbv1.CommandHealth(next.Phase), string(next.Phase), "command is "+string(next.Phase), cmd.Generation) {
-		setCondition(&next.Conditions, &all, hc)
+	if wbv1.CommandPhaseWriter(&cmd.Status) == wbv1.PhaseWriterManager {
+		all := append([]metav1.Condition(nil), cmd.Status.Conditions...)
+		next.Phase = wbv1.CommandPhaseFor(all)
+		for _, hc := range wbv1.HealthConditions(wbv1.CommandHealth(next.Phase), string(next.Phase), "command is "+string(next.Phase), cmd.Generation) {
+			setCondition(&next.Conditions, &all, hc)
+		}
 	}
-	_, err := applyStatus(ctx, r.Client, "terminalcommand", cmd, cur, next)
-	return err
+	wrote, err := applyStatusIfUnchanged(ctx, r.Client, "terminalcommand", cmd, cur, next)
+	if apierrors.IsConflict(err) {
+		return ctrl.Result{}, nil // another writer moved it: its watch event brings the next pass
+	}
+	if wrote {
+		markCommand(cmd, "manager-phase-written-"+string(next.Phase))
+	}
+	return ctrl.Result{}, err
 }
 
 // nodeClaimed says the node agent took the command on its fast path: its Started condition
@@ -135,13 +156,19 @@ func (r *TerminalCommandReconciler) adoptNodeAdmission(ctx context.Context, cmd 
 	next.AdmittedBy = by
 	setCondition(&next.Conditions, &all, cond(wbv1.ConditionAdmitted, true, reason,
 		"admitted at node "+cmd.Labels[wbv1.NodeLabel]+" by "+by+" (fast path)", cmd.Generation))
-	next.Phase = wbv1.CommandPhaseFor(all)
-	for _, hc := range wbv1.HealthConditions(wbv1.CommandHealth(next.Phase), string(next.Phase), "command is "+string(next.Phase), cmd.Generation) {
-		setCondition(&next.Conditions, &all, hc)
+	if wbv1.CommandPhaseWriter(&cmd.Status) == wbv1.PhaseWriterManager {
+		// Not reached (the node's claim is its Started condition); kept so the rule lives in one place.
+		next.Phase = wbv1.CommandPhaseFor(all)
+		for _, hc := range wbv1.HealthConditions(wbv1.CommandHealth(next.Phase), string(next.Phase), "command is "+string(next.Phase), cmd.Generation) {
+			setCondition(&next.Conditions, &all, hc)
+		}
 	}
 	wrote, err := applyStatus(ctx, r.Client, "terminalcommand", cmd, cur, next)
 	if err != nil {
 		return err
+	}
+	if wrote {
+		markCommand(cmd, "manager-adopt-written")
 	}
 	if wrote && cur.Phase != next.Phase {
 		phaseTransitions.WithLabelValues("TerminalCommand", string(next.Phase)).Inc()
@@ -190,7 +217,7 @@ func (r *TerminalCommandReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return ctrl.Result{}, err
 	}
 	if !reevaluate && (wbv1.CommandIsFinal(cmd.Status.Conditions) && !nodeClaimed(&cmd) || isTrueCond(cmd.Status.Conditions, wbv1.ConditionAdmitted)) {
-		return ctrl.Result{}, r.summarize(ctx, &cmd)
+		return r.summarize(ctx, &cmd)
 	}
 	if nodeClaimed(&cmd) {
 		// The node admitted it on the fast path (its claim won): record that decision, never
@@ -232,6 +259,9 @@ func (r *TerminalCommandReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if wrote {
+		markCommand(&cmd, "manager-gate-written-"+string(p.next.Phase))
 	}
 	if wrote && p.cur.Phase != p.next.Phase {
 		phaseTransitions.WithLabelValues("TerminalCommand", string(p.next.Phase)).Inc()
@@ -667,5 +697,13 @@ func (r *TerminalCommandReconciler) commandsOf(index string) handler.MapFunc {
 			}
 		}
 		return out
+	}
+}
+
+// markCommand marks a step of the command's create → outcome path for the benchmarks' span
+// breakdown (internal/platform/spans); nothing happens unless a recorder is installed.
+func markCommand(cmd *wbv1.TerminalCommand, step string) {
+	if spans.Enabled() {
+		spans.Mark(cmd.Namespace+"/"+cmd.Name, step)
 	}
 }

@@ -58,6 +58,37 @@ func CommandPhaseFor(conds []metav1.Condition) CommandPhase {
 	return CommandPending
 }
 
+// PhaseWriter names the one component that writes a TerminalCommand's phase and its health
+// conditions (Reconciling, Stalled) at a given moment.
+type PhaseWriter string
+
+// The two writers of a command's phase.
+const (
+	PhaseWriterManager PhaseWriter = "manager"
+	PhaseWriterNode    PhaseWriter = "node"
+)
+
+// CommandPhaseWriter is the hand-off rule for a command's phase (one writer per field at any
+// time). The manager writes it while it holds the command: pending, awaiting consent, and
+// refused or cancelled before any node took it. The node agent writes it once the node took
+// the command: its Started condition exists (the fast path's claim, Started=False
+// StartingAtNode, or the start of a command the manager admitted), or it recorded the
+// outcome of a command the manager admitted (Completed with Admitted=True: the manager
+// records Completed only for what it refused or cancelled, never admitted). The write that
+// takes the command carries the phase, and from then on the manager writes neither phase
+// nor health, only its own fields (Admitted, admittedBy, admittedContext, commandID,
+// argvDigest, observedGeneration) — so the outcome and the phase a user reads arrive in one
+// status write instead of two. The rule is monotonic (neither condition is ever removed),
+// and the manager's writes of the phase are held to the version it read (a conflict reads
+// again), so a stale read never overwrites the phase after the hand-off.
+func CommandPhaseWriter(s *TerminalCommandStatus) PhaseWriter {
+	if meta.FindStatusCondition(s.Conditions, ConditionStarted) != nil ||
+		isTrue(s.Conditions, ConditionAdmitted) && isTrue(s.Conditions, ConditionCompleted) {
+		return PhaseWriterNode
+	}
+	return PhaseWriterManager
+}
+
 // CommandIsFinal says whether the command has its one recorded outcome.
 func CommandIsFinal(conds []metav1.Condition) bool { return isTrue(conds, ConditionCompleted) }
 

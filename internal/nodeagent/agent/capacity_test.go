@@ -1,6 +1,9 @@
 package agent
 
-import "testing"
+import (
+	"reflect"
+	"testing"
+)
 
 func TestNodeSizedCaps(t *testing.T) {
 	const gib = uint64(1) << 30
@@ -41,5 +44,20 @@ func TestCapsDefaultsKeepConfiguredValues(t *testing.T) {
 	}
 	if got.EventBufferDepth != DefaultEventBufferDepth || got.InputQueueDepth != DefaultInputQueueDepth {
 		t.Fatalf("fixed defaults not applied: %+v", got)
+	}
+}
+
+// Every cap a configuration sets survives the defaulting: a field added to Caps but not to
+// withDefaultsFrom was silently reset (prestartedSandboxes was, so the pre-started pool
+// never ran in any configured agent).
+func TestCapsDefaultsKeepEveryConfiguredField(t *testing.T) {
+	var set Caps
+	v := reflect.ValueOf(&set).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		v.Field(i).SetInt(int64(100 + i))
+	}
+	got := set.withDefaultsFrom(NodeSizedCaps(2, 24<<30))
+	if got != set {
+		t.Fatalf("configured caps changed by the defaults:\n got %+v\nwant %+v", got, set)
 	}
 }

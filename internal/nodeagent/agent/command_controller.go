@@ -29,6 +29,7 @@ import (
 	"sensorium.dev/workbench/internal/nodeagent/store"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/platform/procexec"
+	"sensorium.dev/workbench/internal/platform/spans"
 	"sensorium.dev/workbench/internal/statusapply"
 )
 
@@ -76,14 +77,37 @@ type commandOutcome struct {
 
 type commandReconciler struct{ a *Agent }
 
+// commandOwned is what the node agent writes of a command's status: the run and its
+// outcome, nodeName, and — once this node took the command (wbv1.CommandPhaseWriter) — the
+// phase and health conditions derived from all conditions, so the outcome and the phase a
+// user reads arrive in one write.
 func commandOwned(s *wbv1.TerminalCommandStatus) wbv1.TerminalCommandStatus {
-	// Phase is derived from all conditions by the manager, its one writer.
-	return wbv1.TerminalCommandStatus{
+	out := wbv1.TerminalCommandStatus{
 		ExitCode: s.ExitCode, SignalOrigin: s.SignalOrigin, StdoutBytes: s.StdoutBytes, Truncated: s.Truncated,
 		OutputDigest: s.OutputDigest, SeqFrom: s.SeqFrom, SeqTo: s.SeqTo, Refusal: s.Refusal, NodeName: s.NodeName,
 		StartTime: s.StartTime, CompletionTime: s.CompletionTime,
 		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionStarted, wbv1.ConditionCompleted),
 	}
+	if wbv1.CommandPhaseWriter(s) == wbv1.PhaseWriterNode {
+		out.Phase = s.Phase
+		out.Conditions = append(out.Conditions, statusapply.Owned(s.Conditions, wbv1.ConditionReconciling, wbv1.ConditionStalled)...)
+	}
+	return out
+}
+
+// derivePhase returns the phase all derives, and sets it with the health conditions on next
+// when this write takes the command or the node already holds it (wbv1.CommandPhaseWriter
+// over the conditions after this write); before that the manager writes them.
+func derivePhase(next *wbv1.TerminalCommandStatus, all *[]metav1.Condition, generation int64) wbv1.CommandPhase {
+	phase := wbv1.CommandPhaseFor(*all)
+	if wbv1.CommandPhaseWriter(&wbv1.TerminalCommandStatus{Conditions: *all}) != wbv1.PhaseWriterNode {
+		return phase
+	}
+	next.Phase = phase
+	for _, hc := range wbv1.HealthConditions(wbv1.CommandHealth(phase), string(phase), "command is "+string(phase), generation) {
+		statusapply.Set(&next.Conditions, all, hc)
+	}
+	return phase
 }
 
 func (r *commandReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -101,6 +125,7 @@ func (r *commandReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if cmd.Labels[wbv1.NodeLabel] != a.cfg.NodeName {
 		return ctrl.Result{}, nil
 	}
+	markCommand(&cmd, "node-reconcile")
 	// fast: the manager has not decided (no Admitted condition): this node may admit the
 	// command itself (fastPathAdmit) and claim it; anything else waits for the manager.
 	fast := meta.FindStatusCondition(cmd.Status.Conditions, wbv1.ConditionAdmitted) == nil
@@ -121,10 +146,13 @@ func (r *commandReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		// Not taken on the fast path: nothing of it is this node's to write.
 		return p.result, nil
 	}
-	before, after := cmd.Status.Phase, wbv1.CommandPhaseFor(all)
+	before, after := cmd.Status.Phase, derivePhase(&next, &all, cmd.Generation)
 	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"command", &cmd, cur, next)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if wrote {
+		markCommand(&cmd, "node-status-written-"+string(after))
 	}
 	if wbv1.CommandIsFinal(all) {
 		a.forgetCommand(string(cmd.UID)) // bounded memory: the outcome is in status and in the store
@@ -365,6 +393,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 			return nil
 		}
 		claimBy = by
+		markCommand(cmd, "node-admitted")
 	} else if actuation.CheckAdmissionContext(actuation.ContextClass(cmd.Status.AdmittedContext), actuation.ContextClass(env.Status.EffectiveOperationalContext)) != nil {
 		// Admitted under an earlier operational context of the environment: not started
 		// under the new one; the manager re-evaluates it and its status write wakes this.
@@ -401,12 +430,16 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		return nil
 	}
 	spec.Resources, spec.CgroupID = environmentLimits(&env), string(cmd.UID)
+	if spans.Enabled() {
+		spec.Trace = spans.Marker(cmd.Namespace + "/" + cmd.Name)
+	}
 	// The claim (an API write) and the store's start record (an fsync) are independent:
 	// both must hold before a process exists, neither needs the other.
 	rec, proceed, err := a.recordStart(p, string(sess.UID), func() (bool, error) { return r.claim(ctx, p, claimBy) })
 	if err != nil || !proceed {
 		return err
 	}
+	markCommand(cmd, "node-claimed-and-recorded")
 	a.recordBefore(ctx, &env, sess.Name, string(cmd.UID)) // seed 004: state before, when recorded
 	seqFrom := live.LastSeq() + 1                         // the data plane's output stream starts here
 	out := &liveOutput{rg: live}
@@ -431,6 +464,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		h.Kill(procexec.OriginCancel)
 		return err
 	}
+	markCommand(cmd, "node-pid-recorded")
 	a.mu.Lock()
 	now := metav1.Now()
 	lc := &liveCommand{key: client.ObjectKeyFromObject(cmd), envUID: string(env.UID), handle: h, started: now.Time, finished: make(chan struct{}),
@@ -480,8 +514,10 @@ func (r *commandReconciler) claim(ctx context.Context, p *cmdPass, by string) (b
 	cur := commandOwned(&p.cmd.Status)
 	next := commandOwned(&p.cmd.Status)
 	next.NodeName = r.a.cfg.NodeName
-	meta.SetStatusCondition(&next.Conditions, statusapply.Cond(wbv1.ConditionStarted, false, reasonStartingAtNode,
+	all := append([]metav1.Condition(nil), p.cmd.Status.Conditions...)
+	statusapply.Set(&next.Conditions, &all, statusapply.Cond(wbv1.ConditionStarted, false, reasonStartingAtNode,
 		"admitted at node "+r.a.cfg.NodeName+" by "+by+"; starting", p.cmd.Generation))
+	derivePhase(&next, &all, p.cmd.Generation) // the claim sets nodeName: the phase is this node's from here on
 	if _, err := statusapply.ApplyIfUnchanged(ctx, r.a.client, FieldManager+"command", p.cmd, cur, next); err != nil {
 		if apierrors.IsConflict(err) {
 			p.result.Requeue = true //nolint:staticcheck // SA1019: a rate-limited requeue (RequeueAfter has none); the manager (or a deletion) moved it first: read again
@@ -490,10 +526,8 @@ func (r *commandReconciler) claim(ctx context.Context, p *cmdPass, by string) (b
 		return false, err
 	}
 	p.claimed = true
-	*p.next = next
-	*p.all = append([]metav1.Condition(nil), p.cmd.Status.Conditions...)
-	meta.SetStatusCondition(p.all, statusapply.Cond(wbv1.ConditionStarted, false, reasonStartingAtNode,
-		"admitted at node "+r.a.cfg.NodeName+" by "+by+"; starting", p.cmd.Generation))
+	markCommand(p.cmd, "node-claim-written")
+	*p.next, *p.all = next, all
 	return true, nil
 }
 
@@ -522,6 +556,7 @@ func (a *Agent) recordStart(p *cmdPass, sessUID string, claim func() (bool, erro
 			UID: string(cmd.UID), Namespace: cmd.Namespace, Name: cmd.Name, SessionUID: sessUID,
 			IdempotencyKey: cmd.Spec.IdempotencyKey, ArgvDigest: argvDigestOf(cmd),
 		})
+		markCommand(cmd, "node-start-record-stored")
 		done <- stored{rec, created, err}
 	}()
 	claimed, claimErr := true, error(nil)
@@ -649,8 +684,10 @@ func (a *Agent) awaitCommand(cmd *wbv1.TerminalCommand, h *procexec.Handle, out 
 	if !res.CleanupComplete && err == nil {
 		o.Message += "; cleanup incomplete: processes of the group may remain"
 	}
+	markCommand(cmd, "node-command-ended")
 	a.recordAfterCommand(cmd, cmd.Labels[wbv1.EnvironmentLabel], o, res.Output) // seed 004
 	a.recordOutcome(string(cmd.UID), o)
+	markCommand(cmd, "node-outcome-stored")
 	a.commandFinished()
 	a.wake(a.wakeCommands, cmd)
 }
@@ -708,5 +745,13 @@ func (a *Agent) wake(ch chan event.GenericEvent, obj client.Object) {
 	select {
 	case ch <- event.GenericEvent{Object: obj}:
 	case <-done:
+	}
+}
+
+// markCommand marks a step of the command's create → outcome path for the benchmarks' span
+// breakdown (internal/platform/spans); nothing happens unless a recorder is installed.
+func markCommand(cmd *wbv1.TerminalCommand, step string) {
+	if spans.Enabled() {
+		spans.Mark(cmd.Namespace+"/"+cmd.Name, step)
 	}
 }

@@ -120,6 +120,7 @@ func (c Caps) withDefaultsFrom(node Caps) Caps {
 		EventBufferDepth:       orDefault(c.EventBufferDepth, DefaultEventBufferDepth),
 		PendingWaits:           orDefault(c.PendingWaits, DefaultPendingWaits),
 		ConcurrentCommands:     orDefault(c.ConcurrentCommands, node.ConcurrentCommands),
+		PrestartedSandboxes:    c.PrestartedSandboxes,
 	}
 }
 

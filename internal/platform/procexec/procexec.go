@@ -144,6 +144,9 @@ type Spec struct {
 	// helper's pid: e.g. to attach an egress proxy's listeners inside its
 	// network namespace. An error aborts the start.
 	OnSandbox func(pid int) error
+	// Trace, when set, is called with the name of each start and teardown step as it
+	// completes (benchmarks' span breakdown, internal/platform/spans). It must not block.
+	Trace func(step string)
 }
 
 // Info identifies a started command (for status and crash recovery).
@@ -316,6 +319,10 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 		}
 	}
 
+	trace := spec.Trace
+	if trace == nil {
+		trace = func(string) {}
+	}
 	tmp, err := os.MkdirTemp(r.limits.TempBase, "procexec-")
 	if err != nil {
 		release()
@@ -345,6 +352,7 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 		}
 	}
 	if ps != nil {
+		trace("sandbox-prestarted-taken")
 		g = ps.cgroup
 		if g != nil {
 			spec.Resources = ResolveLimits(spec.Resources)
@@ -356,6 +364,7 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 			return nil, err
 		}
 		spec.Resources = ResolveLimits(spec.Resources)
+		trace("sandbox-cgroup-created")
 	}
 	h, err := r.spawn(ctx, self, spec, sbSpec, g, ps)
 	if err != nil {
@@ -368,6 +377,7 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 		return nil, err
 	}
 	h.info.TempDir = tmp
+	trace("sandbox-program-started")
 	h.release = func() {
 		cleanupTmp()
 		release()
@@ -388,6 +398,9 @@ func (r *Runner) spawn(ctx context.Context, self string, spec Spec, sbSpec Sandb
 	var err error
 	// Hooks run once the helper is in its namespaces and group, before it is configured.
 	hooks := func(pid int) error {
+		if spec.Trace != nil {
+			spec.Trace("sandbox-helper-in-cgroup")
+		}
 		if r.limits.BeforeConfig != nil {
 			if err := r.limits.BeforeConfig(pid); err != nil {
 				return err
@@ -431,6 +444,9 @@ func (r *Runner) spawn(ctx context.Context, self string, spec Spec, sbSpec Sandb
 	}
 	// Into the cgroup before the helper is configured: it does nothing before.
 	before := func(pid int) error {
+		if spec.Trace != nil {
+			spec.Trace("sandbox-helper-cloned")
+		}
 		if g != nil {
 			if err := EnterCgroup(g, pid); err != nil {
 				return err
@@ -555,6 +571,11 @@ func (h *Handle) waitLoop() {
 		errs = append(errs, err)
 	}
 	ended := time.Now()
+	trace := h.spec.Trace
+	if trace == nil {
+		trace = func(string) {}
+	}
+	trace("exit-seen")
 	h.mu.Lock()
 	h.exited = true
 	origin := h.origin
@@ -574,6 +595,7 @@ func (h *Handle) waitLoop() {
 			errs = append(errs, err)
 		}
 		MergeLeftovers(cg, h.sb)
+		trace("teardown-cgroup-killed")
 	}
 	// The leader is an unreaped zombie, so -pgid still names this group:
 	// nothing of it may outlive the command.
@@ -588,6 +610,7 @@ func (h *Handle) waitLoop() {
 		if err := RemoveCgroup(h.cgroup, cg); err != nil { // after the reap: zombies pin a cgroup
 			errs = append(errs, err)
 		}
+		trace("teardown-cgroup-removed")
 	}
 	h.mu.Lock()
 	h.reaped = true
@@ -610,6 +633,7 @@ func (h *Handle) waitLoop() {
 		errs = append(errs, fmt.Errorf("procexec: output pipe of pgid %d not drained: %w", h.info.Pgid, h.outErr))
 	}
 	_ = h.outR.Close()
+	trace("teardown-output-drained")
 	if p := h.errPump; p != nil {
 		_ = p.r.SetReadDeadline(time.Now().Add(OutputDrainTimeout))
 		<-p.done
@@ -620,6 +644,7 @@ func (h *Handle) waitLoop() {
 		_ = p.r.Close()
 	}
 	h.release()
+	trace("teardown-released")
 	_, statErr := os.Stat(h.info.TempDir)
 	tmpGone := errors.Is(statErr, os.ErrNotExist)
 
@@ -631,6 +656,7 @@ func (h *Handle) waitLoop() {
 		errs = append(errs, fmt.Errorf("procexec: exit status of pid %d was not collected", h.info.Pid))
 	}
 	h.sb.Close()
+	trace("teardown-sandbox-closed")
 	h.result = Result{
 		ExitCode:        code,
 		Signal:          sig,

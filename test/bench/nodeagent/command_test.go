@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,6 +27,7 @@ import (
 	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/platform/procexec"
+	"sensorium.dev/workbench/internal/platform/spans"
 	"sensorium.dev/workbench/internal/test/envtest"
 	"sensorium.dev/workbench/internal/test/samples"
 	"sensorium.dev/workbench/webhooks"
@@ -100,7 +102,7 @@ func startAgent(ctx context.Context) error {
 		return err
 	}
 	a, err := agent.New(agent.Config{NodeName: node, StateDir: dir + "/state", AdmittedRoots: map[string]string{"work": dir + "/work"},
-		Caps: agent.Caps{Sessions: 8, ConcurrentCommands: 8}, QEMU: qemuConfig()}, agent.Options{HelperPath: helper})
+		Caps: agent.Caps{Sessions: 8, ConcurrentCommands: 8, PrestartedSandboxes: prestarted()}, QEMU: qemuConfig()}, agent.Options{HelperPath: helper})
 	if err != nil {
 		return err
 	}
@@ -148,9 +150,18 @@ func must(b testing.TB, err error) {
 // BenchmarkCommandTrue measures TerminalCommand create → Succeeded for /bin/true through the
 // API server, the consent gate and the node agent, against the floor of an API create +
 // watch round trip (a ConfigMap) plus a bare fork/exec of /bin/true. Run with -benchtime=Nx.
+//
+// It also reports where the time goes: every component in this process (the manager's
+// controllers, the node agent, the sandbox runner, this benchmark's watch) marks the steps
+// of each command (internal/platform/spans), and span-<step>-p50-ms is the median time from
+// Create to that step.
 func BenchmarkCommandTrue(b *testing.B) {
 	ctx := context.Background()
 	ns := setup(b)
+	rec := spans.NewRecorder()
+	spans.Install(rec)
+	defer spans.Install(nil)
+	steps := map[string]samples.Durations{}
 	// One sample of each path per iteration, interleaved: the floor (API create+watch round
 	// trip, then a bare fork/exec) and the product path see the same machine load.
 	var floorAPI, floorExec, floor, full, admitted, started samples.Durations
@@ -178,9 +189,14 @@ func BenchmarkCommandTrue(b *testing.B) {
 		t2 := time.Now()
 		must(b, env.Client.Create(ctx, &wbv1.TerminalCommand{ObjectMeta: metav1.ObjectMeta{Name: "c" + strconv.Itoa(i), Namespace: ns},
 			Spec: wbv1.TerminalCommandSpec{SessionRef: "s", ProfileRef: "true", Argv: []string{"/bin/true"}, Cwd: wbv1.CwdAddress{Root: "repo"}}}))
+		key := ns + "/c" + strconv.Itoa(i)
+		spans.Mark(key, "create-returned")
 		seenAdmitted, seenStarted := false, false
 		for ev := range w.ResultChan() {
 			c, ok := ev.Object.(*wbv1.TerminalCommand)
+			if ok && c.Name == "c"+strconv.Itoa(i) {
+				spans.Mark(key, "watch-event-"+string(c.Status.Phase))
+			}
 			if ok && c.Name == "c"+strconv.Itoa(i) && !seenAdmitted && hasTrue(c, wbv1.ConditionAdmitted) {
 				seenAdmitted = true
 				admitted = append(admitted, time.Since(t2))
@@ -200,7 +216,11 @@ func BenchmarkCommandTrue(b *testing.B) {
 		}
 		full = append(full, time.Since(t2))
 		w.Stop()
+		for _, p := range rec.Take(key) {
+			steps[p.Step] = append(steps[p.Step], p.At.Sub(t2))
+		}
 	}
+	reportSpans(b, steps)
 	full.Report(b, "cmd")
 	admitted.Report(b, "admitted")
 	started.Report(b, "started")
@@ -258,4 +278,36 @@ func hasTrue(c *wbv1.TerminalCommand, t string) bool {
 		}
 	}
 	return false
+}
+
+// reportSpans reports each step's median time from Create as span-<step>-p50-ms (and how
+// many of the commands passed through it as span-<step>-n when not all did), and logs the
+// steps in order of their medians.
+func reportSpans(b *testing.B, steps map[string]samples.Durations) {
+	names := make([]string, 0, len(steps))
+	for name := range steps {
+		names = append(names, name)
+	}
+	slices.SortFunc(names, func(x, y string) int { return int(steps[x].Quantile(0.5) - steps[y].Quantile(0.5)) })
+	var prev time.Duration
+	for _, name := range names {
+		d := steps[name]
+		p50 := d.Quantile(0.5)
+		b.ReportMetric(samples.Ms(p50), "span-"+name+"-p50-ms")
+		if len(d) != b.N {
+			b.ReportMetric(float64(len(d)), "span-"+name+"-n")
+		}
+		b.Logf("%-40s %8.2f ms from create (+%6.2f), %d/%d commands", name, samples.Ms(p50), samples.Ms(p50-prev), len(d), b.N)
+		prev = p50
+	}
+}
+
+// prestarted is the agent's pre-started sandbox pool for this run: the agent's default
+// unless BENCH_PRESTARTED_SANDBOXES says otherwise (to compare both in one build).
+func prestarted() int {
+	n, err := strconv.Atoi(os.Getenv("BENCH_PRESTARTED_SANDBOXES"))
+	if err != nil {
+		return agent.Caps{}.PrestartedSandboxes
+	}
+	return n
 }
