@@ -77,7 +77,7 @@ func (r *SkillReplayReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	next.ObservedGeneration = sr.Generation
 	verdict := ""
 	if next.Proof != nil {
-		verdict = next.Proof.OverallVerdict
+		verdict = string(next.Proof.OverallVerdict)
 	}
 	reason := string(next.Result)
 	for _, hc := range wbv1.HealthConditions(wbv1.SkillReplayHealth(next.Result, verdict), reason,
@@ -91,7 +91,7 @@ func (r *SkillReplayReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if wrote && next.Result != wbv1.SkillReplayRunning && next.Result != cur.Result && r.Recorder != nil {
 		verdict := ""
 		if next.Proof != nil {
-			verdict = next.Proof.OverallVerdict
+			verdict = string(next.Proof.OverallVerdict)
 		}
 		evType := corev1.EventTypeNormal
 		if next.Result != wbv1.SkillReplaySuccess || verdict != string(skills.VerdictPass) {

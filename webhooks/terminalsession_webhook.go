@@ -95,7 +95,7 @@ func (v TerminalSessionValidator) ValidateUpdate(ctx context.Context, old, obj *
 	oldSpec, newSpec := old.Spec, obj.Spec
 	oldSpec.DesiredState, newSpec.DesiredState = "", ""
 	closing := equality.Semantic.DeepEqual(oldSpec, newSpec) &&
-		(obj.Spec.DesiredState == old.Spec.DesiredState || obj.Spec.DesiredState == "Closed")
+		(obj.Spec.DesiredState == old.Spec.DesiredState || obj.Spec.DesiredState == wbv1.SessionDesiredClosed)
 	if err := sessionCeilings(obj); err != nil && !isStatus(req) {
 		return nil, err
 	}

@@ -4,6 +4,102 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// Locality says whether a backend runs on the node itself or in a remote sandbox.
+// +kubebuilder:validation:Enum=local-only;remote-sandbox
+type Locality string
+
+const (
+	// LocalityLocalOnly: the backend runs on the node itself.
+	LocalityLocalOnly Locality = "local-only"
+	// LocalityRemoteSandbox: the backend runs in a remote sandbox.
+	LocalityRemoteSandbox Locality = "remote-sandbox"
+)
+
+// Architecture is a CPU architecture of a host, guest or image variant.
+// +kubebuilder:validation:Enum=x86_64;arm64
+type Architecture string
+
+const (
+	// ArchitectureX8664 is 64-bit x86 (x86_64, amd64).
+	ArchitectureX8664 Architecture = "x86_64"
+	// ArchitectureARM64 is 64-bit ARM (arm64, aarch64).
+	ArchitectureARM64 Architecture = "arm64"
+)
+
+// ControlTransport is how the node agent reaches an environment's control endpoint.
+// +kubebuilder:validation:Enum=none;local-process;virtio-vsock
+type ControlTransport string
+
+const (
+	// ControlTransportNone: the backend has no control endpoint.
+	ControlTransportNone ControlTransport = "none"
+	// ControlTransportLocalProcess: the control endpoint is a local process.
+	ControlTransportLocalProcess ControlTransport = "local-process"
+	// ControlTransportVirtioVsock: the control endpoint is reached over virtio-vsock.
+	ControlTransportVirtioVsock ControlTransport = "virtio-vsock"
+)
+
+// ControlGuestEndpoint is the kind of the control endpoint inside a guest.
+// +kubebuilder:validation:Enum=none;af-vsock
+type ControlGuestEndpoint string
+
+const (
+	// ControlGuestEndpointNone: there is no control endpoint in the guest.
+	ControlGuestEndpointNone ControlGuestEndpoint = "none"
+	// ControlGuestEndpointAFVsock: the guest listens on an AF_VSOCK socket.
+	ControlGuestEndpointAFVsock ControlGuestEndpoint = "af-vsock"
+)
+
+// ControlHostEndpoint is the kind of the control endpoint on the host.
+// +kubebuilder:validation:Enum=none;af-vsock;unix-domain-socket
+type ControlHostEndpoint string
+
+const (
+	// ControlHostEndpointNone: there is no control endpoint on the host.
+	ControlHostEndpointNone ControlHostEndpoint = "none"
+	// ControlHostEndpointAFVsock: the host connects over an AF_VSOCK socket.
+	ControlHostEndpointAFVsock ControlHostEndpoint = "af-vsock"
+	// ControlHostEndpointUnixDomainSocket: the host connects over a Unix domain socket.
+	ControlHostEndpointUnixDomainSocket ControlHostEndpoint = "unix-domain-socket"
+)
+
+// ControlChannelBinding is what a control channel is bound to, so a stale guest cannot
+// answer for a new one.
+// +kubebuilder:validation:Enum=none;environment-generation-boot-nonce
+type ControlChannelBinding string
+
+const (
+	// ControlChannelBindingNone: the control channel is not bound.
+	ControlChannelBindingNone ControlChannelBinding = "none"
+	// ControlChannelBindingEnvironmentGenerationBootNonce: the control channel is bound to
+	// the environment's generation and a per-boot nonce.
+	ControlChannelBindingEnvironmentGenerationBootNonce ControlChannelBinding = "environment-generation-boot-nonce"
+)
+
+// BackendBootMode is how a backend boots a guest; none for backends that boot none.
+// +kubebuilder:validation:Enum=none;efi;direct-kernel
+type BackendBootMode string
+
+const (
+	// BackendBootModeNone: the backend boots no guest.
+	BackendBootModeNone BackendBootMode = "none"
+	// BackendBootModeEFI: the backend boots the guest through EFI firmware.
+	BackendBootModeEFI BackendBootMode = "efi"
+	// BackendBootModeDirectKernel: the backend boots a kernel directly.
+	BackendBootModeDirectKernel BackendBootMode = "direct-kernel"
+)
+
+// ConsoleMode says what a backend's console may be used for.
+// +kubebuilder:validation:Enum=none;diagnostic-output-only
+type ConsoleMode string
+
+const (
+	// ConsoleModeNone: the backend has no console.
+	ConsoleModeNone ConsoleMode = "none"
+	// ConsoleModeDiagnosticOutputOnly: the console carries diagnostic output only.
+	ConsoleModeDiagnosticOutputOnly ConsoleMode = "diagnostic-output-only"
+)
+
 // BackendCapabilitySpec is the closed, host-attested descriptor of one backend on one node
 // (sensorium-virt-backend-capabilities.v1). Every semantic value comes from a closed,
 // versioned vocabulary; unknown values are refused.
@@ -33,16 +129,13 @@ type BackendCapabilitySpec struct {
 	PlatformRef string `json:"platformRef,omitempty"`
 	// locality says whether the backend runs on the node itself or in a remote sandbox.
 	// +required
-	// +kubebuilder:validation:Enum=local-only;remote-sandbox
-	Locality string `json:"locality"`
+	Locality Locality `json:"locality"`
 	// hostArchitecture is the CPU architecture of the host the backend runs on.
 	// +required
-	// +kubebuilder:validation:Enum=x86_64;arm64
-	HostArchitecture string `json:"hostArchitecture"`
+	HostArchitecture Architecture `json:"hostArchitecture"`
 	// guestArchitecture is the CPU architecture inside the guest, for backends that boot one.
 	// +optional
-	// +kubebuilder:validation:Enum=x86_64;arm64
-	GuestArchitecture string `json:"guestArchitecture,omitempty"`
+	GuestArchitecture Architecture `json:"guestArchitecture,omitempty"`
 	// isolationClass is the isolation the backend gives an environment.
 	// +required
 	IsolationClass IsolationClass `json:"isolationClass"`
@@ -51,25 +144,20 @@ type BackendCapabilitySpec struct {
 	SystemFidelity SystemFidelity `json:"systemFidelity"`
 	// controlTransport is how the node agent reaches the environment's control endpoint.
 	// +required
-	// +kubebuilder:validation:Enum=none;local-process;virtio-vsock
-	ControlTransport string `json:"controlTransport"`
+	ControlTransport ControlTransport `json:"controlTransport"`
 	// controlGuestEndpoint is the control endpoint's kind inside the guest.
 	// +optional
-	// +kubebuilder:validation:Enum=none;af-vsock
-	ControlGuestEndpoint string `json:"controlGuestEndpoint,omitempty"`
+	ControlGuestEndpoint ControlGuestEndpoint `json:"controlGuestEndpoint,omitempty"`
 	// controlHostEndpoint is the control endpoint's kind on the host.
 	// +optional
-	// +kubebuilder:validation:Enum=none;af-vsock;unix-domain-socket
-	ControlHostEndpoint string `json:"controlHostEndpoint,omitempty"`
+	ControlHostEndpoint ControlHostEndpoint `json:"controlHostEndpoint,omitempty"`
 	// controlChannelBinding is what the control channel is bound to, so a stale guest cannot
 	// answer for a new one.
 	// +optional
-	// +kubebuilder:validation:Enum=none;environment-generation-boot-nonce
-	ControlChannelBinding string `json:"controlChannelBinding,omitempty"`
+	ControlChannelBinding ControlChannelBinding `json:"controlChannelBinding,omitempty"`
 	// bootMode is how the backend boots a guest.
 	// +optional
-	// +kubebuilder:validation:Enum=none;efi;direct-kernel
-	BootMode string `json:"bootMode,omitempty"`
+	BootMode BackendBootMode `json:"bootMode,omitempty"`
 	// storageFormats are the disk image formats the backend accepts.
 	// +optional
 	// +kubebuilder:validation:MaxItems=8
@@ -84,8 +172,7 @@ type BackendCapabilitySpec struct {
 	DeviceClasses []string `json:"deviceClasses,omitempty"`
 	// consoleMode says what the backend's console may be used for.
 	// +optional
-	// +kubebuilder:validation:Enum=none;diagnostic-output-only
-	ConsoleMode string `json:"consoleMode,omitempty"`
+	ConsoleMode ConsoleMode `json:"consoleMode,omitempty"`
 	// networkProfiles are the network profiles the backend can enforce.
 	// +required
 	// +kubebuilder:validation:MinItems=1

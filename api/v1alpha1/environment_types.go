@@ -142,6 +142,17 @@ type EnvironmentRequirements struct {
 	CredentialInjection *CredentialInjection `json:"credentialInjection,omitempty"`
 }
 
+// RootAccess is the access commands and patches have to an environment root.
+// +kubebuilder:validation:Enum=ReadOnly;ReadWrite
+type RootAccess string
+
+const (
+	// RootAccessReadOnly: commands and patches may only read the root.
+	RootAccessReadOnly RootAccess = "ReadOnly"
+	// RootAccessReadWrite: commands and patches may read and write the root.
+	RootAccessReadWrite RootAccess = "ReadWrite"
+)
+
 // EnvironmentRoot is one named root of an environment.
 // +kubebuilder:validation:XValidation:rule="!(has(self.hostPath) && has(self.source))",message="root-invalid: a root has either hostPath or source, not both"
 type EnvironmentRoot struct {
@@ -164,8 +175,7 @@ type EnvironmentRoot struct {
 	// access to the root for commands and patches.
 	// +optional
 	// +kubebuilder:default=ReadWrite
-	// +kubebuilder:validation:Enum=ReadOnly;ReadWrite
-	Access *string `json:"access,omitempty"`
+	Access *RootAccess `json:"access,omitempty"`
 }
 
 // EnvironmentResources bound the environment.

@@ -24,6 +24,17 @@ type ImageDigests struct {
 	Protocol Digest `json:"protocol"`
 }
 
+// BootMode is how an image variant boots.
+// +kubebuilder:validation:Enum=efi;direct-kernel
+type BootMode string
+
+const (
+	// BootModeEFI: the variant boots through EFI firmware.
+	BootModeEFI BootMode = "efi"
+	// BootModeDirectKernel: the variant's kernel is booted directly.
+	BootModeDirectKernel BootMode = "direct-kernel"
+)
+
 // ImageVariant is one backend-specific boot variant.
 type ImageVariant struct {
 	// name is the variant's name, unique in the manifest.
@@ -36,12 +47,10 @@ type ImageVariant struct {
 	BackendID BackendID `json:"backendID"`
 	// architecture is the variant's CPU architecture.
 	// +required
-	// +kubebuilder:validation:Enum=x86_64;arm64
-	Architecture string `json:"architecture"`
+	Architecture Architecture `json:"architecture"`
 	// bootMode is how the variant boots.
 	// +required
-	// +kubebuilder:validation:Enum=efi;direct-kernel
-	BootMode string `json:"bootMode"`
+	BootMode BootMode `json:"bootMode"`
 	// kernel is the kernel file, for direct-kernel boot.
 	// +optional
 	Kernel *ImageFile `json:"kernel,omitempty"`

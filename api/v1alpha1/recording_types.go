@@ -63,12 +63,26 @@ type RecordingEdgeCounts struct {
 	Refused int32 `json:"refused,omitempty"`
 }
 
+// PathEntryType is the kind of a file system entry in a recorded workspace state.
+// +kubebuilder:validation:Enum=file;dir;symlink;other
+type PathEntryType string
+
+const (
+	// PathEntryFile is a regular file.
+	PathEntryFile PathEntryType = "file"
+	// PathEntryDir is a directory.
+	PathEntryDir PathEntryType = "dir"
+	// PathEntrySymlink is a symbolic link.
+	PathEntrySymlink PathEntryType = "symlink"
+	// PathEntryOther is any other kind of entry.
+	PathEntryOther PathEntryType = "other"
+)
+
 // RecordedPathState is one path's entry in a workspace state.
 type RecordedPathState struct {
 	// type is the kind of file system entry.
 	// +required
-	// +kubebuilder:validation:Enum=file;dir;symlink;other
-	Type string `json:"type"`
+	Type PathEntryType `json:"type"`
 	// mode is the permission bits.
 	// +required
 	Mode int64 `json:"mode"`
@@ -102,8 +116,7 @@ type RecordedEdge struct {
 	Seq int32 `json:"seq"`
 	// kind is the kind of object the edge recorded.
 	// +required
-	// +kubebuilder:validation:Enum=command;patch;wait;probe
-	Kind string `json:"kind"`
+	Kind SkillStepKind `json:"kind"`
 	// object is the name of the TerminalCommand, FilePatch, Wait or Probe.
 	// +required
 	Object ObjectName `json:"object"`

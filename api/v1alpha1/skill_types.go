@@ -8,6 +8,25 @@ import (
 // +kubebuilder:validation:Enum=command;patch;wait;probe
 type SkillStepKind string
 
+const (
+	// SkillStepCommand is a TerminalCommand step.
+	SkillStepCommand SkillStepKind = "command"
+	// SkillStepPatch is a FilePatch step.
+	SkillStepPatch SkillStepKind = "patch"
+	// SkillStepWait is a Wait step.
+	SkillStepWait SkillStepKind = "wait"
+	// SkillStepProbe is a Probe step.
+	SkillStepProbe SkillStepKind = "probe"
+)
+
+// FallbackBehavior is what a replay does when the workspace state differs from the
+// recorded one.
+// +kubebuilder:validation:Enum=halt_on_state_hash_mismatch
+type FallbackBehavior string
+
+// FallbackHaltOnStateHashMismatch halts the replay at the first state hash mismatch.
+const FallbackHaltOnStateHashMismatch FallbackBehavior = "halt_on_state_hash_mismatch"
+
 // SkillParameter is a named input: occurrences of the demonstrated value in argv atoms,
 // working directories, patch text and contents were replaced by "{{name}}".
 type SkillParameter struct {
@@ -264,8 +283,7 @@ type SkillSpec struct {
 	// fallbackBehavior is what a replay does when the workspace state differs from the recorded
 	// one.
 	// +required
-	// +kubebuilder:validation:Enum=halt_on_state_hash_mismatch
-	FallbackBehavior string `json:"fallbackBehavior"`
+	FallbackBehavior FallbackBehavior `json:"fallbackBehavior"`
 	// createdAt is when the skill was derived.
 	// +required
 	CreatedAt metav1.Time `json:"createdAt"`

@@ -83,6 +83,85 @@ type PathDifference struct {
 	Observed *RecordedPathState `json:"observed,omitempty"`
 }
 
+// SurpriseKind is the kind of divergence a replay saw at an edge.
+// +kubebuilder:validation:Enum=state-before-mismatch;state-after-mismatch;outcome-mismatch;effect-mismatch;refused
+type SurpriseKind string
+
+const (
+	// SurpriseKindStateBeforeMismatch: the state before the edge differs from the recording.
+	SurpriseKindStateBeforeMismatch SurpriseKind = "state-before-mismatch"
+	// SurpriseKindStateAfterMismatch: the state after the edge differs from the recording.
+	SurpriseKindStateAfterMismatch SurpriseKind = "state-after-mismatch"
+	// SurpriseKindOutcomeMismatch: the step's outcome differs from the recording.
+	SurpriseKindOutcomeMismatch SurpriseKind = "outcome-mismatch"
+	// SurpriseKindEffectMismatch: the step's effects differ from the recording.
+	SurpriseKindEffectMismatch SurpriseKind = "effect-mismatch"
+	// SurpriseKindRefused: the step was refused.
+	SurpriseKindRefused SurpriseKind = "refused"
+)
+
+// StepMatch says how a replayed step's result compares with the recording.
+// +kubebuilder:validation:Enum=exact;structural;diverged;refused
+type StepMatch string
+
+const (
+	// StepMatchExact: the result matches the recording exactly.
+	StepMatchExact StepMatch = "exact"
+	// StepMatchStructural: the result matches the recording structurally.
+	StepMatchStructural StepMatch = "structural"
+	// StepMatchDiverged: the result diverged from the recording.
+	StepMatchDiverged StepMatch = "diverged"
+	// StepMatchRefused: the step was refused.
+	StepMatchRefused StepMatch = "refused"
+)
+
+// GateVerdict is the verdict of one proof gate.
+// +kubebuilder:validation:Enum=pass;fail;inconclusive;n/a
+type GateVerdict string
+
+const (
+	// GateVerdictPass: the gate passed.
+	GateVerdictPass GateVerdict = "pass"
+	// GateVerdictFail: the gate failed.
+	GateVerdictFail GateVerdict = "fail"
+	// GateVerdictInconclusive: the gate could not decide.
+	GateVerdictInconclusive GateVerdict = "inconclusive"
+	// GateVerdictNotApplicable: the gate does not apply.
+	GateVerdictNotApplicable GateVerdict = "n/a"
+)
+
+// ProofVerdict is the overall verdict of a replay's proof, never rounded up.
+// +kubebuilder:validation:Enum=pass;partial;fail;inconclusive
+type ProofVerdict string
+
+const (
+	// ProofVerdictPass: every gate passed.
+	ProofVerdictPass ProofVerdict = "pass"
+	// ProofVerdictPartial: some gates passed.
+	ProofVerdictPartial ProofVerdict = "partial"
+	// ProofVerdictFail: the proof failed.
+	ProofVerdictFail ProofVerdict = "fail"
+	// ProofVerdictInconclusive: the proof could not decide.
+	ProofVerdictInconclusive ProofVerdict = "inconclusive"
+)
+
+// ReplayFidelity is how faithfully a replay reproduced the recording.
+// +kubebuilder:validation:Enum=exact;structural;semantic;failed;inconclusive
+type ReplayFidelity string
+
+const (
+	// ReplayFidelityExact: the replay reproduced the recording exactly.
+	ReplayFidelityExact ReplayFidelity = "exact"
+	// ReplayFidelityStructural: the replay reproduced the recording structurally.
+	ReplayFidelityStructural ReplayFidelity = "structural"
+	// ReplayFidelitySemantic: the replay reproduced the recording semantically.
+	ReplayFidelitySemantic ReplayFidelity = "semantic"
+	// ReplayFidelityFailed: the replay did not reproduce the recording.
+	ReplayFidelityFailed ReplayFidelity = "failed"
+	// ReplayFidelityInconclusive: the replay's fidelity could not be decided.
+	ReplayFidelityInconclusive ReplayFidelity = "inconclusive"
+)
+
 // SurpriseSignal reports a divergence at an edge.
 type SurpriseSignal struct {
 	// edge is the sequence number of the edge that diverged.
@@ -90,8 +169,7 @@ type SurpriseSignal struct {
 	Edge int32 `json:"edge"`
 	// kind is the kind of divergence.
 	// +required
-	// +kubebuilder:validation:Enum=state-before-mismatch;state-after-mismatch;outcome-mismatch;effect-mismatch;refused
-	Kind string `json:"kind"`
+	Kind SurpriseKind `json:"kind"`
 	// expectedHash is the recorded state digest.
 	// +optional
 	ExpectedHash Digest `json:"expectedHash,omitempty"`
@@ -152,8 +230,7 @@ type SkillReplayEdge struct {
 	Authorization SkillAuthorization `json:"authorization"`
 	// match says how the step's result compares with the recording.
 	// +required
-	// +kubebuilder:validation:Enum=exact;structural;diverged;refused
-	Match string `json:"match"`
+	Match StepMatch `json:"match"`
 }
 
 // SkillAuthorization is what admitted an edge.
@@ -191,8 +268,7 @@ type ProofGate struct {
 	ID string `json:"id"`
 	// verdict is the gate's verdict.
 	// +required
-	// +kubebuilder:validation:Enum=pass;fail;inconclusive;n/a
-	Verdict string `json:"verdict"`
+	Verdict GateVerdict `json:"verdict"`
 	// level is the assurance level the gate reached.
 	// +optional
 	// +kubebuilder:validation:MaxLength=32
@@ -207,8 +283,7 @@ type ProofGate struct {
 type ProofSummary struct {
 	// overallVerdict is pass, partial, fail or inconclusive, never rounded up.
 	// +required
-	// +kubebuilder:validation:Enum=pass;partial;fail;inconclusive
-	OverallVerdict string `json:"overallVerdict"`
+	OverallVerdict ProofVerdict `json:"overallVerdict"`
 	// gates are the verdicts of the proof gates.
 	// +optional
 	// +listType=atomic
@@ -261,8 +336,7 @@ type SkillReplayStatus struct {
 	EdgesCommitted int32 `json:"edgesCommitted"`
 	// fidelity is one of exact, structural, semantic, failed, inconclusive.
 	// +optional
-	// +kubebuilder:validation:Enum=exact;structural;semantic;failed;inconclusive
-	Fidelity string `json:"fidelity,omitempty"`
+	Fidelity ReplayFidelity `json:"fidelity,omitempty"`
 	// semantic says whether semantic judging was available.
 	// +optional
 	Semantic *SemanticFidelity `json:"semantic,omitempty"`

@@ -36,6 +36,17 @@ const (
 	RawInputOperatorOnly RawInput = "OperatorOnly"
 )
 
+// SessionDesiredState is what the requester wants of a terminal session.
+// +kubebuilder:validation:Enum=Open;Closed
+type SessionDesiredState string
+
+const (
+	// SessionDesiredOpen keeps the session open.
+	SessionDesiredOpen SessionDesiredState = "Open"
+	// SessionDesiredClosed asks the node agent to close the session.
+	SessionDesiredClosed SessionDesiredState = "Closed"
+)
+
 // TerminalSessionSpec is a bounded PTY on an environment.
 // +kubebuilder:validation:XValidation:rule="self.environmentRef == oldSelf.environmentRef && (has(self.shellProfileRef) == has(oldSelf.shellProfileRef)) && (!has(self.shellProfileRef) || self.shellProfileRef == oldSelf.shellProfileRef)",message="immutable: environmentRef and shellProfileRef may not change"
 type TerminalSessionSpec struct {
@@ -84,8 +95,7 @@ type TerminalSessionSpec struct {
 	// desiredState Closed asks the node agent to close the session.
 	// +optional
 	// +kubebuilder:default=Open
-	// +kubebuilder:validation:Enum=Open;Closed
-	DesiredState string `json:"desiredState,omitempty"`
+	DesiredState SessionDesiredState `json:"desiredState,omitempty"`
 }
 
 // SessionCleanup reports what closing left behind.

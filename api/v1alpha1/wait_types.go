@@ -67,6 +67,13 @@ const (
 // +kubebuilder:validation:Enum=quiescent;waiting-for-input;no-progress;maybe-hung;probe-failed
 type WaitDiagnostic string
 
+// WaitOnTimeout says what happens when a wait times out.
+// +kubebuilder:validation:Enum=ReturnNotKill
+type WaitOnTimeout string
+
+// WaitOnTimeoutReturnNotKill returns at the timeout and never kills anything.
+const WaitOnTimeoutReturnNotKill WaitOnTimeout = "ReturnNotKill"
+
 // WaitSpec is a declarative bounded condition.
 // +kubebuilder:validation:XValidation:rule="self.scope == oldSelf.scope && self.condition == oldSelf.condition && self.deadlineSeconds == oldSelf.deadlineSeconds",message="immutable: scope, condition and deadline may not change"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.desiredState) || (has(self.desiredState) && self.desiredState == oldSelf.desiredState)",message="immutable: a cancelled wait stays cancelled"
@@ -88,8 +95,7 @@ type WaitSpec struct {
 	// onTimeout says what happens at the timeout: a wait returns and never kills anything.
 	// +optional
 	// +kubebuilder:default=ReturnNotKill
-	// +kubebuilder:validation:Enum=ReturnNotKill
-	OnTimeout string `json:"onTimeout,omitempty"`
+	OnTimeout WaitOnTimeout `json:"onTimeout,omitempty"`
 
 	// desiredState Cancelled ends a pending wait as Cancelled (a wait not registered yet
 	// never starts). It may change only from unset to Cancelled.

@@ -109,6 +109,27 @@ type DataPlane struct {
 	CABundle string `json:"caBundle,omitempty"`
 }
 
+// RecoveryOutcome is what a recovery sweep did with a resource.
+// +kubebuilder:validation:Enum=recovered;terminated;quarantined;failed-retryable;failed-permanent;expired;unknown
+type RecoveryOutcome string
+
+const (
+	// RecoveryOutcomeRecovered: the resource was recovered.
+	RecoveryOutcomeRecovered RecoveryOutcome = "recovered"
+	// RecoveryOutcomeTerminated: the resource was terminated.
+	RecoveryOutcomeTerminated RecoveryOutcome = "terminated"
+	// RecoveryOutcomeQuarantined: the resource was quarantined.
+	RecoveryOutcomeQuarantined RecoveryOutcome = "quarantined"
+	// RecoveryOutcomeFailedRetryable: recovery failed and may be retried.
+	RecoveryOutcomeFailedRetryable RecoveryOutcome = "failed-retryable"
+	// RecoveryOutcomeFailedPermanent: recovery failed for good.
+	RecoveryOutcomeFailedPermanent RecoveryOutcome = "failed-permanent"
+	// RecoveryOutcomeExpired: the resource had expired.
+	RecoveryOutcomeExpired RecoveryOutcome = "expired"
+	// RecoveryOutcomeUnknown: the resource's state is unknown.
+	RecoveryOutcomeUnknown RecoveryOutcome = "unknown"
+)
+
 // RecoveryAction is one action of a recovery sweep.
 type RecoveryAction struct {
 	// resource names what the sweep acted on.
@@ -117,8 +138,7 @@ type RecoveryAction struct {
 	Resource string `json:"resource"`
 	// outcome is what the sweep did with it.
 	// +required
-	// +kubebuilder:validation:Enum=recovered;terminated;quarantined;failed-retryable;failed-permanent;expired;unknown
-	Outcome string `json:"outcome"`
+	Outcome RecoveryOutcome `json:"outcome"`
 	// message explains the outcome.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024

@@ -1706,7 +1706,7 @@ func (in *EnvironmentRoot) DeepCopyInto(out *EnvironmentRoot) {
 	}
 	if in.Access != nil {
 		in, out := &in.Access, &out.Access
-		*out = new(string)
+		*out = new(RootAccess)
 		**out = **in
 	}
 }

@@ -191,7 +191,7 @@ func printReplay(w io.Writer, sr *wbv1.SkillReplay) {
 	s := sr.Status
 	verdict := ""
 	if s.Proof != nil {
-		verdict = s.Proof.OverallVerdict
+		verdict = string(s.Proof.OverallVerdict)
 	}
 	fmt.Fprintf(w, "skillreplay/%s of skill %s on %s (%s)\n", sr.Name, sr.Spec.SkillRef, sr.Spec.EnvironmentRef, s.Backend)
 	fmt.Fprintf(w, "  result     %s (%d of %d edges committed)\n", s.ResultText, s.EdgesCommitted, s.EdgesAttempted)
@@ -263,7 +263,7 @@ func skillReplayCommand(o *Options) *cobra.Command {
 			if sr.Status.Proof == nil {
 				return verdictExit(string(skills.VerdictInconclusive))
 			}
-			return verdictExit(sr.Status.Proof.OverallVerdict)
+			return verdictExit(string(sr.Status.Proof.OverallVerdict))
 		},
 	}
 	c.Flags().StringVarP(&req.Environment, "environment", "e", "", "target environment")

@@ -33,11 +33,11 @@ func Requirement(spec *wbv1.EnvironmentSpec) actuation.Requirement {
 func Capability(s *wbv1.BackendCapabilitySpec) actuation.Capability {
 	return actuation.Capability{
 		BackendID: string(s.BackendID), Provider: s.Provider, Version: s.Version, BinaryDigest: string(s.BinaryDigest), PlatformRef: s.PlatformRef,
-		Locality: s.Locality, HostArchitecture: s.HostArchitecture, GuestArchitecture: s.GuestArchitecture,
+		Locality: string(s.Locality), HostArchitecture: string(s.HostArchitecture), GuestArchitecture: string(s.GuestArchitecture),
 		IsolationClass: string(s.IsolationClass), SystemFidelity: string(s.SystemFidelity),
-		ControlTransport: s.ControlTransport, ControlGuestEndpoint: s.ControlGuestEndpoint, ControlHostEndpoint: s.ControlHostEndpoint,
-		ControlChannelBinding: s.ControlChannelBinding, BootMode: s.BootMode,
-		StorageFormats: s.StorageFormats, DeviceClasses: s.DeviceClasses, ConsoleMode: s.ConsoleMode, NetworkProfiles: s.NetworkProfiles,
+		ControlTransport: string(s.ControlTransport), ControlGuestEndpoint: string(s.ControlGuestEndpoint), ControlHostEndpoint: string(s.ControlHostEndpoint),
+		ControlChannelBinding: string(s.ControlChannelBinding), BootMode: string(s.BootMode),
+		StorageFormats: s.StorageFormats, DeviceClasses: s.DeviceClasses, ConsoleMode: string(s.ConsoleMode), NetworkProfiles: s.NetworkProfiles,
 		HostFilesystemSharing: string(s.HostFilesystemSharing), CredentialInjection: string(s.CredentialInjection),
 		ResourceEnforcement: s.ResourceEnforcement, LifecycleOperations: s.LifecycleOperations,
 	}

@@ -56,14 +56,14 @@ func recordedState(s *skills.PathState) *wbv1.RecordedPathState {
 	if s == nil {
 		return nil
 	}
-	return &wbv1.RecordedPathState{Type: s.Type, Mode: int64(s.Mode), Digest: s.Digest}
+	return &wbv1.RecordedPathState{Type: wbv1.PathEntryType(s.Type), Mode: int64(s.Mode), Digest: s.Digest}
 }
 
 func coreState(s *wbv1.RecordedPathState) *skills.PathState {
 	if s == nil {
 		return nil
 	}
-	return &skills.PathState{Type: s.Type, Mode: uint32(s.Mode), Digest: s.Digest}
+	return &skills.PathState{Type: string(s.Type), Mode: uint32(s.Mode), Digest: s.Digest}
 }
 
 // CoreChanges converts recorded path changes back.
@@ -81,7 +81,7 @@ func ReplayStatus(st *wbv1.SkillReplayStatus, r *skills.ReplayReport, p *skills.
 	st.ReplayID = r.ReplayID
 	st.Backend = r.Backend
 	st.EdgesAttempted, st.EdgesCommitted = int32(r.EdgesAttempted), int32(r.EdgesCommitted)
-	st.Fidelity = string(r.Fidelity)
+	st.Fidelity = wbv1.ReplayFidelity(r.Fidelity)
 	st.Semantic = &wbv1.SemanticFidelity{Available: r.Semantic.Available, Reason: r.Semantic.Reason}
 	switch r.Status {
 	case skills.StatusSuccess:
@@ -104,11 +104,11 @@ func ReplayStatus(st *wbv1.SkillReplayStatus, r *skills.ReplayReport, p *skills.
 			StateBefore: e.StateBefore, StateAfter: e.StateAfter,
 			Outcome:      wbv1.SkillOutcome{Phase: e.Outcome.Phase, ExitCode: e.Outcome.ExitCode, Code: e.Outcome.Code},
 			OutputDigest: e.OutputDigest, Authorization: wbv1.SkillAuthorization{Kind: string(e.Authorization.Kind), Ref: e.Authorization.Ref},
-			Match: string(e.Match)})
+			Match: wbv1.StepMatch(e.Match)})
 	}
 	st.Surprises = nil
 	for _, s := range r.Surprises {
-		ws := wbv1.SurpriseSignal{Edge: int32(s.Edge), Kind: s.Kind, ExpectedHash: wbv1.Digest(s.ExpectedHash), ObservedHash: wbv1.Digest(s.ObservedHash),
+		ws := wbv1.SurpriseSignal{Edge: int32(s.Edge), Kind: wbv1.SurpriseKind(s.Kind), ExpectedHash: wbv1.Digest(s.ExpectedHash), ObservedHash: wbv1.Digest(s.ObservedHash),
 			DifferencesTruncated: s.DifferencesTruncated, Message: truncate(s.Message, 1024), Halted: s.Halted}
 		for _, d := range s.Differences {
 			ws.Differences = append(ws.Differences, wbv1.PathDifference{Path: d.Path, Expected: recordedState(d.Expected), Observed: recordedState(d.Observed)})
@@ -120,9 +120,9 @@ func ReplayStatus(st *wbv1.SkillReplayStatus, r *skills.ReplayReport, p *skills.
 		st.Denials = append(st.Denials, wbv1.SkillDenial{Edge: int32(d.Edge), Code: d.Code, Message: truncate(d.Message, 1024)})
 	}
 	if p != nil {
-		ps := &wbv1.ProofSummary{OverallVerdict: string(p.OverallVerdict)}
+		ps := &wbv1.ProofSummary{OverallVerdict: wbv1.ProofVerdict(p.OverallVerdict)}
 		for _, g := range p.Gates {
-			ps.Gates = append(ps.Gates, wbv1.ProofGate{ID: g.ID, Verdict: string(g.Verdict), Level: g.Level, Reason: truncate(g.Reason, 1024)})
+			ps.Gates = append(ps.Gates, wbv1.ProofGate{ID: g.ID, Verdict: wbv1.GateVerdict(g.Verdict), Level: g.Level, Reason: truncate(g.Reason, 1024)})
 		}
 		st.Proof = ps
 	}
@@ -148,7 +148,7 @@ func Report(sr *wbv1.SkillReplay, m *skills.Manifest) *skills.ReplayReport {
 			Match: skills.Match(e.Match)})
 	}
 	for _, s := range st.Surprises {
-		cs := skills.SurpriseSignal{Edge: int(s.Edge), Kind: s.Kind, ExpectedHash: string(s.ExpectedHash), ObservedHash: string(s.ObservedHash),
+		cs := skills.SurpriseSignal{Edge: int(s.Edge), Kind: string(s.Kind), ExpectedHash: string(s.ExpectedHash), ObservedHash: string(s.ObservedHash),
 			DifferencesTruncated: s.DifferencesTruncated, Message: s.Message, Halted: s.Halted}
 		for _, d := range s.Differences {
 			cs.Differences = append(cs.Differences, skills.PathDifference{Path: d.Path, Expected: coreState(d.Expected), Observed: coreState(d.Observed)})

@@ -230,9 +230,10 @@ func hostLocalCapability(node string) *wbv1.BackendCapability {
 		ObjectMeta: metav1.ObjectMeta{Name: node + ".host-local", Labels: map[string]string{"actions-test/node": node}},
 		Spec: wbv1.BackendCapabilitySpec{
 			NodeName: node, BackendID: wbv1.BackendHostLocal, Provider: "workbench", Version: "v1alpha1",
-			PlatformRef: "linux-x86_64", Locality: "local-only", HostArchitecture: "x86_64", GuestArchitecture: "x86_64",
-			IsolationClass: "none", SystemFidelity: "filesystem-view", ControlTransport: "local-process",
-			ControlGuestEndpoint: "none", ControlHostEndpoint: "none", ControlChannelBinding: "none", BootMode: "none", ConsoleMode: "none", NetworkProfiles: []string{"none"}, HostFilesystemSharing: "read-write",
+			PlatformRef: "linux-x86_64", Locality: wbv1.LocalityLocalOnly, HostArchitecture: wbv1.ArchitectureX8664, GuestArchitecture: wbv1.ArchitectureX8664,
+			IsolationClass: "none", SystemFidelity: "filesystem-view", ControlTransport: wbv1.ControlTransportLocalProcess,
+			ControlGuestEndpoint: wbv1.ControlGuestEndpointNone, ControlHostEndpoint: wbv1.ControlHostEndpointNone, ControlChannelBinding: wbv1.ControlChannelBindingNone,
+			BootMode: wbv1.BackendBootModeNone, ConsoleMode: wbv1.ConsoleModeNone, NetworkProfiles: []string{"none"}, HostFilesystemSharing: "read-write",
 			CredentialInjection: "denied", ResourceEnforcement: []string{"host-process"},
 			LifecycleOperations: []string{"allocate", "inspect", "teardown", "recover"},
 		},

@@ -62,8 +62,8 @@ func TestAgentCancelsAndCloses(t *testing.T) {
 		})
 	}
 	mustRefuse(t, updateSession(func(s *wbv1.TerminalSession) { s.Labels = map[string]string{wbv1.NodeLabel: "node-b"} }), "immutable")
-	must(t, updateSession(func(s *wbv1.TerminalSession) { s.Spec.DesiredState = "Closed" }))
-	mustRefuse(t, updateSession(func(s *wbv1.TerminalSession) { s.Spec.DesiredState = "Open" }), "immutable")
+	must(t, updateSession(func(s *wbv1.TerminalSession) { s.Spec.DesiredState = wbv1.SessionDesiredClosed }))
+	mustRefuse(t, updateSession(func(s *wbv1.TerminalSession) { s.Spec.DesiredState = wbv1.SessionDesiredOpen }), "immutable")
 
 	// A viewer may do neither.
 	must(t, env.Bind(ctx, "workbench-viewer", "viewer-c", ns))

@@ -147,7 +147,7 @@ func TestDataPlanePTYSession(t *testing.T) {
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pty"}, &s); err != nil {
 			return err
 		}
-		s.Spec.DesiredState = "Closed"
+		s.Spec.DesiredState = wbv1.SessionDesiredClosed
 		return env.Client.Update(ctx, &s)
 	}))
 	eventually(t, 30*time.Second, "the session closed with cleanup complete", func() (bool, string) {

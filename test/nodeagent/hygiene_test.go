@@ -172,7 +172,7 @@ func TestRootsNestedRefused(t *testing.T) {
 	must(t, os.MkdirAll(filepath.Join(dir, "inner"), 0o755))
 	err := env.Client.Create(context.Background(), &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "nested", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
 		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{
-			{Name: "repo", HostPath: ptr(dir)}, {Name: "ro", HostPath: ptr(filepath.Join(dir, "inner")), Access: ptr("ReadOnly")}},
+			{Name: "repo", HostPath: ptr(dir)}, {Name: "ro", HostPath: ptr(filepath.Join(dir, "inner")), Access: ptr(wbv1.RootAccessReadOnly)}},
 	}})
 	admissionRefused(t, err, "root-overlap")
 }

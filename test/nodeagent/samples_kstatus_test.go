@@ -412,7 +412,7 @@ func TestTerminalOutcomesThroughKStatus(t *testing.T) {
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s); err != nil {
 			return err
 		}
-		s.Spec.DesiredState = "Closed"
+		s.Spec.DesiredState = wbv1.SessionDesiredClosed
 		return env.Client.Update(ctx, &s)
 	}))
 	eventually(t, 60*time.Second, "session s closed as asked reads Current", func() (bool, string) {

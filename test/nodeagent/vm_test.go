@@ -246,7 +246,7 @@ func TestQEMUMicroVMEnvironment(t *testing.T) {
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pty"}, &pty); err != nil {
 			return err
 		}
-		pty.Spec.DesiredState = "Closed"
+		pty.Spec.DesiredState = wbv1.SessionDesiredClosed
 		return env.Client.Update(ctx, &pty)
 	}))
 	eventually(t, 30*time.Second, "the guest PTY session closed with cleanup complete", func() (bool, string) {
@@ -447,11 +447,11 @@ func TestQEMUAgentCrash(t *testing.T) {
 			return false, err.Error()
 		}
 		for _, r := range node.Status.Recovery {
-			if strings.HasSuffix(r.Resource, "/vms/"+string(vm2.UID)) && r.Outcome == "recovered" {
+			if strings.HasSuffix(r.Resource, "/vms/"+string(vm2.UID)) && r.Outcome == wbv1.RecoveryOutcomeRecovered {
 				t.Fatalf("vm2, crashed mid-boot, was adopted: %s", r.Message)
 			}
-			if strings.HasSuffix(r.Resource, "/vms/"+string(vm2.UID)) && r.Outcome == "quarantined" {
-				return true, r.Outcome + ": " + r.Message
+			if strings.HasSuffix(r.Resource, "/vms/"+string(vm2.UID)) && r.Outcome == wbv1.RecoveryOutcomeQuarantined {
+				return true, string(r.Outcome) + ": " + r.Message
 			}
 		}
 		return false, fmt.Sprintf("%+v", node.Status.Recovery)

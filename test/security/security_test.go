@@ -179,7 +179,7 @@ func closeSession(t *testing.T, ns, name string) {
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s); err != nil {
 			return err
 		}
-		s.Spec.DesiredState = "Closed"
+		s.Spec.DesiredState = wbv1.SessionDesiredClosed
 		return env.Client.Update(ctx, &s)
 	}))
 }

@@ -160,10 +160,10 @@ func TestFixtureReplayFidelity(t *testing.T) {
 		t.Fatalf("replay status %+v", st)
 	}
 	wantKStatusCurrent(t, sr) // success with a passing proof: healthy
-	if st.Fidelity != "exact" && st.Fidelity != "structural" {
+	if st.Fidelity != wbv1.ReplayFidelityExact && st.Fidelity != wbv1.ReplayFidelityStructural {
 		t.Fatalf("fidelity %s", st.Fidelity)
 	}
-	if st.Proof == nil || st.Proof.OverallVerdict != sc.PassCriteria["overall_verdict"] || gate(st.Proof, core.GateReplayFidelity).Verdict != "pass" {
+	if st.Proof == nil || string(st.Proof.OverallVerdict) != sc.PassCriteria["overall_verdict"] || gate(st.Proof, core.GateReplayFidelity).Verdict != wbv1.GateVerdictPass {
 		t.Fatalf("proof %+v", st.Proof)
 	}
 	if st.Semantic == nil || st.Semantic.Available {

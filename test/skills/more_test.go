@@ -39,7 +39,7 @@ func TestFixtureAuthorityDenied(t *testing.T) {
 	if len(st.Denials) == 0 || st.Denials[0].Code != sc.PassCriteria["denial_code"] || !strings.Contains(st.Denials[0].Message, "touch") {
 		t.Fatalf("denials %+v", st.Denials)
 	}
-	if st.Proof == nil || st.Proof.OverallVerdict != "fail" || gate(st.Proof, core.GateNoHiddenCapability).Verdict != "fail" {
+	if st.Proof == nil || st.Proof.OverallVerdict != wbv1.ProofVerdictFail || gate(st.Proof, core.GateNoHiddenCapability).Verdict != wbv1.GateVerdictFail {
 		t.Fatalf("proof %+v", st.Proof)
 	}
 	// The denied step was never created: nothing bypassed, nothing ran.

@@ -322,9 +322,9 @@ func (a *Agent) resolveBootImage(ctx context.Context, env *wbv1.Environment, spe
 		}
 		return "", "", fmt.Errorf("reading ImageManifest %s: %w", *env.Spec.ImageRef, err)
 	}
-	arch := "x86_64" // qemu-microvm.v1 runs qemu-system-x86_64 guests (its capability's guestArchitecture)
+	arch := wbv1.ArchitectureX8664 // qemu-microvm.v1 runs qemu-system-x86_64 guests (its capability's guestArchitecture)
 	for _, v := range im.Spec.Variants {
-		if v.BackendID != env.Spec.Backend || v.Architecture != arch || v.BootMode != "direct-kernel" || v.Kernel == nil || v.Initrd == nil {
+		if v.BackendID != env.Spec.Backend || v.Architecture != arch || v.BootMode != wbv1.BootModeDirectKernel || v.Kernel == nil || v.Initrd == nil {
 			continue
 		}
 		spec.Boot = &backends.BootImage{Variant: v.Name, KernelPath: string(v.Kernel.Path), KernelDigest: string(v.Kernel.Digest),

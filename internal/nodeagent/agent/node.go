@@ -86,9 +86,9 @@ func (a *Agent) capabilities() []wbv1.BackendCapability {
 	arch := hostArch()
 	base := wbv1.BackendCapabilitySpec{
 		NodeName: a.cfg.NodeName, Provider: "sensorium-workbench", Version: Version, BinaryDigest: digest, PlatformRef: "linux-" + arch,
-		Locality: "local-only", HostArchitecture: arch, GuestArchitecture: arch, IsolationClass: "none",
-		ControlTransport: "local-process", ControlGuestEndpoint: "none", ControlHostEndpoint: "none", ControlChannelBinding: "none",
-		BootMode: "none", ConsoleMode: "none", NetworkProfiles: []string{"none"}, CredentialInjection: "denied",
+		Locality: wbv1.LocalityLocalOnly, HostArchitecture: wbv1.Architecture(arch), GuestArchitecture: wbv1.Architecture(arch), IsolationClass: "none",
+		ControlTransport: wbv1.ControlTransportLocalProcess, ControlGuestEndpoint: wbv1.ControlGuestEndpointNone, ControlHostEndpoint: wbv1.ControlHostEndpointNone,
+		ControlChannelBinding: wbv1.ControlChannelBindingNone, BootMode: wbv1.BackendBootModeNone, ConsoleMode: wbv1.ConsoleModeNone, NetworkProfiles: []string{"none"}, CredentialInjection: "denied",
 		ResourceEnforcement: a.hostEnforcement(),
 		LifecycleOperations: []string{"allocate", "inspect", "drain", "teardown", "recover"},
 	}
@@ -132,11 +132,11 @@ type capabilityReporter interface {
 func capabilitySpec(node string, c actuation.Capability) wbv1.BackendCapabilitySpec {
 	return wbv1.BackendCapabilitySpec{
 		NodeName: node, BackendID: wbv1.BackendID(c.BackendID), Provider: c.Provider, Version: c.Version, BinaryDigest: wbv1.Digest(c.BinaryDigest),
-		PlatformRef: c.PlatformRef, Locality: c.Locality, HostArchitecture: c.HostArchitecture, GuestArchitecture: c.GuestArchitecture,
+		PlatformRef: c.PlatformRef, Locality: wbv1.Locality(c.Locality), HostArchitecture: wbv1.Architecture(c.HostArchitecture), GuestArchitecture: wbv1.Architecture(c.GuestArchitecture),
 		IsolationClass: wbv1.IsolationClass(c.IsolationClass), SystemFidelity: wbv1.SystemFidelity(c.SystemFidelity),
-		ControlTransport: c.ControlTransport, ControlGuestEndpoint: c.ControlGuestEndpoint, ControlHostEndpoint: c.ControlHostEndpoint,
-		ControlChannelBinding: c.ControlChannelBinding, BootMode: c.BootMode, StorageFormats: c.StorageFormats, DeviceClasses: c.DeviceClasses,
-		ConsoleMode: c.ConsoleMode, NetworkProfiles: c.NetworkProfiles, HostFilesystemSharing: wbv1.HostFilesystemSharing(c.HostFilesystemSharing),
+		ControlTransport: wbv1.ControlTransport(c.ControlTransport), ControlGuestEndpoint: wbv1.ControlGuestEndpoint(c.ControlGuestEndpoint), ControlHostEndpoint: wbv1.ControlHostEndpoint(c.ControlHostEndpoint),
+		ControlChannelBinding: wbv1.ControlChannelBinding(c.ControlChannelBinding), BootMode: wbv1.BackendBootMode(c.BootMode), StorageFormats: c.StorageFormats, DeviceClasses: c.DeviceClasses,
+		ConsoleMode: wbv1.ConsoleMode(c.ConsoleMode), NetworkProfiles: c.NetworkProfiles, HostFilesystemSharing: wbv1.HostFilesystemSharing(c.HostFilesystemSharing),
 		CredentialInjection: wbv1.CredentialInjection(c.CredentialInjection), ResourceEnforcement: c.ResourceEnforcement,
 		LifecycleOperations: c.LifecycleOperations,
 	}

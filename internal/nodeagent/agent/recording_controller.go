@@ -218,7 +218,7 @@ func fillRecordingStatus(st *wbv1.RecordingStatus, ar *activeRecording) {
 	st.RecentEdges = nil
 	from := max(0, len(t.Edges)-recentEdgesInStatus)
 	for _, e := range t.Edges[from:] {
-		re := wbv1.RecordedEdge{Seq: int32(e.Seq), Kind: string(e.Kind), Object: wbv1.ObjectName(e.Object),
+		re := wbv1.RecordedEdge{Seq: int32(e.Seq), Kind: wbv1.SkillStepKind(e.Kind), Object: wbv1.ObjectName(e.Object),
 			StateBefore: wbv1.Digest(e.StateBefore), StateAfter: wbv1.Digest(e.StateAfter), Phase: e.Outcome.Phase,
 			ExitCode: e.Outcome.ExitCode, Code: e.Outcome.Code, Authorization: string(e.Authorization.Kind) + ":" + e.Authorization.Ref}
 		if c := e.Command; c != nil {

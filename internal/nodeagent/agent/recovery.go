@@ -32,7 +32,7 @@ func (a *Agent) recover(ctx context.Context) error {
 	var actions []wbv1.RecoveryAction
 	report := func(resource, outcome, msg string) {
 		log.Info("Recovery", "resource", resource, "outcome", outcome, "message", msg)
-		actions = append(actions, wbv1.RecoveryAction{Resource: resource, Outcome: outcome, Message: msg, Time: metav1.NewTime(now)})
+		actions = append(actions, wbv1.RecoveryAction{Resource: resource, Outcome: wbv1.RecoveryOutcome(outcome), Message: msg, Time: metav1.NewTime(now)})
 		_, _ = a.store.AppendRecovery(store.Recovery{Time: now, Resource: resource, Action: "sweep", Outcome: outcome, Detail: msg})
 	}
 
@@ -122,7 +122,7 @@ func (a *Agent) recover(ctx context.Context) error {
 		}
 	}
 	for _, r := range sum.Records {
-		actions = append(actions, wbv1.RecoveryAction{Resource: r.Resource, Outcome: r.Outcome, Message: r.Detail, Time: metav1.NewTime(now)})
+		actions = append(actions, wbv1.RecoveryAction{Resource: r.Resource, Outcome: wbv1.RecoveryOutcome(r.Outcome), Message: r.Detail, Time: metav1.NewTime(now)})
 	}
 	if len(actions) > maxRecoveryReport {
 		actions = actions[len(actions)-maxRecoveryReport:]
