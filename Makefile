@@ -124,6 +124,11 @@ chaos: control-plane ## Kill the node agent with SIGKILL at 100 seeded random po
 	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh path)" WB_CHAOS_KILLS=$${WB_CHAOS_KILLS:-100} \
 		go test ./test/nodeagent/ -run '^TestChaosKills$$' -count=1 -v -timeout 60m
 
+.PHONY: load
+load: control-plane ## Full-size load (200 sessions, 10,000 commands on one agent; WB_LOAD_SESSIONS/WB_LOAD_COMMANDS override) and a longer soak (WB_SOAK_ROUNDS, default 20); CI runs both CI-sized in make test.
+	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh path)" WB_LOAD_SESSIONS=$${WB_LOAD_SESSIONS:-200} WB_LOAD_COMMANDS=$${WB_LOAD_COMMANDS:-10000} \
+		WB_SOAK_ROUNDS=$${WB_SOAK_ROUNDS:-20} go test ./test/nodeagent/ -run '^(TestLoad|TestSoakFootprintFlat)$$' -count=1 -v -timeout 120m
+
 .PHONY: fuzz
 fuzz: control-plane ## Run every Go fuzz target for FUZZTIME (default 30s) each.
 	@export KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh path)"; \

@@ -90,7 +90,12 @@ type TerminalCommandSpec struct {
 	DesiredState CommandDesiredState `json:"desiredState,omitempty"`
 }
 
-// TerminalCommandStatus is the single recorded outcome of a command.
+// TerminalCommandStatus is the single recorded outcome of a command. Once recorded
+// (Completed=True) the outcome is never replaced, whoever writes: a stale write of an
+// earlier state (e.g. a killed node agent's in-flight apply landing after its successor
+// wrote the outcome) is refused by the API server.
+// +kubebuilder:validation:XValidation:rule="!(has(oldSelf.conditions) && oldSelf.conditions.exists(c, c.type == 'Completed' && c.status == 'True')) || (has(self.conditions) && self.conditions.exists(c, c.type == 'Completed' && c.status == 'True' && oldSelf.conditions.exists(o, o.type == 'Completed' && o.reason == c.reason)))",message="immutable: a recorded outcome (Completed=True and its reason) is never replaced"
+// +kubebuilder:validation:XValidation:rule="!(has(oldSelf.conditions) && oldSelf.conditions.exists(c, c.type == 'Completed' && c.status == 'True')) || (has(self.exitCode) == has(oldSelf.exitCode) && (!has(oldSelf.exitCode) || self.exitCode == oldSelf.exitCode) && has(self.refusal) == has(oldSelf.refusal) && (!has(oldSelf.refusal) || self.refusal.code == oldSelf.refusal.code))",message="immutable: the exit code and refusal of a recorded outcome never change"
 type TerminalCommandStatus struct {
 	// commandID is assigned by the host.
 	// +optional

@@ -26,7 +26,10 @@ import (
 // that kills land while processes run.
 var chaosCount = []string{"if=chaos-line", "oflag=append", "conv=notrunc", "status=none"}
 
-const chaosSleep = "0.7"
+// chaosSleep is this run's sleeper duration, about 0.7 s, with digits unique to this test
+// process: the orphan check looks for this run's sleepers only, never for those of another
+// run on the same machine (CI-sized chaos runs of other worktrees share it).
+var chaosSleep = fmt.Sprintf("0.7%06d", os.Getpid()%1000000)
 
 // TestChaosKills runs a mixed workload (sessions, commands, waits on them) against a node
 // agent process and kills it with SIGKILL at random points (seeded; the seed is printed),
@@ -47,6 +50,8 @@ func TestChaosKills(t *testing.T) {
 	}
 	t.Logf("chaos: %d kills, seed %d (replay with WB_CHAOS_SEED=%d)", kills, seed, seed)
 	rng := rand.New(rand.NewSource(seed))
+	began := time.Now()
+	defer func() { t.Logf("chaos: %d kills, seed %d, %s", kills, seed, time.Since(began).Round(time.Second)) }()
 
 	ctx := context.Background()
 	bin := buildAgent(t)
@@ -108,10 +113,9 @@ func TestChaosKills(t *testing.T) {
 	outcomes := map[wbv1.CommandPhase]int{}
 	for _, name := range cmds {
 		var c wbv1.TerminalCommand
-		eventually(t, 120*time.Second, "command "+name+" to have its one outcome", func() (bool, string) {
+		chaosWait(t, agentProc, "command "+name+" to have its one outcome", func() (bool, string) {
 			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c))
-			return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions),
-				fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(agentProc.log.String()))
+			return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
 		})
 		outcomes[c.Status.Phase]++
 		b, err := os.ReadFile(filepath.Join(root, "count-"+name))
@@ -128,7 +132,7 @@ func TestChaosKills(t *testing.T) {
 	}
 	for _, name := range sleepers {
 		var c wbv1.TerminalCommand
-		eventually(t, 120*time.Second, "command "+name+" to have its one outcome", func() (bool, string) {
+		chaosWait(t, agentProc, "command "+name+" to have its one outcome", func() (bool, string) {
 			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c))
 			return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
 		})
@@ -146,19 +150,11 @@ func TestChaosKills(t *testing.T) {
 	// Stop the agent cleanly and look at what it left.
 	must(t, agentProc.cmd.Process.Signal(syscall.SIGTERM))
 	_ = agentProc.cmd.Wait()
-	// A sandbox started by an agent that was SIGKILLed keeps running until the next agent's
-	// recovery sweep kills its group, which runs beside the reconcilers: a sleeper of that
-	// kind may still be ending when the last outcome is read. It is logged; one that is still
-	// there after a bounded grace (several times the sleep) is an orphan.
-	if first := findProcess("/bin/sleep", chaosSleep); len(first) != 0 {
-		t.Logf("sleepers still ending at the agent's stop: %v", first)
-		deadline := time.Now().Add(5 * time.Second)
-		for len(findProcess("/bin/sleep", chaosSleep)) != 0 && time.Now().Before(deadline) {
-			time.Sleep(100 * time.Millisecond)
-		}
-		if left := findProcess("/bin/sleep", chaosSleep); len(left) != 0 {
-			t.Errorf("orphan processes (alive 5 s after the agent stopped): %v", left)
-		}
+	// Graceful stop kills and waits for every process the agent holds; the sleepers of
+	// SIGKILLed agents were killed (and waited for) by the next agent's recovery sweep
+	// before it served. None of this run's may be alive now.
+	if left := findProcess("/bin/sleep", chaosSleep); len(left) != 0 {
+		t.Errorf("orphan processes of this run alive after the agent's graceful stop: %v", left)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(state, "tmp")); len(ents) != 0 {
 		t.Errorf("leaked temp roots: %v", ents)
@@ -180,4 +176,31 @@ func TestChaosKills(t *testing.T) {
 	}
 	// Restart once more so the suite's namespace cleanup is not left to a stopped node.
 	agentProc = startAgentProcess(t, bin, kubeconfig, config)
+}
+
+// chaosWait is eventually (120 s) for the chaos run's final checks; on a timeout it asks the
+// agent for a goroutine dump (SIGQUIT) and keeps its whole log in a file whose path the
+// failure names, so a lost outcome shows where the agent stood.
+func chaosWait(t *testing.T, p *agentProcess, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(120 * time.Second)
+	for {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+			_ = p.cmd.Wait()
+			f, err := os.CreateTemp("", "chaos-agent-*.log")
+			path := "(not kept: " + fmt.Sprint(err) + ")"
+			if err == nil {
+				_, _ = f.WriteString(p.log.String())
+				_ = f.Close()
+				path = f.Name()
+			}
+			t.Fatalf("timed out after 120s waiting for %s; last saw: %s\nagent log with goroutine dump: %s\n%s", what, seen, path, tail(p.log.String()))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

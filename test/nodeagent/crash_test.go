@@ -73,11 +73,11 @@ func nodeKubeconfig(t *testing.T, node string) string {
 	return p
 }
 
-func startAgentProcess(t *testing.T, bin, kubeconfig, config string) *agentProcess {
+func startAgentProcess(t *testing.T, bin, kubeconfig, config string, env ...string) *agentProcess {
 	t.Helper()
 	p := &agentProcess{cmd: exec.Command(bin, "--config", config, "--kubeconfig", kubeconfig)}
 	p.cmd.Stdout, p.cmd.Stderr = &p.log, &p.log
-	p.cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	p.cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, env...)
 	must(t, p.cmd.Start())
 	return p
 }

@@ -15,9 +15,10 @@ import (
 // TestSoakFootprintFlat runs rounds of commands on one session, deletes them, and checks
 // that after each round the agent holds nothing more than before it: no finished command
 // in memory, no record of a deleted command in the store, and heap and store size flat
-// (the figures are logged for docs/benchmarks.md). CI-sized: 4 rounds of 25 commands.
+// (the figures are logged for docs/benchmarks.md). CI-sized: 4 rounds of 25 commands;
+// WB_SOAK_ROUNDS sets the rounds (`make load` runs 20).
 func TestSoakFootprintFlat(t *testing.T) {
-	const rounds, perRound = 4, 25
+	rounds, perRound := envInt("WB_SOAK_ROUNDS", 4), 25
 	ctx := context.Background()
 	ns := namespace(t)
 	readyEnvironment(t, ns, workDir(t))

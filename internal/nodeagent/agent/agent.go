@@ -59,6 +59,10 @@ type Agent struct {
 
 	sandboxErr error // why the process sandbox cannot be established on this node (checked by New)
 
+	// closed is set (under mu) once shutdown has taken the list of commands to stop: a
+	// process a late pass starts after that is stopped and waited for by that pass itself.
+	closed bool
+
 	// envs and sess have their own locks (registries.go); mu guards the command table and
 	// the fields after it up to recorder.
 	envs      *envRegistry
@@ -277,6 +281,7 @@ func (a *Agent) shutdown(ctx context.Context) {
 	a.runner.Close() // idle pre-started sandboxes and their groups
 	_ = a.sessions.Shutdown(ctx)
 	a.mu.Lock()
+	a.closed = true
 	var ending []*procexec.Handle
 	for _, c := range a.commands {
 		if c.handle != nil && c.result == nil {

@@ -471,8 +471,16 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		out: live, seqFrom: seqFrom}
 	a.commands[string(cmd.UID)] = lc
 	a.commandsChangedLocked()
+	late := a.closed
 	a.mu.Unlock()
 	go a.awaitCommand(cmd.DeepCopy(), h, out, now.Time)
+	if late {
+		// Started after shutdown took its list (a pass outliving the manager's graceful
+		// stop): nothing of it may outlive the agent, so this pass stops it and waits.
+		h.Kill(procexec.OriginCancel)
+		<-h.Done()
+		return nil
+	}
 	p.next.StartTime, p.next.NodeName = &now, a.cfg.NodeName
 	p.set(wbv1.ConditionStarted, true, "Started", fmt.Sprintf("pid %d in its own process group, no network, writes confined to the environment", info.Pid))
 	// A short command often ends before this pass writes: then one status write records

@@ -59,6 +59,12 @@ func (a *Agent) artifactSweepLoop(ctx context.Context) error {
 		} else if n > 0 {
 			log.V(1).Info("Pruned store records of deleted objects", "records", n)
 		}
+		if n, err := a.republishOutcomes(ctx); err != nil {
+			log.Error(err, "Republishing stored command outcomes")
+			next = min(next, time.Minute)
+		} else if n > 0 {
+			log.Info("Woke commands whose stored state the API does not show", "commands", n)
+		}
 		next = min(next, a.cfg.recordRetention())
 		if !t.Stop() {
 			select {
