@@ -129,10 +129,6 @@ type FilePatchStatus struct {
 	// (codes: docs/vocabulary.md).
 	// +optional
 	Refusal *Refusal `json:"refusal,omitempty"`
-	// approvedBy is the user who approved the patch.
-	// +optional
-	// +kubebuilder:validation:MaxLength=512
-	ApprovedBy string `json:"approvedBy,omitempty"`
 	// observedGeneration is the metadata.generation of the FilePatch that this status was computed
 	// from.
 	// +optional

@@ -122,10 +122,6 @@ type TerminalSessionStatus struct {
 	// lastSeq is the sequence number of the newest event.
 	// +optional
 	LastSeq int64 `json:"lastSeq,omitempty"`
-	// activeCommand names the TerminalCommand running on the session.
-	// +optional
-	// +kubebuilder:validation:MaxLength=253
-	ActiveCommand string `json:"activeCommand,omitempty"`
 	// screenDigest is the digest of the current viewport.
 	// +optional
 	ScreenDigest Digest `json:"screenDigest,omitempty"`

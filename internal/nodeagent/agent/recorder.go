@@ -167,10 +167,9 @@ func (a *Agent) recordAfterPatch(fp *wbv1.FilePatch, env *wbv1.Environment) {
 		}
 		pe.Operations = append(pe.Operations, po)
 	}
+	// The operator's approval is audited by the API server (an update of spec.approval that
+	// the FilePatch webhook allowed only for a subject with the approve verb).
 	auth := skills.Authorization{Kind: skills.AuthApproval, Ref: "approved"}
-	if fp.Status.ApprovedBy != "" {
-		auth.Ref = fp.Status.ApprovedBy
-	}
 	if env.Spec.PatchApproval != nil && *env.Spec.PatchApproval == wbv1.PatchApprovalAutoApply {
 		auth.Ref = "auto-apply:" + env.Name
 	}
