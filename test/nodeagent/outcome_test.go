@@ -82,14 +82,10 @@ func TestOutcomeNeverReplaced(t *testing.T) {
 	}
 }
 
-// commandStatusOwnedByNode is the part of a command's status the node agent applies.
+// commandStatusOwnedByNode is the part of a command's status the node agent applies: the
+// agent's own rule (phase and health conditions included once the node holds the command).
 func commandStatusOwnedByNode(s *wbv1.TerminalCommandStatus) wbv1.TerminalCommandStatus {
-	return wbv1.TerminalCommandStatus{
-		ExitCode: s.ExitCode, SignalOrigin: s.SignalOrigin, StdoutBytes: s.StdoutBytes, Truncated: s.Truncated,
-		OutputDigest: s.OutputDigest, SeqFrom: s.SeqFrom, SeqTo: s.SeqTo, Refusal: s.Refusal, NodeName: s.NodeName,
-		StartTime: s.StartTime, CompletionTime: s.CompletionTime,
-		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionStarted, wbv1.ConditionCompleted),
-	}
+	return agent.CommandStatusOwned(s)
 }
 
 // TestStoredOutcomeRepublished makes the node's status writes fail (its RBAC binding is

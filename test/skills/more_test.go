@@ -205,7 +205,7 @@ func TestFixtureBackendComparison(t *testing.T) {
 			t.Logf("    %-28s %-12s %s", g.ID, g.Verdict, g.Reason)
 		}
 	}
-	if host.Status.Proof.OverallVerdict != sc.PassCriteria["host_local_verdict"] {
+	if string(host.Status.Proof.OverallVerdict) != sc.PassCriteria["host_local_verdict"] {
 		t.Fatalf("host-local verdict %s", host.Status.Proof.OverallVerdict)
 	}
 	if vm.Status.Backend != string(wbv1.BackendQEMUMicroVM) || vm.Status.EdgesAttempted == 0 {

@@ -95,6 +95,12 @@ func commandOwned(s *wbv1.TerminalCommandStatus) wbv1.TerminalCommandStatus {
 	return out
 }
 
+// CommandStatusOwned is commandOwned for callers outside the package: the exact part of a
+// command's status the node agent applies (a test playing a stale node writer uses it).
+func CommandStatusOwned(s *wbv1.TerminalCommandStatus) wbv1.TerminalCommandStatus {
+	return commandOwned(s)
+}
+
 // derivePhase returns the phase all derives, and sets it with the health conditions on next
 // when this write takes the command or the node already holds it (wbv1.CommandPhaseWriter
 // over the conditions after this write); before that the manager writes them.
