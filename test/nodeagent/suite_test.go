@@ -79,7 +79,12 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	return m.Run(), nil
+	code := m.Run()
+	cancel()
+	if err := nodeagenttest.Release(agent.Config{NodeName: nodeName, StateDir: stateDir}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	return code, nil
 }
 
 func startAgent(ctx context.Context, state string) (*agent.Agent, error) {

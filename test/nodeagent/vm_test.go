@@ -28,6 +28,7 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/nodeagent/dataplane"
+	"sensorium.dev/workbench/internal/test/nodeagenttest"
 	"sensorium.dev/workbench/webhooks"
 )
 
@@ -329,6 +330,7 @@ func TestQEMUAgentCrash(t *testing.T) {
 	state, err := os.MkdirTemp("", "wb-vmcrash-") // short: VM socket paths are bounded
 	must(t, err)
 	defer func() { _ = os.RemoveAll(state) }()
+	defer func() { must(t, nodeagenttest.Release(agent.Config{NodeName: vmNode, StateDir: state})) }()
 	q := qemuConfig()
 	config := filepath.Join(t.TempDir(), "node-agent.yaml")
 	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nheartbeatSeconds: 2\nqemu:\n  enabled: true\n  imageDir: %s\n  accel: tcg\n",

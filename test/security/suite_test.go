@@ -118,7 +118,12 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	return m.Run(), nil
+	code := m.Run()
+	cancel()
+	if err := nodeagenttest.Release(agent.Config{NodeName: nodeName, StateDir: stateDir}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	return code, nil
 }
 
 // listen opens the host-side listeners the probe tries to reach: TCP on every address of

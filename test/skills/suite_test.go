@@ -87,7 +87,12 @@ func run(m *testing.M) (int, error) {
 		Caps: agent.Caps{Sessions: 64, SessionsPerEnvironment: 8}, QEMU: qemuConfig()}, agent.Options{}); err != nil {
 		return 1, err
 	}
-	return m.Run(), nil
+	code := m.Run()
+	cancel()
+	if err := nodeagenttest.Release(agent.Config{NodeName: nodeName, StateDir: stateDir}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	return code, nil
 }
 
 func repoRoot() string { return envtest.RepoRoot() }

@@ -33,6 +33,10 @@ func cgroupParent(cfg Config) string {
 	return cgroups.DefaultParent + "/" + hex.EncodeToString(sum[:6])
 }
 
+// CgroupParent is the cgroup parent under which an agent with cfg places every command,
+// session and VM group (a test harness releases what its agent left with it).
+func CgroupParent(cfg Config) string { return cgroupParent(cfg) }
+
 // newCgroups detects the node's cgroup layout. A node without the controllers still gets
 // a manager: every command and session is then refused with cgroup-unavailable, and the
 // capabilities stop claiming host-process enforcement.

@@ -25,6 +25,7 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 
 	"sensorium.dev/workbench/internal/nodeagent/agent"
+	"sensorium.dev/workbench/internal/platform/cgroups"
 	"sensorium.dev/workbench/internal/test/envtest"
 	"sensorium.dev/workbench/webhooks"
 )
@@ -110,4 +111,20 @@ func DataPlane(ctx context.Context, env *envtest.Env, node string) (string, *htt
 	}
 	return wn.Status.DataPlane.Endpoint, &http.Client{Timeout: 40 * time.Second,
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}, nil
+}
+
+// Release kills every process an agent with cfg left in its cgroups and removes them: VMs
+// outlive their agent by design (a restarted agent adopts them), so a suite whose agent is
+// gone for good releases them itself, or they would run on after the test binary exits.
+func Release(cfg agent.Config) error {
+	m, err := cgroups.NewManager(cgroups.Config{Parent: agent.CgroupParent(cfg)})
+	if err != nil {
+		return fmt.Errorf("releasing the cgroups of node %s: %w", cfg.NodeName, err)
+	}
+	_, err = m.Sweep(nil)
+	m.RemoveParent()
+	if err != nil {
+		return fmt.Errorf("releasing the cgroups of node %s: %w", cfg.NodeName, err)
+	}
+	return nil
 }

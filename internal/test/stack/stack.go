@@ -30,6 +30,7 @@ import (
 	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/test/aggtest"
 	"sensorium.dev/workbench/internal/test/envtest"
+	"sensorium.dev/workbench/internal/test/nodeagenttest"
 	"sensorium.dev/workbench/webhooks"
 )
 
@@ -122,6 +123,12 @@ func Start(binaries ...string) (*Stack, error) {
 func (s *Stack) Stop() {
 	if s.cancel != nil {
 		s.cancel()
+	}
+	if s.tmp != "" {
+		// VMs outlive their agent by design; this stack's agent is gone for good.
+		if err := nodeagenttest.Release(agent.Config{NodeName: NodeName, StateDir: filepath.Join(s.tmp, "state")}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
 	}
 	if s.Aggregated != nil {
 		s.Aggregated.Stop()
