@@ -29,6 +29,7 @@ import (
 	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/platform/spans"
 	"sensorium.dev/workbench/internal/test/envtest"
+	"sensorium.dev/workbench/internal/test/nodeagenttest"
 	"sensorium.dev/workbench/internal/test/samples"
 	"sensorium.dev/workbench/webhooks"
 )
@@ -36,9 +37,10 @@ import (
 const node = "bench-node"
 
 var (
-	env      *envtest.Env
-	wc       client.WithWatch
-	admitted string // the agent's admitted root
+	agentStateDir string // the suite agent's state dir, released at the end
+	env           *envtest.Env
+	wc            client.WithWatch
+	admitted      string // the agent's admitted root
 )
 
 func TestMain(m *testing.M) {
@@ -74,7 +76,13 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		return m.Run()
+		code := m.Run()
+		cancel()
+		// VMs outlive their agent by design; this suite's agent is gone for good.
+		if err := nodeagenttest.Release(agent.Config{NodeName: node, StateDir: agentStateDir}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+		return code
 	}()
 	os.Exit(code)
 }
@@ -101,7 +109,8 @@ func startAgent(ctx context.Context) error {
 	if err := os.MkdirAll(admitted, 0o755); err != nil {
 		return err
 	}
-	a, err := agent.New(agent.Config{NodeName: node, StateDir: dir + "/state", AdmittedRoots: map[string]string{"work": dir + "/work"},
+	agentStateDir = dir + "/state"
+	a, err := agent.New(agent.Config{NodeName: node, StateDir: agentStateDir, AdmittedRoots: map[string]string{"work": dir + "/work"},
 		Caps: agent.Caps{Sessions: 8, ConcurrentCommands: 8, PrestartedSandboxes: prestarted()}, QEMU: qemuConfig()}, agent.Options{HelperPath: helper})
 	if err != nil {
 		return err
