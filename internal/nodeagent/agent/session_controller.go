@@ -149,8 +149,11 @@ func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			next.Phase = wbv1.SessionRunning
 			set(wbv1.ConditionReady, true, "Running", "session open on node "+a.cfg.NodeName)
 		} else {
-			snap := live.pty.Screen()
-			next.ScreenDigest = wbv1.Digest(snap.Digest)
+			// The digest of a screen somebody asked for (status never builds the model: an
+			// idle session stays small), in the API's sha256:<hex> form.
+			if live.pty.ScreenBuilt() {
+				next.ScreenDigest = wbv1.Digest("sha256:" + live.pty.Screen().Digest)
+			}
 			switch live.pty.Phase() {
 			case session.PhaseIdle:
 				next.Phase = wbv1.SessionIdle
