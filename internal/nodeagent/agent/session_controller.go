@@ -58,6 +58,8 @@ func sessionOwned(s *wbv1.TerminalSessionStatus) wbv1.TerminalSessionStatus {
 func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	a := r.a
 	defer a.kickCapacity() // what this pass opened or ended changes the free capacity (free.go)
+	// Open attach streams re-check the session's raw input after this pass (dataplane.go).
+	defer a.sessChanged.notify()
 	var ts wbv1.TerminalSession
 	if err := a.client.Get(ctx, req.NamespacedName, &ts); err != nil {
 		if client.IgnoreNotFound(err) == nil {
