@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/platform/spans"
 	"sensorium.dev/workbench/internal/test/samples"
 )
 
@@ -51,16 +52,36 @@ func BenchmarkPoolClaim(b *testing.B) {
 			time.Sleep(20 * time.Millisecond) // untimed set-up between samples
 		}
 	}
-	// createReady creates e and returns the time until the API reports it Ready.
+	rec := spans.NewRecorder()
+	spans.Install(rec)
+	defer spans.Install(nil)
+	steps := map[string]samples.Durations{}
+	// createReady creates e and returns the time until the API reports it Ready. For a
+	// claimer, the steps every component marked (spans) are kept, as times from Create.
 	createReady := func(e *wbv1.Environment) (time.Duration, *wbv1.Environment) {
 		w, err := wc.Watch(ctx, &wbv1.EnvironmentList{}, client.InNamespace(ns.Name))
 		must(b, err)
 		defer w.Stop()
+		key := ns.Name + "/" + e.Name
 		t0 := time.Now()
 		must(b, env.Client.Create(ctx, e))
+		spans.Mark(key, "create-returned")
 		for ev := range w.ResultChan() {
-			if got, ok := ev.Object.(*wbv1.Environment); ok && got.Name == e.Name && got.Status.Phase == wbv1.EnvironmentReady {
-				return time.Since(t0), got
+			got, ok := ev.Object.(*wbv1.Environment)
+			if ok && got.Name == e.Name {
+				if got.Status.NodeName != "" {
+					spans.Mark(key, "watch-bound")
+				}
+				spans.Mark(key, "watch-phase-"+string(got.Status.Phase))
+			}
+			if ok && got.Name == e.Name && got.Status.Phase == wbv1.EnvironmentReady {
+				d := time.Since(t0)
+				for _, p := range rec.Take(key) {
+					if e.Spec.PoolRef != nil {
+						steps[p.Step] = append(steps[p.Step], p.At.Sub(t0))
+					}
+				}
+				return d, got
 			}
 			if got, ok := ev.Object.(*wbv1.Environment); ok && got.Name == e.Name && got.Status.Phase == wbv1.EnvironmentFailed {
 				b.Fatalf("environment %s failed: %+v", e.Name, got.Status)
@@ -100,6 +121,7 @@ func BenchmarkPoolClaim(b *testing.B) {
 	if adopted != b.N {
 		b.Fatalf("%d of %d claims adopted a pool member", adopted, b.N)
 	}
+	reportSpans(b, steps)
 	claim.Report(b, "claim")
 	cold.Report(b, "cold")
 	floor.Report(b, "api-roundtrip")
