@@ -203,6 +203,39 @@ func TestOutputDigestCoversEvictedBytes(t *testing.T) {
 	}
 }
 
+// The digest is folded lazily (at eviction, or when asked for): asked for at any point,
+// between appends that evict by count, by bytes and by age, it is the digest of every
+// output byte appended so far, in order.
+func TestOutputDigestLazyMatchesEager(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	r := mustNew(t, Config{MaxEvents: 5, MaxBytes: 64, MaxAge: time.Minute, Now: func() time.Time { return now }})
+	h := sha256.New()
+	kinds := []Kind{KindOutput, KindInput, KindOutput, KindResize, KindOutput, KindOutput}
+	for i := range 300 {
+		kind := kinds[i%len(kinds)]
+		b := bytes.Repeat([]byte{byte('a' + i%26)}, 1+i%40)
+		if kind == KindOutput {
+			h.Write(b)
+		}
+		mustAppend(t, r, kind, b)
+		if i%17 == 0 {
+			now = now.Add(2 * time.Minute) // everything retained ages out at the next append
+		}
+		if i%7 == 0 || i%11 == 0 {
+			d, _ := r.OutputDigest()
+			if want := hex.EncodeToString(h.Sum(nil)); d != want {
+				t.Fatalf("after append %d: digest %s, want %s", i, d, want)
+			}
+			if st := r.Stats(); st.OutputDigest != d {
+				t.Fatalf("after append %d: Stats digest %s, OutputDigest %s", i, st.OutputDigest, d)
+			}
+		}
+	}
+	if d, _ := r.OutputDigest(); d != hex.EncodeToString(h.Sum(nil)) {
+		t.Fatalf("final digest %s", d)
+	}
+}
+
 func TestWaitAndClose(t *testing.T) {
 	r := mustNew(t, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
