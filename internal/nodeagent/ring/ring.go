@@ -168,6 +168,18 @@ func (r *Ring) Config() Config { return r.cfg }
 // payload records a single event with no Data. Appending to a closed ring
 // returns ErrClosed.
 func (r *Ring) Append(kind Kind, data []byte) (uint64, error) {
+	return r.appendData(kind, data, true)
+}
+
+// AppendOwned is Append for a payload the ring takes over instead of copying: the caller
+// never modifies data afterwards (a PTY's output pump reads each chunk into a fresh part
+// of a larger buffer, so recording output costs no allocation or copy per chunk). Events
+// hold sub-slices of data.
+func (r *Ring) AppendOwned(kind Kind, data []byte) (uint64, error) {
+	return r.appendData(kind, data, false)
+}
+
+func (r *Ring) appendData(kind Kind, data []byte, copyData bool) (uint64, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -183,8 +195,11 @@ func (r *Ring) Append(kind Kind, data []byte) (uint64, error) {
 	chunkMax := min(MaxEventData, r.cfg.MaxBytes) // a chunk always fits an empty ring
 	for len(data) > 0 {
 		n := min(len(data), chunkMax)
-		chunk := make([]byte, n)
-		copy(chunk, data[:n])
+		chunk := data[:n:n]
+		if copyData {
+			chunk = make([]byte, n)
+			copy(chunk, data[:n])
+		}
 		r.appendLocked(now, kind, chunk, n)
 		data = data[n:]
 	}

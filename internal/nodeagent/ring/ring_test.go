@@ -236,6 +236,27 @@ func TestOutputDigestLazyMatchesEager(t *testing.T) {
 	}
 }
 
+// AppendOwned records the caller's bytes without a copy, split like Append's, each event
+// capped at its own length (an event's Data cannot reach into its neighbour's bytes).
+func TestAppendOwnedKeepsTheCallersBytes(t *testing.T) {
+	r := mustNew(t, Config{MaxBytes: 3})
+	data := []byte("abcdefgh")
+	if _, err := r.AppendOwned(KindOutput, data); err != nil {
+		t.Fatal(err)
+	}
+	evs, _, _ := r.Read(0, 0)
+	if len(evs) != 1 || string(evs[0].Data) != "gh" || cap(evs[0].Data) != 2 || &evs[0].Data[0] != &data[6] {
+		t.Fatalf("events %+v: want the last chunk \"gh\" aliasing the caller's bytes, capped", evs)
+	}
+	if st := r.Stats(); st.OutputBytes != 8 || st.Evicted != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+	d, _ := r.OutputDigest()
+	if sum := sha256.Sum256(data); d != hex.EncodeToString(sum[:]) {
+		t.Fatalf("digest %s", d)
+	}
+}
+
 func TestWaitAndClose(t *testing.T) {
 	r := mustNew(t, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
