@@ -83,18 +83,19 @@ func guestSpawnArgs(roots []backends.MountedRoot, in actuation.CommandIntent, en
 func (r *commandReconciler) startGuest(p *cmdPass, g guestBackend, envUID string, sessUID string, args protocol.SpawnArgs, rg *ring.Ring) error {
 	a := r.a
 	cmd := p.cmd
-	a.mu.Lock()
-	running := 0
-	for _, c := range a.commands {
-		if c.cancel != nil && c.result == nil {
-			running++
-		}
-	}
-	a.mu.Unlock()
-	if running >= a.cfg.Caps.ConcurrentCommands {
+	// The cap check and the command's entry are one reservation (concurrent passes never
+	// exceed the cap).
+	running, ok := a.commands.reserveGuest(a.cfg.Caps.ConcurrentCommands)
+	if !ok {
 		p.refuse(string(actuation.CodeCommandCapReached), fmt.Sprintf("%d guest commands run on this node (cap %d)", running, a.cfg.Caps.ConcurrentCommands))
 		return nil
 	}
+	reserved := true
+	defer func() {
+		if reserved {
+			a.commands.releaseGuest()
+		}
+	}()
 	rec, proceed, err := a.recordStart(p, sessUID, nil) // claimed before (startGuest's caller)
 	if err != nil || !proceed {
 		return err
@@ -105,12 +106,10 @@ func (r *commandReconciler) startGuest(p *cmdPass, g guestBackend, envUID string
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(args.TimeoutMS)*time.Millisecond+guestReportGrace)
-	a.mu.Lock()
 	seqFrom := rg.LastSeq() + 1
-	a.commands[string(cmd.UID)] = &liveCommand{key: client.ObjectKeyFromObject(cmd), envUID: envUID, started: now.Time, cancel: cancel,
-		finished: make(chan struct{}), out: rg, seqFrom: seqFrom}
-	a.commandsChangedLocked()
-	a.mu.Unlock()
+	a.commands.enterGuest(string(cmd.UID), &liveCommand{key: client.ObjectKeyFromObject(cmd), envUID: envUID, started: now.Time, cancel: cancel,
+		finished: make(chan struct{}), out: rg, seqFrom: seqFrom})
+	reserved = false // the reservation is now the command's own entry
 	go a.awaitGuestCommand(ctx, cancel, cmd.DeepCopy(), g, envUID, args, rg, seqFrom, now.Time)
 	p.next.StartTime, p.next.NodeName = &now, a.cfg.NodeName
 	p.set(wbv1.ConditionStarted, true, "Started", "dispatched to the guest agent of the environment's VM (no network, no host share)")
