@@ -380,15 +380,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	spec.OnOutput = out.write
 	lc := &liveCommand{key: client.ObjectKeyFromObject(cmd), envUID: string(env.UID), finished: make(chan struct{}),
 		out: live, seqFrom: seqFrom}
-	h, o, late, err := a.commands.launch(a.runner, string(cmd.UID), rec, spec, string(wbv1.CommandRunning), lc, func(err error) *commandOutcome {
-		o := &commandOutcome{Phase: wbv1.CommandRefused, Message: err.Error(), Completed: time.Now()}
-		if refused, code := startRefusal(err); refused {
-			o.RefusalCode = code
-		} else {
-			o.Phase, o.RefusalCode = wbv1.CommandFailed, code
-		}
-		return o
-	})
+	h, o, late, err := a.commands.launch(a.runner, string(cmd.UID), rec, spec, string(wbv1.CommandRunning), lc, commandStartFailed)
 	if err != nil {
 		return err
 	}
@@ -414,6 +406,18 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		p.finish(o)
 	}
 	return nil
+}
+
+// commandStartFailed is the outcome of a command the runner did not start: Refused with
+// the runner's code at a cap, else Failed (start-failed).
+func commandStartFailed(err error) *commandOutcome {
+	o := &commandOutcome{Phase: wbv1.CommandRefused, Message: err.Error(), Completed: time.Now()}
+	if refused, code := startRefusal(err); refused {
+		o.RefusalCode = code
+	} else {
+		o.Phase, o.RefusalCode = wbv1.CommandFailed, code
+	}
+	return o
 }
 
 // reasonStartingAtNode is the reason of the node's fast-path claim: Started=False until the

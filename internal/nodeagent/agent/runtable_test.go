@@ -149,15 +149,7 @@ func TestRunTableLaunch(t *testing.T) {
 	}
 	tab, db := openTable(t)
 	runner := procexec.NewRunner(procexec.Limits{MaxConcurrent: 1, TempBase: tmp})
-	startFailed := func(err error) *commandOutcome {
-		o := &commandOutcome{Phase: wbv1.CommandRefused, Message: err.Error(), Completed: time.Now()}
-		if refused, code := startRefusal(err); refused {
-			o.RefusalCode = code
-		} else {
-			o.Phase, o.RefusalCode = wbv1.CommandFailed, code
-		}
-		return o
-	}
+	startFailed := commandStartFailed
 	work := t.TempDir()
 	spec := procexec.Spec{Argv: []string{"/bin/sleep", "30"}, Dir: work, WritableRoots: []string{work}, Timeout: time.Minute, Network: procexec.NetworkNone}
 	lc := &liveCommand{finished: make(chan struct{})}
