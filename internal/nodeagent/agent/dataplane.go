@@ -230,7 +230,7 @@ func (v liveCommandView) Ring() *ring.Ring      { return v.lc.out }
 func (v liveCommandView) SeqFrom() uint64       { return v.lc.seqFrom }
 func (v liveCommandView) Done() <-chan struct{} { return v.lc.finished }
 func (v liveCommandView) Result() dataplane.CommandResult {
-	_, result, _ := v.a.commands.get(v.uid)
+	result := v.a.commands.resultOf(v.lc) // the view outlives the table's entry
 	if result == nil {
 		return dataplane.CommandResult{}
 	}

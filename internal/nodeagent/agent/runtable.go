@@ -101,6 +101,13 @@ func (t *runTable[O]) get(uid string) (lr *liveRun[O], result *O, persisted bool
 	return lr, result, persisted
 }
 
+// resultOf reads lr's result under the lock (nil while it runs); lr may be forgotten.
+func (t *runTable[O]) resultOf(lr *liveRun[O]) *O {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return lr.result
+}
+
 // settle returns uid's live run (nil when this process did not start it) with its outcome
 // once it ended. An outcome the awaiting goroutine could not store is stored now, or the
 // error fails the pass (retried with backoff): status never shows an unstored outcome.
