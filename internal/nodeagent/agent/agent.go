@@ -74,6 +74,8 @@ type Agent struct {
 	// upload through the data plane is in progress (dataplane.go).
 	mu      sync.Mutex
 	uploads map[string]struct{}
+	// sessChanged wakes open attach streams to re-check a session (dataplane.go).
+	sessChanged changeBroadcast
 
 	// wake re-queues objects from goroutines (command exits, session phase changes).
 	wakeCommands chan event.GenericEvent

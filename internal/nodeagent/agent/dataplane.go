@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 
@@ -348,6 +349,35 @@ func (r resolver) UploadArtifact(ctx context.Context, ns, name string, body io.R
 // change of a command on this node (one started, or a TerminalCommand reconciled).
 func (r resolver) CommandsChanged() <-chan struct{} {
 	return r.a.commands.changedSignal()
+}
+
+// SessionsChanged implements dataplane.SessionWatcher: the channel closes after the next
+// reconcile of a TerminalSession on this node (its spec changed, it closed, it was deleted),
+// so an open attach re-checks the session's raw-input mode at that event, not per keystroke.
+func (r resolver) SessionsChanged() <-chan struct{} { return r.a.sessChanged.wait() }
+
+// changeBroadcast is a channel closed (then replaced) at the next change.
+type changeBroadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (b *changeBroadcast) wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	return b.ch
+}
+
+func (b *changeBroadcast) notify() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch != nil {
+		close(b.ch)
+		b.ch = nil
+	}
 }
 
 // commandsChanged wakes CommandsChanged's waiters.

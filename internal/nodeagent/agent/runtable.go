@@ -80,9 +80,8 @@ type runTable[O outcome] struct {
 	// guestStarting counts guest commands past the guest cap check and not yet entered
 	// (reserveGuest): the check and the entry are one reservation.
 	guestStarting int
-	// changed is closed (then replaced) when a run starts or is reconciled; nil until
-	// someone waits on it (changedSignal).
-	changed chan struct{}
+	// changed wakes its waiters when a run starts or is reconciled.
+	changed changeBroadcast
 }
 
 func newRunTable[O outcome](kind string, db *store.DB) *runTable[O] {
@@ -218,7 +217,7 @@ func (t *runTable[O]) enter(uid string, lr *liveRun[O]) (late bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.runs[uid] = lr
-	t.signalLocked()
+	t.changed.notify()
 	return t.closed
 }
 
@@ -371,32 +370,14 @@ func (t *runTable[O]) enterGuest(uid string, lr *liveRun[O]) {
 	defer t.mu.Unlock()
 	t.runs[uid] = lr
 	t.guestStarting--
-	t.signalLocked()
+	t.changed.notify()
 }
 
 // changedSignal returns a channel closed at the next change (a run started or reconciled).
-func (t *runTable[O]) changedSignal() <-chan struct{} {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.changed == nil {
-		t.changed = make(chan struct{})
-	}
-	return t.changed
-}
+func (t *runTable[O]) changedSignal() <-chan struct{} { return t.changed.wait() }
 
 // signal wakes changedSignal's waiters.
-func (t *runTable[O]) signal() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.signalLocked()
-}
-
-func (t *runTable[O]) signalLocked() {
-	if t.changed != nil {
-		close(t.changed)
-		t.changed = nil
-	}
-}
+func (t *runTable[O]) signal() { t.changed.notify() }
 
 // len is the number of runs held (running or finished and not yet forgotten).
 func (t *runTable[O]) len() int {
