@@ -383,26 +383,34 @@ func (r *actionRunReconciler) start(ctx context.Context, p *runPass) error {
 		p.refuse(actuation.Code(c), err.Error())
 		return nil
 	}
-	rec, created, err := a.store.RecordCommandStart(recordFor(run, d))
-	if err != nil || !created {
-		prep.Abort()
-		if err == nil {
-			p.result.RequeueAfter = time.Second // a record appeared meanwhile: the next pass reads it
-		}
-		return err
-	}
+	// The command path's one sequence (runTable.launch): the start record is stored while
+	// the sandbox is set up, and the program runs only once it landed.
 	la := &liveAction{key: client.ObjectKeyFromObject(run), finished: make(chan struct{})}
-	h, o, late, err := r.runs.launch(a.runner, string(run.UID), rec, prep.Spec(), string(wbv1.ActionRunRunning), la, func(err error) *actionOutcome {
-		prep.Abort()
-		o := &actionOutcome{Phase: wbv1.ActionRunRefused, Message: err.Error(), Completed: time.Now()}
-		if refused, code := startRefusal(err); refused {
-			o.RefusalCode = code
-		} else {
-			o.Phase, o.RefusalCode = wbv1.ActionRunFailed, code
-		}
-		return o
+	h, o, late, proceed, err := r.runs.launch(a.runner, launchSpec[actionOutcome]{
+		uid: string(run.UID), spec: prep.Spec(), running: string(wbv1.ActionRunRunning), live: la,
+		// p is the recording goroutine's until launch returns.
+		record: func() (store.Command, bool, error) {
+			rec, created, err := a.store.RecordCommandStart(recordFor(run, d))
+			if err == nil && !created {
+				p.result.RequeueAfter = time.Second // a record appeared meanwhile: the next pass reads it
+			}
+			return rec, err == nil && created, err
+		},
+		startFailed: func(err error) *actionOutcome {
+			o := &actionOutcome{Phase: wbv1.ActionRunRefused, Message: err.Error(), Completed: time.Now()}
+			if refused, code := startRefusal(err); refused {
+				o.RefusalCode = code
+			} else {
+				o.Phase, o.RefusalCode = wbv1.ActionRunFailed, code
+			}
+			return o
+		},
+		pidDelay: a.cgroups != nil && a.cgroups.Available(),
 	})
-	if err != nil {
+	if err != nil || !proceed || o != nil {
+		prep.Abort() // nothing runs in the envelope
+	}
+	if err != nil || !proceed {
 		return err
 	}
 	if o != nil {

@@ -368,27 +368,36 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		spec.Trace = spans.Marker(cmd.Namespace + "/" + cmd.Name)
 	}
 	// The claim (an API write) and the store's start record (an fsync) are independent:
-	// both must hold before a process exists, neither needs the other.
-	rec, proceed, err := a.recordStart(p, string(sess.UID), func() (bool, error) { return r.claim(ctx, p, claimBy) })
-	if err != nil || !proceed {
-		return err
-	}
-	markCommand(cmd, "node-claimed-and-recorded")
-	a.recordBefore(ctx, &env, sess.Name, string(cmd.UID)) // seed 004: state before, when recorded
-	seqFrom := live.LastSeq() + 1                         // the data plane's output stream starts here
+	// both must hold before the program runs, neither needs the other — and neither needs
+	// the sandbox, which is set up meanwhile (launch: the program is exec'd only once both
+	// landed; a helper that never gets the go-ahead ends without running anything, also
+	// when this process dies).
+	seqFrom := live.LastSeq() + 1 // the data plane's output stream starts here
 	out := &liveOutput{rg: live}
 	spec.OnOutput = out.write
 	lc := &liveCommand{key: client.ObjectKeyFromObject(cmd), envUID: string(env.UID), finished: make(chan struct{}),
 		out: live, seqFrom: seqFrom}
-	h, o, late, err := a.commands.launch(a.runner, string(cmd.UID), rec, spec, string(wbv1.CommandRunning), lc, commandStartFailed)
-	if err != nil {
-		return err
+	h, o, late, proceed, err := a.commands.launch(a.runner, launchSpec[commandOutcome]{
+		uid: string(cmd.UID), spec: spec, running: string(wbv1.CommandRunning), live: lc,
+		// p is the recording goroutine's until launch returns.
+		record: func() (store.Command, bool, error) {
+			return a.recordStart(p, string(sess.UID), func() (bool, error) { return r.claim(ctx, p, claimBy) })
+		},
+		ready: func() {
+			markCommand(cmd, "node-claimed-and-recorded")
+			a.recordBefore(ctx, &env, sess.Name, string(cmd.UID)) // seed 004: state before, when recorded
+		},
+		startFailed: commandStartFailed,
+		pidDelay:    a.cgroups != nil && a.cgroups.Available(),
+		pidRecorded: func(err error) { a.pidRecorded(cmd, err) },
+	})
+	if err != nil || !proceed {
+		return err // nothing ran: a refusal, a replay, or the claim lost (see recordStart)
 	}
 	if o != nil {
 		p.finish(o)
 		return nil
 	}
-	markCommand(cmd, "node-pid-recorded")
 	go a.awaitCommand(cmd.DeepCopy(), h, out, lc.started)
 	if late {
 		// Started after shutdown took its list (a pass outliving the manager's graceful
@@ -406,6 +415,19 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		p.finish(o)
 	}
 	return nil
+}
+
+// pidRecorded marks (or logs the failure of) a running command's PID record, written off
+// the pass (runTable.recordPID). A store failure is only logged: the outcome's own commit,
+// which status waits for, reports its failures.
+func (a *Agent) pidRecorded(cmd *wbv1.TerminalCommand, err error) {
+	if err != nil {
+		if a.runCtx != nil {
+			ctrl.LoggerFrom(a.runCtx).Error(err, "Storing the PID record of a running command; recovery relies on its cgroup", "command", cmd.Namespace+"/"+cmd.Name)
+		}
+		return
+	}
+	markCommand(cmd, "node-pid-recorded")
 }
 
 // commandStartFailed is the outcome of a command the runner did not start: Refused with

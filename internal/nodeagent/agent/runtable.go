@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -40,6 +41,12 @@ type liveRun[O outcome] struct {
 	stopping bool
 	// finished is closed once result is set.
 	finished chan struct{}
+	// storeMu orders the store writes of a host run: its PID record (written off the
+	// pass, recordPID) never lands after, and so never hides, its outcome; outcomeStored
+	// (guarded by storeMu) tells a late PID record that the outcome, which supersedes it,
+	// is already stored.
+	storeMu       sync.Mutex
+	outcomeStored bool
 	// cancel ends the wait for a command running in a VM guest (no host handle).
 	cancel context.CancelFunc
 
@@ -115,7 +122,7 @@ func (t *runTable[O]) settle(uid string) (*liveRun[O], *O, error) {
 	if lr == nil || result == nil || persisted {
 		return lr, result, nil
 	}
-	if err := t.persist(uid, result); err != nil {
+	if err := t.persistRun(lr, uid, result); err != nil {
 		return nil, nil, err
 	}
 	t.mu.Lock()
@@ -178,6 +185,22 @@ func (t *runTable[O]) persist(uid string, o *O) error {
 	return nil
 }
 
+// persistRun is persist for a live run, ordered after a PID record being written and
+// telling a later one that the outcome supersedes it.
+func (t *runTable[O]) persistRun(lr *liveRun[O], uid string, o *O) error {
+	lr.storeMu.Lock()
+	defer lr.storeMu.Unlock()
+	err := t.persist(uid, o)
+	lr.outcomeStored = err == nil
+	return err
+}
+
+func (t *runTable[O]) run(uid string) *liveRun[O] {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.runs[uid]
+}
+
 // startRefusal classifies an error of the runner's Start: a refusal (a cap) means nothing
 // started (refused, with its code); any other error is a failure to start.
 func startRefusal(err error) (refused bool, code string) {
@@ -187,29 +210,124 @@ func startRefusal(err error) (refused bool, code string) {
 	return false, string(actuation.CodeStartFailed)
 }
 
-// launch starts the process of run uid, whose start the store already recorded as rec, and
-// enters lr (its handle set) live. When the runner does not start it, startFailed's outcome
-// is stored and returned instead (o non-nil, no process). Otherwise rec is updated with the
-// pid and phase running, and lr.started is set; late says the agent is shutting down (the caller stops and waits
-// for the process itself, after starting its awaiting goroutine).
-func (t *runTable[O]) launch(runner *procexec.Runner, uid string, rec store.Command, spec procexec.Spec, running string,
-	lr *liveRun[O], startFailed func(error) *O) (h *procexec.Handle, o *O, late bool, err error) {
-	h, err = runner.Start(context.Background(), spec)
-	if err != nil {
-		o = startFailed(err)
-		if err := t.persist(uid, o); err != nil {
-			return nil, nil, false, err
+// errNotRecorded aborts a sandbox whose run's start record (or claim) did not land.
+var errNotRecorded = errors.New("the start was not recorded or claimed: the program is not run")
+
+// pidRecordDelay is how long the PID record of a run in its own cgroup waits for the run to
+// end: a run that ends sooner gets one store commit, its outcome's, instead of two in a
+// row. Crash recovery does not need the PID inside that window: it kills every command
+// cgroup the previous process left (sweepCgroups), and the start record, stored before the
+// program ran, marks the run interrupted.
+const pidRecordDelay = coalesceWindow
+
+// launchSpec is what launch needs of one run.
+type launchSpec[O outcome] struct {
+	uid     string
+	spec    procexec.Spec
+	running string      // the phase of the PID record
+	live    *liveRun[O] // entered live once the process runs (handle and started set)
+	// record makes the run's durable start record (store.RecordCommandStart, and a fast
+	// path's claim), concurrently with the sandbox's set-up; proceed false: nothing may
+	// run (a refusal, a replay or a lost claim, which record handled).
+	record func() (rec store.Command, proceed bool, err error)
+	// ready runs once the start is recorded, right before the program is exec'd.
+	ready func()
+	// startFailed is the outcome of a run the runner did not start.
+	startFailed func(error) *O
+	// pidDelay: the run has its own cgroup (crash recovery sweeps it), so its PID record
+	// may wait pidRecordDelay for the run to end.
+	pidDelay bool
+	// pidRecorded reports the PID record's write (nil error: written).
+	pidRecorded func(error)
+}
+
+// launch starts a run's process under the one exactly-once sequence: ls.record runs while
+// the runner sets up the sandbox, and the program is exec'd only once it landed
+// (spec.BeforeExec; a helper that never gets the go-ahead ends without running anything,
+// also when this process dies). proceed false: nothing ran (err is record's error). When the
+// runner does not start the process, startFailed's outcome is stored and returned (o).
+// Otherwise ls.live is entered live and its PID record written off the pass (recordPID);
+// late says the agent is shutting down (the caller stops and waits for the process itself,
+// after starting its awaiting goroutine).
+func (t *runTable[O]) launch(runner *procexec.Runner, ls launchSpec[O]) (h *procexec.Handle, o *O, late, proceed bool, err error) {
+	type recorded struct {
+		rec     store.Command
+		proceed bool
+		err     error
+	}
+	recDone := make(chan recorded, 1)
+	go func() {
+		rec, proceed, err := ls.record()
+		recDone <- recorded{rec, proceed, err}
+	}()
+	var recRes *recorded
+	awaitRecord := func() recorded {
+		if recRes == nil {
+			v := <-recDone
+			recRes = &v
 		}
-		return nil, o, false, nil
+		return *recRes
 	}
+	spec := ls.spec
+	spec.BeforeExec = func() error {
+		if rr := awaitRecord(); rr.err != nil || !rr.proceed {
+			return errNotRecorded
+		}
+		if ls.ready != nil {
+			ls.ready()
+		}
+		return nil
+	}
+	h, startErr := runner.Start(context.Background(), spec)
+	rr := awaitRecord()
+	if rr.err != nil || !rr.proceed {
+		if h != nil { // never: the program runs only after BeforeExec
+			h.Kill(procexec.OriginCancel)
+		}
+		return nil, nil, false, false, rr.err
+	}
+	if startErr != nil {
+		o = ls.startFailed(startErr)
+		if err := t.persist(ls.uid, o); err != nil {
+			return nil, nil, false, true, err
+		}
+		return nil, o, false, true, nil
+	}
+	rec := rr.rec
 	info := h.Info()
-	rec.PID, rec.PGID, rec.StartTime, rec.Phase, rec.UpdatedAt = info.Pid, info.Pgid, info.StartTime, running, time.Now()
-	if err := t.db.Commands().Put(rec); err != nil {
-		h.Kill(procexec.OriginCancel)
-		return nil, nil, false, fmt.Errorf("recording the pid of %s %s: %w", t.kind, uid, err)
-	}
+	rec.PID, rec.PGID, rec.StartTime, rec.Phase, rec.UpdatedAt = info.Pid, info.Pgid, info.StartTime, ls.running, time.Now()
+	lr := ls.live
 	lr.handle, lr.started = h, time.Now()
-	return h, nil, t.enter(uid, lr), nil
+	late = t.enter(ls.uid, lr)
+	go t.recordPID(lr, rec, ls.pidDelay, ls.pidRecorded)
+	return h, nil, late, true, nil
+}
+
+// recordPID stores the pid, process group and start time of a running run for crash
+// recovery, off the pass that started it; with delay, once the run ended or after
+// pidRecordDelay. Under the run's storeMu: once its outcome is stored (which supersedes the
+// PID record) nothing is written.
+func (t *runTable[O]) recordPID(lr *liveRun[O], rec store.Command, delay bool, done func(error)) {
+	if delay {
+		timer := time.NewTimer(pidRecordDelay)
+		select {
+		case <-lr.finished:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+	lr.storeMu.Lock()
+	defer lr.storeMu.Unlock()
+	if lr.outcomeStored {
+		return
+	}
+	err := t.db.Commands().Put(rec)
+	if err != nil {
+		err = fmt.Errorf("recording the pid of %s %s: %w", t.kind, rec.UID, err)
+	}
+	if done != nil {
+		done(err)
+	}
 }
 
 // enter makes lr uid's live run and tells whether the agent is already shutting down.
@@ -231,7 +349,12 @@ func (t *runTable[O]) record(uid string, o *O, adjust func(lr *liveRun[O], o *O)
 		adjust(lr, o)
 	}
 	t.mu.Unlock()
-	err := t.persist(uid, o)
+	var err error
+	if lr := t.run(uid); lr != nil {
+		err = t.persistRun(lr, uid, o)
+	} else {
+		err = t.persist(uid, o)
+	}
 	t.mu.Lock()
 	if lr := t.runs[uid]; lr != nil {
 		lr.result, lr.persisted = o, err == nil

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -136,7 +137,8 @@ func TestRunTableOutcomeOfInterruptedOnce(t *testing.T) {
 	}
 }
 
-// launch starts a real sandboxed process, records its pid and enters it live; at the
+// launch runs the program only once its start record landed, enters it live and writes
+// its PID record off the pass; a start the record step refuses runs nothing; at the
 // runner's cap the start is refused with its code and that outcome is stored; after
 // shutdown a launch reports late.
 func TestRunTableLaunch(t *testing.T) {
@@ -149,21 +151,51 @@ func TestRunTableLaunch(t *testing.T) {
 	}
 	tab, db := openTable(t)
 	runner := procexec.NewRunner(procexec.Limits{MaxConcurrent: 1, TempBase: tmp})
-	startFailed := commandStartFailed
 	work := t.TempDir()
-	spec := procexec.Spec{Argv: []string{"/bin/sleep", "30"}, Dir: work, WritableRoots: []string{work}, Timeout: time.Minute, Network: procexec.NetworkNone}
-	lc := &liveCommand{finished: make(chan struct{})}
-	h, o, late, err := tab.launch(runner, "u4", startRecord(t, db, "u4"), spec, string(wbv1.CommandRunning), lc, startFailed)
-	if err != nil || o != nil || late || h == nil {
-		t.Fatalf("launch = %v %+v late %v %v", h, o, late, err)
+	spec := func(argv ...string) procexec.Spec {
+		return procexec.Spec{Argv: argv, Dir: work, WritableRoots: []string{work}, Timeout: time.Minute, Network: procexec.NetworkNone}
+	}
+	launch := func(uid string, sp procexec.Spec, record func() (store.Command, bool, error), pid chan error) (*procexec.Handle, *commandOutcome, bool, bool, *liveCommand, error) {
+		lc := &liveCommand{finished: make(chan struct{})}
+		h, o, late, proceed, err := tab.launch(runner, launchSpec[commandOutcome]{uid: uid, spec: sp, running: string(wbv1.CommandRunning), live: lc,
+			record: record, startFailed: commandStartFailed, pidRecorded: func(err error) {
+				if pid != nil {
+					pid <- err
+				}
+			}})
+		return h, o, late, proceed, lc, err
+	}
+	recorded := func(uid string) func() (store.Command, bool, error) {
+		return func() (store.Command, bool, error) {
+			rec, created, err := db.RecordCommandStart(store.Command{UID: uid, Namespace: "ns", Name: uid})
+			return rec, created, err
+		}
+	}
+
+	// Refused by the record step: the sandbox is set up, the program never runs.
+	marker := filepath.Join(work, "ran")
+	h, o, _, proceed, _, err := launch("u0", spec("/bin/touch", marker), func() (store.Command, bool, error) { return store.Command{}, false, nil }, nil)
+	if err != nil || proceed || h != nil || o != nil {
+		t.Fatalf("launch refused by its record = %v %+v proceed %v %v", h, o, proceed, err)
+	}
+	if _, err := os.Stat(marker); !os.IsNotExist(err) {
+		t.Fatalf("the program ran without its start record: %v", err)
+	}
+
+	pid := make(chan error, 1)
+	h, o, late, proceed, lc, err := launch("u4", spec("/bin/sleep", "30"), recorded("u4"), pid)
+	if err != nil || o != nil || late || !proceed || h == nil {
+		t.Fatalf("launch = %v %+v late %v proceed %v %v", h, o, late, proceed, err)
+	}
+	if err := <-pid; err != nil {
+		t.Fatal(err)
 	}
 	rec, _, _ := tab.stored("u4")
 	if rec.PID != h.Info().Pid || rec.Phase != string(wbv1.CommandRunning) || lc.handle != h || lc.started.IsZero() || !tab.has("u4") {
 		t.Fatalf("after launch: record %+v, live %+v", rec, lc)
 	}
 
-	second := &liveCommand{finished: make(chan struct{})}
-	h2, o2, _, err := tab.launch(runner, "u5", startRecord(t, db, "u5"), spec, string(wbv1.CommandRunning), second, startFailed)
+	h2, o2, _, _, _, err := launch("u5", spec("/bin/true"), recorded("u5"), nil)
 	if err != nil || h2 != nil || o2 == nil || o2.Phase != wbv1.CommandRefused || o2.RefusalCode != string(actuation.CodeCommandCapReached) {
 		t.Fatalf("launch at the cap = %v %+v %v; want Refused %s", h2, o2, err, actuation.CodeCommandCapReached)
 	}
@@ -176,14 +208,32 @@ func TestRunTableLaunch(t *testing.T) {
 		t.Fatalf("shutdown stops %d processes; want the one running", len(ending))
 	}
 	<-h.Done()
-	third := &liveCommand{finished: make(chan struct{})}
-	h3, _, late, err := tab.launch(runner, "u6", startRecord(t, db, "u6"), procexec.Spec{Argv: []string{"/bin/true"}, Dir: work, WritableRoots: []string{work},
-		Timeout: time.Minute, Network: procexec.NetworkNone}, string(wbv1.CommandRunning), third, startFailed)
+	h3, _, late, _, _, err := launch("u6", spec("/bin/true"), recorded("u6"), nil)
 	if err != nil || !late {
 		t.Fatalf("launch after shutdown: late %v, %v", late, err)
 	}
 	h3.Kill(procexec.OriginCancel)
 	<-h3.Done()
+}
+
+// Once a run's outcome is stored, a PID record written late never hides it.
+func TestRunTablePIDRecordNeverHidesTheOutcome(t *testing.T) {
+	tab, db := openTable(t)
+	rec := startRecord(t, db, "u8")
+	lc := &liveCommand{finished: make(chan struct{})}
+	tab.enter("u8", lc)
+	if err := tab.record("u8", &commandOutcome{Phase: wbv1.CommandSucceeded, Completed: time.Now()}, nil); err != nil {
+		t.Fatal(err)
+	}
+	rec.PID, rec.Phase = 4242, string(wbv1.CommandRunning)
+	wrote := false
+	tab.recordPID(lc, rec, true, func(error) { wrote = true })
+	if wrote {
+		t.Fatal("the PID record was written after the outcome")
+	}
+	if got := storedOutcome(t, db, "u8"); got == nil || got.Phase != wbv1.CommandSucceeded {
+		t.Fatalf("stored outcome %+v", got)
+	}
 }
 
 // Guest reservations count against the cap until entered or released: concurrent passes

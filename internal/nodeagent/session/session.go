@@ -682,14 +682,26 @@ func (s *Session) onIdleTimer() {
 	s.setPhase(PhaseIdle, fmt.Sprintf("no output for %s", idle))
 }
 
+// pumpSlab is the buffer the output pump reads into, chunk after chunk, handing each
+// chunk to the ring without a copy (ring.AppendOwned): one allocation per pumpSlab bytes
+// of output (every ~8 full reads), not one per read. A slab lives while the ring retains
+// an event in it; a new slab is started when less than one read (4 KiB) is left, so the
+// memory output pins stays within the ring's retained bytes plus 1/7 of them and one slab.
+const pumpSlab = 32 << 10
+
 func (s *Session) pumpOutput() {
 	defer close(s.pumpDone)
 	defer s.m.releaseReader()
-	buf := make([]byte, ring.MaxEventData)
+	var slab []byte
 	for {
+		if cap(slab)-len(slab) < ring.MaxEventData {
+			slab = make([]byte, 0, pumpSlab)
+		}
+		buf := slab[len(slab) : len(slab)+ring.MaxEventData]
 		n, err := s.master.Read(buf)
 		if n > 0 {
-			s.onOutput(buf[:n])
+			s.onOutput(buf[:n:n]) // the ring owns these bytes: the next read starts after them
+			slab = slab[:len(slab)+n]
 		}
 		if err != nil {
 			s.pumpErr = err
@@ -701,7 +713,7 @@ func (s *Session) pumpOutput() {
 func (s *Session) onOutput(b []byte) {
 	// The screen model is fed from the ring on demand (Screen, Resize), not here: the PTY
 	// read path only appends, so output throughput is bounded by the ring, not the parser.
-	_, _ = s.ring.Append(ring.KindOutput, b)
+	_, _ = s.ring.AppendOwned(ring.KindOutput, b)
 	s.lastOutput.Store(s.sinceStart())
 	if s.Phase() == PhaseIdle && s.setPhase(PhaseRunning, "output") {
 		s.mu.Lock()
