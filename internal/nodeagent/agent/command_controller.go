@@ -365,6 +365,10 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	if env.Status.NodeName != a.cfg.NodeName {
 		return nil // not ours (yet); the label said so, the status does not agree
 	}
+	if code, msg := pausedRefusal(&env); code != "" { // environment_pause.go
+		p.refuse(code, msg)
+		return nil
+	}
 	roots, ready := a.mountedRoots(string(env.UID))
 	if !ready {
 		return nil // environmentAvailable wakes the command once the environment is mounted here

@@ -193,6 +193,9 @@ func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl
 		}
 		return ctrl.Result{}, "", "", err
 	}
+	if code, msg := pausedRefusal(&env); code != "" { // environment_pause.go
+		return ctrl.Result{}, code, msg, nil
+	}
 	roots, ready := a.mountedRoots(string(env.UID))
 	if !ready {
 		// environmentAvailable wakes the session once the environment is mounted here.
