@@ -77,6 +77,10 @@ type Agent struct {
 
 	bindMu  sync.Mutex
 	binding *protocol.Binding
+	// bindEpoch advances at every rebind; a channel handshaken under an older epoch is
+	// superseded (rebind.go).
+	bindEpoch uint64
+	rebindMu  sync.Mutex // one rebind at a time
 
 	conns    chan struct{} // connection semaphore
 	nconns   atomic.Int32
@@ -167,30 +171,30 @@ func LoadBindingFile(path string) (protocol.Binding, error) {
 	return bind, nil
 }
 
-func (a *Agent) expected() (protocol.Binding, error) {
+func (a *Agent) expected() (protocol.Binding, uint64, error) {
 	a.bindMu.Lock()
 	defer a.bindMu.Unlock()
 	if a.binding != nil {
-		return *a.binding, nil
+		return *a.binding, a.bindEpoch, nil
 	}
-	b, err := a.cfg.Binding()
+	b, err := a.loadBinding()
 	if err != nil {
-		return protocol.Binding{}, err
+		return protocol.Binding{}, 0, err
 	}
 	if err := b.Validate(); err != nil {
-		return protocol.Binding{}, err
+		return protocol.Binding{}, 0, err
 	}
 	if a.cfg.LocalCID != nil {
 		cid, err := a.cfg.LocalCID()
 		if err != nil {
-			return protocol.Binding{}, fmt.Errorf("local CID: %w", err)
+			return protocol.Binding{}, 0, fmt.Errorf("local CID: %w", err)
 		}
 		if cid != b.GuestCID {
-			return protocol.Binding{}, protocol.Refusef(protocol.CodeCIDMismatch, "boot binding names CID %d, this guest is CID %d", b.GuestCID, cid)
+			return protocol.Binding{}, 0, protocol.Refusef(protocol.CodeCIDMismatch, "boot binding names CID %d, this guest is CID %d", b.GuestCID, cid)
 		}
 	}
 	a.binding = &b
-	return b, nil
+	return b, a.bindEpoch, nil
 }
 
 // Close releases the root and kills what is still running.
@@ -285,6 +289,7 @@ type conn struct {
 	c       net.Conn
 	channel string
 	lastSeq uint64
+	epoch   uint64 // the binding epoch this channel handshook under
 }
 
 func (a *Agent) serveConn(c net.Conn) {
@@ -345,7 +350,7 @@ func (cn *conn) handshake() error {
 	if err := protocol.DecodeJSON(f.Payload, &h); err != nil {
 		return err
 	}
-	want, err := cn.a.expected()
+	want, epoch, err := cn.a.expected()
 	if err != nil {
 		if protocol.CodeOf(err) == "" {
 			return protocol.Refusef(protocol.CodeBindingUnavailable, "%v", err)
@@ -356,6 +361,7 @@ func (cn *conn) handshake() error {
 		return err
 	}
 	cn.channel = randomHex(16)
+	cn.epoch = epoch
 	ack := protocol.HandshakeAck{Protocol: protocol.Version, Channel: cn.channel, BootID: cn.a.bootID, AgentVersion: Version, Limits: protocol.WireLimits()}
 	_ = cn.c.SetWriteDeadline(deadline)
 	return cn.writeResult(0, "", "", reply{outcome: protocol.OutcomeSucceeded, data: ack})
@@ -422,6 +428,9 @@ func (cn *conn) request(f protocol.Frame) (func(), error) {
 	}
 	if req.Channel != cn.channel {
 		return nil, closeWith(protocol.Refusef(protocol.CodeChannelMismatch, "request bound to another channel"))
+	}
+	if cn.a.superseded(cn) {
+		return nil, closeWith(protocol.Refusef(protocol.CodeNonceMismatch, "the guest was re-bound: this channel's nonce is no longer its binding"))
 	}
 	if f.Count != 0 && req.Op != protocol.OpPatchStage {
 		return nil, closeWith(protocol.Refusef(protocol.CodeTransferMismatch, "%s takes no upload", req.Op))
@@ -520,6 +529,9 @@ func (a *Agent) dispatch(ctx context.Context, cn *conn, f protocol.Frame, req *p
 	case protocol.OpShutdown:
 		var args emptyArgs
 		return simple(&args, func() reply { return a.shutdownOp() })
+	case protocol.OpRebind:
+		var args protocol.RebindArgs
+		return simple(&args, func() reply { return a.rebind(ctx, cn, &args) })
 	}
 	return reply{}, closeWith(protocol.Refusef(protocol.CodeUnknownOperation, "operation %q", req.Op))
 }

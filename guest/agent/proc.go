@@ -18,9 +18,22 @@ import (
 
 // proc is a running spawn, signalable by its opID while registered.
 type proc struct {
-	mu   sync.Mutex
-	pid  int  // process group id (the leader's pid)
-	done bool // exited (the pid may be reaped and reused after this)
+	mu      sync.Mutex
+	pid     int  // process group id (the leader's pid)
+	done    bool // exited (the pid may be reaped and reused after this)
+	revoked bool // a rebind cleared the guest: never started, or killed at start
+}
+
+// revoke kills the group if it runs and keeps a spawn that has not started from starting.
+// It reports whether a running group was signalled.
+func (p *proc) revoke() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.revoked = true
+	if p.done || p.pid == 0 {
+		return false
+	}
+	return unix.Kill(-p.pid, unix.SIGKILL) == nil
 }
 
 // signalGroup signals the process group unless the leader has exited (a pid is never
@@ -139,7 +152,11 @@ func (a *Agent) spawn(ctx context.Context, opID string, args *protocol.SpawnArgs
 	}
 	start := time.Now()
 	p.mu.Lock()
-	err = cmd.Start()
+	if p.revoked {
+		err = protocol.Refusef(protocol.CodeNonceMismatch, "the guest was re-bound before the process started")
+	} else {
+		err = cmd.Start()
+	}
 	if err == nil {
 		p.pid = cmd.Process.Pid
 	}
@@ -149,6 +166,9 @@ func (a *Agent) spawn(ctx context.Context, opID string, args *protocol.SpawnArgs
 	if err != nil {
 		_ = outR.Close()
 		_ = errR.Close()
+		if protocol.CodeOf(err) != "" {
+			return refused(err)
+		}
 		return refused(execErr(err))
 	}
 	var wg sync.WaitGroup

@@ -82,6 +82,14 @@ func (a *Agent) ptyOpen(args *protocol.PTYOpenArgs) reply {
 		done:   make(chan struct{}),
 	}
 	a.mu.Lock()
+	if _, reserved := a.sessions[args.SessionID]; !reserved {
+		// A rebind cleared the guest while this session started: it never serves.
+		a.mu.Unlock()
+		_ = s.proc.signalGroup(unix.SIGKILL)
+		_ = ptmx.Close()
+		_ = cmd.Wait()
+		return refused(protocol.Refusef(protocol.CodeNonceMismatch, "the guest was re-bound while the session started"))
+	}
 	a.sessions[args.SessionID] = s
 	a.mu.Unlock()
 	go s.pump()

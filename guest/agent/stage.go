@@ -34,6 +34,9 @@ type stageStore struct {
 	bytes    uint64
 	inflight map[string]uint64 // ref -> reserved bytes
 	reserved uint64
+	// epoch advances at every rebind (dropAll): an upload reserved before it never publishes.
+	epoch      uint64
+	inflightAt map[string]uint64 // ref -> epoch of the reservation
 }
 
 func openStageStore(state string) (*stageStore, error) {
@@ -41,7 +44,7 @@ func openStageStore(state string) (*stageStore, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("guest agent: stage dir: %w", err)
 	}
-	s := &stageStore{dir: dir, sizes: map[string]uint64{}, inflight: map[string]uint64{}}
+	s := &stageStore{dir: dir, sizes: map[string]uint64{}, inflight: map[string]uint64{}, inflightAt: map[string]uint64{}}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("guest agent: stage dir: %w", err)
@@ -64,6 +67,12 @@ func openStageStore(state string) (*stageStore, error) {
 
 func (s *stageStore) path(ref string) string {
 	return filepath.Join(s.dir, strings.TrimPrefix(ref, protocol.DigestPrefix))
+}
+
+func (s *stageStore) currentEpoch() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.epoch
 }
 
 func (s *stageStore) usage() (uint32, uint64) {
@@ -89,6 +98,7 @@ func (s *stageStore) reserve(ref string, n uint64) (exists bool, err error) {
 		return false, protocol.Refusef(protocol.CodeStageCapReached, "stages would hold %d bytes, at most %d", s.bytes+s.reserved+n, protocol.MaxStageBytes)
 	}
 	s.inflight[ref] = n
+	s.inflightAt[ref] = s.epoch
 	s.reserved += n
 	return false, nil
 }
@@ -96,20 +106,51 @@ func (s *stageStore) reserve(ref string, n uint64) (exists bool, err error) {
 func (s *stageStore) release(ref string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.releaseLocked(ref)
+}
+
+func (s *stageStore) releaseLocked(ref string) {
 	s.reserved -= s.inflight[ref]
 	delete(s.inflight, ref)
+	delete(s.inflightAt, ref)
+}
+
+// dropAll removes every published stage and voids every upload in flight (it will not
+// publish): a rebind leaves nothing of the previous owner's staged content. It returns
+// how many published stages it removed.
+func (s *stageStore) dropAll() (uint32, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.epoch++
+	for ref := range s.inflight {
+		s.releaseLocked(ref)
+	}
+	var n uint32
+	var firstErr error
+	for ref, size := range s.sizes {
+		if err := os.Remove(s.path(ref)); err != nil && !errors.Is(err, os.ErrNotExist) && firstErr == nil {
+			firstErr = err
+			continue
+		}
+		delete(s.sizes, ref)
+		s.bytes -= size
+		n++
+	}
+	return n, firstErr
 }
 
 // publish renames the received temp file into place and records the stage, under the
 // store lock, so a replay sees either the upload in flight or the published stage.
-func (s *stageStore) publish(ref, tmp string, n uint64) error {
+func (s *stageStore) publish(ref, tmp string, n uint64, epoch uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if at, ok := s.inflightAt[ref]; !ok || at != epoch || epoch != s.epoch {
+		return protocol.Refusef(protocol.CodeNonceMismatch, "the guest was re-bound during the upload; the stage is dropped")
+	}
 	if err := os.Rename(tmp, s.path(ref)); err != nil {
 		return err
 	}
-	s.reserved -= s.inflight[ref]
-	delete(s.inflight, ref)
+	s.releaseLocked(ref)
 	s.sizes[ref] = n
 	s.bytes += n
 	return nil
@@ -158,6 +199,7 @@ func (a *Agent) patchStage(ctx context.Context, cn *conn, f protocol.Frame, req 
 		return drainRefuse(protocol.Refusef(protocol.CodeShuttingDown, "agent is shutting down"))
 	}
 	ref := protocol.StageRef(args.Target, args.Content.Bytes, args.Content.Digest)
+	epoch := a.stages.currentEpoch()
 	exists, err := a.stages.reserve(ref, args.Content.Bytes)
 	if err != nil {
 		return drainRefuse(err)
@@ -199,7 +241,10 @@ func (a *Agent) patchStage(ctx context.Context, cn *conn, f protocol.Frame, req 
 	if err := tmp.Close(); err != nil {
 		return refused(fmt.Errorf("%w: %w", protocol.Refusef(protocol.CodeIOError, "stage close"), err)), nil
 	}
-	if err := a.stages.publish(ref, tmp.Name(), args.Content.Bytes); err != nil {
+	if err := a.stages.publish(ref, tmp.Name(), args.Content.Bytes, epoch); err != nil {
+		if protocol.CodeOf(err) != "" {
+			return refused(err), nil
+		}
 		return refused(fmt.Errorf("%w: %w", protocol.Refusef(protocol.CodeIOError, "stage publish"), err)), nil
 	}
 	published = true

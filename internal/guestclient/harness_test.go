@@ -59,6 +59,8 @@ type guest struct {
 	state   string
 	cmd     *exec.Cmd
 	exited  chan error
+
+	bindingFile string
 }
 
 func newNonce() string {
@@ -94,18 +96,29 @@ func startGuest(t *testing.T) *guest {
 	if err := os.WriteFile(bf, b, 0o400); err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(dir, "agent.sock")
-	g.ep = Endpoint{Path: sock}
-	g.cmd = exec.Command(guestBin, "--unix-socket", sock, "--binding-file", bf, "--root", g.root, "--state-dir", g.state)
+	g.bindingFile = bf
+	g.ep = Endpoint{Path: filepath.Join(dir, "agent.sock")}
+	g.launch(t)
+	return g
+}
+
+// launch starts the agent process on g's socket, binding file, root and state dir.
+func (g *guest) launch(t *testing.T) {
+	t.Helper()
+	sock := g.ep.Path
+	_ = os.Remove(sock)
+	g.cmd = exec.Command(guestBin, "--unix-socket", sock, "--binding-file", g.bindingFile, "--root", g.root, "--state-dir", g.state)
 	g.cmd.Stderr = &testLog{t: t}
 	if err := g.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	g.exited = make(chan error, 1)
-	go func() { g.exited <- g.cmd.Wait() }()
+	exited := make(chan error, 1)
+	g.exited = exited
+	cmd := g.cmd
+	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
-		_ = g.cmd.Process.Kill()
-		<-g.exited //nolint:errcheck // killed: the exit status is "signal: killed"
+		_ = cmd.Process.Kill()
+		<-exited //nolint:errcheck // killed: the exit status is "signal: killed"
 	})
 	// Test-only readiness poll: connecting succeeds once the agent listens.
 	for end := time.Now().Add(10 * time.Second); ; {
@@ -118,7 +131,16 @@ func startGuest(t *testing.T) *guest {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	return g
+}
+
+// restart kills the agent and starts it again on the same state (as the guest init does
+// after an agent crash).
+func (g *guest) restart(t *testing.T) {
+	t.Helper()
+	_ = g.cmd.Process.Kill()
+	<-g.exited      //nolint:errcheck // killed
+	g.exited <- nil // for the first launch's cleanup
+	g.launch(t)
 }
 
 type testLog struct{ t *testing.T }

@@ -226,6 +226,29 @@ func TestMicroVMBoot(t *testing.T) {
 		t.Logf("QEMU RSS %s", rss)
 	}
 
+	// Rebind in the real guest (vsock CID, fw_cfg boot input): the open PTY is closed, the
+	// boot binding's nonce is refused from then on, the new binding serves.
+	next := b
+	next.EnvironmentRef, next.SourceGeneration, next.BootNonce = "team-a/claimer", b.SourceGeneration+1, newNonce()
+	rb, err := c.Rebind(ctx, "", next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rb.SessionsClosed != 1 || rb.BootID != info.BootID {
+		t.Fatalf("rebind in the VM answered %+v", rb)
+	}
+	oldNonce := next
+	oldNonce.BootNonce = b.BootNonce
+	if _, err := Connect(ctxT(t, 10*time.Second), ep, oldNonce); protocol.CodeOf(err) != protocol.CodeNonceMismatch {
+		t.Fatalf("the boot nonce after a rebind: %v", err)
+	}
+	if c, err = Connect(ctxT(t, 10*time.Second), ep, next); err != nil {
+		t.Fatalf("connect with the new binding: %v", err)
+	}
+	if got := run("/bin/busybox", "cat", "note.txt"); got != string(content) {
+		t.Fatalf("after the rebind note.txt reads %q", got)
+	}
+
 	// Shutdown powers the guest off; QEMU exits by itself.
 	if err := c.Shutdown(ctx, ""); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,10 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/remotecommand"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/nodeagent/dataplane"
 )
 
 // TestAttachRevoked: an operator's attach with stdin is authorized once, when it opens
@@ -48,5 +52,50 @@ func TestAttachRevoked(t *testing.T) {
 		t.Logf("stream ended: %v", err)
 	case <-time.After(40 * time.Second):
 		t.Fatalf("the attach stream outlived the revocation by 40s: %q", out.String())
+	}
+}
+
+// TestAttachEndsWhenRawInputTurnedOff: turning a session's spec.rawInput off ends an open
+// attach with stdin at that event — the node re-checks the session when it reconciles the
+// change, not on the periodic RBAC re-check, which this test moves out of reach (1 h).
+func TestAttachEndsWhenRawInputTurnedOff(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ns := namespace(t)
+	setupSessions(t, ns)
+	opCfg, _ := saUser(t, ns, "op", "workbench-operator")
+	prev := dataplane.AttachAuthorizationRecheck
+	dataplane.AttachAuthorizationRecheck = time.Hour // read when the stream opens
+	t.Cleanup(func() { dataplane.AttachAuthorizationRecheck = prev })
+	inR, inW := io.Pipe()
+	defer func() { _ = inW.Close() }()
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- stream(ctx, opCfg, subPath(ns, "terminalsessions", "pty", "attach")+"?stdin=true&stdout=true&tty=true",
+			remotecommand.StreamOptions{Stdin: inR, Stdout: &out, Tty: true})
+	}()
+	echoed := false
+	for i := 0; i < 100 && !echoed; i++ {
+		_, err := io.WriteString(inW, "raw-input-on\n")
+		must(t, err)
+		echoed = waitFor(&out, "raw-input-on", 200*time.Millisecond)
+	}
+	if !echoed {
+		t.Fatalf("no echo on the operator's attach: %q", out.String())
+	}
+	var ts wbv1.TerminalSession
+	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pty"}, &ts))
+	patch := client.MergeFrom(ts.DeepCopy())
+	ts.Spec.RawInput = wbv1.RawInputDisabled
+	must(t, env.Client.Patch(ctx, &ts, patch))
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "raw-input-disabled") {
+			t.Fatalf("the stream ended without saying raw input was turned off: %v", err)
+		}
+		t.Logf("stream ended: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the attach stream outlived turning raw input off by 30s (the RBAC re-check is 1 h away): %q", out.String())
 	}
 }

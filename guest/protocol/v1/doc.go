@@ -50,6 +50,13 @@
 //     during an upload) is answered with an error frame and the connection is closed: the
 //     stream can no longer be trusted to be in step.
 //
+// A guest can be re-bound to a new owner (a warm-pool member adopted by its claimer, a
+// guest restored from a snapshot) by the operation "rebind" on a handshaken channel: same
+// CID and image, a strictly greater generation, a fresh nonce. The guest clears every
+// process, session and stage, supersedes every other channel and closes the answering one;
+// only the new binding handshakes afterwards (rebind.go; golden vectors in
+// test/vectors/guest-rebind.json).
+//
 // The guest starts a request's deadline when its header arrives and never extends it:
 // uploads that trickle past it are refused and publish nothing, process timeouts may not
 // exceed it, and waits are clipped to it. The host keeps its own deadline and treats an

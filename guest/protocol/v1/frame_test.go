@@ -295,7 +295,7 @@ func TestStageRefGolden(t *testing.T) {
 // new protocol version (or a deliberate, reviewed change of v1) and this constant, the
 // guest image's manifest (config/samples/07_imagemanifest.yaml, `make guest-image`) and
 // every ImageManifest in use must change with it.
-const goldenSchemaDigest = "sha256:f45ee0cf309518e2692b8b129a8d006236768dcd34a49bca4f75516b89c1bb4c"
+const goldenSchemaDigest = "sha256:ecadae314d8ad4073b8938d72fcdc3c619544bff5dc0e7aaf5111388aff1e22d"
 
 func TestSchemaDigest(t *testing.T) {
 	if got := SchemaDigest(); got != goldenSchemaDigest {

@@ -158,11 +158,12 @@ const (
 	OpInspect      Op = "inspect"
 	OpQuiesce      Op = "quiesce"
 	OpShutdown     Op = "shutdown"
+	OpRebind       Op = "rebind" // rebind.go
 )
 
 // Ops lists the operation set in a fixed order.
 var Ops = []Op{OpSpawn, OpPTYOpen, OpPTYRead, OpPTYInput, OpPTYResize, OpPTYClose, OpSignal,
-	OpFileSnapshot, OpFileRead, OpPatchStage, OpPatchApply, OpExport, OpInspect, OpQuiesce, OpShutdown}
+	OpFileSnapshot, OpFileRead, OpPatchStage, OpPatchApply, OpExport, OpInspect, OpQuiesce, OpShutdown, OpRebind}
 
 // Known reports whether op is in the closed set.
 func (op Op) Known() bool {

@@ -81,6 +81,8 @@ type Agent struct {
 	// reconciled.
 	uploads    map[string]struct{}
 	cmdChanged chan struct{}
+	// sessChanged wakes open attach streams to re-check a session (dataplane.go).
+	sessChanged changeBroadcast
 
 	// wake re-queues objects from goroutines (command exits, session phase changes).
 	wakeCommands chan event.GenericEvent

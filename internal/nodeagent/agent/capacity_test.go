@@ -61,3 +61,16 @@ func TestCapsDefaultsKeepEveryConfiguredField(t *testing.T) {
 		t.Fatalf("configured caps changed by the defaults:\n got %+v\nwant %+v", got, set)
 	}
 }
+
+// TestCommandWorkersFollowTheCap: the node's command controller decides as many passes at
+// once as the node runs commands, bounded; never one worker for the whole node.
+func TestCommandWorkersFollowTheCap(t *testing.T) {
+	for _, tc := range []struct{ cap, workers int }{{0, 1}, {1, 1}, {8, 8}, {16, 16}, {64, maxCommandWorkers}} {
+		if got := commandOptions(Caps{ConcurrentCommands: tc.cap}).MaxConcurrentReconciles; got != tc.workers {
+			t.Errorf("concurrentCommands %d: %d command workers, want %d", tc.cap, got, tc.workers)
+		}
+	}
+	if commandOptions(Caps{ConcurrentCommands: 8}).RateLimiter == nil {
+		t.Error("command workers lost the bounded retry backoff")
+	}
+}

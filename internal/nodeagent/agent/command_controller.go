@@ -75,7 +75,13 @@ type commandOutcome struct {
 	Completed    time.Time         `json:"completed"`
 }
 
-type commandReconciler struct{ a *Agent }
+type commandReconciler struct {
+	a *Agent
+	// guestStarting counts guest commands past startGuest's cap check and not yet in
+	// a.commands (guarded by a.mu): with concurrent workers the check and the insertion
+	// are one reservation, so the cap is never exceeded.
+	guestStarting int
+}
 
 // commandOwned is what the node agent writes of a command's status: the run and its
 // outcome, nodeName, and — once this node took the command (wbv1.CommandPhaseWriter) — the

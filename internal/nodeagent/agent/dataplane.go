@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 
@@ -364,6 +365,35 @@ func (r resolver) CommandsChanged() <-chan struct{} {
 		a.cmdChanged = make(chan struct{})
 	}
 	return a.cmdChanged
+}
+
+// SessionsChanged implements dataplane.SessionWatcher: the channel closes after the next
+// reconcile of a TerminalSession on this node (its spec changed, it closed, it was deleted),
+// so an open attach re-checks the session's raw-input mode at that event, not per keystroke.
+func (r resolver) SessionsChanged() <-chan struct{} { return r.a.sessChanged.wait() }
+
+// changeBroadcast is a channel closed (then replaced) at the next change.
+type changeBroadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (b *changeBroadcast) wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	return b.ch
+}
+
+func (b *changeBroadcast) notify() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch != nil {
+		close(b.ch)
+		b.ch = nil
+	}
 }
 
 // commandsChangedLocked wakes CommandsChanged's waiters; a.mu is held.

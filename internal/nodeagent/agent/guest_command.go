@@ -84,17 +84,28 @@ func (r *commandReconciler) startGuest(p *cmdPass, g guestBackend, envUID string
 	a := r.a
 	cmd := p.cmd
 	a.mu.Lock()
-	running := 0
+	running := r.guestStarting
 	for _, c := range a.commands {
 		if c.cancel != nil && c.result == nil {
 			running++
 		}
+	}
+	if running < a.cfg.Caps.ConcurrentCommands {
+		r.guestStarting++ // reserved until the command is in a.commands (or this pass ends)
 	}
 	a.mu.Unlock()
 	if running >= a.cfg.Caps.ConcurrentCommands {
 		p.refuse(string(actuation.CodeCommandCapReached), fmt.Sprintf("%d guest commands run on this node (cap %d)", running, a.cfg.Caps.ConcurrentCommands))
 		return nil
 	}
+	reserved := true
+	defer func() {
+		if reserved {
+			a.mu.Lock()
+			r.guestStarting--
+			a.mu.Unlock()
+		}
+	}()
 	rec, proceed, err := a.recordStart(p, sessUID, nil) // claimed before (startGuest's caller)
 	if err != nil || !proceed {
 		return err
@@ -109,6 +120,8 @@ func (r *commandReconciler) startGuest(p *cmdPass, g guestBackend, envUID string
 	seqFrom := rg.LastSeq() + 1
 	a.commands[string(cmd.UID)] = &liveCommand{key: client.ObjectKeyFromObject(cmd), envUID: envUID, started: now.Time, cancel: cancel,
 		finished: make(chan struct{}), out: rg, seqFrom: seqFrom}
+	r.guestStarting-- // the reservation is now the command's own entry
+	reserved = false
 	a.commandsChangedLocked()
 	a.mu.Unlock()
 	go a.awaitGuestCommand(ctx, cancel, cmd.DeepCopy(), g, envUID, args, rg, seqFrom, now.Time)

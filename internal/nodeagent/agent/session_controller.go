@@ -58,6 +58,8 @@ func sessionOwned(s *wbv1.TerminalSessionStatus) wbv1.TerminalSessionStatus {
 func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	a := r.a
 	defer a.kickCapacity() // what this pass opened or ended changes the free capacity (free.go)
+	// Open attach streams re-check the session's raw input after this pass (dataplane.go).
+	defer a.sessChanged.notify()
 	var ts wbv1.TerminalSession
 	if err := a.client.Get(ctx, req.NamespacedName, &ts); err != nil {
 		if client.IgnoreNotFound(err) == nil {
@@ -149,8 +151,11 @@ func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			next.Phase = wbv1.SessionRunning
 			set(wbv1.ConditionReady, true, "Running", "session open on node "+a.cfg.NodeName)
 		} else {
-			snap := live.pty.Screen()
-			next.ScreenDigest = wbv1.Digest(snap.Digest)
+			// The digest of a screen somebody asked for (status never builds the model: an
+			// idle session stays small), in the API's sha256:<hex> form.
+			if live.pty.ScreenBuilt() {
+				next.ScreenDigest = wbv1.Digest("sha256:" + live.pty.Screen().Digest)
+			}
 			switch live.pty.Phase() {
 			case session.PhaseIdle:
 				next.Phase = wbv1.SessionIdle

@@ -65,7 +65,7 @@ func (a *Agent) setupControllers(mgr ctrl.Manager) error {
 		Complete(&sessionReconciler{a: a}); err != nil {
 		return fmt.Errorf("session controller: %w", err)
 	}
-	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.TerminalCommand{}).Named(name("command")).WithOptions(retryOptions()).
+	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.TerminalCommand{}).Named(name("command")).WithOptions(commandOptions(a.cfg.Caps)).
 		WatchesRawSource(source.Channel(a.wakeCommands, &handler.EnqueueRequestForObject{})).
 		Watches(&wbv1.TerminalSession{}, handler.EnqueueRequestsFromMapFunc(a.commandsOfSession)).
 		Watches(&wbv1.Environment{}, handler.EnqueueRequestsFromMapFunc(a.commandsOfEnvironment)).
@@ -89,6 +89,23 @@ const maxRetryDelay = 15 * time.Second
 
 // environmentWorkers bounds the Environments the node allocates or tears down at once.
 const environmentWorkers = 4
+
+// maxCommandWorkers bounds the node's command workers: each pass mostly waits on the API
+// server and the store's fsync, so a few workers keep a 2-CPU node's start path busy.
+const maxCommandWorkers = 16
+
+// commandOptions runs the node's command passes concurrently: one worker per concurrent
+// command the node allows, bounded by maxCommandWorkers. The worker count only bounds how
+// many passes decide at once; what runs is bounded by the node's caps, which refuse at the
+// cap with command-cap-reached (procexec's runner for host processes, startGuest for guest
+// ones). controller-runtime never reconciles one key on two workers at once, and commands
+// of one session run concurrently today (their output interleaves in the session's ring),
+// so no per-session order is lost.
+func commandOptions(caps Caps) controller.Options {
+	o := retryOptions()
+	o.MaxConcurrentReconciles = min(max(caps.ConcurrentCommands, 1), maxCommandWorkers)
+	return o
+}
 
 func retryOptions() controller.Options {
 	return controller.Options{RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay)}

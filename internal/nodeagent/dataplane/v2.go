@@ -119,6 +119,14 @@ type CommandWatcher interface {
 	CommandsChanged() <-chan struct{}
 }
 
+// SessionWatcher is implemented by a Resolver that can tell when a session may have
+// changed: the channel is closed after the next change of any session on the node. An
+// open attach with stdin re-checks the session's raw-input mode then (and its
+// authorization every AttachAuthorizationRecheck, which no node-side event announces).
+type SessionWatcher interface {
+	SessionsChanged() <-chan struct{}
+}
+
 // CommandEndedPrefix starts the message of the final Failure status of an output stream
 // whose command ended without an exit code (Cancelled, timed out, refused): clients tell
 // it from a cut stream by it.
@@ -368,29 +376,46 @@ func (s *Server) v2Attach(w http.ResponseWriter, r *http.Request, ref objRef) er
 			}
 		}
 	}()
-	// Authorization is decided when the stream opens and re-checked while it stays open
-	// (every AttachAuthorizationRecheck), never per keystroke: a revoked binding, or a
-	// session whose raw input was turned off, ends the stream's input and the stream.
+	// Authorization is decided when the stream opens and re-checked while it stays open,
+	// never per keystroke: the session's raw-input mode at each change of a session on the
+	// node (SessionWatcher), the RBAC decision every AttachAuthorizationRecheck (the node
+	// sees no event for a RoleBinding). A revoked binding, or a session whose raw input
+	// was turned off, ends the stream's input and the stream.
 	var revoked atomic.Pointer[string]
 	if stdin {
+		sw, _ := s.res.(SessionWatcher)
 		go func() {
 			t := time.NewTicker(AttachAuthorizationRecheck)
 			defer t.Stop()
 			for {
+				var changed <-chan struct{} // nil (never ready) without a SessionWatcher
+				if sw != nil {
+					changed = sw.SessionsChanged() // taken before the check: no change is missed
+				}
+				rbac := false
 				select {
 				case <-ctx.Done():
 					return
 				case <-t.C:
+					rbac = true
+				case <-changed:
 				}
 				msg := ""
-				if err := s.authorize(r, Attributes{Group: SubresourceGroup, Verb: "create", Namespace: ref.ns, Resource: "terminalsessions", Subresource: "attach", Name: ref.name}); err != nil {
+				if rbac { // a session event changes the session only: RBAC is asked on the tick
+					err := s.authorize(r, Attributes{Group: SubresourceGroup, Verb: "create", Namespace: ref.ns, Resource: "terminalsessions", Subresource: "attach", Name: ref.name})
 					var he *httpError
-					if !errors.As(err, &he) || he.status != http.StatusForbidden {
+					switch {
+					case err == nil:
+					case !errors.As(err, &he) || he.status != http.StatusForbidden:
 						continue // authorization unavailable: keep the decision made at open
+					default:
+						msg = he.Error()
 					}
-					msg = he.Error()
-				} else if cur, err := s.resolveSession(ref); err == nil && cur.info.RawInput != wbv1.RawInputOperatorOnly {
-					msg = string(actuation.CodeRawInputDisabled) + ": terminal session " + ref.String() + " no longer takes raw input"
+				}
+				if msg == "" {
+					if cur, err := s.resolveSession(ref); err == nil && cur.info.RawInput != wbv1.RawInputOperatorOnly {
+						msg = string(actuation.CodeRawInputDisabled) + ": terminal session " + ref.String() + " no longer takes raw input"
+					}
 				}
 				if msg != "" {
 					revoked.Store(&msg)

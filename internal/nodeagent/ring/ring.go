@@ -9,7 +9,9 @@
 //
 // The ring also keeps a running SHA-256 digest of every output byte ever
 // appended (including evicted ones), so status surfaces can publish digests
-// without publishing bytes.
+// without publishing bytes. The digest is folded lazily, off the append path
+// (a PTY's output pump): an output event is hashed when it is evicted or when a
+// digest is asked for, whichever comes first, always in sequence order.
 package ring
 
 import (
@@ -122,6 +124,7 @@ type Ring struct {
 	notifyTaken bool          // somebody holds notify: replace it on append
 
 	digest      hash.Hash
+	digested    uint64 // every output event with Seq <= digested is folded into digest
 	outputBytes uint64
 }
 
@@ -165,6 +168,18 @@ func (r *Ring) Config() Config { return r.cfg }
 // payload records a single event with no Data. Appending to a closed ring
 // returns ErrClosed.
 func (r *Ring) Append(kind Kind, data []byte) (uint64, error) {
+	return r.appendData(kind, data, true)
+}
+
+// AppendOwned is Append for a payload the ring takes over instead of copying: the caller
+// never modifies data afterwards (a PTY's output pump reads each chunk into a fresh part
+// of a larger buffer, so recording output costs no allocation or copy per chunk). Events
+// hold sub-slices of data.
+func (r *Ring) AppendOwned(kind Kind, data []byte) (uint64, error) {
+	return r.appendData(kind, data, false)
+}
+
+func (r *Ring) appendData(kind Kind, data []byte, copyData bool) (uint64, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -172,7 +187,6 @@ func (r *Ring) Append(kind Kind, data []byte) (uint64, error) {
 	}
 	now := r.cfg.Now()
 	if kind == KindOutput && len(data) > 0 {
-		r.digest.Write(data)
 		r.outputBytes += uint64(len(data))
 	}
 	if len(data) == 0 {
@@ -181,8 +195,11 @@ func (r *Ring) Append(kind Kind, data []byte) (uint64, error) {
 	chunkMax := min(MaxEventData, r.cfg.MaxBytes) // a chunk always fits an empty ring
 	for len(data) > 0 {
 		n := min(len(data), chunkMax)
-		chunk := make([]byte, n)
-		copy(chunk, data[:n])
+		chunk := data[:n:n]
+		if copyData {
+			chunk = make([]byte, n)
+			copy(chunk, data[:n])
+		}
 		r.appendLocked(now, kind, chunk, n)
 		data = data[n:]
 	}
@@ -232,6 +249,13 @@ func (r *Ring) growLocked() {
 }
 
 func (r *Ring) evictOldestLocked() {
+	if e := &r.buf[r.head]; e.Seq > r.digested {
+		// Everything older is gone and was folded: the oldest is the next to fold.
+		if e.Kind == KindOutput {
+			r.digest.Write(e.Data)
+		}
+		r.digested = e.Seq
+	}
 	r.bytes -= len(r.buf[r.head].Data)
 	r.buf[r.head] = Event{}
 	r.head = (r.head + 1) % len(r.buf)
@@ -252,6 +276,22 @@ func (r *Ring) wakeLocked() {
 		r.notify = make(chan struct{})
 		r.notifyTaken = false
 	}
+}
+
+// digestLocked folds the retained output not yet folded and returns the hex digest.
+func (r *Ring) digestLocked() string {
+	start := 0
+	if first := r.firstSeqLocked(); r.digested >= first {
+		start = int(r.digested - first + 1) // retained events are in Seq order, without holes
+	}
+	for i := start; i < r.n; i++ {
+		e := &r.buf[(r.head+i)%len(r.buf)]
+		if e.Kind == KindOutput {
+			r.digest.Write(e.Data)
+		}
+		r.digested = e.Seq
+	}
+	return hex.EncodeToString(r.digest.Sum(nil))
 }
 
 // firstSeqLocked is the oldest retained seq, or nextSeq when empty.
@@ -367,7 +407,7 @@ func (r *Ring) Stats() Stats {
 		Bytes:        r.bytes,
 		Evicted:      r.evicted,
 		OutputBytes:  r.outputBytes,
-		OutputDigest: hex.EncodeToString(r.digest.Sum(nil)),
+		OutputDigest: r.digestLocked(),
 		Closed:       r.closed,
 	}
 	if r.n > 0 {
@@ -381,5 +421,5 @@ func (r *Ring) Stats() Stats {
 func (r *Ring) OutputDigest() (string, uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return hex.EncodeToString(r.digest.Sum(nil)), r.outputBytes
+	return r.digestLocked(), r.outputBytes
 }

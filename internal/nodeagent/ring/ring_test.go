@@ -203,6 +203,60 @@ func TestOutputDigestCoversEvictedBytes(t *testing.T) {
 	}
 }
 
+// The digest is folded lazily (at eviction, or when asked for): asked for at any point,
+// between appends that evict by count, by bytes and by age, it is the digest of every
+// output byte appended so far, in order.
+func TestOutputDigestLazyMatchesEager(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	r := mustNew(t, Config{MaxEvents: 5, MaxBytes: 64, MaxAge: time.Minute, Now: func() time.Time { return now }})
+	h := sha256.New()
+	kinds := []Kind{KindOutput, KindInput, KindOutput, KindResize, KindOutput, KindOutput}
+	for i := range 300 {
+		kind := kinds[i%len(kinds)]
+		b := bytes.Repeat([]byte{byte('a' + i%26)}, 1+i%40)
+		if kind == KindOutput {
+			h.Write(b)
+		}
+		mustAppend(t, r, kind, b)
+		if i%17 == 0 {
+			now = now.Add(2 * time.Minute) // everything retained ages out at the next append
+		}
+		if i%7 == 0 || i%11 == 0 {
+			d, _ := r.OutputDigest()
+			if want := hex.EncodeToString(h.Sum(nil)); d != want {
+				t.Fatalf("after append %d: digest %s, want %s", i, d, want)
+			}
+			if st := r.Stats(); st.OutputDigest != d {
+				t.Fatalf("after append %d: Stats digest %s, OutputDigest %s", i, st.OutputDigest, d)
+			}
+		}
+	}
+	if d, _ := r.OutputDigest(); d != hex.EncodeToString(h.Sum(nil)) {
+		t.Fatalf("final digest %s", d)
+	}
+}
+
+// AppendOwned records the caller's bytes without a copy, split like Append's, each event
+// capped at its own length (an event's Data cannot reach into its neighbour's bytes).
+func TestAppendOwnedKeepsTheCallersBytes(t *testing.T) {
+	r := mustNew(t, Config{MaxBytes: 3})
+	data := []byte("abcdefgh")
+	if _, err := r.AppendOwned(KindOutput, data); err != nil {
+		t.Fatal(err)
+	}
+	evs, _, _ := r.Read(0, 0)
+	if len(evs) != 1 || string(evs[0].Data) != "gh" || cap(evs[0].Data) != 2 || &evs[0].Data[0] != &data[6] {
+		t.Fatalf("events %+v: want the last chunk \"gh\" aliasing the caller's bytes, capped", evs)
+	}
+	if st := r.Stats(); st.OutputBytes != 8 || st.Evicted != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+	d, _ := r.OutputDigest()
+	if sum := sha256.Sum256(data); d != hex.EncodeToString(sum[:]) {
+		t.Fatalf("digest %s", d)
+	}
+}
+
 func TestWaitAndClose(t *testing.T) {
 	r := mustNew(t, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)

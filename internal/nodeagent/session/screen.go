@@ -35,6 +35,15 @@ type Snapshot struct {
 	OutputBytes  uint64
 }
 
+// ScreenBuilt reports whether the screen model exists (a screen or a resize asked for
+// it). Publishers that only mirror the screen (a status digest) check it first, so that
+// they never build a model for a session nobody looks at.
+func (s *Session) ScreenBuilt() bool {
+	s.screenMu.Lock()
+	defer s.screenMu.Unlock()
+	return s.emu != nil
+}
+
 // Screen returns a snapshot of the current viewport.
 func (s *Session) Screen() Snapshot {
 	s.screenMu.Lock()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -118,7 +119,9 @@ type Session struct {
 	screenSeq    uint64       // the last ring event the screen model has consumed
 	screenGap    bool         // the model was rebuilt after the ring evicted output it never saw
 
-	inputQ     chan []byte
+	inputQ     chan []byte  // capacity InputQueueDepth+1: the extra slot takes a direct write's remainder
+	inMu       sync.Mutex   // orders Input calls: a direct write and its remainder, or one enqueue
+	inPending  atomic.Int64 // input writes queued or being written by the writer
 	stopWriter chan struct{}
 	writerDone chan struct{}
 	pumpDone   chan struct{}
@@ -155,7 +158,7 @@ func newSession(m *Manager, spec Spec, rg *ring.Ring) *Session {
 		m:          m,
 		spec:       spec,
 		ring:       rg,
-		inputQ:     make(chan []byte, m.caps.InputQueueDepth),
+		inputQ:     make(chan []byte, m.caps.InputQueueDepth+1),
 		stopWriter: make(chan struct{}),
 		writerDone: make(chan struct{}),
 		pumpDone:   make(chan struct{}),
@@ -429,13 +432,72 @@ func (s *Session) Input(b []byte) error {
 	if err := s.accepting(); err != nil {
 		return err
 	}
-	buf := append([]byte(nil), b...)
-	select {
-	case s.inputQ <- buf:
-		return nil
-	default:
-		return refusal.New(refusal.QueueFull, "input queue of session %q is full (depth %d)", s.spec.ID, cap(s.inputQ))
+	// A keystroke goes straight to the terminal when nothing is queued before it: one
+	// non-blocking write from the caller, no hand-off to the writer goroutine. What the
+	// terminal does not take at once (its input buffer is full) is queued, in order, for
+	// the writer, which then takes every later input until the queue is empty again.
+	// inMu is held only around non-blocking steps (one write attempt, a channel send
+	// that has room), so Input never waits for the terminal. Only an enqueue raises
+	// inPending, under inMu, and the writer lowers it once its write is done and
+	// recorded: nothing pending under inMu means nothing queued and no write in flight,
+	// so a direct write cannot overtake or interleave with an earlier input.
+	s.inMu.Lock()
+	defer s.inMu.Unlock()
+	if s.inPending.Load() != 0 {
+		return s.enqueue(b, false)
 	}
+	n := s.writeNow(b)
+	if n == len(b) {
+		return nil
+	}
+	// Nothing was pending: the remainder of a partly written input always has a slot.
+	return s.enqueue(b[n:], n > 0)
+}
+
+// writeNow writes b to the master without waiting for room and records what the
+// terminal took. Callers hold s.inMu with nothing pending.
+func (s *Session) writeNow(b []byte) int {
+	rc, err := s.master.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	_ = rc.Write(func(fd uintptr) bool {
+		for n < len(b) {
+			w, err := unix.Write(int(fd), b[n:])
+			if err == unix.EINTR {
+				continue
+			}
+			if w <= 0 || err != nil {
+				break // EAGAIN: the terminal's input buffer is full; the rest is queued
+			}
+			n += w
+		}
+		return true // never wait for room here: Input does not block
+	})
+	if n > 0 {
+		_, _ = s.ring.AppendCount(ring.KindInput, n)
+	}
+	return n
+}
+
+// enqueue copies b onto the input queue for the writer, or refuses with queue-full when
+// InputQueueDepth writes are already pending. A remainder (the part of a direct write the
+// terminal did not take, which must not be refused once its start was written) may use
+// the queue's one extra slot. Callers hold s.inMu.
+func (s *Session) enqueue(b []byte, remainder bool) error {
+	limit := int64(cap(s.inputQ)) - 1
+	if remainder {
+		limit++
+	}
+	if s.inPending.Load() >= limit {
+		return refusal.New(refusal.QueueFull, "input queue of session %q is full (depth %d)", s.spec.ID, cap(s.inputQ)-1)
+	}
+	s.inPending.Add(1)
+	// inPending counts what the channel holds plus the write in progress, at most its
+	// capacity: the send never blocks.
+	s.inputQ <- append([]byte(nil), b...)
+	return nil
 }
 
 // Resize sets the terminal size (TIOCSWINSZ on the master; the kernel sends
@@ -552,9 +614,8 @@ func (s *Session) terminate(o origin, immediate bool, reason string) {
 		s.signalAllLocked(syscall.SIGKILL)
 		return
 	}
-	s.signalAllLocked(syscall.SIGHUP)
-	s.signalAllLocked(syscall.SIGTERM)
-	s.signalAllLocked(syscall.SIGCONT) // stopped members must see the TERM
+	// Stopped members must see the TERM: CONT after it.
+	s.signalAllLocked(syscall.SIGHUP, syscall.SIGTERM, syscall.SIGCONT)
 	s.graceTimer = time.AfterFunc(s.spec.Grace, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -566,18 +627,43 @@ func (s *Session) terminate(o origin, immediate bool, reason string) {
 
 // signalAllLocked signals the session's process group and every other
 // process group of its session (job control moves background jobs into their
-// own groups). Callers hold s.mu and have checked !s.reaped, so the unreaped
+// own groups), each signal in order to every group, from one scan of the
+// session. Callers hold s.mu and have checked !s.reaped, so the unreaped
 // leader keeps the ids from being reused.
-func (s *Session) signalAllLocked(sig syscall.Signal) {
-	_ = procexec.SignalGroup(s.info.Pgid, sig)
-	members, _ := procexec.SessionMembers(s.info.Sid)
-	seen := map[int]bool{s.info.Pgid: true}
+func (s *Session) signalAllLocked(sigs ...syscall.Signal) {
+	pgids := []int{s.info.Pgid}
+	members, _ := s.membersLocked()
 	for _, m := range members {
-		if !seen[m.Pgid] && m.Pgid > 1 {
-			seen[m.Pgid] = true
-			_ = procexec.SignalGroup(m.Pgid, sig)
+		if m.Pgid > 1 && !slices.Contains(pgids, m.Pgid) {
+			pgids = append(pgids, m.Pgid)
 		}
 	}
+	for _, sig := range sigs {
+		for _, pg := range pgids {
+			_ = procexec.SignalGroup(pg, sig)
+		}
+	}
+}
+
+// membersLocked lists the processes of the session's (kernel) session, a scan of /proc,
+// except where the kernel already answered: the sandbox's helper is PID 1 of the sandbox's
+// own PID namespace and every member of its session lives in that namespace, so once the
+// helper has exited, the kernel has killed and reaped every other process of the
+// namespace (an exiting namespace init waits for that before its own exit is reported),
+// and the session has no member left but the unreaped helper itself, which the group's
+// reap covers. Callers hold s.mu.
+func (s *Session) membersLocked() ([]procexec.Stat, error) {
+	if s.sb != nil && s.leaderDead {
+		return nil, nil
+	}
+	return procexec.SessionMembers(s.info.Sid)
+}
+
+// members is membersLocked for callers that do not hold s.mu.
+func (s *Session) members() ([]procexec.Stat, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.membersLocked()
 }
 
 func (s *Session) sinceStart() int64 { return int64(time.Since(s.start0)) }
@@ -596,14 +682,26 @@ func (s *Session) onIdleTimer() {
 	s.setPhase(PhaseIdle, fmt.Sprintf("no output for %s", idle))
 }
 
+// pumpSlab is the buffer the output pump reads into, chunk after chunk, handing each
+// chunk to the ring without a copy (ring.AppendOwned): one allocation per pumpSlab bytes
+// of output (every ~8 full reads), not one per read. A slab lives while the ring retains
+// an event in it; a new slab is started when less than one read (4 KiB) is left, so the
+// memory output pins stays within the ring's retained bytes plus 1/7 of them and one slab.
+const pumpSlab = 32 << 10
+
 func (s *Session) pumpOutput() {
 	defer close(s.pumpDone)
 	defer s.m.releaseReader()
-	buf := make([]byte, ring.MaxEventData)
+	var slab []byte
 	for {
+		if cap(slab)-len(slab) < ring.MaxEventData {
+			slab = make([]byte, 0, pumpSlab)
+		}
+		buf := slab[len(slab) : len(slab)+ring.MaxEventData]
 		n, err := s.master.Read(buf)
 		if n > 0 {
-			s.onOutput(buf[:n])
+			s.onOutput(buf[:n:n]) // the ring owns these bytes: the next read starts after them
+			slab = slab[:len(slab)+n]
 		}
 		if err != nil {
 			s.pumpErr = err
@@ -615,7 +713,7 @@ func (s *Session) pumpOutput() {
 func (s *Session) onOutput(b []byte) {
 	// The screen model is fed from the ring on demand (Screen, Resize), not here: the PTY
 	// read path only appends, so output throughput is bounded by the ring, not the parser.
-	_, _ = s.ring.Append(ring.KindOutput, b)
+	_, _ = s.ring.AppendOwned(ring.KindOutput, b)
 	s.lastOutput.Store(s.sinceStart())
 	if s.Phase() == PhaseIdle && s.setPhase(PhaseRunning, "output") {
 		s.mu.Lock()
@@ -643,7 +741,8 @@ func (s *Session) writeInput() {
 			if n > 0 {
 				_, _ = s.ring.AppendCount(ring.KindInput, n)
 			}
-			_ = err // the master is closing; queued input is dropped with it
+			s.inPending.Add(-1) // after the write and its record: see Input
+			_ = err             // the master is closing; queued input is dropped with it
 		case <-s.stopWriter:
 			return
 		}
@@ -692,7 +791,7 @@ func (s *Session) tryCleanup() {
 	}
 	for {
 		pgids := []int{s.info.Pgid}
-		members, err := procexec.SessionMembers(s.info.Sid)
+		members, err := s.members()
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -718,7 +817,7 @@ func (s *Session) tryCleanup() {
 		if err != nil {
 			errs = append(errs, err)
 		}
-		left, _ := procexec.SessionMembers(s.info.Sid)
+		left, _ := s.members()
 		cgLeft := s.cgRep != nil && !s.cgRep.Kill.Empty
 		if cgLeft {
 			// Retry the cgroup kill with the group re-verification.
