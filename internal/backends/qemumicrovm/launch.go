@@ -438,12 +438,15 @@ func (b *Backend) killAll(dir string, rec *Record, v *vm) ([]string, error) {
 			}
 		}
 	}
+	others := b.othersOwn(v) // adopt.go: a VM adopted away from dir is not dir's
 	stray, err := scanOwned(dir, []string{b.qemuBin, b.devBin})
 	if err != nil {
 		return nil, err
 	}
 	for _, id := range stray {
-		_, _ = killExact(id, killWait)
+		if !others[id] {
+			_, _ = killExact(id, killWait)
+		}
 	}
 	if v != nil {
 		// Let this process reap its own children, so none stays a zombie.
@@ -465,7 +468,9 @@ func (b *Backend) killAll(dir string, rec *Record, v *vm) ([]string, error) {
 	}
 	residue := cgLeft
 	for _, id := range left {
-		residue = append(residue, fmt.Sprintf("process %s %s", id, id.Exe))
+		if !others[id] {
+			residue = append(residue, fmt.Sprintf("process %s %s", id, id.Exe))
+		}
 	}
 	return residue, nil
 }

@@ -74,10 +74,14 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 		return ctrl.Result{}, err
 	}
+	mark := claimMarker(&env)
+	mark("node-reconcile")
 	// Re-check ownership before acting: the label selected it, the status must agree.
 	if env.Labels[wbv1.NodeLabel] != a.cfg.NodeName || env.Status.NodeName != a.cfg.NodeName {
 		return ctrl.Result{}, nil
 	}
+	mark("node-owned")
+	defer mark("node-pass-end")
 	cur, next := environmentOwned(&env.Status), environmentOwned(&env.Status)
 	all := append([]metav1.Condition(nil), env.Status.Conditions...)
 	set := func(t string, ok bool, reason, msg string) {
@@ -179,6 +183,7 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if err := a.adoptPoolMember(ctx, &env, b, &spec); err != nil {
 			return ctrl.Result{}, err
 		}
+		mark("node-adopted")
 		rec := store.Environment{UID: spec.ID, Namespace: env.Namespace, Name: env.Name, Backend: b.ID(), RootPaths: map[string]string{},
 			Phase: string(backends.PhaseAllocating), UpdatedAt: time.Now()}
 		if old, found, err := a.store.Environments().Get(spec.ID); err != nil {
@@ -192,10 +197,12 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if err := a.store.Environments().Put(rec); err != nil {
 			return ctrl.Result{}, err
 		}
+		mark("node-record-put")
 		st, err := b.Allocate(ctx, spec)
 		if err == nil {
 			st, err = b.Start(ctx, spec)
 		}
+		mark("node-started")
 		if err != nil {
 			set(wbv1.ConditionReady, false, wbv1.ReasonFailed, err.Error())
 			a.recordEvent(&env, corev1.EventTypeWarning, "AllocationFailed", err.Error())
@@ -222,6 +229,7 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if err := a.store.Environments().Put(rec); err != nil {
 			return ctrl.Result{}, fmt.Errorf("recording environment %s/%s: %w", env.Namespace, env.Name, err)
 		}
+		mark("node-record-ready")
 		a.rememberEnv(spec, st)
 		if st.Phase == backends.PhaseReady {
 			rs := a.applyDesiredState(ctx, &env, b, spec, fmt.Sprintf("%s environment ready with %d roots", b.ID(), len(st.Roots))) // environment_pause.go
@@ -243,7 +251,11 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	before, after := env.Status.Phase, wbv1.EnvironmentPhaseFor(all, !env.DeletionTimestamp.IsZero())
 	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"environment", &env, cur, next)
 	if err != nil {
+		mark("node-status-error")
 		return ctrl.Result{}, err
+	}
+	if wrote {
+		mark("node-status-written")
 	}
 	if _, mounted := a.mountedRoots(string(env.UID)); mounted && !wasMounted && !deleting {
 		a.environmentAvailable(ctx, &env)
