@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,9 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -53,6 +56,8 @@ func (r *EnvironmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err := r.Get(ctx, req.NamespacedName, &env); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	mark := claimMarker(&env)
+	mark("mgr-reconcile")
 	cur := environmentOwned(&env.Status)
 	next := environmentOwned(&env.Status)
 	all := append([]metav1.Condition(nil), env.Status.Conditions...)
@@ -87,7 +92,11 @@ func (r *EnvironmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	wrote, err := applyStatus(ctx, r.Client, "environment", &env, cur, next)
 	if err != nil {
+		mark("mgr-status-error")
 		return ctrl.Result{}, err
+	}
+	if wrote {
+		mark("mgr-status-" + string(next.Phase))
 	}
 	if wrote && cur.Phase != next.Phase {
 		phaseTransitions.WithLabelValues("Environment", string(next.Phase)).Inc()
@@ -150,14 +159,20 @@ func (r *EnvironmentReconciler) place(ctx context.Context, env *wbv1.Environment
 func (r *EnvironmentReconciler) bind(ctx context.Context, env *wbv1.Environment, c *wbv1.BackendCapability, next *wbv1.EnvironmentStatus, all *[]metav1.Condition) error {
 	node := c.Spec.NodeName
 	if env.Labels[wbv1.NodeLabel] != node {
-		orig := env.DeepCopy()
-		if env.Labels == nil {
-			env.Labels = map[string]string{}
-		}
-		env.Labels[wbv1.NodeLabel] = node
-		if err := r.Patch(ctx, env, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		// One label, written held to the object's UID rather than its resourceVersion: the
+		// label is this controller's alone, and a version lock lost to the cleanup
+		// controller's finalizer write (made at the same moment for every new Environment)
+		// cost a conflict and a rate-limited retry on every placement.
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"uid": env.UID, "labels": map[string]string{wbv1.NodeLabel: node}}})
+		if err != nil {
 			return fmt.Errorf("labelling Environment %s with node %s: %w", client.ObjectKeyFromObject(env), node, err)
 		}
+		if err := r.Patch(ctx, env, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			claimMarker(env)("mgr-label-error")
+			return fmt.Errorf("labelling Environment %s with node %s: %w", client.ObjectKeyFromObject(env), node, err)
+		}
+		claimMarker(env)("mgr-node-labelled")
 	}
 	planDigest, effective, err := planFor(env, c, "")
 	if err != nil {
@@ -253,9 +268,17 @@ func deref(p *int32) int32 {
 
 // SetupWithManager registers the controller: environments, and unplaced environments again
 // whenever a capability changes.
+// environmentWorkers bounds the Environments the manager places at once.
+const environmentWorkers = 4
+
 func (r *EnvironmentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&wbv1.Environment{}).
+		// Several environments at once (never one key twice): a claimer's pass does not
+		// wait behind its pool's refill or another environment's placement. Placement
+		// counts nothing shared; two claimers racing for one member are decided by the
+		// member's optimistic lock (environmentpool_claim.go).
+		WithOptions(controller.Options{MaxConcurrentReconciles: environmentWorkers}).
 		Watches(&wbv1.BackendCapability{}, handler.EnqueueRequestsFromMapFunc(r.unplaced)).
 		Watches(&wbv1.EnvironmentPool{}, handler.EnqueueRequestsFromMapFunc(r.unplacedClaimers)).
 		Named("environment").

@@ -17,6 +17,7 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/convert"
+	"sensorium.dev/workbench/internal/platform/spans"
 )
 
 // The claim of a pool member is decided here, in the manager's Environment controller, and
@@ -116,6 +117,7 @@ func (r *EnvironmentReconciler) claim(ctx context.Context, env *wbv1.Environment
 			}
 			return false, fmt.Errorf("claiming member %s of EnvironmentPool %s/%s for %s: %w", m.Name, env.Namespace, poolName, env.Name, err)
 		}
+		claimMarker(env)("mgr-member-claimed")
 		poolClaims.WithLabelValues("claimed").Inc()
 		r.Recorder.Eventf(env, m, "Normal", "PoolClaimed", "Claim", "Adopted member %s of EnvironmentPool %s", m.Name, poolName)
 		return r.bindMember(ctx, env, m, next, all, c)
@@ -163,4 +165,14 @@ func (r *EnvironmentReconciler) bindMember(ctx context.Context, env, m *wbv1.Env
 	}
 	next.PoolMember = &wbv1.PoolMemberStatus{Name: m.Name, UID: string(m.UID), SourceGeneration: m.Status.SourceGeneration}
 	return true, nil
+}
+
+// claimMarker marks steps of a pool claimer's create → Ready path for the benchmarks' span
+// breakdown (internal/platform/spans, key namespace/name); it does nothing unless a
+// recorder is installed or for an Environment without spec.poolRef.
+func claimMarker(env *wbv1.Environment) func(step string) {
+	if !spans.Enabled() || env.Spec.PoolRef == nil {
+		return func(string) {}
+	}
+	return spans.Marker(env.Namespace + "/" + env.Name)
 }

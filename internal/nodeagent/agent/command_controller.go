@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -56,6 +57,12 @@ type liveCommand struct {
 	// output stream reads from them).
 	out     *ring.Ring
 	seqFrom uint64
+	// storeMu orders the store writes of a host command's run: the PID record (written
+	// off the pass, recordPID) never lands after, and so never hides, its outcome;
+	// outcomeStored (guarded by storeMu) tells a late PID record that the outcome, which
+	// supersedes it, is already stored.
+	storeMu       sync.Mutex
+	outcomeStored bool
 }
 
 // commandOutcome is the one recorded outcome, persisted in the store before it is written
@@ -158,6 +165,9 @@ func (r *commandReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		// Not taken on the fast path: nothing of it is this node's to write.
 		return p.result, nil
 	}
+	if err := a.storeDecision(&cmd, p.decided); err != nil {
+		return ctrl.Result{}, err // stored before it is shown, or not shown (republish.go)
+	}
 	before, after := cmd.Status.Phase, derivePhase(&next, &all, cmd.Generation)
 	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"command", &cmd, cur, next)
 	if err != nil {
@@ -188,6 +198,15 @@ type cmdPass struct {
 	// the command on its fast path (its claim landed). A fast pass that has not claimed
 	// writes nothing: refusals and waiting are the manager's to record.
 	fast, claimed bool
+	// decided is an outcome this pass decided with no start record (a refusal, a
+	// cancellation before the start): it is stored before status shows it (storeDecision).
+	decided *commandOutcome
+}
+
+// decide ends the command with an outcome decided at the node, nothing started.
+func (p *cmdPass) decide(o *commandOutcome) {
+	p.decided = o
+	p.finish(o)
 }
 
 func (p *cmdPass) set(t string, ok bool, reason, msg string) {
@@ -234,7 +253,11 @@ func (r *commandReconciler) step(ctx context.Context, p *cmdPass) error {
 			if !persisted {
 				// The awaiting goroutine could not store the outcome: store it now, or fail
 				// the pass (retried with backoff) — status never shows an unstored outcome.
-				if err := a.persistOutcome(uid, result); err != nil {
+				live.storeMu.Lock()
+				err := a.persistOutcome(uid, result)
+				live.outcomeStored = err == nil
+				live.storeMu.Unlock()
+				if err != nil {
 					return err
 				}
 				a.mu.Lock()
@@ -277,7 +300,7 @@ func (r *commandReconciler) step(ctx context.Context, p *cmdPass) error {
 	}
 	if deleting {
 		// Deleted before it started here: it never runs.
-		p.finish(&commandOutcome{Phase: wbv1.CommandCancelled, SignalOrigin: string(procexec.OriginCancel), Completed: time.Now(),
+		p.decide(&commandOutcome{Phase: wbv1.CommandCancelled, SignalOrigin: string(procexec.OriginCancel), Completed: time.Now(),
 			Message: "cancelled (deleted or desiredState Cancelled) before it started"})
 		return nil
 	}
@@ -334,7 +357,7 @@ func decodeOutcome(s string) *commandOutcome {
 
 // refuse ends a command at the node with a code (nothing was started).
 func (p *cmdPass) refuse(code, msg string) {
-	p.finish(&commandOutcome{Phase: wbv1.CommandRefused, RefusalCode: code, Message: code + ": " + msg, Completed: time.Now()})
+	p.decide(&commandOutcome{Phase: wbv1.CommandRefused, RefusalCode: code, Message: code + ": " + msg, Completed: time.Now()})
 }
 
 func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
@@ -370,6 +393,10 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	}
 	if env.Status.NodeName != a.cfg.NodeName {
 		return nil // not ours (yet); the label said so, the status does not agree
+	}
+	if code, msg := pausedRefusal(&env); code != "" { // environment_pause.go
+		p.refuse(code, msg)
+		return nil
 	}
 	roots, ready := a.mountedRoots(string(env.UID))
 	if !ready {
@@ -446,17 +473,45 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		spec.Trace = spans.Marker(cmd.Namespace + "/" + cmd.Name)
 	}
 	// The claim (an API write) and the store's start record (an fsync) are independent:
-	// both must hold before a process exists, neither needs the other.
-	rec, proceed, err := a.recordStart(p, string(sess.UID), func() (bool, error) { return r.claim(ctx, p, claimBy) })
-	if err != nil || !proceed {
-		return err
+	// both must hold before the program runs, neither needs the other — and neither needs
+	// the sandbox, which is set up meanwhile: the runner calls BeforeExec once the sandbox
+	// is ready and execs the program only if both landed (a helper that never gets the
+	// go-ahead ends without running anything, also when this process dies).
+	type recorded struct {
+		rec     store.Command
+		proceed bool
+		err     error
 	}
-	markCommand(cmd, "node-claimed-and-recorded")
-	a.recordBefore(ctx, &env, sess.Name, string(cmd.UID)) // seed 004: state before, when recorded
-	seqFrom := live.LastSeq() + 1                         // the data plane's output stream starts here
+	recDone := make(chan recorded, 1)
+	go func() {
+		rec, proceed, err := a.recordStart(p, string(sess.UID), func() (bool, error) { return r.claim(ctx, p, claimBy) })
+		recDone <- recorded{rec, proceed, err}
+	}()
+	var recRes *recorded
+	awaitRecord := func() recorded { // p is the recording goroutine's until this returns
+		if recRes == nil {
+			v := <-recDone
+			recRes = &v
+		}
+		return *recRes
+	}
+	spec.BeforeExec = func() error {
+		if rr := awaitRecord(); rr.err != nil || !rr.proceed {
+			return errNotRecorded
+		}
+		markCommand(cmd, "node-claimed-and-recorded")
+		a.recordBefore(ctx, &env, sess.Name, string(cmd.UID)) // seed 004: state before, when recorded
+		return nil
+	}
+	seqFrom := live.LastSeq() + 1 // the data plane's output stream starts here
 	out := &liveOutput{rg: live}
 	spec.OnOutput = out.write
 	h, err := a.runner.Start(context.Background(), spec)
+	rr := awaitRecord()
+	if rr.err != nil || !rr.proceed {
+		return rr.err // nothing ran: a refusal, a replay, or the claim lost (see recordStart)
+	}
+	rec := rr.rec
 	if err != nil {
 		// A refusal of the runner (a cap) is Refused: nothing started; any other error is a
 		// failure to start.
@@ -472,11 +527,6 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	}
 	info := h.Info()
 	rec.PID, rec.PGID, rec.StartTime, rec.Phase, rec.UpdatedAt = info.Pid, info.Pgid, info.StartTime, string(wbv1.CommandRunning), time.Now()
-	if err := a.store.Commands().Put(rec); err != nil {
-		h.Kill(procexec.OriginCancel)
-		return err
-	}
-	markCommand(cmd, "node-pid-recorded")
 	a.mu.Lock()
 	now := metav1.Now()
 	lc := &liveCommand{key: client.ObjectKeyFromObject(cmd), envUID: string(env.UID), handle: h, started: now.Time, finished: make(chan struct{}),
@@ -485,6 +535,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	a.commandsChangedLocked()
 	late := a.closed
 	a.mu.Unlock()
+	go a.recordPID(cmd.DeepCopy(), lc, rec)
 	go a.awaitCommand(cmd.DeepCopy(), h, out, now.Time)
 	if late {
 		// Started after shutdown took its list (a pass outliving the manager's graceful
@@ -508,6 +559,43 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	case <-t.C:
 	}
 	return nil
+}
+
+// errNotRecorded aborts a sandbox whose command's start record or claim did not land.
+var errNotRecorded = errors.New("the command's start was not recorded or claimed: its program is not run")
+
+// pidRecordDelay is how long the PID record of a command running in its own cgroup waits
+// for the command to end: a command that ends sooner gets one store commit, its outcome's,
+// instead of two in a row. Crash recovery does not need the PID inside that window: it
+// kills every command cgroup the previous process left (sweepCgroups), and the start
+// record, stored before the program ran, marks the command interrupted.
+const pidRecordDelay = coalesceWindow
+
+// recordPID stores the pid, process group and start time of a running command for crash
+// recovery, off the pass that started it. Under the command's storeMu: once its outcome
+// is stored (which supersedes the PID record) nothing is written. A store failure is
+// logged: the outcome's own commit, which status waits for, reports its failures.
+func (a *Agent) recordPID(cmd *wbv1.TerminalCommand, lc *liveCommand, rec store.Command) {
+	if a.cgroups != nil && a.cgroups.Available() {
+		t := time.NewTimer(pidRecordDelay)
+		select {
+		case <-lc.finished:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	lc.storeMu.Lock()
+	defer lc.storeMu.Unlock()
+	if lc.outcomeStored {
+		return
+	}
+	if err := a.store.Commands().Put(rec); err != nil {
+		if a.runCtx != nil {
+			ctrl.LoggerFrom(a.runCtx).Error(err, "Storing the PID record of a running command; recovery relies on its cgroup", "command", cmd.Namespace+"/"+cmd.Name)
+		}
+		return
+	}
+	markCommand(cmd, "node-pid-recorded")
 }
 
 // reasonStartingAtNode is the reason of the node's fast-path claim: Started=False until the
@@ -711,8 +799,16 @@ func (a *Agent) recordOutcome(uid string, o *commandOutcome) {
 	if lc := a.commands[uid]; lc != nil && lc.stopping && !lc.drained && o.Phase == wbv1.CommandFailed && o.ExitCode == nil {
 		o.Phase, o.RefusalCode, o.Message = wbv1.CommandCancelled, "", "cancelled: the command was deleted or cancelled ("+o.Message+")"
 	}
+	lc := a.commands[uid]
 	a.mu.Unlock()
+	if lc != nil {
+		lc.storeMu.Lock() // after a PID record already being written, never before it
+	}
 	err := a.persistOutcome(uid, o)
+	if lc != nil {
+		lc.outcomeStored = err == nil
+		lc.storeMu.Unlock()
+	}
 	if err != nil && a.runCtx != nil {
 		ctrl.LoggerFrom(a.runCtx).Error(err, "Storing a command outcome; the next pass retries", "command", uid)
 	}

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -73,10 +74,14 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 		return ctrl.Result{}, err
 	}
+	mark := claimMarker(&env)
+	mark("node-reconcile")
 	// Re-check ownership before acting: the label selected it, the status must agree.
 	if env.Labels[wbv1.NodeLabel] != a.cfg.NodeName || env.Status.NodeName != a.cfg.NodeName {
 		return ctrl.Result{}, nil
 	}
+	mark("node-owned")
+	defer mark("node-pass-end")
 	cur, next := environmentOwned(&env.Status), environmentOwned(&env.Status)
 	all := append([]metav1.Condition(nil), env.Status.Conditions...)
 	set := func(t string, ok bool, reason, msg string) {
@@ -178,6 +183,7 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if err := a.adoptPoolMember(ctx, &env, b, &spec); err != nil {
 			return ctrl.Result{}, err
 		}
+		mark("node-adopted")
 		rec := store.Environment{UID: spec.ID, Namespace: env.Namespace, Name: env.Name, Backend: b.ID(), RootPaths: map[string]string{},
 			Phase: string(backends.PhaseAllocating), UpdatedAt: time.Now()}
 		if old, found, err := a.store.Environments().Get(spec.ID); err != nil {
@@ -191,10 +197,12 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if err := a.store.Environments().Put(rec); err != nil {
 			return ctrl.Result{}, err
 		}
+		mark("node-record-put")
 		st, err := b.Allocate(ctx, spec)
 		if err == nil {
 			st, err = b.Start(ctx, spec)
 		}
+		mark("node-started")
 		if err != nil {
 			set(wbv1.ConditionReady, false, wbv1.ReasonFailed, err.Error())
 			a.recordEvent(&env, corev1.EventTypeWarning, "AllocationFailed", err.Error())
@@ -221,9 +229,16 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if err := a.store.Environments().Put(rec); err != nil {
 			return ctrl.Result{}, fmt.Errorf("recording environment %s/%s: %w", env.Namespace, env.Name, err)
 		}
+		mark("node-record-ready")
 		a.rememberEnv(spec, st)
 		if st.Phase == backends.PhaseReady {
-			set(wbv1.ConditionReady, true, "Ready", fmt.Sprintf("%s environment ready with %d roots", b.ID(), len(st.Roots)))
+			rs := a.applyDesiredState(ctx, &env, b, spec, fmt.Sprintf("%s environment ready with %d roots", b.ID(), len(st.Roots))) // environment_pause.go
+			set(wbv1.ConditionReady, rs.ready, rs.reason, rs.msg)
+			if rs.unsupported {
+				set(wbv1.ConditionDegraded, true, reasonPauseUnsupported, string(actuation.CodePauseUnsupported)+": backend "+b.ID()+" cannot pause; the environment keeps running")
+			} else if c := meta.FindStatusCondition(all, wbv1.ConditionDegraded); c != nil && c.Reason == reasonPauseUnsupported {
+				set(wbv1.ConditionDegraded, false, "AsDesired", "environment runs as spec.desiredState asks")
+			}
 		} else {
 			set(wbv1.ConditionReady, false, string(st.Phase), st.Message)
 		}
@@ -236,7 +251,11 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	before, after := env.Status.Phase, wbv1.EnvironmentPhaseFor(all, !env.DeletionTimestamp.IsZero())
 	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"environment", &env, cur, next)
 	if err != nil {
+		mark("node-status-error")
 		return ctrl.Result{}, err
+	}
+	if wrote {
+		mark("node-status-written")
 	}
 	if _, mounted := a.mountedRoots(string(env.UID)); mounted && !wasMounted && !deleting {
 		a.environmentAvailable(ctx, &env)

@@ -8,6 +8,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/platform/spans"
 )
 
 // adoptPoolMember moves the backend instance of the pool member env claimed
@@ -44,15 +45,28 @@ func (a *Agent) adoptPoolMember(ctx context.Context, env *wbv1.Environment, b ba
 		logger.Info("Pool member holds no instance on this node; allocating afresh")
 		return nil
 	}
+	mark := claimMarker(env)
+	mark("node-adopt-begin")
 	a.drainEnvironment(ctx, pm.UID)
+	mark("node-member-drained")
 	if err := ad.Adopt(ctx, specFromRecord(mrec), *spec); err != nil {
 		logger.Info("Adopting the pool member failed; allocating afresh", "error", err.Error())
 		return nil
 	}
+	mark("node-instance-moved")
 	a.forgetEnv(pm.UID)
 	if err := a.store.Environments().Delete(pm.UID); err != nil {
 		return fmt.Errorf("dropping the store record of adopted pool member %s/%s: %w", env.Namespace, pm.Name, err)
 	}
 	a.recordEvent(env, "Normal", "PoolMemberAdopted", "adopted the instance of pool member "+pm.Name+" on node "+a.cfg.NodeName)
 	return nil
+}
+
+// claimMarker marks steps of a pool claimer's path for the benchmarks' span breakdown
+// (internal/platform/spans, key namespace/name); a no-op unless a recorder is installed.
+func claimMarker(env *wbv1.Environment) func(step string) {
+	if !spans.Enabled() || env.Spec.PoolRef == nil {
+		return func(string) {}
+	}
+	return spans.Marker(env.Namespace + "/" + env.Name)
 }

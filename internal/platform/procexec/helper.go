@@ -93,12 +93,20 @@ type helperConfig struct {
 	CapLastCap    int               `json:"capLastCap"`
 	// FileSizeLimit > 0 sets RLIMIT_FSIZE for the program, SIGXFSZ ignored.
 	FileSizeLimit int64 `json:"fileSizeLimit,omitempty"`
+	// AwaitGo: once every layer is set up, the helper reports {"ready":true} and execs the
+	// program only after reading the byte goByte on fd 3 (StartOptions.BeforeExec); EOF or
+	// anything else ends it without running the program.
+	AwaitGo bool `json:"awaitGo,omitempty"`
 }
+
+// goByte is the parent's go-ahead for a helper configured with AwaitGo.
+const goByte = 'g'
 
 type helperStatus struct {
 	Code    string `json:"code,omitempty"`
 	Message string `json:"message,omitempty"`
 	Errno   int    `json:"errno,omitempty"`
+	Ready   bool   `json:"ready,omitempty"` // set up, awaiting the go-ahead (AwaitGo)
 	Started bool   `json:"started,omitempty"`
 	Exited  bool   `json:"exited,omitempty"`
 	Exit    int    `json:"exit,omitempty"`
@@ -188,9 +196,21 @@ func runHelper() {
 	sigs := make(chan os.Signal, 32)
 	signal.Notify(sigs, append([]os.Signal{syscall.SIGCHLD}, forwardedSignals...)...)
 
-	cfg, fds, f := readHelperConfig()
+	cfg, fds, cf, f := readHelperConfig()
 	if f == nil {
 		f = setupSandbox(cfg, fds)
+	}
+	if f == nil && cfg.AwaitGo {
+		// Set up and confined; the program runs only on the parent's go-ahead (e.g. once
+		// the command's start is durably recorded).
+		report(helperStatus{Ready: true})
+		var b [1]byte
+		if n, err := cf.Read(b[:]); n != 1 || b[0] != goByte {
+			f = failf(refusal.SandboxSetupFailed, "helper: start not confirmed by the parent (%v)", err)
+		}
+	}
+	if cf != nil {
+		_ = cf.Close() // the configuration socket never reaches the program
 	}
 	var pid int
 	if f == nil {
@@ -219,13 +239,22 @@ func runHelper() {
 }
 
 // readHelperConfig reads the length-prefixed configuration and the mount
-// descriptors (SCM_RIGHTS on the first message) from fd 3, then closes it.
-func readHelperConfig() (*helperConfig, []int, *helperFailure) {
+// descriptors (SCM_RIGHTS on the first message) from fd 3, and returns fd 3 (the caller
+// closes it before the program starts; it is nil once closed here on a failure).
+func readHelperConfig() (cfg *helperConfig, fds []int, cf *os.File, f *helperFailure) {
 	// One owner for fd 3: the *os.File. Closing the raw fd while an *os.File for it stays
 	// reachable would let its finalizer close "fd 3" later — by then another descriptor
 	// (e.g. the exec error pipe of startProgram's ForkExec, which then fails with EBADF).
-	cf := os.NewFile(helperConfigFD, "procexec-config")
-	defer func() { _ = cf.Close() }()
+	cf = os.NewFile(helperConfigFD, "procexec-config")
+	cfg, fds, f = readHelperConfigFrom(cf)
+	if f != nil {
+		_ = cf.Close()
+		return nil, nil, nil, f
+	}
+	return cfg, fds, cf, nil
+}
+
+func readHelperConfigFrom(cf *os.File) (*helperConfig, []int, *helperFailure) {
 	var hdr [8]byte
 	oob := make([]byte, unix.CmsgSpace(4*maxHelperFDs))
 	n, oobn, _, _, err := unix.Recvmsg(helperConfigFD, hdr[:], oob, unix.MSG_CMSG_CLOEXEC)

@@ -144,6 +144,12 @@ type Spec struct {
 	// helper's pid: e.g. to attach an egress proxy's listeners inside its
 	// network namespace. An error aborts the start.
 	OnSandbox func(pid int) error
+	// BeforeExec, when set, runs once the sandbox is set up (namespaces, cgroup, root,
+	// capabilities, Landlock, seccomp) right before its program is exec'd: the program
+	// runs only if it returns nil; an error aborts the start and Start returns it. The
+	// node agent makes its durable start record and its claim here, overlapping the
+	// sandbox's set-up, so no program ever runs without them.
+	BeforeExec func() error
 	// Trace, when set, is called with the name of each start and teardown step as it
 	// completes (benchmarks' span breakdown, internal/platform/spans). It must not block.
 	Trace func(step string)
@@ -411,6 +417,15 @@ func (r *Runner) spawn(ctx context.Context, self string, spec Spec, sbSpec Sandb
 		}
 		return nil
 	}
+	var beforeExec func() error
+	if spec.BeforeExec != nil {
+		beforeExec = func() error {
+			if spec.Trace != nil {
+				spec.Trace("sandbox-ready")
+			}
+			return spec.BeforeExec()
+		}
+	}
 	if ps != nil {
 		// A pre-started helper: already in its namespaces and (with cgroups) its group,
 		// which now enforces this command's limits; its output pipe is the command's.
@@ -421,7 +436,7 @@ func (r *Runner) spawn(ctx context.Context, self string, spec Spec, sbSpec Sandb
 			_ = outR.Close()
 			return nil, perr
 		}
-		if sb, err = ps.hp.configure(cfg, idmaps, hooks); err != nil {
+		if sb, err = ps.hp.configure(cfg, idmaps, hooks, beforeExec); err != nil {
 			_ = outR.Close()
 			return nil, err
 		}
@@ -460,6 +475,7 @@ func (r *Runner) spawn(ctx context.Context, self string, spec Spec, sbSpec Sandb
 		Stdout:       outW,
 		Stderr:       errW,
 		BeforeConfig: before,
+		BeforeExec:   beforeExec,
 	})
 	_ = outW.Close()
 	if errP != nil {

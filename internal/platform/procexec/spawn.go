@@ -133,6 +133,11 @@ type StartOptions struct {
 	// its configuration (the helper does nothing before that): e.g. to move
 	// it into a cgroup. An error aborts the start (the helper is killed).
 	BeforeConfig func(pid int) error
+	// BeforeExec, when set, runs once the helper has set up every isolation layer and
+	// right before it execs the program: the program runs only if it returns nil (an
+	// error aborts the start, the helper is killed, and the start returns that error).
+	// Work the program must wait for (a durable start record) overlaps the set-up.
+	BeforeExec func() error
 }
 
 // Sandboxed is a started sandbox whose program has been exec'd. Pid is the
@@ -210,7 +215,7 @@ func StartSandboxed(spec SandboxSpec, opts StartOptions) (*Sandboxed, error) {
 	if err != nil {
 		return nil, err
 	}
-	return hp.configure(cfg, idmaps, opts.BeforeConfig)
+	return hp.configure(cfg, idmaps, opts.BeforeConfig, opts.BeforeExec)
 }
 
 // prepareSandbox checks the kernel primitives every sandbox needs and lays out spec's
@@ -335,8 +340,9 @@ func (hp *helperProc) discard() {
 
 // configure runs before (e.g. placing the helper in its cgroup), attaches the idmapped
 // roots, sends the configuration and returns once the program has been exec'd or the
-// sandbox refused. The helper is discarded on any failure.
-func (hp *helperProc) configure(cfg *helperConfig, idmaps []idmapSource, before func(pid int) error) (*Sandboxed, error) {
+// sandbox refused. With beforeExec the helper waits, set up, until beforeExec returns nil.
+// The helper is discarded on any failure.
+func (hp *helperProc) configure(cfg *helperConfig, idmaps []idmapSource, before func(pid int) error, beforeExec func() error) (*Sandboxed, error) {
 	cmd, pid, cfgParent, statusR := hp.cmd, hp.pid, hp.cfgParent, hp.statusR
 	defer unix.Close(cfgParent)
 	sb := &Sandboxed{Cmd: cmd, Pid: pid, status: statusR, br: bufio.NewReaderSize(statusR, 4096)}
@@ -361,6 +367,7 @@ func (hp *helperProc) configure(cfg *helperConfig, idmaps []idmapSource, before 
 	if err != nil {
 		return abort(err)
 	}
+	cfg.AwaitGo = beforeExec != nil
 	raw, err := json.Marshal(cfg)
 	if err != nil {
 		return abort(fmt.Errorf("procexec: encode sandbox config: %w", err))
@@ -389,6 +396,17 @@ func (hp *helperProc) configure(cfg *helperConfig, idmaps []idmapSource, before 
 	_ = statusR.SetReadDeadline(time.Now().Add(HelperStartTimeout))
 	st, line, rerr := readStatusLine(sb.br)
 	_ = statusR.SetReadDeadline(time.Time{})
+	if rerr == nil && st.Ready && beforeExec != nil {
+		if err := beforeExec(); err != nil {
+			return abort(err)
+		}
+		if _, err := unix.Write(cfgParent, []byte{goByte}); err != nil {
+			return abort(refusal.New(refusal.SandboxSetupFailed, "confirm the sandbox start (the helper ended): %v", err))
+		}
+		_ = statusR.SetReadDeadline(time.Now().Add(HelperStartTimeout))
+		st, line, rerr = readStatusLine(sb.br)
+		_ = statusR.SetReadDeadline(time.Time{})
+	}
 	switch {
 	case rerr == nil && st.Started:
 		return sb, nil
