@@ -682,20 +682,24 @@ func (s *Session) onIdleTimer() {
 	s.setPhase(PhaseIdle, fmt.Sprintf("no output for %s", idle))
 }
 
-// pumpSlab is the buffer the output pump reads into, chunk after chunk, handing each
-// chunk to the ring without a copy (ring.AppendOwned): one allocation per pumpSlab bytes
-// of output (every ~8 full reads), not one per read. A slab lives while the ring retains
-// an event in it; a new slab is started when less than one read (4 KiB) is left, so the
-// memory output pins stays within the ring's retained bytes plus 1/7 of them and one slab.
+// pumpSlab is the largest buffer the output pump reads into, chunk after chunk, handing
+// each chunk to the ring without a copy (ring.AppendOwned): one allocation per slab (every
+// ~8 full reads), not one per read. Slabs start at one read (4 KiB, what an idle session
+// holds, as its read buffer did) and double while output keeps coming. A slab lives while
+// the ring retains an event in it; a new slab is started when less than one read is left,
+// so the memory output pins stays within the ring's retained bytes plus 1/7 of them and a
+// few slabs.
 const pumpSlab = 32 << 10
 
 func (s *Session) pumpOutput() {
 	defer close(s.pumpDone)
 	defer s.m.releaseReader()
 	var slab []byte
+	size := ring.MaxEventData
 	for {
 		if cap(slab)-len(slab) < ring.MaxEventData {
-			slab = make([]byte, 0, pumpSlab)
+			slab = make([]byte, 0, size)
+			size = min(2*size, pumpSlab)
 		}
 		buf := slab[len(slab) : len(slab)+ring.MaxEventData]
 		n, err := s.master.Read(buf)
