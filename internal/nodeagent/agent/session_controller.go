@@ -206,6 +206,9 @@ func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl
 		}
 		return ctrl.Result{}, string(actuation.CodeEnvironmentUnavailable), "environment not on this node", nil
 	}
+	if code, msg := pausedRefusal(&env); code != "" { // environment_pause.go
+		return ctrl.Result{}, code, msg, nil
+	}
 	roots, ready := a.mountedRoots(string(env.UID))
 	if !ready {
 		// environmentAvailable wakes the session once the environment is mounted here.
