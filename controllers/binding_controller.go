@@ -10,8 +10,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -93,8 +96,19 @@ func (r *BindingReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) 
 
 // SetupWithManager registers the binder under a name of its kind.
 func (r *BindingReconciler[T]) SetupWithManager(mgr ctrl.Manager) error {
+	// A scope may name a command, session or artifact created just before the object: this
+	// manager's cache may not hold it yet when the object is first reconciled (EnvOf then
+	// resolves no environment). Its creation event wakes the unbound objects of its
+	// namespace, so binding never depends on a later Environment change.
+	created := builder.WithPredicates(predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return true }, UpdateFunc: func(event.UpdateEvent) bool { return false },
+		DeleteFunc: func(event.DeleteEvent) bool { return false }, GenericFunc: func(event.GenericEvent) bool { return false },
+	})
 	return ctrl.NewControllerManagedBy(mgr).For(r.NewObj()).
 		Watches(&wbv1.Environment{}, handler.EnqueueRequestsFromMapFunc(r.unboundIn)).
+		Watches(&wbv1.TerminalCommand{}, handler.EnqueueRequestsFromMapFunc(r.unboundIn), created).
+		Watches(&wbv1.TerminalSession{}, handler.EnqueueRequestsFromMapFunc(r.unboundIn), created).
+		Watches(&wbv1.Artifact{}, handler.EnqueueRequestsFromMapFunc(r.unboundIn), created).
 		Named(strings.ToLower(r.Kind) + "-binding").Complete(r)
 }
 

@@ -159,20 +159,9 @@ func (r *EnvironmentReconciler) place(ctx context.Context, env *wbv1.Environment
 func (r *EnvironmentReconciler) bind(ctx context.Context, env *wbv1.Environment, c *wbv1.BackendCapability, next *wbv1.EnvironmentStatus, all *[]metav1.Condition) error {
 	node := c.Spec.NodeName
 	if env.Labels[wbv1.NodeLabel] != node {
-		// One label, written held to the object's UID rather than its resourceVersion: the
-		// label is this controller's alone, and a version lock lost to the cleanup
-		// controller's finalizer write (made at the same moment for every new Environment)
-		// cost a conflict and a rate-limited retry on every placement.
-		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-			"uid": env.UID, "labels": map[string]string{wbv1.NodeLabel: node}}})
-		if err != nil {
-			return fmt.Errorf("labelling Environment %s with node %s: %w", client.ObjectKeyFromObject(env), node, err)
+		if err := r.labelNode(ctx, env, node); err != nil {
+			return err
 		}
-		if err := r.Patch(ctx, env, client.RawPatch(types.MergePatchType, patch)); err != nil {
-			claimMarker(env)("mgr-label-error")
-			return fmt.Errorf("labelling Environment %s with node %s: %w", client.ObjectKeyFromObject(env), node, err)
-		}
-		claimMarker(env)("mgr-node-labelled")
 	}
 	planDigest, effective, err := planFor(env, c, "")
 	if err != nil {
@@ -186,6 +175,25 @@ func (r *EnvironmentReconciler) bind(ctx context.Context, env *wbv1.Environment,
 	setCondition(&next.Conditions, all, cond(wbv1.ConditionScheduled, true, wbv1.ReasonPlaced,
 		fmt.Sprintf("placed on node %s by capability %s under operational context %s", node, c.Name, effective), env.Generation))
 	r.Recorder.Eventf(env, c, "Normal", "Scheduled", "Place", "Placed on node %s", node)
+	return nil
+}
+
+// labelNode writes env's node label: one label, held to the object's UID rather than its
+// resourceVersion. The label is this controller's alone, and a version lock lost to the
+// cleanup controller's finalizer write (made at the same moment for every new
+// Environment) cost a conflict and a rate-limited retry on every placement. env's labels
+// are updated from the answer.
+func (r *EnvironmentReconciler) labelNode(ctx context.Context, env *wbv1.Environment, node string) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid": env.UID, "labels": map[string]string{wbv1.NodeLabel: node}}})
+	if err == nil {
+		err = r.Patch(ctx, env, client.RawPatch(types.MergePatchType, patch))
+	}
+	if err != nil {
+		claimMarker(env)("mgr-label-error")
+		return fmt.Errorf("labelling Environment %s with node %s: %w", client.ObjectKeyFromObject(env), node, err)
+	}
+	claimMarker(env)("mgr-node-labelled")
 	return nil
 }
 

@@ -100,6 +100,19 @@ func (r *EnvironmentReconciler) claim(ctx context.Context, env *wbv1.Environment
 		if !ok {
 			continue
 		}
+		// The claimer's node label is written while the member is claimed (two writes of
+		// two objects, not one after the other): the label alone makes no node act (the
+		// node also needs status.nodeName, written after the claim), and a claim lost to
+		// another claimer leaves a label that the next member's bind, or ordinary
+		// placement, rewrites.
+		node := c.Spec.NodeName
+		labelled := make(chan error, 1)
+		if env.Labels[wbv1.NodeLabel] != node {
+			cp := env.DeepCopy()
+			go func() { labelled <- r.labelNode(ctx, cp, node) }()
+		} else {
+			labelled <- nil
+		}
 		// The claim: one write of the member, held to the version read. Two claimers racing
 		// for one member both write from the same version; the API server accepts one and
 		// answers the other with a conflict, and that one tries the next member.
@@ -110,7 +123,16 @@ func (r *EnvironmentReconciler) claim(ctx context.Context, env *wbv1.Environment
 		}
 		m.Annotations[wbv1.PoolClaimedByAnnotation] = env.Name
 		m.OwnerReferences = slices.DeleteFunc(m.OwnerReferences, func(o metav1.OwnerReference) bool { return o.Kind == "EnvironmentPool" })
-		if err := r.Patch(ctx, m, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		err = r.Patch(ctx, m, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+		if lerr := <-labelled; lerr == nil {
+			if env.Labels == nil {
+				env.Labels = map[string]string{}
+			}
+			env.Labels[wbv1.NodeLabel] = node
+		} else if err == nil {
+			return false, lerr // claimed, not labelled: the next pass finds its own claim and binds it
+		}
+		if err != nil {
 			if kerrors.IsConflict(err) || kerrors.IsNotFound(err) {
 				logger.V(1).Info("Pool member taken meanwhile; trying the next", "member", m.Name, "claimer", env.Name)
 				continue

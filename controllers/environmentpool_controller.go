@@ -38,7 +38,19 @@ func init() { metrics.Registry.MustRegister(poolClaims) }
 // when the pool is deleted.
 type EnvironmentPoolReconciler struct {
 	client.Client
-	Recorder events.EventRecorder
+	// APIReader reads the pool and its members from the API server rather than the cache:
+	// the member count and the claims counter are derived from them, and a cache that has
+	// not yet seen this controller's own last writes would create surplus members or write
+	// an older count back. Nil reads through Client.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+}
+
+func (r *EnvironmentPoolReconciler) reader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
 }
 
 // +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=environmentpools,verbs=get;list;watch;update;patch
@@ -62,11 +74,11 @@ func TemplateDigest(t *wbv1.EnvironmentSpec) (string, error) {
 func (r *EnvironmentPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	logger := log.FromContext(ctx)
 	var pool wbv1.EnvironmentPool
-	if err := r.Get(ctx, req.NamespacedName, &pool); err != nil {
+	if err := r.reader().Get(ctx, req.NamespacedName, &pool); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	var members wbv1.EnvironmentList
-	if err := r.List(ctx, &members, client.InNamespace(pool.Namespace), client.MatchingLabels{wbv1.PoolLabel: pool.Name}); err != nil {
+	if err := r.reader().List(ctx, &members, client.InNamespace(pool.Namespace), client.MatchingLabels{wbv1.PoolLabel: pool.Name}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing members of EnvironmentPool %s: %w", req, err)
 	}
 	if !pool.DeletionTimestamp.IsZero() {
@@ -101,6 +113,7 @@ func (r *EnvironmentPoolReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		want = *pool.Spec.Replicas
 	}
 	claims := pool.Status.Claims
+	var settled []*wbv1.Environment // claimed members whose claimers hold the instance: counted, then deleted
 	var current []*wbv1.Environment
 	failed := 0
 	for i := range members.Items {
@@ -115,9 +128,7 @@ func (r *EnvironmentPoolReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			}
 			if done {
 				claims++
-				if err := r.deleteMember(ctx, m); err != nil {
-					return ctrl.Result{}, err
-				}
+				settled = append(settled, m)
 			}
 			continue
 		}
@@ -192,9 +203,22 @@ func (r *EnvironmentPoolReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	for _, hc := range wbv1.HealthConditions(health, reason, msg, gen) {
 		setCondition(&next.Conditions, &all, hc)
 	}
-	wrote, err := applyStatus(ctx, r.Client, "environmentpool", &pool, cur, next)
+	// The count is written before the settled members are deleted, held to the pool's
+	// version read: a pass that lost a race writes nothing and deletes nothing (the newer
+	// pool's event runs the next pass), so a claim is never lost; a member whose delete
+	// failed after its count was written is counted again (a failed delete is reported).
+	wrote, err := applyStatusIfUnchanged(ctx, r.Client, "environmentpool", &pool, cur, next)
+	if kerrors.IsConflict(err) {
+		logger.V(1).Info("Pool changed since read; the next pass decides", "pool", req.NamespacedName)
+		return ctrl.Result{}, nil
+	}
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	for _, m := range settled {
+		if err := r.deleteMember(ctx, m); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	if wrote && cur.ReadyReplicas != next.ReadyReplicas && health == wbv1.HealthCurrent {
 		r.Recorder.Eventf(&pool, nil, corev1.EventTypeNormal, "PoolReady", "Reconcile", "%d members ready", ready)

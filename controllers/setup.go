@@ -29,7 +29,7 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 	now := time.Now
 	for _, s := range []interface{ SetupWithManager(ctrl.Manager) error }{
 		&EnvironmentReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-environment"), Now: now},
-		&EnvironmentPoolReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-environmentpool")},
+		&EnvironmentPoolReconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("workbench-environmentpool")},
 		&CommandProfileReconciler{Client: c},
 		&ConsentRequestReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-consent"), Now: now},
 		&ConsentGrantReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-consent"), Now: now, Recheck: cfg.BindingRecheck},

@@ -195,6 +195,9 @@ type commandPass struct {
 func (p *commandPass) set(c metav1.Condition) { setCondition(&p.next.Conditions, &p.all, c) }
 
 func (p *commandPass) hold(reason, msg string) {
+	// Not admitted now: an earlier admission (re-evaluated after a context raise) is not
+	// reported as if it still held.
+	p.next.AdmittedBy, p.next.AdmittedContext = "", ""
 	p.set(cond(wbv1.ConditionAdmitted, false, reason, msg, p.cmd.Generation))
 }
 
@@ -339,7 +342,7 @@ func (r *TerminalCommandReconciler) gate(ctx context.Context, p *commandPass) er
 		r.refuse(p, refs[0].Code, refs[0].Message)
 		return nil
 	}
-	adm := actuation.AdmitSubject(core, convert.Entries(cmd.Namespace, prof.Status.ConsentEntries), intent, convert.Subject(cmd, env.Name))
+	adm := actuation.AdmitSubject(core, convert.Entries(cmd.Namespace, prof.Status.ConsentEntries), intent, convert.SubjectIn(cmd, &env))
 	if !adm.Admitted {
 		granted, err := r.consentPath(ctx, p, &prof, &env, adm)
 		if err != nil || !granted {
@@ -442,6 +445,10 @@ func (r *TerminalCommandReconciler) ensureConsentRequest(ctx context.Context, p 
 	if ref := cmd.Status.ConsentRequestRef; ref != "" && ref != names[0] {
 		names = []string{ref}
 	}
+	// A request asked under an earlier operational context of the environment is not this
+	// command's question under the current one: the operator is asked again, under a name
+	// naming the context.
+	names = append(names, truncateName(cmd.Name, "-consent-"+shortUID(cmd.UID)+"-"+string(env.Status.EffectiveOperationalContext)))
 	name := ""
 	for _, n := range names {
 		cr := &wbv1.ConsentRequest{}
@@ -454,6 +461,9 @@ func (r *TerminalCommandReconciler) ensureConsentRequest(ctx context.Context, p 
 			return nil, fmt.Errorf("reading ConsentRequest %s/%s: %w", cmd.Namespace, n, err)
 		}
 		if cr.Spec.Descriptor.CommandUID == cmd.UID {
+			if cr.Spec.Descriptor.OperationalContext != env.Status.EffectiveOperationalContext {
+				continue // asked under another context (above)
+			}
 			if cr.Spec.Descriptor.ArgvDigest != p.next.ArgvDigest || cr.Spec.Descriptor.EnvironmentRef != wbv1.ObjectName(env.Name) {
 				return nil, fmt.Errorf("ConsentRequest %s/%s does not bind command %s's argv and environment", cmd.Namespace, n, cmd.Name)
 			}
@@ -472,6 +482,7 @@ func (r *TerminalCommandReconciler) ensureConsentRequest(ctx context.Context, p 
 				Capability: wbv1.CapabilityTerminalCommand, CommandRef: wbv1.ObjectName(cmd.Name), CommandUID: cmd.UID,
 				ProfileRef:     cmd.Spec.ProfileRef,
 				EnvironmentRef: wbv1.ObjectName(env.Name), Argv: cmd.Spec.Argv, ArgvDigest: p.next.ArgvDigest, Cwd: cmd.Spec.Cwd,
+				OperationalContext: env.Status.EffectiveOperationalContext,
 				RememberedSpan: "allow-once admits only this command object (uid " + string(cmd.UID) + "); remembered grants admit this argv shape on environment " +
 					env.Name + " only, with profile " + string(cmd.Spec.ProfileRef) + " and this cwd",
 				Roots: prof.Spec.AllowedRoots,

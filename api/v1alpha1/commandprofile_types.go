@@ -175,6 +175,11 @@ type ConsentEntry struct {
 	// environmentRef is the only environment the grant admits on.
 	// +optional
 	EnvironmentRef ObjectName `json:"environmentRef,omitempty"`
+	// operationalContext is the operational context the grant was reviewed under: a
+	// remembered grant admits only while its environment's context is this class or a
+	// lower one.
+	// +optional
+	OperationalContext ContextClass `json:"operationalContext,omitempty"`
 	// deltaDigest of the grant.
 	// +required
 	DeltaDigest Digest `json:"deltaDigest"`

@@ -68,6 +68,12 @@ type ConsentDescriptor struct {
 	// this request, remembered ones too, admits only on this environment.
 	// +required
 	EnvironmentRef ObjectName `json:"environmentRef"`
+	// operationalContext is the environment's effective operational context the operator
+	// reviews the command under, stamped by the manager when it asks. A remembered grant of
+	// this request admits only while the environment's context is this class or a lower
+	// one: once the context is raised, the operator is asked again, under the new class.
+	// +optional
+	OperationalContext ContextClass `json:"operationalContext,omitempty"`
 	// rememberedSpan states what a remembered grant of this request would span.
 	// +optional
 	// +kubebuilder:validation:MaxLength=512

@@ -44,16 +44,34 @@ type CredentialInjection string
 type ContextClass string
 
 // EnvironmentPhase is a one-word summary derived from conditions.
-// +kubebuilder:validation:Enum=Allocating;Ready;Draining;Closed;Failed;Expired
+// +kubebuilder:validation:Enum=Allocating;Ready;Paused;Draining;Closed;Failed;Expired
 type EnvironmentPhase string
 
 const (
 	EnvironmentAllocating EnvironmentPhase = "Allocating"
 	EnvironmentReady      EnvironmentPhase = "Ready"
-	EnvironmentDraining   EnvironmentPhase = "Draining"
-	EnvironmentClosed     EnvironmentPhase = "Closed"
-	EnvironmentFailed     EnvironmentPhase = "Failed"
-	EnvironmentExpired    EnvironmentPhase = "Expired"
+	// EnvironmentPaused: the environment is held as asked (spec.desiredState Paused); its
+	// guest's vCPUs are stopped. Not Ready (it serves no new command or session) and not
+	// failed: Reconciling and Stalled are False, and kstatus reads Ready=False as
+	// InProgress.
+	EnvironmentPaused   EnvironmentPhase = "Paused"
+	EnvironmentDraining EnvironmentPhase = "Draining"
+	EnvironmentClosed   EnvironmentPhase = "Closed"
+	EnvironmentFailed   EnvironmentPhase = "Failed"
+	EnvironmentExpired  EnvironmentPhase = "Expired"
+)
+
+// EnvironmentDesiredState is what the owner wants of an allocated environment.
+// +kubebuilder:validation:Enum=Running;Paused
+type EnvironmentDesiredState string
+
+const (
+	// EnvironmentDesiredRunning (the default) keeps the environment running.
+	EnvironmentDesiredRunning EnvironmentDesiredState = "Running"
+	// EnvironmentDesiredPaused stops the environment's guest in place (qemu-microvm.v1: QMP
+	// stop; memory and devices kept); Running again resumes it (QMP cont). A backend that
+	// cannot pause refuses with pause-unsupported and keeps running.
+	EnvironmentDesiredPaused EnvironmentDesiredState = "Paused"
 )
 
 // TeardownPolicy says what teardown removes.
@@ -280,6 +298,13 @@ type EnvironmentSpec struct {
 	// is ready. Its allocation fields must equal the pool template's.
 	// +optional
 	PoolRef *PoolReference `json:"poolRef,omitempty"`
+
+	// desiredState Paused stops the environment's guest in place and Running (the default)
+	// resumes it (docs/vm-pause-snapshot.md). While Paused, new commands and sessions are
+	// refused with environment-paused; running ones are frozen with the guest.
+	// +optional
+	// +kubebuilder:default=Running
+	DesiredState EnvironmentDesiredState `json:"desiredState,omitempty"`
 }
 
 // UnmetRequirement is one property no capability satisfied.

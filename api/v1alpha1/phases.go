@@ -27,6 +27,7 @@ const (
 	ReasonNoMatch             = "NoMatchingCapability"
 	ReasonDraining            = "Draining"
 	ReasonClosed              = "Closed"
+	ReasonPaused              = "Paused" // Ready=False: the environment is paused as asked (spec.desiredState Paused)
 )
 
 func isTrue(conds []metav1.Condition, t string) bool { return meta.IsStatusConditionTrue(conds, t) }
@@ -110,6 +111,10 @@ func EnvironmentPhaseFor(conds []metav1.Condition, deleting bool) EnvironmentPha
 			return EnvironmentExpired
 		case ReasonClosed:
 			return EnvironmentClosed
+		case ReasonPaused:
+			if !deleting {
+				return EnvironmentPaused
+			}
 		}
 	}
 	if deleting || (ready != nil && ready.Reason == ReasonDraining) {
@@ -225,11 +230,13 @@ func SessionHealth(p SessionPhase, closeRequested bool) Health {
 	return HealthProgressing
 }
 
-// EnvironmentHealth: Ready is current; allocating and draining are progress; a failed,
-// expired or closed environment serves nothing any more.
+// EnvironmentHealth: Ready is current; a Paused environment is neither reconciling nor
+// stalled (it is held as asked; kstatus reads its Ready=False as InProgress, never
+// Failed); allocating and draining are progress; a failed, expired or closed environment
+// serves nothing any more.
 func EnvironmentHealth(p EnvironmentPhase) Health {
 	switch p {
-	case EnvironmentReady:
+	case EnvironmentReady, EnvironmentPaused:
 		return HealthCurrent
 	case EnvironmentFailed, EnvironmentExpired, EnvironmentClosed:
 		return HealthStalled

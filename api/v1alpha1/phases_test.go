@@ -127,6 +127,13 @@ func TestEnvironmentPhaseAndHealth(t *testing.T) {
 		{"allocating", []metav1.Condition{c(wbv1.ConditionScheduled, true, wbv1.ReasonPlaced), c(wbv1.ConditionReady, false, "Allocating")}, false, wbv1.EnvironmentAllocating, kstatus.InProgressStatus},
 		{"ready", []metav1.Condition{c(wbv1.ConditionScheduled, true, wbv1.ReasonPlaced), c(wbv1.ConditionReady, true, "Ready")}, false, wbv1.EnvironmentReady, kstatus.CurrentStatus},
 		{"failed", []metav1.Condition{c(wbv1.ConditionReady, false, wbv1.ReasonFailed)}, false, wbv1.EnvironmentFailed, kstatus.FailedStatus},
+		// Paused as asked: not Ready and not failed. Reconciling and Stalled are both False
+		// (nothing is in progress); kstatus then reads Ready=False as InProgress, never Failed.
+		{"paused", []metav1.Condition{c(wbv1.ConditionScheduled, true, wbv1.ReasonPlaced), c(wbv1.ConditionReady, false, wbv1.ReasonPaused)}, false, wbv1.EnvironmentPaused, kstatus.InProgressStatus},
+		// A paused environment being deleted drains like any other.
+		{"paused deleting", []metav1.Condition{c(wbv1.ConditionReady, false, wbv1.ReasonPaused)}, true, wbv1.EnvironmentDraining, kstatus.TerminatingStatus},
+		// Expiry wins over a pause.
+		{"paused expired", []metav1.Condition{c(wbv1.ConditionExpired, true, wbv1.ReasonExpired), c(wbv1.ConditionReady, false, wbv1.ReasonPaused)}, false, wbv1.EnvironmentExpired, kstatus.FailedStatus},
 		{"expired", []metav1.Condition{c(wbv1.ConditionExpired, true, wbv1.ReasonExpired), c(wbv1.ConditionReady, false, wbv1.ReasonExpired)}, false, wbv1.EnvironmentExpired, kstatus.FailedStatus},
 		{"draining", []metav1.Condition{c(wbv1.ConditionReady, false, wbv1.ReasonDraining)}, false, wbv1.EnvironmentDraining, kstatus.InProgressStatus},
 		{"deleting", []metav1.Condition{c(wbv1.ConditionReady, false, wbv1.ReasonDraining)}, true, wbv1.EnvironmentDraining, kstatus.TerminatingStatus},

@@ -373,6 +373,13 @@ const (
 	CodePoolTemplateMismatch Code = "pool-template-mismatch" // the claimer's allocation differs from the pool template
 )
 
+// VM pause/resume and snapshots (issue 13 item 5, docs/vm-pause-snapshot.md).
+const (
+	CodeEnvironmentPaused Code = "environment-paused" // the environment is paused (spec.desiredState Paused): no new command or session
+	CodePauseUnsupported  Code = "pause-unsupported"  // the environment's backend cannot pause; it keeps running
+	CodeSnapshotBlocked   Code = "snapshot-blocked"   // the VMM refused to save the guest (a device blocks migration); the exact error follows
+)
+
 // allCodes is the closed vocabulary as data; Codes returns a sorted copy.
 var allCodes = []Code{
 	CodeEgressEndpointForbidden, CodeEgressDNSNameForbidden, CodeEgressConnectionCapReached,
@@ -450,6 +457,8 @@ var allCodes = []Code{
 	CodePoolNotFound, CodePoolTemplateMismatch,
 	// operational context lifecycle (opctx)
 	CodeOperationalContextLowered, CodeOperationalContextSuperseded,
+	// VM pause/resume and snapshots (vmsnap)
+	CodeEnvironmentPaused, CodePauseUnsupported, CodeSnapshotBlocked,
 }
 
 var sortedCodes = func() []Code {

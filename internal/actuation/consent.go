@@ -48,6 +48,10 @@ type ConsentEntry struct {
 	CommandUID  string `json:"commandUID,omitempty"`  // allow-once: UID of the only command object
 	ArgvDigest  string `json:"argvDigest,omitempty"`  // allow-once: ArgvDigest(profileRef, argv, cwd) reviewed
 	Environment string `json:"environment,omitempty"` // environment the operator reviewed it on
+	// Context is the operational context the operator reviewed the entry under (seed 000
+	// decisions 37 and 40): a remembered entry admits only while the subject's environment
+	// is in this class or a lower one (ReviewedContextHolds).
+	Context ContextClass `json:"context,omitempty"`
 }
 
 // Subject is the command object an admission decision is for.
@@ -55,6 +59,25 @@ type Subject struct {
 	Ref         string // namespace/name
 	UID         string // the object's UID: a recreated object is another subject
 	Environment string // the environment the command would run in
+	// Context is the environment's effective operational context now ("" only in core
+	// vectors and for an environment not planned yet).
+	Context ContextClass
+}
+
+// ReviewedContextHolds says whether entry e may admit for subject s under s's operational
+// context. A remembered entry (remember-exact-argv, remember-argv-prefix) was reviewed by an
+// operator under a context; it admits only while the environment's context is that class
+// or a lower one, so a grant reviewed under "test" does not admit once the environment was
+// raised to "production" — the operator is asked again, under the new class. An entry that
+// recorded no context (reviewed before contexts were recorded) admits under no context:
+// it fails closed. An allow-once entry is held to the command's admission context instead
+// (CheckAdmissionContext, operational-context-superseded), and a deny entry denies under
+// every context (denying only reduces authority).
+func ReviewedContextHolds(e *ConsentEntry, s Subject) bool {
+	if s.Context == "" || (e.Scope != ScopeRememberExactArgv && e.Scope != ScopeRememberArgvPrefix) {
+		return true
+	}
+	return e.Context != "" && contextRank(e.Context) >= contextRank(s.Context)
 }
 
 // Host caps of remember-argv-prefix (decision 37).
@@ -192,8 +215,9 @@ func Admit(p Profile, entries []ConsentEntry, in CommandIntent, commandRef strin
 }
 
 // AdmitSubject is Admit for a bound subject: an entry admits only on the environment it
-// names (Environment == s.Environment), and an allow-once entry only the command object it
-// names (CommandRef, CommandUID) with exactly the argv digest the operator reviewed.
+// names (Environment == s.Environment) and under the operational context it was reviewed
+// under (ReviewedContextHolds), and an allow-once entry only the command object it names
+// (CommandRef, CommandUID) with exactly the argv digest the operator reviewed.
 func AdmitSubject(p Profile, entries []ConsentEntry, in CommandIntent, s Subject) Admission {
 	if r := FirstRefusal(ValidateArgvShape(in.Argv)); r != nil {
 		return Admission{Refusal: r}
@@ -205,7 +229,7 @@ func AdmitSubject(p Profile, entries []ConsentEntry, in CommandIntent, s Subject
 	var best *ConsentEntry
 	for i := range entries {
 		e := &entries[i]
-		if e.Cwd != in.Cwd || e.Environment != s.Environment || ValidateConsentEntry(p, *e) != nil {
+		if e.Cwd != in.Cwd || e.Environment != s.Environment || !ReviewedContextHolds(e, s) || ValidateConsentEntry(p, *e) != nil {
 			continue
 		}
 		if !entryMatches(e, in, s) {

@@ -113,6 +113,14 @@ func Subject(cmd *wbv1.TerminalCommand, environment string) actuation.Subject {
 	return actuation.Subject{Ref: CommandRef(cmd.Namespace, cmd.Name), UID: string(cmd.UID), Environment: environment}
 }
 
+// SubjectIn is Subject with the environment's effective operational context, which a
+// remembered grant is held to (actuation.ReviewedContextHolds).
+func SubjectIn(cmd *wbv1.TerminalCommand, env *wbv1.Environment) actuation.Subject {
+	s := Subject(cmd, env.Name)
+	s.Context = actuation.ContextClass(env.Status.EffectiveOperationalContext)
+	return s
+}
+
 // CommandRef is how allow-once grants name a command.
 func CommandRef(namespace, name string) string { return fmt.Sprintf("%s/%s", namespace, name) }
 
@@ -124,6 +132,7 @@ func Entries(namespace string, in []wbv1.ConsentEntry) []actuation.ConsentEntry 
 			Scope: actuation.ConsentScope(e.Scope), GrantRef: string(e.GrantRef),
 			Argv: e.Argv, Prefix: e.Prefix, VariablePrefixes: e.VariablePrefixes, Cwd: Cwd(e.Cwd),
 			CommandUID: e.CommandUID, ArgvDigest: string(e.ArgvDigest), Environment: string(e.EnvironmentRef),
+			Context: actuation.ContextClass(e.OperationalContext),
 		}
 		if e.CommandRef != "" {
 			ce.CommandRef = CommandRef(namespace, string(e.CommandRef))
@@ -136,7 +145,7 @@ func Entries(namespace string, in []wbv1.ConsentEntry) []actuation.ConsentEntry 
 // Entry builds the consent entry a grant admits, from its request's descriptor.
 func Entry(namespace string, grant *wbv1.ConsentGrant, d *wbv1.ConsentDescriptor) actuation.ConsentEntry {
 	e := actuation.ConsentEntry{Scope: actuation.ConsentScope(grant.Spec.Scope), GrantRef: grant.Name, Cwd: Cwd(d.Cwd),
-		Environment: string(d.EnvironmentRef)}
+		Environment: string(d.EnvironmentRef), Context: actuation.ContextClass(d.OperationalContext)}
 	switch grant.Spec.Scope {
 	case wbv1.ConsentAllowOnce:
 		e.Argv = d.Argv

@@ -34,6 +34,9 @@ func TestMicroVMBoot(t *testing.T) {
 			t.Skipf("bin/guest/%s missing: run `make guest-image` first (%v)", f, err)
 		}
 	}
+	if d, err := os.ReadFile(filepath.Join(img, "digests.txt")); err != nil || !strings.Contains(string(d), "\nprotocol "+protocol.SchemaDigest()+"\n") {
+		t.Skipf("bin/guest is stale: its digests.txt does not name this tree's protocol %s (run make guest-image)", protocol.SchemaDigest())
+	}
 	qemu, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {
 		t.Skipf("qemu-system-x86_64 not found (installed by `make guest-image`): %v", err)

@@ -49,15 +49,30 @@ func TestLoad(t *testing.T) {
 	state, root := t.TempDir(), t.TempDir()
 	config := filepath.Join(t.TempDir(), "node-agent.yaml")
 	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nadmittedRoots:\n  load: %s\nheartbeatSeconds: 2\n"+
-		"recordRetentionSeconds: 2\ncaps:\n  sessions: %d\n  sessionsPerEnvironment: %d\n  concurrentCommands: 8\n  eventBufferDepth: 200\n",
-		node, state, root, sessions, sessions)), 0o600))
+		"recordRetentionSeconds: 2\ncaps:\n  sessions: %d\n  sessionsPerEnvironment: %d\n  concurrentCommands: %d\n  eventBufferDepth: 200\n",
+		node, state, root, sessions, sessions, envInt("WB_LOAD_CONCURRENT", 8))), 0o600))
 	p := startAgentProcess(t, bin, kubeconfig, config, "GODEBUG=gctrace=1") // the runtime reports the agent's heap at every collection
 	defer func() {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		_ = p.cmd.Wait()
 	}()
 	ns := namespace(t)
-	readyEnvironmentOn(t, ns, root, node) // session "s" is the first of the cap
+	// Every session outlives the run: the node's ceiling (12 h) instead of the 1 h default,
+	// so a full-size run's commands never meet a session closed by its maximum duration.
+	const sessionSeconds = 43200
+	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
+		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(root)}},
+		NodeSelector: map[string]string{wbv1.NodeLabel: node},
+	}}))
+	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns}, // the first of the cap
+		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e", MaxDurationSeconds: sessionSeconds}}))
+	eventually(t, 60*time.Second, "environment Ready and session Running", func() (bool, string) {
+		var e wbv1.Environment
+		var s wbv1.TerminalSession
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
+		return e.Status.Phase == wbv1.EnvironmentReady && s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("env=%+v session=%+v", e.Status, s.Status)
+	})
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/echo", nil, []string{"load-"})))
 	rssBefore := rssKiB(p.cmd.Process.Pid)
 
@@ -67,7 +82,7 @@ func TestLoad(t *testing.T) {
 	admissionRefused := 0
 	for i := 1; i < sessions+2; i++ {
 		err := env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s%d", i), Namespace: ns},
-			Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}})
+			Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e", MaxDurationSeconds: sessionSeconds}})
 		if apierrors.IsTooManyRequests(err) &&
 			strings.Contains(err.Error(), string(actuation.CodeSessionCapReached)) {
 			admissionRefused++
@@ -76,7 +91,7 @@ func TestLoad(t *testing.T) {
 		must(t, err)
 	}
 	open, refusedSessions := 0, 0
-	var openNames []string // which sessions win the cap depends on the node's order: commands go to those
+	var openNames []string // which sessions the node refused at its cap depends on the order it saw them
 	eventually(t, 120*time.Second, "every session open or refused at the cap", func() (bool, string) {
 		var list wbv1.TerminalSessionList
 		must(t, env.Client.List(ctx, &list, client.InNamespace(ns)))

@@ -32,6 +32,10 @@ type vm struct {
 	// the pidfds tell the exit then).
 	qemuDone, devDone <-chan struct{}
 	serial            *serialSink
+	// mon is the VM's QMP monitor (qmp.go; nil when adopted until monitorOf re-acquires
+	// it) and paused says this process stopped the VM (pause.go).
+	mon    *qmpConn
+	paused bool
 }
 
 // alive reports whether both processes still run (as the recorded incarnations: the
@@ -107,6 +111,7 @@ func (b *Backend) qemuArgs(dir string, rec *Record) []string {
 		"-chardev", "socket,id=vsock0,path=" + filepath.Join(dir, vhostSock), "-device", "vhost-user-vsock-device,chardev=vsock0",
 		"-chardev", "socket,id=serial0,path=" + filepath.Join(dir, serialSock), "-serial", "chardev:serial0",
 		"-fw_cfg", "name=opt/workbench/binding,file=" + filepath.Join(dir, bindingName),
+		"-chardev", "socket,id=mon0,reconnect=1,path=" + filepath.Join(dir, monitorSock), "-mon", "chardev=mon0,mode=control", // qmp.go
 	}
 	if !b.cfg.NoRNG {
 		args = append(args, "-object", "rng-random,id=rng0,filename=/dev/urandom", "-device", "virtio-rng-device,rng=rng0")
@@ -275,8 +280,13 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 	if v.serial, err = listenSerial(filepath.Join(dir, serialSock), filepath.Join(dir, serialLog), b.cfg.SerialMaxBytes); err != nil {
 		return fail(CodeBootFailed, fmt.Errorf("serial listener: %w", err))
 	}
-	// The VMM processes connect to both listeners.
-	if err := shareWithVMM("", id, 0, ready.Path(), filepath.Join(dir, serialSock)); err != nil {
+	mon, err := listenMonitor(filepath.Join(dir, monitorSock)) // qmp.go
+	if err != nil {
+		return fail(CodeBootFailed, err)
+	}
+	defer func() { _ = mon.Close() }()
+	// The VMM processes connect to the three listeners.
+	if err := shareWithVMM("", id, 0, ready.Path(), filepath.Join(dir, serialSock), filepath.Join(dir, monitorSock)); err != nil {
 		return fail(CodeBootFailed, err)
 	}
 	go v.serial.serve(deadline)
@@ -291,6 +301,9 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 	}
 	rec.QEMU, rec.LaunchedAt = &v.qemu.id, time.Now().UTC()
 	if err := writeRecord(dir, rec); err != nil {
+		return fail(CodeBootFailed, err)
+	}
+	if v.mon, err = acceptMonitor(mon, deadline); err != nil {
 		return fail(CodeBootFailed, err)
 	}
 	// A boot ends early when either process exits.
@@ -411,6 +424,7 @@ func startProc(cmd *exec.Cmd, g *cgroups.Group, id vmmIdentity, ownPID bool) (*p
 func (b *Backend) killAll(dir string, rec *Record, v *vm) ([]string, error) {
 	if v != nil {
 		v.serial.close()
+		v.mon.close()
 		for _, h := range []*procHandle{v.qemu, v.dev} {
 			if h != nil && !h.exited() {
 				_ = h.kill(killWait)
@@ -464,7 +478,7 @@ func (b *Backend) killAll(dir string, rec *Record, v *vm) ([]string, error) {
 // workingFile reports whether name is a file this backend creates in a VM directory.
 func workingFile(name string) bool {
 	switch name {
-	case RecordName, bindingName, vhostSock, guestSock, serialSock, serialLog, "core":
+	case RecordName, bindingName, vhostSock, guestSock, serialSock, serialLog, monitorSock, "core":
 		return true
 	}
 	return strings.HasPrefix(name, guestSock+"_") || strings.HasPrefix(name, tmpPrefix) || strings.HasPrefix(name, "core.")

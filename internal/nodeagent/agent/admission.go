@@ -31,7 +31,7 @@ func admitAtNode(cmd *wbv1.TerminalCommand, prof *wbv1.CommandProfile, env *wbv1
 		return notAdmitted("the recorded argv digest %q is not the digest of the command's argv, cwd and profile (%s)", cmd.Status.ArgvDigest, digest)
 	}
 	entries := convert.Entries(cmd.Namespace, prof.Status.ConsentEntries)
-	subject := convert.Subject(cmd, env.Name)
+	subject := convert.SubjectIn(cmd, env)
 	adm := actuation.AdmitSubject(core, entries, intent, subject)
 	if !adm.Admitted {
 		why := "no entry admits it"
@@ -67,7 +67,7 @@ func fastPathAdmit(cmd *wbv1.TerminalCommand, prof *wbv1.CommandProfile, env *wb
 	if refs := append(actuation.ValidateArgvShape(intent.Argv), actuation.ValidateIntentAgainstProfile(core, intent)...); len(refs) > 0 {
 		return "", false
 	}
-	adm := actuation.AdmitSubject(core, convert.Entries(cmd.Namespace, prof.Status.ConsentEntries), intent, convert.Subject(cmd, env.Name))
+	adm := actuation.AdmitSubject(core, convert.Entries(cmd.Namespace, prof.Status.ConsentEntries), intent, convert.SubjectIn(cmd, env))
 	if !adm.Admitted || adm.Scope == actuation.ScopeAllowOnce {
 		return "", false
 	}

@@ -269,6 +269,9 @@ func (a *Agent) Run(ctx context.Context, cfg *rest.Config) error {
 	if err := mgr.Add(managerRunnable(a.capacityLoop)); err != nil {
 		return err
 	}
+	if err := mgr.Add(managerRunnable(a.pendingLoop)); err != nil { // republish.go
+		return err
+	}
 	log.Info("Starting node agent", "version", Version, "backends", a.backends.IDs())
 	err = mgr.Start(ctx)
 	shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)

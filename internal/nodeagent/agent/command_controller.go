@@ -165,6 +165,9 @@ func (r *commandReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		// Not taken on the fast path: nothing of it is this node's to write.
 		return p.result, nil
 	}
+	if err := a.storeDecision(&cmd, p.decided); err != nil {
+		return ctrl.Result{}, err // stored before it is shown, or not shown (republish.go)
+	}
 	before, after := cmd.Status.Phase, derivePhase(&next, &all, cmd.Generation)
 	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"command", &cmd, cur, next)
 	if err != nil {
@@ -198,6 +201,15 @@ type cmdPass struct {
 	// the command on its fast path (its claim landed). A fast pass that has not claimed
 	// writes nothing: refusals and waiting are the manager's to record.
 	fast, claimed bool
+	// decided is an outcome this pass decided with no start record (a refusal, a
+	// cancellation before the start): it is stored before status shows it (storeDecision).
+	decided *commandOutcome
+}
+
+// decide ends the command with an outcome decided at the node, nothing started.
+func (p *cmdPass) decide(o *commandOutcome) {
+	p.decided = o
+	p.finish(o)
 }
 
 func (p *cmdPass) set(t string, ok bool, reason, msg string) {
@@ -291,7 +303,7 @@ func (r *commandReconciler) step(ctx context.Context, p *cmdPass) error {
 	}
 	if deleting {
 		// Deleted before it started here: it never runs.
-		p.finish(&commandOutcome{Phase: wbv1.CommandCancelled, SignalOrigin: string(procexec.OriginCancel), Completed: time.Now(),
+		p.decide(&commandOutcome{Phase: wbv1.CommandCancelled, SignalOrigin: string(procexec.OriginCancel), Completed: time.Now(),
 			Message: "cancelled (deleted or desiredState Cancelled) before it started"})
 		return nil
 	}
@@ -348,7 +360,7 @@ func decodeOutcome(s string) *commandOutcome {
 
 // refuse ends a command at the node with a code (nothing was started).
 func (p *cmdPass) refuse(code, msg string) {
-	p.finish(&commandOutcome{Phase: wbv1.CommandRefused, RefusalCode: code, Message: code + ": " + msg, Completed: time.Now()})
+	p.decide(&commandOutcome{Phase: wbv1.CommandRefused, RefusalCode: code, Message: code + ": " + msg, Completed: time.Now()})
 }
 
 func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
@@ -384,6 +396,10 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	}
 	if env.Status.NodeName != a.cfg.NodeName {
 		return nil // not ours (yet); the label said so, the status does not agree
+	}
+	if code, msg := pausedRefusal(&env); code != "" { // environment_pause.go
+		p.refuse(code, msg)
+		return nil
 	}
 	roots, ready := a.mountedRoots(string(env.UID))
 	if !ready {

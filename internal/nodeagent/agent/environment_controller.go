@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -231,7 +232,13 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		mark("node-record-ready")
 		a.rememberEnv(spec, st)
 		if st.Phase == backends.PhaseReady {
-			set(wbv1.ConditionReady, true, "Ready", fmt.Sprintf("%s environment ready with %d roots", b.ID(), len(st.Roots)))
+			rs := a.applyDesiredState(ctx, &env, b, spec, fmt.Sprintf("%s environment ready with %d roots", b.ID(), len(st.Roots))) // environment_pause.go
+			set(wbv1.ConditionReady, rs.ready, rs.reason, rs.msg)
+			if rs.unsupported {
+				set(wbv1.ConditionDegraded, true, reasonPauseUnsupported, string(actuation.CodePauseUnsupported)+": backend "+b.ID()+" cannot pause; the environment keeps running")
+			} else if c := meta.FindStatusCondition(all, wbv1.ConditionDegraded); c != nil && c.Reason == reasonPauseUnsupported {
+				set(wbv1.ConditionDegraded, false, "AsDesired", "environment runs as spec.desiredState asks")
+			}
 		} else {
 			set(wbv1.ConditionReady, false, string(st.Phase), st.Message)
 		}

@@ -193,10 +193,21 @@ func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl.Result, string, string, error) {
 	var env wbv1.Environment
 	if err := a.client.Get(ctx, types.NamespacedName{Namespace: ts.Namespace, Name: string(ts.Spec.EnvironmentRef)}, &env); err != nil {
-		if client.IgnoreNotFound(err) == nil {
-			return ctrl.Result{}, string(actuation.CodeEnvironmentUnavailable), "environment not on this node", nil
+		if client.IgnoreNotFound(err) != nil {
+			return ctrl.Result{}, "", "", err
 		}
-		return ctrl.Result{}, "", "", err
+		// Not in this node's cache: the environment's own watch event may simply not have
+		// arrived yet (the session's came first). Ask the API server once: bound to this node,
+		// its event wakes the session (sessionsOfEnvironment); otherwise it is not this node's.
+		if err := a.reader.Get(ctx, types.NamespacedName{Namespace: ts.Namespace, Name: string(ts.Spec.EnvironmentRef)}, &env); client.IgnoreNotFound(err) != nil {
+			return ctrl.Result{}, "", "", err
+		} else if err == nil && env.Labels[wbv1.NodeLabel] == a.cfg.NodeName && env.DeletionTimestamp.IsZero() {
+			return ctrl.Result{}, "", "", nil
+		}
+		return ctrl.Result{}, string(actuation.CodeEnvironmentUnavailable), "environment not on this node", nil
+	}
+	if code, msg := pausedRefusal(&env); code != "" { // environment_pause.go
+		return ctrl.Result{}, code, msg, nil
 	}
 	roots, ready := a.mountedRoots(string(env.UID))
 	if !ready {

@@ -108,16 +108,32 @@ func throughputFile(b *testing.B) (string, int64) {
 // time includes starting its sandbox and confirming its cleanup. stream-pct compares the
 // output alone: from the first output byte to the last, read by the raw loop against
 // appended to the session's ring (ring event times).
-func BenchmarkThroughput(b *testing.B) {
+func BenchmarkThroughput(b *testing.B) { throughput(b, Caps{}) }
+
+// BenchmarkThroughputPrestarted is BenchmarkThroughput with one pre-started session
+// sandbox (Caps.PrestartedSessions: 1): each iteration first waits, untimed, until the
+// helper is waiting, so no refill runs during the floor's sample (the refill a take
+// starts runs during the session's own sample, against it).
+func BenchmarkThroughputPrestarted(b *testing.B) { throughput(b, Caps{PrestartedSessions: 1}) }
+
+func throughput(b *testing.B, caps Caps) {
 	path, size := throughputFile(b)
 	b.SetBytes(size)
-	m := NewManager(Caps{})
+	m := NewManager(caps)
 	ctx := context.Background()
+	defer func() { _ = m.Shutdown(ctx) }()
 	buf := make([]byte, 32<<10)
 	var floor, sess, floorStream, sessStream samples.Durations
 	i := 0
 	for b.Loop() {
 		i++
+		if caps.PrestartedSessions > 0 {
+			b.StopTimer()
+			if err := m.WarmPrestarted(); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
 		t0 := time.Now()
 		cmd := exec.Command("/bin/cat", path)
 		cmd.Env = []string{}

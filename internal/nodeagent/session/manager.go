@@ -105,6 +105,10 @@ type Caps struct {
 	EventBufferBytes       int
 	MaxInputBytes          int
 	MaxDuration            time.Duration // ceiling for Spec.MaxDuration / IdleTimeout
+	// PrestartedSessions is how many sandbox helpers are kept started ahead on PTYs of
+	// their own for sandboxed sessions (prestart.go); 0 (the default) keeps none. At most
+	// MaxPrestartedSessions.
+	PrestartedSessions int
 }
 
 // DefaultCaps returns the laptop-profile caps.
@@ -128,6 +132,7 @@ func (c Caps) withDefaults() Caps {
 	if c.EventMaxAge <= 0 {
 		c.EventMaxAge = DefaultEventMaxAge
 	}
+	c.PrestartedSessions = min(max(c.PrestartedSessions, 0), MaxPrestartedSessions)
 	if c.MaxDuration <= 0 || c.MaxDuration > DefaultMaxDurationCeiling {
 		c.MaxDuration = DefaultMaxDurationCeiling // never above the ceiling admission enforces
 	}
@@ -222,6 +227,8 @@ type Manager struct {
 	perEnv   map[string]int
 	readers  int
 	shutdown bool
+
+	pre prestartPool // pre-started session sandboxes (prestart.go)
 }
 
 // NewManager returns a Manager enforcing caps (zero fields -> defaults).
@@ -363,6 +370,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		all = append(all, s)
 	}
 	m.mu.Unlock()
+	m.closePrestarted()
 	errs := make(chan error, len(all))
 	for _, s := range all {
 		go func() { errs <- s.Close(ctx) }()

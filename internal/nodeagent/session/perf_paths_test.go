@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -112,4 +113,47 @@ func firstDiff(a, b []byte) int {
 		}
 	}
 	return min(len(a), len(b))
+}
+
+// A Manager with pre-started session sandboxes opens a session on a waiting helper (the
+// session's leader is that helper), configured for this session's program and sandboxed
+// like any other; the pool refills, and Shutdown leaves no waiting helper behind.
+func TestPrestartedSessionSandbox(t *testing.T) {
+	h := newHarness(t, Caps{PrestartedSessions: 1})
+	if err := h.m.WarmPrestarted(); err != nil {
+		t.Fatal(err)
+	}
+	h.m.pre.mu.Lock()
+	waiting := h.m.pre.idle[0].pt.Pid()
+	h.m.pre.mu.Unlock()
+	s := h.open(Spec{ID: "pre", Env: shellEnv, IdleTimeout: -1,
+		Argv: []string{"/bin/sh", "-c", "echo host=$(cat /proc/sys/kernel/hostname) pid=$$; read x"}})
+	if s.Info().Pid != waiting {
+		t.Fatalf("the session's leader is %d, not the pre-started helper %d", s.Info().Pid, waiting)
+	}
+	out := waitOutput(t, s, "\r\n")
+	if !strings.Contains(out, "host="+procexec.SandboxHostname) {
+		t.Fatalf("the program does not run in the sandbox: %q", out)
+	}
+	if err := h.m.WarmPrestarted(); err != nil { // the take started a refill; wait for it
+		t.Fatal(err)
+	}
+	h.m.pre.mu.Lock()
+	refill := h.m.pre.idle[0].pt.Pid()
+	h.m.pre.mu.Unlock()
+	if err := s.Input([]byte("\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, s)
+	if ex := s.Exit(); ex.Code != 0 || s.Phase() != PhaseClosed {
+		t.Fatalf("exit %+v phase %s", ex, s.Phase())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if err := h.m.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Kill(refill, 0); !errors.Is(err, unix.ESRCH) {
+		t.Fatalf("the waiting helper %d outlived Shutdown: %v", refill, err)
+	}
 }

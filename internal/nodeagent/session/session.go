@@ -176,14 +176,30 @@ func newSession(m *Manager, spec Spec, rg *ring.Ring) *Session {
 
 // start spawns the program on a fresh PTY and starts the pumps and timers.
 func (s *Session) start() error {
-	master, tty, err := pty.Open()
-	if err != nil {
-		return fmt.Errorf("allocate pty: %w", err)
+	var pre *preTerm // a pre-started helper on its own PTY (prestart.go), or nil
+	if !s.spec.HostRelay {
+		pre = s.m.takePrestarted()
+	}
+	preUsed := false
+	defer func() {
+		if pre != nil && !preUsed {
+			pre.pt.Discard() // the start failed before the helper was configured
+		}
+	}()
+	var master, tty *os.File
+	if pre != nil {
+		master, tty = pre.master, pre.tty
+	} else {
+		var err error
+		if master, tty, err = pty.Open(); err != nil {
+			return fmt.Errorf("allocate pty: %w", err)
+		}
+		if master, err = pollableMaster(master); err != nil {
+			_ = tty.Close()
+			return err
+		}
 	}
 	defer func() { _ = tty.Close() }()
-	if master, err = pollableMaster(master); err != nil {
-		return err
-	}
 	// Size through the tty side: pty.Setsize calls Fd(), which would put the
 	// master back into blocking mode.
 	if err := pty.Setsize(tty, &pty.Winsize{Rows: s.spec.Rows, Cols: s.spec.Cols}); err != nil {
@@ -243,15 +259,22 @@ func (s *Session) start() error {
 				return nil
 			}
 		}
-		sb, err := procexec.StartSandboxed(procexec.SandboxSpec{
+		sspec := procexec.SandboxSpec{
 			Argv: s.spec.Argv, Env: s.spec.Env, Dir: dir,
 			WritableRoots: s.spec.WritableRoots, ReadableRoots: s.spec.ReadableRoots,
 			TempDir: tmp, TTY: tty.Name(),
-		}, procexec.StartOptions{
-			HelperPath: s.m.sandbox.HelperPath, UID: s.m.sandbox.UID,
-			Stdin: tty, Stdout: tty, Stderr: tty, Terminal: true,
-			BeforeConfig: before,
-		})
+		}
+		var sb *procexec.Sandboxed
+		if pre != nil {
+			preUsed = true // Start discards the helper itself if it fails
+			sb, err = pre.pt.Start(sspec, before)
+		} else {
+			sb, err = procexec.StartSandboxed(sspec, procexec.StartOptions{
+				HelperPath: s.m.sandbox.HelperPath, UID: s.m.sandbox.UID,
+				Stdin: tty, Stdout: tty, Stderr: tty, Terminal: true,
+				BeforeConfig: before,
+			})
+		}
 		if err != nil {
 			_ = os.RemoveAll(tmp)
 			_ = master.Close()
@@ -682,20 +705,24 @@ func (s *Session) onIdleTimer() {
 	s.setPhase(PhaseIdle, fmt.Sprintf("no output for %s", idle))
 }
 
-// pumpSlab is the buffer the output pump reads into, chunk after chunk, handing each
-// chunk to the ring without a copy (ring.AppendOwned): one allocation per pumpSlab bytes
-// of output (every ~8 full reads), not one per read. A slab lives while the ring retains
-// an event in it; a new slab is started when less than one read (4 KiB) is left, so the
-// memory output pins stays within the ring's retained bytes plus 1/7 of them and one slab.
+// pumpSlab is the largest buffer the output pump reads into, chunk after chunk, handing
+// each chunk to the ring without a copy (ring.AppendOwned): one allocation per slab (every
+// ~8 full reads), not one per read. Slabs start at one read (4 KiB, what an idle session
+// holds, as its read buffer did) and double while output keeps coming. A slab lives while
+// the ring retains an event in it; a new slab is started when less than one read is left,
+// so the memory output pins stays within the ring's retained bytes plus 1/7 of them and a
+// few slabs.
 const pumpSlab = 32 << 10
 
 func (s *Session) pumpOutput() {
 	defer close(s.pumpDone)
 	defer s.m.releaseReader()
 	var slab []byte
+	size := ring.MaxEventData
 	for {
 		if cap(slab)-len(slab) < ring.MaxEventData {
-			slab = make([]byte, 0, pumpSlab)
+			slab = make([]byte, 0, size)
+			size = min(2*size, pumpSlab)
 		}
 		buf := slab[len(slab) : len(slab)+ring.MaxEventData]
 		n, err := s.master.Read(buf)

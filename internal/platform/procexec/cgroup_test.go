@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -117,6 +118,19 @@ func TestCgroupHelperEntersGroupBeforeConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	host, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", h.Info().Pid))
+	// Kill only once the shell has exec'd sleep: a kill while cat still runs leaves cat for
+	// the cgroup kill to find, which the report rightly counts (Found: 1).
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if comms := descendantComms(h.Info().Pid); slices.Contains(comms, "sleep") && !slices.Contains(comms, "cat") {
+			break
+		}
+		if time.Now().After(deadline) {
+			h.Kill(OriginOperator)
+			_, _ = h.Wait()
+			t.Fatalf("the program never reached exec of sleep under pid %d", h.Info().Pid)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	h.Kill(OriginOperator)
 	res, werr := h.Wait()
 	if err != nil || werr != nil {
@@ -270,4 +284,41 @@ func BenchmarkProcexecTrueCgroup(b *testing.B) {
 			b.Fatal(res, err)
 		}
 	}
+}
+
+// descendantComms lists the command names of pid and its descendants, read from /proc.
+func descendantComms(pid int) []string {
+	entries, _ := os.ReadDir("/proc")
+	parent := map[int]int{}
+	comm := map[int]string{}
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		open, closing := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+		if open < 0 || closing < open {
+			continue
+		}
+		fields := strings.Fields(string(b[closing+1:]))
+		if len(fields) < 2 {
+			continue
+		}
+		pp, _ := strconv.Atoi(fields[1])
+		parent[p], comm[p] = pp, string(b[open+1:closing])
+	}
+	out := []string{comm[pid]}
+	for p := range parent {
+		for q := parent[p]; q > 1; q = parent[q] {
+			if q == pid {
+				out = append(out, comm[p])
+				break
+			}
+		}
+	}
+	return out
 }

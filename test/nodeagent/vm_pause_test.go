@@ -1,0 +1,159 @@
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
+)
+
+// guestUptime runs `cat /proc/uptime` in the guest as command name and returns the guest's
+// uptime in seconds.
+func guestUptime(t *testing.T, ns, name string) float64 {
+	t.Helper()
+	c := command(ns, name, "/bin/cat", "/proc/uptime")
+	c.Spec.ProfileRef = "uptime"
+	must(t, env.Client.Create(context.Background(), c))
+	done := waitFinal(t, ns, name)
+	if done.Status.Phase != wbv1.CommandSucceeded {
+		t.Fatalf("%s: %+v", name, done.Status)
+	}
+	out := output(t, ns, done)
+	f := strings.Fields(out)
+	if len(f) == 0 {
+		t.Fatalf("%s: output %q", name, out)
+	}
+	up, err := strconv.ParseFloat(f[0], 64)
+	must(t, err)
+	return up
+}
+
+// setDesiredState writes the Environment's spec.desiredState (the node writes status
+// meanwhile: retried on conflict).
+func setDesiredState(t *testing.T, ns, name string, s wbv1.EnvironmentDesiredState) {
+	t.Helper()
+	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var e wbv1.Environment
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &e); err != nil {
+			return err
+		}
+		e.Spec.DesiredState = s
+		return env.Client.Update(context.Background(), &e)
+	}))
+}
+
+// TestQEMUMicroVMPauseResume: through the API server, a real TCG guest is paused
+// (spec.desiredState Paused) and resumed (Running). Paused: phase Paused, Ready=False with
+// reason Paused carrying QEMU's own query-status answer, Reconciling and Stalled False,
+// new commands and sessions refused with environment-paused, and the guest's clock stands
+// still (its uptime advances by less than the wall time minus half the pause). Resumed:
+// phase Ready, the guest agent answered a handshake, and a command runs. Deleting the
+// environment leaves no VM process.
+func TestQEMUMicroVMPauseResume(t *testing.T) {
+	requireQEMU(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	image := applyImageManifest(t)
+	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "vm", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
+		Backend: wbv1.BackendQEMUMicroVM, Roots: []wbv1.EnvironmentRoot{{Name: "repo"}}, ImageRef: ptr(image),
+		Resources:    &wbv1.EnvironmentResources{VCPUs: ptr(int32(1)), MemoryMiB: ptr(int32(512))},
+		NodeSelector: map[string]string{wbv1.NodeLabel: nodeName},
+	}}))
+	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
+		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "vm"}}))
+	var e wbv1.Environment
+	eventually(t, 180*time.Second, "VM environment Ready and session Running", func() (bool, string) {
+		var s wbv1.TerminalSession
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm"}, &e))
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
+		return e.Status.Phase == wbv1.EnvironmentReady && s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("env=%+v session=%+v", e.Status, s.Status)
+	})
+	defer func() {
+		_ = env.Client.Delete(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns}})
+		_ = env.Client.Delete(ctx, &e)
+		dir := filepath.Join(stateDir, "vms", string(e.UID))
+		eventually(t, 120*time.Second, "VM torn down", func() (bool, string) {
+			procs := vmProcesses(t, string(e.UID))
+			_, err := os.Lstat(dir)
+			return len(procs) == 0 && os.IsNotExist(err), fmt.Sprintf("processes %v, dir: %v", procs, err)
+		})
+	}()
+	must(t, env.Client.Create(ctx, profile(ns, "uptime", "/bin/cat", nil, []string{"/proc/uptime"})))
+	up1 := guestUptime(t, ns, "up1")
+	wall1 := time.Now()
+
+	// Pause.
+	setDesiredState(t, ns, "vm", wbv1.EnvironmentDesiredPaused)
+	eventually(t, 60*time.Second, "environment Paused", func() (bool, string) {
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm"}, &e))
+		return e.Status.Phase == wbv1.EnvironmentPaused, fmt.Sprintf("%+v", e.Status)
+	})
+	pausedAt := time.Now()
+	ready := meta.FindStatusCondition(e.Status.Conditions, wbv1.ConditionReady)
+	if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != wbv1.ReasonPaused || !strings.Contains(ready.Message, "query-status: paused") {
+		t.Fatalf("Ready condition of a paused environment: %+v", ready)
+	}
+	for _, ct := range []string{wbv1.ConditionReconciling, wbv1.ConditionStalled} {
+		if !meta.IsStatusConditionFalse(e.Status.Conditions, ct) {
+			t.Fatalf("%s of a paused environment: %+v", ct, meta.FindStatusCondition(e.Status.Conditions, ct))
+		}
+	}
+	if procs := vmProcesses(t, string(e.UID)); len(procs) != 2 {
+		t.Fatalf("a paused VM keeps its QEMU and vsock device: %v", procs)
+	}
+
+	// New work is refused while paused.
+	refused := command(ns, "while-paused", "/bin/cat", "/proc/uptime")
+	refused.Spec.ProfileRef = "uptime"
+	must(t, env.Client.Create(ctx, refused))
+	if c := waitFinal(t, ns, "while-paused"); c.Status.Phase != wbv1.CommandRefused || c.Status.Refusal == nil ||
+		c.Status.Refusal.Code != string(actuation.CodeEnvironmentPaused) {
+		t.Fatalf("a command on a paused environment: %+v", c.Status)
+	}
+	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s-paused", Namespace: ns},
+		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "vm"}}))
+	eventually(t, 60*time.Second, "a session on a paused environment refused", func() (bool, string) {
+		var s wbv1.TerminalSession
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s-paused"}, &s))
+		return s.Status.Refusal != nil && s.Status.Refusal.Code == string(actuation.CodeEnvironmentPaused), fmt.Sprintf("%+v", s.Status)
+	})
+
+	// Hold the pause for a known wall time: the guest's clock must not count it.
+	const hold = 6 * time.Second
+	if d := hold - time.Since(pausedAt); d > 0 {
+		time.Sleep(d)
+	}
+	held := time.Since(pausedAt)
+
+	// Resume.
+	setDesiredState(t, ns, "vm", wbv1.EnvironmentDesiredRunning)
+	eventually(t, 60*time.Second, "environment Ready again", func() (bool, string) {
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm"}, &e))
+		return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
+	})
+	if r := meta.FindStatusCondition(e.Status.Conditions, wbv1.ConditionReady); r == nil || !strings.Contains(r.Message, "resumed") {
+		t.Fatalf("Ready condition after resume: %+v", r)
+	}
+	if e.Status.SourceGeneration != 1 {
+		t.Fatalf("a resume is not a new boot: source generation %d", e.Status.SourceGeneration)
+	}
+	up2 := guestUptime(t, ns, "up2")
+	wall := time.Since(wall1)
+	guest := time.Duration((up2 - up1) * float64(time.Second))
+	t.Logf("guest uptime advanced %v over %v of wall time, %v of it paused", guest.Round(10*time.Millisecond), wall.Round(10*time.Millisecond), held.Round(10*time.Millisecond))
+	if guest <= 0 || guest > wall-held/2 {
+		t.Fatalf("the guest's clock advanced %v over %v of wall time with %v paused: the pause did not stop it", guest, wall, held)
+	}
+}
