@@ -34,19 +34,14 @@ type ConsentGrantStamper struct {
 
 // Default implements admission.Defaulter.
 func (s ConsentGrantStamper) Default(ctx context.Context, obj *wbv1.ConsentGrant) error {
-	req, err := request(ctx)
+	var cr wbv1.ConsentRequest
+	user, groups, found, err := consentGranter.stamp(ctx, s.Reader, obj.Name, types.NamespacedName{Namespace: obj.Namespace, Name: string(obj.Spec.RequestRef)}, &cr)
 	if err != nil {
 		return err
 	}
-	obj.Spec.Operator = req.UserInfo.Username
-	obj.Spec.OperatorGroups = slices.Clone(req.UserInfo.Groups)
-	obj.Spec.RequestUID = ""
-	var cr wbv1.ConsentRequest
-	switch err := s.Reader.Get(ctx, types.NamespacedName{Namespace: obj.Namespace, Name: string(obj.Spec.RequestRef)}, &cr); {
-	case err == nil:
+	obj.Spec.Operator, obj.Spec.OperatorGroups, obj.Spec.RequestUID = user, groups, ""
+	if found {
 		obj.Spec.RequestUID = cr.UID
-	case !apierrors.IsNotFound(err):
-		return fmt.Errorf("reading ConsentRequest %s/%s: %w", obj.Namespace, obj.Spec.RequestRef, err)
 	}
 	return nil
 }
@@ -74,11 +69,8 @@ func (v ConsentGrantValidator) ValidateCreate(ctx context.Context, g *wbv1.Conse
 	if err != nil {
 		return nil, err
 	}
-	if err := v.requireOperator(ctx, req, g); err != nil {
+	if err := consentGranter.requireCreate(ctx, v.Authz, req, g.Name, g.Namespace, g.Spec.Operator); err != nil {
 		return nil, err
-	}
-	if g.Spec.Operator != req.UserInfo.Username {
-		return nil, forbidden("ConsentGrant", g.Name, actuation.CodeConsentNotOperator, "operator must be the requesting user %q", req.UserInfo.Username)
 	}
 	specPath := field.NewPath("spec")
 	var cr wbv1.ConsentRequest
@@ -137,26 +129,12 @@ func (v ConsentGrantValidator) ValidateUpdate(ctx context.Context, old, g *wbv1.
 	if isStatus(req) {
 		return nil, nil
 	}
-	return nil, v.requireOperator(ctx, req, g)
+	return nil, consentGranter.require(ctx, v.Authz, req, g.Name, g.Namespace)
 }
 
 // ValidateDelete implements admission.Validator.
 func (ConsentGrantValidator) ValidateDelete(context.Context, *wbv1.ConsentGrant) (admission.Warnings, error) {
 	return nil, nil
-}
-
-func (v ConsentGrantValidator) requireOperator(ctx context.Context, req admission.Request, g *wbv1.ConsentGrant) error {
-	if _, isNode := NodeIdentity(req.UserInfo); isNode {
-		return forbidden("ConsentGrant", g.Name, actuation.CodeNodeRestricted, "node agents never decide consent")
-	}
-	ok, err := v.Authz.Allowed(ctx, req.UserInfo.Username, req.UserInfo.Groups, req.UserInfo.Extra, req.UserInfo.UID, "approve", "consentrequests", g.Namespace)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return forbidden("ConsentGrant", g.Name, actuation.CodeConsentNotOperator, "user %q may not approve consent requests in %q", req.UserInfo.Username, g.Namespace)
-	}
-	return nil
 }
 
 func scopes(in []wbv1.ConsentScope) []string {

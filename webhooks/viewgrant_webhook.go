@@ -3,7 +3,6 @@ package webhooks
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -34,25 +33,21 @@ type ViewGrantStamper struct {
 
 // Default implements admission.Defaulter.
 func (s ViewGrantStamper) Default(ctx context.Context, g *wbv1.ViewGrant) error {
-	req, err := request(ctx)
+	var v wbv1.TerminalView
+	user, groups, found, err := viewGranter.stamp(ctx, s.Reader, g.Name, types.NamespacedName{Namespace: g.Namespace, Name: string(g.Spec.ViewRef)}, &v)
 	if err != nil {
 		return err
 	}
-	g.Spec.GrantedBy = req.UserInfo.Username
-	g.Spec.GrantedByGroups = slices.Clone(req.UserInfo.Groups)
-	g.Spec.ViewUID = ""
-	var v wbv1.TerminalView
-	switch err := s.Reader.Get(ctx, types.NamespacedName{Namespace: g.Namespace, Name: string(g.Spec.ViewRef)}, &v); {
-	case err == nil:
-		g.Spec.ViewUID = v.UID
-		if node := v.Labels[wbv1.NodeLabel]; node != "" {
-			if g.Labels == nil {
-				g.Labels = map[string]string{}
-			}
-			g.Labels[wbv1.NodeLabel] = node
+	g.Spec.GrantedBy, g.Spec.GrantedByGroups, g.Spec.ViewUID = user, groups, ""
+	if !found {
+		return nil
+	}
+	g.Spec.ViewUID = v.UID
+	if node := v.Labels[wbv1.NodeLabel]; node != "" {
+		if g.Labels == nil {
+			g.Labels = map[string]string{}
 		}
-	case !apierrors.IsNotFound(err):
-		return fmt.Errorf("reading TerminalView %s/%s for ViewGrant %s: %w", g.Namespace, g.Spec.ViewRef, g.Name, err)
+		g.Labels[wbv1.NodeLabel] = node
 	}
 	return nil
 }
@@ -79,11 +74,8 @@ func (v ViewGrantValidator) ValidateCreate(ctx context.Context, g *wbv1.ViewGran
 	if err != nil {
 		return nil, err
 	}
-	if err := v.requireGranter(ctx, req, g); err != nil {
+	if err := viewGranter.requireCreate(ctx, v.Authz, req, g.Name, g.Namespace, g.Spec.GrantedBy); err != nil {
 		return nil, err
-	}
-	if g.Spec.GrantedBy != req.UserInfo.Username {
-		return nil, forbidden("ViewGrant", g.Name, actuation.CodeViewGrantNotAuthorized, "grantedBy must be the requesting user %q", req.UserInfo.Username)
 	}
 	spec := field.NewPath("spec")
 	var errs field.ErrorList
@@ -119,24 +111,10 @@ func (v ViewGrantValidator) ValidateUpdate(ctx context.Context, _, g *wbv1.ViewG
 	if isStatus(req) {
 		return nil, nodeRestriction(req, "ViewGrant", g.Name, g.Labels)
 	}
-	return nil, v.requireGranter(ctx, req, g)
+	return nil, viewGranter.require(ctx, v.Authz, req, g.Name, g.Namespace)
 }
 
 // ValidateDelete implements admission.Validator.
 func (ViewGrantValidator) ValidateDelete(context.Context, *wbv1.ViewGrant) (admission.Warnings, error) {
 	return nil, nil
-}
-
-func (v ViewGrantValidator) requireGranter(ctx context.Context, req admission.Request, g *wbv1.ViewGrant) error {
-	if _, isNode := NodeIdentity(req.UserInfo); isNode {
-		return forbidden("ViewGrant", g.Name, actuation.CodeNodeRestricted, "node agents never grant views")
-	}
-	ok, err := v.Authz.Allowed(ctx, req.UserInfo.Username, req.UserInfo.Groups, req.UserInfo.Extra, req.UserInfo.UID, VerbGrant, "terminalviews", g.Namespace)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return forbidden("ViewGrant", g.Name, actuation.CodeViewGrantNotAuthorized, "user %q may not grant terminalviews in %q", req.UserInfo.Username, g.Namespace)
-	}
-	return nil
 }

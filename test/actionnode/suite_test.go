@@ -34,17 +34,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
-	"sensorium.dev/workbench/controllers"
 	"sensorium.dev/workbench/internal/actions"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
-	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/test/envtest"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
-	"sensorium.dev/workbench/webhooks"
 )
 
 const nodeName = "node-actions"
@@ -58,74 +54,37 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	procexec.MaybeRunHelper() // the agent re-executes this binary as its sandbox helper
-	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "SKIP action node suite: needs root for sandboxes, tmpfs areas and network namespaces")
-		os.Exit(0)
-	}
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Exit(code)
+	nodeagenttest.Main(m, nodeagenttest.Options{Name: "actionnode", Setup: setupSuite})
 }
 
-func run(m *testing.M) (int, error) {
+func setupSuite(s *nodeagenttest.Suite) error {
 	for _, p := range []string{"/usr/bin/curl", "/usr/bin/getent"} {
 		if _, err := os.Stat(p); err != nil {
-			return 1, fmt.Errorf("the action node suite drives %s inside sandboxes: %w", p, err)
+			return fmt.Errorf("the action node suite drives %s inside sandboxes: %w", p, err)
 		}
+	}
+	env, workspace, scripts = s.Env, s.Workspace, filepath.Join(s.Dir, "scripts")
+	if err := os.MkdirAll(scripts, 0o755); err != nil {
+		return err
 	}
 	var err error
-	env, err = envtest.Start(envtest.Options{Setup: func(mgr ctrl.Manager) error {
-		if err := controllers.SetupWithManager(mgr, controllers.Config{}); err != nil {
-			return err
-		}
-		return webhooks.SetupWithManager(mgr)
-	}})
-	if err == envtest.ErrNoAssets {
-		fmt.Fprintln(os.Stderr, "SKIP action node suite:", err)
-		return 0, nil
-	}
-	if err != nil {
-		return 1, err
-	}
-	defer env.Stop()
-	tmp, err := os.MkdirTemp("", "wb-actionnode-")
-	if err != nil {
-		return 1, err
-	}
-	defer func() { _ = os.RemoveAll(tmp) }()
-	workspace, scripts = filepath.Join(tmp, "work"), filepath.Join(tmp, "scripts")
-	for _, d := range []string{workspace, scripts} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return 1, err
-		}
-	}
 	if https, err = startEndpoint(workspace); err != nil {
-		return 1, err
+		return err
 	}
-	defer https.srv.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if _, err := nodeagenttest.Start(ctx, env, agent.Config{NodeName: nodeName, StateDir: filepath.Join(tmp, "state"),
-		AdmittedRoots: map[string]string{"work": workspace}, HeartbeatSeconds: 5, DataPlaneAddress: "127.0.0.1:0"}, agent.Options{}); err != nil {
-		return 1, err
+	s.Defer(https.srv.Close)
+	if _, err := s.StartAgent(s.AgentConfig(nodeName), agent.Options{}); err != nil {
+		return err
 	}
 	pub, seed, err := actions.GenerateKey()
 	if err != nil {
-		return 1, err
+		return err
 	}
 	if signerKey, err = actions.ParsePrivateKey(seed); err != nil {
-		return 1, err
+		return err
 	}
-	if err := env.Client.Create(ctx, &wbv1.ActionSigner{ObjectMeta: metav1.ObjectMeta{Name: "ops"}, Spec: wbv1.ActionSignerSpec{
+	return env.Client.Create(s.Ctx, &wbv1.ActionSigner{ObjectMeta: metav1.ObjectMeta{Name: "ops"}, Spec: wbv1.ActionSignerSpec{
 		PublicKey: pub, Namespaces: []string{"*"},
-		Classes: []wbv1.ActionClass{"C1", "C2", "C3", "C4", "C5", "C6", "C7"}}}); err != nil {
-		return 1, err
-	}
-	return m.Run(), nil
+		Classes: []wbv1.ActionClass{"C1", "C2", "C3", "C4", "C5", "C6", "C7"}}})
 }
 
 // endpoint is an HTTPS server on this machine's loopback with a certificate for

@@ -12,23 +12,19 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
-	"sensorium.dev/workbench/controllers"
 	"sensorium.dev/workbench/internal/nodeagent/dataplane"
-	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/test/aggtest"
 	"sensorium.dev/workbench/internal/test/envtest"
-	"sensorium.dev/workbench/webhooks"
+	"sensorium.dev/workbench/internal/test/nodeagenttest"
 )
 
 const nodeName = "node-agg"
@@ -44,78 +40,22 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	procexec.MaybeRunHelper() // the agent re-executes this binary as its sandbox helper
-	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "SKIP aggregated API suite: the node agent needs root for its sandboxes")
-		os.Exit(0)
-	}
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Exit(code)
-}
-
-func run(m *testing.M) (int, error) {
-	var err error
-	env, err = envtest.Start(envtest.Options{Aggregation: true, RequestTimeout: RequestTimeout, Setup: func(mgr ctrl.Manager) error {
-		if err := controllers.SetupWithManager(mgr, controllers.Config{}); err != nil {
+	nodeagenttest.Main(m, nodeagenttest.Options{Name: "aggregated", Env: envtest.Options{Aggregation: true, RequestTimeout: RequestTimeout},
+		Setup: func(s *nodeagenttest.Suite) error {
+			if _, err := aggtest.HostIP(); err != nil {
+				return nodeagenttest.Skip(err.Error())
+			}
+			env, workspace = s.Env, s.Workspace
+			// Open attach streams re-check their authorization every 2 s here (30 s by default).
+			dataplane.AttachAuthorizationRecheck = 2 * time.Second
+			var err error
+			if agg, err = aggtest.StartWithAgent(s, nodeName); err != nil {
+				return err
+			}
+			// The forwarder finds the node's data plane in its WorkbenchNode: wait until published.
+			_, err = nodeagenttest.WaitDataPlane(s.Ctx, env, nodeName, 60*time.Second)
 			return err
-		}
-		return webhooks.SetupWithManager(mgr)
-	}})
-	if err == envtest.ErrNoAssets {
-		fmt.Fprintln(os.Stderr, "SKIP aggregated API suite:", err)
-		return 0, nil
-	}
-	if err != nil {
-		return 1, err
-	}
-	defer env.Stop()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if _, err := aggtest.HostIP(); err != nil {
-		fmt.Fprintln(os.Stderr, "SKIP aggregated API suite:", err)
-		return 0, nil
-	}
-	agg, err = aggtest.Start(ctx, env)
-	if err != nil {
-		return 1, fmt.Errorf("starting workbench-apiserver: %w", err)
-	}
-	defer agg.Stop()
-	tmp, err := os.MkdirTemp("", "wb-aggregated-")
-	if err != nil {
-		return 1, err
-	}
-	defer func() { _ = os.RemoveAll(tmp) }()
-	workspace = filepath.Join(tmp, "work")
-	if err := os.MkdirAll(workspace, 0o755); err != nil {
-		return 1, err
-	}
-	// Open attach streams re-check their authorization every 2 s here (30 s by default).
-	dataplane.AttachAuthorizationRecheck = 2 * time.Second
-	if err := startAgent(ctx, filepath.Join(tmp, "state")); err != nil {
-		return 1, err
-	}
-	// The forwarder finds the node's data plane in its WorkbenchNode: wait until published.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		var wn wbv1.WorkbenchNode
-		err := env.Client.Get(ctx, client.ObjectKey{Name: nodeName}, &wn)
-		if err == nil && wn.Status.DataPlane != nil && wn.Status.DataPlane.Endpoint != "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			return 1, fmt.Errorf("node %s published no data plane within 60s (last error: %v)", nodeName, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return m.Run(), nil
-}
-
-func startAgent(ctx context.Context, state string) error {
-	return agg.StartNodeAgent(ctx, env, nodeName, state, workspace)
+		}})
 }
 
 func must(t testing.TB, err error) {

@@ -7,27 +7,23 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
-	"sensorium.dev/workbench/controllers"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
-	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/test/envtest"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
-	"sensorium.dev/workbench/webhooks"
 )
 
 const nodeName = "node-test"
 
 var (
+	suite     *nodeagenttest.Suite
 	env       *envtest.Env
 	ag        *agent.Agent
 	workspace string // admitted root "work"
@@ -35,62 +31,20 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	procexec.MaybeRunHelper() // the agent re-executes this binary as its sandbox helper
-	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "SKIP node agent suite: needs root for network namespaces and Landlock sandboxes")
-		os.Exit(0)
-	}
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Exit(code)
-}
-
-func run(m *testing.M) (int, error) {
-	var err error
-	env, err = envtest.Start(envtest.Options{Setup: func(mgr ctrl.Manager) error {
-		if err := controllers.SetupWithManager(mgr, controllers.Config{}); err != nil {
-			return err
-		}
-		return webhooks.SetupWithManager(mgr)
+	nodeagenttest.Main(m, nodeagenttest.Options{Name: "nodeagent", Setup: func(s *nodeagenttest.Suite) error {
+		suite, env, workspace, stateDir = s, s.Env, s.Workspace, s.StateDir
+		var err error
+		ag, err = startAgent()
+		return err
 	}})
-	if err == envtest.ErrNoAssets {
-		fmt.Fprintln(os.Stderr, "SKIP node agent suite:", err)
-		return 0, nil
-	}
-	if err != nil {
-		return 1, err
-	}
-	defer env.Stop()
-	tmp, err := os.MkdirTemp("", "wb-nodeagent-")
-	if err != nil {
-		return 1, err
-	}
-	defer func() { _ = os.RemoveAll(tmp) }()
-	workspace, stateDir = filepath.Join(tmp, "work"), filepath.Join(tmp, "state")
-	if err := os.MkdirAll(workspace, 0o755); err != nil {
-		return 1, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ag, err = startAgent(ctx, stateDir)
-	if err != nil {
-		return 1, err
-	}
-	code := m.Run()
-	cancel()
-	if err := nodeagenttest.Release(agent.Config{NodeName: nodeName, StateDir: stateDir}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	return code, nil
 }
 
-func startAgent(ctx context.Context, state string) (*agent.Agent, error) {
-	return nodeagenttest.Start(ctx, env, agent.Config{NodeName: nodeName, StateDir: state, AdmittedRoots: map[string]string{"work": workspace},
-		HeartbeatSeconds: 5, RecordRetentionSeconds: 2, DataPlaneAddress: "127.0.0.1:0", Caps: agent.Caps{Sessions: 64, SessionsPerEnvironment: 4},
-		QEMU: qemuConfig()}, agent.Options{})
+func startAgent() (*agent.Agent, error) {
+	cfg := suite.AgentConfig(nodeName)
+	cfg.RecordRetentionSeconds = 2
+	cfg.Caps = agent.Caps{Sessions: 64, SessionsPerEnvironment: 4}
+	cfg.QEMU, qemuSkip = nodeagenttest.QEMU()
+	return suite.StartAgent(cfg, agent.Options{})
 }
 
 func namespace(t *testing.T) string {

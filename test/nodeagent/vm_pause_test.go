@@ -59,7 +59,7 @@ func setDesiredState(t *testing.T, ns, name string, s wbv1.EnvironmentDesiredSta
 // reason Paused carrying QEMU's own query-status answer, Reconciling and Stalled False,
 // new commands and sessions refused with environment-paused, and the guest's clock stands
 // still (its uptime advances by less than the wall time minus half the pause). Resumed:
-// phase Ready, the guest agent answered a handshake, and a command runs. Deleting the
+// phase Ready with the same source generation (not a new boot), and a command runs. Deleting the
 // environment leaves no VM process.
 func TestQEMUMicroVMPauseResume(t *testing.T) {
 	requireQEMU(t)
@@ -143,9 +143,8 @@ func TestQEMUMicroVMPauseResume(t *testing.T) {
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm"}, &e))
 		return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
 	})
-	if r := meta.FindStatusCondition(e.Status.Conditions, wbv1.ConditionReady); r == nil || !strings.Contains(r.Message, "resumed") {
-		t.Fatalf("Ready condition after resume: %+v", r)
-	}
+	// (The Ready message says "resumed" only in the pass that resumed; a later pass of the
+	// running VM rewrites it, so the proof of the resume is the command below.)
 	if e.Status.SourceGeneration != 1 {
 		t.Fatalf("a resume is not a new boot: source generation %d", e.Status.SourceGeneration)
 	}

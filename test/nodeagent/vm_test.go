@@ -11,23 +11,21 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/yaml"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/nodeagent/dataplane"
+	"sensorium.dev/workbench/internal/test/envtest"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
 	"sensorium.dev/workbench/webhooks"
 )
@@ -36,38 +34,7 @@ import (
 // backend).
 var qemuSkip = "the suite's agent was not started"
 
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
-
-// qemuConfig enables qemu-microvm.v1 in the suite's agent when the image of `make
-// guest-image`, QEMU and the vsock device are present. The accelerator is pinned to TCG so
-// the published isolation class is known (emulated-vm); the KVM probe itself is covered by
-// internal/backends/qemumicrovm's tests.
-func qemuConfig() *agent.QEMUConfig {
-	qemuSkip = ""
-	bin, _ := filepath.Abs(filepath.Join(repoRoot(), "bin"))
-	switch {
-	case os.Getenv("WORKBENCH_SKIP_VM") == "1":
-		qemuSkip = "WORKBENCH_SKIP_VM=1"
-	case runtime.GOARCH != "amd64":
-		qemuSkip = "the guest image is x86_64; this is " + runtime.GOARCH
-	default:
-		for _, f := range []string{"vmlinux", "initramfs.cpio", "vhost-device-vsock"} {
-			if _, err := os.Stat(filepath.Join(bin, "guest", f)); err != nil && qemuSkip == "" {
-				qemuSkip = fmt.Sprintf("bin/guest/%s missing: run `make guest-image` first (%v)", f, err)
-			}
-		}
-		if _, err := exec.LookPath("qemu-system-x86_64"); err != nil && qemuSkip == "" {
-			qemuSkip = fmt.Sprintf("qemu-system-x86_64 not found (installed by `make guest-image`): %v", err)
-		}
-	}
-	if qemuSkip != "" {
-		return nil
-	}
-	return &agent.QEMUConfig{Enabled: true, ImageDir: bin, Accel: "tcg"}
-}
+func repoRoot() string { return envtest.RepoRoot() }
 
 func requireQEMU(t *testing.T) {
 	t.Helper()
@@ -76,23 +43,12 @@ func requireQEMU(t *testing.T) {
 	}
 }
 
-// applyImageManifest applies the sample ImageManifest written by make guest-image
-// (config/samples/07_imagemanifest.yaml, or bin/guest/imagemanifest.yaml where CI builds
-// the image with GUEST_IMAGE_MANIFEST pointing there) and returns its name.
+// applyImageManifest applies the guest's ImageManifest and returns its name.
 func applyImageManifest(t *testing.T) string {
 	t.Helper()
-	p := filepath.Join(repoRoot(), "bin", "guest", "imagemanifest.yaml")
-	if _, err := os.Stat(p); err != nil {
-		p = filepath.Join(repoRoot(), "config", "samples", "07_imagemanifest.yaml")
-	}
-	raw, err := os.ReadFile(p)
+	name, err := nodeagenttest.ApplyImageManifest(context.Background(), env)
 	must(t, err)
-	var im wbv1.ImageManifest
-	must(t, yaml.UnmarshalStrict(raw, &im))
-	if err := env.Client.Create(context.Background(), &im); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	return im.Name
+	return name
 }
 
 // vmProcesses lists the QEMU and vhost-device-vsock processes of one environment's VM
@@ -331,7 +287,7 @@ func TestQEMUAgentCrash(t *testing.T) {
 	must(t, err)
 	defer func() { _ = os.RemoveAll(state) }()
 	defer func() { must(t, nodeagenttest.Release(agent.Config{NodeName: vmNode, StateDir: state})) }()
-	q := qemuConfig()
+	q, _ := nodeagenttest.QEMU()
 	config := filepath.Join(t.TempDir(), "node-agent.yaml")
 	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nheartbeatSeconds: 2\nqemu:\n  enabled: true\n  imageDir: %s\n  accel: tcg\n",
 		vmNode, state, q.ImageDir)), 0o600))

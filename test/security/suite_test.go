@@ -10,7 +10,6 @@
 package security
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -19,12 +18,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	ctrl "sigs.k8s.io/controller-runtime"
 	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"sensorium.dev/workbench/controllers"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
-	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/test/envtest"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
 	"sensorium.dev/workbench/webhooks"
@@ -48,82 +44,44 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	procexec.MaybeRunHelper() // the agent re-executes this binary as its sandbox helper
-	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "SKIP security suite: the node agent and its sandbox need root")
-		os.Exit(0)
-	}
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Exit(code)
+	nodeagenttest.Main(m, nodeagenttest.Options{Name: "security", Setup: setup})
 }
 
-func run(m *testing.M) (int, error) {
-	var err error
-	env, err = envtest.Start(envtest.Options{Setup: func(mgr ctrl.Manager) error {
-		if err := controllers.SetupWithManager(mgr, controllers.Config{}); err != nil {
-			return err
-		}
-		return webhooks.SetupWithManager(mgr)
-	}})
-	if err == envtest.ErrNoAssets {
-		fmt.Fprintln(os.Stderr, "SKIP security suite:", err)
-		return 0, nil
-	}
-	if err != nil {
-		return 1, err
-	}
-	defer env.Stop()
-	if tmp, err = os.MkdirTemp("", "wb-security-"); err != nil {
-		return 1, err
-	}
-	defer func() { _ = os.RemoveAll(tmp) }()
-	workspace, stateDir = filepath.Join(tmp, "work"), filepath.Join(tmp, "state")
-	for _, d := range []string{workspace, filepath.Join(tmp, "bin"), filepath.Join(tmp, "agent")} {
+func setup(s *nodeagenttest.Suite) error {
+	env, tmp, workspace, stateDir = s.Env, s.Dir, s.Workspace, s.StateDir
+	for _, d := range []string{filepath.Join(tmp, "bin"), filepath.Join(tmp, "agent")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return 1, err
+			return err
 		}
 	}
 	probeBin = filepath.Join(tmp, "bin", "probe")
 	build := exec.Command("go", "build", "-trimpath", "-o", probeBin, "./probe")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
-		return 1, fmt.Errorf("building the probe: %v\n%s", err, out)
+		return fmt.Errorf("building the probe: %w\n%s", err, out)
 	}
 	user, err := env.Env.AddUser(crenvtest.User{Name: webhooks.NodeUserPrefix + nodeName, Groups: []string{webhooks.NodeGroup}}, nil)
 	if err != nil {
-		return 1, err
+		return err
 	}
 	kc, err := user.KubeConfig()
 	if err != nil {
-		return 1, err
+		return err
 	}
 	kubeconfig = filepath.Join(tmp, "agent", "kubeconfig")
 	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
-		return 1, err
+		return err
 	}
 	stop, err := listen()
 	if err != nil {
-		return 1, err
+		return err
 	}
-	defer stop()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ag, err = nodeagenttest.Start(ctx, env, agent.Config{NodeName: nodeName, StateDir: stateDir,
-		AdmittedRoots: map[string]string{"work": workspace}, HeartbeatSeconds: 5, DataPlaneAddress: "127.0.0.1:0",
-		Caps: agent.Caps{Sessions: 64, SessionsPerEnvironment: 8}, QEMU: qemuConfig()}, agent.Options{})
-	if err != nil {
-		return 1, err
-	}
-	code := m.Run()
-	cancel()
-	if err := nodeagenttest.Release(agent.Config{NodeName: nodeName, StateDir: stateDir}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	return code, nil
+	s.Defer(stop)
+	cfg := s.AgentConfig(nodeName)
+	cfg.Caps = agent.Caps{Sessions: 64, SessionsPerEnvironment: 8}
+	cfg.QEMU, qemuSkip = nodeagenttest.QEMU()
+	ag, err = s.StartAgent(cfg, agent.Options{})
+	return err
 }
 
 // listen opens the host-side listeners the probe tries to reach: TCP on every address of

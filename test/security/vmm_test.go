@@ -5,57 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends/qemumicrovm"
-	"sensorium.dev/workbench/internal/nodeagent/agent"
+	"sensorium.dev/workbench/internal/test/nodeagenttest"
 )
 
 // qemuSkip says why the suite's agent offers no qemu-microvm.v1 ("" when it does).
-var qemuSkip = "qemuConfig not called"
-
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
-
-// qemuConfig enables qemu-microvm.v1 (TCG) in the suite's agent when the image of `make
-// guest-image`, QEMU and the vsock device are present.
-func qemuConfig() *agent.QEMUConfig {
-	qemuSkip = ""
-	bin, _ := filepath.Abs(filepath.Join(repoRoot(), "bin"))
-	switch {
-	case os.Getenv("WORKBENCH_SKIP_VM") == "1":
-		qemuSkip = "WORKBENCH_SKIP_VM=1"
-	case runtime.GOARCH != "amd64":
-		qemuSkip = "the guest image is x86_64; this is " + runtime.GOARCH
-	default:
-		for _, f := range []string{"vmlinux", "initramfs.cpio", "vhost-device-vsock"} {
-			if _, err := os.Stat(filepath.Join(bin, "guest", f)); err != nil && qemuSkip == "" {
-				qemuSkip = fmt.Sprintf("bin/guest/%s missing: run `make guest-image` first (%v)", f, err)
-			}
-		}
-		if _, err := exec.LookPath("qemu-system-x86_64"); err != nil && qemuSkip == "" {
-			qemuSkip = fmt.Sprintf("qemu-system-x86_64 not found (installed by `make guest-image`): %v", err)
-		}
-	}
-	if qemuSkip != "" {
-		return nil
-	}
-	return &agent.QEMUConfig{Enabled: true, ImageDir: bin, Accel: "tcg"}
-}
+var qemuSkip = "the suite's agent was not started"
 
 // vmmPids maps "qemu-system-x86_64" and "vhost-device-vsock" to the pids running for the
 // environment's VM directory (named in their environment by the launch).
@@ -95,19 +60,10 @@ func TestVMMProcessesConfined(t *testing.T) {
 	}
 	ctx := context.Background()
 	ns := namespace(t)
-	p := filepath.Join(repoRoot(), "bin", "guest", "imagemanifest.yaml")
-	if _, err := os.Stat(p); err != nil {
-		p = filepath.Join(repoRoot(), "config", "samples", "07_imagemanifest.yaml")
-	}
-	raw, err := os.ReadFile(p)
+	image, err := nodeagenttest.ApplyImageManifest(ctx, env)
 	must(t, err)
-	var im wbv1.ImageManifest
-	must(t, yaml.UnmarshalStrict(raw, &im))
-	if err := env.Client.Create(ctx, &im); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
 	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "vm", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
-		Backend: wbv1.BackendQEMUMicroVM, Roots: []wbv1.EnvironmentRoot{{Name: "repo"}}, ImageRef: ptr(im.Name),
+		Backend: wbv1.BackendQEMUMicroVM, Roots: []wbv1.EnvironmentRoot{{Name: "repo"}}, ImageRef: ptr(image),
 		Resources:    &wbv1.EnvironmentResources{VCPUs: ptr(int32(1)), MemoryMiB: ptr(int32(512))},
 		NodeSelector: map[string]string{wbv1.NodeLabel: nodeName},
 	}}))

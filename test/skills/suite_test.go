@@ -7,28 +7,17 @@ package skills
 import (
 	"bytes"
 	"context"
-	"fmt"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
-	"sigs.k8s.io/yaml"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
-	"sensorium.dev/workbench/controllers"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
-	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/test/envtest"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
-	"sensorium.dev/workbench/webhooks"
 )
 
 const nodeName = "node-skills"
@@ -41,86 +30,17 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	procexec.MaybeRunHelper() // the agent re-executes this binary as its sandbox helper
-	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "SKIP skills suite: needs root for the node agent's sandboxes")
-		os.Exit(0)
-	}
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Exit(code)
-}
-
-func run(m *testing.M) (int, error) {
-	var err error
-	env, err = envtest.Start(envtest.Options{Setup: func(mgr ctrl.Manager) error {
-		if err := controllers.SetupWithManager(mgr, controllers.Config{}); err != nil {
-			return err
-		}
-		return webhooks.SetupWithManager(mgr)
+	nodeagenttest.Main(m, nodeagenttest.Options{Name: "skills", Setup: func(s *nodeagenttest.Suite) error {
+		env, workspace, stateDir = s.Env, s.Workspace, s.StateDir
+		cfg := s.AgentConfig(nodeName)
+		cfg.Caps = agent.Caps{Sessions: 64, SessionsPerEnvironment: 8}
+		cfg.QEMU, qemuSkip = nodeagenttest.QEMU()
+		_, err := s.StartAgent(cfg, agent.Options{})
+		return err
 	}})
-	if err == envtest.ErrNoAssets {
-		fmt.Fprintln(os.Stderr, "SKIP skills suite:", err)
-		return 0, nil
-	}
-	if err != nil {
-		return 1, err
-	}
-	defer env.Stop()
-	tmp, err := os.MkdirTemp("", "wb-skills-")
-	if err != nil {
-		return 1, err
-	}
-	defer func() { _ = os.RemoveAll(tmp) }()
-	workspace = filepath.Join(tmp, "work")
-	if err := os.MkdirAll(workspace, 0o755); err != nil {
-		return 1, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stateDir = filepath.Join(tmp, "state")
-	if _, err := nodeagenttest.Start(ctx, env, agent.Config{NodeName: nodeName, StateDir: stateDir,
-		AdmittedRoots: map[string]string{"work": workspace}, HeartbeatSeconds: 5, DataPlaneAddress: "127.0.0.1:0",
-		Caps: agent.Caps{Sessions: 64, SessionsPerEnvironment: 8}, QEMU: qemuConfig()}, agent.Options{}); err != nil {
-		return 1, err
-	}
-	code := m.Run()
-	cancel()
-	if err := nodeagenttest.Release(agent.Config{NodeName: nodeName, StateDir: stateDir}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	return code, nil
 }
 
 func repoRoot() string { return envtest.RepoRoot() }
-
-// qemuConfig enables the qemu-microvm.v1 backend where the guest image exists (bin/guest,
-// built by `make guest-image`), as the node-agent VM suite does.
-func qemuConfig() *agent.QEMUConfig {
-	bin, _ := filepath.Abs(filepath.Join(repoRoot(), "bin"))
-	switch {
-	case os.Getenv("WORKBENCH_SKIP_VM") == "1":
-		qemuSkip = "WORKBENCH_SKIP_VM=1"
-	case runtime.GOARCH != "amd64":
-		qemuSkip = "the guest image is x86_64; this is " + runtime.GOARCH
-	default:
-		for _, f := range []string{"vmlinux", "initramfs.cpio", "vhost-device-vsock"} {
-			if _, err := os.Stat(filepath.Join(bin, "guest", f)); err != nil && qemuSkip == "" {
-				qemuSkip = fmt.Sprintf("bin/guest/%s missing: run `make guest-image` first (%v)", f, err)
-			}
-		}
-		if _, err := exec.LookPath("qemu-system-x86_64"); err != nil && qemuSkip == "" {
-			qemuSkip = fmt.Sprintf("qemu-system-x86_64 not found (installed by `make guest-image`): %v", err)
-		}
-	}
-	if qemuSkip != "" {
-		return nil
-	}
-	return &agent.QEMUConfig{Enabled: true, ImageDir: bin, Accel: "tcg"}
-}
 
 func namespace(t *testing.T) string {
 	t.Helper()
@@ -164,16 +84,7 @@ func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
 
 func applyImageManifest(t *testing.T) string {
 	t.Helper()
-	p := filepath.Join(repoRoot(), "bin", "guest", "imagemanifest.yaml")
-	if _, err := os.Stat(p); err != nil {
-		p = filepath.Join(repoRoot(), "config", "samples", "07_imagemanifest.yaml")
-	}
-	raw, err := os.ReadFile(p)
+	name, err := nodeagenttest.ApplyImageManifest(context.Background(), env)
 	must(t, err)
-	var im wbv1.ImageManifest
-	must(t, yaml.UnmarshalStrict(raw, &im))
-	if err := env.Client.Create(context.Background(), &im); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	return im.Name
+	return name
 }

@@ -62,22 +62,12 @@ type actionRunReconciler struct {
 	a        *Agent
 	wake     chan event.GenericEvent
 	stopping atomic.Bool
-
-	mu   sync.Mutex
-	live map[string]*liveAction
+	// runs are the ActionRuns this process started (runtable.go: the command path's one
+	// start → record → outcome implementation).
+	runs *runTable[actionOutcome]
 
 	supportOnce sync.Once
 	support     []wbv1.ActionClassSupport
-}
-
-type liveAction struct {
-	key       types.NamespacedName
-	handle    *procexec.Handle
-	started   time.Time
-	result    *actionOutcome
-	persisted bool
-	stopping  bool
-	finished  chan struct{}
 }
 
 // actionOutcome is the one recorded outcome, stored on the run's start record before
@@ -116,7 +106,7 @@ func actionRunOwned(s *wbv1.ActionRunStatus) wbv1.ActionRunStatus {
 // setupActionRuns registers the ActionRun reconciler (this node's runs only: the cache
 // filters on the node label).
 func (a *Agent) setupActionRuns(mgr ctrl.Manager) error {
-	r := &actionRunReconciler{a: a, wake: make(chan event.GenericEvent, 1024), live: map[string]*liveAction{}}
+	r := &actionRunReconciler{a: a, wake: make(chan event.GenericEvent, 1024), runs: newRunTable[actionOutcome]("action run", a.store)}
 	a.actionRuns = r
 	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.ActionRun{}).Named("node-actionrun").
 		WatchesRawSource(source.Channel(r.wake, &handler.EnqueueRequestForObject{})).
@@ -129,16 +119,7 @@ func (a *Agent) setupActionRuns(mgr ctrl.Manager) error {
 	return mgr.Add(managerRunnable(func(ctx context.Context) error {
 		<-ctx.Done()
 		r.stopping.Store(true)
-		r.mu.Lock()
-		var hs []*procexec.Handle
-		for _, la := range r.live {
-			if la.result == nil && la.handle != nil {
-				la.handle.Kill(procexec.OriginCancel)
-				hs = append(hs, la.handle)
-			}
-		}
-		r.mu.Unlock()
-		for _, h := range hs {
+		for _, h := range r.runs.shutdown() {
 			select {
 			case <-h.Done():
 			case <-time.After(procexec.MaxGrace + 5*time.Second):
@@ -178,7 +159,7 @@ func (r *actionRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	var run wbv1.ActionRun
 	if err := a.client.Get(ctx, req.NamespacedName, &run); err != nil {
 		if client.IgnoreNotFound(err) == nil {
-			r.stop(func(la *liveAction) bool { return la.key == req.NamespacedName })
+			r.runs.stop(func(la *liveAction) bool { return la.key == req.NamespacedName })
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -186,7 +167,7 @@ func (r *actionRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		return ctrl.Result{}, nil
 	}
 	if wbv1.ActionRunIsFinal(run.Status.Conditions) {
-		r.forget(string(run.UID))
+		r.runs.forget(string(run.UID))
 		return ctrl.Result{}, nil
 	}
 	cur, next := actionRunOwned(&run.Status), actionRunOwned(&run.Status)
@@ -201,7 +182,7 @@ func (r *actionRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		return ctrl.Result{}, err
 	}
 	if wbv1.ActionRunIsFinal(all) {
-		r.forget(string(run.UID))
+		r.runs.forget(string(run.UID))
 	}
 	if wrote && before != after {
 		evType := corev1.EventTypeNormal
@@ -243,47 +224,33 @@ func (r *actionRunReconciler) step(ctx context.Context, p *runPass) error {
 	uid := string(p.run.UID)
 	cancelled := !p.run.DeletionTimestamp.IsZero() || p.run.Spec.DesiredState == wbv1.CommandDesiredCancelled
 	p.next.NodeName = a.cfg.NodeName
-	r.mu.Lock()
-	live := r.live[uid]
-	var result *actionOutcome
-	persisted := false
-	if live != nil {
-		result, persisted = live.result, live.persisted
+	live, result, err := r.runs.settle(uid)
+	if err != nil {
+		return err
 	}
-	r.mu.Unlock()
 	if live != nil {
 		if result != nil {
-			if !persisted {
-				if err := r.persist(uid, result); err != nil {
-					return err
-				}
-				r.mu.Lock()
-				live.persisted = true
-				r.mu.Unlock()
-			}
 			p.finish(result)
 			return nil
 		}
 		if cancelled {
-			r.stop(func(la *liveAction) bool { return la == live })
+			r.runs.stop(func(la *liveAction) bool { return la == live })
 			p.result.RequeueAfter = time.Second
 		}
 		p.next.StartTime = &metav1.Time{Time: live.started}
 		p.set(wbv1.ConditionStarted, true, "Started", "the process runs on this node")
 		return nil
 	}
-	rec, ok, err := a.store.Commands().Get(uid)
+	rec, ok, err := r.runs.stored(uid)
 	if err != nil {
 		return err
 	}
 	if ok {
-		if o := decodeActionOutcome(rec.Outcome); o != nil {
-			p.finish(o)
-			return nil
-		}
-		o := &actionOutcome{Phase: wbv1.ActionRunFailed, RefusalCode: string(actuation.CodeInterrupted), Completed: time.Now(),
-			Message: "interrupted: the node agent restarted while the action ran; it is never re-run (" + rec.Outcome + ")"}
-		if err := r.persist(uid, o); err != nil {
+		o, err := r.runs.outcomeOf(rec, func() *actionOutcome {
+			return &actionOutcome{Phase: wbv1.ActionRunFailed, RefusalCode: string(actuation.CodeInterrupted), Completed: time.Now(),
+				Message: "interrupted: the node agent restarted while the action ran; it is never re-run (" + rec.Outcome + ")"}
+		})
+		if err != nil {
 			return err
 		}
 		p.finish(o)
@@ -295,58 +262,6 @@ func (r *actionRunReconciler) step(ctx context.Context, p *runPass) error {
 		return nil
 	}
 	return r.start(ctx, p)
-}
-
-func decodeActionOutcome(s string) *actionOutcome {
-	var o actionOutcome
-	if s == "" || json.Unmarshal([]byte(s), &o) != nil || o.Phase == "" {
-		return nil
-	}
-	return &o
-}
-
-func (r *actionRunReconciler) persist(uid string, o *actionOutcome) error {
-	raw, err := json.Marshal(o)
-	if err != nil {
-		return fmt.Errorf("encoding the outcome of action run %s: %w", uid, err)
-	}
-	rec, ok, err := r.a.store.Commands().Get(uid)
-	if err != nil {
-		return fmt.Errorf("reading the start record of action run %s: %w", uid, err)
-	}
-	if !ok {
-		return fmt.Errorf("action run %s has no start record to hold its outcome", uid)
-	}
-	rec.Phase, rec.Outcome, rec.UpdatedAt = string(o.Phase), string(raw), time.Now()
-	if err := r.a.store.Commands().Put(rec); err != nil {
-		return fmt.Errorf("storing the outcome of action run %s: %w", uid, err)
-	}
-	return nil
-}
-
-func (r *actionRunReconciler) stop(match func(*liveAction) bool) {
-	r.mu.Lock()
-	var stop []*liveAction
-	for _, la := range r.live {
-		if la.result == nil && match(la) {
-			la.stopping = true
-			stop = append(stop, la)
-		}
-	}
-	r.mu.Unlock()
-	for _, la := range stop {
-		if la.handle != nil {
-			la.handle.Kill(procexec.OriginCancel)
-		}
-	}
-}
-
-func (r *actionRunReconciler) forget(uid string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if la := r.live[uid]; la != nil && la.result != nil && la.persisted {
-		delete(r.live, uid)
-	}
 }
 
 // authorize reads the catalog, the signers and the policy afresh from the API server and
@@ -468,50 +383,52 @@ func (r *actionRunReconciler) start(ctx context.Context, p *runPass) error {
 		p.refuse(actuation.Code(c), err.Error())
 		return nil
 	}
-	rec, created, err := a.store.RecordCommandStart(recordFor(run, d))
-	if err != nil || !created {
-		prep.Abort()
-		if err == nil {
-			p.result.RequeueAfter = time.Second // a record appeared meanwhile: the next pass reads it
-		}
+	// The command path's one sequence (runTable.launch): the start record is stored while
+	// the sandbox is set up, and the program runs only once it landed.
+	la := &liveAction{key: client.ObjectKeyFromObject(run), finished: make(chan struct{})}
+	h, o, late, proceed, err := r.runs.launch(a.runner, launchSpec[actionOutcome]{
+		uid: string(run.UID), spec: prep.Spec(), running: string(wbv1.ActionRunRunning), live: la,
+		// p is the recording goroutine's until launch returns.
+		record: func() (store.Command, bool, error) {
+			rec, created, err := a.store.RecordCommandStart(recordFor(run, d))
+			if err == nil && !created {
+				p.result.RequeueAfter = time.Second // a record appeared meanwhile: the next pass reads it
+			}
+			return rec, err == nil && created, err
+		},
+		startFailed: func(err error) *actionOutcome {
+			o := &actionOutcome{Phase: wbv1.ActionRunRefused, Message: err.Error(), Completed: time.Now()}
+			if refused, code := startRefusal(err); refused {
+				o.RefusalCode = code
+			} else {
+				o.Phase, o.RefusalCode = wbv1.ActionRunFailed, code
+			}
+			return o
+		},
+		pidDelay: a.cgroups != nil && a.cgroups.Available(),
+	})
+	if err != nil || !proceed || o != nil {
+		prep.Abort() // nothing runs in the envelope
+	}
+	if err != nil || !proceed {
 		return err
 	}
-	h, err := a.runner.Start(context.Background(), prep.Spec())
-	if err != nil {
-		prep.Abort()
-		o := &actionOutcome{Phase: wbv1.ActionRunRefused, RefusalCode: refusal.CodeOf(err), Message: err.Error(), Completed: time.Now()}
-		if o.RefusalCode == "" {
-			o.Phase, o.RefusalCode = wbv1.ActionRunFailed, string(actuation.CodeStartFailed)
-		}
-		if err := r.persist(string(run.UID), o); err != nil {
-			return err
-		}
+	if o != nil {
 		p.finish(o)
 		return nil
 	}
-	info := h.Info()
-	rec.PID, rec.PGID, rec.StartTime, rec.Phase, rec.UpdatedAt = info.Pid, info.Pgid, info.StartTime, string(wbv1.ActionRunRunning), time.Now()
-	if err := a.store.Commands().Put(rec); err != nil {
+	go r.await(run.DeepCopy(), act, h, prep, la.started)
+	if late {
+		// Started after shutdown took its list: nothing of it may outlive the agent.
 		h.Kill(procexec.OriginCancel)
-		return err
+		<-h.Done()
+		return nil
 	}
-	now := metav1.Now()
-	la := &liveAction{key: client.ObjectKeyFromObject(run), handle: h, started: now.Time, finished: make(chan struct{})}
-	r.mu.Lock()
-	r.live[string(run.UID)] = la
-	r.mu.Unlock()
-	go r.await(run.DeepCopy(), act, h, prep, now.Time)
+	now := metav1.NewTime(la.started)
 	p.next.StartTime = &now
-	p.set(wbv1.ConditionStarted, true, "Started", fmt.Sprintf("pid %d, class %s (%s) envelope", info.Pid, act.Class, actions.SeedName(act.Class)))
-	t := time.NewTimer(coalesceWindow)
-	defer t.Stop()
-	select {
-	case <-la.finished:
-		r.mu.Lock()
-		o := la.result
-		r.mu.Unlock()
+	p.set(wbv1.ConditionStarted, true, "Started", fmt.Sprintf("pid %d, class %s (%s) envelope", h.Info().Pid, act.Class, actions.SeedName(act.Class)))
+	if o := r.runs.coalesce(la); o != nil {
 		p.finish(o)
-	case <-t.C:
 	}
 	return nil
 }
@@ -786,21 +703,14 @@ func artifactName(run string, i int) string {
 }
 
 func (r *actionRunReconciler) record(uid string, o *actionOutcome) {
-	r.mu.Lock()
-	if la := r.live[uid]; la != nil && la.stopping && o.Phase == wbv1.ActionRunFailed && o.ExitCode == nil && o.RefusalCode != string(actuation.CodeInterrupted) {
-		o.Phase, o.RefusalCode, o.Message = wbv1.ActionRunCancelled, "", "cancelled: the run was deleted or cancelled ("+o.Message+")"
-	}
-	r.mu.Unlock()
-	err := r.persist(uid, o)
+	err := r.runs.record(uid, o, func(la *liveAction, o *actionOutcome) {
+		if la.stopping && o.Phase == wbv1.ActionRunFailed && o.ExitCode == nil && o.RefusalCode != string(actuation.CodeInterrupted) {
+			o.Phase, o.RefusalCode, o.Message = wbv1.ActionRunCancelled, "", "cancelled: the run was deleted or cancelled ("+o.Message+")"
+		}
+	})
 	if err != nil && r.a.runCtx != nil {
 		ctrl.LoggerFrom(r.a.runCtx).Error(err, "Storing an action run outcome; the next pass retries", "actionRun", uid)
 	}
-	r.mu.Lock()
-	if la := r.live[uid]; la != nil {
-		la.result, la.persisted = o, err == nil
-		close(la.finished)
-	}
-	r.mu.Unlock()
 }
 
 func truncateUTF8(s string, n int) string {

@@ -59,28 +59,21 @@ type Agent struct {
 
 	sandboxErr error // why the process sandbox cannot be established on this node (checked by New)
 
-	// closed is set (under mu) once shutdown has taken the list of commands to stop: a
-	// process a late pass starts after that is stopped and waited for by that pass itself.
-	closed bool
-
-	// envs and sess have their own locks (registries.go); mu guards the command table and
-	// the fields after it up to recorder.
-	envs      *envRegistry
-	sess      *sessionRegistry
-	mu        sync.Mutex
-	commands  map[string]*liveCommand // command UID → running handle or finished result
-	recovery  []wbv1.RecoveryAction
-	waits     int
-	dataPlane *wbv1.DataPlane
+	// Components with their own locks: environments and sessions (registries.go), the
+	// commands this process started (runtable.go; the ActionRun controller has a table of
+	// its own), and what the node publishes about itself (report.go).
+	envs     *envRegistry
+	sess     *sessionRegistry
+	commands *runTable[commandOutcome]
+	report   *nodeReport
 	// viewHub wakes view streams on changes of views, grants, environments and sessions.
 	viewHub  viewHub
 	recorder events.EventRecorder
 
-	// Data-plane client surface (dataplane.go), guarded by mu: artifact UIDs whose upload
-	// is in progress, and a channel closed (then replaced) when a command starts or is
-	// reconciled.
-	uploads    map[string]struct{}
-	cmdChanged chan struct{}
+	// mu guards the wait table (liveWaits, watcher) and uploads: the artifact UIDs whose
+	// upload through the data plane is in progress (dataplane.go).
+	mu      sync.Mutex
+	uploads map[string]struct{}
 	// sessChanged wakes open attach streams to re-check a session (dataplane.go).
 	sessChanged changeBroadcast
 
@@ -99,8 +92,6 @@ type Agent struct {
 	wakePatches, wakeArtifacts, wakeProbes chan event.GenericEvent
 	// sweepArtifacts kicks the artifact retention sweep (retention.go).
 	sweepArtifacts chan struct{}
-	// capKick asks for a recount of the free capacity (free.go).
-	capKick chan struct{}
 	// cordoned mirrors the Node's spec.unschedulable (kubectl drain; node_drain.go), and
 	// wakeEnvironments re-queues environments when it changes.
 	cordoned         atomic.Bool
@@ -174,7 +165,8 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		cgroups:          cg,
 		envs:             newEnvRegistry(),
 		sess:             newSessionRegistry(),
-		commands:         map[string]*liveCommand{},
+		commands:         newRunTable[commandOutcome]("command", db),
+		report:           newNodeReport(),
 		wakeCommands:     make(chan event.GenericEvent, 1024),
 		wakeSessions:     make(chan event.GenericEvent, 1024),
 		engine:           waits.NewEngine(waits.Caps{PendingWaits: caps.PendingWaits}),
@@ -182,7 +174,6 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		blobs:            blobs,
 		wakeWaits:        make(chan event.GenericEvent, 1024),
 		sweepArtifacts:   make(chan struct{}, 1),
-		capKick:          make(chan struct{}, 1),
 		wakeEnvironments: make(chan event.GenericEvent, 1024),
 		rec:              newRecorder(cfg.StateDir),
 		wakePatches:      make(chan event.GenericEvent, 1024),
@@ -286,19 +277,7 @@ func (a *Agent) shutdown(ctx context.Context) {
 	a.stopping.Store(true)
 	a.runner.Close() // idle pre-started sandboxes and their groups
 	_ = a.sessions.Shutdown(ctx)
-	a.mu.Lock()
-	a.closed = true
-	var ending []*procexec.Handle
-	for _, c := range a.commands {
-		if c.handle != nil && c.result == nil {
-			c.handle.Kill(procexec.OriginCancel)
-			ending = append(ending, c.handle)
-		}
-		if c.cancel != nil && c.result == nil {
-			c.cancel() // a guest command: stop waiting; the store keeps it interrupted
-		}
-	}
-	a.mu.Unlock()
+	ending := a.commands.shutdown() // a guest command stops being waited for; the store keeps it interrupted
 	// Once the commands' cgroups are gone, an agent with no VM left removes its cgroup
 	// parent (best effort, bounded by ctx).
 	for _, h := range ending {

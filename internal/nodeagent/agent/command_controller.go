@@ -4,12 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,44 +24,12 @@ import (
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/convert"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
-	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/nodeagent/store"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/platform/spans"
 	"sensorium.dev/workbench/internal/statusapply"
 )
-
-// liveCommand is a command this process started.
-type liveCommand struct {
-	key     types.NamespacedName
-	envUID  string
-	handle  *procexec.Handle
-	started time.Time
-	result  *commandOutcome
-	// persisted is set once result is in the store; a pass that finds it unset persists
-	// it (and fails, to be retried, when the store does) before status may show it.
-	persisted bool
-	// stopping is set when the command's object is being deleted: its end is Cancelled.
-	stopping bool
-	// drained is set when the node is drained (cordoned) while the command runs: its end
-	// is Failed/interrupted (node_drain.go).
-	drained bool
-	// finished is closed once result is set (host commands).
-	finished chan struct{}
-	// cancel ends the wait for a command running in a VM guest (no host handle).
-	cancel context.CancelFunc
-	// out and seqFrom locate the command's output in its session's ring (the data plane's
-	// output stream reads from them).
-	out     *ring.Ring
-	seqFrom uint64
-	// storeMu orders the store writes of a host command's run: the PID record (written
-	// off the pass, recordPID) never lands after, and so never hides, its outcome;
-	// outcomeStored (guarded by storeMu) tells a late PID record that the outcome, which
-	// supersedes it, is already stored.
-	storeMu       sync.Mutex
-	outcomeStored bool
-}
 
 // commandOutcome is the one recorded outcome, persisted in the store before it is written
 // to status, so a crash between the two still reports the truth.
@@ -82,13 +48,7 @@ type commandOutcome struct {
 	Completed    time.Time         `json:"completed"`
 }
 
-type commandReconciler struct {
-	a *Agent
-	// guestStarting counts guest commands past startGuest's cap check and not yet in
-	// a.commands (guarded by a.mu): with concurrent workers the check and the insertion
-	// are one reservation, so the cap is never exceeded.
-	guestStarting int
-}
+type commandReconciler struct{ a *Agent }
 
 // commandOwned is what the node agent writes of a command's status: the run and its
 // outcome, nodeName, and — once this node took the command (wbv1.CommandPhaseWriter) — the
@@ -242,35 +202,17 @@ func (r *commandReconciler) step(ctx context.Context, p *cmdPass) error {
 	a := r.a
 	uid := string(p.cmd.UID)
 	deleting := !p.cmd.DeletionTimestamp.IsZero() || p.cmd.Spec.DesiredState == wbv1.CommandDesiredCancelled
-	a.mu.Lock()
-	live := a.commands[uid]
-	var result *commandOutcome
-	persisted := false
-	if live != nil {
-		result, persisted = live.result, live.persisted // written under a.mu by the goroutine awaiting the command
+	live, result, err := a.commands.settle(uid)
+	if err != nil {
+		return err
 	}
-	a.mu.Unlock()
 	p.next.NodeName = a.cfg.NodeName
 	if live != nil {
 		if result != nil {
-			if !persisted {
-				// The awaiting goroutine could not store the outcome: store it now, or fail
-				// the pass (retried with backoff) — status never shows an unstored outcome.
-				live.storeMu.Lock()
-				err := a.persistOutcome(uid, result)
-				live.outcomeStored = err == nil
-				live.storeMu.Unlock()
-				if err != nil {
-					return err
-				}
-				a.mu.Lock()
-				live.persisted = true
-				a.mu.Unlock()
-			}
 			p.finish(result)
 		} else {
 			if deleting {
-				a.stopCommands(func(lc *liveCommand) bool { return lc == live })
+				a.commands.stop(func(lc *liveCommand) bool { return lc == live })
 				p.result.RequeueAfter = time.Second // the awaiting goroutine also wakes this command
 			}
 			p.next.StartTime = &metav1.Time{Time: live.started}
@@ -278,7 +220,7 @@ func (r *commandReconciler) step(ctx context.Context, p *cmdPass) error {
 		}
 		return nil
 	}
-	rec, ok, err := a.store.Commands().Get(uid)
+	rec, ok, err := a.commands.stored(uid)
 	if err != nil {
 		return err
 	}
@@ -286,13 +228,11 @@ func (r *commandReconciler) step(ctx context.Context, p *cmdPass) error {
 		return nil // a record without this node's claim in status: the manager decides first
 	}
 	if ok {
-		if o := decodeOutcome(rec.Outcome); o != nil {
-			p.finish(o)
-			return nil
-		}
-		o := &commandOutcome{Phase: wbv1.CommandFailed, RefusalCode: string(actuation.CodeInterrupted), Completed: time.Now(),
-			Message: "interrupted: the node agent restarted while the command ran; it is never re-run (" + rec.Outcome + ")"}
-		if err := a.persistOutcome(uid, o); err != nil {
+		o, err := a.commands.outcomeOf(rec, func() *commandOutcome {
+			return &commandOutcome{Phase: wbv1.CommandFailed, RefusalCode: string(actuation.CodeInterrupted), Completed: time.Now(),
+				Message: "interrupted: the node agent restarted while the command ran; it is never re-run (" + rec.Outcome + ")"}
+		})
+		if err != nil {
 			return err
 		}
 		p.finish(o)
@@ -313,50 +253,21 @@ func (r *commandReconciler) step(ctx context.Context, p *cmdPass) error {
 // stopCommands stops every running command match selects (deletion, drain) and marks it
 // stopping, so its end is recorded Cancelled.
 func (a *Agent) stopCommands(match func(*liveCommand) bool) []*liveCommand {
-	a.mu.Lock()
-	var stop []*liveCommand
-	for _, lc := range a.commands {
-		if lc.result == nil && match(lc) {
-			lc.stopping = true
-			stop = append(stop, lc)
-		}
-	}
-	a.mu.Unlock()
-	for _, lc := range stop {
-		if lc.handle != nil {
-			lc.handle.Kill(procexec.OriginCancel)
-		}
-		if lc.cancel != nil {
-			lc.cancel()
-		}
-	}
-	return stop
+	return a.commands.stop(match)
 }
 
 // commandDrained says whether a node drain stopped the command.
 func (a *Agent) commandDrained(uid string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	lc := a.commands[uid]
-	return lc != nil && lc.drained
+	drained := false
+	a.commands.view(func(runs map[string]*liveCommand) {
+		lc := runs[uid]
+		drained = lc != nil && lc.drained
+	})
+	return drained
 }
 
 // forgetCommand drops a finished command from memory once its outcome is stored.
-func (a *Agent) forgetCommand(uid string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if lc := a.commands[uid]; lc != nil && lc.result != nil && lc.persisted {
-		delete(a.commands, uid)
-	}
-}
-
-func decodeOutcome(s string) *commandOutcome {
-	var o commandOutcome
-	if s == "" || json.Unmarshal([]byte(s), &o) != nil || o.Phase == "" {
-		return nil
-	}
-	return &o
-}
+func (a *Agent) forgetCommand(uid string) { a.commands.forget(uid) }
 
 // refuse ends a command at the node with a code (nothing was started).
 func (p *cmdPass) refuse(code, msg string) {
@@ -477,69 +388,36 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	}
 	// The claim (an API write) and the store's start record (an fsync) are independent:
 	// both must hold before the program runs, neither needs the other — and neither needs
-	// the sandbox, which is set up meanwhile: the runner calls BeforeExec once the sandbox
-	// is ready and execs the program only if both landed (a helper that never gets the
-	// go-ahead ends without running anything, also when this process dies).
-	type recorded struct {
-		rec     store.Command
-		proceed bool
-		err     error
-	}
-	recDone := make(chan recorded, 1)
-	go func() {
-		rec, proceed, err := a.recordStart(p, string(sess.UID), func() (bool, error) { return r.claim(ctx, p, claimBy) })
-		recDone <- recorded{rec, proceed, err}
-	}()
-	var recRes *recorded
-	awaitRecord := func() recorded { // p is the recording goroutine's until this returns
-		if recRes == nil {
-			v := <-recDone
-			recRes = &v
-		}
-		return *recRes
-	}
-	spec.BeforeExec = func() error {
-		if rr := awaitRecord(); rr.err != nil || !rr.proceed {
-			return errNotRecorded
-		}
-		markCommand(cmd, "node-claimed-and-recorded")
-		a.recordBefore(ctx, &env, sess.Name, string(cmd.UID)) // seed 004: state before, when recorded
-		return nil
-	}
+	// the sandbox, which is set up meanwhile (launch: the program is exec'd only once both
+	// landed; a helper that never gets the go-ahead ends without running anything, also
+	// when this process dies).
 	seqFrom := live.LastSeq() + 1 // the data plane's output stream starts here
 	out := &liveOutput{rg: live}
 	spec.OnOutput = out.write
-	h, err := a.runner.Start(context.Background(), spec)
-	rr := awaitRecord()
-	if rr.err != nil || !rr.proceed {
-		return rr.err // nothing ran: a refusal, a replay, or the claim lost (see recordStart)
+	lc := &liveCommand{key: client.ObjectKeyFromObject(cmd), envUID: string(env.UID), finished: make(chan struct{}),
+		out: live, seqFrom: seqFrom}
+	h, o, late, proceed, err := a.commands.launch(a.runner, launchSpec[commandOutcome]{
+		uid: string(cmd.UID), spec: spec, running: string(wbv1.CommandRunning), live: lc,
+		// p is the recording goroutine's until launch returns.
+		record: func() (store.Command, bool, error) {
+			return a.recordStart(p, string(sess.UID), func() (bool, error) { return r.claim(ctx, p, claimBy) })
+		},
+		ready: func() {
+			markCommand(cmd, "node-claimed-and-recorded")
+			a.recordBefore(ctx, &env, sess.Name, string(cmd.UID)) // seed 004: state before, when recorded
+		},
+		startFailed: commandStartFailed,
+		pidDelay:    a.cgroups != nil && a.cgroups.Available(),
+		pidRecorded: func(err error) { a.pidRecorded(cmd, err) },
+	})
+	if err != nil || !proceed {
+		return err // nothing ran: a refusal, a replay, or the claim lost (see recordStart)
 	}
-	rec := rr.rec
-	if err != nil {
-		// A refusal of the runner (a cap) is Refused: nothing started; any other error is a
-		// failure to start.
-		o := &commandOutcome{Phase: wbv1.CommandRefused, RefusalCode: refusal.CodeOf(err), Message: err.Error(), Completed: time.Now()}
-		if o.RefusalCode == "" {
-			o.Phase, o.RefusalCode = wbv1.CommandFailed, string(actuation.CodeStartFailed)
-		}
-		if err := a.persistOutcome(string(cmd.UID), o); err != nil {
-			return err
-		}
+	if o != nil {
 		p.finish(o)
 		return nil
 	}
-	info := h.Info()
-	rec.PID, rec.PGID, rec.StartTime, rec.Phase, rec.UpdatedAt = info.Pid, info.Pgid, info.StartTime, string(wbv1.CommandRunning), time.Now()
-	a.mu.Lock()
-	now := metav1.Now()
-	lc := &liveCommand{key: client.ObjectKeyFromObject(cmd), envUID: string(env.UID), handle: h, started: now.Time, finished: make(chan struct{}),
-		out: live, seqFrom: seqFrom}
-	a.commands[string(cmd.UID)] = lc
-	a.commandsChangedLocked()
-	late := a.closed
-	a.mu.Unlock()
-	go a.recordPID(cmd.DeepCopy(), lc, rec)
-	go a.awaitCommand(cmd.DeepCopy(), h, out, now.Time)
+	go a.awaitCommand(cmd.DeepCopy(), h, out, lc.started)
 	if late {
 		// Started after shutdown took its list (a pass outliving the manager's graceful
 		// stop): nothing of it may outlive the agent, so this pass stops it and waits.
@@ -547,68 +425,40 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		<-h.Done()
 		return nil
 	}
+	now := metav1.NewTime(lc.started)
 	p.next.StartTime, p.next.NodeName = &now, a.cfg.NodeName
-	p.set(wbv1.ConditionStarted, true, "Started", fmt.Sprintf("pid %d in its own process group, no network, writes confined to the environment", info.Pid))
+	p.set(wbv1.ConditionStarted, true, "Started", fmt.Sprintf("pid %d in its own process group, no network, writes confined to the environment", h.Info().Pid))
 	// A short command often ends before this pass writes: then one status write records
-	// both its start and its outcome. The wait is bounded by coalesceWindow.
-	t := time.NewTimer(coalesceWindow)
-	defer t.Stop()
-	select {
-	case <-lc.finished:
-		a.mu.Lock()
-		o, stored := lc.result, lc.persisted
-		a.mu.Unlock()
-		if stored { // an outcome the store lacks is never shown: the next pass stores it first
-			p.finish(o)
-		}
-	case <-t.C:
-		// Not ended within the window: one last look, so a command that ended while the
-		// window ran out still gets one write.
-		a.mu.Lock()
-		o, stored := lc.result, lc.persisted
-		a.mu.Unlock()
-		if o != nil && stored {
-			p.finish(o)
-		}
+	// both its start and its outcome.
+	if o := a.commands.coalesce(lc); o != nil {
+		p.finish(o)
 	}
 	return nil
 }
 
-// errNotRecorded aborts a sandbox whose command's start record or claim did not land.
-var errNotRecorded = errors.New("the command's start was not recorded or claimed: its program is not run")
-
-// pidRecordDelay is how long the PID record of a command running in its own cgroup waits
-// for the command to end: a command that ends sooner gets one store commit, its outcome's,
-// instead of two in a row. Crash recovery does not need the PID inside that window: it
-// kills every command cgroup the previous process left (sweepCgroups), and the start
-// record, stored before the program ran, marks the command interrupted.
-const pidRecordDelay = coalesceWindow
-
-// recordPID stores the pid, process group and start time of a running command for crash
-// recovery, off the pass that started it. Under the command's storeMu: once its outcome
-// is stored (which supersedes the PID record) nothing is written. A store failure is
-// logged: the outcome's own commit, which status waits for, reports its failures.
-func (a *Agent) recordPID(cmd *wbv1.TerminalCommand, lc *liveCommand, rec store.Command) {
-	if a.cgroups != nil && a.cgroups.Available() {
-		t := time.NewTimer(pidRecordDelay)
-		select {
-		case <-lc.finished:
-		case <-t.C:
-		}
-		t.Stop()
-	}
-	lc.storeMu.Lock()
-	defer lc.storeMu.Unlock()
-	if lc.outcomeStored {
-		return
-	}
-	if err := a.store.Commands().Put(rec); err != nil {
+// pidRecorded marks (or logs the failure of) a running command's PID record, written off
+// the pass (runTable.recordPID). A store failure is only logged: the outcome's own commit,
+// which status waits for, reports its failures.
+func (a *Agent) pidRecorded(cmd *wbv1.TerminalCommand, err error) {
+	if err != nil {
 		if a.runCtx != nil {
 			ctrl.LoggerFrom(a.runCtx).Error(err, "Storing the PID record of a running command; recovery relies on its cgroup", "command", cmd.Namespace+"/"+cmd.Name)
 		}
 		return
 	}
 	markCommand(cmd, "node-pid-recorded")
+}
+
+// commandStartFailed is the outcome of a command the runner did not start: Refused with
+// the runner's code at a cap, else Failed (start-failed).
+func commandStartFailed(err error) *commandOutcome {
+	o := &commandOutcome{Phase: wbv1.CommandRefused, Message: err.Error(), Completed: time.Now()}
+	if refused, code := startRefusal(err); refused {
+		o.RefusalCode = code
+	} else {
+		o.Phase, o.RefusalCode = wbv1.CommandFailed, code
+	}
+	return o
 }
 
 // reasonStartingAtNode is the reason of the node's fast-path claim: Started=False until the
@@ -696,7 +546,7 @@ func (a *Agent) recordStart(p *cmdPass, sessUID string, claim func() (bool, erro
 		return rec, false, err
 	}
 	if !created {
-		if o := decodeOutcome(rec.Outcome); o != nil {
+		if o := decodeOutcome[commandOutcome](rec.Outcome); o != nil {
 			o.Message = fmt.Sprintf("replay of %s (idempotency key %q): %s", rec.Name, cmd.Spec.IdempotencyKey, o.Message)
 			p.finish(o)
 		} else {
@@ -810,52 +660,14 @@ func (a *Agent) awaitCommand(cmd *wbv1.TerminalCommand, h *procexec.Handle, out 
 // recordOutcome persists a finished command's outcome and hands it to the reconciler. A
 // store failure is logged and left for the reconciler's pass to retry (persisted unset).
 func (a *Agent) recordOutcome(uid string, o *commandOutcome) {
-	a.mu.Lock()
-	if lc := a.commands[uid]; lc != nil && lc.stopping && !lc.drained && o.Phase == wbv1.CommandFailed && o.ExitCode == nil {
-		o.Phase, o.RefusalCode, o.Message = wbv1.CommandCancelled, "", "cancelled: the command was deleted or cancelled ("+o.Message+")"
-	}
-	lc := a.commands[uid]
-	a.mu.Unlock()
-	if lc != nil {
-		lc.storeMu.Lock() // after a PID record already being written, never before it
-	}
-	err := a.persistOutcome(uid, o)
-	if lc != nil {
-		lc.outcomeStored = err == nil
-		lc.storeMu.Unlock()
-	}
+	err := a.commands.record(uid, o, func(lc *liveCommand, o *commandOutcome) {
+		if lc.stopping && !lc.drained && o.Phase == wbv1.CommandFailed && o.ExitCode == nil {
+			o.Phase, o.RefusalCode, o.Message = wbv1.CommandCancelled, "", "cancelled: the command was deleted or cancelled ("+o.Message+")"
+		}
+	})
 	if err != nil && a.runCtx != nil {
 		ctrl.LoggerFrom(a.runCtx).Error(err, "Storing a command outcome; the next pass retries", "command", uid)
 	}
-	a.mu.Lock()
-	if lc := a.commands[uid]; lc != nil {
-		lc.result, lc.persisted = o, err == nil
-		if lc.finished != nil {
-			close(lc.finished)
-		}
-	}
-	a.mu.Unlock()
-}
-
-// persistOutcome stores the one outcome on the command's start record. Every error
-// surfaces: an outcome that is not stored is never shown as final.
-func (a *Agent) persistOutcome(uid string, o *commandOutcome) error {
-	raw, err := json.Marshal(o)
-	if err != nil {
-		return fmt.Errorf("encoding the outcome of command %s: %w", uid, err)
-	}
-	rec, ok, err := a.store.Commands().Get(uid)
-	if err != nil {
-		return fmt.Errorf("reading the start record of command %s: %w", uid, err)
-	}
-	if !ok {
-		return fmt.Errorf("command %s has no start record to hold its outcome", uid)
-	}
-	rec.Phase, rec.Outcome, rec.UpdatedAt = string(o.Phase), string(raw), time.Now()
-	if err := a.store.Commands().Put(rec); err != nil {
-		return fmt.Errorf("storing the outcome of command %s: %w", uid, err)
-	}
-	return nil
 }
 
 // wake re-queues obj. Senders are bounded (one goroutine per running command or session,

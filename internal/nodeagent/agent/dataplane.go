@@ -158,9 +158,7 @@ func (a *Agent) startDataPlane(ctx context.Context) error {
 	if h, p, err := net.SplitHostPort(ln.Addr().String()); err == nil && (h == "::" || h == "0.0.0.0") {
 		endpoint = "https://" + net.JoinHostPort(hosts[0], p)
 	}
-	a.mu.Lock()
-	a.dataPlane = &wbv1.DataPlane{Endpoint: endpoint, CABundle: string(caPEM)}
-	a.mu.Unlock()
+	a.report.setDataPlane(&wbv1.DataPlane{Endpoint: endpoint, CABundle: string(caPEM)})
 	go func() {
 		if err := srv.ServeListener(ctx, ln); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "Serving the data plane")
@@ -188,15 +186,8 @@ func (r resolver) Command(ns, name string) (dataplane.Command, error) {
 		return nil, err
 	}
 	uid := string(tc.UID)
-	a.mu.Lock()
-	lc := a.commands[uid]
-	var out *ring.Ring
-	var finished chan struct{}
-	if lc != nil {
-		out, finished = lc.out, lc.finished
-	}
-	a.mu.Unlock()
-	if lc != nil && out != nil && finished != nil {
+	lc, _, _ := a.commands.get(uid)
+	if lc != nil && lc.out != nil && lc.finished != nil { // both set before the command is entered
 		return liveCommandView{a: a, uid: uid, lc: lc}, nil
 	}
 	// Not started in this process: a recorded outcome whose output is still in its
@@ -207,7 +198,7 @@ func (r resolver) Command(ns, name string) (dataplane.Command, error) {
 	}
 	o := (*commandOutcome)(nil)
 	if ok {
-		o = decodeOutcome(rec.Outcome)
+		o = decodeOutcome[commandOutcome](rec.Outcome)
 	}
 	if o == nil {
 		// Not run here: not yet (output?follow waits), or never (it ended first).
@@ -240,12 +231,11 @@ func (v liveCommandView) Ring() *ring.Ring      { return v.lc.out }
 func (v liveCommandView) SeqFrom() uint64       { return v.lc.seqFrom }
 func (v liveCommandView) Done() <-chan struct{} { return v.lc.finished }
 func (v liveCommandView) Result() dataplane.CommandResult {
-	v.a.mu.Lock()
-	defer v.a.mu.Unlock()
-	if v.lc.result == nil {
+	result := v.a.commands.resultOf(v.lc) // the view outlives the table's entry
+	if result == nil {
 		return dataplane.CommandResult{}
 	}
-	return resultOf(v.lc.result)
+	return resultOf(result)
 }
 func (v liveCommandView) Cancel() error {
 	switch {
@@ -358,13 +348,7 @@ func (r resolver) UploadArtifact(ctx context.Context, ns, name string, body io.R
 // CommandsChanged implements dataplane.CommandWatcher: the channel closes at the next
 // change of a command on this node (one started, or a TerminalCommand reconciled).
 func (r resolver) CommandsChanged() <-chan struct{} {
-	a := r.a
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.cmdChanged == nil {
-		a.cmdChanged = make(chan struct{})
-	}
-	return a.cmdChanged
+	return r.a.commands.changedSignal()
 }
 
 // SessionsChanged implements dataplane.SessionWatcher: the channel closes after the next
@@ -396,17 +380,5 @@ func (b *changeBroadcast) notify() {
 	}
 }
 
-// commandsChangedLocked wakes CommandsChanged's waiters; a.mu is held.
-func (a *Agent) commandsChangedLocked() {
-	if a.cmdChanged != nil {
-		close(a.cmdChanged)
-		a.cmdChanged = nil
-	}
-}
-
 // commandsChanged wakes CommandsChanged's waiters.
-func (a *Agent) commandsChanged() {
-	a.mu.Lock()
-	a.commandsChangedLocked()
-	a.mu.Unlock()
-}
+func (a *Agent) commandsChanged() { a.commands.signal() }

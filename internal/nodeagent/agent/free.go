@@ -32,26 +32,14 @@ type slotReporter interface {
 }
 
 // kickCapacity asks the capacity loop to recount; it never blocks.
-func (a *Agent) kickCapacity() {
-	select {
-	case a.capKick <- struct{}{}:
-	default:
-	}
-}
+func (a *Agent) kickCapacity() { a.report.kickCapacity() }
 
 // freeCapacity counts what one more session, reader, command, wait or VM would find.
 func (a *Agent) freeCapacity() wbv1.NodeFree {
 	caps := a.cfg.Caps
 	open, perEnv := a.sess.openCounts()
-	a.mu.Lock()
-	guest := 0
-	for _, c := range a.commands {
-		if c.cancel != nil && c.result == nil {
-			guest++
-		}
-	}
-	waits := a.waits
-	a.mu.Unlock()
+	guest := a.commands.guestRunning()
+	waits := a.report.snapshot().Waits
 	var full []wbv1.NodeEnvironmentRef
 	truncated := false
 	for uid, n := range perEnv {
@@ -112,7 +100,7 @@ func (a *Agent) capacityLoop(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-a.capKick:
+		case <-a.report.kick:
 		}
 		f := a.freeCapacity()
 		if last == nil || !equality.Semantic.DeepEqual(*last, f) {

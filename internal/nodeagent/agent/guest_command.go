@@ -83,27 +83,17 @@ func guestSpawnArgs(roots []backends.MountedRoot, in actuation.CommandIntent, en
 func (r *commandReconciler) startGuest(p *cmdPass, g guestBackend, envUID string, sessUID string, args protocol.SpawnArgs, rg *ring.Ring) error {
 	a := r.a
 	cmd := p.cmd
-	a.mu.Lock()
-	running := r.guestStarting
-	for _, c := range a.commands {
-		if c.cancel != nil && c.result == nil {
-			running++
-		}
-	}
-	if running < a.cfg.Caps.ConcurrentCommands {
-		r.guestStarting++ // reserved until the command is in a.commands (or this pass ends)
-	}
-	a.mu.Unlock()
-	if running >= a.cfg.Caps.ConcurrentCommands {
+	// The cap check and the command's entry are one reservation (concurrent passes never
+	// exceed the cap).
+	running, ok := a.commands.reserveGuest(a.cfg.Caps.ConcurrentCommands)
+	if !ok {
 		p.refuse(string(actuation.CodeCommandCapReached), fmt.Sprintf("%d guest commands run on this node (cap %d)", running, a.cfg.Caps.ConcurrentCommands))
 		return nil
 	}
 	reserved := true
 	defer func() {
 		if reserved {
-			a.mu.Lock()
-			r.guestStarting--
-			a.mu.Unlock()
+			a.commands.releaseGuest()
 		}
 	}()
 	rec, proceed, err := a.recordStart(p, sessUID, nil) // claimed before (startGuest's caller)
@@ -116,14 +106,10 @@ func (r *commandReconciler) startGuest(p *cmdPass, g guestBackend, envUID string
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(args.TimeoutMS)*time.Millisecond+guestReportGrace)
-	a.mu.Lock()
 	seqFrom := rg.LastSeq() + 1
-	a.commands[string(cmd.UID)] = &liveCommand{key: client.ObjectKeyFromObject(cmd), envUID: envUID, started: now.Time, cancel: cancel,
-		finished: make(chan struct{}), out: rg, seqFrom: seqFrom}
-	r.guestStarting-- // the reservation is now the command's own entry
-	reserved = false
-	a.commandsChangedLocked()
-	a.mu.Unlock()
+	a.commands.enterGuest(string(cmd.UID), &liveCommand{key: client.ObjectKeyFromObject(cmd), envUID: envUID, started: now.Time, cancel: cancel,
+		finished: make(chan struct{}), out: rg, seqFrom: seqFrom})
+	reserved = false // the reservation is now the command's own entry
 	go a.awaitGuestCommand(ctx, cancel, cmd.DeepCopy(), g, envUID, args, rg, seqFrom, now.Time)
 	p.next.StartTime, p.next.NodeName = &now, a.cfg.NodeName
 	p.set(wbv1.ConditionStarted, true, "Started", "dispatched to the guest agent of the environment's VM (no network, no host share)")

@@ -190,7 +190,7 @@ func (a *Agent) publishNode(ctx context.Context) error {
 	now := metav1.Now()
 	caps := a.cfg.Caps
 	active, _ := a.sess.openCounts()
-	a.mu.Lock()
+	rep := a.report.snapshot()
 	st := wbv1.WorkbenchNodeStatus{
 		AgentVersion: Version, HeartbeatTime: &now,
 		Caps: &wbv1.NodeCaps{Sessions: int32(caps.Sessions), SessionsPerEnvironment: int32(caps.SessionsPerEnvironment), ReaderTasks: int32(caps.ReaderTasks),
@@ -198,9 +198,8 @@ func (a *Agent) publishNode(ctx context.Context) error {
 			// The ceilings the node's runtimes enforce, advertised (the same as admission's).
 			MaxCommandTimeoutSeconds: int64(procexec.MaxTimeout / time.Second), MaxCommandOutputBytes: procexec.MaxOutputBytes,
 			MaxSessionDurationSeconds: int64(session.DefaultMaxDurationCeiling / time.Second)},
-		ActiveSessions: int32(active), ActiveWaits: int32(a.waits), Recovery: a.recovery, DataPlane: a.dataPlane,
+		ActiveSessions: int32(active), ActiveWaits: int32(rep.Waits), Recovery: rep.Recovery, DataPlane: rep.DataPlane,
 	}
-	a.mu.Unlock()
 	names := make([]string, 0, len(a.cfg.AdmittedRoots))
 	for n := range a.cfg.AdmittedRoots {
 		names = append(names, n)

@@ -78,11 +78,11 @@ func (a *Agent) wakeNodeBound(ctx context.Context) {
 // markDrained flags the running commands of an environment so their end is recorded as
 // interrupted by the drain, not cancelled by a user.
 func (a *Agent) markDrained(envUID string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, lc := range a.commands {
-		if lc.result == nil && lc.envUID == envUID {
-			lc.drained = true
+	a.commands.view(func(runs map[string]*liveCommand) {
+		for _, lc := range runs {
+			if lc.result == nil && lc.envUID == envUID {
+				lc.drained = true
+			}
 		}
-	}
+	})
 }

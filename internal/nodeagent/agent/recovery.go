@@ -127,9 +127,7 @@ func (a *Agent) recover(ctx context.Context) error {
 	if len(actions) > maxRecoveryReport {
 		actions = actions[len(actions)-maxRecoveryReport:]
 	}
-	a.mu.Lock()
-	a.recovery = actions
-	a.mu.Unlock()
+	a.report.setRecovery(actions)
 	return nil
 }
 

@@ -32,10 +32,7 @@ func (a *Agent) republishOutcomes(ctx context.Context) (int, error) {
 		if ctx.Err() != nil {
 			return woken, nil
 		}
-		a.mu.Lock()
-		_, live := a.commands[r.UID]
-		a.mu.Unlock()
-		if live {
+		if a.commands.has(r.UID) {
 			continue // this process runs it (or holds its outcome): its own passes write it
 		}
 		var cmd wbv1.TerminalCommand

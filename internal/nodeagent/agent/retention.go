@@ -203,11 +203,11 @@ func (a *Agent) pruneRecords(ctx context.Context) (int, error) {
 	for _, p := range patches.Items {
 		live[string(p.UID)] = true
 	}
-	a.mu.Lock()
-	for uid := range a.commands {
-		live[uid] = true
-	}
-	a.mu.Unlock()
+	a.commands.view(func(runs map[string]*liveCommand) {
+		for uid := range runs {
+			live[uid] = true
+		}
+	})
 	for _, uid := range a.sess.uids() {
 		live[uid] = true
 	}
@@ -264,9 +264,7 @@ type Footprint struct {
 // Footprint reports what the agent holds now.
 func (a *Agent) Footprint() (Footprint, error) {
 	var f Footprint
-	a.mu.Lock()
-	f.LiveCommands = len(a.commands)
-	a.mu.Unlock()
+	f.LiveCommands = a.commands.len()
 	f.LiveSessions = a.sess.len()
 	cmds, err := a.store.Commands().List(0)
 	if err != nil {

@@ -257,8 +257,8 @@ func (r *waitReconciler) register(ctx context.Context, p *waitPass, deadline tim
 	lw := &liveWait{key: client.ObjectKeyFromObject(w), h: h, started: now}
 	a.mu.Lock()
 	a.liveWaits[string(w.UID)] = lw
-	a.waits = a.engine.Pending()
 	a.mu.Unlock()
+	a.report.setWaits(a.engine.Pending())
 	go a.awaitWait(w.DeepCopy(), lw)
 	p.pending(now, deadline)
 	return ctrl.Result{}, nil
@@ -270,9 +270,7 @@ func (r *waitReconciler) register(ctx context.Context, p *waitPass, deadline tim
 func (a *Agent) awaitWait(obj *wbv1.Wait, lw *liveWait) {
 	<-lw.h.Done()
 	res, _ := lw.h.Result()
-	a.mu.Lock()
-	a.waits = a.engine.Pending()
-	a.mu.Unlock()
+	a.report.setWaits(a.engine.Pending())
 	if a.runCtx.Err() != nil {
 		return
 	}

@@ -224,15 +224,10 @@ func (a *Agent) commandSource(ctx context.Context, key types.NamespacedName) (wa
 
 func (a *Agent) observeCommand(uid string, key types.NamespacedName) waits.Observation {
 	now := time.Now()
-	a.mu.Lock()
-	var o *commandOutcome
-	if lc := a.commands[uid]; lc != nil {
-		o = lc.result
-	}
-	a.mu.Unlock()
+	_, o, _ := a.commands.get(uid)
 	if o == nil {
 		if rec, ok, err := a.store.Commands().Get(uid); err == nil && ok {
-			o = decodeOutcome(rec.Outcome)
+			o = decodeOutcome[commandOutcome](rec.Outcome)
 		}
 	}
 	if o != nil {

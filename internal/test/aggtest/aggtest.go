@@ -17,7 +17,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -30,7 +29,7 @@ import (
 	"sensorium.dev/workbench/internal/apiserver"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/test/envtest"
-	"sensorium.dev/workbench/webhooks"
+	"sensorium.dev/workbench/internal/test/nodeagenttest"
 )
 
 // Names of the registration (as in config/apiserver).
@@ -247,36 +246,31 @@ func isExists(err error) bool {
 	return err != nil && (client.IgnoreAlreadyExists(err) == nil)
 }
 
-// StartNodeAgent runs a node agent named node as identity workbench:node:<node> whose data
-// plane accepts forwarded identities only from s's client certificate (CA and name). It
-// admits root "work" at workspace. The agent stops with ctx.
-func (s *Server) StartNodeAgent(ctx context.Context, e *envtest.Env, node, stateDir, workspace string, opts ...func(*agent.Config)) error {
-	user := webhooks.NodeUserPrefix + node
-	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "node-agent-" + node},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "workbench-node-agent"}}
-	if err := e.Client.Create(ctx, crb); err != nil {
-		return err
-	}
-	if err := e.WaitAuthorized(ctx, user, ""); err != nil {
-		return err
-	}
-	cfg := rest.CopyConfig(e.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{webhooks.NodeGroup}}
-	acfg := agent.Config{NodeName: node, StateDir: stateDir, AdmittedRoots: map[string]string{"work": workspace},
-		HeartbeatSeconds: 5, DataPlaneAddress: "127.0.0.1:0", Caps: agent.Caps{Sessions: 64, SessionsPerEnvironment: 8},
-		DataPlaneForwardingCAFile: s.NodeClientCAFile, DataPlaneForwardingNames: []string{NodeClientName}}
-	for _, o := range opts {
-		o(&acfg)
-	}
-	a, err := agent.New(acfg, agent.Options{})
+// StartWithAgent starts workbench-apiserver for suite (stopped with it) and the suite's
+// node agent named node, with caps for 64 sessions (8 per environment) and a data plane that
+// accepts forwarded identities only from the server's client certificate; opts adjust the
+// agent's configuration.
+func StartWithAgent(suite *nodeagenttest.Suite, node string, opts ...func(*agent.Config)) (*Server, error) {
+	s, err := Start(suite.Ctx, suite.Env)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("starting workbench-apiserver: %w", err)
 	}
-	go func() {
-		if err := a.Run(ctrl.LoggerInto(ctx, ctrl.Log.WithName("agent")), cfg); err != nil && ctx.Err() == nil {
-			fmt.Fprintln(os.Stderr, "agent stopped:", err)
-		}
-	}()
-	return nil
+	suite.Defer(s.Stop)
+	cfg := suite.AgentConfig(node)
+	cfg.Caps = agent.Caps{Sessions: 64, SessionsPerEnvironment: 8}
+	s.Forwarding(&cfg)
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if _, err := suite.StartAgent(cfg, agent.Options{}); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Forwarding makes an agent's data plane accept forwarded identities only from s's client
+// certificate (its CA and name).
+func (s *Server) Forwarding(cfg *agent.Config) {
+	cfg.DataPlaneForwardingCAFile = s.NodeClientCAFile
+	cfg.DataPlaneForwardingNames = []string{NodeClientName}
 }

@@ -1,7 +1,7 @@
 // Package nodeagenttest starts a real node agent in the test process against an envtest
 // control plane, acting as the node identity workbench:node:<name> bound to the
-// workbench-node-agent ClusterRole, as a DaemonSet pod would. Shared by the envtest suites
-// that need a running agent (test/nodeagent, test/security).
+// workbench-node-agent ClusterRole, as a DaemonSet pod would. Suite (Main, StartSuite) is
+// the one bootstrap of every envtest suite that runs the manager and a node agent.
 package nodeagenttest
 
 import (
@@ -49,21 +49,30 @@ func NodeConfig(ctx context.Context, env *envtest.Env, node string) (*rest.Confi
 }
 
 // Start creates an agent with cfg (cfg.NodeName names the node) and runs it until ctx ends.
+// The caller releases its cgroups when it is gone for good (Release); Suite.StartAgent does.
 func Start(ctx context.Context, env *envtest.Env, cfg agent.Config, opts agent.Options) (*agent.Agent, error) {
+	a, _, err := start(ctx, env, cfg, opts)
+	return a, err
+}
+
+// start is Start, with a channel closed when the agent's Run returned.
+func start(ctx context.Context, env *envtest.Env, cfg agent.Config, opts agent.Options) (*agent.Agent, <-chan struct{}, error) {
 	rc, err := NodeConfig(ctx, env, cfg.NodeName)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	a, err := agent.New(cfg, opts)
 	if err != nil {
-		return nil, err
+		return nil, nil, fmt.Errorf("creating the agent of node %s: %w", cfg.NodeName, err)
 	}
+	done := make(chan struct{})
 	go func() {
-		if err := a.Run(ctrl.LoggerInto(ctx, ctrl.Log.WithName("agent")), rc); err != nil {
-			fmt.Fprintln(os.Stderr, "agent stopped:", err)
+		defer close(done)
+		if err := a.Run(ctrl.LoggerInto(ctx, ctrl.Log.WithName("agent")), rc); err != nil && ctx.Err() == nil {
+			fmt.Fprintf(os.Stderr, "the agent of node %s stopped: %v\n", cfg.NodeName, err)
 		}
 	}()
-	return a, nil
+	return a, done, nil
 }
 
 // TokenFor creates ServiceAccount name in ns bound to the ClusterRole role there, waits
@@ -90,20 +99,33 @@ func TokenFor(ctx context.Context, env *envtest.Env, ns, name, role string) (str
 	return tr.Status.Token, nil
 }
 
-// DataPlane returns the node's published data-plane endpoint and an HTTPS client trusting
-// its published CA, once the agent has published them on its WorkbenchNode.
-func DataPlane(ctx context.Context, env *envtest.Env, node string) (string, *http.Client, error) {
+// WaitDataPlane waits at most within until node's agent has published its data-plane
+// endpoint on its WorkbenchNode, and returns that WorkbenchNode.
+func WaitDataPlane(ctx context.Context, env *envtest.Env, node string, within time.Duration) (*wbv1.WorkbenchNode, error) {
 	var wn wbv1.WorkbenchNode
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(within)
 	for {
 		err := env.Client.Get(ctx, client.ObjectKey{Name: node}, &wn)
 		if err == nil && wn.Status.DataPlane != nil && wn.Status.DataPlane.Endpoint != "" {
-			break
+			return &wn, nil
 		}
 		if time.Now().After(deadline) {
-			return "", nil, fmt.Errorf("no data plane endpoint on WorkbenchNode %s after 30s (last error %v)", node, err)
+			return nil, fmt.Errorf("no data plane endpoint on WorkbenchNode %s after %s (last error %v)", node, within, err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for the data plane of WorkbenchNode %s: %w", node, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// DataPlane returns the node's published data-plane endpoint and an HTTPS client trusting
+// its published CA, once the agent has published them on its WorkbenchNode.
+func DataPlane(ctx context.Context, env *envtest.Env, node string) (string, *http.Client, error) {
+	wn, err := WaitDataPlane(ctx, env, node, 30*time.Second)
+	if err != nil {
+		return "", nil, err
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM([]byte(wn.Status.DataPlane.CABundle)) {

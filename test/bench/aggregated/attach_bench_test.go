@@ -16,7 +16,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -30,18 +29,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
-	"sensorium.dev/workbench/controllers"
 	"sensorium.dev/workbench/internal/apiserver"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/nodeagent/dataplane"
-	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/test/aggtest"
 	"sensorium.dev/workbench/internal/test/envtest"
-	"sensorium.dev/workbench/webhooks"
+	"sensorium.dev/workbench/internal/test/nodeagenttest"
 )
 
 const nodeName = "node-bench"
@@ -53,56 +49,16 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	procexec.MaybeRunHelper()
-	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "SKIP aggregated benchmark: the node agent needs root")
-		os.Exit(0)
-	}
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	var err error
-	env, err = envtest.Start(envtest.Options{Aggregation: true, Setup: func(mgr ctrl.Manager) error {
-		if err := controllers.SetupWithManager(mgr, controllers.Config{}); err != nil {
+	nodeagenttest.Main(m, nodeagenttest.Options{Name: "bench-agg", Env: envtest.Options{Aggregation: true},
+		Setup: func(s *nodeagenttest.Suite) error {
+			if _, err := aggtest.HostIP(); err != nil {
+				return nodeagenttest.Skip(err.Error())
+			}
+			env, workspace = s.Env, s.Workspace
+			var err error
+			agg, err = aggtest.StartWithAgent(s, nodeName)
 			return err
-		}
-		return webhooks.SetupWithManager(mgr)
-	}})
-	if err == envtest.ErrNoAssets {
-		fmt.Fprintln(os.Stderr, "SKIP aggregated benchmark:", err)
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer env.Stop()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if _, err := aggtest.HostIP(); err != nil {
-		fmt.Fprintln(os.Stderr, "SKIP aggregated benchmark:", err)
-		return 0
-	}
-	if agg, err = aggtest.Start(ctx, env); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer agg.Stop()
-	tmp, err := os.MkdirTemp("", "wb-bench-agg-")
-	if err != nil {
-		return 1
-	}
-	defer func() { _ = os.RemoveAll(tmp) }()
-	workspace = filepath.Join(tmp, "work")
-	if err := os.MkdirAll(workspace, 0o755); err != nil {
-		return 1
-	}
-	if err := agg.StartNodeAgent(ctx, env, nodeName, filepath.Join(tmp, "state"), workspace); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+		}})
 }
 
 func must(tb testing.TB, err error) {

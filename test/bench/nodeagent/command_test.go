@@ -15,108 +15,45 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
-	"sensorium.dev/workbench/controllers"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/nodeagent/session"
-	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/platform/spans"
 	"sensorium.dev/workbench/internal/test/envtest"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
 	"sensorium.dev/workbench/internal/test/samples"
-	"sensorium.dev/workbench/webhooks"
 )
 
 const node = "bench-node"
 
 var (
-	agentStateDir string // the suite agent's state dir, released at the end
-	env           *envtest.Env
-	wc            client.WithWatch
-	admitted      string // the agent's admitted root
+	env      *envtest.Env
+	wc       client.WithWatch
+	admitted string // the agent's admitted root
 )
 
 func TestMain(m *testing.M) {
-	procexec.MaybeRunHelper()
-	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "SKIP node agent benchmarks: need root for network namespaces and Landlock")
-		os.Exit(0)
-	}
-	var err error
-	env, err = envtest.Start(envtest.Options{Setup: func(mgr ctrl.Manager) error {
-		if err := controllers.SetupWithManager(mgr, controllers.Config{}); err != nil {
+	nodeagenttest.Main(m, nodeagenttest.Options{Name: "bench", Setup: func(s *nodeagenttest.Suite) error {
+		env, admitted = s.Env, s.Workspace
+		var err error
+		if wc, err = client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme}); err != nil {
 			return err
 		}
-		return webhooks.SetupWithManager(mgr)
+		// The agent's own small sandbox helper, as deployed next to the agent binary.
+		helper := s.Dir + "/workbench-sandbox"
+		if out, err := exec.Command("go", "build", "-o", helper, "sensorium.dev/workbench/cmd/workbench-sandbox").CombinedOutput(); err != nil {
+			return fmt.Errorf("building workbench-sandbox: %w: %s", err, out)
+		}
+		cfg := agent.Config{NodeName: node, StateDir: s.StateDir, AdmittedRoots: map[string]string{"work": admitted},
+			Caps: agent.Caps{Sessions: 8, ConcurrentCommands: 8, PrestartedSandboxes: prestarted()}}
+		cfg.QEMU, qemuSkip = nodeagenttest.QEMU()
+		_, err = s.StartAgent(cfg, agent.Options{HelperPath: helper})
+		return err
 	}})
-	if err == envtest.ErrNoAssets {
-		fmt.Fprintln(os.Stderr, "SKIP node agent benchmarks:", err)
-		os.Exit(0)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := func() int {
-		defer env.Stop()
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		if err := startAgent(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		if wc, err = client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme}); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		code := m.Run()
-		cancel()
-		// VMs outlive their agent by design; this suite's agent is gone for good.
-		if err := nodeagenttest.Release(agent.Config{NodeName: node, StateDir: agentStateDir}); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-		}
-		return code
-	}()
-	os.Exit(code)
-}
-
-func startAgent(ctx context.Context) error {
-	user := webhooks.NodeUserPrefix + node
-	if err := env.Client.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "bench-node-agent"},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "workbench-node-agent"}}); err != nil {
-		return err
-	}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{webhooks.NodeGroup}}
-	dir, err := os.MkdirTemp("", "wb-bench-")
-	if err != nil {
-		return err
-	}
-	// The agent's own small sandbox helper, as deployed next to the agent binary.
-	helper := dir + "/workbench-sandbox"
-	if out, err := exec.Command("go", "build", "-o", helper, "sensorium.dev/workbench/cmd/workbench-sandbox").CombinedOutput(); err != nil {
-		return fmt.Errorf("building workbench-sandbox: %v: %s", err, out)
-	}
-	admitted = dir + "/work"
-	if err := os.MkdirAll(admitted, 0o755); err != nil {
-		return err
-	}
-	agentStateDir = dir + "/state"
-	a, err := agent.New(agent.Config{NodeName: node, StateDir: agentStateDir, AdmittedRoots: map[string]string{"work": dir + "/work"},
-		Caps: agent.Caps{Sessions: 8, ConcurrentCommands: 8, PrestartedSandboxes: prestarted()}, QEMU: qemuConfig()}, agent.Options{HelperPath: helper})
-	if err != nil {
-		return err
-	}
-	go func() { _ = a.Run(ctx, cfg) }()
-	return nil
 }
 
 // setup creates a namespace with a profile for /bin/true, an environment and a session on

@@ -16,6 +16,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/platform/spans"
+	"sensorium.dev/workbench/internal/test/nodeagenttest"
 	"sensorium.dev/workbench/internal/test/samples"
 )
 
@@ -47,7 +48,8 @@ func BenchmarkPoolClaimVM(b *testing.B) {
 		b.Skip(qemuSkip)
 	}
 	ctx := context.Background()
-	im := imageManifest(b)
+	im, err := nodeagenttest.ImageManifest()
+	must(b, err)
 	if err := env.Client.Create(ctx, im.DeepCopy()); err != nil && !apierrors.IsAlreadyExists(err) {
 		b.Fatal(err)
 	}

@@ -5,9 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"testing"
@@ -18,56 +16,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/backends/qemumicrovm"
-	"sensorium.dev/workbench/internal/nodeagent/agent"
+	"sensorium.dev/workbench/internal/test/envtest"
+	"sensorium.dev/workbench/internal/test/nodeagenttest"
 	"sensorium.dev/workbench/internal/test/samples"
 )
 
 // qemuSkip says why the VM benchmark skips ("" when the bench agent runs qemu-microvm.v1).
 var qemuSkip = "the bench agent was not started"
-
-func repoBin() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..", "bin")
-}
-
-// qemuConfig enables qemu-microvm.v1 (TCG) in the bench agent when the guest image, QEMU
-// and the vsock device are present.
-func qemuConfig() *agent.QEMUConfig {
-	qemuSkip = ""
-	bin, _ := filepath.Abs(repoBin())
-	for _, f := range []string{"vmlinux", "initramfs.cpio", "vhost-device-vsock"} {
-		if _, err := os.Stat(filepath.Join(bin, "guest", f)); err != nil && qemuSkip == "" {
-			qemuSkip = fmt.Sprintf("bin/guest/%s missing: run `make guest-image` first (%v)", f, err)
-		}
-	}
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil && qemuSkip == "" {
-		qemuSkip = fmt.Sprintf("qemu-system-x86_64 not found (installed by `make guest-image`): %v", err)
-	}
-	if runtime.GOARCH != "amd64" {
-		qemuSkip = "the guest image is x86_64"
-	}
-	if qemuSkip != "" {
-		return nil
-	}
-	return &agent.QEMUConfig{Enabled: true, ImageDir: bin, Accel: "tcg"}
-}
-
-func imageManifest(b *testing.B) *wbv1.ImageManifest {
-	p := filepath.Join(repoBin(), "guest", "imagemanifest.yaml")
-	if _, err := os.Stat(p); err != nil {
-		p = filepath.Join(repoBin(), "..", "config", "samples", "07_imagemanifest.yaml")
-	}
-	raw, err := os.ReadFile(p)
-	must(b, err)
-	var im wbv1.ImageManifest
-	must(b, yaml.UnmarshalStrict(raw, &im))
-	return &im
-}
 
 // vmProcs counts the QEMU and vsock device processes whose command line names uid.
 func vmProcs(uid string) int {
@@ -102,7 +61,7 @@ func bareLaunch(b *testing.B, im *wbv1.ImageManifest) time.Duration {
 	if v == nil {
 		b.Fatal("no qemu-microvm.v1 variant")
 	}
-	bin, _ := filepath.Abs(repoBin())
+	bin := filepath.Join(envtest.RepoRoot(), "bin")
 	dir, err := os.MkdirTemp("", "wb-floor-")
 	must(b, err)
 	defer func() { _ = os.RemoveAll(dir) }()
@@ -127,7 +86,8 @@ func BenchmarkVMEnvironmentReady(b *testing.B) {
 		b.Skip(qemuSkip)
 	}
 	ctx := context.Background()
-	im := imageManifest(b)
+	im, err := nodeagenttest.ImageManifest()
+	must(b, err)
 	if err := env.Client.Create(ctx, im.DeepCopy()); err != nil && !apierrors.IsAlreadyExists(err) {
 		b.Fatal(err)
 	}
