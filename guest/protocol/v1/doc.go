@@ -55,7 +55,7 @@
 // CID and image, a strictly greater generation, a fresh nonce. The guest clears every
 // process, session and stage, supersedes every other channel and closes the answering one;
 // only the new binding handshakes afterwards (rebind.go; golden vectors in
-// test/vectors/guest-rebind.json).
+// test/vectors/guest/rebind.json).
 //
 // The guest starts a request's deadline when its header arrives and never extends it:
 // uploads that trickle past it are refused and publish nothing, process timeouts may not

@@ -34,7 +34,7 @@ type rebindVectors struct {
 
 func loadRebindVectors(t *testing.T) rebindVectors {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "test", "vectors", "guest-rebind.json"))
+	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "test", "vectors", "guest", "rebind.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func loadRebindVectors(t *testing.T) rebindVectors {
 	return doc
 }
 
-// TestRebindGoldenVectors runs test/vectors/guest-rebind.json against CheckRebind: every
+// TestRebindGoldenVectors runs test/vectors/guest/rebind.json against CheckRebind: every
 // accepted next binding advances the generation under a fresh nonce on the same CID and
 // image; every refusal carries the vector's code.
 func TestRebindGoldenVectors(t *testing.T) {

@@ -26,12 +26,14 @@ func (a *Agent) adoptPoolMember(ctx context.Context, env *wbv1.Environment, b ba
 		return nil
 	}
 	logger := ctrl.LoggerFrom(ctx).WithValues("environment", env.Namespace+"/"+env.Name, "member", pm.Name)
+	// Every pass, not only the adopting one: a pass after an adoption whose status write
+	// failed must still report a generation past the member's.
+	spec.Generation = max(spec.Generation, pm.SourceGeneration+1)
 	if _, found, err := a.store.Environments().Get(spec.ID); err != nil {
 		return fmt.Errorf("reading the store record of environment %s/%s: %w", env.Namespace, env.Name, err)
 	} else if found {
 		return nil // adopted (or allocated) by an earlier pass
 	}
-	spec.Generation = max(spec.Generation, pm.SourceGeneration+1)
 	ad, ok := b.(backends.Adopter)
 	if !ok {
 		logger.V(1).Info("Backend cannot adopt a pool member; allocating afresh", "backend", b.ID())
