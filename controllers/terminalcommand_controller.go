@@ -405,6 +405,15 @@ func (r *TerminalCommandReconciler) consentPath(ctx context.Context, p *commandP
 		r.refuse(p, actuation.CodeProfileMissing, "no profile admits this argv and profile "+prof.Name+" forbids prompting an operator")
 		return false, nil
 	}
+	if env.Status.EffectiveOperationalContext == "" {
+		// An operator reviews a command under its environment's operational context, which
+		// the placement sets: asking before it would ask under none, and the placement would
+		// then leave that question behind, Pending, for a second one. The environment's
+		// watch (pendingIn) wakes this command once it is placed.
+		p.hold(wbv1.ReasonWaitingForPlacement, fmt.Sprintf("%s: argv is not admitted by profile %s; an operator is asked once environment %s is placed under its operational context",
+			actuation.CodeConsentRequired, prof.Name, env.Name))
+		return false, nil
+	}
 	cr, err := r.ensureConsentRequest(ctx, p, prof, env)
 	if err != nil {
 		return false, err

@@ -160,7 +160,8 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		}, session.WithCgroups(cg), session.WithSandbox(session.Sandbox{HelperPath: sandboxHelper(cfg, opts), TempBase: filepath.Join(cfg.StateDir, "tmp")})),
 		sandbox: sandboxHelper(cfg, opts),
 		runner: procexec.NewRunner(procexec.Limits{MaxConcurrent: caps.ConcurrentCommands, TempBase: filepath.Join(cfg.StateDir, "tmp"),
-			HelperPath: sandboxHelper(cfg, opts), Cgroups: cg, PrestartedSandboxes: caps.PrestartedSandboxes}),
+			HelperPath: sandboxHelper(cfg, opts), Cgroups: cg, PrestartedSandboxes: caps.prestartedSandboxes(),
+			RefillByCaller: true}), // the command controller refills once an outcome is written
 		cgroups:          cg,
 		envs:             newEnvRegistry(),
 		sess:             newSessionRegistry(),

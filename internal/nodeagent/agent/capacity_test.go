@@ -74,3 +74,18 @@ func TestCommandWorkersFollowTheCap(t *testing.T) {
 		t.Error("command workers lost the bounded retry backoff")
 	}
 }
+
+// TestPrestartedSandboxesDefaultOnAndOff: unset turns the pool on at its default; a negative
+// value turns it off and stays off however often defaults are applied.
+func TestPrestartedSandboxesDefaultOnAndOff(t *testing.T) {
+	for _, tc := range []struct{ set, caps, runner int }{
+		{0, DefaultPrestartedSandboxes, DefaultPrestartedSandboxes},
+		{-1, -1, 0},
+		{5, 5, 5},
+	} {
+		c := Caps{PrestartedSandboxes: tc.set}.withDefaultsFrom(Caps{}).withDefaultsFrom(Caps{})
+		if c.PrestartedSandboxes != tc.caps || c.prestartedSandboxes() != tc.runner {
+			t.Errorf("prestartedSandboxes %d: caps %d runner %d, want %d and %d", tc.set, c.PrestartedSandboxes, c.prestartedSandboxes(), tc.caps, tc.runner)
+		}
+	}
+}

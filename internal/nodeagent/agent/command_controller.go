@@ -138,6 +138,9 @@ func (r *commandReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	if wbv1.CommandIsFinal(all) {
 		a.forgetCommand(string(cmd.UID)) // bounded memory: the outcome is in status and in the store
+		// The command's whole path is done: top the pre-started sandboxes up now (only if
+		// no other command is starting), not during its teardown, outcome or status write.
+		a.runner.Refill()
 	}
 	if wrote && before != after {
 		evType := corev1.EventTypeNormal
@@ -492,8 +495,10 @@ func (r *commandReconciler) claim(ctx context.Context, p *cmdPass, by string) (b
 }
 
 // coalesceWindow bounds how long a reconcile waits for a just-started command to finish, so
-// that one status write carries both its start and its outcome.
-const coalesceWindow = 20 * time.Millisecond
+// that one status write carries both its start and its outcome. On a loaded node a short
+// command's exit, teardown and outcome commit take 15–40 ms: a shorter window sent most of
+// them as two writes in a row (Running, then the outcome).
+const coalesceWindow = 50 * time.Millisecond
 
 // recordStart records a command's start durably before any process exists — the rule that
 // makes re-reconciling never run a command twice. proceed is false when the pass already

@@ -85,8 +85,9 @@ type Caps struct {
 	PendingWaits           int `json:"pendingWaits,omitempty"`
 	ConcurrentCommands     int `json:"concurrentCommands,omitempty"`
 	// PrestartedSandboxes is how many command sandboxes the agent keeps started ahead
-	// (procexec/prestart.go). Default 0: measured end to end on a loaded 2-core cgroup-v1
-	// node the refill competes with the commands it should speed up (docs/benchmarks.md).
+	// (procexec/prestart.go), refilled only while no command is starting. Unset (0) selects
+	// DefaultPrestartedSandboxes; a negative value turns the pool off
+	// (docs/benchmarks.md has the figures).
 	PrestartedSandboxes int `json:"prestartedSandboxes,omitempty"`
 }
 
@@ -96,7 +97,22 @@ const (
 	DefaultEventBufferDepth = 1000
 	DefaultPendingWaits     = 1000
 	DefaultHeartbeat        = 30 * time.Second
+	// DefaultPrestartedSandboxes: two helpers, so two commands started back to back both
+	// find one while the first refill waits for the node to be idle.
+	DefaultPrestartedSandboxes = 2
 )
+
+// prestartedSandboxes is the pool size the runner gets: 0 when the pool is off.
+func (c Caps) prestartedSandboxes() int { return max(c.PrestartedSandboxes, 0) }
+
+// orDefaultKeepNegative is orDefault for a cap whose negative value means "off": it stays
+// negative, so defaulting twice never turns it back on.
+func orDefaultKeepNegative(v, d int) int {
+	if v == 0 {
+		return d
+	}
+	return v
+}
 
 func orDefault(v, d int) int {
 	if v <= 0 {
@@ -120,7 +136,7 @@ func (c Caps) withDefaultsFrom(node Caps) Caps {
 		EventBufferDepth:       orDefault(c.EventBufferDepth, DefaultEventBufferDepth),
 		PendingWaits:           orDefault(c.PendingWaits, DefaultPendingWaits),
 		ConcurrentCommands:     orDefault(c.ConcurrentCommands, node.ConcurrentCommands),
-		PrestartedSandboxes:    c.PrestartedSandboxes,
+		PrestartedSandboxes:    orDefaultKeepNegative(c.PrestartedSandboxes, DefaultPrestartedSandboxes),
 	}
 }
 

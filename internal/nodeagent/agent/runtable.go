@@ -373,12 +373,16 @@ func (t *runTable[O]) coalesce(lr *liveRun[O]) *O {
 	defer timer.Stop()
 	select {
 	case <-lr.finished:
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		return lr.result
 	case <-timer.C:
-		return nil
+		// Not ended within the window: one last look below, so a run that ended while the
+		// window ran out still gets one write.
 	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !lr.persisted {
+		return nil // an outcome the store lacks is never shown: the next pass stores it first
+	}
+	return lr.result
 }
 
 // stop stops every running run match selects (deletion, drain) and marks it stopping, so

@@ -93,7 +93,9 @@ func (r *Runner) prestart(self string) (*pooledSandbox, error) {
 	return &pooledSandbox{hp: hp, outR: outR, cgroup: g}, nil
 }
 
-// fillPool starts helpers in the background until the pool holds its size.
+// fillPool starts helpers in the background until the pool holds its size, one at a time
+// and only while no Start is in progress: a refill never competes with a command's start
+// (the release of the next command that ends resumes it).
 func (r *Runner) fillPool(self string) {
 	p := r.pool
 	if p == nil {
@@ -101,7 +103,7 @@ func (r *Runner) fillPool(self string) {
 	}
 	p.mu.Lock()
 	n := p.size - len(p.idle) - p.filling
-	if p.closed || n <= 0 || time.Since(p.failed) < prestartRetry {
+	if p.closed || n <= 0 || time.Since(p.failed) < prestartRetry || r.starting.Load() > 0 {
 		p.mu.Unlock()
 		return
 	}
@@ -109,6 +111,12 @@ func (r *Runner) fillPool(self string) {
 	p.mu.Unlock()
 	go func() {
 		for i := 0; i < n; i++ {
+			if r.starting.Load() > 0 {
+				p.mu.Lock()
+				p.filling -= n - i // a start began: the rest waits for the node to be idle
+				p.mu.Unlock()
+				return
+			}
 			ps, err := r.prestart(self)
 			p.mu.Lock()
 			p.filling--
@@ -168,6 +176,13 @@ func (r *Runner) Close() {
 	p.mu.Unlock()
 	for _, ps := range idle {
 		ps.discard()
+	}
+}
+
+// Refill tops the pool up in the background if no start is in progress (Limits.RefillByCaller).
+func (r *Runner) Refill() {
+	if r.pool != nil {
+		r.fillPool(r.limits.HelperPath)
 	}
 }
 

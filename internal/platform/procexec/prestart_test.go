@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -139,5 +140,38 @@ func TestPrestartedSandboxClose(t *testing.T) {
 	}
 	if len(names) != 0 {
 		t.Errorf("groups left after Close: %v", names)
+	}
+}
+
+// TestPrestartedSandboxRefillsOnlyWhenIdle: the pool never starts a helper while a command
+// is starting (a refill would compete with it); the command's end refills it.
+func TestPrestartedSandboxRefillsOnlyWhenIdle(t *testing.T) {
+	r, _ := prestartedRunner(t, 1)
+	filling := func() (idle, filling int) {
+		r.pool.mu.Lock()
+		defer r.pool.mu.Unlock()
+		return len(r.pool.idle), r.pool.filling
+	}
+	// The command takes the one idle helper; while it is starting (held in BeforeExec) a
+	// refill is asked for and must not begin.
+	h, err := r.Start(context.Background(), Spec{Argv: []string{"/bin/true"}, BeforeExec: func() error {
+		r.fillPool(r.limits.HelperPath)
+		if idle, f := filling(); idle != 0 || f != 0 {
+			t.Errorf("during a start the pool refilled: %d idle, %d filling", idle, f)
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := h.Wait(); err != nil || res.ExitCode != 0 {
+		t.Fatalf("command: %v %+v", err, res)
+	}
+	// Idle again: the command's release refilled the pool (in the background).
+	for idle, f := filling(); idle != 1; idle, f = filling() {
+		if f == 0 && idle == 0 {
+			t.Fatal("the pool did not refill after the command ended")
+		}
+		runtime.Gosched()
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -215,6 +216,9 @@ type Limits struct {
 	// (namespaces, cgroup and output pipe ready, waiting for a command: prestart.go).
 	// 0 starts every helper on demand.
 	PrestartedSandboxes int
+	// RefillByCaller: the pool is refilled when the caller calls Refill (e.g. once it has
+	// recorded a command's outcome), not as each command's teardown ends.
+	RefillByCaller bool
 }
 
 // Runner admits and starts commands under Limits.
@@ -222,6 +226,8 @@ type Runner struct {
 	limits Limits
 	sem    chan struct{}
 	pool   *sandboxPool // nil without pre-started sandboxes
+	// starting counts Start calls in progress: the pool refills only while it is 0.
+	starting atomic.Int32
 }
 
 // NewRunner returns a Runner with the given limits.
@@ -317,6 +323,8 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 	default:
 		return nil, refusal.New(refusal.CommandCapReached, "%d commands already running", cap(r.sem))
 	}
+	r.starting.Add(1)
+	defer r.starting.Add(-1)
 	released := false
 	release := func() {
 		if !released {
@@ -353,9 +361,6 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 	var ps *pooledSandbox
 	if r.pool != nil && spec.StderrBytes == 0 { // a pre-started helper has one output pipe
 		ps = r.takePrestarted(ResolveLimits(spec.Resources))
-		if ps == nil {
-			defer r.fillPool(self) // none ready: start filling now
-		}
 	}
 	if ps != nil {
 		trace("sandbox-prestarted-taken")
@@ -387,10 +392,12 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 	h.release = func() {
 		cleanupTmp()
 		release()
-		// Refill once the command has ended: a helper's start (and on cgroup v1 its
-		// migration, which stalls every fork on the node while it runs) then competes
-		// with neither the command nor its teardown.
-		if ps != nil {
+		// Refill once the command has ended, and only while no start is in progress
+		// (fillPool): a helper's start (and on cgroup v1 its migration, which stalls every
+		// fork on the node while it runs) then competes with neither this command, its
+		// teardown, nor another command's start. With Limits.RefillByCaller the caller
+		// refills (Refill) once it is done with the command's outcome too.
+		if !r.limits.RefillByCaller {
 			r.fillPool(self)
 		}
 	}

@@ -249,11 +249,15 @@ func reportSpans(b *testing.B, steps map[string]samples.Durations) {
 }
 
 // prestarted is the agent's pre-started sandbox pool for this run: the agent's default
-// unless BENCH_PRESTARTED_SANDBOXES says otherwise (to compare both in one build).
+// (agent.DefaultPrestartedSandboxes) unless BENCH_PRESTARTED_SANDBOXES says otherwise, 0
+// meaning off (to compare both in one build).
 func prestarted() int {
 	n, err := strconv.Atoi(os.Getenv("BENCH_PRESTARTED_SANDBOXES"))
-	if err != nil {
-		return agent.Caps{}.PrestartedSandboxes
+	switch {
+	case err != nil:
+		return 0 // unset: the agent's default
+	case n <= 0:
+		return -1 // off
 	}
 	return n
 }
