@@ -83,10 +83,20 @@ func (a *Agent) watchViews(ctx context.Context, c cache.Cache) error {
 // Changes implements dataplane.ViewResolver.
 func (r resolver) Changes() (<-chan struct{}, func()) { return r.a.viewHub.subscribe() }
 
-// Grants implements dataplane.ViewResolver: the view's grants from the node's watch cache.
-func (r resolver) Grants(ns, view string) ([]views.Grant, error) {
+// freshGrantsTimeout bounds a stream open's read of its grants from the API server.
+const freshGrantsTimeout = 10 * time.Second
+
+// Grants implements dataplane.ViewResolver: the view's grants from the node's watch cache,
+// or from the API server when fresh (a stream's open).
+func (r resolver) Grants(ns, view string, fresh bool) ([]views.Grant, error) {
 	var list wbv1.ViewGrantList
-	if err := r.a.client.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+	var from client.Reader = r.a.client
+	ctx, cancel := context.WithTimeout(context.Background(), freshGrantsTimeout)
+	defer cancel()
+	if fresh {
+		from = r.a.reader
+	}
+	if err := from.List(ctx, &list, client.InNamespace(ns)); err != nil {
 		return nil, fmt.Errorf("listing ViewGrants in %s: %w", ns, err)
 	}
 	var out []views.Grant

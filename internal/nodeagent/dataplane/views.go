@@ -36,8 +36,10 @@ import (
 type ViewResolver interface {
 	// View resolves the view; ErrNotFound when it is not bound to this node.
 	View(ns, name string) (ViewInfo, error)
-	// Grants lists the ViewGrants of the view (from the node's watch cache).
-	Grants(ns, view string) ([]views.Grant, error)
+	// Grants lists the ViewGrants of the view: from the node's watch cache, or, when fresh,
+	// from the API server itself (a stream opened right after its grant was created must
+	// not be refused because the cache has not seen the grant yet).
+	Grants(ns, view string, fresh bool) ([]views.Grant, error)
 	// Changes returns a channel that receives after any change of a TerminalView, ViewGrant
 	// or Environment on this node, and a function ending the subscription.
 	Changes() (<-chan struct{}, func())
@@ -117,8 +119,10 @@ func (s *Server) viewAuthorize(ctx context.Context, r *http.Request, ref objRef)
 	return nil
 }
 
-// viewDecide checks the view and the observer's grant now.
-func (s *Server) viewDecide(r *http.Request, ref objRef) (ViewInfo, views.Grant, error) {
+// viewDecide checks the view and the observer's grant now. fresh reads the grants from the
+// API server (once, when a stream opens); re-checks on change events read the cache the
+// event came from.
+func (s *Server) viewDecide(r *http.Request, ref objRef, fresh bool) (ViewInfo, views.Grant, error) {
 	info, err := s.views.View(ref.ns, ref.name)
 	if err != nil {
 		return info, views.Grant{}, fmt.Errorf("resolving terminal view %s: %w", ref, err)
@@ -126,7 +130,7 @@ func (s *Server) viewDecide(r *http.Request, ref objRef) (ViewInfo, views.Grant,
 	if info.Refusal != "" {
 		return info, views.Grant{}, viewRefusal(info.Refusal, info.Message)
 	}
-	grants, err := s.views.Grants(ref.ns, ref.name)
+	grants, err := s.views.Grants(ref.ns, ref.name, fresh)
 	if err != nil {
 		return info, views.Grant{}, fmt.Errorf("listing grants of terminal view %s: %w", ref, err)
 	}
@@ -154,7 +158,7 @@ func (s *Server) viewStream(w http.ResponseWriter, r *http.Request, ref objRef) 
 		return err
 	}
 	lastSAR := time.Now()
-	info, grant, err := s.viewDecide(r, ref)
+	info, grant, err := s.viewDecide(r, ref, true)
 	if err != nil {
 		return err
 	}
@@ -227,7 +231,7 @@ func (s *Server) viewStream(w http.ResponseWriter, r *http.Request, ref objRef) 
 		// Both authorities, before anything is written.
 		now := time.Now()
 		var next ViewInfo
-		next, grant, err = s.viewDecide(r, ref)
+		next, grant, err = s.viewDecide(r, ref, false)
 		if err != nil {
 			return closeWith(err)
 		}
