@@ -25,25 +25,33 @@ import (
 	"sensorium.dev/workbench/internal/statusapply"
 )
 
-// publishLoop publishes the node's BackendCapability objects (once they are accepted) and
-// its WorkbenchNode on every heartbeat, until ctx ends. A refused publication is retried on
-// the next heartbeat: on a real cluster the node agent's pod may start before the
-// manager's admission webhooks serve.
+// publishLoop publishes the node's WorkbenchNode on every heartbeat and, once it exists,
+// its BackendCapability objects (once they are accepted), until ctx ends. A refused
+// publication is retried on the next heartbeat: on a real cluster the node agent's pod may
+// start before the manager's admission webhooks serve.
+//
+// The WorkbenchNode comes first: nothing can be placed on a node before its capabilities
+// exist, so every node that holds something has a WorkbenchNode, and the manager's
+// cleanup escape may read a missing one as a node that is gone. Publishing capabilities
+// first let an environment be placed, allocated and deleted before its node's WorkbenchNode
+// existed; the manager then released its finalizer without the node's report and the copy
+// leaked (TestFinalizerHoldsUntilTheNodeCleansUp under load).
 func (a *Agent) publishLoop(ctx context.Context) error {
 	log := ctrl.LoggerFrom(ctx)
 	t := time.NewTicker(time.Duration(a.cfg.HeartbeatSeconds) * time.Second)
 	defer t.Stop()
 	capsPublished := false
 	for {
-		if !capsPublished {
+		nodeErr := a.publishNode(ctx)
+		if nodeErr != nil {
+			log.Error(nodeErr, "Publishing WorkbenchNode")
+		}
+		if !capsPublished && nodeErr == nil {
 			if err := a.publishCapabilities(ctx); err != nil {
 				log.Error(err, "Publishing backend capabilities; retrying on the next heartbeat")
 			} else {
 				capsPublished = true
 			}
-		}
-		if err := a.publishNode(ctx); err != nil {
-			log.Error(err, "Publishing WorkbenchNode")
 		}
 		select {
 		case <-ctx.Done():
