@@ -12,7 +12,7 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 )
 
-// +kubebuilder:webhook:path=/mutate-workbench-sensorium-dev-v1alpha1-terminalcommand,mutating=true,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=terminalcommands,verbs=create,versions=v1alpha1,name=mterminalcommand.workbench.sensorium.dev,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/mutate-workbench-sensorium-dev-v1alpha1-terminalcommand,mutating=true,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=terminalcommands,verbs=create,versions=v1alpha1,name=mterminalcommand.workbench.sensorium.dev,admissionReviewVersions=v1,reinvocationPolicy=IfNeeded
 
 // TerminalCommandBinder binds a command to its node at creation (issue 13, "one hop"): it
 // resolves session → environment → node from the manager's informer cache and sets the
@@ -26,12 +26,26 @@ import (
 // the command later, as before). Nothing here admits anything: the labels only route the
 // command; the node re-runs admission against the effective profile and the environment's
 // recorded node before it starts anything.
+//
+// It is also where a create is validated: Default first runs
+// TerminalCommandValidator.ValidateCreate (the same rules, not a copy) and refuses with its
+// error, so a create costs the API server one webhook call, not a mutating and then a
+// validating one. A validating webhook would see the object after every mutating webhook;
+// this one is registered with reinvocationPolicy IfNeeded, so when a later mutating webhook
+// changes the object the API server calls it again and the rules see that change too. Nothing
+// depends on this alone: the manager's gate and the node re-check the command against the
+// live profile before anything runs.
 type TerminalCommandBinder struct {
 	Reader client.Reader
+	// Validator holds the create rules (ValidateCreate).
+	Validator TerminalCommandValidator
 }
 
 // Default implements admission.Defaulter.
 func (b TerminalCommandBinder) Default(ctx context.Context, obj *wbv1.TerminalCommand) error {
+	if _, err := b.Validator.ValidateCreate(ctx, obj); err != nil {
+		return err
+	}
 	node, env, err := b.resolve(ctx, obj)
 	if err != nil {
 		return err

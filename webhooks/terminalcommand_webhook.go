@@ -16,13 +16,17 @@ import (
 	"sensorium.dev/workbench/internal/convert"
 )
 
-// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-terminalcommand,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=terminalcommands;terminalcommands/status,verbs=create;update,versions=v1alpha1,name=vterminalcommand.workbench.sensorium.dev,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-terminalcommand,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=terminalcommands;terminalcommands/status,verbs=update,versions=v1alpha1,name=vterminalcommand.workbench.sensorium.dev,admissionReviewVersions=v1
 
 // TerminalCommandValidator refuses malformed command intents outright: shell strings, bad
 // argv, bad cwd paths, forbidden environment keys, and timeout, output or env overrides
 // beyond the named profile. A well-formed argv the profile does not admit is accepted here;
 // the manager then holds it for consent (or refuses it) — admission by argv is not a
 // malformation.
+//
+// On create its rules run inside the mutating webhook (TerminalCommandBinder.Default calls
+// ValidateCreate before it binds): one webhook call per create instead of two, the rules
+// still in one place. The validating webhook is registered for updates only.
 //
 // The profile is read from the manager's informer cache: admission stays one API round trip
 // cheaper, and a profile the cache has not seen yet only skips these early checks — the
@@ -34,9 +38,10 @@ type TerminalCommandValidator struct {
 }
 
 func setupTerminalCommand(mgr ctrl.Manager) error {
+	v := TerminalCommandValidator{Reader: mgr.GetClient(), Client: mgr.GetClient()}
 	return ctrl.NewWebhookManagedBy(mgr, &wbv1.TerminalCommand{}).
-		WithDefaulter(TerminalCommandBinder{Reader: mgr.GetClient()}).
-		WithValidator(TerminalCommandValidator{Reader: mgr.GetClient(), Client: mgr.GetClient()}).Complete()
+		WithDefaulter(TerminalCommandBinder{Reader: mgr.GetClient(), Validator: v}).
+		WithValidator(v).Complete()
 }
 
 // ValidateCreate implements admission.Validator.
