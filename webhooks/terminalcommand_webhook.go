@@ -68,14 +68,7 @@ func (v TerminalCommandValidator) ValidateCreate(ctx context.Context, obj *wbv1.
 // are node-restricted.
 // A subject that may not write status (the workbench-agent role) may only cancel.
 func (v TerminalCommandValidator) ValidateUpdate(ctx context.Context, old, obj *wbv1.TerminalCommand) (admission.Warnings, error) {
-	if w, err := nodeRestricted(ctx, "TerminalCommand", obj.Name, old.Labels); err != nil {
-		return w, err
-	}
-	req, err := request(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return nil, proposerUpdate(ctx, v.Client, req, "TerminalCommand", "terminalcommands", old, obj, true)
+	return nil, proposedUpdate(ctx, v.Client, "TerminalCommand", "terminalcommands", old, obj, true, nil)
 }
 
 // ValidateDelete implements admission.Validator.
@@ -87,7 +80,7 @@ func (TerminalCommandValidator) ValidateDelete(context.Context, *wbv1.TerminalCo
 func ValidateCommandShape(spec *wbv1.TerminalCommandSpec) field.ErrorList {
 	specPath := field.NewPath("spec")
 	errs := refusalErrors(specPath.Child("argv"), actuation.ValidateArgvShape(spec.Argv))
-	errs = append(errs, refusalErrors(specPath.Child("cwd", "path"), one(actuation.ValidateRelativePath(string(spec.Cwd.Path), false)))...)
+	errs = append(errs, pathErrors(specPath.Child("cwd", "path"), string(spec.Cwd.Path), false)...)
 	errs = append(errs, refusalErrors(specPath, actuation.ValidateCommandCeilings(spec.TimeoutSeconds, spec.OutputBytes))...)
 	for i, e := range spec.Env {
 		errs = append(errs, refusalErrors(specPath.Child("env").Index(i), actuation.ValidateEnvVar(actuation.EnvVar{Name: e.Name, Value: e.Value}))...)
