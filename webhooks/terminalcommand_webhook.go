@@ -24,7 +24,7 @@ import (
 // the manager then holds it for consent (or refuses it) — admission by argv is not a
 // malformation.
 //
-// On create its rules run inside the mutating webhook (TerminalCommandBinder.Default calls
+// On create its rules run inside the mutating webhook (TerminalCommandBinder.Handle calls
 // ValidateCreate before it binds): one webhook call per create instead of two, the rules
 // still in one place. The validating webhook is registered for updates only.
 //
@@ -39,9 +39,10 @@ type TerminalCommandValidator struct {
 
 func setupTerminalCommand(mgr ctrl.Manager) error {
 	v := TerminalCommandValidator{Reader: mgr.GetClient(), Client: mgr.GetClient()}
-	return ctrl.NewWebhookManagedBy(mgr, &wbv1.TerminalCommand{}).
-		WithDefaulter(TerminalCommandBinder{Reader: mgr.GetClient(), Validator: v}).
-		WithValidator(v).Complete()
+	mgr.GetWebhookServer().Register(terminalCommandMutatePath, &admission.Webhook{
+		Handler: TerminalCommandBinder{Reader: mgr.GetClient(), Validator: v, Decoder: admission.NewDecoder(mgr.GetScheme())},
+	})
+	return ctrl.NewWebhookManagedBy(mgr, &wbv1.TerminalCommand{}).WithValidator(v).Complete()
 }
 
 // ValidateCreate implements admission.Validator.
