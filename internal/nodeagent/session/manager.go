@@ -236,6 +236,7 @@ type Manager struct {
 	pre *procexec.Pool[*preTerm] // pre-started session sandboxes (prestart.go); nil when off
 	// starting counts session starts in progress: the pool refills only while it is 0.
 	starting atomic.Int32
+	preTaken atomic.Uint64 // sessions opened on a pre-started helper
 }
 
 // NewManager returns a Manager enforcing caps (zero fields -> defaults).

@@ -75,9 +75,15 @@ func (m *Manager) prestartOne() (*preTerm, error) {
 
 // takePrestarted returns a waiting helper with its PTY, or nil.
 func (m *Manager) takePrestarted() *preTerm {
-	pre, _ := m.pre.Take()
+	pre, ok := m.pre.Take()
+	if ok {
+		m.preTaken.Add(1)
+	}
 	return pre
 }
+
+// PrestartedTaken counts the sessions opened on a pre-started helper.
+func (m *Manager) PrestartedTaken() uint64 { return m.preTaken.Load() }
 
 // refillAfterStart refills the pool once a start is done if that start left it empty (a
 // pool that still holds one waits for a session's end: the refill then competes with
