@@ -37,7 +37,11 @@ var env *envtest.Env
 func TestMain(m *testing.M) {
 	var err error
 	// Webhooks only: the benchmark isolates admission from reconciliation.
-	env, err = envtest.Start(envtest.Options{Setup: func(mgr ctrl.Manager) error { return webhooks.SetupWithManager(mgr) }})
+	// Webhooks served as the manager binary serves them by default: HTTP/1.1 only.
+	env, err = envtest.Start(envtest.Options{
+		Setup:          func(mgr ctrl.Manager) error { return webhooks.SetupWithManager(mgr) },
+		WebhookTLSOpts: []func(*tls.Config){http1Only},
+	})
 	if err == envtest.ErrNoAssets {
 		fmt.Fprintln(os.Stderr, "SKIP bench suite:", err)
 		os.Exit(0)
@@ -70,20 +74,20 @@ var commandWebhooks = map[string]string{
 // webhooks, without them (same kind) and of a ConfigMap. Run with -benchtime=1x.
 func BenchmarkAdmissionLatency(b *testing.B) { measureAdmission(b, env) }
 
-// BenchmarkAdmissionHTTP1 is BenchmarkAdmissionLatency against a webhook server that
-// serves HTTP/1.1 only, as the manager binary does by default (--enable-http2=false); the
-// suite's own control plane offers HTTP/2, controller-runtime's default. It starts a second
-// control plane for this. Run with -benchtime=1x.
-func BenchmarkAdmissionHTTP1(b *testing.B) {
-	http1, err := envtest.Start(envtest.Options{
-		Setup:          func(mgr ctrl.Manager) error { return webhooks.SetupWithManager(mgr) },
-		WebhookTLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }},
-	})
+// http1Only is cmd/manager's TLS option when --enable-http2 is false (its default).
+func http1Only(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }
+
+// BenchmarkAdmissionHTTP2 is BenchmarkAdmissionLatency against a webhook server that
+// offers HTTP/2 (controller-runtime's default, the manager's --enable-http2); the suite's
+// own control plane serves HTTP/1.1 only, as the manager does by default. It starts a
+// second control plane for this. Run with -benchtime=1x.
+func BenchmarkAdmissionHTTP2(b *testing.B) {
+	h2, err := envtest.Start(envtest.Options{Setup: func(mgr ctrl.Manager) error { return webhooks.SetupWithManager(mgr) }})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer http1.Stop()
-	measureAdmission(b, http1)
+	defer h2.Stop()
+	measureAdmission(b, h2)
 }
 
 func measureAdmission(b *testing.B, env *envtest.Env) {
