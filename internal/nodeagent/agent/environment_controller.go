@@ -99,6 +99,7 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	spec := specFor(&env)
 	result := ctrl.Result{RequeueAfter: inspectInterval}
 	deleting := !env.DeletionTimestamp.IsZero()
+	var recordWait func() error // an adopted environment's record, written beside its status
 	switch {
 	case deleting && condTrue(all, wbv1.ConditionCleanupComplete):
 		return ctrl.Result{}, nil // reported; the manager releases the finalizer
@@ -257,11 +258,33 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			}
 			rec.RootIdentities = ids
 		}
+		mark("node-roots-pinned")
 		rec.Phase = string(st.Phase)
-		if err := putRecord(rec); err != nil {
-			return ctrl.Result{}, fmt.Errorf("recording environment %s/%s: %w", env.Namespace, env.Name, err)
+		if from := adoptedFrom; from != "" && st.Phase == backends.PhaseReady {
+			// An adopted instance: the member's record is replaced by env's while the
+			// status is written (one fsync and one API write at once, not one after the
+			// other), and the pass ends only when both are done. A crash before the
+			// record lands leaves the member's record and none of env: the next pass
+			// adopts again — a move already done is found done (fixture-copy), or fails
+			// and env is allocated afresh (pool.go) — so a Ready published first is never
+			// left without an instance the node knows.
+			done := make(chan error, 1)
+			r := rec
+			go func() { done <- a.store.Environments().Replace(from, r) }()
+			adoptedFrom = ""
+			recordWait = func() error {
+				if err := <-done; err != nil {
+					return fmt.Errorf("recording adopted environment %s/%s: %w", env.Namespace, env.Name, err)
+				}
+				mark("node-record-ready")
+				return nil
+			}
+		} else {
+			if err := putRecord(rec); err != nil {
+				return ctrl.Result{}, fmt.Errorf("recording environment %s/%s: %w", env.Namespace, env.Name, err)
+			}
+			mark("node-record-ready")
 		}
-		mark("node-record-ready")
 		a.rememberEnv(spec, st)
 		if st.Phase == backends.PhaseReady {
 			rs := a.applyDesiredState(ctx, &env, b, spec, fmt.Sprintf("%s environment ready with %d roots", b.ID(), len(st.Roots))) // environment_pause.go
@@ -288,6 +311,11 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 	}
 	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"environment", &env, cur, next)
+	if recordWait != nil {
+		if rerr := recordWait(); rerr != nil {
+			return ctrl.Result{}, rerr
+		}
+	}
 	if err != nil {
 		mark("node-status-error")
 		return ctrl.Result{}, err
