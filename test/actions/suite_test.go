@@ -19,6 +19,6 @@ func TestMain(m *testing.M) {
 	envtest.Main(m, "actions", envtest.Options{Setup: nodeagenttest.ManagerSetupWith(controllers.Config{ConsentTimeoutSeconds: 10, BindingRecheck: 2 * time.Second})}, &env)
 }
 
-func namespace(t testing.TB) string { return testkit.Namespace(t, env.Client, "wb-act-") }
+func namespace(t testing.TB) string { return env.Namespace(t, "wb-act-") }
 
 var eventually = testkit.Eventually

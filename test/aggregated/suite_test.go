@@ -64,7 +64,7 @@ func ptr[T any](v T) *T { return &v }
 
 var eventually = testkit.Eventually
 
-func namespace(t testing.TB) string { return testkit.Namespace(t, env.Client, "agg-") }
+func namespace(t testing.TB) string { return env.Namespace(t, "agg-") }
 
 // user binds role to a fresh user in ns and returns a rest config acting as that user
 // through kube-apiserver (impersonation: kube-apiserver authenticates the admin, then

@@ -100,7 +100,7 @@ func kwCommand(ctx context.Context, ns, user string, args ...string) *exec.Cmd {
 
 var must = testkit.Must
 
-func namespace(t testing.TB) string { return testkit.Namespace(t, st.Env.Client, "cli-") }
+func namespace(t testing.TB) string { return st.Env.Namespace(t, "cli-") }
 
 // gitRepo makes a git repository with one commit inside the admitted root.
 func gitRepo(t *testing.T) string {

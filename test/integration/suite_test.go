@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 	envtest.Main(m, "integration", envtest.Options{Setup: nodeagenttest.ManagerSetupWith(controllers.Config{ConsentTimeoutSeconds: testConsentTimeout, BindingRecheck: testRecheck})}, &env)
 }
 
-func namespace(t testing.TB) string { return testkit.Namespace(t, env.Client, "wb-") }
+func namespace(t testing.TB) string { return env.Namespace(t, "wb-") }
 
 var eventually = testkit.Eventually
 

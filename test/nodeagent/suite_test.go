@@ -47,7 +47,7 @@ func startAgent() (*agent.Agent, error) {
 	return suite.StartAgent(cfg, agent.Options{})
 }
 
-func namespace(t testing.TB) string { return testkit.Namespace(t, env.Client, "na-") }
+func namespace(t testing.TB) string { return env.Namespace(t, "na-") }
 
 var must = testkit.Must
 

@@ -28,7 +28,7 @@ func ptr[T any](v T) *T { return &v }
 
 var eventually = testkit.Eventually
 
-func namespace(t testing.TB) string { return testkit.Namespace(t, env.Client, "sec-") }
+func namespace(t testing.TB) string { return env.Namespace(t, "sec-") }
 
 // Makefile targets, each the repository's code run by make.
 const (

@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 
 func repoRoot() string { return envtest.RepoRoot() }
 
-func namespace(t testing.TB) string { return testkit.Namespace(t, env.Client, "sk-") }
+func namespace(t testing.TB) string { return env.Namespace(t, "sk-") }
 
 var must = testkit.Must
 

@@ -1,18 +1,16 @@
 // Package testkit holds the small assertions every suite uses: fail on an error, poll a
-// condition with a deadline, make a fresh namespace, expect a refusal by its code.
+// condition with a deadline, expect a refusal by its code, collect a process's output. It
+// has no Kubernetes imports, so the domain cores' unit tests use it too.
 package testkit
 
 import (
 	"bytes"
-	"context"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // PollInterval is how often Eventually re-evaluates its condition.
@@ -43,16 +41,6 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() (b
 	}
 }
 
-// Namespace creates a fresh namespace named prefix plus a generated suffix.
-func Namespace(t testing.TB, c client.Client, prefix string) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix}}
-	if err := c.Create(context.Background(), ns); err != nil {
-		t.Fatalf("creating namespace %s*: %v", prefix, err)
-	}
-	return ns.Name
-}
-
 // MustRefuse fails unless err is a refusal carrying code.
 func MustRefuse(t testing.TB, err error, code string) {
 	t.Helper()
@@ -61,6 +49,14 @@ func MustRefuse(t testing.TB, err error, code string) {
 	}
 	if !strings.Contains(err.Error(), code) {
 		t.Fatalf("expected refusal %q, got: %v", code, err)
+	}
+}
+
+// WantCode fails unless err carries the stable refusal code (as fsaccess.CodeOf reads it).
+func WantCode(t testing.TB, err error, code string) {
+	t.Helper()
+	if got := fsaccess.CodeOf(err); got != code {
+		t.Fatalf("code = %q (err: %v), want %q", got, err, code)
 	}
 }
 
