@@ -41,6 +41,8 @@ import (
 //     "ignore-shared" (x-ignore-shared): the RAM is a file-backed share=on backend under
 //     /dev/shm; the stream carries device state only, and each restore starts from a
 //     sparse copy of the template's RAM file (the copy is inside the measured restore).
+//   - WORKBENCH_BENCH_VSOCK_PCI_PROPS: extra k=v,… properties of vhost-user-vsock-pci
+//     (e.g. vectors=0: INTx instead of MSI-X), on every launch and hot-plug.
 //   - WORKBENCH_BENCH_SNAPSHOTS: rounds (default 5).
 
 // roundTimeout bounds one measured boot or restore; a round past it counts as failed.
@@ -52,6 +54,31 @@ type snapOpts struct {
 	major, minor int    // its version
 	ram          string // stream | mapped-ram | ignore-shared
 	ramDir       string // /dev/shm scratch for ignore-shared
+	pciProps     string // extra vhost-user-vsock-pci properties, k=v,…
+}
+
+// vsockDevice is the -device argument of the PCIe vsock device.
+func (o snapOpts) vsockDevice(chardev, id string) string {
+	d := "vhost-user-vsock-pci,chardev=" + chardev + ",id=" + id + ",bus=rp0"
+	if o.pciProps != "" {
+		d += "," + o.pciProps
+	}
+	return d
+}
+
+// vsockDeviceAdd is the device_add arguments of the PCIe vsock device.
+func (o snapOpts) vsockDeviceAdd(chardev, id string) map[string]any {
+	a := map[string]any{"driver": "vhost-user-vsock-pci", "chardev": chardev, "id": id, "bus": "rp0"}
+	for _, kv := range strings.Split(o.pciProps, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			if n, err := strconv.Atoi(v); err == nil {
+				a[k] = n // QMP's device_add wants JSON integers for integer properties
+			} else {
+				a[k] = v
+			}
+		}
+	}
+	return a
 }
 
 // ramPath is a RAM file under ramDir for ignore-shared, else "" (memfd).
@@ -110,6 +137,7 @@ func snapOptions(b *testing.B) snapOpts {
 	if q := os.Getenv("WORKBENCH_BENCH_QEMU"); q != "" {
 		o.qemu = q
 	}
+	o.pciProps = os.Getenv("WORKBENCH_BENCH_VSOCK_PCI_PROPS")
 	if r := os.Getenv("WORKBENCH_BENCH_SNAPSHOT_RAM"); r != "" {
 		o.ram = r
 	}
@@ -141,7 +169,7 @@ func snapOptions(b *testing.B) snapOpts {
 	default:
 		b.Fatalf("WORKBENCH_BENCH_SNAPSHOT_RAM=%q: want stream, mapped-ram or ignore-shared", o.ram)
 	}
-	b.Logf("QEMU %d.%d (%s), RAM %s, migration URI %s", o.major, o.minor, strings.TrimSpace(line), o.ram, strings.SplitN(o.outURI("x"), ":", 2)[0])
+	b.Logf("QEMU %d.%d (%s), RAM %s, migration URI %s, vsock PCI properties %q", o.major, o.minor, strings.TrimSpace(line), o.ram, strings.SplitN(o.outURI("x"), ":", 2)[0], o.pciProps)
 	return o
 }
 
@@ -430,7 +458,7 @@ func BenchmarkSnapshotRestoreToAgentReady(b *testing.B) {
 			defer v.kill()
 			v.dev = startSnapDevice(b, devBin, dir, "t")
 			startSnapQEMU(b, o, v, imageDir, img, tmplRAM, false, "-chardev", "socket,id=vsock0,path="+filepath.Join(dir, "vt.sock"),
-				"-device", "vhost-user-vsock-pci,chardev=vsock0,id=vs0,bus=rp0")
+				"-device", o.vsockDevice("vsock0", "vs0"))
 			c, err := waitAgent(ctx, dir, "t", tmpl)
 			if err != nil {
 				b.Fatal(err)
@@ -516,7 +544,7 @@ func BenchmarkSnapshotRestoreToAgentReady(b *testing.B) {
 				start := time.Now()
 				v.dev = startSnapDevice(b, devBin, dir, "c")
 				startSnapQEMU(b, o, v, imageDir, img, ram, false, "-chardev", "socket,id=vsock0,path="+filepath.Join(dir, "vc.sock"),
-					"-device", "vhost-user-vsock-pci,chardev=vsock0,id=vs0,bus=rp0")
+					"-device", o.vsockDevice("vsock0", "vs0"))
 				c, err := waitAgent(ctx, dir, "c", tmpl)
 				if err != nil {
 					return err
@@ -557,7 +585,9 @@ func BenchmarkSnapshotRestoreToAgentReady(b *testing.B) {
 				if err := <-copied; err != nil {
 					return err
 				}
-				mark["ram-copied"] = time.Since(start)
+				if o.ram == "ignore-shared" {
+					mark["ram-copied"] = time.Since(start)
+				}
 				if err := o.setCaps(ctx, v.mon); err != nil {
 					return err
 				}
@@ -578,7 +608,7 @@ func BenchmarkSnapshotRestoreToAgentReady(b *testing.B) {
 				if err := v.mon.execute(ctx, "cont", nil, nil); err != nil {
 					return err
 				}
-				if err := v.mon.execute(ctx, "device_add", map[string]any{"driver": "vhost-user-vsock-pci", "chardev": "vsock1", "id": "vs1", "bus": "rp0"}, nil); err != nil {
+				if err := v.mon.execute(ctx, "device_add", o.vsockDeviceAdd("vsock1", "vs1"), nil); err != nil {
 					return err
 				}
 				mark["device-added"] = time.Since(start)
