@@ -143,6 +143,7 @@ func TestProbesRefusedForPTYPrograms(t *testing.T) {
 			dir := workDir(t, "unused")
 			environment(t, ns, dir, bc.backend, nil)
 			before := tcpAccepted.Load() + unixAccepted.Load()
+			taken := ag.PrestartedSessionsTaken()
 			must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "pty", Namespace: ns},
 				Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e", ShellProfileRef: ptr(wbv1.ObjectName("make-pty")), RawInput: wbv1.RawInputOperatorOnly}}))
 			var s wbv1.TerminalSession
@@ -160,6 +161,11 @@ func TestProbesRefusedForPTYPrograms(t *testing.T) {
 					return
 				}
 				t.Fatalf("the PTY session was refused (%+v): the probes prove nothing", s.Status.Refusal)
+			}
+			// The agent's pre-started session pool is on (its default): the PTY program ran on
+			// a helper started ahead, and every probe below is refused there too.
+			if bc.backend == wbv1.BackendHostLocal && ag.PrestartedSessionsTaken() == taken {
+				t.Fatal("the PTY session did not open on a pre-started sandbox helper: the probes would not cover the pool")
 			}
 			out := readPTY(t, ns, "pty")
 			assertRefused(t, bc.name+" PTY program", out)

@@ -77,9 +77,7 @@ func (b *Backend) Adopt(ctx context.Context, from, to backends.Spec) error {
 			return fmt.Errorf("adopt %s into %s: record of root %q: %w", from.Ref, to.Ref, de.name, err)
 		}
 	}
-	b.mu.Lock()
-	delete(b.draining, from.ID)
-	delete(b.draining, to.ID)
-	b.mu.Unlock()
+	b.draining.Forget(from.ID)
+	b.draining.Forget(to.ID)
 	return nil
 }

@@ -40,3 +40,7 @@ func (a *Agent) Output(sessionUID string, from, to uint64) (out []byte, gap *rin
 	}
 	return out, gap, nil
 }
+
+// PrestartedSessionsTaken counts the sessions this agent opened on a pre-started sandbox
+// helper (caps.prestartedSessions).
+func (a *Agent) PrestartedSessionsTaken() uint64 { return a.sessions.PrestartedTaken() }

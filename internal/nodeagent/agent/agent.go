@@ -157,6 +157,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		sessions: session.NewManager(session.Caps{
 			Sessions: caps.Sessions, SessionsPerEnvironment: caps.SessionsPerEnvironment, ReaderTasks: caps.ReaderTasks,
 			InputQueueDepth: caps.InputQueueDepth, EventBufferDepth: caps.EventBufferDepth,
+			PrestartedSessions: caps.PrestartedSessions, // negative: off (session.Caps)
 		}, session.WithCgroups(cg), session.WithSandbox(session.Sandbox{HelperPath: sandboxHelper(cfg, opts), TempBase: filepath.Join(cfg.StateDir, "tmp")})),
 		sandbox: sandboxHelper(cfg, opts),
 		runner: procexec.NewRunner(procexec.Limits{MaxConcurrent: caps.ConcurrentCommands, TempBase: filepath.Join(cfg.StateDir, "tmp"),
@@ -242,6 +243,7 @@ func (a *Agent) Run(ctx context.Context, cfg *rest.Config) error {
 		if err := a.runner.Warm(); err != nil {
 			return err
 		}
+		a.sessions.RefillPrestarted() // in the background, like the runner's
 	}
 	if err := a.setupControllers(mgr); err != nil {
 		return err

@@ -3,6 +3,8 @@ package agent
 import (
 	"reflect"
 	"testing"
+
+	"sensorium.dev/workbench/internal/nodeagent/session"
 )
 
 func TestNodeSizedCaps(t *testing.T) {
@@ -86,6 +88,23 @@ func TestPrestartedSandboxesDefaultOnAndOff(t *testing.T) {
 		c := Caps{PrestartedSandboxes: tc.set}.withDefaultsFrom(Caps{}).withDefaultsFrom(Caps{})
 		if c.PrestartedSandboxes != tc.caps || c.prestartedSandboxes() != tc.runner {
 			t.Errorf("prestartedSandboxes %d: caps %d runner %d, want %d and %d", tc.set, c.PrestartedSandboxes, c.prestartedSandboxes(), tc.caps, tc.runner)
+		}
+	}
+}
+
+// TestPrestartedSessionsDefaultOnAndOff: unset turns the session pool on at its default, a
+// negative value keeps it off however often defaults are applied, and the session manager
+// the agent builds gets that size (off: no pool).
+func TestPrestartedSessionsDefaultOnAndOff(t *testing.T) {
+	for _, tc := range []struct{ set, caps, manager int }{
+		{0, DefaultPrestartedSessions, DefaultPrestartedSessions},
+		{-1, -1, -1},
+		{3, 3, 3},
+	} {
+		c := Caps{PrestartedSessions: tc.set}.withDefaultsFrom(Caps{}).withDefaultsFrom(Caps{})
+		m := session.NewManager(session.Caps{PrestartedSessions: c.PrestartedSessions})
+		if c.PrestartedSessions != tc.caps || m.Caps().PrestartedSessions != tc.manager {
+			t.Errorf("prestartedSessions %d: caps %d manager %d, want %d and %d", tc.set, c.PrestartedSessions, m.Caps().PrestartedSessions, tc.caps, tc.manager)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/nodeagent/session"
 )
 
 // Config is the node agent's own configuration file. Admitted roots come from here, never
@@ -89,6 +90,11 @@ type Caps struct {
 	// DefaultPrestartedSandboxes; a negative value turns the pool off
 	// (docs/benchmarks.md has the figures).
 	PrestartedSandboxes int `json:"prestartedSandboxes,omitempty"`
+	// PrestartedSessions is how many session sandboxes (a helper on a PTY of its own) the
+	// agent keeps started ahead (session/prestart.go, the same procexec.Pool), refilled
+	// only while no session is starting. Unset (0) selects DefaultPrestartedSessions, at
+	// most session.MaxPrestartedSessions; a negative value turns the pool off.
+	PrestartedSessions int `json:"prestartedSessions,omitempty"`
 }
 
 // Defaults (sessions, reader tasks and concurrent commands are node-sized: capacity.go).
@@ -100,6 +106,9 @@ const (
 	// DefaultPrestartedSandboxes: two helpers, so two commands started back to back both
 	// find one while the first refill waits for the node to be idle.
 	DefaultPrestartedSandboxes = 2
+	// DefaultPrestartedSessions: two session helpers (docs/benchmarks.md, "Terminal output
+	// throughput": the open no longer pays the helper's start).
+	DefaultPrestartedSessions = session.DefaultPrestartedSessions
 )
 
 // prestartedSandboxes is the pool size the runner gets: 0 when the pool is off.
@@ -137,6 +146,7 @@ func (c Caps) withDefaultsFrom(node Caps) Caps {
 		PendingWaits:           orDefault(c.PendingWaits, DefaultPendingWaits),
 		ConcurrentCommands:     orDefault(c.ConcurrentCommands, node.ConcurrentCommands),
 		PrestartedSandboxes:    orDefaultKeepNegative(c.PrestartedSandboxes, DefaultPrestartedSandboxes),
+		PrestartedSessions:     orDefaultKeepNegative(c.PrestartedSessions, DefaultPrestartedSessions),
 	}
 }
 

@@ -2,10 +2,8 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"syscall"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -131,10 +129,14 @@ func (a *Agent) recover(ctx context.Context) error {
 	return nil
 }
 
+// killWait bounds how long the sweep waits for a SIGKILLed group to exit.
+const killWait = 5 * time.Second
+
 // killRecorded terminates a recorded process group. When the leader still exists it must be
 // the recorded incarnation (same start time), else the group is left alone and reported
 // quarantined: a recycled pid is never signalled. The wait for the kernel to tear the group
-// down is bounded (5 s) and happens only during the sweep, before the agent serves.
+// down is an event wait on pidfds of the group's members, bounded (killWait), and happens
+// only during the sweep, before the agent serves.
 func killRecorded(pgid, pid int, start uint64) (outcome, msg string) {
 	alive, err := procexec.GroupExists(pgid)
 	if err != nil {
@@ -148,18 +150,15 @@ func killRecorded(pgid, pid int, start uint64) (outcome, msg string) {
 			return store.OutcomeQuarantined, fmt.Sprintf("pid %d now belongs to another process (start %d, recorded %d); not signalled", pid, st, start)
 		}
 	}
-	if err := procexec.SignalGroup(pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+	res, err := procexec.KillGroupWait(pgid, time.Now().Add(killWait))
+	switch {
+	case err != nil:
 		return store.OutcomeFailedRetryable, err.Error()
+	case res.Gone:
+		return store.OutcomeTerminated, "process group killed"
+	default:
+		return store.OutcomeTerminated, fmt.Sprintf("process group killed; %d exited member(s) await reaping by their parent", res.Unreaped)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if alive, _ := procexec.GroupExists(pgid); !alive {
-			return store.OutcomeTerminated, "process group killed"
-		}
-		_, _ = procexec.ReapGroup(pgid)
-		time.Sleep(20 * time.Millisecond) // bounded: waiting for the kernel to tear down a SIGKILLed group
-	}
-	return store.OutcomeFailedRetryable, "process group still present after SIGKILL"
 }
 
 func isFinalCommandPhase(p string) bool { return wbv1.CommandPhaseIsFinal(wbv1.CommandPhase(p)) }

@@ -28,6 +28,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -106,7 +107,8 @@ type Caps struct {
 	MaxInputBytes          int
 	MaxDuration            time.Duration // ceiling for Spec.MaxDuration / IdleTimeout
 	// PrestartedSessions is how many sandbox helpers are kept started ahead on PTYs of
-	// their own for sandboxed sessions (prestart.go); 0 (the default) keeps none. At most
+	// their own for sandboxed sessions (prestart.go); 0 selects
+	// DefaultPrestartedSessions, a negative value keeps none. At most
 	// MaxPrestartedSessions.
 	PrestartedSessions int
 }
@@ -132,7 +134,10 @@ func (c Caps) withDefaults() Caps {
 	if c.EventMaxAge <= 0 {
 		c.EventMaxAge = DefaultEventMaxAge
 	}
-	c.PrestartedSessions = min(max(c.PrestartedSessions, 0), MaxPrestartedSessions)
+	if c.PrestartedSessions == 0 {
+		c.PrestartedSessions = DefaultPrestartedSessions
+	}
+	c.PrestartedSessions = min(c.PrestartedSessions, MaxPrestartedSessions) // negative: off
 	if c.MaxDuration <= 0 || c.MaxDuration > DefaultMaxDurationCeiling {
 		c.MaxDuration = DefaultMaxDurationCeiling // never above the ceiling admission enforces
 	}
@@ -228,7 +233,10 @@ type Manager struct {
 	readers  int
 	shutdown bool
 
-	pre prestartPool // pre-started session sandboxes (prestart.go)
+	pre *procexec.Pool[*preTerm] // pre-started session sandboxes (prestart.go); nil when off
+	// starting counts session starts in progress: the pool refills only while it is 0.
+	starting atomic.Int32
+	preTaken atomic.Uint64 // sessions opened on a pre-started helper
 }
 
 // NewManager returns a Manager enforcing caps (zero fields -> defaults).
@@ -247,6 +255,7 @@ func NewManager(caps Caps, opts ...Option) *Manager {
 	if m.sandbox.HelperPath != "" && !filepath.IsAbs(m.sandbox.HelperPath) {
 		m.sandbox.HelperPath = "" // never resolve a helper through PATH or the cwd
 	}
+	m.pre = m.newPrestartPool()
 	return m
 }
 
@@ -290,7 +299,11 @@ func (m *Manager) Open(ctx context.Context, spec Spec) (*Session, error) {
 	}
 	s.setPhase(PhaseRequested, "admitted")
 	s.setPhase(PhaseStarting, "spawning")
-	if err := s.start(); err != nil {
+	m.starting.Add(1)
+	err = s.start()
+	m.starting.Add(-1)
+	m.refillAfterStart()
+	if err != nil {
 		s.setPhase(PhaseFailed, err.Error())
 		s.ring.Close()
 		m.releaseReader()
@@ -370,7 +383,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		all = append(all, s)
 	}
 	m.mu.Unlock()
-	m.closePrestarted()
+	m.pre.Close()
 	errs := make(chan error, len(all))
 	for _, s := range all {
 		go func() { errs <- s.Close(ctx) }()

@@ -123,9 +123,7 @@ func TestPrestartedSessionSandbox(t *testing.T) {
 	if err := h.m.WarmPrestarted(); err != nil {
 		t.Fatal(err)
 	}
-	h.m.pre.mu.Lock()
-	waiting := h.m.pre.idle[0].pt.Pid()
-	h.m.pre.mu.Unlock()
+	waiting := h.m.pre.Idle()[0].pt.Pid()
 	s := h.open(Spec{ID: "pre", Env: shellEnv, IdleTimeout: -1,
 		Argv: []string{"/bin/sh", "-c", "echo host=$(cat /proc/sys/kernel/hostname) pid=$$; read x"}})
 	if s.Info().Pid != waiting {
@@ -138,9 +136,7 @@ func TestPrestartedSessionSandbox(t *testing.T) {
 	if err := h.m.WarmPrestarted(); err != nil { // the take started a refill; wait for it
 		t.Fatal(err)
 	}
-	h.m.pre.mu.Lock()
-	refill := h.m.pre.idle[0].pt.Pid()
-	h.m.pre.mu.Unlock()
+	refill := h.m.pre.Idle()[0].pt.Pid()
 	if err := s.Input([]byte("\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -155,5 +151,15 @@ func TestPrestartedSessionSandbox(t *testing.T) {
 	}
 	if err := unix.Kill(refill, 0); !errors.Is(err, unix.ESRCH) {
 		t.Fatalf("the waiting helper %d outlived Shutdown: %v", refill, err)
+	}
+}
+
+// The pre-started pool is on by default, bounded, and off for a negative size.
+func TestPrestartedSessionsDefaultBoundedOff(t *testing.T) {
+	for _, tc := range []struct{ set, size int }{{0, DefaultPrestartedSessions}, {100, MaxPrestartedSessions}, {-1, 0}} {
+		m := NewManager(Caps{PrestartedSessions: tc.set})
+		if got := m.pre.Size(); got != tc.size {
+			t.Errorf("PrestartedSessions %d: pool of %d, want %d", tc.set, got, tc.size)
+		}
 	}
 }

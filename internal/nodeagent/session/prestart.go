@@ -3,7 +3,6 @@ package session
 import (
 	"fmt"
 	"os"
-	"sync"
 
 	"github.com/creack/pty"
 
@@ -13,14 +12,21 @@ import (
 // MaxPrestartedSessions caps Caps.PrestartedSessions (larger values are clamped to it).
 const MaxPrestartedSessions = 4
 
+// DefaultPrestartedSessions is the pool size an unset Caps.PrestartedSessions selects: two,
+// so that a session opened while another one's open is refilling the pool still finds one
+// (docs/benchmarks.md, "Terminal output throughput", has the figures).
+const DefaultPrestartedSessions = 2
+
 // Pre-started session sandboxes (issue 13 item 3): a sandboxed session's open is mostly
 // its sandbox helper's start (cloned into its namespaces and exec'd), which does not
-// depend on the program. A Manager with Caps.PrestartedSessions > 0 keeps that many
-// helpers started ahead, each on a PTY of its own and waiting for its configuration; Open
-// takes one and configures it for the session's program (procexec.PrestartedTerminal:
-// roots, mounts, Landlock and seccomp per program, then), and the pool refills in the
-// background. A helper serves one session; nothing of it is shared. Off by default (0):
-// an idle helper costs a process and a PTY.
+// depend on the program. The Manager keeps Caps.PrestartedSessions helpers started ahead
+// in procexec's one pre-started pool (procexec.Pool), each on a PTY of its own and
+// waiting for its configuration; Open takes one and configures it for the session's
+// program exactly as a fresh helper (procexec.PrestartedTerminal: the session's cgroup,
+// roots, mounts, capability drop, Landlock and seccomp per program, then). A helper serves
+// one session; nothing of it is shared. The pool refills only while no session is
+// starting: once a start that emptied it is done, and as a session ends. On by default;
+// a negative Caps.PrestartedSessions turns it off (an idle helper costs a process and a PTY).
 
 // preTerm is one pre-started helper and the PTY it was started on.
 type preTerm struct {
@@ -34,12 +40,18 @@ func (p *preTerm) discard() {
 	_ = p.tty.Close()
 }
 
-type prestartPool struct {
-	mu      sync.Mutex
-	idle    []*preTerm
-	filling int
-	closed  bool
-	fills   sync.WaitGroup
+func (p *preTerm) alive() bool { return p.pt.Alive() }
+
+// newPrestartPool is the manager's pool (nil when Caps.PrestartedSessions is 0 after
+// defaults, i.e. turned off).
+func (m *Manager) newPrestartPool() *procexec.Pool[*preTerm] {
+	return procexec.NewPool(procexec.PoolOptions[*preTerm]{
+		Size:    m.caps.PrestartedSessions,
+		Start:   m.prestartOne,
+		Discard: (*preTerm).discard,
+		Alive:   (*preTerm).alive,
+		Busy:    func() bool { return m.starting.Load() > 0 },
+	})
 }
 
 // prestartOne opens a PTY and starts a helper on it.
@@ -61,98 +73,33 @@ func (m *Manager) prestartOne() (*preTerm, error) {
 	return &preTerm{master: master, tty: tty, pt: pt}, nil
 }
 
-// refillPrestarted starts helpers in the background until the pool holds its size. A
-// failed start is not retried until the next take.
-func (m *Manager) refillPrestarted() {
-	p := &m.pre
-	p.mu.Lock()
-	n := m.caps.PrestartedSessions - len(p.idle) - p.filling
-	if p.closed || n <= 0 {
-		p.mu.Unlock()
-		return
+// takePrestarted returns a waiting helper with its PTY, or nil.
+func (m *Manager) takePrestarted() *preTerm {
+	pre, ok := m.pre.Take()
+	if ok {
+		m.preTaken.Add(1)
 	}
-	p.filling += n
-	p.fills.Add(1)
-	p.mu.Unlock()
-	go func() {
-		defer p.fills.Done()
-		for range n {
-			pre, err := m.prestartOne()
-			p.mu.Lock()
-			p.filling--
-			switch {
-			case err != nil:
-			case p.closed:
-				defer pre.discard()
-			default:
-				p.idle = append(p.idle, pre)
-			}
-			p.mu.Unlock()
-		}
-	}()
+	return pre
 }
 
-// takePrestarted returns a waiting helper with its PTY (and starts refilling), or nil.
-func (m *Manager) takePrestarted() *preTerm {
-	if m.caps.PrestartedSessions <= 0 {
-		return nil
-	}
-	defer m.refillPrestarted()
-	p := &m.pre
-	for {
-		p.mu.Lock()
-		if p.closed || len(p.idle) == 0 {
-			p.mu.Unlock()
-			return nil
-		}
-		pre := p.idle[0]
-		p.idle = p.idle[1:]
-		p.mu.Unlock()
-		if pre.pt.Alive() {
-			return pre
-		}
-		pre.discard() // killed from outside while it waited
+// PrestartedTaken counts the sessions opened on a pre-started helper.
+func (m *Manager) PrestartedTaken() uint64 { return m.preTaken.Load() }
+
+// refillAfterStart refills the pool once a start is done if that start left it empty (a
+// pool that still holds one waits for a session's end: the refill then competes with
+// nothing that starts).
+func (m *Manager) refillAfterStart() {
+	if len(m.pre.Idle()) == 0 {
+		m.pre.Refill()
 	}
 }
+
+// RefillPrestarted starts filling the pre-started pool in the background (the agent calls
+// it once its recovery sweep is done, so that the first session finds one).
+func (m *Manager) RefillPrestarted() { m.pre.Refill() }
 
 // WarmPrestarted returns once Caps.PrestartedSessions helpers are waiting (it waits for
 // the background refills, then starts what is missing itself), or with the error of a
-// start that failed. Benchmarks call it so that no refill runs during a measurement.
-func (m *Manager) WarmPrestarted() error {
-	p := &m.pre
-	p.fills.Wait()
-	for {
-		p.mu.Lock()
-		if p.closed || len(p.idle) >= m.caps.PrestartedSessions {
-			p.mu.Unlock()
-			return nil
-		}
-		p.mu.Unlock()
-		pre, err := m.prestartOne()
-		if err != nil {
-			return err
-		}
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
-			pre.discard()
-			return nil
-		}
-		p.idle = append(p.idle, pre)
-		p.mu.Unlock()
-	}
-}
-
-// closePrestarted discards the waiting helpers and stops refilling (Shutdown).
-func (m *Manager) closePrestarted() {
-	p := &m.pre
-	p.mu.Lock()
-	p.closed = true
-	idle := p.idle
-	p.idle = nil
-	p.mu.Unlock()
-	for _, pre := range idle {
-		pre.discard()
-	}
-	p.fills.Wait() // an in-flight refill discards what it started
-}
+// start that failed. The agent warms at start; benchmarks warm so that no refill runs
+// during a measurement.
+func (m *Manager) WarmPrestarted() error { return m.pre.Warm() }

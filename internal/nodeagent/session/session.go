@@ -973,4 +973,5 @@ func (s *Session) finalize() {
 	s.ring.Close()
 	s.m.releaseSlot(s)
 	close(s.done)
+	s.m.pre.Refill() // a session ended: top the pre-started pool up (prestart.go)
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/containerd/cgroups/v3/cgroup1"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+
+	"sensorium.dev/workbench/internal/platform/pidfd"
 )
 
 // hierarchyV1 restricts containerd's v1 driver to the four controllers a group uses
@@ -125,7 +127,7 @@ func (g *Group) killV1(deadline time.Time) ([]Proc, error) {
 	if ferr != nil {
 		errs = append(errs, fmt.Errorf("freeze (members were signalled anyway): %w", ferr))
 	}
-	if err := waitPidfds(fds, deadline); err != nil {
+	if err := pidfd.Wait(fds, deadline); err != nil {
 		errs = append(errs, err)
 	}
 	return procs, errors.Join(errs...)
@@ -157,37 +159,4 @@ func setFreezerV1(dir, state string, deadline time.Time) error {
 		time.Sleep(delay)
 		delay = min(2*delay, 10*time.Millisecond)
 	}
-}
-
-// waitPidfds waits until every pidfd reports its process exited, or deadline.
-func waitPidfds(fds []int, deadline time.Time) error {
-	pending := make([]unix.PollFd, 0, len(fds))
-	for _, fd := range fds {
-		pending = append(pending, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
-	}
-	for len(pending) > 0 {
-		left := time.Until(deadline)
-		if left <= 0 {
-			return fmt.Errorf("%d signalled process(es) have not exited", len(pending))
-		}
-		n, err := unix.Poll(pending, int(left/time.Millisecond)+1)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("poll pidfds: %w", err)
-		}
-		if n == 0 {
-			continue
-		}
-		next := pending[:0]
-		for _, p := range pending {
-			if p.Revents == 0 {
-				p.Revents = 0
-				next = append(next, p)
-			}
-		}
-		pending = next
-	}
-	return nil
 }

@@ -3,8 +3,6 @@ package procexec
 import (
 	"fmt"
 	"os"
-	"sync"
-	"time"
 
 	"sensorium.dev/workbench/internal/platform/cgroups"
 )
@@ -48,17 +46,34 @@ func (ps *pooledSandbox) alive() bool {
 	return err == nil && st.State != 'Z' && st.State != 'X'
 }
 
-// prestartRetry is how long a pool that failed to start a helper waits before trying
-// again (Start then pays the full start and reports its refusal itself).
-const prestartRetry = 5 * time.Second
+// newSandboxPool is the runner's pool of pre-started command helpers (Pool: refilled only
+// while no Start is in progress).
+func (r *Runner) newSandboxPool(size int) *Pool[*pooledSandbox] {
+	return NewPool(PoolOptions[*pooledSandbox]{
+		Size: size,
+		Start: func() (*pooledSandbox, error) {
+			self, err := r.helperPath()
+			if err != nil {
+				return nil, err
+			}
+			return r.prestart(self)
+		},
+		Discard: (*pooledSandbox).discard,
+		Alive:   (*pooledSandbox).alive,
+		Busy:    func() bool { return r.starting.Load() > 0 },
+	})
+}
 
-type sandboxPool struct {
-	size    int
-	mu      sync.Mutex
-	idle    []*pooledSandbox
-	filling int
-	closed  bool
-	failed  time.Time
+// helperPath is Limits.HelperPath, else the running executable.
+func (r *Runner) helperPath() (string, error) {
+	if r.limits.HelperPath != "" {
+		return r.limits.HelperPath, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("procexec: locate the sandbox helper: %w", err)
+	}
+	return self, nil
 }
 
 // prestart starts one helper, its output pipe and its cgroup.
@@ -93,109 +108,34 @@ func (r *Runner) prestart(self string) (*pooledSandbox, error) {
 	return &pooledSandbox{hp: hp, outR: outR, cgroup: g}, nil
 }
 
-// fillPool starts helpers in the background until the pool holds its size, one at a time
-// and only while no Start is in progress: a refill never competes with a command's start
-// (the release of the next command that ends resumes it).
-func (r *Runner) fillPool(self string) {
-	p := r.pool
-	if p == nil {
-		return
-	}
-	p.mu.Lock()
-	n := p.size - len(p.idle) - p.filling
-	if p.closed || n <= 0 || time.Since(p.failed) < prestartRetry || r.starting.Load() > 0 {
-		p.mu.Unlock()
-		return
-	}
-	p.filling += n
-	p.mu.Unlock()
-	go func() {
-		for i := 0; i < n; i++ {
-			if r.starting.Load() > 0 {
-				p.mu.Lock()
-				p.filling -= n - i // a start began: the rest waits for the node to be idle
-				p.mu.Unlock()
-				return
-			}
-			ps, err := r.prestart(self)
-			p.mu.Lock()
-			p.filling--
-			switch {
-			case err != nil:
-				p.failed = time.Now()
-			case p.closed:
-				defer ps.discard()
-			default:
-				p.idle = append(p.idle, ps)
-			}
-			p.mu.Unlock()
-		}
-	}()
-}
-
 // takePrestarted returns an idle helper whose cgroup now enforces l, or nil.
 func (r *Runner) takePrestarted(l cgroups.Limits) *pooledSandbox {
-	p := r.pool
-	if p == nil {
+	ps, ok := r.pool.Take()
+	if !ok {
 		return nil
 	}
-	for {
-		p.mu.Lock()
-		if p.closed || len(p.idle) == 0 {
-			p.mu.Unlock()
+	if ps.cgroup != nil && ps.cgroup.Limits() != l {
+		if err := ps.cgroup.Update(l); err != nil {
+			ps.discard()
 			return nil
 		}
-		ps := p.idle[0]
-		p.idle = p.idle[1:]
-		p.mu.Unlock()
-		if !ps.alive() {
-			ps.discard()
-			continue
-		}
-		if ps.cgroup != nil && ps.cgroup.Limits() != l {
-			if err := ps.cgroup.Update(l); err != nil {
-				ps.discard()
-				return nil
-			}
-		}
-		return ps
 	}
+	return ps
 }
 
 // Close discards the runner's idle pre-started helpers (and stops refilling). Running
 // commands are not affected.
-func (r *Runner) Close() {
-	p := r.pool
-	if p == nil {
-		return
-	}
-	p.mu.Lock()
-	p.closed = true
-	idle := p.idle
-	p.idle = nil
-	p.mu.Unlock()
-	for _, ps := range idle {
-		ps.discard()
-	}
-}
+func (r *Runner) Close() { r.pool.Close() }
 
 // Refill tops the pool up in the background if no start is in progress (Limits.RefillByCaller).
-func (r *Runner) Refill() {
-	if r.pool != nil {
-		r.fillPool(r.limits.HelperPath)
-	}
-}
+func (r *Runner) Refill() { r.pool.Refill() }
 
 // Warm starts filling the runner's pre-started helpers in the background (Start refills
 // after each take; Warm lets the first command find one).
 func (r *Runner) Warm() error {
-	self := r.limits.HelperPath
-	if self == "" {
-		var err error
-		if self, err = os.Executable(); err != nil {
-			return fmt.Errorf("procexec: locate the sandbox helper: %w", err)
-		}
+	if _, err := r.helperPath(); err != nil {
+		return err
 	}
-	r.fillPool(self)
+	r.pool.Refill()
 	return nil
 }

@@ -16,9 +16,7 @@ import (
 
 // idlePooled returns the runner's idle pre-started helpers.
 func idlePooled(r *Runner) []*pooledSandbox {
-	r.pool.mu.Lock()
-	defer r.pool.mu.Unlock()
-	return append([]*pooledSandbox(nil), r.pool.idle...)
+	return r.pool.Idle()
 }
 
 func prestartedRunner(t *testing.T, n int) (*Runner, *cgroups.Manager) {
@@ -27,14 +25,8 @@ func prestartedRunner(t *testing.T, n int) (*Runner, *cgroups.Manager) {
 	r := NewRunner(Limits{HelperPath: slimHelper(t), Cgroups: m, PrestartedSandboxes: n})
 	t.Cleanup(r.Close)
 	// Fill synchronously for the test: one prestart per slot.
-	for i := 0; i < n; i++ {
-		ps, err := r.prestart(r.limits.HelperPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.pool.mu.Lock()
-		r.pool.idle = append(r.pool.idle, ps)
-		r.pool.mu.Unlock()
+	if err := r.pool.Warm(); err != nil {
+		t.Fatal(err)
 	}
 	return r, m
 }
@@ -148,14 +140,12 @@ func TestPrestartedSandboxClose(t *testing.T) {
 func TestPrestartedSandboxRefillsOnlyWhenIdle(t *testing.T) {
 	r, _ := prestartedRunner(t, 1)
 	filling := func() (idle, filling int) {
-		r.pool.mu.Lock()
-		defer r.pool.mu.Unlock()
-		return len(r.pool.idle), r.pool.filling
+		return len(r.pool.Idle()), r.pool.Filling()
 	}
 	// The command takes the one idle helper; while it is starting (held in BeforeExec) a
 	// refill is asked for and must not begin.
 	h, err := r.Start(context.Background(), Spec{Argv: []string{"/bin/true"}, BeforeExec: func() error {
-		r.fillPool(r.limits.HelperPath)
+		r.pool.Refill()
 		if idle, f := filling(); idle != 0 || f != 0 {
 			t.Errorf("during a start the pool refilled: %d idle, %d filling", idle, f)
 		}

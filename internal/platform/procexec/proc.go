@@ -101,6 +101,16 @@ func SignalGroup(pgid int, sig syscall.Signal) error {
 // sid. It catches members that moved to another process group of the same
 // session (job control), which a kill(-pgid) would miss.
 func SessionMembers(sid int) ([]Stat, error) {
+	return scanProc(func(st Stat) bool { return st.Sid == sid })
+}
+
+// GroupMembers scans /proc for live or zombie processes of process group pgid.
+func GroupMembers(pgid int) ([]Stat, error) {
+	return scanProc(func(st Stat) bool { return st.Pgid == pgid })
+}
+
+// scanProc returns the /proc entries whose stat matches keep.
+func scanProc(keep func(Stat) bool) ([]Stat, error) {
 	d, err := os.Open("/proc")
 	if err != nil {
 		return nil, fmt.Errorf("scan /proc: %w", err)
@@ -120,7 +130,7 @@ func SessionMembers(sid int) ([]Stat, error) {
 		if err != nil {
 			continue // exited while scanning
 		}
-		if st.Sid == sid {
+		if keep(st) {
 			out = append(out, st)
 		}
 	}

@@ -225,7 +225,7 @@ type Limits struct {
 type Runner struct {
 	limits Limits
 	sem    chan struct{}
-	pool   *sandboxPool // nil without pre-started sandboxes
+	pool   *Pool[*pooledSandbox] // nil without pre-started sandboxes
 	// starting counts Start calls in progress: the pool refills only while it is 0.
 	starting atomic.Int32
 }
@@ -242,9 +242,7 @@ func NewRunner(l Limits) *Runner {
 		l.HelperPath = "" // never resolve a helper through PATH or the cwd
 	}
 	r := &Runner{limits: l, sem: make(chan struct{}, l.MaxConcurrent)}
-	if l.PrestartedSandboxes > 0 {
-		r.pool = &sandboxPool{size: l.PrestartedSandboxes}
-	}
+	r.pool = r.newSandboxPool(l.PrestartedSandboxes)
 	return r
 }
 
@@ -398,7 +396,7 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 		// teardown, nor another command's start. With Limits.RefillByCaller the caller
 		// refills (Refill) once it is done with the command's outcome too.
 		if !r.limits.RefillByCaller {
-			r.fillPool(self)
+			r.pool.Refill()
 		}
 	}
 	go h.waitLoop()

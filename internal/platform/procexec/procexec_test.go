@@ -56,6 +56,8 @@ func TestMain(m *testing.M) {
 // childMode runs inside the sandbox (the test binary is the program).
 func childMode(mode string) int {
 	switch mode {
+	case poolOrphanMode:
+		return poolOrphanChild()
 	case "dial", "dial-unix":
 		network := "tcp"
 		if mode == "dial-unix" {
