@@ -226,7 +226,7 @@ func (s *Server) v2Routes(mux *http.ServeMux) {
 		{http.MethodGet, sess + "screen", "get", "terminalsessions", "screen", s.screen},
 		{http.MethodGet, sess + "events", "get", "terminalsessions", "events", s.v2Events},
 		{http.MethodPost, sess + "resize", "create", "terminalsessions", "resize", s.resize},
-		{http.MethodPost, sess + "signal", "create", "terminalsessions", "signal", s.v2Signal},
+		{http.MethodPost, sess + "signal", "create", "terminalsessions", "signal", s.signalWith(v2Signals)},
 		{http.MethodGet, cmd + "output", "get", "terminalcommands", "output", s.v2Output},
 		{http.MethodPost, cmd + "cancel", "create", "terminalcommands", "cancel", s.v2Cancel},
 		{http.MethodGet, env + "files", "get", "environments", "files", s.v2Files},
@@ -444,26 +444,6 @@ func (s *Server) v2Events(w http.ResponseWriter, r *http.Request, ref objRef) er
 
 // ---- signal ------------------------------------------------------------------------------
 
-func (s *Server) v2Signal(w http.ResponseWriter, r *http.Request, ref objRef) error {
-	var req SignalRequest
-	if err := s.decode(w, r, &req); err != nil {
-		return err
-	}
-	sig, ok := v2Signals[req.Signal]
-	if !ok {
-		return badRequest("signal %q is not one of SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGKILL, SIGTSTP, SIGCONT, SIGWINCH", req.Signal)
-	}
-	h, err := s.resolveSession(ref)
-	if err != nil {
-		return err
-	}
-	if err := h.s.Signal(sig); err != nil {
-		return fmt.Errorf("signalling terminal session %s: %w", ref, err)
-	}
-	writeJSON(w, http.StatusOK, req)
-	return nil
-}
-
 // ---- files -------------------------------------------------------------------------------
 
 func (s *Server) v2Files(w http.ResponseWriter, r *http.Request, ref objRef) error {
@@ -479,31 +459,9 @@ func (s *Server) v2Files(w http.ResponseWriter, r *http.Request, ref objRef) err
 	default:
 		return badRequest("query parameter op=%q must be snapshot or read", op)
 	}
-	root, path, err := fileQuery(q, true)
+	res, err := s.readRange(r, ref, "limit")
 	if err != nil {
 		return err
-	}
-	offset, err := queryUint(q, "offset", 0, math.MaxInt64)
-	if err != nil {
-		return err
-	}
-	limit, err := queryUint(q, "limit", uint64(s.lim.MaxReadBytes), math.MaxInt64)
-	if err != nil {
-		return err
-	}
-	switch {
-	case limit == 0:
-		limit = uint64(s.lim.MaxReadBytes)
-	case limit > uint64(s.lim.MaxReadBytes):
-		return errorf(http.StatusBadRequest, fsaccess.CodeReadCapAboveMax, fmt.Sprintf("limit %d exceeds the per-read cap %d", limit, s.lim.MaxReadBytes))
-	}
-	rt, err := s.resolveRoot(ref, root)
-	if err != nil {
-		return err
-	}
-	res, err := rt.Read(r.Context(), path, int64(offset), int(limit))
-	if err != nil {
-		return fmt.Errorf("reading %q in root %q of environment %s: %w", path, root, ref, err)
 	}
 	hd := w.Header()
 	hd.Set("Content-Type", "application/octet-stream")
