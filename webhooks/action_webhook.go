@@ -153,14 +153,7 @@ func (v ActionRunValidator) Decide(ctx context.Context, run *wbv1.ActionRun) (ac
 // ValidateUpdate implements admission.Validator: status writes are node-restricted; a
 // proposer may only cancel.
 func (v ActionRunValidator) ValidateUpdate(ctx context.Context, old, obj *wbv1.ActionRun) (admission.Warnings, error) {
-	if w, err := nodeRestricted(ctx, "ActionRun", obj.Name, old.Labels); err != nil {
-		return w, err
-	}
-	req, err := request(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return nil, proposerUpdate(ctx, v.Client, req, "ActionRun", "actionruns", old, obj, true)
+	return nil, proposedUpdate(ctx, v.Client, "ActionRun", "actionruns", old, obj, true, nil)
 }
 
 // ValidateDelete implements admission.Validator.

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -17,10 +16,6 @@ import (
 // a node identity may create an Artifact labelled with its own node.
 type ArtifactValidator struct{}
 
-func setupArtifact(mgr ctrl.Manager) error {
-	return ctrl.NewWebhookManagedBy(mgr, &wbv1.Artifact{}).WithValidator(ArtifactValidator{}).Complete()
-}
-
 // ValidateCreate implements admission.Validator.
 func (ArtifactValidator) ValidateCreate(ctx context.Context, obj *wbv1.Artifact) (admission.Warnings, error) {
 	req, err := request(ctx)
@@ -32,7 +27,7 @@ func (ArtifactValidator) ValidateCreate(ctx context.Context, obj *wbv1.Artifact)
 	}
 	var errs field.ErrorList
 	if obj.Spec.Path != nil {
-		errs = refusalErrors(field.NewPath("spec", "path"), one(actuation.ValidateRelativePath(string(*obj.Spec.Path), false)))
+		errs = pathErrors(field.NewPath("spec", "path"), string(*obj.Spec.Path), false)
 	}
 	return nil, invalid("Artifact", obj.Name, errs)
 }

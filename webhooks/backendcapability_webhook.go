@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -17,10 +16,6 @@ import (
 // BackendCapabilityValidator admits capability descriptors from the closed vocabulary, and
 // lets a node identity write only its own node's descriptors.
 type BackendCapabilityValidator struct{}
-
-func setupBackendCapability(mgr ctrl.Manager) error {
-	return ctrl.NewWebhookManagedBy(mgr, &wbv1.BackendCapability{}).WithValidator(BackendCapabilityValidator{}).Complete()
-}
 
 // ValidateCreate implements admission.Validator.
 func (v BackendCapabilityValidator) ValidateCreate(ctx context.Context, obj *wbv1.BackendCapability) (admission.Warnings, error) {

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -17,10 +16,6 @@ import (
 // CommandProfileValidator admits CommandProfiles: an absolute executable, no shell or
 // inline-code shape, non-empty roots, no forbidden environment keys.
 type CommandProfileValidator struct{}
-
-func setupCommandProfile(mgr ctrl.Manager) error {
-	return ctrl.NewWebhookManagedBy(mgr, &wbv1.CommandProfile{}).WithValidator(CommandProfileValidator{}).Complete()
-}
 
 // ValidateCreate implements admission.Validator.
 func (CommandProfileValidator) ValidateCreate(ctx context.Context, obj *wbv1.CommandProfile) (admission.Warnings, error) {

@@ -87,6 +87,12 @@ func refusalErrors(base *field.Path, refusals []*actuation.Refusal) field.ErrorL
 	return errs
 }
 
+// pathErrors refuses, at p, a path that is not a clean relative path beneath its root
+// (actuation.ValidateRelativePath; file: it must name a file, not the root itself).
+func pathErrors(p *field.Path, rel string, file bool) field.ErrorList {
+	return refusalErrors(p, one(actuation.ValidateRelativePath(rel, file)))
+}
+
 func one(r *actuation.Refusal) []*actuation.Refusal {
 	if r == nil {
 		return nil

@@ -50,26 +50,17 @@ func (s ConsentGrantStamper) Default(ctx context.Context, obj *wbv1.ConsentGrant
 // requests (SubjectAccessReview), for a pending request that offered the chosen scope, with
 // a bounded prefix and expiry. A grant can only add argv shapes; the profile's safety caps
 // stay as they are.
-type ConsentGrantValidator struct {
-	Reader client.Reader
-	Authz  Authorizer
-	Now    func() time.Time
-}
+type ConsentGrantValidator struct{ grantDeps }
 
 func setupConsentGrant(mgr ctrl.Manager) error {
-	return ctrl.NewWebhookManagedBy(mgr, &wbv1.ConsentGrant{}).
-		WithDefaulter(ConsentGrantStamper{Reader: mgr.GetAPIReader()}).
-		WithValidator(ConsentGrantValidator{Reader: mgr.GetAPIReader(), Authz: Authorizer{Client: mgr.GetClient()}, Now: time.Now}).
-		Complete()
+	return setupGrant(mgr, &wbv1.ConsentGrant{},
+		func(r client.Reader) admission.Defaulter[*wbv1.ConsentGrant] { return ConsentGrantStamper{Reader: r} },
+		func(d grantDeps) admission.Validator[*wbv1.ConsentGrant] { return ConsentGrantValidator{d} })
 }
 
 // ValidateCreate implements admission.Validator.
 func (v ConsentGrantValidator) ValidateCreate(ctx context.Context, g *wbv1.ConsentGrant) (admission.Warnings, error) {
-	req, err := request(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := consentGranter.requireCreate(ctx, v.Authz, req, g.Name, g.Namespace, g.Spec.Operator); err != nil {
+	if err := consentGranter.create(ctx, v.Authz, g.Name, g.Namespace, g.Spec.Operator); err != nil {
 		return nil, err
 	}
 	specPath := field.NewPath("spec")
@@ -122,14 +113,7 @@ func (v ConsentGrantValidator) ValidateCreate(ctx context.Context, g *wbv1.Conse
 // ValidateUpdate implements admission.Validator: only revoked may change (CEL), and
 // revoking is an operator's act too.
 func (v ConsentGrantValidator) ValidateUpdate(ctx context.Context, old, g *wbv1.ConsentGrant) (admission.Warnings, error) {
-	req, err := request(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if isStatus(req) {
-		return nil, nil
-	}
-	return nil, consentGranter.require(ctx, v.Authz, req, g.Name, g.Namespace)
+	return nil, consentGranter.update(ctx, v.Authz, g.Name, g.Namespace, nil)
 }
 
 // ValidateDelete implements admission.Validator.

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -18,10 +17,6 @@ import (
 // must be the digest of the descriptor's argv, cwd and profile.
 type ConsentRequestValidator struct{}
 
-func setupConsentRequest(mgr ctrl.Manager) error {
-	return ctrl.NewWebhookManagedBy(mgr, &wbv1.ConsentRequest{}).WithValidator(ConsentRequestValidator{}).Complete()
-}
-
 // ValidateCreate implements admission.Validator.
 func (ConsentRequestValidator) ValidateCreate(ctx context.Context, obj *wbv1.ConsentRequest) (admission.Warnings, error) {
 	req, err := request(ctx)
@@ -34,7 +29,7 @@ func (ConsentRequestValidator) ValidateCreate(ctx context.Context, obj *wbv1.Con
 	d := &obj.Spec.Descriptor
 	descPath := field.NewPath("spec", "descriptor")
 	errs := refusalErrors(descPath.Child("argv"), actuation.ValidateArgvShape(d.Argv))
-	errs = append(errs, refusalErrors(descPath.Child("cwd", "path"), one(actuation.ValidateRelativePath(string(d.Cwd.Path), false)))...)
+	errs = append(errs, pathErrors(descPath.Child("cwd", "path"), string(d.Cwd.Path), false)...)
 	if len(errs) == 0 {
 		if want := actuation.ArgvDigest(string(d.ProfileRef), d.Argv, convert.Cwd(d.Cwd)); want != string(d.ArgvDigest) {
 			errs = append(errs, field.Invalid(descPath.Child("argvDigest"), d.ArgvDigest, string(actuation.CodeDigestMismatch)+": must be "+want))

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -67,8 +69,28 @@ func (g granter) require(ctx context.Context, authz Authorizer, req admission.Re
 	return nil
 }
 
-// requireCreate is require on create, where the stamped granter must also be the requester.
-func (g granter) requireCreate(ctx context.Context, authz Authorizer, req admission.Request, name, namespace, stamped string) error {
+// grantDeps is what a grant's validator works with: a reader of the API server itself (a
+// grant is judged against the object it answers as it is now, never a cache's copy), the
+// SubjectAccessReview check of the granter, and the clock for expiries.
+type grantDeps struct {
+	Reader client.Reader
+	Authz  Authorizer
+	Now    func() time.Time
+}
+
+// setupGrant registers a grant kind's stamper and validator, both reading the API server.
+func setupGrant[T client.Object](mgr ctrl.Manager, obj T, stamper func(client.Reader) admission.Defaulter[T], validator func(grantDeps) admission.Validator[T]) error {
+	deps := grantDeps{Reader: mgr.GetAPIReader(), Authz: Authorizer{Client: mgr.GetClient()}, Now: time.Now}
+	return ctrl.NewWebhookManagedBy(mgr, obj).WithDefaulter(stamper(deps.Reader)).WithValidator(validator(deps)).Complete()
+}
+
+// create is a grant's create rule: a subject allowed to grant, who is also the granter
+// stamped in the grant.
+func (g granter) create(ctx context.Context, authz Authorizer, name, namespace, stamped string) error {
+	req, err := request(ctx)
+	if err != nil {
+		return err
+	}
 	if err := g.require(ctx, authz, req, name, namespace); err != nil {
 		return err
 	}
@@ -76,4 +98,20 @@ func (g granter) requireCreate(ctx context.Context, authz Authorizer, req admiss
 		return forbidden(g.kind, name, g.code, "%s must be the requesting user %q", g.field, req.UserInfo.Username)
 	}
 	return nil
+}
+
+// update is a grant's update rule: only revoked may change (CEL), and revoking is a
+// granter's act too; a status write answers to status (nil: RBAC alone governs it).
+func (g granter) update(ctx context.Context, authz Authorizer, name, namespace string, status func(admission.Request) error) error {
+	req, err := request(ctx)
+	if err != nil {
+		return err
+	}
+	if isStatus(req) {
+		if status == nil {
+			return nil
+		}
+		return status(req)
+	}
+	return g.require(ctx, authz, req, name, namespace)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -16,10 +15,6 @@ import (
 // ImageManifestValidator admits image manifests whose file paths stay beneath the node
 // agent's image directory.
 type ImageManifestValidator struct{}
-
-func setupImageManifest(mgr ctrl.Manager) error {
-	return ctrl.NewWebhookManagedBy(mgr, &wbv1.ImageManifest{}).WithValidator(ImageManifestValidator{}).Complete()
-}
 
 // ValidateCreate implements admission.Validator.
 func (ImageManifestValidator) ValidateCreate(ctx context.Context, obj *wbv1.ImageManifest) (admission.Warnings, error) {
@@ -35,7 +30,7 @@ func (ImageManifestValidator) ValidateCreate(ctx context.Context, obj *wbv1.Imag
 		p := field.NewPath("spec", "variants").Index(i)
 		for name, f := range map[string]*wbv1.ImageFile{"kernel": v.Kernel, "initrd": v.Initrd, "firmware": v.Firmware, "disk": v.Disk} {
 			if f != nil {
-				errs = append(errs, refusalErrors(p.Child(name, "path"), one(actuation.ValidateRelativePath(string(f.Path), true)))...)
+				errs = append(errs, pathErrors(p.Child(name, "path"), string(f.Path), true)...)
 			}
 		}
 	}

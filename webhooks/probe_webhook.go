@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -14,10 +13,6 @@ import (
 
 // ProbeValidator admits Probes with the same condition rules as Waits.
 type ProbeValidator struct{}
-
-func setupProbe(mgr ctrl.Manager) error {
-	return ctrl.NewWebhookManagedBy(mgr, &wbv1.Probe{}).WithValidator(ProbeValidator{}).Complete()
-}
 
 // ValidateCreate implements admission.Validator.
 func (ProbeValidator) ValidateCreate(ctx context.Context, obj *wbv1.Probe) (admission.Warnings, error) {

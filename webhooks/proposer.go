@@ -9,22 +9,36 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 )
 
-// proposerUpdate restricts an update of a TerminalCommand or TerminalSession by a subject
-// that may not write the kind's status — a proposer such as the workbench-agent role, which
-// may patch its commands and sessions only to cancel or close them. Labels, finalizers and
-// owner references bind the object to a node and to the manager's cleanup: only a subject
-// allowed to write status (the manager, a node agent, an administrator) may change them.
-// stateOK says whether the spec change is one a proposer may make (the schema's CEL keeps
-// the rest of a command's spec immutable for everyone).
-func proposerUpdate(ctx context.Context, c client.Client, req admission.Request, kind, resource string, old, obj client.Object, stateOK bool) error {
+// proposedUpdate is the update rule of a proposed object (TerminalCommand, TerminalSession,
+// ActionRun), in one place:
+//   - a node identity writes only the status of an object bound to its node (the stored
+//     object's labels), never its spec;
+//   - a status write passes (RBAC governs who may write status);
+//   - specErr, when not nil, refuses a spec write (a session's ceilings);
+//   - a subject that may not write the kind's status — a proposer such as the
+//     workbench-agent role — may make only the change stateOK allows (cancel or close).
+//     Labels, finalizers and owner references bind the object to a node and to the
+//     manager's cleanup: only a subject allowed to write status (the manager, a node agent,
+//     an administrator) may change them. The schema's CEL keeps the rest of a command's spec
+//     immutable for everyone.
+func proposedUpdate(ctx context.Context, c client.Client, kind, resource string, old, obj client.Object, stateOK bool, specErr error) error {
+	req, err := request(ctx)
+	if err != nil {
+		return err
+	}
+	if err := nodeRestriction(req, kind, obj.GetName(), old.GetLabels()); err != nil {
+		return err
+	}
 	if isStatus(req) {
 		return nil
+	}
+	if specErr != nil {
+		return specErr
 	}
 	if stateOK && maps.Equal(old.GetLabels(), obj.GetLabels()) && slices.Equal(old.GetFinalizers(), obj.GetFinalizers()) &&
 		slices.EqualFunc(old.GetOwnerReferences(), obj.GetOwnerReferences(), func(a, b metav1.OwnerReference) bool { return a.UID == b.UID }) {

@@ -2,17 +2,23 @@ package webhooks
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
+	"slices"
+	"strings"
 
+	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 )
 
-// +kubebuilder:webhook:path=/mutate-workbench-sensorium-dev-v1alpha1-terminalcommand,mutating=true,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=terminalcommands,verbs=create,versions=v1alpha1,name=mterminalcommand.workbench.sensorium.dev,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/mutate-workbench-sensorium-dev-v1alpha1-terminalcommand,mutating=true,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=terminalcommands,verbs=create,versions=v1alpha1,name=mterminalcommand.workbench.sensorium.dev,admissionReviewVersions=v1,reinvocationPolicy=IfNeeded
 
 // TerminalCommandBinder binds a command to its node at creation (issue 13, "one hop"): it
 // resolves session → environment → node from the manager's informer cache and sets the
@@ -26,27 +32,101 @@ import (
 // the command later, as before). Nothing here admits anything: the labels only route the
 // command; the node re-runs admission against the effective profile and the environment's
 // recorded node before it starts anything.
+//
+// It is also where a create is validated: Handle first runs
+// TerminalCommandValidator.ValidateCreate (the same rules, not a copy) and refuses with its
+// error, so a create costs the API server one webhook call, not a mutating and then a
+// validating one. A validating webhook would see the object after every mutating webhook;
+// this one is registered with reinvocationPolicy IfNeeded, so when a later mutating webhook
+// changes the object the API server calls it again and the rules see that change too. Nothing
+// depends on this alone: the manager's gate and the node re-check the command against the
+// live profile before anything runs.
+//
+// It answers with a JSON patch built from the few fields it sets (bindingPatch), not by
+// marshalling the whole object and diffing it against the request (controller-runtime's
+// Defaulter path): that diff was a third of the handler's CPU time.
 type TerminalCommandBinder struct {
 	Reader client.Reader
+	// Validator holds the create rules (ValidateCreate).
+	Validator TerminalCommandValidator
+	Decoder   admission.Decoder
 }
 
-// Default implements admission.Defaulter.
-func (b TerminalCommandBinder) Default(ctx context.Context, obj *wbv1.TerminalCommand) error {
-	node, env, err := b.resolve(ctx, obj)
+// terminalCommandMutatePath is where the API server calls TerminalCommandBinder.
+const terminalCommandMutatePath = "/mutate-workbench-sensorium-dev-v1alpha1-terminalcommand"
+
+// Handle implements admission.Handler.
+func (b TerminalCommandBinder) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Create {
+		return admission.Allowed("")
+	}
+	var obj wbv1.TerminalCommand
+	if err := b.Decoder.DecodeRaw(req.Object, &obj); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	ctx = admission.NewContextWithRequest(ctx, req)
+	if _, err := b.Validator.ValidateCreate(ctx, &obj); err != nil {
+		return refusal(err)
+	}
+	node, env, err := b.resolve(ctx, &obj)
 	if err != nil {
-		return err
+		return refusal(err)
 	}
-	if obj.Labels == nil {
-		obj.Labels = map[string]string{}
+	return admission.Patched("", bindingPatch(&obj, node, env)...)
+}
+
+// refusal answers a refused admission: an API status error keeps its status (code, reason,
+// causes carrying the refusal codes), anything else is a plain denial.
+func refusal(err error) admission.Response {
+	var st apierrors.APIStatus
+	if errors.As(err, &st) {
+		status := st.Status()
+		return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &status}}
 	}
-	delete(obj.Labels, wbv1.NodeLabel)
-	delete(obj.Labels, wbv1.EnvironmentLabel)
+	return admission.Denied(err.Error())
+}
+
+// bindingLabels are the labels the binder owns, in patch order.
+var bindingLabels = [...]string{wbv1.NodeLabel, wbv1.EnvironmentLabel}
+
+// bindingPatch is the JSON patch (RFC 6902) that binds obj: the node and environment labels
+// set to node and env, or removed when node is "" (labels a client sent are never kept), and
+// the cleanup finalizer added.
+func bindingPatch(obj *wbv1.TerminalCommand, node, env string) []jsonpatch.Operation {
+	want := map[string]string{}
 	if node != "" {
-		obj.Labels[wbv1.NodeLabel] = node
-		obj.Labels[wbv1.EnvironmentLabel] = env
+		want[wbv1.NodeLabel], want[wbv1.EnvironmentLabel] = node, env
 	}
-	controllerutil.AddFinalizer(obj, wbv1.CleanupFinalizer)
-	return nil
+	var ops []jsonpatch.Operation
+	if len(obj.Labels) == 0 {
+		if len(want) > 0 {
+			ops = append(ops, jsonpatch.Operation{Operation: "add", Path: "/metadata/labels", Value: want})
+		}
+	} else {
+		for _, k := range bindingLabels {
+			have, had := obj.Labels[k]
+			w, ok := want[k]
+			switch {
+			case ok && (!had || have != w):
+				ops = append(ops, jsonpatch.Operation{Operation: "add", Path: "/metadata/labels/" + pointerEscape(k), Value: w})
+			case !ok && had:
+				ops = append(ops, jsonpatch.Operation{Operation: "remove", Path: "/metadata/labels/" + pointerEscape(k)})
+			}
+		}
+	}
+	switch {
+	case slices.Contains(obj.Finalizers, wbv1.CleanupFinalizer):
+	case len(obj.Finalizers) == 0:
+		ops = append(ops, jsonpatch.Operation{Operation: "add", Path: "/metadata/finalizers", Value: []string{wbv1.CleanupFinalizer}})
+	default:
+		ops = append(ops, jsonpatch.Operation{Operation: "add", Path: "/metadata/finalizers/-", Value: wbv1.CleanupFinalizer})
+	}
+	return ops
+}
+
+// pointerEscape escapes one JSON pointer (RFC 6901) reference token.
+func pointerEscape(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
 }
 
 // resolve names the node and environment a new command belongs to ("" when the session or

@@ -85,21 +85,11 @@ func sessionCeilings(obj *wbv1.TerminalSession) error {
 
 // ValidateUpdate implements admission.Validator.
 func (v TerminalSessionValidator) ValidateUpdate(ctx context.Context, old, obj *wbv1.TerminalSession) (admission.Warnings, error) {
-	if w, err := nodeRestricted(ctx, "TerminalSession", obj.Name, old.Labels); err != nil {
-		return w, err
-	}
-	req, err := request(ctx)
-	if err != nil {
-		return nil, err
-	}
 	oldSpec, newSpec := old.Spec, obj.Spec
 	oldSpec.DesiredState, newSpec.DesiredState = "", ""
 	closing := equality.Semantic.DeepEqual(oldSpec, newSpec) &&
 		(obj.Spec.DesiredState == old.Spec.DesiredState || obj.Spec.DesiredState == wbv1.SessionDesiredClosed)
-	if err := sessionCeilings(obj); err != nil && !isStatus(req) {
-		return nil, err
-	}
-	return nil, proposerUpdate(ctx, v.Client, req, "TerminalSession", "terminalsessions", old, obj, closing)
+	return nil, proposedUpdate(ctx, v.Client, "TerminalSession", "terminalsessions", old, obj, closing, sessionCeilings(obj))
 }
 
 // ValidateDelete implements admission.Validator.

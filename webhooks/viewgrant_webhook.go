@@ -3,7 +3,6 @@ package webhooks
 import (
 	"context"
 	"fmt"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -55,26 +54,17 @@ func (s ViewGrantStamper) Default(ctx context.Context, g *wbv1.ViewGrant) error 
 // ViewGrantValidator admits a grant only from a subject allowed the virtual verb grant on
 // terminalviews, for an existing view, naming exactly one subject, expiring within
 // views.MaxGrantLifetime. Revoking needs the same verb; node agents write only status.
-type ViewGrantValidator struct {
-	Reader client.Reader
-	Authz  Authorizer
-	Now    func() time.Time
-}
+type ViewGrantValidator struct{ grantDeps }
 
 func setupViewGrant(mgr ctrl.Manager) error {
-	return ctrl.NewWebhookManagedBy(mgr, &wbv1.ViewGrant{}).
-		WithDefaulter(ViewGrantStamper{Reader: mgr.GetAPIReader()}).
-		WithValidator(ViewGrantValidator{Reader: mgr.GetAPIReader(), Authz: Authorizer{Client: mgr.GetClient()}, Now: time.Now}).
-		Complete()
+	return setupGrant(mgr, &wbv1.ViewGrant{},
+		func(r client.Reader) admission.Defaulter[*wbv1.ViewGrant] { return ViewGrantStamper{Reader: r} },
+		func(d grantDeps) admission.Validator[*wbv1.ViewGrant] { return ViewGrantValidator{d} })
 }
 
 // ValidateCreate implements admission.Validator.
 func (v ViewGrantValidator) ValidateCreate(ctx context.Context, g *wbv1.ViewGrant) (admission.Warnings, error) {
-	req, err := request(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := viewGranter.requireCreate(ctx, v.Authz, req, g.Name, g.Namespace, g.Spec.GrantedBy); err != nil {
+	if err := viewGranter.create(ctx, v.Authz, g.Name, g.Namespace, g.Spec.GrantedBy); err != nil {
 		return nil, err
 	}
 	spec := field.NewPath("spec")
@@ -104,14 +94,9 @@ func (v ViewGrantValidator) ValidateCreate(ctx context.Context, g *wbv1.ViewGran
 // ValidateUpdate implements admission.Validator: only revoked may change (CEL), and revoking
 // is a granter's act too; status belongs to the view's node.
 func (v ViewGrantValidator) ValidateUpdate(ctx context.Context, _, g *wbv1.ViewGrant) (admission.Warnings, error) {
-	req, err := request(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if isStatus(req) {
-		return nil, nodeRestriction(req, "ViewGrant", g.Name, g.Labels)
-	}
-	return nil, viewGranter.require(ctx, v.Authz, req, g.Name, g.Namespace)
+	return nil, viewGranter.update(ctx, v.Authz, g.Name, g.Namespace, func(req admission.Request) error {
+		return nodeRestriction(req, "ViewGrant", g.Name, g.Labels)
+	})
 }
 
 // ValidateDelete implements admission.Validator.

@@ -5,7 +5,6 @@ import (
 	"regexp"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -17,10 +16,6 @@ import (
 // WaitValidator admits Waits: exactly one scope (also CEL), a scope that fits the condition
 // kind, a valid file path, a compilable bounded pattern, a bounded deadline.
 type WaitValidator struct{}
-
-func setupWait(mgr ctrl.Manager) error {
-	return ctrl.NewWebhookManagedBy(mgr, &wbv1.Wait{}).WithValidator(WaitValidator{}).Complete()
-}
 
 // ValidateCreate implements admission.Validator.
 func (WaitValidator) ValidateCreate(ctx context.Context, obj *wbv1.Wait) (admission.Warnings, error) {
@@ -96,7 +91,7 @@ func validateCondition(spec *field.Path, scope *wbv1.Scope, c *wbv1.WaitConditio
 			string(actuation.CodeWaitScopeInvalid)+": condition "+string(c.Kind)+" must be scoped to a "+want))
 	}
 	if scope != nil && scope.File != nil {
-		errs = append(errs, refusalErrors(spec.Child("scope", "file", "path"), one(actuation.ValidateRelativePath(string(scope.File.Path), true)))...)
+		errs = append(errs, pathErrors(spec.Child("scope", "file", "path"), string(scope.File.Path), true)...)
 	}
 	if c.Kind == wbv1.ConditionKindOutputMatches {
 		if c.Pattern == nil {

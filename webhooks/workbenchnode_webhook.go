@@ -3,7 +3,6 @@ package webhooks
 import (
 	"context"
 
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -14,10 +13,6 @@ import (
 // WorkbenchNodeValidator lets a node identity write only the WorkbenchNode named after its
 // own node.
 type WorkbenchNodeValidator struct{}
-
-func setupWorkbenchNode(mgr ctrl.Manager) error {
-	return ctrl.NewWebhookManagedBy(mgr, &wbv1.WorkbenchNode{}).WithValidator(WorkbenchNodeValidator{}).Complete()
-}
 
 // ValidateCreate implements admission.Validator.
 func (WorkbenchNodeValidator) ValidateCreate(ctx context.Context, obj *wbv1.WorkbenchNode) (admission.Warnings, error) {

@@ -24,6 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"sensorium.dev/workbench/internal/test/testkit"
 )
 
 // TestCertRotationIssuesAndInjects runs the manager's certificate rotation against a real
@@ -167,12 +169,7 @@ func waitSecret(ctx context.Context, t *testing.T, c client.WithWatch, ns, name 
 	return nil
 }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+var must = testkit.Must
 
 // TestAPIServerCertRotation: the manager's rotators for workbench-apiserver (as
 // config/default runs them) write its serving certificate for the Service and inject that

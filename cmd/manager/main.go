@@ -72,7 +72,7 @@ func main() {
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsOptions(metricsAddr, tlsOpts),
-		WebhookServer:          webhook.NewServer(webhook.Options{Host: webhookHost, Port: webhookPort, CertDir: certDir, TLSOpts: tlsOpts}),
+		WebhookServer:          webhooks.Instrument(webhook.NewServer(webhook.Options{Host: webhookHost, Port: webhookPort, CertDir: certDir, TLSOpts: tlsOpts})),
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         leaderElect,
 		LeaderElectionID:       "manager.workbench.sensorium.dev",

@@ -13,6 +13,7 @@ import (
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/test/testkit"
 )
 
 // Protocol conformance against the real guest binary over the conformance-only Unix
@@ -684,9 +685,4 @@ func TestQuiesceAndShutdown(t *testing.T) {
 	}
 }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+var must = testkit.Must

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,30 +18,17 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actions"
 	"sensorium.dev/workbench/internal/test/aggtest"
+	"sensorium.dev/workbench/internal/test/testkit"
 	wbclient "sensorium.dev/workbench/pkg/client"
 )
 
 func keyOf(o client.Object) client.ObjectKey { return client.ObjectKeyFromObject(o) }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+var must = testkit.Must
 
 func ptr[T any](v T) *T { return &v }
 
-// mustRefuse asserts that err is a refusal carrying code.
-func mustRefuse(t *testing.T, err error, code string) {
-	t.Helper()
-	if err == nil {
-		t.Fatalf("expected refusal %q, got success", code)
-	}
-	if !strings.Contains(err.Error(), code) {
-		t.Fatalf("expected refusal %q, got: %v", code, err)
-	}
-}
+var mustRefuse = testkit.MustRefuse
 
 // testKey derives a fixed Ed25519 key from a name.
 func testKey(name string) ed25519.PrivateKey {

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +26,7 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/apiserver"
 	"sensorium.dev/workbench/internal/nodeagent/dataplane"
+	"sensorium.dev/workbench/internal/test/testkit"
 )
 
 // saUser creates ServiceAccount ns/name bound to role and returns a rest config carrying its
@@ -88,22 +88,7 @@ func stream(ctx context.Context, cfg *rest.Config, path string, opts remotecomma
 }
 
 // syncBuffer is a goroutine-safe output sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = testkit.LockedBuffer
 
 // ptySession is a TerminalSession running /bin/cat in a PTY with operator raw input.
 func ptySession(ns string) *wbv1.TerminalSession {

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,6 +24,7 @@ import (
 	"sensorium.dev/workbench/internal/test/aggtest"
 	"sensorium.dev/workbench/internal/test/envtest"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
+	"sensorium.dev/workbench/internal/test/testkit"
 )
 
 const nodeName = "node-agg"
@@ -58,36 +58,13 @@ func TestMain(m *testing.M) {
 		}})
 }
 
-func must(t testing.TB, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+var must = testkit.Must
 
 func ptr[T any](v T) *T { return &v }
 
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, seen := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; last saw: %s", timeout, what, seen)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
+var eventually = testkit.Eventually
 
-func namespace(t testing.TB) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "agg-"}}
-	must(t, env.Client.Create(context.Background(), ns))
-	return ns.Name
-}
+func namespace(t testing.TB) string { return env.Namespace(t, "agg-") }
 
 // user binds role to a fresh user in ns and returns a rest config acting as that user
 // through kube-apiserver (impersonation: kube-apiserver authenticates the admin, then

@@ -30,6 +30,7 @@ import (
 	"sensorium.dev/workbench/internal/apiserver"
 	"sensorium.dev/workbench/internal/nodeagent/dataplane"
 	"sensorium.dev/workbench/internal/test/aggtest"
+	"sensorium.dev/workbench/internal/test/nodeagenttest"
 	"sensorium.dev/workbench/webhooks"
 )
 
@@ -305,11 +306,7 @@ func buildAgent(t testing.TB) string {
 			agentBinErr = err
 			return
 		}
-		agentBin = filepath.Join(dir, "node-agent")
-		out, err := exec.Command("go", "build", "-o", agentBin, "sensorium.dev/workbench/cmd/node-agent").CombinedOutput()
-		if err != nil {
-			agentBinErr = fmt.Errorf("building node-agent: %w\n%s", err, out)
-		}
+		agentBin, agentBinErr = nodeagenttest.BuildAgent(dir)
 	})
 	if agentBinErr != nil {
 		t.Fatal(agentBinErr)

@@ -5,13 +5,14 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"sort"
-	"strings"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"k8s.io/client-go/kubernetes"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"sensorium.dev/workbench/webhooks"
 )
 
 // webhookMetric is kube-apiserver's own per-webhook admission latency histogram.
@@ -110,22 +111,6 @@ func (w webhookHistograms) sub(before webhookHistograms) webhookHistograms {
 	return out
 }
 
-// largest is the webhook with the most admissions (the TerminalCommand validator here).
-func (w webhookHistograms) largest() (string, histogram) {
-	names := make([]string, 0, len(w))
-	for n := range w {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	var best string
-	for _, n := range names {
-		if best == "" || w[n].count > w[best].count {
-			best = n
-		}
-	}
-	return strings.TrimSpace(best), w[best]
-}
-
 // quantile interpolates linearly within the bucket holding rank q*count, as PromQL's
 // histogram_quantile does (the lowest bucket interpolates from 0).
 func (h histogram) quantile(q float64) float64 {
@@ -161,4 +146,24 @@ func (h histogram) fractionWithin(le float64) float64 {
 		}
 	}
 	return float64(c) / float64(h.count)
+}
+
+// gatherServerHistograms reads the webhook server's own histogram
+// (webhooks.HandlerDurationMetric, by webhook path) from this process's metrics registry:
+// the manager, and so the webhook server, runs in the benchmark's process.
+func gatherServerHistograms() (webhookHistograms, error) {
+	families, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		return nil, fmt.Errorf("gathering the webhook server's metrics: %w", err)
+	}
+	out := webhookHistograms{}
+	for _, fam := range families {
+		if fam.GetName() != webhooks.HandlerDurationMetric {
+			continue
+		}
+		for _, m := range fam.GetMetric() {
+			out[label(m, "webhook")] = fromDTO(m.GetHistogram())
+		}
+	}
+	return out, nil
 }

@@ -17,13 +17,13 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/test/stack"
+	"sensorium.dev/workbench/internal/test/testkit"
 )
 
 const (
@@ -98,19 +98,9 @@ func kwCommand(ctx context.Context, ns, user string, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, st.Bin("kubectl-workbench"), append(full, args...)...)
 }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+var must = testkit.Must
 
-func namespace(t *testing.T) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "cli-"}}
-	must(t, st.Env.Client.Create(context.Background(), ns))
-	return ns.Name
-}
+func namespace(t testing.TB) string { return st.Env.Namespace(t, "cli-") }
 
 // gitRepo makes a git repository with one commit inside the admitted root.
 func gitRepo(t *testing.T) string {

@@ -2,8 +2,10 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -136,4 +138,41 @@ func TestCommandSpecImmutable(t *testing.T) {
 		return env.Client.Update(ctx, c)
 	})
 	mustRefuse(t, err, "immutable")
+}
+
+// TestAdmissionWebhookCacheMissIsNotAdmission: the TerminalCommand webhook reads the profile
+// from the manager's informer cache, so it may judge a command against a profile older than
+// the API server's, or (the extreme of staleness) one it has not seen at all. Either way what
+// it lets through is only not refused early: the gate re-checks the same rules against the
+// live profile before anything is admitted. Here the webhook cannot see the profile (it does
+// not exist yet) and lets a timeout through that the profile, once it exists, refuses; the
+// command ends Refused with the profile's code and is never admitted.
+func TestAdmissionWebhookCacheMissIsNotAdmission(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	placedSetup(t, ns, "node-a")
+	c := command(ns, "early", "/usr/bin/git", "--no-pager", "status")
+	c.Spec.ProfileRef, c.Spec.TimeoutSeconds = "later", 100
+	must(t, env.Client.Create(ctx, c)) // the webhook saw no profile "later": no early refusal
+	must(t, env.Client.Create(ctx, profile(ns, "later", func(s *wbv1.CommandProfileSpec) { s.MaxTimeoutSeconds = 60 })))
+	got := waitCommandPhase(t, ns, "early", wbv1.CommandRefused)
+	if got.Status.Refusal == nil || got.Status.Refusal.Code != "timeout-above-max" {
+		t.Fatalf("refusal = %+v, want timeout-above-max from the live profile", got.Status.Refusal)
+	}
+	if got.Status.AdmittedBy != "" {
+		t.Fatalf("the refused command records an admission by %q", got.Status.AdmittedBy)
+	}
+	// The same command against the profile the webhook can now see is refused at creation,
+	// by the one webhook call a create costs (the binding webhook validates too).
+	tries := 0
+	eventually(t, 20*time.Second, "the webhook's cache sees profile later", func() (bool, string) {
+		tries++
+		late := command(ns, fmt.Sprintf("late-%d", tries), "/usr/bin/git", "--no-pager", "status")
+		late.Spec.ProfileRef, late.Spec.TimeoutSeconds = "later", 100
+		err := env.Client.Create(ctx, late)
+		if err == nil {
+			return false, "admitted at creation"
+		}
+		return strings.Contains(err.Error(), "timeout-above-max") && strings.Contains(err.Error(), "mterminalcommand"), err.Error()
+	})
 }

@@ -5,20 +5,18 @@ package integration
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/controllers"
 	"sensorium.dev/workbench/internal/test/envtest"
-	"sensorium.dev/workbench/webhooks"
+	"sensorium.dev/workbench/internal/test/nodeagenttest"
+	"sensorium.dev/workbench/internal/test/testkit"
 )
 
 var env *envtest.Env
@@ -30,72 +28,16 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	var err error
-	env, err = envtest.Start(envtest.Options{Setup: func(mgr ctrl.Manager) error {
-		if err := controllers.SetupWithManager(mgr, controllers.Config{ConsentTimeoutSeconds: testConsentTimeout, BindingRecheck: testRecheck}); err != nil {
-			return err
-		}
-		return webhooks.SetupWithManager(mgr)
-	}})
-	if err == envtest.ErrNoAssets {
-		fmt.Fprintln(os.Stderr, "SKIP integration suite:", err)
-		os.Exit(0)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting control plane:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	env.Stop()
-	os.Exit(code)
+	envtest.Main(m, "integration", envtest.Options{Setup: nodeagenttest.ManagerSetupWith(controllers.Config{ConsentTimeoutSeconds: testConsentTimeout, BindingRecheck: testRecheck})}, &env)
 }
 
-// namespace creates a fresh namespace for one test.
-func namespace(t *testing.T) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "wb-"}}
-	if err := env.Client.Create(context.Background(), ns); err != nil {
-		t.Fatalf("creating namespace: %v", err)
-	}
-	return ns.Name
-}
+func namespace(t testing.TB) string { return env.Namespace(t, "wb-") }
 
-// eventually polls cond until it holds or the deadline passes, then fails saying what it
-// waited for and what it last saw.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for {
-		ok, seen := cond()
-		if ok {
-			return
-		}
-		last = seen
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; last saw: %s", timeout, what, last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
+var eventually = testkit.Eventually
 
-// mustRefuse asserts that err is a refusal carrying code.
-func mustRefuse(t *testing.T, err error, code string) {
-	t.Helper()
-	if err == nil {
-		t.Fatalf("expected refusal %q, got success", code)
-	}
-	if !strings.Contains(err.Error(), code) {
-		t.Fatalf("expected refusal %q, got: %v", code, err)
-	}
-}
+var mustRefuse = testkit.MustRefuse
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+var must = testkit.Must
 
 func ptr[T any](v T) *T { return &v }
 

@@ -14,11 +14,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/nodeagent/store"
-	"sensorium.dev/workbench/webhooks"
 )
 
 // A counted command appends the line of chaos-line to its own counter file (dd, no shell:
@@ -55,13 +53,7 @@ func TestChaosKills(t *testing.T) {
 
 	ctx := context.Background()
 	bin := buildAgent(t)
-	user, err := env.Env.AddUser(crenvtest.User{Name: webhooks.NodeUserPrefix + node, Groups: []string{webhooks.NodeGroup}}, nil)
-	must(t, err)
-	kc, err := user.KubeConfig()
-	must(t, err)
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	must(t, os.WriteFile(kubeconfig, kc, 0o600))
-	must(t, env.Bind(ctx, "workbench-node-agent", webhooks.NodeUserPrefix+node, ""))
+	kubeconfig := boundNodeKubeconfig(t, node)
 	state, root := t.TempDir(), t.TempDir()
 	config := filepath.Join(t.TempDir(), "node-agent.yaml")
 	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nadmittedRoots:\n  chaos: %s\nheartbeatSeconds: 2\ncaps:\n  sessions: 64\n  sessionsPerEnvironment: 64\n", node, state, root)), 0o600))

@@ -1,7 +1,6 @@
 package nodeagent
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -9,16 +8,16 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/test/nodeagenttest"
+	"sensorium.dev/workbench/internal/test/testkit"
 	"sensorium.dev/workbench/webhooks"
 )
 
@@ -30,32 +29,12 @@ type agentProcess struct {
 	log lockedBuffer
 }
 
-// lockedBuffer is the agent's output, written by exec's copying goroutine while the test
-// reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type lockedBuffer = testkit.LockedBuffer
 
 func buildAgent(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "node-agent")
-	out, err := exec.Command("go", "build", "-o", bin, "sensorium.dev/workbench/cmd/node-agent").CombinedOutput()
-	if err != nil {
-		t.Fatalf("building node-agent: %v\n%s", err, out)
-	}
+	bin, err := nodeagenttest.BuildAgent(t.TempDir())
+	must(t, err)
 	return bin
 }
 
@@ -64,12 +43,16 @@ func crashKubeconfig(t *testing.T) string { return nodeKubeconfig(t, crashNode) 
 // nodeKubeconfig writes a kubeconfig of node's identity (user workbench:node:<node>).
 func nodeKubeconfig(t *testing.T, node string) string {
 	t.Helper()
-	user, err := env.Env.AddUser(crenvtest.User{Name: webhooks.NodeUserPrefix + node, Groups: []string{webhooks.NodeGroup}}, nil)
+	p, err := nodeagenttest.NodeKubeconfig(env, node, t.TempDir())
 	must(t, err)
-	kc, err := user.KubeConfig()
-	must(t, err)
-	p := filepath.Join(t.TempDir(), "kubeconfig")
-	must(t, os.WriteFile(p, kc, 0o600))
+	return p
+}
+
+// boundNodeKubeconfig is nodeKubeconfig with node's identity bound to the node agent's role.
+func boundNodeKubeconfig(t *testing.T, node string) string {
+	t.Helper()
+	p := nodeKubeconfig(t, node)
+	must(t, nodeagenttest.BindNodeAgent(context.Background(), env, node))
 	return p
 }
 

@@ -15,10 +15,8 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
-	"sensorium.dev/workbench/webhooks"
 )
 
 func gone(ctx context.Context, obj client.Object) func() (bool, string) {
@@ -100,13 +98,7 @@ func TestFinalizerHoldsUntilTheNodeCleansUp(t *testing.T) {
 	const node = "node-fin"
 	ctx := context.Background()
 	bin := buildAgent(t)
-	user, err := env.Env.AddUser(crenvtest.User{Name: webhooks.NodeUserPrefix + node, Groups: []string{webhooks.NodeGroup}}, nil)
-	must(t, err)
-	kc, err := user.KubeConfig()
-	must(t, err)
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	must(t, os.WriteFile(kubeconfig, kc, 0o600))
-	must(t, env.Bind(ctx, "workbench-node-agent", webhooks.NodeUserPrefix+node, ""))
+	kubeconfig := boundNodeKubeconfig(t, node)
 	state, root := t.TempDir(), t.TempDir()
 	src := filepath.Join(root, "src")
 	must(t, os.MkdirAll(src, 0o755))

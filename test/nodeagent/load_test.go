@@ -17,11 +17,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/webhooks"
 )
 
 // TestLoad puts many sessions and commands on one node agent process whose caps are raised
@@ -39,13 +37,7 @@ func TestLoad(t *testing.T) {
 	sessions, commands := envInt("WB_LOAD_SESSIONS", 10), envInt("WB_LOAD_COMMANDS", 150)
 	ctx := context.Background()
 	bin := buildAgent(t)
-	user, err := env.Env.AddUser(crenvtest.User{Name: webhooks.NodeUserPrefix + node, Groups: []string{webhooks.NodeGroup}}, nil)
-	must(t, err)
-	kc, err := user.KubeConfig()
-	must(t, err)
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	must(t, os.WriteFile(kubeconfig, kc, 0o600))
-	must(t, env.Bind(ctx, "workbench-node-agent", webhooks.NodeUserPrefix+node, ""))
+	kubeconfig := boundNodeKubeconfig(t, node)
 	state, root := t.TempDir(), t.TempDir()
 	config := filepath.Join(t.TempDir(), "node-agent.yaml")
 	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nadmittedRoots:\n  load: %s\nheartbeatSeconds: 2\n"+

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -18,6 +17,7 @@ import (
 	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/test/envtest"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
+	"sensorium.dev/workbench/internal/test/testkit"
 )
 
 const nodeName = "node-test"
@@ -47,36 +47,13 @@ func startAgent() (*agent.Agent, error) {
 	return suite.StartAgent(cfg, agent.Options{})
 }
 
-func namespace(t *testing.T) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "na-"}}
-	must(t, env.Client.Create(context.Background(), ns))
-	return ns.Name
-}
+func namespace(t testing.TB) string { return env.Namespace(t, "na-") }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+var must = testkit.Must
 
 func ptr[T any](v T) *T { return &v }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, seen := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; last saw: %s", timeout, what, seen)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
+var eventually = testkit.Eventually
 
 // workDir makes a fresh directory inside the admitted root for one test.
 func workDir(t *testing.T) string {

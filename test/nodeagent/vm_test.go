@@ -20,14 +20,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/nodeagent/dataplane"
 	"sensorium.dev/workbench/internal/test/envtest"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
-	"sensorium.dev/workbench/webhooks"
 )
 
 // qemuSkip says why the qemu-microvm.v1 tests skip ("" when the suite's agent runs the
@@ -276,13 +274,7 @@ func TestQEMUAgentCrash(t *testing.T) {
 	const vmNode = "node-vmcrash"
 	ctx := context.Background()
 	bin := buildAgent(t)
-	user, err := env.Env.AddUser(crenvtest.User{Name: webhooks.NodeUserPrefix + vmNode, Groups: []string{webhooks.NodeGroup}}, nil)
-	must(t, err)
-	kc, err := user.KubeConfig()
-	must(t, err)
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	must(t, os.WriteFile(kubeconfig, kc, 0o600))
-	must(t, env.Bind(ctx, "workbench-node-agent", webhooks.NodeUserPrefix+vmNode, ""))
+	kubeconfig := boundNodeKubeconfig(t, vmNode)
 	state, err := os.MkdirTemp("", "wb-vmcrash-") // short: VM socket paths are bounded
 	must(t, err)
 	defer func() { _ = os.RemoveAll(state) }()

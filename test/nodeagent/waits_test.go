@@ -12,10 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
-	"sensorium.dev/workbench/webhooks"
 )
 
 func wait(ns, name string, scope wbv1.Scope, kind wbv1.ConditionKind, deadlineSeconds int32) *wbv1.Wait {
@@ -190,13 +188,7 @@ func TestWaitInterruptedByRestart(t *testing.T) {
 	const node = "node-restart"
 	ctx := context.Background()
 	bin := buildAgent(t)
-	user, err := env.Env.AddUser(crenvtest.User{Name: webhooks.NodeUserPrefix + node, Groups: []string{webhooks.NodeGroup}}, nil)
-	must(t, err)
-	kc, err := user.KubeConfig()
-	must(t, err)
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	must(t, os.WriteFile(kubeconfig, kc, 0o600))
-	must(t, env.Bind(ctx, "workbench-node-agent", webhooks.NodeUserPrefix+node, ""))
+	kubeconfig := boundNodeKubeconfig(t, node)
 	state, root := t.TempDir(), t.TempDir()
 	config := filepath.Join(t.TempDir(), "node-agent.yaml")
 	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nadmittedRoots:\n  restart: %s\nheartbeatSeconds: 2\n", node, state, root)), 0o600))

@@ -15,10 +15,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
-	"sensorium.dev/workbench/webhooks"
+	"sensorium.dev/workbench/internal/test/nodeagenttest"
 )
 
 // TestSandboxUnavailableFailsClosed: a second node agent (the real binary) whose sandbox
@@ -31,17 +30,11 @@ func TestSandboxUnavailableFailsClosed(t *testing.T) {
 	const node = "node-sec-nosandbox"
 	ctx := context.Background()
 	// The real agent binary as its own process: one process runs one agent.
-	bin := filepath.Join(t.TempDir(), "node-agent")
-	if out, err := exec.Command("go", "build", "-o", bin, "sensorium.dev/workbench/cmd/node-agent").CombinedOutput(); err != nil {
-		t.Fatalf("building node-agent: %v\n%s", err, out)
-	}
-	user, err := env.Env.AddUser(crenvtest.User{Name: webhooks.NodeUserPrefix + node, Groups: []string{webhooks.NodeGroup}}, nil)
+	bin, err := nodeagenttest.BuildAgent(t.TempDir())
 	must(t, err)
-	kc, err := user.KubeConfig()
+	kcPath, err := nodeagenttest.NodeKubeconfig(env, node, t.TempDir())
 	must(t, err)
-	kcPath := filepath.Join(t.TempDir(), "kubeconfig")
-	must(t, os.WriteFile(kcPath, kc, 0o600))
-	must(t, env.Bind(ctx, "workbench-node-agent", webhooks.NodeUserPrefix+node, ""))
+	must(t, nodeagenttest.BindNodeAgent(ctx, env, node))
 	// The helper reads the start of its configuration (so the agent has placed it in its
 	// cgroup and cloned the roots) and exits without setting anything up or reporting.
 	helperDir, err := os.MkdirTemp("", "wb-broken-helper-")

@@ -18,12 +18,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
-
 	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/test/envtest"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
-	"sensorium.dev/workbench/webhooks"
 )
 
 const nodeName = "node-sec"
@@ -60,16 +57,8 @@ func setup(s *nodeagenttest.Suite) error {
 	if out, err := build.CombinedOutput(); err != nil {
 		return fmt.Errorf("building the probe: %w\n%s", err, out)
 	}
-	user, err := env.Env.AddUser(crenvtest.User{Name: webhooks.NodeUserPrefix + nodeName, Groups: []string{webhooks.NodeGroup}}, nil)
-	if err != nil {
-		return err
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		return err
-	}
-	kubeconfig = filepath.Join(tmp, "agent", "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+	var err error
+	if kubeconfig, err = nodeagenttest.NodeKubeconfig(env, nodeName, filepath.Join(tmp, "agent")); err != nil {
 		return err
 	}
 	stop, err := listen()

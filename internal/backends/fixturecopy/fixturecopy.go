@@ -28,7 +28,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -96,9 +95,8 @@ type Backend struct {
 	admitted map[string]string
 	limits   fixture.Limits
 
-	mu       sync.Mutex
 	locks    backends.IDLocks
-	draining map[string]bool
+	draining backends.DrainMarks
 }
 
 var _ backends.Backend = (*Backend)(nil)
@@ -127,8 +125,6 @@ func New(stateDir string, admitted map[string]string, limits fixture.Limits) *Ba
 		dir:      filepath.Join(abs, FixturesDir),
 		admitted: cp,
 		limits:   limits,
-
-		draining: map[string]bool{},
 	}
 }
 
@@ -297,9 +293,7 @@ func (b *Backend) Allocate(ctx context.Context, spec backends.Spec) (backends.St
 		}
 		roots = append(roots, backends.MountedRoot{Name: p.name, Path: path, ReadOnly: p.readOnly})
 	}
-	b.mu.Lock()
-	delete(b.draining, spec.ID)
-	b.mu.Unlock()
+	b.draining.Forget(spec.ID)
 	return backends.Status{Phase: backends.PhaseReady, Roots: roots}, nil
 }
 
@@ -512,10 +506,7 @@ func (b *Backend) Inspect(ctx context.Context, spec backends.Spec) (backends.Sta
 		}
 		roots = append(roots, backends.MountedRoot{Name: p.name, Path: path, ReadOnly: p.readOnly})
 	}
-	b.mu.Lock()
-	draining := b.draining[spec.ID]
-	b.mu.Unlock()
-	if draining {
+	if b.draining.Draining(spec.ID) {
 		return backends.Status{Phase: backends.PhaseDraining, Roots: roots}, nil
 	}
 	return backends.Status{Phase: backends.PhaseReady, Roots: roots}, nil
@@ -529,9 +520,7 @@ func (b *Backend) Drain(ctx context.Context, spec backends.Spec) (backends.Statu
 	if err := validID(spec.ID); err != nil {
 		return backends.Status{}, err
 	}
-	b.mu.Lock()
-	b.draining[spec.ID] = true
-	b.mu.Unlock()
+	b.draining.Mark(spec.ID)
 	return backends.Status{Phase: backends.PhaseDraining}, nil
 }
 
@@ -555,9 +544,7 @@ func (b *Backend) Teardown(ctx context.Context, spec backends.Spec) (backends.St
 	}
 	defer func() { _ = fx.Close() }()
 	residue, err := b.teardownID(fx, spec.ID)
-	b.mu.Lock()
-	delete(b.draining, spec.ID)
-	b.mu.Unlock()
+	b.draining.Forget(spec.ID)
 	if err != nil {
 		return backends.Status{Phase: backends.PhaseFailed, Message: err.Error(), Residue: residue}, fmt.Errorf("teardown %s: %w", spec.Ref, err)
 	}
@@ -642,13 +629,7 @@ func (b *Backend) Recover(ctx context.Context, known map[string]backends.Spec) (
 	if err != nil {
 		return nil, fmt.Errorf("recover fixture-copy.v1: list %q: %w", b.dir, err)
 	}
-	b.mu.Lock()
-	for id := range b.draining {
-		if _, ok := known[id]; !ok {
-			delete(b.draining, id)
-		}
-	}
-	b.mu.Unlock()
+	b.draining.Retain(known)
 	var actions []backends.RecoveryAction
 	remove := func(rel, why string) {
 		path := filepath.Join(b.dir, rel)

@@ -12,14 +12,10 @@ import (
 
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/nodeagent/fixture"
+	"sensorium.dev/workbench/internal/test/testkit"
 )
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+var must = testkit.Must
 
 type env struct {
 	tmp, admitted, outside, state string

@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
@@ -137,9 +136,7 @@ func CheckDir(admitted []AdmittedRoot, field, hostPath string) (resolved, admitt
 // Backend is the host-local backend. It is safe for concurrent use.
 type Backend struct {
 	admitted map[string]string
-
-	mu       sync.Mutex
-	draining map[string]bool // environment IDs drained (process memory only)
+	draining backends.DrainMarks
 }
 
 var _ backends.Backend = (*Backend)(nil)
@@ -153,7 +150,7 @@ func New(admitted map[string]string) *Backend {
 	for k, v := range admitted {
 		cp[k] = v
 	}
-	return &Backend{admitted: cp, draining: map[string]bool{}}
+	return &Backend{admitted: cp}
 }
 
 // ID returns "host-local".
@@ -219,9 +216,7 @@ func (b *Backend) Allocate(ctx context.Context, spec backends.Spec) (backends.St
 	if err != nil {
 		return backends.Status{Phase: backends.PhaseFailed, Message: err.Error()}, err
 	}
-	b.mu.Lock()
-	delete(b.draining, spec.ID)
-	b.mu.Unlock()
+	b.draining.Forget(spec.ID)
 	return backends.Status{Phase: backends.PhaseReady, Roots: roots}, nil
 }
 
@@ -241,10 +236,7 @@ func (b *Backend) Inspect(ctx context.Context, spec backends.Spec) (backends.Sta
 	if err != nil {
 		return backends.Status{Phase: backends.PhaseFailed, Message: err.Error()}, nil
 	}
-	b.mu.Lock()
-	draining := b.draining[spec.ID]
-	b.mu.Unlock()
-	if draining {
+	if b.draining.Draining(spec.ID) {
 		return backends.Status{Phase: backends.PhaseDraining, Roots: roots}, nil
 	}
 	return backends.Status{Phase: backends.PhaseReady, Roots: roots}, nil
@@ -256,9 +248,7 @@ func (b *Backend) Drain(ctx context.Context, spec backends.Spec) (backends.Statu
 	if err := ctx.Err(); err != nil {
 		return backends.Status{}, fmt.Errorf("drain %s: %w", spec.Ref, err)
 	}
-	b.mu.Lock()
-	b.draining[spec.ID] = true
-	b.mu.Unlock()
+	b.draining.Mark(spec.ID)
 	return backends.Status{Phase: backends.PhaseDraining}, nil
 }
 
@@ -268,9 +258,7 @@ func (b *Backend) Teardown(ctx context.Context, spec backends.Spec) (backends.St
 	if err := ctx.Err(); err != nil {
 		return backends.Status{}, fmt.Errorf("teardown %s: %w", spec.Ref, err)
 	}
-	b.mu.Lock()
-	delete(b.draining, spec.ID)
-	b.mu.Unlock()
+	b.draining.Forget(spec.ID)
 	return backends.Status{Phase: backends.PhaseClosed, Message: "host directories are left untouched"}, nil
 }
 
@@ -280,12 +268,6 @@ func (b *Backend) Recover(ctx context.Context, known map[string]backends.Spec) (
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("recover host-local: %w", err)
 	}
-	b.mu.Lock()
-	for id := range b.draining {
-		if _, ok := known[id]; !ok {
-			delete(b.draining, id)
-		}
-	}
-	b.mu.Unlock()
+	b.draining.Retain(known)
 	return nil, nil
 }

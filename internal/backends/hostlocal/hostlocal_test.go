@@ -8,14 +8,10 @@ import (
 
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/test/testkit"
 )
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+var must = testkit.Must
 
 func spec(roots ...backends.Root) backends.Spec {
 	return backends.Spec{ID: "env-1", Ref: "ns/env", Roots: roots}

@@ -321,22 +321,7 @@ func vmmBuildRoot(mounts []vmmMount) error {
 	if err := unix.MountSetattr(unix.AT_FDCWD, filepath.Join(root, "dev"), 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
 		return fmt.Errorf("make /dev read-only: %w", err)
 	}
-	if err := unix.Chdir(root); err != nil {
-		return err
-	}
-	if err := unix.PivotRoot(".", "."); err != nil {
-		return fmt.Errorf("pivot_root: %w", err)
-	}
-	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
-		return fmt.Errorf("detach the host root: %w", err)
-	}
-	if err := unix.Chdir("/"); err != nil {
-		return err
-	}
-	if err := unix.MountSetattr(unix.AT_FDCWD, "/", 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
-		return fmt.Errorf("make the root read-only: %w", err)
-	}
-	return nil
+	return procexec.PivotReadOnly(root)
 }
 
 // vmmSeccomp installs procexec.VMMSeccompProgram on this thread (no_new_privs is set).

@@ -10,21 +10,12 @@ import (
 	"time"
 
 	"sensorium.dev/workbench/internal/platform/fsaccess"
+	"sensorium.dev/workbench/internal/test/testkit"
 )
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+var must = testkit.Must
 
-func wantCode(t *testing.T, err error, code string) {
-	t.Helper()
-	if got := fsaccess.CodeOf(err); got != code {
-		t.Fatalf("code = %q (err: %v), want %q", got, err, code)
-	}
-}
+var wantCode = testkit.WantCode
 
 func store(t *testing.T) (*Store, string) {
 	dir := filepath.Join(t.TempDir(), "artifacts")

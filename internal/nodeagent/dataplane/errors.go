@@ -141,33 +141,28 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	writeJSON(w, status, body)
 }
 
+// statusReasons maps the HTTP statuses of refusals to their metav1 reasons; any other is
+// BadRequest.
+var statusReasons = map[int]metav1.StatusReason{
+	http.StatusUnauthorized:          metav1.StatusReasonUnauthorized,
+	http.StatusForbidden:             metav1.StatusReasonForbidden,
+	http.StatusNotFound:              metav1.StatusReasonNotFound,
+	http.StatusConflict:              metav1.StatusReasonConflict,
+	http.StatusGone:                  metav1.StatusReasonGone,
+	http.StatusUnprocessableEntity:   metav1.StatusReasonInvalid,
+	http.StatusRequestEntityTooLarge: metav1.StatusReasonRequestEntityTooLarge,
+	http.StatusTooManyRequests:       metav1.StatusReasonTooManyRequests,
+	http.StatusMethodNotAllowed:      metav1.StatusReasonMethodNotAllowed,
+	http.StatusServiceUnavailable:    metav1.StatusReasonServiceUnavailable,
+	http.StatusInternalServerError:   metav1.StatusReasonInternalError,
+}
+
 // StatusFor is the metav1.Status of a refusal on the v2 routes (and the aggregated API):
 // the stable code is details.causes[0].reason and the prefix of message.
 func StatusFor(status int, code, message string) *metav1.Status {
-	reason := metav1.StatusReasonBadRequest
-	switch status {
-	case http.StatusUnauthorized:
-		reason = metav1.StatusReasonUnauthorized
-	case http.StatusForbidden:
-		reason = metav1.StatusReasonForbidden
-	case http.StatusNotFound:
-		reason = metav1.StatusReasonNotFound
-	case http.StatusConflict:
-		reason = metav1.StatusReasonConflict
-	case http.StatusGone:
-		reason = metav1.StatusReasonGone
-	case http.StatusUnprocessableEntity:
-		reason = metav1.StatusReasonInvalid
-	case http.StatusRequestEntityTooLarge:
-		reason = metav1.StatusReasonRequestEntityTooLarge
-	case http.StatusTooManyRequests:
-		reason = metav1.StatusReasonTooManyRequests
-	case http.StatusMethodNotAllowed:
-		reason = metav1.StatusReasonMethodNotAllowed
-	case http.StatusServiceUnavailable:
-		reason = metav1.StatusReasonServiceUnavailable
-	case http.StatusInternalServerError:
-		reason = metav1.StatusReasonInternalError
+	reason, ok := statusReasons[status]
+	if !ok {
+		reason = metav1.StatusReasonBadRequest
 	}
 	if !strings.HasPrefix(message, code+": ") {
 		message = code + ": " + message

@@ -64,7 +64,7 @@ func (s *Server) routes() *http.ServeMux {
 		{http.MethodGet, sessionPrefix + "events", "get", "terminalsessions", "events", s.events},
 		{http.MethodPost, sessionPrefix + "input", "create", "terminalsessions", "input", s.input},
 		{http.MethodPost, sessionPrefix + "resize", "create", "terminalsessions", "resize", s.resize},
-		{http.MethodPost, sessionPrefix + "signal", "create", "terminalsessions", "signal", s.signal},
+		{http.MethodPost, sessionPrefix + "signal", "create", "terminalsessions", "signal", s.signalWith(signals)},
 		{http.MethodGet, envPrefix + "files/snapshot", "get", "environments", "files", s.snapshot},
 		{http.MethodGet, envPrefix + "files/read", "get", "environments", "files", s.read},
 	} {
@@ -333,24 +333,33 @@ func (s *Server) resize(w http.ResponseWriter, r *http.Request, ref objRef) erro
 	return nil
 }
 
-func (s *Server) signal(w http.ResponseWriter, r *http.Request, ref objRef) error {
-	var req SignalRequest
-	if err := s.decode(w, r, &req); err != nil {
-		return err
+// signalWith serves POST .../signal accepting the signal names of table (a closed set).
+func (s *Server) signalWith(table map[string]syscall.Signal) handlerFunc {
+	names := make([]string, 0, len(table))
+	for n := range table {
+		names = append(names, n)
 	}
-	sig, ok := signals[req.Signal]
-	if !ok {
-		return badRequest("signal %q is not one of %s", req.Signal, strings.Join(SignalNames(), ", "))
+	sort.Strings(names)
+	accepted := strings.Join(names, ", ")
+	return func(w http.ResponseWriter, r *http.Request, ref objRef) error {
+		var req SignalRequest
+		if err := s.decode(w, r, &req); err != nil {
+			return err
+		}
+		sig, ok := table[req.Signal]
+		if !ok {
+			return badRequest("signal %q is not one of %s", req.Signal, accepted)
+		}
+		h, err := s.resolveSession(ref)
+		if err != nil {
+			return err
+		}
+		if err := h.s.Signal(sig); err != nil {
+			return fmt.Errorf("signalling terminal session %s: %w", ref, err)
+		}
+		writeJSON(w, http.StatusOK, req)
+		return nil
 	}
-	h, err := s.resolveSession(ref)
-	if err != nil {
-		return err
-	}
-	if err := h.s.Signal(sig); err != nil {
-		return fmt.Errorf("signalling terminal session %s: %w", ref, err)
-	}
-	writeJSON(w, http.StatusOK, req)
-	return nil
 }
 
 // fileQuery parses root and path; path is validated by the actuation core
@@ -400,33 +409,9 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, ref objRef) er
 }
 
 func (s *Server) read(w http.ResponseWriter, r *http.Request, ref objRef) error {
-	q := r.URL.Query()
-	root, path, err := fileQuery(q, true)
+	res, err := s.readRange(r, ref, "max")
 	if err != nil {
 		return err
-	}
-	offset, err := queryUint(q, "offset", 0, math.MaxInt64)
-	if err != nil {
-		return err
-	}
-	maxBytes, err := queryUint(q, "max", uint64(s.lim.MaxReadBytes), math.MaxInt64)
-	if err != nil {
-		return err
-	}
-	switch {
-	case maxBytes == 0:
-		maxBytes = uint64(s.lim.MaxReadBytes)
-	case maxBytes > uint64(s.lim.MaxReadBytes):
-		return errorf(http.StatusBadRequest, fsaccess.CodeReadCapAboveMax,
-			fmt.Sprintf("max %d exceeds the per-read cap %d", maxBytes, s.lim.MaxReadBytes))
-	}
-	rt, err := s.resolveRoot(ref, root)
-	if err != nil {
-		return err
-	}
-	res, err := rt.Read(r.Context(), path, int64(offset), int(maxBytes))
-	if err != nil {
-		return fmt.Errorf("reading %q in root %q of environment %s: %w", path, root, ref, err)
 	}
 	data := res.Data
 	if data == nil {
@@ -434,4 +419,38 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, ref objRef) error 
 	}
 	writeJSON(w, http.StatusOK, ReadResponse{ReadResult: *res, Data: data})
 	return nil
+}
+
+// readRange reads the file the query names (root, path, offset) up to the byte count in
+// query parameter capParam, which defaults to and may not exceed the per-read cap.
+func (s *Server) readRange(r *http.Request, ref objRef, capParam string) (*fsaccess.ReadResult, error) {
+	q := r.URL.Query()
+	root, path, err := fileQuery(q, true)
+	if err != nil {
+		return nil, err
+	}
+	offset, err := queryUint(q, "offset", 0, math.MaxInt64)
+	if err != nil {
+		return nil, err
+	}
+	n, err := queryUint(q, capParam, uint64(s.lim.MaxReadBytes), math.MaxInt64)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case n == 0:
+		n = uint64(s.lim.MaxReadBytes)
+	case n > uint64(s.lim.MaxReadBytes):
+		return nil, errorf(http.StatusBadRequest, fsaccess.CodeReadCapAboveMax,
+			fmt.Sprintf("%s %d exceeds the per-read cap %d", capParam, n, s.lim.MaxReadBytes))
+	}
+	rt, err := s.resolveRoot(ref, root)
+	if err != nil {
+		return nil, err
+	}
+	res, err := rt.Read(r.Context(), path, int64(offset), int(n))
+	if err != nil {
+		return nil, fmt.Errorf("reading %q in root %q of environment %s: %w", path, root, ref, err)
+	}
+	return res, nil
 }

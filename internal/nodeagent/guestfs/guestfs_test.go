@@ -23,6 +23,7 @@ import (
 	"sensorium.dev/workbench/internal/nodeagent/fixture"
 	"sensorium.dev/workbench/internal/nodeagent/patch"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
+	"sensorium.dev/workbench/internal/test/testkit"
 )
 
 // world is a real guest agent (in process, on the conformance Unix transport) whose root
@@ -107,12 +108,7 @@ func newWorld(t *testing.T) *world {
 	return w
 }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+var must = testkit.Must
 
 // jsonOf is what the data plane serves of v (fsaccess.Entry's inode identity is private).
 func jsonOf(t *testing.T, v any) string {
@@ -136,12 +132,7 @@ func (w *world) read(t *testing.T, rel string) string {
 	return string(b)
 }
 
-func wantCode(t *testing.T, err error, code string) {
-	t.Helper()
-	if got := fsaccess.CodeOf(err); got != code {
-		t.Fatalf("error %v: code %q, want %q", err, got, code)
-	}
-}
+var wantCode = testkit.WantCode
 
 // TestSnapshotAndReadMatchHost: over the same directory, the guest-backed root answers
 // exactly what fsaccess answers (entries, modes, times, digests, truncation).

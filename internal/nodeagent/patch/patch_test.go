@@ -14,21 +14,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sensorium.dev/workbench/internal/platform/fsaccess"
+	"sensorium.dev/workbench/internal/test/testkit"
 )
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+var must = testkit.Must
 
-func wantCode(t *testing.T, err error, code string) {
-	t.Helper()
-	if got := fsaccess.CodeOf(err); got != code {
-		t.Fatalf("code = %q (err: %v), want %q", got, err, code)
-	}
-}
+var wantCode = testkit.WantCode
 
 // workspace creates a root with hello.txt, gone.txt, sub/c.txt, a symlink to a
 // sibling and a directory symlink leaving the root.

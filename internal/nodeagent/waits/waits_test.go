@@ -13,6 +13,7 @@ import (
 
 	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/platform/procexec"
+	"sensorium.dev/workbench/internal/test/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -28,12 +29,7 @@ func TestMain(m *testing.M) {
 
 const testTimeout = 10 * time.Second
 
-func must(t testing.TB, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+var must = testkit.Must
 
 func wantCode(t testing.TB, err error, code string) {
 	t.Helper()

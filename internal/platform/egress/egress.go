@@ -500,17 +500,32 @@ func (px *Proxy) serveForward(c net.Conn, host string, port int) {
 	}
 	br := bufio.NewReaderSize(c, 4096)
 	if code := checkProtocol(c, br, e.Protocol); code != "" {
-		rec.Outcome, rec.Code, rec.Duration = OutcomeRefused, code, time.Since(start)
-		px.record(rec)
+		px.end(c, "", rec, OutcomeRefused, code, start)
 		return
 	}
 	up, err := px.dial(e)
 	if err != nil {
-		rec.Outcome, rec.Code, rec.Duration = OutcomeFailed, CodeDialFailed, time.Since(start)
-		px.record(rec)
+		px.end(c, "", rec, OutcomeFailed, CodeDialFailed, start)
 		return
 	}
 	px.relay(&rec, start, c, br, up)
+}
+
+// Proxy answers that end a client's connection: no body, the connection closed.
+const (
+	respBadRequest = "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+	respForbidden  = "HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 0\r\nX-Workbench-Refusal: " + CodeEndpointForbidden + "\r\n\r\n"
+	respBadGateway = "HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+)
+
+// end answers the client with resp (none when empty) and records rec as ended with outcome
+// and code.
+func (px *Proxy) end(c net.Conn, resp string, rec Connection, outcome, code string, start time.Time) {
+	if resp != "" {
+		_, _ = io.WriteString(c, resp)
+	}
+	rec.Outcome, rec.Code, rec.Duration = outcome, code, time.Since(start)
+	px.record(rec)
 }
 
 // serveProxy serves one client of the HTTP proxy: CONNECT or one
@@ -524,8 +539,7 @@ func (px *Proxy) serveProxy(c net.Conn) {
 	_ = c.SetReadDeadline(time.Time{})
 	lr.lift()
 	if err != nil {
-		_, _ = io.WriteString(c, "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
-		px.record(Connection{Via: "connect", Outcome: OutcomeRefused, Code: CodeProtocolMismatch, Duration: time.Since(start)})
+		px.end(c, respBadRequest, Connection{Via: "connect"}, OutcomeRefused, CodeProtocolMismatch, start)
 		return
 	}
 	if req.Method == http.MethodConnect {
@@ -533,17 +547,13 @@ func (px *Proxy) serveProxy(c net.Conn) {
 		rec := Connection{Host: host, Port: port, Via: "connect"}
 		e, allowed := px.lookup(host, port)
 		if !ok || !allowed {
-			_, _ = io.WriteString(c, "HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 0\r\nX-Workbench-Refusal: "+CodeEndpointForbidden+"\r\n\r\n")
-			rec.Outcome, rec.Code, rec.Duration = OutcomeRefused, CodeEndpointForbidden, time.Since(start)
-			px.record(rec)
+			px.end(c, respForbidden, rec, OutcomeRefused, CodeEndpointForbidden, start)
 			return
 		}
 		rec.Protocol = e.Protocol
 		up, err := px.dial(e)
 		if err != nil {
-			_, _ = io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
-			rec.Outcome, rec.Code, rec.Duration = OutcomeFailed, CodeDialFailed, time.Since(start)
-			px.record(rec)
+			px.end(c, respBadGateway, rec, OutcomeFailed, CodeDialFailed, start)
 			return
 		}
 		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
@@ -556,8 +566,7 @@ func (px *Proxy) serveProxy(c net.Conn) {
 		// itself is not counted. Bytes already buffered stay in br.
 		if code := checkProtocol(c, br, e.Protocol); code != "" {
 			_ = up.Close()
-			rec.Outcome, rec.Code, rec.Duration = OutcomeRefused, code, time.Since(start)
-			px.record(rec)
+			px.end(c, "", rec, OutcomeRefused, code, start)
 			return
 		}
 		px.relay(&rec, start, c, br, up)
@@ -566,9 +575,7 @@ func (px *Proxy) serveProxy(c net.Conn) {
 	// Absolute-form request through the proxy: only to http endpoints.
 	rec := Connection{Via: "http"}
 	if req.URL == nil || req.URL.Scheme != "http" || req.URL.Host == "" {
-		_, _ = io.WriteString(c, "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
-		rec.Outcome, rec.Code, rec.Duration = OutcomeRefused, CodeProtocolMismatch, time.Since(start)
-		px.record(rec)
+		px.end(c, respBadRequest, rec, OutcomeRefused, CodeProtocolMismatch, start)
 		return
 	}
 	hp := req.URL.Host
@@ -579,17 +586,13 @@ func (px *Proxy) serveProxy(c net.Conn) {
 	rec.Host, rec.Port = host, port
 	e, allowed := px.lookup(host, port)
 	if !ok || !allowed || e.Protocol != ProtocolHTTP {
-		_, _ = io.WriteString(c, "HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 0\r\nX-Workbench-Refusal: "+CodeEndpointForbidden+"\r\n\r\n")
-		rec.Outcome, rec.Code, rec.Duration = OutcomeRefused, CodeEndpointForbidden, time.Since(start)
-		px.record(rec)
+		px.end(c, respForbidden, rec, OutcomeRefused, CodeEndpointForbidden, start)
 		return
 	}
 	rec.Protocol = e.Protocol
 	up, err := px.dial(e)
 	if err != nil {
-		_, _ = io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
-		rec.Outcome, rec.Code, rec.Duration = OutcomeFailed, CodeDialFailed, time.Since(start)
-		px.record(rec)
+		px.end(c, respBadGateway, rec, OutcomeFailed, CodeDialFailed, start)
 		return
 	}
 	// One request per connection: the relay carries it and the response.

@@ -148,8 +148,15 @@ func buildRoot(cfg *helperConfig, fds []int) error {
 	}
 
 	// Phase 3: pivot, detach the host tree, freeze the root.
+	return PivotReadOnly(root)
+}
+
+// PivotReadOnly makes root (a mount point in this thread's private mount namespace) the
+// root: pivot_root onto it, detach the host tree, and make the new root read-only. The
+// process sandbox and the VMM sandbox both end their root build with it.
+func PivotReadOnly(root string) error {
 	if err := unix.Chdir(root); err != nil {
-		return err
+		return fmt.Errorf("chdir %s: %w", root, err)
 	}
 	if err := unix.PivotRoot(".", "."); err != nil {
 		return fmt.Errorf("pivot_root: %w", err)
@@ -158,7 +165,7 @@ func buildRoot(cfg *helperConfig, fds []int) error {
 		return fmt.Errorf("detach the host root: %w", err)
 	}
 	if err := unix.Chdir("/"); err != nil {
-		return err
+		return fmt.Errorf("chdir /: %w", err)
 	}
 	if err := unix.MountSetattr(unix.AT_FDCWD, "/", 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
 		return fmt.Errorf("make the root read-only: %w", err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"sensorium.dev/workbench/internal/platform/fsaccess"
+	"sensorium.dev/workbench/internal/test/testkit"
 )
 
 func write(t *testing.T, dir, rel, content string, mode os.FileMode) {
@@ -179,9 +180,4 @@ func TestDiff(t *testing.T) {
 	}
 }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+var must = testkit.Must

@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/webhooks"
 )
 
 // Env is a running control plane with the manager attached.
@@ -155,9 +156,9 @@ func (e *Env) startManager(setup func(ctrl.Manager) error) error {
 	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
 		Scheme:  e.Scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
-		WebhookServer: webhook.NewServer(webhook.Options{
+		WebhookServer: webhooks.Instrument(webhook.NewServer(webhook.Options{
 			Host: wo.LocalServingHost, Port: wo.LocalServingPort, CertDir: wo.LocalServingCertDir,
-		}),
+		})),
 		HealthProbeBindAddress: "0",
 	})
 	if err != nil {

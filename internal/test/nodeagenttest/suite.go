@@ -73,11 +73,16 @@ func (e *SkipError) Error() string { return e.Reason }
 func Skip(reason string) error { return &SkipError{Reason: reason} }
 
 // ManagerSetup registers the manager's controllers and webhooks, as the manager binary does.
-func ManagerSetup(mgr ctrl.Manager) error {
-	if err := controllers.SetupWithManager(mgr, controllers.Config{}); err != nil {
-		return err
+func ManagerSetup(mgr ctrl.Manager) error { return ManagerSetupWith(controllers.Config{})(mgr) }
+
+// ManagerSetupWith is ManagerSetup with the controllers configured by cfg.
+func ManagerSetupWith(cfg controllers.Config) func(ctrl.Manager) error {
+	return func(mgr ctrl.Manager) error {
+		if err := controllers.SetupWithManager(mgr, cfg); err != nil {
+			return err
+		}
+		return webhooks.SetupWithManager(mgr)
 	}
-	return webhooks.SetupWithManager(mgr)
 }
 
 // Main is the whole TestMain of a suite that runs the manager and node agents: it serves the

@@ -1,0 +1,50 @@
+package nodeagenttest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"sensorium.dev/workbench/internal/test/envtest"
+	"sensorium.dev/workbench/webhooks"
+)
+
+// These helpers run the node agent as its own process (the real binary), as a DaemonSet
+// pod would: one process is one agent.
+
+// BuildAgent builds cmd/node-agent into dir and returns the binary's path.
+func BuildAgent(dir string) (string, error) {
+	bin := filepath.Join(dir, "node-agent")
+	if out, err := exec.Command("go", "build", "-o", bin, "sensorium.dev/workbench/cmd/node-agent").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building node-agent: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// NodeKubeconfig adds the API server user of node's identity (workbench:node:<node>, the
+// nodes group) and writes its kubeconfig to dir/kubeconfig, whose path it returns. The
+// identity is not bound to any role: see BindNodeAgent.
+func NodeKubeconfig(env *envtest.Env, node, dir string) (string, error) {
+	user, err := env.Env.AddUser(crenvtest.User{Name: webhooks.NodeUserPrefix + node, Groups: []string{webhooks.NodeGroup}}, nil)
+	if err != nil {
+		return "", fmt.Errorf("adding the user of node %s: %w", node, err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		return "", fmt.Errorf("kubeconfig of node %s: %w", node, err)
+	}
+	p := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(p, kc, 0o600); err != nil {
+		return "", fmt.Errorf("writing the kubeconfig of node %s: %w", node, err)
+	}
+	return p, nil
+}
+
+// BindNodeAgent binds the workbench-node-agent ClusterRole to node's identity.
+func BindNodeAgent(ctx context.Context, env *envtest.Env, node string) error {
+	return env.Bind(ctx, "workbench-node-agent", webhooks.NodeUserPrefix+node, "")
+}
