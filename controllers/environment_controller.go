@@ -41,13 +41,20 @@ type EnvironmentReconciler struct {
 // +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=backendcapabilities;workbenchnodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// environmentOwned is the status projection this controller owns.
+// environmentOwned is the status projection this controller owns: placement, expiry and —
+// while the manager is their writer (wbv1.EnvironmentPhaseWriter: not for a pool claimer,
+// whose node writes them) — the phase and health conditions.
 func environmentOwned(s *wbv1.EnvironmentStatus) wbv1.EnvironmentStatus {
-	return wbv1.EnvironmentStatus{
+	out := wbv1.EnvironmentStatus{
 		Phase: s.Phase, NodeName: s.NodeName, PlanDigest: s.PlanDigest, CapabilityRef: s.CapabilityRef,
 		EffectiveOperationalContext: s.EffectiveOperationalContext, Unmet: s.Unmet, ObservedGeneration: s.ObservedGeneration, PoolMember: s.PoolMember,
 		Conditions: ownedConditions(s.Conditions, wbv1.ConditionScheduled, wbv1.ConditionExpired, wbv1.ConditionReconciling, wbv1.ConditionStalled),
 	}
+	if wbv1.EnvironmentPhaseWriter(s) == wbv1.PhaseWriterNode {
+		out.Phase = ""
+		out.Conditions = ownedConditions(s.Conditions, wbv1.ConditionScheduled, wbv1.ConditionExpired)
+	}
+	return out
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -85,20 +92,29 @@ func (r *EnvironmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 	}
 	next.ObservedGeneration = gen
-	// The one writer of phase and health: derived from every component's conditions.
-	next.Phase = wbv1.EnvironmentPhaseFor(all, !env.DeletionTimestamp.IsZero())
-	for _, hc := range wbv1.HealthConditions(wbv1.EnvironmentHealth(next.Phase), string(next.Phase), "environment is "+string(next.Phase), gen) {
-		setCondition(&next.Conditions, &all, hc)
+	// The phase and health, derived from every component's conditions, while this
+	// controller is their one writer (wbv1.EnvironmentPhaseWriter over the status this
+	// write leaves: a write binding a pool claimer hands them to the node, and carries none).
+	if wbv1.EnvironmentPhaseWriter(&next) == wbv1.PhaseWriterManager {
+		next.Phase = wbv1.EnvironmentPhaseFor(all, !env.DeletionTimestamp.IsZero())
+		for _, hc := range wbv1.HealthConditions(wbv1.EnvironmentHealth(next.Phase), string(next.Phase), "environment is "+string(next.Phase), gen) {
+			setCondition(&next.Conditions, &all, hc)
+		}
+	} else {
+		next.Phase = ""
+		next.Conditions = ownedConditions(next.Conditions, wbv1.ConditionScheduled, wbv1.ConditionExpired)
 	}
 	wrote, err := applyStatus(ctx, r.Client, "environment", &env, cur, next)
 	if err != nil {
 		mark("mgr-status-error")
 		return ctrl.Result{}, err
 	}
-	if wrote {
+	if wrote && next.Phase == "" {
+		mark("mgr-status-bound") // a pool claimer: its node writes the phase
+	} else if wrote {
 		mark("mgr-status-" + string(next.Phase))
 	}
-	if wrote && cur.Phase != next.Phase {
+	if wrote && next.Phase != "" && cur.Phase != next.Phase {
 		phaseTransitions.WithLabelValues("Environment", string(next.Phase)).Inc()
 		r.Recorder.Eventf(&env, nil, corev1.EventTypeNormal, "Phase"+string(next.Phase), "Reconcile", "Environment is %s", next.Phase)
 	}

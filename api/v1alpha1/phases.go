@@ -129,6 +129,24 @@ func EnvironmentPhaseFor(conds []metav1.Condition, deleting bool) EnvironmentPha
 	return EnvironmentAllocating
 }
 
+// EnvironmentPhaseWriter is the hand-off rule for an Environment's phase and its health
+// conditions (Reconciling, Stalled): one writer at any time. The manager writes them for an
+// ordinary Environment (derived from every component's conditions). For a pool claimer —
+// status.poolMember set, by the manager's write that binds the claimer to its member's node —
+// the node agent writes them, in the same status write as its own Ready condition, so the
+// adopted instance and the phase a user reads arrive in one write instead of two. The rule
+// is evaluated on the status a write leaves: the manager's binding write itself carries no
+// phase, and no later manager write does (a stale manager pass that binds again carries
+// none either, so it can never move the node's phase back). poolMember is never removed, so
+// the hand-off happens once. Limit: the manager's Expired condition on a claimer whose node
+// is gone is not turned into phase Expired (the node derives it when it acts).
+func EnvironmentPhaseWriter(s *EnvironmentStatus) PhaseWriter {
+	if s.PoolMember != nil {
+		return PhaseWriterNode
+	}
+	return PhaseWriterManager
+}
+
 // ConsentDecisionFor derives a ConsentRequest's decision from its Decided condition.
 func ConsentDecisionFor(conds []metav1.Condition) ConsentDecision {
 	if isTrue(conds, ConditionDecided) {

@@ -389,3 +389,30 @@ func TestCommandPhaseWriterHandOff(t *testing.T) {
 		})
 	}
 }
+
+// TestEnvironmentPhaseWriterHandOff pins who writes an Environment's phase: the manager,
+// unless the status (as a write leaves it) records an adopted pool member — then the node,
+// whatever the conditions say, for the rest of the object's life.
+func TestEnvironmentPhaseWriterHandOff(t *testing.T) {
+	member := &wbv1.PoolMemberStatus{Name: "pool-abcde", UID: "0b7f0c2e-7d4e-4c4b-9a53-1f1e2d3c4b5a", SourceGeneration: 1}
+	for _, tc := range []struct {
+		name   string
+		status wbv1.EnvironmentStatus
+		want   wbv1.PhaseWriter
+	}{
+		{"new", wbv1.EnvironmentStatus{}, wbv1.PhaseWriterManager},
+		{"placed, allocating", wbv1.EnvironmentStatus{NodeName: "n1", Conditions: []metav1.Condition{c(wbv1.ConditionScheduled, true, wbv1.ReasonPlaced)}}, wbv1.PhaseWriterManager},
+		{"ready, ordinary", wbv1.EnvironmentStatus{NodeName: "n1", Conditions: []metav1.Condition{c(wbv1.ConditionReady, true, "Ready")}}, wbv1.PhaseWriterManager},
+		{"pool claimer refused pool-not-found", wbv1.EnvironmentStatus{Conditions: []metav1.Condition{c(wbv1.ConditionScheduled, false, wbv1.ReasonNoMatch)}}, wbv1.PhaseWriterManager},
+		{"pool claimer bound, node not yet acted", wbv1.EnvironmentStatus{NodeName: "n1", PoolMember: member, Conditions: []metav1.Condition{c(wbv1.ConditionScheduled, true, wbv1.ReasonPlaced)}}, wbv1.PhaseWriterNode},
+		{"pool claimer ready", wbv1.EnvironmentStatus{NodeName: "n1", PoolMember: member, Conditions: []metav1.Condition{c(wbv1.ConditionReady, true, "Ready")}}, wbv1.PhaseWriterNode},
+		{"pool claimer expired by the manager", wbv1.EnvironmentStatus{NodeName: "n1", PoolMember: member, Conditions: []metav1.Condition{c(wbv1.ConditionExpired, true, wbv1.ReasonExpired), c(wbv1.ConditionReady, true, "Ready")}}, wbv1.PhaseWriterNode},
+		{"pool claimer torn down", wbv1.EnvironmentStatus{NodeName: "n1", PoolMember: member, Conditions: []metav1.Condition{c(wbv1.ConditionReady, false, wbv1.ReasonClosed), c(wbv1.ConditionCleanupComplete, true, "TornDown")}}, wbv1.PhaseWriterNode},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := wbv1.EnvironmentPhaseWriter(&tc.status); got != tc.want {
+				t.Fatalf("writer %s, want %s", got, tc.want)
+			}
+		})
+	}
+}

@@ -141,8 +141,10 @@ func TestPoolFillClaimRefill(t *testing.T) {
 		must(t, writeFile(filepath.Join(copies[0], "member.txt"), m.Name))
 	}
 
+	seen := watchVersions(t, ns, "claim")
 	must(t, env.Client.Create(ctx, claimer(ns, "claim", "pool", tmpl)))
 	c := waitEnvReady(t, ns, "claim")
+	assertNodeWritesClaimerPhase(t, c, seen(c.ResourceVersion))
 	pm := c.Status.PoolMember
 	if pm == nil {
 		t.Fatalf("claimer Ready without a pool member: %+v", c.Status)
@@ -195,6 +197,84 @@ func TestPoolFillClaimRefill(t *testing.T) {
 	waitGone(t, c)
 	if exists(fixtureDir(c.UID)) {
 		t.Errorf("claimer's copies %s survived its deletion", fixtureDir(c.UID))
+	}
+}
+
+// watchVersions records every version of Environment ns/name the API server publishes from
+// now on; the returned function waits (bounded) until the watch delivered version rv, stops
+// the watch and returns what it saw.
+func watchVersions(t *testing.T, ns, name string) func(rv string) []wbv1.Environment {
+	t.Helper()
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	must(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := wc.Watch(ctx, &wbv1.EnvironmentList{}, client.InNamespace(ns))
+	if err != nil {
+		cancel()
+		t.Fatalf("watching environments of %s: %v", ns, err)
+	}
+	t.Cleanup(func() { w.Stop(); cancel() })
+	return func(rv string) []wbv1.Environment {
+		defer cancel()
+		defer w.Stop()
+		var out []wbv1.Environment
+		timeout := time.NewTimer(30 * time.Second)
+		defer timeout.Stop()
+		for {
+			select {
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					t.Fatalf("the watch of %s/%s ended before version %s", ns, name, rv)
+				}
+				if e, ok := ev.Object.(*wbv1.Environment); ok && e.Name == name {
+					out = append(out, *e.DeepCopy())
+					if e.ResourceVersion == rv {
+						return out
+					}
+				}
+			case <-timeout.C:
+				t.Fatalf("the watch of %s/%s did not deliver version %s in 30 s (saw %d)", ns, name, rv, len(out))
+			}
+		}
+	}
+}
+
+// assertNodeWritesClaimerPhase checks the phase hand-off of a pool claimer
+// (wbv1.EnvironmentPhaseWriter): its node writes the phase in the same write as its Ready
+// condition — no published version is Ready=True with another phase, and no version ever
+// read Ready before the node's condition did — and the manager owns neither the phase nor
+// the health conditions.
+func assertNodeWritesClaimerPhase(t *testing.T, ready *wbv1.Environment, versions []wbv1.Environment) {
+	t.Helper()
+	if len(versions) == 0 {
+		t.Fatalf("the watch saw no version of %s", ready.Name)
+	}
+	sawReady := false
+	for _, v := range versions {
+		rc := false
+		for _, c := range v.Status.Conditions {
+			rc = rc || (c.Type == wbv1.ConditionReady && c.Status == metav1.ConditionTrue)
+		}
+		if rc != (v.Status.Phase == wbv1.EnvironmentReady) {
+			t.Errorf("version %s: Ready condition %v with phase %q: the phase was not written with the node's Ready",
+				v.ResourceVersion, rc, v.Status.Phase)
+		}
+		sawReady = sawReady || rc
+	}
+	if !sawReady {
+		t.Errorf("the watch saw no Ready version of %s among %d", ready.Name, len(versions))
+	}
+	for _, mf := range ready.ManagedFields {
+		if mf.Subresource != "status" || mf.FieldsV1 == nil {
+			continue
+		}
+		owns := strings.Contains(mf.FieldsV1.GetRawString(), `"f:phase"`)
+		switch {
+		case strings.HasPrefix(mf.Manager, "workbench-manager/") && owns:
+			t.Errorf("the manager (%s) owns the claimer's phase: %s", mf.Manager, mf.FieldsV1.GetRawString())
+		case mf.Manager == "workbench-node-agent/environment" && !owns:
+			t.Errorf("the node agent's status fields do not include the phase: %s", mf.FieldsV1.GetRawString())
+		}
 	}
 }
 

@@ -71,7 +71,7 @@ func (b *Backend) Adopt(ctx context.Context, from, to backends.Spec) error {
 		rec.ID = to.ID
 		data, err := json.Marshal(rec)
 		if err == nil {
-			err = fx.WriteFileAtomic(rel+"/"+RecordName, data, 0o600)
+			err = replaceUnsynced(fx, rel+"/"+RecordName, data)
 		}
 		if err != nil {
 			return fmt.Errorf("adopt %s into %s: record of root %q: %w", from.Ref, to.Ref, de.name, err)
@@ -79,5 +79,32 @@ func (b *Backend) Adopt(ctx context.Context, from, to backends.Spec) error {
 	}
 	b.draining.Forget(from.ID)
 	b.draining.Forget(to.ID)
+	return nil
+}
+
+// replaceUnsynced writes data to a new file beside rel and renames it over rel, without the
+// fsyncs of WriteFileAtomic (two per root, most of an adoption's cost on a busy disk).
+// Readers see the old or the new record, never a mix. A crash may lose the new record or
+// (on a file system without rename-over ordering) leave it empty: either way the copy no
+// longer proves itself complete for the claimer, and Allocate copies afresh — never serving
+// a copy as another's. The rename of the environment directory before it is not fsynced
+// either, for the same reason.
+func replaceUnsynced(fx *fsaccess.Root, rel string, data []byte) error {
+	tmp := fsaccess.Sibling(rel, fsaccess.RandomName(fsaccess.TempPrefix))
+	f, err := fx.CreateExclusive(tmp, 0o600)
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(data)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = fx.Rename(tmp, rel)
+	}
+	if werr != nil {
+		_ = fx.Remove(tmp)
+		return fmt.Errorf("writing %s: %w", rel, werr)
+	}
 	return nil
 }

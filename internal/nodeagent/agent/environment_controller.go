@@ -32,13 +32,20 @@ const inspectInterval = time.Minute
 type environmentReconciler struct{ a *Agent }
 
 // environmentOwned is what the node writes of an Environment's status: its own conditions
-// and the source generation. The phase and the health conditions are derived from all
-// conditions by the manager, their one writer.
+// and the source generation, and — for a pool claimer (wbv1.EnvironmentPhaseWriter) — the
+// phase and health conditions derived from all conditions, so the adopted instance's Ready
+// and the phase a user reads arrive in one write. Otherwise the manager derives and writes
+// them.
 func environmentOwned(s *wbv1.EnvironmentStatus) wbv1.EnvironmentStatus {
-	return wbv1.EnvironmentStatus{
+	out := wbv1.EnvironmentStatus{
 		SourceGeneration: s.SourceGeneration,
 		Conditions:       statusapply.Owned(s.Conditions, wbv1.ConditionReady, wbv1.ConditionCleanupComplete, wbv1.ConditionDegraded),
 	}
+	if wbv1.EnvironmentPhaseWriter(s) == wbv1.PhaseWriterNode {
+		out.Phase = s.Phase
+		out.Conditions = append(out.Conditions, statusapply.Owned(s.Conditions, wbv1.ConditionReconciling, wbv1.ConditionStalled)...)
+	}
+	return out
 }
 
 func specFor(env *wbv1.Environment) backends.Spec {
@@ -92,6 +99,7 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	spec := specFor(&env)
 	result := ctrl.Result{RequeueAfter: inspectInterval}
 	deleting := !env.DeletionTimestamp.IsZero()
+	var recordWait func() error // an adopted environment's record, written beside its status
 	switch {
 	case deleting && condTrue(all, wbv1.ConditionCleanupComplete):
 		return ctrl.Result{}, nil // reported; the manager releases the finalizer
@@ -180,7 +188,8 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			result = ctrl.Result{} // a claimed pool member: its instance is its claimer's now (pool.go)
 			break
 		}
-		if err := a.adoptPoolMember(ctx, &env, b, &spec); err != nil {
+		adoptedFrom, err := a.adoptPoolMember(ctx, &env, b, &spec)
+		if err != nil {
 			return ctrl.Result{}, err
 		}
 		mark("node-adopted")
@@ -194,8 +203,25 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		for _, root := range spec.Roots {
 			rec.RootPaths[root.Name] = root.HostPath
 		}
-		if err := a.store.Environments().Put(rec); err != nil {
-			return ctrl.Result{}, err
+		// putRecord writes env's record; after an adoption, its first write replaces the
+		// member's record in the same transaction (pool.go).
+		putRecord := func(rec store.Environment) error {
+			if adoptedFrom == "" {
+				return a.store.Environments().Put(rec)
+			}
+			err := a.store.Environments().Replace(adoptedFrom, rec)
+			if err == nil {
+				adoptedFrom = ""
+			}
+			return err
+		}
+		// The record says Allocating before the backend makes anything, so a crash mid-way
+		// leaves something to tear down from. An adopted instance exists already, under the
+		// member's record until env's replaces it: its one record write comes after Start.
+		if adoptedFrom == "" {
+			if err := putRecord(rec); err != nil {
+				return ctrl.Result{}, err
+			}
 		}
 		mark("node-record-put")
 		st, err := b.Allocate(ctx, spec)
@@ -204,6 +230,13 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 		mark("node-started")
 		if err != nil {
+			if adoptedFrom != "" {
+				// The adopted instance is env's now: its record, not the member's, names it.
+				rec.Phase = string(backends.PhaseFailed)
+				if perr := putRecord(rec); perr != nil {
+					return ctrl.Result{}, fmt.Errorf("recording environment %s/%s: %w", env.Namespace, env.Name, perr)
+				}
+			}
 			set(wbv1.ConditionReady, false, wbv1.ReasonFailed, err.Error())
 			a.recordEvent(&env, corev1.EventTypeWarning, "AllocationFailed", err.Error())
 			break
@@ -217,7 +250,7 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 					code = string(actuation.CodeRootInvalid)
 				}
 				rec.Phase = string(backends.PhaseFailed)
-				_ = a.store.Environments().Put(rec)
+				_ = putRecord(rec)
 				msg := fmt.Sprintf("%s: %v", code, err)
 				set(wbv1.ConditionReady, false, wbv1.ReasonFailed, msg)
 				a.recordEvent(&env, corev1.EventTypeWarning, "RootChanged", msg)
@@ -225,11 +258,33 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			}
 			rec.RootIdentities = ids
 		}
+		mark("node-roots-pinned")
 		rec.Phase = string(st.Phase)
-		if err := a.store.Environments().Put(rec); err != nil {
-			return ctrl.Result{}, fmt.Errorf("recording environment %s/%s: %w", env.Namespace, env.Name, err)
+		if from := adoptedFrom; from != "" && st.Phase == backends.PhaseReady {
+			// An adopted instance: the member's record is replaced by env's while the
+			// status is written (one fsync and one API write at once, not one after the
+			// other), and the pass ends only when both are done. A crash before the
+			// record lands leaves the member's record and none of env: the next pass
+			// adopts again — a move already done is found done (fixture-copy), or fails
+			// and env is allocated afresh (pool.go) — so a Ready published first is never
+			// left without an instance the node knows.
+			done := make(chan error, 1)
+			r := rec
+			go func() { done <- a.store.Environments().Replace(from, r) }()
+			adoptedFrom = ""
+			recordWait = func() error {
+				if err := <-done; err != nil {
+					return fmt.Errorf("recording adopted environment %s/%s: %w", env.Namespace, env.Name, err)
+				}
+				mark("node-record-ready")
+				return nil
+			}
+		} else {
+			if err := putRecord(rec); err != nil {
+				return ctrl.Result{}, fmt.Errorf("recording environment %s/%s: %w", env.Namespace, env.Name, err)
+			}
+			mark("node-record-ready")
 		}
-		mark("node-record-ready")
 		a.rememberEnv(spec, st)
 		if st.Phase == backends.PhaseReady {
 			rs := a.applyDesiredState(ctx, &env, b, spec, fmt.Sprintf("%s environment ready with %d roots", b.ID(), len(st.Roots))) // environment_pause.go
@@ -249,7 +304,18 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 	}
 	before, after := env.Status.Phase, wbv1.EnvironmentPhaseFor(all, !env.DeletionTimestamp.IsZero())
+	if wbv1.EnvironmentPhaseWriter(&env.Status) == wbv1.PhaseWriterNode {
+		next.Phase = after
+		for _, hc := range wbv1.HealthConditions(wbv1.EnvironmentHealth(after), string(after), "environment is "+string(after), env.Generation) {
+			set(hc.Type, hc.Status == metav1.ConditionTrue, hc.Reason, hc.Message)
+		}
+	}
 	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"environment", &env, cur, next)
+	if recordWait != nil {
+		if rerr := recordWait(); rerr != nil {
+			return ctrl.Result{}, rerr
+		}
+	}
 	if err != nil {
 		mark("node-status-error")
 		return ctrl.Result{}, err
@@ -334,8 +400,17 @@ func (a *Agent) resolveBootImage(ctx context.Context, env *wbv1.Environment, spe
 	if env.Spec.ImageRef == nil || *env.Spec.ImageRef == "" {
 		return code, fmt.Sprintf("%s needs spec.imageRef naming an ImageManifest", env.Spec.Backend), nil
 	}
+	// From the agent's cache (a pool claim resolves the image on its path to Ready; the API
+	// server round trip cost one request per pass); a manifest the cache has not seen yet
+	// is read from the API server before it is called missing. The boot files' digests are
+	// verified by the backend before a boot, whichever copy of the manifest named them.
 	var im wbv1.ImageManifest
-	if err := a.reader.Get(ctx, types.NamespacedName{Name: *env.Spec.ImageRef}, &im); err != nil {
+	key := types.NamespacedName{Name: *env.Spec.ImageRef}
+	err := a.client.Get(ctx, key, &im)
+	if apierrors.IsNotFound(err) {
+		err = a.reader.Get(ctx, key, &im)
+	}
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return code, fmt.Sprintf("ImageManifest %s does not exist", *env.Spec.ImageRef), nil
 		}

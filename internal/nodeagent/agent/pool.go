@@ -14,38 +14,42 @@ import (
 // adoptPoolMember moves the backend instance of the pool member env claimed
 // (status.poolMember, set by the manager) to env before env is allocated: the member's
 // sessions and commands are stopped, the instance is re-keyed to env's UID by the backend,
-// and the member's store record and live state are dropped, so nothing answers to the member
-// any more and its later deletion finds nothing to tear down. The claimer's source
-// generation advances past the member's. When the instance cannot be adopted (no record
-// here, a backend without Adopter, a failed move) env is allocated afresh, which is always
-// correct: its allocation equals the member's, and the member's own teardown removes the
-// instance left behind.
-func (a *Agent) adoptPoolMember(ctx context.Context, env *wbv1.Environment, b backends.Backend, spec *backends.Spec) error {
+// and the member's live state is dropped, so nothing answers to the member any more and its
+// later deletion finds nothing to tear down. It returns the member's UID when it moved the
+// instance: the caller replaces the member's store record by env's in one transaction once
+// env is allocated (store Replace). A crash before that leaves the member's record and no
+// record of env: the next pass adopts again (a backend's Adopt of a move already done
+// succeeds, or fails and env is allocated afresh) and the member's own teardown finds
+// nothing of the moved instance. The claimer's source generation advances past the
+// member's. When the instance cannot be adopted (no record here, a backend without Adopter,
+// a failed move) env is allocated afresh, which is always correct: its allocation equals the
+// member's, and the member's own teardown removes the instance left behind.
+func (a *Agent) adoptPoolMember(ctx context.Context, env *wbv1.Environment, b backends.Backend, spec *backends.Spec) (string, error) {
 	pm := env.Status.PoolMember
 	if pm == nil || pm.UID == "" || pm.UID == spec.ID {
-		return nil
+		return "", nil
 	}
 	logger := ctrl.LoggerFrom(ctx).WithValues("environment", env.Namespace+"/"+env.Name, "member", pm.Name)
 	// Every pass, not only the adopting one: a pass after an adoption whose status write
 	// failed must still report a generation past the member's.
 	spec.Generation = max(spec.Generation, pm.SourceGeneration+1)
 	if _, found, err := a.store.Environments().Get(spec.ID); err != nil {
-		return fmt.Errorf("reading the store record of environment %s/%s: %w", env.Namespace, env.Name, err)
+		return "", fmt.Errorf("reading the store record of environment %s/%s: %w", env.Namespace, env.Name, err)
 	} else if found {
-		return nil // adopted (or allocated) by an earlier pass
+		return "", nil // adopted (or allocated) by an earlier pass
 	}
 	ad, ok := b.(backends.Adopter)
 	if !ok {
 		logger.V(1).Info("Backend cannot adopt a pool member; allocating afresh", "backend", b.ID())
-		return nil
+		return "", nil
 	}
 	mrec, found, err := a.store.Environments().Get(pm.UID)
 	if err != nil {
-		return fmt.Errorf("reading the store record of pool member %s/%s: %w", env.Namespace, pm.Name, err)
+		return "", fmt.Errorf("reading the store record of pool member %s/%s: %w", env.Namespace, pm.Name, err)
 	}
 	if !found || mrec.Namespace != env.Namespace || mrec.Backend != b.ID() {
 		logger.Info("Pool member holds no instance on this node; allocating afresh")
-		return nil
+		return "", nil
 	}
 	mark := claimMarker(env)
 	mark("node-adopt-begin")
@@ -53,15 +57,12 @@ func (a *Agent) adoptPoolMember(ctx context.Context, env *wbv1.Environment, b ba
 	mark("node-member-drained")
 	if err := ad.Adopt(ctx, specFromRecord(mrec), *spec); err != nil {
 		logger.Info("Adopting the pool member failed; allocating afresh", "error", err.Error())
-		return nil
+		return "", nil
 	}
 	mark("node-instance-moved")
 	a.forgetEnv(pm.UID)
-	if err := a.store.Environments().Delete(pm.UID); err != nil {
-		return fmt.Errorf("dropping the store record of adopted pool member %s/%s: %w", env.Namespace, pm.Name, err)
-	}
 	a.recordEvent(env, "Normal", "PoolMemberAdopted", "adopted the instance of pool member "+pm.Name+" on node "+a.cfg.NodeName)
-	return nil
+	return pm.UID, nil
 }
 
 // claimMarker marks steps of a pool claimer's path for the benchmarks' span breakdown

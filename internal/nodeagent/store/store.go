@@ -217,6 +217,30 @@ func (t Table[T]) Put(v T) error {
 	}))
 }
 
+// Replace removes the record under old and puts v under its own key in one transaction
+// (one fsync): a crash leaves either both records as they were or the new one alone.
+func (t Table[T]) Replace(old string, v T) error {
+	k := t.key(&v)
+	return t.wrap("replace", old+" by "+k, t.db.bolt.Update(func(tx *bolt.Tx) error {
+		if old != k {
+			if t.onDelete != nil {
+				if err := t.onDelete(tx, old); err != nil {
+					return err
+				}
+			}
+			if err := tx.Bucket(t.bucket).Delete([]byte(old)); err != nil {
+				return err
+			}
+		}
+		if t.onPut != nil {
+			if err := t.onPut(tx, &v); err != nil {
+				return err
+			}
+		}
+		return putTx(tx, t.bucket, k, &v)
+	}))
+}
+
 // Get returns the record under key and whether it exists.
 func (t Table[T]) Get(key string) (T, bool, error) {
 	var (

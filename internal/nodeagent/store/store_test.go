@@ -402,3 +402,28 @@ func TestProcStartTime(t *testing.T) {
 		t.Fatal("garbage parsed")
 	}
 }
+
+// TestReplaceSwapsRecordsAtomically: Replace removes the old record and writes the new one
+// (a pool member's record handed to its claimer), and a refused new record leaves the old
+// one in place.
+func TestReplaceSwapsRecordsAtomically(t *testing.T) {
+	db := open(t, t.TempDir())
+	defer func() { _ = db.Close() }()
+	envs := db.Environments()
+	must(t, envs.Put(Environment{UID: "member", Namespace: "ns", Name: "pool-a", Backend: "fixture-copy.v1"}))
+	must(t, envs.Replace("member", Environment{UID: "claimer", Namespace: "ns", Name: "claim", Backend: "fixture-copy.v1", Phase: "Ready"}))
+	if _, found, err := envs.Get("member"); err != nil || found {
+		t.Fatalf("member record after Replace: found=%v err=%v", found, err)
+	}
+	if c, found, err := envs.Get("claimer"); err != nil || !found || c.Name != "claim" || c.Phase != "Ready" {
+		t.Fatalf("claimer record after Replace: %+v found=%v err=%v", c, found, err)
+	}
+	// A new record the store refuses (an empty key) rolls the whole transaction back.
+	must(t, envs.Put(Environment{UID: "member2", Namespace: "ns", Name: "pool-b"}))
+	if err := envs.Replace("member2", Environment{UID: ""}); err == nil {
+		t.Fatal("Replace with an empty key was accepted")
+	}
+	if _, found, err := envs.Get("member2"); err != nil || !found {
+		t.Fatalf("a refused Replace removed the old record: found=%v err=%v", found, err)
+	}
+}
