@@ -28,7 +28,7 @@ func init() {
 	case "":
 		return
 	case "forkstorm":
-		if code := storm.Fork(); code != 0 {
+		if code := storm.ForkStorm(); code != 0 {
 			os.Exit(code)
 		}
 		var b [1]byte

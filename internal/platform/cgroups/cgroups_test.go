@@ -66,7 +66,7 @@ func childMode(mode string) int {
 	_, _ = os.Stdin.Read(b[:])
 	switch mode {
 	case "forkstorm":
-		return storm.Fork()
+		return storm.ForkStorm()
 	case "alloc":
 		// Touch memory in 16 MiB steps until the OOM killer ends us.
 		return storm.Alloc()

@@ -31,7 +31,7 @@ func init() {
 	case "":
 		return
 	case "forkstorm":
-		os.Exit(storm.Fork())
+		os.Exit(storm.ForkStorm())
 	case "alloc":
 		os.Exit(storm.Alloc())
 	}

@@ -10,28 +10,36 @@ import (
 	"syscall"
 )
 
-// Fork makes 200 fork+exec attempts of a sleeper and prints
-// "started=<n> refused=<n>", counting as refused those the kernel refuses with EAGAIN (the
-// pids limit). It returns the exit code of the storm: 0, 4 without /dev/null, 5 on another
-// fork error.
-func Fork() int {
-	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-	if err != nil {
-		return 4
-	}
-	fd := devnull.Fd()
-	started, refused := 0, 0
-	for i := 0; i < 200; i++ {
-		_, err := syscall.ForkExec("/bin/sleep", []string{"sleep", "300"}, &syscall.ProcAttr{Files: []uintptr{fd, fd, fd}})
+// Fork makes n fork+exec attempts of a sleeper (/bin/sleep 300) with attr, counting
+// those the kernel refuses with EAGAIN (the pids limit). Another fork error ends it.
+func Fork(n int, attr *syscall.ProcAttr) (started, refused int, err error) {
+	for i := 0; i < n; i++ {
+		_, err := syscall.ForkExec("/bin/sleep", []string{"sleep", "300"}, attr)
 		switch {
 		case err == nil:
 			started++
 		case errors.Is(err, syscall.EAGAIN):
 			refused++
 		default:
-			fmt.Println("fork error", err)
-			return 5
+			return started, refused, err
 		}
+	}
+	return started, refused, nil
+}
+
+// ForkStorm is the fork storm program: 200 attempts (Fork) with stdio on /dev/null,
+// printing "started=<n> refused=<n>". It returns its exit code: 0, 4 without /dev/null,
+// 5 on another fork error.
+func ForkStorm() int {
+	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		return 4
+	}
+	fd := devnull.Fd()
+	started, refused, err := Fork(200, &syscall.ProcAttr{Files: []uintptr{fd, fd, fd}})
+	if err != nil {
+		fmt.Println("fork error", err)
+		return 5
 	}
 	fmt.Printf("started=%d refused=%d\n", started, refused)
 	return 0
