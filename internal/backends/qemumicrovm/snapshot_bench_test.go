@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,22 +14,218 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/guestclient"
 )
 
-// The snapshot experiment (docs/vm-pause-snapshot.md): what this QEMU can and cannot do
-// to start a guest from a memory+device snapshot, measured against a cold boot under the
-// same accelerator (TCG). It drives QEMU and vhost-device-vsock directly (not the
-// broker's confined launch), because the product has no snapshot path: the product's
-// microvm puts the vsock device on virtio-mmio, which QEMU will not migrate and cannot
-// hot-unplug. The machine here is the workaround: microvm with PCIe (pcie=on), a PCIe root
-// port, the vsock device hot-pluggable on it, and the guest kernel told to drive PCIe
-// hotplug natively (pcie_ports=native: microvm's ACPI grants no _OSC control).
+// The snapshot experiment (docs/vm-pause-snapshot.md): what a QEMU can and cannot do to
+// start a guest from a memory+device snapshot, measured against a cold boot under the same
+// accelerator (TCG) and the same QEMU. It drives QEMU and vhost-device-vsock directly (not
+// the broker's confined launch), because the product has no snapshot path: the product's
+// microvm puts the vsock device on virtio-mmio, which QEMU (7.2 and 10.0 alike) will not
+// migrate and cannot hot-unplug. The machine here is the workaround: microvm with PCIe
+// (pcie=on), a PCIe root port, the vsock device hot-pluggable on it, and the guest kernel
+// told to drive PCIe hotplug natively (pcie_ports=native: microvm's ACPI grants no _OSC
+// control).
+//
+// Knobs (environment):
+//   - WORKBENCH_BENCH_QEMU: the QEMU binary for every launch of the run, the product's
+//     floor boot included (default qemu-system-x86_64 from PATH; hack/fetch-qemu10.sh
+//     unpacks QEMU 10 and prints the path of a wrapper to set here).
+//   - WORKBENCH_BENCH_SNAPSHOT_RAM: how the guest's RAM travels.
+//     "stream" (default): in the migration stream (exec: on QEMU < 8.2, file: above).
+//     "mapped-ram" (QEMU ≥ 9.0): the file: stream with RAM pages at fixed offsets.
+//     "ignore-shared" (x-ignore-shared): the RAM is a file-backed share=on backend under
+//     /dev/shm; the stream carries device state only, and each restore starts from a
+//     sparse copy of the template's RAM file (the copy is inside the measured restore).
+//   - WORKBENCH_BENCH_VSOCK_PCI_PROPS: extra k=v,… properties of vhost-user-vsock-pci
+//     (e.g. vectors=0: INTx instead of MSI-X), on every launch and hot-plug.
+//   - WORKBENCH_BENCH_SNAPSHOTS: rounds (default 5).
 
 // roundTimeout bounds one measured boot or restore; a round past it counts as failed.
 const roundTimeout = 45 * time.Second
+
+// snapOpts is one run's QEMU and RAM mode.
+type snapOpts struct {
+	qemu         string // binary
+	major, minor int    // its version
+	ram          string // stream | mapped-ram | ignore-shared
+	ramDir       string // /dev/shm scratch for ignore-shared
+	pciProps     string // extra vhost-user-vsock-pci properties, k=v,…
+}
+
+// vsockDevice is the -device argument of the PCIe vsock device.
+func (o snapOpts) vsockDevice(chardev, id string) string {
+	d := "vhost-user-vsock-pci,chardev=" + chardev + ",id=" + id + ",bus=rp0"
+	if o.pciProps != "" {
+		d += "," + o.pciProps
+	}
+	return d
+}
+
+// vsockDeviceAdd is the device_add arguments of the PCIe vsock device.
+func (o snapOpts) vsockDeviceAdd(chardev, id string) map[string]any {
+	a := map[string]any{"driver": "vhost-user-vsock-pci", "chardev": chardev, "id": id, "bus": "rp0"}
+	for _, kv := range strings.Split(o.pciProps, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			if n, err := strconv.Atoi(v); err == nil {
+				a[k] = n // QMP's device_add wants JSON integers for integer properties
+			} else {
+				a[k] = v
+			}
+		}
+	}
+	return a
+}
+
+// ramPath is a RAM file under ramDir for ignore-shared, else "" (memfd).
+func (o snapOpts) ramPath(name string) string {
+	if o.ramDir == "" {
+		return ""
+	}
+	return filepath.Join(o.ramDir, name)
+}
+
+// removeRAM deletes a RAM file ramPath gave.
+func removeRAM(path string) {
+	if path != "" {
+		_ = os.Remove(path)
+	}
+}
+
+func (o snapOpts) fileURI() bool { return o.major > 8 || (o.major == 8 && o.minor >= 2) }
+
+// outURI and inURI name the snapshot file as a migration target and source.
+func (o snapOpts) outURI(path string) string {
+	if o.fileURI() {
+		return "file:" + path
+	}
+	return "exec:cat > " + path
+}
+
+func (o snapOpts) inURI(path string) string {
+	if o.fileURI() {
+		return "file:" + path
+	}
+	return "exec:cat " + path
+}
+
+// memObject is the guest RAM backend: memfd as the product's, or a named share=on file for
+// x-ignore-shared.
+func (o snapOpts) memObject(ramFile string) string {
+	if o.ram == "ignore-shared" {
+		return "memory-backend-file,id=mem,size=512M,share=on,mem-path=" + ramFile
+	}
+	return "memory-backend-memfd,id=mem,size=512M,share=on"
+}
+
+// setCaps turns on the run's migration capability (both sides must agree).
+func (o snapOpts) setCaps(ctx context.Context, q *qmpConn) error {
+	c := map[string]string{"mapped-ram": "mapped-ram", "ignore-shared": "x-ignore-shared"}[o.ram]
+	if c == "" {
+		return nil
+	}
+	return q.execute(ctx, "migrate-set-capabilities", map[string]any{"capabilities": []map[string]any{{"capability": c, "state": true}}}, nil)
+}
+
+func snapOptions(b *testing.B) snapOpts {
+	b.Helper()
+	o := snapOpts{qemu: "qemu-system-x86_64", ram: "stream"}
+	if q := os.Getenv("WORKBENCH_BENCH_QEMU"); q != "" {
+		o.qemu = q
+	}
+	o.pciProps = os.Getenv("WORKBENCH_BENCH_VSOCK_PCI_PROPS")
+	if r := os.Getenv("WORKBENCH_BENCH_SNAPSHOT_RAM"); r != "" {
+		o.ram = r
+	}
+	out, err := exec.Command(o.qemu, "--version").Output()
+	if err != nil {
+		b.Fatalf("%s --version: %v", o.qemu, err)
+	}
+	line, _, _ := strings.Cut(string(out), "\n")
+	f := strings.Fields(strings.TrimPrefix(line, "QEMU emulator version "))
+	if len(f) == 0 {
+		b.Fatalf("%s --version: %q", o.qemu, line)
+	}
+	if _, err := fmt.Sscanf(f[0], "%d.%d", &o.major, &o.minor); err != nil {
+		b.Fatalf("%s --version: %q: %v", o.qemu, line, err)
+	}
+	switch o.ram {
+	case "stream":
+	case "mapped-ram":
+		if o.major < 9 {
+			b.Skipf("mapped-ram needs QEMU ≥ 9.0; %s is %d.%d", o.qemu, o.major, o.minor)
+		}
+	case "ignore-shared":
+		d, err := os.MkdirTemp("/dev/shm", "wb-snapbench-")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = os.RemoveAll(d) })
+		o.ramDir = d
+	default:
+		b.Fatalf("WORKBENCH_BENCH_SNAPSHOT_RAM=%q: want stream, mapped-ram or ignore-shared", o.ram)
+	}
+	b.Logf("QEMU %d.%d (%s), RAM %s, migration URI %s, vsock PCI properties %q", o.major, o.minor, strings.TrimSpace(line), o.ram, strings.SplitN(o.outURI("x"), ":", 2)[0], o.pciProps)
+	return o
+}
+
+// sparseCopy creates dst at src's size (a hole), then returns the copy of src's data
+// extents (SEEK_DATA/SEEK_HOLE, copy_file_range) into it, to run while QEMU maps dst:
+// the mapping is MAP_SHARED, so the guest sees the data once the copy is done.
+func sparseCopy(src, dst string) (func() error, error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := in.Stat()
+	if err != nil {
+		_ = in.Close()
+		return nil, err
+	}
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+	if err != nil {
+		_ = in.Close()
+		return nil, err
+	}
+	if err := out.Truncate(fi.Size()); err != nil {
+		_ = in.Close()
+		_ = out.Close()
+		return nil, err
+	}
+	return func() error {
+		defer func() { _ = in.Close() }()
+		defer func() { _ = out.Close() }()
+		for off := int64(0); off < fi.Size(); {
+			data, err := unix.Seek(int(in.Fd()), off, unix.SEEK_DATA)
+			if errors.Is(err, unix.ENXIO) {
+				break
+			} else if err != nil {
+				return fmt.Errorf("SEEK_DATA %s: %w", src, err)
+			}
+			hole, err := unix.Seek(int(in.Fd()), data, unix.SEEK_HOLE)
+			if err != nil {
+				return fmt.Errorf("SEEK_HOLE %s: %w", src, err)
+			}
+			for o := data; o < hole; {
+				ro, wo := o, o
+				n, err := unix.CopyFileRange(int(in.Fd()), &ro, int(out.Fd()), &wo, int(hole-o), 0)
+				if err != nil {
+					return fmt.Errorf("copy_file_range %s: %w", src, err)
+				}
+				if n == 0 {
+					return fmt.Errorf("copy_file_range %s: %w", src, io.ErrUnexpectedEOF)
+				}
+				o += int64(n)
+			}
+			off = hole
+		}
+		return out.Close()
+	}, nil
+}
 
 // snapVM is one QEMU (and vsock device) of the experiment.
 type snapVM struct {
@@ -50,6 +247,7 @@ func (v *snapVM) kill() {
 func startSnapDevice(b *testing.B, devBin, dir, tag string) *exec.Cmd {
 	b.Helper()
 	vs := filepath.Join(dir, "v"+tag+".sock")
+	_ = os.Remove(vs)
 	dev := exec.Command(devBin, "--guest-cid="+strconv.Itoa(guestCID), "--socket="+vs, "--uds-path="+filepath.Join(dir, "g"+tag+".sock"))
 	dev.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := dev.Start(); err != nil {
@@ -67,8 +265,9 @@ func startSnapDevice(b *testing.B, devBin, dir, tag string) *exec.Cmd {
 	}
 }
 
-// startSnapQEMU launches the PCIe microvm with extra arguments and takes its monitor.
-func startSnapQEMU(b *testing.B, v *snapVM, imageDir string, img *backends.BootImage, extra ...string) {
+// startSnapQEMU launches a microvm (the PCIe variant unless product) with extra arguments
+// and takes its monitor.
+func startSnapQEMU(b *testing.B, o snapOpts, v *snapVM, imageDir string, img *backends.BootImage, ramFile string, product bool, extra ...string) {
 	b.Helper()
 	khz, err := hostTSCkHz()
 	if err != nil {
@@ -81,17 +280,23 @@ func startSnapQEMU(b *testing.B, v *snapVM, imageDir string, img *backends.BootI
 		b.Fatal(err)
 	}
 	defer func() { _ = ln.Close() }()
-	args := append([]string{
-		"-machine", "microvm,accel=tcg,memory-backend=mem,pcie=on", "-cpu", "max", "-smp", "1", "-m", "512M",
-		"-object", "memory-backend-memfd,id=mem,size=512M,share=on",
+	machine, cmdline := "microvm,accel=tcg,memory-backend=mem,pcie=on", fmt.Sprintf("%s tsc_early_khz=%d pcie_ports=native", img.CommandLine, khz)
+	if product {
+		machine, cmdline = "microvm,accel=tcg,memory-backend=mem", fmt.Sprintf("%s tsc_early_khz=%d", img.CommandLine, khz)
+	}
+	args := []string{
+		"-machine", machine, "-cpu", "max", "-smp", "1", "-m", "512M",
+		"-object", o.memObject(ramFile),
 		"-kernel", filepath.Join(imageDir, img.KernelPath), "-initrd", filepath.Join(imageDir, img.InitrdPath),
-		"-append", fmt.Sprintf("%s tsc_early_khz=%d pcie_ports=native", img.CommandLine, khz),
+		"-append", cmdline,
 		"-nodefaults", "-no-user-config", "-display", "none", "-nic", "none", "-no-reboot", "-serial", "file:" + filepath.Join(v.dir, "serial-"+strconv.Itoa(int(time.Now().UnixNano()%1e6))+".log"),
 		"-fw_cfg", "name=opt/workbench/binding,file=" + filepath.Join(v.dir, bindingName),
 		"-chardev", "socket,id=mon0,path=" + ms, "-mon", "chardev=mon0,mode=control",
-		"-device", "pcie-root-port,id=rp0,chassis=1,slot=0",
-	}, extra...)
-	v.qemu = exec.Command("qemu-system-x86_64", args...)
+	}
+	if !product {
+		args = append(args, "-device", "pcie-root-port,id=rp0,chassis=1,slot=0")
+	}
+	v.qemu = exec.Command(o.qemu, append(args, extra...)...)
 	v.qemu.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var out cappedBuffer
 	out.max = 4096
@@ -169,23 +374,63 @@ func pollQMP(ctx context.Context, q *qmpConn, cmd string, args any, done func(ma
 	}
 }
 
+// productRefusal asks this QEMU to migrate the product's machine (microvm, virtio-mmio,
+// vhost-user-vsock-device), started with its vCPUs stopped (-S: the refusal does not
+// depend on the guest), and to unplug its vsock device; it returns QEMU's exact answers.
+func productRefusal(b *testing.B, o snapOpts, devBin, imageDir string, img *backends.BootImage, dir string) (migrate, blocked, unplug string) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	v := &snapVM{dir: dir}
+	defer v.kill()
+	v.dev = startSnapDevice(b, devBin, dir, "p")
+	defer removeRAM(o.ramPath("product.ram"))
+	startSnapQEMU(b, o, v, imageDir, img, o.ramPath("product.ram"), true, "-S",
+		"-chardev", "socket,id=vsock0,path="+filepath.Join(dir, "vp.sock"), "-device", "vhost-user-vsock-device,chardev=vsock0,id=vs0")
+	target := filepath.Join(dir, "refused.mig")
+	defer func() { _ = os.Remove(target) }()
+	if err := v.mon.execute(ctx, "migrate", map[string]any{"uri": o.outURI(target)}, nil); err != nil {
+		migrate = err.Error()
+	} else {
+		migrate = "accepted"
+	}
+	var q struct {
+		Status  string   `json:"status"`
+		Blocked []string `json:"blocked-reasons"`
+	}
+	if err := v.mon.execute(ctx, "query-migrate", nil, &q); err == nil {
+		blocked = strings.Join(q.Blocked, " | ")
+		if q.Status != "" {
+			blocked += " (status " + q.Status + ")"
+		}
+	}
+	if err := v.mon.execute(ctx, "device_del", map[string]any{"id": "vs0"}, nil); err != nil {
+		unplug = err.Error()
+	} else {
+		unplug = "accepted"
+	}
+	return migrate, blocked, unplug
+}
+
 // BenchmarkSnapshotRestoreToAgentReady: launch → guest agent ready for (a) a cold boot of
 // the PCIe microvm with the vsock device, (b) the product's own bare boot (FloorBoot, the
-// microvm the product runs), and (c) a restore of a snapshot of a booted, handshaken
+// microvm the product runs) and (c) a restore of a snapshot of a booted, handshaken
 // template guest: QEMU -incoming, the migration stream loaded, a fresh vsock device
 // hot-plugged, the template's agent re-bound with a fresh nonce and the next generation
-// (guestclient.Rebind), and a handshake with the new binding. p50 of
-// WORKBENCH_BENCH_SNAPSHOTS (default 5) interleaved rounds; reports restore/cold ratios
-// (goal ≤ 0.25). It also records, as a log line, QEMU's exact refusal to migrate the
-// product's virtio-mmio vsock device.
+// (guestclient.Rebind), and a handshake with the new binding. All with the same QEMU
+// (WORKBENCH_BENCH_QEMU). p50 of WORKBENCH_BENCH_SNAPSHOTS (default 5) interleaved rounds;
+// reports restore/cold ratios (goal ≤ 0.25) and the restore's phases. It first records
+// QEMU's exact refusal to migrate or unplug the product's virtio-mmio vsock device.
 func BenchmarkSnapshotRestoreToAgentReady(b *testing.B) {
 	imageDir, img := snapImage(b)
+	o := snapOptions(b)
 	devBin := filepath.Join(imageDir, "guest", "vhost-device-vsock")
 	rounds := 5
 	if n, err := strconv.Atoi(os.Getenv("WORKBENCH_BENCH_SNAPSHOTS")); err == nil && n > 0 {
 		rounds = n
 	}
 	cfg := testConfig(b, imageDir)
+	cfg.QEMUBinary = o.qemu
 	bk, err := New(cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -200,7 +445,10 @@ func BenchmarkSnapshotRestoreToAgentReady(b *testing.B) {
 		if err := os.WriteFile(filepath.Join(dir, bindingName), bj, 0o400); err != nil {
 			b.Fatal(err)
 		}
+		mig, blocked, unplug := productRefusal(b, o, devBin, imageDir, img, dir)
+		b.Logf("the product's machine: migrate: %s; query-migrate: %s; device_del: %s", mig, blocked, unplug)
 		snapshot := filepath.Join(dir, "template.mig")
+		tmplRAM := o.ramPath("template.ram")
 
 		// The template: boot, handshake, unplug the vsock device, stop, migrate to a file.
 		func() {
@@ -209,18 +457,20 @@ func BenchmarkSnapshotRestoreToAgentReady(b *testing.B) {
 			v := &snapVM{dir: dir}
 			defer v.kill()
 			v.dev = startSnapDevice(b, devBin, dir, "t")
-			startSnapQEMU(b, v, imageDir, img, "-chardev", "socket,id=vsock0,path="+filepath.Join(dir, "vt.sock"),
-				"-device", "vhost-user-vsock-pci,chardev=vsock0,id=vs0,bus=rp0")
+			startSnapQEMU(b, o, v, imageDir, img, tmplRAM, false, "-chardev", "socket,id=vsock0,path="+filepath.Join(dir, "vt.sock"),
+				"-device", o.vsockDevice("vsock0", "vs0"))
 			c, err := waitAgent(ctx, dir, "t", tmpl)
 			if err != nil {
 				b.Fatal(err)
 			}
 			_ = c.Close()
-			if err := v.mon.execute(ctx, "migrate", map[string]any{"uri": "exec:cat > /dev/null"}, nil); err == nil {
+			refused := filepath.Join(dir, "refused.mig")
+			if err := v.mon.execute(ctx, "migrate", map[string]any{"uri": o.outURI(refused)}, nil); err == nil {
 				b.Fatal("QEMU migrated a guest with a vhost-user vsock device attached")
 			} else {
 				b.Logf("with the vsock device attached, %v", err)
 			}
+			_ = os.Remove(refused)
 			if err := v.mon.execute(ctx, "device_del", map[string]any{"id": "vs0"}, nil); err != nil {
 				b.Fatal(err)
 			}
@@ -248,7 +498,11 @@ func BenchmarkSnapshotRestoreToAgentReady(b *testing.B) {
 			if err := v.mon.execute(ctx, "stop", nil, nil); err != nil {
 				b.Fatal(err)
 			}
-			if err := v.mon.execute(ctx, "migrate", map[string]any{"uri": "exec:cat > " + snapshot}, nil); err != nil {
+			if err := o.setCaps(ctx, v.mon); err != nil {
+				b.Fatal(err)
+			}
+			t1 := time.Now()
+			if err := v.mon.execute(ctx, "migrate", map[string]any{"uri": o.outURI(snapshot)}, nil); err != nil {
 				b.Fatal(err)
 			}
 			if err := pollQMP(ctx, v.mon, "query-migrate", nil, func(m map[string]any) bool {
@@ -259,12 +513,24 @@ func BenchmarkSnapshotRestoreToAgentReady(b *testing.B) {
 			}); err != nil {
 				b.Fatal(err)
 			}
+			b.Logf("template: migrated to %s in %v", snapshot, time.Since(t1).Round(time.Millisecond))
 		}()
 		if fi, err := os.Stat(snapshot); err == nil {
-			b.ReportMetric(float64(fi.Size())/(1<<20), "snapshot-MiB")
+			var st unix.Stat_t
+			_ = unix.Stat(snapshot, &st)
+			b.ReportMetric(float64(st.Blocks*512)/(1<<20), "snapshot-MiB")
+			b.Logf("snapshot: %d bytes apparent, %d allocated", fi.Size(), st.Blocks*512)
+		}
+		if o.ram == "ignore-shared" {
+			var st unix.Stat_t
+			if err := unix.Stat(tmplRAM, &st); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(st.Blocks*512)/(1<<20), "template-ram-MiB")
 		}
 
 		var cold, floor, restore []time.Duration
+		phases := map[string][]time.Duration{}
 		coldFailed, restoreFailed := 0, 0
 		for r := 0; r < rounds; r++ {
 			// (a) cold boot of the same machine.
@@ -273,10 +539,12 @@ func BenchmarkSnapshotRestoreToAgentReady(b *testing.B) {
 				defer cancel()
 				v := &snapVM{dir: dir}
 				defer v.kill()
+				ram := o.ramPath("cold.ram")
+				defer removeRAM(ram)
 				start := time.Now()
 				v.dev = startSnapDevice(b, devBin, dir, "c")
-				startSnapQEMU(b, v, imageDir, img, "-chardev", "socket,id=vsock0,path="+filepath.Join(dir, "vc.sock"),
-					"-device", "vhost-user-vsock-pci,chardev=vsock0,id=vs0,bus=rp0")
+				startSnapQEMU(b, o, v, imageDir, img, ram, false, "-chardev", "socket,id=vsock0,path="+filepath.Join(dir, "vc.sock"),
+					"-device", o.vsockDevice("vsock0", "vs0"))
 				c, err := waitAgent(ctx, dir, "c", tmpl)
 				if err != nil {
 					return err
@@ -288,7 +556,7 @@ func BenchmarkSnapshotRestoreToAgentReady(b *testing.B) {
 				coldFailed++
 				b.Logf("round %d: cold boot: no agent within %v: %v", r, roundTimeout, err)
 			}
-			// (b) the product's bare boot.
+			// (b) the product's bare boot, same QEMU.
 			floor = append(floor, bareBoot(b, bk, img, b.TempDir()))
 			// (c) restore.
 			if err := func() error {
@@ -296,19 +564,43 @@ func BenchmarkSnapshotRestoreToAgentReady(b *testing.B) {
 				defer cancel()
 				v := &snapVM{dir: dir}
 				defer v.kill()
+				tag := "r" + strconv.Itoa(r)
+				ram := o.ramPath(tag + ".ram")
+				defer removeRAM(ram)
+				mark := map[string]time.Duration{}
 				start := time.Now()
-				startSnapQEMU(b, v, imageDir, img, "-incoming", "defer")
-				if err := v.mon.execute(ctx, "migrate-incoming", map[string]any{"uri": "exec:cat " + snapshot}, nil); err != nil {
+				copied := make(chan error, 1)
+				if o.ram == "ignore-shared" {
+					// The RAM copy runs while QEMU starts; the stream is loaded only after it.
+					run, err := sparseCopy(tmplRAM, ram)
+					if err != nil {
+						return err
+					}
+					go func() { copied <- run() }()
+				} else {
+					copied <- nil
+				}
+				startSnapQEMU(b, o, v, imageDir, img, ram, false, "-incoming", "defer")
+				mark["qemu-up"] = time.Since(start)
+				if err := <-copied; err != nil {
+					return err
+				}
+				if o.ram == "ignore-shared" {
+					mark["ram-copied"] = time.Since(start)
+				}
+				if err := o.setCaps(ctx, v.mon); err != nil {
+					return err
+				}
+				if err := v.mon.execute(ctx, "migrate-incoming", map[string]any{"uri": o.inURI(snapshot)}, nil); err != nil {
 					return err
 				}
 				if err := pollQMP(ctx, v.mon, "query-status", nil, func(m map[string]any) bool { return m["status"] != "inmigrate" }); err != nil {
 					return err
 				}
-				loaded := time.Since(start)
-				tag := "r" + strconv.Itoa(r)
+				mark["loaded"] = time.Since(start)
 				v.dev = startSnapDevice(b, devBin, dir, tag)
 				// The chardev is added only now: a vhost-user chardev connected before the
-				// incoming migration hung QEMU's main loop at device_add (docs).
+				// incoming migration hung QEMU 7.2's main loop at device_add (docs).
 				if err := v.mon.execute(ctx, "chardev-add", map[string]any{"id": "vsock1", "backend": map[string]any{"type": "socket",
 					"data": map[string]any{"addr": map[string]any{"type": "unix", "data": map[string]any{"path": filepath.Join(dir, "v"+tag+".sock")}}, "server": false}}}, nil); err != nil {
 					return err
@@ -316,13 +608,15 @@ func BenchmarkSnapshotRestoreToAgentReady(b *testing.B) {
 				if err := v.mon.execute(ctx, "cont", nil, nil); err != nil {
 					return err
 				}
-				if err := v.mon.execute(ctx, "device_add", map[string]any{"driver": "vhost-user-vsock-pci", "chardev": "vsock1", "id": "vs1", "bus": "rp0"}, nil); err != nil {
+				if err := v.mon.execute(ctx, "device_add", o.vsockDeviceAdd("vsock1", "vs1"), nil); err != nil {
 					return err
 				}
+				mark["device-added"] = time.Since(start)
 				c, err := waitAgent(ctx, dir, tag, tmpl)
 				if err != nil {
 					return err
 				}
+				mark["agent-answers"] = time.Since(start)
 				next := snapBinding(b, 2)
 				if _, err := c.Rebind(ctx, "rebind-"+tag, next); err != nil {
 					return err
@@ -331,14 +625,20 @@ func BenchmarkSnapshotRestoreToAgentReady(b *testing.B) {
 				if err != nil {
 					return err
 				}
-				restore = append(restore, time.Since(start))
+				took := time.Since(start)
 				_ = c.Close()
 				// The template's binding no longer answers: a restored guest never answers as its template.
 				if old, err := guestclient.Connect(ctx, guestclient.Endpoint{Path: filepath.Join(dir, "g"+tag+".sock"), Hybrid: true}, tmpl); err == nil {
 					_ = old.Close()
 					return errors.New("the restored guest still answers the template's binding after the re-bind")
 				}
-				b.Logf("round %d: restore: stream loaded in %v, agent re-bound and ready at %v", r, loaded.Round(time.Millisecond), restore[len(restore)-1].Round(time.Millisecond))
+				restore = append(restore, took)
+				for k, d := range mark {
+					phases[k] = append(phases[k], d)
+				}
+				b.Logf("round %d: restore: ram copied %v, QEMU up %v, stream loaded %v, device added %v, agent answers %v, re-bound and ready %v", r,
+					mark["ram-copied"].Round(time.Millisecond), mark["qemu-up"].Round(time.Millisecond), mark["loaded"].Round(time.Millisecond),
+					mark["device-added"].Round(time.Millisecond), mark["agent-answers"].Round(time.Millisecond), took.Round(time.Millisecond))
 				return nil
 			}(); err != nil {
 				restoreFailed++
@@ -350,6 +650,9 @@ func BenchmarkSnapshotRestoreToAgentReady(b *testing.B) {
 		b.Logf("cold (PCIe microvm) %v, cold (product microvm, FloorBoot) %v, restore %v; failed rounds: %d cold, %d restore", cold, floor, restore, coldFailed, restoreFailed)
 		if len(cold) == 0 || len(restore) == 0 {
 			b.Fatalf("no successful round to compare (%d cold and %d restore rounds failed)", coldFailed, restoreFailed)
+		}
+		for k, ds := range phases {
+			b.ReportMetric(msOf(p50(ds)), "restore-"+k+"-p50-ms")
 		}
 		b.ReportMetric(msOf(p50(cold)), "cold-pcie-p50-ms")
 		b.ReportMetric(msOf(p50(floor)), "cold-product-p50-ms")
