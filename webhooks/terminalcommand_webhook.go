@@ -16,7 +16,7 @@ import (
 	"sensorium.dev/workbench/internal/convert"
 )
 
-// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-terminalcommand,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=terminalcommands;terminalcommands/status,verbs=update,versions=v1alpha1,name=vterminalcommand.workbench.sensorium.dev,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-terminalcommand,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=terminalcommands,verbs=update,versions=v1alpha1,name=vterminalcommand.workbench.sensorium.dev,admissionReviewVersions=v1
 
 // TerminalCommandValidator refuses malformed command intents outright: shell strings, bad
 // argv, bad cwd paths, forbidden environment keys, and timeout, output or env overrides
@@ -51,7 +51,7 @@ func (v TerminalCommandValidator) ValidateCreate(ctx context.Context, obj *wbv1.
 	if err != nil {
 		return nil, err
 	}
-	if err := nodeRestriction(req, "TerminalCommand", obj.Name, obj.Labels); err != nil {
+	if err := nodeRestriction(req, "TerminalCommand", obj.Name); err != nil {
 		return nil, err
 	}
 	errs := ValidateCommandShape(&obj.Spec)
