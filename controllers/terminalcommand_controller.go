@@ -124,6 +124,12 @@ func nodeClaimed(cmd *wbv1.TerminalCommand) bool {
 	return false
 }
 
+// nodeReported says whether the node that claimed cmd has reported past its claim: the
+// program started (Started=True) or an outcome (Completed).
+func nodeReported(cmd *wbv1.TerminalCommand) bool {
+	return isTrueCond(cmd.Status.Conditions, wbv1.ConditionStarted) || wbv1.CommandIsFinal(cmd.Status.Conditions)
+}
+
 // adoptNodeAdmission records the node's fast-path admission: Admitted=True, who admitted it
 // (the manager's own reading of the effective profile; "node" when that reading no longer
 // admits it — the node decided against the profile it read, and its decision stands), the
@@ -224,7 +230,11 @@ func (r *TerminalCommandReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 	if nodeClaimed(&cmd) {
 		// The node admitted it on the fast path (its claim won): record that decision, never
-		// contradict it.
+		// contradict it — once the node reported the start or the outcome (nodeReported),
+		// so this write does not land on the object while the node's next write does.
+		if !nodeReported(&cmd) {
+			return ctrl.Result{}, nil // the node's next status write wakes this
+		}
 		return ctrl.Result{}, r.adoptNodeAdmission(ctx, &cmd)
 	}
 	p := &commandPass{cmd: &cmd, cur: terminalCommandOwned(&cmd.Status), next: terminalCommandOwned(&cmd.Status),

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,7 +18,6 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/webhooks"
 )
 
 // TestFreeCapacity runs a node agent process with small session caps (3 per node, 2 per
@@ -35,21 +33,11 @@ func TestFreeCapacity(t *testing.T) {
 	const node = "node-cap"
 	ctx := context.Background()
 	bin := buildAgent(t)
-	kubeconfig := nodeKubeconfig(t, node)
-	must(t, env.Bind(ctx, "workbench-node-agent", webhooks.NodeUserPrefix+node, ""))
+	kubeconfig := boundNodeKubeconfig(t, node)
 	state, root := t.TempDir(), t.TempDir()
-	config := filepath.Join(t.TempDir(), "node-agent.yaml")
-	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nadmittedRoots:\n  cap: %s\nheartbeatSeconds: 2\n"+
-		"capacityPublishMillis: 100\ncaps:\n  sessions: 3\n  sessionsPerEnvironment: 2\n  concurrentCommands: 8\n  pendingWaits: 50\n",
-		node, state, root)), 0o600))
+	config := agentConfig(t, node, state, "cap", root, "capacityPublishMillis: 100\ncaps:\n  sessions: 3\n  sessionsPerEnvironment: 2\n  concurrentCommands: 8\n  pendingWaits: 50\n")
 	p := startAgentProcess(t, bin, kubeconfig, config)
-	defer func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		_ = p.cmd.Wait()
-		if t.Failed() {
-			t.Logf("agent log:\n%s", p.log.String())
-		}
-	}()
+	defer p.stopLogging(t)
 	ns := namespace(t)
 	dirE := filepath.Join(root, "e")
 	must(t, os.MkdirAll(dirE, 0o755))

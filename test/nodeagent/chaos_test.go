@@ -55,14 +55,10 @@ func TestChaosKills(t *testing.T) {
 	bin := buildAgent(t)
 	kubeconfig := boundNodeKubeconfig(t, node)
 	state, root := t.TempDir(), t.TempDir()
-	config := filepath.Join(t.TempDir(), "node-agent.yaml")
-	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nadmittedRoots:\n  chaos: %s\nheartbeatSeconds: 2\ncaps:\n  sessions: 64\n  sessionsPerEnvironment: 64\n", node, state, root)), 0o600))
+	config := agentConfig(t, node, state, "chaos", root, "caps:\n  sessions: 64\n  sessionsPerEnvironment: 64\n")
 
 	agentProc := startAgentProcess(t, bin, kubeconfig, config)
-	defer func() {
-		_ = agentProc.cmd.Process.Signal(syscall.SIGTERM)
-		_ = agentProc.cmd.Wait()
-	}()
+	defer func() { agentProc.stop() }() // agentProc is the running agent when the test ends
 	ns := namespace(t)
 	readyEnvironmentOn(t, ns, root, node)
 	must(t, os.WriteFile(filepath.Join(root, "chaos-line"), []byte("ran\n"), 0o644))

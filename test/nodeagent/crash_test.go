@@ -65,6 +65,29 @@ func startAgentProcess(t *testing.T, bin, kubeconfig, config string, env ...stri
 	return p
 }
 
+// stop ends the agent (SIGTERM) and waits for it.
+func (p *agentProcess) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.cmd.Wait()
+}
+
+// stopLogging stops the agent and, when the test failed, logs the end of its output.
+func (p *agentProcess) stopLogging(t *testing.T) {
+	p.stop()
+	if t.Failed() {
+		t.Logf("agent log:\n%s", tail(p.log.String()))
+	}
+}
+
+// agentConfig writes a node agent config: node, its state dir, one admitted root (name:
+// dir), a 2 s heartbeat, then extra (YAML lines, may be empty). It returns the file's path.
+func agentConfig(t *testing.T, node, state, rootName, root, extra string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "node-agent.yaml")
+	must(t, os.WriteFile(p, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nadmittedRoots:\n  %s: %s\nheartbeatSeconds: 2\n", node, state, rootName, root)+extra), 0o600))
+	return p
+}
+
 // findProcess returns the pids whose command line is exactly argv.
 func findProcess(argv ...string) []int {
 	want := strings.Join(argv, "\x00") + "\x00"
@@ -95,8 +118,7 @@ func TestCrashRecovery(t *testing.T) {
 	must(t, env.Bind(ctx, "workbench-node-agent", webhooks.NodeUserPrefix+crashNode, ""))
 	state := t.TempDir()
 	root := t.TempDir()
-	config := filepath.Join(t.TempDir(), "node-agent.yaml")
-	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nadmittedRoots:\n  crash: %s\nheartbeatSeconds: 2\n", crashNode, state, root)), 0o600))
+	config := agentConfig(t, crashNode, state, "crash", root, "")
 
 	first := startAgentProcess(t, bin, kubeconfig, config)
 	ns := namespace(t)
@@ -119,10 +141,7 @@ func TestCrashRecovery(t *testing.T) {
 	}
 
 	second := startAgentProcess(t, bin, kubeconfig, config)
-	defer func() {
-		_ = second.cmd.Process.Signal(syscall.SIGTERM)
-		_ = second.cmd.Wait()
-	}()
+	defer second.stop()
 	var c wbv1.TerminalCommand
 	eventually(t, 60*time.Second, "the interrupted command's truthful outcome", func() (bool, string) {
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
@@ -197,12 +216,10 @@ func TestGracefulStopInterrupts(t *testing.T) {
 	ctx := context.Background()
 	bin := buildAgent(t)
 	const node = "node-graceful"
-	kubeconfig := nodeKubeconfig(t, node)
-	must(t, env.Bind(ctx, "workbench-node-agent", webhooks.NodeUserPrefix+node, ""))
+	kubeconfig := boundNodeKubeconfig(t, node)
 	state := t.TempDir()
 	root := t.TempDir()
-	config := filepath.Join(t.TempDir(), "node-agent.yaml")
-	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nadmittedRoots:\n  crash: %s\nheartbeatSeconds: 2\n", node, state, root)), 0o600))
+	config := agentConfig(t, node, state, "crash", root, "")
 
 	first := startAgentProcess(t, bin, kubeconfig, config)
 	ns := namespace(t)
@@ -221,10 +238,7 @@ func TestGracefulStopInterrupts(t *testing.T) {
 	}
 
 	second := startAgentProcess(t, bin, kubeconfig, config)
-	defer func() {
-		_ = second.cmd.Process.Signal(syscall.SIGTERM)
-		_ = second.cmd.Wait()
-	}()
+	defer second.stop()
 	var c wbv1.TerminalCommand
 	eventually(t, 60*time.Second, "the interrupted command's derived phase", func() (bool, string) {
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
-	"sensorium.dev/workbench/webhooks"
 )
 
 // TestDefaultCapsServeThreeAgents runs a node agent process configured as `make run-local`
@@ -27,20 +25,11 @@ func TestDefaultCapsServeThreeAgents(t *testing.T) {
 	const node = "node-default-caps"
 	ctx := context.Background()
 	bin := buildAgent(t)
-	kubeconfig := nodeKubeconfig(t, node)
-	must(t, env.Bind(ctx, "workbench-node-agent", webhooks.NodeUserPrefix+node, ""))
+	kubeconfig := boundNodeKubeconfig(t, node)
 	state, root := t.TempDir(), t.TempDir()
-	config := filepath.Join(t.TempDir(), "node-agent.yaml")
-	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nadmittedRoots:\n  w: %s\nheartbeatSeconds: 2\ncapacityPublishMillis: 100\n",
-		node, state, root)), 0o600))
+	config := agentConfig(t, node, state, "w", root, "capacityPublishMillis: 100\n")
 	p := startAgentProcess(t, bin, kubeconfig, config)
-	defer func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		_ = p.cmd.Wait()
-		if t.Failed() {
-			t.Logf("agent log:\n%s", tail(p.log.String()))
-		}
-	}()
+	defer p.stopLogging(t)
 	ns := namespace(t)
 	dir := filepath.Join(root, "e")
 	must(t, os.MkdirAll(dir, 0o755))

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,7 +15,6 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/webhooks"
 )
 
 // TestNodeDrain cordons the agent's Node object (what `kubectl drain` does first; the
@@ -29,23 +27,15 @@ func TestNodeDrain(t *testing.T) {
 	const node = "node-drain"
 	ctx := context.Background()
 	bin := buildAgent(t)
-	kubeconfig := nodeKubeconfig(t, node)
-	must(t, env.Bind(ctx, "workbench-node-agent", webhooks.NodeUserPrefix+node, ""))
+	kubeconfig := boundNodeKubeconfig(t, node)
 	must(t, env.Client.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}))
 	t.Cleanup(func() {
 		_ = env.Client.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
 	})
 	state, root := t.TempDir(), t.TempDir()
-	config := filepath.Join(t.TempDir(), "node-agent.yaml")
-	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nadmittedRoots:\n  drain: %s\nheartbeatSeconds: 2\n", node, state, root)), 0o600))
+	config := agentConfig(t, node, state, "drain", root, "")
 	p := startAgentProcess(t, bin, kubeconfig, config)
-	defer func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		_ = p.cmd.Wait()
-		if t.Failed() {
-			t.Logf("agent log:\n%s", p.log.String())
-		}
-	}()
+	defer p.stopLogging(t)
 	ns := namespace(t)
 	dir := filepath.Join(root, "w")
 	must(t, os.MkdirAll(dir, 0o755))

@@ -103,8 +103,7 @@ func TestFinalizerHoldsUntilTheNodeCleansUp(t *testing.T) {
 	src := filepath.Join(root, "src")
 	must(t, os.MkdirAll(src, 0o755))
 	must(t, writeFile(filepath.Join(src, "a.txt"), "fixture\n"))
-	config := filepath.Join(t.TempDir(), "node-agent.yaml")
-	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nadmittedRoots:\n  fin: %s\nheartbeatSeconds: 2\n", node, state, root)), 0o600))
+	config := agentConfig(t, node, state, "fin", root, "")
 
 	first := startAgentProcess(t, bin, kubeconfig, config)
 	ns := namespace(t)
@@ -135,10 +134,7 @@ func TestFinalizerHoldsUntilTheNodeCleansUp(t *testing.T) {
 	}
 
 	second := startAgentProcess(t, bin, kubeconfig, config)
-	defer func() {
-		_ = second.cmd.Process.Signal(syscall.SIGTERM)
-		_ = second.cmd.Wait()
-	}()
+	defer second.stop()
 	eventually(t, 60*time.Second, "the restarted agent to tear the copy down and the finalizer to be released", func() (bool, string) {
 		ok, seen := gone(ctx, e)()
 		return ok, seen + "\nagent log:\n" + tail(second.log.String())

@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -39,15 +37,11 @@ func TestLoad(t *testing.T) {
 	bin := buildAgent(t)
 	kubeconfig := boundNodeKubeconfig(t, node)
 	state, root := t.TempDir(), t.TempDir()
-	config := filepath.Join(t.TempDir(), "node-agent.yaml")
-	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nadmittedRoots:\n  load: %s\nheartbeatSeconds: 2\n"+
+	config := agentConfig(t, node, state, "load", root, fmt.Sprintf(
 		"recordRetentionSeconds: 2\ncaps:\n  sessions: %d\n  sessionsPerEnvironment: %d\n  concurrentCommands: %d\n  eventBufferDepth: 200\n",
-		node, state, root, sessions, sessions, envInt("WB_LOAD_CONCURRENT", 8))), 0o600))
+		sessions, sessions, envInt("WB_LOAD_CONCURRENT", 8)))
 	p := startAgentProcess(t, bin, kubeconfig, config, "GODEBUG=gctrace=1") // the runtime reports the agent's heap at every collection
-	defer func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		_ = p.cmd.Wait()
-	}()
+	defer p.stop()
 	ns := namespace(t)
 	// Every session outlives the run: the node's ceiling (12 h) instead of the 1 h default,
 	// so a full-size run's commands never meet a session closed by its maximum duration.

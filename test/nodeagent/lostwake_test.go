@@ -75,17 +75,12 @@ func TestNodeRefusalIsTheStoredOutcome(t *testing.T) {
 	const node = "node-refusal"
 	ctx := context.Background()
 	bin := buildAgent(t)
-	kubeconfig := nodeKubeconfig(t, node)
+	kubeconfig := boundNodeKubeconfig(t, node)
 	user := webhooks.NodeUserPrefix + node
-	must(t, env.Bind(ctx, "workbench-node-agent", user, ""))
 	state, root := t.TempDir(), t.TempDir()
-	config := filepath.Join(t.TempDir(), "node-agent.yaml")
-	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nadmittedRoots:\n  refusal: %s\nheartbeatSeconds: 2\n", node, state, root)), 0o600))
+	config := agentConfig(t, node, state, "refusal", root, "")
 	p := startAgentProcess(t, bin, kubeconfig, config)
-	defer func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		_ = p.cmd.Wait()
-	}()
+	defer func() { p.stop() }() // p is the running agent when the test ends
 	ns := namespace(t)
 	readyEnvironmentOn(t, ns, root, node)
 	must(t, os.WriteFile(filepath.Join(root, "chaos-line"), []byte("ran\n"), 0o644))

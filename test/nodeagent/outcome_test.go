@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -97,17 +96,12 @@ func TestStoredOutcomeRepublished(t *testing.T) {
 	const node = "node-republish"
 	ctx := context.Background()
 	bin := buildAgent(t)
-	kubeconfig := nodeKubeconfig(t, node)
+	kubeconfig := boundNodeKubeconfig(t, node)
 	user := webhooks.NodeUserPrefix + node
-	must(t, env.Bind(ctx, "workbench-node-agent", user, ""))
 	state, root := t.TempDir(), t.TempDir()
-	config := filepath.Join(t.TempDir(), "node-agent.yaml")
-	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nadmittedRoots:\n  republish: %s\nheartbeatSeconds: 2\n", node, state, root)), 0o600))
+	config := agentConfig(t, node, state, "republish", root, "")
 	p := startAgentProcess(t, bin, kubeconfig, config)
-	defer func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		_ = p.cmd.Wait()
-	}()
+	defer func() { p.stop() }() // p is the running agent when the test ends
 	ns := namespace(t)
 	readyEnvironmentOn(t, ns, root, node)
 	// A sleeper with a token unique to this run: it is still running when the binding goes.

@@ -44,7 +44,7 @@ func TestSoakFootprintFlat(t *testing.T) {
 		}
 		for _, c := range cmds {
 			if got := waitFinal(t, ns, c.Name); got.Status.Phase != wbv1.CommandSucceeded {
-				t.Fatalf("command %s: %+v", c.Name, got.Status)
+				t.Fatalf("command %s: %+v, refusal %+v", c.Name, got.Status, got.Status.Refusal)
 			}
 		}
 		for _, c := range cmds {

@@ -300,10 +300,6 @@ func TestQEMUAgentCrash(t *testing.T) {
 		})
 		return &e
 	}
-	stop := func(a *agentProcess) {
-		_ = a.cmd.Process.Signal(syscall.SIGTERM)
-		_ = a.cmd.Wait()
-	}
 
 	first := startAgentProcess(t, bin, kubeconfig, config)
 	createVM("vm")
@@ -390,7 +386,7 @@ func TestQEMUAgentCrash(t *testing.T) {
 	half := vmProcessesIn(t, state, string(vm2.UID))
 
 	third := startAgentProcess(t, bin, kubeconfig, config)
-	defer stop(third)
+	defer third.stop()
 	vm2 = readyEnv("vm2", third)
 	eventually(t, 30*time.Second, "vm2 quarantined in the recovery actions", func() (bool, string) {
 		if err := env.Client.Get(ctx, client.ObjectKey{Name: vmNode}, &node); err != nil {

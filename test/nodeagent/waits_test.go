@@ -190,8 +190,7 @@ func TestWaitInterruptedByRestart(t *testing.T) {
 	bin := buildAgent(t)
 	kubeconfig := boundNodeKubeconfig(t, node)
 	state, root := t.TempDir(), t.TempDir()
-	config := filepath.Join(t.TempDir(), "node-agent.yaml")
-	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nadmittedRoots:\n  restart: %s\nheartbeatSeconds: 2\n", node, state, root)), 0o600))
+	config := agentConfig(t, node, state, "restart", root, "")
 
 	first := startAgentProcess(t, bin, kubeconfig, config)
 	ns := namespace(t)
@@ -207,10 +206,7 @@ func TestWaitInterruptedByRestart(t *testing.T) {
 	}
 
 	second := startAgentProcess(t, bin, kubeconfig, config)
-	defer func() {
-		_ = second.cmd.Process.Signal(syscall.SIGTERM)
-		_ = second.cmd.Wait()
-	}()
+	defer second.stop()
 	got := waitStatus(t, ns, "w", 60*time.Second, "Failed", isStatus(wbv1.WaitFailed))
 	if got.Status.Refusal == nil || got.Status.Refusal.Code != "interrupted" || got.Status.NodeName != node {
 		t.Fatalf("status = %+v", got.Status)

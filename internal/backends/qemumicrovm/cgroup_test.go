@@ -2,7 +2,6 @@ package qemumicrovm
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,34 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
-	"sensorium.dev/workbench/internal/platform/cgroups"
+	"sensorium.dev/workbench/internal/test/cgrouptest"
 )
 
 // TestVMMCgroup: the VMM's cgroup gets guest memory + overhead, pids and vCPUs+1 CPUs; a
 // process started through startProc is born inside it; killAll's cgroup step kills what
 // is left and removes the group; the capability claims host enforcement only with it.
 func TestVMMCgroup(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("cgroups need root (CI runs as root)")
-	}
-	parent := fmt.Sprintf("workbench-test-%d-vmm", os.Getpid())
-	m, err := cgroups.NewManager(cgroups.Config{Parent: parent})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !m.Available() {
-		t.Skipf("no usable cgroups here: %s", m.Describe())
-	}
-	t.Cleanup(func() {
-		_, _ = m.Sweep(nil)
-		for _, c := range []string{"", "pids", "memory", "cpu", "freezer"} {
-			if err := unix.Rmdir(filepath.Join("/sys/fs/cgroup", c, parent)); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR) {
-				t.Errorf("cleanup: %v", err)
-			}
-		}
-	})
+	m := cgrouptest.Manager(t)
 	b := &Backend{cfg: Config{Cgroups: m}}
 	dir := filepath.Join(t.TempDir(), "env-uid-1")
 	g, err := b.vmCgroup(dir, &Record{MemoryMiB: 256, VCPUs: 2})

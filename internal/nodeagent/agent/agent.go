@@ -65,6 +65,8 @@ type Agent struct {
 	envs     *envRegistry
 	sess     *sessionRegistry
 	commands *runTable[commandOutcome]
+	// profiles memoizes the CommandProfiles read for fast-path admission (profile_memo.go).
+	profiles *profileMemo
 	report   *nodeReport
 	// viewHub wakes view streams on changes of views, grants, environments and sessions.
 	viewHub  viewHub
@@ -167,6 +169,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		envs:             newEnvRegistry(),
 		sess:             newSessionRegistry(),
 		commands:         newRunTable[commandOutcome]("command", db),
+		profiles:         newProfileMemo(),
 		report:           newNodeReport(),
 		wakeCommands:     make(chan event.GenericEvent, 1024),
 		wakeSessions:     make(chan event.GenericEvent, 1024),

@@ -121,14 +121,16 @@ func (r *commandReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err := r.step(ctx, p); err != nil {
 		return ctrl.Result{}, err
 	}
-	if p.fast && !p.claimed {
-		// Not taken on the fast path: nothing of it is this node's to write.
+	if p.fast && !p.claimed || p.reread {
+		// Not taken on the fast path: nothing of it is this node's to write. Or taken, and
+		// the profile changed since it was admitted: the next pass decides again.
 		return p.result, nil
 	}
 	if err := a.storeDecision(&cmd, p.decided); err != nil {
 		return ctrl.Result{}, err // stored before it is shown, or not shown (republish.go)
 	}
 	before, after := cmd.Status.Phase, derivePhase(&next, &all, cmd.Generation)
+	markCommand(&cmd, "node-status-apply-"+string(after))
 	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"command", &cmd, cur, next)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -164,6 +166,9 @@ type cmdPass struct {
 	// decided is an outcome this pass decided with no start record (a refusal, a
 	// cancellation before the start): it is stored before status shows it (storeDecision).
 	decided *commandOutcome
+	// reread: the profile changed since the memo's read this pass admitted against
+	// (claimCurrent); the pass started nothing and writes nothing more.
+	reread bool
 }
 
 // decide ends the command with an outcome decided at the node, nothing started.
@@ -320,13 +325,27 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	if live == nil {
 		return nil // sessionAvailable wakes the command once the session is open here
 	}
-	var prof wbv1.CommandProfile
-	if err := a.reader.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: string(cmd.Spec.ProfileRef)}, &prof); err != nil {
-		if client.IgnoreNotFound(err) == nil {
-			p.refuse(string(actuation.CodeProfileMissing), "profile "+string(cmd.Spec.ProfileRef)+" no longer exists")
-			return nil
+	// The effective profile: on a fast pass not yet claimed, the node's memo of its last read
+	// (profile_memo.go) when it is recent — then the claim re-reads it from the API server and
+	// nothing starts unless that read is the version admitted against (claimCurrent);
+	// otherwise read from the API server now.
+	pkey := types.NamespacedName{Namespace: cmd.Namespace, Name: string(cmd.Spec.ProfileRef)}
+	prof := (*wbv1.CommandProfile)(nil)
+	if p.fast && !p.claimed {
+		prof = a.profiles.get(pkey, time.Now())
+	}
+	memo := prof != nil
+	if !memo {
+		prof = &wbv1.CommandProfile{}
+		if err := a.reader.Get(ctx, pkey, prof); err != nil {
+			if client.IgnoreNotFound(err) == nil {
+				a.profiles.drop(pkey)
+				p.refuse(string(actuation.CodeProfileMissing), "profile "+string(cmd.Spec.ProfileRef)+" no longer exists")
+				return nil
+			}
+			return fmt.Errorf("reading CommandProfile %s of command %s/%s: %w", pkey.Name, cmd.Namespace, cmd.Name, err)
 		}
-		return err
+		a.profiles.put(prof, time.Now())
 	}
 	core, intent := convert.Profile(&prof.Spec), convert.Intent(&cmd.Spec)
 	claimBy := ""
@@ -335,7 +354,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		// effective profile it just read; only what the profile or a remembered grant bound
 		// to this environment admits is taken here (allow-once consent, holds and refusals
 		// stay the manager's).
-		by, ok := fastPathAdmit(cmd, &prof, &env)
+		by, ok := fastPathAdmit(cmd, prof, &env)
 		if !ok && p.claimed {
 			// Claimed by an earlier pass that started nothing (the store has no record),
 			// and the profile no longer admits it: this node owns its outcome now.
@@ -351,7 +370,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		// Admitted under an earlier operational context of the environment: not started
 		// under the new one; the manager re-evaluates it and its status write wakes this.
 		return nil
-	} else if ref := admitAtNode(cmd, &prof, &env); ref != nil {
+	} else if ref := admitAtNode(cmd, prof, &env); ref != nil {
 		// Defence in depth: admission again, at the edge, against the effective profile.
 		p.refuse(string(ref.Code), ref.Message)
 		return nil
@@ -361,13 +380,17 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		p.refuse(string(ref.Code), ref.Message)
 		return nil
 	}
+	claim := func() (bool, error) { return r.claim(ctx, p, claimBy) }
+	if memo {
+		claim = func() (bool, error) { return r.claimCurrent(ctx, p, claimBy, prof.ResourceVersion) }
+	}
 	if g, ok := a.guestBackendOf(&env); ok {
 		args, code, msg := guestSpawnArgs(roots, intent, envVars)
 		if code != "" {
 			p.refuse(code, msg)
 			return nil
 		}
-		if claimed, err := r.claim(ctx, p, claimBy); !claimed || err != nil {
+		if claimed, err := claim(); !claimed || err != nil {
 			return err
 		}
 		a.recordBefore(ctx, &env, sess.Name, string(cmd.UID)) // seed 004: state before, when recorded
@@ -400,7 +423,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		uid: string(cmd.UID), spec: spec, running: string(wbv1.CommandRunning), live: lc,
 		// p is the recording goroutine's until launch returns.
 		record: func() (store.Command, bool, error) {
-			return a.recordStart(p, string(sess.UID), func() (bool, error) { return r.claim(ctx, p, claimBy) })
+			return a.recordStart(p, string(sess.UID), claim)
 		},
 		ready: func() {
 			markCommand(cmd, "node-claimed-and-recorded")
@@ -431,6 +454,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	// A short command often ends before this pass writes: then one status write records
 	// both its start and its outcome.
 	if o := a.commands.coalesce(lc); o != nil {
+		markCommand(cmd, "node-coalesced")
 		p.finish(o)
 	}
 	return nil
@@ -491,6 +515,50 @@ func (r *commandReconciler) claim(ctx context.Context, p *cmdPass, by string) (b
 	p.claimed = true
 	markCommand(p.cmd, "node-claim-written")
 	*p.next, *p.all = next, all
+	return true, nil
+}
+
+// claimCurrent is claim for a pass that admitted the command against the node's memo of its
+// profile: the profile is read again from the API server while the claim is written, and
+// the pass proceeds only when that read is the version admitted against — so what the node
+// starts is always admitted by the current profile. A profile changed (or gone) since the
+// memo's read: the pass starts nothing (p.reread) and the next pass, woken by the claim's
+// own event and by the requeue, decides against the current profile; as the claim landed,
+// it then owns the outcome (argv-not-admitted when the profile no longer admits it).
+func (r *commandReconciler) claimCurrent(ctx context.Context, p *cmdPass, by, admittedRV string) (bool, error) {
+	a := r.a
+	key := types.NamespacedName{Namespace: p.cmd.Namespace, Name: string(p.cmd.Spec.ProfileRef)}
+	type read struct {
+		prof *wbv1.CommandProfile
+		err  error
+	}
+	got := make(chan read, 1)
+	go func() {
+		var prof wbv1.CommandProfile
+		err := a.reader.Get(ctx, key, &prof)
+		got <- read{&prof, err}
+	}()
+	claimed, err := r.claim(ctx, p, by)
+	cur := <-got
+	markCommand(p.cmd, "node-profile-reread")
+	switch {
+	case cur.err == nil:
+		a.profiles.put(cur.prof, time.Now())
+	case apierrors.IsNotFound(cur.err):
+		a.profiles.drop(key)
+	}
+	if !claimed || err != nil {
+		return claimed, err
+	}
+	if cur.err != nil && !apierrors.IsNotFound(cur.err) {
+		return false, fmt.Errorf("reading CommandProfile %s of command %s/%s again: %w", key.Name, p.cmd.Namespace, p.cmd.Name, cur.err)
+	}
+	if cur.err != nil || cur.prof.ResourceVersion != admittedRV {
+		markCommand(p.cmd, "node-profile-changed")
+		p.reread = true
+		p.result.Requeue = true //nolint:staticcheck // SA1019: a rate-limited requeue; the claim's own event wakes it too
+		return false, nil
+	}
 	return true, nil
 }
 

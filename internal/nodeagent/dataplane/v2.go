@@ -10,14 +10,12 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/streaming/pkg/httpstream/wsstream"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
@@ -341,135 +339,18 @@ func (s *Server) v2Attach(w http.ResponseWriter, r *http.Request, ref objRef) er
 		return err
 	}
 	defer release()
-	in := wsstream.IgnoreChannel
-	if stdin {
-		in = wsstream.ReadChannel
-	}
-	chans := []wsstream.ChannelType{in, wsstream.WriteChannel, wsstream.IgnoreChannel, wsstream.WriteChannel, wsstream.ReadChannel}
-	conn := wsstream.NewConn(map[string]wsstream.ChannelProtocolConfig{
-		ProtocolV5: {Binary: true, Channels: chans},
-		ProtocolV4: {Binary: true, Channels: chans},
-	})
 	streamingResponse(w)
-	_, streams, err := conn.Open(w, r)
-	if err != nil {
-		return nil // the handshake failed and was answered by the WebSocket server
-	}
-	defer func() { _ = conn.Close() }()
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	logger := ctrl.LoggerFrom(r.Context())
-	rg := h.s.Events()
-	cursor := rg.LastSeq()
-
-	// resize: the channel ends when the connection does.
-	go func() {
-		defer cancel()
-		dec := json.NewDecoder(io.LimitReader(streams[chanResize], math.MaxInt64))
-		for {
-			var sz struct{ Width, Height uint16 }
-			if err := dec.Decode(&sz); err != nil {
-				return
-			}
-			if err := h.s.Resize(sz.Height, sz.Width); err != nil {
-				logger.V(1).Info("Attach resize refused", "session", ref.String(), "error", err.Error())
-			}
-		}
-	}()
-	// Authorization is decided when the stream opens and re-checked while it stays open,
-	// never per keystroke: the session's raw-input mode at each change of a session on the
-	// node (SessionWatcher), the RBAC decision every AttachAuthorizationRecheck (the node
-	// sees no event for a RoleBinding). A revoked binding, or a session whose raw input
-	// was turned off, ends the stream's input and the stream.
-	var revoked atomic.Pointer[string]
-	if stdin {
-		sw, _ := s.res.(SessionWatcher)
-		go func() {
-			t := time.NewTicker(AttachAuthorizationRecheck)
-			defer t.Stop()
-			for {
-				var changed <-chan struct{} // nil (never ready) without a SessionWatcher
-				if sw != nil {
-					changed = sw.SessionsChanged() // taken before the check: no change is missed
-				}
-				rbac := false
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-					rbac = true
-				case <-changed:
-				}
-				msg := ""
-				if rbac { // a session event changes the session only: RBAC is asked on the tick
-					err := s.authorize(r, Attributes{Group: SubresourceGroup, Verb: "create", Namespace: ref.ns, Resource: "terminalsessions", Subresource: "attach", Name: ref.name})
-					var he *httpError
-					switch {
-					case err == nil:
-					case !errors.As(err, &he) || he.status != http.StatusForbidden:
-						continue // authorization unavailable: keep the decision made at open
-					default:
-						msg = he.Error()
-					}
-				}
-				if msg == "" {
-					if cur, err := s.resolveSession(ref); err == nil && cur.info.RawInput != wbv1.RawInputOperatorOnly {
-						msg = string(actuation.CodeRawInputDisabled) + ": terminal session " + ref.String() + " no longer takes raw input"
-					}
-				}
-				if msg != "" {
-					revoked.Store(&msg)
-					cancel()
-					return
-				}
-			}
-		}()
-		go func() {
-			buf := make([]byte, s.lim.MaxInputBytes)
-			for {
-				n, err := streams[chanStdin].Read(buf)
-				if n > 0 && revoked.Load() == nil {
-					if ierr := h.s.Input(buf[:n]); ierr != nil {
-						logger.V(1).Info("Attach input refused", "session", ref.String(), "error", ierr.Error())
-					}
-				}
-				if err != nil {
-					return
-				}
-			}
-		}()
-	}
-	var exit *int
-	for {
-		evs, next, _ := rg.Read(cursor, s.lim.MaxEventsPerRead)
-		for _, e := range evs {
-			switch e.Kind {
-			case ring.KindOutput:
-				if _, err := streams[chanStdout].Write(e.Data); err != nil {
-					return nil
-				}
-			case ring.KindExit:
-				exit = SessionEventOf(e).ExitCode
-			}
-		}
-		cursor = next
-		if len(evs) > 0 {
-			continue
-		}
-		if err := rg.Wait(ctx, cursor); err != nil {
-			switch {
-			case revoked.Load() != nil:
-				writeRemoteStatus(streams[chanError], nil, "attach authorization revoked: "+*revoked.Load())
-			case errors.Is(err, ring.ErrClosed):
-				writeRemoteStatus(streams[chanError], exit, "")
-			}
-			return nil
-		}
-	}
+	s.serveAttach(w, r, ref, h, stdin)
+	return nil
 }
 
 // writeRemoteStatus writes the final metav1.Status of a remote command stream.
 func writeRemoteStatus(w io.Writer, exit *int, failure string) {
+	_, _ = w.Write(remoteStatus(exit, failure))
+}
+
+// remoteStatus is the final metav1.Status of a remote command stream, encoded.
+func remoteStatus(exit *int, failure string) []byte {
 	st := metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusSuccess}
 	switch {
 	case failure != "":
@@ -481,7 +362,7 @@ func writeRemoteStatus(w io.Writer, exit *int, failure string) {
 		st.Details = &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: "ExitCode", Message: strconv.Itoa(*exit)}}}
 	}
 	raw, _ := json.Marshal(st)
-	_, _ = w.Write(raw)
+	return raw
 }
 
 // ---- events ------------------------------------------------------------------------------

@@ -122,6 +122,11 @@ type Ring struct {
 
 	notify      chan struct{} // closed on the next append/close
 	notifyTaken bool          // somebody holds notify: replace it on append
+	// The same for events other than input (WaitNonInput): an attach stream, which sends
+	// output and the exit only, is not woken by each keystroke it forwards itself.
+	lastNonInput   uint64 // seq of the newest event whose kind is not KindInput
+	nonInputNotify chan struct{}
+	nonInputTaken  bool
 
 	digest      hash.Hash
 	digested    uint64 // every output event with Seq <= digested is folded into digest
@@ -157,6 +162,8 @@ func New(cfg Config) (*Ring, error) {
 		nextSeq: 1,
 		notify:  make(chan struct{}),
 		digest:  sha256.New(),
+
+		nonInputNotify: make(chan struct{}),
 	}, nil
 }
 
@@ -230,6 +237,9 @@ func (r *Ring) appendLocked(now time.Time, kind Kind, data []byte, n int) {
 	}
 	idx := (r.head + r.n) % len(r.buf)
 	r.buf[idx] = Event{Seq: r.nextSeq, Time: now, Kind: kind, Data: data, Bytes: n}
+	if kind != KindInput {
+		r.lastNonInput = r.nextSeq
+	}
 	r.nextSeq++
 	r.n++
 	r.bytes += len(data)
@@ -275,6 +285,11 @@ func (r *Ring) wakeLocked() {
 		close(r.notify)
 		r.notify = make(chan struct{})
 		r.notifyTaken = false
+	}
+	if r.nonInputTaken && r.lastNonInput == r.nextSeq-1 {
+		close(r.nonInputNotify)
+		r.nonInputNotify = make(chan struct{})
+		r.nonInputTaken = false
 	}
 }
 
@@ -381,6 +396,31 @@ func (r *Ring) Wait(ctx context.Context, afterSeq uint64) error {
 	}
 }
 
+// WaitNonInput is Wait for an event other than input (KindInput): it blocks until one
+// with Seq > afterSeq exists, the ring is closed (ErrClosed, only when no such event is
+// newer) or ctx is done. Input events appended meanwhile do not wake it.
+func (r *Ring) WaitNonInput(ctx context.Context, afterSeq uint64) error {
+	for {
+		r.mu.Lock()
+		if r.lastNonInput > afterSeq {
+			r.mu.Unlock()
+			return nil
+		}
+		if r.closed {
+			r.mu.Unlock()
+			return ErrClosed
+		}
+		r.nonInputTaken = true
+		ch := r.nonInputNotify
+		r.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("ring wait after seq %d: %w", afterSeq, ctx.Err())
+		}
+	}
+}
+
 // Close stops further appends and wakes every waiter. Retained events stay
 // readable. Close is idempotent.
 func (r *Ring) Close() {
@@ -392,6 +432,8 @@ func (r *Ring) Close() {
 	r.closed = true
 	close(r.notify)
 	r.notifyTaken = false
+	close(r.nonInputNotify)
+	r.nonInputTaken = false
 }
 
 // Stats returns a metadata-only snapshot (after age pruning).

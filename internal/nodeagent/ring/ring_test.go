@@ -427,3 +427,50 @@ func mustAppend(t *testing.T, r *Ring, kind Kind, data []byte) {
 		t.Fatal(err)
 	}
 }
+
+// WaitNonInput returns for output, exit and the ring's end, never for input alone: an
+// attach stream is not woken by the keystrokes it forwards.
+func TestWaitNonInputIgnoresInput(t *testing.T) {
+	r, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := r.Append(KindOutput, []byte("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.AppendCount(KindInput, 3); err != nil {
+		t.Fatal(err)
+	}
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := r.WaitNonInput(done, out); !errors.Is(err, context.Canceled) {
+		t.Fatalf("WaitNonInput after an input event only: %v, want it still waiting (canceled)", err)
+	}
+	if err := r.Wait(done, out); err != nil {
+		t.Fatalf("Wait sees the input event: %v", err)
+	}
+	// A waiter parked behind the input is released by the next output.
+	last := r.LastSeq()
+	woke := make(chan error, 1)
+	go func() { woke <- r.WaitNonInput(context.Background(), last) }()
+	if _, err := r.AppendCount(KindInput, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Append(KindOutput, []byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-woke; err != nil {
+		t.Fatalf("WaitNonInput after output: %v", err)
+	}
+	// The end releases it too, once nothing newer is there.
+	last = r.LastSeq()
+	if _, err := r.AppendCount(KindInput, 1); err != nil {
+		t.Fatal(err)
+	}
+	go func() { woke <- r.WaitNonInput(context.Background(), last) }()
+	r.Close()
+	if err := <-woke; !errors.Is(err, ErrClosed) {
+		t.Fatalf("WaitNonInput on a closed ring: %v, want ErrClosed", err)
+	}
+}

@@ -10,58 +10,32 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/platform/cgroups"
+	"sensorium.dev/workbench/internal/test/cgrouptest"
+	"sensorium.dev/workbench/internal/test/storm"
 )
 
 // cgroupModeEnv switches the test binary, run as a session program, into a cgroup storm.
 // It is checked in init so it works whatever TestMain does.
 const cgroupModeEnv = "SESSION_CGROUP_TEST_MODE"
 
-// allocSink holds the "alloc" helper's chunks so none can be freed before the limit.
-var allocSink [][]byte
-
 func init() {
 	switch os.Getenv(cgroupModeEnv) {
 	case "":
 		return
 	case "forkstorm":
-		devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-		if err != nil {
-			os.Exit(4)
+		if code := storm.ForkStorm(); code != 0 {
+			os.Exit(code)
 		}
-		fd := devnull.Fd()
-		started, refused := 0, 0
-		for i := 0; i < 200; i++ {
-			_, err := syscall.ForkExec("/bin/sleep", []string{"sleep", "300"}, &syscall.ProcAttr{Files: []uintptr{fd, fd, fd}})
-			switch {
-			case err == nil:
-				started++
-			case errors.Is(err, syscall.EAGAIN):
-				refused++
-			default:
-				os.Exit(5)
-			}
-		}
-		fmt.Printf("started=%d refused=%d\n", started, refused)
 		var b [1]byte
 		_, _ = os.Stdin.Read(b[:]) // stay until the session is closed
 		os.Exit(0)
 	case "alloc":
-		for i := 0; i < 4096; i++ {
-			c := make([]byte, 16<<20)
-			for j := 0; j < len(c); j += 4096 {
-				c[j] = 1
-			}
-			allocSink = append(allocSink, c) // kept reachable: the memory limit must be hit
-		}
-		os.Exit(0)
+		os.Exit(storm.Alloc())
 	}
 	os.Exit(6)
 }
@@ -70,28 +44,7 @@ func init() {
 // test; every group and the parent are removed when the test ends, pass or fail.
 func cgroupHarness(t *testing.T) (*harness, *cgroups.Manager) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("cgroups need root (CI runs as root)")
-	}
-	parent := fmt.Sprintf("workbench-test-%d-%s", os.Getpid(), strings.ToLower(t.Name()))
-	cm, err := cgroups.NewManager(cgroups.Config{Parent: parent})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !cm.Available() {
-		t.Skipf("no usable cgroups here: %s", cm.Describe())
-	}
-	t.Cleanup(func() {
-		if rep, err := cm.Sweep(nil); err != nil {
-			t.Errorf("cleanup sweep: %v (%+v)", err, rep)
-		}
-		for _, c := range []string{"", "pids", "memory", "cpu", "freezer"} {
-			d := filepath.Join("/sys/fs/cgroup", c, parent)
-			if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR) {
-				t.Errorf("cleanup: rmdir %s: %v", d, err)
-			}
-		}
-	})
+	cm := cgrouptest.Manager(t)
 	h := &harness{t: t, phases: make(chan PhaseChange, 1024)}
 	h.m = NewManager(Caps{}, WithCgroups(cm), WithObserver(func(pc PhaseChange) {
 		select {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"sensorium.dev/workbench/internal/test/storm"
 )
 
 const testModeEnv = "CGROUPS_TEST_MODE"
@@ -64,41 +66,10 @@ func childMode(mode string) int {
 	_, _ = os.Stdin.Read(b[:])
 	switch mode {
 	case "forkstorm":
-		// 200 fork+exec attempts of a sleeper; count those the kernel refuses.
-		devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-		if err != nil {
-			return 4
-		}
-		fd := devnull.Fd()
-		started, refused := 0, 0
-		for i := 0; i < 200; i++ {
-			_, err := syscall.ForkExec("/bin/sleep", []string{"sleep", "300"}, &syscall.ProcAttr{Files: []uintptr{fd, fd, fd}})
-			switch {
-			case err == nil:
-				started++
-			case errors.Is(err, syscall.EAGAIN):
-				refused++
-			default:
-				fmt.Println("fork error", err)
-				return 5
-			}
-		}
-		fmt.Printf("started=%d refused=%d\n", started, refused)
-		return 0
+		return storm.ForkStorm()
 	case "alloc":
 		// Touch memory in 16 MiB steps until the OOM killer ends us.
-		var keep [][]byte
-		for i := 0; i < 4096; i++ {
-			c := make([]byte, 16<<20)
-			for j := range c {
-				if j%4096 == 0 {
-					c[j] = 1
-				}
-			}
-			keep = append(keep, c)
-		}
-		fmt.Println("alloc survived", len(keep))
-		return 0
+		return storm.Alloc()
 	}
 	return 3
 }
@@ -551,25 +522,29 @@ func TestStartCmdBornInGroup(t *testing.T) {
 	}
 }
 
+// unifiedRoot returns a cgroup2 mount (the hybrid machines' /sys/fs/cgroup/unified, or
+// /sys/fs/cgroup itself on a v2 node), skipping the test without root or without one.
+func unifiedRoot(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("cgroup tests need root (CI runs as root)")
+	}
+	for _, r := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		var st unix.Statfs_t
+		if unix.Statfs(r, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+			return r
+		}
+	}
+	t.Skip("no cgroup2 mount on this machine")
+	return ""
+}
+
 // TestV2KillAndBirthOnUnifiedMount exercises the v2 mechanisms that need no controller
 // (CLONE_INTO_CGROUP birth, cgroup.procs, cgroup.kill, the cgroup.events wait, rmdir) on a
 // real cgroup2 mount: the hybrid machines' /sys/fs/cgroup/unified, or /sys/fs/cgroup
 // itself on a v2 node. The limits need controllers and are covered where the node has them.
 func TestV2KillAndBirthOnUnifiedMount(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("cgroup tests need root (CI runs as root)")
-	}
-	root := ""
-	for _, r := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
-		var st unix.Statfs_t
-		if unix.Statfs(r, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
-			root = r
-			break
-		}
-	}
-	if root == "" {
-		t.Skip("no cgroup2 mount on this machine")
-	}
+	root := unifiedRoot(t)
 	parent := fmt.Sprintf("workbench-test-%d-v2", os.Getpid())
 	m := &Manager{mode: ModeV2, root: root, parent: parent, have: map[Controller]bool{}}
 	g := &Group{m: m, name: "cmd-v2"}

@@ -61,20 +61,7 @@ func TestRekeyKeepsMembersAndLimits(t *testing.T) {
 // TestRekeyV2Migrates runs the v2 path (the unified hierarchy refuses renames): the
 // members move to a new group with the same limits and the old group is removed.
 func TestRekeyV2Migrates(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("cgroup tests need root (CI runs as root)")
-	}
-	root := ""
-	for _, r := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
-		var st unix.Statfs_t
-		if unix.Statfs(r, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
-			root = r
-			break
-		}
-	}
-	if root == "" {
-		t.Skip("no cgroup2 mount on this machine")
-	}
+	root := unifiedRoot(t)
 	parent := fmt.Sprintf("workbench-test-%d-v2rekey", os.Getpid())
 	m := &Manager{mode: ModeV2, root: root, parent: parent, have: map[Controller]bool{Freezer: true}}
 	if b, err := os.ReadFile(filepath.Join(root, "cgroup.controllers")); err == nil {

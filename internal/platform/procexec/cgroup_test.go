@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +18,8 @@ import (
 
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/platform/cgroups"
+	"sensorium.dev/workbench/internal/test/cgrouptest"
+	"sensorium.dev/workbench/internal/test/storm"
 )
 
 // cgroupModeEnv switches the test binary, run as a sandboxed program, into a cgroup
@@ -30,38 +31,9 @@ func init() {
 	case "":
 		return
 	case "forkstorm":
-		// 200 fork+exec attempts of a sleeper; count those the kernel refuses.
-		devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-		if err != nil {
-			os.Exit(4)
-		}
-		fd := devnull.Fd()
-		started, refused := 0, 0
-		for i := 0; i < 200; i++ {
-			_, err := syscall.ForkExec("/bin/sleep", []string{"sleep", "300"}, &syscall.ProcAttr{Files: []uintptr{fd, fd, fd}})
-			switch {
-			case err == nil:
-				started++
-			case errors.Is(err, syscall.EAGAIN):
-				refused++
-			default:
-				fmt.Println("fork error", err)
-				os.Exit(5)
-			}
-		}
-		fmt.Printf("started=%d refused=%d\n", started, refused)
-		os.Exit(0)
+		os.Exit(storm.ForkStorm())
 	case "alloc":
-		var keep [][]byte
-		for i := 0; i < 4096; i++ {
-			c := make([]byte, 16<<20)
-			for j := 0; j < len(c); j += 4096 {
-				c[j] = 1
-			}
-			keep = append(keep, c)
-		}
-		fmt.Println("alloc survived", len(keep))
-		os.Exit(0)
+		os.Exit(storm.Alloc())
 	}
 	os.Exit(6)
 }
@@ -71,31 +43,7 @@ func init() {
 func cgroupRunner(t testing.TB) (*Runner, *cgroups.Manager) {
 	t.Helper()
 	requireSandbox(t)
-	parent := fmt.Sprintf("workbench-test-%d-%s", os.Getpid(), strings.ToLower(t.Name()))
-	m, err := cgroups.NewManager(cgroups.Config{Parent: parent})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !m.Available() {
-		t.Skipf("no usable cgroups here: %s", m.Describe())
-	}
-	t.Cleanup(func() {
-		if rep, err := m.Sweep(nil); err != nil {
-			t.Errorf("cleanup sweep: %v (%+v)", err, rep)
-		}
-		for _, c := range []string{"", "pids", "memory", "cpu", "freezer"} {
-			d := filepath.Join("/sys/fs/cgroup", c, parent)
-			// A killed process leaves its group when the kernel has finished its exit, which
-			// may be just after the sweep returns: EBUSY is retried for a bounded time.
-			err := unix.Rmdir(d)
-			for deadline := time.Now().Add(5 * time.Second); errors.Is(err, unix.EBUSY) && time.Now().Before(deadline); err = unix.Rmdir(d) {
-				time.Sleep(20 * time.Millisecond)
-			}
-			if err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR) {
-				t.Errorf("cleanup: rmdir %s: %v", d, err)
-			}
-		}
-	})
+	m := cgrouptest.Manager(t)
 	return NewRunner(Limits{Cgroups: m}), m
 }
 

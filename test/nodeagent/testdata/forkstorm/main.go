@@ -5,11 +5,12 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"syscall"
+
+	"sensorium.dev/workbench/internal/test/storm"
 )
 
 func main() {
@@ -28,18 +29,10 @@ func main() {
 		fmt.Println("daemon:", err)
 		os.Exit(3)
 	}
-	started, refused := 0, 0
-	for i := 0; i < n; i++ {
-		_, err := syscall.ForkExec("/bin/sleep", []string{"sleep", "300"}, attr)
-		switch {
-		case err == nil:
-			started++
-		case errors.Is(err, syscall.EAGAIN):
-			refused++
-		default:
-			fmt.Println("fork:", err)
-			os.Exit(4)
-		}
+	started, refused, err := storm.Fork(n, attr)
+	if err != nil {
+		fmt.Println("fork:", err)
+		os.Exit(4)
 	}
 	fmt.Printf("started=%d refused=%d\n", started, refused)
 }
