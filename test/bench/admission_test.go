@@ -11,6 +11,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"maps"
 	"os"
@@ -36,7 +37,11 @@ var env *envtest.Env
 func TestMain(m *testing.M) {
 	var err error
 	// Webhooks only: the benchmark isolates admission from reconciliation.
-	env, err = envtest.Start(envtest.Options{Setup: func(mgr ctrl.Manager) error { return webhooks.SetupWithManager(mgr) }})
+	// Webhooks served as the manager binary serves them by default: HTTP/1.1 only.
+	env, err = envtest.Start(envtest.Options{
+		Setup:          func(mgr ctrl.Manager) error { return webhooks.SetupWithManager(mgr) },
+		WebhookTLSOpts: []func(*tls.Config){http1Only},
+	})
 	if err == envtest.ErrNoAssets {
 		fmt.Fprintln(os.Stderr, "SKIP bench suite:", err)
 		os.Exit(0)
@@ -67,19 +72,38 @@ var commandWebhooks = map[string]string{
 // BenchmarkAdmissionLatency reports, for TerminalCommand creates: the webhook server's p50/p99
 // per webhook, kube-apiserver's ≤ 5 ms fraction per webhook, and the create p50/p99 with the
 // webhooks, without them (same kind) and of a ConfigMap. Run with -benchtime=1x.
-func BenchmarkAdmissionLatency(b *testing.B) {
+func BenchmarkAdmissionLatency(b *testing.B) { measureAdmission(b, env) }
+
+// http1Only is cmd/manager's TLS option when --enable-http2 is false (its default).
+func http1Only(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }
+
+// BenchmarkAdmissionHTTP2 is BenchmarkAdmissionLatency against a webhook server that
+// offers HTTP/2 (controller-runtime's default, the manager's --enable-http2); the suite's
+// own control plane serves HTTP/1.1 only, as the manager does by default. It starts a
+// second control plane for this. Run with -benchtime=1x.
+func BenchmarkAdmissionHTTP2(b *testing.B) {
+	h2, err := envtest.Start(envtest.Options{Setup: func(mgr ctrl.Manager) error { return webhooks.SetupWithManager(mgr) }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h2.Stop()
+	measureAdmission(b, h2)
+}
+
+func measureAdmission(b *testing.B, env *envtest.Env) {
 	ctx := context.Background()
-	excludeFloorNamespace(b, ctx)
+	excludeFloorNamespace(b, ctx, env)
 	for it := 0; it < b.N; it++ {
-		ns, floorNS := benchNamespace(b, ctx, nil), benchNamespace(b, ctx, map[string]string{noWebhooksLabel: "true"})
+		ns, floorNS := benchNamespace(b, ctx, env, nil), benchNamespace(b, ctx, env, map[string]string{noWebhooksLabel: "true"})
 		for _, n := range []string{ns, floorNS} {
-			placedSession(b, ctx, n)
+			placedSession(b, ctx, env, n)
 		}
-		waitWebhooksSkipped(b, ctx, ns, floorNS)
+		waitWebhooksSkipped(b, ctx, env, ns, floorNS)
 		// Warm every path (connections, caches, CEL programs); the histograms are read after
 		// the warm-up so only measured admissions count.
 		var before webhookHistograms
 		var beforeServer webhookHistograms
+		var beforeConns map[string]bool
 		var cmdLat, noHookLat, cmLat samples.Durations
 		for i := -20; i < admissions; i++ {
 			name := fmt.Sprintf("c%d", i+20)
@@ -99,10 +123,13 @@ func BenchmarkAdmissionLatency(b *testing.B) {
 			t3 := time.Now()
 			if i == -1 {
 				var err error
-				if before, err = scrapeWebhookHistograms(ctx); err != nil {
+				if before, err = scrapeWebhookHistograms(ctx, env); err != nil {
 					b.Fatal(err)
 				}
 				if beforeServer, err = gatherServerHistograms(); err != nil {
+					b.Fatal(err)
+				}
+				if beforeConns, err = webhookConnections(env.Env.WebhookInstallOptions.LocalServingPort); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -110,7 +137,7 @@ func BenchmarkAdmissionLatency(b *testing.B) {
 				cmdLat, noHookLat, cmLat = append(cmdLat, t1.Sub(t0)), append(noHookLat, t2.Sub(t1)), append(cmLat, t3.Sub(t2))
 			}
 		}
-		after, err := scrapeWebhookHistograms(ctx)
+		after, err := scrapeWebhookHistograms(ctx, env)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -118,6 +145,23 @@ func BenchmarkAdmissionLatency(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		afterConns, err := webhookConnections(env.Env.WebhookInstallOptions.LocalServingPort)
+		if err != nil {
+			b.Fatal(err)
+		}
+		opened := 0
+		for c := range afterConns {
+			if !beforeConns[c] {
+				opened++
+			}
+		}
+		if len(afterConns) == 0 {
+			b.Fatal("found no established connection to the webhook server in /proc/net/tcp*")
+		}
+		// kube-apiserver keeps its connections to the webhook server: a TLS handshake per new
+		// connection, not per admission.
+		b.ReportMetric(float64(opened), "webhook-conns-opened")
+		b.ReportMetric(float64(len(afterConns)), "webhook-conns-open")
 		apiserver, server := after.sub(before), afterServer.sub(beforeServer)
 		var sumMean float64
 		calls := 0
@@ -162,7 +206,7 @@ func benchCommand(ns, name string) *wbv1.TerminalCommand {
 	}}
 }
 
-func benchNamespace(b *testing.B, ctx context.Context, labels map[string]string) string {
+func benchNamespace(b *testing.B, ctx context.Context, env *envtest.Env, labels map[string]string) string {
 	b.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "bench-", Labels: labels}}
 	if err := env.Client.Create(ctx, ns); err != nil {
@@ -173,7 +217,7 @@ func benchNamespace(b *testing.B, ctx context.Context, labels map[string]string)
 
 // placedSession creates what a real command create resolves: its profile, and a session on
 // an environment placed on a node and Ready (the binder labels the command with that node).
-func placedSession(b *testing.B, ctx context.Context, ns string) {
+func placedSession(b *testing.B, ctx context.Context, env *envtest.Env, ns string) {
 	b.Helper()
 	hostPath := "/srv/work/bench"
 	objs := []client.Object{
@@ -200,7 +244,7 @@ func placedSession(b *testing.B, ctx context.Context, ns string) {
 
 // excludeFloorNamespace makes the TerminalCommand webhooks skip namespaces carrying
 // noWebhooksLabel (nothing else changes: same rules, same server).
-func excludeFloorNamespace(b *testing.B, ctx context.Context) {
+func excludeFloorNamespace(b *testing.B, ctx context.Context, env *envtest.Env) {
 	b.Helper()
 	skip := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: noWebhooksLabel, Operator: metav1.LabelSelectorOpDoesNotExist}}}
 	var muts admissionregistrationv1.MutatingWebhookConfigurationList
@@ -242,7 +286,7 @@ func excludeFloorNamespace(b *testing.B, ctx context.Context) {
 // waitWebhooksSkipped waits (bounded) until the API server applies the changed selectors:
 // a command created in the floor namespace no longer gets the binder's finalizer, while one
 // in the measured namespace still does.
-func waitWebhooksSkipped(b *testing.B, ctx context.Context, ns, floorNS string) {
+func waitWebhooksSkipped(b *testing.B, ctx context.Context, env *envtest.Env, ns, floorNS string) {
 	b.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for i := 0; ; i++ {

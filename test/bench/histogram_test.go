@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
+	"strings"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -12,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"sensorium.dev/workbench/internal/test/envtest"
 	"sensorium.dev/workbench/webhooks"
 )
 
@@ -29,7 +32,7 @@ type histogram struct {
 // webhookHistograms maps webhook name (summed over operation/type/rejected) to its histogram.
 type webhookHistograms map[string]histogram
 
-func scrapeWebhookHistograms(ctx context.Context) (webhookHistograms, error) {
+func scrapeWebhookHistograms(ctx context.Context, env *envtest.Env) (webhookHistograms, error) {
 	cs, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		return nil, err
@@ -163,6 +166,29 @@ func gatherServerHistograms() (webhookHistograms, error) {
 		}
 		for _, m := range fam.GetMetric() {
 			out[label(m, "webhook")] = fromDTO(m.GetHistogram())
+		}
+	}
+	return out, nil
+}
+
+// webhookConnections lists the established TCP connections the webhook server (local port
+// port) holds, by peer address, from /proc/net/tcp and tcp6. Comparing the lists before and
+// after the measured admissions tells whether kube-apiserver reused its connections (no new
+// TLS handshake) or opened new ones.
+func webhookConnections(port int) (map[string]bool, error) {
+	out := map[string]bool{}
+	suffix := fmt.Sprintf(":%04X", port)
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", f, err)
+		}
+		for _, line := range strings.Split(string(raw), "\n")[1:] {
+			fields := strings.Fields(line)
+			if len(fields) < 4 || fields[3] != "01" || !strings.HasSuffix(fields[1], suffix) { // 01: ESTABLISHED
+				continue
+			}
+			out[fields[2]] = true
 		}
 	}
 	return out, nil

@@ -57,6 +57,9 @@ type Options struct {
 	// RequestTimeout, when set, is kube-apiserver's --request-timeout (default 60 s): the
 	// bound of requests it does not consider long-running.
 	RequestTimeout time.Duration
+	// WebhookTLSOpts tune the webhook server's TLS config, as cmd/manager's do (its
+	// default serves HTTP/1.1 only).
+	WebhookTLSOpts []func(*tls.Config)
 }
 
 // RepoRoot is the repository's root directory.
@@ -118,7 +121,7 @@ func Start(opts Options) (*Env, error) {
 		return nil, err
 	}
 	if opts.Setup != nil {
-		if err := e.startManager(opts.Setup); err != nil {
+		if err := e.startManager(opts.Setup, opts.WebhookTLSOpts); err != nil {
 			_ = te.Stop()
 			return nil, err
 		}
@@ -151,13 +154,13 @@ func (e *Env) installRoles() error {
 	return nil
 }
 
-func (e *Env) startManager(setup func(ctrl.Manager) error) error {
+func (e *Env) startManager(setup func(ctrl.Manager) error, tlsOpts []func(*tls.Config)) error {
 	wo := &e.Env.WebhookInstallOptions
 	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
 		Scheme:  e.Scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		WebhookServer: webhooks.Instrument(webhook.NewServer(webhook.Options{
-			Host: wo.LocalServingHost, Port: wo.LocalServingPort, CertDir: wo.LocalServingCertDir,
+			Host: wo.LocalServingHost, Port: wo.LocalServingPort, CertDir: wo.LocalServingCertDir, TLSOpts: tlsOpts,
 		})),
 		HealthProbeBindAddress: "0",
 	})
