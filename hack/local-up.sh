@@ -490,6 +490,8 @@ if [[ "${HAVE_MANAGER}" == "1" ]]; then
       -url "https://127.0.0.1:${WEBHOOK_PORT}" -ca-file "${PKI}/ca.crt" \
       -out "${STATE}/webhooks.yaml"
     kubectl apply --server-side --force-conflicts --field-manager="${FIELD_MANAGER}" -f "${STATE}/webhooks.yaml" >/dev/null
+    # The node restriction for status writes is the API server's own policy, not a webhook.
+    kubectl apply --server-side --force-conflicts --field-manager="${FIELD_MANAGER}" -f config/webhook/node_status_policy.yaml >/dev/null
   else
     log "WARNING: config/webhook/manifests.yaml does not exist (run make manifests): no admission webhooks registered"
   fi

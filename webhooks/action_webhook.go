@@ -18,7 +18,7 @@ import (
 )
 
 // +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-actioncatalog,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=actioncatalogs,verbs=create;update,versions=v1alpha1,name=vactioncatalog.workbench.sensorium.dev,admissionReviewVersions=v1
-// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-actionrun,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=actionruns;actionruns/status,verbs=create;update,versions=v1alpha1,name=vactionrun.workbench.sensorium.dev,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-actionrun,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=actionruns,verbs=create;update,versions=v1alpha1,name=vactionrun.workbench.sensorium.dev,admissionReviewVersions=v1
 // +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-actionsigner,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=actionsigners,verbs=create;update,versions=v1alpha1,name=vactionsigner.workbench.sensorium.dev,admissionReviewVersions=v1
 
 // ActionCatalogValidator refuses structurally invalid catalogs with the seed's codes. An
@@ -70,7 +70,7 @@ func (ActionCatalogValidator) ValidateCreate(ctx context.Context, obj *wbv1.Acti
 	if err != nil {
 		return nil, err
 	}
-	if err := nodeRestriction(req, "ActionCatalog", obj.Name, obj.Labels); err != nil {
+	if err := nodeRestriction(req, "ActionCatalog", obj.Name); err != nil {
 		return nil, err
 	}
 	return nil, invalid("ActionCatalog", obj.Name, ValidateActionCatalog(obj))
@@ -116,7 +116,7 @@ func (v ActionRunValidator) ValidateCreate(ctx context.Context, obj *wbv1.Action
 	if err != nil {
 		return nil, err
 	}
-	if err := nodeRestriction(req, "ActionRun", obj.Name, obj.Labels); err != nil {
+	if err := nodeRestriction(req, "ActionRun", obj.Name); err != nil {
 		return nil, err
 	}
 	d, err := v.Decide(ctx, obj)

@@ -10,7 +10,7 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 )
 
-// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-artifact,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=artifacts;artifacts/status,verbs=create;update,versions=v1alpha1,name=vartifact.workbench.sensorium.dev,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-artifact,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=artifacts,verbs=create;update,versions=v1alpha1,name=vartifact.workbench.sensorium.dev,admissionReviewVersions=v1
 
 // ArtifactValidator admits Artifacts. Node agents create them for captures and exports, so
 // a node identity may create an Artifact labelled with its own node.
@@ -34,7 +34,7 @@ func (ArtifactValidator) ValidateCreate(ctx context.Context, obj *wbv1.Artifact)
 
 // ValidateUpdate implements admission.Validator.
 func (ArtifactValidator) ValidateUpdate(ctx context.Context, old, obj *wbv1.Artifact) (admission.Warnings, error) {
-	return nodeRestricted(ctx, "Artifact", obj.Name, old.Labels)
+	return nodeRestricted(ctx, "Artifact", obj.Name)
 }
 
 // ValidateDelete implements admission.Validator.

@@ -37,7 +37,7 @@ func validateCommandProfile(ctx context.Context, obj *wbv1.CommandProfile) (admi
 	if err != nil {
 		return nil, err
 	}
-	if err := nodeRestriction(req, "CommandProfile", obj.Name, obj.Labels); err != nil {
+	if err := nodeRestriction(req, "CommandProfile", obj.Name); err != nil {
 		return nil, err
 	}
 	if isStatus(req) {

@@ -23,7 +23,7 @@ func (ConsentRequestValidator) ValidateCreate(ctx context.Context, obj *wbv1.Con
 	if err != nil {
 		return nil, err
 	}
-	if err := nodeRestriction(req, "ConsentRequest", obj.Name, obj.Labels); err != nil {
+	if err := nodeRestriction(req, "ConsentRequest", obj.Name); err != nil {
 		return nil, err
 	}
 	d := &obj.Spec.Descriptor

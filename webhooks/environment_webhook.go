@@ -14,7 +14,7 @@ import (
 	"sensorium.dev/workbench/internal/convert"
 )
 
-// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-environment,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=environments;environments/status,verbs=create;update,versions=v1alpha1,name=venvironment.workbench.sensorium.dev,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-environment,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=environments,verbs=create;update,versions=v1alpha1,name=venvironment.workbench.sensorium.dev,admissionReviewVersions=v1
 
 // EnvironmentValidator admits Environments.
 type EnvironmentValidator struct{}
@@ -43,7 +43,7 @@ func (EnvironmentValidator) validate(ctx context.Context, boundLabels map[string
 	if err != nil {
 		return nil, err
 	}
-	if err := nodeRestriction(req, "Environment", env.Name, boundLabels); err != nil {
+	if err := nodeRestriction(req, "Environment", env.Name); err != nil {
 		return nil, err
 	}
 	if isStatus(req) {

@@ -18,7 +18,7 @@ import (
 	"sensorium.dev/workbench/internal/convert"
 )
 
-// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-filepatch,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=filepatches;filepatches/status,verbs=create;update,versions=v1alpha1,name=vfilepatch.workbench.sensorium.dev,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-filepatch,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=filepatches,verbs=create;update,versions=v1alpha1,name=vfilepatch.workbench.sensorium.dev,admissionReviewVersions=v1
 
 // FilePatchValidator admits FilePatches: the declared digest matches the content, paths stay
 // beneath the root, no delete unless allowed, at most maxChangedFiles. Approval is an
@@ -44,7 +44,7 @@ func (v FilePatchValidator) ValidateCreate(ctx context.Context, obj *wbv1.FilePa
 	if err != nil {
 		return nil, err
 	}
-	if err := nodeRestriction(req, "FilePatch", obj.Name, obj.Labels); err != nil {
+	if err := nodeRestriction(req, "FilePatch", obj.Name); err != nil {
 		return nil, err
 	}
 	if obj.Spec.Approval != "" && obj.Spec.Approval != "Pending" {
@@ -98,7 +98,7 @@ func (v FilePatchValidator) ValidateUpdate(ctx context.Context, old, obj *wbv1.F
 	if err != nil {
 		return nil, err
 	}
-	if err := nodeRestriction(req, "FilePatch", obj.Name, old.Labels); err != nil {
+	if err := nodeRestriction(req, "FilePatch", obj.Name); err != nil {
 		return nil, err
 	}
 	if !isStatus(req) && old.Spec.Approval != obj.Spec.Approval {

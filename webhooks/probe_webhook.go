@@ -9,7 +9,7 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 )
 
-// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-probe,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=probes;probes/status,verbs=create;update,versions=v1alpha1,name=vprobe.workbench.sensorium.dev,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-probe,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=probes,verbs=create;update,versions=v1alpha1,name=vprobe.workbench.sensorium.dev,admissionReviewVersions=v1
 
 // ProbeValidator admits Probes with the same condition rules as Waits.
 type ProbeValidator struct{}
@@ -20,7 +20,7 @@ func (ProbeValidator) ValidateCreate(ctx context.Context, obj *wbv1.Probe) (admi
 	if err != nil {
 		return nil, err
 	}
-	if err := nodeRestriction(req, "Probe", obj.Name, obj.Labels); err != nil {
+	if err := nodeRestriction(req, "Probe", obj.Name); err != nil {
 		return nil, err
 	}
 	return nil, invalid("Probe", obj.Name, validateCondition(field.NewPath("spec"), obj.Spec.Scope, &obj.Spec.Condition))
@@ -28,7 +28,7 @@ func (ProbeValidator) ValidateCreate(ctx context.Context, obj *wbv1.Probe) (admi
 
 // ValidateUpdate implements admission.Validator.
 func (ProbeValidator) ValidateUpdate(ctx context.Context, old, obj *wbv1.Probe) (admission.Warnings, error) {
-	return nodeRestricted(ctx, "Probe", obj.Name, old.Labels)
+	return nodeRestricted(ctx, "Probe", obj.Name)
 }
 
 // ValidateDelete implements admission.Validator.

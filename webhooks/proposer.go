@@ -31,7 +31,7 @@ func proposedUpdate(ctx context.Context, c client.Client, kind, resource string,
 	if err != nil {
 		return err
 	}
-	if err := nodeRestriction(req, kind, obj.GetName(), old.GetLabels()); err != nil {
+	if err := nodeRestriction(req, kind, obj.GetName()); err != nil {
 		return err
 	}
 	if isStatus(req) {

@@ -16,23 +16,13 @@ import (
 	"sensorium.dev/workbench/internal/convert"
 )
 
-// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-terminalcommand,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=terminalcommands;terminalcommands/status,verbs=update,versions=v1alpha1,name=vterminalcommand.workbench.sensorium.dev,admissionReviewVersions=v1,patch=`{"matchConditions":[{"name":"status-write-needs-node-check","expression":"!has(request.subResource) || request.subResource != 'status' || ((request.userInfo.username.matches('^system:serviceaccount:[^:]*:(workbench-)?node-agent$') || (has(request.userInfo.groups) && 'workbench:nodes' in request.userInfo.groups) || request.userInfo.username.startsWith('workbench:node:')) && !((request.userInfo.username.matches('^system:serviceaccount:[^:]*:(workbench-)?node-agent$') && has(request.userInfo.extra) && 'authentication.kubernetes.io/node-name' in request.userInfo.extra && size(request.userInfo.extra['authentication.kubernetes.io/node-name']) == 1 && request.userInfo.extra['authentication.kubernetes.io/node-name'][0] != '' && has(oldObject.metadata.labels) && 'workbench.sensorium.dev/node' in oldObject.metadata.labels && oldObject.metadata.labels['workbench.sensorium.dev/node'] == request.userInfo.extra['authentication.kubernetes.io/node-name'][0]) || (!request.userInfo.username.matches('^system:serviceaccount:[^:]*:(workbench-)?node-agent$') && has(request.userInfo.groups) && 'workbench:nodes' in request.userInfo.groups && request.userInfo.username.startsWith('workbench:node:') && size(request.userInfo.username) > 15 && has(oldObject.metadata.labels) && 'workbench.sensorium.dev/node' in oldObject.metadata.labels && oldObject.metadata.labels['workbench.sensorium.dev/node'] == request.userInfo.username.substring(15))))"}]}`
+// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-terminalcommand,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=terminalcommands,verbs=update,versions=v1alpha1,name=vterminalcommand.workbench.sensorium.dev,admissionReviewVersions=v1
 
 // TerminalCommandValidator refuses malformed command intents outright: shell strings, bad
 // argv, bad cwd paths, forbidden environment keys, and timeout, output or env overrides
 // beyond the named profile. A well-formed argv the profile does not admit is accepted here;
 // the manager then holds it for consent (or refuses it) — admission by argv is not a
 // malformation.
-//
-// A status write is checked here only when the node restriction could refuse it: the
-// webhook's matchCondition (CEL, evaluated by the API server with no call) lets through,
-// without calling the webhook, a status write by a subject that is no node identity
-// (NodeIdentity's three forms, negated) and one by a node agent whose node — its bound
-// token's node-name, or workbench:node:<name> in group workbench:nodes — is the node label
-// of the stored object: exactly the writes nodeRestriction allows. Every other status write
-// (another node's, a node identity without a node, a form the condition does not know) calls
-// the webhook, which decides as before; a condition that fails to evaluate rejects the write
-// (failurePolicy Fail). The node agent's status writes are on every command's path.
 //
 // On create its rules run inside the mutating webhook (TerminalCommandBinder.Handle calls
 // ValidateCreate before it binds): one webhook call per create instead of two, the rules
@@ -61,7 +51,7 @@ func (v TerminalCommandValidator) ValidateCreate(ctx context.Context, obj *wbv1.
 	if err != nil {
 		return nil, err
 	}
-	if err := nodeRestriction(req, "TerminalCommand", obj.Name, obj.Labels); err != nil {
+	if err := nodeRestriction(req, "TerminalCommand", obj.Name); err != nil {
 		return nil, err
 	}
 	errs := ValidateCommandShape(&obj.Spec)

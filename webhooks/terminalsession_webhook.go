@@ -16,7 +16,7 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 )
 
-// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-terminalsession,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=terminalsessions;terminalsessions/status,verbs=create;update,versions=v1alpha1,name=vterminalsession.workbench.sensorium.dev,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-terminalsession,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=terminalsessions,verbs=create;update,versions=v1alpha1,name=vterminalsession.workbench.sensorium.dev,admissionReviewVersions=v1
 
 // TerminalSessionValidator admits TerminalSessions. Bounds and enums live in the schema;
 // this enforces node restriction on status writes.
@@ -31,7 +31,7 @@ func setupTerminalSession(mgr ctrl.Manager) error {
 
 // ValidateCreate implements admission.Validator.
 func (v TerminalSessionValidator) ValidateCreate(ctx context.Context, obj *wbv1.TerminalSession) (admission.Warnings, error) {
-	if w, err := nodeRestricted(ctx, "TerminalSession", obj.Name, obj.Labels); err != nil {
+	if w, err := nodeRestricted(ctx, "TerminalSession", obj.Name); err != nil {
 		return w, err
 	}
 	if err := sessionCeilings(obj); err != nil {
@@ -97,11 +97,11 @@ func (TerminalSessionValidator) ValidateDelete(context.Context, *wbv1.TerminalSe
 	return nil, nil
 }
 
-// nodeRestricted applies only the node restriction; labels are the stored object's.
-func nodeRestricted(ctx context.Context, kind, name string, labels map[string]string) (admission.Warnings, error) {
+// nodeRestricted applies only the node restriction (a node never writes a spec).
+func nodeRestricted(ctx context.Context, kind, name string) (admission.Warnings, error) {
 	req, err := request(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return nil, nodeRestriction(req, kind, name, labels)
+	return nil, nodeRestriction(req, kind, name)
 }

@@ -18,7 +18,7 @@ import (
 )
 
 // +kubebuilder:webhook:path=/mutate-workbench-sensorium-dev-v1alpha1-terminalview,mutating=true,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=terminalviews,verbs=create;update,versions=v1alpha1,name=mterminalview.workbench.sensorium.dev,admissionReviewVersions=v1
-// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-terminalview,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=terminalviews;terminalviews/status,verbs=create;update,versions=v1alpha1,name=vterminalview.workbench.sensorium.dev,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-terminalview,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=terminalviews,verbs=create;update,versions=v1alpha1,name=vterminalview.workbench.sensorium.dev,admissionReviewVersions=v1
 
 // TerminalViewStamper binds a new view to the exact environment of its session (UID, source
 // generation, operational context) and labels it with the session's node, so that node's
@@ -112,7 +112,7 @@ func (v TerminalViewValidator) validate(ctx context.Context, obj *wbv1.TerminalV
 	if err != nil {
 		return err
 	}
-	if err := nodeRestriction(req, "TerminalView", obj.Name, obj.Labels); err != nil {
+	if err := nodeRestriction(req, "TerminalView", obj.Name); err != nil {
 		return err
 	}
 	if isStatus(req) {

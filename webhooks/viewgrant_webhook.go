@@ -21,7 +21,7 @@ import (
 const VerbGrant = "grant"
 
 // +kubebuilder:webhook:path=/mutate-workbench-sensorium-dev-v1alpha1-viewgrant,mutating=true,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=viewgrants,verbs=create,versions=v1alpha1,name=mviewgrant.workbench.sensorium.dev,admissionReviewVersions=v1
-// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-viewgrant,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=viewgrants;viewgrants/status,verbs=create;update,versions=v1alpha1,name=vviewgrant.workbench.sensorium.dev,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-viewgrant,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=viewgrants,verbs=create;update,versions=v1alpha1,name=vviewgrant.workbench.sensorium.dev,admissionReviewVersions=v1
 
 // ViewGrantStamper overwrites the granting identity with the admission request's user (as
 // ConsentGrant's operator), stamps the UID of the view the grant covers, and labels the
@@ -95,7 +95,7 @@ func (v ViewGrantValidator) ValidateCreate(ctx context.Context, g *wbv1.ViewGran
 // is a granter's act too; status belongs to the view's node.
 func (v ViewGrantValidator) ValidateUpdate(ctx context.Context, _, g *wbv1.ViewGrant) (admission.Warnings, error) {
 	return nil, viewGranter.update(ctx, v.Authz, g.Name, g.Namespace, func(req admission.Request) error {
-		return nodeRestriction(req, "ViewGrant", g.Name, g.Labels)
+		return nodeRestriction(req, "ViewGrant", g.Name)
 	})
 }
 

@@ -11,7 +11,7 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 )
 
-// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-wait,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=waits;waits/status,verbs=create;update,versions=v1alpha1,name=vwait.workbench.sensorium.dev,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-wait,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=waits,verbs=create;update,versions=v1alpha1,name=vwait.workbench.sensorium.dev,admissionReviewVersions=v1
 
 // WaitValidator admits Waits: exactly one scope (also CEL), a scope that fits the condition
 // kind, a valid file path, a compilable bounded pattern, a bounded deadline.
@@ -23,7 +23,7 @@ func (WaitValidator) ValidateCreate(ctx context.Context, obj *wbv1.Wait) (admiss
 	if err != nil {
 		return nil, err
 	}
-	if err := nodeRestriction(req, "Wait", obj.Name, obj.Labels); err != nil {
+	if err := nodeRestriction(req, "Wait", obj.Name); err != nil {
 		return nil, err
 	}
 	errs := validateCondition(field.NewPath("spec"), obj.Spec.Scope, &obj.Spec.Condition)
@@ -36,7 +36,7 @@ func (WaitValidator) ValidateCreate(ctx context.Context, obj *wbv1.Wait) (admiss
 
 // ValidateUpdate implements admission.Validator.
 func (WaitValidator) ValidateUpdate(ctx context.Context, old, obj *wbv1.Wait) (admission.Warnings, error) {
-	return nodeRestricted(ctx, "Wait", obj.Name, old.Labels)
+	return nodeRestricted(ctx, "Wait", obj.Name)
 }
 
 // ValidateDelete implements admission.Validator.

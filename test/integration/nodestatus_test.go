@@ -16,12 +16,13 @@ import (
 	"sensorium.dev/workbench/webhooks"
 )
 
-// TestNodeStatusWriteCondition: the TerminalCommand validating webhook's matchCondition lets
-// the API server skip the webhook for a status write the node restriction allows (a node
-// writing the status of a command bound to it, a non-node subject) and must never skip one
-// it refuses. Each identity form NodeIdentity knows writes the status of a command bound to
-// node `bound`; the refusals can only come from the webhook, so a condition that skipped
-// them would fail here.
+// TestNodeStatusWriteCondition: the node restriction on status writes (the
+// ValidatingAdmissionPolicy in config/webhook/node_status_policy.yaml) allows a node to
+// write the status of a command bound to it and refuses every other node identity. Each
+// identity form webhooks.NodeIdentity knows writes the status of a command bound to node
+// `bound`: the bound node and its node-agent tokens are allowed; another node, a node user
+// outside the node group, an empty node name, and a token with no, two or another node are
+// refused node-restricted.
 func TestNodeStatusWriteCondition(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)

@@ -120,6 +120,25 @@ func TestNodeRestriction(t *testing.T) {
 	}
 	mustRefuse(t, startRunning(n2), "node-restricted")
 	must(t, startRunning(n1))
+	// The API server enforces the status half itself (the ValidatingAdmissionPolicy in
+	// config/webhook/node_status_policy.yaml; no webhook is called for these writes), for
+	// every kind a node writes the status of: an Environment too, and an identity that
+	// names no node writes no status at all.
+	envStatus := func(c client.Client) error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var cur wbv1.Environment
+			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &cur); err != nil {
+				return err
+			}
+			return c.Status().Update(ctx, &cur)
+		})
+	}
+	mustRefuse(t, envStatus(n2), "node-restricted")
+	must(t, envStatus(n1))
+	must(t, env.Bind(ctx, "workbench-node-agent", webhooks.NodeUserPrefix+"nameless", ""))
+	nameless, _ := env.As(webhooks.NodeUserPrefix + "nameless") // not in the nodes group: no node name
+	mustRefuse(t, startRunning(nameless), "carries no node name")
+	mustRefuse(t, envStatus(nameless), "carries no node name")
 	cmd := getCommand(t, ns, "c")
 	cmd.Spec.TimeoutSeconds = 5
 	// Spec writes: RBAC already refuses them; the webhook would too (node-restricted).

@@ -25,9 +25,7 @@ import (
 // the profile admits, through the same path, does run (the side effect is observable).
 func TestNodeRefusesWhatTheGateDidNotAdmit(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	dir := workDir(t)
-	readyEnvironment(t, ns, dir)
+	ns, dir := readyWorkEnvironment(t)
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/usr/bin/touch", nil, []string{"allowed-"})))
 
 	// Control: an admitted argv runs and leaves its side effect.

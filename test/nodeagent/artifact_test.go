@@ -57,9 +57,7 @@ func storedArtifact(t *testing.T, ns, name string) (*wbv1.Artifact, []byte) {
 // held in the node's content-addressed store; its digest is the sha256 of the stored blob.
 func TestExportArtifact(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	dir := workDir(t)
-	readyEnvironment(t, ns, dir)
+	ns, dir := readyWorkEnvironment(t)
 	must(t, os.MkdirAll(filepath.Join(dir, "out", "deep"), 0o755))
 	must(t, os.WriteFile(filepath.Join(dir, "out", "report.txt"), []byte("report\n"), 0o644))
 	must(t, os.WriteFile(filepath.Join(dir, "out", "deep", "data.bin"), []byte{0, 1, 2}, 0o600))
@@ -68,15 +66,9 @@ func TestExportArtifact(t *testing.T) {
 		s.Source, s.Root, s.Path = "export", ptr(wbv1.RootName("repo")), ptr(wbv1.RelativePath("out"))
 	})))
 	_, blob := storedArtifact(t, ns, "x")
-	tr := tar.NewReader(bytes.NewReader(blob))
 	var names []string
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		must(t, err)
-		names = append(names, h.Name)
+	for _, en := range tarEntries(t, blob) {
+		names = append(names, en.hdr.Name)
 	}
 	if got := strings.Join(names, ","); got != "out/deep/,out/deep/data.bin,out/report.txt" {
 		t.Fatalf("tar entries = %s", got)
@@ -99,5 +91,28 @@ func TestCaptureArtifact(t *testing.T) {
 	_, blob := storedArtifact(t, ns, "cap")
 	if string(blob) != "captured\n" {
 		t.Fatalf("captured %q", blob)
+	}
+}
+
+// tarEntry is one entry of a tar stream: its header and its content.
+type tarEntry struct {
+	hdr  *tar.Header
+	data []byte
+}
+
+// tarEntries reads every entry of the tar stream blob.
+func tarEntries(t *testing.T, blob []byte) []tarEntry {
+	t.Helper()
+	tr := tar.NewReader(bytes.NewReader(blob))
+	var out []tarEntry
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return out
+		}
+		must(t, err)
+		data, err := io.ReadAll(tr)
+		must(t, err)
+		out = append(out, tarEntry{hdr: h, data: data})
 	}
 }

@@ -142,9 +142,7 @@ func TestCommandTimeout(t *testing.T) {
 // in the sandbox's own (private, discarded) tree, never on the host.
 func TestCommandWritesConfined(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	dir := workDir(t)
-	readyEnvironment(t, ns, dir)
+	ns, dir := readyWorkEnvironment(t)
 	outside := filepath.Join(stateDir, "..", "outside-"+ns)
 	atRoot := "/outside-" + ns
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/mkdir", nil, []string{"inside", "/"})))
@@ -174,9 +172,7 @@ func TestCommandWritesConfined(t *testing.T) {
 // first outcome without running again.
 func TestCommandIdempotencyReplay(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	dir := workDir(t)
-	readyEnvironment(t, ns, dir)
+	ns, _ := readyWorkEnvironment(t)
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/mkdir", nil, []string{"once"})))
 	c1 := command(ns, "c1", "/bin/mkdir", "once")
 	c1.Spec.IdempotencyKey = "make-once"

@@ -18,7 +18,6 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
 	"sensorium.dev/workbench/internal/test/testkit"
-	"sensorium.dev/workbench/webhooks"
 )
 
 const crashNode = "node-crash"
@@ -37,8 +36,6 @@ func buildAgent(t *testing.T) string {
 	must(t, err)
 	return bin
 }
-
-func crashKubeconfig(t *testing.T) string { return nodeKubeconfig(t, crashNode) }
 
 // nodeKubeconfig writes a kubeconfig of node's identity (user workbench:node:<node>).
 func nodeKubeconfig(t *testing.T, node string) string {
@@ -63,6 +60,20 @@ func startAgentProcess(t *testing.T, bin, kubeconfig, config string, env ...stri
 	p.cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, env...)
 	must(t, p.cmd.Start())
 	return p
+}
+
+// startLongSleep runs command "long" (/bin/sleep arg, through profile "p") in ns and waits
+// until it runs, showing agent's log if it does not.
+func startLongSleep(t *testing.T, ns string, agent *agentProcess, arg string) {
+	t.Helper()
+	ctx := context.Background()
+	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/sleep", nil, []string{"30"})))
+	must(t, env.Client.Create(ctx, command(ns, "long", "/bin/sleep", arg)))
+	eventually(t, 30*time.Second, "the command to run", func() (bool, string) {
+		var c wbv1.TerminalCommand
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
+		return c.Status.Phase == wbv1.CommandRunning, fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(agent.log.String()))
+	})
 }
 
 // stop ends the agent (SIGTERM) and waits for it.
@@ -114,8 +125,7 @@ func findProcess(argv ...string) []int {
 func TestCrashRecovery(t *testing.T) {
 	ctx := context.Background()
 	bin := buildAgent(t)
-	kubeconfig := crashKubeconfig(t)
-	must(t, env.Bind(ctx, "workbench-node-agent", webhooks.NodeUserPrefix+crashNode, ""))
+	kubeconfig := boundNodeKubeconfig(t, crashNode)
 	state := t.TempDir()
 	root := t.TempDir()
 	config := agentConfig(t, crashNode, state, "crash", root, "")
@@ -123,13 +133,7 @@ func TestCrashRecovery(t *testing.T) {
 	first := startAgentProcess(t, bin, kubeconfig, config)
 	ns := namespace(t)
 	readyEnvironmentOn(t, ns, root, crashNode)
-	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/sleep", nil, []string{"30"})))
-	must(t, env.Client.Create(ctx, command(ns, "long", "/bin/sleep", "301.25")))
-	eventually(t, 30*time.Second, "the command to run", func() (bool, string) {
-		var c wbv1.TerminalCommand
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
-		return c.Status.Phase == wbv1.CommandRunning, fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(first.log.String()))
-	})
+	startLongSleep(t, ns, first, "301.25")
 	pids := findProcess("/bin/sleep", "301.25")
 	if len(pids) != 1 {
 		t.Fatalf("expected one sleep process, found %v", pids)
@@ -224,13 +228,7 @@ func TestGracefulStopInterrupts(t *testing.T) {
 	first := startAgentProcess(t, bin, kubeconfig, config)
 	ns := namespace(t)
 	readyEnvironmentOn(t, ns, root, node)
-	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/sleep", nil, []string{"30"})))
-	must(t, env.Client.Create(ctx, command(ns, "long", "/bin/sleep", "302.25")))
-	eventually(t, 30*time.Second, "the command to run", func() (bool, string) {
-		var c wbv1.TerminalCommand
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
-		return c.Status.Phase == wbv1.CommandRunning, fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(first.log.String()))
-	})
+	startLongSleep(t, ns, first, "302.25")
 	must(t, first.cmd.Process.Signal(syscall.SIGTERM))
 	_ = first.cmd.Wait()
 	if left := findProcess("/bin/sleep", "302.25"); len(left) != 0 {

@@ -17,7 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -83,9 +82,7 @@ func call(t *testing.T, c *http.Client, method, url, token string, body any) (in
 // comes back through the event cursor; an agent may read screens but never type.
 func TestDataPlanePTYSession(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	dir := workDir(t)
-	readyEnvironment(t, ns, dir)
+	ns, dir := readyWorkEnvironment(t)
 	must(t, env.Client.Create(ctx, profile(ns, "cat", "/bin/cat", nil, nil, func(s *wbv1.CommandProfileSpec) { s.PTY = "Allowed" })))
 	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "pty", Namespace: ns}, Spec: wbv1.TerminalSessionSpec{
 		EnvironmentRef: "e", ShellProfileRef: ptr(wbv1.ObjectName("cat")), RawInput: wbv1.RawInputOperatorOnly}}))
@@ -142,24 +139,8 @@ func TestDataPlanePTYSession(t *testing.T) {
 		t.Fatalf("traversal: %d %s", code, body)
 	}
 	// Closing the session is declarative and idempotent; the PTY's process group is gone after.
-	var s wbv1.TerminalSession
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error { // the agent writes status meanwhile
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pty"}, &s); err != nil {
-			return err
-		}
-		s.Spec.DesiredState = wbv1.SessionDesiredClosed
-		return env.Client.Update(ctx, &s)
-	}))
-	eventually(t, 30*time.Second, "the session closed with cleanup complete", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pty"}, &s))
-		done := false
-		for _, c := range s.Status.Conditions {
-			if c.Type == wbv1.ConditionCleanupComplete && c.Status == metav1.ConditionTrue {
-				done = true
-			}
-		}
-		return s.Status.Phase == wbv1.SessionClosed && done, fmt.Sprintf("%+v", s.Status)
-	})
+	askSessionClosed(t, ns, "pty")
+	waitSessionClosedClean(t, ns, "pty", "the session closed with cleanup complete")
 }
 
 // TestDataPlaneTokenAudience: the data plane accepts only tokens minted for its own
@@ -167,9 +148,7 @@ func TestDataPlanePTYSession(t *testing.T) {
 // receives a token it could replay against the API server.
 func TestDataPlaneTokenAudience(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	dir := workDir(t)
-	readyEnvironment(t, ns, dir)
+	ns, _ := readyWorkEnvironment(t)
 	endpoint, hc := dataPlaneClient(t)
 	tokenFor(t, ns, "op", "workbench-operator") // binds the role; its token carries the data-plane audience
 	apiTok := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(600))}}

@@ -62,9 +62,7 @@ func absent(t *testing.T, p string) {
 // unified diff — and nothing is written; the environment's owner can allow it.
 func TestFilePatchGitHooksRefused(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	dir := workDir(t)
-	readyEnvironment(t, ns, dir)
+	ns, dir := readyWorkEnvironment(t)
 	autoApply(t, ns)
 	must(t, os.MkdirAll(filepath.Join(dir, ".git", "hooks"), 0o755))
 	must(t, os.WriteFile(filepath.Join(dir, ".git", "config"), []byte("[core]\n\tbare = false\n"), 0o644))
@@ -106,9 +104,7 @@ func TestFilePatchGitHooksRefused(t *testing.T) {
 // with patch-executable-forbidden unless the environment allows executable files.
 func TestFilePatchExecutableBitRefused(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	dir := workDir(t)
-	readyEnvironment(t, ns, dir)
+	ns, dir := readyWorkEnvironment(t)
 	autoApply(t, ns)
 	diff := "diff --git a/run.sh b/run.sh\nnew file mode 100755\n--- /dev/null\n+++ b/run.sh\n@@ -0,0 +1,2 @@\n+#!/bin/sh\n+id\n"
 	must(t, env.Client.Create(ctx, filePatch(t, ns, "exec", func(s *wbv1.FilePatchSpec) {
@@ -132,9 +128,7 @@ func TestFilePatchExecutableBitRefused(t *testing.T) {
 // the environment allowed it is refused by the node once the owner withdrew it.
 func TestFilePatchPolicyNeverWidensEnvironment(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	dir := workDir(t)
-	readyEnvironment(t, ns, dir)
+	ns, dir := readyWorkEnvironment(t)
 	must(t, os.WriteFile(filepath.Join(dir, "keep.txt"), []byte("keep\n"), 0o644))
 	del := func(name string) *wbv1.FilePatch {
 		return filePatch(t, ns, name, func(s *wbv1.FilePatchSpec) {

@@ -37,9 +37,7 @@ func buildScript(t *testing.T, dir string, ignoreTerm bool) {
 // outcome's sequence range covers the whole output.
 func TestCommandOutputIsLive(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	dir := workDir(t)
-	readyEnvironment(t, ns, dir)
+	ns, dir := readyWorkEnvironment(t)
 	buildScript(t, dir, false)
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/usr/bin/python3", []string{"build.py"}, nil)))
 	sessRef := wbv1.ObjectName("s")
@@ -69,9 +67,7 @@ func TestCommandOutputIsLive(t *testing.T) {
 // after its wait (the side-effect file "finished" never exists).
 func TestCommandCancel(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	dir := workDir(t)
-	readyEnvironment(t, ns, dir)
+	ns, dir := readyWorkEnvironment(t)
 	buildScript(t, dir, true)
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/usr/bin/python3", []string{"build.py"}, nil)))
 	must(t, env.Client.Create(ctx, command(ns, "c", "/usr/bin/python3", "build.py")))

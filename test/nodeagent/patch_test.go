@@ -67,9 +67,7 @@ func readFile(t *testing.T, p string) string {
 // applied once, and its status carries each file's digest before and after.
 func TestFilePatchStructuredAutoApplied(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	dir := workDir(t)
-	readyEnvironment(t, ns, dir)
+	ns, dir := readyWorkEnvironment(t)
 	autoApply(t, ns)
 	must(t, os.WriteFile(filepath.Join(dir, "a.txt"), []byte("one\n"), 0o644))
 	must(t, env.Client.Create(ctx, filePatch(t, ns, "fp", func(s *wbv1.FilePatchSpec) {
@@ -98,9 +96,7 @@ func TestFilePatchStructuredAutoApplied(t *testing.T) {
 // waits, touching nothing, until an operator approves it; then it is applied.
 func TestFilePatchAwaitsOperatorApproval(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	dir := workDir(t)
-	readyEnvironment(t, ns, dir)
+	ns, dir := readyWorkEnvironment(t)
 	target := filepath.Join(dir, "c.txt")
 	must(t, os.WriteFile(target, []byte("old\n"), 0o644))
 	must(t, env.Client.Create(ctx, filePatch(t, ns, "fp", func(s *wbv1.FilePatchSpec) {
@@ -135,9 +131,7 @@ func TestFilePatchAwaitsOperatorApproval(t *testing.T) {
 // rejected with patch-dirty and changes nothing.
 func TestFilePatchDirtyRejected(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	dir := workDir(t)
-	readyEnvironment(t, ns, dir)
+	ns, dir := readyWorkEnvironment(t)
 	autoApply(t, ns)
 	target := filepath.Join(dir, "d.txt")
 	must(t, os.WriteFile(target, []byte("actual\n"), 0o644))

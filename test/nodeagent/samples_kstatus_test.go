@@ -312,9 +312,7 @@ func observed(o *unstructured.Unstructured) bool {
 // by a node restart in crash_test.go; expired consent in test/integration.)
 func TestTerminalOutcomesThroughKStatus(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	dir := workDir(t)
-	readyEnvironment(t, ns, dir)
+	ns, _ := readyWorkEnvironment(t)
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/sleep", nil, []string{"0", "30"}, func(s *wbv1.CommandProfileSpec) {
 		s.ConsentPrompting = wbv1.ConsentPromptingForbidden
 	})))
@@ -407,14 +405,7 @@ func TestTerminalOutcomesThroughKStatus(t *testing.T) {
 		}
 	}
 	// A session asked to close is where its spec wants it: Current.
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var s wbv1.TerminalSession
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s); err != nil {
-			return err
-		}
-		s.Spec.DesiredState = wbv1.SessionDesiredClosed
-		return env.Client.Update(ctx, &s)
-	}))
+	askSessionClosed(t, ns, "s")
 	eventually(t, 60*time.Second, "session s closed as asked reads Current", func() (bool, string) {
 		var s wbv1.TerminalSession
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))

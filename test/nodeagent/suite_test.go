@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -76,6 +78,15 @@ func profile(ns, name, exe string, fixed, prefixes []string, mut ...func(*wbv1.C
 	return p
 }
 
+// readyWorkEnvironment makes a fresh namespace and work directory and readies an
+// environment over it (readyEnvironment).
+func readyWorkEnvironment(t *testing.T) (ns, dir string) {
+	t.Helper()
+	ns, dir = namespace(t), workDir(t)
+	readyEnvironment(t, ns, dir)
+	return ns, dir
+}
+
 // readyEnvironment creates a host-local environment over dir and a structured session, and
 // waits until both are running on the node.
 func readyEnvironment(t *testing.T, ns, dir string) {
@@ -120,3 +131,28 @@ func waitFinal(t *testing.T, ns, name string) *wbv1.TerminalCommand {
 }
 
 func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o644) }
+
+// askSessionClosed sets session ns/name's spec.desiredState to Closed, retrying conflicts
+// with the agent's status writes.
+func askSessionClosed(t *testing.T, ns, name string) {
+	t.Helper()
+	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var s wbv1.TerminalSession
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &s); err != nil {
+			return err
+		}
+		s.Spec.DesiredState = wbv1.SessionDesiredClosed
+		return env.Client.Update(context.Background(), &s)
+	}))
+}
+
+// waitSessionClosedClean waits until session ns/name is Closed with CleanupComplete=True.
+func waitSessionClosedClean(t *testing.T, ns, name, what string) {
+	t.Helper()
+	eventually(t, 30*time.Second, what, func() (bool, string) {
+		var s wbv1.TerminalSession
+		must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &s))
+		return s.Status.Phase == wbv1.SessionClosed && meta.IsStatusConditionTrue(s.Status.Conditions, wbv1.ConditionCleanupComplete),
+			fmt.Sprintf("%+v", s.Status)
+	})
+}

@@ -73,13 +73,7 @@ func TestQEMUMicroVMPauseResume(t *testing.T) {
 	}}))
 	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
 		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "vm"}}))
-	var e wbv1.Environment
-	eventually(t, 180*time.Second, "VM environment Ready and session Running", func() (bool, string) {
-		var s wbv1.TerminalSession
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm"}, &e))
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
-		return e.Status.Phase == wbv1.EnvironmentReady && s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("env=%+v session=%+v", e.Status, s.Status)
-	})
+	e := waitVMAndSession(t, ns, "vm", "s")
 	defer func() {
 		_ = env.Client.Delete(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns}})
 		_ = env.Client.Delete(ctx, &e)

@@ -1,12 +1,10 @@
 package nodeagent
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,7 +16,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -196,22 +193,8 @@ func TestQEMUMicroVMEnvironment(t *testing.T) {
 	if strings.Count(seen.String(), "hello guest") < 2 {
 		t.Fatalf("guest echo not seen through the event cursor: %q", seen.String())
 	}
-	var pty wbv1.TerminalSession
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error { // the agent writes status meanwhile
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pty"}, &pty); err != nil {
-			return err
-		}
-		pty.Spec.DesiredState = wbv1.SessionDesiredClosed
-		return env.Client.Update(ctx, &pty)
-	}))
-	eventually(t, 30*time.Second, "the guest PTY session closed with cleanup complete", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pty"}, &pty))
-		done := false
-		for _, c := range pty.Status.Conditions {
-			done = done || (c.Type == wbv1.ConditionCleanupComplete && c.Status == metav1.ConditionTrue)
-		}
-		return pty.Status.Phase == wbv1.SessionClosed && done, fmt.Sprintf("%+v", pty.Status)
-	})
+	askSessionClosed(t, ns, "pty")
+	waitSessionClosedClean(t, ns, "pty", "the guest PTY session closed with cleanup complete")
 
 	// Deleting the environment tears the VM down: no process, no socket, no directory.
 	must(t, env.Client.Delete(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns}}))
@@ -447,13 +430,7 @@ func TestQEMUMicroVMFileOperations(t *testing.T) {
 	}}))
 	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
 		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
-	var e wbv1.Environment
-	eventually(t, 180*time.Second, "VM environment Ready and session Running", func() (bool, string) {
-		var s wbv1.TerminalSession
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
-		return e.Status.Phase == wbv1.EnvironmentReady && s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("env=%+v session=%+v", e.Status, s.Status)
-	})
+	e := waitVMAndSession(t, ns, "e", "s")
 	defer func() {
 		// One VM per test: tear it down before the next test boots its own.
 		must(t, client.IgnoreNotFound(env.Client.Delete(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}})))
@@ -567,22 +544,14 @@ func TestQEMUMicroVMFileOperations(t *testing.T) {
 		s.Source, s.Root, s.Path = "export", ptr(wbv1.RootName("repo")), ptr(wbv1.RelativePath("out"))
 	})))
 	_, blob := storedArtifact(t, ns, "x")
-	tr := tar.NewReader(bytes.NewReader(blob))
 	var names []string
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		must(t, err)
-		names = append(names, h.Name)
-		if !h.ModTime.Equal(time.Unix(0, 0)) || h.Uid != 0 || h.Uname != "" {
+	for _, en := range tarEntries(t, blob) {
+		names = append(names, en.hdr.Name)
+		if h := en.hdr; !h.ModTime.Equal(time.Unix(0, 0)) || h.Uid != 0 || h.Uname != "" {
 			t.Fatalf("entry %q is not in the deterministic format: %+v", h.Name, h)
 		}
-		if h.Name == "out/report.txt" {
-			if b, _ := io.ReadAll(tr); string(b) != "report\n" {
-				t.Fatalf("exported report.txt = %q", b)
-			}
+		if en.hdr.Name == "out/report.txt" && string(en.data) != "report\n" {
+			t.Fatalf("exported report.txt = %q", en.data)
 		}
 	}
 	if got := strings.Join(names, ","); got != "out/report.txt" {
@@ -613,4 +582,18 @@ func TestQEMUMicroVMFileOperations(t *testing.T) {
 	if w.Status.Refusal == nil || w.Status.Refusal.Code != "capability-mismatch" || !strings.Contains(w.Status.Refusal.Message, "no change notifications") {
 		t.Fatalf("file wait on a VM root: %+v", w.Status)
 	}
+}
+
+// waitVMAndSession waits (up to 180 s: a TCG boot) until environment ns/envName is Ready
+// and session ns/session Running, and returns the environment.
+func waitVMAndSession(t *testing.T, ns, envName, session string) wbv1.Environment {
+	t.Helper()
+	var e wbv1.Environment
+	eventually(t, 180*time.Second, "VM environment Ready and session Running", func() (bool, string) {
+		var s wbv1.TerminalSession
+		must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: envName}, &e))
+		must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: session}, &s))
+		return e.Status.Phase == wbv1.EnvironmentReady && s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("env=%+v session=%+v", e.Status, s.Status)
+	})
+	return e
 }

@@ -77,9 +77,7 @@ func TestWaitCommandDone(t *testing.T) {
 // the file appearing: it is woken by inotify, not by a polling interval.
 func TestWaitFileExistsByInotify(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	dir := workDir(t)
-	readyEnvironment(t, ns, dir)
+	ns, dir := readyWorkEnvironment(t)
 	must(t, env.Client.Create(ctx, wait(ns, "w", fileScope("later/ready.txt"), wbv1.ConditionKindFileExists, 300)))
 	waitStatus(t, ns, "w", 30*time.Second, "Pending", isStatus(wbv1.WaitPending))
 	eventually(t, 20*time.Second, "WorkbenchNode counting the pending wait", func() (bool, string) {
@@ -153,9 +151,7 @@ func TestWaitTimesOutAndKillsNothing(t *testing.T) {
 // absent one.
 func TestProbeFileExists(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	dir := workDir(t)
-	readyEnvironment(t, ns, dir)
+	ns, dir := readyWorkEnvironment(t)
 	must(t, os.WriteFile(filepath.Join(dir, "present.txt"), []byte("x"), 0o644))
 	probe := func(name, path string) *wbv1.Probe {
 		s := fileScope(path)

@@ -70,6 +70,17 @@ func repoBin(t testing.TB) string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "..", "bin")
 }
 
+// vmBackend is a backend with testConfig over the guest image (vmEnv: skips without it).
+func vmBackend(t testing.TB) (*Backend, *backends.BootImage) {
+	t.Helper()
+	imageDir, img := vmEnv(t)
+	b, err := New(testConfig(t, imageDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, img
+}
+
 // vmEnv skips unless the guest image, QEMU and the vsock device are present, and returns
 // the boot image of bin/guest (digests from digests.txt).
 func vmEnv(t testing.TB) (imageDir string, img *backends.BootImage) {
@@ -180,11 +191,7 @@ func teardown(t *testing.T, b *Backend, spec backends.Spec) {
 // guest's device set from the inside, checks that a second Allocate is idempotent, and
 // that teardown leaves no process, socket or file.
 func TestBootHandshakeTeardown(t *testing.T) {
-	imageDir, img := vmEnv(t)
-	b, err := New(testConfig(t, imageDir))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, img := vmBackend(t)
 	spec := testSpec("env-boot", img)
 	start := time.Now()
 	st, err := b.Allocate(ctxT(t, 90*time.Second), spec)
@@ -310,11 +317,7 @@ func TestBootHandshakeTeardown(t *testing.T) {
 // TestGenerationAdvancesOnReboot: a VM whose QEMU died is replaced by a new boot with the
 // next generation and a new nonce; the old nonce is refused by the new guest.
 func TestGenerationAdvancesOnReboot(t *testing.T) {
-	imageDir, img := vmEnv(t)
-	b, err := New(testConfig(t, imageDir))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, img := vmBackend(t)
 	spec := testSpec("env-gen", img)
 	if _, err := b.Allocate(ctxT(t, 90*time.Second), spec); err != nil {
 		t.Fatal(err)
@@ -518,11 +521,7 @@ func TestAcceleratorProbe(t *testing.T) {
 
 // TestRefusals: malformed or unverifiable specs are refused with a code, launching nothing.
 func TestRefusals(t *testing.T) {
-	imageDir, img := vmEnv(t)
-	b, err := New(testConfig(t, imageDir))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, img := vmBackend(t)
 	bad := func(mut func(*backends.Spec)) backends.Spec {
 		s := testSpec("env-bad", img)
 		cp := *img

@@ -12,9 +12,11 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"go.uber.org/zap/zapcore"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -120,6 +122,10 @@ func Start(opts Options) (*Env, error) {
 		_ = te.Stop()
 		return nil, err
 	}
+	if err := e.installNodeStatusPolicy(); err != nil {
+		_ = te.Stop()
+		return nil, err
+	}
 	if opts.Setup != nil {
 		if err := e.startManager(opts.Setup, opts.WebhookTLSOpts); err != nil {
 			_ = te.Stop()
@@ -151,6 +157,38 @@ func (e *Env) installRoles() error {
 			return fmt.Errorf("creating role %s: %w", role.Name, err)
 		}
 	}
+	return nil
+}
+
+// installNodeStatusPolicy applies config/webhook/node_status_policy.yaml (the node
+// restriction for status writes, a ValidatingAdmissionPolicy and its binding).
+func (e *Env) installNodeStatusPolicy() error {
+	f := filepath.Join(e.Root, "config", "webhook", "node_status_policy.yaml")
+	raw, err := os.ReadFile(f)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", f, err)
+	}
+	docs := strings.Split(string(raw), "\n---\n")
+	if len(docs) != 2 {
+		return fmt.Errorf("%s: want a policy and its binding, got %d documents", f, len(docs))
+	}
+	var policy admissionregistrationv1.ValidatingAdmissionPolicy
+	var binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	if err := yaml.UnmarshalStrict([]byte(docs[0]), &policy); err != nil {
+		return fmt.Errorf("decoding the policy in %s: %w", f, err)
+	}
+	if err := yaml.UnmarshalStrict([]byte(docs[1]), &binding); err != nil {
+		return fmt.Errorf("decoding the binding in %s: %w", f, err)
+	}
+	ctx := context.Background()
+	for _, o := range []client.Object{&policy, &binding} {
+		if err := e.Client.Create(ctx, o); err != nil {
+			return fmt.Errorf("creating %s: %w", o.GetName(), err)
+		}
+	}
+	// kube-apiserver's policy admission picks the pair up from its own watch, well before
+	// the manager started next serves its first webhook call. (Its type-checking status is
+	// written by kube-controller-manager, which envtest does not run.)
 	return nil
 }
 
