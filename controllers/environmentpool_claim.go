@@ -115,7 +115,6 @@ func (r *EnvironmentReconciler) claim(ctx context.Context, env *wbv1.Environment
 			logger.V(1).Info("Pool member taken meanwhile; trying the next", "member", m.Name, "claimer", env.Name)
 			continue
 		}
-		claimMarker(env)("mgr-member-claimed")
 		poolClaims.WithLabelValues("claimed").Inc()
 		r.Recorder.Eventf(env, m, "Normal", "PoolClaimed", "Claim", "Adopted member %s of EnvironmentPool %s", m.Name, poolName)
 		return true, nil
@@ -171,8 +170,13 @@ func (r *EnvironmentReconciler) claimAndBind(ctx context.Context, env, m *wbv1.E
 	}
 	written := make(chan error, 1)
 	wc, cp := *cur, env.DeepCopy()
+	mark := claimMarker(env)
+	mark("mgr-claim-writes")
 	go func() {
 		_, err := applyStatus(ctx, r.Client, "environment", cp, wc, bound)
+		if err == nil {
+			mark("mgr-status-bound")
+		}
 		written <- err
 	}()
 	// The claim: one write of the member, held to the version read. Two claimers racing
@@ -186,6 +190,9 @@ func (r *EnvironmentReconciler) claimAndBind(ctx context.Context, env, m *wbv1.E
 	m.Annotations[wbv1.PoolClaimedByAnnotation] = env.Name
 	m.OwnerReferences = slices.DeleteFunc(m.OwnerReferences, func(o metav1.OwnerReference) bool { return o.Kind == "EnvironmentPool" })
 	cerr := r.Patch(ctx, m, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	if cerr == nil {
+		mark("mgr-member-claimed")
+	}
 	lerr, serr := <-labelled, <-written
 	if lerr == nil {
 		if env.Labels == nil {
@@ -195,7 +202,15 @@ func (r *EnvironmentReconciler) claimAndBind(ctx context.Context, env, m *wbv1.E
 	}
 	if serr == nil {
 		*cur = bound
-		claimMarker(env)("mgr-status-bound")
+	}
+	if cerr != nil && kerrors.IsConflict(cerr) && r.APIReader != nil {
+		// A pass whose cache had not seen this claimer's own earlier claim of m loses to
+		// it: that is not a lost claim (claiming the next member too would hold two).
+		var fresh wbv1.Environment
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(m), &fresh); err == nil &&
+			fresh.UID == m.UID && fresh.Labels[wbv1.PoolClaimedByLabel] == string(env.UID) {
+			cerr = nil
+		}
 	}
 	switch {
 	case cerr != nil && (kerrors.IsConflict(cerr) || kerrors.IsNotFound(cerr)):
