@@ -19,10 +19,11 @@ import (
 // BenchmarkStatusWriteCost measures what one status write costs on the command's path —
 // the node writes two (its claim, then start and outcome) — against a ConfigMap patch and a
 // status apply of a kind whose status no admission webhook intercepts (CommandProfile),
-// interleaved in one run. A TerminalCommand's status goes through the validating webhook
-// vterminalcommand (terminalcommands/status, node restriction); the difference between the
-// two status applies is what that webhook and the larger object cost per write. A JSON
-// patch of the same condition, in place, shows whether server-side apply is the cost.
+// interleaved in one run. A TerminalCommand's status write is checked by the API server's
+// own policy (config/webhook/node_status_policy.yaml; before, the webhook vterminalcommand
+// was called for it); the difference between the two status applies is what that check and
+// the larger object cost per write. A JSON patch of the same condition, in place, shows
+// whether server-side apply is the cost.
 func BenchmarkStatusWriteCost(b *testing.B) {
 	ctx := context.Background()
 	ns := setup(b)
