@@ -68,8 +68,13 @@ func environmentOwned(s *wbv1.EnvironmentStatus) wbv1.EnvironmentStatus {
 // (wbv1.EnvironmentAwaitsNode) — Reconciling=True, Stalled=False.
 func claimerHealth(env *wbv1.Environment, next *wbv1.EnvironmentStatus, all *[]metav1.Condition) {
 	next.Phase = ""
-	next.Conditions = ownedConditions(next.Conditions, wbv1.ConditionScheduled, wbv1.ConditionExpired)
-	if wbv1.EnvironmentAwaitsNode(&wbv1.EnvironmentStatus{PoolMember: next.PoolMember, Conditions: *all}) {
+	if !wbv1.EnvironmentAwaitsNode(&wbv1.EnvironmentStatus{PoolMember: next.PoolMember, Conditions: *all}) {
+		next.Conditions = ownedConditions(next.Conditions, wbv1.ConditionScheduled, wbv1.ConditionExpired)
+	} else {
+		// Kept, then set: an unchanged condition keeps its transition time (a new one
+		// would make every pass write).
+		next.Conditions = ownedConditions(next.Conditions, wbv1.ConditionScheduled, wbv1.ConditionExpired,
+			wbv1.ConditionReconciling, wbv1.ConditionStalled)
 		for _, hc := range wbv1.HealthConditions(wbv1.HealthProgressing, string(wbv1.EnvironmentAllocating),
 			"bound to pool member "+next.PoolMember.Name+"; its node adopts the member's instance", env.Generation) {
 			setCondition(&next.Conditions, all, hc)

@@ -202,6 +202,7 @@ func (r *EnvironmentReconciler) claimAndBind(ctx context.Context, env, m *wbv1.E
 	}
 	if serr == nil {
 		*cur = bound
+		*next = *bound.DeepCopy() // the caller's final apply then writes only what changed after
 	}
 	if cerr != nil && kerrors.IsConflict(cerr) && r.APIReader != nil {
 		// A pass whose cache had not seen this claimer's own earlier claim of m loses to
