@@ -34,6 +34,9 @@ type EnvironmentReconciler struct {
 	client.Client
 	Recorder events.EventRecorder
 	Now      func() time.Time
+	// APIReader reads a pool claimer's member from the API server when the cache does not
+	// show the claimer's claim (claimLost); nil: the cache is trusted.
+	APIReader client.Reader
 }
 
 // +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=environments,verbs=get;list;watch;update;patch
@@ -71,8 +74,14 @@ func (r *EnvironmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	gen := env.Generation
 	var result ctrl.Result
 
-	if next.NodeName == "" {
-		if err := r.place(ctx, &env, &next, &all); err != nil {
+	lost, err := r.claimLost(ctx, &env)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if next.NodeName == "" || lost {
+		// lost: the binding was written beside a claim that another claimer won (or that
+		// never landed), and the node has not acted on it: claim again (claimAndBind).
+		if err := r.place(ctx, &env, &cur, &next, &all); err != nil {
 			return ctrl.Result{}, err
 		}
 	} else if sc := meta.FindStatusCondition(env.Status.Conditions, wbv1.ConditionScheduled); sc != nil && sc.ObservedGeneration < gen &&
@@ -123,10 +132,10 @@ func (r *EnvironmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 
 // place picks a capability and binds the environment to its node: the node label first,
 // then the status, so a crash in between is completed by the next pass.
-func (r *EnvironmentReconciler) place(ctx context.Context, env *wbv1.Environment, next *wbv1.EnvironmentStatus, all *[]metav1.Condition) error {
+func (r *EnvironmentReconciler) place(ctx context.Context, env *wbv1.Environment, cur, next *wbv1.EnvironmentStatus, all *[]metav1.Condition) error {
 	logger := log.FromContext(ctx)
 	if env.Spec.PoolRef != nil && env.DeletionTimestamp.IsZero() {
-		if done, err := r.claim(ctx, env, next, all); err != nil || done {
+		if done, err := r.claim(ctx, env, cur, next, all); err != nil || done {
 			return err // claimed a pool member, or refused with a pool code
 		}
 	}
@@ -179,6 +188,16 @@ func (r *EnvironmentReconciler) bind(ctx context.Context, env *wbv1.Environment,
 			return err
 		}
 	}
+	if err := r.bindStatus(env, c, next, all); err != nil {
+		return err
+	}
+	r.Recorder.Eventf(env, c, "Normal", "Scheduled", "Place", "Placed on node %s", node)
+	return nil
+}
+
+// bindStatus sets the status fields binding env to c's node.
+func (r *EnvironmentReconciler) bindStatus(env *wbv1.Environment, c *wbv1.BackendCapability, next *wbv1.EnvironmentStatus, all *[]metav1.Condition) error {
+	node := c.Spec.NodeName
 	planDigest, effective, err := planFor(env, c, "")
 	if err != nil {
 		return err
@@ -190,7 +209,6 @@ func (r *EnvironmentReconciler) bind(ctx context.Context, env *wbv1.Environment,
 	next.Unmet = nil
 	setCondition(&next.Conditions, all, cond(wbv1.ConditionScheduled, true, wbv1.ReasonPlaced,
 		fmt.Sprintf("placed on node %s by capability %s under operational context %s", node, c.Name, effective), env.Generation))
-	r.Recorder.Eventf(env, c, "Normal", "Scheduled", "Place", "Placed on node %s", node)
 	return nil
 }
 

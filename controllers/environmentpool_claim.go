@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	kerrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -47,7 +48,7 @@ func sameAllocation(a, b *wbv1.EnvironmentSpec) bool {
 // claim binds env to a Ready member of its pool. done reports that placement is decided
 // (claimed, or refused with a code); !done means no member could be had and env is placed
 // normally.
-func (r *EnvironmentReconciler) claim(ctx context.Context, env *wbv1.Environment, next *wbv1.EnvironmentStatus, all *[]metav1.Condition) (bool, error) {
+func (r *EnvironmentReconciler) claim(ctx context.Context, env *wbv1.Environment, cur, next *wbv1.EnvironmentStatus, all *[]metav1.Condition) (bool, error) {
 	logger := log.FromContext(ctx)
 	poolName := env.Spec.PoolRef.Name
 	var pool wbv1.EnvironmentPool
@@ -57,12 +58,14 @@ func (r *EnvironmentReconciler) claim(ctx context.Context, env *wbv1.Environment
 		}
 		setCondition(&next.Conditions, all, cond(wbv1.ConditionScheduled, false, wbv1.ReasonNoMatch,
 			fmt.Sprintf("%s: EnvironmentPool %s does not exist in namespace %s", actuation.CodePoolNotFound, poolName, env.Namespace), env.Generation))
+		lostBinding(env, next)
 		return true, nil
 	}
 	if !sameAllocation(&env.Spec, &pool.Spec.Template) {
 		setCondition(&next.Conditions, all, cond(wbv1.ConditionScheduled, false, wbv1.ReasonNoMatch,
 			fmt.Sprintf("%s: backend, requirements, roots, resources and imageRef must equal those of EnvironmentPool %s's template",
 				actuation.CodePoolTemplateMismatch, poolName), env.Generation))
+		lostBinding(env, next)
 		return true, nil
 	}
 	var members wbv1.EnvironmentList
@@ -74,7 +77,11 @@ func (r *EnvironmentReconciler) claim(ctx context.Context, env *wbv1.Environment
 	for i := range members.Items {
 		m := &members.Items[i]
 		if m.Labels[wbv1.PoolClaimedByLabel] == string(env.UID) {
-			return r.bindMember(ctx, env, m, next, all)
+			done, err := r.bindMember(ctx, env, m, next, all)
+			if err == nil && !done {
+				lostBinding(env, next)
+			}
+			return done, err
 		}
 	}
 	candidates := make([]*wbv1.Environment, 0, len(members.Items))
@@ -100,50 +107,19 @@ func (r *EnvironmentReconciler) claim(ctx context.Context, env *wbv1.Environment
 		if !ok {
 			continue
 		}
-		// The claimer's node label is written while the member is claimed (two writes of
-		// two objects, not one after the other): the label alone makes no node act (the
-		// node also needs status.nodeName, written after the claim), and a claim lost to
-		// another claimer leaves a label that the next member's bind, or ordinary
-		// placement, rewrites.
-		node := c.Spec.NodeName
-		labelled := make(chan error, 1)
-		if env.Labels[wbv1.NodeLabel] != node {
-			cp := env.DeepCopy()
-			go func() { labelled <- r.labelNode(ctx, cp, node) }()
-		} else {
-			labelled <- nil
-		}
-		// The claim: one write of the member, held to the version read. Two claimers racing
-		// for one member both write from the same version; the API server accepts one and
-		// answers the other with a conflict, and that one tries the next member.
-		orig := m.DeepCopy()
-		m.Labels[wbv1.PoolClaimedByLabel] = string(env.UID)
-		if m.Annotations == nil {
-			m.Annotations = map[string]string{}
-		}
-		m.Annotations[wbv1.PoolClaimedByAnnotation] = env.Name
-		m.OwnerReferences = slices.DeleteFunc(m.OwnerReferences, func(o metav1.OwnerReference) bool { return o.Kind == "EnvironmentPool" })
-		err = r.Patch(ctx, m, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
-		if lerr := <-labelled; lerr == nil {
-			if env.Labels == nil {
-				env.Labels = map[string]string{}
-			}
-			env.Labels[wbv1.NodeLabel] = node
-		} else if err == nil {
-			return false, lerr // claimed, not labelled: the next pass finds its own claim and binds it
-		}
+		won, err := r.claimAndBind(ctx, env, m, c, cur, next, all)
 		if err != nil {
-			if kerrors.IsConflict(err) || kerrors.IsNotFound(err) {
-				logger.V(1).Info("Pool member taken meanwhile; trying the next", "member", m.Name, "claimer", env.Name)
-				continue
-			}
-			return false, fmt.Errorf("claiming member %s of EnvironmentPool %s/%s for %s: %w", m.Name, env.Namespace, poolName, env.Name, err)
+			return false, err
 		}
-		claimMarker(env)("mgr-member-claimed")
+		if !won {
+			logger.V(1).Info("Pool member taken meanwhile; trying the next", "member", m.Name, "claimer", env.Name)
+			continue
+		}
 		poolClaims.WithLabelValues("claimed").Inc()
 		r.Recorder.Eventf(env, m, "Normal", "PoolClaimed", "Claim", "Adopted member %s of EnvironmentPool %s", m.Name, poolName)
-		return r.bindMember(ctx, env, m, next, all, c)
+		return true, nil
 	}
+	lostBinding(env, next)
 	poolClaims.WithLabelValues("empty").Inc()
 	r.Recorder.Eventf(env, &pool, "Normal", "PoolEmpty", "Claim", "EnvironmentPool %s has no Ready member; allocating normally", poolName)
 	return false, nil
@@ -165,22 +141,153 @@ func (r *EnvironmentReconciler) memberCapability(ctx context.Context, env, m *wb
 	return &c, ok, nil
 }
 
+// claimAndBind claims member m for env and writes env's binding to m's node — the node
+// label, and the status naming m (status.poolMember) — in the same moment: three writes of
+// two objects at once instead of the claim and then the binding. won is false when another
+// claimer took m (the claim's optimistic lock lost) or m is gone. The binding may then have
+// been written naming a member env does not hold; that is safe because a node adopts (or
+// allocates anything for) a claimer only once its cache shows the member claimed by the
+// claimer's UID (the node agent's poolClaimPending), which a lost claim never is: the claimed-by
+// label is written once and never changed. The next member's binding — or, with none left,
+// lostBinding's — replaces it; status.poolMember is rewritten, never removed. cur is
+// updated to the status written, so the caller's final apply writes only what changed after.
+func (r *EnvironmentReconciler) claimAndBind(ctx context.Context, env, m *wbv1.Environment, c *wbv1.BackendCapability,
+	cur, next *wbv1.EnvironmentStatus, all *[]metav1.Condition) (bool, error) {
+	poolName := env.Spec.PoolRef.Name
+	node := c.Spec.NodeName
+	if err := r.bindStatus(env, c, next, all); err != nil {
+		return false, err
+	}
+	next.PoolMember = &wbv1.PoolMemberStatus{Name: m.Name, UID: string(m.UID), SourceGeneration: m.Status.SourceGeneration}
+	bound := bindingStatus(env, next)
+
+	labelled := make(chan error, 1)
+	if env.Labels[wbv1.NodeLabel] != node {
+		cp := env.DeepCopy()
+		go func() { labelled <- r.labelNode(ctx, cp, node) }()
+	} else {
+		labelled <- nil
+	}
+	written := make(chan error, 1)
+	wc, cp := *cur, env.DeepCopy()
+	mark := claimMarker(env)
+	mark("mgr-claim-writes")
+	go func() {
+		_, err := applyStatus(ctx, r.Client, "environment", cp, wc, bound)
+		if err == nil {
+			mark("mgr-status-bound")
+		}
+		written <- err
+	}()
+	// The claim: one write of the member, held to the version read. Two claimers racing
+	// for one member both write from the same version; the API server accepts one and
+	// answers the other with a conflict, and that one tries the next member.
+	orig := m.DeepCopy()
+	m.Labels[wbv1.PoolClaimedByLabel] = string(env.UID)
+	if m.Annotations == nil {
+		m.Annotations = map[string]string{}
+	}
+	m.Annotations[wbv1.PoolClaimedByAnnotation] = env.Name
+	m.OwnerReferences = slices.DeleteFunc(m.OwnerReferences, func(o metav1.OwnerReference) bool { return o.Kind == "EnvironmentPool" })
+	cerr := r.Patch(ctx, m, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	if cerr == nil {
+		mark("mgr-member-claimed")
+	}
+	lerr, serr := <-labelled, <-written
+	if lerr == nil {
+		if env.Labels == nil {
+			env.Labels = map[string]string{}
+		}
+		env.Labels[wbv1.NodeLabel] = node
+	}
+	if serr == nil {
+		*cur = bound
+	}
+	if cerr != nil && kerrors.IsConflict(cerr) && r.APIReader != nil {
+		// A pass whose cache had not seen this claimer's own earlier claim of m loses to
+		// it: that is not a lost claim (claiming the next member too would hold two).
+		var fresh wbv1.Environment
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(m), &fresh); err == nil &&
+			fresh.UID == m.UID && fresh.Labels[wbv1.PoolClaimedByLabel] == string(env.UID) {
+			cerr = nil
+		}
+	}
+	switch {
+	case cerr != nil && (kerrors.IsConflict(cerr) || kerrors.IsNotFound(cerr)):
+		return false, nil
+	case cerr != nil:
+		return false, fmt.Errorf("claiming member %s of EnvironmentPool %s/%s for %s: %w", m.Name, env.Namespace, poolName, env.Name, cerr)
+	case lerr != nil:
+		return false, lerr // claimed: the next pass finds its own claim and binds it
+	case serr != nil:
+		return false, serr
+	}
+	r.Recorder.Eventf(env, c, "Normal", "Scheduled", "Place", "Placed on node %s", node)
+	return true, nil
+}
+
+// bindingStatus is the status the manager's binding write leaves: next as the Reconcile's
+// final apply would write it for a pool claimer (observed generation; no phase and no
+// health conditions: its node writes them, wbv1.EnvironmentPhaseWriter).
+func bindingStatus(env *wbv1.Environment, next *wbv1.EnvironmentStatus) wbv1.EnvironmentStatus {
+	out := *next.DeepCopy()
+	out.ObservedGeneration = env.Generation
+	out.Phase = ""
+	out.Conditions = ownedConditions(out.Conditions, wbv1.ConditionScheduled, wbv1.ConditionExpired)
+	return out
+}
+
+// lostBinding turns a binding naming a member env did not get into "no member": the claim
+// decided nothing for env, which is placed normally. status.poolMember is never removed
+// (its node keeps writing env's phase, wbv1.EnvironmentPhaseWriter); it names env itself,
+// which its node reads as "allocate afresh".
+func lostBinding(env *wbv1.Environment, next *wbv1.EnvironmentStatus) {
+	if pm := next.PoolMember; pm != nil && pm.UID != string(env.UID) {
+		next.PoolMember = &wbv1.PoolMemberStatus{Name: env.Name, UID: string(env.UID)}
+	}
+}
+
+// claimLost reports whether env's binding names a member it does not hold, before its node
+// acted on it (no Ready condition, no source generation): the member is claimed by another
+// Environment, gone, or not claimed (env's claim never landed). The cache is asked first;
+// only when it does not show the claim is the API server asked, so a claim the cache has
+// not seen yet is not taken for lost.
+func (r *EnvironmentReconciler) claimLost(ctx context.Context, env *wbv1.Environment) (bool, error) {
+	pm := env.Status.PoolMember
+	if pm == nil || pm.UID == string(env.UID) || env.Status.SourceGeneration != 0 ||
+		meta.FindStatusCondition(env.Status.Conditions, wbv1.ConditionReady) != nil || !env.DeletionTimestamp.IsZero() {
+		return false, nil
+	}
+	holds := func(m *wbv1.Environment) bool {
+		return string(m.UID) == pm.UID && m.Labels[wbv1.PoolClaimedByLabel] == string(env.UID)
+	}
+	key := types.NamespacedName{Namespace: env.Namespace, Name: pm.Name}
+	var m wbv1.Environment
+	if err := r.Get(ctx, key, &m); err == nil && holds(&m) {
+		return false, nil
+	}
+	if r.APIReader == nil {
+		return false, nil
+	}
+	if err := r.APIReader.Get(ctx, key, &m); err != nil {
+		if kerrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, fmt.Errorf("reading pool member %s of Environment %s/%s: %w", key, env.Namespace, env.Name, err)
+	}
+	return !holds(&m), nil
+}
+
 // bindMember binds env to the node of its claimed member m and records the member, whose
 // backend instance the node agent then moves to env.
-func (r *EnvironmentReconciler) bindMember(ctx context.Context, env, m *wbv1.Environment, next *wbv1.EnvironmentStatus, all *[]metav1.Condition, known ...*wbv1.BackendCapability) (bool, error) {
-	var c *wbv1.BackendCapability
-	if len(known) > 0 {
-		c = known[0]
-	} else {
-		var err error
-		var ok bool
-		if c, ok, err = r.memberCapability(ctx, env, m); err != nil {
-			return false, err
-		} else if !ok {
-			// The member's capability is gone or no longer fits: it stays claimed (its pool
-			// deletes it) and env is placed normally.
-			return false, nil
-		}
+func (r *EnvironmentReconciler) bindMember(ctx context.Context, env, m *wbv1.Environment, next *wbv1.EnvironmentStatus, all *[]metav1.Condition) (bool, error) {
+	c, ok, err := r.memberCapability(ctx, env, m)
+	if err != nil {
+		return false, err
+	} else if !ok {
+		// The member's capability is gone or no longer fits: it stays claimed (its pool
+		// deletes it) and env is placed normally.
+		return false, nil
 	}
 	if err := r.bind(ctx, env, c, next, all); err != nil {
 		return false, err

@@ -28,7 +28,7 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 	c := mgr.GetClient()
 	now := time.Now
 	for _, s := range []interface{ SetupWithManager(ctrl.Manager) error }{
-		&EnvironmentReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-environment"), Now: now},
+		&EnvironmentReconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("workbench-environment"), Now: now},
 		&EnvironmentPoolReconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("workbench-environmentpool")},
 		&CommandProfileReconciler{Client: c},
 		&ConsentRequestReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-consent"), Now: now},

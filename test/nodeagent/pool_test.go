@@ -340,6 +340,139 @@ func TestPoolConcurrentClaims(t *testing.T) {
 	}
 }
 
+// TestPoolLostClaimRace: two claimers race for a pool's one Ready member. The manager writes
+// each claimer's binding (status.poolMember) at the same time as its claim of the member, so
+// the loser may be bound, for a moment, to a member it did not get. Exactly one claimer
+// adopts the member's instance; the other never acts on it (its node waits for the member's
+// claimed-by label to name it, which it never does) and gets another member or is allocated
+// afresh (status.poolMember then names itself: rewritten, never removed); both are Ready with
+// the node writing their phase, and deleting the claimers and the pool leaves no copy of
+// anyone.
+func TestPoolLostClaimRace(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	tmpl := poolTemplate(t)
+	createPool(t, ns, "pool", 1, tmpl)
+	before := waitPoolReady(t, ns, "pool", 1)
+	var orig wbv1.Environment
+	for _, m := range before {
+		orig = m
+	}
+	// copyOf is the one copy of the repo root under uid's fixtures.
+	copyOf := func(uid types.UID) string {
+		t.Helper()
+		copies, err := filepath.Glob(filepath.Join(fixtureDir(uid), "repo", "fx-*"))
+		must(t, err)
+		if len(copies) != 1 {
+			t.Fatalf("environment %s: want one copy, have %v", uid, copies)
+		}
+		return copies[0]
+	}
+	must(t, writeFile(filepath.Join(copyOf(orig.UID), "marker.txt"), "member\n"))
+	seen := map[string][]func(rv string) []wbv1.Environment{}
+	for _, n := range []string{"race-0", "race-1"} {
+		seen[n] = append(seen[n], watchVersions(t, ns, n))
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = env.Client.Create(ctx, claimer(ns, fmt.Sprintf("race-%d", i), "pool", tmpl))
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		must(t, err)
+	}
+	ready := []*wbv1.Environment{waitEnvReady(t, ns, "race-0"), waitEnvReady(t, ns, "race-1")}
+	var winner, loser *wbv1.Environment
+	for _, c := range ready {
+		if c.Status.PoolMember != nil && c.Status.PoolMember.UID == string(orig.UID) {
+			if winner != nil {
+				t.Fatalf("both claimers record member %s", orig.Name)
+			}
+			winner = c
+		} else {
+			loser = c
+		}
+	}
+	if winner == nil || loser == nil {
+		t.Fatalf("exactly one claimer should hold member %s: %+v / %+v", orig.Name, ready[0].Status.PoolMember, ready[1].Status.PoolMember)
+	}
+	var m wbv1.Environment
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(&orig), &m); err == nil && m.Labels[wbv1.PoolClaimedByLabel] != string(winner.UID) {
+		t.Fatalf("member %s is claimed by %q, not by the claimer recording it (%s)", orig.Name, m.Labels[wbv1.PoolClaimedByLabel], winner.UID)
+	}
+	if got, err := os.ReadFile(filepath.Join(copyOf(winner.UID), "marker.txt")); err != nil || string(got) != "member\n" {
+		t.Fatalf("the winner %s does not hold the member's copy: %q %v", winner.Name, got, err)
+	}
+	if lc := copyOf(loser.UID); exists(filepath.Join(lc, "marker.txt")) || !exists(filepath.Join(lc, "seed.txt")) {
+		t.Fatalf("the loser %s should hold a copy of its own, not the member's", loser.Name)
+	}
+	switch pm := loser.Status.PoolMember; {
+	case pm == nil:
+		t.Logf("%s lost the race before its binding was written: allocated normally", loser.Name)
+	case pm.UID == string(loser.UID):
+		t.Logf("%s was bound beside a lost claim; no member left: allocated afresh (poolMember names itself)", loser.Name)
+	default:
+		if _, orig := before[pm.Name]; orig {
+			t.Fatalf("the loser %s records the original member %s", loser.Name, pm.Name)
+		}
+		t.Logf("%s adopted the refilled member %s", loser.Name, pm.Name)
+	}
+	// Every version of both claimers: Ready only with phase Ready (the node's write), never a
+	// Ready condition while bound to a member the claimer does not hold, and poolMember,
+	// once set, never removed.
+	lostBound := false
+	for _, c := range ready {
+		vs := seen[c.Name][0](c.ResourceVersion)
+		assertNodeWritesClaimerPhase(t, c, vs)
+		had := false
+		for _, v := range vs {
+			pm := v.Status.PoolMember
+			if had && pm == nil {
+				t.Errorf("%s version %s: status.poolMember was removed", c.Name, v.ResourceVersion)
+			}
+			had = had || pm != nil
+			if c == loser && pm != nil && pm.UID == string(orig.UID) {
+				lostBound = true
+				for _, cd := range v.Status.Conditions {
+					if cd.Type == wbv1.ConditionReady || cd.Type == wbv1.ConditionReconciling {
+						t.Errorf("%s version %s: its node wrote %s while it was bound to a member it lost", c.Name, v.ResourceVersion, cd.Type)
+					}
+				}
+			}
+		}
+	}
+	t.Logf("loser bound to the lost member in some version: %v", lostBound)
+	// Nothing leaks: the claimers and the pool deleted, no copy of anyone remains.
+	uids := []types.UID{orig.UID, winner.UID, loser.UID}
+	for _, c := range ready {
+		must(t, env.Client.Delete(ctx, c))
+	}
+	for _, c := range ready {
+		waitGone(t, c)
+	}
+	for _, mm := range members(t, ns, "pool") {
+		uids = append(uids, mm.UID)
+	}
+	var p wbv1.EnvironmentPool
+	must(t, env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "pool"}, &p))
+	must(t, env.Client.Delete(ctx, &p))
+	waitGone(t, &p)
+	eventually(t, 60*time.Second, "every member gone", func() (bool, string) {
+		ms := members(t, ns, "pool")
+		return len(ms) == 0, fmt.Sprintf("%v", keys(ms))
+	})
+	for _, u := range uids {
+		if exists(fixtureDir(u)) {
+			t.Errorf("copies left at %s", fixtureDir(u))
+		}
+	}
+}
+
 // TestPoolTemplateRecreate: changing the template replaces the members made from the old one.
 func TestPoolTemplateRecreate(t *testing.T) {
 	ctx := context.Background()

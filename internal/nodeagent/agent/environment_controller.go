@@ -188,6 +188,16 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			result = ctrl.Result{} // a claimed pool member: its instance is its claimer's now (pool.go)
 			break
 		}
+		if pending, err := a.poolClaimPending(ctx, &env); err != nil {
+			return ctrl.Result{}, err
+		} else if pending {
+			// A pool claimer whose member this node's cache does not show claimed by it
+			// (the claim and the binding are written at once, pool.go): nothing is done and
+			// nothing written until the claim shows (its member's change requeues it) or
+			// the manager binds it anew.
+			mark("node-claim-pending")
+			return ctrl.Result{}, nil
+		}
 		adoptedFrom, err := a.adoptPoolMember(ctx, &env, b, &spec)
 		if err != nil {
 			return ctrl.Result{}, err

@@ -4,7 +4,11 @@ import (
 	"context"
 	"fmt"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends"
@@ -63,6 +67,48 @@ func (a *Agent) adoptPoolMember(ctx context.Context, env *wbv1.Environment, b ba
 	a.forgetEnv(pm.UID)
 	a.recordEvent(env, "Normal", "PoolMemberAdopted", "adopted the instance of pool member "+pm.Name+" on node "+a.cfg.NodeName)
 	return pm.UID, nil
+}
+
+// poolClaimPending reports whether env is a pool claimer this node must not act for yet:
+// its status names a member (status.poolMember, not env itself) that this node's cache does
+// not show claimed by env's UID, and env has no store record here (an adopted or allocated
+// claimer has one; its member may be deleted since). The manager writes the claim of the
+// member and env's binding at the same time (controllers/environmentpool_claim.go), so a
+// binding can name a member whose claim another claimer won: such a claim never shows (a
+// claimed-by label is written once), nothing is moved or allocated for env, and the manager
+// binds env anew. A claim the cache has not seen yet shows with the member's next event,
+// which requeues env (claimerOfMember).
+func (a *Agent) poolClaimPending(ctx context.Context, env *wbv1.Environment) (bool, error) {
+	pm := env.Status.PoolMember
+	if pm == nil || pm.UID == string(env.UID) {
+		return false, nil
+	}
+	if _, found, err := a.store.Environments().Get(string(env.UID)); err != nil {
+		return false, fmt.Errorf("reading the store record of environment %s/%s: %w", env.Namespace, env.Name, err)
+	} else if found {
+		return false, nil
+	}
+	var m wbv1.Environment
+	if err := a.client.Get(ctx, types.NamespacedName{Namespace: env.Namespace, Name: pm.Name}, &m); err != nil {
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, fmt.Errorf("reading pool member %s/%s of environment %s: %w", env.Namespace, pm.Name, env.Name, err)
+	}
+	return string(m.UID) != pm.UID || m.Labels[wbv1.PoolClaimedByLabel] != string(env.UID), nil
+}
+
+// claimerOfMember maps a claimed pool member to its claimer, so a claimer whose binding
+// arrived before its member's claim (poolClaimPending) is reconciled when the claim shows.
+func claimerOfMember(_ context.Context, o client.Object) []reconcile.Request {
+	if o.GetLabels()[wbv1.PoolClaimedByLabel] == "" {
+		return nil
+	}
+	name := o.GetAnnotations()[wbv1.PoolClaimedByAnnotation]
+	if name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
 }
 
 // claimMarker marks steps of a pool claimer's path for the benchmarks' span breakdown

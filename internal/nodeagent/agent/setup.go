@@ -52,6 +52,7 @@ func (a *Agent) setupControllers(mgr ctrl.Manager) error {
 	envOpts.MaxConcurrentReconciles = environmentWorkers
 	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.Environment{}).Named(name("environment")).WithOptions(envOpts).
 		WatchesRawSource(source.Channel(a.wakeEnvironments, &handler.EnqueueRequestForObject{})).
+		Watches(&wbv1.Environment{}, handler.EnqueueRequestsFromMapFunc(claimerOfMember)). // pool.go
 		Complete(&environmentReconciler{a: a}); err != nil {
 		return fmt.Errorf("environment controller: %w", err)
 	}
