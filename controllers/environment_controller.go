@@ -56,8 +56,30 @@ func environmentOwned(s *wbv1.EnvironmentStatus) wbv1.EnvironmentStatus {
 	if wbv1.EnvironmentPhaseWriter(s) == wbv1.PhaseWriterNode {
 		out.Phase = ""
 		out.Conditions = ownedConditions(s.Conditions, wbv1.ConditionScheduled, wbv1.ConditionExpired)
+		if wbv1.EnvironmentAwaitsNode(s) {
+			out.Conditions = append(out.Conditions, ownedConditions(s.Conditions, wbv1.ConditionReconciling, wbv1.ConditionStalled)...)
+		}
 	}
 	return out
+}
+
+// claimerHealth leaves in next the conditions the manager writes for a pool claimer (its
+// node writes the phase): Scheduled and Expired, and — until its node's first write
+// (wbv1.EnvironmentAwaitsNode) — Reconciling=True, Stalled=False.
+func claimerHealth(env *wbv1.Environment, next *wbv1.EnvironmentStatus, all *[]metav1.Condition) {
+	next.Phase = ""
+	if !wbv1.EnvironmentAwaitsNode(&wbv1.EnvironmentStatus{PoolMember: next.PoolMember, Conditions: *all}) {
+		next.Conditions = ownedConditions(next.Conditions, wbv1.ConditionScheduled, wbv1.ConditionExpired)
+	} else {
+		// Kept, then set: an unchanged condition keeps its transition time (a new one
+		// would make every pass write).
+		next.Conditions = ownedConditions(next.Conditions, wbv1.ConditionScheduled, wbv1.ConditionExpired,
+			wbv1.ConditionReconciling, wbv1.ConditionStalled)
+		for _, hc := range wbv1.HealthConditions(wbv1.HealthProgressing, string(wbv1.EnvironmentAllocating),
+			"bound to pool member "+next.PoolMember.Name+"; its node adopts the member's instance", env.Generation) {
+			setCondition(&next.Conditions, all, hc)
+		}
+	}
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -110,8 +132,7 @@ func (r *EnvironmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			setCondition(&next.Conditions, &all, hc)
 		}
 	} else {
-		next.Phase = ""
-		next.Conditions = ownedConditions(next.Conditions, wbv1.ConditionScheduled, wbv1.ConditionExpired)
+		claimerHealth(&env, &next, &all)
 	}
 	wrote, err := applyStatus(ctx, r.Client, "environment", &env, cur, next)
 	if err != nil {

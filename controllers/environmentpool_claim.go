@@ -159,7 +159,7 @@ func (r *EnvironmentReconciler) claimAndBind(ctx context.Context, env, m *wbv1.E
 		return false, err
 	}
 	next.PoolMember = &wbv1.PoolMemberStatus{Name: m.Name, UID: string(m.UID), SourceGeneration: m.Status.SourceGeneration}
-	bound := bindingStatus(env, next)
+	bound := bindingStatus(env, next, all)
 
 	labelled := make(chan error, 1)
 	if env.Labels[wbv1.NodeLabel] != node {
@@ -202,6 +202,7 @@ func (r *EnvironmentReconciler) claimAndBind(ctx context.Context, env, m *wbv1.E
 	}
 	if serr == nil {
 		*cur = bound
+		*next = *bound.DeepCopy() // the caller's final apply then writes only what changed after
 	}
 	if cerr != nil && kerrors.IsConflict(cerr) && r.APIReader != nil {
 		// A pass whose cache had not seen this claimer's own earlier claim of m loses to
@@ -227,13 +228,13 @@ func (r *EnvironmentReconciler) claimAndBind(ctx context.Context, env, m *wbv1.E
 }
 
 // bindingStatus is the status the manager's binding write leaves: next as the Reconcile's
-// final apply would write it for a pool claimer (observed generation; no phase and no
-// health conditions: its node writes them, wbv1.EnvironmentPhaseWriter).
-func bindingStatus(env *wbv1.Environment, next *wbv1.EnvironmentStatus) wbv1.EnvironmentStatus {
+// final apply would write it for a pool claimer (observed generation; no phase — its node
+// writes it, wbv1.EnvironmentPhaseWriter — and Reconciling=True until the node's first
+// write, claimerHealth).
+func bindingStatus(env *wbv1.Environment, next *wbv1.EnvironmentStatus, all *[]metav1.Condition) wbv1.EnvironmentStatus {
 	out := *next.DeepCopy()
 	out.ObservedGeneration = env.Generation
-	out.Phase = ""
-	out.Conditions = ownedConditions(out.Conditions, wbv1.ConditionScheduled, wbv1.ConditionExpired)
+	claimerHealth(env, &out, all)
 	return out
 }
 

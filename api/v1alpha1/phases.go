@@ -147,6 +147,18 @@ func EnvironmentPhaseWriter(s *EnvironmentStatus) PhaseWriter {
 	return PhaseWriterManager
 }
 
+// EnvironmentAwaitsNode says a pool claimer's node has not written its status yet (the
+// claimer has status.poolMember and no Ready condition). Until it does, the manager's writes
+// carry Reconciling=True and Stalled=False, so kstatus reads a bound claimer InProgress
+// rather than Current; the node's first write (its Ready condition and the health
+// conditions, EnvironmentPhaseWriter) takes both over, and the manager's writes after it
+// carry neither. A manager write from a pass that had not seen the node's write can set
+// Reconciling=True again on a Ready claimer: that is itself a change of the claimer, whose
+// node pass writes its own health back (a brief InProgress, never a false Current).
+func EnvironmentAwaitsNode(s *EnvironmentStatus) bool {
+	return s.PoolMember != nil && meta.FindStatusCondition(s.Conditions, ConditionReady) == nil
+}
+
 // ConsentDecisionFor derives a ConsentRequest's decision from its Decided condition.
 func ConsentDecisionFor(conds []metav1.Condition) ConsentDecision {
 	if isTrue(conds, ConditionDecided) {

@@ -418,3 +418,26 @@ func TestEnvironmentPhaseWriterHandOff(t *testing.T) {
 		})
 	}
 }
+
+// TestEnvironmentAwaitsNode: the manager carries Reconciling=True for a pool claimer only
+// until its node's first write (a Ready condition of any status).
+func TestEnvironmentAwaitsNode(t *testing.T) {
+	member := &wbv1.PoolMemberStatus{Name: "pool-abcde", UID: "0b7f0c2e-7d4e-4c4b-9a53-1f1e2d3c4b5a"}
+	for _, tc := range []struct {
+		name   string
+		status wbv1.EnvironmentStatus
+		want   bool
+	}{
+		{"ordinary, placed", wbv1.EnvironmentStatus{NodeName: "n1", Conditions: []metav1.Condition{c(wbv1.ConditionScheduled, true, wbv1.ReasonPlaced)}}, false},
+		{"claimer bound, node not yet written", wbv1.EnvironmentStatus{NodeName: "n1", PoolMember: member, Conditions: []metav1.Condition{c(wbv1.ConditionScheduled, true, wbv1.ReasonPlaced)}}, true},
+		{"claimer bound, manager's Reconciling set", wbv1.EnvironmentStatus{NodeName: "n1", PoolMember: member, Conditions: []metav1.Condition{c(wbv1.ConditionScheduled, true, wbv1.ReasonPlaced), c(wbv1.ConditionReconciling, true, "Allocating")}}, true},
+		{"claimer Ready", wbv1.EnvironmentStatus{NodeName: "n1", PoolMember: member, Conditions: []metav1.Condition{c(wbv1.ConditionReady, true, "Ready")}}, false},
+		{"claimer failed on its node", wbv1.EnvironmentStatus{NodeName: "n1", PoolMember: member, Conditions: []metav1.Condition{c(wbv1.ConditionReady, false, wbv1.ReasonFailed)}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := wbv1.EnvironmentAwaitsNode(&tc.status); got != tc.want {
+				t.Fatalf("EnvironmentAwaitsNode = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
