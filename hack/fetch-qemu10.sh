@@ -27,6 +27,8 @@ declare -A SHA256=(
 
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'fetch-qemu10: %s\n' "$*" >&2; exit 1; }
+# shellcheck source=hack/lib/apt-side.sh
+source "$REPO/hack/lib/apt-side.sh"
 
 [[ "$(uname -m)" == x86_64 ]] || die "x86_64 only (this is $(uname -m))"
 mkdir -p "$OUT/debs"
@@ -43,21 +45,8 @@ for p in "${!SHA256[@]}"; do
   sha_ok "$(deb_of "$p")" "${SHA256[$p]}" || need+=("$p=$VERSION")
 done
 if ((${#need[@]})); then
-  mirror="$(awk '/^URIs:/ && $2 !~ /security/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)"
-  [[ -n "$mirror" ]] || die "no Debian mirror in /etc/apt/sources.list.d/debian.sources"
-  A="$OUT/apt"
-  rm -rf "$A"
-  mkdir -p "$A/sources.list.d" "$A/preferences.d" "$A/lists/partial" "$A/cache/archives/partial"
-  : >"$A/status"
-  printf 'Types: deb\nURIs: %s\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
-    "$mirror" >"$A/sources.list.d/backports.sources"
-  APT_OPTS=(-o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$A/sources.list.d"
-    -o "Dir::Etc::Preferences=/dev/null" -o "Dir::Etc::PreferencesParts=$A/preferences.d"
-    -o "Dir::State::Lists=$A/lists" -o "Dir::Cache=$A/cache" -o "Dir::State::status=$A/status")
   log "fetching ${need[*]} (bookworm-backports, separate apt configuration)"
-  apt-get "${APT_OPTS[@]}" update -qq
-  (cd "$OUT/debs" && apt-get "${APT_OPTS[@]}" download -qq "${need[@]}" 2>&1 | grep -v 'unsandboxed as root' || true)
-  rm -rf "$A"
+  apt_side_download bookworm-backports "$OUT/apt" "$OUT/debs" "${need[@]}"
   for p in "${!SHA256[@]}"; do
     sha_ok "$(deb_of "$p")" "${SHA256[$p]}" || die "$(deb_of "$p") missing or sha256 mismatch (want ${SHA256[$p]})"
   done

@@ -43,6 +43,8 @@ APPLETS=(sh ash ls cat echo uname sleep env true false mkdir rm mv cp ln sort wc
 
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'guest-image: %s\n' "$*" >&2; exit 1; }
+# shellcheck source=hack/lib/apt-side.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/apt-side.sh"
 
 [[ "$(uname -m)" == x86_64 ]] || die "x86_64 only (this is $(uname -m))"
 [[ $EUID -eq 0 ]] || die "run as root (apt-get install/download)"
@@ -153,23 +155,10 @@ SPEC="$WORK/initramfs.spec"
 VDEB="$WORK/vhost-device-vsock_${VHOST_VSOCK_VERSION}_amd64.deb"
 sha_ok() { [[ -f "$1" ]] && [[ "$(sha256sum "$1" | cut -d' ' -f1)" == "$VHOST_VSOCK_SHA256" ]]; }
 if ! sha_ok "$VDEB"; then
-  mirror="$(awk '/^URIs:/ && $2 !~ /security/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)"
-  [[ -n "$mirror" ]] || die "no Debian mirror in /etc/apt/sources.list.d/debian.sources"
-  A="$WORK/apt-unstable"
-  rm -rf "$A"
-  mkdir -p "$A/sources.list.d" "$A/preferences.d" "$A/lists/partial" "$A/cache/archives/partial"
-  : >"$A/status"
-  printf 'Types: deb\nURIs: %s\nSuites: unstable\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
-    "$mirror" >"$A/sources.list.d/unstable.sources"
-  APT_OPTS=(-o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$A/sources.list.d"
-    -o "Dir::Etc::Preferences=/dev/null" -o "Dir::Etc::PreferencesParts=$A/preferences.d"
-    -o "Dir::State::Lists=$A/lists" -o "Dir::Cache=$A/cache" -o "Dir::State::status=$A/status")
   log "fetching vhost-device-vsock $VHOST_VSOCK_VERSION (unstable, separate apt configuration)"
-  apt-get "${APT_OPTS[@]}" update -qq
   rm -f "$WORK"/vhost-device-vsock_*.deb
-  (cd "$WORK" && apt-get "${APT_OPTS[@]}" download -qq "vhost-device-vsock=$VHOST_VSOCK_VERSION" 2>&1 | grep -v 'unsandboxed as root' || true)
+  apt_side_download unstable "$WORK/apt-unstable" "$WORK" "vhost-device-vsock=$VHOST_VSOCK_VERSION"
   sha_ok "$VDEB" || die "vhost-device-vsock .deb missing or sha256 mismatch (want $VHOST_VSOCK_SHA256)"
-  rm -rf "$A" # the unstable lists are not kept; the pinned .deb is
 fi
 rm -rf "$WORK/vdeb"
 dpkg-deb -x "$VDEB" "$WORK/vdeb"

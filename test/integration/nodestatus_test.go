@@ -26,15 +26,7 @@ import (
 func TestNodeStatusWriteCondition(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	placedSetup(t, ns, "node-s1")
-	var e wbv1.Environment
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
-	bound := e.Status.NodeName
-	must(t, env.Client.Create(ctx, command(ns, "c", "/usr/bin/git", "--no-pager", "status")))
-	eventually(t, 20*time.Second, "command bound to "+bound, func() (bool, string) {
-		c := getCommand(t, ns, "c")
-		return c.Labels[wbv1.NodeLabel] == bound && isTrue(c.Status.Conditions, wbv1.ConditionAdmitted), fmt.Sprint(c.Labels)
-	})
+	bound := boundCommand(t, ns, "node-s1")
 	const nodeNameExtra = "authentication.kubernetes.io/node-name"
 	sa := func(name string) string { return "system:serviceaccount:workbench-system:" + name }
 	cases := []struct {
@@ -80,4 +72,22 @@ func TestNodeStatusWriteCondition(t *testing.T) {
 			mustRefuse(t, err, "node-restricted")
 		})
 	}
+}
+
+// boundCommand places an environment in ns on a node whose capability is named after node
+// (placedSetup), creates command "c" in it and waits until the command is admitted and bound
+// to the environment's node, which it returns.
+func boundCommand(t *testing.T, ns, node string) string {
+	t.Helper()
+	ctx := context.Background()
+	placedSetup(t, ns, node)
+	var e wbv1.Environment
+	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+	bound := e.Status.NodeName
+	must(t, env.Client.Create(ctx, command(ns, "c", "/usr/bin/git", "--no-pager", "status")))
+	eventually(t, 20*time.Second, "command bound to "+bound, func() (bool, string) {
+		c := getCommand(t, ns, "c")
+		return c.Labels[wbv1.NodeLabel] == bound && isTrue(c.Status.Conditions, wbv1.ConditionAdmitted), fmt.Sprint(c.Labels)
+	})
+	return bound
 }

@@ -95,15 +95,7 @@ func TestRoles(t *testing.T) {
 func TestNodeRestriction(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	placedSetup(t, ns, "node-r1")
-	var e wbv1.Environment
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
-	bound := e.Status.NodeName // the first capability by name, whichever test created it
-	must(t, env.Client.Create(ctx, command(ns, "c", "/usr/bin/git", "--no-pager", "status")))
-	eventually(t, 20*time.Second, "command bound to "+bound, func() (bool, string) {
-		c := getCommand(t, ns, "c")
-		return c.Labels[wbv1.NodeLabel] == bound && isTrue(c.Status.Conditions, wbv1.ConditionAdmitted), fmt.Sprint(c.Labels)
-	})
+	bound := boundCommand(t, ns, "node-r1") // the first capability by name, whichever test created it
 	must(t, env.Bind(ctx, "workbench-node-agent", webhooks.NodeUserPrefix+bound, ""))
 	must(t, env.Bind(ctx, "workbench-node-agent", webhooks.NodeUserPrefix+"node-other", ""))
 	n1, _ := env.As(webhooks.NodeUserPrefix+bound, webhooks.NodeGroup)
@@ -122,8 +114,8 @@ func TestNodeRestriction(t *testing.T) {
 	must(t, startRunning(n1))
 	// The API server enforces the status half itself (the ValidatingAdmissionPolicy in
 	// config/webhook/node_status_policy.yaml; no webhook is called for these writes), for
-	// every kind a node writes the status of: an Environment too, and an identity that
-	// names no node writes no status at all.
+	// every kind a node writes the status of: an Environment too. (Every identity form
+	// against a command: TestNodeStatusWriteCondition.)
 	envStatus := func(c client.Client) error {
 		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			var cur wbv1.Environment
@@ -135,10 +127,6 @@ func TestNodeRestriction(t *testing.T) {
 	}
 	mustRefuse(t, envStatus(n2), "node-restricted")
 	must(t, envStatus(n1))
-	must(t, env.Bind(ctx, "workbench-node-agent", webhooks.NodeUserPrefix+"nameless", ""))
-	nameless, _ := env.As(webhooks.NodeUserPrefix + "nameless") // not in the nodes group: no node name
-	mustRefuse(t, startRunning(nameless), "carries no node name")
-	mustRefuse(t, envStatus(nameless), "carries no node name")
 	cmd := getCommand(t, ns, "c")
 	cmd.Spec.TimeoutSeconds = 5
 	// Spec writes: RBAC already refuses them; the webhook would too (node-restricted).

@@ -374,35 +374,26 @@ func (r *Ring) Notify() <-chan struct{} {
 // Wait blocks until an event with Seq > afterSeq exists, the ring is closed
 // (ErrClosed, only when nothing newer exists) or ctx is done (ctx.Err()). It
 // never sleeps: it parks on the broadcast channel.
-func (r *Ring) Wait(ctx context.Context, afterSeq uint64) error {
-	for {
-		r.mu.Lock()
-		if r.nextSeq-1 > afterSeq {
-			r.mu.Unlock()
-			return nil
-		}
-		if r.closed {
-			r.mu.Unlock()
-			return ErrClosed
-		}
-		r.notifyTaken = true
-		ch := r.notify
-		r.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return fmt.Errorf("ring wait after seq %d: %w", afterSeq, ctx.Err())
-		}
-	}
-}
+func (r *Ring) Wait(ctx context.Context, afterSeq uint64) error { return r.wait(ctx, afterSeq, false) }
 
 // WaitNonInput is Wait for an event other than input (KindInput): it blocks until one
 // with Seq > afterSeq exists, the ring is closed (ErrClosed, only when no such event is
 // newer) or ctx is done. Input events appended meanwhile do not wake it.
 func (r *Ring) WaitNonInput(ctx context.Context, afterSeq uint64) error {
+	return r.wait(ctx, afterSeq, true)
+}
+
+// wait parks on the broadcast channel of every event (nonInput false) or of events other
+// than input (nonInput true) until one newer than afterSeq exists, the ring is closed or
+// ctx is done.
+func (r *Ring) wait(ctx context.Context, afterSeq uint64, nonInput bool) error {
 	for {
 		r.mu.Lock()
-		if r.lastNonInput > afterSeq {
+		last, taken, ch := r.nextSeq-1, &r.notifyTaken, r.notify
+		if nonInput {
+			last, taken, ch = r.lastNonInput, &r.nonInputTaken, r.nonInputNotify
+		}
+		if last > afterSeq {
 			r.mu.Unlock()
 			return nil
 		}
@@ -410,8 +401,7 @@ func (r *Ring) WaitNonInput(ctx context.Context, afterSeq uint64) error {
 			r.mu.Unlock()
 			return ErrClosed
 		}
-		r.nonInputTaken = true
-		ch := r.nonInputNotify
+		*taken = true
 		r.mu.Unlock()
 		select {
 		case <-ch:
