@@ -303,19 +303,7 @@ func TestPoolConcurrentClaims(t *testing.T) {
 	tmpl := poolTemplate(t)
 	createPool(t, ns, "pool", 2, tmpl)
 	before := waitPoolReady(t, ns, "pool", 2)
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for i := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = env.Client.Create(ctx, claimer(ns, fmt.Sprintf("claim-%d", i), "pool", tmpl))
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		must(t, err)
-	}
+	createClaimersAtOnce(t, ns, "pool", tmpl, "claim-0", "claim-1")
 	a, b := waitEnvReady(t, ns, "claim-0"), waitEnvReady(t, ns, "claim-1")
 	if a.Status.PoolMember == nil || b.Status.PoolMember == nil {
 		t.Fatalf("both claimers should adopt a member: %+v / %+v", a.Status.PoolMember, b.Status.PoolMember)
@@ -381,19 +369,7 @@ func TestPoolLostClaimRace(t *testing.T) {
 	for _, n := range []string{"race-0", "race-1"} {
 		seen[n] = append(seen[n], watchVersions(t, ns, n))
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for i := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = env.Client.Create(ctx, claimer(ns, fmt.Sprintf("race-%d", i), "pool", tmpl))
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		must(t, err)
-	}
+	createClaimersAtOnce(t, ns, "pool", tmpl, "race-0", "race-1")
 	ready := []*wbv1.Environment{waitEnvReady(t, ns, "race-0"), waitEnvReady(t, ns, "race-1")}
 	var winner, loser *wbv1.Environment
 	for _, c := range ready {
@@ -579,5 +555,23 @@ func TestPoolClaimRefusals(t *testing.T) {
 	e := waitEnvReady(t, ns, "orphan")
 	if e.Status.NodeName != nodeName {
 		t.Fatalf("orphan not placed once its pool exists: %+v", e.Status)
+	}
+}
+
+// createClaimersAtOnce creates one claimer of pool per name, all at the same moment.
+func createClaimersAtOnce(t *testing.T, ns, pool string, tmpl wbv1.EnvironmentSpec, names ...string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, len(names))
+	for i, n := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = env.Client.Create(context.Background(), claimer(ns, n, pool, tmpl))
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		must(t, err)
 	}
 }
