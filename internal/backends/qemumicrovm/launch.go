@@ -36,6 +36,14 @@ type vm struct {
 	// it) and paused says this process stopped the VM (pause.go).
 	mon    *qmpConn
 	paused bool
+	// The guest channels this process handed out (Guest), for the drain before a pause
+	// (pause.go): open counts them, idle closes when the last one closes, lastUse is when
+	// a channel of this process last closed, and holding refuses new ones while a pause
+	// drains or holds the VM. Guarded by Backend.mu.
+	open    int
+	idle    chan struct{}
+	lastUse time.Time
+	holding bool
 }
 
 // alive reports whether both processes still run (as the recorded incarnations: the

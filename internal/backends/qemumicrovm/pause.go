@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"sensorium.dev/workbench/internal/backends"
@@ -22,6 +23,99 @@ var _ backends.Pauser = (*Backend)(nil)
 // resumeWait bounds the wait for the guest agent's handshake after cont.
 const resumeWait = 30 * time.Second
 
+// The drain before a pause. QMP stop stops the vhost-user vsock device's rings
+// (GET_VRING_BASE) with the vCPUs; with the device this image ships (vhost-device-vsock
+// 0.3), vsock traffic still moving in the moments before that stop can leave the device
+// answering no new connection after cont, for good (TestPauseResumeCycles: about one
+// cycle in ten with two command streams running into the pause; none in 60 cycles after
+// a drain and settle). So a pause first holds new channels of this process off
+// (refused with environment-paused: the node refuses new work on a paused environment
+// anyway), waits for the open ones to close, bounded by pauseDrainWait, and lets the
+// device settle for pauseSettle after the last one closed. A channel still open at the
+// bound (a long guest command) is paused with, and said in the status message.
+const (
+	pauseDrainWait = 10 * time.Second
+	pauseSettle    = 300 * time.Millisecond
+)
+
+// openChannel counts a new guest channel of this process, or refuses it while a pause
+// drains or holds the VM. The caller calls release once, when the channel closes.
+func (b *Backend) openChannel(v *vm) (release func(), err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if v.holding {
+		return nil, fsaccess.Errorf(CodePaused, "the environment's VM is paused or pausing: no new guest channel")
+	}
+	if v.open == 0 {
+		v.idle = make(chan struct{})
+	}
+	v.open++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			v.open--
+			v.lastUse = time.Now()
+			if v.open == 0 {
+				close(v.idle)
+			}
+		})
+	}, nil
+}
+
+// channelUsed records that a guest channel of this process closed just now (the
+// backend's own, uncounted ones: inspect, quiesce).
+func (b *Backend) channelUsed(v *vm) {
+	b.mu.Lock()
+	v.lastUse = time.Now()
+	b.mu.Unlock()
+}
+
+// drainChannels holds new channels off and waits until none is open (bounded by
+// pauseDrainWait and ctx) and pauseSettle has passed since the last one closed. It
+// returns how many remain open.
+func (b *Backend) drainChannels(ctx context.Context, v *vm) (int, error) {
+	bound := time.NewTimer(pauseDrainWait)
+	defer bound.Stop()
+	b.mu.Lock()
+	v.holding = true
+	b.mu.Unlock()
+	for {
+		b.mu.Lock()
+		open, idle, settled := v.open, v.idle, v.lastUse.Add(pauseSettle)
+		b.mu.Unlock()
+		if open > 0 {
+			select {
+			case <-idle:
+				continue
+			case <-bound.C:
+				return open, nil
+			case <-ctx.Done():
+				return open, ctx.Err()
+			}
+		}
+		wait := time.Until(settled)
+		if wait <= 0 {
+			return 0, nil
+		}
+		settle := time.NewTimer(wait)
+		select {
+		case <-settle.C:
+		case <-ctx.Done():
+			settle.Stop()
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// releaseHold lets new channels of this process open again.
+func (b *Backend) releaseHold(v *vm) {
+	b.mu.Lock()
+	v.holding = false
+	b.mu.Unlock()
+}
+
 // Pause stops the environment's VM (idempotent) and confirms with query-status.
 func (b *Backend) Pause(ctx context.Context, spec backends.Spec) (backends.Status, error) {
 	if err := b.checkID(spec.ID); err != nil {
@@ -32,7 +126,18 @@ func (b *Backend) Pause(ctx context.Context, spec backends.Spec) (backends.Statu
 	if err != nil {
 		return backends.Status{Phase: backends.PhaseFailed, Message: err.Error()}, err
 	}
+	b.mu.Lock()
+	already := v.paused
+	b.mu.Unlock()
+	open := 0
+	if !already {
+		if open, err = b.drainChannels(ctx, v); err != nil {
+			b.releaseHold(v)
+			return backends.Status{}, fmt.Errorf("pause %s: draining guest channels: %w", spec.Ref, err)
+		}
+	}
 	if err := mon.execute(ctx, "stop", nil, nil); err != nil {
+		b.releaseHold(v)
 		return backends.Status{Phase: backends.PhaseFailed, Generation: v.rec.Generation, Message: err.Error()},
 			fmt.Errorf("pause %s: %w", spec.Ref, err)
 	}
@@ -44,10 +149,13 @@ func (b *Backend) Pause(ctx context.Context, spec backends.Spec) (backends.Statu
 		return backends.Status{}, fmt.Errorf("pause %s: QEMU reports run state %q after stop", spec.Ref, state)
 	}
 	b.mu.Lock()
-	v.paused = true
+	v.paused, v.holding = true, true
 	b.mu.Unlock()
-	return backends.Status{Phase: backends.PhasePaused, Generation: v.rec.Generation,
-		Message: fmt.Sprintf("guest generation %d paused (QEMU query-status: %s)", v.rec.Generation, state)}, nil
+	msg := fmt.Sprintf("guest generation %d paused (QEMU query-status: %s)", v.rec.Generation, state)
+	if open > 0 {
+		msg += fmt.Sprintf("; %d guest channels were still open after %v and were paused with the guest", open, pauseDrainWait)
+	}
+	return backends.Status{Phase: backends.PhasePaused, Generation: v.rec.Generation, Message: msg}, nil
 }
 
 // Resume lets a paused VM run (idempotent) and waits until its agent answers a handshake
@@ -62,6 +170,7 @@ func (b *Backend) Resume(ctx context.Context, spec backends.Spec) (backends.Stat
 		return backends.Status{Phase: backends.PhaseFailed, Message: CodeVMNotRunning + ": no VM runs for this environment"},
 			fsaccess.Errorf(CodeVMNotRunning, "resume %s: no VM runs for this environment", spec.Ref)
 	}
+	defer b.releaseHold(v) // (serialised with Pause by the ID lock)
 	b.mu.Lock()
 	paused, known := v.paused, v.mon != nil
 	b.mu.Unlock()
