@@ -68,6 +68,10 @@ type actionRunReconciler struct {
 
 	supportOnce sync.Once
 	support     []wbv1.ActionClassSupport
+	// probing is the one slot of the action-class probe (actionrun_support.go): held
+	// while it runs, and taken for good by the agent's shutdown, which so waits for a
+	// probe in flight (its scratch directory removed) and lets none start after.
+	probing chan struct{}
 }
 
 // actionOutcome is the one recorded outcome, stored on the run's start record before
@@ -106,7 +110,8 @@ func actionRunOwned(s *wbv1.ActionRunStatus) wbv1.ActionRunStatus {
 // setupActionRuns registers the ActionRun reconciler (this node's runs only: the cache
 // filters on the node label).
 func (a *Agent) setupActionRuns(mgr ctrl.Manager) error {
-	r := &actionRunReconciler{a: a, wake: make(chan event.GenericEvent, 1024), runs: newRunTable[actionOutcome]("action run", a.store)}
+	r := &actionRunReconciler{a: a, wake: make(chan event.GenericEvent, 1024), runs: newRunTable[actionOutcome]("action run", a.store),
+		probing: make(chan struct{}, 1)}
 	a.actionRuns = r
 	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.ActionRun{}).Named("node-actionrun").
 		WatchesRawSource(source.Channel(r.wake, &handler.EnqueueRequestForObject{})).

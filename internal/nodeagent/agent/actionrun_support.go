@@ -24,7 +24,14 @@ func (a *Agent) actionClasses() []wbv1.ActionClassSupport {
 		return nil
 	}
 	r := a.actionRuns
-	r.supportOnce.Do(func() { r.support = a.measureActionClasses() })
+	r.supportOnce.Do(func() {
+		select {
+		case r.probing <- struct{}{}:
+			defer func() { <-r.probing }()
+			r.support = a.measureActionClasses()
+		default: // the agent is stopping: probe nothing, publish nothing
+		}
+	})
 	return r.support
 }
 

@@ -280,6 +280,12 @@ func (a *Agent) Run(ctx context.Context, cfg *rest.Config) error {
 // what was interrupted.
 func (a *Agent) shutdown(ctx context.Context) {
 	a.stopping.Store(true)
+	if a.actionRuns != nil {
+		select { // wait for an action-class probe in flight; none starts after this
+		case a.actionRuns.probing <- struct{}{}:
+		case <-ctx.Done():
+		}
+	}
 	a.runner.Close() // idle pre-started sandboxes and their groups
 	_ = a.sessions.Shutdown(ctx)
 	ending := a.commands.shutdown() // a guest command stops being waited for; the store keeps it interrupted
