@@ -59,8 +59,6 @@ type Client struct {
 	ack     protocol.HandshakeAck
 	seq     uint64
 	broken  error
-	// onClose runs once when the channel closes (Close or a failure), see OnClose.
-	onClose func()
 }
 
 // Connect dials ep and performs the handshake.
@@ -175,19 +173,6 @@ func (c *Client) Ack() protocol.HandshakeAck { return c.ack }
 // Binding is the binding this channel was opened with.
 func (c *Client) Binding() protocol.Binding { return c.binding }
 
-// OnClose sets f to run once when the channel closes: on Close or on the failure that
-// breaks it, whichever comes first (at once if it is already closed). f must not call
-// the Client.
-func (c *Client) OnClose(f func()) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.broken != nil {
-		f()
-		return
-	}
-	c.onClose = f
-}
-
 // Close closes the channel.
 func (c *Client) Close() error {
 	c.mu.Lock()
@@ -195,7 +180,6 @@ func (c *Client) Close() error {
 	if c.broken == nil {
 		c.broken = ErrBroken
 	}
-	c.closed()
 	return c.conn.Close()
 }
 
@@ -203,17 +187,8 @@ func (c *Client) breakWith(err error) error {
 	if c.broken == nil {
 		c.broken = err
 	}
-	c.closed()
 	_ = c.conn.Close()
 	return err
-}
-
-// closed runs the close hook once (c.mu held).
-func (c *Client) closed() {
-	if f := c.onClose; f != nil {
-		c.onClose = nil
-		f()
-	}
 }
 
 // call is one request: it returns the validated result envelope and the bulk bytes (at

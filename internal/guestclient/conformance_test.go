@@ -686,35 +686,3 @@ func TestQuiesceAndShutdown(t *testing.T) {
 }
 
 var must = testkit.Must
-
-// TestOnClose: the close hook runs exactly once, whether the channel is closed by the
-// caller or broken by a failure, and at once when set on a closed channel.
-func TestOnClose(t *testing.T) {
-	g := startGuest(t)
-	var closed, broken, late int
-	c := g.client(t)
-	c.OnClose(func() { closed++ })
-	if closed != 0 {
-		t.Fatal("hook ran before the channel closed")
-	}
-	_ = c.Close()
-	_ = c.Close()
-	if closed != 1 {
-		t.Fatalf("hook ran %d times over two Closes", closed)
-	}
-	c.OnClose(func() { late++ })
-	if late != 1 {
-		t.Fatalf("a hook set on a closed channel ran %d times", late)
-	}
-
-	b := g.client(t)
-	b.OnClose(func() { broken++ })
-	g.restart(t) // the agent process dies: the channel's next request breaks it
-	if _, err := b.Inspect(ctxT(t, 5*time.Second), ""); err == nil {
-		t.Fatal("inspect over a channel to a dead agent succeeded")
-	}
-	_ = b.Close()
-	if broken != 1 {
-		t.Fatalf("hook ran %d times over a break and a Close", broken)
-	}
-}

@@ -54,13 +54,36 @@ func setDesiredState(t *testing.T, ns, name string, s wbv1.EnvironmentDesiredSta
 	}))
 }
 
+// qemuCPU returns the state (field 3) and the user+system CPU ticks (fields 14 and 15)
+// of the environment's QEMU process.
+func qemuCPU(t *testing.T, envUID string) (byte, uint64) {
+	t.Helper()
+	for _, p := range vmProcesses(t, envUID) {
+		pid, name, _ := strings.Cut(p, " ")
+		if name != "qemu-system-x86_64" {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + pid + "/stat")
+		must(t, err)
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		ut, err1 := strconv.ParseUint(f[11], 10, 64)
+		st, err2 := strconv.ParseUint(f[12], 10, 64)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("/proc/%s/stat: %q", pid, b)
+		}
+		return f[0][0], ut + st
+	}
+	t.Fatalf("no QEMU process for environment %s", envUID)
+	return 0, 0
+}
+
 // TestQEMUMicroVMPauseResume: through the API server, a real TCG guest is paused
 // (spec.desiredState Paused) and resumed (Running). Paused: phase Paused, Ready=False with
-// reason Paused carrying QEMU's own query-status answer, Reconciling and Stalled False,
-// new commands and sessions refused with environment-paused, and the guest's clock stands
-// still (its uptime advances by less than the wall time minus half the pause). Resumed:
-// phase Ready with the same source generation (not a new boot), and a command runs. Deleting the
-// environment leaves no VM process.
+// reason Paused carrying the kernel's account (QEMU's process stopped, state T),
+// Reconciling and Stalled False, new commands and sessions refused with
+// environment-paused, and the VM does not run: its QEMU process stays in state T and uses
+// no CPU over a 6 s hold. Resumed: phase Ready with the same source generation (not a new
+// boot), and a command runs. Deleting the environment leaves no VM process.
 func TestQEMUMicroVMPauseResume(t *testing.T) {
 	requireQEMU(t)
 	ctx := context.Background()
@@ -96,7 +119,7 @@ func TestQEMUMicroVMPauseResume(t *testing.T) {
 	})
 	pausedAt := time.Now()
 	ready := meta.FindStatusCondition(e.Status.Conditions, wbv1.ConditionReady)
-	if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != wbv1.ReasonPaused || !strings.Contains(ready.Message, "query-status: paused") {
+	if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != wbv1.ReasonPaused || !strings.Contains(ready.Message, "kernel state T") {
 		t.Fatalf("Ready condition of a paused environment: %+v", ready)
 	}
 	for _, ct := range []string{wbv1.ConditionReconciling, wbv1.ConditionStalled} {
@@ -124,12 +147,17 @@ func TestQEMUMicroVMPauseResume(t *testing.T) {
 		return s.Status.Refusal != nil && s.Status.Refusal.Code == string(actuation.CodeEnvironmentPaused), fmt.Sprintf("%+v", s.Status)
 	})
 
-	// Hold the pause for a known wall time: the guest's clock must not count it.
+	// Hold the pause for a known wall time: the VM must not run in it.
+	state1, cpu1 := qemuCPU(t, string(e.UID))
 	const hold = 6 * time.Second
 	if d := hold - time.Since(pausedAt); d > 0 {
 		time.Sleep(d)
 	}
 	held := time.Since(pausedAt)
+	state2, cpu2 := qemuCPU(t, string(e.UID))
+	if state1 != 'T' || state2 != 'T' || cpu2 != cpu1 {
+		t.Fatalf("a paused VM's QEMU ran: state %c then %c, CPU ticks %d then %d over %v", state1, state2, cpu1, cpu2, held)
+	}
 
 	// Resume.
 	setDesiredState(t, ns, "vm", wbv1.EnvironmentDesiredRunning)
@@ -143,10 +171,11 @@ func TestQEMUMicroVMPauseResume(t *testing.T) {
 		t.Fatalf("a resume is not a new boot: source generation %d", e.Status.SourceGeneration)
 	}
 	up2 := guestUptime(t, ns, "up2")
-	wall := time.Since(wall1)
-	guest := time.Duration((up2 - up1) * float64(time.Second))
-	t.Logf("guest uptime advanced %v over %v of wall time, %v of it paused", guest.Round(10*time.Millisecond), wall.Round(10*time.Millisecond), held.Round(10*time.Millisecond))
-	if guest <= 0 || guest > wall-held/2 {
-		t.Fatalf("the guest's clock advanced %v over %v of wall time with %v paused: the pause did not stop it", guest, wall, held)
+	// The guest's clock follows the host's (QEMU's virtual clock under TCG), so it jumps
+	// by the pause when the guest runs again; logged, not asserted.
+	t.Logf("guest uptime advanced %v over %v of wall time, %v of it paused", time.Duration((up2-up1)*float64(time.Second)).Round(10*time.Millisecond),
+		time.Since(wall1).Round(10*time.Millisecond), held.Round(10*time.Millisecond))
+	if st, _ := qemuCPU(t, string(e.UID)); st == 'T' {
+		t.Fatal("a resumed VM's QEMU is still stopped")
 	}
 }

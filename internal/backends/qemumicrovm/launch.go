@@ -36,13 +36,8 @@ type vm struct {
 	// it) and paused says this process stopped the VM (pause.go).
 	mon    *qmpConn
 	paused bool
-	// The guest channels this process handed out (Guest), for the drain before a pause
-	// (pause.go): open counts them, idle closes when the last one closes, lastUse is when
-	// a channel of this process last closed, and holding refuses new ones while a pause
-	// drains or holds the VM. Guarded by Backend.mu.
-	open    int
-	idle    chan struct{}
-	lastUse time.Time
+	// holding refuses new guest channels while a pause holds the VM (pause.go).
+	// Guarded by Backend.mu.
 	holding bool
 }
 

@@ -4,196 +4,182 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/guestclient"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
+	"sensorium.dev/workbench/internal/platform/procexec"
 )
 
-// Pause and resume (issue 13 item 5, docs/vm-pause-snapshot.md): QMP stop halts the VM's
-// vCPUs in place (memory, devices and the vsock device process stay; the guest's clock,
-// driven by QEMU's virtual clock, stands still), QMP cont lets them run again. The vsock
-// device keeps its connections, so a guest agent stream open across a pause simply waits;
-// Resume re-handshakes a fresh channel so the caller knows the agent answers.
+// Pause and resume (issue 13 item 5, docs/vm-pause-snapshot.md). A pause stops the QEMU
+// process (SIGSTOP through its pidfd): every vCPU and QEMU's device emulation stand
+// still, and memory stays. The vsock device process keeps running, so the guest's
+// virtqueues are never stopped: a device (or host) event during the pause lands in the
+// rings as it would while the guest is busy, and the guest sees it when it runs again.
+// Resume sends SIGCONT and re-handshakes a fresh channel so the caller knows the agent
+// answers.
+//
+// QMP stop (the first implementation) is not used: it also stops the vhost-user vsock
+// device's rings (GET_VRING_BASE), and vhost-device-vsock 0.3 (the device this image
+// ships) ends its ring worker thread for good when it handles an event while a ring is
+// stopped, so the guest then answers no new connection (TestPauseResumeCycles: 9 wedges
+// in 95 cycles; gdb showed the worker thread gone). The cost of a process stop: QEMU's
+// virtual clock follows the host's, so the guest's clock jumps by the pause when it runs
+// again, as after a host that was suspended. A VM a previous agent paused with QMP stop
+// is still resumed with cont.
 
 var _ backends.Pauser = (*Backend)(nil)
 
-// resumeWait bounds the wait for the guest agent's handshake after cont.
-const resumeWait = 30 * time.Second
-
-// The drain before a pause. QMP stop stops the vhost-user vsock device's rings
-// (GET_VRING_BASE) with the vCPUs; with the device this image ships (vhost-device-vsock
-// 0.3), vsock traffic still moving in the moments before that stop can leave the device
-// answering no new connection after cont, for good (TestPauseResumeCycles: about one
-// cycle in ten with two command streams running into the pause; none in 60 cycles after
-// a drain and settle). So a pause first holds new channels of this process off
-// (refused with environment-paused: the node refuses new work on a paused environment
-// anyway), waits for the open ones to close, bounded by pauseDrainWait, and lets the
-// device settle for pauseSettle after the last one closed. A channel still open at the
-// bound (a long guest command) is paused with, and said in the status message.
 const (
-	pauseDrainWait = 10 * time.Second
-	pauseSettle    = 300 * time.Millisecond
+	// resumeWait bounds the wait for the guest agent's handshake after the resume.
+	resumeWait = 30 * time.Second
+	// stopWait bounds the wait for the kernel to report QEMU stopped or running again.
+	stopWait = 5 * time.Second
+	// stopPoll is how often /proc/<pid>/stat is read while waiting for that.
+	stopPoll = 2 * time.Millisecond
 )
 
-// openChannel counts a new guest channel of this process, or refuses it while a pause
-// drains or holds the VM. The caller calls release once, when the channel closes.
-func (b *Backend) openChannel(v *vm) (release func(), err error) {
+// held refuses a new guest channel of this process while a pause holds the VM
+// (environment-paused: the node refuses new work on a paused environment anyway, so only
+// racing calls meet this; without it they would wait out their deadlines on a stopped
+// guest).
+func (b *Backend) held(v *vm) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if v.holding {
-		return nil, fsaccess.Errorf(CodePaused, "the environment's VM is paused or pausing: no new guest channel")
+		return fsaccess.Errorf(CodePaused, "the environment's VM is paused or pausing: no new guest channel")
 	}
-	if v.open == 0 {
-		v.idle = make(chan struct{})
-	}
-	v.open++
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			v.open--
-			v.lastUse = time.Now()
-			if v.open == 0 {
-				close(v.idle)
-			}
-		})
-	}, nil
+	return nil
 }
 
-// channelUsed records that a guest channel of this process closed just now (the
-// backend's own, uncounted ones: inspect, quiesce).
-func (b *Backend) channelUsed(v *vm) {
+// setHold sets whether new guest channels of this process are held off.
+func (b *Backend) setHold(v *vm, hold bool) {
 	b.mu.Lock()
-	v.lastUse = time.Now()
+	v.holding = hold
 	b.mu.Unlock()
 }
 
-// drainChannels holds new channels off and waits until none is open (bounded by
-// pauseDrainWait and ctx) and pauseSettle has passed since the last one closed. It
-// returns how many remain open.
-func (b *Backend) drainChannels(ctx context.Context, v *vm) (int, error) {
-	bound := time.NewTimer(pauseDrainWait)
+// stopped reports whether process pid is stopped by a signal (state T).
+func stopped(pid int) (bool, error) {
+	st, err := procexec.ReadStat(pid)
+	if err != nil {
+		return false, err
+	}
+	return st.State == 'T', nil
+}
+
+// waitStopped waits (bounded by stopWait and ctx) until the kernel reports pid stopped
+// (want true) or running again (want false).
+func waitStopped(ctx context.Context, pid int, want bool) error {
+	bound := time.NewTimer(stopWait)
 	defer bound.Stop()
-	b.mu.Lock()
-	v.holding = true
-	b.mu.Unlock()
+	tick := time.NewTicker(stopPoll)
+	defer tick.Stop()
 	for {
-		b.mu.Lock()
-		open, idle, settled := v.open, v.idle, v.lastUse.Add(pauseSettle)
-		b.mu.Unlock()
-		if open > 0 {
-			select {
-			case <-idle:
-				continue
-			case <-bound.C:
-				return open, nil
-			case <-ctx.Done():
-				return open, ctx.Err()
-			}
+		got, err := stopped(pid)
+		if err != nil {
+			return err
 		}
-		wait := time.Until(settled)
-		if wait <= 0 {
-			return 0, nil
+		if got == want {
+			return nil
 		}
-		settle := time.NewTimer(wait)
 		select {
-		case <-settle.C:
+		case <-tick.C:
+		case <-bound.C:
+			return fmt.Errorf("process %d not %s after %v", pid, map[bool]string{true: "stopped", false: "running"}[want], stopWait)
 		case <-ctx.Done():
-			settle.Stop()
-			return 0, ctx.Err()
+			return ctx.Err()
 		}
 	}
 }
 
-// releaseHold lets new channels of this process open again.
-func (b *Backend) releaseHold(v *vm) {
-	b.mu.Lock()
-	v.holding = false
-	b.mu.Unlock()
-}
-
-// Pause stops the environment's VM (idempotent) and confirms with query-status.
+// Pause stops the environment's VM (idempotent): SIGSTOP to the recorded QEMU process,
+// confirmed by the kernel's process state.
 func (b *Backend) Pause(ctx context.Context, spec backends.Spec) (backends.Status, error) {
 	if err := b.checkID(spec.ID); err != nil {
 		return backends.Status{}, err
 	}
 	defer b.lock(spec.ID)()
-	v, mon, err := b.running(ctx, spec)
-	if err != nil {
+	v := b.get(spec.ID)
+	if v == nil || !v.alive() {
+		err := fsaccess.Errorf(CodeVMNotRunning, "%s: no running VM for this environment", spec.Ref)
 		return backends.Status{Phase: backends.PhaseFailed, Message: err.Error()}, err
 	}
-	b.mu.Lock()
-	already := v.paused
-	b.mu.Unlock()
-	open := 0
-	if !already {
-		if open, err = b.drainChannels(ctx, v); err != nil {
-			b.releaseHold(v)
-			return backends.Status{}, fmt.Errorf("pause %s: draining guest channels: %w", spec.Ref, err)
-		}
+	b.setHold(v, true)
+	fail := func(err error) (backends.Status, error) {
+		b.setHold(v, false)
+		return backends.Status{Phase: backends.PhaseFailed, Generation: v.rec.Generation, Message: err.Error()}, fmt.Errorf("pause %s: %w", spec.Ref, err)
 	}
-	if err := mon.execute(ctx, "stop", nil, nil); err != nil {
-		b.releaseHold(v)
-		return backends.Status{Phase: backends.PhaseFailed, Generation: v.rec.Generation, Message: err.Error()},
-			fmt.Errorf("pause %s: %w", spec.Ref, err)
+	if err := v.qemu.signal(unix.SIGSTOP); err != nil {
+		return fail(err)
 	}
-	state, err := mon.runState(ctx)
-	if err != nil {
-		return backends.Status{}, fmt.Errorf("pause %s: %w", spec.Ref, err)
-	}
-	if state != "paused" {
-		return backends.Status{}, fmt.Errorf("pause %s: QEMU reports run state %q after stop", spec.Ref, state)
+	if err := waitStopped(ctx, v.qemu.id.Pid, true); err != nil {
+		_ = v.qemu.signal(unix.SIGCONT)
+		return fail(err)
 	}
 	b.mu.Lock()
-	v.paused, v.holding = true, true
+	v.paused = true
 	b.mu.Unlock()
-	msg := fmt.Sprintf("guest generation %d paused (QEMU query-status: %s)", v.rec.Generation, state)
-	if open > 0 {
-		msg += fmt.Sprintf("; %d guest channels were still open after %v and were paused with the guest", open, pauseDrainWait)
-	}
-	return backends.Status{Phase: backends.PhasePaused, Generation: v.rec.Generation, Message: msg}, nil
+	return backends.Status{Phase: backends.PhasePaused, Generation: v.rec.Generation,
+		Message: fmt.Sprintf("guest generation %d paused (QEMU process %d stopped: kernel state T; its vCPUs and devices do not run)", v.rec.Generation, v.qemu.id.Pid)}, nil
 }
 
 // Resume lets a paused VM run (idempotent) and waits until its agent answers a handshake
-// with this boot's binding. A VM this process neither paused nor adopted is not asked.
+// with this boot's binding. A stopped QEMU is continued whoever stopped it; a VM an
+// earlier agent paused with QMP stop is continued with cont; a VM this process booted and
+// never paused is not asked.
 func (b *Backend) Resume(ctx context.Context, spec backends.Spec) (backends.Status, error) {
 	if err := b.checkID(spec.ID); err != nil {
 		return backends.Status{}, err
 	}
 	defer b.lock(spec.ID)()
 	v := b.get(spec.ID)
-	if v == nil {
+	if v == nil || !v.alive() {
 		return backends.Status{Phase: backends.PhaseFailed, Message: CodeVMNotRunning + ": no VM runs for this environment"},
 			fsaccess.Errorf(CodeVMNotRunning, "resume %s: no VM runs for this environment", spec.Ref)
 	}
-	defer b.releaseHold(v) // (serialised with Pause by the ID lock)
+	defer b.setHold(v, false) // (serialised with Pause by the ID lock)
+	failed := func(err error) (backends.Status, error) {
+		return backends.Status{Phase: backends.PhaseFailed, Generation: v.rec.Generation, Message: err.Error()}, fmt.Errorf("resume %s: %w", spec.Ref, err)
+	}
+	isStopped, err := stopped(v.qemu.id.Pid)
+	if err != nil {
+		return failed(err)
+	}
 	b.mu.Lock()
 	paused, known := v.paused, v.mon != nil
 	b.mu.Unlock()
-	if known && !paused {
+	how := ""
+	switch {
+	case isStopped:
+		if err := v.qemu.signal(unix.SIGCONT); err != nil {
+			return failed(err)
+		}
+		if err := waitStopped(ctx, v.qemu.id.Pid, false); err != nil {
+			return failed(err)
+		}
+		how = "QEMU process continued"
+	case known && !paused:
 		// Booted by this process and never paused by it: running.
 		return backends.Status{Phase: backends.PhaseReady, Generation: v.rec.Generation, Message: "running"}, nil
-	}
-	_, mon, err := b.running(ctx, spec)
-	if err != nil {
-		return backends.Status{Phase: backends.PhaseFailed, Message: err.Error()}, err
-	}
-	state, err := mon.runState(ctx)
-	if err != nil {
-		return backends.Status{}, fmt.Errorf("resume %s: %w", spec.Ref, err)
-	}
-	if state != "running" {
-		if err := mon.execute(ctx, "cont", nil, nil); err != nil {
-			return backends.Status{Phase: backends.PhaseFailed, Generation: v.rec.Generation, Message: err.Error()},
-				fmt.Errorf("resume %s: %w", spec.Ref, err)
+	default: // adopted: an earlier agent may have paused it with QMP stop
+		mon, err := b.monitorOf(v)
+		if err != nil {
+			return failed(err)
 		}
-		if state, err = mon.runState(ctx); err != nil {
-			return backends.Status{}, fmt.Errorf("resume %s: %w", spec.Ref, err)
+		state, err := mon.runState(ctx)
+		if err != nil {
+			return failed(err)
 		}
+		if state != "running" {
+			if err := mon.execute(ctx, "cont", nil, nil); err != nil {
+				return failed(err)
+			}
+		}
+		how = "QEMU query-status: " + state
 	}
 	b.mu.Lock()
 	v.paused = false
@@ -207,16 +193,19 @@ func (b *Backend) Resume(ctx context.Context, spec backends.Spec) (backends.Stat
 	}
 	_ = c.Close()
 	return backends.Status{Phase: backends.PhaseReady, Generation: v.rec.Generation,
-		Message: fmt.Sprintf("guest generation %d resumed (QEMU query-status: %s; agent handshake answered)", v.rec.Generation, state)}, nil
+		Message: fmt.Sprintf("guest generation %d resumed (%s; agent handshake answered)", v.rec.Generation, how)}, nil
 }
 
-// RunState is QEMU's own account of the VM's run state (query-status), for tests and
-// benchmarks.
+// RunState is the VM's run state for tests and benchmarks: "paused" while its QEMU
+// process is stopped, else QEMU's own account (query-status).
 func (b *Backend) RunState(ctx context.Context, id string) (string, error) {
 	defer b.lock(id)()
 	v := b.get(id)
 	if v == nil {
 		return "", fsaccess.Errorf(CodeVMNotRunning, "no VM runs for environment %s on this node", id)
+	}
+	if isStopped, err := stopped(v.qemu.id.Pid); err != nil || isStopped {
+		return "paused", err
 	}
 	mon, err := b.monitorOf(v)
 	if err != nil {

@@ -113,6 +113,14 @@ func (h *procHandle) kill(d time.Duration) error {
 	return nil
 }
 
+// signal sends sig through the pidfd (never to a recycled pid).
+func (h *procHandle) signal(sig unix.Signal) error {
+	if err := unix.PidfdSendSignal(h.fd, sig, nil, 0); err != nil {
+		return fmt.Errorf("signal %v to %s: %w", sig, h.id, err)
+	}
+	return nil
+}
+
 func (h *procHandle) close() {
 	if h != nil && h.fd >= 0 {
 		unix.Close(h.fd)

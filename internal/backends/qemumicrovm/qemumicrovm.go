@@ -67,7 +67,7 @@ const (
 	CodeBootFailed        = string(actuation.CodeBootFailed)        // QEMU or the vsock device exited, or the guest refused the binding
 	CodeBootTimeout       = string(actuation.CodeBootTimeout)       // no ready signal and handshake within BootTimeout
 	CodeVMNotRunning      = string(actuation.CodeVMNotRunning)      // no running VM for the environment in this process
-	CodePaused            = string(actuation.CodeEnvironmentPaused) // a pause drains or holds the VM: no new guest channel
+	CodePaused            = string(actuation.CodeEnvironmentPaused) // a pause holds the VM: no new guest channel
 	CodeIDInvalid         = string(actuation.CodeEnvironmentIDInvalid)
 	CodeStateDirTooLong   = string(actuation.CodeStateDirTooLong) // socket paths would exceed 107 bytes
 )
@@ -472,7 +472,6 @@ func (b *Backend) Inspect(ctx context.Context, spec backends.Spec) (backends.Sta
 	if err != nil {
 		return backends.Status{Phase: backends.PhaseFailed, Generation: gen, Message: "guest unreachable: " + err.Error()}, nil
 	}
-	c.OnClose(func() { b.channelUsed(v) })
 	defer func() { _ = c.Close() }()
 	info, err := c.Inspect(ictx, "")
 	if err != nil {
@@ -519,7 +518,6 @@ func (b *Backend) Drain(ctx context.Context, spec backends.Spec) (backends.Statu
 		return backends.Status{Phase: backends.PhaseDraining, Generation: v.rec.Generation, Message: "recorded as draining; guest unreachable: " + err.Error()},
 			fmt.Errorf("drain %s: %w", spec.Ref, err)
 	}
-	c.OnClose(func() { b.channelUsed(v) })
 	defer func() { _ = c.Close() }()
 	if _, err := c.Quiesce(qctx, ""); err != nil {
 		return backends.Status{Phase: backends.PhaseDraining, Generation: v.rec.Generation, Message: "recorded as draining; guest quiesce: " + err.Error()},
@@ -567,16 +565,13 @@ func (b *Backend) Guest(ctx context.Context, id string) (*guestclient.Client, er
 	if v == nil {
 		return nil, fsaccess.Errorf(CodeVMNotRunning, "no VM runs for environment %s on this node", id)
 	}
-	release, err := b.openChannel(v)
-	if err != nil {
+	if err := b.held(v); err != nil {
 		return nil, err
 	}
 	c, err := guestclient.Connect(ctx, v.endpoint(), v.rec.Binding)
 	if err != nil {
-		release()
 		return nil, fmt.Errorf("guest of environment %s: %w", id, err)
 	}
-	c.OnClose(release)
 	return c, nil
 }
 
