@@ -21,14 +21,17 @@ import (
 	"sensorium.dev/workbench/internal/test/samples"
 )
 
-// benchBoots is how many boots each boot benchmark iteration measures
-// (WORKBENCH_BENCH_BOOTS overrides; at least 10 for a meaningful p50).
-func benchBoots() int {
-	if n, err := strconv.Atoi(os.Getenv("WORKBENCH_BENCH_BOOTS")); err == nil && n > 0 {
+// envCount is the positive integer in environment variable name, else def.
+func envCount(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
 		return n
 	}
-	return 10
+	return def
 }
+
+// benchBoots is how many boots each boot benchmark iteration measures
+// (WORKBENCH_BENCH_BOOTS overrides; at least 10 for a meaningful p50).
+func benchBoots() int { return envCount("WORKBENCH_BENCH_BOOTS", 10) }
 
 func p50(ds []time.Duration) time.Duration {
 	s := slices.Clone(ds)

@@ -22,12 +22,7 @@ import (
 
 // pauseCycles is the number of pause/resume cycles TestPauseResumeCycles runs
 // (WB_PAUSE_CYCLES overrides).
-func pauseCycles() int {
-	if n, err := strconv.Atoi(os.Getenv("WB_PAUSE_CYCLES")); err == nil && n > 0 {
-		return n
-	}
-	return 12
-}
+func pauseCycles() int { return envCount("WB_PAUSE_CYCLES", 12) }
 
 // TestPauseResumeCycles: a real TCG guest is paused and resumed many times while two
 // streams of commands run into each pause through the backend's channels and a session
@@ -150,9 +145,8 @@ func TestPauseResumeCycles(t *testing.T) {
 			}
 		}
 	}
-	slices.Sort(pauseTook)
 	t.Logf("%d cycles; %d stream channels refused with %s while paused; pause p50 %v, max %v",
-		pauseCycles(), refused.Load(), CodePaused, pauseTook[len(pauseTook)/2].Round(time.Millisecond), pauseTook[len(pauseTook)-1].Round(time.Millisecond))
+		pauseCycles(), refused.Load(), CodePaused, p50(pauseTook).Round(time.Millisecond), slices.Max(pauseTook).Round(time.Millisecond))
 }
 
 // dumpVM logs what a wedged VM's processes are doing: the vsock device's and QEMU's
