@@ -214,22 +214,6 @@ func (b *Backend) RunState(ctx context.Context, id string) (string, error) {
 	return mon.runState(ctx)
 }
 
-// running returns the environment's live VM and its monitor.
-func (b *Backend) running(ctx context.Context, spec backends.Spec) (*vm, *qmpConn, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, nil, err
-	}
-	v := b.get(spec.ID)
-	if v == nil || !v.alive() {
-		return nil, nil, fsaccess.Errorf(CodeVMNotRunning, "%s: no running VM for this environment", spec.Ref)
-	}
-	mon, err := b.monitorOf(v)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", spec.Ref, err)
-	}
-	return v, mon, nil
-}
-
 // monitorOf returns the VM's monitor; for a VM adopted from a previous process it listens
 // again and waits (bounded) for QEMU's chardev to reconnect. Called under the ID lock.
 func (b *Backend) monitorOf(v *vm) (*qmpConn, error) {
