@@ -2,8 +2,12 @@ package qemumicrovm
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -62,13 +66,32 @@ func (b *Backend) setHold(v *vm, hold bool) {
 	b.mu.Unlock()
 }
 
-// stopped reports whether process pid is stopped by a signal (state T).
+// stopped reports whether every thread of process pid is stopped by a signal (state T
+// in /proc/<pid>/task/*/stat: a group stop reaches each thread as it next enters the
+// kernel). A thread that ends between the listing and the read is skipped.
 func stopped(pid int) (bool, error) {
-	st, err := procexec.ReadStat(pid)
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
 	if err != nil {
 		return false, err
 	}
-	return st.State == 'T', nil
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		st, err := procexec.ReadTaskStat(pid, tid)
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		if st.State != 'T' {
+			return false, nil
+		}
+	}
+	return len(tasks) > 0, nil
 }
 
 // waitStopped waits (bounded by stopWait and ctx) until the kernel reports pid stopped
@@ -97,7 +120,7 @@ func waitStopped(ctx context.Context, pid int, want bool) error {
 }
 
 // Pause stops the environment's VM (idempotent): SIGSTOP to the recorded QEMU process,
-// confirmed by the kernel's process state.
+// confirmed by the kernel's state of every one of its threads.
 func (b *Backend) Pause(ctx context.Context, spec backends.Spec) (backends.Status, error) {
 	if err := b.checkID(spec.ID); err != nil {
 		return backends.Status{}, err

@@ -104,3 +104,46 @@ func TestKillGroupWaitGoneGroup(t *testing.T) {
 		t.Fatalf("KillGroupWait of a reaped group = %+v, %v, want Gone", res, err)
 	}
 }
+
+// ReadTaskStat reads one thread's state: a stopped process's thread reads T, and not T
+// once continued; a thread that does not exist is an error.
+func TestReadTaskStatStopped(t *testing.T) {
+	cmd := exec.Command("/bin/sleep", "300")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	pid := cmd.Process.Pid
+	state := func() byte {
+		t.Helper()
+		st, err := ReadTaskStat(pid, pid)
+		if err != nil || st.Pid != pid {
+			t.Fatalf("ReadTaskStat(%d, %d) = %+v, %v", pid, pid, st, err)
+		}
+		return st.State
+	}
+	waitState := func(want func(byte) bool, what string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for s := state(); !want(s); s = state() {
+			if time.Now().After(deadline) {
+				t.Fatalf("thread %d state %c, want %s", pid, s, what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitState(func(s byte) bool { return s == 'T' }, "T")
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitState(func(s byte) bool { return s != 'T' }, "not T")
+	if _, err := ReadTaskStat(pid, 1<<30); err == nil {
+		t.Fatal("ReadTaskStat of a thread that does not exist succeeded")
+	}
+}

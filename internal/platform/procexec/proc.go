@@ -26,11 +26,20 @@ type Stat struct {
 
 // ReadStat parses /proc/<pid>/stat.
 func ReadStat(pid int) (Stat, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	return readStat("/proc/"+strconv.Itoa(pid)+"/stat", pid)
+}
+
+// ReadTaskStat parses /proc/<pid>/task/<tid>/stat: one thread's state (its Pid is tid).
+func ReadTaskStat(pid, tid int) (Stat, error) {
+	return readStat("/proc/"+strconv.Itoa(pid)+"/task/"+strconv.Itoa(tid)+"/stat", tid)
+}
+
+func readStat(path string, id int) (Stat, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return Stat{}, fmt.Errorf("read /proc/%d/stat: %w", pid, err)
+		return Stat{}, fmt.Errorf("read %s: %w", path, err)
 	}
-	return parseStat(pid, b)
+	return parseStat(id, b)
 }
 
 func parseStat(pid int, b []byte) (Stat, error) {
