@@ -50,6 +50,15 @@ func (v *vm) alive() bool {
 	return !v.qemu.exited() && !v.dev.exited()
 }
 
+// stoppedNow reports whether the VM's QEMU process is stopped (paused, pause.go).
+func (v *vm) stoppedNow() bool {
+	if v.qemu == nil {
+		return false
+	}
+	s, err := stopped(v.qemu.id.Pid)
+	return err == nil && s
+}
+
 // endpoint is the guest channel, pinned to the recorded socket identity.
 func (v *vm) endpoint() guestclient.Endpoint {
 	p := filepath.Join(v.dir, guestSock)
@@ -570,7 +579,7 @@ func teardownNote(procs []string, perr error, files []string, ferr error) string
 // destroyVM tears a VM down: a guest poweroff (bounded) when graceful, then killAll, then
 // every working file, the record and the directory.
 func (b *Backend) destroyVM(ctx context.Context, v *vm, graceful bool) ([]string, error) {
-	if graceful && v.alive() {
+	if graceful && v.alive() && !v.stoppedNow() { // a paused guest cannot power off: it does not run
 		sctx, cancel := context.WithTimeout(ctx, b.cfg.ShutdownTimeout)
 		if c, err := guestclient.Connect(sctx, v.endpoint(), v.rec.Binding); err == nil {
 			_ = c.Shutdown(sctx, "") // a lost answer is expected: the guest powers off

@@ -37,7 +37,11 @@ func TestPauseResumeCycles(t *testing.T) {
 	if _, err := b.Allocate(ctxT(t, 120*time.Second), spec); err != nil {
 		t.Fatalf("allocate: %v", err)
 	}
-	defer teardown(t, b, spec)
+	defer func() {
+		start := time.Now()
+		teardown(t, b, spec)
+		t.Logf("teardown of the paused VM: %v", time.Since(start).Round(time.Millisecond))
+	}()
 
 	spawn := func(ctx context.Context, op string) error {
 		c, err := b.Guest(ctx, spec.ID)
@@ -71,9 +75,16 @@ func TestPauseResumeCycles(t *testing.T) {
 	if _, err := ctl.PTYOpen(ctxT(t, 10*time.Second), "", protocol.PTYOpenArgs{SessionID: "relay", Argv: []string{"/bin/sh"}, Cwd: "repo", Rows: 24, Cols: 80}); err != nil {
 		t.Fatal(err)
 	}
+	relayStop, relayDone := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(relayDone)
 		var off uint64
 		for {
+			select {
+			case <-relayStop:
+				return
+			default:
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			d, _, err := rd.PTYRead(ctx, "", protocol.PTYReadArgs{SessionID: "relay", Offset: off, Max: 4096, WaitMS: 2000})
 			cancel()
@@ -144,6 +155,21 @@ func TestPauseResumeCycles(t *testing.T) {
 				t.Fatalf("cycle %d: command %d after resume (%v): %v", cycle, k, time.Since(start).Round(time.Millisecond), err)
 			}
 		}
+	}
+	// A paused VM drains and tears down without asking its guest, which does not run
+	// (the deferred teardown checks that nothing is left). The relay stops first: its
+	// long poll would wait out its deadline on a paused guest.
+	close(relayStop)
+	select {
+	case <-relayDone:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay's long poll did not return")
+	}
+	if st, err := b.Pause(ctxT(t, 30*time.Second), spec); err != nil || st.Phase != backends.PhasePaused {
+		t.Fatalf("final pause: %+v %v", st, err)
+	}
+	if st, err := b.Drain(ctxT(t, 30*time.Second), spec); err != nil || st.Phase != backends.PhaseDraining || !strings.Contains(st.Message, "paused") {
+		t.Fatalf("drain of a paused VM: %+v %v", st, err)
 	}
 	t.Logf("%d cycles; %d stream channels refused with %s while paused; pause p50 %v, max %v",
 		pauseCycles(), refused.Load(), CodePaused, p50(pauseTook).Round(time.Millisecond), slices.Max(pauseTook).Round(time.Millisecond))

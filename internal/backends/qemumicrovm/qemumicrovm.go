@@ -511,6 +511,10 @@ func (b *Backend) Drain(ctx context.Context, spec backends.Spec) (backends.Statu
 			return backends.Status{}, fmt.Errorf("drain %s: %w", spec.Ref, err)
 		}
 	}
+	if v.stoppedNow() {
+		return backends.Status{Phase: backends.PhaseDraining, Generation: v.rec.Generation,
+			Message: "recorded as draining; the VM is paused, so nothing starts in it"}, nil
+	}
 	qctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	c, err := guestclient.Connect(qctx, v.endpoint(), v.rec.Binding)
