@@ -68,9 +68,10 @@ type EnvironmentDesiredState string
 const (
 	// EnvironmentDesiredRunning (the default) keeps the environment running.
 	EnvironmentDesiredRunning EnvironmentDesiredState = "Running"
-	// EnvironmentDesiredPaused stops the environment's guest in place (qemu-microvm.v1: QMP
-	// stop; memory and devices kept); Running again resumes it (QMP cont). A backend that
-	// cannot pause refuses with pause-unsupported and keeps running.
+	// EnvironmentDesiredPaused stops the environment's guest in place (qemu-microvm.v1: its
+	// QEMU process is stopped, memory and devices kept); Running again resumes it (the
+	// process continued). A backend that cannot pause refuses with pause-unsupported and
+	// keeps running.
 	EnvironmentDesiredPaused EnvironmentDesiredState = "Paused"
 )
 
