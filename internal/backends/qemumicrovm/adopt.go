@@ -73,7 +73,7 @@ func (b *Backend) Adopt(ctx context.Context, from, to backends.Spec) error {
 		return fail("the VM's QEMU or vsock device exited")
 	case v.rec.State != StateRunning:
 		return fail("the VM is %s", v.rec.State)
-	case v.paused:
+	case v.stoppedNow():
 		return fail("the VM is paused")
 	case b.get(to.ID) != nil:
 		return fail("%s already has a VM", to.Ref)

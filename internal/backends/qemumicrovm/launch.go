@@ -33,9 +33,8 @@ type vm struct {
 	qemuDone, devDone <-chan struct{}
 	serial            *serialSink
 	// mon is the VM's QMP monitor (qmp.go; nil when adopted until monitorOf re-acquires
-	// it) and paused says this process stopped the VM (pause.go).
-	mon    *qmpConn
-	paused bool
+	// it). Whether the VM is paused is the kernel's state of its QEMU (stoppedNow).
+	mon *qmpConn
 	// holding refuses new guest channels while a pause holds the VM (pause.go).
 	// Guarded by Backend.mu.
 	holding bool

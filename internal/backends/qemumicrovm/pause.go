@@ -143,9 +143,6 @@ func (b *Backend) Pause(ctx context.Context, spec backends.Spec) (backends.Statu
 		_ = v.qemu.signal(unix.SIGCONT)
 		return fail(err)
 	}
-	b.mu.Lock()
-	v.paused = true
-	b.mu.Unlock()
 	return backends.Status{Phase: backends.PhasePaused, Generation: v.rec.Generation,
 		Message: fmt.Sprintf("guest generation %d paused (QEMU process %d stopped: kernel state T; its vCPUs and devices do not run)", v.rec.Generation, v.qemu.id.Pid)}, nil
 }
@@ -173,7 +170,7 @@ func (b *Backend) Resume(ctx context.Context, spec backends.Spec) (backends.Stat
 		return failed(err)
 	}
 	b.mu.Lock()
-	paused, known := v.paused, v.mon != nil
+	known := v.mon != nil
 	b.mu.Unlock()
 	how := ""
 	switch {
@@ -185,8 +182,9 @@ func (b *Backend) Resume(ctx context.Context, spec backends.Spec) (backends.Stat
 			return failed(err)
 		}
 		how = "QEMU process continued"
-	case known && !paused:
-		// Booted by this process and never paused by it: running.
+	case known:
+		// Booted by this process (which never pauses with QMP stop), or its monitor was
+		// re-acquired by an earlier resume, and not stopped: running.
 		return backends.Status{Phase: backends.PhaseReady, Generation: v.rec.Generation, Message: "running"}, nil
 	default: // adopted: an earlier agent may have paused it with QMP stop
 		mon, err := b.monitorOf(v)
@@ -204,9 +202,6 @@ func (b *Backend) Resume(ctx context.Context, spec backends.Spec) (backends.Stat
 		}
 		how = "QEMU query-status: " + state
 	}
-	b.mu.Lock()
-	v.paused = false
-	b.mu.Unlock()
 	wctx, cancel := context.WithTimeout(ctx, resumeWait)
 	defer cancel()
 	c, _, err := guestclient.WaitReady(wctx, v.endpoint(), v.rec.Binding, 20*time.Millisecond)
