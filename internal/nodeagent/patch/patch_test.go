@@ -448,13 +448,30 @@ func TestRollbackOnDirectoryWhereFileExpected(t *testing.T) {
 
 const fsImmutableFL = 0x00000010 // FS_IMMUTABLE_FL
 
-func setFlags(path string, flags int) error {
+// setImmutable sets or clears only FS_IMMUTABLE_FL on path: a read-modify-write of the
+// flag word (FS_IOC_GETFLAGS, then FS_IOC_SETFLAGS), so the filesystem's own flags
+// (ext4's EXTENTS_FL on every directory, for one) are written back unchanged — writing a
+// whole word of 0 asks to clear them and is refused with EPERM. Clearing a bit that is
+// already clear writes nothing.
+func setImmutable(path string, on bool) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = f.Close() }()
-	_, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.FS_IOC_SETFLAGS, uintptr(unsafe.Pointer(&flags)))
+	flags, err := unix.IoctlGetUint32(int(f.Fd()), unix.FS_IOC_GETFLAGS)
+	if err != nil {
+		return err
+	}
+	want := flags &^ fsImmutableFL
+	if on {
+		want = flags | fsImmutableFL
+	}
+	if want == flags {
+		return nil
+	}
+	v := int(want)
+	_, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.FS_IOC_SETFLAGS, uintptr(unsafe.Pointer(&v)))
 	if errno != 0 {
 		return errno
 	}
@@ -468,11 +485,11 @@ func TestRollbackOnImmutableDirectory(t *testing.T) {
 	r, dir := workspace(t)
 	before := snapshotTree(t, dir)
 	locked := filepath.Join(dir, "sub")
-	if err := setFlags(locked, fsImmutableFL); err != nil {
+	if err := setImmutable(locked, true); err != nil {
 		t.Skipf("cannot set FS_IMMUTABLE_FL on %s (needs CAP_LINUX_IMMUTABLE and ext4/xfs/btrfs-like fs): %v", locked, err)
 	}
 	t.Cleanup(func() {
-		if err := setFlags(locked, 0); err != nil {
+		if err := setImmutable(locked, false); err != nil {
 			t.Errorf("clearing FS_IMMUTABLE_FL on %s: %v", locked, err)
 		}
 	})
@@ -481,7 +498,7 @@ func TestRollbackOnImmutableDirectory(t *testing.T) {
 	if !errors.Is(err, unix.EPERM) {
 		t.Fatalf("cause is not EPERM: %v", err)
 	}
-	must(t, setFlags(locked, 0))
+	must(t, setImmutable(locked, false))
 	if after := snapshotTree(t, dir); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("not rolled back:\nbefore %v\nafter  %v", before, after)
 	}
