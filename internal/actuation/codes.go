@@ -47,6 +47,7 @@ const (
 	CodeSessionCapReached Code = "session-cap-reached" // the node or environment runs its maximum number of sessions
 	CodeReaderCapReached  Code = "reader-cap-reached"  // no reader permit is free (output pumps and long-polls share them)
 	CodeQueueFull         Code = "queue-full"          // a bounded queue (input, requests in flight) is full
+	CodeShareCapReached   Code = "share-cap-reached"   // an identity or identity class holds its share of a node-wide cap (a reserve stays for operators)
 	CodeEventBufferFull   Code = "event-buffer-full"   // an event larger than the buffer, or a depth above the node cap
 
 	// Operator consent.
@@ -265,6 +266,7 @@ const (
 	CodeTransferIncomplete Code = "transfer-incomplete"    // a transfer that ended before its last chunk
 	CodeTransferMismatch   Code = "transfer-mismatch"      // chunks that do not belong to the transfer
 	CodeConnectionCap      Code = "connection-cap-reached" // the guest serves its maximum number of connections
+	CodeAnswerOverBound    Code = "answer-over-bound"      // a guest answer beyond its request's bounds (entries, entry size): refused while decoding, channel closed
 
 	CodeProtocolMismatch    Code = "protocol-version-mismatch" // the handshake names another protocol version
 	CodeEnvironmentMismatch Code = "environment-mismatch"      // the handshake names another environment than the boot binding
@@ -396,7 +398,7 @@ var allCodes = []Code{
 	CodeEnvKeyInvalid, CodeEnvKeyForbidden, CodeEnvValueInvalid, CodeEnvOverrideNotAllowed,
 	CodeEgressForbidden, CodeCredentialsForbidden, CodeTimeoutAboveMax, CodeTimeoutInvalid,
 	CodeOutputCapAboveMax, CodeOutputCapInvalid,
-	CodeSessionCapReached, CodeReaderCapReached, CodeQueueFull, CodeEventBufferFull,
+	CodeSessionCapReached, CodeReaderCapReached, CodeQueueFull, CodeShareCapReached, CodeEventBufferFull,
 	CodeConsentRequired, CodeConsentDenied, CodeConsentExpired, CodeConsentRevoked,
 	CodeConsentScopeInvalid, CodeConsentPrefixTooBroad, CodeConsentOperatorBindingInactive,
 	CodeConsentCapabilityNotGrantable, CodeConsentNotOperator,
@@ -435,7 +437,7 @@ var allCodes = []Code{
 	CodeTooManyChunks, CodeTransferTooLarge, CodeTruncatedFrame, CodeUnexpectedFrame, CodeBadHeader,
 	CodeSequenceReplayed, CodeDeadlineMissing, CodeDeadlineTooLong, CodeDeadlineExceeded, CodeMalformedPayload,
 	CodeUnknownOperation, CodeHandshakeRequired, CodeChannelMismatch, CodeTransferIncomplete, CodeTransferMismatch,
-	CodeConnectionCap,
+	CodeConnectionCap, CodeAnswerOverBound,
 	CodeProtocolMismatch, CodeEnvironmentMismatch, CodeGenerationMismatch, CodePlanDigestMismatch,
 	CodeImageDigestMismatch, CodeNonceMismatch, CodeCIDMismatch, CodeBindingUnavailable, CodeBindingInvalid,
 	CodeTooLarge, CodeStageCapReached, CodeStageUnknown, CodeStageInFlight, CodeBaseMismatch, CodeSessionUnknown,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"sync"
@@ -200,6 +201,10 @@ type call struct {
 	args      any
 	upload    []byte // content chunks (patch.stage)
 	bulkLimit uint64 // 0: no bulk accepted
+	// sink, when set, receives the bulk as it arrives (chunk by chunk) instead of a
+	// buffer; do then returns no bulk bytes. A sink that refuses a write ends the
+	// transfer there and closes the channel.
+	sink io.Writer
 	// deadline and ms, when ms is set, were computed by the caller (who checked the
 	// arguments against them) and are sent as they are.
 	deadline time.Time
@@ -300,12 +305,16 @@ func (c *Client) do(ctx context.Context, k call) (protocol.Result, []byte, error
 			return protocol.Result{}, nil, c.breakWith(fmt.Errorf("%w: %s: unexpected bulk", ErrProtocol, k.op))
 		}
 		buf := &protocol.LimitedBuffer{Max: int(min(k.bulkLimit, protocol.MaxTransfer))}
+		var sink io.Writer = buf
+		if k.sink != nil {
+			sink = k.sink
+		}
 		next := func() (protocol.Frame, error) { return protocol.ReadFrame(c.conn) }
-		if err := protocol.ReadTransfer(next, seq, *res.Bulk, f.Count, k.bulkLimit, buf); err != nil {
+		if err := protocol.ReadTransfer(next, seq, *res.Bulk, f.Count, k.bulkLimit, sink); err != nil {
 			return protocol.Result{}, nil, c.breakWith(fmt.Errorf("%w: %s bulk: %w", ErrProtocol, k.op, err))
 		}
 		bulk = buf.Bytes()
-		if bulk == nil {
+		if bulk == nil && k.sink == nil {
 			bulk = []byte{}
 		}
 	} else if k.bulkLimit != 0 && res.Outcome == protocol.OutcomeSucceeded {

@@ -3,6 +3,7 @@ package guestclient
 import (
 	"context"
 	"fmt"
+	"io"
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
 )
@@ -150,12 +151,39 @@ type SnapshotResult struct {
 	Entries []protocol.Entry
 }
 
-// Snapshot lists a subtree beneath the guest root.
+// Snapshot lists a subtree beneath the guest root. The listing is decoded while it
+// arrives, one bounded entry at a time, and counted as it is decoded: a guest that lists
+// more entries than asked for, or an entry above MaxEntryJSON, is refused
+// (answer-over-bound) at that entry, never after decoding the whole transfer; the
+// transfer itself is bounded by what args.MaxEntries entries can take.
 func (c *Client) Snapshot(ctx context.Context, opID string, args protocol.SnapshotArgs) (*SnapshotResult, error) {
 	if err := args.Validate(); err != nil {
 		return nil, err
 	}
-	res, bulk, err := c.do(ctx, call{op: protocol.OpFileSnapshot, opID: opID, args: args, bulkLimit: protocol.MaxTransfer})
+	pr, pw := io.Pipe()
+	type decoded struct {
+		entries []protocol.Entry
+		err     error
+	}
+	done := make(chan decoded, 1)
+	go func() {
+		entries, err := decodeEntries(pr, args.MaxEntries)
+		if err != nil {
+			// The next chunk's write fails with err: the transfer stops there.
+			_ = pr.CloseWithError(err)
+		} else {
+			_ = pr.Close()
+		}
+		done <- decoded{entries, err}
+	}()
+	bulkLimit := min(uint64(args.MaxEntries)*(MaxEntryJSON+1)+2, protocol.MaxTransfer)
+	res, _, err := c.do(ctx, call{op: protocol.OpFileSnapshot, opID: opID, args: args, bulkLimit: bulkLimit, sink: pw})
+	if err != nil {
+		_ = pw.CloseWithError(err)
+	} else {
+		_ = pw.Close()
+	}
+	dec := <-done
 	if err != nil {
 		return nil, err
 	}
@@ -163,10 +191,12 @@ func (c *Client) Snapshot(ctx context.Context, opID string, args protocol.Snapsh
 	if err := c.data(res, &d); err != nil {
 		return nil, err
 	}
-	var entries []protocol.Entry
-	if err := jsonArray(bulk, &entries); err != nil {
-		return nil, c.violation(protocol.OpFileSnapshot, "listing: %v", err)
+	if dec.err != nil {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return nil, c.breakWith(fmt.Errorf("%w: %s listing: %w", ErrProtocol, protocol.OpFileSnapshot, dec.err))
 	}
+	entries := dec.entries
 	if uint32(len(entries)) != d.Entries || d.Entries > args.MaxEntries {
 		return nil, c.violation(protocol.OpFileSnapshot, "%d entries listed, %d declared, %d allowed", len(entries), d.Entries, args.MaxEntries)
 	}

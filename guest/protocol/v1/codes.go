@@ -56,6 +56,7 @@ const (
 	CodeTransferIncomplete = string(actuation.CodeTransferIncomplete)
 	CodeTransferMismatch   = string(actuation.CodeTransferMismatch)
 	CodeConnectionCap      = string(actuation.CodeConnectionCap)
+	CodeAnswerOverBound    = string(actuation.CodeAnswerOverBound) // the host refuses a guest answer beyond its request's bounds
 
 	// Handshake.
 	CodeProtocolMismatch    = string(actuation.CodeProtocolMismatch)

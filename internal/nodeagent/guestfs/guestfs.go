@@ -165,6 +165,10 @@ func (r *Root) mapErr(what, rel string, err error) error {
 		return fsaccess.Wrap(fsaccess.CodeSymlinkEscape, err, "%s %s: resolves outside the root", what, d)
 	case protocol.CodeTooLarge:
 		return fsaccess.Wrap(fsaccess.CodeTooManyEntries, err, "%s %s: beyond what the guest walks", what, d)
+	case protocol.CodeAnswerOverBound:
+		// The guest answered beyond the request's bounds (refused while decoding; the
+		// channel is closed): named as such, not as an unavailable environment.
+		return fsaccess.Wrap(protocol.CodeAnswerOverBound, err, "%s %s: the guest's answer exceeds the request's bounds", what, d)
 	}
 	if channelFailure(err) {
 		return unavailable(fmt.Errorf("%s %s: %w", what, d, err))
