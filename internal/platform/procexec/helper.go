@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -97,6 +98,11 @@ type helperConfig struct {
 	// program only after reading the byte goByte on fd 3 (StartOptions.BeforeExec); EOF or
 	// anything else ends it without running the program.
 	AwaitGo bool `json:"awaitGo,omitempty"`
+	// KillAfterMS > 0 is the helper's own deadline for the program, counted from its
+	// start: the parent's deadline plus its grace plus a margin. The parent enforces the
+	// deadline; this is the backstop when the parent is gone (a killed agent): PID 1 then
+	// kills everything in the sandbox itself (SandboxSpec.KillAfter).
+	KillAfterMS int64 `json:"killAfterMS,omitempty"`
 }
 
 // goByte is the parent's go-ahead for a helper configured with AwaitGo.
@@ -222,7 +228,11 @@ func runHelper() {
 	}
 	_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafePointer(&initName[0])), 0, 0, 0)
 	report(helperStatus{Started: true})
-	ws := superviseInit(pid, sigs)
+	var expired <-chan time.Time
+	if cfg.KillAfterMS > 0 {
+		expired = time.After(time.Duration(cfg.KillAfterMS) * time.Millisecond)
+	}
+	ws := superviseInit(pid, sigs, expired)
 	end := helperStatus{Exited: true}
 	code := 0
 	switch {
@@ -486,8 +496,10 @@ var forwardedSignals = []os.Signal{
 }
 
 // superviseInit is PID 1's loop: reap every child, forward signals, return
-// the program's wait status once it has ended.
-func superviseInit(pid int, sigs <-chan os.Signal) unix.WaitStatus {
+// the program's wait status once it has ended. When expired fires (the helper's own
+// deadline), every process of the sandbox is killed (kill(-1) from PID 1 reaches all of
+// its PID namespace but itself).
+func superviseInit(pid int, sigs <-chan os.Signal, expired <-chan time.Time) unix.WaitStatus {
 	own := unix.Getpgrp()
 	// Signals that arrived while the sandbox was being set up did not reach
 	// the program: deliver them now.
@@ -515,7 +527,14 @@ func superviseInit(pid int, sigs <-chan os.Signal) unix.WaitStatus {
 				return ws
 			}
 		}
-		s := <-sigs
+		var s os.Signal
+		select {
+		case s = <-sigs:
+		case <-expired:
+			expired = nil
+			_ = unix.Kill(-1, unix.SIGKILL)
+			continue
+		}
 		if s == syscall.SIGCHLD {
 			continue
 		}

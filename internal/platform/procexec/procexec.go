@@ -66,6 +66,10 @@ const (
 	// DefaultMaxConcurrent is the default concurrent command cap
 	// (refusal.CommandCapReached).
 	DefaultMaxConcurrent = 4
+	// HelperDeadlineMargin is how long after a command's deadline and grace its sandbox's
+	// PID 1 kills the command itself (SandboxSpec.KillAfter): only when this process, which
+	// kills at the deadline, is gone.
+	HelperDeadlineMargin = 5 * time.Second
 	// HelperStartTimeout bounds the sandbox set-up handshake.
 	HelperStartTimeout = 10 * time.Second
 	// OutputDrainTimeout bounds how long output is drained after the group is
@@ -354,6 +358,9 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 		TempDir:       tmp,
 		Mounts:        spec.Mounts,
 		FileSizeLimit: spec.FileSizeLimit,
+		// The sandbox's own backstop: the command's deadline and grace plus a margin, so
+		// it never fires while this process enforces the deadline itself.
+		KillAfter: spec.Timeout + spec.Grace + HelperDeadlineMargin,
 	}
 	var g *cgroups.Group
 	var ps *pooledSandbox

@@ -58,6 +58,8 @@ func childMode(mode string) int {
 	switch mode {
 	case poolOrphanMode:
 		return poolOrphanChild()
+	case agentDiesMode:
+		return agentDiesChild()
 	case "dial", "dial-unix":
 		network := "tcp"
 		if mode == "dial-unix" {

@@ -76,6 +76,10 @@ type SandboxSpec struct {
 	// SIGXFSZ ignored: a write that would grow any file past it fails with
 	// EFBIG at the limit instead of killing the program.
 	FileSizeLimit int64
+	// KillAfter, when > 0, is the sandbox's own deadline, counted from its program's
+	// start: its PID 1 kills every process in it then, whether or not the parent is
+	// still alive (a killed agent leaves no program running past its deadline).
+	KillAfter time.Duration
 }
 
 // Mount is one host path attached inside a sandbox at Target (idmapped like
@@ -594,6 +598,9 @@ func sandboxConfig(spec SandboxSpec) (*helperConfig, []idmapSource, error) {
 		return nil, nil, refusal.New(refusal.InvalidSpec, "negative file size limit")
 	}
 	cfg.FileSizeLimit = spec.FileSizeLimit
+	if spec.KillAfter > 0 {
+		cfg.KillAfterMS = max(spec.KillAfter.Milliseconds(), 1)
+	}
 
 	// The working directory.
 	switch {
