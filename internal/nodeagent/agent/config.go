@@ -36,6 +36,10 @@ type Config struct {
 	// when set) may forward an end user's identity to the data plane ("" disables it).
 	DataPlaneForwardingCAFile string   `json:"dataPlaneForwardingCAFile,omitempty"`
 	DataPlaneForwardingNames  []string `json:"dataPlaneForwardingNames,omitempty"`
+	// DataPlaneStreams shares out the data plane's long-lived stream slots (long-polls,
+	// follows, attaches, view streams) by identity class; unset fields take the data
+	// plane's defaults (dataplane.Limits).
+	DataPlaneStreams StreamShares `json:"dataPlaneStreams,omitempty"`
 	// SandboxHelper is the sandbox helper binary (cmd/workbench-sandbox). Empty: a
 	// workbench-sandbox next to the agent's executable, else the agent binary itself.
 	SandboxHelper string `json:"sandboxHelper,omitempty"`
@@ -74,6 +78,17 @@ type QEMUConfig struct {
 	Accel string `json:"accel,omitempty"`
 	// MaxVMs bounds the VMs of the node (default 4).
 	MaxVMs int `json:"maxVMs,omitempty"`
+}
+
+// StreamShares: Streams is the node-wide cap of stream slots (default
+// dataplane.DefaultMaxLongPolls), OperatorReserve the slots only operators (the
+// node-operator binding) take (default a quarter), PerIdentity the most one agent, viewer
+// or view grantee holds at once (default half of the rest). A caller past its share is
+// refused with share-cap-reached, past the cap with queue-full.
+type StreamShares struct {
+	Streams         int `json:"streams,omitempty"`
+	OperatorReserve int `json:"operatorReserve,omitempty"`
+	PerIdentity     int `json:"perIdentity,omitempty"`
 }
 
 // Caps are the node's configurable bounds; unset ones take node-sized defaults (capacity.go).

@@ -146,7 +146,8 @@ func (a *Agent) startDataPlane(ctx context.Context) error {
 		return err
 	}
 	srv, err := dataplane.New(dataplane.Config{TLS: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
-		Authenticator: authn, Authorizer: authz, Resolver: resolver{a: a}, Commands: resolver{a: a}, Artifacts: resolver{a: a}, Views: resolver{a: a}, ViewAuthorizer: viewAuthz, Forwarding: fwd})
+		Authenticator: authn, Authorizer: authz, Resolver: resolver{a: a}, Commands: resolver{a: a}, Artifacts: resolver{a: a}, Views: resolver{a: a}, ViewAuthorizer: viewAuthz, Forwarding: fwd,
+		Limits: dataplane.Limits{MaxLongPolls: a.cfg.DataPlaneStreams.Streams, StreamOperatorReserve: a.cfg.DataPlaneStreams.OperatorReserve, StreamPerIdentity: a.cfg.DataPlaneStreams.PerIdentity}})
 	if err != nil {
 		return err
 	}

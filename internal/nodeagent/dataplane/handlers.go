@@ -265,19 +265,17 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, ref objRef) erro
 // park waits for an event after cursor without sleeping. A deadline, a
 // closed ring or a finished request are normal ends of a long-poll.
 func (s *Server) park(ctx context.Context, h sessionHandle, ref objRef, cursor uint64, wait time.Duration) error {
-	select {
-	case s.longPolls <- struct{}{}:
-		defer func() { <-s.longPolls }()
-	default:
-		return errorf(http.StatusTooManyRequests, CodeQueueFull,
-			fmt.Sprintf("all %d long-poll slots are in use", s.lim.MaxLongPolls))
+	release, err := s.acquireStream(ctx, ref.ns, false)
+	if err != nil {
+		return err
 	}
+	defer release()
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	if s.waitHook != nil {
 		s.waitHook()
 	}
-	err := h.s.WaitEvents(ctx, cursor)
+	err = h.s.WaitEvents(ctx, cursor)
 	switch {
 	case err == nil, errors.Is(err, ring.ErrClosed),
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):

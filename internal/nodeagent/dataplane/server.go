@@ -40,6 +40,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/platform/fairshare"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
@@ -73,6 +74,13 @@ type Limits struct {
 	// at most MaxInFlight; 429 queue-full). Session reader-task permits
 	// (reader-cap-reached) apply on top.
 	MaxLongPolls int
+	// StreamOperatorReserve and StreamPerIdentity divide the MaxLongPolls stream slots
+	// (long-polls, follows, attaches, view streams) between identity classes
+	// (internal/platform/fairshare, shares.go): the reserve only operators take (default
+	// a quarter), the most one other identity — an agent, a viewer, a view grantee —
+	// holds (default half of the rest). Refusals: 429 share-cap-reached.
+	StreamOperatorReserve int
+	StreamPerIdentity     int
 	// MaxWait caps waitSeconds of an event long-poll (default and ceiling
 	// 30 s); larger requests are lowered to it.
 	MaxWait time.Duration
@@ -210,8 +218,8 @@ type Server struct {
 	lim       Limits
 	mux       *http.ServeMux
 
-	inflight  chan struct{} // semaphore: requests in flight
-	longPolls chan struct{} // semaphore: parked long-polls
+	inflight chan struct{}   // semaphore: requests in flight
+	streams  *fairshare.Pool // long-lived stream slots, shared out by identity class (shares.go)
 
 	// waitHook, when set (tests), runs right before a long-poll parks.
 	waitHook func()
@@ -264,7 +272,9 @@ func New(cfg Config) (*Server, error) {
 		fwd:       cfg.Forwarding,
 		lim:       lim,
 		inflight:  make(chan struct{}, lim.MaxInFlight),
-		longPolls: make(chan struct{}, lim.MaxLongPolls),
+	}
+	if s.streams, err = fairshare.New("stream", lim.streamShares()); err != nil {
+		return nil, fmt.Errorf("data plane: stream shares: %w", err)
 	}
 	s.mux = s.routes()
 	return s, nil

@@ -271,16 +271,6 @@ func (s *Server) authorize(r *http.Request, a Attributes) error {
 	return nil
 }
 
-// acquireStream takes a long-lived stream slot.
-func (s *Server) acquireStream() (func(), error) {
-	select {
-	case s.longPolls <- struct{}{}:
-		return func() { <-s.longPolls }, nil
-	default:
-		return nil, errorf(http.StatusTooManyRequests, CodeQueueFull, fmt.Sprintf("all %d stream slots are in use", s.lim.MaxLongPolls))
-	}
-}
-
 // streamingResponse lifts the server's read/write timeouts for a long-lived response.
 func streamingResponse(w http.ResponseWriter) *http.ResponseController {
 	rc := http.NewResponseController(w)
@@ -334,7 +324,7 @@ func (s *Server) v2Attach(w http.ResponseWriter, r *http.Request, ref objRef) er
 		return errorf(http.StatusForbidden, string(actuation.CodeRawInputDisabled),
 			fmt.Sprintf("terminal session %s has spec.rawInput %s; attaching with stdin requires %s", ref, mode, wbv1.RawInputOperatorOnly))
 	}
-	release, err := s.acquireStream()
+	release, err := s.acquireStream(r.Context(), ref.ns, false)
 	if err != nil {
 		return err
 	}
@@ -398,7 +388,7 @@ func (s *Server) v2Events(w http.ResponseWriter, r *http.Request, ref objRef) er
 		return badRequest("since %d is ahead of the last event %d", since, last)
 	}
 	if follow {
-		release, err := s.acquireStream()
+		release, err := s.acquireStream(r.Context(), ref.ns, false)
 		if err != nil {
 			return err
 		}
@@ -559,7 +549,7 @@ func (s *Server) v2Output(w http.ResponseWriter, r *http.Request, ref objRef) er
 	}
 	ws := wsstream.IsWebSocketRequest(r)
 	if follow || ws {
-		release, err := s.acquireStream()
+		release, err := s.acquireStream(r.Context(), ref.ns, false)
 		if err != nil {
 			return err
 		}

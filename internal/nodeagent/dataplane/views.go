@@ -162,7 +162,7 @@ func (s *Server) viewStream(w http.ResponseWriter, r *http.Request, ref objRef) 
 	if err != nil {
 		return err
 	}
-	release, err := s.acquireStream()
+	release, err := s.acquireStream(r.Context(), ref.ns, true)
 	if err != nil {
 		return err
 	}
