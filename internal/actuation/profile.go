@@ -211,7 +211,7 @@ func validateEnvPolicy(e EnvPolicy) []*Refusal {
 	}
 	for i, k := range e.AllowedOverrides[:min(len(e.AllowedOverrides), MaxEnvOverrides)] {
 		f := fieldIndex("spec.env.allowedOverrides", i)
-		if r := ValidateEnvKey(k); r != nil {
+		if r := ValidateOverrideKey(k); r != nil {
 			r.Field = f
 			rs = append(rs, r)
 		} else if slices.Index(e.AllowedOverrides, k) < i {

@@ -140,6 +140,8 @@ type Spec struct {
 	// Mounts and FileSizeLimit: see SandboxSpec.
 	Mounts        []Mount
 	FileSizeLimit int64
+	// GitMetadataWritable: see SandboxSpec.
+	GitMetadataWritable bool
 	// OnSandbox, when set, runs once the sandbox's namespaces exist and
 	// before its program is configured (nothing runs in it yet), with the
 	// helper's pid: e.g. to attach an egress proxy's listeners inside its
@@ -354,6 +356,8 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 		TempDir:       tmp,
 		Mounts:        spec.Mounts,
 		FileSizeLimit: spec.FileSizeLimit,
+
+		GitMetadataWritable: spec.GitMetadataWritable,
 	}
 	var g *cgroups.Group
 	var ps *pooledSandbox

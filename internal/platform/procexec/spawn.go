@@ -76,6 +76,9 @@ type SandboxSpec struct {
 	// SIGXFSZ ignored: a write that would grow any file past it fails with
 	// EFBIG at the limit instead of killing the program.
 	FileSizeLimit int64
+	// GitMetadataWritable leaves repository metadata under the writable roots writable
+	// (CommandProfile gitMetadata: Writable); by default it is read-only (gitmeta.go).
+	GitMetadataWritable bool
 }
 
 // Mount is one host path attached inside a sandbox at Target (idmapped like
@@ -594,6 +597,9 @@ func sandboxConfig(spec SandboxSpec) (*helperConfig, []idmapSource, error) {
 		return nil, nil, refusal.New(refusal.InvalidSpec, "negative file size limit")
 	}
 	cfg.FileSizeLimit = spec.FileSizeLimit
+	if !spec.GitMetadataWritable {
+		cfg.GitProtect = spec.WritableRoots
+	}
 
 	// The working directory.
 	switch {
