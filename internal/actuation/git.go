@@ -159,10 +159,10 @@ func IsGit(exe string) bool {
 	return ok && len(cr.names) > 0 && cr.names[0] == "git"
 }
 
-// GitEmptyHooksDir is the node's empty, host-owned, read-only directory that
-// GitPinnedConfig names as core.hooksPath (created by the node agent; inside a sandbox it
-// is not mounted, so hooks resolve to nothing there either).
-const GitEmptyHooksDir = "/usr/share/sensorium-workbench/git-no-hooks"
+// GitEmptyHooksDir is what GitPinnedConfig names as core.hooksPath: /dev/null, host-owned,
+// read-only and present in every sandbox, can hold no hook (git finds none below it), so
+// no repository configuration or planted directory decides which hooks run.
+const GitEmptyHooksDir = "/dev/null"
 
 // GitPinnedConfig is the configuration the node fixes for every git it starts, through
 // git's own environment mechanism (GIT_CONFIG_COUNT, GIT_CONFIG_KEY_n,

@@ -66,7 +66,13 @@ type Profile struct {
 	MaxTimeoutSeconds  int64     `json:"maxTimeoutSeconds"`
 	MaxOutputBytes     int64     `json:"maxOutputBytes"`
 	PTY                string    `json:"pty"` // "Disabled" | "Allowed"
+	// GitMetadata: "" (= "ReadOnly") or "Writable" (issue 25: repository metadata under
+	// the writable roots is read-only in the sandbox unless Writable).
+	GitMetadata string `json:"gitMetadata,omitempty"`
 }
+
+// GitMetadataWritable reports whether the profile lets its programs write git metadata.
+func (p Profile) GitMetadataWritable() bool { return p.GitMetadata == "Writable" }
 
 // Bounds of profiles and argv.
 const (
@@ -178,6 +184,11 @@ func ValidateProfile(p Profile) []*Refusal {
 	case PTYDisabled, PTYAllowed:
 	default:
 		add(Refuse(CodeProfileInvalid, "spec.pty", "must be %q or %q (got %q)", PTYDisabled, PTYAllowed, truncateForMessage(p.PTY)))
+	}
+	switch p.GitMetadata {
+	case "", "ReadOnly", "Writable":
+	default:
+		add(Refuse(CodeProfileInvalid, "spec.gitMetadata", "must be \"ReadOnly\" or \"Writable\" (got %q)", truncateForMessage(p.GitMetadata)))
 	}
 	return rs
 }
