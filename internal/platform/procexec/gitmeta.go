@@ -195,7 +195,7 @@ func readDirAt(rfd int, rel string) ([]dirEnt, error) {
 		return nil, err
 	}
 	f := os.NewFile(uintptr(fd), rel)
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var out []dirEnt
 	for {
 		ents, err := f.ReadDir(256)
