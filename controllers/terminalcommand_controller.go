@@ -508,6 +508,7 @@ func (r *TerminalCommandReconciler) ensureConsentRequest(ctx context.Context, p 
 				SafetyCaps: wbv1.SafetyCaps{
 					TimeoutSeconds: intent.TimeoutSeconds, OutputBytes: intent.OutputBytes,
 					Egress: wbv1.EgressPolicy(core.Egress), Credentials: wbv1.CredentialPolicy(core.Credentials),
+					GitMetadata: gitMetadataOf(&prof.Spec),
 				},
 				ReasonCode: string(actuation.CodeConsentRequired),
 			},
@@ -736,4 +737,13 @@ func markCommand(cmd *wbv1.TerminalCommand, step string) {
 	if spans.Enabled() {
 		spans.Mark(cmd.Namespace+"/"+cmd.Name, step)
 	}
+}
+
+// gitMetadataOf is the profile's git metadata policy as the operator reviews it (the
+// default spelled out).
+func gitMetadataOf(s *wbv1.CommandProfileSpec) wbv1.GitMetadataPolicy {
+	if s.GitMetadata == "" {
+		return wbv1.GitMetadataReadOnly
+	}
+	return s.GitMetadata
 }

@@ -24,6 +24,21 @@ type CredentialPolicy string
 // +kubebuilder:validation:Enum=Disabled;Allowed
 type PTYPolicy string
 
+// GitMetadataPolicy says whether commands and PTY programs of a profile may write the
+// metadata git executes (hooks/, info/, config, commondir of every repository under a
+// writable root, and their submodule and worktree equivalents).
+// +kubebuilder:validation:Enum=ReadOnly;Writable
+type GitMetadataPolicy string
+
+const (
+	// GitMetadataReadOnly (the default): that metadata is read-only inside the sandbox and
+	// git directories cannot be moved aside.
+	GitMetadataReadOnly GitMetadataPolicy = "ReadOnly"
+	// GitMetadataWritable: the operator trusts this profile's programs to write what the
+	// host's git will execute.
+	GitMetadataWritable GitMetadataPolicy = "Writable"
+)
+
 // ConsentPrompting says whether an argv this profile does not admit may be put to an operator.
 // +kubebuilder:validation:Enum=Allowed;Forbidden
 type ConsentPrompting string
@@ -131,6 +146,13 @@ type CommandProfileSpec struct {
 	// +optional
 	// +kubebuilder:default=Allowed
 	ConsentPrompting ConsentPrompting `json:"consentPrompting,omitempty"`
+
+	// gitMetadata says whether the profile's programs may write repository metadata the
+	// host's git executes (hooks, config, info, commondir) under its writable roots.
+	// Operator-owned; shown in consent requests. Default ReadOnly.
+	// +optional
+	// +kubebuilder:default=ReadOnly
+	GitMetadata GitMetadataPolicy `json:"gitMetadata,omitempty"`
 }
 
 // ConsentEntry is one argv shape admitted by an active ConsentGrant, with its provenance.

@@ -46,6 +46,10 @@ type SafetyCaps struct {
 	// credentials is the credential access a consented command is allowed.
 	// +required
 	Credentials CredentialPolicy `json:"credentials"`
+	// gitMetadata is whether a consented command may write repository metadata the host's
+	// git executes (the profile's gitMetadata).
+	// +optional
+	GitMetadata GitMetadataPolicy `json:"gitMetadata,omitempty"`
 }
 
 // ConsentDescriptor is the concrete effect put to the operator.

@@ -382,6 +382,14 @@ const (
 	CodeSnapshotBlocked   Code = "snapshot-blocked"   // the VMM refused to save the guest (a device blocks migration); the exact error follows
 )
 
+// Repository metadata protection (issue 25 item 2).
+const (
+	// CodeGitMetadataUnbounded: the writable roots hold more directories or repositories
+	// than the sandbox protects (a profile with gitMetadata: Writable runs there), or git
+	// metadata is a symlink: nothing ran.
+	CodeGitMetadataUnbounded Code = "git-metadata-unbounded"
+)
+
 // allCodes is the closed vocabulary as data; Codes returns a sorted copy.
 var allCodes = []Code{
 	CodeEgressEndpointForbidden, CodeEgressDNSNameForbidden, CodeEgressConnectionCapReached,
@@ -413,7 +421,7 @@ var allCodes = []Code{
 	CodeSessionClosed, CodeRootNotAdmitted, CodeNoPTY, CodeWatchUnavailable, CodeWatchCapReached, CodeLandlockUnavailable,
 	CodeUserNamespaceUnavailable, CodeIdmapUnavailable, CodeSeccompUnavailable,
 	CodeInputTooLarge, CodeCommandCapReached, CodeInvalidSpec, CodeSessionExists, CodeSessionNotRunning,
-	CodeSandboxSetupFailed, CodeCleanupIncomplete, CodeCgroupUnavailable, CodeStartFailed, CodeSourceFailed, CodeConditionUnreachable, CodeProbeTimedOut,
+	CodeSandboxSetupFailed, CodeGitMetadataUnbounded, CodeCleanupIncomplete, CodeCgroupUnavailable, CodeStartFailed, CodeSourceFailed, CodeConditionUnreachable, CodeProbeTimedOut,
 	CodeImageInvalid, CodeResourcesAboveMax, CodeResourcesInvalid, CodeResourceNotEnforced, CodeVMCapReached, CodeBootFailed, CodeBootTimeout,
 	CodeVMNotRunning, CodeEnvironmentIDInvalid, CodeStateDirTooLong,
 	CodeForwardingRefused, CodeNodeUnreachable, CodeOutputEvicted, CodeUploadTooLarge, CodeRawInputDisabled,

@@ -222,6 +222,11 @@ func AdmitSubject(p Profile, entries []ConsentEntry, in CommandIntent, s Subject
 	if r := FirstRefusal(ValidateArgvShape(in.Argv)); r != nil {
 		return Admission{Refusal: r}
 	}
+	// Tools that read code-running options anywhere (git): no profile, prefix or grant
+	// admits them.
+	if r := checkConcreteArgv(CodeShellString, p.Executable, in.Argv); r != nil {
+		return Admission{Refusal: r}
+	}
 	profileRefusal := AdmitArgvByProfile(p, in.Argv)
 	if profileRefusal == nil {
 		return Admission{Admitted: true, By: AdmittedByProfile}

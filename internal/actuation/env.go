@@ -101,6 +101,32 @@ var forbiddenEnvRules = func() []envRule {
 	return rules
 }()
 
+// EnvClassConfigRedirect: keys that move where a program reads its configuration or
+// repository from (HOME, XDG_CONFIG_HOME, GIT_*: a requester-chosen HOME is a chosen
+// ~/.gitconfig with an alias or core.pager, GIT_DIR an embedded repository). A profile's
+// own defaults (operator-owned) may set them; an override (the requester's) may not, and
+// a profile may not list them in allowedOverrides.
+const EnvClassConfigRedirect = "config-redirect"
+
+// overrideOnlyForbidden reports whether key is of EnvClassConfigRedirect.
+func overrideOnlyForbidden(key string) bool {
+	k := strings.ToUpper(key)
+	return k == "HOME" || k == "XDG_CONFIG_HOME" || k == "XDG_CONFIG_DIRS" || k == "XDG_DATA_HOME" ||
+		(strings.HasPrefix(k, "GIT_") && !narrowingEnvKeys[k])
+}
+
+// ValidateOverrideKey is ValidateEnvKey for a key a requester sets (an intent override or
+// a profile's allowedOverrides entry): also env-key-forbidden for EnvClassConfigRedirect.
+func ValidateOverrideKey(key string) *Refusal {
+	if r := ValidateEnvKey(key); r != nil {
+		return r
+	}
+	if overrideOnlyForbidden(key) {
+		return Refuse(CodeEnvKeyForbidden, "name", "must not be %q: %s variables are never taken from a requester", key, EnvClassConfigRedirect)
+	}
+	return nil
+}
+
 // narrowingEnvKeys are exact keys that match a forbidden pattern but can only take
 // authority away: GIT_CONFIG_NOSYSTEM stops git from reading /etc/gitconfig (which the
 // sandbox does not let it read anyway). They are admitted despite their prefix.
@@ -199,6 +225,11 @@ func validateOverrides(p Profile, overrides []EnvVar, base string) []*Refusal {
 	for i, v := range overrides[:min(len(overrides), MaxEnvOverrides)] {
 		f := fieldIndex(base, i)
 		vrs := validateEnvVarAt(v, f)
+		if len(vrs) == 0 && overrideOnlyForbidden(v.Name) {
+			r := ValidateOverrideKey(v.Name)
+			r.Field = fieldJoin(f, "name")
+			vrs = append(vrs, r)
+		}
 		rs = append(rs, vrs...)
 		if slices.ContainsFunc(vrs, func(r *Refusal) bool { return r.Field == fieldJoin(f, "name") }) {
 			continue

@@ -78,6 +78,17 @@ type codeRunner struct {
 	// (awk, sed): the profile must fix the program with one of these flags in
 	// fixedArgs, or the first variable atom would become the program.
 	programFile []string
+	// configKeys are git-style configuration keys (lower case) whose value is a
+	// command; an atom that is the key, or "key=value", is inline code.
+	// configSections are key prefixes ("alias.") with the same meaning.
+	configKeys, configSections []string
+	// anyPosition: every atom of a concrete argv is checked (AdmitSubject), not only the
+	// profile's fixed atoms and prefixes, since the tool reads these options anywhere.
+	anyPosition bool
+	// subcommands, when set, are the only atoms admitted as the first non-option atom of
+	// a concrete argv (git: a builtin; anything else may be an alias or an external
+	// git-* program).
+	subcommands map[string]struct{}
 }
 
 // codeRunners: interpreters with inline-code flags, and ordinary tools whose
@@ -111,6 +122,7 @@ var codeRunners = []codeRunner{
 	{names: []string{"zip"}, inlineFlags: []string{"-TT", "--unzip-command"}},
 	{names: []string{"awk", "gawk", "mawk", "nawk"}, inlineFlags: []string{"-e", "--source"}, shortInline: "e", shortArg: "vfFEilW", programFile: []string{"-f", "--file", "-E", "--exec"}},
 	{names: []string{"sed", "gsed"}, inlineFlags: []string{"-e", "--expression"}, shortInline: "e", shortArg: "fil", programFile: []string{"-f", "--file"}},
+	gitRunner,
 }
 
 // executableNames returns the names an executable path is classified by:
@@ -209,6 +221,9 @@ func (cr codeRunner) atomIsInline(atom string) bool {
 			return true
 		}
 	}
+	if cr.atomIsConfigKey(a) {
+		return true
+	}
 	return cr.clusterHitsInline(a, false)
 }
 
@@ -261,6 +276,9 @@ func (cr codeRunner) prefixCanAdmitInline(prefix string) bool {
 		case !cr.abbreviate && isShortFlag(f):
 			return true // attached value: "-cCODE"
 		}
+	}
+	if cr.prefixCanAdmitConfigKey(p) {
+		return true
 	}
 	return cr.clusterHitsInline(p, true)
 }

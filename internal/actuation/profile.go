@@ -66,7 +66,13 @@ type Profile struct {
 	MaxTimeoutSeconds  int64     `json:"maxTimeoutSeconds"`
 	MaxOutputBytes     int64     `json:"maxOutputBytes"`
 	PTY                string    `json:"pty"` // "Disabled" | "Allowed"
+	// GitMetadata: "" (= "ReadOnly") or "Writable" (issue 25: repository metadata under
+	// the writable roots is read-only in the sandbox unless Writable).
+	GitMetadata string `json:"gitMetadata,omitempty"`
 }
+
+// GitMetadataWritable reports whether the profile lets its programs write git metadata.
+func (p Profile) GitMetadataWritable() bool { return p.GitMetadata == "Writable" }
 
 // Bounds of profiles and argv.
 const (
@@ -179,6 +185,11 @@ func ValidateProfile(p Profile) []*Refusal {
 	default:
 		add(Refuse(CodeProfileInvalid, "spec.pty", "must be %q or %q (got %q)", PTYDisabled, PTYAllowed, truncateForMessage(p.PTY)))
 	}
+	switch p.GitMetadata {
+	case "", "ReadOnly", "Writable":
+	default:
+		add(Refuse(CodeProfileInvalid, "spec.gitMetadata", "must be \"ReadOnly\" or \"Writable\" (got %q)", truncateForMessage(p.GitMetadata)))
+	}
 	return rs
 }
 
@@ -211,7 +222,7 @@ func validateEnvPolicy(e EnvPolicy) []*Refusal {
 	}
 	for i, k := range e.AllowedOverrides[:min(len(e.AllowedOverrides), MaxEnvOverrides)] {
 		f := fieldIndex("spec.env.allowedOverrides", i)
-		if r := ValidateEnvKey(k); r != nil {
+		if r := ValidateOverrideKey(k); r != nil {
 			r.Field = f
 			rs = append(rs, r)
 		} else if slices.Index(e.AllowedOverrides, k) < i {

@@ -63,6 +63,9 @@ func Profile(s *wbv1.CommandProfileSpec) actuation.Profile {
 		Egress: string(s.Egress), Credentials: string(s.Credentials),
 		MaxTimeoutSeconds: s.MaxTimeoutSeconds, MaxOutputBytes: s.MaxOutputBytes, PTY: string(s.PTY),
 	}
+	if s.GitMetadata == wbv1.GitMetadataWritable { // the default (ReadOnly) stays out of the digest
+		p.GitMetadata = string(s.GitMetadata)
+	}
 	if p.CwdPolicy == "" {
 		p.CwdPolicy = "BeneathRoot"
 	}

@@ -21,6 +21,7 @@ import (
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // CreatedByLabel marks objects this client created on the caller's behalf (sessions).
@@ -78,7 +79,10 @@ func (c *Client) PrepareCommand(ctx context.Context, r RunRequest) (*wbv1.Termin
 	if err != nil {
 		return nil, err
 	}
-	argv := normalizeArgv(prof, r.Argv)
+	argv, err := normalizeArgv(prof, r.Argv)
+	if err != nil {
+		return nil, err
+	}
 	root := r.Root
 	if root == "" {
 		root = defaultRoot(prof, &env)
@@ -151,16 +155,22 @@ func (c *Client) resolveProfile(ctx context.Context, name string, argv []string)
 // normalizeArgv writes argv[0] as the profile's executable and inserts the profile's fixed
 // arguments when argv does not already start with them: `git status` under a profile
 // (/usr/bin/git, fixedArgs [--no-pager]) becomes [/usr/bin/git --no-pager status].
-func normalizeArgv(p *wbv1.CommandProfile, argv []string) []string {
-	out := []string{p.Spec.Executable}
-	rest := argv[1:]
-	if argv[0] != p.Spec.Executable && path.Base(p.Spec.Executable) != argv[0] {
-		rest = argv // argv[0] is not the executable: treat it all as arguments
+// It never rewrites what was asked into something else: argv[0] must be the profile's
+// executable, or a bare name (no "/") equal to its base name; any other argv[0] (another
+// program, a path to another binary, a subcommand) is refused with argv-not-admitted
+// naming the profile's executable, before anything is created.
+func normalizeArgv(p *wbv1.CommandProfile, argv []string) ([]string, error) {
+	exe := p.Spec.Executable
+	if argv[0] != exe && (strings.Contains(argv[0], "/") || path.Base(exe) != argv[0]) {
+		return nil, &Error{Class: ClassOf(string(actuation.CodeArgvNotAdmitted)), Code: string(actuation.CodeArgvNotAdmitted), Object: "commandprofiles/" + p.Name,
+			Message: fmt.Sprintf("argv[0] %q is not the executable of profile %s (%s): write %s or %s first", argv[0], p.Name, exe, exe, path.Base(exe))}
 	}
+	out := []string{exe}
+	rest := argv[1:]
 	if !(len(rest) >= len(p.Spec.FixedArgs) && slices.Equal(rest[:len(p.Spec.FixedArgs)], p.Spec.FixedArgs)) {
 		out = append(out, p.Spec.FixedArgs...)
 	}
-	return append(out, rest...)
+	return append(out, rest...), nil
 }
 
 // defaultRoot is the profile's first allowed root that the environment has, else the

@@ -380,6 +380,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		p.refuse(string(ref.Code), ref.Message)
 		return nil
 	}
+	envVars = gitPinnedEnv(core.Executable, resolveExecutable(core.Executable), envVars)
 	claim := func() (bool, error) { return r.claim(ctx, p, claimBy) }
 	if memo {
 		claim = func() (bool, error) { return r.claimCurrent(ctx, p, claimBy, prof.ResourceVersion) }
@@ -400,11 +401,17 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		p.refuse(codeOf(err), err.Error())
 		return nil
 	}
+	// The program the node starts is the symlink-resolved one: classify it again.
+	if ref := actuation.CheckResolvedExecutable(core, resolveExecutable(intent.Argv[0]), intent.Argv); ref != nil {
+		p.refuse(string(ref.Code), ref.Message)
+		return nil
+	}
 	spec, code, msg := commandSpec(roots, core.AllowedRoots, intent, envVars)
 	if code != "" {
 		p.refuse(code, msg)
 		return nil
 	}
+	spec.GitMetadataWritable = core.GitMetadataWritable()
 	spec.Resources, spec.CgroupID = environmentLimits(&env), string(cmd.UID)
 	if spans.Enabled() {
 		spec.Trace = spans.Marker(cmd.Namespace + "/" + cmd.Name)

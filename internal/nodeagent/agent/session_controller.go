@@ -241,6 +241,8 @@ func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl
 		if ref != nil {
 			return ctrl.Result{}, string(ref.Code), ref.Message, nil
 		}
+		resolved := resolveExecutable(core.Executable)
+		envVars = gitPinnedEnv(core.Executable, resolved, envVars)
 		dir, guestDir := "", ""
 		var writable, readable []string // the profile's allowed roots: all the program sees of the host
 		for _, r := range roots {
@@ -266,6 +268,11 @@ func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl
 			kv = append(kv, e.Name+"="+e.Value)
 		}
 		argv := append([]string{core.Executable}, core.FixedArgs...)
+		if guestDir == "" {
+			if ref := actuation.CheckResolvedExecutable(core, resolved, argv); ref != nil {
+				return ctrl.Result{}, string(ref.Code), ref.Message, nil
+			}
+		}
 		if guestDir != "" {
 			// The program runs in the VM guest; the host session runs the relay to it.
 			var code, msg string
@@ -280,7 +287,8 @@ func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl
 			ID: string(ts.UID), EnvironmentID: string(env.UID), Argv: argv, Env: kv,
 			Dir: filepath.Clean(dir), Rows: uint16(ts.Spec.Rows), Cols: uint16(ts.Spec.Cols),
 			WritableRoots: writable, ReadableRoots: readable, HostRelay: guestDir != "",
-			IdleTimeout: time.Duration(ts.Spec.IdleTimeoutSeconds) * time.Second, MaxDuration: time.Duration(ts.Spec.MaxDurationSeconds) * time.Second,
+			GitMetadataWritable: core.GitMetadataWritable(),
+			IdleTimeout:         time.Duration(ts.Spec.IdleTimeoutSeconds) * time.Second, MaxDuration: time.Duration(ts.Spec.MaxDurationSeconds) * time.Second,
 			Resources: environmentLimits(&env),
 		})
 		if err != nil {

@@ -44,8 +44,10 @@ type Spec struct {
 	// binary in its relay mode): the program the operator asked for runs in
 	// the VM guest, and the relay, which must reach the VM's socket, runs
 	// without the host sandbox. Never set it for anything else.
-	HostRelay  bool
-	Rows, Cols uint16
+	HostRelay bool
+	// GitMetadataWritable: see procexec.SandboxSpec (the profile's gitMetadata: Writable).
+	GitMetadataWritable bool
+	Rows, Cols          uint16
 	// IdleTimeout: no output for this long moves Running -> Idle (0 selects
 	// DefaultIdleTimeout, negative disables). MaxDuration: the session is
 	// terminated and ends Expired (0 selects DefaultMaxDuration). Grace: the
@@ -263,6 +265,7 @@ func (s *Session) start() error {
 			Argv: s.spec.Argv, Env: s.spec.Env, Dir: dir,
 			WritableRoots: s.spec.WritableRoots, ReadableRoots: s.spec.ReadableRoots,
 			TempDir: tmp, TTY: tty.Name(),
+			GitMetadataWritable: s.spec.GitMetadataWritable,
 		}
 		var sb *procexec.Sandboxed
 		if pre != nil {

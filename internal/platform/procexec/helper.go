@@ -94,6 +94,9 @@ type helperConfig struct {
 	CapLastCap    int               `json:"capLastCap"`
 	// FileSizeLimit > 0 sets RLIMIT_FSIZE for the program, SIGXFSZ ignored.
 	FileSizeLimit int64 `json:"fileSizeLimit,omitempty"`
+	// GitProtect are the writable roots (paths inside) whose repositories' metadata is
+	// made read-only before the program runs (gitmeta.go).
+	GitProtect []string `json:"gitProtect,omitempty"`
 	// AwaitGo: once every layer is set up, the helper reports {"ready":true} and execs the
 	// program only after reading the byte goByte on fd 3 (StartOptions.BeforeExec); EOF or
 	// anything else ends it without running the program.
@@ -338,6 +341,9 @@ func setupSandbox(cfg *helperConfig, fds []int) *helperFailure {
 	}
 	if err := buildRoot(cfg, fds); err != nil {
 		return failf(refusal.SandboxSetupFailed, "helper: build the sandbox root: %v", err)
+	}
+	if err := protectGitMetadata(cfg.GitProtect); err != nil {
+		return gitProtectFailure(err)
 	}
 	if err := os.Chdir(cfg.Dir); err != nil {
 		return failf(refusal.SandboxSetupFailed, "helper: chdir %s: %v", cfg.Dir, err)

@@ -144,6 +144,8 @@ type Spec struct {
 	// Mounts and FileSizeLimit: see SandboxSpec.
 	Mounts        []Mount
 	FileSizeLimit int64
+	// GitMetadataWritable: see SandboxSpec.
+	GitMetadataWritable bool
 	// OnSandbox, when set, runs once the sandbox's namespaces exist and
 	// before its program is configured (nothing runs in it yet), with the
 	// helper's pid: e.g. to attach an egress proxy's listeners inside its
@@ -360,7 +362,8 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 		FileSizeLimit: spec.FileSizeLimit,
 		// The sandbox's own backstop: the command's deadline and grace plus a margin, so
 		// it never fires while this process enforces the deadline itself.
-		KillAfter: spec.Timeout + spec.Grace + HelperDeadlineMargin,
+		KillAfter:           spec.Timeout + spec.Grace + HelperDeadlineMargin,
+		GitMetadataWritable: spec.GitMetadataWritable,
 	}
 	var g *cgroups.Group
 	var ps *pooledSandbox

@@ -80,6 +80,9 @@ type SandboxSpec struct {
 	// start: its PID 1 kills every process in it then, whether or not the parent is
 	// still alive (a killed agent leaves no program running past its deadline).
 	KillAfter time.Duration
+	// GitMetadataWritable leaves repository metadata under the writable roots writable
+	// (CommandProfile gitMetadata: Writable); by default it is read-only (gitmeta.go).
+	GitMetadataWritable bool
 }
 
 // Mount is one host path attached inside a sandbox at Target (idmapped like
@@ -600,6 +603,9 @@ func sandboxConfig(spec SandboxSpec) (*helperConfig, []idmapSource, error) {
 	cfg.FileSizeLimit = spec.FileSizeLimit
 	if spec.KillAfter > 0 {
 		cfg.KillAfterMS = max(spec.KillAfter.Milliseconds(), 1)
+	}
+	if !spec.GitMetadataWritable {
+		cfg.GitProtect = spec.WritableRoots
 	}
 
 	// The working directory.
