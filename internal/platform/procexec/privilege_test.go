@@ -3,6 +3,8 @@ package procexec
 import (
 	"encoding/binary"
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/elastic/go-seccomp-bpf/arch"
@@ -160,5 +162,48 @@ func TestSeccompRefusesPrivilegeBits(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestOwnerNamespaceCacheBounded: owner namespaces are cached per (uid, gid, host uid) and
+// the cache never holds more than maxOwnerNamespaces; every descriptor handed out is a
+// user namespace with the asked map, also after its entry was evicted.
+func TestOwnerNamespaceCacheBounded(t *testing.T) {
+	requireSandbox(t)
+	var fds []int
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	for i := 0; i < maxOwnerNamespaces+3; i++ {
+		fd, err := ownerUserns(uint32(70000+i), uint32(80000+i), DefaultSandboxUID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fds = append(fds, fd)
+	}
+	ownerNS.Lock()
+	n := len(ownerNS.fds)
+	ownerNS.Unlock()
+	if n > maxOwnerNamespaces {
+		t.Errorf("%d cached namespaces, cap %d", n, maxOwnerNamespaces)
+	}
+	// The first (evicted) descriptor still names its namespace: a user namespace whose
+	// owner is this process's user and that is not ours.
+	link, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fds[0]))
+	self, _ := os.Readlink("/proc/self/ns/user")
+	if err != nil || !strings.HasPrefix(link, "user:[") || link == self {
+		t.Errorf("descriptor of an evicted namespace: %q %v (self %q)", link, err, self)
+	}
+	again, err := ownerUserns(uint32(70000+maxOwnerNamespaces+2), uint32(80000+maxOwnerNamespaces+2), DefaultSandboxUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fds = append(fds, again)
+	a, _ := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", again))
+	b, _ := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fds[maxOwnerNamespaces+2]))
+	if a != b {
+		t.Errorf("a cached key gave a new namespace: %s vs %s", a, b)
 	}
 }
