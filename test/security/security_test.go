@@ -28,6 +28,8 @@ var expectedProbes = []string{
 	"packet-socket", "capabilities", "no-new-privs",
 }
 
+func init() { expectedProbes = append(expectedProbes, mintProbeNames()...) }
+
 var (
 	calibrateOnce sync.Once
 	calibration   map[string]probeLine
@@ -46,10 +48,17 @@ func calibrate(t *testing.T) map[string]probeLine {
 			calibrateErr = err
 			return
 		}
+		// The unsandboxed run mints setuid-root files and file capabilities in dir and
+		// its TMPDIR: nothing of it may stay on the host.
+		defer func() { _ = os.RemoveAll(dir) }()
 		repository(t, dir, "calibration")
+		if err := os.Mkdir(dir+"/tmp", 0o700); err != nil {
+			calibrateErr = err
+			return
+		}
 		before := tcpAccepted.Load() + unixAccepted.Load()
 		cmd := exec.Command("/usr/bin/make", "-s", targetProbes)
-		cmd.Dir, cmd.Env = dir, []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8"}
+		cmd.Dir, cmd.Env = dir, []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "TMPDIR=" + dir + "/tmp"}
 		out, err := cmd.Output()
 		if err != nil {
 			calibrateErr = fmt.Errorf("the unsandboxed probe run failed: %v\n%s", err, out)
@@ -122,6 +131,7 @@ func TestProbesRefusedForCommands(t *testing.T) {
 				t.Fatalf("the command was refused before it ran (%+v): the probes prove nothing", c.Status.Refusal)
 			}
 			assertRefused(t, bc.name+" command", out)
+			assertNothingMinted(t, bc.name+" command", dir, stateDir)
 			if n := tcpAccepted.Load() + unixAccepted.Load() - before; n != 0 {
 				t.Errorf("the host listeners accepted %d connection(s) from the sandboxed command", n)
 			}
@@ -169,6 +179,8 @@ func TestProbesRefusedForPTYPrograms(t *testing.T) {
 			}
 			out := readPTY(t, ns, "pty")
 			assertRefused(t, bc.name+" PTY program", out)
+			// The program still runs: its private tmp is on the host under the state dir.
+			assertNothingMinted(t, bc.name+" PTY program", dir, stateDir)
 			if n := tcpAccepted.Load() + unixAccepted.Load() - before; n != 0 {
 				t.Errorf("the host listeners accepted %d connection(s) from the sandboxed PTY program", n)
 			}

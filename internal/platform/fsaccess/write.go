@@ -68,6 +68,10 @@ func (r *Root) CreateExclusive(rel string, perm fs.FileMode) (*os.File, error) {
 		unix.Close(fd)
 		return nil, r.writeErr("chmod", rel, err)
 	}
+	if err := r.adoptOwner(fd, rel); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
 	return r.fileFromFd(fd, rel), nil
 }
 
@@ -197,7 +201,7 @@ func (r *Root) Mkdir(rel string, perm fs.FileMode) error {
 	if err := unix.Fchmod(fd, uint32(perm&0o777)); err != nil {
 		return r.writeErr("chmod", rel, err)
 	}
-	return nil
+	return r.adoptOwner(fd, rel)
 }
 
 // MkdirAll creates rel and any missing parents (each with perm) and returns the
@@ -415,7 +419,7 @@ func (r *Root) Chmod(rel string, perm fs.FileMode) error {
 	if err := unix.Fchmod(fd, uint32(perm&0o777)); err != nil {
 		return r.writeErr("chmod", rel, err)
 	}
-	return nil
+	return r.adoptOwner(fd, rel)
 }
 
 // SyncFS flushes the whole filesystem holding the root (one syncfs(2) instead

@@ -28,7 +28,16 @@ import (
 //     every io_uring syscall are denied;
 //   - clone3(2) fails with ENOSYS (as in Docker's profile: its flags live in memory a
 //     filter cannot inspect, and libc falls back to clone(2), whose namespace flags the
-//     profile does filter).
+//     profile does filter);
+//   - no privilege can be minted on a file (systemd's RestrictSUIDSGID=, see
+//     privilegeModeRules): chmod(2), fchmod(2), fchmodat(2), fchmodat2(2), open(2),
+//     openat(2), creat(2), mkdir(2) and mkdirat(2) with S_ISUID or S_ISGID in their mode
+//     argument fail with EPERM; openat2(2), whose mode lives in a struct a filter cannot
+//     read, fails with ENOSYS (libc falls back to openat(2), as under systemd);
+//     mknod(2) and mknodat(2) are denied whatever the file type (see deniedSyscalls).
+//     File capabilities need no rule: setting security.capability (or any security.*
+//     attribute) needs CAP_SETFCAP / CAP_SYS_ADMIN, and every capability set of a
+//     sandboxed process is empty.
 //
 // Syscalls of a foreign ABI (i386 through int 0x80) fail with EPERM and x32 ones with
 // ENOSYS (go-seccomp-bpf's architecture check). Everything not allowed fails with EPERM,
@@ -43,8 +52,38 @@ var deniedSyscalls = []string{
 	"ptrace", "process_vm_readv", "process_vm_writev",
 	"io_uring_setup", "io_uring_enter", "io_uring_register",
 	"socketpair", "socket", // socket is re-added per family below
-	"clone3", // re-added as ENOSYS below
+	"clone3", // ENOSYS in the refusal prefix
+	// mknod(2)/mknodat(2): a device node needs CAP_MKNOD anyway, a regular file is what
+	// open(2)/creat(2) make (libc never creates one through mknod), and a FIFO or a
+	// socket inode left on a root is a trap for the host tool that opens it next (a
+	// FIFO blocks its reader forever). No build needs to leave one behind on a root,
+	// so the whole call is refused rather than filtering on the file type.
+	"mknod", "mknodat",
+	"openat2", // ENOSYS in the refusal prefix
 }
+
+// privilegeBits are the mode bits no sandboxed process may set on a file.
+const privilegeBits = unix.S_ISUID | unix.S_ISGID
+
+// modeArg is a syscall that takes a file mode, with the index of that argument.
+type modeArg struct {
+	name string
+	arg  uint32
+}
+
+// privilegeModeRules are the syscalls that set or create a file with a mode: with
+// S_ISUID or S_ISGID in that argument they fail with EPERM (systemd's
+// RestrictSUIDSGID= set). open/openat use the mode only with O_CREAT or O_TMPFILE; the
+// bits are refused whatever the flags. Names absent on this architecture (arm64 has no
+// chmod, open, creat, mkdir) are skipped.
+var privilegeModeRules = []modeArg{
+	{"chmod", 1}, {"fchmod", 1}, {"fchmodat", 2}, {"fchmodat2", 2},
+	{"open", 2}, {"openat", 3}, {"creat", 1}, {"mkdir", 1}, {"mkdirat", 2},
+}
+
+// enosysSyscalls fail with ENOSYS so that libc falls back to a call the filter can
+// inspect: clone3's flags and openat2's mode live in structs in memory.
+var enosysSyscalls = []string{"clone3", "openat2"}
 
 var (
 	filterOnce sync.Once
@@ -216,17 +255,9 @@ func assembleSeccomp(pol *seccompbpf.Policy) ([]unix.SockFilter, error) {
 	if err != nil {
 		return nil, err
 	}
-	nr, ok := info.SyscallNames["clone3"]
-	if !ok {
-		return nil, errors.New("seccomp: clone3 unknown to the syscall table")
-	}
-	// clone3 → ENOSYS, ahead of the policy (relative jumps: prepending is safe).
-	prefix := []bpf.Instruction{
-		bpf.LoadAbsolute{Off: 4, Size: 4}, // seccomp_data.arch
-		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(info.ID), SkipTrue: 3},
-		bpf.LoadAbsolute{Off: 0, Size: 4}, // seccomp_data.nr
-		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(nr), SkipTrue: 1},
-		bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)},
+	prefix, err := refusalPrefix(info)
+	if err != nil {
+		return nil, err
 	}
 	raw, err := bpf.Assemble(append(prefix, insts...))
 	if err != nil {
@@ -240,6 +271,60 @@ func assembleSeccomp(pol *seccompbpf.Policy) ([]unix.SockFilter, error) {
 		out[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
 	}
 	return out, nil
+}
+
+// refusalPrefix is hand-assembled BPF that runs ahead of the policy (its jumps are
+// relative, so prepending is safe): enosysSyscalls → ENOSYS, and privilegeModeRules with
+// S_ISUID or S_ISGID in the mode argument → EPERM. It reloads the syscall number before
+// each rule: go-seccomp-bpf (v1.6.0) does not reload it after an argument check fails,
+// so rules with arguments placed in its groups would compare the next syscall number
+// against an argument.
+func refusalPrefix(info *arch.Info) ([]bpf.Instruction, error) {
+	ldNr := bpf.LoadAbsolute{Off: 0, Size: 4} // seccomp_data.nr
+	var body []bpf.Instruction
+	for _, name := range enosysSyscalls {
+		nr, ok := info.SyscallNames[name]
+		if !ok {
+			if name == "clone3" {
+				return nil, errors.New("seccomp: clone3 unknown to the syscall table")
+			}
+			continue
+		}
+		body = append(body, ldNr,
+			bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(nr), SkipTrue: 1},
+			bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)})
+	}
+	for _, r := range privilegeModeRules {
+		nr, ok := info.SyscallNames[r.name]
+		if !ok {
+			continue // not on this architecture (arm64 has no chmod, open, creat, mkdir)
+		}
+		body = append(body, ldNr,
+			bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(nr), SkipTrue: 3},
+			bpf.LoadAbsolute{Off: argLowOffset(r.arg), Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: privilegeBits, SkipFalse: 1},
+			bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)})
+	}
+	if len(body) > 250 {
+		return nil, fmt.Errorf("seccomp: refusal prefix of %d instructions exceeds a short jump", len(body))
+	}
+	// A foreign architecture skips the prefix (the policy refuses it).
+	return append([]bpf.Instruction{
+		bpf.LoadAbsolute{Off: 4, Size: 4}, // seccomp_data.arch
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(info.ID), SkipTrue: uint8(len(body))},
+	}, body...), nil
+}
+
+// argLowOffset is the offset in struct seccomp_data of the low 32 bits of argument i
+// (args start at 16; each is 8 bytes in native byte order). Modes are 32-bit: the kernel
+// ignores the high half, so the filter tests only the low one.
+func argLowOffset(i uint32) uint32 {
+	off := 16 + 8*i
+	x := uint16(1)
+	if *(*byte)(unsafePointer(&x)) == 0 { // big-endian
+		off += 4
+	}
+	return off
 }
 
 // loadSeccomp installs prog on the calling thread (no_new_privs must be set).

@@ -443,6 +443,9 @@ type idmapSource struct {
 // root comes along) as a detached mount idmapped with the helper's user
 // namespace, so files owned by host uid/gid 0 appear owned by the sandbox's
 // root and what it creates is stored as 0, while it holds no host privilege.
+// A directory owned by another uid/gid is idmapped to its owner instead
+// (mountUserns, idmapowner.go): what the sandbox creates there is stored as
+// that owner.
 func idmappedMounts(pid int, srcs []idmapSource) ([]int, error) {
 	if len(srcs) == 0 {
 		return nil, nil
@@ -452,6 +455,7 @@ func idmappedMounts(pid int, srcs []idmapSource) ([]int, error) {
 		return nil, refusal.New(refusal.UserNamespaceUnavailable, "open the sandbox's user namespace: %v", err)
 	}
 	defer unix.Close(userns)
+	var hostUID uint32 // read from the helper's uid_map when first needed
 	fds := make([]int, 0, len(srcs))
 	for _, s := range srcs {
 		var fd int
@@ -468,14 +472,20 @@ func idmappedMounts(pid int, srcs []idmapSource) ([]int, error) {
 			return fds, refusal.New(refusal.IdmapUnavailable, "clone %s for an idmapped mount: %v", s.path, err)
 		}
 		fds = append(fds, fd)
+		ns, release, err := mountUserns(fd, userns, pid, &hostUID)
+		if err != nil {
+			return fds, err
+		}
 		attr := unix.MountAttr{
 			Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
-			Userns_fd: uint64(userns),
+			Userns_fd: uint64(ns),
 		}
 		if s.readOnly {
 			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
 		}
-		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		err = unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr)
+		release()
+		if err != nil {
 			return fds, refusal.New(refusal.IdmapUnavailable, "idmap %s (the kernel or filesystem lacks idmapped mounts): %v", s.path, err)
 		}
 	}

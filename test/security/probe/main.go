@@ -143,6 +143,8 @@ func probes() {
 	}
 	report("mknod", err, err != nil && refusedErrno(err), "char 1:3 at "+node)
 
+	mintProbes(*scratch)
+
 	// A tmpfs mount on a workspace directory.
 	mnt := filepath.Join(*scratch, fmt.Sprintf(".probe-mnt-%d", os.Getpid()))
 	if err := os.Mkdir(mnt, 0o700); err != nil {
@@ -263,6 +265,138 @@ func probes() {
 	nnp, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
 	report("no-new-privs", err, err == nil && nnp == 1, fmt.Sprintf("PR_GET_NO_NEW_PRIVS=%d", nnp))
 	emit(Line{Probe: "done", Result: "refused", Detail: "end of probes"})
+}
+
+// mintProbes tries to leave a privilege on a root (the workspace dir) and on the
+// sandbox's tmp: a setuid or setgid bit through every syscall that takes a mode, a FIFO
+// and a socket inode, a file capability. Each is one probe line; "allowed" means the call
+// succeeded. The files it makes are left in place (names .probe-mint-*) for the test to
+// stat from the host (no mode is reset between attempts: any call that got through
+// leaves its bit); a successful call whose bit the kernel then drops (mkdir ignores
+// S_ISGID) is still "allowed": the call itself must be refused.
+func mintProbes(scratch string) {
+	unix.Umask(0o022)
+	for _, where := range []struct{ tag, dir string }{{"", scratch}, {"-tmp", os.TempDir()}} {
+		dir := where.dir
+		n := 0
+		name := func() string {
+			n++
+			return filepath.Join(dir, fmt.Sprintf(".probe-mint-%d-%d", os.Getpid(), n))
+		}
+		// A file the mode changes apply to (created without special bits: allowed).
+		base := name()
+		fd, err := unix.Open(base, unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o755)
+		if err != nil {
+			report("mint-base"+where.tag, err, false, "cannot create "+base)
+			continue
+		}
+		mode := func(m uint32) string { return fmt.Sprintf("%#o", m) }
+		for _, m := range []uint32{0o4755, 0o2755} {
+			k := fmt.Sprintf("%o", m>>9) // 4 | 2
+			if nr, ok := sysChmod(); ok {
+				err := callErr(sysPath(nr, base, uintptr(m), 0))
+				report("chmod-"+k+where.tag, err, isRefused(err), mode(m))
+			}
+			err = unix.Fchmod(fd, m)
+			report("fchmod-"+k+where.tag, err, isRefused(err), mode(m))
+			err = callErr(sysAtPath(unix.SYS_FCHMODAT, base, uintptr(m), 0))
+			report("fchmodat-"+k+where.tag, err, isRefused(err), mode(m))
+			// fchmodat2 (Linux 6.6): ENOSYS on an older kernel (then inconclusive).
+			err = callErr(sysAtPath(sysFchmodat2, base, uintptr(m), 0))
+			report("fchmodat2-"+k+where.tag, err, isRefused(err), mode(m))
+		}
+		_ = unix.Close(fd)
+		created := func(probe string, f int, err error, detail string) {
+			if err == nil && f >= 0 {
+				_ = unix.Close(f)
+			}
+			report(probe+where.tag, err, isRefused(err), detail)
+		}
+		if nr, ok := sysOpen(); ok {
+			p := name()
+			r, e := sysPath(nr, p, unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o4755)
+			created("open-creat-4", int(r), errOf(e), "open(O_CREAT, 04755) "+p)
+		}
+		p := name()
+		f, err := unix.Openat(unix.AT_FDCWD, p, unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o2755)
+		created("openat-creat-2", f, err, "openat(O_CREAT, 02755) "+p)
+		p = name()
+		f, err = unix.Openat2(unix.AT_FDCWD, p, &unix.OpenHow{Flags: unix.O_CREAT | unix.O_WRONLY | unix.O_CLOEXEC, Mode: 0o4755})
+		created("openat2-creat-4", f, err, "openat2(O_CREAT, 04755) "+p)
+		if nr, ok := sysCreat(); ok {
+			p = name()
+			r, e := sysPath(nr, p, 0o4755, 0)
+			created("creat-4", int(r), errOf(e), "creat(04755) "+p)
+		}
+		if nr, ok := sysMkdir(); ok {
+			p = name()
+			_, e := sysPath(nr, p, 0o2755, 0)
+			report("mkdir-2"+where.tag, errOf(e), isRefused(errOf(e)), "mkdir(02755) "+p)
+		}
+		p = name()
+		err = unix.Mkdirat(unix.AT_FDCWD, p, 0o2755)
+		report("mkdirat-2"+where.tag, err, isRefused(err), "mkdirat(02755) "+p)
+		p = name()
+		err = unix.Mknod(p, unix.S_IFIFO|0o644, 0)
+		report("mknod-fifo"+where.tag, err, isRefused(err), "FIFO "+p)
+		p = name()
+		err = unix.Mknodat(unix.AT_FDCWD, p, unix.S_IFSOCK|0o644, 0)
+		report("mknodat-socket"+where.tag, err, isRefused(err), "socket inode "+p)
+		// A file capability (VFS_CAP_REVISION_2, cap_setuid in permitted+effective) on the
+		// base file, by path and by descriptor.
+		capv := fileCapability()
+		err = unix.Setxattr(base, "security.capability", capv, 0)
+		report("setxattr-fcap"+where.tag, err, isRefused(err), "security.capability on "+base)
+		if f, err := unix.Open(base, unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+			err = unix.Fsetxattr(f, "security.capability", capv, 0)
+			_ = unix.Close(f)
+			report("fsetxattr-fcap"+where.tag, err, isRefused(err), "security.capability on "+base)
+		}
+	}
+}
+
+// MintProbes are the probe names mintProbes reports for the workspace (the same names
+// with "-tmp" for the sandbox's tmp). chmod, open, creat and mkdir exist only where the
+// architecture has those syscalls (amd64).
+var MintProbes = []string{"fchmod-4", "fchmod-2", "fchmodat-4", "fchmodat-2", "fchmodat2-4", "fchmodat2-2",
+	"openat-creat-2", "openat2-creat-4", "mkdirat-2", "mknod-fifo", "mknodat-socket", "setxattr-fcap", "fsetxattr-fcap"}
+
+const (
+	atFDCWD      = ^uintptr(99) // AT_FDCWD (-100)
+	sysFchmodat2 = 452          // the same number on every architecture
+)
+
+func isRefused(err error) bool { return err != nil && refusedErrno(err) }
+
+// sysPath calls nr(path, a1, a2); sysAtPath calls nr(AT_FDCWD, path, a2, a3).
+func sysPath(nr uintptr, path string, a1, a2 uintptr) (uintptr, syscall.Errno) {
+	b, err := unix.BytePtrFromString(path)
+	if err != nil {
+		return 0, unix.EINVAL
+	}
+	r, _, e := unix.Syscall(nr, uintptr(unsafe.Pointer(b)), a1, a2)
+	return r, e
+}
+
+func sysAtPath(nr uintptr, path string, a2, a3 uintptr) (uintptr, syscall.Errno) {
+	b, err := unix.BytePtrFromString(path)
+	if err != nil {
+		return 0, unix.EINVAL
+	}
+	r, _, e := unix.Syscall6(nr, atFDCWD, uintptr(unsafe.Pointer(b)), a2, a3, 0, 0)
+	return r, e
+}
+
+// fileCapability is a security.capability value (VFS_CAP_REVISION_2) granting
+// CAP_SETUID permitted and effective.
+func fileCapability() []byte {
+	v := make([]byte, 20)
+	put := func(off int, x uint32) {
+		v[off], v[off+1], v[off+2], v[off+3] = byte(x), byte(x>>8), byte(x>>16), byte(x>>24)
+	}
+	put(0, 0x02000000|0x000001) // VFS_CAP_REVISION_2 | VFS_CAP_FLAGS_EFFECTIVE
+	put(4, 1<<unix.CAP_SETUID)  // permitted, low word
+	return v
 }
 
 func errOf(e syscall.Errno) error {
@@ -387,3 +521,6 @@ func flood() {
 	}
 	_ = w.Flush()
 }
+
+// callErr is the error of a raw syscall's result (nil on success).
+func callErr(_ uintptr, e syscall.Errno) error { return errOf(e) }
