@@ -45,7 +45,7 @@ func TestGrantNotInheritedByRecreatedEnvironment(t *testing.T) {
 			return client.IgnoreNotFound(err)
 		}
 		e.Finalizers = nil
-		return env.Client.Update(ctx, &e)
+		return client.IgnoreNotFound(env.Client.Update(ctx, &e))
 	}))
 	eventually(t, 20*time.Second, "environment e gone", func() (bool, string) {
 		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &wbv1.Environment{})
