@@ -103,7 +103,8 @@ func (r *CommandProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		entry := wbv1.ConsentEntry{
 			GrantRef: wbv1.ObjectName(g.Name), Scope: g.Spec.Scope, Argv: e.Argv, Prefix: e.Prefix, VariablePrefixes: e.VariablePrefixes,
 			Cwd: cr.Spec.Descriptor.Cwd, DeltaDigest: g.Status.DeltaDigest, Operator: g.Spec.Operator, ExpiresAt: &exp,
-			EnvironmentRef: cr.Spec.Descriptor.EnvironmentRef, OperationalContext: cr.Spec.Descriptor.OperationalContext,
+			EnvironmentRef: cr.Spec.Descriptor.EnvironmentRef, EnvironmentUID: string(cr.Spec.Descriptor.EnvironmentUID),
+			OperationalContext: cr.Spec.Descriptor.OperationalContext,
 		}
 		if g.Spec.Scope == wbv1.ConsentAllowOnce {
 			entry.CommandRef = cr.Spec.Descriptor.CommandRef

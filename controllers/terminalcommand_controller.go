@@ -483,7 +483,8 @@ func (r *TerminalCommandReconciler) ensureConsentRequest(ctx context.Context, p 
 			if cr.Spec.Descriptor.OperationalContext != env.Status.EffectiveOperationalContext {
 				continue // asked under another context (above)
 			}
-			if cr.Spec.Descriptor.ArgvDigest != p.next.ArgvDigest || cr.Spec.Descriptor.EnvironmentRef != wbv1.ObjectName(env.Name) {
+			if cr.Spec.Descriptor.ArgvDigest != p.next.ArgvDigest || cr.Spec.Descriptor.EnvironmentRef != wbv1.ObjectName(env.Name) ||
+				cr.Spec.Descriptor.EnvironmentUID != env.UID {
 				return nil, fmt.Errorf("ConsentRequest %s/%s does not bind command %s's argv and environment", cmd.Namespace, n, cmd.Name)
 			}
 			return cr, nil
@@ -500,7 +501,7 @@ func (r *TerminalCommandReconciler) ensureConsentRequest(ctx context.Context, p 
 			Descriptor: wbv1.ConsentDescriptor{
 				Capability: wbv1.CapabilityTerminalCommand, CommandRef: wbv1.ObjectName(cmd.Name), CommandUID: cmd.UID,
 				ProfileRef:     cmd.Spec.ProfileRef,
-				EnvironmentRef: wbv1.ObjectName(env.Name), Argv: cmd.Spec.Argv, ArgvDigest: p.next.ArgvDigest, Cwd: cmd.Spec.Cwd,
+				EnvironmentRef: wbv1.ObjectName(env.Name), EnvironmentUID: env.UID, Argv: cmd.Spec.Argv, ArgvDigest: p.next.ArgvDigest, Cwd: cmd.Spec.Cwd,
 				OperationalContext: env.Status.EffectiveOperationalContext,
 				RememberedSpan: "allow-once admits only this command object (uid " + string(cmd.UID) + "); remembered grants admit this argv shape on environment " +
 					env.Name + " only, with profile " + string(cmd.Spec.ProfileRef) + " and this cwd",

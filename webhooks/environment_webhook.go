@@ -2,11 +2,15 @@ package webhooks
 
 import (
 	"context"
+	"fmt"
 	"path"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -16,11 +20,15 @@ import (
 
 // +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-environment,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=environments,verbs=create;update,versions=v1alpha1,name=venvironment.workbench.sensorium.dev,admissionReviewVersions=v1
 
-// EnvironmentValidator admits Environments.
-type EnvironmentValidator struct{}
+// EnvironmentValidator admits Environments. Reader, when set, lists the Environments a new
+// one's host directories are checked against (host-root tenancy, root-in-use); it is the
+// API server, not a cache, so an Environment created a moment before is seen.
+type EnvironmentValidator struct {
+	Reader client.Reader
+}
 
 func setupEnvironment(mgr ctrl.Manager) error {
-	return ctrl.NewWebhookManagedBy(mgr, &wbv1.Environment{}).WithValidator(EnvironmentValidator{}).Complete()
+	return ctrl.NewWebhookManagedBy(mgr, &wbv1.Environment{}).WithValidator(EnvironmentValidator{Reader: mgr.GetAPIReader()}).Complete()
 }
 
 // ValidateCreate implements admission.Validator.
@@ -38,7 +46,7 @@ func (EnvironmentValidator) ValidateDelete(context.Context, *wbv1.Environment) (
 	return nil, nil
 }
 
-func (EnvironmentValidator) validate(ctx context.Context, boundLabels map[string]string, old, env *wbv1.Environment) (admission.Warnings, error) {
+func (v EnvironmentValidator) validate(ctx context.Context, boundLabels map[string]string, old, env *wbv1.Environment) (admission.Warnings, error) {
 	req, err := request(ctx)
 	if err != nil {
 		return nil, err
@@ -54,6 +62,13 @@ func (EnvironmentValidator) validate(ctx context.Context, boundLabels map[string
 		// The operational context only rises (actuation.CheckContextChange).
 		errs = append(errs, refusalErrors(field.NewPath("spec", "operationalContext"),
 			one(actuation.CheckContextChange(declaredContext(&old.Spec), declaredContext(&env.Spec))))...)
+	} else if len(errs) == 0 {
+		// Roots are immutable (CEL): a host directory's tenancy is decided at create.
+		tenancy, err := v.hostTenancy(ctx, env)
+		if err != nil {
+			return nil, err
+		}
+		errs = append(errs, tenancy...)
 	}
 	return nil, invalid("Environment", env.Name, errs)
 }
@@ -129,4 +144,73 @@ func validateEnvironmentSpec(spec *wbv1.EnvironmentSpec) field.ErrorList {
 func pathsOverlap(a, b string) bool {
 	within := func(p, dir string) bool { return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/") }
 	return within(a, b) || within(b, a)
+}
+
+// maxTenancyListPages bounds the Environments one admission reads (pages of
+// tenancyListPage): past it the create is refused rather than admitted unchecked.
+const (
+	tenancyListPage     = 500
+	maxTenancyListPages = 40
+)
+
+// hostTenancy refuses, with root-in-use, a host-local root whose hostPath is, contains or
+// lies inside a hostPath another Environment binds, in any namespace
+// (actuation.CheckHostTenancy). The comparison is lexical on clean paths: symlinks are the
+// node's to resolve, and the node re-checks against its own table before it allocates.
+// Read-only bindings of one tree pass here (the node's rootSharing policy decides them);
+// an Environment whose node reported its cleanup complete holds nothing.
+func (v EnvironmentValidator) hostTenancy(ctx context.Context, env *wbv1.Environment) (field.ErrorList, error) {
+	want := hostClaimsOfEnv(env, "")
+	if v.Reader == nil || len(want) == 0 {
+		return nil, nil
+	}
+	var held []actuation.HostClaim
+	opts := []client.ListOption{client.Limit(tenancyListPage)}
+	for page := 0; ; page++ {
+		if page == maxTenancyListPages {
+			return field.ErrorList{field.Forbidden(field.NewPath("spec", "roots"), fmt.Sprintf("%s: more than %d Environments to check the host directories against",
+				actuation.CodeRootInUse, tenancyListPage*maxTenancyListPages))}, nil
+		}
+		var list wbv1.EnvironmentList
+		if err := v.Reader.List(ctx, &list, opts...); err != nil {
+			return nil, fmt.Errorf("listing Environments to check the host directories of %s/%s: %w", env.Namespace, env.Name, err)
+		}
+		for i := range list.Items {
+			o := &list.Items[i]
+			if o.Namespace == env.Namespace && o.Name == env.Name {
+				continue
+			}
+			if c := meta.FindStatusCondition(o.Status.Conditions, wbv1.ConditionCleanupComplete); c != nil && c.Status == metav1.ConditionTrue {
+				continue
+			}
+			held = append(held, hostClaimsOfEnv(o, string(o.UID))...)
+		}
+		if list.Continue == "" {
+			break
+		}
+		opts = []client.ListOption{client.Limit(tenancyListPage), client.Continue(list.Continue)}
+	}
+	var errs field.ErrorList
+	for i, w := range want {
+		if r := actuation.CheckHostTenancy([]actuation.HostClaim{w}, held, actuation.RootSharingReadOnly); r != nil {
+			errs = append(errs, field.Invalid(field.NewPath("spec", "roots").Index(i).Child("hostPath"), w.Path, string(r.Code)+": "+r.Message))
+		}
+	}
+	return errs, nil
+}
+
+// hostClaimsOfEnv are the host directories a host-local Environment's spec binds.
+func hostClaimsOfEnv(env *wbv1.Environment, holder string) []actuation.HostClaim {
+	if env.Spec.Backend != wbv1.BackendHostLocal {
+		return nil
+	}
+	var out []actuation.HostClaim
+	for _, r := range env.Spec.Roots {
+		if r.HostPath == nil || !path.IsAbs(*r.HostPath) {
+			continue
+		}
+		out = append(out, actuation.HostClaim{Holder: holder, Ref: env.Namespace + "/" + env.Name, Root: string(r.Name),
+			Path: path.Clean(*r.HostPath), ReadOnly: r.Access != nil && *r.Access == wbv1.RootAccessReadOnly})
+	}
+	return out
 }

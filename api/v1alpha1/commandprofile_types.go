@@ -197,6 +197,12 @@ type ConsentEntry struct {
 	// environmentRef is the only environment the grant admits on.
 	// +optional
 	EnvironmentRef ObjectName `json:"environmentRef,omitempty"`
+	// environmentUID is the UID of the Environment object the grant was reviewed on: the
+	// node admits with the entry only on that object (a recreated environment of the same
+	// name is another one).
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	EnvironmentUID string `json:"environmentUID,omitempty"`
 	// operationalContext is the operational context the grant was reviewed under: a
 	// remembered grant admits only while its environment's context is this class or a
 	// lower one.

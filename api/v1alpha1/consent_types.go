@@ -72,6 +72,11 @@ type ConsentDescriptor struct {
 	// this request, remembered ones too, admits only on this environment.
 	// +required
 	EnvironmentRef ObjectName `json:"environmentRef"`
+	// environmentUID is the UID of that Environment object, stamped by the manager: a grant
+	// of this request admits only on this very object, never on an Environment deleted and
+	// recreated under the same name.
+	// +optional
+	EnvironmentUID types.UID `json:"environmentUID,omitempty"`
 	// operationalContext is the environment's effective operational context the operator
 	// reviews the command under, stamped by the manager when it asks. A remembered grant of
 	// this request admits only while the environment's context is this class or a lower

@@ -380,6 +380,10 @@ const (
 	CodeEnvironmentPaused Code = "environment-paused" // the environment is paused (spec.desiredState Paused): no new command or session
 	CodePauseUnsupported  Code = "pause-unsupported"  // the environment's backend cannot pause; it keeps running
 	CodeSnapshotBlocked   Code = "snapshot-blocked"   // the VMM refused to save the guest (a device blocks migration); the exact error follows
+
+	// Host-root tenancy and classified artifacts (issue 25 items 4 and 8).
+	CodeRootInUse                       Code = "root-in-use"                       // a host directory (or a parent or child of it) another Environment binds
+	CodeArtifactClassificationForbidden Code = "artifact-classification-forbidden" // the caller may not read an artifact of this classification
 )
 
 // Repository metadata protection (issue 25 item 2).
@@ -469,6 +473,8 @@ var allCodes = []Code{
 	CodeOperationalContextLowered, CodeOperationalContextSuperseded,
 	// VM pause/resume and snapshots (vmsnap)
 	CodeEnvironmentPaused, CodePauseUnsupported, CodeSnapshotBlocked,
+	// host-root tenancy and classified artifacts (issue 25)
+	CodeRootInUse, CodeArtifactClassificationForbidden,
 }
 
 var sortedCodes = func() []Code {

@@ -3,6 +3,7 @@ package actuation
 import (
 	"slices"
 	"strings"
+	"time"
 )
 
 // ConsentScope is the scope an operator granted (seed 000 "operator consent
@@ -48,6 +49,14 @@ type ConsentEntry struct {
 	CommandUID  string `json:"commandUID,omitempty"`  // allow-once: UID of the only command object
 	ArgvDigest  string `json:"argvDigest,omitempty"`  // allow-once: ArgvDigest(profileRef, argv, cwd) reviewed
 	Environment string `json:"environment,omitempty"` // environment the operator reviewed it on
+	// EnvironmentUID is the UID of the environment object it was reviewed on: an entry
+	// admits a subject that names an environment UID only when the two are equal (a
+	// deleted and recreated environment of the same name does not inherit it).
+	EnvironmentUID string `json:"environmentUID,omitempty"`
+	// ExpiresAt is when the grant behind the entry stops being effective (zero: the
+	// projection named none). The node refuses a remembered entry past it
+	// (ConsentEntryLapsed) without waiting for the manager to drop it.
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
 	// Context is the operational context the operator reviewed the entry under (seed 000
 	// decisions 37 and 40): a remembered entry admits only while the subject's environment
 	// is in this class or a lower one (ReviewedContextHolds).
@@ -59,6 +68,9 @@ type Subject struct {
 	Ref         string // namespace/name
 	UID         string // the object's UID: a recreated object is another subject
 	Environment string // the environment the command would run in
+	// EnvironmentUID is that environment object's UID ("" only in core vectors and where the
+	// caller has no object): when set, only entries bound to the same UID admit.
+	EnvironmentUID string
 	// Context is the environment's effective operational context now ("" only in core
 	// vectors and for an environment not planned yet).
 	Context ContextClass
@@ -234,7 +246,7 @@ func AdmitSubject(p Profile, entries []ConsentEntry, in CommandIntent, s Subject
 	var best *ConsentEntry
 	for i := range entries {
 		e := &entries[i]
-		if e.Cwd != in.Cwd || e.Environment != s.Environment || !ReviewedContextHolds(e, s) || ValidateConsentEntry(p, *e) != nil {
+		if e.Cwd != in.Cwd || e.Environment != s.Environment || !ReviewedContextHolds(e, s) || !environmentUIDHolds(e, s) || ValidateConsentEntry(p, *e) != nil {
 			continue
 		}
 		if !entryMatches(e, in, s) {
@@ -287,4 +299,29 @@ func entryMatches(e *ConsentEntry, in CommandIntent, s Subject) bool {
 		return firstUnprefixed(argv, len(e.Prefix), e.VariablePrefixes) < 0
 	}
 	return false
+}
+
+// environmentUIDHolds says whether entry e may admit for subject s by the environment
+// object it was reviewed on: when s names its environment's UID, an admitting entry must
+// name the same UID (an entry that names none — reviewed before UIDs were recorded —
+// admits no UID-bound subject: it fails closed). A deny entry denies on every object.
+func environmentUIDHolds(e *ConsentEntry, s Subject) bool {
+	return s.EnvironmentUID == "" || e.Scope == ScopeDeny || e.EnvironmentUID == s.EnvironmentUID
+}
+
+// ConsentEntryLapsed refuses an entry whose grant is no longer effective at now by its
+// own expiry: consent-expired once now is at or past ExpiresAt, or when the entry carries
+// no expiry at all (every projected entry does; one without is not trusted). A deny entry
+// never lapses here (denying only reduces authority).
+func ConsentEntryLapsed(e ConsentEntry, now time.Time) *Refusal {
+	if e.Scope == ScopeDeny {
+		return nil
+	}
+	if e.ExpiresAt.IsZero() {
+		return Refuse(CodeConsentExpired, "grantRef", "grant %s must name its expiry to admit at the node", truncateForMessage(e.GrantRef))
+	}
+	if !now.Before(e.ExpiresAt) {
+		return Refuse(CodeConsentExpired, "grantRef", "grant %s expired at %s; it must not admit after its expiry", truncateForMessage(e.GrantRef), e.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	return nil
 }

@@ -120,6 +120,7 @@ func Subject(cmd *wbv1.TerminalCommand, environment string) actuation.Subject {
 // remembered grant is held to (actuation.ReviewedContextHolds).
 func SubjectIn(cmd *wbv1.TerminalCommand, env *wbv1.Environment) actuation.Subject {
 	s := Subject(cmd, env.Name)
+	s.EnvironmentUID = string(env.UID)
 	s.Context = actuation.ContextClass(env.Status.EffectiveOperationalContext)
 	return s
 }
@@ -135,7 +136,10 @@ func Entries(namespace string, in []wbv1.ConsentEntry) []actuation.ConsentEntry 
 			Scope: actuation.ConsentScope(e.Scope), GrantRef: string(e.GrantRef),
 			Argv: e.Argv, Prefix: e.Prefix, VariablePrefixes: e.VariablePrefixes, Cwd: Cwd(e.Cwd),
 			CommandUID: e.CommandUID, ArgvDigest: string(e.ArgvDigest), Environment: string(e.EnvironmentRef),
-			Context: actuation.ContextClass(e.OperationalContext),
+			EnvironmentUID: e.EnvironmentUID, Context: actuation.ContextClass(e.OperationalContext),
+		}
+		if e.ExpiresAt != nil {
+			ce.ExpiresAt = e.ExpiresAt.Time // the node holds the entry to it (actuation.ConsentEntryLapsed)
 		}
 		if e.CommandRef != "" {
 			ce.CommandRef = CommandRef(namespace, string(e.CommandRef))

@@ -219,7 +219,7 @@ func benchNamespace(b *testing.B, ctx context.Context, env *envtest.Env, labels 
 // an environment placed on a node and Ready (the binder labels the command with that node).
 func placedSession(b *testing.B, ctx context.Context, env *envtest.Env, ns string) {
 	b.Helper()
-	hostPath := "/srv/work/bench"
+	hostPath := "/srv/work/bench/" + ns // one tenant per host directory (root-in-use)
 	objs := []client.Object{
 		&wbv1.CommandProfile{ObjectMeta: metav1.ObjectMeta{Name: "git", Namespace: ns}, Spec: wbv1.CommandProfileSpec{
 			Executable: "/usr/bin/git", FixedArgs: []string{"--no-pager"}, AllowedArgPrefixes: []string{"status", "--short"},

@@ -62,7 +62,7 @@ func environment(ns, name string) *wbv1.Environment {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: wbv1.EnvironmentSpec{
 			Backend: wbv1.BackendHostLocal,
-			Roots:   []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr("/srv/work/" + name)}},
+			Roots:   []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr("/srv/work/" + ns + "/" + name)}},
 		},
 	}
 }

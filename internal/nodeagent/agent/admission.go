@@ -21,7 +21,11 @@ import (
 //
 // Anything else is refused with argv-not-admitted (or the core's code for a malformed
 // intent), and nothing is started.
-func admitAtNode(cmd *wbv1.TerminalCommand, prof *wbv1.CommandProfile, env *wbv1.Environment) *actuation.Refusal {
+//
+// A remembered or allow-once grant admits only while it holds at the node itself (live,
+// grants.go): not past its expiry, not revoked, bound to this environment object; a command
+// whose only admitting grant lapsed is refused with consent-expired or consent-revoked.
+func admitAtNode(cmd *wbv1.TerminalCommand, prof *wbv1.CommandProfile, env *wbv1.Environment, live grantCheck) *actuation.Refusal {
 	core, intent := convert.Profile(&prof.Spec), convert.Intent(&cmd.Spec)
 	if refs := append(actuation.ValidateArgvShape(intent.Argv), actuation.ValidateIntentAgainstProfile(core, intent)...); len(refs) > 0 {
 		return refs[0]
@@ -32,7 +36,10 @@ func admitAtNode(cmd *wbv1.TerminalCommand, prof *wbv1.CommandProfile, env *wbv1
 	}
 	entries := convert.Entries(cmd.Namespace, prof.Status.ConsentEntries)
 	subject := convert.SubjectIn(cmd, env)
-	adm := actuation.AdmitSubject(core, entries, intent, subject)
+	adm, lapsed := admitLive(core, entries, intent, subject, live)
+	if !adm.Admitted && lapsed != nil {
+		return lapsed
+	}
 	if !adm.Admitted {
 		why := "no entry admits it"
 		if adm.Refusal != nil {
@@ -58,7 +65,7 @@ func admitAtNode(cmd *wbv1.TerminalCommand, prof *wbv1.CommandProfile, env *wbv1
 // and no manager-side step is needed: allow-once consent (which the manager consumes),
 // consent-required, a refusal or a malformed intent all answer false, and the manager's gate
 // then records its decision as before.
-func fastPathAdmit(cmd *wbv1.TerminalCommand, prof *wbv1.CommandProfile, env *wbv1.Environment) (string, bool) {
+func fastPathAdmit(cmd *wbv1.TerminalCommand, prof *wbv1.CommandProfile, env *wbv1.Environment, live grantCheck) (string, bool) {
 	if !cmd.DeletionTimestamp.IsZero() || cmd.Spec.DesiredState == wbv1.CommandDesiredCancelled ||
 		env.Status.Phase != wbv1.EnvironmentReady || cmd.Labels[wbv1.EnvironmentLabel] != env.Name {
 		return "", false
@@ -67,7 +74,7 @@ func fastPathAdmit(cmd *wbv1.TerminalCommand, prof *wbv1.CommandProfile, env *wb
 	if refs := append(actuation.ValidateArgvShape(intent.Argv), actuation.ValidateIntentAgainstProfile(core, intent)...); len(refs) > 0 {
 		return "", false
 	}
-	adm := actuation.AdmitSubject(core, convert.Entries(cmd.Namespace, prof.Status.ConsentEntries), intent, convert.SubjectIn(cmd, env))
+	adm, _ := admitLive(core, convert.Entries(cmd.Namespace, prof.Status.ConsentEntries), intent, convert.SubjectIn(cmd, env), live)
 	if !adm.Admitted || adm.Scope == actuation.ScopeAllowOnce {
 		return "", false
 	}

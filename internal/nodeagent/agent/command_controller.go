@@ -354,7 +354,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		// effective profile it just read; only what the profile or a remembered grant bound
 		// to this environment admits is taken here (allow-once consent, holds and refusals
 		// stay the manager's).
-		by, ok := fastPathAdmit(cmd, prof, &env)
+		by, ok := fastPathAdmit(cmd, prof, &env, a.liveGrant(ctx, cmd.Namespace))
 		if !ok && p.claimed {
 			// Claimed by an earlier pass that started nothing (the store has no record),
 			// and the profile no longer admits it: this node owns its outcome now.
@@ -370,7 +370,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		// Admitted under an earlier operational context of the environment: not started
 		// under the new one; the manager re-evaluates it and its status write wakes this.
 		return nil
-	} else if ref := admitAtNode(cmd, prof, &env); ref != nil {
+	} else if ref := admitAtNode(cmd, prof, &env, a.liveGrant(ctx, cmd.Namespace)); ref != nil {
 		// Defence in depth: admission again, at the edge, against the effective profile.
 		p.refuse(string(ref.Code), ref.Message)
 		return nil

@@ -25,6 +25,11 @@ type Config struct {
 	StateDir string `json:"stateDir"`
 	// AdmittedRoots maps a name to an absolute host directory.
 	AdmittedRoots map[string]string `json:"admittedRoots,omitempty"`
+	// RootSharing is whether two Environments may bind overlapping host directories on
+	// this node: None (the default: one Environment per host tree) or ReadOnly (only
+	// when every one of them binds it read-only). A read-write binding is always
+	// exclusive (actuation.CheckHostTenancy, root-in-use).
+	RootSharing actuation.RootSharing `json:"rootSharing,omitempty"`
 	// Caps bound the node.
 	Caps Caps `json:"caps,omitempty"`
 	// DataPlaneAddress is where the HTTPS data plane listens ("" disables it).
@@ -200,6 +205,9 @@ func (c *Config) Validate() error {
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 			return fmt.Errorf("node agent config: admitted root %q: %q is not an existing directory", name, dir)
 		}
+	}
+	if r := actuation.ValidateRootSharing(c.RootSharing); r != nil {
+		return fmt.Errorf("node agent config: %w", r)
 	}
 	if q := c.QEMU; q != nil && q.Enabled {
 		if q.ImageDir == "" || !filepath.IsAbs(q.ImageDir) || filepath.Clean(q.ImageDir) != q.ImageDir {

@@ -281,6 +281,19 @@ func (r resolver) OpenArtifact(ns, name string) (io.ReadCloser, string, int64, e
 	return b, b.Digest, b.Size, nil
 }
 
+// ArtifactClassification implements dataplane.ArtifactResolver: the Artifact's
+// spec.classification, which decides who may download it (actuation.ArtifactDownloadVerb).
+func (r resolver) ArtifactClassification(ns, name string) (string, error) {
+	var art wbv1.Artifact
+	if err := r.a.client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &art); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			return "", fmt.Errorf("artifact %s/%s: %w", ns, name, dataplane.ErrNotFound)
+		}
+		return "", err
+	}
+	return string(art.Spec.Classification), nil
+}
+
 // UploadArtifact implements dataplane.ArtifactUploader: the body becomes the blob of an
 // Artifact with spec.source upload bound to this node, once (content is immutable), and
 // its digest, size and Ready condition are recorded as the artifact reconciler records a

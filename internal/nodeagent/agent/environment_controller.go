@@ -137,6 +137,7 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			if err := a.store.Environments().Delete(spec.ID); err != nil {
 				return ctrl.Result{}, fmt.Errorf("deleting the store record of environment %s/%s: %w", env.Namespace, env.Name, err)
 			}
+			a.wakeRootWaiters(ctx) // its host directories are free (tenancy.go)
 			result = ctrl.Result{}
 		}
 		reason := wbv1.ReasonExpired
@@ -170,6 +171,7 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if err := a.store.Environments().Delete(spec.ID); err != nil {
 			return ctrl.Result{}, fmt.Errorf("deleting the store record of drained environment %s/%s: %w", env.Namespace, env.Name, err)
 		}
+		a.wakeRootWaiters(ctx)
 		a.recordEvent(&env, corev1.EventTypeNormal, "Drained", "node "+a.cfg.NodeName+" is cordoned: environment drained and torn down")
 	default:
 		if code, msg, err := a.resolveBootImage(ctx, &env, &spec); err != nil {
@@ -209,10 +211,12 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			return ctrl.Result{}, err
 		} else if found {
 			rec.RootIdentities = old.RootIdentities // pinned by an earlier pass or process
+			rec.HostClaims = old.HostClaims         // bound by an earlier pass or process (tenancy.go)
 		}
 		for _, root := range spec.Roots {
 			rec.RootPaths[root.Name] = root.HostPath
 		}
+		rec.HostClaims = mergeClaims(rec.HostClaims, hostClaimsOf(spec))
 		// putRecord writes env's record; after an adoption, its first write replaces the
 		// member's record in the same transaction (pool.go).
 		putRecord := func(rec store.Environment) error {
@@ -229,14 +233,34 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		// leaves something to tear down from. An adopted instance exists already, under the
 		// member's record until env's replaces it: its one record write comes after Start.
 		if adoptedFrom == "" {
-			if err := putRecord(rec); err != nil {
+			// A host directory has one tenant: the record and its claims are written in one
+			// store transaction that checks every other environment's claims (tenancy.go).
+			if code, msg, err := a.claimOrRefuse(rec); err != nil {
 				return ctrl.Result{}, err
+			} else if code != "" {
+				set(wbv1.ConditionReady, false, wbv1.ReasonFailed, msg)
+				a.recordEvent(&env, corev1.EventTypeWarning, "RootInUse", msg)
+				break
 			}
 		}
 		mark("node-record-put")
 		st, err := b.Allocate(ctx, spec)
 		if err == nil {
 			st, err = b.Start(ctx, spec)
+		}
+		if err == nil && st.Phase == backends.PhaseReady {
+			// The directories the backend admitted are the ones pinned next: claimed too
+			// (a symlink swapped since the claim above names another directory).
+			if more := mergeClaims(rec.HostClaims, mountedClaims(spec, st.Roots)); len(more) != len(rec.HostClaims) {
+				rec.HostClaims = more
+				if code, msg, cerr := a.claimOrRefuse(rec); cerr != nil {
+					return ctrl.Result{}, cerr
+				} else if code != "" {
+					set(wbv1.ConditionReady, false, wbv1.ReasonFailed, msg)
+					a.recordEvent(&env, corev1.EventTypeWarning, "RootInUse", msg)
+					break
+				}
+			}
 		}
 		mark("node-started")
 		if err != nil {
@@ -361,6 +385,7 @@ func (a *Agent) teardownDeleted(ctx context.Context, ns, name string) error {
 		if err := a.store.Environments().Delete(e.UID); err != nil {
 			return err
 		}
+		a.wakeRootWaiters(ctx)
 	}
 	return nil
 }

@@ -745,12 +745,40 @@ func (s *Server) copyOutput(ctx context.Context, c Command, sink outputSink, fol
 type ArtifactResolver interface {
 	// OpenArtifact returns the verified blob, its digest ("sha256:...") and size.
 	OpenArtifact(ns, name string) (io.ReadCloser, string, int64, error)
+	// ArtifactClassification returns the Artifact's spec.classification ("" for none).
+	ArtifactClassification(ns, name string) (string, error)
+}
+
+// authorizeClassification asks, for an artifact whose classification needs more than the
+// download route's "get" (actuation.ArtifactDownloadVerb: confidential, restricted, or a
+// class the node does not know), whether the caller holds that virtual verb on
+// artifacts/download; a caller without it is refused with artifact-classification-forbidden
+// and reads nothing.
+func (s *Server) authorizeClassification(r *http.Request, ref objRef) error {
+	class, err := s.arts.ArtifactClassification(ref.ns, ref.name)
+	if err != nil {
+		return fmt.Errorf("reading the classification of artifact %s: %w", ref, err)
+	}
+	verb := actuation.ArtifactDownloadVerb(class)
+	if verb == "" {
+		return nil
+	}
+	err = s.authorize(r, Attributes{Group: SubresourceGroup, Verb: verb, Namespace: ref.ns, Resource: "artifacts", Subresource: "download", Name: ref.name})
+	var he *httpError
+	if errors.As(err, &he) && he.status == http.StatusForbidden {
+		return errorf(http.StatusForbidden, string(actuation.CodeArtifactClassificationForbidden),
+			fmt.Sprintf("artifact %s is classified %s: downloading it needs the verb %q on artifacts/download (%s)", ref, class, verb, he.message))
+	}
+	return err
 }
 
 // v2Download streams an artifact's blob with its digest and length.
 func (s *Server) v2Download(w http.ResponseWriter, r *http.Request, ref objRef) error {
 	if s.arts == nil {
 		return fmt.Errorf("artifact %s: %w", ref, ErrNotFound)
+	}
+	if err := s.authorizeClassification(r, ref); err != nil {
+		return err
 	}
 	rc, digest, size, err := s.arts.OpenArtifact(ref.ns, ref.name)
 	if err != nil {

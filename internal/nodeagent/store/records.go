@@ -8,6 +8,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // Phases the store itself writes or reasons about.
@@ -57,8 +59,12 @@ type Environment struct {
 	// RootIdentities are the "dev:ino" of each host root pinned when the environment first
 	// became ready: a root whose directory is later another one fails with root-changed.
 	RootIdentities map[string]string `json:"rootIdentities,omitempty"`
-	Phase          string            `json:"phase"`
-	UpdatedAt      time.Time         `json:"updatedAt"`
+	// HostClaims are the symlink-resolved host directories the environment binds
+	// (host-local), the node's table of host-root tenancy: written with ClaimEnvironment,
+	// freed when the record is deleted (teardown, or the recovery sweep of an orphan).
+	HostClaims []actuation.HostClaim `json:"hostClaims,omitempty"`
+	Phase      string                `json:"phase"`
+	UpdatedAt  time.Time             `json:"updatedAt"`
 }
 
 // Session is a TerminalSession's process identity and progress.

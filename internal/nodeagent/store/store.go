@@ -457,3 +457,36 @@ func appendRecoveryTx(tx *bolt.Tx, r Recovery) (Recovery, error) {
 	}
 	return r, nil
 }
+
+// ClaimEnvironment puts rec, in one transaction, only if check accepts the records of every
+// other environment as they are in that transaction: bbolt serializes writers, so two
+// environments claiming overlapping host directories at once cannot both pass (the node's
+// host-root tenancy, actuation.CheckHostTenancy). check's error is returned unwrapped and
+// nothing is written.
+func (db *DB) ClaimEnvironment(rec Environment, check func(others []Environment) error) error {
+	t := db.Environments()
+	k := t.key(&rec)
+	var refused error
+	err := db.bolt.Update(func(tx *bolt.Tx) error {
+		var others []Environment
+		c := tx.Bucket(t.bucket).Cursor()
+		for key, raw := c.First(); key != nil; key, raw = c.Next() {
+			if string(key) == k {
+				continue
+			}
+			var v Environment
+			if err := json.Unmarshal(raw, &v); err != nil {
+				return fmt.Errorf("decode %s/%s: %w", t.bucket, key, err)
+			}
+			others = append(others, v)
+		}
+		if refused = check(others); refused != nil {
+			return refused
+		}
+		return putTx(tx, t.bucket, k, &rec)
+	})
+	if refused != nil {
+		return refused
+	}
+	return t.wrap("claim", k, err)
+}

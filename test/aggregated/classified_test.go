@@ -1,0 +1,60 @@
+package aggregated
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
+)
+
+// TestArtifactClassificationDecidesDownload: an artifact's classification decides who may
+// download it, at the node that serves the blob. A confidential and a restricted export are
+// refused to the workbench-agent role (which may download internal ones) with
+// artifact-classification-forbidden and no byte of content, and served to the
+// workbench-operator role.
+func TestArtifactClassificationDecidesDownload(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	dir := readyEnvironment(t, ns, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s"}})
+	must(t, os.MkdirAll(dir+"/out", 0o755))
+	must(t, os.WriteFile(dir+"/out/secret.txt", []byte("classified-payload\n"), 0o644))
+	stored := func(name string, class wbv1.Classification) {
+		must(t, env.Client.Create(ctx, &wbv1.Artifact{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{wbv1.NodeLabel: nodeName}},
+			Spec: wbv1.ArtifactSpec{EnvironmentRef: "e", Source: "export", Root: ptr(wbv1.RootName("repo")), Path: ptr(wbv1.RelativePath("out")), Classification: class}}))
+		eventually(t, 30*time.Second, "artifact "+name+" stored", func() (bool, string) {
+			var a wbv1.Artifact
+			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &a))
+			return a.Status.Digest != "", fmt.Sprintf("%+v", a.Status)
+		})
+	}
+	stored("internal", "internal")
+	stored("confidential", "confidential")
+	stored("restricted", "restricted")
+	agentCfg, _ := saUser(t, ns, "agent", "workbench-agent")
+	operatorCfg, _ := saUser(t, ns, "operator", "workbench-operator")
+
+	if code, body, _ := do(t, agentCfg, http.MethodGet, subPath(ns, "artifacts", "internal", "download"), nil); code != http.StatusOK ||
+		!bytes.Contains(body, []byte("classified-payload")) {
+		t.Fatalf("agent download of an internal artifact: %d (%d bytes)", code, len(body))
+	}
+	for _, name := range []string{"confidential", "restricted"} {
+		code, body, _ := do(t, agentCfg, http.MethodGet, subPath(ns, "artifacts", name, "download"), nil)
+		if code != http.StatusForbidden || !bytes.Contains(body, []byte(actuation.CodeArtifactClassificationForbidden)) ||
+			bytes.Contains(body, []byte("classified-payload")) {
+			t.Fatalf("agent download of a %s artifact: %d %s", name, code, body)
+		}
+		code, body, _ = do(t, operatorCfg, http.MethodGet, subPath(ns, "artifacts", name, "download"), nil)
+		if code != http.StatusOK || !bytes.Contains(body, []byte("classified-payload")) {
+			t.Fatalf("operator download of a %s artifact: %d (%d bytes)", name, code, len(body))
+		}
+	}
+}
