@@ -388,10 +388,7 @@ const (
 
 // Repository metadata protection (issue 25 item 2).
 const (
-	// CodeGitMetadataUnbounded: the writable roots hold more directories or repositories
-	// than the sandbox protects (a profile with gitMetadata: Writable runs there), or git
-	// metadata is a symlink: nothing ran.
-	CodeGitMetadataUnbounded Code = "git-metadata-unbounded"
+	CodeGitMetadataUnbounded Code = "git-metadata-unbounded" // the writable roots hold more directories or repositories than the sandbox protects (a profile with gitMetadata: Writable runs there), or git metadata is a symlink: nothing ran
 )
 
 // allCodes is the closed vocabulary as data; Codes returns a sorted copy.
