@@ -34,7 +34,7 @@ const (
 // gitAttackScript tries every way of leaving something the host's git would run: a hook,
 // config keys that run programs, info/attributes and exclude, and moving hooks/ or the
 // whole .git aside to recreate them. Each attempt that succeeds prints BREACH.
-const gitAttackScript = `try() { if sh -c "$1" 2>/dev/null; then echo "BREACH: $1"; fi; }
+const gitAttackScript = `try() { if sh -c "$1" 2>/dev/null; then printf 'BREACH: %s\n' "$1"; fi; }
 hook='#!/bin/sh\necho hook-ran > /tmp/hook-ran\n'
 try "printf '$hook' > .git/hooks/post-checkout && chmod 755 .git/hooks/post-checkout"
 try "printf '$hook' >> .git/hooks/pre-commit.sample"
