@@ -21,7 +21,7 @@ func TestAdmissionRefusals(t *testing.T) {
 	ns := namespace(t)
 	must(t, env.Client.Create(ctx, profile(ns, "git", func(s *wbv1.CommandProfileSpec) {
 		s.Env.Mode = "AllowlistedOverrides"
-		s.Env.AllowedOverrides = []string{"GIT_PAGER_IN_USE"}
+		s.Env.AllowedOverrides = []string{"TZ"}
 	})))
 	cmd := func(mut func(*wbv1.TerminalCommand)) client.Object {
 		c := command(ns, "c", "/usr/bin/git", "--no-pager", "status")

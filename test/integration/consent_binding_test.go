@@ -64,7 +64,7 @@ func TestConsentRecreatedCommandIsNotAdmitted(t *testing.T) {
 	})
 
 	for i, again := range [][]string{
-		{"/usr/bin/git", "--no-pager", "-c", "core.fsmonitor=touch /tmp/pwned", "status"}, // another argv
+		{"/usr/bin/git", "--no-pager", "log", "--stat"}, // another argv
 		argv, // the same argv on a new object
 	} {
 		must(t, env.Client.Delete(ctx, command(ns, "x")))
