@@ -52,6 +52,7 @@ type Agent struct {
 	runner   *procexec.Runner
 	sandbox  string           // the sandbox helper binary (empty: this executable)
 	cgroups  *cgroups.Manager // a group per command, session and VMM
+	storage  storage          // disks, /tmp and file-size bounds (storage.go)
 	// actionRuns runs ActionRuns (actionrun_controller.go); nil until set up.
 	actionRuns *actionRunReconciler
 	client     client.Client
@@ -120,6 +121,10 @@ func New(cfg Config, opts Options) (*Agent, error) {
 			return nil, fmt.Errorf("creating state dir %s: %w", d, err)
 		}
 	}
+	st, err := resolveStorage(cfg)
+	if err != nil {
+		return nil, err
+	}
 	db, err := store.Open(cfg.StateDir)
 	if err != nil {
 		return nil, err
@@ -131,7 +136,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 	}
 	bs := opts.Backends
 	if bs == nil {
-		if bs, err = defaultBackends(cfg, cg); err != nil {
+		if bs, err = defaultBackends(cfg, cg, st); err != nil {
 			_ = db.Close()
 			return nil, err
 		}
@@ -160,12 +165,14 @@ func New(cfg Config, opts Options) (*Agent, error) {
 			Sessions: caps.Sessions, SessionsPerEnvironment: caps.SessionsPerEnvironment, ReaderTasks: caps.ReaderTasks,
 			InputQueueDepth: caps.InputQueueDepth, EventBufferDepth: caps.EventBufferDepth,
 			PrestartedSessions: caps.PrestartedSessions, // negative: off (session.Caps)
-		}, session.WithCgroups(cg), session.WithSandbox(session.Sandbox{HelperPath: sandboxHelper(cfg, opts), TempBase: filepath.Join(cfg.StateDir, "tmp")})),
+		}, session.WithCgroups(cg), session.WithSandbox(session.Sandbox{HelperPath: sandboxHelper(cfg, opts), TempBase: filepath.Join(cfg.StateDir, "tmp"),
+			TempBytes: st.tmpBytes})),
 		sandbox: sandboxHelper(cfg, opts),
-		runner: procexec.NewRunner(procexec.Limits{MaxConcurrent: caps.ConcurrentCommands, TempBase: filepath.Join(cfg.StateDir, "tmp"),
+		runner: procexec.NewRunner(procexec.Limits{MaxConcurrent: caps.ConcurrentCommands, TempBase: filepath.Join(cfg.StateDir, "tmp"), TempBytes: st.tmpBytes,
 			HelperPath: sandboxHelper(cfg, opts), Cgroups: cg, PrestartedSandboxes: caps.prestartedSandboxes(),
 			RefillByCaller: true}), // the command controller refills once an outcome is written
 		cgroups:          cg,
+		storage:          st,
 		envs:             newEnvRegistry(),
 		sess:             newSessionRegistry(),
 		commands:         newRunTable[commandOutcome]("command", db),

@@ -281,7 +281,7 @@ func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl
 			Dir: filepath.Clean(dir), Rows: uint16(ts.Spec.Rows), Cols: uint16(ts.Spec.Cols),
 			WritableRoots: writable, ReadableRoots: readable, HostRelay: guestDir != "",
 			IdleTimeout: time.Duration(ts.Spec.IdleTimeoutSeconds) * time.Second, MaxDuration: time.Duration(ts.Spec.MaxDurationSeconds) * time.Second,
-			Resources: environmentLimits(&env),
+			Resources: environmentLimits(&env), FileSizeLimit: a.fileSizeLimit(&env),
 		})
 		if err != nil {
 			_ = a.store.Sessions().Delete(rec.UID)

@@ -197,6 +197,8 @@ type Limits struct {
 	MaxConcurrent int
 	// TempBase is where private temp dirs are created (default os.TempDir()).
 	TempBase string
+	// TempBytes bounds every sandbox's /tmp, a tmpfs of its own (0: DefaultTempBytes).
+	TempBytes int64
 	// SandboxUID is the host uid of the sandboxes' root (0 selects
 	// DefaultSandboxUID).
 	SandboxUID uint32
@@ -354,6 +356,7 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 		TempDir:       tmp,
 		Mounts:        spec.Mounts,
 		FileSizeLimit: spec.FileSizeLimit,
+		TempBytes:     r.limits.TempBytes,
 	}
 	var g *cgroups.Group
 	var ps *pooledSandbox
