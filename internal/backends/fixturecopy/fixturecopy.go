@@ -256,7 +256,8 @@ func (b *Backend) Allocate(ctx context.Context, spec backends.Spec) (backends.St
 	defer func() { _ = fx.Close() }()
 	diskCreated, err := b.ensureDisk(ctx, fx, spec)
 	if err != nil {
-		return failed(fmt.Errorf("allocate %s: %w", spec.Ref, err))
+		// The refusal's code leads the message (storage-exhausted: ..., as a condition shows it).
+		return failed(fmt.Errorf("%w (allocating environment %s)", err, spec.Ref))
 	}
 	releaseDisk := func(err error) error {
 		if diskCreated {

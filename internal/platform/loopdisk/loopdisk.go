@@ -53,6 +53,9 @@ const (
 	maxMountinfoBytes = 16 << 20
 )
 
+// loopMajor is the block major of loop devices.
+const loopMajor = 7
+
 // FSType is the filesystem of every disk.
 const FSType = "ext4"
 
@@ -183,6 +186,13 @@ func attach(img *os.File, name string) (*os.File, string, error) {
 		}
 		dev := "/dev/loop" + strconv.Itoa(n)
 		loop, err := os.OpenFile(dev, os.O_RDWR|unix.O_CLOEXEC, 0)
+		if errors.Is(err, os.ErrNotExist) {
+			// A container's /dev (a privileged pod) lists only the loop devices that
+			// existed when it started: make the node of the one the kernel just added.
+			if merr := unix.Mknod(dev, unix.S_IFBLK|0o600, int(unix.Mkdev(loopMajor, uint32(n)))); merr == nil || errors.Is(merr, os.ErrExist) {
+				loop, err = os.OpenFile(dev, os.O_RDWR|unix.O_CLOEXEC, 0)
+			}
+		}
 		if err != nil {
 			last = fmt.Errorf("open %s: %w", dev, err)
 			continue
