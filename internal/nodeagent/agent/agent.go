@@ -19,6 +19,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -53,6 +54,7 @@ type Agent struct {
 	sandbox  string           // the sandbox helper binary (empty: this executable)
 	cgroups  *cgroups.Manager // a group per command, session and VMM
 	storage  storage          // disks, /tmp and file-size bounds (storage.go)
+	shared   bool             // Options.SharedProcess
 	// actionRuns runs ActionRuns (actionrun_controller.go); nil until set up.
 	actionRuns *actionRunReconciler
 	client     client.Client
@@ -109,6 +111,9 @@ type Options struct {
 	Backends []backends.Backend
 	// HelperPath is the sandbox helper binary (default: this executable).
 	HelperPath string
+	// SharedProcess lets this agent run beside another one in the same process (tests
+	// that need a second node with its own configuration): controller names may repeat.
+	SharedProcess bool
 }
 
 // New opens the store and prepares the runtime. Nothing runs until Run.
@@ -173,6 +178,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 			RefillByCaller: true}), // the command controller refills once an outcome is written
 		cgroups:          cg,
 		storage:          st,
+		shared:           opts.SharedProcess,
 		envs:             newEnvRegistry(),
 		sess:             newSessionRegistry(),
 		commands:         newRunTable[commandOutcome]("command", db),
@@ -237,6 +243,7 @@ func (a *Agent) Run(ctx context.Context, cfg *rest.Config) error {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: Scheme(), Cache: a.cacheOptions(),
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Controller: ctrlconfig.Controller{SkipNameValidation: &a.shared},
 	})
 	if err != nil {
 		return fmt.Errorf("creating node agent manager: %w", err)

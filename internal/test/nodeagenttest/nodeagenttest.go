@@ -7,8 +7,8 @@ package nodeagenttest
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
