@@ -200,8 +200,48 @@ func TestDiskFloodBounded(t *testing.T) {
 	ctx := context.Background()
 	da, state := startDiskAgent(t)
 
-	// Tenant A: fixture-copy with diskMiB; tenant B: fixture-copy with the node default.
 	nsA, nsB, nsC, nsH := namespace(t), namespace(t), namespace(t), namespace(t)
+	diskEnvironment(t, nsH, diskRepo(t), wbv1.BackendHostLocal, nil, true)
+	t.Run("tmp flood bounded", func(t *testing.T) {
+		c, out := runOn(t, da, nsH, "tmp", "tmpflood")
+		size := field(out, "tmp-size")
+		if !strings.Contains(out, "No space left on device") || size < 0 || size > diskTmpMiB<<20 {
+			t.Fatalf("a 24 MiB write to a %d MiB /tmp: %q (phase %s), want ENOSPC", diskTmpMiB, out, c.Status.Phase)
+		}
+	})
+	t.Run("RLIMIT_FSIZE gives EFBIG to a command", func(t *testing.T) {
+		c, out := runOn(t, da, nsH, "big", "bigfile")
+		if !strings.Contains(out, "File too large") || field(out, "big-size") != diskMaxFileMiB<<20 || c.Status.Phase != wbv1.CommandSucceeded {
+			t.Fatalf("a 12 MiB file under a %d MiB RLIMIT_FSIZE: %q (%+v), want EFBIG at the limit", diskMaxFileMiB, out, c.Status)
+		}
+	})
+	t.Run("RLIMIT_FSIZE gives EFBIG to a PTY program", func(t *testing.T) {
+		must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "pty", Namespace: nsH},
+			Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e", ShellProfileRef: ptr(wbv1.ObjectName("make-pty")), RawInput: wbv1.RawInputOperatorOnly}}))
+		var s wbv1.TerminalSession
+		eventually(t, 60*time.Second, "the PTY session running", func() (bool, string) {
+			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: nsH, Name: "pty"}, &s))
+			if s.Status.Refusal != nil || s.Status.Phase == wbv1.SessionClosed || s.Status.Phase == wbv1.SessionFailed {
+				t.Fatalf("the PTY session did not run: %+v", s.Status)
+			}
+			return s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("%+v", s.Status)
+		})
+		var out string
+		eventually(t, 60*time.Second, "the PTY program's report", func() (bool, string) {
+			b, _, err := da.Output(string(s.UID), 1, 1<<20)
+			if err != nil {
+				return false, err.Error()
+			}
+			out = string(b)
+			return strings.Contains(out, "pty-done"), out
+		})
+		if !strings.Contains(out, "File too large") || field(out, "pty-size") != diskMaxFileMiB<<20 {
+			t.Fatalf("a 12 MiB file from a PTY program under a %d MiB RLIMIT_FSIZE: %q, want EFBIG", diskMaxFileMiB, out)
+		}
+		closeSession(t, nsH, "pty")
+	})
+
+	// Tenant A: fixture-copy with diskMiB; tenant B: fixture-copy with the node default.
 	diskEnvironment(t, nsA, diskRepo(t), wbv1.BackendFixtureCopy, &wbv1.EnvironmentResources{DiskMiB: ptr(int32(diskTenantMiB))}, true)
 	diskEnvironment(t, nsB, diskRepo(t), wbv1.BackendFixtureCopy, nil, true)
 
@@ -254,46 +294,6 @@ func TestDiskFloodBounded(t *testing.T) {
 			}
 			return false, fmt.Sprintf("%+v", e.Status)
 		})
-	})
-
-	diskEnvironment(t, nsH, diskRepo(t), wbv1.BackendHostLocal, nil, true)
-	t.Run("tmp flood bounded", func(t *testing.T) {
-		c, out := runOn(t, da, nsH, "tmp", "tmpflood")
-		size := field(out, "tmp-size")
-		if !strings.Contains(out, "No space left on device") || size < 0 || size > diskTmpMiB<<20 {
-			t.Fatalf("a 24 MiB write to a %d MiB /tmp: %q (phase %s), want ENOSPC", diskTmpMiB, out, c.Status.Phase)
-		}
-	})
-	t.Run("RLIMIT_FSIZE gives EFBIG to a command", func(t *testing.T) {
-		c, out := runOn(t, da, nsH, "big", "bigfile")
-		if !strings.Contains(out, "File too large") || field(out, "big-size") != diskMaxFileMiB<<20 || c.Status.Phase != wbv1.CommandSucceeded {
-			t.Fatalf("a 12 MiB file under a %d MiB RLIMIT_FSIZE: %q (%+v), want EFBIG at the limit", diskMaxFileMiB, out, c.Status)
-		}
-	})
-	t.Run("RLIMIT_FSIZE gives EFBIG to a PTY program", func(t *testing.T) {
-		must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "pty", Namespace: nsH},
-			Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e", ShellProfileRef: ptr(wbv1.ObjectName("make-pty")), RawInput: wbv1.RawInputOperatorOnly}}))
-		var s wbv1.TerminalSession
-		eventually(t, 60*time.Second, "the PTY session running", func() (bool, string) {
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: nsH, Name: "pty"}, &s))
-			if s.Status.Refusal != nil || s.Status.Phase == wbv1.SessionClosed || s.Status.Phase == wbv1.SessionFailed {
-				t.Fatalf("the PTY session did not run: %+v", s.Status)
-			}
-			return s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("%+v", s.Status)
-		})
-		var out string
-		eventually(t, 60*time.Second, "the PTY program's report", func() (bool, string) {
-			b, _, err := da.Output(string(s.UID), 1, 1<<20)
-			if err != nil {
-				return false, err.Error()
-			}
-			out = string(b)
-			return strings.Contains(out, "pty-done"), out
-		})
-		if !strings.Contains(out, "File too large") || field(out, "pty-size") != diskMaxFileMiB<<20 {
-			t.Fatalf("a 12 MiB file from a PTY program under a %d MiB RLIMIT_FSIZE: %q, want EFBIG", diskMaxFileMiB, out)
-		}
-		closeSession(t, nsH, "pty")
 	})
 
 	t.Run("teardown leaves no loop device or mount", func(t *testing.T) {
