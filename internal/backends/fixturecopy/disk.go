@@ -88,6 +88,15 @@ func (b *Backend) releaseDisk(id string) error {
 	return b.disks.Pool.Release(id, filepath.Join(b.dir, id))
 }
 
+// moveDirOrDisk moves environment directory from to to: with disks the disk mounted there
+// moves with it (loopdisk.Pool.Move: a mount point cannot be renamed), else one rename.
+func (b *Backend) moveDirOrDisk(fx *fsaccess.Root, from, to string) error {
+	if b.disks == nil || b.disks.Pool == nil {
+		return fx.RenameNoReplace(from, to)
+	}
+	return b.disks.Pool.Move(from, filepath.Join(b.dir, from), to, filepath.Join(b.dir, to))
+}
+
 // copyError classifies a failed copy: a source that does not fit the environment's disk
 // is fixture-too-large.
 func (b *Backend) copyError(source string, err error) error {

@@ -254,3 +254,47 @@ func TestDiskUnavailableRefuses(t *testing.T) {
 		t.Fatalf("allocate without disks: %v", err)
 	}
 }
+
+// TestDiskAdoptMovesTheDisk: a pool member's disk goes to its claimer whole (its writes
+// included), still nosuid,nodev, counted once; the member's mount point is gone, and the
+// claimer's teardown leaves nothing.
+func TestDiskAdoptMovesTheDisk(t *testing.T) {
+	e := newDiskEnv(t, 1<<30)
+	member := e.spec("member", backends.Root{Name: "src", Source: filepath.Join(e.admitted, "proj")})
+	claimer := e.spec("claimer", backends.Root{Name: "src", Source: filepath.Join(e.admitted, "proj")})
+	st, err := e.b.Allocate(context.Background(), member)
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, os.WriteFile(filepath.Join(st.Roots[0].Path, "member.txt"), []byte("m"), 0o644))
+	// A descriptor held on the member's copy (a pin) does not stop the move.
+	held, err := os.Open(st.Roots[0].Path)
+	must(t, err)
+	defer func() { _ = held.Close() }()
+	must(t, e.b.Adopt(context.Background(), member, claimer))
+	st, err = e.b.Allocate(context.Background(), claimer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(st.Roots[0].Path, "member.txt")); err != nil || string(b) != "m" {
+		t.Fatalf("the claimer's copy is not the member's: %q %v", b, err)
+	}
+	var sfs syscall.Statfs_t
+	must(t, syscall.Statfs(st.Roots[0].Path, &sfs))
+	if sfs.Flags&(0x2|0x4) != 0x2|0x4 {
+		t.Fatalf("adopted disk not nosuid,nodev: %#x", sfs.Flags)
+	}
+	if _, err := os.Lstat(filepath.Join(e.b.Dir(), "member")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("member directory left: %v", err)
+	}
+	if used, _, n, err := e.b.Storage(); err != nil || n != 1 || used != 32<<20 {
+		t.Fatalf("storage after adoption: %d %d %v", used, n, err)
+	}
+	_ = held.Close()
+	if _, err := e.b.Teardown(context.Background(), claimer); err != nil {
+		t.Fatal(err)
+	}
+	if l := diskLeftovers(t, e.state); len(l) > 0 {
+		t.Fatalf("left: %v", l)
+	}
+}

@@ -300,3 +300,53 @@ func Available(dir string) (int64, error) {
 	}
 	return int64(st.Bavail) * st.Bsize, nil
 }
+
+// Move hands the disk of fromID, mounted at fromDir, to toID at toDir (which must not
+// exist): the same filesystem is bind-mounted at toDir (one superblock, never a second
+// mount of the image), the image is renamed to toID's, and fromDir is unmounted (lazily
+// when busy) and removed. A disk that is not mounted at fromDir is not moved (the caller
+// copies afresh).
+func (p *Pool) Move(fromID, fromDir, toID, toDir string) error {
+	for _, id := range []string{fromID, toID} {
+		if err := validID(id); err != nil {
+			return err
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ok, err := p.Mounted(fromID, fromDir)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("loopdisk: the disk of %s is not mounted at %s", fromID, fromDir)
+	}
+	if _, err := os.Lstat(p.Image(toID)); !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("loopdisk: %s exists already (%v)", p.Image(toID), err)
+	}
+	if err := os.Mkdir(toDir, 0o700); err != nil {
+		return fmt.Errorf("loopdisk: %w", err)
+	}
+	// A bind mount keeps the source mount's nosuid,nodev (they are locked on a clone).
+	if err := unix.Mount(fromDir, toDir, "", unix.MS_BIND, ""); err != nil {
+		_ = os.Remove(toDir)
+		return fmt.Errorf("loopdisk: bind %s at %s: %w", fromDir, toDir, err)
+	}
+	if err := unix.Mount("", toDir, "", unix.MS_REMOUNT|unix.MS_BIND|mountFlags, ""); err != nil {
+		_ = Unmount(toDir)
+		_ = os.Remove(toDir)
+		return fmt.Errorf("loopdisk: remount %s nosuid,nodev: %w", toDir, err)
+	}
+	if err := os.Rename(p.Image(fromID), p.Image(toID)); err != nil {
+		_ = Unmount(toDir)
+		_ = os.Remove(toDir)
+		return fmt.Errorf("loopdisk: %w", err)
+	}
+	if err := Unmount(fromDir); err != nil {
+		return err
+	}
+	if err := os.Remove(fromDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("loopdisk: %w", err)
+	}
+	return nil
+}
