@@ -6,9 +6,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
@@ -297,4 +300,57 @@ func TestDiskAdoptMovesTheDisk(t *testing.T) {
 	if l := diskLeftovers(t, e.state); len(l) > 0 {
 		t.Fatalf("left: %v", l)
 	}
+}
+
+// BenchmarkAllocateWithDisk measures Allocate+Teardown of a small fixture-copy
+// environment two ways, interleaved sample by sample: copies on the state filesystem (no
+// disk, as before per-environment disks) and on a disk of its own (image, mkfs.ext4, loop
+// device, mount; teardown unmounts and deletes). It reports p50/p99 of each.
+func BenchmarkAllocateWithDisk(b *testing.B) {
+	if os.Geteuid() != 0 || loopdisk.Check() != nil {
+		b.Skip("needs root and loop devices")
+	}
+	dir := b.TempDir()
+	src := filepath.Join(dir, "admitted", "proj")
+	must(b, os.MkdirAll(filepath.Join(src, "sub"), 0o755))
+	for i := range 50 {
+		must(b, os.WriteFile(filepath.Join(src, "sub", "f"+strconv.Itoa(i)), bytes.Repeat([]byte{'x'}, 4096), 0o644))
+	}
+	plain := New(filepath.Join(dir, "state-plain"), map[string]string{"ws": filepath.Join(dir, "admitted")}, fixture.Limits{})
+	disk := New(filepath.Join(dir, "state-disk"), map[string]string{"ws": filepath.Join(dir, "admitted")}, fixture.Limits{})
+	disk.WithDisks(Disks{Pool: loopdisk.NewPool(filepath.Join(disk.stateDir, DisksDir), 1<<30), DefaultBytes: 64 << 20})
+	b.Cleanup(func() { ReleaseDisks(filepath.Join(dir, "state-disk")) })
+	ctx := context.Background()
+	var plainA, diskA, plainT, diskT []time.Duration
+	n := 0
+	for b.Loop() {
+		n++
+		spec := backends.Spec{ID: "env-" + strconv.Itoa(n), Ref: "ns/e", Roots: []backends.Root{{Name: "src", Source: src}}}
+		for _, s := range []struct {
+			b      *Backend
+			at, tt *[]time.Duration
+		}{{plain, &plainA, &plainT}, {disk, &diskA, &diskT}} {
+			t0 := time.Now()
+			if _, err := s.b.Allocate(ctx, spec); err != nil {
+				b.Fatal(err)
+			}
+			*s.at = append(*s.at, time.Since(t0))
+			t0 = time.Now()
+			if _, err := s.b.Teardown(ctx, spec); err != nil {
+				b.Fatal(err)
+			}
+			*s.tt = append(*s.tt, time.Since(t0))
+		}
+	}
+	q := func(d []time.Duration, p float64) float64 {
+		s := slices.Clone(d)
+		slices.Sort(s)
+		return float64(s[min(len(s)-1, int(p*float64(len(s))))].Microseconds()) / 1000
+	}
+	b.ReportMetric(q(plainA, 0.5), "allocate-plain-p50-ms")
+	b.ReportMetric(q(plainA, 0.99), "allocate-plain-p99-ms")
+	b.ReportMetric(q(diskA, 0.5), "allocate-disk-p50-ms")
+	b.ReportMetric(q(diskA, 0.99), "allocate-disk-p99-ms")
+	b.ReportMetric(q(plainT, 0.5), "teardown-plain-p50-ms")
+	b.ReportMetric(q(diskT, 0.5), "teardown-disk-p50-ms")
 }
