@@ -236,11 +236,9 @@ func (p *Pool) Sweep(mountRoot string, keep func(id string) bool) []Action {
 			continue
 		}
 		path := filepath.Join(p.dir, name)
-		if ok, _ := mountedAnywhere(path); ok {
-			// Still mounted somewhere (not where a disk belongs): detach it lazily first.
-			for _, m := range mountsOfImage(path) {
-				_ = Unmount(m)
-			}
+		// Still mounted somewhere (not where a disk belongs): detach it lazily first.
+		for _, m := range mountsOfImage(path) {
+			_ = Unmount(m)
 		}
 		add(path, "deleted a disk image of an environment not known to the store", os.RemoveAll(path))
 	}
@@ -260,8 +258,6 @@ func (p *Pool) Sweep(mountRoot string, keep func(id string) bool) []Action {
 	}
 	return acts
 }
-
-func mountedAnywhere(image string) (bool, error) { return len(mountsOfImage(image)) > 0, nil }
 
 func mountsOfImage(image string) []string {
 	ms, err := MountsUnder("/")
