@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -268,6 +269,11 @@ func TestDiskFloodBounded(t *testing.T) {
 			var wn wbv1.WorkbenchNode
 			must(t, env.Client.Get(ctx, client.ObjectKey{Name: diskNode}, &wn))
 			s := wn.Status.Storage
+			// The suite's workspace shares the state directory's filesystem: the node says so.
+			iso := meta.FindStatusCondition(wn.Status.Conditions, agent.ConditionStorageIsolated)
+			if iso == nil || iso.Status != metav1.ConditionFalse || !strings.Contains(iso.Message, "work") {
+				return false, fmt.Sprintf("StorageIsolated %+v", iso)
+			}
 			return s != nil && s.CapacityMiB == diskReserveMiB && s.UsedMiB == diskTenantMiB+diskDefaultMiB && s.Disks == 2 &&
 				s.TmpMiB == diskTmpMiB && s.MaxFileMiB == diskMaxFileMiB, fmt.Sprintf("%+v", s)
 		})

@@ -238,6 +238,7 @@ func (a *Agent) publishNode(ctx context.Context) error {
 	} else {
 		meta.SetStatusCondition(&conds, statusapply.Cond(ConditionDraining, false, "NodeSchedulable", "the node is not cordoned", 0))
 	}
+	meta.SetStatusCondition(&conds, a.storageCondition())
 	st.Conditions = conds
 	st.ActionClasses = a.actionClasses()
 	_, err := statusapply.Apply(ctx, a.client, FieldManager+"node", node, nil, st)

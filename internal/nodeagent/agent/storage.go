@@ -3,12 +3,18 @@ package agent
 import (
 	"fmt"
 	"path/filepath"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/backends/fixturecopy"
 	"sensorium.dev/workbench/internal/platform/loopdisk"
 	"sensorium.dev/workbench/internal/platform/procexec"
+	"sensorium.dev/workbench/internal/statusapply"
 )
 
 // StorageConfig bounds what sandboxed programs can write on the node.
@@ -50,6 +56,10 @@ type storage struct {
 	maxBytes, defaultDiskBytes, tmpBytes, maxFileBytes int64
 	// unavailable says why this node cannot make disks ("" when it can).
 	unavailable string
+	// sharedRoots are the admitted roots on the state directory's filesystem: a
+	// read-write host-local environment over one can fill the filesystem holding the
+	// agent's store (ConditionStorageIsolated).
+	sharedRoots []string
 }
 
 // resolveStorage fills the defaults of cfg.Storage; the state directory must exist.
@@ -87,7 +97,40 @@ func resolveStorage(cfg Config) (storage, error) {
 	if err := loopdisk.Check(); err != nil {
 		s.unavailable = err.Error()
 	}
+	s.sharedRoots = rootsSharingFS(cfg.StateDir, cfg.AdmittedRoots)
 	return s, nil
+}
+
+// rootsSharingFS lists (sorted) the admitted roots on the filesystem of stateDir.
+func rootsSharingFS(stateDir string, roots map[string]string) []string {
+	var st unix.Stat_t
+	if unix.Stat(stateDir, &st) != nil {
+		return nil
+	}
+	var out []string
+	for name, dir := range roots {
+		var rs unix.Stat_t
+		if unix.Stat(dir, &rs) == nil && rs.Dev == st.Dev {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ConditionStorageIsolated on the WorkbenchNode says whether the filesystem holding the
+// agent's state (its store, artifacts, environment disk images) is out of reach of every
+// sandboxed write beyond its bounds: False names the admitted roots that share it (a
+// read-write host-local environment over one is bounded per file only, RLIMIT_FSIZE).
+const ConditionStorageIsolated = "StorageIsolated"
+
+func (a *Agent) storageCondition() metav1.Condition {
+	if len(a.storage.sharedRoots) == 0 {
+		return statusapply.Cond(ConditionStorageIsolated, true, "StateFilesystemSeparate",
+			"no admitted root shares the state directory's filesystem; environment disks, /tmp and files are bounded", 0)
+	}
+	return statusapply.Cond(ConditionStorageIsolated, false, "AdmittedRootSharesStateFilesystem",
+		clip(fmt.Sprintf("admitted root(s) %s share the state directory's filesystem: a read-write host-local environment over them is bounded per file only (storage.maxFileMiB); move the state directory to another filesystem", strings.Join(a.storage.sharedRoots, ", ")), 1000), 0)
 }
 
 // fixtureDisks is the fixture-copy.v1 backend's disk configuration.
