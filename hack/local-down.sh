@@ -89,12 +89,25 @@ stop_node_leftovers() {
   kill -KILL "${left[@]}" 2>/dev/null || true
 }
 
+# release_node_disks unmounts the environment disks the node agent mounted under its state
+# dir (fixture-copy.v1: an ext4 image on an autoclear loop device each, which detaches with
+# its mount). The images stay for the next run's recovery (it mounts them again) unless
+# the state is purged.
+release_node_disks() {
+  local dir m
+  dir="$(realpath -q "${STATE}/node-agent" 2>/dev/null)" || return 0
+  [[ -d "${dir}" ]] || return 0
+  while read -r m; do
+    umount -l "${m}" 2>/dev/null || log "WARNING: could not unmount ${m}"
+  done < <(awk -v d="${dir}/" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo | sort -r)
+}
+
 status=0
 if [[ -d "${PIDS}" ]]; then
   # Reverse start order: clients before the API server, the API server before etcd.
   for name in node-agent manager kube-controller-manager kube-apiserver etcd; do
     if [[ -f "${PIDS}/${name}.pid" ]]; then stop_one "${PIDS}/${name}.pid" || status=1; fi
-    if [[ "${name}" == "node-agent" ]]; then stop_node_leftovers; fi
+    if [[ "${name}" == "node-agent" ]]; then stop_node_leftovers; release_node_disks; fi
   done
   for file in "${PIDS}"/*.pid; do
     if [[ -f "${file}" ]]; then stop_one "${file}" || status=1; fi

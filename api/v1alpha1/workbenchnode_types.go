@@ -75,6 +75,42 @@ type NodeFree struct {
 	ObservedTime metav1.Time `json:"observedTime"`
 }
 
+// NodeStorage is the node's storage reservation (node-agent config storage.*): every
+// fixture-copy.v1 environment's copies live on a disk of its own, and the disks together
+// may not exceed capacityMiB (an environment that would overcommit is refused with
+// storage-exhausted).
+type NodeStorage struct {
+	// capacityMiB is the node-wide reservation for environment disks.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	CapacityMiB int64 `json:"capacityMiB"`
+	// usedMiB is the sum of the environment disks that exist now.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	UsedMiB int64 `json:"usedMiB"`
+	// disks is the number of environment disks.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Disks int32 `json:"disks,omitempty"`
+	// defaultDiskMiB is the disk of an environment that sets no resources.diskMiB.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	DefaultDiskMiB int64 `json:"defaultDiskMiB,omitempty"`
+	// tmpMiB bounds each sandbox's private /tmp (a tmpfs).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	TmpMiB int64 `json:"tmpMiB,omitempty"`
+	// maxFileMiB is RLIMIT_FSIZE of every command and PTY program.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MaxFileMiB int64 `json:"maxFileMiB,omitempty"`
+	// unavailable says why this node cannot make environment disks (fixture-copy.v1
+	// environments are then refused with resource-not-enforced).
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Unavailable string `json:"unavailable,omitempty"`
+}
+
 // NodeEnvironmentRef names an Environment from a cluster-scoped object.
 type NodeEnvironmentRef struct {
 	// namespace is the Environment's namespace.
@@ -199,6 +235,10 @@ type WorkbenchNodeStatus struct {
 	// stays the authority and still refuses what free could not foresee.
 	// +optional
 	Free *NodeFree `json:"free,omitempty"`
+	// storage is the node's storage reservation for environment disks and the bounds of
+	// what a sandboxed program can write.
+	// +optional
+	Storage *NodeStorage `json:"storage,omitempty"`
 	// actionClasses lists, per action class C1..C7, whether this node enforces it (seed
 	// 002: a class whose primitive is missing is published unavailable, never weakened).
 	// +optional

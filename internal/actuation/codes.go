@@ -132,6 +132,7 @@ const (
 	CodeVMNotRunning         Code = "vm-not-running"         // no running VM for the environment on this node
 	CodeEnvironmentIDInvalid Code = "environment-id-invalid" // an environment ID unusable as a directory name
 	CodeStateDirTooLong      Code = "state-dir-too-long"     // a VM's socket paths would exceed the Unix socket limit
+	CodeStorageExhausted     Code = "storage-exhausted"      // the node's storage reservation (storage.maxMiB) cannot hold another environment's disk
 )
 
 // Codes of the aggregated subresource API (workbench-apiserver) and the node data plane.
@@ -424,7 +425,7 @@ var allCodes = []Code{
 	CodeInputTooLarge, CodeCommandCapReached, CodeInvalidSpec, CodeSessionExists, CodeSessionNotRunning,
 	CodeSandboxSetupFailed, CodeGitMetadataUnbounded, CodeCleanupIncomplete, CodeCgroupUnavailable, CodeStartFailed, CodeSourceFailed, CodeConditionUnreachable, CodeProbeTimedOut,
 	CodeImageInvalid, CodeResourcesAboveMax, CodeResourcesInvalid, CodeResourceNotEnforced, CodeVMCapReached, CodeBootFailed, CodeBootTimeout,
-	CodeVMNotRunning, CodeEnvironmentIDInvalid, CodeStateDirTooLong,
+	CodeVMNotRunning, CodeEnvironmentIDInvalid, CodeStateDirTooLong, CodeStorageExhausted,
 	CodeForwardingRefused, CodeNodeUnreachable, CodeOutputEvicted, CodeUploadTooLarge, CodeRawInputDisabled,
 	// node lifecycle (nodecap)
 	CodeNodeDraining,

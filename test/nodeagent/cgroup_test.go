@@ -76,9 +76,10 @@ func TestCommandCgroupLimitsAndTeardown(t *testing.T) {
 	}
 }
 
-// TestEnvironmentDiskLimitRefused: resources.diskMiB is not enforced by any backend of
-// this node, so the Environment is refused (resource-not-enforced), never silently run
-// without it.
+// TestEnvironmentDiskLimitRefused: resources.diskMiB is not enforced on host-local (its
+// roots are the operator's own directories; fixture-copy.v1 enforces it, test/security's
+// TestDiskFlood*), so the Environment is refused (resource-not-enforced), never silently
+// run without it.
 func TestEnvironmentDiskLimitRefused(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)

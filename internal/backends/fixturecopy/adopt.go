@@ -52,7 +52,7 @@ func (b *Backend) Adopt(ctx context.Context, from, to backends.Spec) error {
 	} else if err != nil {
 		return err
 	}
-	if err := fx.RenameNoReplace(from.ID, to.ID); err != nil {
+	if err := b.moveDirOrDisk(fx, from.ID, to.ID); err != nil {
 		return fmt.Errorf("adopt %s into %s: %w", from.Ref, to.Ref, err)
 	}
 	entries, err := listNames(fx, to.ID)

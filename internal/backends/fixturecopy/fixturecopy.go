@@ -97,6 +97,8 @@ type Backend struct {
 
 	locks    backends.IDLocks
 	draining backends.DrainMarks
+
+	disks *Disks // nil: copies live on the state filesystem, unbounded (disk.go)
 }
 
 var _ backends.Backend = (*Backend)(nil)
@@ -252,17 +254,28 @@ func (b *Backend) Allocate(ctx context.Context, spec backends.Spec) (backends.St
 		return failed(err)
 	}
 	defer func() { _ = fx.Close() }()
+	diskCreated, err := b.ensureDisk(ctx, fx, spec)
+	if err != nil {
+		// The refusal's code leads the message (storage-exhausted: ..., as a condition shows it).
+		return failed(fmt.Errorf("%w (allocating environment %s)", err, spec.Ref))
+	}
+	releaseDisk := func(err error) error {
+		if diskCreated {
+			err = errors.Join(err, b.releaseDisk(spec.ID))
+		}
+		return err
+	}
 
 	// Pass 1: find reusable copies; admit every source that must be copied.
 	admitted := hostlocal.Admitted(b.admitted)
 	for i := range plan {
 		p := &plan[i]
 		if p.reuse, err = b.findComplete(fx, spec.ID, p.name, p.source); err != nil {
-			return failed(fmt.Errorf("allocate %s root %q: %w", spec.Ref, p.name, err))
+			return failed(releaseDisk(fmt.Errorf("allocate %s root %q: %w", spec.Ref, p.name, err)))
 		}
 		if p.reuse == "" {
 			if err := b.admit(spec, i, p, admitted); err != nil {
-				return failed(err)
+				return failed(releaseDisk(err))
 			}
 		}
 	}
@@ -277,7 +290,7 @@ func (b *Backend) Allocate(ctx context.Context, spec backends.Spec) (backends.St
 				err = errors.Join(err, rerr)
 			}
 		}
-		return failed(err)
+		return failed(releaseDisk(err))
 	}
 	for _, p := range plan {
 		if err := ctx.Err(); err != nil {
@@ -362,7 +375,7 @@ func (b *Backend) makeCopy(fx *fsaccess.Root, id, rel string, p plannedRoot) (st
 	res, err := m.Copy(pinned, b.limits)
 	unpin()
 	if err != nil {
-		return "", fmt.Errorf("copy %q: %w", p.source, err)
+		return "", b.copyError(p.source, err)
 	}
 	rec := record{Schema: recordSchema, ID: id, Root: p.name, Source: p.source, Resolved: p.resolved,
 		Copy: res.Name, Files: res.Files, Dirs: res.Dirs, Bytes: res.Bytes}
@@ -543,6 +556,12 @@ func (b *Backend) Teardown(ctx context.Context, spec backends.Spec) (backends.St
 		return backends.Status{}, err
 	}
 	defer func() { _ = fx.Close() }()
+	// The disk goes whole first (unmounted, lazily when a sandbox or a pin still holds
+	// it; its loop device detaches with its last user); the emptied mount point is then
+	// removed like any environment directory.
+	if err := b.releaseDisk(spec.ID); err != nil {
+		return backends.Status{Phase: backends.PhaseFailed, Message: err.Error()}, fmt.Errorf("teardown %s: %w", spec.Ref, err)
+	}
 	residue, err := b.teardownID(fx, spec.ID)
 	b.draining.Forget(spec.ID)
 	if err != nil {
@@ -625,12 +644,15 @@ func (b *Backend) Recover(ctx context.Context, known map[string]backends.Spec) (
 		return nil, err
 	}
 	defer func() { _ = fx.Close() }()
+	// Disks first: an unknown environment's disk is unmounted and deleted before its
+	// directory is removed; a known one is mounted again (after a reboot) so its copy is
+	// found below.
+	actions := b.recoverDisks(known)
 	entries, err := listNames(fx, "")
 	if err != nil {
-		return nil, fmt.Errorf("recover fixture-copy.v1: list %q: %w", b.dir, err)
+		return actions, fmt.Errorf("recover fixture-copy.v1: list %q: %w", b.dir, err)
 	}
 	b.draining.Retain(known)
-	var actions []backends.RecoveryAction
 	remove := func(rel, why string) {
 		path := filepath.Join(b.dir, rel)
 		if err := fx.RemoveAll(rel); err != nil {

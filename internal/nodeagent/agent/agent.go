@@ -19,6 +19,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -52,6 +53,8 @@ type Agent struct {
 	runner   *procexec.Runner
 	sandbox  string           // the sandbox helper binary (empty: this executable)
 	cgroups  *cgroups.Manager // a group per command, session and VMM
+	storage  storage          // disks, /tmp and file-size bounds (storage.go)
+	shared   bool             // Options.SharedProcess
 	// actionRuns runs ActionRuns (actionrun_controller.go); nil until set up.
 	actionRuns *actionRunReconciler
 	client     client.Client
@@ -108,6 +111,9 @@ type Options struct {
 	Backends []backends.Backend
 	// HelperPath is the sandbox helper binary (default: this executable).
 	HelperPath string
+	// SharedProcess lets this agent run beside another one in the same process (tests
+	// that need a second node with its own configuration): controller names may repeat.
+	SharedProcess bool
 }
 
 // New opens the store and prepares the runtime. Nothing runs until Run.
@@ -120,6 +126,10 @@ func New(cfg Config, opts Options) (*Agent, error) {
 			return nil, fmt.Errorf("creating state dir %s: %w", d, err)
 		}
 	}
+	st, err := resolveStorage(cfg)
+	if err != nil {
+		return nil, err
+	}
 	db, err := store.Open(cfg.StateDir)
 	if err != nil {
 		return nil, err
@@ -131,7 +141,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 	}
 	bs := opts.Backends
 	if bs == nil {
-		if bs, err = defaultBackends(cfg, cg); err != nil {
+		if bs, err = defaultBackends(cfg, cg, st); err != nil {
 			_ = db.Close()
 			return nil, err
 		}
@@ -160,12 +170,15 @@ func New(cfg Config, opts Options) (*Agent, error) {
 			Sessions: caps.Sessions, SessionsPerEnvironment: caps.SessionsPerEnvironment, ReaderTasks: caps.ReaderTasks,
 			InputQueueDepth: caps.InputQueueDepth, EventBufferDepth: caps.EventBufferDepth,
 			PrestartedSessions: caps.PrestartedSessions, // negative: off (session.Caps)
-		}, session.WithCgroups(cg), session.WithSandbox(session.Sandbox{HelperPath: sandboxHelper(cfg, opts), TempBase: filepath.Join(cfg.StateDir, "tmp")})),
+		}, session.WithCgroups(cg), session.WithSandbox(session.Sandbox{HelperPath: sandboxHelper(cfg, opts), TempBase: filepath.Join(cfg.StateDir, "tmp"),
+			TempBytes: st.tmpBytes})),
 		sandbox: sandboxHelper(cfg, opts),
-		runner: procexec.NewRunner(procexec.Limits{MaxConcurrent: caps.ConcurrentCommands, TempBase: filepath.Join(cfg.StateDir, "tmp"),
+		runner: procexec.NewRunner(procexec.Limits{MaxConcurrent: caps.ConcurrentCommands, TempBase: filepath.Join(cfg.StateDir, "tmp"), TempBytes: st.tmpBytes,
 			HelperPath: sandboxHelper(cfg, opts), Cgroups: cg, PrestartedSandboxes: caps.prestartedSandboxes(),
 			RefillByCaller: true}), // the command controller refills once an outcome is written
 		cgroups:          cg,
+		storage:          st,
+		shared:           opts.SharedProcess,
 		envs:             newEnvRegistry(),
 		sess:             newSessionRegistry(),
 		commands:         newRunTable[commandOutcome]("command", db),
@@ -230,6 +243,7 @@ func (a *Agent) Run(ctx context.Context, cfg *rest.Config) error {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: Scheme(), Cache: a.cacheOptions(),
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Controller: ctrlconfig.Controller{SkipNameValidation: &a.shared},
 	})
 	if err != nil {
 		return fmt.Errorf("creating node agent manager: %w", err)

@@ -63,18 +63,18 @@ func environmentLimits(env *wbv1.Environment) cgroups.Limits {
 
 // unenforcedResources refuses (resource-not-enforced) an Environment that asks for a limit
 // its backend cannot enforce, instead of accepting and ignoring it:
-//   - diskMiB on every backend: cgroups have no disk-space controller, host-local roots
-//     are the operator's own directories, fixture-copy copies live on the node's state
-//     filesystem without per-environment quotas, and the VM backend boots from an
-//     initramfs with no disk;
+//   - diskMiB where the backend bounds no disk (diskEnforced false): host-local roots are
+//     the operator's own directories, and the VM backend boots from an initramfs with no
+//     disk; fixture-copy.v1 enforces it as the size of the environment's own disk
+//     (storage.go), unless the node cannot make disks;
 //   - pids on qemu-microvm.v1: the guest's process count is not bounded by the host (the
 //     VMM's own cgroup bounds QEMU's threads, not the guest's processes).
 //
 // pids, memoryMiB and vcpus on host-local and fixture-copy.v1 bound every command and
 // session through its cgroup (environmentLimits).
-func unenforcedResources(backend string, s backends.Spec) (code, msg string) {
+func unenforcedResources(backend string, s backends.Spec, diskEnforced bool) (code, msg string) {
 	switch {
-	case s.DiskMiB > 0:
+	case s.DiskMiB > 0 && !diskEnforced:
 		return string(actuation.CodeResourceNotEnforced), fmt.Sprintf("resources.diskMiB (%d) is not enforced by %s on this node; leave it unset", s.DiskMiB, backend)
 	case s.PIDs > 0 && backend != string(wbv1.BackendHostLocal) && backend != string(wbv1.BackendFixtureCopy):
 		return string(actuation.CodeResourceNotEnforced), fmt.Sprintf("resources.pids (%d) is not enforced inside %s guests; leave it unset", s.PIDs, backend)

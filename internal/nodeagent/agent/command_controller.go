@@ -413,6 +413,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	}
 	spec.GitMetadataWritable = core.GitMetadataWritable()
 	spec.Resources, spec.CgroupID = environmentLimits(&env), string(cmd.UID)
+	spec.FileSizeLimit = a.fileSizeLimit(&env) // storage.go: EFBIG past it
 	if spans.Enabled() {
 		spec.Trace = spans.Marker(cmd.Namespace + "/" + cmd.Name)
 	}

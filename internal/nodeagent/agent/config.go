@@ -57,6 +57,8 @@ type Config struct {
 	Cgroups *CgroupsConfig `json:"cgroups,omitempty"`
 	// QEMU enables the qemu-microvm.v1 backend (absent or enabled: false: not offered).
 	QEMU *QEMUConfig `json:"qemu,omitempty"`
+	// Storage bounds environment disks, sandbox /tmp and file sizes (storage.go).
+	Storage *StorageConfig `json:"storage,omitempty"`
 	// RecordRetentionSeconds is how long the store keeps the record of an object that no
 	// longer exists (default 60); the sweep that prunes them runs at least this often.
 	RecordRetentionSeconds int `json:"recordRetentionSeconds,omitempty"`

@@ -181,7 +181,7 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			a.recordEvent(&env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
 			break
 		}
-		if code, msg := unenforcedResources(b.ID(), spec); code != "" {
+		if code, msg := unenforcedResources(b.ID(), spec, enforcesDisk(b)); code != "" {
 			set(wbv1.ConditionReady, false, wbv1.ReasonFailed, code+": "+msg)
 			a.recordEvent(&env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
 			break

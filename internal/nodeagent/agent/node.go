@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"time"
 
@@ -109,6 +110,10 @@ func (a *Agent) capabilities() []wbv1.BackendCapability {
 			s.SystemFidelity, s.HostFilesystemSharing = "process-runtime", "read-write"
 		case wbv1.BackendFixtureCopy:
 			s.SystemFidelity, s.HostFilesystemSharing, s.StorageFormats = "filesystem-view", "denied", []string{"directory-copy"}
+			if b, ok := a.backends.Get(id); ok && enforcesDisk(b) {
+				// Each environment's copies live on a disk of its own (storage.go).
+				s.ResourceEnforcement = append(slices.Clone(s.ResourceEnforcement), "host-storage")
+			}
 		default:
 			// VM backends attest their own measured descriptors (the accelerator a probe VM
 			// really booted under); one that cannot boot anything publishes nothing.
@@ -207,6 +212,7 @@ func (a *Agent) publishNode(ctx context.Context) error {
 			MaxCommandTimeoutSeconds: int64(procexec.MaxTimeout / time.Second), MaxCommandOutputBytes: procexec.MaxOutputBytes,
 			MaxSessionDurationSeconds: int64(session.DefaultMaxDurationCeiling / time.Second)},
 		ActiveSessions: int32(active), ActiveWaits: int32(rep.Waits), Recovery: rep.Recovery, DataPlane: rep.DataPlane,
+		Storage: a.nodeStorage(),
 	}
 	names := make([]string, 0, len(a.cfg.AdmittedRoots))
 	for n := range a.cfg.AdmittedRoots {
@@ -232,6 +238,7 @@ func (a *Agent) publishNode(ctx context.Context) error {
 	} else {
 		meta.SetStatusCondition(&conds, statusapply.Cond(ConditionDraining, false, "NodeSchedulable", "the node is not cordoned", 0))
 	}
+	meta.SetStatusCondition(&conds, a.storageCondition())
 	st.Conditions = conds
 	st.ActionClasses = a.actionClasses()
 	_, err := statusapply.Apply(ctx, a.client, FieldManager+"node", node, nil, st)

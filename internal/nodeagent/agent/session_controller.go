@@ -289,7 +289,7 @@ func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl
 			WritableRoots: writable, ReadableRoots: readable, HostRelay: guestDir != "",
 			GitMetadataWritable: core.GitMetadataWritable(),
 			IdleTimeout:         time.Duration(ts.Spec.IdleTimeoutSeconds) * time.Second, MaxDuration: time.Duration(ts.Spec.MaxDurationSeconds) * time.Second,
-			Resources: environmentLimits(&env),
+			Resources: environmentLimits(&env), FileSizeLimit: a.fileSizeLimit(&env),
 		})
 		if err != nil {
 			_ = a.store.Sessions().Delete(rec.UID)

@@ -23,10 +23,10 @@ import (
 	"sensorium.dev/workbench/internal/platform/cgroups"
 )
 
-func defaultBackends(cfg Config, cg *cgroups.Manager) ([]backends.Backend, error) {
+func defaultBackends(cfg Config, cg *cgroups.Manager, st storage) ([]backends.Backend, error) {
 	bs := []backends.Backend{
 		hostlocal.New(cfg.AdmittedRoots),
-		fixturecopy.New(filepath.Join(cfg.StateDir), cfg.AdmittedRoots, fixture.Limits{}),
+		fixturecopy.New(filepath.Join(cfg.StateDir), cfg.AdmittedRoots, fixture.Limits{}).WithDisks(st.fixtureDisks(cfg.StateDir)),
 	}
 	if q := cfg.QEMU; q != nil && q.Enabled {
 		vm, err := qemumicrovm.New(qemumicrovm.Config{StateDir: cfg.StateDir, ImageDir: q.ImageDir, QEMUBinary: q.QEMUBinary,

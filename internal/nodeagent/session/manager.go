@@ -206,6 +206,8 @@ type Sandbox struct {
 	TempBase string
 	// UID is the host uid of the sandbox's root (0: procexec.DefaultSandboxUID).
 	UID uint32
+	// TempBytes bounds each session's /tmp, a tmpfs (0: procexec.DefaultTempBytes).
+	TempBytes int64
 }
 
 // WithSandbox sets the sandbox configuration of session programs.

@@ -63,6 +63,8 @@ type Spec struct {
 	// Resources are the session's cgroup limits (with a cgroup manager; zero
 	// fields select procexec.ResolveLimits defaults).
 	Resources cgroups.Limits
+	// FileSizeLimit, when > 0, is the program's RLIMIT_FSIZE (EFBIG past it).
+	FileSizeLimit int64
 }
 
 // Info identifies a session's processes (for status and crash recovery).
@@ -266,6 +268,7 @@ func (s *Session) start() error {
 			WritableRoots: s.spec.WritableRoots, ReadableRoots: s.spec.ReadableRoots,
 			TempDir: tmp, TTY: tty.Name(),
 			GitMetadataWritable: s.spec.GitMetadataWritable,
+			TempBytes:           s.m.sandbox.TempBytes, FileSizeLimit: s.spec.FileSizeLimit,
 		}
 		var sb *procexec.Sandboxed
 		if pre != nil {

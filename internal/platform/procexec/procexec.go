@@ -203,6 +203,8 @@ type Limits struct {
 	MaxConcurrent int
 	// TempBase is where private temp dirs are created (default os.TempDir()).
 	TempBase string
+	// TempBytes bounds every sandbox's /tmp, a tmpfs of its own (0: DefaultTempBytes).
+	TempBytes int64
 	// SandboxUID is the host uid of the sandboxes' root (0 selects
 	// DefaultSandboxUID).
 	SandboxUID uint32
@@ -364,6 +366,7 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 		// it never fires while this process enforces the deadline itself.
 		KillAfter:           spec.Timeout + spec.Grace + HelperDeadlineMargin,
 		GitMetadataWritable: spec.GitMetadataWritable,
+		TempBytes:           r.limits.TempBytes,
 	}
 	var g *cgroups.Group
 	var ps *pooledSandbox

@@ -83,6 +83,8 @@ type SandboxSpec struct {
 	// GitMetadataWritable leaves repository metadata under the writable roots writable
 	// (CommandProfile gitMetadata: Writable); by default it is read-only (gitmeta.go).
 	GitMetadataWritable bool
+	// TempBytes bounds the sandbox's /tmp (0: DefaultTempBytes; tmpbound.go).
+	TempBytes int64
 }
 
 // Mount is one host path attached inside a sandbox at Target (idmapped like
@@ -582,7 +584,11 @@ func sandboxConfig(spec SandboxSpec) (*helperConfig, []idmapSource, error) {
 	if spec.TempDir == "" {
 		return nil, nil, errors.New("procexec: sandbox without a private temp dir")
 	}
-	addFD(SandboxTmp, spec.TempDir, false)
+	tmp, err := tmpMount(spec.TempBytes) // a size-bounded tmpfs, not the host dir (tmpbound.go)
+	if err != nil {
+		return nil, nil, err
+	}
+	mounts = append(mounts, tmp)
 	cfg.WritablePaths = append(cfg.WritablePaths, SandboxTmp)
 	for _, r := range spec.WritableRoots {
 		addFD(r, r, false)

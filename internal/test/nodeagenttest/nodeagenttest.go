@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -24,6 +25,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 
+	"sensorium.dev/workbench/internal/backends/fixturecopy"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/platform/cgroups"
 	"sensorium.dev/workbench/internal/test/envtest"
@@ -53,6 +55,12 @@ func NodeConfig(ctx context.Context, env *envtest.Env, node string) (*rest.Confi
 func Start(ctx context.Context, env *envtest.Env, cfg agent.Config, opts agent.Options) (*agent.Agent, error) {
 	a, _, err := start(ctx, env, cfg, opts)
 	return a, err
+}
+
+// StartWithDone is Start, with a channel closed when the agent's Run returned (so the
+// caller can wait for it before Release).
+func StartWithDone(ctx context.Context, env *envtest.Env, cfg agent.Config, opts agent.Options) (*agent.Agent, <-chan struct{}, error) {
+	return start(ctx, env, cfg, opts)
 }
 
 // start is Start, with a channel closed when the agent's Run returned.
@@ -139,6 +147,17 @@ func DataPlane(ctx context.Context, env *envtest.Env, node string) (string, *htt
 // outlive their agent by design (a restarted agent adopts them), so a suite whose agent is
 // gone for good releases them itself, or they would run on after the test binary exits.
 func Release(cfg agent.Config) error {
+	// The agent keeps its environments' disks (mounted loop devices) across restarts; one
+	// gone for good leaves none behind (and its state dir can then be removed).
+	var diskErrs []error
+	for _, a := range fixturecopy.ReleaseDisks(cfg.StateDir) {
+		if !a.Removed {
+			diskErrs = append(diskErrs, fmt.Errorf("releasing %s of node %s: %s", a.Resource, cfg.NodeName, a.Message))
+		}
+	}
+	if err := errors.Join(diskErrs...); err != nil {
+		return err
+	}
 	m, err := cgroups.NewManager(cgroups.Config{Parent: agent.CgroupParent(cfg)})
 	if err != nil {
 		return fmt.Errorf("releasing the cgroups of node %s: %w", cfg.NodeName, err)

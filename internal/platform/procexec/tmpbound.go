@@ -1,0 +1,36 @@
+package procexec
+
+import (
+	"fmt"
+
+	"sensorium.dev/workbench/internal/nodeagent/refusal"
+)
+
+// The sandbox's /tmp is a tmpfs of its own, mounted by the helper inside the sandbox's
+// mount namespace with a size the kernel enforces: a write past it fails with ENOSPC, its
+// pages are charged to the command's (or session's) memory cgroup, and it is gone with the
+// namespace when the sandbox ends. Nothing a sandbox writes to /tmp reaches the agent's
+// state filesystem. (The host temp dir under the agent's state dir stays the sandbox's
+// bookkeeping directory; nothing is mounted from it.)
+const (
+	// DefaultTempBytes is the /tmp of a sandbox whose caller sets no bound.
+	DefaultTempBytes = 256 << 20
+	// MinTempBytes and MaxTempBytes bound a configured /tmp.
+	MinTempBytes = 1 << 20
+	MaxTempBytes = 64 << 30
+	// tempInodeBytes: one inode per 4 KiB of /tmp (at least minTempInodes).
+	tempInodeBytes = 4 << 10
+	minTempInodes  = 1024
+)
+
+// tmpMount is the /tmp mount of a sandbox bounded to size bytes (0: DefaultTempBytes).
+func tmpMount(size int64) (mountSpec, error) {
+	if size == 0 {
+		size = DefaultTempBytes
+	}
+	if size < MinTempBytes || size > MaxTempBytes {
+		return mountSpec{}, refusal.New(refusal.InvalidSpec, "sandbox /tmp of %d bytes outside [%d, %d]", size, int64(MinTempBytes), int64(MaxTempBytes))
+	}
+	inodes := max(size/tempInodeBytes, minTempInodes)
+	return mountSpec{Kind: mountTmpfs, Target: SandboxTmp, Data: fmt.Sprintf("mode=1777,size=%d,nr_inodes=%d", size, inodes)}, nil
+}
