@@ -12,8 +12,10 @@
 package termsafe
 
 import (
+	"io"
 	"strconv"
 	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -148,4 +150,61 @@ func runeEscape(r rune) string {
 func hex2(c byte) string {
 	const digits = "0123456789abcdef"
 	return string([]byte{digits[c>>4], digits[c&0xf]})
+}
+
+// JSON returns encoded JSON (what encoding/json writes) with every non-ASCII rune that is
+// not printable — C1 controls such as the 8-bit CSI U+009B, format characters such as
+// bidirectional overrides — and DEL written as \u escapes. The value is the same; the
+// encoder itself escapes only the C0 controls. Outside strings JSON is ASCII, so only
+// string contents change.
+func JSON(b []byte) []byte {
+	clean := true
+	for i := 0; i < len(b); i++ {
+		if b[i] >= 0x7f {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return b
+	}
+	out := make([]byte, 0, len(b)+16)
+	for i := 0; i < len(b); {
+		if b[i] < 0x7f {
+			out = append(out, b[i])
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(b[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			out = append(out, `\ufffd`...)
+		case r != 0x7f && strconv.IsPrint(r):
+			out = append(out, b[i:i+size]...)
+		case r > 0xffff:
+			r1, r2 := utf16.EncodeRune(r)
+			out = append(out, []byte(`\u`+hex4(r1)+`\u`+hex4(r2))...)
+		default:
+			out = append(out, []byte(`\u`+hex4(r))...)
+		}
+		i += size
+	}
+	return out
+}
+
+func hex4(r rune) string {
+	return hex2(byte(r>>8)) + hex2(byte(r))
+}
+
+// Writer escapes, through Text, what a human-readable printer writes to W: a printer built
+// from Fprintf calls over object fields never emits a terminal sequence, whatever the
+// fields hold. Each Write is escaped on its own (Fprintf writes whole lines or cells).
+type Writer struct{ W io.Writer }
+
+// Write implements io.Writer; it reports len(p) when W took the escaped bytes.
+func (w Writer) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(w.W, Text(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }

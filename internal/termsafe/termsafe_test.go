@@ -1,6 +1,7 @@
 package termsafe
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -106,4 +107,30 @@ func FuzzNoControlSurvives(f *testing.F) {
 			t.Fatalf("Line(%q) = %q keeps a newline or tab", s, l)
 		}
 	})
+}
+
+// TestJSONSameValue: JSON escapes C1 controls, format characters and DEL inside strings,
+// and the value decodes to the same string.
+func TestJSONSameValue(t *testing.T) {
+	for _, h := range append(hostile[:len(hostile):len(hostile)], "plain", "héllo 世界", "\U000e0041tag") {
+		raw, err := json.Marshal(map[string]string{"argv": h})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := JSON(raw)
+		for _, r := range string(got) {
+			if r < 0x20 || (r >= 0x7f && r <= 0x9f) || r == 0x202e || r == 0xe0041 {
+				t.Errorf("JSON(%q) = %q keeps %U", raw, got, r)
+			}
+		}
+		var back map[string]string
+		if err := json.Unmarshal(got, &back); err != nil {
+			t.Fatalf("JSON(%q) = %q is not JSON: %v", raw, got, err)
+		}
+		var want map[string]string
+		_ = json.Unmarshal(raw, &want)
+		if back["argv"] != want["argv"] {
+			t.Errorf("JSON changed the value: %q, want %q", back["argv"], want["argv"])
+		}
+	}
 }
