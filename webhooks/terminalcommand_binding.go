@@ -16,6 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/convert"
 )
 
 // +kubebuilder:webhook:path=/mutate-workbench-sensorium-dev-v1alpha1-terminalcommand,mutating=true,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=terminalcommands,verbs=create,versions=v1alpha1,name=mterminalcommand.workbench.sensorium.dev,admissionReviewVersions=v1,reinvocationPolicy=IfNeeded
@@ -68,11 +70,43 @@ func (b TerminalCommandBinder) Handle(ctx context.Context, req admission.Request
 	if _, err := b.Validator.ValidateCreate(ctx, &obj); err != nil {
 		return refusal(err)
 	}
+	// The creator is the request's user, whatever the client sent (CEL keeps it after).
+	obj.Spec.CreatedBy = req.UserInfo.Username
+	if err := b.owned(ctx, &obj); err != nil {
+		return refusal(err)
+	}
 	node, env, err := b.resolve(ctx, &obj)
 	if err != nil {
 		return refusal(err)
 	}
-	return admission.Patched("", bindingPatch(&obj, node, env)...)
+	ops := bindingPatch(&obj, node, env)
+	ops = append(ops, jsonpatch.Operation{Operation: "add", Path: "/spec/createdBy", Value: obj.Spec.CreatedBy})
+	return admission.Patched("", ops...)
+}
+
+// owned refuses a command into a session that is someone else's terminal
+// (actuation.CheckSessionEmitter: a PTY program, raw input or a published view, owned by
+// another user). A session the cache does not hold yet passes here: the node applies the
+// same rule before it starts anything.
+func (b TerminalCommandBinder) owned(ctx context.Context, obj *wbv1.TerminalCommand) error {
+	var sess wbv1.TerminalSession
+	if err := b.Reader.Get(ctx, types.NamespacedName{Namespace: obj.Namespace, Name: string(obj.Spec.SessionRef)}, &sess); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("reading TerminalSession %s/%s of a new command: %w", obj.Namespace, obj.Spec.SessionRef, err)
+	}
+	if sess.Spec.CreatedBy != "" && sess.Spec.CreatedBy == obj.Spec.CreatedBy {
+		return nil // the owner's own command: no view lookup
+	}
+	var views wbv1.TerminalViewList
+	if err := b.Reader.List(ctx, &views, client.InNamespace(obj.Namespace)); err != nil {
+		return fmt.Errorf("listing the TerminalViews of %s for a new command: %w", obj.Namespace, err)
+	}
+	if r := actuation.CheckSessionEmitter(convert.SessionUse(&sess, views.Items), obj.Spec.CreatedBy); r != nil {
+		return forbidden("TerminalCommand", obj.Name, r.Code, "spec.sessionRef: %s", r.Message)
+	}
+	return nil
 }
 
 // refusal answers a refused admission: an API status error keeps its status (code, reason,

@@ -16,6 +16,7 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 )
 
+// +kubebuilder:webhook:path=/mutate-workbench-sensorium-dev-v1alpha1-terminalsession,mutating=true,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=terminalsessions,verbs=create,versions=v1alpha1,name=mterminalsession.workbench.sensorium.dev,admissionReviewVersions=v1
 // +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-terminalsession,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=terminalsessions,verbs=create;update,versions=v1alpha1,name=vterminalsession.workbench.sensorium.dev,admissionReviewVersions=v1
 
 // TerminalSessionValidator admits TerminalSessions. Bounds and enums live in the schema;
@@ -26,13 +27,35 @@ type TerminalSessionValidator struct {
 }
 
 func setupTerminalSession(mgr ctrl.Manager) error {
-	return ctrl.NewWebhookManagedBy(mgr, &wbv1.TerminalSession{}).WithValidator(TerminalSessionValidator{Client: mgr.GetClient()}).Complete()
+	return ctrl.NewWebhookManagedBy(mgr, &wbv1.TerminalSession{}).
+		WithDefaulter(TerminalSessionStamper{}).
+		WithValidator(TerminalSessionValidator{Client: mgr.GetClient()}).Complete()
+}
+
+// TerminalSessionStamper records who created a session — its owner — from the admission
+// request, overwriting whatever a client sent: only the owner's commands may write into a
+// session that is someone's terminal (actuation.CheckSessionEmitter).
+type TerminalSessionStamper struct{}
+
+// Default implements admission.Defaulter.
+func (TerminalSessionStamper) Default(ctx context.Context, obj *wbv1.TerminalSession) error {
+	req, err := request(ctx)
+	if err != nil {
+		return err
+	}
+	obj.Spec.CreatedBy = req.UserInfo.Username
+	return nil
 }
 
 // ValidateCreate implements admission.Validator.
 func (v TerminalSessionValidator) ValidateCreate(ctx context.Context, obj *wbv1.TerminalSession) (admission.Warnings, error) {
 	if w, err := nodeRestricted(ctx, "TerminalSession", obj.Name); err != nil {
 		return w, err
+	}
+	if req, err := request(ctx); err != nil {
+		return nil, err
+	} else if obj.Spec.CreatedBy != req.UserInfo.Username {
+		return nil, forbidden("TerminalSession", obj.Name, actuation.CodeImmutable, "spec.createdBy must be the requesting user %q", req.UserInfo.Username)
 	}
 	if err := sessionCeilings(obj); err != nil {
 		return nil, err

@@ -34,7 +34,16 @@ const CommandDesiredCancelled CommandDesiredState = "Cancelled"
 // immutable once created, except that desiredState may be set to Cancelled.
 // +kubebuilder:validation:XValidation:rule="self.sessionRef == oldSelf.sessionRef && self.profileRef == oldSelf.profileRef && self.argv == oldSelf.argv && self.cwd == oldSelf.cwd && has(self.env) == has(oldSelf.env) && (!has(self.env) || self.env == oldSelf.env) && has(self.timeoutSeconds) == has(oldSelf.timeoutSeconds) && (!has(self.timeoutSeconds) || self.timeoutSeconds == oldSelf.timeoutSeconds) && has(self.outputBytes) == has(oldSelf.outputBytes) && (!has(self.outputBytes) || self.outputBytes == oldSelf.outputBytes) && has(self.idempotencyKey) == has(oldSelf.idempotencyKey) && (!has(self.idempotencyKey) || self.idempotencyKey == oldSelf.idempotencyKey)",message="immutable: spec is immutable except desiredState (Cancelled)"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.desiredState) || (has(self.desiredState) && self.desiredState == oldSelf.desiredState)",message="immutable: a cancelled command stays cancelled"
+// +kubebuilder:validation:XValidation:rule="has(self.createdBy) == has(oldSelf.createdBy) && (!has(self.createdBy) || self.createdBy == oldSelf.createdBy)",message="immutable: createdBy is stamped at creation"
 type TerminalCommandSpec struct {
+	// createdBy is the username that created the command, stamped by the admission webhook
+	// from the request (whatever a client sends is overwritten) and immutable. A command may
+	// write into a session that is someone's terminal (a PTY program, raw input, a published
+	// view) only when createdBy is the session's createdBy (session-not-owned).
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	CreatedBy string `json:"createdBy,omitempty"`
+
 	// sessionRef names the TerminalSession (and through it the environment and node).
 	// +required
 	SessionRef ObjectName `json:"sessionRef"`

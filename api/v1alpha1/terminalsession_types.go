@@ -49,7 +49,17 @@ const (
 
 // TerminalSessionSpec is a bounded PTY on an environment.
 // +kubebuilder:validation:XValidation:rule="self.environmentRef == oldSelf.environmentRef && (has(self.shellProfileRef) == has(oldSelf.shellProfileRef)) && (!has(self.shellProfileRef) || self.shellProfileRef == oldSelf.shellProfileRef)",message="immutable: environmentRef and shellProfileRef may not change"
+// +kubebuilder:validation:XValidation:rule="has(self.createdBy) == has(oldSelf.createdBy) && (!has(self.createdBy) || self.createdBy == oldSelf.createdBy)",message="immutable: createdBy is stamped at creation"
 type TerminalSessionSpec struct {
+	// createdBy is the username that created the session — its owner — stamped by the
+	// admission webhook from the request (whatever a client sends is overwritten) and
+	// immutable. When the session is someone's terminal (it runs a shellProfileRef program,
+	// takes raw input, or a TerminalView publishes it), only commands whose createdBy is this
+	// owner may write into it; others are refused with session-not-owned.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	CreatedBy string `json:"createdBy,omitempty"`
+
 	// environmentRef names the Environment.
 	// +required
 	EnvironmentRef ObjectName `json:"environmentRef"`

@@ -98,6 +98,7 @@ const (
 	CodeSessionMissing           Code = "session-missing"         // a command names a session that does not exist
 	CodeEnvironmentUnavailable   Code = "environment-unavailable" // missing, failed, expired, draining or closed
 	CodeSessionClosed            Code = "session-closed"          // a command names a session that has ended
+	CodeSessionNotOwned          Code = "session-not-owned"       // a command into someone else's terminal: a session with a PTY program, raw input or a published view that its creator does not own
 	CodeRootNotAdmitted          Code = "root-not-admitted"       // a host directory outside the node's admitted roots
 	CodeNoPTY                    Code = "no-pty"                  // raw input to a session without a PTY program
 	CodeWatchUnavailable         Code = "watch-unavailable"       // the kernel refused a file watch (no polling fallback)
@@ -420,7 +421,7 @@ var allCodes = []Code{
 	CodeRootOverlap, CodeRootChanged,
 	CodeInterrupted,
 	CodeRootInvalid, CodePatchInvalid, CodeSessionMissing, CodeEnvironmentUnavailable,
-	CodeSessionClosed, CodeRootNotAdmitted, CodeNoPTY, CodeWatchUnavailable, CodeWatchCapReached, CodeLandlockUnavailable,
+	CodeSessionClosed, CodeSessionNotOwned, CodeRootNotAdmitted, CodeNoPTY, CodeWatchUnavailable, CodeWatchCapReached, CodeLandlockUnavailable,
 	CodeUserNamespaceUnavailable, CodeIdmapUnavailable, CodeSeccompUnavailable,
 	CodeInputTooLarge, CodeCommandCapReached, CodeInvalidSpec, CodeSessionExists, CodeSessionNotRunning,
 	CodeSandboxSetupFailed, CodeGitMetadataUnbounded, CodeCleanupIncomplete, CodeCgroupUnavailable, CodeStartFailed, CodeSourceFailed, CodeConditionUnreachable, CodeProbeTimedOut,

@@ -3,12 +3,12 @@ package cli
 import (
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/termsafe"
 	wbclient "sensorium.dev/workbench/pkg/client"
 )
 
@@ -29,7 +29,7 @@ func consentCommand(o *Options) *cobra.Command {
 			return o.print(listOf(items, func(r *wbv1.ConsentRequest) runtime.Object { return r }), func(w io.Writer) {
 				rows := [][]string{}
 				for _, s := range cl.ConsentSummaries(items) {
-					rows = append(rows, []string{s.Request, s.Command, s.Decision, strings.Join(s.Argv, " "), orNone(s.ExpiresAt)})
+					rows = append(rows, []string{s.Request, s.Command, s.Decision, termsafe.Argv(s.Argv), orNone(s.ExpiresAt)})
 				}
 				table(w, "NAME\tCOMMAND\tDECISION\tARGV\tEXPIRES", rows)
 			})

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
+	"sensorium.dev/workbench/internal/termsafe"
 	wbclient "sensorium.dev/workbench/pkg/client"
 )
 
@@ -39,11 +40,18 @@ func listOf[T any](items []T, conv func(*T) runtime.Object) objectList {
 	return l
 }
 
+// table prints rows under header, every cell through termsafe.Line: a cell holds names,
+// paths, phases and argv from objects and nodes, never a control byte or a tab of its own.
 func table(w io.Writer, header string, rows [][]string) {
 	tw := tabwriter.NewWriter(w, 0, 4, 3, ' ', 0)
 	fmt.Fprintln(tw, header)
+	cells := []string{}
 	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+		cells = cells[:0]
+		for _, c := range r {
+			cells = append(cells, termsafe.Line(c))
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	_ = tw.Flush()
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"sensorium.dev/workbench/internal/termsafe"
 	wbclient "sensorium.dev/workbench/pkg/client"
 )
 
@@ -112,22 +113,28 @@ func printError(w io.Writer, err error) {
 	var e *wbclient.Error
 	if errors.As(err, &e) {
 		if e.Code != "" {
-			fmt.Fprintf(w, "error [%s, %s]: %s\n", e.Code, e.Class, e.Error())
+			fmt.Fprintf(w, "error [%s, %s]: %s\n", termsafe.Line(e.Code), e.Class, termsafe.Text(e.Error()))
 			return
 		}
-		fmt.Fprintf(w, "error [%s]: %s\n", e.Class, e.Error())
+		fmt.Fprintf(w, "error [%s]: %s\n", e.Class, termsafe.Text(e.Error()))
 		return
 	}
-	fmt.Fprintf(w, "error: %v\n", err)
+	fmt.Fprintf(w, "error: %s\n", termsafe.Text(err.Error()))
 }
 
-// print writes v as -o asks (json or yaml), else calls human.
+// print writes v as -o asks (json or yaml), else calls human. Nothing it prints can drive
+// the reader's terminal: JSON goes through termsafe.JSON (the encoder leaves C1 controls and
+// format characters raw), YAML refuses control characters itself, and human printers write
+// through termsafe.Writer.
 func (o *Options) print(v any, human func(io.Writer)) error {
 	switch o.Output {
 	case "json":
-		enc := json.NewEncoder(o.IO.Out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(v)
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = o.IO.Out.Write(append(termsafe.JSON(b), '\n'))
+		return err
 	case "yaml":
 		b, err := marshalYAML(v)
 		if err != nil {
@@ -136,6 +143,6 @@ func (o *Options) print(v any, human func(io.Writer)) error {
 		_, err = o.IO.Out.Write(b)
 		return err
 	}
-	human(o.IO.Out)
+	human(termsafe.Writer{W: o.IO.Out})
 	return nil
 }

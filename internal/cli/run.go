@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/termsafe"
 	wbclient "sensorium.dev/workbench/pkg/client"
 )
 
@@ -83,29 +84,30 @@ consent, run prints the request and who may approve it, and waits.`,
 	return c
 }
 
-// printConsentWait tells the caller what is waiting and who may approve it.
+// printConsentWait tells the caller what is waiting and who may approve it. Every string
+// from the request goes through termsafe: argv atom by atom, the rest as one line.
 func printConsentWait(w io.Writer, t *wbv1.TerminalCommand, info *wbclient.ConsentInfo) {
 	if info == nil {
-		fmt.Fprintf(w, "terminalcommand/%s is waiting for an operator's consent\n", t.Name)
+		fmt.Fprintf(w, "terminalcommand/%s is waiting for an operator's consent\n", termsafe.Line(t.Name))
 		return
 	}
-	fmt.Fprintf(w, "terminalcommand/%s needs an operator's consent: consentrequest/%s\n", t.Name, info.Request)
-	fmt.Fprintf(w, "  argv:    %s\n", strings.Join(info.Argv, " "))
+	fmt.Fprintf(w, "terminalcommand/%s needs an operator's consent: consentrequest/%s\n", termsafe.Line(t.Name), termsafe.Line(info.Request))
+	fmt.Fprintf(w, "  argv:    %s\n", termsafe.Argv(info.Argv))
 	if info.Reason != "" {
-		fmt.Fprintf(w, "  reason:  %s\n", info.Reason)
+		fmt.Fprintf(w, "  reason:  %s\n", termsafe.Line(info.Reason))
 	}
 	if len(info.Options) > 0 {
-		fmt.Fprintf(w, "  options: %s\n", strings.Join(info.Options, ", "))
+		fmt.Fprintf(w, "  options: %s\n", termsafe.Line(strings.Join(info.Options, ", ")))
 	}
 	if info.ExpiresAt != "" {
-		fmt.Fprintf(w, "  expires: %s (then denied)\n", info.ExpiresAt)
+		fmt.Fprintf(w, "  expires: %s (then denied)\n", termsafe.Line(info.ExpiresAt))
 	}
 	if len(info.Approvers) > 0 {
-		fmt.Fprintf(w, "  may approve (bound to %s): %s\n", wbclient.OperatorRole, strings.Join(info.Approvers, ", "))
+		fmt.Fprintf(w, "  may approve (bound to %s): %s\n", wbclient.OperatorRole, termsafe.Line(strings.Join(info.Approvers, ", ")))
 	} else {
 		fmt.Fprintf(w, "  may approve: any subject bound to the ClusterRole %s\n", wbclient.OperatorRole)
 	}
-	fmt.Fprintf(w, "  an operator runs: %s\n", info.ApproveCommand)
+	fmt.Fprintf(w, "  an operator runs: %s\n", termsafe.Line(info.ApproveCommand))
 	fmt.Fprintln(w, "waiting…")
 }
 

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/term"
 	"k8s.io/client-go/tools/remotecommand"
 
+	"sensorium.dev/workbench/internal/termsafe"
 	wbclient "sensorium.dev/workbench/pkg/client"
 )
 
@@ -73,7 +74,7 @@ func screenCommand(o *Options) *cobra.Command {
 			}
 			return o.print(s, func(w io.Writer) {
 				for _, l := range s.Lines {
-					fmt.Fprintln(w, l)
+					fmt.Fprintln(w, termsafe.Line(l))
 				}
 			})
 		},
@@ -89,11 +90,11 @@ func eventsCommand(o *Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			enc := json.NewEncoder(o.IO.Out)
 			return cl.Events(cmd.Context(), args[0], opts, func(ev wbclient.Event) error {
 				switch o.Output {
 				case "json":
-					return enc.Encode(ev.Raw)
+					_, err := o.IO.Out.Write(append(termsafe.JSON(ev.Raw), '\n'))
+					return err
 				case "yaml":
 					var v any
 					_ = json.Unmarshal(ev.Raw, &v)
@@ -104,17 +105,20 @@ func eventsCommand(o *Options) *cobra.Command {
 					_, err = fmt.Fprintf(o.IO.Out, "---\n%s", b)
 					return err
 				}
+				// The events are a record, not the terminal (attach is): output prints
+				// through termsafe.Text, so what a program sent to its PTY — or a command
+				// into the session — never drives the reader's terminal.
 				switch ev.Type {
 				case "output":
 					if ev.Text != "" {
-						_, err := io.WriteString(o.IO.Out, ev.Text)
+						_, err := io.WriteString(o.IO.Out, termsafe.Text(ev.Text))
 						return err
 					}
 					fmt.Fprintf(o.IO.Out, "[%d output %d bytes base64]\n", ev.Seq, len(ev.DataBase64)*3/4)
 				case "gap":
 					fmt.Fprintf(o.IO.Out, "\n[gap: events %d..%d were evicted]\n", ev.From, ev.To)
 				default:
-					fmt.Fprintf(o.IO.Out, "\n[%d %s %s]\n", ev.Seq, ev.Type, ev.Text)
+					fmt.Fprintf(o.IO.Out, "\n[%d %s %s]\n", ev.Seq, termsafe.Line(ev.Type), termsafe.Line(ev.Text))
 				}
 				return nil
 			})

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/termsafe"
 	wbclient "sensorium.dev/workbench/pkg/client"
 )
 
@@ -152,15 +153,15 @@ func viewWatchCommand(o *Options) *cobra.Command {
 					if err != nil {
 						return err
 					}
-					_, err = fmt.Fprintf(w, "%s\n", raw)
+					_, err = fmt.Fprintf(w, "%s\n", termsafe.JSON(raw))
 					return err
 				}
 				if f.Type != "frame" {
 					return nil
 				}
-				fmt.Fprintf(w, "--- frame %d %s context=%s generation=%d %s\n", f.Seq, f.Digest, f.OperationalContext, f.EnvironmentGeneration, f.Time.Format(time.RFC3339))
+				fmt.Fprintf(w, "--- frame %d %s context=%s generation=%d %s\n", f.Seq, termsafe.Line(f.Digest), termsafe.Line(f.OperationalContext), f.EnvironmentGeneration, f.Time.Format(time.RFC3339))
 				for _, l := range f.Lines {
-					fmt.Fprintln(w, l)
+					fmt.Fprintln(w, termsafe.Line(l))
 				}
 				if f.Truncated {
 					fmt.Fprintln(w, "[truncated at the view's byte bound]")

@@ -199,7 +199,9 @@ func (c *Client) EnsureSession(ctx context.Context, env string) (*wbv1.TerminalS
 	}
 	for i := range l.Items {
 		s := &l.Items[i]
-		if s.Spec.ShellProfileRef == nil && s.Spec.DesiredState != "Closed" && s.DeletionTimestamp == nil &&
+		// A session with a PTY program or raw input is someone's terminal: only its owner's
+		// commands may write into it (session-not-owned), so it is never picked here.
+		if s.Spec.ShellProfileRef == nil && s.Spec.RawInput != wbv1.RawInputOperatorOnly && s.Spec.DesiredState != "Closed" && s.DeletionTimestamp == nil &&
 			(s.Status.Phase == wbv1.SessionRunning || s.Status.Phase == wbv1.SessionIdle) {
 			return s, nil
 		}

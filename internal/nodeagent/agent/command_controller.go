@@ -306,6 +306,12 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		p.refuse(string(actuation.CodeSessionClosed), "session "+sess.Name+" is "+string(sess.Status.Phase))
 		return nil
 	}
+	if ref, err := a.sessionEmitter(ctx, cmd, &sess); err != nil { // session_owner.go
+		return err
+	} else if ref != nil {
+		p.refuse(string(ref.Code), ref.Message)
+		return nil
+	}
 	var env wbv1.Environment
 	if err := a.client.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: string(sess.Spec.EnvironmentRef)}, &env); err != nil {
 		return client.IgnoreNotFound(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"golang.org/x/net/websocket"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -78,7 +79,12 @@ func (s *Server) attachStream(ws *websocket.Conn, r *http.Request, ref objRef, h
 	cursor := rg.LastSeq()
 
 	// Resize requests are JSON objects on their channel: decoded from a pipe (they are
-	// rare; a request may span frames), by their own goroutine.
+	// rare; a request may span frames), by their own goroutine. A resize changes the
+	// terminal every other attacher and the program see, so it needs the same authority as
+	// POST .../resize (create terminalsessions/resize), decided per request: a read-only
+	// attach (or any attacher without it) that sends one is refused — the stream ends with a
+	// Failure status carrying the code, and the terminal keeps its size.
+	var refused atomic.Pointer[metav1.Status]
 	resizeR, resizeW := io.Pipe()
 	defer func() { _ = resizeW.Close() }()
 	go func() {
@@ -87,6 +93,12 @@ func (s *Server) attachStream(ws *websocket.Conn, r *http.Request, ref objRef, h
 			var sz struct{ Width, Height uint16 }
 			if err := dec.Decode(&sz); err != nil {
 				_ = resizeR.CloseWithError(err) // a later resize frame is dropped, not blocked on
+				return
+			}
+			if st := s.resizeRefusal(r, ref); st != nil {
+				refused.Store(st)
+				_ = resizeR.CloseWithError(errors.New(st.Message))
+				cancel()
 				return
 			}
 			if err := h.s.Resize(sz.Height, sz.Width); err != nil {
@@ -175,11 +187,14 @@ func (s *Server) attachStream(ws *websocket.Conn, r *http.Request, ref objRef, h
 			return
 		}
 		cursor = next
-		if len(evs) > 0 {
+		if len(evs) > 0 && ctx.Err() == nil { // an ended stream (refused, revoked) says why now, not after the output pauses
 			continue
 		}
 		if err := rg.WaitNonInput(ctx, cursor); err != nil {
 			switch {
+			case refused.Load() != nil:
+				raw, _ := json.Marshal(refused.Load())
+				_ = sendFrame(ws, chanError, raw, &scratch)
 			case revoked.Load() != nil:
 				_ = sendFrame(ws, chanError, remoteStatus(nil, "attach authorization revoked: "+*revoked.Load()), &scratch)
 			case errors.Is(err, ring.ErrClosed):
@@ -188,6 +203,23 @@ func (s *Server) attachStream(ws *websocket.Conn, r *http.Request, ref objRef, h
 			return
 		}
 	}
+}
+
+// resizeRefusal is nil when the stream's user may resize the session (create
+// terminalsessions/resize, as POST .../resize requires), and otherwise the Failure status
+// that ends the stream (StatusFor: 403 Forbidden, the code as the message's prefix and as
+// the first cause's type). An unavailable authorizer refuses too: a resize is never applied unchecked.
+func (s *Server) resizeRefusal(r *http.Request, ref objRef) *metav1.Status {
+	err := s.authorize(r, Attributes{Group: SubresourceGroup, Verb: "create", Namespace: ref.ns, Resource: "terminalsessions", Subresource: "resize", Name: ref.name})
+	if err == nil {
+		return nil
+	}
+	code, msg, status := CodeUnavailable, err.Error(), http.StatusServiceUnavailable
+	var he *httpError
+	if errors.As(err, &he) {
+		code, msg, status = he.code, he.message, he.status
+	}
+	return StatusFor(status, code, msg+": an attach stream without the resize authority cannot resize the terminal")
 }
 
 // recheckAttach re-checks an open stdin stream's authorization (see attachStream) and
