@@ -7,6 +7,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -106,9 +107,13 @@ func TestCatalogEditedWhileAwaitingConsent(t *testing.T) {
 	r := f.waitRun(t, "gated", "awaiting consent", func(r *wbv1.ActionRun) bool {
 		return r.Status.Phase == wbv1.ActionRunAwaitingConsent && r.Status.ConsentRequestRef != ""
 	})
-	cat := f.catalog(t)
-	cat.Spec.Actions[0].Description = "edited after signing"
-	must(t, env.Client.Update(ctx, cat))
+	// The edit is a user's: read, change, write, and read again when the manager's status
+	// write on the catalog (its verification) landed in between.
+	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cat := f.catalog(t)
+		cat.Spec.Actions[0].Description = "edited after signing"
+		return env.Client.Update(ctx, cat)
+	}))
 	// The operator approves; whether the manager refused at the edit or at the decision,
 	// the run ends refused and is never admitted.
 	if err := op.Create(ctx, &wbv1.ConsentGrant{ObjectMeta: metav1.ObjectMeta{Name: "g-late", Namespace: f.ns},
