@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"k8s.io/client-go/util/retry"
 	"strings"
 	"testing"
 
@@ -84,9 +85,12 @@ func TestCatalogEditedAfterSigning(t *testing.T) {
 	must(t, env.Client.Create(ctx, f.run("before", "node.echo", `{"msg":"a"}`)))
 	f.waitRun(t, "before", "admitted", admitted)
 
-	cat := f.catalog(t)
-	cat.Spec.Actions[0].ArgvTemplate = []string{"printf", "{{msg}}"}
-	must(t, env.Client.Update(ctx, cat))
+	// A user's edit: read again when the manager's status write landed in between.
+	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cat := f.catalog(t)
+		cat.Spec.Actions[0].ArgvTemplate = []string{"printf", "{{msg}}"}
+		return env.Client.Update(ctx, cat)
+	}))
 	eventually(t, 20e9, "catalog Unauthorized after the edit", func() (bool, string) {
 		c := f.catalog(t)
 		return c.Status.Authorization == wbv1.ActionUnauthorized && c.Status.Actions[0].Code == "action-catalog-unauthorized", string(c.Status.Authorization)
