@@ -19,6 +19,13 @@ import (
 // cap), PerIdentity is the most one other identity holds at once (default half of the
 // rest) — the defaults of the data plane's stream shares (fairshare.Shares.Defaults). A
 // creator past its share is refused with share-cap-reached naming the cap.
+//
+// Opt-in (a configuration without the key shares nothing): the node knows a creator by
+// name only (spec.createdBy, stamped at admission), so an operator whose authority comes
+// from a group (a cluster admin in system:masters) is not recognized and would be held to
+// an agent's share — on by default, the shares would lock such operators out of their own
+// node, the very thing they exist to prevent. A node whose operators are bound by name
+// (the workbench-operator RoleBinding to a User or ServiceAccount) turns them on.
 type CapShares struct {
 	OperatorReserve int `json:"operatorReserve,omitempty"`
 	PerIdentity     int `json:"perIdentity,omitempty"`
@@ -39,16 +46,24 @@ const (
 	commandCapName = "caps.concurrentCommands"
 )
 
-func newIdentityShares(caps Caps, sess, cmds CapShares) (*identityShares, error) {
-	sp, err := fairshare.New("session", fairshare.Shares{Total: caps.Sessions, OperatorReserve: sess.OperatorReserve, PerIdentity: sess.PerIdentity})
-	if err != nil {
+func newIdentityShares(caps Caps, sess, cmds *CapShares) (*identityShares, error) {
+	s := &identityShares{}
+	var err error
+	if s.sessions, err = capPool("session", caps.Sessions, sess); err != nil {
 		return nil, fmt.Errorf("node agent config: sessionShares: %w", err)
 	}
-	cp, err := fairshare.New("concurrent-command", fairshare.Shares{Total: caps.ConcurrentCommands, OperatorReserve: cmds.OperatorReserve, PerIdentity: cmds.PerIdentity})
-	if err != nil {
+	if s.commands, err = capPool("concurrent-command", caps.ConcurrentCommands, cmds); err != nil {
 		return nil, fmt.Errorf("node agent config: commandShares: %w", err)
 	}
-	return &identityShares{sessions: sp, commands: cp}, nil
+	return s, nil
+}
+
+// capPool is the pool of a cap of total slots shared as c (nil: not shared).
+func capPool(name string, total int, c *CapShares) (*fairshare.Pool, error) {
+	if c == nil {
+		return nil, nil
+	}
+	return fairshare.New(name, fairshare.Shares{Total: total, OperatorReserve: c.OperatorReserve, PerIdentity: c.PerIdentity})
 }
 
 // isOperator decides at the node whether creator is an operator of ns: the access only
@@ -77,10 +92,13 @@ func (a *Agent) isOperator(ctx context.Context, ns, creator string) bool {
 }
 
 // acquireShare takes one slot of pool (cap name capName, code full when the whole cap is
-// taken) for the object of creator in ns. Every creator first asks as a non-operator;
+// taken) for the object of creator in ns (nil pool: not shared, nothing to take). Every creator first asks as a non-operator;
 // only a creator that share refuses is classified, so the common start costs no
 // SubjectAccessReview. An operator then takes the reserve (bounded by the cap alone).
 func (a *Agent) acquireShare(ctx context.Context, pool *fairshare.Pool, capName string, full actuation.Code, ns, creator string) (release func(), code, msg string) {
+	if pool == nil {
+		return func() {}, "", "" // the cap is not shared (CapShares)
+	}
 	release, err := pool.Acquire(fairshare.Agent, creator)
 	var ref *fairshare.Refusal
 	if errors.As(err, &ref) && ref.Code == actuation.CodeShareCapReached && a.isOperator(ctx, ns, creator) {
