@@ -103,6 +103,8 @@ type Agent struct {
 	wakeEnvironments chan event.GenericEvent
 	// rec records admitted work of environments with an active Recording (recorder.go).
 	rec *recorder
+	// shares divide the session and concurrent-command caps by creator (shares.go).
+	shares *identityShares
 }
 
 // Options tune an agent for tests and embedding.
@@ -157,6 +159,11 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		return nil, err
 	}
 	caps := cfg.Caps
+	shares, err := newIdentityShares(caps, cfg.SessionShares, cfg.CommandShares)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	helper := opts.HelperPath
 	if helper == "" {
 		if helper, err = os.Executable(); err != nil {
@@ -193,6 +200,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		sweepArtifacts:   make(chan struct{}, 1),
 		wakeEnvironments: make(chan event.GenericEvent, 1024),
 		rec:              newRecorder(cfg.StateDir),
+		shares:           shares,
 		wakePatches:      make(chan event.GenericEvent, 1024),
 		wakeArtifacts:    make(chan event.GenericEvent, 1024),
 		wakeProbes:       make(chan event.GenericEvent, 1024),

@@ -428,6 +428,13 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	// the sandbox, which is set up meanwhile (launch: the program is exec'd only once both
 	// landed; a helper that never gets the go-ahead ends without running anything, also
 	// when this process dies).
+	// The creator's share of the node's concurrent-command slots (shares.go), held until
+	// the process ended: one identity cannot take every slot.
+	release, code, msg := a.acquireShare(ctx, a.shares.commands, commandCapName, actuation.CodeCommandCapReached, cmd.Namespace, cmd.Spec.CreatedBy)
+	if code != "" {
+		p.refuse(code, msg)
+		return nil
+	}
 	seqFrom := live.LastSeq() + 1 // the data plane's output stream starts here
 	out := &liveOutput{rg: live}
 	spec.OnOutput = out.write
@@ -448,12 +455,18 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		pidRecorded: func(err error) { a.pidRecorded(cmd, err) },
 	})
 	if err != nil || !proceed {
+		release()
 		return err // nothing ran: a refusal, a replay, or the claim lost (see recordStart)
 	}
 	if o != nil {
+		release()
 		p.finish(o)
 		return nil
 	}
+	go func() {
+		<-h.Done()
+		release()
+	}()
 	go a.awaitCommand(cmd.DeepCopy(), h, out, lc.started)
 	if late {
 		// Started after shutdown took its list (a pass outliving the manager's graceful

@@ -45,6 +45,12 @@ type Config struct {
 	// follows, attaches, view streams) by identity class; unset fields take the data
 	// plane's defaults (dataplane.Limits).
 	DataPlaneStreams StreamShares `json:"dataPlaneStreams,omitempty"`
+	// SessionShares and CommandShares share out caps.sessions and caps.concurrentCommands
+	// by the creator of the session or command (spec.createdBy): a reserve only operators
+	// take and a per-identity share for everyone else (shares.go; unset fields take the
+	// streams' defaults). Absent: not shared (opt-in, shares.go says why).
+	SessionShares *CapShares `json:"sessionShares,omitempty"`
+	CommandShares *CapShares `json:"commandShares,omitempty"`
 	// SandboxHelper is the sandbox helper binary (cmd/workbench-sandbox). Empty: a
 	// workbench-sandbox next to the agent's executable, else the agent binary itself.
 	SandboxHelper string `json:"sandboxHelper,omitempty"`

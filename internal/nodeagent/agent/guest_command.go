@@ -96,6 +96,18 @@ func (r *commandReconciler) startGuest(p *cmdPass, g guestBackend, envUID string
 			a.commands.releaseGuest()
 		}
 	}()
+	// The creator's share of the concurrent-command slots (shares.go), held until the
+	// guest command's outcome is recorded.
+	release, code, msg := a.acquireShare(context.Background(), a.shares.commands, commandCapName, actuation.CodeCommandCapReached, cmd.Namespace, cmd.Spec.CreatedBy)
+	if code != "" {
+		p.refuse(code, msg)
+		return nil
+	}
+	defer func() {
+		if reserved {
+			release()
+		}
+	}()
 	rec, proceed, err := a.recordStart(p, sessUID, nil) // claimed before (startGuest's caller)
 	if err != nil || !proceed {
 		return err
@@ -110,7 +122,10 @@ func (r *commandReconciler) startGuest(p *cmdPass, g guestBackend, envUID string
 	a.commands.enterGuest(string(cmd.UID), &liveCommand{key: client.ObjectKeyFromObject(cmd), envUID: envUID, started: now.Time, cancel: cancel,
 		finished: make(chan struct{}), out: rg, seqFrom: seqFrom})
 	reserved = false // the reservation is now the command's own entry
-	go a.awaitGuestCommand(ctx, cancel, cmd.DeepCopy(), g, envUID, args, rg, seqFrom, now.Time)
+	go func() {
+		defer release()
+		a.awaitGuestCommand(ctx, cancel, cmd.DeepCopy(), g, envUID, args, rg, seqFrom, now.Time)
+	}()
 	p.next.StartTime, p.next.NodeName = &now, a.cfg.NodeName
 	p.set(wbv1.ConditionStarted, true, "Started", "dispatched to the guest agent of the environment's VM (no network, no host share)")
 	return nil

@@ -113,6 +113,7 @@ func (r *sessionRegistry) markClosed(uid string) *liveSession {
 	s := r.m[uid]
 	if s != nil {
 		s.closed = true
+		s.releaseShare()
 	}
 	return s
 }
@@ -120,6 +121,9 @@ func (r *sessionRegistry) markClosed(uid string) *liveSession {
 func (r *sessionRegistry) remove(uid string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if s := r.m[uid]; s != nil {
+		s.releaseShare()
+	}
 	delete(r.m, uid)
 }
 

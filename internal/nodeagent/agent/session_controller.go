@@ -31,6 +31,8 @@ type liveSession struct {
 	pty     *session.Session
 	started time.Time
 	closed  bool
+	// release gives the session's slot of the session shares back (once; shares.go).
+	release func()
 }
 
 // sessionOpen says whether the session is open in this process.
@@ -220,7 +222,19 @@ func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl
 		return ctrl.Result{}, string(actuation.CodeSessionCapReached), fmt.Sprintf("node has %d open sessions (cap %d), environment %d (cap %d)",
 			open, a.cfg.Caps.Sessions, perEnv, a.cfg.Caps.SessionsPerEnvironment), nil
 	}
-	live := &liveSession{envUID: string(env.UID), started: time.Now()}
+	// The creator's share of the node's session slots (shares.go): taken here, held while
+	// the session is open (sessionRegistry.markClosed/remove give it back).
+	release, code, msg := a.acquireShare(ctx, a.shares.sessions, sessionCapName, actuation.CodeSessionCapReached, ts.Namespace, ts.Spec.CreatedBy)
+	if code != "" {
+		return ctrl.Result{}, code, msg, nil
+	}
+	placed := false
+	defer func() {
+		if !placed {
+			release()
+		}
+	}()
+	live := &liveSession{envUID: string(env.UID), started: time.Now(), release: release}
 	rec := store.Session{UID: string(ts.UID), Namespace: ts.Namespace, Name: ts.Name, EnvironmentUID: string(env.UID), Phase: string(wbv1.SessionStarting), UpdatedAt: time.Now()}
 	if ts.Spec.ShellProfileRef != nil {
 		var prof wbv1.CommandProfile
@@ -319,6 +333,7 @@ func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl
 		return ctrl.Result{}, "", "", err
 	}
 	a.sess.put(string(ts.UID), live)
+	placed = true
 	return ctrl.Result{}, "", "", nil
 }
 
