@@ -126,24 +126,8 @@ func diskEnvironment(t *testing.T, ns, dir string, backend wbv1.BackendID, res *
 // runOn runs `make -s target` in ns's session on a and returns the command and its output.
 func runOn(t *testing.T, a *agent.Agent, ns, name, target string) (*wbv1.TerminalCommand, string) {
 	t.Helper()
-	ctx := context.Background()
-	must(t, env.Client.Create(ctx, &wbv1.TerminalCommand{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: wbv1.TerminalCommandSpec{SessionRef: "s", ProfileRef: "make", Argv: []string{"/usr/bin/make", "-s", target},
-			Cwd: wbv1.CwdAddress{Root: "repo"}, TimeoutSeconds: 60, OutputBytes: outputCap}}))
-	var c wbv1.TerminalCommand
-	eventually(t, 90*time.Second, "command "+name+" outcome", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c))
-		return wbv1.CommandIsFinal(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
-	})
-	var s wbv1.TerminalSession
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
-	out := ""
-	if c.Status.SeqTo > 0 {
-		b, _, err := a.Output(string(s.UID), uint64(c.Status.SeqFrom), uint64(c.Status.SeqTo))
-		must(t, err)
-		out = string(b)
-	}
-	return &c, out
+	return runSpec(t, a, ns, name, wbv1.TerminalCommandSpec{SessionRef: "s", ProfileRef: "make", Argv: []string{"/usr/bin/make", "-s", target},
+		Cwd: wbv1.CwdAddress{Root: "repo"}, TimeoutSeconds: 60, OutputBytes: outputCap})
 }
 
 // field returns the integer after "name=" in out (-1 if none).

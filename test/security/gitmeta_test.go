@@ -120,24 +120,8 @@ func gitProfiles(t *testing.T, ns string, meta wbv1.GitMetadataPolicy) {
 // root repo) and returns its final state and output.
 func runCommand(t *testing.T, ns, name, profile, cwd string, argv ...string) (*wbv1.TerminalCommand, string) {
 	t.Helper()
-	ctx := context.Background()
-	must(t, env.Client.Create(ctx, &wbv1.TerminalCommand{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: wbv1.TerminalCommandSpec{SessionRef: "s", ProfileRef: wbv1.ObjectName(profile), Argv: argv,
-			Cwd: wbv1.CwdAddress{Root: "repo", Path: wbv1.RelativePath(cwd)}, TimeoutSeconds: 60, OutputBytes: outputCap}}))
-	var c wbv1.TerminalCommand
-	eventually(t, 90*time.Second, "command "+name+" outcome", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c))
-		return wbv1.CommandIsFinal(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
-	})
-	var s wbv1.TerminalSession
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
-	out := ""
-	if c.Status.SeqTo > 0 {
-		b, _, err := ag.Output(string(s.UID), uint64(c.Status.SeqFrom), uint64(c.Status.SeqTo))
-		must(t, err)
-		out = string(b)
-	}
-	return &c, out
+	return runSpec(t, ag, ns, name, wbv1.TerminalCommandSpec{SessionRef: "s", ProfileRef: wbv1.ObjectName(profile), Argv: argv,
+		Cwd: wbv1.CwdAddress{Root: "repo", Path: wbv1.RelativePath(cwd)}, TimeoutSeconds: 60, OutputBytes: outputCap})
 }
 
 // commandRoot is where the environment's root lives on the host: the host path itself on

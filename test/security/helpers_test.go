@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/nodeagent/dataplane"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
 	"sensorium.dev/workbench/internal/test/testkit"
@@ -145,20 +146,26 @@ func environment(t testing.TB, ns, dir string, backend wbv1.BackendID, res *wbv1
 // runMake runs `make -s target` as a TerminalCommand and returns its final state and output.
 func runMake(t testing.TB, ns, name, target string, timeout int64) (*wbv1.TerminalCommand, string) {
 	t.Helper()
+	return runSpec(t, ag, ns, name, wbv1.TerminalCommandSpec{SessionRef: "s", ProfileRef: "make", Argv: []string{"/usr/bin/make", "-s", target},
+		Cwd: wbv1.CwdAddress{Root: "repo"}, TimeoutSeconds: timeout, OutputBytes: outputCap})
+}
+
+// runSpec creates TerminalCommand ns/name with spec, waits for its outcome (its timeout
+// plus 30 s) and returns the command and the output agent a recorded for it.
+func runSpec(t testing.TB, a *agent.Agent, ns, name string, spec wbv1.TerminalCommandSpec) (*wbv1.TerminalCommand, string) {
+	t.Helper()
 	ctx := context.Background()
-	must(t, env.Client.Create(ctx, &wbv1.TerminalCommand{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: wbv1.TerminalCommandSpec{SessionRef: "s", ProfileRef: "make", Argv: []string{"/usr/bin/make", "-s", target},
-			Cwd: wbv1.CwdAddress{Root: "repo"}, TimeoutSeconds: timeout, OutputBytes: outputCap}}))
+	must(t, env.Client.Create(ctx, &wbv1.TerminalCommand{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}))
 	var c wbv1.TerminalCommand
-	eventually(t, time.Duration(timeout+30)*time.Second, "command "+name+" outcome", func() (bool, string) {
+	eventually(t, time.Duration(spec.TimeoutSeconds+30)*time.Second, "command "+name+" outcome", func() (bool, string) {
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c))
 		return wbv1.CommandIsFinal(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
 	})
 	var s wbv1.TerminalSession
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
+	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: string(spec.SessionRef)}, &s))
 	out := ""
 	if c.Status.SeqTo > 0 {
-		b, _, err := ag.Output(string(s.UID), uint64(c.Status.SeqFrom), uint64(c.Status.SeqTo))
+		b, _, err := a.Output(string(s.UID), uint64(c.Status.SeqFrom), uint64(c.Status.SeqTo))
 		must(t, err)
 		out = string(b)
 	}
