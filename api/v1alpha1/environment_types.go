@@ -173,7 +173,7 @@ const (
 )
 
 // EnvironmentRoot is one named root of an environment.
-// +kubebuilder:validation:XValidation:rule="!(has(self.hostPath) && has(self.source))",message="root-invalid: a root has either hostPath or source, not both"
+// +kubebuilder:validation:XValidation:rule="[has(self.hostPath), has(self.source), has(self.git), has(self.archive), has(self.oci)].filter(x, x).size() <= 1",message="root-invalid: a root has at most one of hostPath, source, git, archive and oci"
 type EnvironmentRoot struct {
 	// name of the root, used by command cwd addresses and file references.
 	// +required
@@ -191,10 +191,154 @@ type EnvironmentRoot struct {
 	// +kubebuilder:validation:MaxLength=4096
 	Source *string `json:"source,omitempty"`
 
+	// git materializes the root from a git commit, fetched by the node agent (never by the
+	// sandbox) into a managed copy (docs/workspace-sources.md).
+	// +optional
+	Git *GitRootSource `json:"git,omitempty"`
+
+	// archive materializes the root from an uploaded Artifact (tar, tar.gz or zip), extracted
+	// by the node agent under the archive rules of docs/workspace-sources.md.
+	// +optional
+	Archive *ArchiveRootSource `json:"archive,omitempty"`
+
+	// oci materializes the root from an OCI artifact's layers, pulled by the node agent by
+	// digest (a tag resolves to a digest recorded in status).
+	// +optional
+	OCI *OCIRootSource `json:"oci,omitempty"`
+
 	// access to the root for commands and patches.
 	// +optional
 	// +kubebuilder:default=ReadWrite
 	Access *RootAccess `json:"access,omitempty"`
+}
+
+// SecretKeyReference names a Secret in the Environment's namespace. The node agent reads it
+// when it fetches; its values are never written into the workspace, the sandbox's
+// environment, events, logs or status.
+type SecretKeyReference struct {
+	// name of the Secret in the Environment's namespace.
+	// +required
+	Name ObjectName `json:"name"`
+}
+
+// GitRootSource is a repository and a commit.
+// +kubebuilder:validation:XValidation:rule="has(self.commit) != has(self.ref)",message="root-invalid: a git source has exactly one of commit and ref"
+type GitRootSource struct {
+	// url of the repository: https://, http:// (loopback or allowlisted only), ssh:// or
+	// file:// (operator-allowlisted directories only).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	URL string `json:"url"`
+
+	// commit is the full commit id (40 or 64 lowercase hex digits) the workspace is checked
+	// out at; the checkout's tree is verified against it.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^([0-9a-f]{40}|[0-9a-f]{64})$`
+	Commit *string `json:"commit,omitempty"`
+
+	// ref is a branch or tag, an operator-approved convenience (node policy) that resolves
+	// to a commit recorded in status.roots[].resolved. Exactly one of commit and ref is set.
+	// +optional
+	// +kubebuilder:validation:MaxLength=255
+	Ref *string `json:"ref,omitempty"`
+
+	// sparsePaths restricts the checkout to these root-relative directories.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=set
+	SparsePaths []RelativePath `json:"sparsePaths,omitempty"`
+
+	// depth of history fetched; absent: the commit alone (depth 1).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	Depth *int32 `json:"depth,omitempty"`
+
+	// submodules are fetched only when true.
+	// +optional
+	Submodules bool `json:"submodules,omitempty"`
+
+	// lfs objects are fetched only when true; a repository using LFS without it is refused.
+	// +optional
+	LFS bool `json:"lfs,omitempty"`
+
+	// credentialsSecretRef names a Secret holding either `token` (HTTPS) or `ssh-privatekey`
+	// with `known_hosts` (SSH, hosts pinned).
+	// +optional
+	CredentialsSecretRef *SecretKeyReference `json:"credentialsSecretRef,omitempty"`
+}
+
+// ArchiveFormat names an archive encoding. It is declared or taken from the Artifact, never
+// guessed from the content.
+// +kubebuilder:validation:Enum=tar;tar+gzip;zip
+type ArchiveFormat string
+
+// Archive formats.
+const (
+	ArchiveFormatTar     ArchiveFormat = "tar"
+	ArchiveFormatTarGzip ArchiveFormat = "tar+gzip"
+	ArchiveFormatZip     ArchiveFormat = "zip"
+)
+
+// ArchiveRootSource is an uploaded Artifact holding an archive.
+type ArchiveRootSource struct {
+	// artifactRef names the Artifact, in the Environment's namespace, holding the archive.
+	// +required
+	ArtifactRef ObjectName `json:"artifactRef"`
+
+	// digest pins the archive's content; a different blob is refused.
+	// +optional
+	Digest *Digest `json:"digest,omitempty"`
+
+	// format of the archive.
+	// +required
+	Format ArchiveFormat `json:"format"`
+}
+
+// OCIRootSource is an OCI artifact or image whose layers form the root.
+type OCIRootSource struct {
+	// reference is repository@sha256:<digest>, or repository:tag as a convenience that
+	// resolves to a digest recorded in status.roots[].resolved.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Reference string `json:"reference"`
+
+	// credentialsSecretRef names a Secret of type kubernetes.io/dockerconfigjson.
+	// +optional
+	CredentialsSecretRef *SecretKeyReference `json:"credentialsSecretRef,omitempty"`
+}
+
+// RootSourceStatus is what the node materialized for one sourced root.
+type RootSourceStatus struct {
+	// name of the root.
+	// +required
+	Name RootName `json:"name"`
+	// kind of source: git, archive or oci.
+	// +required
+	// +kubebuilder:validation:Enum=git;archive;oci
+	Kind string `json:"kind"`
+	// resolved is the commit id (git) or content digest (archive, oci) materialized.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Resolved string `json:"resolved,omitempty"`
+	// bytes materialized into the root.
+	// +optional
+	Bytes int64 `json:"bytes,omitempty"`
+	// entries materialized into the root (files, directories and symlinks).
+	// +optional
+	Entries int64 `json:"entries,omitempty"`
+	// fetchMillis is the time spent fetching the source.
+	// +optional
+	FetchMillis int64 `json:"fetchMillis,omitempty"`
+	// materializeMillis is the time spent checking out or extracting it.
+	// +optional
+	MaterializeMillis int64 `json:"materializeMillis,omitempty"`
+	// reason is the refusal code when the source could not be used.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Reason string `json:"reason,omitempty"`
 }
 
 // EnvironmentResources bound the environment.
@@ -352,6 +496,12 @@ type EnvironmentStatus struct {
 	// manager when it claims one.
 	// +optional
 	PoolMember *PoolMemberStatus `json:"poolMember,omitempty"`
+	// roots reports each sourced root's materialization (spec.roots[].git/archive/oci).
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	Roots []RootSourceStatus `json:"roots,omitempty"`
 	// observedGeneration is the metadata.generation of the Environment that this status was
 	// computed from.
 	// +optional
