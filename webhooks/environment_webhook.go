@@ -62,7 +62,13 @@ func (v EnvironmentValidator) validate(ctx context.Context, boundLabels map[stri
 		// The operational context only rises (actuation.CheckContextChange).
 		errs = append(errs, refusalErrors(field.NewPath("spec", "operationalContext"),
 			one(actuation.CheckContextChange(declaredContext(&old.Spec), declaredContext(&env.Spec))))...)
-	} else if len(errs) == 0 {
+	} else {
+		// A backend no node of this build can run is refused at create, not parked
+		// unscheduled (an existing object is not refused on update, so its finalizers and
+		// deletion still go through).
+		errs = append(errs, refusalErrors(field.NewPath("spec"), one(actuation.CheckBackendOffered(string(env.Spec.Backend))))...)
+	}
+	if old == nil && len(errs) == 0 {
 		// Roots are immutable (CEL): a host directory's tenancy is decided at create.
 		tenancy, err := v.hostTenancy(ctx, env)
 		if err != nil {

@@ -6,7 +6,9 @@ import (
 
 // BackendID selects an environment backend implementation. A backend id is never evidence
 // of isolation: placement matches the requirements against host-attested capabilities.
-// +kubebuilder:validation:Enum=host-local;fixture-copy.v1;qemu-microvm.v1;cloud-hypervisor-system.v1;vfkit-system.v1
+// cloud-hypervisor-system.v1 and firecracker-system.v1 are names of the backend port with no
+// implementation in this build: admission refuses them (backend-not-offered).
+// +kubebuilder:validation:Enum=host-local;fixture-copy.v1;qemu-microvm.v1;cloud-hypervisor-system.v1;vfkit-system.v1;firecracker-system.v1
 type BackendID string
 
 const (
@@ -15,6 +17,7 @@ const (
 	BackendQEMUMicroVM     BackendID = "qemu-microvm.v1"
 	BackendCloudHypervisor BackendID = "cloud-hypervisor-system.v1"
 	BackendVfkit           BackendID = "vfkit-system.v1"
+	BackendFirecracker     BackendID = "firecracker-system.v1"
 )
 
 // IsolationClass is the closed isolation vocabulary of backend capabilities. emulated-vm

@@ -388,6 +388,12 @@ const (
 	CodeArtifactClassificationForbidden Code = "artifact-classification-forbidden" // the caller may not read an artifact of this classification
 )
 
+// Backends this build runs and their closed device profiles (issue 29 items 4 and 5).
+const (
+	CodeBackendNotOffered Code = "backend-not-offered" // no node can offer the backend: this build has no implementation of it (refused at admission, never parked)
+	CodeDeviceForbidden   Code = "device-forbidden"    // a device outside the backend's closed profile (a host share, Rosetta, a NIC, graphics, ...)
+)
+
 // Repository metadata protection (issue 25 item 2).
 const (
 	CodeGitMetadataUnbounded Code = "git-metadata-unbounded" // the writable roots hold more directories or repositories than the sandbox protects (a profile with gitMetadata: Writable runs there), or git metadata is a symlink: nothing ran
@@ -474,6 +480,8 @@ var allCodes = []Code{
 	CodeEnvironmentPaused, CodePauseUnsupported, CodeSnapshotBlocked,
 	// host-root tenancy and classified artifacts (issue 25)
 	CodeRootInUse, CodeArtifactClassificationForbidden,
+	// backends this build runs, closed device profiles (issue 29)
+	CodeBackendNotOffered, CodeDeviceForbidden,
 }
 
 var sortedCodes = func() []Code {

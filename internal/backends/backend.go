@@ -38,6 +38,8 @@ type Spec struct {
 	// environment's ImageManifest variant for this backend (nil for processless backends).
 	// The backend verifies every digest before it boots.
 	Boot *BootImage
+	// EFI is the EFI boot variant of an EFI-booting VM backend (vfkit-system.v1); nil otherwise.
+	EFI *EFIBootImage
 }
 
 // BootImage is one direct-kernel boot variant of an ImageManifest. Paths are relative to
