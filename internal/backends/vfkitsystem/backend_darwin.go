@@ -216,7 +216,7 @@ func (b *Backend) boot(ctx context.Context, spec backends.Spec, p *Plan) (*vm, e
 		return nil, err
 	}
 	rec := &Record{ID: spec.ID, Ref: spec.Ref, State: StateLaunching, Generation: gen, Plan: *p, Owner: &b.self,
-		Binding: protocol.Binding{EnvironmentRef: protocol.Truncate(spec.Ref), SourceGeneration: gen, PlanDigest: p.Digest(),
+		Binding: protocol.Binding{EnvironmentRef: spec.Ref, SourceGeneration: gen, PlanDigest: p.Digest(),
 			ImageDigest: p.Disk.BaseDigest, GuestCID: 3, BootNonce: nonce},
 		LaunchedAt: time.Now().UTC()}
 	if prev != nil && prev.CloneOf == p.Disk.BaseDigest {
