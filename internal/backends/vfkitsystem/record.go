@@ -46,9 +46,9 @@ const recordSchema = "vfkit-system.v1.record"
 // process that created the VZVirtualMachine (the node agent) and ends it when that
 // process exits; the owner is therefore what identifies a boot's lifetime.
 type ProcessIdentity struct {
-	PID            int    `json:"pid"`
-	Start          int64  `json:"start"`
-	Executable     string `json:"executable,omitempty"`
+	PID        int    `json:"pid"`
+	Start      int64  `json:"start"`
+	Executable string `json:"executable,omitempty"`
 }
 
 // FileIdentity pins a file or socket by path, device, inode (and, for a disk, its size in

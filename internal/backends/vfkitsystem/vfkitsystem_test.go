@@ -208,8 +208,10 @@ func TestRecordIsReadStrictly(t *testing.T) {
 		"unknown field": {func(s string) string { return strings.Replace(s, `"state":`, `"shares": ["/"], "state":`, 1) }, "unknown field"},
 		"other id":      {func(s string) string { return strings.Replace(s, `"id": "env-a"`, `"id": "env-b"`, 1) }, "names environment"},
 		"state":         {func(s string) string { return strings.Replace(s, `"state": "running"`, `"state": "adopted"`, 1) }, "record state"},
-		"schema":        {func(s string) string { return strings.Replace(s, `vfkit-system.v1.record`, `qemu-microvm.v1.record`, 1) }, "schema"},
-		"trailing":      {func(s string) string { return s + `{}` }, "trailing"},
+		"schema": {func(s string) string {
+			return strings.Replace(s, `vfkit-system.v1.record`, `qemu-microvm.v1.record`, 1)
+		}, "schema"},
+		"trailing": {func(s string) string { return s + `{}` }, "trailing"},
 	} {
 		edited := tc.edit(string(orig))
 		if edited == string(orig) {
