@@ -91,6 +91,10 @@ type QEMUConfig struct {
 	Accel string `json:"accel,omitempty"`
 	// MaxVMs bounds the VMs of the node (default 4).
 	MaxVMs int `json:"maxVMs,omitempty"`
+	// MaxMemoryMiB bounds one guest's memory (default 8192). With the VMs' QEMU processes
+	// in the agent pod's cgroup, the pod's memory limit must hold maxVMs guests of this
+	// size plus their VMM overhead (config/nodeagent/vm sizes it).
+	MaxMemoryMiB int32 `json:"maxMemoryMiB,omitempty"`
 }
 
 // StreamShares: Streams is the node-wide cap of stream slots (default

@@ -30,7 +30,7 @@ func defaultBackends(cfg Config, cg *cgroups.Manager, st storage) ([]backends.Ba
 	}
 	if q := cfg.QEMU; q != nil && q.Enabled {
 		vm, err := qemumicrovm.New(qemumicrovm.Config{StateDir: cfg.StateDir, ImageDir: q.ImageDir, QEMUBinary: q.QEMUBinary,
-			VhostDeviceVsock: q.VhostDeviceVsock, Accel: q.Accel, MaxVMs: q.MaxVMs, Cgroups: cg})
+			VhostDeviceVsock: q.VhostDeviceVsock, Accel: q.Accel, MaxVMs: q.MaxVMs, MaxMemoryMiB: q.MaxMemoryMiB, Cgroups: cg})
 		if err != nil {
 			return nil, err
 		}
