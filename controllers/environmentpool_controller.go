@@ -172,7 +172,10 @@ func (r *EnvironmentPoolReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 	// Refill. A failed member is not replaced (it would fail again): it stalls the pool
 	// until the template changes or someone deletes it.
-	for n := len(current); n < int(want); n++ {
+	// A template naming a backend no node can offer creates nothing (admission would refuse
+	// every member): the pool stalls with the refusal instead of retrying creates forever.
+	notOffered := actuation.CheckBackendOffered(string(pool.Spec.Template.Backend))
+	for n := len(current); n < int(want) && notOffered == nil; n++ {
 		m := &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{
 			Namespace: pool.Namespace, GenerateName: pool.Name + "-",
 			Labels: map[string]string{wbv1.PoolLabel: pool.Name, wbv1.PoolTemplateLabel: digest},
@@ -196,6 +199,8 @@ func (r *EnvironmentPoolReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	switch {
 	case failed > 0:
 		health, reason, msg = wbv1.HealthStalled, "MemberFailed", fmt.Sprintf("%d members failed or expired; %d of %d ready (fix the template or delete them)", failed, ready, want)
+	case notOffered != nil:
+		health, reason, msg = wbv1.HealthStalled, "BackendNotOffered", notOffered.Error()
 	case ready == int(want) && len(current) == int(want):
 		health, reason = wbv1.HealthCurrent, "Ready"
 	}

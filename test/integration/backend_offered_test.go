@@ -7,6 +7,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -67,4 +68,27 @@ func TestBackendsNoNodeCanOfferAreRefused(t *testing.T) {
 		}
 		return e.Status.NodeName == "wb-mac-1", fmt.Sprintf("%+v", e.Status)
 	})
+}
+
+// TestPoolOfABackendNoNodeCanOfferStalls: an EnvironmentPool whose template names a backend
+// no node can offer creates no member (admission would refuse each) and says why in its
+// Stalled condition, instead of retrying creates forever.
+func TestPoolOfABackendNoNodeCanOfferStalls(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	must(t, env.Client.Create(ctx, &wbv1.EnvironmentPool{ObjectMeta: metav1.ObjectMeta{Name: "fc", Namespace: ns},
+		Spec: wbv1.EnvironmentPoolSpec{Template: vmEnvironment(ns, "x", wbv1.BackendFirecracker).Spec, Replicas: ptr(int32(2))}}))
+	eventually(t, 20*time.Second, "pool stalled with backend-not-offered", func() (bool, string) {
+		var p wbv1.EnvironmentPool
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fc"}, &p); err != nil {
+			return false, err.Error()
+		}
+		c := meta.FindStatusCondition(p.Status.Conditions, wbv1.ConditionStalled)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == "BackendNotOffered" && p.Status.Replicas == 0, fmt.Sprintf("%+v", p.Status)
+	})
+	var list wbv1.EnvironmentList
+	must(t, env.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{wbv1.PoolLabel: "fc"}))
+	if len(list.Items) != 0 {
+		t.Fatalf("%d members created for a pool of a backend no node offers", len(list.Items))
+	}
 }
