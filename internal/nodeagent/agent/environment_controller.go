@@ -16,6 +16,7 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/convert"
 	"sensorium.dev/workbench/internal/nodeagent/store"
 	"sensorium.dev/workbench/internal/statusapply"
 )
@@ -428,7 +429,7 @@ func deref(p *int32) int32 {
 // returns a refusal code and message when the image cannot be resolved; processless
 // backends need nothing.
 func (a *Agent) resolveBootImage(ctx context.Context, env *wbv1.Environment, spec *backends.Spec) (string, string, error) {
-	if env.Spec.Backend != wbv1.BackendQEMUMicroVM {
+	if env.Spec.Backend != wbv1.BackendQEMUMicroVM && env.Spec.Backend != wbv1.BackendVfkit {
 		return "", "", nil
 	}
 	code := string(actuation.CodeImageInvalid)
@@ -450,6 +451,14 @@ func (a *Agent) resolveBootImage(ctx context.Context, env *wbv1.Environment, spe
 			return code, fmt.Sprintf("ImageManifest %s does not exist", *env.Spec.ImageRef), nil
 		}
 		return "", "", fmt.Errorf("reading ImageManifest %s: %w", *env.Spec.ImageRef, err)
+	}
+	if env.Spec.Backend == wbv1.BackendVfkit {
+		// vfkit-system.v1 boots the arm64 EFI variant from its raw disk (its capability's
+		// guestArchitecture and bootMode).
+		if spec.EFI = convert.EFIVariant(&im.Spec, env.Spec.Backend, wbv1.ArchitectureARM64); spec.EFI == nil {
+			return code, fmt.Sprintf("ImageManifest %s has no efi %s variant with a disk for arm64", im.Name, env.Spec.Backend), nil
+		}
+		return "", "", nil
 	}
 	arch := wbv1.ArchitectureX8664 // qemu-microvm.v1 runs qemu-system-x86_64 guests (its capability's guestArchitecture)
 	for _, v := range im.Spec.Variants {
