@@ -65,7 +65,10 @@ type vm struct {
 	ln      net.Listener // g.sock
 	serial  *SerialLog
 	serialR *os.File
-	served  chan struct{}
+	// files are the host ends handed to the framework (the serial's /dev/null and pipe
+	// writer), closed when the VM stops.
+	files  []*os.File
+	served chan struct{}
 }
 
 // New validates cfg and prepares <StateDir>/vfkit.
@@ -265,7 +268,13 @@ func (b *Backend) boot(ctx context.Context, spec backends.Spec, p *Plan) (*vm, e
 	if err != nil {
 		return nil, actuation.Refuse(actuation.CodeBootFailed, "", "guest socket: %v", err)
 	}
+	// Served from here on, so every later failure (and stop) closes it through v.ln.
+	dev := socks[0]
 	v.ln = ln
+	go func() {
+		defer close(v.served)
+		_ = ServeHybrid(ln, func(port uint32) (net.Conn, error) { return dev.Connect(port) })
+	}()
 	if err := os.Chmod(sockPath, 0o600); err != nil {
 		return nil, err
 	}
@@ -274,11 +283,6 @@ func (b *Backend) boot(ctx context.Context, spec backends.Spec, p *Plan) (*vm, e
 		return nil, err
 	}
 	rec.Socket = &sid
-	dev := socks[0]
-	go func() {
-		defer close(v.served)
-		_ = ServeHybrid(ln, func(port uint32) (net.Conn, error) { return dev.Connect(port) })
-	}()
 	rec.State, rec.ReadyAt = StateRunning, time.Now().UTC()
 	if err := WriteRecord(dir, rec); err != nil {
 		return nil, err
@@ -466,7 +470,7 @@ func (b *Backend) configure(dir string, rec *Record, v *vm) (*vz.VirtualMachineC
 				_ = w.Close()
 				return nil, err
 			}
-			v.serial, v.serialR = log, r
+			v.serial, v.serialR, v.files = log, r, append(v.files, null, w)
 			go func() { _, _ = io.Copy(log, r) }()
 			att, err := vz.NewFileHandleSerialPortAttachment(null, w)
 			if err != nil {
@@ -515,6 +519,9 @@ func (b *Backend) stop(v *vm, reason string) {
 	if v.ln != nil {
 		_ = v.ln.Close()
 		<-v.served
+	}
+	for _, f := range v.files {
+		_ = f.Close()
 	}
 	if v.serialR != nil {
 		_ = v.serialR.Close()
