@@ -65,7 +65,7 @@ lint: golangci-lint lint-api darwin-check ## Run golangci-lint (.golangci.yml), 
 # The darwin/arm64 code (vfkit-system.v1 on github.com/Code-Hex/vz/v3) neither builds nor
 # vets on Linux (cgo, the macOS SDK): hack/darwincheck type-checks it and everything of this
 # module it imports against the real vz module, with go/types and a fake "C".
-DARWIN_PACKAGES ?= ./internal/backends/vfkitsystem/...
+DARWIN_PACKAGES ?= ./internal/backends/vfkitsystem/... ./cmd/vfkit-smoke
 
 .PHONY: darwin-check
 darwin-check: ## Type-check the darwin/arm64 packages (DARWIN_PACKAGES) against the real vz module; any type error in this module's code fails.
