@@ -19,7 +19,7 @@ type EnvironmentRequest struct {
 	Backend string `json:"backend,omitempty" jsonschema:"backend: host-local, fixture-copy.v1 or qemu-microvm.v1 (default host-local)"`
 	// Roots maps root names to a node directory (hostPath for host-local, source for
 	// fixture-copy.v1) or to "" for a directory inside a VM guest.
-	Roots          map[string]string `json:"roots" jsonschema:"root name to node directory (hostPath for host-local, source for fixture-copy.v1, empty inside a VM)"`
+	Roots          map[string]string `json:"roots,omitempty" jsonschema:"root name to node directory (hostPath for host-local, source for fixture-copy.v1, empty inside a VM); optional when a source (git, archive, oci) is given"`
 	ImageRef       string            `json:"imageRef,omitempty" jsonschema:"ImageManifest name (VM backends)"`
 	IsolationClass string            `json:"isolationClass,omitempty" jsonschema:"required isolation class, e.g. emulated-vm or hardware-vm"`
 	TTLSeconds     int64             `json:"ttlSeconds,omitempty" jsonschema:"seconds after which the environment expires (at least 60)"`

@@ -46,7 +46,7 @@ var (
 func SplitGitSource(s string) (url, commit string, err error) {
 	i := strings.LastIndex(s, "@")
 	if i <= 0 || !commitRE.MatchString(s[i+1:]) {
-		return "", "", Usage("--git %q must be URL@COMMIT with a full 40- or 64-hex commit id (a branch or tag goes in --git-ref)", s)
+		return "", "", Usage("git source %q must be URL@COMMIT with a full 40- or 64-hex commit id (a branch or tag goes in gitRef, --git-ref on the command line)", s)
 	}
 	return s[:i], s[i+1:], nil
 }
