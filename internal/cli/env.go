@@ -26,7 +26,7 @@ func envCreateCommand(o *Options) *cobra.Command {
 	var req wbclient.EnvironmentRequest
 	var roots []string
 	var noWait, dryRun bool
-	var archiveFile string
+	var archiveFile, node string
 	c := &cobra.Command{
 		Use:   "create NAME (--root NAME=DIR | --git URL@COMMIT | --archive FILE | --oci REF) [--backend B] [--image IMAGE]",
 		Short: "Create an environment and wait until it is Ready, showing progress",
@@ -70,15 +70,28 @@ func envCreateCommand(o *Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := cl.CreateEnvironment(cmd.Context(), e); err != nil {
-				return err
-			}
 			if archiveFile != "" {
-				a, err := cl.UploadArchive(cmd.Context(), e.Name, archiveFile)
+				// The archive is stored on one node and materialized there: upload it first,
+				// then pin the environment to that node.
+				if node == "" {
+					if node, err = cl.SoleNode(cmd.Context()); err != nil {
+						return err
+					}
+				}
+				a, err := cl.UploadArchive(cmd.Context(), e.Name, node, archiveFile)
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(o.IO.ErrOut, "artifact/%s uploaded (%d bytes, %s)\n", a.Name, a.Status.Size, a.Status.Digest)
+				fmt.Fprintf(o.IO.ErrOut, "artifact/%s uploaded to node %s (%d bytes, %s)\n", a.Name, node, a.Status.Size, a.Status.Digest)
+			}
+			if node != "" {
+				if e.Spec.NodeSelector == nil {
+					e.Spec.NodeSelector = map[string]string{}
+				}
+				e.Spec.NodeSelector[wbv1.NodeLabel] = node
+			}
+			if err := cl.CreateEnvironment(cmd.Context(), e); err != nil {
+				return err
 			}
 			if !noWait {
 				progress, done := environmentProgress(o.IO.ErrOut, e.Name)
@@ -108,6 +121,7 @@ func envCreateCommand(o *Options) *cobra.Command {
 	c.Flags().StringVar(&req.GitSecret, "git-secret", "", "Secret with token (HTTPS) or ssh-privatekey and known_hosts (SSH)")
 	c.Flags().StringVar(&archiveFile, "archive", "", "tar, tar.gz or zip FILE uploaded as an Artifact and materialized into the root")
 	c.Flags().StringVar(&req.ArchiveFormat, "archive-format", "", "archive format: tar, tar+gzip or zip (default from the file's extension)")
+	c.Flags().StringVar(&node, "node", "", "place the environment on this node (with --archive: the node that stores the upload; default the only node)")
 	c.Flags().StringVar(&req.OCI, "oci", "", "OCI artifact as repository@sha256:<digest> (or repository:tag)")
 	c.Flags().StringVar(&req.OCISecret, "oci-secret", "", "Secret of type kubernetes.io/dockerconfigjson for the registry")
 	return c

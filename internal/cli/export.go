@@ -136,5 +136,7 @@ func (o *Options) download(cmd *cobra.Command, cl *wbclient.Client, a *wbv1.Arti
 		Base     string `json:"base,omitempty"`
 		Files    int32  `json:"files,omitempty"`
 	}{a.Name, digest, n, out, a.Status.Base, a.Status.Files}
-	return o.print(res, func(w io.Writer) { fmt.Fprintf(w, "artifact/%s -> %s (%d bytes, %s%s)\n", a.Name, out, n, digest, base) })
+	return o.print(res, func(w io.Writer) {
+		fmt.Fprintf(w, "artifact/%s -> %s (%d bytes, %s%s)\n", a.Name, out, n, digest, base)
+	})
 }

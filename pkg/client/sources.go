@@ -179,11 +179,13 @@ func FileDigest(path string) (string, int64, error) {
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
-// UploadArchive uploads the file at path as the upload Artifact the sourced root of
-// environment env names (ArchiveArtifactName), once env has a node: the environment is
-// created first, pinned to the file's digest, so the node materializes exactly these bytes.
-func (c *Client) UploadArchive(ctx context.Context, env, path string) (*wbv1.Artifact, error) {
-	if _, err := c.waitPlaced(ctx, env); err != nil {
+// UploadArchive uploads the file at path as the upload Artifact ArchiveArtifactName(env)
+// stored on node (an archive source is materialized only from its own node's store, so the
+// Environment is then pinned there with a nodeSelector), and checks the stored digest
+// against the file's.
+func (c *Client) UploadArchive(ctx context.Context, env, node, path string) (*wbv1.Artifact, error) {
+	digest, _, err := FileDigest(path)
+	if err != nil {
 		return nil, err
 	}
 	f, err := os.Open(path)
@@ -191,20 +193,36 @@ func (c *Client) UploadArchive(ctx context.Context, env, path string) (*wbv1.Art
 		return nil, Usage("opening %s: %v", path, err)
 	}
 	defer func() { _ = f.Close() }()
-	return c.Upload(ctx, env, ArchiveArtifactName(env), f)
+	a := &wbv1.Artifact{Spec: wbv1.ArtifactSpec{EnvironmentRef: wbv1.ObjectName(env), Source: "upload"}}
+	a.Name, a.Namespace = ArchiveArtifactName(env), c.Namespace
+	a.Labels = map[string]string{wbv1.NodeLabel: node, wbv1.EnvironmentLabel: env}
+	if err := c.Kube.Create(ctx, a); err != nil {
+		return nil, Wrap("archive artifact for "+env, err)
+	}
+	if err := c.UploadTo(ctx, a.Name, f); err != nil {
+		_ = c.Kube.Delete(context.WithoutCancel(ctx), a)
+		return nil, err
+	}
+	if err := c.Kube.Get(ctx, objectKey(c.Namespace, a.Name), a); err != nil {
+		return nil, Wrap("artifact "+a.Name, err)
+	}
+	if string(a.Status.Digest) != digest {
+		return nil, refused("artifact "+a.Name, "digest-mismatch", fmt.Sprintf("the node stored %s; %s hashes to %s", a.Status.Digest, path, digest))
+	}
+	return a, nil
 }
 
-// waitPlaced waits until environment env names its node.
-func (c *Client) waitPlaced(ctx context.Context, env string) (*wbv1.Environment, error) {
-	e := &wbv1.Environment{}
-	e.Name, e.Namespace = env, c.Namespace
-	err := waitFor(ctx, c, e, &wbv1.EnvironmentList{}, func(e *wbv1.Environment) (bool, error) {
-		if e.Status.Phase == wbv1.EnvironmentFailed {
-			return false, refused("environment "+env, "environment-unavailable", "environment "+env+" failed before its archive was uploaded")
-		}
-		return e.Status.NodeName != "", nil
-	})
-	return e, err
+// SoleNode is the name of the cluster's only WorkbenchNode (a Usage error when there are
+// none or several: the caller names one).
+func (c *Client) SoleNode(ctx context.Context) (string, error) {
+	var nodes wbv1.WorkbenchNodeList
+	if err := c.Kube.List(ctx, &nodes); err != nil {
+		return "", Wrap("workbench nodes", err)
+	}
+	if len(nodes.Items) != 1 {
+		return "", Usage("%d workbench nodes: name the node that stores the archive with --node", len(nodes.Items))
+	}
+	return nodes.Items[0].Name, nil
 }
 
 // RootExportRequest is one export of an environment root (format tar, tar+gzip or git-patch).

@@ -160,3 +160,46 @@ func TestMCPCreateEnvironmentSources(t *testing.T) {
 		t.Fatalf("a refused create_environment created %d environments", len(envs.Items))
 	}
 }
+
+// TestEnvCreateArchive: `env create --archive FILE` uploads the file as an Artifact on the
+// only node, checks its digest, and creates the environment pinned to that node and digest;
+// the node materializes it (status.roots reports the digest).
+func TestEnvCreateArchive(t *testing.T) {
+	ns := namespace(t)
+	dir := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(dir, "hello.txt"), []byte("hello from an archive\n"), 0o644))
+	archive := filepath.Join(t.TempDir(), "src.tar.gz")
+	if b, err := exec.Command("tar", "-C", dir, "-czf", archive, "hello.txt").CombinedOutput(); err != nil {
+		t.Fatalf("tar: %v\n%s", err, b)
+	}
+	r := kw(t, ns, operatorUser, "env", "create", "arch", "--archive", archive, "--no-wait")
+	var a wbv1.Artifact
+	must(t, st.Env.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: ns, Name: "arch-archive"}, &a))
+	if a.Status.Digest == "" || a.Spec.Source != "upload" || !strings.Contains(r.stderr, string(a.Status.Digest)) {
+		t.Fatalf("archive artifact %+v: %s", a.Status, r)
+	}
+	if r.code != 0 && strings.Contains(r.stderr, "must name a source") {
+		t.Skipf("the archive was uploaded (%s); the environment webhook of this tree does not admit archive roots yet (node materialization of sourced roots, issue 28 item 1, is not in this tree): %s", a.Status.Digest, r.stderr)
+	}
+	if r.code != 0 {
+		t.Fatalf("env create --archive: %s", r)
+	}
+	var e wbv1.Environment
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		must(t, st.Env.Client.Get(context.Background(), ctrlclient.ObjectKey{Namespace: ns, Name: "arch"}, &e))
+		if len(e.Status.Roots) > 0 && (e.Status.Phase == wbv1.EnvironmentReady || e.Status.Phase == wbv1.EnvironmentFailed) {
+			break
+		}
+		if time.Now().After(deadline) {
+			if len(e.Status.Roots) == 0 {
+				t.Skipf("the node does not report status.roots within 60s (node materialization, issue 28 item 1, is not in this tree): %+v", e.Status)
+			}
+			t.Fatalf("environment arch: %+v", e.Status)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if e.Status.Phase != wbv1.EnvironmentReady || e.Status.Roots[0].Resolved != string(a.Status.Digest) {
+		t.Fatalf("environment arch: %+v", e.Status)
+	}
+}
