@@ -32,7 +32,7 @@ func (r EnvironmentRequest) Environment(namespace string) (*wbv1.Environment, er
 	if r.Name == "" {
 		return nil, Usage("an environment needs a name")
 	}
-	src, err := r.Sources.root()
+	src, err := r.root()
 	if err != nil {
 		return nil, err
 	}
