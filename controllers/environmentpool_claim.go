@@ -37,10 +37,11 @@ type allocation struct {
 }
 
 func allocationOf(s *wbv1.EnvironmentSpec) allocation {
-	return allocation{Backend: s.Backend, Requirements: s.Requirements, Roots: s.Roots, Resources: s.Resources, ImageRef: s.ImageRef}
+	return allocation{Backend: s.Backend, Requirements: s.Requirements, Roots: allocationRoots(s.Roots), Resources: s.Resources, ImageRef: s.ImageRef}
 }
 
-// sameAllocation reports whether two specs describe the same backend instance.
+// sameAllocation reports whether two specs describe the same backend instance, sourced
+// roots' versions aside (sourceVersionsMatch, environmentpool_sources.go).
 func sameAllocation(a, b *wbv1.EnvironmentSpec) bool {
 	return equality.Semantic.DeepEqual(allocationOf(a), allocationOf(b))
 }
@@ -61,7 +62,7 @@ func (r *EnvironmentReconciler) claim(ctx context.Context, env *wbv1.Environment
 		lostBinding(env, next)
 		return true, nil
 	}
-	if !sameAllocation(&env.Spec, &pool.Spec.Template) {
+	if !sameAllocation(&env.Spec, &pool.Spec.Template) || !sourceVersionsMatch(&env.Spec, &pool.Spec.Template, nil, false) {
 		setCondition(&next.Conditions, all, cond(wbv1.ConditionScheduled, false, wbv1.ReasonNoMatch,
 			fmt.Sprintf("%s: backend, requirements, roots, resources and imageRef must equal those of EnvironmentPool %s's template",
 				actuation.CodePoolTemplateMismatch, poolName), env.Generation))
@@ -88,7 +89,8 @@ func (r *EnvironmentReconciler) claim(ctx context.Context, env *wbv1.Environment
 	for i := range members.Items {
 		m := &members.Items[i]
 		if m.Labels[wbv1.PoolClaimedByLabel] != "" || !m.DeletionTimestamp.IsZero() || m.Status.Phase != wbv1.EnvironmentReady ||
-			m.Status.NodeName == "" || m.Status.PoolMember != nil || !sameAllocation(&m.Spec, &env.Spec) {
+			m.Status.NodeName == "" || m.Status.PoolMember != nil || !sameAllocation(&m.Spec, &env.Spec) ||
+			!sourceVersionsMatch(&env.Spec, &m.Spec, m.Status.Roots, true) {
 			continue
 		}
 		candidates = append(candidates, m)

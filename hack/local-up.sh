@@ -22,6 +22,8 @@
 #   MANAGER_ARGS            extra arguments for the manager
 #   LOCAL_NODE_NAME         the node agent's node name [local]
 #   LOCAL_WORKSPACES        the node agent's admitted root "workspaces" [/var/lib/workbench/workspaces]
+#   LOCAL_SOURCES           where the git source of the sample demo-src is served from (file://,
+#                           allowlisted in the node agent's sources policy) [/var/lib/workbench/sources]
 #   DATAPLANE_PORT          the node agent's HTTPS data plane on 127.0.0.1 [10350]
 #   LOCAL_UP_SKIP_NODE_AGENT=1  run no node agent (it needs root for network namespaces) [0]
 #   LOCAL_VMS               qemu-microvm.v1 in the node agent: auto (when QEMU and the guest
@@ -47,6 +49,11 @@ CLEAN="${LOCAL_UP_CLEAN:-1}"
 SKIP_MANAGER="${LOCAL_UP_SKIP_MANAGER:-0}"
 NODE_NAME="${LOCAL_NODE_NAME:-local}"
 WORKSPACES="${LOCAL_WORKSPACES:-/var/lib/workbench/workspaces}"
+SOURCES="${LOCAL_SOURCES:-/var/lib/workbench/sources}"
+# The sample demo-src's commit: local_sources_setup makes it byte for byte.
+DEMO_SRC_COMMIT=ccc2e9ef1c06981a285a720355419223a658eb0e
+SOURCES_ON=0
+SOURCES_CONF=""
 DATAPLANE_PORT="${DATAPLANE_PORT:-10350}"
 SKIP_NODE_AGENT="${LOCAL_UP_SKIP_NODE_AGENT:-0}"
 # shellcheck disable=SC2206 # word splitting of MANAGER_ARGS is intended
@@ -82,6 +89,46 @@ need curl curl
 # plainly why VMs are off and how to turn them on.
 VMS_ON=0
 QEMU_CONF=""
+# local_sources_setup serves the sample demo-src's git source (issue 28): a bare repository
+# at ${SOURCES}/demo.git holding one commit made with fixed names, dates and content, so its
+# id is DEMO_SRC_COMMIT on every machine; and the node agent's sources policy allows file://
+# URLs in ${SOURCES} only. The node materializes it (never the sandbox); without git, or with
+# a node agent that has no sources policy yet, the sample is not applied.
+local_sources_setup() {
+  if ! command -v git >/dev/null 2>&1; then
+    log "No git on this machine: the git-source sample demo-src is not applied"
+    return 0
+  fi
+  if ! grep -qs 'json:"allowedFileDirs' "${ROOT}"/internal/nodeagent/agent/*.go; then
+    log "This node agent has no sources policy: the git-source sample demo-src is not applied"
+    return 0
+  fi
+  local repo="${SOURCES}/demo.git"
+  if [[ "$(git -C "${repo}" rev-parse -q --verify HEAD 2>/dev/null || true)" != "${DEMO_SRC_COMMIT}" ]]; then
+    local work
+    work="$(mktemp -d)"
+    printf '# demo-src\n\nA workspace materialized from a git commit by the node agent.\n' >"${work}/README.md"
+    printf 'package main\n\nfunc main() { println("hello") }\n' >"${work}/main.go"
+    (
+      cd "${work}"
+      export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_AUTHOR_NAME=workbench GIT_AUTHOR_EMAIL=workbench@localhost \
+        GIT_COMMITTER_NAME=workbench GIT_COMMITTER_EMAIL=workbench@localhost \
+        GIT_AUTHOR_DATE='2026-01-01T00:00:00Z' GIT_COMMITTER_DATE='2026-01-01T00:00:00Z'
+      git init -q -b main . && git add README.md main.go && git commit -qm "demo-src"
+    )
+    rm -rf "${repo}"
+    mkdir -p "${SOURCES}"
+    git clone -q --bare "${work}" "${repo}"
+    rm -rf "${work}"
+    local got
+    got="$(git -C "${repo}" rev-parse HEAD)"
+    [[ "${got}" == "${DEMO_SRC_COMMIT}" ]] || fail "${repo} holds commit ${got}, not the sample's ${DEMO_SRC_COMMIT}"
+  fi
+  SOURCES_ON=1
+  SOURCES_CONF="sources:
+  allowedFileDirs: [${SOURCES}]"
+}
+
 local_vms_setup() {
   local want="${LOCAL_VMS:-auto}" why=""
   if [[ "${want}" == "0" ]]; then
@@ -521,6 +568,7 @@ if [[ "${HAVE_MANAGER}" == "1" ]]; then
       fi
     fi
     local_vms_setup
+    local_sources_setup
     cat >"${STATE}/node-agent.yaml" <<NODECONF
 nodeName: ${NODE_NAME}
 stateDir: ${STATE}/node-agent
@@ -532,6 +580,7 @@ dataPlaneForwardingCAFile: ${PKI}/ca.crt
 dataPlaneForwardingNames: [workbench-apiserver]
 heartbeatSeconds: 15
 ${QEMU_CONF}
+${SOURCES_CONF}
 NODECONF
     port_in_use "${DATAPLANE_PORT}" && fail "127.0.0.1:${DATAPLANE_PORT} is already in use (DATAPLANE_PORT)"
     start node-agent "${LOGS}/node-agent.log" "${ROOT}/bin/node-agent" --config "${STATE}/node-agent.yaml" --kubeconfig "${node_kubeconfig}"
@@ -550,6 +599,11 @@ NODECONF
     log "Registering the guest image (bin/guest/imagemanifest.yaml) and applying config/samples/vm"
     kubectl apply --server-side --field-manager="${FIELD_MANAGER}" -f "${ROOT}/bin/guest/imagemanifest.yaml" >/dev/null
     kubectl apply --server-side --field-manager="${FIELD_MANAGER}" -f config/samples/vm
+  fi
+  if [[ "${SOURCES_ON}" == "1" ]]; then
+    log "Applying config/samples/sources (demo-src from file://${SOURCES}/demo.git)"
+    sed "s|file:///var/lib/workbench/sources/|file://${SOURCES}/|" config/samples/sources/*.yaml |
+      kubectl apply --server-side --field-manager="${FIELD_MANAGER}" -f -
   fi
   if [[ -f config/samples/kustomization.yaml ]]; then
     log "Applying config/samples (kustomization)"

@@ -12,8 +12,25 @@ type ArtifactSource string
 // +kubebuilder:validation:Enum=public;internal;confidential;restricted
 type Classification string
 
+// ExportFormat is the encoding of an export Artifact.
+// +kubebuilder:validation:Enum=tar;tar+gzip;git-patch
+type ExportFormat string
+
+// Export formats.
+const (
+	// ExportFormatTar is a deterministic tar of the root's subtree (the default).
+	ExportFormatTar ExportFormat = "tar"
+	// ExportFormatTarGzip is the same tar, gzip-compressed (no name or time in the header).
+	ExportFormatTarGzip ExportFormat = "tar+gzip"
+	// ExportFormatGitPatch is a git-format patch (git format-patch) of the root's changes
+	// against its source commit, computed by the node agent (docs/workspace-sources.md).
+	ExportFormatGitPatch ExportFormat = "git-patch"
+)
+
 // ArtifactSpec describes a content-addressed blob held by a node.
 // +kubebuilder:validation:XValidation:rule="self == oldSelf",message="immutable: spec is immutable"
+// +kubebuilder:validation:XValidation:rule="!has(self.format) || self.source == 'export'",message="export-invalid: format is set only on an export"
+// +kubebuilder:validation:XValidation:rule="!has(self.filePatchRef) || (has(self.format) && self.format == 'git-patch')",message="export-invalid: filePatchRef is set only on a git-patch export"
 type ArtifactSpec struct {
 	// environmentRef names the Environment, in the same namespace, the artifact is taken from.
 	// +required
@@ -30,6 +47,15 @@ type ArtifactSpec struct {
 	// path is the path of the file to collect, relative to the environment's root.
 	// +optional
 	Path *RelativePath `json:"path,omitempty"`
+	// format of an export: tar (default), tar+gzip, or git-patch (the root's changes against
+	// its source commit: status.roots[].resolved for a git root, the HEAD of the root's own
+	// repository otherwise).
+	// +optional
+	Format *ExportFormat `json:"format,omitempty"`
+	// filePatchRef restricts a git-patch export to the files a FilePatch, in the same
+	// namespace and environment, changed (its status.changedFiles).
+	// +optional
+	FilePatchRef *ObjectName `json:"filePatchRef,omitempty"`
 	// classification is the artifact's data classification; it bounds who may read the artifact.
 	// +optional
 	// +kubebuilder:default=internal
@@ -50,6 +76,13 @@ type ArtifactStatus struct {
 	// size is the collected artifact's size in bytes.
 	// +optional
 	Size int64 `json:"size,omitempty"`
+	// base is the commit a git-patch export was taken against.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Base string `json:"base,omitempty"`
+	// files is the number of files a git-patch export changes.
+	// +optional
+	Files int32 `json:"files,omitempty"`
 	// nodeName is the node whose agent acts on the Artifact.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253

@@ -399,6 +399,13 @@ const (
 	CodeGitMetadataUnbounded Code = "git-metadata-unbounded" // the writable roots hold more directories or repositories than the sandbox protects (a profile with gitMetadata: Writable runs there), or git metadata is a symlink: nothing ran
 )
 
+// Results out of a workspace (issue 28): exports as patches and archives.
+const (
+	CodeExportInvalid     Code = "export-invalid"      // an export's format, root or filePatchRef that cannot be honored
+	CodeExportBaseUnknown Code = "export-base-unknown" // a git-patch export whose root has no readable source commit
+	CodeExportFailed      Code = "export-failed"       // the node could not compute the export (git failed, time cap)
+)
+
 // allCodes is the closed vocabulary as data; Codes returns a sorted copy.
 var allCodes = []Code{
 	CodeEgressEndpointForbidden, CodeEgressDNSNameForbidden, CodeEgressConnectionCapReached,
@@ -482,6 +489,8 @@ var allCodes = []Code{
 	CodeRootInUse, CodeArtifactClassificationForbidden,
 	// backends this build runs, closed device profiles (issue 29)
 	CodeBackendNotOffered, CodeDeviceForbidden,
+	// results out (issue 28)
+	CodeExportInvalid, CodeExportBaseUnknown, CodeExportFailed,
 }
 
 var sortedCodes = func() []Code {

@@ -25,11 +25,16 @@ func envCommand(o *Options) *cobra.Command {
 func envCreateCommand(o *Options) *cobra.Command {
 	var req wbclient.EnvironmentRequest
 	var roots []string
-	var noWait bool
+	var noWait, dryRun bool
+	var archiveFile, node string
 	c := &cobra.Command{
-		Use:   "create NAME --root NAME=DIR [--backend B] [--image IMAGE]",
+		Use:   "create NAME (--root NAME=DIR | --git URL@COMMIT | --archive FILE | --oci REF) [--backend B] [--image IMAGE]",
 		Short: "Create an environment and wait until it is Ready, showing progress",
 		Example: `  kubectl workbench env create demo --root repo=/var/lib/workbench/workspaces/demo
+  kubectl workbench env create demo --git https://git.example.com/app.git@3f2c9e1d4b5a69788796a5b4c3d2e1f0a9b8c7d6
+  kubectl workbench env create demo --git https://git.example.com/app.git --git-ref main --sparse src --git-secret app-token
+  kubectl workbench env create demo --archive ./app.tar.gz      # uploads the file as an Artifact, pinned by digest
+  kubectl workbench env create demo --oci registry.example.com/app/src@sha256:<digest>
   kubectl workbench env create vm --backend qemu-microvm.v1 --image workbench-guest --root work= --isolation emulated-vm`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -39,6 +44,24 @@ func envCreateCommand(o *Options) *cobra.Command {
 				name, dir, _ := strings.Cut(r, "=")
 				req.Roots[name] = dir
 			}
+			if archiveFile != "" {
+				digest, _, err := wbclient.FileDigest(archiveFile)
+				if err != nil {
+					return err
+				}
+				if req.ArchiveFormat == "" {
+					req.ArchiveFormat = string(wbclient.ArchiveFormatOf(archiveFile))
+				}
+				req.Archive, req.ArchiveDigest = wbclient.ArchiveArtifactName(req.Name), digest
+			}
+			if dryRun {
+				e, err := req.Environment(o.namespaceOrDefault())
+				if err != nil {
+					return err
+				}
+				e.SetGroupVersionKind(wbv1.GroupVersion.WithKind("Environment"))
+				return o.printObject(e, func(w io.Writer) { fmt.Fprintf(w, "environment/%s (dry run)\n", e.Name) })
+			}
 			cl, err := o.Client()
 			if err != nil {
 				return err
@@ -46,6 +69,26 @@ func envCreateCommand(o *Options) *cobra.Command {
 			e, err := req.Environment(cl.Namespace)
 			if err != nil {
 				return err
+			}
+			if archiveFile != "" {
+				// The archive is stored on one node and materialized there: upload it first,
+				// then pin the environment to that node.
+				if node == "" {
+					if node, err = cl.SoleNode(cmd.Context()); err != nil {
+						return err
+					}
+				}
+				a, err := cl.UploadArchive(cmd.Context(), e.Name, node, archiveFile)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(o.IO.ErrOut, "artifact/%s uploaded to node %s (%d bytes, %s)\n", a.Name, node, a.Status.Size, a.Status.Digest)
+			}
+			if node != "" {
+				if e.Spec.NodeSelector == nil {
+					e.Spec.NodeSelector = map[string]string{}
+				}
+				e.Spec.NodeSelector[wbv1.NodeLabel] = node
 			}
 			if err := cl.CreateEnvironment(cmd.Context(), e); err != nil {
 				return err
@@ -63,12 +106,24 @@ func envCreateCommand(o *Options) *cobra.Command {
 			})
 		},
 	}
-	c.Flags().StringVar(&req.Backend, "backend", "host-local", "backend: host-local, fixture-copy.v1, qemu-microvm.v1")
+	c.Flags().StringVar(&req.Backend, "backend", "", "backend: host-local (default), fixture-copy.v1 (default for a source), qemu-microvm.v1")
 	c.Flags().StringArrayVar(&roots, "root", nil, "root as NAME=DIR (hostPath for host-local, source for fixture-copy.v1, NAME= inside a VM); repeatable")
 	c.Flags().StringVar(&req.ImageRef, "image", "", "ImageManifest (VM backends)")
 	c.Flags().StringVar(&req.IsolationClass, "isolation", "", "required isolation class (e.g. emulated-vm, hardware-vm)")
 	c.Flags().Int64Var(&req.TTLSeconds, "ttl", 0, "seconds until the environment expires")
 	c.Flags().BoolVar(&noWait, "no-wait", false, "return once created, without waiting for Ready")
+	c.Flags().BoolVar(&dryRun, "dry-run", false, "print the Environment that would be created, create nothing")
+	c.Flags().StringVar(&req.SourceRoot, "source-root", "", "root the source is materialized into (default "+wbclient.DefaultSourceRoot+")")
+	c.Flags().StringVar(&req.Git, "git", "", "git source as URL@COMMIT (full commit id), or the URL alone with --git-ref")
+	c.Flags().StringVar(&req.GitRef, "git-ref", "", "branch or tag the node resolves to a commit (node policy must allow refs)")
+	c.Flags().StringArrayVar(&req.Sparse, "sparse", nil, "restrict the checkout to this root-relative directory; repeatable")
+	c.Flags().Int32Var(&req.Depth, "depth", 0, "history depth fetched (default: the commit alone)")
+	c.Flags().StringVar(&req.GitSecret, "git-secret", "", "Secret with token (HTTPS) or ssh-privatekey and known_hosts (SSH)")
+	c.Flags().StringVar(&archiveFile, "archive", "", "tar, tar.gz or zip FILE uploaded as an Artifact and materialized into the root")
+	c.Flags().StringVar(&req.ArchiveFormat, "archive-format", "", "archive format: tar, tar+gzip or zip (default from the file's extension)")
+	c.Flags().StringVar(&node, "node", "", "place the environment on this node (with --archive: the node that stores the upload; default the only node)")
+	c.Flags().StringVar(&req.OCI, "oci", "", "OCI artifact as repository@sha256:<digest> (or repository:tag)")
+	c.Flags().StringVar(&req.OCISecret, "oci-secret", "", "Secret of type kubernetes.io/dockerconfigjson for the registry")
 	return c
 }
 

@@ -79,7 +79,7 @@ func newCommand(o *Options) *cobra.Command {
 	root.AddCommand(envCommand(o), runCommand(o), attachCommand(o), screenCommand(o), eventsCommand(o),
 		waitCommand(o), probeCommand(o), lsCommand(o), catCommand(o), cpCommand(o), patchCommand(o),
 		consentCommand(o), cancelCommand(o), mcpCommand(o), viewCommand(o),
-		catalogCommand(o), actionCommand(o), recordCommand(o), skillCommand(o))
+		catalogCommand(o), actionCommand(o), recordCommand(o), skillCommand(o), exportCommand(o))
 	return root
 }
 

@@ -19,10 +19,12 @@ type EnvironmentRequest struct {
 	Backend string `json:"backend,omitempty" jsonschema:"backend: host-local, fixture-copy.v1 or qemu-microvm.v1 (default host-local)"`
 	// Roots maps root names to a node directory (hostPath for host-local, source for
 	// fixture-copy.v1) or to "" for a directory inside a VM guest.
-	Roots          map[string]string `json:"roots" jsonschema:"root name to node directory (hostPath for host-local, source for fixture-copy.v1, empty inside a VM)"`
+	Roots          map[string]string `json:"roots,omitempty" jsonschema:"root name to node directory (hostPath for host-local, source for fixture-copy.v1, empty inside a VM); optional when a source (git, archive, oci) is given"`
 	ImageRef       string            `json:"imageRef,omitempty" jsonschema:"ImageManifest name (VM backends)"`
 	IsolationClass string            `json:"isolationClass,omitempty" jsonschema:"required isolation class, e.g. emulated-vm or hardware-vm"`
 	TTLSeconds     int64             `json:"ttlSeconds,omitempty" jsonschema:"seconds after which the environment expires (at least 60)"`
+	// Sources (issue 28): at most one; the node materializes it into root SourceRoot.
+	Sources
 }
 
 // Environment builds the object for r.
@@ -30,12 +32,19 @@ func (r EnvironmentRequest) Environment(namespace string) (*wbv1.Environment, er
 	if r.Name == "" {
 		return nil, Usage("an environment needs a name")
 	}
-	if len(r.Roots) == 0 {
-		return nil, Usage("an environment needs at least one root (NAME=DIR)")
+	src, err := r.root()
+	if err != nil {
+		return nil, err
+	}
+	if len(r.Roots) == 0 && src == nil {
+		return nil, Usage("an environment needs at least one root (NAME=DIR) or a source (git, archive, oci)")
 	}
 	backend := wbv1.BackendID(r.Backend)
 	if backend == "" {
 		backend = wbv1.BackendHostLocal
+		if src != nil {
+			backend = wbv1.BackendFixtureCopy // a sourced root is a node-managed copy
+		}
 	}
 	e := &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: r.Name, Namespace: namespace}, Spec: wbv1.EnvironmentSpec{Backend: backend}}
 	for _, name := range sortedKeys(r.Roots) {
@@ -49,6 +58,12 @@ func (r EnvironmentRequest) Environment(namespace string) (*wbv1.Environment, er
 			}
 		}
 		e.Spec.Roots = append(e.Spec.Roots, root)
+	}
+	if src != nil {
+		if _, dup := r.Roots[string(src.Name)]; dup {
+			return nil, Usage("root %s is named both by a NAME=DIR root and by the source", src.Name)
+		}
+		e.Spec.Roots = append(e.Spec.Roots, *src)
 	}
 	if r.ImageRef != "" {
 		e.Spec.ImageRef = &r.ImageRef

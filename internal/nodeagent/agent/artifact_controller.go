@@ -19,6 +19,7 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/fixture"
+	"sensorium.dev/workbench/internal/nodeagent/gitexport"
 	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/statusapply"
 )
@@ -45,7 +46,7 @@ const (
 
 func artifactOwned(s *wbv1.ArtifactStatus) wbv1.ArtifactStatus {
 	return wbv1.ArtifactStatus{
-		Digest: s.Digest, Size: s.Size, NodeName: s.NodeName, RetainedUntil: s.RetainedUntil, Refusal: s.Refusal,
+		Digest: s.Digest, Size: s.Size, Base: s.Base, Files: s.Files, NodeName: s.NodeName, RetainedUntil: s.RetainedUntil, Refusal: s.Refusal,
 		ObservedGeneration: s.ObservedGeneration,
 		Conditions:         statusapply.Owned(s.Conditions, wbv1.ConditionReady, wbv1.ConditionCleanupComplete),
 	}
@@ -82,9 +83,17 @@ func (r *artifactReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		note   string
 		err    error
 	)
-	if art.Spec.Source == artifactCapture {
+	switch {
+	case art.Spec.Source == artifactCapture:
 		digest, size, note, err = a.captureArtifact(ctx, &art)
-	} else {
+	case isPatchExport(&art):
+		var pr *gitexport.Result
+		digest, size, pr, err = a.exportPatchArtifact(ctx, &art)
+		if pr != nil {
+			next.Base, next.Files = pr.Base, int32(pr.Files)
+			note = fmt.Sprintf(" (git-patch of %d files against %s)", pr.Files, pr.Base)
+		}
+	default:
 		digest, size, note, err = a.exportArtifact(ctx, &art)
 	}
 	switch {
@@ -189,7 +198,7 @@ func (a *Agent) exportArtifact(ctx context.Context, art *wbv1.Artifact) (string,
 	}
 	lim := fixture.Limits{MaxBytes: maxArtifactBytes}
 	note := ""
-	digest, size, err := a.putStream(func(w io.Writer) error {
+	digest, size, err := a.putStream(gzipIf(art.Spec.Format != nil && *art.Spec.Format == wbv1.ExportFormatTarGzip, func(w io.Writer) error {
 		switch {
 		case ra.guest != nil:
 			// The guest's archive is validated and re-encoded in the same format.
@@ -209,7 +218,7 @@ func (a *Agent) exportArtifact(ctx context.Context, art *wbv1.Artifact) (string,
 		}
 		_, err := fixture.ExportRoot(ra.host, rel, w, lim)
 		return err
-	})
+	}))
 	return digest, size, note, err
 }
 
