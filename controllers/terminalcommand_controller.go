@@ -268,14 +268,17 @@ func (r *TerminalCommandReconciler) gate(ctx context.Context, p *commandPass) er
 		r.refuse(p, actuation.CodeProfileMissing, "profile "+string(cmd.Spec.ProfileRef)+" does not exist")
 		return nil
 	}
-	core := convert.Profile(&prof.Spec)
-	intent := convert.Intent(&cmd.Spec)
-	if refs := actuation.ValidateIntentAgainstProfile(core, intent); len(refs) > 0 {
-		r.refuse(p, refs[0].Code, refs[0].Message)
+	// The core's one admission pipeline (shape, caps, cwd, env, argv against the profile and
+	// the consent entries bound to this command); the node decides with the same function.
+	d := actuation.AdmitCommand(convert.Profile(&prof.Spec), convert.Entries(cmd.Namespace, prof.Status.ConsentEntries),
+		convert.Intent(&cmd.Spec), convert.SubjectIn(cmd, &env), nil)
+	if d.Malformed {
+		r.refuse(p, d.Refusal.Code, d.Refusal.Message)
 		return nil
 	}
-	adm := actuation.AdmitSubject(core, convert.Entries(cmd.Namespace, prof.Status.ConsentEntries), intent, convert.SubjectIn(cmd, &env))
-	if !adm.Admitted {
+	adm := d.Admission
+	if d.Verdict != actuation.VerdictAdmitted {
+		adm.Refusal = d.Refusal // consentPath: consent-required is asked, anything else refused
 		granted, err := r.consentPath(ctx, p, &prof, &env, adm)
 		if err != nil || !granted {
 			return err
