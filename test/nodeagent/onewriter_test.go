@@ -123,7 +123,7 @@ func owners(t *testing.T, c *wbv1.TerminalCommand, path ...string) map[string]bo
 			continue
 		}
 		var tree map[string]any
-		if err := json.Unmarshal(mf.FieldsV1.Raw, &tree); err != nil {
+		if err := json.Unmarshal(mf.FieldsV1.GetRawBytes(), &tree); err != nil {
 			t.Fatalf("managedFields of %s: %v", mf.Manager, err)
 		}
 		node, ok := tree["f:status"].(map[string]any)
