@@ -60,23 +60,16 @@ type TerminalCommandReconciler struct {
 // +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=terminalsessions;commandprofiles;environments,verbs=get;list;watch
 // +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=consentgrants/status,verbs=get;update;patch
 
-// terminalCommandOwned is what the manager writes of a command's status. Its outcome
-// fields (refusal, completionTime, Completed) are the manager's only for a command the gate
-// refused; an admitted command's outcome belongs to the node agent. Phase and the health
-// conditions are derived from every component's conditions by their one writer: the
-// manager until the node took the command, the node agent after
-// (wbv1.CommandPhaseWriter) — then the manager's part is its admission record alone.
+// terminalCommandOwned is what the manager writes of a command it decided
+// (status.decidedBy manager, wbv1.CommandPhaseWriter): its admission record, the phase and
+// the health conditions — derived from every condition, also after the node's Started and
+// Completed — and, for a command it refused or cancelled before admission, the outcome.
+// An admitted command's outcome belongs to the node agent. Of a command the node decided
+// the manager writes nothing at all (Reconcile returns before any write).
 func terminalCommandOwned(s *wbv1.TerminalCommandStatus) wbv1.TerminalCommandStatus {
-	if wbv1.CommandPhaseWriter(s) == wbv1.PhaseWriterNode {
-		return wbv1.TerminalCommandStatus{
-			CommandID: s.CommandID, ArgvDigest: s.ArgvDigest, AdmittedBy: s.AdmittedBy, AdmittedContext: s.AdmittedContext,
-			ConsentRequestRef: s.ConsentRequestRef, ObservedGeneration: s.ObservedGeneration,
-			Conditions: ownedConditions(s.Conditions, wbv1.ConditionAdmitted),
-		}
-	}
 	out := wbv1.TerminalCommandStatus{
 		CommandID: s.CommandID, ArgvDigest: s.ArgvDigest, Phase: s.Phase, AdmittedBy: s.AdmittedBy, AdmittedContext: s.AdmittedContext,
-		ConsentRequestRef: s.ConsentRequestRef, ObservedGeneration: s.ObservedGeneration,
+		DecidedBy: s.DecidedBy, ConsentRequestRef: s.ConsentRequestRef, ObservedGeneration: s.ObservedGeneration,
 		Conditions: ownedConditions(s.Conditions, wbv1.ConditionAdmitted, wbv1.ConditionReconciling, wbv1.ConditionStalled),
 	}
 	if !isTrueCond(s.Conditions, wbv1.ConditionAdmitted) {
@@ -86,22 +79,21 @@ func terminalCommandOwned(s *wbv1.TerminalCommandStatus) wbv1.TerminalCommandSta
 	return out
 }
 
-// summarize writes the derived phase and health of a command the gate no longer decides
-// (admitted, or final) while the manager is their writer (not once the node took the
-// command: wbv1.CommandPhaseWriter). The write is held to the version read, so a
-// stale read never overwrites the node's phase; a conflict reads again.
+// summarize writes the derived phase and health of a command the manager decided and no
+// longer gates (admitted, or final): the node's Started and Completed conditions move the
+// phase, and the manager, its one writer, follows them. The write is held to the version
+// read, so a stale read never writes an old phase; a conflict reads again.
 func (r *TerminalCommandReconciler) summarize(ctx context.Context, cmd *wbv1.TerminalCommand) (ctrl.Result, error) {
 	cur, next := terminalCommandOwned(&cmd.Status), terminalCommandOwned(&cmd.Status)
 	// The phase and health (and this record of the generation they follow) are derived
 	// from this generation (a cancel raises it): without it kstatus reads a cancelled
-	// command InProgress forever. observedGeneration stays the manager's after the hand-off.
+	// command InProgress forever.
 	next.ObservedGeneration = cmd.Generation
-	if wbv1.CommandPhaseWriter(&cmd.Status) == wbv1.PhaseWriterManager {
-		all := append([]metav1.Condition(nil), cmd.Status.Conditions...)
-		next.Phase = wbv1.CommandPhaseFor(all)
-		for _, hc := range wbv1.HealthConditions(wbv1.CommandHealth(next.Phase), string(next.Phase), "command is "+string(next.Phase), cmd.Generation) {
-			setCondition(&next.Conditions, &all, hc)
-		}
+	next.DecidedBy = wbv1.PhaseWriterManager
+	all := append([]metav1.Condition(nil), cmd.Status.Conditions...)
+	next.Phase = wbv1.CommandPhaseFor(all)
+	for _, hc := range wbv1.HealthConditions(wbv1.CommandHealth(next.Phase), string(next.Phase), "command is "+string(next.Phase), cmd.Generation) {
+		setCondition(&next.Conditions, &all, hc)
 	}
 	wrote, err := applyStatusIfUnchanged(ctx, r.Client, "terminalcommand", cmd, cur, next)
 	if apierrors.IsConflict(err) {
@@ -110,77 +102,10 @@ func (r *TerminalCommandReconciler) summarize(ctx context.Context, cmd *wbv1.Ter
 	if wrote {
 		markCommand(cmd, "manager-phase-written-"+string(next.Phase))
 	}
-	return ctrl.Result{}, err
-}
-
-// nodeClaimed says the node agent took the command on its fast path: its Started condition
-// exists while the manager has not admitted it (no Admitted=True).
-func nodeClaimed(cmd *wbv1.TerminalCommand) bool {
-	for _, c := range cmd.Status.Conditions {
-		if c.Type == wbv1.ConditionStarted {
-			return !isTrueCond(cmd.Status.Conditions, wbv1.ConditionAdmitted)
-		}
-	}
-	return false
-}
-
-// nodeReported says whether the node that claimed cmd has reported past its claim: the
-// program started (Started=True) or an outcome (Completed).
-func nodeReported(cmd *wbv1.TerminalCommand) bool {
-	return isTrueCond(cmd.Status.Conditions, wbv1.ConditionStarted) || wbv1.CommandIsFinal(cmd.Status.Conditions)
-}
-
-// adoptNodeAdmission records the node's fast-path admission: Admitted=True, who admitted it
-// (the manager's own reading of the effective profile; "node" when that reading no longer
-// admits it — the node decided against the profile it read, and its decision stands), the
-// command's identity and argv digest, the derived phase. It never refuses: the node owns
-// the outcome of a command it claimed.
-func (r *TerminalCommandReconciler) adoptNodeAdmission(ctx context.Context, cmd *wbv1.TerminalCommand) error {
-	cur, next := terminalCommandOwned(&cmd.Status), terminalCommandOwned(&cmd.Status)
-	all := append([]metav1.Condition(nil), cmd.Status.Conditions...)
-	next.CommandID = string(cmd.UID)
-	next.ArgvDigest = wbv1.Digest(actuation.ArgvDigest(string(cmd.Spec.ProfileRef), cmd.Spec.Argv, convert.Cwd(cmd.Spec.Cwd)))
-	next.ObservedGeneration = cmd.Generation
-	// The manager's outcome fields are never written for a command the node claimed.
-	next.Refusal, next.CompletionTime, next.SignalOrigin = nil, nil, ""
-	next.Conditions = ownedConditions(next.Conditions, wbv1.ConditionAdmitted, wbv1.ConditionReconciling, wbv1.ConditionStalled)
-	by, env := "node", cmd.Labels[wbv1.EnvironmentLabel]
-	var prof wbv1.CommandProfile
-	if err := r.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: string(cmd.Spec.ProfileRef)}, &prof); err == nil {
-		adm := actuation.AdmitSubject(convert.Profile(&prof.Spec), convert.Entries(cmd.Namespace, prof.Status.ConsentEntries),
-			convert.Intent(&cmd.Spec), convert.Subject(cmd, env))
-		if adm.Admitted && adm.Scope != actuation.ScopeAllowOnce {
-			by = adm.By
-		}
-	} else if !apierrors.IsNotFound(err) {
-		return fmt.Errorf("reading CommandProfile of %s: %w", cmd.Name, err)
-	}
-	reason := wbv1.ReasonAdmittedByProfile
-	if by != actuation.AdmittedByProfile {
-		reason = wbv1.ReasonAdmittedByConsent
-	}
-	next.AdmittedBy = by
-	setCondition(&next.Conditions, &all, cond(wbv1.ConditionAdmitted, true, reason,
-		"admitted at node "+cmd.Labels[wbv1.NodeLabel]+" by "+by+" (fast path)", cmd.Generation))
-	if wbv1.CommandPhaseWriter(&cmd.Status) == wbv1.PhaseWriterManager {
-		// Not reached (the node's claim is its Started condition); kept so the rule lives in one place.
-		next.Phase = wbv1.CommandPhaseFor(all)
-		for _, hc := range wbv1.HealthConditions(wbv1.CommandHealth(next.Phase), string(next.Phase), "command is "+string(next.Phase), cmd.Generation) {
-			setCondition(&next.Conditions, &all, hc)
-		}
-	}
-	wrote, err := applyStatus(ctx, r.Client, "terminalcommand", cmd, cur, next)
-	if err != nil {
-		return err
-	}
-	if wrote {
-		markCommand(cmd, "manager-adopt-written")
-	}
 	if wrote && cur.Phase != next.Phase {
 		phaseTransitions.WithLabelValues("TerminalCommand", string(next.Phase)).Inc()
-		r.Recorder.Eventf(cmd, nil, corev1.EventTypeNormal, string(next.Phase), "Gate", "Command is %s (admitted at node %s by %s)", next.Phase, cmd.Labels[wbv1.NodeLabel], by)
 	}
-	return nil
+	return ctrl.Result{}, err
 }
 
 // commandPass carries one reconcile pass.
@@ -221,27 +146,24 @@ func (r *TerminalCommandReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.Get(ctx, req.NamespacedName, &cmd); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if wbv1.CommandPhaseWriter(&cmd.Status) == wbv1.PhaseWriterNode {
+		// The node bound to it decided it (its claim won): the admission record, the phase
+		// and the outcome are the node's alone; the manager writes nothing of it.
+		return ctrl.Result{}, nil
+	}
 	reevaluate, err := r.admissionSuperseded(ctx, &cmd)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if !reevaluate && (wbv1.CommandIsFinal(cmd.Status.Conditions) && !nodeClaimed(&cmd) || isTrueCond(cmd.Status.Conditions, wbv1.ConditionAdmitted)) {
+	if !reevaluate && (wbv1.CommandIsFinal(cmd.Status.Conditions) || isTrueCond(cmd.Status.Conditions, wbv1.ConditionAdmitted)) {
 		return r.summarize(ctx, &cmd)
-	}
-	if nodeClaimed(&cmd) {
-		// The node admitted it on the fast path (its claim won): record that decision, never
-		// contradict it — once the node reported the start or the outcome (nodeReported),
-		// so this write does not land on the object while the node's next write does.
-		if !nodeReported(&cmd) {
-			return ctrl.Result{}, nil // the node's next status write wakes this
-		}
-		return ctrl.Result{}, r.adoptNodeAdmission(ctx, &cmd)
 	}
 	p := &commandPass{cmd: &cmd, cur: terminalCommandOwned(&cmd.Status), next: terminalCommandOwned(&cmd.Status),
 		all: append([]metav1.Condition(nil), cmd.Status.Conditions...), reevaluate: reevaluate}
 	p.next.CommandID = string(cmd.UID)
 	p.next.ArgvDigest = wbv1.Digest(actuation.ArgvDigest(string(cmd.Spec.ProfileRef), cmd.Spec.Argv, convert.Cwd(cmd.Spec.Cwd)))
 	p.next.ObservedGeneration = cmd.Generation
+	p.next.DecidedBy = wbv1.PhaseWriterManager // every write below decides (leaveToNode writes nothing)
 	if cmd.Spec.DesiredState == wbv1.CommandDesiredCancelled {
 		// Cancelled before admission: it is never admitted, so no node ever starts it.
 		msg := "cancelled before it was admitted"
@@ -257,8 +179,8 @@ func (r *TerminalCommandReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 	// The gate's decision on a command bound to a node is written only against the version
 	// this pass read: the node may have claimed the command on its fast path in the
-	// meantime, and then its decision stands (the conflict brings the next pass to
-	// adoptNodeAdmission).
+	// meantime, and then its decision stands (the conflict brings the next pass, which
+	// sees decidedBy node and writes nothing).
 	write := applyStatus
 	if cmd.Labels[wbv1.NodeLabel] != "" {
 		write = applyStatusIfUnchanged
@@ -346,14 +268,17 @@ func (r *TerminalCommandReconciler) gate(ctx context.Context, p *commandPass) er
 		r.refuse(p, actuation.CodeProfileMissing, "profile "+string(cmd.Spec.ProfileRef)+" does not exist")
 		return nil
 	}
-	core := convert.Profile(&prof.Spec)
-	intent := convert.Intent(&cmd.Spec)
-	if refs := actuation.ValidateIntentAgainstProfile(core, intent); len(refs) > 0 {
-		r.refuse(p, refs[0].Code, refs[0].Message)
+	// The core's one admission pipeline (shape, caps, cwd, env, argv against the profile and
+	// the consent entries bound to this command); the node decides with the same function.
+	d := actuation.AdmitCommand(convert.Profile(&prof.Spec), convert.Entries(cmd.Namespace, prof.Status.ConsentEntries),
+		convert.Intent(&cmd.Spec), convert.SubjectIn(cmd, &env), nil)
+	if d.Malformed {
+		r.refuse(p, d.Refusal.Code, d.Refusal.Message)
 		return nil
 	}
-	adm := actuation.AdmitSubject(core, convert.Entries(cmd.Namespace, prof.Status.ConsentEntries), intent, convert.SubjectIn(cmd, &env))
-	if !adm.Admitted {
+	adm := d.Admission
+	if d.Verdict != actuation.VerdictAdmitted {
+		adm.Refusal = d.Refusal // consentPath: consent-required is asked, anything else refused
 		granted, err := r.consentPath(ctx, p, &prof, &env, adm)
 		if err != nil || !granted {
 			return err

@@ -99,5 +99,11 @@ func (v TerminalCommandValidator) againstProfile(ctx context.Context, obj *wbv1.
 		}
 		return nil, fmt.Errorf("reading CommandProfile %s/%s: %w", obj.Namespace, obj.Spec.ProfileRef, err)
 	}
-	return refusalErrors(field.NewPath("spec"), actuation.ValidateIntentAgainstProfile(convert.Profile(&prof.Spec), convert.Intent(&obj.Spec))), nil
+	// The core's one admission pipeline, against the profile alone (no grants: consent is
+	// decided later): what it finds malformed no operator could admit.
+	d := actuation.AdmitCommand(convert.Profile(&prof.Spec), nil, convert.Intent(&obj.Spec), actuation.Subject{Ref: obj.Name}, nil)
+	if !d.Malformed {
+		return nil, nil
+	}
+	return refusalErrors(field.NewPath("spec"), d.Problems), nil
 }

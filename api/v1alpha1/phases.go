@@ -69,22 +69,20 @@ const (
 	PhaseWriterNode    PhaseWriter = "node"
 )
 
-// CommandPhaseWriter is the hand-off rule for a command's phase (one writer per field at any
-// time). The manager writes it while it holds the command: pending, awaiting consent, and
-// refused or cancelled before any node took it. The node agent writes it once the node took
-// the command: its Started condition exists (the fast path's claim, Started=False
-// StartingAtNode, or the start of a command the manager admitted), or it recorded the
-// outcome of a command the manager admitted (Completed with Admitted=True: the manager
-// records Completed only for what it refused or cancelled, never admitted). The write that
-// takes the command carries the phase, and from then on the manager writes neither phase
-// nor health, only its own fields (Admitted, admittedBy, admittedContext, commandID,
-// argvDigest, observedGeneration) — so the outcome and the phase a user reads arrive in one
-// status write instead of two. The rule is monotonic (neither condition is ever removed),
-// and the manager's writes of the phase are held to the version it read (a conflict reads
-// again), so a stale read never overwrites the phase after the hand-off.
+// CommandPhaseWriter names the one component that decides a command's admission and writes
+// its admission record (the Admitted condition, admittedBy, admittedContext, commandID,
+// argvDigest, observedGeneration), its phase and its health conditions (Reconciling,
+// Stalled), for the command's whole life: status.decidedBy, set in the write that decides
+// and never changed (the CRD refuses a change). The node agent decides a command bound to
+// it that its effective profile (or a remembered grant) admits without an operator — one
+// hop, its claim is the deciding write; the manager's gate decides every other command
+// (held for a reference or consent, refused, cancelled before admission, admitted after
+// consent or after the node left it) and then also writes the phase the node's Started and
+// Completed conditions derive. The node agent always writes the run and the outcome
+// (Started, Completed, exit code, output, refusal at the node). Until a decision (no
+// decidedBy) nobody has written any of them; the manager is the default.
 func CommandPhaseWriter(s *TerminalCommandStatus) PhaseWriter {
-	if meta.FindStatusCondition(s.Conditions, ConditionStarted) != nil ||
-		isTrue(s.Conditions, ConditionAdmitted) && isTrue(s.Conditions, ConditionCompleted) {
+	if s.DecidedBy == PhaseWriterNode {
 		return PhaseWriterNode
 	}
 	return PhaseWriterManager
@@ -199,10 +197,8 @@ func SessionReleased(s *TerminalSession) bool {
 // CommandReleased says no process runs or will run for the command: it has its outcome, or
 // it was never admitted (the node runs admitted commands only).
 func CommandReleased(c *TerminalCommand) bool {
-	// A command the node claimed on its fast path (its Started condition, before the
-	// manager recorded Admitted) is held like an admitted one.
-	return c.Labels[NodeLabel] == "" || CommandIsFinal(c.Status.Conditions) ||
-		!isTrue(c.Status.Conditions, ConditionAdmitted) && meta.FindStatusCondition(c.Status.Conditions, ConditionStarted) == nil
+	// A command the node claimed on its fast path records Admitted=True in its claim.
+	return c.Labels[NodeLabel] == "" || CommandIsFinal(c.Status.Conditions) || !isTrue(c.Status.Conditions, ConditionAdmitted)
 }
 
 // ArtifactReleased says the node holds no blob for the artifact (it never stored one, or

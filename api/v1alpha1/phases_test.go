@@ -356,33 +356,34 @@ func TestOperationHealthThroughKStatus(t *testing.T) {
 	}
 }
 
-// The phase of a command has one writer at a time: the manager until the node took the
-// command (its Started condition, or its outcome of a command the manager admitted), the
-// node after it, whatever the phase.
-func TestCommandPhaseWriterHandOff(t *testing.T) {
+// The phase of a command has one writer for its whole life: the component that decided it
+// (status.decidedBy), whatever the conditions say — a command the manager admitted after
+// consent keeps the manager as the writer of its phase when the node runs it; one the node
+// took keeps the node when it is refused, cancelled or succeeds.
+func TestCommandPhaseWriterIsTheDecider(t *testing.T) {
 	admitted := c(wbv1.ConditionAdmitted, true, wbv1.ReasonAdmittedByProfile)
+	started, ok := c(wbv1.ConditionStarted, true, "Started"), c(wbv1.ConditionCompleted, true, wbv1.ReasonSucceeded)
+	refused := []metav1.Condition{c(wbv1.ConditionAdmitted, false, wbv1.ReasonRefused), c(wbv1.ConditionCompleted, true, wbv1.ReasonRefused)}
 	for _, tc := range []struct {
-		name  string
-		node  string
-		conds []metav1.Condition
-		want  wbv1.PhaseWriter
+		name    string
+		decided wbv1.PhaseWriter
+		conds   []metav1.Condition
+		want    wbv1.PhaseWriter
 	}{
 		{"new", "", nil, wbv1.PhaseWriterManager},
-		{"awaiting consent", "", []metav1.Condition{c(wbv1.ConditionAdmitted, false, wbv1.ReasonAwaitingConsent)}, wbv1.PhaseWriterManager},
-		{"admitted by the gate, not started", "", []metav1.Condition{admitted}, wbv1.PhaseWriterManager},
-		{"admitted, the node wrote nodeName while waiting for its environment", "n1", []metav1.Condition{admitted}, wbv1.PhaseWriterManager},
-		{"re-evaluated after the node wrote nodeName: held for consent", "n1", []metav1.Condition{c(wbv1.ConditionAdmitted, false, wbv1.ReasonAwaitingConsent)}, wbv1.PhaseWriterManager},
-		{"refused at the gate", "", []metav1.Condition{c(wbv1.ConditionAdmitted, false, wbv1.ReasonRefused), c(wbv1.ConditionCompleted, true, wbv1.ReasonRefused)}, wbv1.PhaseWriterManager},
-		{"refused by the gate after the node wrote nodeName", "n1", []metav1.Condition{c(wbv1.ConditionAdmitted, false, wbv1.ReasonRefused), c(wbv1.ConditionCompleted, true, wbv1.ReasonRefused)}, wbv1.PhaseWriterManager},
-		{"cancelled before admission", "", []metav1.Condition{c(wbv1.ConditionAdmitted, false, wbv1.ReasonCancelled), c(wbv1.ConditionCompleted, true, wbv1.ReasonCancelled)}, wbv1.PhaseWriterManager},
-		{"claimed by the node (fast path)", "n1", []metav1.Condition{c(wbv1.ConditionStarted, false, "StartingAtNode")}, wbv1.PhaseWriterNode},
-		{"claimed, then adopted by the manager", "n1", []metav1.Condition{admitted, c(wbv1.ConditionStarted, false, "StartingAtNode")}, wbv1.PhaseWriterNode},
-		{"running", "n1", []metav1.Condition{admitted, c(wbv1.ConditionStarted, true, "Started")}, wbv1.PhaseWriterNode},
-		{"refused at the node (argv-not-admitted)", "n1", []metav1.Condition{admitted, c(wbv1.ConditionCompleted, true, wbv1.ReasonRefused)}, wbv1.PhaseWriterNode},
-		{"succeeded", "n1", []metav1.Condition{admitted, c(wbv1.ConditionStarted, true, "Started"), c(wbv1.ConditionCompleted, true, wbv1.ReasonSucceeded)}, wbv1.PhaseWriterNode},
+		{"awaiting consent", wbv1.PhaseWriterManager, []metav1.Condition{c(wbv1.ConditionAdmitted, false, wbv1.ReasonAwaitingConsent)}, wbv1.PhaseWriterManager},
+		{"admitted by the gate, not started", wbv1.PhaseWriterManager, []metav1.Condition{admitted}, wbv1.PhaseWriterManager},
+		{"admitted by the gate, running", wbv1.PhaseWriterManager, []metav1.Condition{admitted, started}, wbv1.PhaseWriterManager},
+		{"admitted by the gate, succeeded at the node", wbv1.PhaseWriterManager, []metav1.Condition{admitted, started, ok}, wbv1.PhaseWriterManager},
+		{"refused at the gate", wbv1.PhaseWriterManager, refused, wbv1.PhaseWriterManager},
+		{"cancelled before admission", wbv1.PhaseWriterManager, []metav1.Condition{c(wbv1.ConditionAdmitted, false, wbv1.ReasonCancelled), c(wbv1.ConditionCompleted, true, wbv1.ReasonCancelled)}, wbv1.PhaseWriterManager},
+		{"claimed by the node (fast path)", wbv1.PhaseWriterNode, []metav1.Condition{admitted, c(wbv1.ConditionStarted, false, "StartingAtNode")}, wbv1.PhaseWriterNode},
+		{"taken by the node, running", wbv1.PhaseWriterNode, []metav1.Condition{admitted, started}, wbv1.PhaseWriterNode},
+		{"taken by the node, refused there (argv-not-admitted)", wbv1.PhaseWriterNode, []metav1.Condition{admitted, c(wbv1.ConditionCompleted, true, wbv1.ReasonRefused)}, wbv1.PhaseWriterNode},
+		{"taken by the node, succeeded", wbv1.PhaseWriterNode, []metav1.Condition{admitted, started, ok}, wbv1.PhaseWriterNode},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := wbv1.TerminalCommandStatus{NodeName: tc.node, Conditions: tc.conds}
+			st := wbv1.TerminalCommandStatus{NodeName: "n1", DecidedBy: tc.decided, Conditions: tc.conds}
 			if got := wbv1.CommandPhaseWriter(&st); got != tc.want {
 				t.Fatalf("writer %s, want %s", got, tc.want)
 			}

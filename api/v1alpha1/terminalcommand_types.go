@@ -105,6 +105,7 @@ type TerminalCommandSpec struct {
 // wrote the outcome) is refused by the API server.
 // +kubebuilder:validation:XValidation:rule="!(has(oldSelf.conditions) && oldSelf.conditions.exists(c, c.type == 'Completed' && c.status == 'True')) || (has(self.conditions) && self.conditions.exists(c, c.type == 'Completed' && c.status == 'True' && oldSelf.conditions.exists(o, o.type == 'Completed' && o.reason == c.reason)))",message="immutable: a recorded outcome (Completed=True and its reason) is never replaced"
 // +kubebuilder:validation:XValidation:rule="!(has(oldSelf.conditions) && oldSelf.conditions.exists(c, c.type == 'Completed' && c.status == 'True')) || (has(self.exitCode) == has(oldSelf.exitCode) && (!has(oldSelf.exitCode) || self.exitCode == oldSelf.exitCode) && has(self.refusal) == has(oldSelf.refusal) && (!has(oldSelf.refusal) || self.refusal.code == oldSelf.refusal.code))",message="immutable: the exit code and refusal of a recorded outcome never change"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.decidedBy) || (has(self.decidedBy) && self.decidedBy == oldSelf.decidedBy)",message="immutable: decidedBy names the one writer of the admission and phase; it is never changed or removed"
 type TerminalCommandStatus struct {
 	// commandID is assigned by the host.
 	// +optional
@@ -121,6 +122,14 @@ type TerminalCommandStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	AdmittedBy string `json:"admittedBy,omitempty"`
+	// decidedBy names the one component that decided this command's admission and writes
+	// its admission record, phase and health for the rest of its life: "node" when the
+	// node agent it is bound to admitted it itself (the one-hop path), "manager" when the
+	// manager's gate decided it (held, refused, cancelled, or admitted after consent or
+	// after the node left it). Set once, in the write that decides; never changed.
+	// +optional
+	// +kubebuilder:validation:Enum=manager;node
+	DecidedBy PhaseWriter `json:"decidedBy,omitempty"`
 	// admittedContext is the environment's effective operational context the manager's
 	// admission was made under. When the environment's context has changed since, the
 	// admission is superseded: the node does not start the command and the manager

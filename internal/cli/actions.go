@@ -221,7 +221,7 @@ func isBareWord(v string) bool {
 
 func printRun(w io.Writer, r *wbv1.ActionRun) {
 	s := r.Status
-	fmt.Fprintf(w, "actionrun/%s %s", r.Name, orNone(string(s.Phase)))
+	fmt.Fprintf(w, "actionrun/%s %s", r.Name, orNone(wbv1.ActionRunSummary(r).Phase))
 	if s.ExitCode != nil {
 		fmt.Fprintf(w, " exit=%d", *s.ExitCode)
 	}

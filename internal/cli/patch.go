@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	wbclient "sensorium.dev/workbench/pkg/client"
 )
 
@@ -66,8 +67,8 @@ func decidePatchCommand(o *Options, approve bool) *cobra.Command {
 			}
 			if err := o.printObject(p, func(w io.Writer) {
 				fmt.Fprintf(w, "filepatch/%s %s", p.Name, p.Spec.Approval)
-				if p.Status.Phase != "" {
-					fmt.Fprintf(w, " (%s, %d files changed)", p.Status.Phase, len(p.Status.ChangedFiles))
+				if s, _ := wbv1.SummaryOf(p); len(p.Status.Conditions) > 0 {
+					fmt.Fprintf(w, " (%s, %d files changed)", s.Phase, len(p.Status.ChangedFiles))
 				}
 				fmt.Fprintln(w)
 			}); err != nil {

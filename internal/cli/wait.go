@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	wbclient "sensorium.dev/workbench/pkg/client"
 )
 
@@ -44,7 +45,7 @@ func waitCommand(o *Options) *cobra.Command {
 				return werr
 			}
 			if err := o.printObject(w, func(out io.Writer) {
-				fmt.Fprintf(out, "wait/%s %s", w.Name, w.Status.ConditionStatus)
+				fmt.Fprintf(out, "wait/%s %s", w.Name, wbv1.WaitSummary(w).Phase)
 				if len(w.Status.Diagnostics) > 0 {
 					fmt.Fprintf(out, " %v", w.Status.Diagnostics)
 				}
@@ -75,7 +76,7 @@ func probeCommand(o *Options) *cobra.Command {
 				return perr
 			}
 			if err := o.printObject(p, func(out io.Writer) {
-				fmt.Fprintf(out, "probe/%s %s %v\n", p.Name, p.Status.Result, p.Status.Diagnostics)
+				fmt.Fprintf(out, "probe/%s %s %v\n", p.Name, wbv1.ProbeSummary(p).Phase, p.Status.Diagnostics)
 			}); err != nil {
 				return err
 			}

@@ -276,7 +276,7 @@ func waitTool(ctx context.Context, cl *wbclient.Client, r wbclient.ConditionRequ
 	if w == nil {
 		return ConditionResult{}, err
 	}
-	res := ConditionResult{Name: w.Name, Status: string(w.Status.ConditionStatus)}
+	res := ConditionResult{Name: w.Name, Status: wbv1.WaitSummary(w).Phase}
 	for _, d := range w.Status.Diagnostics {
 		res.Diagnostics = append(res.Diagnostics, string(d))
 	}
@@ -293,7 +293,7 @@ func probeTool(ctx context.Context, cl *wbclient.Client, r wbclient.ConditionReq
 	if p == nil {
 		return ConditionResult{}, err
 	}
-	res := ConditionResult{Name: p.Name, Status: string(p.Status.Result)}
+	res := ConditionResult{Name: p.Name, Status: wbv1.ProbeSummary(p).Phase}
 	for _, d := range p.Status.Diagnostics {
 		res.Diagnostics = append(res.Diagnostics, string(d))
 	}

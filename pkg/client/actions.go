@@ -158,9 +158,12 @@ func (c *Client) WaitActionRun(ctx context.Context, name string, until func(*wbv
 }
 
 // ActionRunOutcomeError is nil for a Succeeded run; *ExitError for a non-zero exit; *Error
-// with the refusal code otherwise.
+// with the refusal code otherwise. The phase is derived from the run's conditions
+// (wbv1.SummaryOf), never read from status.phase, which its writer may not have caught up
+// on when the outcome condition arrived.
 func ActionRunOutcomeError(r *wbv1.ActionRun) error {
-	switch r.Status.Phase {
+	phase := wbv1.ActionRunPhase(wbv1.ActionRunSummary(r).Phase)
+	switch phase {
 	case wbv1.ActionRunSucceeded:
 		return nil
 	case wbv1.ActionRunFailed:
@@ -171,5 +174,5 @@ func ActionRunOutcomeError(r *wbv1.ActionRun) error {
 	if r.Status.Refusal != nil {
 		return refused("actionrun "+r.Name, r.Status.Refusal.Code, r.Status.Refusal.Message)
 	}
-	return &Error{Class: ClassRuntime, Message: "run ended " + string(r.Status.Phase), Object: "actionrun " + r.Name}
+	return &Error{Class: ClassRuntime, Message: "run ended " + string(phase), Object: "actionrun " + r.Name}
 }

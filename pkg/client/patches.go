@@ -59,7 +59,8 @@ func (c *Client) DecidePatch(ctx context.Context, name string, approve, wait boo
 		return p, nil
 	}
 	err := waitFor(ctx, c, p, &wbv1.FilePatchList{}, func(p *wbv1.FilePatch) (bool, error) {
-		return p.Status.Phase == "Applied" || p.Status.Phase == "Rejected" || p.Status.Refusal != nil, nil
+		s, _ := wbv1.SummaryOf(p)
+		return s.Final || p.Status.Refusal != nil, nil
 	})
 	if err != nil {
 		return nil, err

@@ -90,8 +90,8 @@ func (c *Client) Wait(ctx context.Context, r ConditionRequest) (*wbv1.Wait, erro
 		return nil, Wrap("wait", err)
 	}
 	err = waitFor(ctx, c, w, &wbv1.WaitList{}, func(w *wbv1.Wait) (bool, error) {
-		s := w.Status.ConditionStatus
-		return s != "" && s != wbv1.WaitPending, nil
+		s, _ := wbv1.SummaryOf(w)
+		return s.Final, nil
 	})
 	if err != nil {
 		return nil, err
@@ -102,7 +102,8 @@ func (c *Client) Wait(ctx context.Context, r ConditionRequest) (*wbv1.Wait, erro
 // WaitOutcomeError is nil for a satisfied wait.
 func WaitOutcomeError(w *wbv1.Wait) error {
 	obj := "wait " + w.Name
-	switch w.Status.ConditionStatus {
+	status := wbv1.WaitConditionStatus(wbv1.WaitSummary(w).Phase)
+	switch status {
 	case wbv1.WaitSatisfied:
 		return nil
 	case wbv1.WaitTimedOut:
@@ -113,7 +114,7 @@ func WaitOutcomeError(w *wbv1.Wait) error {
 	if w.Status.Refusal != nil {
 		return refused(obj, w.Status.Refusal.Code, w.Status.Refusal.Message)
 	}
-	return &Error{Object: obj, Class: ClassRuntime, Message: "wait ended " + string(w.Status.ConditionStatus)}
+	return &Error{Object: obj, Class: ClassRuntime, Message: "wait ended " + string(status)}
 }
 
 // ProbeFailed is a probe that ran and found the condition false (exit code 1).
@@ -135,12 +136,14 @@ func (c *Client) Probe(ctx context.Context, r ConditionRequest) (*wbv1.Probe, er
 		return nil, Wrap("probe", err)
 	}
 	err = waitFor(ctx, c, p, &wbv1.ProbeList{}, func(p *wbv1.Probe) (bool, error) {
-		return p.Status.Result != "" && p.Status.Result != "Pending", nil
+		s, _ := wbv1.SummaryOf(p)
+		return s.Final, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	switch p.Status.Result {
+	result := wbv1.ProbeResult(wbv1.ProbeSummary(p).Phase)
+	switch result {
 	case "Pass":
 		return p, nil
 	case "Fail":
@@ -149,5 +152,5 @@ func (c *Client) Probe(ctx context.Context, r ConditionRequest) (*wbv1.Probe, er
 	if p.Status.Refusal != nil {
 		return p, refused("probe "+p.Name, p.Status.Refusal.Code, p.Status.Refusal.Message)
 	}
-	return p, &Error{Object: "probe " + p.Name, Class: ClassRuntime, Message: "probe ended " + string(p.Status.Result)}
+	return p, &Error{Object: "probe " + p.Name, Class: ClassRuntime, Message: "probe ended " + string(result)}
 }

@@ -1,11 +1,13 @@
 package protocol
 
+import "sensorium.dev/workbench/internal/actuation"
+
 // Operation caps (all enforced by the guest before dispatch and re-checked by the host on
 // what comes back).
 const (
-	MaxArgs            = 256
-	MaxEnv             = 256
-	MaxOutputBytes     = 16 << 20 // one budget for stdout+stderr
+	MaxArgs            = actuation.MaxArgv               // the core's bounds table (actuation/bounds.go)
+	MaxEnv             = actuation.MaxProcessEnvVars     // the core's bounds table
+	MaxOutputBytes     = actuation.MaxCommandOutputBytes // one budget for stdout+stderr
 	MaxPTYInput        = 16 << 10
 	MaxPTYRead         = 256 << 10
 	MaxPTYDim          = 1000

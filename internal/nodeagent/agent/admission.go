@@ -26,24 +26,24 @@ import (
 // grants.go): not past its expiry, not revoked, bound to this environment object; a command
 // whose only admitting grant lapsed is refused with consent-expired or consent-revoked.
 func admitAtNode(cmd *wbv1.TerminalCommand, prof *wbv1.CommandProfile, env *wbv1.Environment, live grantCheck) *actuation.Refusal {
-	core, intent := convert.Profile(&prof.Spec), convert.Intent(&cmd.Spec)
-	if refs := append(actuation.ValidateArgvShape(intent.Argv), actuation.ValidateIntentAgainstProfile(core, intent)...); len(refs) > 0 {
-		return refs[0]
+	intent := convert.Intent(&cmd.Spec)
+	entries := convert.Entries(cmd.Namespace, prof.Status.ConsentEntries)
+	d := actuation.AdmitCommand(convert.Profile(&prof.Spec), entries, intent, convert.SubjectIn(cmd, env), live)
+	if d.Malformed {
+		return d.Refusal
 	}
 	digest := actuation.ArgvDigest(intent.ProfileRef, intent.Argv, intent.Cwd)
 	if string(cmd.Status.ArgvDigest) != digest {
 		return notAdmitted("the recorded argv digest %q is not the digest of the command's argv, cwd and profile (%s)", cmd.Status.ArgvDigest, digest)
 	}
-	entries := convert.Entries(cmd.Namespace, prof.Status.ConsentEntries)
-	subject := convert.SubjectIn(cmd, env)
-	adm, lapsed := admitLive(core, entries, intent, subject, live)
-	if !adm.Admitted && lapsed != nil {
-		return lapsed
+	adm := d.Admission
+	if d.Lapsed {
+		return d.Refusal // the only admitting grant lapsed at the node
 	}
-	if !adm.Admitted {
+	if d.Verdict != actuation.VerdictAdmitted {
 		why := "no entry admits it"
-		if adm.Refusal != nil {
-			why = string(adm.Refusal.Code) + ": " + adm.Refusal.Message
+		if d.Refusal != nil {
+			why = string(d.Refusal.Code) + ": " + d.Refusal.Message
 		}
 		return notAdmitted("the effective profile %s does not admit this argv on environment %s at the node (%s)", prof.Name, env.Name, why)
 	}
@@ -70,15 +70,12 @@ func fastPathAdmit(cmd *wbv1.TerminalCommand, prof *wbv1.CommandProfile, env *wb
 		env.Status.Phase != wbv1.EnvironmentReady || cmd.Labels[wbv1.EnvironmentLabel] != env.Name {
 		return "", false
 	}
-	core, intent := convert.Profile(&prof.Spec), convert.Intent(&cmd.Spec)
-	if refs := append(actuation.ValidateArgvShape(intent.Argv), actuation.ValidateIntentAgainstProfile(core, intent)...); len(refs) > 0 {
+	d := actuation.AdmitCommand(convert.Profile(&prof.Spec), convert.Entries(cmd.Namespace, prof.Status.ConsentEntries),
+		convert.Intent(&cmd.Spec), convert.SubjectIn(cmd, env), live)
+	if d.Verdict != actuation.VerdictAdmitted || d.Scope == actuation.ScopeAllowOnce {
 		return "", false
 	}
-	adm, _ := admitLive(core, convert.Entries(cmd.Namespace, prof.Status.ConsentEntries), intent, convert.SubjectIn(cmd, env), live)
-	if !adm.Admitted || adm.Scope == actuation.ScopeAllowOnce {
-		return "", false
-	}
-	return adm.By, true
+	return d.By, true
 }
 
 // argvDigestOf is the digest the manager records (or will record) for cmd.

@@ -51,9 +51,11 @@ type commandOutcome struct {
 type commandReconciler struct{ a *Agent }
 
 // commandOwned is what the node agent writes of a command's status: the run and its
-// outcome, nodeName, and — once this node took the command (wbv1.CommandPhaseWriter) — the
-// phase and health conditions derived from all conditions, so the outcome and the phase a
-// user reads arrive in one write.
+// outcome, nodeName, and — for a command this node decided (status.decidedBy node,
+// wbv1.CommandPhaseWriter) — the whole admission record, the phase and the health
+// conditions, so the decision, the outcome and the phase a user reads have this one writer
+// and arrive together. Of a command the manager decided the node writes the run and the
+// outcome only.
 func commandOwned(s *wbv1.TerminalCommandStatus) wbv1.TerminalCommandStatus {
 	out := wbv1.TerminalCommandStatus{
 		ExitCode: s.ExitCode, SignalOrigin: s.SignalOrigin, StdoutBytes: s.StdoutBytes, Truncated: s.Truncated,
@@ -62,8 +64,10 @@ func commandOwned(s *wbv1.TerminalCommandStatus) wbv1.TerminalCommandStatus {
 		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionStarted, wbv1.ConditionCompleted),
 	}
 	if wbv1.CommandPhaseWriter(s) == wbv1.PhaseWriterNode {
-		out.Phase = s.Phase
-		out.Conditions = append(out.Conditions, statusapply.Owned(s.Conditions, wbv1.ConditionReconciling, wbv1.ConditionStalled)...)
+		out.DecidedBy, out.Phase = s.DecidedBy, s.Phase
+		out.CommandID, out.ArgvDigest, out.AdmittedBy, out.AdmittedContext = s.CommandID, s.ArgvDigest, s.AdmittedBy, s.AdmittedContext
+		out.ObservedGeneration = s.ObservedGeneration
+		out.Conditions = append(out.Conditions, statusapply.Owned(s.Conditions, wbv1.ConditionAdmitted, wbv1.ConditionReconciling, wbv1.ConditionStalled)...)
 	}
 	return out
 }
@@ -74,15 +78,15 @@ func CommandStatusOwned(s *wbv1.TerminalCommandStatus) wbv1.TerminalCommandStatu
 	return commandOwned(s)
 }
 
-// derivePhase returns the phase all derives, and sets it with the health conditions on next
-// when this write takes the command or the node already holds it (wbv1.CommandPhaseWriter
-// over the conditions after this write); before that the manager writes them.
+// derivePhase returns the phase all derives, and sets it with the health conditions (and the
+// generation they follow) on next when this node decided the command (next.decidedBy,
+// wbv1.CommandPhaseWriter); of a command the manager decided, the manager writes them.
 func derivePhase(next *wbv1.TerminalCommandStatus, all *[]metav1.Condition, generation int64) wbv1.CommandPhase {
 	phase := wbv1.CommandPhaseFor(*all)
-	if wbv1.CommandPhaseWriter(&wbv1.TerminalCommandStatus{Conditions: *all}) != wbv1.PhaseWriterNode {
+	if wbv1.CommandPhaseWriter(next) != wbv1.PhaseWriterNode {
 		return phase
 	}
-	next.Phase = phase
+	next.Phase, next.ObservedGeneration = phase, generation
 	for _, hc := range wbv1.HealthConditions(wbv1.CommandHealth(phase), string(phase), "command is "+string(phase), generation) {
 		statusapply.Set(&next.Conditions, all, hc)
 	}
@@ -105,19 +109,30 @@ func (r *commandReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, nil
 	}
 	markCommand(&cmd, "node-reconcile")
-	// fast: the manager has not decided (no Admitted condition): this node may admit the
-	// command itself (fastPathAdmit) and claim it; anything else waits for the manager.
-	fast := meta.FindStatusCondition(cmd.Status.Conditions, wbv1.ConditionAdmitted) == nil
+	// Nobody decided it yet (no decidedBy): this node may decide it itself (fastPathAdmit)
+	// and claim it. Decided by this node (mine): it owns the admission record, the phase and
+	// the outcome. Decided by the manager: only what it admitted runs here.
+	mine := wbv1.CommandPhaseWriter(&cmd.Status) == wbv1.PhaseWriterNode
+	fast := mine || cmd.Status.DecidedBy == "" && meta.FindStatusCondition(cmd.Status.Conditions, wbv1.ConditionAdmitted) == nil
 	if !fast && !condTrue(cmd.Status.Conditions, wbv1.ConditionAdmitted) {
 		return ctrl.Result{}, nil
 	}
 	if wbv1.CommandIsFinal(cmd.Status.Conditions) {
 		a.forgetCommand(string(cmd.UID)) // status holds the outcome; the store keeps the record
+		if mine && cmd.Status.ObservedGeneration != cmd.Generation {
+			// A spec change after the outcome (a late cancel raises the generation): the
+			// phase and health this node wrote now follow this generation (kstatus).
+			cur, next := commandOwned(&cmd.Status), commandOwned(&cmd.Status)
+			all := append([]metav1.Condition(nil), cmd.Status.Conditions...)
+			derivePhase(&next, &all, cmd.Generation)
+			_, err := statusapply.Apply(ctx, a.client, FieldManager+"command", &cmd, cur, next)
+			return ctrl.Result{}, err
+		}
 		return ctrl.Result{}, nil
 	}
 	cur, next := commandOwned(&cmd.Status), commandOwned(&cmd.Status)
 	all := append([]metav1.Condition(nil), cmd.Status.Conditions...)
-	p := &cmdPass{cmd: &cmd, next: &next, all: &all, fast: fast, claimed: fast && meta.FindStatusCondition(cmd.Status.Conditions, wbv1.ConditionStarted) != nil}
+	p := &cmdPass{cmd: &cmd, next: &next, all: &all, fast: fast, claimed: mine}
 	if err := r.step(ctx, p); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -159,9 +174,9 @@ type cmdPass struct {
 	next   *wbv1.TerminalCommandStatus
 	all    *[]metav1.Condition
 	result ctrl.Result
-	// fast: the manager has not recorded an admission decision; claimed: this node took
-	// the command on its fast path (its claim landed). A fast pass that has not claimed
-	// writes nothing: refusals and waiting are the manager's to record.
+	// fast: the manager has not decided the command; claimed: this node decided it (its
+	// claim landed, status.decidedBy node). A fast pass that has not claimed writes
+	// nothing: refusals and waiting are the manager's to record.
 	fast, claimed bool
 	// decided is an outcome this pass decided with no start record (a refusal, a
 	// cancellation before the start): it is stored before status shows it (storeDecision).
@@ -169,6 +184,8 @@ type cmdPass struct {
 	// reread: the profile changed since the memo's read this pass admitted against
 	// (claimCurrent); the pass started nothing and writes nothing more.
 	reread bool
+	// admittedContext is the environment's operational context a fast pass admitted under.
+	admittedContext wbv1.ContextClass
 }
 
 // decide ends the command with an outcome decided at the node, nothing started.
@@ -243,7 +260,7 @@ func (r *commandReconciler) step(ctx context.Context, p *cmdPass) error {
 		p.finish(o)
 		return nil
 	}
-	if deleting && p.fast {
+	if deleting && p.fast && !p.claimed {
 		return nil // not admitted by anyone yet: the manager records the cancellation
 	}
 	if deleting {
@@ -371,6 +388,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 			return nil
 		}
 		claimBy = by
+		p.admittedContext = env.Status.EffectiveOperationalContext
 		markCommand(cmd, "node-admitted")
 	} else if actuation.CheckAdmissionContext(actuation.ContextClass(cmd.Status.AdmittedContext), actuation.ContextClass(env.Status.EffectiveOperationalContext)) != nil {
 		// Admitted under an earlier operational context of the environment: not started
@@ -517,22 +535,37 @@ func commandStartFailed(err error) *commandOutcome {
 const reasonStartingAtNode = "StartingAtNode"
 
 // claim takes a command on the fast path before anything of it exists on the node: one
-// status write, held to the version this pass read, with this node's Started condition
-// (False, StartingAtNode). The manager's gate writes its holds and refusals the same way, so
-// exactly one of the two decisions lands; after a conflict the next pass reads what won.
-// Outside the fast path (the manager admitted it) there is nothing to claim.
+// status write, held to the version this pass read, that records this node's decision —
+// status.decidedBy node, Admitted=True with who admitted it, the command's identity, argv
+// digest and the operational context it was admitted under — and its Started condition
+// (False, StartingAtNode). It is the write that decides: from it on this node is the one
+// writer of the command's admission record, phase and outcome (wbv1.CommandPhaseWriter),
+// and the manager writes nothing of the command. The manager's gate writes its decisions
+// on a bound command the same way (held to the version it read, after FastPathGrace), so
+// exactly one decision lands; after a conflict the next pass reads which. Outside the
+// fast path (the manager decided) there is nothing to claim.
 func (r *commandReconciler) claim(ctx context.Context, p *cmdPass, by string) (bool, error) {
 	if !p.fast || p.claimed {
 		return true, nil
 	}
-	cur := commandOwned(&p.cmd.Status)
-	next := commandOwned(&p.cmd.Status)
+	cmd := p.cmd
+	cur := commandOwned(&cmd.Status)
+	next := commandOwned(&cmd.Status)
 	next.NodeName = r.a.cfg.NodeName
-	all := append([]metav1.Condition(nil), p.cmd.Status.Conditions...)
+	next.DecidedBy = wbv1.PhaseWriterNode
+	next.CommandID, next.ArgvDigest = string(cmd.UID), wbv1.Digest(argvDigestOf(cmd))
+	next.AdmittedBy, next.AdmittedContext = by, p.admittedContext
+	reason := wbv1.ReasonAdmittedByProfile
+	if by != actuation.AdmittedByProfile {
+		reason = wbv1.ReasonAdmittedByConsent
+	}
+	all := append([]metav1.Condition(nil), cmd.Status.Conditions...)
+	statusapply.Set(&next.Conditions, &all, statusapply.Cond(wbv1.ConditionAdmitted, true, reason,
+		"admitted at node "+r.a.cfg.NodeName+" by "+by+" under operational context "+string(p.admittedContext)+" (fast path)", cmd.Generation))
 	statusapply.Set(&next.Conditions, &all, statusapply.Cond(wbv1.ConditionStarted, false, reasonStartingAtNode,
-		"admitted at node "+r.a.cfg.NodeName+" by "+by+"; starting", p.cmd.Generation))
-	derivePhase(&next, &all, p.cmd.Generation) // the claim sets nodeName: the phase is this node's from here on
-	if _, err := statusapply.ApplyIfUnchanged(ctx, r.a.client, FieldManager+"command", p.cmd, cur, next); err != nil {
+		"admitted at node "+r.a.cfg.NodeName+" by "+by+"; starting", cmd.Generation))
+	derivePhase(&next, &all, cmd.Generation) // decidedBy node: the phase is this node's from here on
+	if _, err := statusapply.ApplyIfUnchanged(ctx, r.a.client, FieldManager+"command", cmd, cur, next); err != nil {
 		if apierrors.IsConflict(err) {
 			p.result.Requeue = true //nolint:staticcheck // SA1019: a rate-limited requeue (RequeueAfter has none); the manager (or a deletion) moved it first: read again
 			return false, nil
@@ -540,7 +573,7 @@ func (r *commandReconciler) claim(ctx context.Context, p *cmdPass, by string) (b
 		return false, err
 	}
 	p.claimed = true
-	markCommand(p.cmd, "node-claim-written")
+	markCommand(cmd, "node-claim-written")
 	*p.next, *p.all = next, all
 	return true, nil
 }

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,31 +20,11 @@ import (
 // matches an entry only on the environment object (UID) it was reviewed on.
 
 // grantCheck refuses the entry whose grant no longer holds (nil: it holds).
-type grantCheck func(e actuation.ConsentEntry) *actuation.Refusal
+type grantCheck = actuation.GrantCheck
 
-// admitLive is actuation.AdmitSubject with every admitting grant held to live: an entry
-// whose grant lapsed is set aside and admission decided again without it (another grant or
-// the profile may still admit). It returns the admission and, when nothing admitted after a
-// grant was set aside, the refusal of the last lapsed grant. At most len(entries)+1 rounds.
+// admitLive is actuation.AdmitLive (the core's loop that holds every admitting grant to live).
 func admitLive(core actuation.Profile, entries []actuation.ConsentEntry, in actuation.CommandIntent, s actuation.Subject, live grantCheck) (actuation.Admission, *actuation.Refusal) {
-	var lapsed *actuation.Refusal
-	for range len(entries) + 1 {
-		adm := actuation.AdmitSubject(core, entries, in, s)
-		if !adm.Admitted || adm.By == actuation.AdmittedByProfile || live == nil {
-			return adm, lapsed
-		}
-		i := slices.IndexFunc(entries, func(e actuation.ConsentEntry) bool { return e.GrantRef == adm.By })
-		if i < 0 {
-			return adm, lapsed
-		}
-		r := live(entries[i])
-		if r == nil {
-			return adm, nil
-		}
-		lapsed = r
-		entries = slices.Delete(slices.Clone(entries), i, i+1)
-	}
-	return actuation.Admission{Refusal: lapsed}, lapsed
+	return actuation.AdmitLive(core, entries, in, s, live)
 }
 
 // liveGrant is the node's grantCheck for a namespace: the entry's projected expiry, then

@@ -55,12 +55,13 @@ const (
 	// MaxOutputBytes caps Spec.OutputBytes (refusal.OutputCapAboveMax): the node
 	// ceiling admission enforces too (actuation.MaxCommandOutputBytes).
 	MaxOutputBytes = actuation.MaxCommandOutputBytes
-	// MaxArgs and MaxArgBytes bound the argv (refusal.InvalidSpec).
-	MaxArgs     = 1024
-	MaxArgBytes = 128 << 10
+	// MaxArgs and MaxArgBytes bound the argv (refusal.InvalidSpec): the core's table
+	// (actuation/bounds.go), so what admission accepts is what the runner runs.
+	MaxArgs     = actuation.MaxArgv
+	MaxArgBytes = actuation.MaxArgvWireBytes
 	// MaxEnvVars and MaxEnvBytes bound the curated environment (refusal.InvalidSpec).
-	MaxEnvVars  = 256
-	MaxEnvBytes = 64 << 10
+	MaxEnvVars  = actuation.MaxProcessEnvVars
+	MaxEnvBytes = actuation.MaxProcessEnvBytes
 	// MaxRoots bounds WritableRoots and ReadableRoots each (refusal.InvalidSpec).
 	MaxRoots = 32
 	// DefaultMaxConcurrent is the default concurrent command cap
