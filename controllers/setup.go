@@ -27,13 +27,14 @@ type Config struct {
 func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 	c := mgr.GetClient()
 	now := time.Now
+	cooldown := actuation.NewDenyCooldown()
 	for _, s := range []interface{ SetupWithManager(ctrl.Manager) error }{
 		&EnvironmentReconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("workbench-environment"), Now: now},
 		&EnvironmentPoolReconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("workbench-environmentpool")},
 		&CommandProfileReconciler{Client: c},
-		&ConsentRequestReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-consent"), Now: now},
+		&ConsentRequestReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-consent"), Now: now, Cooldown: cooldown},
 		&ConsentGrantReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-consent"), Now: now, Recheck: cfg.BindingRecheck},
-		&TerminalCommandReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-command"), Now: now, ConsentTimeoutSeconds: cfg.ConsentTimeoutSeconds},
+		&TerminalCommandReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-command"), Now: now, ConsentTimeoutSeconds: cfg.ConsentTimeoutSeconds, Cooldown: cooldown},
 		sessionBinder(c, now), waitBinder(c, now), probeBinder(c, now), patchBinder(c, now),
 		&SessionCapacityReconciler{Client: c},
 		&ActionCatalogReconciler{Client: c},

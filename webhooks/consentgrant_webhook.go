@@ -97,6 +97,13 @@ func (v ConsentGrantValidator) ValidateCreate(ctx context.Context, g *wbv1.Conse
 			errs = append(errs, field.Invalid(specPath.Child("expiresAt"), exp.String(), string(actuation.CodeConsentScopeInvalid)+": must be in the future and within "+MaxGrantLifetime.String()))
 		}
 	}
+	if len(errs) == 0 {
+		ref, err := durableNotGrantable(ctx, v.Reader, g, d)
+		if err != nil {
+			return nil, err
+		}
+		errs = append(errs, refusalErrors(specPath, one(ref))...)
+	}
 	if len(errs) == 0 && g.Spec.Scope != wbv1.ConsentDeny && d.Capability == wbv1.CapabilityTerminalCommand {
 		var prof wbv1.CommandProfile
 		if err := v.Reader.Get(ctx, types.NamespacedName{Namespace: g.Namespace, Name: string(d.ProfileRef)}, &prof); err != nil {
