@@ -36,7 +36,7 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 		&ConsentGrantReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-consent"), Now: now, Recheck: cfg.BindingRecheck},
 		&TerminalCommandReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-command"), Now: now, ConsentTimeoutSeconds: cfg.ConsentTimeoutSeconds, Cooldown: cooldown},
 		sessionBinder(c, now), waitBinder(c, now), probeBinder(c, now), patchBinder(c, now),
-		&SessionCapacityReconciler{Client: c},
+		&SessionCapacityReconciler{Client: c}, &ImageManifestReconciler{Client: c},
 		&ActionCatalogReconciler{Client: c},
 		&ActionRunReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-action"), Now: now, ConsentTimeoutSeconds: cfg.ConsentTimeoutSeconds},
 		recordingBinder(c, now), &SkillReplayReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-skillreplay"), Now: now},
