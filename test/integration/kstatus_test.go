@@ -97,6 +97,7 @@ func TestImageManifestKStatus(t *testing.T) {
 		im.Status.Conditions = nil
 		return n1.Status().Update(ctx, im)
 	}), "node-restricted")
+	must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(im), im))
 	if res := kstatusOf(t, im); res.Status != kstatus.InProgressStatus {
 		t.Fatalf("after refused writes the image reads %s, want InProgress", res.Status)
 	}
