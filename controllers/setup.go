@@ -21,12 +21,18 @@ type Config struct {
 	// NodeLostAfter is how long a node may be silent before the manager releases the
 	// cleanup finalizers of its deleted objects without its report (DefaultNodeLostAfter).
 	NodeLostAfter time.Duration
+	// Clock is the controllers' time source (time.Now when nil). Tests advance it to pass
+	// a deadline (an Environment's ttlSeconds, at least 60) without sleeping through it.
+	Clock func() time.Time
 }
 
 // SetupWithManager registers every cluster controller with the manager.
 func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 	c := mgr.GetClient()
 	now := time.Now
+	if cfg.Clock != nil {
+		now = cfg.Clock
+	}
 	cooldown := actuation.NewDenyCooldown()
 	for _, s := range []interface{ SetupWithManager(ctrl.Manager) error }{
 		&EnvironmentReconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("workbench-environment"), Now: now},

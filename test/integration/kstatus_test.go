@@ -123,3 +123,42 @@ func TestImageManifestKStatus(t *testing.T) {
 func testDigest(s string) wbv1.Digest {
 	return wbv1.Digest(fmt.Sprintf("sha256:%064x", []byte(s)))
 }
+
+// TestEnvironmentExpires drives an Environment to Expired through its ttlSeconds (at least
+// 60 for users) without sleeping a minute: the manager's clock is advanced past the expiry
+// and the environment touched so the manager reconciles it. It then reads Failed through
+// kstatus (an expired environment is no longer the thing asked for), with its generation
+// observed. A TTL at the minimum minus one is refused.
+func TestEnvironmentExpires(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	placedSetup(t, ns, "node-a")
+	short := environment(ns, "too-short")
+	short.Spec.TTLSeconds = ptr(int64(59))
+	if err := env.Client.Create(ctx, short); err == nil || !strings.Contains(err.Error(), "ttlSeconds") {
+		t.Fatalf("a ttlSeconds below 60 must be refused, got %v", err)
+	}
+	e := environment(ns, "ttl")
+	e.Spec.TTLSeconds = ptr(int64(60))
+	must(t, env.Client.Create(ctx, e))
+	eventually(t, 20*time.Second, "environment placed", func() (bool, string) {
+		must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(e), e))
+		return e.Status.NodeName != "" && e.Status.ObservedGeneration == e.Generation, fmt.Sprintf("%+v", e.Status)
+	})
+	if e.Status.Phase == wbv1.EnvironmentExpired {
+		t.Fatalf("expired before its TTL: %+v", e.Status)
+	}
+	clock.Advance(61 * time.Second)
+	touch := 0
+	eventually(t, 20*time.Second, "environment Expired", func() (bool, string) {
+		touch++
+		must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(e), e))
+			metav1.SetMetaDataAnnotation(&e.ObjectMeta, "test.workbench.sensorium.dev/touch", fmt.Sprint(touch))
+			return env.Client.Update(ctx, e)
+		}))
+		must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(e), e))
+		return e.Status.Phase == wbv1.EnvironmentExpired, fmt.Sprintf("%+v", e.Status)
+	})
+	eventuallyKStatus(t, e, kstatus.FailedStatus)
+}
