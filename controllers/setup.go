@@ -89,6 +89,9 @@ func waitBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1.
 			return envOfScope(ctx, r, o.Namespace, o.Spec.Scope)
 		},
 		Final: func(o *wbv1.Wait) bool { return wbv1.WaitIsFinal(o.Status.ConditionStatus) },
+		Correlate: func(ctx context.Context, r client.Reader, o *wbv1.Wait) (string, error) {
+			return scopeCorrelation(ctx, r, o, o.Spec.Scope)
+		},
 		Fail: func(ctx context.Context, c client.Client, o *wbv1.Wait, code actuation.Code, msg string) error {
 			m := string(code) + ": " + msg
 			conds := append([]metav1.Condition{cond(wbv1.ConditionCompleted, true, string(wbv1.WaitFailed), m, o.Generation)},
@@ -108,6 +111,9 @@ func probeBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1
 			return envOfScope(ctx, r, o.Namespace, o.Spec.Scope)
 		},
 		Final: func(o *wbv1.Probe) bool { return wbv1.ProbeIsFinal(o.Status.Result) },
+		Correlate: func(ctx context.Context, r client.Reader, o *wbv1.Probe) (string, error) {
+			return scopeCorrelation(ctx, r, o, o.Spec.Scope)
+		},
 		Fail: func(ctx context.Context, c client.Client, o *wbv1.Probe, code actuation.Code, msg string) error {
 			m := string(code) + ": " + msg
 			conds := append([]metav1.Condition{cond(wbv1.ConditionCompleted, true, string(wbv1.ProbeError), m, o.Generation)},

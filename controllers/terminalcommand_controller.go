@@ -503,7 +503,7 @@ func (r *TerminalCommandReconciler) ensureConsentRequest(ctx context.Context, p 
 	core := convert.Profile(&prof.Spec)
 	intent := convert.Intent(&cmd.Spec)
 	cr := &wbv1.ConsentRequest{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: cmd.Namespace, Labels: map[string]string{wbv1.EnvironmentLabel: env.Name}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: cmd.Namespace, Labels: withCorrelation(map[string]string{wbv1.EnvironmentLabel: env.Name}, cmd)},
 		Spec: wbv1.ConsentRequestSpec{
 			Descriptor: wbv1.ConsentDescriptor{
 				Capability: wbv1.CapabilityTerminalCommand, CommandRef: wbv1.ObjectName(cmd.Name), CommandUID: cmd.UID,
