@@ -92,6 +92,7 @@ func (r *ActionCatalogReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		}
 		next.Actions = append(next.Actions, st)
 	}
+	catalogHealth(&next, &all, cat.Generation) // gitops_health.go
 	_, err = applyStatus(ctx, r.Client, "actioncatalog", &cat, cur, next)
 	return ctrl.Result{}, err
 }

@@ -40,6 +40,9 @@ type BindingReconciler[T client.Object] struct {
 	Final func(obj T) bool
 	// Fail writes the object's final outcome for an environment that does not exist.
 	Fail func(ctx context.Context, c client.Client, obj T, code actuation.Code, msg string) error
+	// Correlate, when set, names the correlation id the object inherits (its command's);
+	// it is labelled with it when it carries none (correlation.go).
+	Correlate func(ctx context.Context, c client.Reader, obj T) (string, error)
 }
 
 // +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=terminalsessions;waits;probes;filepatches;artifacts,verbs=get;list;watch;update;patch
@@ -78,7 +81,11 @@ func (r *BindingReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) 
 		return ctrl.Result{RequeueAfter: PlacementRecheck}, nil
 	}
 	labels := obj.GetLabels()
-	if labels[wbv1.NodeLabel] == node && labels[wbv1.EnvironmentLabel] == env.Name {
+	cid, err := r.correlation(ctx, obj)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if labels[wbv1.NodeLabel] == node && labels[wbv1.EnvironmentLabel] == env.Name && cid == "" {
 		return ctrl.Result{}, nil
 	}
 	patch := client.MergeFromWithOptions(obj.DeepCopyObject().(T), client.MergeFromWithOptimisticLock{})
@@ -87,6 +94,9 @@ func (r *BindingReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	labels[wbv1.NodeLabel] = node
 	labels[wbv1.EnvironmentLabel] = env.Name
+	if cid != "" {
+		labels[wbv1.CorrelationLabel] = cid
+	}
 	obj.SetLabels(labels)
 	if err := r.Patch(ctx, obj, patch); err != nil {
 		return ctrl.Result{}, fmt.Errorf("binding %s %s to node %s: %w", r.Kind, req, node, err)

@@ -38,7 +38,7 @@ type CommandProfileReconciler struct {
 func commandProfileOwned(s *wbv1.CommandProfileStatus) wbv1.CommandProfileStatus {
 	return wbv1.CommandProfileStatus{
 		EffectiveDigest: s.EffectiveDigest, ConsentEntries: s.ConsentEntries, Diagnostics: s.Diagnostics,
-		ObservedGeneration: s.ObservedGeneration, Conditions: ownedConditions(s.Conditions, wbv1.ConditionValid),
+		ObservedGeneration: s.ObservedGeneration, Conditions: ownedConditions(s.Conditions, wbv1.ConditionValid, wbv1.ConditionReconciling, wbv1.ConditionStalled),
 	}
 }
 
@@ -57,8 +57,10 @@ func (r *CommandProfileReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	core := convert.Profile(&prof.Spec)
 	if refusals := actuation.ValidateProfile(core); len(refusals) > 0 {
 		setCondition(&next.Conditions, &all, cond(wbv1.ConditionValid, false, "Invalid", refusals[0].Error(), prof.Generation))
+		gitopsHealth(&next.Conditions, &all, wbv1.HealthStalled, "Invalid", refusals[0].Error(), prof.Generation)
 	} else {
 		setCondition(&next.Conditions, &all, cond(wbv1.ConditionValid, true, "Valid", "the profile satisfies the actuation core", prof.Generation))
+		gitopsHealth(&next.Conditions, &all, wbv1.HealthCurrent, "Valid", "the profile satisfies the actuation core", prof.Generation)
 	}
 
 	var grants wbv1.ConsentGrantList

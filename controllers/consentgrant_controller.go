@@ -13,6 +13,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 )
@@ -98,7 +101,11 @@ func (r *ConsentGrantReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		if !ok {
+		if ref, err := durableNotGrantable(ctx, r.Client, &g, cr); err != nil {
+			return ctrl.Result{}, err
+		} else if ref != nil {
+			diag(wbv1.ConsentGrantUnbound, ref.Code, ref.Message)
+		} else if !ok {
 			diag(wbv1.ConsentGrantUnbound, actuation.CodeConsentOperatorBindingInactive, fmt.Sprintf("operator %q may no longer approve consent requests in %q", g.Spec.Operator, g.Namespace))
 		}
 	}
@@ -134,5 +141,21 @@ func (r *ConsentGrantReconciler) operatorMayApprove(ctx context.Context, g *wbv1
 
 // SetupWithManager registers the controller.
 func (r *ConsentGrantReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).For(&wbv1.ConsentGrant{}).Named("consentgrant").Complete(r)
+	return ctrl.NewControllerManagedBy(mgr).For(&wbv1.ConsentGrant{}).
+		Watches(&wbv1.WorkbenchPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allGrants)). // consent.durableGrants
+		Named("consentgrant").Complete(r)
+}
+
+// allGrants wakes every grant when the WorkbenchPolicy changes: its consent block decides
+// whether remembered grants stay grantable.
+func (r *ConsentGrantReconciler) allGrants(ctx context.Context, _ client.Object) []reconcile.Request {
+	var grants wbv1.ConsentGrantList
+	if err := r.List(ctx, &grants); err != nil {
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(grants.Items))
+	for i := range grants.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&grants.Items[i])})
+	}
+	return out
 }

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // ConsentRequestReconciler runs the consent lifecycle: Pending until a grant decides it
@@ -29,6 +30,8 @@ type ConsentRequestReconciler struct {
 	client.Client
 	Recorder events.EventRecorder
 	Now      func() time.Time
+	// Cooldown remembers denied argv per identity (shared with the command controller).
+	Cooldown *actuation.DenyCooldown
 }
 
 // +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=consentrequests,verbs=get;list;watch;create;delete
@@ -46,6 +49,9 @@ func (r *ConsentRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	var cr wbv1.ConsentRequest
 	if err := r.Get(ctx, req.NamespacedName, &cr); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if err := rememberDenial(ctx, r.Client, r.Cooldown, &cr); err != nil {
+		return ctrl.Result{}, err
 	}
 	if gone, res, err := r.collect(ctx, &cr); err != nil || gone {
 		return res, err
@@ -107,6 +113,10 @@ func (r *ConsentRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		return ctrl.Result{}, err
 	}
 	if wrote && cur.Decision != next.Decision {
+		cr.Status.Decision, cr.Status.DecidedAt = next.Decision, next.DecidedAt
+		if err := rememberDenial(ctx, r.Client, r.Cooldown, &cr); err != nil {
+			return ctrl.Result{}, err
+		}
 		phaseTransitions.WithLabelValues("ConsentRequest", string(next.Decision)).Inc()
 		r.Recorder.Eventf(&cr, nil, corev1.EventTypeNormal, "Consent"+string(next.Decision), "Decide", "Consent request is %s", next.Decision)
 	}

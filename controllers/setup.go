@@ -21,21 +21,28 @@ type Config struct {
 	// NodeLostAfter is how long a node may be silent before the manager releases the
 	// cleanup finalizers of its deleted objects without its report (DefaultNodeLostAfter).
 	NodeLostAfter time.Duration
+	// Clock is the controllers' time source (time.Now when nil). Tests advance it to pass
+	// a deadline (an Environment's ttlSeconds, at least 60) without sleeping through it.
+	Clock func() time.Time
 }
 
 // SetupWithManager registers every cluster controller with the manager.
 func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 	c := mgr.GetClient()
 	now := time.Now
+	if cfg.Clock != nil {
+		now = cfg.Clock
+	}
+	cooldown := actuation.NewDenyCooldown()
 	for _, s := range []interface{ SetupWithManager(ctrl.Manager) error }{
 		&EnvironmentReconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("workbench-environment"), Now: now},
 		&EnvironmentPoolReconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("workbench-environmentpool")},
 		&CommandProfileReconciler{Client: c},
-		&ConsentRequestReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-consent"), Now: now},
+		&ConsentRequestReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-consent"), Now: now, Cooldown: cooldown},
 		&ConsentGrantReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-consent"), Now: now, Recheck: cfg.BindingRecheck},
-		&TerminalCommandReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-command"), Now: now, ConsentTimeoutSeconds: cfg.ConsentTimeoutSeconds},
+		&TerminalCommandReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-command"), Now: now, ConsentTimeoutSeconds: cfg.ConsentTimeoutSeconds, Cooldown: cooldown},
 		sessionBinder(c, now), waitBinder(c, now), probeBinder(c, now), patchBinder(c, now),
-		&SessionCapacityReconciler{Client: c},
+		&SessionCapacityReconciler{Client: c}, &ImageManifestReconciler{Client: c},
 		&ActionCatalogReconciler{Client: c},
 		&ActionRunReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-action"), Now: now, ConsentTimeoutSeconds: cfg.ConsentTimeoutSeconds},
 		recordingBinder(c, now), &SkillReplayReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-skillreplay"), Now: now},
@@ -82,6 +89,9 @@ func waitBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1.
 			return envOfScope(ctx, r, o.Namespace, o.Spec.Scope)
 		},
 		Final: func(o *wbv1.Wait) bool { return wbv1.WaitIsFinal(o.Status.ConditionStatus) },
+		Correlate: func(ctx context.Context, r client.Reader, o *wbv1.Wait) (string, error) {
+			return scopeCorrelation(ctx, r, o, o.Spec.Scope)
+		},
 		Fail: func(ctx context.Context, c client.Client, o *wbv1.Wait, code actuation.Code, msg string) error {
 			m := string(code) + ": " + msg
 			conds := append([]metav1.Condition{cond(wbv1.ConditionCompleted, true, string(wbv1.WaitFailed), m, o.Generation)},
@@ -101,6 +111,9 @@ func probeBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1
 			return envOfScope(ctx, r, o.Namespace, o.Spec.Scope)
 		},
 		Final: func(o *wbv1.Probe) bool { return wbv1.ProbeIsFinal(o.Status.Result) },
+		Correlate: func(ctx context.Context, r client.Reader, o *wbv1.Probe) (string, error) {
+			return scopeCorrelation(ctx, r, o, o.Spec.Scope)
+		},
 		Fail: func(ctx context.Context, c client.Client, o *wbv1.Probe, code actuation.Code, msg string) error {
 			m := string(code) + ": " + msg
 			conds := append([]metav1.Condition{cond(wbv1.ConditionCompleted, true, string(wbv1.ProbeError), m, o.Generation)},

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -53,6 +54,8 @@ type TerminalCommandReconciler struct {
 	Now      func() time.Time
 	// ConsentTimeoutSeconds overrides DefaultConsentTimeout.
 	ConsentTimeoutSeconds int64
+	// Cooldown remembers denied argv per identity (shared with the consent request controller).
+	Cooldown *actuation.DenyCooldown
 }
 
 // +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=terminalcommands,verbs=get;list;watch;update;patch
@@ -350,6 +353,10 @@ func (r *TerminalCommandReconciler) consentPath(ctx context.Context, p *commandP
 		return false, nil
 	}
 	cr, err := r.ensureConsentRequest(ctx, p, prof, env)
+	if ref := (*actuation.Refusal)(nil); errors.As(err, &ref) {
+		r.refuse(p, ref.Code, ref.Message)
+		return false, nil
+	}
 	if err != nil {
 		return false, err
 	}
@@ -421,7 +428,7 @@ func (r *TerminalCommandReconciler) ensureConsentRequest(ctx context.Context, p 
 	core := convert.Profile(&prof.Spec)
 	intent := convert.Intent(&cmd.Spec)
 	cr := &wbv1.ConsentRequest{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: cmd.Namespace, Labels: map[string]string{wbv1.EnvironmentLabel: env.Name}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: cmd.Namespace, Labels: withCorrelation(map[string]string{wbv1.EnvironmentLabel: env.Name}, cmd)},
 		Spec: wbv1.ConsentRequestSpec{
 			Descriptor: wbv1.ConsentDescriptor{
 				Capability: wbv1.CapabilityTerminalCommand, CommandRef: wbv1.ObjectName(cmd.Name), CommandUID: cmd.UID,
@@ -436,6 +443,7 @@ func (r *TerminalCommandReconciler) ensureConsentRequest(ctx context.Context, p 
 					Egress: wbv1.EgressPolicy(core.Egress), Credentials: wbv1.CredentialPolicy(core.Credentials),
 					GitMetadata: gitMetadataOf(&prof.Spec),
 				},
+				Requester:  cmd.Spec.CreatedBy,
 				ReasonCode: string(actuation.CodeConsentRequired),
 			},
 			Options:        []wbv1.ConsentScope{wbv1.ConsentDeny, wbv1.ConsentAllowOnce, wbv1.ConsentRememberExactArgv, wbv1.ConsentRememberArgvPrefix},
@@ -445,6 +453,11 @@ func (r *TerminalCommandReconciler) ensureConsentRequest(ctx context.Context, p 
 	if r.ConsentTimeoutSeconds > 0 {
 		cr.Spec.TimeoutSeconds = r.ConsentTimeoutSeconds
 	}
+	opts, ref, err := consentGate(ctx, r.Client, r.Cooldown, cmd.Namespace, &cr.Spec.Descriptor, cr.Spec.Options, r.Now())
+	if err != nil || ref != nil {
+		return nil, errors.Join(err, ref.Err())
+	}
+	cr.Spec.Options = opts
 	// No owner reference: a remembered grant outlives the command that prompted it, so the
 	// request it answers must too. The consent request controller deletes a request once
 	// its command is gone and no durable grant needs it.

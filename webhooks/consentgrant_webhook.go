@@ -83,6 +83,13 @@ func (v ConsentGrantValidator) ValidateCreate(ctx context.Context, g *wbv1.Conse
 	default:
 		errs = append(errs, field.Invalid(specPath.Child("requestRef"), g.Spec.RequestRef, string(actuation.CodeConsentScopeInvalid)+": the request is already "+string(decision)))
 	}
+	if ref, err := durableNotGrantable(ctx, v.Reader, g, &cr.Spec.Descriptor); err != nil {
+		return nil, err
+	} else if ref != nil {
+		// before the options: a request asked under a policy that hid remembered scopes is
+		// refused with why they were hidden
+		return nil, invalid("ConsentGrant", g.Name, append(errs, refusalErrors(specPath, one(ref))...))
+	}
 	if !slices.Contains(cr.Spec.Options, g.Spec.Scope) {
 		errs = append(errs, field.NotSupported(specPath.Child("scope"), g.Spec.Scope, scopes(cr.Spec.Options)))
 		errs[len(errs)-1].Detail = string(actuation.CodeConsentScopeInvalid) + ": " + errs[len(errs)-1].Detail

@@ -10,7 +10,7 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 )
 
-// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-imagemanifest,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=imagemanifests,verbs=create;update,versions=v1alpha1,name=vimagemanifest.workbench.sensorium.dev,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-workbench-sensorium-dev-v1alpha1-imagemanifest,mutating=false,failurePolicy=fail,sideEffects=None,groups=workbench.sensorium.dev,resources=imagemanifests;imagemanifests/status,verbs=create;update,versions=v1alpha1,name=vimagemanifest.workbench.sensorium.dev,admissionReviewVersions=v1
 
 // ImageManifestValidator admits image manifests whose file paths stay beneath the node
 // agent's image directory.
@@ -37,8 +37,13 @@ func (ImageManifestValidator) ValidateCreate(ctx context.Context, obj *wbv1.Imag
 	return nil, invalid("ImageManifest", obj.Name, errs)
 }
 
-// ValidateUpdate implements admission.Validator.
-func (v ImageManifestValidator) ValidateUpdate(ctx context.Context, _, obj *wbv1.ImageManifest) (admission.Warnings, error) {
+// ValidateUpdate implements admission.Validator. A node agent writes status only, and of
+// status only its own entries of verifiedOn: no node can report another node's
+// verification (imagemanifest_verified.go).
+func (v ImageManifestValidator) ValidateUpdate(ctx context.Context, old, obj *wbv1.ImageManifest) (admission.Warnings, error) {
+	if err := nodeOwnVerifications(ctx, old, obj); err != nil {
+		return nil, err
+	}
 	return v.ValidateCreate(ctx, obj)
 }
 

@@ -80,6 +80,7 @@ func (b TerminalCommandBinder) Handle(ctx context.Context, req admission.Request
 		return refusal(err)
 	}
 	ops := bindingPatch(&obj, node, env)
+	ops = append(ops, correlationPatch(&obj, len(obj.Labels) > 0 || node != "")...) // correlation.go
 	ops = append(ops, jsonpatch.Operation{Operation: "add", Path: "/spec/createdBy", Value: obj.Spec.CreatedBy})
 	return admission.Patched("", ops...)
 }

@@ -806,6 +806,10 @@ type WorkbenchPolicySpec struct {
 	// +optional
 	// +kubebuilder:default=Strict
 	SignaturePolicy SignaturePolicy `json:"signaturePolicy,omitempty"`
+	// consent is the consent policy: which capabilities and profiles may receive remembered
+	// grants, and the deny cooldown (see ConsentPolicySpec).
+	// +optional
+	Consent *ConsentPolicySpec `json:"consent,omitempty"`
 }
 
 // WorkbenchPolicyStatus is reserved.

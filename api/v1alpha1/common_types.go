@@ -6,6 +6,12 @@ const (
 	// agents watch only objects carrying their own node's value.
 	NodeLabel = "workbench.sensorium.dev/node"
 
+	// CorrelationLabel threads one command through what it caused: the admission webhook
+	// keeps the value a client supplies on a TerminalCommand (a label value) or generates
+	// one, and the manager copies it onto the command's ConsentRequest and the waits and
+	// probes scoped to the command, so `kubectl get waits -l
+	// workbench.sensorium.dev/correlation-id=<id>` selects them (issue 30 item 5).
+	CorrelationLabel = "workbench.sensorium.dev/correlation-id"
 	// EnvironmentLabel names the environment an object acts on (set by the manager).
 	EnvironmentLabel = "workbench.sensorium.dev/environment"
 

@@ -109,6 +109,11 @@ type ConsentDescriptor struct {
 	// safetyCaps are the caps the command runs under; a grant never loosens them.
 	// +required
 	SafetyCaps SafetyCaps `json:"safetyCaps"`
+	// requester is the identity whose command asked (its createdBy), stamped by the manager.
+	// A deny cools down per requester and argv (the WorkbenchPolicy's consent.denyCooldownSeconds).
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Requester string `json:"requester,omitempty"`
 	// reasonCode is why the effect was not admitted (argv-not-admitted).
 	// +required
 	// +kubebuilder:validation:MaxLength=63

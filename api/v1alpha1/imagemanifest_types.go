@@ -109,15 +109,36 @@ type ImageVerification struct {
 	// verifiedAt is when the node verified the variant.
 	// +required
 	VerifiedAt metav1.Time `json:"verifiedAt"`
+	// generation is the metadata.generation of the manifest the node verified; a
+	// verification of an earlier generation says nothing about the current spec.
+	// +optional
+	Generation int64 `json:"generation,omitempty"`
+	// code is set when the node could not verify the variant (digest-mismatch,
+	// image-invalid); such an entry is a failed verification.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Code string `json:"code,omitempty"`
+	// message says why verification failed.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
 }
 
 // ImageManifestStatus lists where the image was verified.
 type ImageManifestStatus struct {
-	// verifiedOn lists the nodes that verified a variant of the image.
+	// verifiedOn lists the nodes that verified (or failed to verify) a variant of the image,
+	// one entry per node and variant, each written by that node's agent.
 	// +optional
 	// +kubebuilder:validation:MaxItems=256
-	// +listType=atomic
+	// +listType=map
+	// +listMapKey=nodeName
+	// +listMapKey=variant
 	VerifiedOn []ImageVerification `json:"verifiedOn,omitempty"`
+	// observedGeneration is the metadata.generation the manager computed conditions for:
+	// Ready once a node verified a variant of this generation, Reconciling until then,
+	// Stalled when every node that tried failed.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// conditions are the latest observations of the ImageManifest's state, one per condition type.
 	// +optional
 	// +listType=map

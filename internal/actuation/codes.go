@@ -60,6 +60,7 @@ const (
 	CodeConsentOperatorBindingInactive Code = "consent-operator-binding-inactive" // the granting operator's binding is not active
 	CodeConsentCapabilityNotGrantable  Code = "consent-capability-not-grantable"  // a capability consent cannot grant
 	CodeConsentNotOperator             Code = "consent-not-operator"              // the granter is not an operator
+	CodeConsentCooldown                Code = "consent-cooldown"                  // an operator denied this argv for this identity recently; it may ask again after the cooldown
 
 	// Closed vocabularies, capability admission and plans.
 	CodeVocabularyUnknown  Code = "vocabulary-unknown"  // a value outside a closed capability vocabulary
@@ -425,7 +426,7 @@ var allCodes = []Code{
 	CodeSessionCapReached, CodeReaderCapReached, CodeQueueFull, CodeShareCapReached, CodeEventBufferFull,
 	CodeConsentRequired, CodeConsentDenied, CodeConsentExpired, CodeConsentRevoked,
 	CodeConsentScopeInvalid, CodeConsentPrefixTooBroad, CodeConsentOperatorBindingInactive,
-	CodeConsentCapabilityNotGrantable, CodeConsentNotOperator,
+	CodeConsentCapabilityNotGrantable, CodeConsentNotOperator, CodeConsentCooldown,
 	CodeVocabularyUnknown, CodeCapabilityMismatch, CodePolicyInvalid,
 	CodeSummaryTooLarge, CodeDeadlineAboveMax, CodeWaitScopeInvalid, CodeNodeRestricted, CodeImmutable,
 	CodeDigestMismatch, CodePatchOutsideRoot, CodePatchDirty, CodePatchDeleteForbidden,

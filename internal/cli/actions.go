@@ -47,12 +47,17 @@ func catalogCommand(o *Options) *cobra.Command {
 	}
 	keygen.Flags().StringVar(&out, "out", "", "file for the private key (must not exist)")
 
-	var keyFile, signer string
+	var keyFile, signer, file string
 	sign := &cobra.Command{
-		Use: "sign CATALOG --key FILE --signer NAME", Short: "Sign the catalog's spec as stored and write its detached signature", Args: cobra.ExactArgs(1),
+		Use:   "sign (CATALOG | -f FILE) --key FILE --signer NAME",
+		Short: "Sign the catalog's spec as stored (CATALOG) or in a manifest file (-f, offline) and write its detached signature",
+		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if keyFile == "" || signer == "" {
 				return wbclient.Usage("--key and --signer are required")
+			}
+			if (file == "") == (len(args) == 0) {
+				return wbclient.Usage("name exactly one of a stored CATALOG or -f FILE")
 			}
 			raw, err := os.ReadFile(keyFile)
 			if err != nil {
@@ -61,6 +66,9 @@ func catalogCommand(o *Options) *cobra.Command {
 			priv, err := actions.ParsePrivateKey(string(raw))
 			if err != nil {
 				return wbclient.Usage("%s: %v", keyFile, err)
+			}
+			if file != "" {
+				return signCatalogFile(o, file, signer, priv)
 			}
 			cl, err := o.Client()
 			if err != nil {
@@ -77,6 +85,7 @@ func catalogCommand(o *Options) *cobra.Command {
 	}
 	sign.Flags().StringVar(&keyFile, "key", "", "private key file (from catalog keygen)")
 	sign.Flags().StringVar(&signer, "signer", "", "the ActionSigner holding the public key")
+	sign.Flags().StringVarP(&file, "filename", "f", "", "sign an ActionCatalog manifest file offline, writing the signature into it (no cluster needed)")
 
 	verify := &cobra.Command{
 		Use: "verify CATALOG", Short: "Decide the catalog's signature with the same core as the manager and the node", Args: cobra.ExactArgs(1),

@@ -58,7 +58,7 @@ consent, run prints the request and who may approve it, and waits.`,
 			} else {
 				opts.Output = o.IO.Out
 				opts.OnCreated = func(t *wbv1.TerminalCommand) {
-					fmt.Fprintf(o.IO.ErrOut, "terminalcommand/%s created\n", t.Name)
+					fmt.Fprintf(o.IO.ErrOut, "terminalcommand/%s created (correlation id %s)\n", t.Name, termsafe.Line(t.Labels[wbv1.CorrelationLabel]))
 				}
 			}
 			final, runErr := cl.Run(ctx, req, opts)
@@ -80,6 +80,7 @@ consent, run prints the request and who may approve it, and waits.`,
 	c.Flags().StringVar(&req.Path, "cwd", "", "working directory beneath the root")
 	c.Flags().Int64Var(&req.TimeoutSeconds, "timeout", 0, "timeout in seconds (at most the profile's maximum)")
 	c.Flags().Int64Var(&req.OutputBytes, "output-bytes", 0, "output cap in bytes (at most the profile's maximum)")
+	c.Flags().StringVar(&req.CorrelationID, "correlation-id", "", "correlation id labelling the command, its consent request, waits and probes (generated when empty)")
 	c.Flags().BoolVar(&detach, "detach", false, "create the command and return without waiting")
 	return c
 }

@@ -38,6 +38,7 @@ type RunRequest struct {
 	Path           string   `json:"path,omitempty" jsonschema:"working directory beneath the root"`
 	TimeoutSeconds int64    `json:"timeoutSeconds,omitempty" jsonschema:"timeout, at most the profile's maxTimeoutSeconds"`
 	OutputBytes    int64    `json:"outputBytes,omitempty" jsonschema:"output cap in bytes, at most the profile's maxOutputBytes"`
+	CorrelationID  string   `json:"correlationID,omitempty" jsonschema:"correlation id threading this command through its consent request, waits and probes (a label value: at most 63 characters of [A-Za-z0-9._-]); generated when empty"`
 }
 
 // PrepareCommand resolves r into a TerminalCommand ready to create: the environment, a
@@ -91,6 +92,9 @@ func (c *Client) PrepareCommand(ctx context.Context, r RunRequest) (*wbv1.Termin
 		ObjectMeta: metav1.ObjectMeta{GenerateName: commandPrefix(argv), Namespace: c.Namespace},
 		Spec: wbv1.TerminalCommandSpec{SessionRef: wbv1.ObjectName(session), ProfileRef: wbv1.ObjectName(prof.Name), Argv: argv,
 			Cwd: wbv1.CwdAddress{Root: wbv1.RootName(root), Path: wbv1.RelativePath(r.Path)}, TimeoutSeconds: r.TimeoutSeconds, OutputBytes: r.OutputBytes},
+	}
+	if r.CorrelationID != "" {
+		cmd.Labels = map[string]string{wbv1.CorrelationLabel: r.CorrelationID}
 	}
 	return cmd, nil
 }

@@ -21,13 +21,14 @@ type RunResult struct {
 	OutputTruncated bool   `json:"outputTruncated,omitempty"`
 	OutputDigest    string `json:"outputDigest,omitempty"`
 	ConsentRequest  string `json:"consentRequest,omitempty"`
+	CorrelationID   string `json:"correlationID,omitempty"`
 }
 
 // ResultOf summarizes a final command with the output read (nil when unread).
 func ResultOf(cmd *wbv1.TerminalCommand, output *CappedBuffer) RunResult {
 	r := RunResult{Command: cmd.Name, Phase: string(wbv1.CommandPhaseFor(cmd.Status.Conditions)), ExitCode: cmd.Status.ExitCode,
 		SignalOrigin: string(cmd.Status.SignalOrigin), OutputDigest: string(cmd.Status.OutputDigest),
-		ConsentRequest: cmd.Status.ConsentRequestRef, OutputTruncated: cmd.Status.Truncated}
+		ConsentRequest: cmd.Status.ConsentRequestRef, OutputTruncated: cmd.Status.Truncated, CorrelationID: cmd.Labels[wbv1.CorrelationLabel]}
 	if cmd.Status.Refusal != nil {
 		r.RefusalCode, r.RefusalMessage = cmd.Status.Refusal.Code, cmd.Status.Refusal.Message
 	}

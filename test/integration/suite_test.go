@@ -28,7 +28,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	envtest.Main(m, "integration", envtest.Options{Setup: nodeagenttest.ManagerSetupWith(controllers.Config{ConsentTimeoutSeconds: testConsentTimeout, BindingRecheck: testRecheck})}, &env)
+	envtest.Main(m, "integration", envtest.Options{Setup: nodeagenttest.ManagerSetupWith(controllers.Config{ConsentTimeoutSeconds: testConsentTimeout, BindingRecheck: testRecheck, Clock: clock.Now})}, &env)
 }
 
 func namespace(t testing.TB) string { return env.Namespace(t, "wb-") }

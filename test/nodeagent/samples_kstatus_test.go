@@ -228,6 +228,11 @@ func TestSamplesThroughKStatus(t *testing.T) {
 				// until the product has observed this generation.
 				pending = append(pending, fmt.Sprintf("%s: status not yet written for generation %d: %v", s, got.GetGeneration(), got.Object["status"]))
 			case kstatus.InProgressStatus:
+				if o.GetKind() == "ImageManifest" && qemuSkip != "" && observed(got) {
+					// No node here boots qemu-microvm.v1, so none verifies the image: it reads
+					// InProgress (never Current) with its generation observed (issue 30 item 7).
+					continue
+				}
 				waiting, err := release(s, res)
 				if err != nil {
 					t.Fatal(err)
@@ -286,17 +291,10 @@ func TestSamplesThroughKStatus(t *testing.T) {
 }
 
 // observed says the product has written o's status for its current generation:
-// status.observedGeneration equals metadata.generation. Kinds whose status has no
-// observedGeneration (ImageManifest: what nodes verified) count as observed as they are.
+// status.observedGeneration equals metadata.generation (every kind has it).
 func observed(o *unstructured.Unstructured) bool {
 	g, found, err := unstructured.NestedInt64(o.Object, "status", "observedGeneration")
-	if err != nil {
-		return false
-	}
-	if !found {
-		return o.GetKind() == "ImageManifest"
-	}
-	return g == o.GetGeneration()
+	return err == nil && found && g == o.GetGeneration()
 }
 
 // TestTerminalOutcomesThroughKStatus produces, with the real manager and node agent, every

@@ -76,6 +76,9 @@ func (a *Agent) setupControllers(mgr ctrl.Manager) error {
 	if err := a.setupActionRuns(mgr); err != nil {
 		return err
 	}
+	if err := a.setupImageManifests(mgr); err != nil { // imagemanifest_controller.go
+		return err
+	}
 	if err := a.setupViews(mgr); err != nil {
 		return err
 	}
