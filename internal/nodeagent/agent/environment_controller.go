@@ -39,6 +39,7 @@ type environmentReconciler struct{ a *Agent }
 func environmentOwned(s *wbv1.EnvironmentStatus) wbv1.EnvironmentStatus {
 	out := wbv1.EnvironmentStatus{
 		SourceGeneration: s.SourceGeneration,
+		Roots:            s.Roots, // sourced roots' materialization (sources.go)
 		Conditions:       statusapply.Owned(s.Conditions, wbv1.ConditionReady, wbv1.ConditionCleanupComplete, wbv1.ConditionDegraded),
 	}
 	if wbv1.EnvironmentPhaseWriter(s) == wbv1.PhaseWriterNode {
@@ -186,6 +187,17 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			a.recordEvent(&env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
 			break
 		}
+		// Sourced roots (git, archive, oci): bound here, materialized by Allocate (sources.go).
+		srcs, code, msg, err := a.bindSources(ctx, &env, &spec)
+		if err != nil {
+			return ctrl.Result{}, err
+		} else if code != "" {
+			srcs.failRoot(&env, code)
+			next.Roots = srcs.merge(&env, env.Status.Roots)
+			set(wbv1.ConditionReady, false, wbv1.ReasonFailed, code+": "+msg)
+			a.recordEvent(&env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
+			break
+		}
 		if env.Labels[wbv1.PoolClaimedByLabel] != "" {
 			result = ctrl.Result{} // a claimed pool member: its instance is its claimer's now (pool.go)
 			break
@@ -247,6 +259,10 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		st, err := b.Allocate(ctx, spec)
 		if err == nil {
 			st, err = b.Start(ctx, spec)
+		}
+		if srcs != nil {
+			next.Roots = srcs.merge(&env, env.Status.Roots)
+			err = sourceErr(err)
 		}
 		if err == nil && st.Phase == backends.PhaseReady {
 			// The directories the backend admitted are the ones pinned next: claimed too
