@@ -80,7 +80,7 @@ func teeStderr() {
 }
 
 func TestMain(m *testing.M) {
-	procexec.MaybeRunHelper() // the agent re-executes this binary as its sandbox helper: before anything else
+	procexec.MaybeRunHelper()                    // the agent re-executes this binary as its sandbox helper: before anything else
 	_ = os.Setenv("WORKBENCH_TEST_VERBOSE", "1") // every log line of the agent, to grep for credentials
 	teeStderr()
 	nodeagenttest.Main(m, nodeagenttest.Options{Name: "sources", Setup: func(s *nodeagenttest.Suite) error {
