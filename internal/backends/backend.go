@@ -22,7 +22,7 @@ type Root struct {
 	// 28), fixture-copy.v1 only. Materialize fills the empty managed copy; SourceID
 	// identifies the source (a complete copy of the same SourceID is reused as is).
 	SourceID    string
-	Materialize MaterializeFunc
+	Materialize MaterializeFunc `json:"-"`
 }
 
 // MaterializeFunc fills an empty directory (staging, opened beneath; stagingDir, its

@@ -314,7 +314,7 @@ func tarEntry(h *tar.Header, r io.Reader) entry {
 		e.mode |= fs.ModeSticky
 	}
 	switch h.Typeflag {
-	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse:
+	case tar.TypeReg, tar.TypeGNUSparse: // the reader reports the old TypeRegA as TypeReg
 		e.kind, e.contents = kindFile, r
 	case tar.TypeDir:
 		e.kind = kindDir
