@@ -193,7 +193,7 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			return ctrl.Result{}, err
 		} else if code != "" {
 			srcs.failRoot(&env, code)
-			next.Roots = srcs.merge(&env, env.Status.Roots)
+			next.Roots = a.mergeSources(srcs, &env)
 			set(wbv1.ConditionReady, false, wbv1.ReasonFailed, code+": "+msg)
 			a.recordEvent(&env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
 			break
@@ -261,7 +261,7 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			st, err = b.Start(ctx, spec)
 		}
 		if srcs != nil {
-			next.Roots = srcs.merge(&env, env.Status.Roots)
+			next.Roots = a.mergeSources(srcs, &env)
 			err = sourceErr(err)
 		}
 		if err == nil && st.Phase == backends.PhaseReady {
@@ -408,7 +408,7 @@ func (a *Agent) teardownDeleted(ctx context.Context, ns, name string) error {
 
 func (a *Agent) rememberEnv(spec backends.Spec, st backends.Status) { a.envs.remember(spec, st) }
 
-func (a *Agent) forgetEnv(id string) { a.envs.forget(id) }
+func (a *Agent) forgetEnv(id string) { a.envs.forget(id); a.forgetMaterialized(id) }
 
 // mountedRoots returns the environment's roots if it is ready in this process.
 func (a *Agent) mountedRoots(envUID string) ([]backends.MountedRoot, bool) {

@@ -72,16 +72,18 @@ func (o *sourceOutcomes) put(s wbv1.RootSourceStatus) {
 	o.roots[string(s.Name)] = s
 }
 
-// merge returns status.roots: this pass's outcome for a root it materialized, the earlier
-// status for one whose complete copy was reused, and a bare entry for the rest.
-func (o *sourceOutcomes) merge(env *wbv1.Environment, prev []wbv1.RootSourceStatus) []wbv1.RootSourceStatus {
+// mergeSources returns status.roots: this pass's outcome for a root it materialized; for
+// one whose complete copy was reused, what this process recorded when it materialized it
+// (the cached status may not show that write yet), else the status's own entry (after an
+// agent restart); a bare entry for the rest.
+func (a *Agent) mergeSources(o *sourceOutcomes, env *wbv1.Environment) []wbv1.RootSourceStatus {
 	if o == nil {
-		return prev
+		return env.Status.Roots
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	old := map[wbv1.RootName]wbv1.RootSourceStatus{}
-	for _, p := range prev {
+	for _, p := range env.Status.Roots {
 		old[p.Name] = p
 	}
 	var out []wbv1.RootSourceStatus
@@ -90,15 +92,33 @@ func (o *sourceOutcomes) merge(env *wbv1.Environment, prev []wbv1.RootSourceStat
 		if kind == "" {
 			continue
 		}
+		key := string(env.UID) + "/" + string(r.Name)
 		s, ok := o.roots[string(r.Name)]
-		if !ok {
-			if s, ok = old[r.Name]; !ok || s.Reason != "" {
+		switch {
+		case ok && s.Reason == "":
+			a.materialized.Store(key, s)
+		case ok:
+			a.materialized.Delete(key)
+		default:
+			if m, found := a.materialized.Load(key); found {
+				s = m.(wbv1.RootSourceStatus)
+			} else if s, ok = old[r.Name]; !ok || s.Reason != "" {
 				s = wbv1.RootSourceStatus{Name: r.Name, Kind: kind}
 			}
 		}
 		out = append(out, s)
 	}
 	return out
+}
+
+// forgetMaterialized drops what mergeSources remembered of an environment's roots.
+func (a *Agent) forgetMaterialized(envUID string) {
+	a.materialized.Range(func(k, _ any) bool {
+		if strings.HasPrefix(k.(string), envUID+"/") {
+			a.materialized.Delete(k)
+		}
+		return true
+	})
 }
 
 func sourceKind(r wbv1.EnvironmentRoot) string {
