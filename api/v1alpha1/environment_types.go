@@ -215,6 +215,11 @@ type EnvironmentRoot struct {
 	Access *RootAccess `json:"access,omitempty"`
 }
 
+// SourceCredentialsLabel must be "true" on a Secret an Environment's source names: the node
+// agent reads no other Secret, so naming a Secret in an Environment cannot make the node
+// send a credential that was not opted in (docs/workspace-sources.md).
+const SourceCredentialsLabel = "workbench.sensorium.dev/source-credentials"
+
 // SecretKeyReference names a Secret in the Environment's namespace. The node agent reads it
 // when it fetches; its values are never written into the workspace, the sandbox's
 // environment, events, logs or status.

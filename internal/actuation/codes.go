@@ -407,6 +407,33 @@ const (
 	CodeExportFailed      Code = "export-failed"       // the node could not compute the export (git failed, time cap)
 )
 
+// Workspace sources (issue 28 item 1, internal/platform/sources, docs/workspace-sources.md):
+// roots materialized by the node agent from a git commit, an uploaded archive or an OCI
+// artifact.
+const (
+	CodeSourceInvalid             Code = "source-invalid"              // a malformed source: URL scheme, userinfo in a URL, commit shape, OCI reference
+	CodeSourceHostNotAllowed      Code = "source-host-not-allowed"     // the source's host (or file:// directory) is outside the node's source allowlist
+	CodeSourceRefNotAllowed       Code = "source-ref-not-allowed"      // a branch or tag where node policy allows only a full commit (or only a digest)
+	CodeSourceBackendUnsupported  Code = "source-backend-unsupported"  // a sourced root on a backend that does not materialize sources
+	CodeSourceCredentialsInvalid  Code = "source-credentials-invalid"  // the credentials Secret is missing, not opted in, or lacks the keys its source needs
+	CodeSourceFetchFailed         Code = "source-fetch-failed"         // the fetch failed (network, authentication, timeout, unsupported content)
+	CodeSourceCommitNotFound      Code = "source-commit-not-found"     // the repository has no such commit (or the ref names none)
+	CodeSourceTreeMismatch        Code = "source-tree-mismatch"        // the checked-out tree differs from the commit's tree
+	CodeSourceLFSRefused          Code = "source-lfs-refused"          // the repository uses Git LFS and the source does not declare lfs (or the node cannot fetch it)
+	CodeSourceArtifactUnavailable Code = "source-artifact-unavailable" // the archive's Artifact is missing, not complete, on another node or not the pinned digest
+	CodeArchiveInvalid            Code = "archive-invalid"             // the archive (or an OCI layer) cannot be read in its declared format
+	CodeArchivePathAbsolute       Code = "archive-path-absolute"       // an entry whose name is an absolute path
+	CodeArchivePathTraversal      Code = "archive-path-traversal"      // an entry whose name has a ".." component
+	CodeArchivePathInvalid        Code = "archive-path-invalid"        // an entry name that is empty, too long, too deep or has invalid characters
+	CodeArchiveLinkEscape         Code = "archive-link-escape"         // a symlink or hardlink pointing outside the root (or a write through a link)
+	CodeArchiveSpecialFile        Code = "archive-special-file"        // a device node, fifo, whiteout or other entry type that is not a file, directory or link
+	CodeArchiveSetuid             Code = "archive-setuid"              // an entry with the setuid or setgid bit
+	CodeArchiveDuplicateEntry     Code = "archive-duplicate-entry"     // two entries with the same name (or a file where a directory was)
+	CodeArchiveTooManyEntries     Code = "archive-too-many-entries"    // more entries than the node's cap (a bomb)
+	CodeArchiveTooLarge           Code = "archive-too-large"           // more extracted bytes than the node's cap (a bomb)
+	CodeArchiveFileTooLarge       Code = "archive-file-too-large"      // one file above the node's per-file cap
+)
+
 // allCodes is the closed vocabulary as data; Codes returns a sorted copy.
 var allCodes = []Code{
 	CodeEgressEndpointForbidden, CodeEgressDNSNameForbidden, CodeEgressConnectionCapReached,
@@ -492,6 +519,13 @@ var allCodes = []Code{
 	CodeBackendNotOffered, CodeDeviceForbidden,
 	// results out (issue 28)
 	CodeExportInvalid, CodeExportBaseUnknown, CodeExportFailed,
+	// workspace sources (issue 28)
+	CodeSourceInvalid, CodeSourceHostNotAllowed, CodeSourceRefNotAllowed, CodeSourceBackendUnsupported,
+	CodeSourceCredentialsInvalid, CodeSourceFetchFailed, CodeSourceCommitNotFound, CodeSourceTreeMismatch,
+	CodeSourceLFSRefused, CodeSourceArtifactUnavailable, CodeArchiveInvalid, CodeArchivePathAbsolute,
+	CodeArchivePathTraversal, CodeArchivePathInvalid, CodeArchiveLinkEscape, CodeArchiveSpecialFile,
+	CodeArchiveSetuid, CodeArchiveDuplicateEntry, CodeArchiveTooManyEntries, CodeArchiveTooLarge,
+	CodeArchiveFileTooLarge,
 }
 
 var sortedCodes = func() []Code {

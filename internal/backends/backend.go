@@ -8,6 +8,8 @@ import (
 	"context"
 	"fmt"
 	"sort"
+
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // Root is one named root of an environment as the node agent resolved it.
@@ -16,7 +18,17 @@ type Root struct {
 	HostPath string // host-local: the admitted directory
 	Source   string // fixture-copy.v1: the directory copied
 	ReadOnly bool
+	// SourceID and Materialize: a root from a workspace source (git, archive, oci; issue
+	// 28), fixture-copy.v1 only. Materialize fills the empty managed copy; SourceID
+	// identifies the source (a complete copy of the same SourceID is reused as is).
+	SourceID    string
+	Materialize MaterializeFunc `json:"-"`
 }
+
+// MaterializeFunc fills an empty directory (staging, opened beneath; stagingDir, its
+// absolute path) from a workspace source and returns the files, directories and bytes
+// written (internal/platform/sources does the work; the node agent binds the source).
+type MaterializeFunc func(ctx context.Context, staging *fsaccess.Root, stagingDir string) (files, dirs int, bytes int64, err error)
 
 // Spec is the backend-neutral description of one environment allocation.
 type Spec struct {

@@ -174,6 +174,21 @@ type plannedRoot struct {
 	readOnly bool
 	admitted []hostlocal.AdmittedRoot
 	reuse    string // a complete copy to reuse ("" = copy needed)
+	// materialize fills the copy from a workspace source (issue 28) instead of copying
+	// a directory; source is then SourcePrefix+SourceID.
+	materialize backends.MaterializeFunc
+}
+
+// SourcePrefix marks a copy record's source as a workspace source's identity (not a path).
+const SourcePrefix = "source:"
+
+// identity is what a root's copy record names: its source directory, or its workspace
+// source's identity.
+func identity(r backends.Root) string {
+	if r.Materialize != nil || r.SourceID != "" {
+		return SourcePrefix + r.SourceID
+	}
+	return r.Source
 }
 
 // checkShape validates the spec without touching the sources: ID, root
@@ -201,6 +216,13 @@ func (b *Backend) checkShape(spec backends.Spec) ([]plannedRoot, error) {
 		seen[r.Name] = true
 		if r.HostPath != "" {
 			return nil, fsaccess.Errorf(CodeRootInvalid, "environment %s: %s: fixture-copy.v1 takes a source, not a hostPath", spec.Ref, field)
+		}
+		if r.Materialize != nil {
+			if r.Source != "" || r.SourceID == "" {
+				return nil, fsaccess.Errorf(CodeRootInvalid, "environment %s: %s: a workspace source needs an identity and no source directory", spec.Ref, field)
+			}
+			out = append(out, plannedRoot{name: r.Name, source: identity(r), readOnly: r.ReadOnly, materialize: r.Materialize})
+			continue
 		}
 		if r.Source == "" {
 			return nil, fsaccess.Errorf(CodeRootInvalid, "environment %s: %s.source: a source directory is required", spec.Ref, field)
@@ -273,7 +295,7 @@ func (b *Backend) Allocate(ctx context.Context, spec backends.Spec) (backends.St
 		if p.reuse, err = b.findComplete(fx, spec.ID, p.name, p.source); err != nil {
 			return failed(releaseDisk(fmt.Errorf("allocate %s root %q: %w", spec.Ref, p.name, err)))
 		}
-		if p.reuse == "" {
+		if p.reuse == "" && p.materialize == nil {
 			if err := b.admit(spec, i, p, admitted); err != nil {
 				return failed(releaseDisk(err))
 			}
@@ -300,7 +322,7 @@ func (b *Backend) Allocate(ctx context.Context, spec backends.Spec) (backends.St
 		if path == "" {
 			rel := spec.ID + "/" + p.name
 			created = append(created, rel)
-			if path, err = b.makeCopy(fx, spec.ID, rel, p); err != nil {
+			if path, err = b.makeCopy(ctx, fx, spec.ID, rel, p); err != nil {
 				return rollback(fmt.Errorf("allocate %s root %q: %w", spec.Ref, p.name, err))
 			}
 		}
@@ -356,7 +378,7 @@ func (b *Backend) findComplete(fx *fsaccess.Root, id, name, source string) (stri
 
 // makeCopy clears the root directory rel of any partial or stale copy, then
 // copies the admitted source and records the copy as complete.
-func (b *Backend) makeCopy(fx *fsaccess.Root, id, rel string, p plannedRoot) (string, error) {
+func (b *Backend) makeCopy(ctx context.Context, fx *fsaccess.Root, id, rel string, p plannedRoot) (string, error) {
 	if _, err := fx.MkdirAll(rel, 0o700); err != nil {
 		return "", fmt.Errorf("create %q: %w", filepath.Join(b.dir, rel), err)
 	}
@@ -368,14 +390,22 @@ func (b *Backend) makeCopy(fx *fsaccess.Root, id, rel string, p plannedRoot) (st
 		return "", err
 	}
 	defer func() { _ = m.Close() }()
-	pinned, unpin, err := pinSource(p)
-	if err != nil {
-		return "", err
-	}
-	res, err := m.Copy(pinned, b.limits)
-	unpin()
-	if err != nil {
-		return "", b.copyError(p.source, err)
+	var res *fixture.CopyResult
+	if p.materialize != nil {
+		res, err = m.Fill(func(st *fsaccess.Root, dir string) (int, int, int64, error) { return p.materialize(ctx, st, dir) })
+		if err != nil {
+			return "", err
+		}
+	} else {
+		pinned, unpin, err := pinSource(p)
+		if err != nil {
+			return "", err
+		}
+		res, err = m.Copy(pinned, b.limits)
+		unpin()
+		if err != nil {
+			return "", b.copyError(p.source, err)
+		}
 	}
 	rec := record{Schema: recordSchema, ID: id, Root: p.name, Source: p.source, Resolved: p.resolved,
 		Copy: res.Name, Files: res.Files, Dirs: res.Dirs, Bytes: res.Bytes}
@@ -692,7 +722,7 @@ func (b *Backend) recoverKnown(ctx context.Context, fx *fsaccess.Root, spec back
 	}
 	sources := map[string]string{} // root name -> source path of the spec
 	for _, r := range spec.Roots {
-		sources[r.Name] = r.Source
+		sources[r.Name] = identity(r)
 	}
 	entries, err := listNames(fx, spec.ID)
 	if err != nil {

@@ -44,6 +44,8 @@ type Agent struct {
 	// stopping is set when the agent shuts down: commands it kills then were interrupted by
 	// the node, not cancelled by anyone (awaitCommand records them so).
 	stopping atomic.Bool
+	// materialized remembers each sourced root's last materialization (sources.go).
+	materialized sync.Map
 
 	cfg      Config
 	helper   string // this executable (or Options.HelperPath): sandbox helper and guest PTY relay

@@ -65,6 +65,10 @@ type Config struct {
 	QEMU *QEMUConfig `json:"qemu,omitempty"`
 	// Storage bounds environment disks, sandbox /tmp and file sizes (storage.go).
 	Storage *StorageConfig `json:"storage,omitempty"`
+	// Sources is the node's workspace-source policy (sources.go): the hosts git and OCI
+	// sources may be fetched from, and the bounds of a materialized root. Absent: only
+	// archive sources (uploaded Artifacts) are materialized.
+	Sources *SourcesConfig `json:"sources,omitempty"`
 	// RecordRetentionSeconds is how long the store keeps the record of an object that no
 	// longer exists (default 60); the sweep that prunes them runs at least this often.
 	RecordRetentionSeconds int `json:"recordRetentionSeconds,omitempty"`

@@ -40,6 +40,7 @@ type environmentReconciler struct{ a *Agent }
 func environmentOwned(s *wbv1.EnvironmentStatus) wbv1.EnvironmentStatus {
 	out := wbv1.EnvironmentStatus{
 		SourceGeneration: s.SourceGeneration,
+		Roots:            s.Roots, // sourced roots' materialization (sources.go)
 		Conditions:       statusapply.Owned(s.Conditions, wbv1.ConditionReady, wbv1.ConditionCleanupComplete, wbv1.ConditionDegraded),
 	}
 	if wbv1.EnvironmentPhaseWriter(s) == wbv1.PhaseWriterNode {
@@ -187,6 +188,17 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			a.recordEvent(&env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
 			break
 		}
+		// Sourced roots (git, archive, oci): bound here, materialized by Allocate (sources.go).
+		srcs, code, msg, err := a.bindSources(ctx, &env, &spec)
+		if err != nil {
+			return ctrl.Result{}, err
+		} else if code != "" {
+			srcs.failRoot(&env, code)
+			next.Roots = a.mergeSources(srcs, &env)
+			set(wbv1.ConditionReady, false, wbv1.ReasonFailed, code+": "+msg)
+			a.recordEvent(&env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
+			break
+		}
 		if env.Labels[wbv1.PoolClaimedByLabel] != "" {
 			result = ctrl.Result{} // a claimed pool member: its instance is its claimer's now (pool.go)
 			break
@@ -248,6 +260,10 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		st, err := b.Allocate(ctx, spec)
 		if err == nil {
 			st, err = b.Start(ctx, spec)
+		}
+		if srcs != nil {
+			next.Roots = a.mergeSources(srcs, &env)
+			err = sourceErr(err)
 		}
 		if err == nil && st.Phase == backends.PhaseReady {
 			// The directories the backend admitted are the ones pinned next: claimed too
@@ -393,7 +409,7 @@ func (a *Agent) teardownDeleted(ctx context.Context, ns, name string) error {
 
 func (a *Agent) rememberEnv(spec backends.Spec, st backends.Status) { a.envs.remember(spec, st) }
 
-func (a *Agent) forgetEnv(id string) { a.envs.forget(id) }
+func (a *Agent) forgetEnv(id string) { a.envs.forget(id); a.forgetMaterialized(id) }
 
 // mountedRoots returns the environment's roots if it is ready in this process.
 func (a *Agent) mountedRoots(envUID string) ([]backends.MountedRoot, bool) {
