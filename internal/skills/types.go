@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-
-	"sensorium.dev/workbench/internal/platform/treehash"
 )
 
 // Versions written into every bundle and manifest.
@@ -29,9 +27,9 @@ const (
 
 // Caps of the domain objects; each has an explicit refusal.
 const (
-	MaxEdges           = 256 // edges in one trace / steps in one skill
-	MaxChangesPerEdge  = 256 // path changes recorded per edge
-	MaxInitialEntries  = treehash.DefaultMaxEntries
+	MaxEdges           = 256       // edges in one trace / steps in one skill
+	MaxChangesPerEdge  = 256       // path changes recorded per edge
+	MaxInitialEntries  = 4096      // entries of the initial state listed in a trace and manifest (the digest always)
 	MaxOutputBytes     = 16 << 10  // command output kept in the trace per edge
 	MaxPatchBytes      = 256 << 10 // patch text kept per edge
 	MaxParameters      = 32

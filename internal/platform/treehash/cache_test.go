@@ -230,7 +230,6 @@ func TestOperatorCaps(t *testing.T) {
 	}
 }
 
-
 // BenchmarkEdge50k measures one edge's state on a 50,000-file tree with one file changed:
 // incremental (this cache), full (every file re-read, the state hash before issue 30) and
 // the floor, `sha256sum` over every file of the same tree (page cache warm, as for the
