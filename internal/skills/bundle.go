@@ -479,6 +479,9 @@ func ImportWith(raw []byte, opts ImportOptions) (*Imported, error) {
 	if h, ok := top["content_hash"]; !ok || string(h) == `""` || string(h) == "null" {
 		return nil, refuse(actuation.CodeBundleHashMissing, "content_hash", "is missing: a bundle without a content hash cannot be verified")
 	}
+	if err := ValidateSchema(raw); err != nil {
+		return nil, err
+	}
 	var b Bundle
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()

@@ -209,6 +209,12 @@ func TestCrystallize(t *testing.T) {
 // replayInto replays plan into dir the way the controller does, performing
 // each step's effect with do, and returns the report.
 func replayInto(t *testing.T, pl *Plan, dir string, do func(i int, dir string), outcome func(i int) Outcome) *ReplayReport {
+	return replayIntoBetween(t, pl, dir, do, outcome, nil)
+}
+
+// replayIntoBetween is replayInto with a hook run between edges (before step i's state
+// before is taken): an out-of-band change there is a state-hash mismatch before step i.
+func replayIntoBetween(t *testing.T, pl *Plan, dir string, do func(i int, dir string), outcome func(i int) Outcome, between func(i int, dir string)) *ReplayReport {
 	t.Helper()
 	r := &ReplayReport{ReplayID: NewID(), SkillID: pl.Manifest.SkillID, SkillVersion: 1, Backend: pl.Backend, Mode: pl.Mode, Edges: []ReplayEdge{}}
 	cur := hashDir(t, dir)
@@ -216,6 +222,10 @@ func replayInto(t *testing.T, pl *Plan, dir string, do func(i int, dir string), 
 		if den := pl.CheckCapabilities(i); den != nil {
 			r.Denials = append(r.Denials, *den)
 			break
+		}
+		if between != nil {
+			between(i, dir)
+			cur = hashDir(t, dir)
 		}
 		before := cur
 		do(i, dir)
