@@ -29,8 +29,8 @@ func TestManifestRoundTripsThroughSkillSpec(t *testing.T) {
 			{Index: 3, Kind: skills.EdgeWait, Condition: &skills.ConditionEdge{Condition: "c", Result: "Satisfied"},
 				ExpectedBefore: "sha256:" + hex64('e'), ExpectedAfter: "sha256:" + hex64('e'), ExpectedOutcome: skills.Outcome{Phase: "Satisfied", Code: "x"}},
 		},
-		InitialState: skills.StateRef{Digest: "sha256:" + hex64('a'), Entries: []skills.StateEntry{{Path: "repo", PathState: skills.PathState{Type: "dir", Digest: "sha256:" + hex64('f')}}}},
-		Capabilities: skills.Capabilities{Profiles: []string{"echo"}, ActionIDs: []string{"a.b"}, Backends: []string{"host-local"}},
+		InitialState:     skills.StateRef{Digest: "sha256:" + hex64('a'), Entries: []skills.StateEntry{{Path: "repo", PathState: skills.PathState{Type: "dir", Digest: "sha256:" + hex64('f')}}}},
+		Capabilities:     skills.Capabilities{Profiles: []string{"echo"}, ActionIDs: []string{"a.b"}, Backends: []string{"host-local"}},
 		FallbackBehavior: skills.FallbackBehavior, CreatedAt: time.Now().UTC().Truncate(time.Second)}
 	spec, err := SkillSpec(m)
 	if err != nil {
@@ -54,7 +54,6 @@ func TestManifestRoundTripsThroughSkillSpec(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
-
 
 func hex64(c byte) string {
 	b := make([]byte, 64)

@@ -32,7 +32,7 @@ func TestFixtureAuthorityDenied(t *testing.T) {
 	sr := w.replay("rp", "narrow", "fresh", wbv1.SkillReplayExact, nil)
 	st := sr.Status
 	want := int32(sc.PassCriteria["halted_at_edge"].(float64))
-	if st.Result != wbv1.SkillReplayHaltedAtEdge || st.HaltedAtEdge != want || st.ResultText != fmt.Sprintf("halted-at-edge-%d", want) {
+	if st.Result != wbv1.SkillReplayHaltedAtEdge || st.HaltedAtEdge != want || st.ResultText != fmt.Sprintf("halted_at_edge_%d", want) {
 		t.Fatalf("replay status %+v", st)
 	}
 	wantKStatusFailed(t, sr) // a halted replay is not healthy
@@ -150,7 +150,7 @@ func TestOutOfBandChangeHaltsReplay(t *testing.T) {
 		w.approve("rp-4")
 	})
 	st := sr.Status
-	if st.Result != wbv1.SkillReplayHaltedAtEdge || st.HaltedAtEdge != 4 || st.ResultText != "halted-at-edge-4" || st.EdgesCommitted != 3 {
+	if st.Result != wbv1.SkillReplayHaltedAtEdge || st.HaltedAtEdge != 4 || st.ResultText != "halted_at_edge_4" || st.EdgesCommitted != 3 {
 		t.Fatalf("replay status %+v", st)
 	}
 	wantKStatusFailed(t, sr)
