@@ -35,11 +35,11 @@ func TestFixtureAuthorityDenied(t *testing.T) {
 		t.Fatalf("replay status %+v", st)
 	}
 	assertCriteria(t, sc, map[string]any{
-		"overall_verdict":            string(st.Proof.OverallVerdict),
+		"overall_verdict":           string(st.Proof.OverallVerdict),
 		"gate.no_hidden_capability": string(gate(st.Proof, core.GateNoHiddenCapability).Verdict),
-		"denials_non_empty":          len(st.Denials) > 0,
-		"denial_code":                st.Denials[0].Code,
-		"halted_at_edge":             st.HaltedAtEdge,
+		"denials_non_empty":         len(st.Denials) > 0,
+		"denial_code":               st.Denials[0].Code,
+		"halted_at_edge":            st.HaltedAtEdge,
 	})
 	want := int32(sc.PassCriteria["halted_at_edge"].(float64))
 	if st.Result != wbv1.SkillReplayHaltedAtEdge || st.HaltedAtEdge != want || st.ResultText != fmt.Sprintf("halted_at_edge_%d", want) {
