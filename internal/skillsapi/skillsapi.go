@@ -34,9 +34,9 @@ func viaJSON(in, out any, rename func(string) string) error {
 	if err != nil {
 		return err
 	}
-	dec = json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields() // a field one side lacks is an error, not a silent loss
-	return dec.Decode(out)
+	// A Skill spec holds more than the manifest (recordingRef, traceArtifactRef,
+	// traceDigest): those stay behind on the way to the core.
+	return json.Unmarshal(raw, out)
 }
 
 func renameKeys(v any, rename func(string) string) any {
