@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/skills"
 )
 
@@ -36,6 +37,8 @@ func TestManifestRoundTripsThroughSkillSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rec := wbv1.ObjectName("rec") // a Skill spec's own members stay behind
+	spec.RecordingRef = &rec
 	back, err := Manifest(&spec)
 	if err != nil {
 		t.Fatal(err)
