@@ -458,6 +458,11 @@ type EnvironmentSpec struct {
 	// +optional
 	// +kubebuilder:default=Running
 	DesiredState EnvironmentDesiredState `json:"desiredState,omitempty"`
+
+	// recording caps the workspace state hash a Recording or SkillReplay computes on this
+	// environment (recording_limits_types.go); absent fields take the node's defaults.
+	// +optional
+	Recording *EnvironmentRecordingLimits `json:"recording,omitempty"`
 }
 
 // UnmetRequirement is one property no capability satisfied.

@@ -346,8 +346,8 @@ type SkillReplayStatus struct {
 	// haltedAtEdge is the step the replay stopped at, when it halted.
 	// +optional
 	HaltedAtEdge int32 `json:"haltedAtEdge,omitempty"`
-	// resultText is the seed's literal result: success, halted-at-edge-N or
-	// completed-with-surprises.
+	// resultText is the seed's literal result: success, halted_at_edge_N or
+	// completed_with_surprises.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	ResultText string `json:"resultText,omitempty"`

@@ -337,6 +337,16 @@ const (
 	CodeSecretDetected        Code = "secret-detected"         // export with redaction none while a secret pattern is found, without override
 )
 
+// Codes of issue 30's recordings of real repositories and portable, signed bundles.
+const (
+	CodeStateLimitInvalid       Code = "state-limit-invalid"       // a state-hash cap above its ceiling
+	CodeBundleHashMissing       Code = "bundle-hash-missing"       // an imported bundle without content_hash: nothing to verify
+	CodeBundleFormatLegacy      Code = "bundle-format-legacy"      // a camelCase bundle of a version before the seed's wire format: re-export it
+	CodeBundleSignatureInvalid  Code = "bundle-signature-invalid"  // a bundle signature that does not verify over its content hash
+	CodeBundleSignerUnknown     Code = "bundle-signer-unknown"     // a signed bundle whose key is not pinned by a BundleSigner
+	CodeBundleSignatureRequired Code = "bundle-signature-required" // an unsigned bundle where the import requires a pinned signature
+)
+
 // Seed 002 (issue 10): signed action catalogs. The 24 codes of sensorium-os-error-codes.v1,
 // verbatim, then the few this implementation adds (catalog structure and signer scope).
 const (
@@ -498,6 +508,8 @@ var allCodes = []Code{
 	CodeStateTreeTooLarge, CodeTraceTooLarge, CodeTraceInvalid, CodeRecordingConflict, CodeSkillInvalid,
 	CodeSkillParameterMissing, CodeSkillParameterUnknown, CodeSkillParameterInvalid, CodeCapabilityUndeclared,
 	CodeStateDiverged, CodeBundleHashMismatch, CodeBundleSchemaInvalid, CodeBundleTooLarge, CodeSecretDetected,
+	CodeStateLimitInvalid, CodeBundleHashMissing, CodeBundleFormatLegacy, CodeBundleSignatureInvalid, CodeBundleSignerUnknown,
+	CodeBundleSignatureRequired,
 	// seed 002 (issue 10)
 	CodeActionCatalogUnauthorized, CodeActionNotAllowlisted, CodeCatalogEntryMissing, CodeScriptHashMismatch,
 	CodeWorkingDirectoryForbidden, CodeParametersSchemaInvalid, CodeResultSchemaInvalid, CodeResultPointerMissing,

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actions"
 	"sensorium.dev/workbench/internal/skills"
 	wbclient "sensorium.dev/workbench/pkg/client"
 )
@@ -118,7 +119,7 @@ func parseParams(kvs []string) (map[string]string, error) {
 
 func skillCommand(o *Options) *cobra.Command {
 	c := &cobra.Command{Use: "skill", Short: "Crystallize, replay, show, export and import skills"}
-	c.AddCommand(crystallizeCommand(o), skillReplayCommand(o), skillShowCommand(o), skillExportCommand(o), skillImportCommand(o))
+	c.AddCommand(crystallizeCommand(o), skillReplayCommand(o), skillShowCommand(o), skillExportCommand(o), skillImportCommand(o), skillSchemaCommand(o))
 	return c
 }
 
@@ -321,15 +322,24 @@ func replaysOf(ctx context.Context, cl *wbclient.Client, skill string) ([]wbv1.S
 
 func skillExportCommand(o *Options) *cobra.Command {
 	var req wbclient.ExportRequest
-	var profile, file string
+	var profile, file, signKey string
 	c := &cobra.Command{
-		Use: "export SKILL [-f FILE]", Short: "Export a content-hashed SkillBundle (redaction pre-selected when secrets are found)", Args: cobra.ExactArgs(1),
+		Use: "export SKILL [-f FILE]", Short: "Export a content-hashed SkillBundle (redaction pre-selected, never silently none; signed with --sign-key)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := o.Client()
 			if err != nil {
 				return err
 			}
 			req.Skill, req.Profile, req.WorkbenchVersion = args[0], skills.RedactionProfile(profile), Version
+			if signKey != "" {
+				text, err := readCapped(signKey, 4096)
+				if err != nil {
+					return wbclient.Usage("reading the signing key: %v", err)
+				}
+				if req.SigningKey, err = actions.ParsePrivateKey(string(text)); err != nil {
+					return wbclient.Usage("the signing key %s: %v", signKey, err)
+				}
+			}
 			b, err := cl.ExportBundle(cmd.Context(), req, nil)
 			if err != nil {
 				return err
@@ -350,11 +360,11 @@ func skillExportCommand(o *Options) *cobra.Command {
 			}
 			w := o.IO.ErrOut
 			fmt.Fprintf(w, "bundle %s of skill %s written to %s\n", b.BundleID, b.Manifest.Slug, file)
-			fmt.Fprintf(w, "  redaction   %s", b.RedactionProfile)
+			fmt.Fprintf(w, "  redaction   %s (%s)", b.RedactionProfile, b.Proof.Redaction.Selection)
 			if len(b.Evidence.SecretKinds) > 0 {
 				fmt.Fprintf(w, " (secret patterns found: %s)", strings.Join(b.Evidence.SecretKinds, ", "))
 			}
-			fmt.Fprintf(w, "\n  contentHash %s\n  signed      false (bundles are not signed in this version)\n  verdict     %s\n", b.ContentHash, verdictLine(string(b.Proof.OverallVerdict)))
+			fmt.Fprintf(w, "\n  content_hash %s\n  signed      %s\n  verdict     %s\n", b.ContentHash, signedLine(b, ""), verdictLine(string(b.Proof.OverallVerdict)))
 			for _, g := range b.Proof.Gates {
 				fmt.Fprintf(w, "    %-28s %-12s %s\n", g.ID, g.Verdict, g.Reason)
 			}
@@ -365,12 +375,35 @@ func skillExportCommand(o *Options) *cobra.Command {
 	c.Flags().StringVar(&profile, "redaction", "", "none, transcript_pii or full (default: pre-selected by the secret detector)")
 	c.Flags().BoolVar(&req.Override, "allow-secrets", false, "export with redaction none although secret patterns were found (the proof then fails gate.redaction_verify)")
 	c.Flags().StringVarP(&file, "filename", "f", "", "output file (default <slug>.v<version>.skill.json; - for stdout)")
+	c.Flags().StringVar(&signKey, "sign-key", "", "sign the bundle with this Ed25519 key file (the format of `catalog keygen`); importers verify it against a BundleSigner")
 	return c
+}
+
+// signedLine says plainly whether a bundle is signed, and by which pinned signer when an
+// import verified it.
+func signedLine(b *skills.Bundle, signer string) string {
+	if !b.Signed || b.Signature == nil {
+		return `false ("signature": null: nobody vouches for this bundle beyond its content hash)`
+	}
+	if signer == "" {
+		return "true (ed25519, key " + b.Signature.KeyID + ")"
+	}
+	return "true, verified with BundleSigner " + signer + " (key " + b.Signature.KeyID + ")"
+}
+
+func skillSchemaCommand(o *Options) *cobra.Command {
+	return &cobra.Command{
+		Use: "schema", Short: "Print the JSON Schema of a SkillBundle (docs/schemas/skill-bundle.schema.json)", Args: cobra.NoArgs,
+		RunE: func(_ *cobra.Command, _ []string) error {
+			_, err := o.IO.Out.Write(skills.BundleSchema())
+			return err
+		},
+	}
 }
 
 func skillImportCommand(o *Options) *cobra.Command {
 	var file, name string
-	var create bool
+	var create, requireSigned bool
 	c := &cobra.Command{
 		Use: "import -f FILE", Short: "Verify a SkillBundle (schema, content hash) and optionally create its Skill; never runs anything", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -387,10 +420,10 @@ func skillImportCommand(o *Options) *cobra.Command {
 			if err != nil {
 				return wbclient.Usage("reading the bundle: %v", err)
 			}
-			b, sk, err := cl.ImportBundle(cmd.Context(), raw, name, create)
-			if b != nil {
-				w := o.IO.Out
-				fmt.Fprintf(w, "bundle %s verified: contentHash %s, redaction %s, signed false\n", b.BundleID, b.ContentHash, b.RedactionProfile)
+			im, sk, err := cl.ImportBundleWith(cmd.Context(), raw, wbclient.ImportRequest{Name: name, Create: create, RequireSignature: requireSigned})
+			if im != nil {
+				b, w := im.Bundle, o.IO.Out
+				fmt.Fprintf(w, "bundle %s verified: content_hash %s, redaction %s\n  signed      %s\n", b.BundleID, b.ContentHash, b.RedactionProfile, signedLine(b, im.SignedBy))
 				fmt.Fprintf(w, "  skill       %q v%d (%d steps)\n  verdict     %s\n", b.Manifest.Name, b.SkillVersion, len(b.Manifest.Steps), verdictLine(string(b.Proof.OverallVerdict)))
 				if sk != nil {
 					fmt.Fprintf(w, "  created     skill/%s (replay it with `kubectl workbench skill replay %s -e ENV`)\n", sk.Name, sk.Name)
@@ -401,6 +434,7 @@ func skillImportCommand(o *Options) *cobra.Command {
 	}
 	c.Flags().StringVarP(&file, "filename", "f", "-", "the bundle (- for stdin)")
 	c.Flags().BoolVar(&create, "create", false, "create a Skill object from the bundle's manifest")
+	c.Flags().BoolVar(&requireSigned, "require-signature", false, "refuse a bundle not signed by a BundleSigner pinned for this namespace")
 	c.Flags().StringVar(&name, "name", "", "Skill object name (default: the manifest's slug)")
 	return c
 }

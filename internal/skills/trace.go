@@ -33,6 +33,17 @@ func StateEntries(s *treehash.State) []StateEntry {
 	return out
 }
 
+// InitialStateRef is a trace's initial state: the digest always, the entry listing only
+// up to MaxInitialEntries (a larger tree — a real repository — keeps its digest, and a
+// state-before surprise then lists the out-of-band changes the node saw instead of a
+// reconstruction from the listing).
+func InitialStateRef(s *treehash.State) StateRef {
+	if len(s.Entries) > MaxInitialEntries {
+		return StateRef{Digest: s.Digest}
+	}
+	return StateRef{Digest: s.Digest, Entries: StateEntries(s)}
+}
+
 // Changes lists the per-path differences between two entry listings (see
 // treehash.Diff), refusing more than MaxChangesPerEdge.
 func Changes(before, after []StateEntry) ([]PathChange, error) {

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-
-	"sensorium.dev/workbench/internal/platform/treehash"
 )
 
 // Versions written into every bundle and manifest.
@@ -29,9 +27,9 @@ const (
 
 // Caps of the domain objects; each has an explicit refusal.
 const (
-	MaxEdges           = 256 // edges in one trace / steps in one skill
-	MaxChangesPerEdge  = 256 // path changes recorded per edge
-	MaxInitialEntries  = treehash.DefaultMaxEntries
+	MaxEdges           = 256       // edges in one trace / steps in one skill
+	MaxChangesPerEdge  = 256       // path changes recorded per edge
+	MaxInitialEntries  = 4096      // entries of the initial state listed in a trace and manifest (the digest always)
 	MaxOutputBytes     = 16 << 10  // command output kept in the trace per edge
 	MaxPatchBytes      = 256 << 10 // patch text kept per edge
 	MaxParameters      = 32
@@ -106,7 +104,7 @@ type Cwd struct {
 // Outcome is how an edge ended.
 type Outcome struct {
 	Phase    string `json:"phase"`
-	ExitCode *int32 `json:"exitCode,omitempty"`
+	ExitCode *int32 `json:"exit_code,omitempty"`
 	Code     string `json:"code,omitempty"` // refusal code, when refused
 }
 
@@ -114,12 +112,12 @@ type Outcome struct {
 type CommandEdge struct {
 	Profile         string   `json:"profile"`
 	Argv            []string `json:"argv,omitempty"`
-	ArgvDigest      string   `json:"argvDigest"`
+	ArgvDigest      string   `json:"argv_digest"`
 	Cwd             Cwd      `json:"cwd"`
-	OutputDigest    string   `json:"outputDigest,omitempty"`
-	OutputBytes     int64    `json:"outputBytes"`
+	OutputDigest    string   `json:"output_digest,omitempty"`
+	OutputBytes     int64    `json:"output_bytes"`
 	Output          *string  `json:"output,omitempty"` // first MaxOutputBytes of the output; stripped by redaction
-	OutputTruncated bool     `json:"outputTruncated,omitempty"`
+	OutputTruncated bool     `json:"output_truncated,omitempty"`
 }
 
 // PatchOperation is one structured file operation.
@@ -127,8 +125,8 @@ type PatchOperation struct {
 	Op            string  `json:"op"`
 	Path          string  `json:"path"`
 	Content       *string `json:"content,omitempty"` // stripped by redaction
-	ContentDigest string  `json:"contentDigest,omitempty"`
-	ContentBytes  int64   `json:"contentBytes,omitempty"`
+	ContentDigest string  `json:"content_digest,omitempty"`
+	ContentBytes  int64   `json:"content_bytes,omitempty"`
 }
 
 // PatchEdge is the patch part of an edge.
@@ -136,8 +134,8 @@ type PatchEdge struct {
 	Root        string           `json:"root"`
 	Format      string           `json:"format"`
 	Patch       *string          `json:"patch,omitempty"` // unified text; stripped by redaction
-	PatchDigest string           `json:"patchDigest,omitempty"`
-	PatchBytes  int64            `json:"patchBytes,omitempty"`
+	PatchDigest string           `json:"patch_digest,omitempty"`
+	PatchBytes  int64            `json:"patch_bytes,omitempty"`
 	Operations  []PatchOperation `json:"operations,omitempty"`
 	Digest      string           `json:"digest"` // the FilePatch's spec.digest
 }
@@ -155,30 +153,30 @@ type Edge struct {
 	Kind        EdgeKind     `json:"kind"`
 	Object      string       `json:"object"` // the object's name in the recorded namespace
 	Backend     string       `json:"backend"`
-	StateBefore string       `json:"stateBefore"`
-	StateAfter  string       `json:"stateAfter"`
+	StateBefore string       `json:"state_before"`
+	StateAfter  string       `json:"state_after"`
 	Changes     []PathChange `json:"changes,omitempty"`
 	// OutOfBand lists paths changed between the previous edge and this one by something
 	// that was not recorded; a trace with such a gap is incomplete.
-	OutOfBand     []PathChange   `json:"outOfBand,omitempty"`
+	OutOfBand     []PathChange   `json:"out_of_band,omitempty"`
 	Command       *CommandEdge   `json:"command,omitempty"`
 	Patch         *PatchEdge     `json:"patch,omitempty"`
 	Condition     *ConditionEdge `json:"condition,omitempty"`
 	Outcome       Outcome        `json:"outcome"`
 	Authorization Authorization  `json:"authorization"`
-	RecordedAt    time.Time      `json:"recordedAt"`
+	RecordedAt    time.Time      `json:"recorded_at"`
 }
 
 // Trace is a Recording's interaction trace (seed 004 InteractionTrace).
 type Trace struct {
 	Schema       string    `json:"schema"`
-	TraceID      string    `json:"traceId"`
+	TraceID      string    `json:"trace_id"`
 	Recording    string    `json:"recording"` // namespace/name
 	Environment  string    `json:"environment"`
 	Backend      string    `json:"backend"`
-	StartedAt    time.Time `json:"startedAt"`
-	StoppedAt    time.Time `json:"stoppedAt,omitzero"`
-	InitialState StateRef  `json:"initialState"`
+	StartedAt    time.Time `json:"started_at"`
+	StoppedAt    time.Time `json:"stopped_at,omitzero"`
+	InitialState StateRef  `json:"initial_state"`
 	Edges        []Edge    `json:"edges"`
 }
 
@@ -193,7 +191,7 @@ type Parameter struct {
 // anything else fails gate.no_hidden_capability.
 type Capabilities struct {
 	Profiles  []string `json:"profiles,omitempty"`
-	ActionIDs []string `json:"actionIds,omitempty"`
+	ActionIDs []string `json:"action_ids,omitempty"`
 	Backends  []string `json:"backends,omitempty"`
 }
 
@@ -221,27 +219,27 @@ type Step struct {
 	Command         *CommandStep   `json:"command,omitempty"`
 	Patch           *PatchStep     `json:"patch,omitempty"`
 	Condition       *ConditionEdge `json:"condition,omitempty"`
-	ExpectedBefore  string         `json:"expectedBefore"`
-	ExpectedAfter   string         `json:"expectedAfter"`
-	ExpectedChanges []PathChange   `json:"expectedChanges,omitempty"`
-	ExpectedOutcome Outcome        `json:"expectedOutcome"`
+	ExpectedBefore  string         `json:"expected_before"`
+	ExpectedAfter   string         `json:"expected_after"`
+	ExpectedChanges []PathChange   `json:"expected_changes,omitempty"`
+	ExpectedOutcome Outcome        `json:"expected_outcome"`
 	Parameters      []string       `json:"parameters,omitempty"` // parameters the step references
 }
 
 // Manifest is a crystallized skill (seed 004 SkillManifest).
 type Manifest struct {
 	Schema             string       `json:"schema"`
-	SkillID            string       `json:"skillId"`
+	SkillID            string       `json:"skill_id"`
 	Name               string       `json:"name"`
 	Slug               string       `json:"slug"`
 	Description        string       `json:"description,omitempty"`
 	Version            int          `json:"version"`
-	DerivedFromTraceID string       `json:"derivedFromTraceId"`
+	DerivedFromTraceID string       `json:"derived_from_trace_id"`
 	Backend            string       `json:"backend"`
 	Parameters         []Parameter  `json:"parameters,omitempty"`
 	Steps              []Step       `json:"steps"`
-	InitialState       StateRef     `json:"initialState"`
+	InitialState       StateRef     `json:"initial_state"`
 	Capabilities       Capabilities `json:"capabilities"`
-	FallbackBehavior   string       `json:"fallbackBehavior"`
-	CreatedAt          time.Time    `json:"createdAt"`
+	FallbackBehavior   string       `json:"fallback_behavior"`
+	CreatedAt          time.Time    `json:"created_at"`
 }

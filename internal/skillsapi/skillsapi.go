@@ -4,8 +4,11 @@
 package skillsapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
+	"unicode"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -13,18 +16,83 @@ import (
 	"sensorium.dev/workbench/internal/skills"
 )
 
-func viaJSON(in, out any) error {
+// viaJSON copies in to out through JSON, renaming object keys with rename: the core's
+// wire format is the seed's snake_case, the API's is Kubernetes camelCase, and both spell
+// the same fields (a manifest holds no map whose keys are data).
+func viaJSON(in, out any, rename func(string) string) error {
 	raw, err := json.Marshal(in)
 	if err != nil {
 		return err
 	}
+	var doc any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&doc); err != nil {
+		return err
+	}
+	raw, err = json.Marshal(renameKeys(doc, rename))
+	if err != nil {
+		return err
+	}
+	// A Skill spec holds more than the manifest (recordingRef, traceArtifactRef,
+	// traceDigest): those stay behind on the way to the core.
 	return json.Unmarshal(raw, out)
+}
+
+func renameKeys(v any, rename func(string) string) any {
+	switch x := v.(type) {
+	case map[string]any:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[rename(k)] = renameKeys(e, rename)
+		}
+		return m
+	case []any:
+		for i := range x {
+			x[i] = renameKeys(x[i], rename)
+		}
+		return x
+	default:
+		return v
+	}
+}
+
+// SnakeToCamel renames a snake_case key to camelCase ("derived_from_trace_id" → "derivedFromTraceId").
+func SnakeToCamel(k string) string {
+	var b strings.Builder
+	up := false
+	for _, r := range k {
+		switch {
+		case r == '_':
+			up = true
+		case up:
+			b.WriteRune(unicode.ToUpper(r))
+			up = false
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// CamelToSnake renames a camelCase key to snake_case ("derivedFromTraceId" → "derived_from_trace_id").
+func CamelToSnake(k string) string {
+	var b strings.Builder
+	for _, r := range k {
+		if unicode.IsUpper(r) {
+			b.WriteByte('_')
+			b.WriteRune(unicode.ToLower(r))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // SkillSpec returns the Skill spec of a manifest.
 func SkillSpec(m *skills.Manifest) (wbv1.SkillSpec, error) {
 	var s wbv1.SkillSpec
-	if err := viaJSON(m, &s); err != nil {
+	if err := viaJSON(m, &s, SnakeToCamel); err != nil {
 		return s, fmt.Errorf("converting manifest %s to a Skill spec: %w", m.SkillID, err)
 	}
 	return s, nil
@@ -33,7 +101,7 @@ func SkillSpec(m *skills.Manifest) (wbv1.SkillSpec, error) {
 // Manifest returns the manifest of a Skill spec.
 func Manifest(s *wbv1.SkillSpec) (*skills.Manifest, error) {
 	var m skills.Manifest
-	if err := viaJSON(s, &m); err != nil {
+	if err := viaJSON(s, &m, CamelToSnake); err != nil {
 		return nil, fmt.Errorf("converting Skill spec %s to a manifest: %w", s.SkillID, err)
 	}
 	return &m, nil

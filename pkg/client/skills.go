@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -183,6 +185,8 @@ type ExportRequest struct {
 	Override         bool
 	WorkbenchVersion string
 	ImageDigests     map[string]string
+	// SigningKey, when set, signs the bundle (bundle_version 0.2.0, Ed25519 over content_hash).
+	SigningKey ed25519.PrivateKey
 }
 
 // ExportBundle builds the SkillBundle of a skill: its manifest, the demonstration's trace, the
@@ -229,39 +233,90 @@ func (c *Client) ExportBundle(ctx context.Context, r ExportRequest, fetch TraceF
 	if err != nil {
 		return nil, refused("skill "+sk.Name, string(skills.CodeOf(err)), err.Error())
 	}
+	if r.SigningKey != nil {
+		if err := skills.Sign(b, r.SigningKey); err != nil {
+			return nil, refused("skill "+sk.Name, string(skills.CodeOf(err)), err.Error())
+		}
+	}
 	return b, nil
 }
 
-// ImportBundle verifies a bundle (size, schema, content hash) and, when create is set, creates
-// a Skill object from its manifest. Importing never runs anything: replay is a separate,
-// admitted act. A manifest whose commands a full redaction removed cannot become a Skill.
+// ImportRequest says how to import a bundle.
+type ImportRequest struct {
+	Name             string // Skill object name ("" = the manifest's slug)
+	Create           bool   // create a Skill object from the manifest
+	RequireSignature bool   // refuse an unsigned bundle (bundle-signature-required)
+}
+
+// BundleSigners returns the keys pinned by BundleSigners for namespace ns (an entry
+// naming ns, or "*").
+func (c *Client) BundleSigners(ctx context.Context, ns string) ([]skills.PinnedKey, error) {
+	var list wbv1.BundleSignerList
+	if err := c.Kube.List(ctx, &list); err != nil {
+		return nil, err
+	}
+	var out []skills.PinnedKey
+	for _, s := range list.Items {
+		for _, n := range s.Spec.Namespaces {
+			if n == ns || n == "*" {
+				out = append(out, skills.PinnedKey{Name: s.Name, PublicKey: s.Spec.PublicKey})
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// ImportBundle verifies an unsigned or signed bundle without requiring a signature; see
+// ImportBundleWith.
 func (c *Client) ImportBundle(ctx context.Context, raw []byte, name string, create bool) (*skills.Bundle, *wbv1.Skill, error) {
-	b, err := skills.Import(raw)
+	im, sk, err := c.ImportBundleWith(ctx, raw, ImportRequest{Name: name, Create: create})
+	if im == nil {
+		return nil, sk, err
+	}
+	return im.Bundle, sk, err
+}
+
+// ImportBundleWith verifies a bundle (size, schema, content hash, and a signature against
+// the BundleSigners pinned for this namespace) and, when r.Create is set, creates a Skill
+// object from its manifest. Importing never runs anything: replay is a separate, admitted
+// act. A manifest whose commands a full redaction removed cannot become a Skill.
+func (c *Client) ImportBundleWith(ctx context.Context, raw []byte, r ImportRequest) (*skills.Imported, *wbv1.Skill, error) {
+	signers, err := c.BundleSigners(ctx, c.Namespace)
+	if err != nil && !apierrors.IsForbidden(err) && !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) {
+		return nil, nil, Wrap("bundlesigners", err)
+	} // without read access to BundleSigners no key is pinned: signed bundles are refused, unsigned ones import
+	im, err := skills.ImportWith(raw, skills.ImportOptions{Signers: signers, RequireSignature: r.RequireSignature})
 	if err != nil {
 		return nil, nil, refused("bundle", string(skills.CodeOf(err)), err.Error())
 	}
-	if !create {
-		return b, nil, nil
+	b := im.Bundle
+	if !r.Create {
+		return im, nil, nil
 	}
 	if err := b.Manifest.Validate(); err != nil {
-		return b, nil, refused("bundle", string(skills.CodeOf(err)), "the manifest cannot be replayed: "+err.Error())
+		return im, nil, refused("bundle", string(skills.CodeOf(err)), "the manifest cannot be replayed: "+err.Error())
 	}
 	spec, err := skillsapi.SkillSpec(&b.Manifest)
 	if err != nil {
-		return b, nil, err
+		return im, nil, err
 	}
+	name := r.Name
 	if name == "" {
 		name = b.Manifest.Slug
 	}
-	sk := &wbv1.Skill{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace,
-		Annotations: map[string]string{"workbench.sensorium.dev/bundle-content-hash": b.ContentHash}}, Spec: spec}
+	ann := map[string]string{"workbench.sensorium.dev/bundle-content-hash": b.ContentHash}
+	if im.SignedBy != "" {
+		ann["workbench.sensorium.dev/bundle-signed-by"] = im.SignedBy
+	}
+	sk := &wbv1.Skill{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Annotations: ann}, Spec: spec}
 	if err := c.Kube.Create(ctx, sk); err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			return b, nil, refused("skill "+name, "invalid-spec", "a skill of that name exists; choose another name")
+			return im, nil, refused("skill "+name, "invalid-spec", "a skill of that name exists; choose another name")
 		}
-		return b, nil, Wrap("skill "+name, err)
+		return im, nil, Wrap("skill "+name, err)
 	}
-	return b, sk, nil
+	return im, sk, nil
 }
 
 func ctrlMergeFrom(obj ctrlclient.Object) ctrlclient.Patch { return ctrlclient.MergeFrom(obj) }

@@ -63,7 +63,7 @@ func TestCLILoop(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(other, "extra.txt"), []byte("x"), 0o644))
 	w.hostEnvironment("other", other)
 	out, code = kw(t, kc, w.ns, "skill", "replay", sk.Name, "-e", "other", "--name", "rp2", "--mode", "structural")
-	if code != 3 || !strings.Contains(out, "completed-with-surprises") || !strings.Contains(out, "partial — NOT proven") || strings.Contains(out, "verdict    pass") {
+	if code != 3 || !strings.Contains(out, "completed_with_surprises") || !strings.Contains(out, "partial — NOT proven") || strings.Contains(out, "verdict    pass") {
 		t.Fatalf("partial replay: %d %s", code, out)
 	}
 	out, code = kw(t, kc, w.ns, "skill", "show", sk.Name)
@@ -79,7 +79,7 @@ func TestCLILoop(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "mk.v1.skill.json")
 	must(t, os.WriteFile(file, raw, 0o600))
 	out, code = kw(t, kc, w.ns, "skill", "import", "-f", file, "--create", "--name", "imported")
-	if code != 0 || !strings.Contains(out, "verified: contentHash "+b.ContentHash) || !strings.Contains(out, "created     skill/imported") {
+	if code != 0 || !strings.Contains(out, "verified: content_hash "+b.ContentHash) || !strings.Contains(out, "created     skill/imported") {
 		t.Fatalf("skill import: %d %s", code, out)
 	}
 	must(t, os.WriteFile(file, bytes.Replace(raw, []byte(`"Make build"`), []byte(`"Make bui1d"`), 1), 0o600))

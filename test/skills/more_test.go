@@ -28,11 +28,21 @@ func TestFixtureAuthorityDenied(t *testing.T) {
 	narrow := &wbv1.Skill{ObjectMeta: metav1.ObjectMeta{Name: "narrow", Namespace: w.ns}, Spec: *sk.Spec.DeepCopy()}
 	narrow.Spec.Capabilities.Profiles = []string{"echo", "mkdir"} // "touch" is used by step 2 but no longer declared
 	must(t, env.Client.Create(context.Background(), narrow))
-	w.hostEnvironment("fresh", seedDir(t))
+	w.hostEnvironment("fresh", workspaceOf(t, sc))
 	sr := w.replay("rp", "narrow", "fresh", wbv1.SkillReplayExact, nil)
 	st := sr.Status
+	if st.Proof == nil || len(st.Denials) == 0 {
+		t.Fatalf("replay status %+v", st)
+	}
+	assertCriteria(t, sc, map[string]any{
+		"overall_verdict":           string(st.Proof.OverallVerdict),
+		"gate.no_hidden_capability": string(gate(st.Proof, core.GateNoHiddenCapability).Verdict),
+		"denials_non_empty":         len(st.Denials) > 0,
+		"denial_code":               st.Denials[0].Code,
+		"halted_at_edge":            st.HaltedAtEdge,
+	})
 	want := int32(sc.PassCriteria["halted_at_edge"].(float64))
-	if st.Result != wbv1.SkillReplayHaltedAtEdge || st.HaltedAtEdge != want || st.ResultText != fmt.Sprintf("halted-at-edge-%d", want) {
+	if st.Result != wbv1.SkillReplayHaltedAtEdge || st.HaltedAtEdge != want || st.ResultText != fmt.Sprintf("halted_at_edge_%d", want) {
 		t.Fatalf("replay status %+v", st)
 	}
 	wantKStatusFailed(t, sr) // a halted replay is not healthy
@@ -73,22 +83,21 @@ func TestFixtureRedactedExport(t *testing.T) {
 	sk := w.crystallize("rec")
 	ctx := context.Background()
 	_, err := w.c.ExportBundle(ctx, wbclient.ExportRequest{Skill: sk.Name, Profile: core.RedactionNone, WorkbenchVersion: "test"}, w.nodeTrace)
-	if wbclient.CodeOf(err) != sc.PassCriteria["none_refused_code"] {
-		t.Fatalf("export with none: %v (code %q)", err, wbclient.CodeOf(err))
-	}
+	noneCode := wbclient.CodeOf(err)
 	b, err := w.c.ExportBundle(ctx, wbclient.ExportRequest{Skill: sk.Name, WorkbenchVersion: "test"}, w.nodeTrace)
 	must(t, err)
-	if string(b.RedactionProfile) != sc.PassCriteria["preselected_profile"] {
-		t.Fatalf("pre-selected %s", b.RedactionProfile)
-	}
 	indented, err := core.Marshal(b)
 	must(t, err)
-	if bytes.Contains(indented, []byte(fakeAWSKey)) {
-		t.Fatal("the secret is in the redacted bundle")
-	}
-	if g := b.Proof.Gate(core.GateRedactionVerify); g.Verdict != core.VerdictPass {
-		t.Fatalf("redaction gate %+v", g)
-	}
+	_, importErr := core.Import(indented)
+	h, _ := core.ComputeHash(b)
+	assertCriteria(t, sc, map[string]any{
+		"preselected_profile":       string(b.RedactionProfile),
+		"none_refused_code":         noneCode,
+		"redacted_bundle_validates": importErr == nil && core.ValidateSchema(indented) == nil,
+		"content_hash_verifies":     importErr == nil && h == b.ContentHash,
+		"secret_absent_from_bundle": !bytes.Contains(indented, []byte(fakeAWSKey)),
+		"gate.redaction_verify":     string(b.Proof.Gate(core.GateRedactionVerify).Verdict),
+	})
 	assertHashReproducible(t, b, indented)
 	// The override exports verbatim and its proof fails the redaction gate.
 	o, err := w.c.ExportBundle(ctx, wbclient.ExportRequest{Skill: sk.Name, Profile: core.RedactionNone, Override: true, WorkbenchVersion: "test"}, w.nodeTrace)
@@ -150,7 +159,7 @@ func TestOutOfBandChangeHaltsReplay(t *testing.T) {
 		w.approve("rp-4")
 	})
 	st := sr.Status
-	if st.Result != wbv1.SkillReplayHaltedAtEdge || st.HaltedAtEdge != 4 || st.ResultText != "halted-at-edge-4" || st.EdgesCommitted != 3 {
+	if st.Result != wbv1.SkillReplayHaltedAtEdge || st.HaltedAtEdge != 4 || st.ResultText != "halted_at_edge_4" || st.EdgesCommitted != 3 {
 		t.Fatalf("replay status %+v", st)
 	}
 	wantKStatusFailed(t, sr)
@@ -205,9 +214,14 @@ func TestFixtureBackendComparison(t *testing.T) {
 			t.Logf("    %-28s %-12s %s", g.ID, g.Verdict, g.Reason)
 		}
 	}
-	if string(host.Status.Proof.OverallVerdict) != sc.PassCriteria["host_local_verdict"] {
-		t.Fatalf("host-local verdict %s", host.Status.Proof.OverallVerdict)
-	}
+	// Divergence is displayed literally: a replay with surprises never reads pass.
+	divergence := len(vm.Status.Surprises) == 0 || (vm.Status.ResultText != "success" || vm.Status.Proof.OverallVerdict != wbv1.ProofVerdictPass)
+	assertCriteria(t, sc, map[string]any{
+		"two_complete_proofs":      host.Status.Proof != nil && vm.Status.Proof != nil,
+		"each_proof_has_six_gates": len(host.Status.Proof.Gates) == 6 && len(vm.Status.Proof.Gates) == 6,
+		"host_local_verdict":       string(host.Status.Proof.OverallVerdict),
+		"divergence_displayed":     divergence,
+	})
 	if vm.Status.Backend != string(wbv1.BackendQEMUMicroVM) || vm.Status.EdgesAttempted == 0 {
 		t.Fatalf("vm replay %+v", vm.Status)
 	}

@@ -55,6 +55,49 @@ type recorder struct {
 	pending map[string]*pendingEdge     // object UID →
 	dir     string
 	wake    chan event.GenericEvent
+	caches  map[string]*treehash.Cache // "<environment UID>/<root>" → incremental state-hash cache
+}
+
+// maxStateCaches bounds the incremental state-hash caches (one per recorded root).
+const maxStateCaches = 256
+
+// cache returns the state-hash cache of one environment root, creating it (and dropping
+// another when maxStateCaches are held: that root is then read in full once).
+func (r *recorder) cache(key string) *treehash.Cache {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c := r.caches[key]; c != nil {
+		return c
+	}
+	if r.caches == nil {
+		r.caches = map[string]*treehash.Cache{}
+	}
+	if len(r.caches) >= maxStateCaches {
+		for k := range r.caches {
+			delete(r.caches, k)
+			break
+		}
+	}
+	c := treehash.NewCache(treehash.CeilingMaxEntries)
+	r.caches[key] = c
+	return c
+}
+
+// recordingLimits are the state-hash caps of env (spec.recording; absent fields: defaults).
+func recordingLimits(env *wbv1.Environment) treehash.Limits {
+	var lim treehash.Limits
+	if rl := env.Spec.Recording; rl != nil {
+		if rl.MaxEntries != nil {
+			lim.MaxEntries = int(*rl.MaxEntries)
+		}
+		if rl.MaxBytes != nil {
+			lim.MaxBytes = *rl.MaxBytes
+		}
+		if rl.MaxFileBytes != nil {
+			lim.MaxFile = *rl.MaxFileBytes
+		}
+	}
+	return lim
 }
 
 func newRecorder(stateDir string) *recorder {
@@ -82,14 +125,22 @@ func (a *Agent) workspaceState(ctx context.Context, env *wbv1.Environment) (*tre
 	if !ok {
 		return nil, fmt.Errorf("environment %s/%s is not mounted on this node", env.Namespace, env.Name)
 	}
-	lim := treehash.Limits{}
+	lim := recordingLimits(env)
+	if err := lim.Check(); err != nil {
+		return nil, err
+	}
 	snaps := make([]treehash.NamedSnapshot, 0, len(roots))
 	for _, mr := range roots {
 		ra, err := a.openRootAccess(env, mr)
 		if err != nil {
 			return nil, fmt.Errorf("opening root %s of environment %s/%s: %w", mr.Name, env.Namespace, env.Name, err)
 		}
-		s, err := ra.files().Snapshot(ctx, "", lim.SnapshotLimits())
+		var s *fsaccess.Snapshot
+		if ra.host != nil { // incremental: re-read only what changed since the previous state
+			s, err = treehash.SnapshotRoot(ra.host, lim, a.rec.cache(string(env.UID)+"/"+mr.Name))
+		} else {
+			s, err = ra.files().Snapshot(ctx, "", lim.SnapshotLimits())
+		}
 		if err != nil {
 			return nil, fmt.Errorf("listing root %s of environment %s/%s: %w", mr.Name, env.Namespace, env.Name, err)
 		}

@@ -177,7 +177,7 @@ func (a *Agent) activeRecordingFor(ctx context.Context, rec *wbv1.Recording) (*a
 		}
 		ar.trace = &skills.Trace{Schema: skills.TraceSchema, TraceID: skills.NewID(), Recording: ar.key.String(), Environment: ar.env,
 			Backend: string(env.Spec.Backend), StartedAt: time.Now().UTC().Truncate(time.Second),
-			InitialState: skills.StateRef{Digest: st.Digest, Entries: skills.StateEntries(st)}, Edges: []skills.Edge{}}
+			InitialState: skills.InitialStateRef(st), Edges: []skills.Edge{}}
 		ar.last = st
 		if err := ar.save(); err != nil {
 			return nil, fmt.Errorf("saving the trace of Recording %s: %w", ar.key, err)

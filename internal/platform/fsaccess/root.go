@@ -48,6 +48,7 @@ type Entry struct {
 	DigestOmitted string `json:"digestOmitted,omitempty"`
 
 	ino, dev uint64
+	ctime    int64 // status change time (ns), for SnapshotCached's cache key
 }
 
 // Root is an admitted directory opened once as an O_PATH|O_DIRECTORY fd. All
@@ -174,6 +175,7 @@ func statToEntry(p string, st *unix.Stat_t) Entry {
 		ModTime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec).UTC(),
 		ino:     st.Ino,
 		dev:     st.Dev,
+		ctime:   st.Ctim.Sec*1e9 + st.Ctim.Nsec,
 	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:

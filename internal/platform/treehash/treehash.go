@@ -35,12 +35,36 @@ import (
 // (it is the actuation vocabulary's "state-tree-too-large").
 const CodeTreeTooLarge = string(actuation.CodeStateTreeTooLarge)
 
-// Caps (defaults used when a limit is <= 0).
+// CodeLimitInvalid refuses a state limit above its ceiling.
+const CodeLimitInvalid = string(actuation.CodeStateLimitInvalid)
+
+// Caps (defaults used when a limit is <= 0). An operator raises or lowers them per
+// Environment (spec.recording) up to the ceilings; Limits.Check refuses a value above one.
 const (
-	DefaultMaxEntries = 4096      // entries per state (all roots together)
-	DefaultMaxBytes   = 256 << 20 // file bytes hashed per state
-	DefaultMaxFile    = 64 << 20  // bytes of one file
+	DefaultMaxEntries = 65_536  // entries per state (all roots together)
+	DefaultMaxBytes   = 1 << 30 // file bytes per state
+	DefaultMaxFile    = 64 << 20
+
+	CeilingMaxEntries = 1_000_000
+	CeilingMaxBytes   = 64 << 30
+	CeilingMaxFile    = 4 << 30
 )
+
+// Check refuses a limit above its ceiling (state-limit-invalid).
+func (l Limits) Check() error {
+	switch {
+	case l.MaxEntries > CeilingMaxEntries:
+		return &Error{Code: CodeLimitInvalid, Msg: fmt.Sprintf("maxEntries %d is above the ceiling %d", l.MaxEntries, CeilingMaxEntries)}
+	case l.MaxBytes > CeilingMaxBytes:
+		return &Error{Code: CodeLimitInvalid, Msg: fmt.Sprintf("maxBytes %d is above the ceiling %d", l.MaxBytes, int64(CeilingMaxBytes))}
+	case l.MaxFile > CeilingMaxFile:
+		return &Error{Code: CodeLimitInvalid, Msg: fmt.Sprintf("maxFileBytes %d is above the ceiling %d", l.MaxFile, int64(CeilingMaxFile))}
+	}
+	return nil
+}
+
+// Effective returns the limits with defaults filled in.
+func (l Limits) Effective() Limits { return l.withDefaults() }
 
 // Limits bound one state computation.
 type Limits struct {
@@ -152,7 +176,7 @@ func FromSnapshots(roots []NamedSnapshot, lim Limits) (*State, error) {
 			return nil, fmt.Errorf("treehash: root %q has no snapshot", r.Name)
 		}
 		if r.Snapshot.Truncated {
-			return nil, refuse("root %q: the tree exceeds the cap (%s) of %d entries", r.Name, strings.Join(r.Snapshot.TruncatedBy, ","), lim.MaxEntries)
+			return nil, refuse("root %q: the tree exceeds a cap (%s; maxEntries %d): raise the Environment's spec.recording.maxEntries (ceiling %d) or record a smaller root", r.Name, strings.Join(r.Snapshot.TruncatedBy, ","), lim.MaxEntries, CeilingMaxEntries)
 		}
 		entries := make([]Entry, 0, len(r.Snapshot.Entries))
 		for _, e := range r.Snapshot.Entries {
@@ -165,10 +189,10 @@ func FromSnapshots(roots []NamedSnapshot, lim Limits) (*State, error) {
 		}
 		total += len(entries)
 		if total > lim.MaxEntries {
-			return nil, refuse("the roots hold more than %d entries", lim.MaxEntries)
+			return nil, refuse("the roots hold more than maxEntries %d entries (spec.recording.maxEntries, ceiling %d)", lim.MaxEntries, CeilingMaxEntries)
 		}
 		if bytes > lim.MaxBytes {
-			return nil, refuse("the roots hold more than %d file bytes", lim.MaxBytes)
+			return nil, refuse("the roots hold more than maxBytes %d file bytes (spec.recording.maxBytes, ceiling %d)", lim.MaxBytes, int64(CeilingMaxBytes))
 		}
 		digest, all, err := merkle(r.Name, entries)
 		if err != nil {
@@ -190,7 +214,7 @@ func fromFS(e fsaccess.Entry) (Entry, error) {
 	switch e.Type {
 	case fsaccess.TypeFile:
 		if e.Digest == "" {
-			return out, refuse("file %q was not hashed (%s)", e.Path, e.DigestOmitted)
+			return out, refuse("file %q was not hashed (%s; spec.recording.maxFileBytes and maxBytes cap it)", e.Path, e.DigestOmitted)
 		}
 		out.Type, out.Digest, out.Size = TypeFile, e.Digest, e.Size
 	case fsaccess.TypeDir:
