@@ -58,7 +58,7 @@ if ((${#need[@]})); then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-# mke2fs -d TARBALL needs e2fsprogs >= 1.47.
+# mke2fs -d DIR with hash_seed/root_owner (e2fsprogs >= 1.47).
 [[ "$(mke2fs -V 2>&1 || true)" =~ mke2fs\ 1\.(4[7-9]|[5-9][0-9]) ]] || die "mke2fs >= 1.47 needed (-d tarball)"
 
 SOURCES=/etc/apt/sources.list.d/debian.sources
@@ -73,7 +73,11 @@ else
   SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(date -u +%s)}"
 fi
 export SOURCE_DATE_EPOCH
-BASE_KEY="$( { cat "${BASH_SOURCE[0]}"; [[ -f "$LOCK" && "${GUEST_SYSTEM_RELOCK:-0}" != 1 ]] && cat "$LOCK"; echo "$SOURCE_DATE_EPOCH"; } | sha256sum | cut -c1-16)"
+# The base is keyed by what mmdebstrap is given (suite, package list, recipe version, epoch);
+# the lock check below rebuilds nothing silently: a base whose package set differs from
+# the lock fails the build. Bump BASE_RECIPE when the mmdebstrap call changes.
+BASE_RECIPE=1
+BASE_KEY="$(echo "$SUITE ${INCLUDE[*]} $BASE_RECIPE $SOURCE_DATE_EPOCH" | sha256sum | cut -c1-16)"
 BASE="$WORK/base-$BASE_KEY.tar"
 if [[ ! -f "$BASE" ]]; then
   log "mmdebstrap $SUITE (unshare mode) -> $BASE"
@@ -147,7 +151,7 @@ for u in serial-getty@.service getty@.service console-getty.service systemd-netw
   apt-daily-upgrade.timer e2scrub_all.timer e2scrub_reap.service fstrim.timer; do
   ln -s /dev/null "$OV/etc/systemd/system/$u"
 done
-printf '/dev/vda / ext4 rw,noatime,errors=remount-ro 0 1\n' >"$OV/etc/fstab"
+printf '/dev/vda / ext4 rw,noatime,errors=remount-ro,x-systemd.growfs 0 1\n' >"$OV/etc/fstab"
 printf 'workbench-guest\n' >"$OV/etc/hostname"
 # The offline package directory: pinned .debs and an index, served by a file: source.
 ODIR="$WORK/offline"
@@ -169,16 +173,19 @@ find "$OV" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
 
 # --- rootfs.raw: base + overlay, mke2fs -d (no mounts) --------------------------------------
 log "rootfs.raw ($ROOTFS_SIZE, ext4, mke2fs -d)"
-cp --reflink=auto "$BASE" "$WORK/rootfs.tar"
-# The overlay replaces files of the base (fstab, hostname): delete them first.
-tar --delete -f "$WORK/rootfs.tar" ./etc/fstab ./etc/hostname ./etc/workbench-packages.lock 2>/dev/null || true
-(cd "$OV" && find . -mindepth 1 | LC_ALL=C sort | tar --no-recursion --numeric-owner --owner=0 --group=0 \
-  --mtime="@$SOURCE_DATE_EPOCH" -rf "$WORK/rootfs.tar" -T -)
+# Extracted as root with numeric owners kept (no mounts; mke2fs -d copies the tree).
+RT="$WORK/rootfs"
+rm -rf "$RT"
+mkdir -p "$RT"
+tar -C "$RT" --numeric-owner --same-owner -xpf "$BASE"
+rm -f "$RT/etc/workbench-packages.lock"
+cp -a --no-preserve=ownership "$OV/." "$RT/"
+chown -R 0:0 "$RT/usr/local/sbin" "$RT/etc/systemd/system" "$RT/workspace" "$RT/var/lib/workbench" "$RT/etc/fstab" "$RT/etc/hostname"
 rm -f "$OUT/rootfs.raw.tmp"
 E2FSPROGS_FAKE_TIME="$SOURCE_DATE_EPOCH" mke2fs -q -F -t ext4 -L workbench-root -U "$FS_UUID" \
   -E "hash_seed=$FS_HASH_SEED,root_owner=0:0,lazy_itable_init=0,lazy_journal_init=0" \
-  -O ^metadata_csum_seed -d "$WORK/rootfs.tar" "$OUT/rootfs.raw.tmp" "$ROOTFS_SIZE" || die "mke2fs failed"
-rm -f "$WORK/rootfs.tar"
+  -O ^metadata_csum_seed -d "$RT" "$OUT/rootfs.raw.tmp" "$ROOTFS_SIZE" || die "mke2fs failed"
+rm -rf "$RT"
 mv "$OUT/rootfs.raw.tmp" "$OUT/rootfs.raw"
 tar -xOf "$BASE" ./var/lib/dpkg/status >"$WORK/dpkg-status"
 

@@ -38,6 +38,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -49,6 +50,7 @@ import (
 	"sensorium.dev/workbench/internal/guestclient"
 	"sensorium.dev/workbench/internal/platform/cgroups"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
+	"sensorium.dev/workbench/internal/platform/loopdisk"
 )
 
 // ID is the backend identifier (spec.backend).
@@ -141,6 +143,15 @@ type Config struct {
 	// VMMUID is the host uid and gid QEMU and vhost-device-vsock run as (0 selects
 	// DefaultVMMUID); see vmm.go for the whole confinement profile.
 	VMMUID uint32
+	// Disks is the working-disk pool of full-system variants: per environment a reflink
+	// or sparse clone of the variant's pinned raw base, under the node's storage
+	// reservation (shared with fixture-copy.v1's disks). Without it a variant with a disk
+	// is refused and the capability claims no full-system fidelity.
+	Disks *loopdisk.Pool
+	// SystemDisk (relative to ImageDir; default guest-system/rootfs.raw) is the
+	// full-system base this node offers: only when it exists (and Disks is set) does the
+	// capability claim full-system-linux; the minimal initramfs variant is process-runtime.
+	SystemDisk string
 }
 
 // Backend is the qemu-microvm.v1 backend. It is safe for concurrent use; operations on
@@ -298,6 +309,8 @@ type plan struct {
 	Variant        string   `json:"variant,omitempty"`
 	KernelDigest   string   `json:"kernelDigest"`
 	InitrdDigest   string   `json:"initrdDigest"`
+	DiskDigest     string   `json:"diskDigest,omitempty"`
+	DiskBytes      int64    `json:"diskBytes,omitempty"`
 	CommandLine    string   `json:"commandLine"`
 	Devices        []string `json:"devices"`
 	Network        string   `json:"network"`
@@ -335,7 +348,12 @@ func (b *Backend) checkSpec(spec backends.Spec) (*plan, error) {
 	}
 	p := &plan{Backend: ID, ID: spec.ID, Ref: spec.Ref, SpecPlanDigest: spec.PlanDigest, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB,
 		Variant: spec.Boot.Variant, KernelDigest: spec.Boot.KernelDigest, InitrdDigest: spec.Boot.InitrdDigest, CommandLine: spec.Boot.CommandLine,
-		Devices: b.devices(), Network: "none", HostSharing: "denied", img: spec.Boot}
+		DiskDigest: spec.Boot.DiskDigest, Devices: b.devices(), Network: "none", HostSharing: "denied", img: spec.Boot}
+	if p.DiskDigest != "" {
+		p.DiskBytes = int64(spec.DiskMiB) << 20 // at least the base's size (Clone)
+		p.Devices = append(slices.Clone(p.Devices), "virtio-block")
+		sort.Strings(p.Devices)
+	}
 	if p.VCPUs == 0 {
 		p.VCPUs = DefaultVCPUs
 	}
@@ -550,6 +568,9 @@ func (b *Backend) Teardown(ctx context.Context, spec backends.Spec) (backends.St
 		residue, err = b.destroyVM(ctx, v, true)
 	} else {
 		residue, err = b.destroyDir(b.dir(spec.ID), true)
+	}
+	if err == nil {
+		residue = append(residue, b.deleteDisk(spec.ID, spec.KeepDisk)...)
 	}
 	if err != nil {
 		return backends.Status{Phase: backends.PhaseFailed, Message: err.Error(), Residue: residue}, fmt.Errorf("teardown %s: %w", spec.Ref, err)
