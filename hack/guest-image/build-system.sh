@@ -15,6 +15,7 @@
 #   sbom.cdx.json     CycloneDX SBOM generated from the image's dpkg database (cmd below)
 #   provenance.json   what was built from what (script, lock, mirror suites' Release digests)
 #   packages.lock     package=version of every installed package (the pin)
+#   imagemanifest.yaml  the ImageManifest of this build (the tests apply it)
 #
 # and writes config/samples/08_imagemanifest-system.yaml.
 #
@@ -258,4 +259,5 @@ spec:
         size: $R_SIZE
       kernelCommandLine: $KERNEL_CMDLINE
 EOM
-log "wrote $MANIFEST"
+cp "$MANIFEST" "$OUT/imagemanifest.yaml"
+log "wrote $MANIFEST and $OUT/imagemanifest.yaml"

@@ -198,7 +198,11 @@ func (b *Backend) boot(ctx context.Context, spec backends.Spec, p *plan) (*vm, e
 		SpecPlanDigest: spec.PlanDigest, Accel: accel, VCPUs: p.VCPUs, MemoryMiB: p.MemoryMiB, Variant: p.img.Variant,
 		Kernel: FileRef{Path: p.img.KernelPath, Digest: p.img.KernelDigest}, Initrd: FileRef{Path: p.img.InitrdPath, Digest: p.img.InitrdDigest},
 		CommandLine: guestLimits(commandLine(p.img.CommandLine, accel), disk, spec.PIDs), Devices: p.Devices, Disk: disk}
-	v, err := b.launch(ctx, dir, rec, files, b.cfg.BootTimeout, p.Roots)
+	timeout := b.cfg.BootTimeout
+	if disk != nil {
+		timeout = b.cfg.SystemBootTimeout
+	}
+	v, err := b.launch(ctx, dir, rec, files, timeout, p.Roots)
 	if err != nil {
 		return nil, err
 	}

@@ -83,17 +83,19 @@ const (
 
 // Defaults and bounds.
 const (
-	DefaultMaxVMs          = 4
-	DefaultMaxMemoryMiB    = 8192
-	DefaultVCPUs           = 1
-	DefaultMemoryMiB       = 512
-	MinMemoryMiB           = 128
-	DefaultBootTimeout     = 60 * time.Second // TCG boots in ~2.5 s on an idle 2-core host
-	DefaultShutdownTimeout = 10 * time.Second
-	DefaultProbeTimeout    = 30 * time.Second
-	DefaultSerialMaxBytes  = 256 << 10
-	MaxIDBytes             = 128
-	MaxRoots               = 32
+	DefaultMaxVMs       = 4
+	DefaultMaxMemoryMiB = 8192
+	DefaultVCPUs        = 1
+	DefaultMemoryMiB    = 512
+	MinMemoryMiB        = 128
+	DefaultBootTimeout  = 60 * time.Second // TCG boots in ~2.5 s on an idle 2-core host
+	// DefaultSystemBootTimeout: a full-system variant under TCG (systemd first).
+	DefaultSystemBootTimeout = 300 * time.Second
+	DefaultShutdownTimeout   = 10 * time.Second
+	DefaultProbeTimeout      = 30 * time.Second
+	DefaultSerialMaxBytes    = 256 << 10
+	MaxIDBytes               = 128
+	MaxRoots                 = 32
 	// killWait bounds the wait for a SIGKILLed process to be gone.
 	killWait = 5 * time.Second
 	// maxDirEntries bounds the directory listings of the recovery sweep.
@@ -130,6 +132,9 @@ type Config struct {
 	// BootTimeout bounds launch → handshake (default 60 s); ShutdownTimeout the guest's
 	// own poweroff at teardown before SIGKILL (default 10 s); ProbeTimeout the KVM probe.
 	BootTimeout, ShutdownTimeout, ProbeTimeout time.Duration
+	// SystemBootTimeout bounds launch → handshake of a full-system variant (systemd boots
+	// before the agent; default 300 s: ~60-70 s under TCG on a busy 2-core host).
+	SystemBootTimeout time.Duration
 	// SerialMaxBytes caps serial.log (default 256 KiB).
 	SerialMaxBytes int64
 	// NoRNG leaves out virtio-rng; NoSandbox leaves out QEMU's seccomp sandbox (for a
@@ -231,6 +236,9 @@ func New(cfg Config) (*Backend, error) {
 	}
 	if cfg.MaxMemoryMiB <= 0 {
 		cfg.MaxMemoryMiB = DefaultMaxMemoryMiB
+	}
+	if cfg.SystemBootTimeout <= 0 {
+		cfg.SystemBootTimeout = DefaultSystemBootTimeout
 	}
 	if cfg.BootTimeout <= 0 {
 		cfg.BootTimeout = DefaultBootTimeout
