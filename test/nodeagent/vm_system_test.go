@@ -69,14 +69,15 @@ func TestQEMUFullSystemEnvironment(t *testing.T) {
 	const node = "node-system"
 	state, err := os.MkdirTemp("", "wb-sys-") // short: VM socket paths are bounded
 	must(t, err)
-	suite.Defer(func() { _ = os.RemoveAll(state) })
-	cfg := suite.AgentConfig(node)
-	cfg.StateDir = state
-	cfg.QEMU, _ = nodeagenttest.QEMU()
-	// 2560 MiB: one 1536 MiB working disk fits, a second does not.
-	cfg.Storage = &agent.StorageConfig{MaxMiB: 2560, DefaultDiskMiB: 64}
-	_, err = suite.StartAgent(cfg, agent.Options{})
-	must(t, err)
+	defer func() { _ = os.RemoveAll(state) }()
+	defer func() { must(t, nodeagenttest.Release(agent.Config{NodeName: node, StateDir: state})) }()
+	q, _ := nodeagenttest.QEMU()
+	// storage.maxMiB 2560: one 1536 MiB working disk fits, a second does not.
+	config := filepath.Join(t.TempDir(), "node-agent.yaml")
+	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nheartbeatSeconds: 2\ndataPlaneAddress: 127.0.0.1:0\n"+
+		"storage:\n  maxMiB: 2560\n  defaultDiskMiB: 64\nqemu:\n  enabled: true\n  imageDir: %s\n  accel: tcg\n", node, state, q.ImageDir)), 0o600))
+	proc := startAgentProcess(t, buildAgent(t), boundNodeKubeconfig(t, node), config)
+	defer proc.stopLogging(t)
 
 	eventually(t, 60*time.Second, "the node's qemu-microvm.v1 capability claims full-system-linux", func() (bool, string) {
 		var c wbv1.BackendCapability
@@ -97,6 +98,24 @@ func TestQEMUFullSystemEnvironment(t *testing.T) {
 			NodeSelector:  map[string]string{wbv1.NodeLabel: node},
 		}}
 	}
+	defer func() {
+		// Whatever happened: no VM of this test outlives it (the agent tears them down).
+		var es wbv1.EnvironmentList
+		_ = env.Client.List(ctx, &es, client.InNamespace(ns))
+		for i := range es.Items {
+			_ = env.Client.Delete(ctx, &es.Items[i])
+		}
+		for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+			left := 0
+			for i := range es.Items {
+				left += len(vmProcessesIn(t, state, string(es.Items[i].UID)))
+			}
+			if left == 0 {
+				return
+			}
+		}
+		t.Errorf("VM processes of %s outlived the test", ns)
+	}()
 	start := time.Now()
 	must(t, env.Client.Create(ctx, newEnv("sys")))
 	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},

@@ -197,7 +197,7 @@ func (b *Backend) boot(ctx context.Context, spec backends.Spec, p *plan) (*vm, e
 			GuestCID: guestCID, BootNonce: nonce},
 		SpecPlanDigest: spec.PlanDigest, Accel: accel, VCPUs: p.VCPUs, MemoryMiB: p.MemoryMiB, Variant: p.img.Variant,
 		Kernel: FileRef{Path: p.img.KernelPath, Digest: p.img.KernelDigest}, Initrd: FileRef{Path: p.img.InitrdPath, Digest: p.img.InitrdDigest},
-		CommandLine: guestLimits(commandLine(p.img.CommandLine, accel), disk, spec.PIDs), Devices: p.Devices, Disk: disk}
+		CommandLine: guestLimits(commandLine(p.img.CommandLine, accel), disk, p.PIDs), Devices: p.Devices, Disk: disk}
 	timeout := b.cfg.BootTimeout
 	if disk != nil {
 		timeout = b.cfg.SystemBootTimeout

@@ -319,6 +319,7 @@ type plan struct {
 	InitrdDigest   string   `json:"initrdDigest"`
 	DiskDigest     string   `json:"diskDigest,omitempty"`
 	DiskBytes      int64    `json:"diskBytes,omitempty"`
+	PIDs           int32    `json:"pids,omitempty"` // the guest's per-command pids limit (full-system)
 	CommandLine    string   `json:"commandLine"`
 	Devices        []string `json:"devices"`
 	Network        string   `json:"network"`
@@ -359,6 +360,7 @@ func (b *Backend) checkSpec(spec backends.Spec) (*plan, error) {
 		DiskDigest: spec.Boot.DiskDigest, Devices: b.devices(), Network: "none", HostSharing: "denied", img: spec.Boot}
 	if p.DiskDigest != "" {
 		p.DiskBytes = int64(spec.DiskMiB) << 20 // at least the base's size (Clone)
+		p.PIDs = spec.PIDs
 		p.Devices = append(slices.Clone(p.Devices), "virtio-block")
 		sort.Strings(p.Devices)
 	}
