@@ -30,9 +30,13 @@ const diskFD = 6
 // digest of the pinned base it was cloned from. A boot or an adoption uses the image only
 // while all of them still hold.
 type DiskRef struct {
-	Path       string `json:"path"`
-	Dev        uint64 `json:"dev"`
-	Ino        uint64 `json:"ino"`
+	Path string `json:"path"`
+	Dev  uint64 `json:"dev"`
+	Ino  uint64 `json:"ino"`
+	// Birth is the file's creation time (statx btime, ns; 0 where the filesystem has none):
+	// a file made later at the same path cannot pass for it even if it got the inode
+	// number back.
+	Birth      int64  `json:"birth,omitempty"`
 	Size       int64  `json:"size"`
 	BaseDigest string `json:"baseDigest"`
 	Method     string `json:"method,omitempty"` // reflink or sparse (at creation)
@@ -99,9 +103,9 @@ func (b *Backend) workingDisk(id string, base *os.File, baseDigest string, size 
 		_ = f.Close()
 		return nil, nil, fmt.Errorf("working disk %s is not a regular file (%v)", path, err)
 	}
-	ref := &DiskRef{Path: path, Dev: uint64(st.Dev), Ino: st.Ino, Size: st.Size, BaseDigest: baseDigest, Method: method}
+	ref := &DiskRef{Path: path, Dev: uint64(st.Dev), Ino: st.Ino, Birth: birthOf(int(f.Fd())), Size: st.Size, BaseDigest: baseDigest, Method: method}
 	if prev != nil {
-		if prev.Path != ref.Path || prev.Dev != ref.Dev || prev.Ino != ref.Ino || prev.BaseDigest != baseDigest {
+		if prev.Path != ref.Path || prev.Dev != ref.Dev || prev.Ino != ref.Ino || prev.Birth != ref.Birth || prev.BaseDigest != baseDigest {
 			_ = f.Close()
 			return nil, nil, fsaccess.Errorf(CodeBootFailed, "working disk %s is not the one the record binds (dev %d inode %d of base %s; now dev %d inode %d of base %s); not booted",
 				path, prev.Dev, prev.Ino, protocol.Truncate(prev.BaseDigest), ref.Dev, ref.Ino, protocol.Truncate(baseDigest))
@@ -133,7 +137,24 @@ func checkDisk(ref *DiskRef) error {
 	if uint64(st.Dev) != ref.Dev || st.Ino != ref.Ino {
 		return fmt.Errorf("working disk %s is dev %d inode %d, the record binds dev %d inode %d", ref.Path, st.Dev, st.Ino, ref.Dev, ref.Ino)
 	}
+	f, err := os.OpenFile(ref.Path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("working disk %s: %w", ref.Path, err)
+	}
+	defer func() { _ = f.Close() }()
+	if b := birthOf(int(f.Fd())); b != ref.Birth {
+		return fmt.Errorf("working disk %s was created at %d, the record binds one created at %d", ref.Path, b, ref.Birth)
+	}
 	return nil
+}
+
+// birthOf is fd's creation time in ns (0 where statx has no btime).
+func birthOf(fd int) int64 {
+	var stx unix.Statx_t
+	if unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_BTIME, &stx) != nil || stx.Mask&unix.STATX_BTIME == 0 {
+		return 0
+	}
+	return stx.Btime.Sec*1_000_000_000 + int64(stx.Btime.Nsec)
 }
 
 // deleteDisk removes id's working disk unless keep; what it could not remove is residue.
