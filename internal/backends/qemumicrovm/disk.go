@@ -21,9 +21,13 @@ const DisksDir = "vm-disks"
 // MaxDiskBaseBytes bounds a variant's raw root disk (image-invalid above it).
 const MaxDiskBaseBytes = 64 << 30
 
-// diskFD is the descriptor number QEMU finds the working disk at (ExtraFiles[3]); it
-// reaches QEMU as an fd set (-add-fd), so QEMU never opens a host path for it.
-const diskFD = 6
+// diskFD and diskROFD are the descriptors QEMU finds the working disk at (ExtraFiles[3]
+// read-write, ExtraFiles[4] read-only): one fd set (-add-fd) holding both access modes,
+// since QEMU dups from the set with the mode it asks for; it never opens a host path.
+const (
+	diskFD   = 6
+	diskROFD = 7
+)
 
 // DiskRef binds an environment's working disk in the recovery record: the image in the
 // working-disk pool by path and identity (device, inode), its fixed virtual size, and the
@@ -123,6 +127,20 @@ func guestLimits(cmdline string, disk *DiskRef, pids int32) string {
 		return cmdline
 	}
 	return cmdline + " workbench.pids=" + strconv.Itoa(int(pids))
+}
+
+// readOnlyTwin opens f's file again read-only and checks it is the same inode.
+func readOnlyTwin(f *os.File) (*os.File, error) {
+	ro, err := os.OpenFile(f.Name(), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	var a, b unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &a) != nil || unix.Fstat(int(ro.Fd()), &b) != nil || a.Dev != b.Dev || a.Ino != b.Ino {
+		_ = ro.Close()
+		return nil, fmt.Errorf("working disk %s changed while it was opened", f.Name())
+	}
+	return ro, nil
 }
 
 // checkDisk reports whether the record's working disk is still the bound file.

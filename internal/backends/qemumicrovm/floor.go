@@ -74,8 +74,13 @@ func (b *Backend) FloorBoot(ctx context.Context, img *backends.BootImage, dir st
 			return 0, err
 		}
 		defer func() { _ = d.Close() }()
+		ro, err := readOnlyTwin(d)
+		if err != nil {
+			return 0, err
+		}
+		defer func() { _ = ro.Close() }()
 		rec.Disk = &DiskRef{Path: d.Name()}
-		extra = append(extra, nil, d) // fd 5 unused here (the product's VM directory), fd 6 the disk
+		extra = append(extra, nil, d, ro) // fd 5 unused here (the product's VM directory), fds 6 and 7 the disk
 	}
 	vs, gs := filepath.Join(dir, vhostSock), filepath.Join(dir, guestSock)
 	w, err := watchDir(dir)

@@ -56,6 +56,7 @@ func (c *digestCache) put(k fileKey, d string) {
 type bootFiles struct {
 	kernel, initrd *os.File
 	disk           *os.File // the working disk (full-system variants), read-write
+	diskRO         *os.File // the same file read-only (QEMU asks its fd set for both modes)
 }
 
 func (f *bootFiles) Close() {
@@ -70,6 +71,9 @@ func (f *bootFiles) Close() {
 	}
 	if f.disk != nil {
 		_ = f.disk.Close()
+	}
+	if f.diskRO != nil {
+		_ = f.diskRO.Close()
 	}
 }
 

@@ -127,7 +127,7 @@ func (b *Backend) qemuArgs(dir string, rec *Record) []string {
 	if rec.Disk != nil {
 		// The working disk: raw, stated (no probing, no backing file), from the descriptor
 		// the node agent opened (an fd set: QEMU opens no host path for it), virtio-blk.
-		args = append(args, "-add-fd", "fd="+strconv.Itoa(diskFD)+",set=1",
+		args = append(args, "-add-fd", "fd="+strconv.Itoa(diskFD)+",set=1", "-add-fd", "fd="+strconv.Itoa(diskROFD)+",set=1",
 			"-drive", "file=/dev/fdset/1,format=raw,if=none,id=disk0,cache=writeback,discard=unmap,werror=report,rerror=report",
 			"-device", "virtio-blk-device,drive=disk0")
 	}
@@ -180,6 +180,9 @@ func (b *Backend) boot(ctx context.Context, spec backends.Spec, p *plan) (*vm, e
 		files.disk, disk, err = b.workingDisk(spec.ID, base, p.img.DiskDigest, p.DiskBytes, prevDisk)
 		_ = base.Close()
 		if err != nil {
+			return nil, err
+		}
+		if files.diskRO, err = readOnlyTwin(files.disk); err != nil {
 			return nil, err
 		}
 	}
@@ -332,7 +335,7 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 	q.Stdout, q.Stderr = &qemuOut, &qemuOut
 	q.ExtraFiles = []*os.File{files.kernel, files.initrd, dirFile}
 	if files.disk != nil {
-		q.ExtraFiles = append(q.ExtraFiles, files.disk) // fd 6: diskFD
+		q.ExtraFiles = append(q.ExtraFiles, files.disk, files.diskRO) // fds 6 and 7: diskFD, diskROFD
 	}
 	if v.qemu, v.qemuDone, err = startProc(q, cg, id, true); err != nil {
 		return fail(CodeBootFailed, fmt.Errorf("start QEMU: %w", err))
