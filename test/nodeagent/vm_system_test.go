@@ -276,3 +276,34 @@ func nodeDataPlane(t *testing.T, node string) (string, *http.Client) {
 	must(t, err)
 	return ep, hc
 }
+
+// TestFullSystemManifestNeedsEquivalence: an ImageManifest with a full-system variant (a
+// disk) lacking any of the seed's equivalence fields is refused at admission (image-invalid,
+// naming what is missing); with all of them it is admitted.
+func TestFullSystemManifestNeedsEquivalence(t *testing.T) {
+	ctx := context.Background()
+	d := func(c string) wbv1.Digest { return wbv1.Digest("sha256:" + strings.Repeat(c, 64)) }
+	file := func(c, p string) *wbv1.ImageFile { return &wbv1.ImageFile{Digest: d(c), Path: wbv1.RelativePath(p)} }
+	mk := func(name string, digests wbv1.ImageDigests) *wbv1.ImageManifest {
+		return &wbv1.ImageManifest{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: wbv1.ImageManifestSpec{Digests: digests,
+			Variants: []wbv1.ImageVariant{{Name: "full-system", BackendID: wbv1.BackendQEMUMicroVM, Architecture: wbv1.ArchitectureX8664,
+				BootMode: wbv1.BootModeDirectKernel, Kernel: file("1", "guest-system/vmlinux"), Initrd: file("2", "guest-system/initrd.img"),
+				Disk: file("3", "guest-system/rootfs.raw")}}}}
+	}
+	all := wbv1.ImageDigests{Userspace: d("3"), SBOM: d("4"), Provenance: d("5"), ProvenanceRef: "build@abc", Agent: d("6"), Protocol: d("7")}
+	for field, drop := range map[string]func(*wbv1.ImageDigests){
+		"spec.digests.sbom":          func(x *wbv1.ImageDigests) { x.SBOM = "" },
+		"spec.digests.provenance":    func(x *wbv1.ImageDigests) { x.Provenance = "" },
+		"spec.digests.provenanceRef": func(x *wbv1.ImageDigests) { x.ProvenanceRef = "" },
+	} {
+		ds := all
+		drop(&ds)
+		err := env.Client.Create(ctx, mk("eq-missing", ds))
+		if err == nil || !strings.Contains(err.Error(), "image-invalid") || !strings.Contains(err.Error(), field) {
+			t.Fatalf("a full-system manifest without %s: %v", field, err)
+		}
+	}
+	m := mk("eq-complete", all)
+	must(t, env.Client.Create(ctx, m))
+	must(t, env.Client.Delete(ctx, m))
+}
