@@ -158,6 +158,8 @@ func TestQEMUFullSystemEnvironment(t *testing.T) {
 	})
 	t.Logf("through the API server: full-system Environment create → Ready and session Running %v", time.Since(start).Round(time.Millisecond))
 
+	endpoint, hc := nodeDataPlane(t, node)
+	opToken := tokenFor(t, ns, "op", "workbench-operator")
 	run := func(name, exe string, argv ...string) (*wbv1.TerminalCommand, string) {
 		t.Helper()
 		must(t, env.Client.Create(ctx, profile(ns, name, exe, nil, argv)))
@@ -165,7 +167,7 @@ func TestQEMUFullSystemEnvironment(t *testing.T) {
 		c.Spec.ProfileRef = wbv1.ObjectName(name)
 		must(t, env.Client.Create(ctx, c))
 		done := waitFinal(t, ns, name)
-		return done, output(t, ns, done)
+		return done, sessionOutput(t, hc, endpoint, opToken, ns, "s", done)
 	}
 	ok := func(name, exe string, argv ...string) string {
 		t.Helper()
@@ -214,8 +216,6 @@ func TestQEMUFullSystemEnvironment(t *testing.T) {
 	if fp := patchPhase(t, ns, "newdir", "Applied"); len(fp.Status.ChangedFiles) != 1 {
 		t.Fatalf("newdir: %+v", fp.Status)
 	}
-	endpoint, hc := nodeDataPlane(t, node)
-	opToken := tokenFor(t, ns, "op", "workbench-operator")
 	code, body := call(t, hc, http.MethodGet, endpoint+dataplane.FilesPath(ns, "sys", "read")+"?root=repo&path=made/by/patch.txt", opToken, nil)
 	var rr dataplane.ReadResponse
 	if code != http.StatusOK || json.Unmarshal(body, &rr) != nil || string(rr.Data) != "on the disk\n" {
@@ -306,4 +306,32 @@ func TestFullSystemManifestNeedsEquivalence(t *testing.T) {
 	m := mk("eq-complete", all)
 	must(t, env.Client.Create(ctx, m))
 	must(t, env.Client.Delete(ctx, m))
+}
+
+// sessionOutput is a command's output read through its node's data plane (the events of
+// session in [SeqFrom, SeqTo]).
+func sessionOutput(t *testing.T, hc *http.Client, endpoint, token, ns, session string, c *wbv1.TerminalCommand) string {
+	t.Helper()
+	var out strings.Builder
+	if c.Status.SeqFrom == 0 {
+		return ""
+	}
+	for cursor := uint64(c.Status.SeqFrom); cursor <= uint64(c.Status.SeqTo); {
+		code, body := call(t, hc, http.MethodGet, fmt.Sprintf("%s%s?cursor=%d", endpoint, dataplane.SessionPath(ns, session, "events"), cursor), token, nil)
+		if code != http.StatusOK {
+			t.Fatalf("events of %s: %d %s", session, code, body)
+		}
+		var ev dataplane.EventsResponse
+		must(t, json.Unmarshal(body, &ev))
+		for _, e := range ev.Events {
+			if e.Seq >= uint64(c.Status.SeqFrom) && e.Seq <= uint64(c.Status.SeqTo) && e.Kind == "output" {
+				out.Write(e.Data)
+			}
+		}
+		if ev.Next <= cursor || len(ev.Events) == 0 {
+			break
+		}
+		cursor = ev.Next
+	}
+	return out.String()
 }
