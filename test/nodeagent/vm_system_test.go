@@ -316,7 +316,7 @@ func sessionOutput(t *testing.T, hc *http.Client, endpoint, token, ns, session s
 	if c.Status.SeqFrom == 0 {
 		return ""
 	}
-	for cursor := uint64(c.Status.SeqFrom); cursor <= uint64(c.Status.SeqTo); {
+	for cursor := uint64(c.Status.SeqFrom) - 1; cursor < uint64(c.Status.SeqTo); { // events after the cursor
 		code, body := call(t, hc, http.MethodGet, fmt.Sprintf("%s%s?cursor=%d", endpoint, dataplane.SessionPath(ns, session, "events"), cursor), token, nil)
 		if code != http.StatusOK {
 			t.Fatalf("events of %s: %d %s", session, code, body)
