@@ -31,7 +31,7 @@ const (
 // Package is one installed package of a dpkg status file.
 type Package struct {
 	Name, Version, Architecture, Source, Status string
-	Depends                                      []string
+	Depends                                     []string
 }
 
 // ParseStatus reads a dpkg status file and returns its installed packages sorted by name.
