@@ -90,7 +90,7 @@ const (
 	MinMemoryMiB        = 128
 	DefaultBootTimeout  = 60 * time.Second // TCG boots in ~2.5 s on an idle 2-core host
 	// DefaultSystemBootTimeout: a full-system variant under TCG (systemd first).
-	DefaultSystemBootTimeout = 300 * time.Second
+	DefaultSystemBootTimeout = 420 * time.Second
 	DefaultShutdownTimeout   = 10 * time.Second
 	DefaultProbeTimeout      = 30 * time.Second
 	DefaultSerialMaxBytes    = 256 << 10
@@ -133,7 +133,8 @@ type Config struct {
 	// own poweroff at teardown before SIGKILL (default 10 s); ProbeTimeout the KVM probe.
 	BootTimeout, ShutdownTimeout, ProbeTimeout time.Duration
 	// SystemBootTimeout bounds launch → handshake of a full-system variant (systemd boots
-	// before the agent; default 300 s: ~60-70 s under TCG on a busy 2-core host).
+	// before the agent; default 420 s: 60-70 s under TCG on a busy 2-core host, 4 min
+	// measured with eight builds sharing its two cores).
 	SystemBootTimeout time.Duration
 	// SerialMaxBytes caps serial.log (default 256 KiB).
 	SerialMaxBytes int64
