@@ -211,7 +211,7 @@ func TestQEMUFullSystemEnvironment(t *testing.T) {
 
 	// A patch creating a file in directories that do not exist yet, then a read of it.
 	must(t, env.Client.Create(ctx, filePatch(t, ns, "newdir", func(s *wbv1.FilePatchSpec) {
-		s.Format, s.Policy.AllowCreate = wbv1.PatchFormatStructured, ptr(true)
+		s.EnvironmentRef, s.Format, s.Policy.AllowCreate = "sys", wbv1.PatchFormatStructured, ptr(true)
 		s.Operations = []wbv1.FileOperation{{Op: "create", Path: "made/by/patch.txt", Content: ptr("on the disk\n")}}
 	})))
 	if fp := patchPhase(t, ns, "newdir", "Applied"); len(fp.Status.ChangedFiles) != 1 {
