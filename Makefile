@@ -291,5 +291,6 @@ kube-api-linter: $(LOCALBIN) ## Install kube-api-linter's golangci-lint build (p
 ##@ Guest image
 
 .PHONY: guest-image
-guest-image: ## Build the minimal qemu-microvm.v1 guest image into bin/guest/ (root, apt-get; hack/guest-image/build.sh) and write config/samples/07_imagemanifest.yaml.
+guest-image: ## Build the qemu-microvm.v1 guest images: minimal into bin/guest/ (hack/guest-image/build.sh, config/samples/07_imagemanifest.yaml) and full-system into bin/guest-system/ (hack/guest-image/build-system.sh: mmdebstrap, cached; config/samples/08_imagemanifest-system.yaml).
 	hack/guest-image/build.sh
+	hack/guest-image/build-system.sh

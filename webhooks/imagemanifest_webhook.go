@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"context"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -26,6 +27,16 @@ func (ImageManifestValidator) ValidateCreate(ctx context.Context, obj *wbv1.Imag
 		return nil, forbidden("ImageManifest", obj.Name, actuation.CodeNodeRestricted, "node agents may not write image manifests")
 	}
 	var errs field.ErrorList
+	full := false
+	for _, v := range obj.Spec.Variants {
+		full = full || v.Disk != nil
+	}
+	if full {
+		if missing := actuation.MissingImageEquivalence(imageEquivalence(obj)); len(missing) > 0 {
+			return nil, forbidden("ImageManifest", obj.Name, actuation.CodeImageInvalid,
+				"a manifest with a full-system variant (a disk) must carry the equivalence fields; missing: %s", strings.Join(missing, ", "))
+		}
+	}
 	for i, v := range obj.Spec.Variants {
 		p := field.NewPath("spec", "variants").Index(i)
 		for name, f := range map[string]*wbv1.ImageFile{"kernel": v.Kernel, "initrd": v.Initrd, "firmware": v.Firmware, "disk": v.Disk} {
@@ -50,4 +61,11 @@ func (v ImageManifestValidator) ValidateUpdate(ctx context.Context, old, obj *wb
 // ValidateDelete implements admission.Validator.
 func (ImageManifestValidator) ValidateDelete(context.Context, *wbv1.ImageManifest) (admission.Warnings, error) {
 	return nil, nil
+}
+
+// imageEquivalence is the manifest's equivalence fields for the actuation rule.
+func imageEquivalence(m *wbv1.ImageManifest) actuation.ImageEquivalence {
+	d := m.Spec.Digests
+	return actuation.ImageEquivalence{Userspace: string(d.Userspace), SBOM: string(d.SBOM), Provenance: string(d.Provenance),
+		ProvenanceRef: d.ProvenanceRef, Agent: string(d.Agent), Protocol: string(d.Protocol)}
 }

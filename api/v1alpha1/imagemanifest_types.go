@@ -16,6 +16,13 @@ type ImageDigests struct {
 	// provenance is the digest of the image's build provenance.
 	// +optional
 	Provenance Digest `json:"provenance,omitempty"`
+	// provenanceRef names the build the provenance records (builder@revision). A
+	// manifest with a full-system variant (one with a disk) must carry it, the sbom and the
+	// provenance digest: the seed's equivalence fields.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._/@:+-]*$`
+	ProvenanceRef string `json:"provenanceRef,omitempty"`
 	// agent is the digest of the guest agent binary.
 	// +required
 	Agent Digest `json:"agent"`

@@ -63,6 +63,9 @@ type Config struct {
 	IdleTimeout time.Duration
 	// Logf receives short diagnostics (never payload bytes). Nil discards them.
 	Logf func(format string, args ...any)
+	// Cgroups, when set, runs every command and session in a cgroup of its own with the
+	// guest's per-command limits (cgroup.go); nil in the minimal image (no cgroup v2).
+	Cgroups *CommandCgroups
 }
 
 // ErrShutdown is returned by Serve after a shutdown request was answered.

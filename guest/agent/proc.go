@@ -150,6 +150,18 @@ func (a *Agent) spawn(ctx context.Context, opID string, args *protocol.SpawnArgs
 		Stderr:      errW,
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 	}
+	if a.cfg.Cgroups != nil {
+		g, err := a.cfg.Cgroups.create()
+		if err != nil {
+			_ = outR.Close()
+			_ = outW.Close()
+			_ = errR.Close()
+			_ = errW.Close()
+			return refused(execErr(fmt.Errorf("command cgroup: %w", err)))
+		}
+		defer g.remove() // after the wait below: kills any escaped descendant
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, g.fd
+	}
 	start := time.Now()
 	p.mu.Lock()
 	if p.revoked {

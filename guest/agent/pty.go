@@ -23,6 +23,7 @@ type session struct {
 	proc *proc
 	ptmx *os.File
 	cmd  *exec.Cmd
+	cg   *commandGroup // removed when the session's program was reaped
 
 	mu       sync.Mutex
 	buf      []byte // bytes [base, total) of the output stream
@@ -68,8 +69,18 @@ func (a *Agent) ptyOpen(args *protocol.PTYOpenArgs) reply {
 		Env:  envOrEmpty(args.Env),
 		Dir:  fmt.Sprintf("/proc/self/fd/%d", cwd),
 	}
-	ptmx, err := pty.StartWithAttrs(cmd, &pty.Winsize{Rows: args.Rows, Cols: args.Cols}, &syscall.SysProcAttr{Setsid: true, Setctty: true})
+	attrs := &syscall.SysProcAttr{Setsid: true, Setctty: true}
+	var cg *commandGroup
+	if a.cfg.Cgroups != nil {
+		if cg, err = a.cfg.Cgroups.create(); err != nil {
+			unregister()
+			return refused(execErr(fmt.Errorf("session cgroup: %w", err)))
+		}
+		attrs.UseCgroupFD, attrs.CgroupFD = true, cg.fd
+	}
+	ptmx, err := pty.StartWithAttrs(cmd, &pty.Winsize{Rows: args.Rows, Cols: args.Cols}, attrs)
 	if err != nil {
+		cg.remove()
 		unregister()
 		return refused(execErr(err))
 	}
@@ -80,6 +91,7 @@ func (a *Agent) ptyOpen(args *protocol.PTYOpenArgs) reply {
 		cmd:    cmd,
 		notify: make(chan struct{}),
 		done:   make(chan struct{}),
+		cg:     cg,
 	}
 	a.mu.Lock()
 	if _, reserved := a.sessions[args.SessionID]; !reserved {
@@ -88,6 +100,7 @@ func (a *Agent) ptyOpen(args *protocol.PTYOpenArgs) reply {
 		_ = s.proc.signalGroup(unix.SIGKILL)
 		_ = ptmx.Close()
 		_ = cmd.Wait()
+		cg.remove()
 		return refused(protocol.Refusef(protocol.CodeNonceMismatch, "the guest was re-bound while the session started"))
 	}
 	a.sessions[args.SessionID] = s
@@ -127,6 +140,7 @@ func (s *session) pump() {
 	s.proc.done = true
 	s.proc.mu.Unlock()
 	_ = s.cmd.Wait()
+	s.cg.remove()
 	s.mu.Lock()
 	s.exited = true
 	if ps := s.cmd.ProcessState; ps != nil {

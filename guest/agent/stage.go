@@ -286,6 +286,14 @@ func (a *Agent) patchApply(args *protocol.ApplyArgs) reply {
 	dir, base := filepath.Split(args.Target)
 	// O_RDONLY (not O_PATH) so the directory can be fsynced after the rename.
 	pfd, err := openat2(a.rootFd, strings.TrimSuffix(dir, "/"), unix.O_RDONLY|unix.O_DIRECTORY, 0, resolveBeneath)
+	if err != nil && args.Base == protocol.BaseAbsent && protocol.CodeOf(err) == protocol.CodeNotFound {
+		// A create in a directory that does not exist yet: its missing parents are made
+		// (beneath the root, one component at a time, never through a link), as the host
+		// backends do for a created file.
+		if err = a.mkdirParents(strings.TrimSuffix(dir, "/")); err == nil {
+			pfd, err = openat2(a.rootFd, strings.TrimSuffix(dir, "/"), unix.O_RDONLY|unix.O_DIRECTORY, 0, resolveBeneath)
+		}
+	}
 	if err != nil {
 		return refused(err)
 	}
@@ -356,4 +364,30 @@ func (a *Agent) patchApply(args *protocol.ApplyArgs) reply {
 		return unknown(protocol.CodeIOError, err, data)
 	}
 	return ok(data, nil)
+}
+
+// mkdirParents makes every missing directory of rel (a clean relative path beneath the
+// root), 0755, component by component: each existing component is opened beneath the
+// root without following any link, and each missing one is made inside its opened parent.
+func (a *Agent) mkdirParents(rel string) error {
+	fd, err := unix.Dup(a.rootFd)
+	if err != nil {
+		return mapErr(err, rel)
+	}
+	defer func() { unix.Close(fd) }()
+	for _, c := range strings.Split(rel, "/") {
+		if c == "" || c == "." || c == ".." {
+			return protocol.Refusef(protocol.CodePathEscapesRoot, "%q: component %q", rel, c)
+		}
+		if err := unix.Mkdirat(fd, c, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+			return mapErr(err, rel)
+		}
+		next, err := openat2(fd, c, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0, resolveBeneath|unix.RESOLVE_NO_SYMLINKS)
+		if err != nil {
+			return err
+		}
+		unix.Close(fd)
+		fd = next
+	}
+	return nil
 }

@@ -52,6 +52,9 @@ type Spec struct {
 	Boot *BootImage
 	// EFI is the EFI boot variant of an EFI-booting VM backend (vfkit-system.v1); nil otherwise.
 	EFI *EFIBootImage
+	// KeepDisk keeps a VM's working disk at teardown (spec.teardown RetainArtifacts);
+	// otherwise teardown deletes it.
+	KeepDisk bool
 }
 
 // BootImage is one direct-kernel boot variant of an ImageManifest. Paths are relative to
@@ -67,6 +70,10 @@ type BootImage struct {
 	// CommandLine is the variant's kernel command line; the backend may append
 	// accelerator-specific options of its own.
 	CommandLine string
+	// DiskPath and DiskDigest name the variant's raw root disk (full-system variants): the
+	// pinned immutable base each environment's working disk is cloned from ("" without).
+	DiskPath   string
+	DiskDigest string // sha256:<hex>
 }
 
 // Phase of an environment as the backend observes it.

@@ -17,6 +17,8 @@ import (
 	"os"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/mdlayher/vsock"
 
 	"sensorium.dev/workbench/guest/agent"
@@ -82,6 +84,17 @@ func runAgent() int {
 		MaxConns: *maxConns,
 		Logf:     logf,
 	}
+	if !*underInit && !local {
+		// Under systemd (the full-system image): per-command cgroups with the environment's
+		// pids limit (the host puts it on the kernel command line) and a memory limit that
+		// leaves the guest's own services room.
+		if cg, err := agent.SetupCommandCgroups(agent.ReadKernelLimit("workbench.pids"), commandMemoryMax()); err != nil {
+			logf("no per-command cgroups: %v", err)
+		} else {
+			cfg.Cgroups = cg
+			logf("per-command cgroups beneath %s (pids.max %d, memory.max %d)", cg.Parent, cg.Pids, cg.MemoryBytes)
+		}
+	}
 	if !local {
 		l, err = vsock.Listen(uint32(*port), nil)
 		if err != nil {
@@ -136,4 +149,15 @@ func announceReady(port uint32) {
 
 func describe(l net.Listener) string {
 	return l.Addr().Network() + " " + l.Addr().String()
+}
+
+// commandMemoryMax is each command's memory.max: the guest's memory less a reserve of
+// 96 MiB for systemd, the agent and the page cache they need (at least 32 MiB).
+func commandMemoryMax() int64 {
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) != nil {
+		return 0
+	}
+	total := int64(si.Totalram) * int64(si.Unit)
+	return max(total-96<<20, 32<<20)
 }

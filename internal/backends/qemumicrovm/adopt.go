@@ -136,6 +136,15 @@ func (b *Backend) Adopt(ctx context.Context, from, to backends.Spec) error {
 		return fmt.Errorf("adopt the VM of %s into %s: rename %s: %w", from.Ref, to.Ref, oldDir, err)
 	}
 	v.dir = newDir
+	if rec.Disk != nil && b.cfg.Disks != nil {
+		// The working disk follows the VM (same inode: QEMU keeps its descriptor).
+		dst := b.cfg.Disks.Image(to.ID)
+		if err := unix.Renameat2(unix.AT_FDCWD, rec.Disk.Path, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE); err != nil {
+			b.stopVM(v, "adoption by "+ref+": working disk: "+err.Error())
+			return fmt.Errorf("adopt the VM of %s into %s: rename the working disk %s: %w", from.Ref, to.Ref, rec.Disk.Path, err)
+		}
+		rec.Disk.Path = dst
+	}
 	rec.ID, rec.Ref, rec.Generation, rec.Binding, rec.SpecPlanDigest = to.ID, ref, gen, next, to.PlanDigest
 	rec.Reason = "adopted from " + from.Ref
 	for i := range rec.Sockets {
@@ -165,7 +174,7 @@ func embodies(rec *Record, p *plan) string {
 		return "another boot image"
 	case rec.Binding.ImageDigest != imageDigest(p.img):
 		return "another image digest"
-	case rec.CommandLine != commandLine(p.img.CommandLine, rec.Accel):
+	case rec.CommandLine != guestLimits(commandLine(p.img.CommandLine, rec.Accel), rec.Disk, p.PIDs):
 		return "another kernel command line"
 	case !slices.Equal(rec.Devices, p.Devices):
 		return "another device set"

@@ -11,12 +11,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"sort"
 	"strings"
 	"time"
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // probeDir is the KVM probe VM's directory under vms/ (never a valid environment ID).
@@ -145,15 +148,51 @@ func (b *Backend) Capability() (actuation.Capability, error) {
 	if accel == AccelKVM {
 		iso, platform = "hardware-vm", "linux-kvm-"+arch
 	}
+	fidelity, formats, devices, enforce := b.systemProfile()
 	return actuation.Capability{
 		BackendID: ID, Provider: "qemu", Version: b.qemuVersion, BinaryDigest: b.qemuDigest, PlatformRef: platform,
 		Locality: "local-only", HostArchitecture: arch, GuestArchitecture: "x86_64",
-		IsolationClass: iso, SystemFidelity: "full-system-linux",
+		IsolationClass: iso, SystemFidelity: fidelity,
 		ControlTransport: "virtio-vsock", ControlGuestEndpoint: "af-vsock", ControlHostEndpoint: "unix-domain-socket",
 		ControlChannelBinding: "environment-generation-boot-nonce", BootMode: "direct-kernel",
-		StorageFormats: []string{"kernel-initrd-rootfs"}, DeviceClasses: b.devices(), ConsoleMode: "diagnostic-output-only",
+		StorageFormats: formats, DeviceClasses: devices, ConsoleMode: "diagnostic-output-only",
 		NetworkProfiles: []string{"none"}, HostFilesystemSharing: "denied", CredentialInjection: "denied",
-		ResourceEnforcement: b.resourceEnforcement(),
+		ResourceEnforcement: enforce,
 		LifecycleOperations: []string{"allocate", "start", "inspect", "drain", "teardown", "recover"},
 	}, nil
+}
+
+// DefaultSystemDisk is the full-system base make guest-image builds (beneath ImageDir).
+const DefaultSystemDisk = "guest-system/rootfs.raw"
+
+// systemProfile is what this node's images make of the capability: full-system-linux,
+// raw disks, virtio-block, per-command guest pids limits and a storage reservation only
+// when the full-system base exists beneath the image directory and a working-disk pool is
+// configured; otherwise the minimal initramfs variant (the agent as PID 1, no init system,
+// no disk) is all it offers, which is process-runtime fidelity.
+func (b *Backend) systemProfile() (fidelity string, formats, devices, enforce []string) {
+	devices, enforce = b.devices(), b.resourceEnforcement()
+	rel := b.cfg.SystemDisk
+	if rel == "" {
+		rel = DefaultSystemDisk
+	}
+	full := false
+	if b.cfg.Disks != nil && fsaccess.CheckRel(rel, true) == nil {
+		if root, err := fsaccess.OpenRoot(b.cfg.ImageDir); err == nil {
+			if f, _, err := root.OpenRead(rel); err == nil {
+				full = true
+				_ = f.Close()
+			}
+			_ = root.Close()
+		}
+	}
+	if !full {
+		return "process-runtime", []string{"kernel-initrd-rootfs"}, devices, enforce
+	}
+	devices = append(devices, "virtio-block")
+	enforce = append(enforce, "guest-pids", "guest-storage", "host-storage")
+	sort.Strings(devices)
+	sort.Strings(enforce)
+	enforce = slices.Compact(enforce)
+	return "full-system-linux", []string{"kernel-initrd-rootfs", "raw"}, devices, enforce
 }

@@ -8,11 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/guestclient"
+	"sensorium.dev/workbench/internal/platform/loopdisk"
 )
 
 // FloorBoot is the benchmarks' floor for a VM boot: the vsock device and QEMU started
@@ -24,7 +26,11 @@ import (
 func (b *Backend) FloorBoot(ctx context.Context, img *backends.BootImage, dir string) (time.Duration, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Minute)
+		limit := time.Minute
+		if img.DiskPath != "" {
+			limit = b.cfg.SystemBootTimeout
+		}
+		ctx, cancel = context.WithTimeout(ctx, limit)
 		defer cancel()
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -59,6 +65,23 @@ func (b *Backend) FloorBoot(ctx context.Context, img *backends.BootImage, dir st
 		return 0, err
 	}
 	defer func() { _ = initrd.Close() }()
+	extra := []*os.File{kernel, initrd}
+	if img.DiskPath != "" {
+		// A full-system variant boots a private copy of its base (made before the clock
+		// starts: the floor is QEMU and the guest, not the clone).
+		d, err := floorDisk(filepath.Join(b.cfg.ImageDir, img.DiskPath), filepath.Join(dir, "disk.img"))
+		if err != nil {
+			return 0, err
+		}
+		defer func() { _ = d.Close() }()
+		ro, err := readOnlyTwin(d)
+		if err != nil {
+			return 0, err
+		}
+		defer func() { _ = ro.Close() }()
+		rec.Disk = &DiskRef{Path: d.Name()}
+		extra = append(extra, nil, d, ro) // fd 5 unused here (the product's VM directory), fds 6 and 7 the disk
+	}
 	vs, gs := filepath.Join(dir, vhostSock), filepath.Join(dir, guestSock)
 	w, err := watchDir(dir)
 	if err != nil {
@@ -85,10 +108,10 @@ func (b *Backend) FloorBoot(ctx context.Context, img *backends.BootImage, dir st
 	if err != nil {
 		return 0, err
 	}
-	go serial.serve(time.Now().Add(time.Minute))
+	go serial.serve(time.Now().Add(10 * time.Minute))
 	defer serial.close()
 	q := exec.Command(b.qemuBin, b.qemuArgs(dir, rec)...)
-	q.ExtraFiles = []*os.File{kernel, initrd}
+	q.ExtraFiles = extra
 	var out bytes.Buffer
 	q.Stdout, q.Stderr = &out, &out
 	if err := q.Start(); err != nil {
@@ -105,4 +128,23 @@ func (b *Backend) FloorBoot(ctx context.Context, img *backends.BootImage, dir st
 	took := time.Since(start)
 	_ = c.Close()
 	return took, nil
+}
+
+// floorDisk is a sparse copy of base at path, open for reading and writing.
+func floorDisk(base, path string) (*os.File, error) {
+	src, err := os.Open(base)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = src.Close() }()
+	fi, err := src.Stat()
+	if err != nil {
+		return nil, err
+	}
+	p := loopdisk.NewPool(filepath.Dir(path), fi.Size()+1)
+	id := strings.TrimSuffix(filepath.Base(path), loopdisk.ImageSuffix)
+	if _, _, err := p.Clone(id, src, fi.Size()); err != nil {
+		return nil, err
+	}
+	return os.OpenFile(p.Image(id), os.O_RDWR, 0)
 }

@@ -55,6 +55,8 @@ func (c *digestCache) put(k fileKey, d string) {
 // files (passed as /dev/fd/3 and /dev/fd/4), not whatever a path names later.
 type bootFiles struct {
 	kernel, initrd *os.File
+	disk           *os.File // the working disk (full-system variants), read-write
+	diskRO         *os.File // the same file read-only (QEMU asks its fd set for both modes)
 }
 
 func (f *bootFiles) Close() {
@@ -66,6 +68,12 @@ func (f *bootFiles) Close() {
 	}
 	if f.initrd != nil {
 		_ = f.initrd.Close()
+	}
+	if f.disk != nil {
+		_ = f.disk.Close()
+	}
+	if f.diskRO != nil {
+		_ = f.diskRO.Close()
 	}
 }
 
@@ -83,6 +91,14 @@ func checkBootImage(img *backends.BootImage) error {
 		}
 		if !protocol.ValidDigest(f.digest) {
 			return fsaccess.Errorf(CodeImageInvalid, "%s digest %q is not sha256:<64 lowercase hex>", f.what, f.digest)
+		}
+	}
+	if img.DiskPath != "" || img.DiskDigest != "" {
+		if err := fsaccess.CheckRel(img.DiskPath, true); err != nil {
+			return fsaccess.Wrap(CodeImageInvalid, err, "disk path %q", img.DiskPath)
+		}
+		if !protocol.ValidDigest(img.DiskDigest) {
+			return fsaccess.Errorf(CodeImageInvalid, "disk digest %q is not sha256:<64 lowercase hex>", img.DiskDigest)
 		}
 	}
 	if len(img.CommandLine) > MaxCommandLine {
@@ -137,6 +153,11 @@ func (b *Backend) openBoot(img *backends.BootImage, verify bool) (*bootFiles, er
 // verify hashes f (through the open file, from offset 0) unless the same file identity was
 // verified before, and compares with want.
 func (b *Backend) verify(f *os.File, want string) error {
+	return b.verifyN(f, want, MaxBootFileBytes)
+}
+
+// verifyN is verify for a file of at most limit bytes.
+func (b *Backend) verifyN(f *os.File, want string, limit int64) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return fmt.Errorf("fstat: %w", err)
@@ -145,7 +166,7 @@ func (b *Backend) verify(f *os.File, want string) error {
 	got := b.digests.get(k)
 	if got == "" {
 		h := sha256.New()
-		if _, err := io.Copy(h, io.NewSectionReader(f, 0, MaxBootFileBytes+1)); err != nil {
+		if _, err := io.Copy(h, io.NewSectionReader(f, 0, limit+1)); err != nil {
 			return fmt.Errorf("hash: %w", err)
 		}
 		got = protocol.DigestPrefix + hex.EncodeToString(h.Sum(nil))
@@ -163,5 +184,8 @@ func imageDigest(img *backends.BootImage) string {
 	h := sha256.New()
 	h.Write([]byte("qemu-microvm.v1.boot\x00"))
 	h.Write([]byte(img.KernelDigest + "\x00" + img.InitrdDigest + "\x00" + img.CommandLine))
+	if img.DiskDigest != "" {
+		h.Write([]byte("\x00disk\x00" + img.DiskDigest))
+	}
 	return protocol.DigestPrefix + hex.EncodeToString(h.Sum(nil))
 }

@@ -124,6 +124,13 @@ func (b *Backend) qemuArgs(dir string, rec *Record) []string {
 		"-fw_cfg", "name=opt/workbench/binding,file=" + filepath.Join(dir, bindingName),
 		"-chardev", "socket,id=mon0,reconnect=1,path=" + filepath.Join(dir, monitorSock), "-mon", "chardev=mon0,mode=control", // qmp.go
 	}
+	if rec.Disk != nil {
+		// The working disk: raw, stated (no probing, no backing file), from the descriptor
+		// the node agent opened (an fd set: QEMU opens no host path for it), virtio-blk.
+		args = append(args, "-add-fd", "fd="+strconv.Itoa(diskFD)+",set=1", "-add-fd", "fd="+strconv.Itoa(diskROFD)+",set=1",
+			"-drive", "file=/dev/fdset/1,format=raw,if=none,id=disk0,cache=writeback,discard=unmap,werror=report,rerror=report",
+			"-device", "virtio-blk-device,drive=disk0")
+	}
 	if !b.cfg.NoRNG {
 		args = append(args, "-object", "rng-random,id=rng0,filename=/dev/urandom", "-device", "virtio-rng-device,rng=rng0")
 	}
@@ -160,8 +167,24 @@ func (b *Backend) boot(ctx context.Context, spec backends.Spec, p *plan) (*vm, e
 	defer files.Close()
 	dir := b.dir(spec.ID)
 	var prevGen int64
+	var prevDisk *DiskRef
 	if prev, err := readRecord(dir); err == nil {
-		prevGen = prev.Generation
+		prevGen, prevDisk = prev.Generation, prev.Disk
+	}
+	var disk *DiskRef
+	if p.img.DiskPath != "" {
+		base, err := b.openDiskBase(p.img)
+		if err != nil {
+			return nil, err
+		}
+		files.disk, disk, err = b.workingDisk(spec.ID, base, p.img.DiskDigest, p.DiskBytes, prevDisk)
+		_ = base.Close()
+		if err != nil {
+			return nil, err
+		}
+		if files.diskRO, err = readOnlyTwin(files.disk); err != nil {
+			return nil, err
+		}
 	}
 	gen := max(spec.Generation, prevGen+1, 1)
 	nonce, err := newNonce()
@@ -177,8 +200,12 @@ func (b *Backend) boot(ctx context.Context, spec backends.Spec, p *plan) (*vm, e
 			GuestCID: guestCID, BootNonce: nonce},
 		SpecPlanDigest: spec.PlanDigest, Accel: accel, VCPUs: p.VCPUs, MemoryMiB: p.MemoryMiB, Variant: p.img.Variant,
 		Kernel: FileRef{Path: p.img.KernelPath, Digest: p.img.KernelDigest}, Initrd: FileRef{Path: p.img.InitrdPath, Digest: p.img.InitrdDigest},
-		CommandLine: commandLine(p.img.CommandLine, accel), Devices: p.Devices}
-	v, err := b.launch(ctx, dir, rec, files, b.cfg.BootTimeout, p.Roots)
+		CommandLine: guestLimits(commandLine(p.img.CommandLine, accel), disk, p.PIDs), Devices: p.Devices, Disk: disk}
+	timeout := b.cfg.BootTimeout
+	if disk != nil {
+		timeout = b.cfg.SystemBootTimeout
+	}
+	v, err := b.launch(ctx, dir, rec, files, timeout, p.Roots)
 	if err != nil {
 		return nil, err
 	}
@@ -307,6 +334,9 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 	q.Dir, q.Env = "/", []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", vmDirEnv + "=" + dir}
 	q.Stdout, q.Stderr = &qemuOut, &qemuOut
 	q.ExtraFiles = []*os.File{files.kernel, files.initrd, dirFile}
+	if files.disk != nil {
+		q.ExtraFiles = append(q.ExtraFiles, files.disk, files.diskRO) // fds 6 and 7: diskFD, diskROFD
+	}
 	if v.qemu, v.qemuDone, err = startProc(q, cg, id, true); err != nil {
 		return fail(CodeBootFailed, fmt.Errorf("start QEMU: %w", err))
 	}
@@ -637,6 +667,9 @@ func (b *Backend) adopt(ctx context.Context, rec *Record) (*vm, error) {
 	}
 	if err := rec.Binding.Validate(); err != nil {
 		return nil, fmt.Errorf("recorded binding: %w", err)
+	}
+	if err := checkDisk(rec.Disk); err != nil {
+		return nil, err
 	}
 	dir := b.dir(rec.ID)
 	v := &vm{dir: dir, rec: rec}

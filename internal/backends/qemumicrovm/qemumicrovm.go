@@ -38,6 +38,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -49,6 +50,7 @@ import (
 	"sensorium.dev/workbench/internal/guestclient"
 	"sensorium.dev/workbench/internal/platform/cgroups"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
+	"sensorium.dev/workbench/internal/platform/loopdisk"
 )
 
 // ID is the backend identifier (spec.backend).
@@ -81,17 +83,19 @@ const (
 
 // Defaults and bounds.
 const (
-	DefaultMaxVMs          = 4
-	DefaultMaxMemoryMiB    = 8192
-	DefaultVCPUs           = 1
-	DefaultMemoryMiB       = 512
-	MinMemoryMiB           = 128
-	DefaultBootTimeout     = 60 * time.Second // TCG boots in ~2.5 s on an idle 2-core host
-	DefaultShutdownTimeout = 10 * time.Second
-	DefaultProbeTimeout    = 30 * time.Second
-	DefaultSerialMaxBytes  = 256 << 10
-	MaxIDBytes             = 128
-	MaxRoots               = 32
+	DefaultMaxVMs       = 4
+	DefaultMaxMemoryMiB = 8192
+	DefaultVCPUs        = 1
+	DefaultMemoryMiB    = 512
+	MinMemoryMiB        = 128
+	DefaultBootTimeout  = 60 * time.Second // TCG boots in ~2.5 s on an idle 2-core host
+	// DefaultSystemBootTimeout: a full-system variant under TCG (systemd first).
+	DefaultSystemBootTimeout = 420 * time.Second
+	DefaultShutdownTimeout   = 10 * time.Second
+	DefaultProbeTimeout      = 30 * time.Second
+	DefaultSerialMaxBytes    = 256 << 10
+	MaxIDBytes               = 128
+	MaxRoots                 = 32
 	// killWait bounds the wait for a SIGKILLed process to be gone.
 	killWait = 5 * time.Second
 	// maxDirEntries bounds the directory listings of the recovery sweep.
@@ -128,6 +132,10 @@ type Config struct {
 	// BootTimeout bounds launch → handshake (default 60 s); ShutdownTimeout the guest's
 	// own poweroff at teardown before SIGKILL (default 10 s); ProbeTimeout the KVM probe.
 	BootTimeout, ShutdownTimeout, ProbeTimeout time.Duration
+	// SystemBootTimeout bounds launch → handshake of a full-system variant (systemd boots
+	// before the agent; default 420 s: 60-70 s under TCG on a busy 2-core host, 4 min
+	// measured with eight builds sharing its two cores).
+	SystemBootTimeout time.Duration
 	// SerialMaxBytes caps serial.log (default 256 KiB).
 	SerialMaxBytes int64
 	// NoRNG leaves out virtio-rng; NoSandbox leaves out QEMU's seccomp sandbox (for a
@@ -141,6 +149,15 @@ type Config struct {
 	// VMMUID is the host uid and gid QEMU and vhost-device-vsock run as (0 selects
 	// DefaultVMMUID); see vmm.go for the whole confinement profile.
 	VMMUID uint32
+	// Disks is the working-disk pool of full-system variants: per environment a reflink
+	// or sparse clone of the variant's pinned raw base, under the node's storage
+	// reservation (shared with fixture-copy.v1's disks). Without it a variant with a disk
+	// is refused and the capability claims no full-system fidelity.
+	Disks *loopdisk.Pool
+	// SystemDisk (relative to ImageDir; default guest-system/rootfs.raw) is the
+	// full-system base this node offers: only when it exists (and Disks is set) does the
+	// capability claim full-system-linux; the minimal initramfs variant is process-runtime.
+	SystemDisk string
 }
 
 // Backend is the qemu-microvm.v1 backend. It is safe for concurrent use; operations on
@@ -221,6 +238,9 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.MaxMemoryMiB <= 0 {
 		cfg.MaxMemoryMiB = DefaultMaxMemoryMiB
 	}
+	if cfg.SystemBootTimeout <= 0 {
+		cfg.SystemBootTimeout = DefaultSystemBootTimeout
+	}
 	if cfg.BootTimeout <= 0 {
 		cfg.BootTimeout = DefaultBootTimeout
 	}
@@ -298,6 +318,9 @@ type plan struct {
 	Variant        string   `json:"variant,omitempty"`
 	KernelDigest   string   `json:"kernelDigest"`
 	InitrdDigest   string   `json:"initrdDigest"`
+	DiskDigest     string   `json:"diskDigest,omitempty"`
+	DiskBytes      int64    `json:"diskBytes,omitempty"`
+	PIDs           int32    `json:"pids,omitempty"` // the guest's per-command pids limit (full-system)
 	CommandLine    string   `json:"commandLine"`
 	Devices        []string `json:"devices"`
 	Network        string   `json:"network"`
@@ -335,7 +358,13 @@ func (b *Backend) checkSpec(spec backends.Spec) (*plan, error) {
 	}
 	p := &plan{Backend: ID, ID: spec.ID, Ref: spec.Ref, SpecPlanDigest: spec.PlanDigest, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB,
 		Variant: spec.Boot.Variant, KernelDigest: spec.Boot.KernelDigest, InitrdDigest: spec.Boot.InitrdDigest, CommandLine: spec.Boot.CommandLine,
-		Devices: b.devices(), Network: "none", HostSharing: "denied", img: spec.Boot}
+		DiskDigest: spec.Boot.DiskDigest, Devices: b.devices(), Network: "none", HostSharing: "denied", img: spec.Boot}
+	if p.DiskDigest != "" {
+		p.DiskBytes = int64(spec.DiskMiB) << 20 // at least the base's size (Clone)
+		p.PIDs = spec.PIDs
+		p.Devices = append(slices.Clone(p.Devices), "virtio-block")
+		sort.Strings(p.Devices)
+	}
 	if p.VCPUs == 0 {
 		p.VCPUs = DefaultVCPUs
 	}
@@ -550,6 +579,9 @@ func (b *Backend) Teardown(ctx context.Context, spec backends.Spec) (backends.St
 		residue, err = b.destroyVM(ctx, v, true)
 	} else {
 		residue, err = b.destroyDir(b.dir(spec.ID), true)
+	}
+	if err == nil {
+		residue = append(residue, b.deleteDisk(spec.ID, spec.KeepDisk)...)
 	}
 	if err != nil {
 		return backends.Status{Phase: backends.PhaseFailed, Message: err.Error(), Residue: residue}, fmt.Errorf("teardown %s: %w", spec.Ref, err)

@@ -505,7 +505,9 @@ func TestAcceleratorProbe(t *testing.T) {
 	default:
 		t.Fatalf("accel %s with capability %+v", accel, c)
 	}
-	if c.SystemFidelity != "full-system-linux" || c.HostFilesystemSharing != "denied" || !slices.Equal(c.NetworkProfiles, []string{"none"}) ||
+	// No working-disk pool here: only the minimal variant is offered (process-runtime, no
+	// full-system claim); systemProfile's full-system side is TestQEMUFullSystemEnvironment's.
+	if c.SystemFidelity != "process-runtime" || c.HostFilesystemSharing != "denied" || !slices.Equal(c.NetworkProfiles, []string{"none"}) ||
 		!slices.Equal(c.DeviceClasses, []string{"diagnostic-serial", "virtio-rng", "virtio-vsock"}) || c.BinaryDigest == "" {
 		t.Fatalf("capability %+v", c)
 	}

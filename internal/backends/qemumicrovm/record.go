@@ -77,6 +77,8 @@ type Record struct {
 	Initrd      FileRef  `json:"initrd"`
 	CommandLine string   `json:"commandLine"`
 	Devices     []string `json:"devices"`
+	// Disk binds the working disk of a full-system variant (disk.go); nil without one.
+	Disk *DiskRef `json:"disk,omitempty"`
 
 	QEMU   *ProcIdentity `json:"qemu,omitempty"`
 	Device *ProcIdentity `json:"device,omitempty"`

@@ -8,8 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/platform/loopdisk"
 )
 
 // Recovery outcomes (the node agent's vocabulary).
@@ -106,7 +108,39 @@ func (b *Backend) Recover(ctx context.Context, known map[string]backends.Spec) (
 			act(what, OutcomeTerminated, "unrecorded VMM or device process of a VM directory")
 		}
 	}
+	actions = append(actions, b.sweepDisks(known)...)
 	return actions, nil
+}
+
+// sweepDisks deletes the working disks (and interrupted clones) of environments the
+// store does not know and no VM of this process runs: their reservation is released.
+func (b *Backend) sweepDisks(known map[string]backends.Spec) []backends.RecoveryAction {
+	if b.cfg.Disks == nil {
+		return nil
+	}
+	names, err := listDir(b.cfg.Disks.Dir())
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return []backends.RecoveryAction{{Resource: b.cfg.Disks.Dir(), Outcome: OutcomeFailed, Message: "list working disks: " + err.Error()}}
+	}
+	var out []backends.RecoveryAction
+	for _, name := range names {
+		id, isImage := strings.CutSuffix(name, loopdisk.ImageSuffix)
+		if isImage && !strings.HasPrefix(name, ".") {
+			if _, ok := known[id]; ok || b.get(id) != nil {
+				continue
+			}
+		}
+		path := filepath.Join(b.cfg.Disks.Dir(), name)
+		if err := os.Remove(path); err != nil {
+			out = append(out, backends.RecoveryAction{Resource: path, Outcome: OutcomeFailed, Message: "working disk of an unknown environment; remove: " + err.Error()})
+		} else {
+			out = append(out, backends.RecoveryAction{Resource: path, Outcome: OutcomeTerminated, Message: "working disk of an environment not known to the store: deleted"})
+		}
+	}
+	return out
 }
 
 func (b *Backend) recoverOne(ctx context.Context, id string, known map[string]backends.Spec) []backends.RecoveryAction {

@@ -72,7 +72,17 @@ func environmentLimits(env *wbv1.Environment) cgroups.Limits {
 //
 // pids, memoryMiB and vcpus on host-local and fixture-copy.v1 bound every command and
 // session through its cgroup (environmentLimits).
+//
+// A full-system VM variant (a boot image with a raw disk) enforces both: diskMiB is its
+// working disk's fixed virtual size under the node's storage reservation, and pids bounds
+// every guest command through its own cgroup inside the guest (the guest agent's limits).
 func unenforcedResources(backend string, s backends.Spec, diskEnforced bool) (code, msg string) {
+	if s.Boot != nil && s.Boot.DiskPath != "" {
+		diskEnforced = true
+		if backend == string(wbv1.BackendQEMUMicroVM) {
+			return "", ""
+		}
+	}
 	switch {
 	case s.DiskMiB > 0 && !diskEnforced:
 		return string(actuation.CodeResourceNotEnforced), fmt.Sprintf("resources.diskMiB (%d) is not enforced by %s on this node; leave it unset", s.DiskMiB, backend)

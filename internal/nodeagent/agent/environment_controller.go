@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -62,6 +63,8 @@ func specFor(env *wbv1.Environment) backends.Spec {
 	if res := env.Spec.Resources; res != nil {
 		s.VCPUs, s.MemoryMiB, s.DiskMiB, s.PIDs = deref(res.VCPUs), deref(res.MemoryMiB), deref(res.DiskMiB), deref(res.PIDs)
 	}
+	// A VM's working disk outlives teardown only under RetainArtifacts.
+	s.KeepDisk = env.Spec.Teardown != nil && *env.Spec.Teardown == wbv1.TeardownRetainArtifacts
 	return s
 }
 
@@ -477,13 +480,32 @@ func (a *Agent) resolveBootImage(ctx context.Context, env *wbv1.Environment, spe
 		return "", "", nil
 	}
 	arch := wbv1.ArchitectureX8664 // qemu-microvm.v1 runs qemu-system-x86_64 guests (its capability's guestArchitecture)
+	// An environment that needs full-system-linux boots only a variant with a disk (the
+	// minimal initramfs variant is process-runtime), and such a manifest must carry the
+	// equivalence fields (the admission rule, checked again here: the manifest may predate it).
+	needFull := env.Spec.Requirements != nil && env.Spec.Requirements.SystemFidelity != nil &&
+		*env.Spec.Requirements.SystemFidelity == wbv1.SystemFidelity("full-system-linux")
 	for _, v := range im.Spec.Variants {
 		if v.BackendID != env.Spec.Backend || v.Architecture != arch || v.BootMode != wbv1.BootModeDirectKernel || v.Kernel == nil || v.Initrd == nil {
 			continue
 		}
+		if needFull && v.Disk == nil {
+			continue
+		}
 		spec.Boot = &backends.BootImage{Variant: v.Name, KernelPath: string(v.Kernel.Path), KernelDigest: string(v.Kernel.Digest),
 			InitrdPath: string(v.Initrd.Path), InitrdDigest: string(v.Initrd.Digest), CommandLine: v.KernelCommandLine}
+		if v.Disk != nil {
+			d := im.Spec.Digests
+			if missing := actuation.MissingImageEquivalence(actuation.ImageEquivalence{Userspace: string(d.Userspace), SBOM: string(d.SBOM),
+				Provenance: string(d.Provenance), ProvenanceRef: d.ProvenanceRef, Agent: string(d.Agent), Protocol: string(d.Protocol)}); len(missing) > 0 {
+				return code, fmt.Sprintf("ImageManifest %s has a full-system variant but lacks %s", im.Name, strings.Join(missing, ", ")), nil
+			}
+			spec.Boot.DiskPath, spec.Boot.DiskDigest = string(v.Disk.Path), string(v.Disk.Digest)
+		}
 		return "", "", nil
+	}
+	if needFull {
+		return code, fmt.Sprintf("ImageManifest %s has no full-system (disk) %s variant for %s, and the environment requires full-system-linux", im.Name, env.Spec.Backend, arch), nil
 	}
 	return code, fmt.Sprintf("ImageManifest %s has no direct-kernel %s variant with a kernel and an initrd for %s", im.Name, env.Spec.Backend, arch), nil
 }

@@ -24,13 +24,16 @@ import (
 )
 
 func defaultBackends(cfg Config, cg *cgroups.Manager, st storage) ([]backends.Backend, error) {
+	fd := st.fixtureDisks(cfg.StateDir)
 	bs := []backends.Backend{
 		hostlocal.New(cfg.AdmittedRoots),
-		fixturecopy.New(filepath.Join(cfg.StateDir), cfg.AdmittedRoots, fixture.Limits{}).WithDisks(st.fixtureDisks(cfg.StateDir)),
+		fixturecopy.New(filepath.Join(cfg.StateDir), cfg.AdmittedRoots, fixture.Limits{}).WithDisks(fd),
 	}
 	if q := cfg.QEMU; q != nil && q.Enabled {
+		// VM working disks count against the same node-wide reservation as fixture disks.
 		vm, err := qemumicrovm.New(qemumicrovm.Config{StateDir: cfg.StateDir, ImageDir: q.ImageDir, QEMUBinary: q.QEMUBinary,
-			VhostDeviceVsock: q.VhostDeviceVsock, Accel: q.Accel, MaxVMs: q.MaxVMs, MaxMemoryMiB: q.MaxMemoryMiB, Cgroups: cg})
+			VhostDeviceVsock: q.VhostDeviceVsock, Accel: q.Accel, MaxVMs: q.MaxVMs, MaxMemoryMiB: q.MaxMemoryMiB, Cgroups: cg,
+			Disks: fd.Pool.Sibling(filepath.Join(fd.Pool.Dir(), "..", qemumicrovm.DisksDir))})
 		if err != nil {
 			return nil, err
 		}

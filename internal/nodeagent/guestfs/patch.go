@@ -135,7 +135,9 @@ func (r *Root) precheck(ctx context.Context, k *channel, changes []patch.Change)
 				return r.mapErr("stat", parent, err)
 			}
 		case protocol.CodeNotFound:
-			return fsaccess.Wrap(string(actuation.CodeCapabilityMismatch), err, "create %q: directory %q does not exist, and creating directories on VM environments is not available: the guest protocol has no mkdir", ch.Path, parent)
+			// The guest agent's patch.apply of a create makes the missing parents itself
+			// (beneath its root, never through a link: guest/agent/stage.go mkdirParents).
+			continue
 		case protocol.CodeNotDirectory:
 			return fsaccess.Wrap(patch.CodePatchDirty, err, "a parent of %q is not a directory", ch.Path)
 		case protocol.CodePathEscapesRoot:

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -24,13 +25,34 @@ const MaxImages = 10_000
 type Pool struct {
 	dir      string
 	capacity int64
-	mu       sync.Mutex
+	*ledger
+}
+
+// ledger is the one node-wide reservation shared by a pool and its siblings: one lock
+// and every directory whose images count against the capacity.
+type ledger struct {
+	mu   sync.Mutex
+	dirs []string
 }
 
 // NewPool returns the pool of images in dir (created 0700 on first use) whose sizes may
 // add up to capacity bytes.
 func NewPool(dir string, capacity int64) *Pool {
-	return &Pool{dir: filepath.Clean(dir), capacity: capacity}
+	dir = filepath.Clean(dir)
+	return &Pool{dir: dir, capacity: capacity, ledger: &ledger{dirs: []string{dir}}}
+}
+
+// Sibling returns a pool of images in dir under the same reservation as p: the images of
+// both count against one capacity, under one lock (a disk made in either is refused when
+// the sum would pass it). Each pool's Sweep touches only its own directory.
+func (p *Pool) Sibling(dir string) *Pool {
+	dir = filepath.Clean(dir)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !slices.Contains(p.dirs, dir) {
+		p.dirs = append(p.dirs, dir)
+	}
+	return &Pool{dir: dir, capacity: p.capacity, ledger: p.ledger}
 }
 
 // Dir is the image directory.
@@ -57,15 +79,30 @@ func (p *Pool) Usage() (used int64, disks int, err error) {
 }
 
 func (p *Pool) usage() (int64, int, error) {
-	ents, err := readDirBounded(p.dir, MaxImages+1)
+	var used int64
+	n := 0
+	for _, dir := range p.dirs {
+		u, k, err := dirUsage(dir)
+		if err != nil {
+			return 0, 0, err
+		}
+		used, n = used+u, n+k
+	}
+	return used, n, nil
+}
+
+// dirUsage sums the apparent sizes of the images in dir: a sparse or cloned image is
+// reserved at its full virtual size (the most it can ever take).
+func dirUsage(dir string) (int64, int, error) {
+	ents, err := readDirBounded(dir, MaxImages+1)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, 0, nil
 	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("loopdisk: list %s: %w", p.dir, err)
+		return 0, 0, fmt.Errorf("loopdisk: list %s: %w", dir, err)
 	}
 	if len(ents) > MaxImages {
-		return 0, 0, fmt.Errorf("loopdisk: %s holds more than %d entries", p.dir, MaxImages)
+		return 0, 0, fmt.Errorf("loopdisk: %s holds more than %d entries", dir, MaxImages)
 	}
 	var used int64
 	n := 0

@@ -13,9 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/platform/spans"
+	"sensorium.dev/workbench/internal/test/envtest"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
 	"sensorium.dev/workbench/internal/test/samples"
 )
@@ -201,4 +203,39 @@ func poolClaim(b *testing.B, tmpl wbv1.EnvironmentSpec, replicas int32, readyTim
 	floor.Report(b, "api-roundtrip")
 	samples.Ratio(b, "claim-to-floor", claim, floor)
 	samples.Ratio(b, "claim-to-cold", claim, cold)
+}
+
+// BenchmarkPoolClaimSystemVM is BenchmarkPoolClaimVM for the full-system variant
+// (bin/guest-system, systemd first, a working disk per environment): the claimer adopts the
+// member's running guest and its working disk (renamed to the claimer's, same inode),
+// against the same floor and a cold full-system create → Ready (a clone and a systemd
+// boot, about a minute under TCG).
+func BenchmarkPoolClaimSystemVM(b *testing.B) {
+	if qemuSkip != "" {
+		b.Skip(qemuSkip)
+	}
+	ctx := context.Background()
+	raw, err := os.ReadFile(filepath.Join(envtest.RepoRoot(), "bin", "guest-system", "imagemanifest.yaml"))
+	if err != nil {
+		b.Skipf("the full-system image is not built (run `make guest-image`): %v", err)
+	}
+	var im wbv1.ImageManifest
+	must(b, yaml.UnmarshalStrict(raw, &im))
+	if err := env.Client.Create(ctx, im.DeepCopy()); err != nil && !apierrors.IsAlreadyExists(err) {
+		b.Fatal(err)
+	}
+	full := wbv1.SystemFidelity("full-system-linux")
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var c wbv1.BackendCapability
+		if env.Client.Get(ctx, client.ObjectKey{Name: node + ".qemu-microvm.v1"}, &c) == nil && c.Spec.SystemFidelity == full {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("no full-system qemu-microvm.v1 capability published")
+		}
+	}
+	tmpl := wbv1.EnvironmentSpec{Backend: wbv1.BackendQEMUMicroVM, Roots: []wbv1.EnvironmentRoot{{Name: "repo"}}, ImageRef: &im.Name,
+		Requirements: &wbv1.EnvironmentRequirements{SystemFidelity: &full},
+		NodeSelector: map[string]string{wbv1.NodeLabel: node}}
+	poolClaim(b, tmpl, 1, 400*time.Second, true)
 }
