@@ -92,15 +92,11 @@ QEMU_CONF=""
 # local_sources_setup serves the sample demo-src's git source (issue 28): a bare repository
 # at ${SOURCES}/demo.git holding one commit made with fixed names, dates and content, so its
 # id is DEMO_SRC_COMMIT on every machine; and the node agent's sources policy allows file://
-# URLs in ${SOURCES} only. The node materializes it (never the sandbox); without git, or with
-# a node agent that has no sources policy yet, the sample is not applied.
+# URLs in ${SOURCES} only. The node materializes it (never the sandbox); without git the
+# sample is not applied.
 local_sources_setup() {
   if ! command -v git >/dev/null 2>&1; then
     log "No git on this machine: the git-source sample demo-src is not applied"
-    return 0
-  fi
-  if ! grep -qs 'json:"allowedFileDirs' "${ROOT}"/internal/nodeagent/agent/*.go; then
-    log "This node agent has no sources policy: the git-source sample demo-src is not applied"
     return 0
   fi
   local repo="${SOURCES}/demo.git"

@@ -46,6 +46,8 @@ func startAgent() (*agent.Agent, error) {
 	cfg.RecordRetentionSeconds = 2
 	cfg.Caps = agent.Caps{Sessions: 64, SessionsPerEnvironment: 4}
 	cfg.QEMU, qemuSkip = nodeagenttest.QEMU()
+	// git sources from file:// repositories the tests make inside the admitted workspace.
+	cfg.Sources = &agent.SourcesConfig{AllowedFileDirs: []string{workspace}}
 	return suite.StartAgent(cfg, agent.Options{})
 }
 

@@ -194,7 +194,9 @@ func ParseGitURL(raw string) (GitURL, error) {
 	if err != nil {
 		return GitURL{}, fsaccess.Errorf(CodeSourceInvalid, "git url %q: %v", raw, err)
 	}
-	g := GitURL{Raw: raw, Scheme: strings.ToLower(u.Scheme), Host: u.Host}
+	// git's protocol allowlist is case-sensitive: the URL handed to git carries its scheme
+	// lower-cased (the rest exactly as written), so FILE:// and file:// name one source.
+	g := GitURL{Raw: strings.ToLower(u.Scheme) + raw[len(u.Scheme):], Scheme: strings.ToLower(u.Scheme), Host: u.Host}
 	if u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
 		return GitURL{}, fsaccess.Errorf(CodeSourceInvalid, "git url %q: no query, fragment or opaque part", raw)
 	}
