@@ -314,7 +314,7 @@ func (t *tree) rewriteFile(f *file) ([]byte, error) {
 	if err := format.Node(&buf, t.fset, f.ast); err != nil {
 		return nil, err
 	}
-	src := buf.Bytes()
+	src := tidyImports(buf.Bytes())
 	if needAct {
 		src = addImport(src, actPath)
 	}
@@ -716,6 +716,47 @@ func addImport(src []byte, path string) []byte {
 				break
 			}
 		}
+	}
+	return []byte(strings.Join(out, "\n"))
+}
+
+// importClass groups an import line: standard library, this module, others.
+func importClass(line string) int {
+	q := strings.Index(line, "\"")
+	if q < 0 {
+		return -1
+	}
+	p, err := strconv.Unquote(strings.TrimSpace(line[q:]))
+	switch {
+	case err != nil:
+		return -1
+	case strings.HasPrefix(p, module+"/"):
+		return 2
+	case !strings.Contains(strings.Split(p, "/")[0], "."):
+		return 0
+	}
+	return 1
+}
+
+// tidyImports removes the blank line a deleted import leaves between two
+// imports of the same group.
+func tidyImports(src []byte) []byte {
+	lines := strings.Split(string(src), "\n")
+	out := make([]string, 0, len(lines))
+	in := false
+	for i, l := range lines {
+		switch {
+		case strings.HasPrefix(l, "import ("):
+			in = true
+		case in && l == ")":
+			in = false
+		case in && strings.TrimSpace(l) == "" && i+1 < len(lines) && len(out) > 0:
+			prev, next := importClass(out[len(out)-1]), importClass(lines[i+1])
+			if prev >= 0 && prev == next || strings.TrimSpace(lines[i+1]) == "" || lines[i+1] == ")" || strings.HasPrefix(out[len(out)-1], "import (") {
+				continue
+			}
+		}
+		out = append(out, l)
 	}
 	return []byte(strings.Join(out, "\n"))
 }
