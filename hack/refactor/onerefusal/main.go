@@ -124,7 +124,7 @@ func fail(err error) {
 }
 
 func load() (*tree, error) {
-	t := &tree{fset: token.NewFileSet(), pkgNames: map[string]string{}, qual: map[string]map[string]sym{}, unqual: map[string]map[string]sym{}}
+	t := &tree{fset: token.NewFileSet(), pkgNames: map[string]string{actPath: "actuation"}, qual: map[string]map[string]sym{}, unqual: map[string]map[string]sym{}}
 	err := filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -283,6 +283,10 @@ func (t *tree) rewriteFile(f *file) ([]byte, error) {
 	for _, im := range f.ast.Imports {
 		p, _ := strconv.Unquote(im.Path.Value)
 		name, ok := t.pkgNames[p]
+		if !ok && !strings.Contains(strings.Split(p, "/")[0], ".") {
+			// A standard library package: its name is the last element.
+			name, ok = p[strings.LastIndex(p, "/")+1:], true
+		}
 		if !ok {
 			continue
 		}
@@ -296,6 +300,8 @@ func (t *tree) rewriteFile(f *file) ([]byte, error) {
 	for _, d := range f.ast.Decls {
 		walk(reflect.ValueOf(d), r.expr)
 	}
+	used := usedNames(f.ast)
+	r.dropUnusedImports(used)
 	if !r.dirty {
 		return nil, nil
 	}
@@ -307,9 +313,7 @@ func (t *tree) rewriteFile(f *file) ([]byte, error) {
 		}
 	}
 	f.ast.Comments = kept
-	used := usedNames(f.ast)
 	needAct := used[r.act] && importName(f.ast, actPath, "actuation") == ""
-	r.dropUnusedImports(used)
 	var buf bytes.Buffer
 	if err := format.Node(&buf, t.fset, f.ast); err != nil {
 		return nil, err
@@ -632,7 +636,8 @@ func usedNames(f *ast.File) map[string]bool {
 	return used
 }
 
-// dropUnusedImports removes module-internal imports no selector uses any more.
+// dropUnusedImports removes module-internal and standard library imports no
+// selector uses any more.
 func (r *fileRewriter) dropUnusedImports(used map[string]bool) {
 	unused := map[string]bool{}
 	for name, p := range r.imports {
@@ -643,6 +648,7 @@ func (r *fileRewriter) dropUnusedImports(used map[string]bool) {
 	if len(unused) == 0 {
 		return
 	}
+	r.dirty = true
 	for _, d := range r.f.ast.Decls {
 		g, ok := d.(*ast.GenDecl)
 		if !ok || g.Tok != token.IMPORT {
