@@ -155,7 +155,7 @@ func (r *SkillReplayReconciler) step(ctx context.Context, sr *wbv1.SkillReplay, 
 	}
 	plan, err := skills.NewPlan(m, params, string(env.Spec.Backend), mode)
 	if err != nil {
-		code := skills.CodeOf(err)
+		code := actuation.CodeOf(err)
 		if code == "" {
 			code = actuation.CodeSkillInvalid
 		}

@@ -76,7 +76,7 @@ func (f *Forwarder) metadata(ctx context.Context, resource, ns, name string) (*m
 	obj.SetGroupVersionKind(wbv1.GroupVersion.WithKind(kind))
 	if err := f.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, obj); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, statusError(http.StatusNotFound, dataplane.CodeNotFound, fmt.Sprintf("%s %s/%s not found", strings.ToLower(kind), ns, name))
+			return nil, statusError(http.StatusNotFound, string(actuation.CodeNotFound), fmt.Sprintf("%s %s/%s not found", strings.ToLower(kind), ns, name))
 		}
 		return nil, fmt.Errorf("reading %s %s/%s: %w", kind, ns, name, err)
 	}

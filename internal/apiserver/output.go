@@ -41,7 +41,7 @@ func (f *Forwarder) unboundOutput(ns, name string, caller user.Info) http.Handle
 		if v := q.Get("startWaitSeconds"); v != "" {
 			n, err := strconv.ParseUint(v, 10, 32)
 			if err != nil || time.Duration(n)*time.Second > dataplane.MaxStartWait {
-				writeStatus(w, dataplane.StatusFor(http.StatusBadRequest, dataplane.CodeBadRequest,
+				writeStatus(w, dataplane.StatusFor(http.StatusBadRequest, string(actuation.CodeBadRequest),
 					fmt.Sprintf("startWaitSeconds=%q must be a number of seconds up to %d", v, int(dataplane.MaxStartWait/time.Second))))
 				return
 			}

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/skills"
 	"sensorium.dev/workbench/internal/skillsapi"
 )
@@ -119,7 +120,7 @@ func (c *Client) Crystallize(ctx context.Context, r CrystallizeRequest, fetch Tr
 	m, err := skills.Crystallize(t, skills.CrystallizeOptions{Name: r.DisplayName, Description: r.Description,
 		Parameters: r.Parameters, ExtraBackends: r.ExtraBackends, Now: time.Now()})
 	if err != nil {
-		return nil, refused("recording "+rec.Name, string(skills.CodeOf(err)), err.Error())
+		return nil, refused("recording "+rec.Name, string(actuation.CodeOf(err)), err.Error())
 	}
 	spec, err := skillsapi.SkillSpec(m)
 	if err != nil {
@@ -227,7 +228,7 @@ func (c *Client) ExportBundle(ctx context.Context, r ExportRequest, fetch TraceF
 	}
 	b, err := skills.Export(in, skills.ExportOptions{Profile: r.Profile, Override: r.Override})
 	if err != nil {
-		return nil, refused("skill "+sk.Name, string(skills.CodeOf(err)), err.Error())
+		return nil, refused("skill "+sk.Name, string(actuation.CodeOf(err)), err.Error())
 	}
 	return b, nil
 }
@@ -238,13 +239,13 @@ func (c *Client) ExportBundle(ctx context.Context, r ExportRequest, fetch TraceF
 func (c *Client) ImportBundle(ctx context.Context, raw []byte, name string, create bool) (*skills.Bundle, *wbv1.Skill, error) {
 	b, err := skills.Import(raw)
 	if err != nil {
-		return nil, nil, refused("bundle", string(skills.CodeOf(err)), err.Error())
+		return nil, nil, refused("bundle", string(actuation.CodeOf(err)), err.Error())
 	}
 	if !create {
 		return b, nil, nil
 	}
 	if err := b.Manifest.Validate(); err != nil {
-		return b, nil, refused("bundle", string(skills.CodeOf(err)), "the manifest cannot be replayed: "+err.Error())
+		return b, nil, refused("bundle", string(actuation.CodeOf(err)), "the manifest cannot be replayed: "+err.Error())
 	}
 	spec, err := skillsapi.SkillSpec(&b.Manifest)
 	if err != nil {

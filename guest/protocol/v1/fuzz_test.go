@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"testing"
+
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // FuzzDecodeFrame: arbitrary bytes never panic, never yield a frame beyond the caps, and
@@ -29,7 +31,7 @@ func FuzzDecodeFrame(f *testing.F) {
 		fr, err := DecodeFrame(in)
 		rf, rerr := ReadFrame(bytes.NewReader(in))
 		if err != nil {
-			if CodeOf(err) == "" {
+			if string(actuation.CodeOf(err)) == "" {
 				t.Fatalf("DecodeFrame error without refusal code: %v", err)
 			}
 			if rerr == nil && len(in) == HeaderSize+int(rf.Length) {
@@ -74,8 +76,8 @@ func FuzzHandshake(f *testing.F) {
 		}
 		var h Handshake
 		if err := DecodeJSON(payload, &h); err != nil {
-			if CodeOf(err) != CodeMalformedPayload {
-				t.Fatalf("decode error with code %q", CodeOf(err))
+			if string(actuation.CodeOf(err)) != string(actuation.CodeMalformedPayload) {
+				t.Fatalf("decode error with code %q", string(actuation.CodeOf(err)))
 			}
 			return
 		}
@@ -86,7 +88,7 @@ func FuzzHandshake(f *testing.F) {
 			}
 			return
 		}
-		if CodeOf(err) == "" {
+		if string(actuation.CodeOf(err)) == "" {
 			t.Fatalf("refusal without code: %v", err)
 		}
 	})

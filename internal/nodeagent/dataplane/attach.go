@@ -214,7 +214,7 @@ func (s *Server) resizeRefusal(r *http.Request, ref objRef) *metav1.Status {
 	if err == nil {
 		return nil
 	}
-	code, msg, status := CodeUnavailable, err.Error(), http.StatusServiceUnavailable
+	code, msg, status := string(actuation.CodeUnavailable), err.Error(), http.StatusServiceUnavailable
 	var he *httpError
 	if errors.As(err, &he) {
 		code, msg, status = he.code, he.message, he.status

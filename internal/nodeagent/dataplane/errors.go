@@ -7,43 +7,9 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
-	"sensorium.dev/workbench/internal/platform/fsaccess"
-)
-
-// Codes produced by the data plane itself. Codes of the session runtime
-// (package refusal), of fsaccess and of the actuation core are passed through
-// unchanged in the same {code, message} body.
-const (
-	// CodeUnauthenticated: no bearer token, or the API server did not
-	// authenticate it (401).
-	CodeUnauthenticated = string(actuation.CodeUnauthenticated)
-	// CodeForbidden: SubjectAccessReview denied the virtual subresource (403).
-	CodeForbidden = string(actuation.CodeForbidden)
-	// CodeRawInputDisabled: the caller may create terminalsessions/input but
-	// the session's spec.rawInput is not OperatorOnly (403).
-	CodeRawInputDisabled = string(actuation.CodeRawInputDisabled)
-	// CodeNotFound: no such route, session, environment or root (404).
-	CodeNotFound = string(actuation.CodeNotFound)
-	// CodeQueueFull: a concurrency cap of the data plane (long-polls,
-	// requests in flight) or of the session (input queue) is reached (429).
-	CodeQueueFull = refusal.QueueFull
-	// CodeBadRequest: malformed body, query parameter or object name (400).
-	CodeBadRequest = string(actuation.CodeBadRequest)
-	// CodeBodyTooLarge: the request body exceeds Limits.MaxBodyBytes (413).
-	CodeBodyTooLarge = string(actuation.CodeBodyTooLarge)
-	// CodeMethodNotAllowed: the route exists with another method (405).
-	CodeMethodNotAllowed = string(actuation.CodeMethodNotAllowed)
-	// CodeUnavailable: TokenReview or SubjectAccessReview could not be
-	// completed (API server unreachable, timeout); retry later (503).
-	CodeUnavailable = string(actuation.CodeUnavailable)
-	// CodeInternal: an unexpected failure; the message carries no detail
-	// beyond what is safe to return (500).
-	CodeInternal = string(actuation.CodeInternal)
 )
 
 // Error is the JSON body of every non-2xx response.
@@ -77,24 +43,24 @@ func errorf(status int, code, message string) *httpError {
 // refusals of the request's content and map to 400.
 func statusFor(code string) int {
 	switch code {
-	case CodeUnauthenticated:
+	case string(actuation.CodeUnauthenticated):
 		return http.StatusUnauthorized
-	case CodeForbidden, CodeRawInputDisabled, fsaccess.CodeSymlinkEscape:
+	case string(actuation.CodeForbidden), string(actuation.CodeRawInputDisabled), string(actuation.CodeSymlinkEscape):
 		return http.StatusForbidden
-	case CodeNotFound, fsaccess.CodePathNotFound:
+	case string(actuation.CodeNotFound), string(actuation.CodePathNotFound):
 		return http.StatusNotFound
-	case CodeMethodNotAllowed:
+	case string(actuation.CodeMethodNotAllowed):
 		return http.StatusMethodNotAllowed
-	case refusal.SessionNotRunning:
+	case string(actuation.CodeSessionNotRunning):
 		return http.StatusConflict
-	case CodeBodyTooLarge, refusal.InputTooLarge:
+	case string(actuation.CodeBodyTooLarge), string(actuation.CodeInputTooLarge):
 		return http.StatusRequestEntityTooLarge
-	case CodeQueueFull, refusal.ReaderCapReached:
+	case string(actuation.CodeQueueFull), string(actuation.CodeReaderCapReached):
 		return http.StatusTooManyRequests
-	case CodeUnavailable, fsaccess.CodeOpenat2Unavailable, refusal.Interrupted,
+	case string(actuation.CodeUnavailable), string(actuation.CodeOpenat2Unavailable), string(actuation.CodeInterrupted),
 		string(actuation.CodeEnvironmentUnavailable), string(actuation.CodeVMNotRunning):
 		return http.StatusServiceUnavailable
-	case CodeInternal:
+	case string(actuation.CodeInternal):
 		return http.StatusInternalServerError
 	}
 	return http.StatusBadRequest
@@ -109,20 +75,20 @@ func classify(err error) (int, Error, bool) {
 		return he.status, Error{Code: he.code, Message: he.message}, he.status >= 500
 	}
 	if errors.Is(err, ErrNotFound) {
-		return http.StatusNotFound, Error{Code: CodeNotFound, Message: err.Error()}, false
+		return http.StatusNotFound, Error{Code: string(actuation.CodeNotFound), Message: err.Error()}, false
 	}
 	var ar *actuation.Refusal
 	if errors.As(err, &ar) && ar != nil {
 		c := string(ar.Code)
 		return statusFor(c), Error{Code: c, Message: ar.Error()}, false
 	}
-	if c := refusal.CodeOf(err); c != "" {
+	if c := string(actuation.CodeOf(err)); c != "" {
 		return statusFor(c), Error{Code: c, Message: err.Error()}, statusFor(c) >= 500
 	}
-	if c := fsaccess.CodeOf(err); c != "" {
+	if c := string(actuation.CodeOf(err)); c != "" {
 		return statusFor(c), Error{Code: c, Message: err.Error()}, statusFor(c) >= 500
 	}
-	return http.StatusInternalServerError, Error{Code: CodeInternal, Message: "internal error"}, true
+	return http.StatusInternalServerError, Error{Code: string(actuation.CodeInternal), Message: "internal error"}, true
 }
 
 // writeError writes err as a JSON {code, message} body.

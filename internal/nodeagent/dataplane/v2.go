@@ -19,9 +19,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
-	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // The v2 routes serve the aggregated subresource API (docs/api-subresources.md) with the
@@ -247,7 +245,7 @@ func (s *Server) v2Routes(mux *http.ServeMux) {
 		}
 		mux.HandleFunc(rt.path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
-			writeError(w, r, errorf(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "method "+r.Method+" is not allowed; use "+allow))
+			writeError(w, r, errorf(http.StatusMethodNotAllowed, string(actuation.CodeMethodNotAllowed), "method "+r.Method+" is not allowed; use "+allow))
 		})
 	}
 }
@@ -259,14 +257,14 @@ func (s *Server) authorize(r *http.Request, a Attributes) error {
 	d, err := s.authz.Authorize(ctx, u, a)
 	cancel()
 	if err != nil {
-		return &httpError{status: http.StatusServiceUnavailable, code: CodeUnavailable, message: "authorization is unavailable", cause: err}
+		return &httpError{status: http.StatusServiceUnavailable, code: string(actuation.CodeUnavailable), message: "authorization is unavailable", cause: err}
 	}
 	if !d.Allowed {
 		msg := fmt.Sprintf("user %q may not %s %s/%s %q in namespace %q", u.Username, a.Verb, a.Resource, a.Subresource, a.Name, a.Namespace)
 		if d.Reason != "" {
 			msg += ": " + d.Reason
 		}
-		return errorf(http.StatusForbidden, CodeForbidden, msg)
+		return errorf(http.StatusForbidden, string(actuation.CodeForbidden), msg)
 	}
 	return nil
 }
@@ -852,8 +850,8 @@ func (s *Server) v2Upload(w http.ResponseWriter, r *http.Request, ref objRef) er
 
 // codeOfAny returns the stable code an error carries, whatever its refusal type.
 func codeOfAny(err error) string {
-	if c := refusal.CodeOf(err); c != "" {
+	if c := string(actuation.CodeOf(err)); c != "" {
 		return c
 	}
-	return fsaccess.CodeOf(err)
+	return string(actuation.CodeOf(err))
 }

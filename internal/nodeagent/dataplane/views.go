@@ -110,7 +110,7 @@ func (s *Server) viewAuthorize(ctx context.Context, r *http.Request, ref objRef)
 	d, err := s.viewAuthz.Authorize(actx, u, a)
 	cancel()
 	if err != nil {
-		return &httpError{status: http.StatusServiceUnavailable, code: CodeUnavailable, message: "authorization is unavailable", cause: err}
+		return &httpError{status: http.StatusServiceUnavailable, code: string(actuation.CodeUnavailable), message: "authorization is unavailable", cause: err}
 	}
 	if !d.Allowed {
 		return viewRefusal(actuation.CodeViewMembershipInactive,

@@ -38,29 +38,29 @@ func (s source) Current(rel string) (bool, []byte, fsaccess.Entry, error) {
 		return false, nil, e, err
 	}
 	d, b, err := c.ReadFile(s.ctx, "", protocol.ReadArgs{Path: s.r.guestPath(rel), Max: patch.MaxFileBytes + 1})
-	switch protocol.CodeOf(err) {
+	switch string(actuation.CodeOf(err)) {
 	case "":
 		if err != nil {
 			s.k.drop()
 			return false, nil, e, s.r.mapErr("read", rel, err)
 		}
-	case protocol.CodeNotFound:
+	case string(actuation.CodeNotFound):
 		return false, nil, e, nil
-	case protocol.CodeNotDirectory:
-		return false, nil, e, fsaccess.Wrap(patch.CodePatchDirty, err, "a parent of %q is not a directory", rel)
-	case protocol.CodePathEscapesRoot:
-		return false, nil, e, fsaccess.Wrap(patch.CodePatchOutsideRoot, err, "path %q resolves outside the root", rel)
-	case protocol.CodeNotRegularFile:
-		return false, nil, e, fsaccess.Wrap(patch.CodePatchTargetNotRegular, err, "target %q is not a regular file", rel)
+	case string(actuation.CodeNotDirectory):
+		return false, nil, e, actuation.Wrapf(actuation.CodePatchDirty, err, "a parent of %q is not a directory", rel)
+	case string(actuation.CodeSymlinkEscape):
+		return false, nil, e, actuation.Wrapf(actuation.CodePatchOutsideRoot, err, "path %q resolves outside the root", rel)
+	case string(actuation.CodeNotRegularFile):
+		return false, nil, e, actuation.Wrapf(actuation.CodePatchTargetNotRegular, err, "target %q is not a regular file", rel)
 	default:
 		s.k.drop()
 		return false, nil, e, s.r.mapErr("read", rel, err)
 	}
 	if d.Size > patch.MaxFileBytes || len(b) > patch.MaxFileBytes {
-		return false, nil, e, fsaccess.Errorf(patch.CodePatchTooLarge, "target %q above %d bytes", rel, patch.MaxFileBytes)
+		return false, nil, e, actuation.Refusef(actuation.CodePatchTooLarge, "target %q above %d bytes", rel, patch.MaxFileBytes)
 	}
 	if !d.EOF || int64(len(b)) != d.Size {
-		return false, nil, e, fsaccess.Errorf(patch.CodePatchDirty, "%q changed while it was read", rel)
+		return false, nil, e, actuation.Refusef(actuation.CodePatchDirty, "%q changed while it was read", rel)
 	}
 	e.Type, e.Size, e.Digest = fsaccess.TypeFile, d.Size, fsaccess.DigestBytes(b)
 	return true, b, e, nil
@@ -112,11 +112,11 @@ func (r *Root) precheck(ctx context.Context, k *channel, changes []patch.Change)
 	for _, ch := range changes {
 		switch {
 		case ch.Op == patch.OpDelete:
-			return fsaccess.Errorf(string(actuation.CodeCapabilityMismatch), "delete %q: deleting files on VM environments is not available: the guest protocol has no delete", ch.Path)
+			return actuation.Refusef(actuation.CodeCapabilityMismatch, "delete %q: deleting files on VM environments is not available: the guest protocol has no delete", ch.Path)
 		case ch.Existed:
 			continue
 		case ch.NewMode.Perm() != guestCreateMode:
-			return fsaccess.Errorf(patch.CodePatchModeUnsupported, "create %q with mode %o: the guest creates files with mode %o", ch.Path, ch.NewMode.Perm(), guestCreateMode)
+			return actuation.Refusef(actuation.CodePatchModeUnsupported, "create %q with mode %o: the guest creates files with mode %o", ch.Path, ch.NewMode.Perm(), guestCreateMode)
 		}
 		parent, _ := splitParent(ch.Path)
 		if parent == "" || parents[parent] {
@@ -128,18 +128,18 @@ func (r *Root) precheck(ctx context.Context, k *channel, changes []patch.Change)
 			return err
 		}
 		_, err = c.Snapshot(ctx, "", protocol.SnapshotArgs{Path: r.guestPath(parent), MaxEntries: 1})
-		switch protocol.CodeOf(err) {
+		switch string(actuation.CodeOf(err)) {
 		case "":
 			if err != nil {
 				k.drop()
 				return r.mapErr("stat", parent, err)
 			}
-		case protocol.CodeNotFound:
-			return fsaccess.Wrap(string(actuation.CodeCapabilityMismatch), err, "create %q: directory %q does not exist, and creating directories on VM environments is not available: the guest protocol has no mkdir", ch.Path, parent)
-		case protocol.CodeNotDirectory:
-			return fsaccess.Wrap(patch.CodePatchDirty, err, "a parent of %q is not a directory", ch.Path)
-		case protocol.CodePathEscapesRoot:
-			return fsaccess.Wrap(patch.CodePatchOutsideRoot, err, "path %q resolves outside the root", ch.Path)
+		case string(actuation.CodeNotFound):
+			return actuation.Wrapf(actuation.CodeCapabilityMismatch, err, "create %q: directory %q does not exist, and creating directories on VM environments is not available: the guest protocol has no mkdir", ch.Path, parent)
+		case string(actuation.CodeNotDirectory):
+			return actuation.Wrapf(actuation.CodePatchDirty, err, "a parent of %q is not a directory", ch.Path)
+		case string(actuation.CodeSymlinkEscape):
+			return actuation.Wrapf(actuation.CodePatchOutsideRoot, err, "path %q resolves outside the root", ch.Path)
 		default:
 			k.drop()
 			return r.mapErr("stat", parent, err)
@@ -171,11 +171,11 @@ func (r *Root) stage(ctx context.Context, changes []patch.Change) (refs, origs [
 					break
 				}
 			}
-			switch protocol.CodeOf(last) {
-			case protocol.CodeStageCapReached, protocol.CodeTransferTooLarge:
-				return "", fsaccess.Wrap(patch.CodePatchTooLarge, last, "staging %q in the guest: the guest retains at most %d stages and %d bytes per boot", rel, protocol.MaxStages, protocol.MaxStageBytes)
-			case protocol.CodeIOError, protocol.CodeStageInFlight:
-				return "", fsaccess.Wrap(patch.CodePatchWriteFailed, last, "staging %q in the guest", rel)
+			switch string(actuation.CodeOf(last)) {
+			case string(actuation.CodeStageCapReached), string(actuation.CodeTransferTooLarge):
+				return "", actuation.Wrapf(actuation.CodePatchTooLarge, last, "staging %q in the guest: the guest retains at most %d stages and %d bytes per boot", rel, protocol.MaxStages, protocol.MaxStageBytes)
+			case string(actuation.CodeIOError), string(actuation.CodeStageInFlight):
+				return "", actuation.Wrapf(actuation.CodePatchWriteFailed, last, "staging %q in the guest", rel)
 			}
 			return "", r.mapErr("stage", rel, last)
 		}
@@ -286,28 +286,28 @@ func (r *Root) replace(ctx context.Context, k *channel, rel, ref, base, want str
 // ambiguous reports whether err leaves open whether an admitted request had its effect: a
 // refusal (the guest's, or the client's before sending) never does.
 func ambiguous(err error) bool {
-	return errors.Is(err, guestclient.ErrUnknownOutcome) || errors.Is(err, guestclient.ErrProtocol) || protocol.CodeOf(err) == ""
+	return errors.Is(err, guestclient.ErrUnknownOutcome) || errors.Is(err, guestclient.ErrProtocol) || string(actuation.CodeOf(err)) == ""
 }
 
 // applyErr maps a refused patch.apply onto the patch vocabulary.
 func (r *Root) applyErr(rel string, err error) error {
-	if fsaccess.CodeOf(err) != "" {
+	if string(actuation.CodeOf(err)) != "" {
 		return err
 	}
-	switch protocol.CodeOf(err) {
-	case protocol.CodeBaseMismatch:
-		return fsaccess.Wrap(patch.CodePatchDirty, err, "%q changed since the patch was planned", rel)
-	case protocol.CodeNotRegularFile:
-		return fsaccess.Wrap(patch.CodePatchTargetNotRegular, err, "target %q is not a regular file", rel)
-	case protocol.CodePathEscapesRoot:
-		return fsaccess.Wrap(patch.CodePatchOutsideRoot, err, "path %q resolves outside the root", rel)
-	case protocol.CodeNotFound, protocol.CodeNotDirectory:
-		return fsaccess.Wrap(patch.CodePatchDirty, err, "the directory of %q changed since the patch was planned", rel)
+	switch string(actuation.CodeOf(err)) {
+	case string(actuation.CodeBaseMismatch):
+		return actuation.Wrapf(actuation.CodePatchDirty, err, "%q changed since the patch was planned", rel)
+	case string(actuation.CodeNotRegularFile):
+		return actuation.Wrapf(actuation.CodePatchTargetNotRegular, err, "target %q is not a regular file", rel)
+	case string(actuation.CodeSymlinkEscape):
+		return actuation.Wrapf(actuation.CodePatchOutsideRoot, err, "path %q resolves outside the root", rel)
+	case string(actuation.CodeNotFound), string(actuation.CodeNotDirectory):
+		return actuation.Wrapf(actuation.CodePatchDirty, err, "the directory of %q changed since the patch was planned", rel)
 	}
 	if channelFailure(err) {
 		return unavailable(fmt.Errorf("applying %q in the guest: %w", rel, err))
 	}
-	return fsaccess.Wrap(patch.CodePatchWriteFailed, err, "applying %q in the guest", rel)
+	return actuation.Wrapf(actuation.CodePatchWriteFailed, err, "applying %q in the guest", rel)
 }
 
 // currentDigest reads rel's digest on the host ("absent" when it does not exist).
@@ -318,7 +318,7 @@ func (r *Root) currentDigest(ctx context.Context, k *channel, rel string) (strin
 	}
 	_, b, err := c.ReadFile(ctx, "", protocol.ReadArgs{Path: r.guestPath(rel), Max: patch.MaxFileBytes + 1})
 	switch {
-	case protocol.CodeOf(err) == protocol.CodeNotFound:
+	case string(actuation.CodeOf(err)) == string(actuation.CodeNotFound):
 		return protocol.BaseAbsent, nil
 	case err != nil:
 		k.drop()
@@ -349,14 +349,14 @@ func (r *Root) rollback(ctx context.Context, k *channel, changes []patch.Change,
 			errors.Join(append(append([]error{cause}, unknown...), incomplete...)...))
 	}
 	if len(incomplete) > 0 {
-		return &fsaccess.Error{Code: patch.CodePatchRollbackIncomplete,
+		return &actuation.Refusal{Code: actuation.CodePatchRollbackIncomplete,
 			Message: fmt.Sprintf("writing %q failed and rollback of %d change(s) was incomplete", failed.Path, len(done)),
-			Err:     errors.Join(append([]error{cause}, incomplete...)...)}
+			Cause:   errors.Join(append([]error{cause}, incomplete...)...)}
 	}
-	code := fsaccess.CodeOf(cause)
+	code := string(actuation.CodeOf(cause))
 	if code == "" {
-		code = patch.CodePatchWriteFailed
+		code = string(actuation.CodePatchWriteFailed)
 	}
-	return &fsaccess.Error{Code: code,
-		Message: fmt.Sprintf("change %q failed; %d written change(s) rolled back", failed.Path, len(done)), Err: cause}
+	return &actuation.Refusal{Code: actuation.Code(code),
+		Message: fmt.Sprintf("change %q failed; %d written change(s) rolled back", failed.Path, len(done)), Cause: cause}
 }

@@ -18,7 +18,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -30,10 +29,6 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
-
-// CodeTreeTooLarge is the refusal code of a tree over the entry or byte cap
-// (it is the actuation vocabulary's "state-tree-too-large").
-const CodeTreeTooLarge = string(actuation.CodeStateTreeTooLarge)
 
 // Caps (defaults used when a limit is <= 0).
 const (
@@ -115,17 +110,8 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Code + ": " + e.Msg }
 
-// CodeOf returns the refusal code of err, or "".
-func CodeOf(err error) string {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return fsaccess.CodeOf(err)
-}
-
 func refuse(format string, args ...any) error {
-	return &Error{Code: CodeTreeTooLarge, Msg: fmt.Sprintf(format, args...)}
+	return &Error{Code: string(actuation.CodeStateTreeTooLarge), Msg: fmt.Sprintf(format, args...)}
 }
 
 // NamedSnapshot is the snapshot of one root ("" path) taken with
