@@ -300,6 +300,7 @@ func (t *tree) rewriteFile(f *file) ([]byte, error) {
 	for _, d := range f.ast.Decls {
 		walk(reflect.ValueOf(d), r.expr)
 	}
+	ast.Inspect(f.ast, r.switchStmt)
 	used := usedNames(f.ast)
 	r.dropUnusedImports(used)
 	if !r.dirty {
@@ -552,6 +553,16 @@ func (r *fileRewriter) expr(e ast.Expr) ast.Expr {
 				return c
 			}
 		}
+	case *ast.BinaryExpr:
+		// string(code) == string(code) -> code == code
+		if n.Op == token.EQL || n.Op == token.NEQ {
+			x, okx := r.stripString(n.X)
+			y, oky := r.stripString(n.Y)
+			if okx && oky {
+				r.dirty = true
+				n.X, n.Y = x, y
+			}
+		}
 	case *ast.CompositeLit:
 		if s, ok := n.Type.(*ast.SelectorExpr); ok && isIdent(s.X, r.act) && s.Sel.Name == "Refusal" {
 			for _, el := range n.Elts {
@@ -765,4 +776,36 @@ func tidyImports(src []byte) []byte {
 		out = append(out, l)
 	}
 	return []byte(strings.Join(out, "\n"))
+}
+
+// switchStmt turns `switch string(code) { case string(code): }` into a switch
+// over codes when the tag and every case are codes.
+func (r *fileRewriter) switchStmt(n ast.Node) bool {
+	sw, ok := n.(*ast.SwitchStmt)
+	if !ok || sw.Tag == nil {
+		return true
+	}
+	tag, ok := r.stripString(sw.Tag)
+	if !ok {
+		return true
+	}
+	var cases [][]ast.Expr
+	for _, st := range sw.Body.List {
+		cc := st.(*ast.CaseClause)
+		list := make([]ast.Expr, len(cc.List))
+		for i, e := range cc.List {
+			x, ok := r.stripString(e)
+			if !ok {
+				return true
+			}
+			list[i] = x
+		}
+		cases = append(cases, list)
+	}
+	r.dirty = true
+	sw.Tag = tag
+	for i, st := range sw.Body.List {
+		st.(*ast.CaseClause).List = cases[i]
+	}
+	return true
 }
