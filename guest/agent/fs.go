@@ -172,7 +172,7 @@ func (w *walker) walk(dirfd int, rel string, depth int) error {
 		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			cfd, err := openat2(dirfd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0, resolveBeneath|unix.RESOLVE_NO_SYMLINKS)
 			if err != nil {
-				if string(actuation.CodeOf(err)) == string(actuation.CodeNotFound) {
+				if actuation.CodeOf(err) == actuation.CodeNotFound {
 					continue
 				}
 				return err
@@ -330,7 +330,7 @@ func (a *Agent) export(ctx context.Context, args *protocol.ExportArgs) reply {
 }
 
 func exportErr(err error) error {
-	if string(actuation.CodeOf(err)) == string(actuation.CodeTransferTooLarge) {
+	if actuation.CodeOf(err) == actuation.CodeTransferTooLarge {
 		return actuation.Refusef(actuation.CodeTooLarge, "export exceeds its byte budget")
 	}
 	if string(actuation.CodeOf(err)) != "" {

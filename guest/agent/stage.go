@@ -182,7 +182,7 @@ func (a *Agent) patchStage(ctx context.Context, cn *conn, f protocol.Frame, req 
 	}
 	receive := func(sink io.Writer) error {
 		err := protocol.ReadTransfer(next, f.Seq, args.Content, f.Count, protocol.MaxStageBytes, sink)
-		if err != nil && string(actuation.CodeOf(err)) == string(actuation.CodeTransferIncomplete) && errors.Is(err, &actuation.Refusal{Code: actuation.CodeDeadlineExceeded}) {
+		if err != nil && actuation.CodeOf(err) == actuation.CodeTransferIncomplete && errors.Is(err, &actuation.Refusal{Code: actuation.CodeDeadlineExceeded}) {
 			return actuation.Refusef(actuation.CodeDeadlineExceeded, "upload did not complete within the request deadline")
 		}
 		return err

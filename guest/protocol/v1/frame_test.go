@@ -104,7 +104,7 @@ func TestOversizedFrameNotAllocated(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	_, err := ReadFrame(r)
 	runtime.ReadMemStats(&after)
-	if string(actuation.CodeOf(err)) != string(actuation.CodeFrameTooLarge) {
+	if actuation.CodeOf(err) != actuation.CodeFrameTooLarge {
 		t.Fatalf("got %v", err)
 	}
 	if n := after.TotalAlloc - before.TotalAlloc; n > 4096 {
@@ -176,7 +176,7 @@ func TestTransfer(t *testing.T) {
 	})
 	t.Run("limited-buffer", func(t *testing.T) {
 		lb := &LimitedBuffer{Max: 10}
-		if _, err := lb.Write(make([]byte, 11)); string(actuation.CodeOf(err)) != string(actuation.CodeTransferTooLarge) {
+		if _, err := lb.Write(make([]byte, 11)); actuation.CodeOf(err) != actuation.CodeTransferTooLarge {
 			t.Fatalf("got %v", err)
 		}
 	})

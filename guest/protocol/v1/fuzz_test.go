@@ -76,7 +76,7 @@ func FuzzHandshake(f *testing.F) {
 		}
 		var h Handshake
 		if err := DecodeJSON(payload, &h); err != nil {
-			if string(actuation.CodeOf(err)) != string(actuation.CodeMalformedPayload) {
+			if actuation.CodeOf(err) != actuation.CodeMalformedPayload {
 				t.Fatalf("decode error with code %q", string(actuation.CodeOf(err)))
 			}
 			return

@@ -113,13 +113,13 @@ func TestAllocateAdmission(t *testing.T) {
 	}
 	// Bad IDs never become directory names.
 	for _, id := range []string{"", "..", ".hidden", "a/b", strings.Repeat("x", MaxIDBytes+1)} {
-		if _, err := e.b.Allocate(ctx, e.spec(id, backends.Root{Name: "p", Source: filepath.Join(e.admitted, "proj")})); string(actuation.CodeOf(err)) != string(actuation.CodeRootInvalid) {
+		if _, err := e.b.Allocate(ctx, e.spec(id, backends.Root{Name: "p", Source: filepath.Join(e.admitted, "proj")})); actuation.CodeOf(err) != actuation.CodeRootInvalid {
 			t.Fatalf("ID %q: %v", id, err)
 		}
 	}
 	// A source containing the state directory is refused.
 	inner := New(filepath.Join(e.admitted, "state-inside", "st"), map[string]string{"ws": e.admitted}, fixture.Limits{})
-	if _, err := inner.Allocate(ctx, e.spec("ov", backends.Root{Name: "p", Source: e.admitted})); string(actuation.CodeOf(err)) != string(actuation.CodeRootNotAdmitted) {
+	if _, err := inner.Allocate(ctx, e.spec("ov", backends.Root{Name: "p", Source: e.admitted})); actuation.CodeOf(err) != actuation.CodeRootNotAdmitted {
 		t.Fatalf("overlapping state dir: %v", err)
 	}
 }
@@ -132,7 +132,7 @@ func TestAllocateCapsRefuseAndRollBack(t *testing.T) {
 		backends.Root{Name: "proj", Source: filepath.Join(e.admitted, "proj")},   // 11 bytes: too large
 	)
 	st, err := e.b.Allocate(ctx, sp)
-	if string(actuation.CodeOf(err)) != string(actuation.CodeFixtureTooLarge) || st.Phase != backends.PhaseFailed {
+	if actuation.CodeOf(err) != actuation.CodeFixtureTooLarge || st.Phase != backends.PhaseFailed {
 		t.Fatalf("allocate = %+v, %v", st, err)
 	}
 	if m, _ := filepath.Glob(filepath.Join(e.state, "fixtures", "env-caps", "*", "*")); len(m) != 0 {
@@ -346,7 +346,7 @@ func TestCopyOutlivesItsSource(t *testing.T) {
 	sp2 := e.spec("env-2",
 		backends.Root{Name: "other", Source: filepath.Join(e.admitted, "other")},
 		backends.Root{Name: "bad", Source: e.outside})
-	if _, err := e.b.Allocate(ctx, sp2); string(actuation.CodeOf(err)) != string(actuation.CodeRootNotAdmitted) {
+	if _, err := e.b.Allocate(ctx, sp2); actuation.CodeOf(err) != actuation.CodeRootNotAdmitted {
 		t.Fatalf("mixed roots: %v", err)
 	}
 	if m, _ := filepath.Glob(filepath.Join(e.state, "fixtures", "env-2", "*", "*")); len(m) != 0 {

@@ -83,11 +83,11 @@ func TestAllocateAdmission(t *testing.T) {
 			}
 		})
 	}
-	if _, err := b.Allocate(ctx, spec()); string(actuation.CodeOf(err)) != string(actuation.CodeRootInvalid) {
+	if _, err := b.Allocate(ctx, spec()); actuation.CodeOf(err) != actuation.CodeRootInvalid {
 		t.Fatalf("no roots: %v", err)
 	}
 	dup := spec(backends.Root{Name: "a", HostPath: admitted}, backends.Root{Name: "a", HostPath: admitted})
-	if _, err := b.Allocate(ctx, dup); string(actuation.CodeOf(err)) != string(actuation.CodeRootInvalid) {
+	if _, err := b.Allocate(ctx, dup); actuation.CodeOf(err) != actuation.CodeRootInvalid {
 		t.Fatalf("duplicate root: %v", err)
 	}
 	// Nested, containing or identical roots (also through a symlink) are refused.
@@ -97,16 +97,16 @@ func TestAllocateAdmission(t *testing.T) {
 		{filepath.Join(admitted, "work"), filepath.Join(admitted, "inner-link")},
 	} {
 		st, err := b.Allocate(ctx, spec(backends.Root{Name: "a", HostPath: pair[0]}, backends.Root{Name: "b", HostPath: pair[1]}))
-		if string(actuation.CodeOf(err)) != string(actuation.CodeRootOverlap) || st.Phase != backends.PhaseFailed {
+		if actuation.CodeOf(err) != actuation.CodeRootOverlap || st.Phase != backends.PhaseFailed {
 			t.Fatalf("overlapping roots %v: %v (%+v)", pair, err, st)
 		}
 	}
 	if _, err := b.Allocate(ctx, spec(backends.Root{Name: "a", HostPath: filepath.Join(admitted, "work", "sub")},
-		backends.Root{Name: "b", HostPath: admitted + "-evil"})); string(actuation.CodeOf(err)) != string(actuation.CodeRootNotAdmitted) {
+		backends.Root{Name: "b", HostPath: admitted + "-evil"})); actuation.CodeOf(err) != actuation.CodeRootNotAdmitted {
 		t.Fatalf("prefix sibling is not nested, it is refused for admission only: %v", err)
 	}
 	// No admitted roots at all: everything is refused.
-	if _, err := New(nil).Allocate(ctx, spec(backends.Root{Name: "a", HostPath: admitted})); string(actuation.CodeOf(err)) != string(actuation.CodeRootNotAdmitted) {
+	if _, err := New(nil).Allocate(ctx, spec(backends.Root{Name: "a", HostPath: admitted})); actuation.CodeOf(err) != actuation.CodeRootNotAdmitted {
 		t.Fatalf("nothing admitted: %v", err)
 	}
 	probs := map[string]string{}

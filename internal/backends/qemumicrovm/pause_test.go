@@ -111,7 +111,7 @@ func TestPauseResumeCycles(t *testing.T) {
 					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 					err := spawn(ctx, fmt.Sprintf("bg-%d-%d-%d", cycle, s, i))
 					cancel()
-					if string(actuation.CodeOf(err)) == string(actuation.CodeEnvironmentPaused) {
+					if actuation.CodeOf(err) == actuation.CodeEnvironmentPaused {
 						refused.Add(1)
 						select { // held off: try again shortly
 						case <-stop:
@@ -129,7 +129,7 @@ func TestPauseResumeCycles(t *testing.T) {
 			t.Fatalf("cycle %d: pause: %+v %v", cycle, st, err)
 		}
 		pauseTook = append(pauseTook, time.Since(pauseStart))
-		if c, err := b.Guest(ctxT(t, 5*time.Second), spec.ID); string(actuation.CodeOf(err)) != string(actuation.CodeEnvironmentPaused) {
+		if c, err := b.Guest(ctxT(t, 5*time.Second), spec.ID); actuation.CodeOf(err) != actuation.CodeEnvironmentPaused {
 			if c != nil {
 				_ = c.Close()
 			}

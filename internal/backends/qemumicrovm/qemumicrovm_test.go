@@ -309,7 +309,7 @@ func TestBootHandshakeTeardown(t *testing.T) {
 	if st, err := b.Teardown(ctxT(t, 10*time.Second), spec); err != nil || st.Phase != backends.PhaseClosed {
 		t.Fatalf("second teardown: %+v %v", st, err)
 	}
-	if _, err := b.Guest(ctxT(t, 5*time.Second), spec.ID); string(actuation.CodeOf(err)) != string(actuation.CodeVMNotRunning) {
+	if _, err := b.Guest(ctxT(t, 5*time.Second), spec.ID); actuation.CodeOf(err) != actuation.CodeVMNotRunning {
 		t.Fatalf("guest after teardown: %v", err)
 	}
 }

@@ -134,7 +134,7 @@ func TestC2PinnedScript(t *testing.T) {
 		t.Errorf("digest %q", c.ExecutableDigest)
 	}
 	// Now the file on disk differs from the pin: refused before anything runs.
-	if _, _, err := f.run(t, env, nil); string(actuation.CodeOf(err)) != string(actuation.CodeScriptHashMismatch) {
+	if _, _, err := f.run(t, env, nil); actuation.CodeOf(err) != actuation.CodeScriptHashMismatch {
 		t.Errorf("edited script: %v, want %s", err, actuation.CodeScriptHashMismatch)
 	}
 }
@@ -161,7 +161,7 @@ func TestC2ScriptOutsideRoots(t *testing.T) {
 	p, _ := f.script(t, "noexec.sh", "#!/bin/sh\necho hi\n")
 	env := Envelope{Class: "C2", Effects: []string{EffectRead}, ScriptRoots: []string{f.scripts},
 		Executable: Executable{Kind: "script", Path: p}, Argv: []string{p}}
-	if _, _, err := f.run(t, env, nil); string(actuation.CodeOf(err)) != string(actuation.CodeScriptNotExecutable) {
+	if _, _, err := f.run(t, env, nil); actuation.CodeOf(err) != actuation.CodeScriptNotExecutable {
 		t.Errorf("non-executable script: %v", err)
 	}
 }

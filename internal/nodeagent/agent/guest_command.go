@@ -196,19 +196,19 @@ func guestRefusalCode(err error) string {
 	if protocol.IsPathCode(string(actuation.CodeOf(err))) {
 		return string(actuation.CodeCwdNotAllowed)
 	}
-	switch string(actuation.CodeOf(err)) {
-	case string(actuation.CodeQuiesced), string(actuation.CodeShuttingDown), string(actuation.CodeGenerationMismatch), string(actuation.CodeNonceMismatch),
-		string(actuation.CodeEnvironmentMismatch), string(actuation.CodePlanDigestMismatch), string(actuation.CodeImageDigestMismatch):
+	switch actuation.CodeOf(err) {
+	case actuation.CodeQuiesced, actuation.CodeShuttingDown, actuation.CodeGenerationMismatch, actuation.CodeNonceMismatch,
+		actuation.CodeEnvironmentMismatch, actuation.CodePlanDigestMismatch, actuation.CodeImageDigestMismatch:
 		return string(actuation.CodeEnvironmentUnavailable)
-	case string(actuation.CodeNotFound), string(actuation.CodeNotDirectory), string(actuation.CodeSymlinkEscape):
+	case actuation.CodeNotFound, actuation.CodeNotDirectory, actuation.CodeSymlinkEscape:
 		return string(actuation.CodeCwdNotAllowed)
-	case string(actuation.CodeProcessCapReached), string(actuation.CodeConnectionCap):
+	case actuation.CodeProcessCapReached, actuation.CodeConnectionCap:
 		return string(actuation.CodeCommandCapReached)
-	case string(actuation.CodeTimeoutAboveDeadline):
+	case actuation.CodeTimeoutAboveDeadline:
 		return string(actuation.CodeTimeoutAboveMax)
-	case string(actuation.CodeOutputCapAboveMax):
+	case actuation.CodeOutputCapAboveMax:
 		return string(actuation.CodeOutputCapAboveMax)
-	case string(actuation.CodeInvalidSpec):
+	case actuation.CodeInvalidSpec:
 		return string(actuation.CodeInvalidSpec)
 	}
 	return string(actuation.CodeStartFailed)

@@ -91,7 +91,7 @@ func (g *guestFileSource) Observe(req *waits.Request) (waits.Observation, error)
 		res, err := g.root.Read(ctx, g.rel, 0, 1)
 		switch {
 		case err == nil:
-		case string(actuation.CodeOf(err)) == string(actuation.CodePathNotFound) || string(actuation.CodeOf(err)) == string(actuation.CodeNotDirectory):
+		case actuation.CodeOf(err) == actuation.CodePathNotFound || actuation.CodeOf(err) == actuation.CodeNotDirectory:
 			res = &fsaccess.ReadResult{}
 		default:
 			return waits.Observation{}, err

@@ -125,7 +125,7 @@ func (s *Store) PutExpect(r io.Reader, maxBytes int64, wantDigest string, wantSi
 	err = s.root.RenameNoReplace(tmp, final)
 	if errors.Is(err, fs.ErrExist) {
 		// Deduplicate, but repair a corrupted existing copy with the fresh bytes.
-		if verr := s.Verify(digest); string(actuation.CodeOf(verr)) == string(actuation.CodeArtifactCorrupt) {
+		if verr := s.Verify(digest); actuation.CodeOf(verr) == actuation.CodeArtifactCorrupt {
 			err = s.root.Rename(tmp, final)
 		} else {
 			err = s.root.Remove(tmp)
@@ -172,7 +172,7 @@ func (s *Store) lookup(digest string) (string, error) {
 }
 
 func notFound(digest string, err error) error {
-	if string(actuation.CodeOf(err)) == string(actuation.CodePathNotFound) {
+	if actuation.CodeOf(err) == actuation.CodePathNotFound {
 		return actuation.Wrapf(actuation.CodeArtifactNotFound, err, "artifact %s", digest)
 	}
 	return fmt.Errorf("artifacts: %s: %w", digest, err)
@@ -210,7 +210,7 @@ func (s *Store) Open(digest string) (*Blob, error) {
 	}
 	f, e, err := s.root.OpenRead(p)
 	if err != nil {
-		if string(actuation.CodeOf(err)) == string(actuation.CodeNotRegularFile) {
+		if actuation.CodeOf(err) == actuation.CodeNotRegularFile {
 			return nil, actuation.Wrapf(actuation.CodeArtifactCorrupt, err, "artifact %s", digest)
 		}
 		return nil, notFound(digest, err)
@@ -246,7 +246,7 @@ func (s *Store) Delete(digest string) error {
 	if err != nil {
 		return err
 	}
-	if err := s.root.Remove(p); err != nil && string(actuation.CodeOf(err)) != string(actuation.CodePathNotFound) {
+	if err := s.root.Remove(p); err != nil && actuation.CodeOf(err) != actuation.CodePathNotFound {
 		return fmt.Errorf("artifacts: delete %s: %w", digest, err)
 	}
 	return nil

@@ -150,18 +150,18 @@ func (r *Root) mapErr(what, rel string, err error) error {
 	if c := string(actuation.CodeOf(err)); protocol.IsPathCode(c) {
 		return actuation.Wrapf(actuation.Code(c), err, "%s %s", what, d) // the guest applies the host's path rule
 	}
-	switch string(actuation.CodeOf(err)) {
-	case string(actuation.CodeNotFound):
+	switch actuation.CodeOf(err) {
+	case actuation.CodeNotFound:
 		return actuation.Wrapf(actuation.CodePathNotFound, fmt.Errorf("%w: %w", fs.ErrNotExist, err), "%s %s", what, d)
-	case string(actuation.CodeNotDirectory):
+	case actuation.CodeNotDirectory:
 		return actuation.Wrapf(actuation.CodeNotDirectory, err, "%s %s: a component is not a directory", what, d)
-	case string(actuation.CodeNotRegularFile):
+	case actuation.CodeNotRegularFile:
 		return actuation.Wrapf(actuation.CodeNotRegularFile, err, "%s %s: not a regular file", what, d)
-	case string(actuation.CodeSymlinkEscape):
+	case actuation.CodeSymlinkEscape:
 		return actuation.Wrapf(actuation.CodeSymlinkEscape, err, "%s %s: resolves outside the root", what, d)
-	case string(actuation.CodeTooLarge):
+	case actuation.CodeTooLarge:
 		return actuation.Wrapf(actuation.CodeTooManyEntries, err, "%s %s: beyond what the guest walks", what, d)
-	case string(actuation.CodeAnswerOverBound):
+	case actuation.CodeAnswerOverBound:
 		// The guest answered beyond the request's bounds (refused while decoding; the
 		// channel is closed): named as such, not as an unavailable environment.
 		return actuation.Wrapf(actuation.CodeAnswerOverBound, err, "%s %s: the guest's answer exceeds the request's bounds", what, d)

@@ -171,10 +171,10 @@ func (r *Root) stage(ctx context.Context, changes []patch.Change) (refs, origs [
 					break
 				}
 			}
-			switch string(actuation.CodeOf(last)) {
-			case string(actuation.CodeStageCapReached), string(actuation.CodeTransferTooLarge):
+			switch actuation.CodeOf(last) {
+			case actuation.CodeStageCapReached, actuation.CodeTransferTooLarge:
 				return "", actuation.Wrapf(actuation.CodePatchTooLarge, last, "staging %q in the guest: the guest retains at most %d stages and %d bytes per boot", rel, protocol.MaxStages, protocol.MaxStageBytes)
-			case string(actuation.CodeIOError), string(actuation.CodeStageInFlight):
+			case actuation.CodeIOError, actuation.CodeStageInFlight:
 				return "", actuation.Wrapf(actuation.CodePatchWriteFailed, last, "staging %q in the guest", rel)
 			}
 			return "", r.mapErr("stage", rel, last)
@@ -294,14 +294,14 @@ func (r *Root) applyErr(rel string, err error) error {
 	if string(actuation.CodeOf(err)) != "" {
 		return err
 	}
-	switch string(actuation.CodeOf(err)) {
-	case string(actuation.CodeBaseMismatch):
+	switch actuation.CodeOf(err) {
+	case actuation.CodeBaseMismatch:
 		return actuation.Wrapf(actuation.CodePatchDirty, err, "%q changed since the patch was planned", rel)
-	case string(actuation.CodeNotRegularFile):
+	case actuation.CodeNotRegularFile:
 		return actuation.Wrapf(actuation.CodePatchTargetNotRegular, err, "target %q is not a regular file", rel)
-	case string(actuation.CodeSymlinkEscape):
+	case actuation.CodeSymlinkEscape:
 		return actuation.Wrapf(actuation.CodePatchOutsideRoot, err, "path %q resolves outside the root", rel)
-	case string(actuation.CodeNotFound), string(actuation.CodeNotDirectory):
+	case actuation.CodeNotFound, actuation.CodeNotDirectory:
 		return actuation.Wrapf(actuation.CodePatchDirty, err, "the directory of %q changed since the patch was planned", rel)
 	}
 	if channelFailure(err) {
@@ -318,7 +318,7 @@ func (r *Root) currentDigest(ctx context.Context, k *channel, rel string) (strin
 	}
 	_, b, err := c.ReadFile(ctx, "", protocol.ReadArgs{Path: r.guestPath(rel), Max: patch.MaxFileBytes + 1})
 	switch {
-	case string(actuation.CodeOf(err)) == string(actuation.CodeNotFound):
+	case actuation.CodeOf(err) == actuation.CodeNotFound:
 		return protocol.BaseAbsent, nil
 	case err != nil:
 		k.drop()

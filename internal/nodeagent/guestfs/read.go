@@ -49,7 +49,7 @@ func (r *Root) Snapshot(ctx context.Context, rel string, lim fsaccess.SnapshotLi
 			return err
 		}
 		res, err := c.Snapshot(ctx, "", protocol.SnapshotArgs{Path: r.guestPath(rel), MaxEntries: uint32(min(lim.MaxEntries, protocol.MaxSnapshotEntries)), HashMax: hashMax})
-		if string(actuation.CodeOf(err)) == string(actuation.CodeNotDirectory) && rel != "" {
+		if actuation.CodeOf(err) == actuation.CodeNotDirectory && rel != "" {
 			// Not a directory: reported alone, as fsaccess does.
 			e, err := r.lstat(ctx, k, rel)
 			if err != nil {
@@ -151,7 +151,7 @@ func (r *Root) lstat(ctx context.Context, k *channel, rel string) (fsaccess.Entr
 	switch {
 	case err == nil:
 		return fsaccess.Entry{Path: rel, Type: fsaccess.TypeFile, Size: d.Size}, nil
-	case string(actuation.CodeOf(err)) == string(actuation.CodeNotRegularFile):
+	case actuation.CodeOf(err) == actuation.CodeNotRegularFile:
 		return fsaccess.Entry{Path: rel, Type: fsaccess.TypeOther}, nil
 	}
 	k.drop()

@@ -174,13 +174,13 @@ func TestOutsideRoot(t *testing.T) {
 		"symlink dir":    "--- a/outdir/x\n+++ b/outdir/x\n@@ -1 +1 @@\n-x\n+y\n",
 	} {
 		_, err := Apply(r, req(FormatUnified, diff, Policy{AllowCreate: true}))
-		if string(actuation.CodeOf(err)) != string(actuation.CodePatchOutsideRoot) {
+		if actuation.CodeOf(err) != actuation.CodePatchOutsideRoot {
 			t.Errorf("%s: code %q (%v)", name, string(actuation.CodeOf(err)), err)
 		}
 	}
 	for _, p := range []string{"/etc/x", "../x", "sub/../../x", "outdir/planted"} {
 		_, err := Apply(r, req(FormatStructured, structured(t, StructuredOp{Op: OpCreate, Path: p, Content: "x"}), Policy{AllowCreate: true}))
-		if string(actuation.CodeOf(err)) != string(actuation.CodePatchOutsideRoot) {
+		if actuation.CodeOf(err) != actuation.CodePatchOutsideRoot {
 			t.Errorf("structured %q: code %q (%v)", p, string(actuation.CodeOf(err)), err)
 		}
 	}

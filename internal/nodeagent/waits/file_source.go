@@ -85,7 +85,7 @@ func (f *fileSource) Observe(req *Request) (Observation, error) {
 // absent: the path or one of its parents does not exist (a parent that is a
 // file counts as absent too).
 func absent(err error) bool {
-	return errors.Is(err, fs.ErrNotExist) || string(actuation.CodeOf(err)) == string(actuation.CodeNotDirectory)
+	return errors.Is(err, fs.ErrNotExist) || actuation.CodeOf(err) == actuation.CodeNotDirectory
 }
 
 // digest returns the file's content digest ("" when absent). A file being

@@ -14,7 +14,7 @@ import (
 func newWatcher(t testing.TB, c WatchCaps) *FileWatcher {
 	t.Helper()
 	w, err := NewFileWatcher(c)
-	if string(actuation.CodeOf(err)) == string(actuation.CodeWatchUnavailable) {
+	if actuation.CodeOf(err) == actuation.CodeWatchUnavailable {
 		t.Skipf("inotify unavailable on this kernel: %v", err)
 	}
 	must(t, err)
@@ -25,7 +25,7 @@ func newWatcher(t testing.TB, c WatchCaps) *FileWatcher {
 func openRoot(t testing.TB, dir string) *fsaccess.Root {
 	t.Helper()
 	r, err := fsaccess.OpenRoot(dir)
-	if string(actuation.CodeOf(err)) == string(actuation.CodeOpenat2Unavailable) {
+	if actuation.CodeOf(err) == actuation.CodeOpenat2Unavailable {
 		t.Skipf("openat2 unavailable: %v", err)
 	}
 	must(t, err)
@@ -145,7 +145,7 @@ func TestFileSymlinkEscapeAndCaps(t *testing.T) {
 	// The observation itself refuses too (a wait Fails with the code).
 	h, err := e.Register(context.Background(), Request{ID: "w-escape", Kind: KindFileExists, Deadline: deadline(testTimeout), Source: FileSource(root, "escape/secret", nil)})
 	must(t, err)
-	if r := result(t, h); r.Status != StatusFailed || string(actuation.CodeOf(r.Err)) != string(actuation.CodeSymlinkEscape) {
+	if r := result(t, h); r.Status != StatusFailed || actuation.CodeOf(r.Err) != actuation.CodeSymlinkEscape {
 		t.Fatalf("escape %+v", r)
 	}
 
@@ -175,7 +175,7 @@ func TestFileSymlinkEscapeAndCaps(t *testing.T) {
 	h, err = e.Register(context.Background(), Request{ID: "w-closed", Kind: KindFileExists, Deadline: deadline(testTimeout), Source: src})
 	must(t, err)
 	must(t, w2.Close())
-	if r := result(t, h); r.Status != StatusFailed || string(actuation.CodeOf(r.Err)) != string(actuation.CodeWatchUnavailable) {
+	if r := result(t, h); r.Status != StatusFailed || actuation.CodeOf(r.Err) != actuation.CodeWatchUnavailable {
 		t.Fatalf("closed watcher %+v", r)
 	}
 	_, err = w2.Subscribe(root, "x")

@@ -96,7 +96,7 @@ func TestUndeclaredTypeRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = store.Close() }()
-	if err := a.Promote(res, store); string(actuation.CodeOf(err)) != string(actuation.CodeArtifactMediaTypeForbidden) {
+	if err := a.Promote(res, store); actuation.CodeOf(err) != actuation.CodeArtifactMediaTypeForbidden {
 		t.Errorf("Promote: %v", err)
 	}
 	for _, x := range res.Artifacts {
@@ -157,7 +157,7 @@ func TestValidate(t *testing.T) {
 	} {
 		p := policy()
 		mut(&p)
-		if err := Validate(p); string(actuation.CodeOf(err)) != string(actuation.CodeInvalidSpec) {
+		if err := Validate(p); actuation.CodeOf(err) != actuation.CodeInvalidSpec {
 			t.Errorf("%s: %v", name, err)
 		}
 	}

@@ -343,7 +343,7 @@ func TestParseDigest(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, bad := range []string{"", "sha256:", "sha512:" + good[7:], strings.ToUpper(good), good + "0"} {
-		if string(actuation.CodeOf(func() error { _, err := ParseDigest(bad); return err }())) != string(actuation.CodeDigestInvalid) {
+		if actuation.CodeOf(func() error { _, err := ParseDigest(bad); return err }()) != actuation.CodeDigestInvalid {
 			t.Errorf("ParseDigest(%q) accepted", bad)
 		}
 	}

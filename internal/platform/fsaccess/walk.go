@@ -209,7 +209,7 @@ func (r *Root) walkDir(dirfd int, prefix string, depth int, lim WalkLimits, res 
 		}
 		cfd, err := openBeneath(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0, r.display(p))
 		if err != nil {
-			if string(actuation.CodeOf(err)) == string(actuation.CodePathNotFound) {
+			if actuation.CodeOf(err) == actuation.CodePathNotFound {
 				continue
 			}
 			return err

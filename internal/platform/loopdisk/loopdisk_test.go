@@ -143,7 +143,7 @@ func TestPoolReservationRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := p.Ensure(context.Background(), "b", 48<<20, b)
-	if string(actuation.CodeOf(err)) != string(actuation.CodeStorageExhausted) {
+	if actuation.CodeOf(err) != actuation.CodeStorageExhausted {
 		t.Fatalf("overcommit: %v, want %s", err, actuation.CodeStorageExhausted)
 	}
 	if _, err := os.Stat(p.Image("b")); !errors.Is(err, os.ErrNotExist) {

@@ -132,15 +132,15 @@ func TestRootNamesEnterTheDigest(t *testing.T) {
 func TestCapsRefuse(t *testing.T) {
 	d := tree(t)
 	_, err := state(t, Limits{MaxEntries: 3}, map[string]string{"work": d})
-	if string(actuation.CodeOf(err)) != string(actuation.CodeStateTreeTooLarge) {
+	if actuation.CodeOf(err) != actuation.CodeStateTreeTooLarge {
 		t.Fatalf("entry cap: got %v, want %s", err, string(actuation.CodeStateTreeTooLarge))
 	}
 	_, err = state(t, Limits{MaxBytes: 10}, map[string]string{"work": d})
-	if string(actuation.CodeOf(err)) != string(actuation.CodeStateTreeTooLarge) {
+	if actuation.CodeOf(err) != actuation.CodeStateTreeTooLarge {
 		t.Fatalf("byte cap: got %v, want %s", err, string(actuation.CodeStateTreeTooLarge))
 	}
 	_, err = state(t, Limits{MaxFile: 4}, map[string]string{"work": d})
-	if string(actuation.CodeOf(err)) != string(actuation.CodeStateTreeTooLarge) {
+	if actuation.CodeOf(err) != actuation.CodeStateTreeTooLarge {
 		t.Fatalf("file cap: got %v, want %s", err, string(actuation.CodeStateTreeTooLarge))
 	}
 	// Exactly at the cap is accepted: 6 entries below the root.

@@ -100,7 +100,7 @@ func TestPerFileCapStopsTheWrite(t *testing.T) {
 		t.Errorf("files %+v", res.Files)
 	}
 	dest := t.TempDir()
-	if err := a.Commit(res, dest); string(actuation.CodeOf(err)) != string(actuation.CodeWriteFileCapReached) {
+	if err := a.Commit(res, dest); actuation.CodeOf(err) != actuation.CodeWriteFileCapReached {
 		t.Errorf("Commit: %v, want refusal %s", err, string(actuation.CodeWriteFileCapReached))
 	}
 	if ents, _ := os.ReadDir(dest); len(ents) != 0 {
@@ -128,7 +128,7 @@ func TestTotalCapStopsTheWrite(t *testing.T) {
 	if res.BytesTotal > p.MaxBytesTotal+4096 {
 		t.Errorf("%d bytes written past a %d-byte cap", res.BytesTotal, p.MaxBytesTotal)
 	}
-	if err := a.Commit(res, t.TempDir()); string(actuation.CodeOf(err)) != string(actuation.CodeWriteTotalCapReached) {
+	if err := a.Commit(res, t.TempDir()); actuation.CodeOf(err) != actuation.CodeWriteTotalCapReached {
 		t.Errorf("Commit: %v", err)
 	}
 }
@@ -150,7 +150,7 @@ func TestPathPattern(t *testing.T) {
 	if res.Code != string(actuation.CodeWritePathForbidden) || res.Path != "reports/bad.bin" {
 		t.Fatalf("result %+v, want %s on reports/bad.bin", res, string(actuation.CodeWritePathForbidden))
 	}
-	if err := a.Commit(res, t.TempDir()); string(actuation.CodeOf(err)) != string(actuation.CodeWritePathForbidden) {
+	if err := a.Commit(res, t.TempDir()); actuation.CodeOf(err) != actuation.CodeWritePathForbidden {
 		t.Errorf("Commit: %v", err)
 	}
 	_, res, _ = runIn(t, p, "cd "+target+" && mkdir reports && echo ok > reports/good.txt")
@@ -185,7 +185,7 @@ func TestValidate(t *testing.T) {
 	}
 	for _, c := range cases {
 		err := Validate(c.p)
-		if (err == nil) != c.ok || (err != nil && string(actuation.CodeOf(err)) != string(actuation.CodeInvalidSpec)) {
+		if (err == nil) != c.ok || (err != nil && actuation.CodeOf(err) != actuation.CodeInvalidSpec) {
 			t.Errorf("%s: %v", c.name, err)
 		}
 	}
