@@ -133,7 +133,7 @@ func (a *Agent) claimOrRefuse(rec store.Environment) (code, msg string, err erro
 	err = a.claimHostRoots(rec)
 	var rf *actuation.Refusal
 	if errors.As(err, &rf) {
-		return rf.Code, rf.Code + ": " + rf.Message, nil
+		return string(rf.Code), string(rf.Code) + ": " + rf.Message, nil
 	}
 	return "", "", err
 }

@@ -102,16 +102,8 @@ type State struct {
 	Entries []Entry `json:"entries"`
 }
 
-// Error is a refusal with a stable code.
-type Error struct {
-	Code string
-	Msg  string
-}
-
-func (e *Error) Error() string { return e.Code + ": " + e.Msg }
-
 func refuse(format string, args ...any) error {
-	return &Error{Code: string(actuation.CodeStateTreeTooLarge), Msg: fmt.Sprintf(format, args...)}
+	return actuation.Refusef(actuation.CodeStateTreeTooLarge, format, args...)
 }
 
 // NamedSnapshot is the snapshot of one root ("" path) taken with
