@@ -1,6 +1,8 @@
 package actuation
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -38,4 +40,23 @@ func TestWrapfKeepsTheCause(t *testing.T) {
 	if got, want := Refuse(CodeInvalidSpec, "spec.argv", "must not be empty").Error(), "invalid-spec: spec.argv: must not be empty"; got != want {
 		t.Fatalf("Error() = %q, want %q", got, want)
 	}
+}
+
+func TestPatchDigest(t *testing.T) {
+	text := "--- a/x\n+++ b/x\n"
+	got, err := PatchDigest(&text, nil)
+	if err != nil || got != "sha256:"+sha256Hex(text) {
+		t.Fatalf("PatchDigest(unified) = %q, %v", got, err)
+	}
+	ops := []map[string]string{{"op": "write", "path": "a"}}
+	got, err = PatchDigest(nil, ops)
+	want, _ := Digest(ops)
+	if err != nil || got != want {
+		t.Fatalf("PatchDigest(structured) = %q, %v; want %q", got, err, want)
+	}
+}
+
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
 }
