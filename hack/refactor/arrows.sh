@@ -32,6 +32,7 @@ for m in "${moves[@]}"; do
 	git ls-files -z '*.go' '*.md' | xargs -0 grep -lZ -F "$mod/$from\"" 2>/dev/null |
 		xargs -0 -r sed -i "s|\"$mod/$from\"|\"$mod/$to\"|g" || true
 done
-gofmt -l $(git ls-files '*.go') | { ! grep . >&2; } || { echo "arrows: not gofmt-clean" >&2; exit 1; }
+# The new paths sort elsewhere in their import groups.
+gofmt -l $(git ls-files '*.go') | xargs -r gofmt -w
 go build ./...
 echo "arrows: done" >&2
