@@ -20,7 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/guestpty"
+	"sensorium.dev/workbench/internal/guestclient/guestpty"
 )
 
 // The sandbox helper is a binary whose main() calls MaybeRunHelper first, started by
