@@ -327,13 +327,8 @@ func (a *Agent) artifactBytes(ctx context.Context, key types.NamespacedName, max
 	return raw, nil
 }
 
-// codeOf returns the refusal code of err from either error family.
-func codeOf(err error) string {
-	if c := string(actuation.CodeOf(err)); c != "" {
-		return c
-	}
-	return string(actuation.CodeOf(err))
-}
+// codeOf returns the refusal code of err as the status field's string.
+func codeOf(err error) string { return string(actuation.CodeOf(err)) }
 
 // patchesOfEnvironment re-queues the patches of an environment whose approval policy or
 // readiness changed.
