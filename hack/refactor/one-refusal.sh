@@ -12,10 +12,10 @@ cd "$(dirname "$0")/../.."
 go run ./hack/refactor/onerefusal "$@"
 # Comments that still name the deleted types.
 git ls-files -z '*.go' ':!hack/refactor' |
-	xargs -0 grep -lZ -E -e '(refusal|fsaccess|protocol)\.(Error|CodeOf|New|Refusal)\b' 2>/dev/null |
+	xargs -0 grep -lZ -E -e '(refusal|fsaccess)\.(Error|CodeOf|New)\b' 2>/dev/null |
 	xargs -0 -r sed -i -E \
 		-e 's/(nodeagent\/)?refusal\.Error\b/actuation.Refusal/g' -e 's/\brefusal\.CodeOf\b/actuation.CodeOf/g' -e 's/\brefusal\.New\b/actuation.Refusef/g' \
-		-e 's/\bfsaccess\.Error\b/actuation.Refusal/g' -e 's/\bprotocol\.Refusal\b/actuation.Refusal/g' -e 's/\b(fsaccess|protocol)\.CodeOf\b/actuation.CodeOf/g' || true
+		-e 's/\bfsaccess\.Error\b/actuation.Refusal/g' -e 's/\bfsaccess\.CodeOf\b/actuation.CodeOf/g' || true
 unformatted=$(gofmt -l $(git ls-files -co --exclude-standard '*.go' | grep -v '^bin/') 2>/dev/null || true)
 if [ -n "$unformatted" ]; then
 	echo "one-refusal: not gofmt-clean:" >&2

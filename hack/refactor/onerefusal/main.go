@@ -7,9 +7,14 @@
 //   - internal/nodeagent/refusal (deleted): New -> actuation.Refusef,
 //     CodeOf -> actuation.CodeOf, Is -> a code comparison, Error -> Refusal;
 //   - the other coded error types and CodeOf copies (fsaccess.Error/Errorf/
-//     Wrap/CodeOf, protocol.Refusal/Refusef/CodeOf, fairshare.Refusal,
+//     Wrap/CodeOf, fairshare.Refusal,
 //     treehash/waits/hostlocal/fixturecopy/skills CodeOf): their declarations
 //     go and their uses become the actuation forms.
+//
+// The guest protocol's refusal (guest/protocol/v1 Refusal, Refusef, CodeOf)
+// stays its own type: the host's guest file and command paths tell a guest
+// refusal from a host one by its type (guestfs maps the first and passes the
+// second through), so collapsing it is a hand change with its own tests.
 //
 // It uses only the standard library, parses without type information and is
 // idempotent: run it again after merging a branch that still says refusal.X.
@@ -61,7 +66,6 @@ type sym struct {
 var fixed = map[string]map[string]kind{
 	module + "/internal/nodeagent/refusal":    {"New": kNew, "CodeOf": kCodeOfString, "Is": kIs, "Error": kType},
 	module + "/internal/platform/fsaccess":    {"Errorf": kNew, "Wrap": kWrap, "CodeOf": kCodeOfString, "Error": kType},
-	module + "/guest/protocol/v1":             {"Refusef": kNew, "CodeOf": kCodeOfString, "Refusal": kType},
 	module + "/internal/platform/fairshare":   {"Refusal": kType},
 	module + "/internal/platform/treehash":    {"CodeOf": kCodeOfString},
 	module + "/internal/nodeagent/waits":      {"CodeOf": kCodeOfString},
