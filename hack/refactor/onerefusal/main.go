@@ -85,9 +85,26 @@ type file struct {
 type tree struct {
 	fset     *token.FileSet
 	files    []*file
-	pkgNames map[string]string         // import path -> package name (non-test)
-	qual     map[string]map[string]sym // import path -> name -> sym (non-test declarations)
-	unqual   map[string]map[string]sym // dir|package name -> name -> sym (all declarations)
+	pkgNames map[string]string          // import path -> package name (non-test)
+	qual     map[string]map[string]sym  // import path -> name -> sym (non-test declarations)
+	unqual   map[string]map[string]sym  // dir|package name -> name -> sym (all declarations)
+	declared map[string]map[string]bool // dir|package name -> top-level names
+	actCodes map[string]bool            // the Code constants of internal/actuation
+}
+
+// refusalNames are the constants of the deleted internal/nodeagent/refusal, for
+// branches merged after it went.
+var refusalNames = map[string]string{
+	"SessionCapReached": "CodeSessionCapReached", "ReaderCapReached": "CodeReaderCapReached",
+	"QueueFull": "CodeQueueFull", "EventBufferFull": "CodeEventBufferFull",
+	"TimeoutAboveMax": "CodeTimeoutAboveMax", "EgressForbidden": "CodeEgressForbidden",
+	"Interrupted": "CodeInterrupted", "LandlockUnavailable": "CodeLandlockUnavailable",
+	"UserNamespaceUnavailable": "CodeUserNamespaceUnavailable", "IdmapUnavailable": "CodeIdmapUnavailable",
+	"SeccompUnavailable": "CodeSeccompUnavailable", "OutputCapAboveMax": "CodeOutputCapAboveMax",
+	"InputTooLarge": "CodeInputTooLarge", "CommandCapReached": "CodeCommandCapReached",
+	"InvalidSpec": "CodeInvalidSpec", "SessionExists": "CodeSessionExists",
+	"SessionNotRunning": "CodeSessionNotRunning", "SandboxSetupFailed": "CodeSandboxSetupFailed",
+	"CleanupIncomplete": "CodeCleanupIncomplete", "CgroupUnavailable": "CodeCgroupUnavailable",
 }
 
 func main() {
@@ -128,7 +145,7 @@ func fail(err error) {
 }
 
 func load() (*tree, error) {
-	t := &tree{fset: token.NewFileSet(), pkgNames: map[string]string{actPath: "actuation"}, qual: map[string]map[string]sym{}, unqual: map[string]map[string]sym{}}
+	t := &tree{fset: token.NewFileSet(), pkgNames: map[string]string{actPath: "actuation", module + "/" + refusalDir: "refusal"}, declared: map[string]map[string]bool{}, actCodes: map[string]bool{}, qual: map[string]map[string]sym{}, unqual: map[string]map[string]sym{}}
 	err := filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -161,6 +178,47 @@ func load() (*tree, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if err := t.loadActuationCodes(); err != nil {
+		return nil, err
+	}
+	for _, f := range t.files {
+		key := f.dir + "|" + f.ast.Name.Name
+		if t.declared[key] == nil {
+			t.declared[key] = map[string]bool{}
+		}
+		for _, d := range f.ast.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if d.Recv == nil {
+					t.declared[key][d.Name.Name] = true
+				}
+			case *ast.GenDecl:
+				for _, sp := range d.Specs {
+					switch sp := sp.(type) {
+					case *ast.ValueSpec:
+						for _, n := range sp.Names {
+							t.declared[key][n.Name] = true
+						}
+					case *ast.TypeSpec:
+						t.declared[key][sp.Name.Name] = true
+					}
+				}
+			}
+		}
+	}
+	for n, c := range refusalNames {
+		if t.qual[module+"/"+refusalDir] == nil {
+			t.qual[module+"/"+refusalDir] = map[string]sym{}
+		}
+		if _, ok := t.qual[module+"/"+refusalDir][n]; !ok {
+			t.qual[module+"/"+refusalDir][n] = sym{kind: kAlias, code: c}
+		}
+	}
+	for n, k := range fixed[module+"/"+refusalDir] {
+		if _, ok := t.qual[module+"/"+refusalDir][n]; !ok {
+			t.qual[module+"/"+refusalDir][n] = sym{kind: k}
+		}
 	}
 	for _, f := range t.files {
 		name := f.ast.Name.Name
@@ -430,12 +488,53 @@ func recvType(e ast.Expr) string {
 	return ""
 }
 
+// loadActuationCodes reads the Code constants internal/actuation declares.
+func (t *tree) loadActuationCodes() error {
+	paths, err := filepath.Glob("internal/actuation/*.go")
+	if err != nil {
+		return err
+	}
+	for _, p := range paths {
+		if strings.HasSuffix(p, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), p, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		for _, d := range f.Decls {
+			if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.CONST {
+				for _, sp := range g.Specs {
+					for _, n := range sp.(*ast.ValueSpec).Names {
+						if strings.HasPrefix(n.Name, "Code") {
+							t.actCodes[n.Name] = true
+						}
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// gone resolves a Code name a package no longer declares (its alias was
+// removed by an earlier run) to the actuation constant of the same name.
+func (r *fileRewriter) gone(key, name string) (sym, bool) {
+	decl, walked := r.t.declared[key]
+	if walked && strings.HasPrefix(name, "Code") && name != "CodeOf" && r.t.actCodes[name] && !decl[name] {
+		return sym{kind: kAlias, code: name}, true
+	}
+	return sym{}, false
+}
+
 // lookup resolves an identifier or a qualified identifier to a symbol.
 func (r *fileRewriter) lookup(e ast.Expr) (sym, bool) {
 	switch e := e.(type) {
 	case *ast.Ident:
-		s, ok := r.unqual[e.Name]
-		return s, ok
+		if s, ok := r.unqual[e.Name]; ok {
+			return s, ok
+		}
+		return r.gone(r.f.dir+"|"+r.f.ast.Name.Name, e.Name)
 	case *ast.SelectorExpr:
 		x, ok := e.X.(*ast.Ident)
 		if !ok {
@@ -445,8 +544,11 @@ func (r *fileRewriter) lookup(e ast.Expr) (sym, bool) {
 		if !ok {
 			return sym{}, false
 		}
-		s, ok := r.t.qual[p][e.Sel.Name]
-		return s, ok
+		if s, ok := r.t.qual[p][e.Sel.Name]; ok {
+			return s, ok
+		}
+		dir := strings.TrimPrefix(p, module+"/")
+		return r.gone(dir+"|"+r.t.pkgNames[p], e.Sel.Name)
 	}
 	return sym{}, false
 }
