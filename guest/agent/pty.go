@@ -41,14 +41,14 @@ func (a *Agent) lookupSession(id string) (*session, error) {
 	defer a.mu.Unlock()
 	s := a.sessions[id]
 	if s == nil {
-		return nil, actuation.Refusef(actuation.CodeSessionUnknown, "no session %q", id)
+		return nil, protocol.Refusef(string(actuation.CodeSessionUnknown), "no session %q", id)
 	}
 	return s, nil
 }
 
 func (a *Agent) ptyOpen(args *protocol.PTYOpenArgs) reply {
 	if a.quiesced.Load() {
-		return refused(actuation.Refusef(actuation.CodeQuiesced, "the guest is quiesced"))
+		return refused(protocol.Refusef(string(actuation.CodeQuiesced), "the guest is quiesced"))
 	}
 	cwd, err := a.openDir(args.Cwd)
 	if err != nil {
@@ -89,7 +89,7 @@ func (a *Agent) ptyOpen(args *protocol.PTYOpenArgs) reply {
 		_ = s.proc.signalGroup(unix.SIGKILL)
 		_ = ptmx.Close()
 		_ = cmd.Wait()
-		return refused(actuation.Refusef(actuation.CodeNonceMismatch, "the guest was re-bound while the session started"))
+		return refused(protocol.Refusef(string(actuation.CodeNonceMismatch), "the guest was re-bound while the session started"))
 	}
 	a.sessions[args.SessionID] = s
 	a.mu.Unlock()
@@ -155,7 +155,7 @@ func (a *Agent) ptyRead(ctx context.Context, args *protocol.PTYReadArgs) reply {
 		s.mu.Lock()
 		if args.Offset > s.total {
 			s.mu.Unlock()
-			return refused(actuation.Refusef(actuation.CodeInvalidSpec, "offset %d is beyond the stream end %d", args.Offset, s.total))
+			return refused(protocol.Refusef(string(actuation.CodeInvalidSpec), "offset %d is beyond the stream end %d", args.Offset, s.total))
 		}
 		if args.Offset == s.total && !s.exited {
 			if left := time.Until(waitUntil); left > 0 {
@@ -196,7 +196,7 @@ func (a *Agent) ptyInput(deadline time.Time, args *protocol.PTYInputArgs) reply 
 	exited := s.exited
 	s.mu.Unlock()
 	if exited {
-		return refused(actuation.Refusef(actuation.CodeSessionNotRunning, "session %q has exited", s.id))
+		return refused(protocol.Refusef(string(actuation.CodeSessionNotRunning), "session %q has exited", s.id))
 	}
 	_ = s.ptmx.SetWriteDeadline(deadline)
 	defer func() { _ = s.ptmx.SetWriteDeadline(time.Time{}) }()
@@ -207,7 +207,7 @@ func (a *Agent) ptyInput(deadline time.Time, args *protocol.PTYInputArgs) reply 
 			code = string(actuation.CodeDeadlineExceeded)
 		}
 		if n == 0 {
-			return refused(fmt.Errorf("%w: %w", actuation.Refusef(actuation.Code(code), "terminal input not written"), err))
+			return refused(fmt.Errorf("%w: %w", protocol.Refusef(code, "terminal input not written"), err))
 		}
 		// Part of the input reached the terminal; what the program made of it is not known.
 		return unknown(code, err, protocol.PTYInputData{Written: uint32(n)})
@@ -224,11 +224,11 @@ func (a *Agent) ptyResize(args *protocol.PTYResizeArgs) reply {
 	exited := s.exited
 	s.mu.Unlock()
 	if exited {
-		return refused(actuation.Refusef(actuation.CodeSessionNotRunning, "session %q has exited", s.id))
+		return refused(protocol.Refusef(string(actuation.CodeSessionNotRunning), "session %q has exited", s.id))
 	}
 	// TIOCSWINSZ on the master; the kernel sends SIGWINCH to the foreground group.
 	if err := pty.Setsize(s.ptmx, &pty.Winsize{Rows: args.Rows, Cols: args.Cols}); err != nil {
-		return refused(fmt.Errorf("%w: %w", actuation.Refusef(actuation.CodeIOError, "resize"), err))
+		return refused(fmt.Errorf("%w: %w", protocol.Refusef(string(actuation.CodeIOError), "resize"), err))
 	}
 	return ok(protocol.Empty{}, nil)
 }

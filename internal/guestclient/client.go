@@ -93,7 +93,7 @@ func WaitReady(ctx context.Context, ep Endpoint, b protocol.Binding, interval ti
 		if err == nil {
 			return cl, attempt, nil
 		}
-		if string(actuation.CodeOf(err)) != "" || errors.Is(err, ErrEndpointReplaced) || errors.Is(err, ErrProtocol) {
+		if protocol.CodeOf(err) != "" || errors.Is(err, ErrEndpointReplaced) || errors.Is(err, ErrProtocol) {
 			return nil, attempt, err
 		}
 		t := time.NewTimer(interval)
@@ -166,7 +166,7 @@ func decodeErrorFrame(f protocol.Frame) error {
 	if err := protocol.DecodeJSON(f.Payload, &ep); err != nil || ep.Code == "" || len(ep.Code) > 64 {
 		return fmt.Errorf("%w: undecodable error frame", ErrProtocol)
 	}
-	return &actuation.Refusal{Code: actuation.Code(ep.Code), Message: protocol.Truncate(ep.Message)}
+	return &protocol.Refusal{Code: ep.Code, Message: protocol.Truncate(ep.Message)}
 }
 
 // Ack is the guest's handshake answer (untrusted, validated for form).
@@ -194,7 +194,7 @@ func (c *Client) breakWith(err error) error {
 }
 
 // call is one request: it returns the validated result envelope and the bulk bytes (at
-// most bulkLimit), or an error: *actuation.Refusal for a refused outcome or an error frame,
+// most bulkLimit), or an error: *protocol.Refusal for a refused outcome or an error frame,
 // *UnknownError for an unknown outcome, ErrProtocol for a guest violation.
 type call struct {
 	op        protocol.Op
@@ -257,7 +257,7 @@ func (c *Client) do(ctx context.Context, k call) (protocol.Result, []byte, error
 	count := uint32(0)
 	if k.upload != nil {
 		if uint64(len(k.upload)) > protocol.MaxTransfer {
-			return protocol.Result{}, nil, actuation.Refusef(actuation.CodeTransferTooLarge, "upload of %d bytes exceeds %d", len(k.upload), protocol.MaxTransfer)
+			return protocol.Result{}, nil, protocol.Refusef(string(actuation.CodeTransferTooLarge), "upload of %d bytes exceeds %d", len(k.upload), protocol.MaxTransfer)
 		}
 		count = protocol.ChunkCount(uint64(len(k.upload)))
 	}
@@ -277,7 +277,7 @@ func (c *Client) do(ctx context.Context, k call) (protocol.Result, []byte, error
 	_ = c.conn.SetReadDeadline(deadline.Add(ReportGrace))
 	f, err := protocol.ReadFrame(c.conn)
 	if err != nil {
-		if string(actuation.CodeOf(err)) != "" {
+		if protocol.CodeOf(err) != "" {
 			return protocol.Result{}, nil, c.breakWith(fmt.Errorf("%w: %s result: %w", ErrProtocol, k.op, err))
 		}
 		return protocol.Result{}, nil, c.breakWith(&UnknownError{Op: k.op, Code: string(actuation.CodeDeadlineExceeded), Message: "no result: " + err.Error()})
@@ -324,7 +324,7 @@ func (c *Client) do(ctx context.Context, k call) (protocol.Result, []byte, error
 	_ = c.conn.SetDeadline(time.Time{})
 	switch res.Outcome {
 	case protocol.OutcomeRefused:
-		return res, nil, &actuation.Refusal{Code: actuation.Code(res.Code), Message: protocol.Truncate(res.Message)}
+		return res, nil, &protocol.Refusal{Code: res.Code, Message: protocol.Truncate(res.Message)}
 	case protocol.OutcomeUnknown:
 		return res, bulk, &UnknownError{Op: k.op, Code: res.Code, Message: protocol.Truncate(res.Message), Data: res.Data}
 	}

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
-	"sensorium.dev/workbench/internal/actuation"
 )
 
 // guestBin is the real guest agent, built once with the conformance-only Unix transport.
@@ -262,7 +261,7 @@ func (r *raw) expectError(code string) {
 
 func wantRefusal(t *testing.T, err error, code string) {
 	t.Helper()
-	if got := string(actuation.CodeOf(err)); got != code {
+	if got := protocol.CodeOf(err); got != code {
 		t.Fatalf("want refusal %q, got %v", code, err)
 	}
 }

@@ -27,7 +27,7 @@ func encode(t testing.TB, f Frame) []byte {
 
 func wantCode(t *testing.T, err error, code string) {
 	t.Helper()
-	if got := string(actuation.CodeOf(err)); got != code {
+	if got := CodeOf(err); got != code {
 		t.Fatalf("want refusal %q, got %v", code, err)
 	}
 }
@@ -104,7 +104,7 @@ func TestOversizedFrameNotAllocated(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	_, err := ReadFrame(r)
 	runtime.ReadMemStats(&after)
-	if actuation.CodeOf(err) != actuation.CodeFrameTooLarge {
+	if CodeOf(err) != string(actuation.CodeFrameTooLarge) {
 		t.Fatalf("got %v", err)
 	}
 	if n := after.TotalAlloc - before.TotalAlloc; n > 4096 {
@@ -176,7 +176,7 @@ func TestTransfer(t *testing.T) {
 	})
 	t.Run("limited-buffer", func(t *testing.T) {
 		lb := &LimitedBuffer{Max: 10}
-		if _, err := lb.Write(make([]byte, 11)); actuation.CodeOf(err) != actuation.CodeTransferTooLarge {
+		if _, err := lb.Write(make([]byte, 11)); CodeOf(err) != string(actuation.CodeTransferTooLarge) {
 			t.Fatalf("got %v", err)
 		}
 	})
@@ -273,7 +273,7 @@ func TestCheckPathGoldenVectors(t *testing.T) {
 		if v.Expect.OK {
 			want = ""
 		}
-		if got := string(actuation.CodeOf(CheckPath(p, !v.Input.RequireFile))); got != want {
+		if got := CodeOf(CheckPath(p, !v.Input.RequireFile)); got != want {
 			t.Errorf("%s: CheckPath(%q, allowRoot=%v) = %q, want %q", v.Name, p, !v.Input.RequireFile, got, want)
 		}
 	}
@@ -318,8 +318,8 @@ func TestAckValidate(t *testing.T) {
 }
 
 func TestRefusalIs(t *testing.T) {
-	err := errors.Join(errors.New("x"), actuation.Refusef(actuation.CodeNotFound, "y"))
-	if !errors.Is(err, &actuation.Refusal{Code: actuation.CodeNotFound}) {
+	err := errors.Join(errors.New("x"), Refusef(string(actuation.CodeNotFound), "y"))
+	if !errors.Is(err, &Refusal{Code: string(actuation.CodeNotFound)}) {
 		t.Fatal("errors.Is by code")
 	}
 	b, _ := json.Marshal(Result{Outcome: OutcomeRefused, Code: string(actuation.CodeNotFound)})

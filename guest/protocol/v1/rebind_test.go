@@ -8,8 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-
-	"sensorium.dev/workbench/internal/actuation"
 )
 
 type rebindVectors struct {
@@ -64,7 +62,7 @@ func TestRebindGoldenVectors(t *testing.T) {
 			cur = *v.Input.Current
 		}
 		next := v.Input.Next
-		got := string(actuation.CodeOf(cur.CheckRebind(&next)))
+		got := CodeOf(cur.CheckRebind(&next))
 		want := v.Expect.Code
 		if v.Expect.OK {
 			want = ""
@@ -75,7 +73,7 @@ func TestRebindGoldenVectors(t *testing.T) {
 		if got == "" {
 			// An accepted rebind can never be answered by the previous binding's handshake.
 			old := Handshake{Protocol: Version, Binding: cur}
-			if string(actuation.CodeOf(next.Check(&old))) == "" {
+			if CodeOf(next.Check(&old)) == "" {
 				t.Errorf("%s: the previous binding's handshake passes the next binding", v.Name)
 			}
 		}

@@ -193,22 +193,22 @@ func guestRefusalCode(err error) string {
 	if c := string(actuation.CodeOf(err)); c != "" {
 		return c // the broker's codes are actuation's
 	}
-	if protocol.IsPathCode(string(actuation.CodeOf(err))) {
+	if protocol.IsPathCode(protocol.CodeOf(err)) {
 		return string(actuation.CodeCwdNotAllowed)
 	}
-	switch actuation.CodeOf(err) {
-	case actuation.CodeQuiesced, actuation.CodeShuttingDown, actuation.CodeGenerationMismatch, actuation.CodeNonceMismatch,
-		actuation.CodeEnvironmentMismatch, actuation.CodePlanDigestMismatch, actuation.CodeImageDigestMismatch:
+	switch protocol.CodeOf(err) {
+	case string(actuation.CodeQuiesced), string(actuation.CodeShuttingDown), string(actuation.CodeGenerationMismatch), string(actuation.CodeNonceMismatch),
+		string(actuation.CodeEnvironmentMismatch), string(actuation.CodePlanDigestMismatch), string(actuation.CodeImageDigestMismatch):
 		return string(actuation.CodeEnvironmentUnavailable)
-	case actuation.CodeNotFound, actuation.CodeNotDirectory, actuation.CodeSymlinkEscape:
+	case string(actuation.CodeNotFound), string(actuation.CodeNotDirectory), string(actuation.CodeSymlinkEscape):
 		return string(actuation.CodeCwdNotAllowed)
-	case actuation.CodeProcessCapReached, actuation.CodeConnectionCap:
+	case string(actuation.CodeProcessCapReached), string(actuation.CodeConnectionCap):
 		return string(actuation.CodeCommandCapReached)
-	case actuation.CodeTimeoutAboveDeadline:
+	case string(actuation.CodeTimeoutAboveDeadline):
 		return string(actuation.CodeTimeoutAboveMax)
-	case actuation.CodeOutputCapAboveMax:
+	case string(actuation.CodeOutputCapAboveMax):
 		return string(actuation.CodeOutputCapAboveMax)
-	case actuation.CodeInvalidSpec:
+	case string(actuation.CodeInvalidSpec):
 		return string(actuation.CodeInvalidSpec)
 	}
 	return string(actuation.CodeStartFailed)

@@ -51,7 +51,7 @@ func (r *Root) Export(ctx context.Context, rel string, w io.Writer, lim fixture.
 		}
 		maxEntries := uint32(min(lim.MaxFiles, protocol.MaxExportEntries))
 		_, archive, err = c.Export(ctx, "", protocol.ExportArgs{Path: r.guestPath(rel), MaxBytes: protocol.MaxExportBytes, MaxEntries: maxEntries})
-		switch code := string(actuation.CodeOf(err)); {
+		switch code := protocol.CodeOf(err); {
 		case err == nil:
 			return nil
 		case code == string(actuation.CodeNotDirectory) && rel != "":

@@ -130,7 +130,7 @@ func unavailable(err error) error {
 // channelFailure reports whether err is a failure of the channel rather than the guest's
 // refusal of the operation.
 func channelFailure(err error) bool {
-	switch string(actuation.CodeOf(err)) {
+	switch protocol.CodeOf(err) {
 	case "", string(actuation.CodeDeadlineExceeded), string(actuation.CodeQuiesced), string(actuation.CodeShuttingDown), string(actuation.CodeConnectionCap),
 		string(actuation.CodeGenerationMismatch), string(actuation.CodeNonceMismatch), string(actuation.CodeEnvironmentMismatch),
 		string(actuation.CodePlanDigestMismatch), string(actuation.CodeImageDigestMismatch), string(actuation.CodeBindingUnavailable):
@@ -147,21 +147,21 @@ func (r *Root) mapErr(what, rel string, err error) error {
 		return err
 	}
 	d := r.display(rel)
-	if c := string(actuation.CodeOf(err)); protocol.IsPathCode(c) {
+	if c := protocol.CodeOf(err); protocol.IsPathCode(c) {
 		return actuation.Wrapf(actuation.Code(c), err, "%s %s", what, d) // the guest applies the host's path rule
 	}
-	switch actuation.CodeOf(err) {
-	case actuation.CodeNotFound:
+	switch protocol.CodeOf(err) {
+	case string(actuation.CodeNotFound):
 		return actuation.Wrapf(actuation.CodePathNotFound, fmt.Errorf("%w: %w", fs.ErrNotExist, err), "%s %s", what, d)
-	case actuation.CodeNotDirectory:
+	case string(actuation.CodeNotDirectory):
 		return actuation.Wrapf(actuation.CodeNotDirectory, err, "%s %s: a component is not a directory", what, d)
-	case actuation.CodeNotRegularFile:
+	case string(actuation.CodeNotRegularFile):
 		return actuation.Wrapf(actuation.CodeNotRegularFile, err, "%s %s: not a regular file", what, d)
-	case actuation.CodeSymlinkEscape:
+	case string(actuation.CodeSymlinkEscape):
 		return actuation.Wrapf(actuation.CodeSymlinkEscape, err, "%s %s: resolves outside the root", what, d)
-	case actuation.CodeTooLarge:
+	case string(actuation.CodeTooLarge):
 		return actuation.Wrapf(actuation.CodeTooManyEntries, err, "%s %s: beyond what the guest walks", what, d)
-	case actuation.CodeAnswerOverBound:
+	case string(actuation.CodeAnswerOverBound):
 		// The guest answered beyond the request's bounds (refused while decoding; the
 		// channel is closed): named as such, not as an unavailable environment.
 		return actuation.Wrapf(actuation.CodeAnswerOverBound, err, "%s %s: the guest's answer exceeds the request's bounds", what, d)

@@ -38,7 +38,7 @@ func (s source) Current(rel string) (bool, []byte, fsaccess.Entry, error) {
 		return false, nil, e, err
 	}
 	d, b, err := c.ReadFile(s.ctx, "", protocol.ReadArgs{Path: s.r.guestPath(rel), Max: patch.MaxFileBytes + 1})
-	switch string(actuation.CodeOf(err)) {
+	switch protocol.CodeOf(err) {
 	case "":
 		if err != nil {
 			s.k.drop()
@@ -128,7 +128,7 @@ func (r *Root) precheck(ctx context.Context, k *channel, changes []patch.Change)
 			return err
 		}
 		_, err = c.Snapshot(ctx, "", protocol.SnapshotArgs{Path: r.guestPath(parent), MaxEntries: 1})
-		switch string(actuation.CodeOf(err)) {
+		switch protocol.CodeOf(err) {
 		case "":
 			if err != nil {
 				k.drop()
@@ -171,10 +171,10 @@ func (r *Root) stage(ctx context.Context, changes []patch.Change) (refs, origs [
 					break
 				}
 			}
-			switch actuation.CodeOf(last) {
-			case actuation.CodeStageCapReached, actuation.CodeTransferTooLarge:
+			switch protocol.CodeOf(last) {
+			case string(actuation.CodeStageCapReached), string(actuation.CodeTransferTooLarge):
 				return "", actuation.Wrapf(actuation.CodePatchTooLarge, last, "staging %q in the guest: the guest retains at most %d stages and %d bytes per boot", rel, protocol.MaxStages, protocol.MaxStageBytes)
-			case actuation.CodeIOError, actuation.CodeStageInFlight:
+			case string(actuation.CodeIOError), string(actuation.CodeStageInFlight):
 				return "", actuation.Wrapf(actuation.CodePatchWriteFailed, last, "staging %q in the guest", rel)
 			}
 			return "", r.mapErr("stage", rel, last)
@@ -286,7 +286,7 @@ func (r *Root) replace(ctx context.Context, k *channel, rel, ref, base, want str
 // ambiguous reports whether err leaves open whether an admitted request had its effect: a
 // refusal (the guest's, or the client's before sending) never does.
 func ambiguous(err error) bool {
-	return errors.Is(err, guestclient.ErrUnknownOutcome) || errors.Is(err, guestclient.ErrProtocol) || string(actuation.CodeOf(err)) == ""
+	return errors.Is(err, guestclient.ErrUnknownOutcome) || errors.Is(err, guestclient.ErrProtocol) || protocol.CodeOf(err) == ""
 }
 
 // applyErr maps a refused patch.apply onto the patch vocabulary.
@@ -294,14 +294,14 @@ func (r *Root) applyErr(rel string, err error) error {
 	if string(actuation.CodeOf(err)) != "" {
 		return err
 	}
-	switch actuation.CodeOf(err) {
-	case actuation.CodeBaseMismatch:
+	switch protocol.CodeOf(err) {
+	case string(actuation.CodeBaseMismatch):
 		return actuation.Wrapf(actuation.CodePatchDirty, err, "%q changed since the patch was planned", rel)
-	case actuation.CodeNotRegularFile:
+	case string(actuation.CodeNotRegularFile):
 		return actuation.Wrapf(actuation.CodePatchTargetNotRegular, err, "target %q is not a regular file", rel)
-	case actuation.CodeSymlinkEscape:
+	case string(actuation.CodeSymlinkEscape):
 		return actuation.Wrapf(actuation.CodePatchOutsideRoot, err, "path %q resolves outside the root", rel)
-	case actuation.CodeNotFound, actuation.CodeNotDirectory:
+	case string(actuation.CodeNotFound), string(actuation.CodeNotDirectory):
 		return actuation.Wrapf(actuation.CodePatchDirty, err, "the directory of %q changed since the patch was planned", rel)
 	}
 	if channelFailure(err) {
@@ -318,7 +318,7 @@ func (r *Root) currentDigest(ctx context.Context, k *channel, rel string) (strin
 	}
 	_, b, err := c.ReadFile(ctx, "", protocol.ReadArgs{Path: r.guestPath(rel), Max: patch.MaxFileBytes + 1})
 	switch {
-	case actuation.CodeOf(err) == actuation.CodeNotFound:
+	case protocol.CodeOf(err) == string(actuation.CodeNotFound):
 		return protocol.BaseAbsent, nil
 	case err != nil:
 		k.drop()

@@ -49,7 +49,7 @@ func (r *Root) Snapshot(ctx context.Context, rel string, lim fsaccess.SnapshotLi
 			return err
 		}
 		res, err := c.Snapshot(ctx, "", protocol.SnapshotArgs{Path: r.guestPath(rel), MaxEntries: uint32(min(lim.MaxEntries, protocol.MaxSnapshotEntries)), HashMax: hashMax})
-		if actuation.CodeOf(err) == actuation.CodeNotDirectory && rel != "" {
+		if protocol.CodeOf(err) == string(actuation.CodeNotDirectory) && rel != "" {
 			// Not a directory: reported alone, as fsaccess does.
 			e, err := r.lstat(ctx, k, rel)
 			if err != nil {
@@ -145,13 +145,13 @@ func (r *Root) lstat(ctx context.Context, k *channel, rel string) (fsaccess.Entr
 		}
 	}
 	if !res.Truncated {
-		return fsaccess.Entry{}, r.mapErr("lstat", rel, actuation.Refusef(actuation.CodeNotFound, "%q is not in its parent's listing", rel))
+		return fsaccess.Entry{}, r.mapErr("lstat", rel, protocol.Refusef(string(actuation.CodeNotFound), "%q is not in its parent's listing", rel))
 	}
 	d, _, err := c.ReadFile(ctx, "", protocol.ReadArgs{Path: r.guestPath(rel), Max: 1})
 	switch {
 	case err == nil:
 		return fsaccess.Entry{Path: rel, Type: fsaccess.TypeFile, Size: d.Size}, nil
-	case actuation.CodeOf(err) == actuation.CodeNotRegularFile:
+	case protocol.CodeOf(err) == string(actuation.CodeNotRegularFile):
 		return fsaccess.Entry{Path: rel, Type: fsaccess.TypeOther}, nil
 	}
 	k.drop()
@@ -170,7 +170,7 @@ func (r *Root) hash(ctx context.Context, k *channel, rel string, size int64) (di
 			return "", "", err
 		}
 		rd, b, err := c.ReadFile(ctx, "", protocol.ReadArgs{Path: r.guestPath(rel), Offset: uint64(off), Max: chunkBytes})
-		switch code := string(actuation.CodeOf(err)); {
+		switch code := protocol.CodeOf(err); {
 		case err == nil:
 		case code == string(actuation.CodeNotFound) || code == string(actuation.CodeNotRegularFile) || code == string(actuation.CodeNotDirectory):
 			return "", "changed-during-read", nil
@@ -260,7 +260,7 @@ func (r *Root) Exists(ctx context.Context, rel string) (bool, string, error) {
 			return err
 		}
 		_, _, err = c.ReadFile(ctx, "", protocol.ReadArgs{Path: r.guestPath(rel), Max: 1})
-		switch string(actuation.CodeOf(err)) {
+		switch protocol.CodeOf(err) {
 		case "":
 			if err != nil {
 				return r.mapErr("stat", rel, err)
