@@ -343,7 +343,7 @@ func TestGenerationAdvancesOnReboot(t *testing.T) {
 	// The first boot's binding is refused by the new guest.
 	v := b.get(spec.ID)
 	stale := first.Binding
-	if _, err := connectWith(ctxT(t, 10*time.Second), v, stale); string(actuation.CodeOf(err)) == "" {
+	if _, err := connectWith(ctxT(t, 10*time.Second), v, stale); protocol.CodeOf(err) == "" {
 		t.Fatalf("stale binding: %v", err)
 	}
 	teardown(t, b, spec)
