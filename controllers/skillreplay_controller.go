@@ -19,7 +19,6 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/skills"
 	"sensorium.dev/workbench/internal/skillsapi"
-	"sensorium.dev/workbench/webhooks"
 )
 
 // SkillReplayReconciler replays a Skill into an environment, one step at a time, through
@@ -155,7 +154,7 @@ func (r *SkillReplayReconciler) step(ctx context.Context, sr *wbv1.SkillReplay, 
 	}
 	plan, err := skills.NewPlan(m, params, string(env.Spec.Backend), mode)
 	if err != nil {
-		code := skills.CodeOf(err)
+		code := actuation.CodeOf(err)
 		if code == "" {
 			code = actuation.CodeSkillInvalid
 		}
@@ -370,7 +369,7 @@ func (r *SkillReplayReconciler) createStep(ctx context.Context, sc *replayScope,
 			del = del || c.After == nil
 		}
 		fp.Spec.Policy = wbv1.PatchPolicy{AllowCreate: &create, AllowDelete: &del}
-		d, err := webhooks.PatchDigest(&fp.Spec)
+		d, err := actuation.PatchDigest(fp.Spec.InlineUnifiedPatch(), fp.Spec.Operations)
 		if err != nil {
 			return err
 		}

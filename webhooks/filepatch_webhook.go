@@ -2,8 +2,6 @@ package webhooks
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io/fs"
 
@@ -126,11 +124,7 @@ func (v FilePatchValidator) requireApprover(ctx context.Context, req admission.R
 // PatchDigest is the digest a FilePatch declares: sha256 of the inline unified diff, or of
 // the canonical JSON (RFC 8785) of the structured operations.
 func PatchDigest(spec *wbv1.FilePatchSpec) (string, error) {
-	if spec.Format == wbv1.PatchFormatUnified && spec.Patch != nil {
-		sum := sha256.Sum256([]byte(*spec.Patch))
-		return "sha256:" + hex.EncodeToString(sum[:]), nil
-	}
-	return actuation.Digest(spec.Operations)
+	return actuation.PatchDigest(spec.InlineUnifiedPatch(), spec.Operations)
 }
 
 func validatePatchSpec(spec *wbv1.FilePatchSpec) field.ErrorList {

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // Version identifies this agent build in the handshake answer and inspect.
@@ -162,7 +163,7 @@ func LoadBindingFile(path string) (protocol.Binding, error) {
 		return protocol.Binding{}, fmt.Errorf("binding: read %s: %w", path, err)
 	}
 	if len(b) > maxBindingFileBytes {
-		return protocol.Binding{}, protocol.Refusef(protocol.CodeBindingInvalid, "binding larger than %d bytes", maxBindingFileBytes)
+		return protocol.Binding{}, protocol.Refusef(string(actuation.CodeBindingInvalid), "binding larger than %d bytes", maxBindingFileBytes)
 	}
 	var bind protocol.Binding
 	if err := protocol.DecodeJSON(b, &bind); err != nil {
@@ -193,7 +194,7 @@ func (a *Agent) expected() (protocol.Binding, uint64, error) {
 			return protocol.Binding{}, 0, fmt.Errorf("local CID: %w", err)
 		}
 		if cid != b.GuestCID {
-			return protocol.Binding{}, 0, protocol.Refusef(protocol.CodeCIDMismatch, "boot binding names CID %d, this guest is CID %d", b.GuestCID, cid)
+			return protocol.Binding{}, 0, protocol.Refusef(string(actuation.CodeCIDMismatch), "boot binding names CID %d, this guest is CID %d", b.GuestCID, cid)
 		}
 	}
 	a.binding = &b
@@ -238,7 +239,7 @@ func (a *Agent) Serve(l net.Listener) error {
 			go func() {
 				defer func() { _ = c.Close() }()
 				_ = c.SetWriteDeadline(time.Now().Add(time.Second))
-				writeError(c, 0, protocol.Refusef(protocol.CodeConnectionCap, "at most %d connections", a.cfg.MaxConns))
+				writeError(c, 0, protocol.Refusef(string(actuation.CodeConnectionCap), "at most %d connections", a.cfg.MaxConns))
 			}()
 		}
 	}
@@ -255,7 +256,7 @@ func closeWith(err error) error { return &frameError{err: err} }
 func writeError(w io.Writer, seq uint64, err error) {
 	code := protocol.CodeOf(err)
 	if code == "" {
-		code = protocol.CodeIOError
+		code = string(actuation.CodeIOError)
 	}
 	p, _ := json.Marshal(protocol.ErrorPayload{Code: code, Message: protocol.Truncate(err.Error())})
 	_ = protocol.WriteFrame(w, &protocol.Frame{Header: protocol.Header{Type: protocol.FrameError, Seq: seq}, Payload: p})
@@ -278,7 +279,7 @@ func ok(data any, bulk []byte) reply {
 func refused(err error) reply {
 	code := protocol.CodeOf(err)
 	if code == "" {
-		code = protocol.CodeIOError
+		code = string(actuation.CodeIOError)
 	}
 	return reply{outcome: protocol.OutcomeRefused, code: code, message: err.Error()}
 }
@@ -298,7 +299,7 @@ type conn struct {
 func (a *Agent) serveConn(c net.Conn) {
 	defer func() { _ = c.Close() }()
 	if a.stopping.Load() {
-		writeError(c, 0, protocol.Refusef(protocol.CodeShuttingDown, "agent is shutting down"))
+		writeError(c, 0, protocol.Refusef(string(actuation.CodeShuttingDown), "agent is shutting down"))
 		return
 	}
 	cn := &conn{a: a, c: c}
@@ -343,10 +344,10 @@ func (cn *conn) handshake() error {
 		if protocol.CodeOf(err) != "" {
 			return err
 		}
-		return protocol.Refusef(protocol.CodeHandshakeRequired, "no handshake: %v", err)
+		return protocol.Refusef(string(actuation.CodeHandshakeRequired), "no handshake: %v", err)
 	}
 	if f.Type != protocol.FrameHandshake {
-		return protocol.Refusef(protocol.CodeHandshakeRequired, "first frame is %s", f.Type)
+		return protocol.Refusef(string(actuation.CodeHandshakeRequired), "first frame is %s", f.Type)
 	}
 	deadline := time.Now().Add(time.Duration(f.DeadlineMS) * time.Millisecond)
 	var h protocol.Handshake
@@ -356,7 +357,7 @@ func (cn *conn) handshake() error {
 	want, epoch, err := cn.a.expected()
 	if err != nil {
 		if protocol.CodeOf(err) == "" {
-			return protocol.Refusef(protocol.CodeBindingUnavailable, "%v", err)
+			return protocol.Refusef(string(actuation.CodeBindingUnavailable), "%v", err)
 		}
 		return err
 	}
@@ -412,10 +413,10 @@ func isBulkOp(op protocol.Op) bool {
 func (cn *conn) request(f protocol.Frame) (func(), error) {
 	arrival := time.Now()
 	if f.Type != protocol.FrameRequest {
-		return nil, closeWith(protocol.Refusef(protocol.CodeUnexpectedFrame, "expected a request, got %s", f.Type))
+		return nil, closeWith(protocol.Refusef(string(actuation.CodeUnexpectedFrame), "expected a request, got %s", f.Type))
 	}
 	if f.Seq <= cn.lastSeq {
-		return nil, closeWith(protocol.Refusef(protocol.CodeSequenceReplayed, "sequence %d after %d", f.Seq, cn.lastSeq))
+		return nil, closeWith(protocol.Refusef(string(actuation.CodeSequenceReplayed), "sequence %d after %d", f.Seq, cn.lastSeq))
 	}
 	cn.lastSeq = f.Seq
 	deadline := arrival.Add(time.Duration(f.DeadlineMS) * time.Millisecond)
@@ -424,19 +425,19 @@ func (cn *conn) request(f protocol.Frame) (func(), error) {
 		return nil, closeWith(err)
 	}
 	if !req.Op.Known() {
-		return nil, closeWith(protocol.Refusef(protocol.CodeUnknownOperation, "operation %q", protocol.Truncate(string(req.Op))))
+		return nil, closeWith(protocol.Refusef(string(actuation.CodeUnknownOperation), "operation %q", protocol.Truncate(string(req.Op))))
 	}
 	if !protocol.ValidID(req.OpID) {
-		return nil, closeWith(protocol.Refusef(protocol.CodeMalformedPayload, "opID must be 1..%d of [A-Za-z0-9._-]", protocol.MaxIDLen))
+		return nil, closeWith(protocol.Refusef(string(actuation.CodeMalformedPayload), "opID must be 1..%d of [A-Za-z0-9._-]", protocol.MaxIDLen))
 	}
 	if req.Channel != cn.channel {
-		return nil, closeWith(protocol.Refusef(protocol.CodeChannelMismatch, "request bound to another channel"))
+		return nil, closeWith(protocol.Refusef(string(actuation.CodeChannelMismatch), "request bound to another channel"))
 	}
 	if cn.a.superseded(cn) {
-		return nil, closeWith(protocol.Refusef(protocol.CodeNonceMismatch, "the guest was re-bound: this channel's nonce is no longer its binding"))
+		return nil, closeWith(protocol.Refusef(string(actuation.CodeNonceMismatch), "the guest was re-bound: this channel's nonce is no longer its binding"))
 	}
 	if f.Count != 0 && req.Op != protocol.OpPatchStage {
-		return nil, closeWith(protocol.Refusef(protocol.CodeTransferMismatch, "%s takes no upload", req.Op))
+		return nil, closeWith(protocol.Refusef(string(actuation.CodeTransferMismatch), "%s takes no upload", req.Op))
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
@@ -456,7 +457,7 @@ func (cn *conn) request(f protocol.Frame) (func(), error) {
 // decodeArgs decodes the request's args strictly; a failure closes the connection.
 func decodeArgs(req *protocol.Request, v any) error {
 	if len(req.Args) == 0 {
-		return closeWith(protocol.Refusef(protocol.CodeMalformedPayload, "%s without args", req.Op))
+		return closeWith(protocol.Refusef(string(actuation.CodeMalformedPayload), "%s without args", req.Op))
 	}
 	if err := protocol.DecodeJSON(req.Args, v); err != nil {
 		return closeWith(err)
@@ -479,7 +480,7 @@ func (a *Agent) dispatch(ctx context.Context, cn *conn, f protocol.Frame, req *p
 			return refused(err), nil
 		}
 		if a.stopping.Load() {
-			return refused(protocol.Refusef(protocol.CodeShuttingDown, "agent is shutting down")), nil
+			return refused(protocol.Refusef(string(actuation.CodeShuttingDown), "agent is shutting down")), nil
 		}
 		return run(), nil
 	}
@@ -536,7 +537,7 @@ func (a *Agent) dispatch(ctx context.Context, cn *conn, f protocol.Frame, req *p
 		var args protocol.RebindArgs
 		return simple(&args, func() reply { return a.rebind(ctx, cn, &args) })
 	}
-	return reply{}, closeWith(protocol.Refusef(protocol.CodeUnknownOperation, "operation %q", req.Op))
+	return reply{}, closeWith(protocol.Refusef(string(actuation.CodeUnknownOperation), "operation %q", req.Op))
 }
 
 type emptyArgs struct{}

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // proc is a running spawn, signalable by its opID while registered.
@@ -42,10 +43,10 @@ func (p *proc) signalGroup(sig unix.Signal) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.done || p.pid == 0 {
-		return protocol.Refusef(protocol.CodeSessionNotRunning, "process has exited")
+		return protocol.Refusef(string(actuation.CodeSessionNotRunning), "process has exited")
 	}
 	if err := unix.Kill(-p.pid, sig); err != nil && !errors.Is(err, unix.ESRCH) {
-		return fmt.Errorf("%w: %w", protocol.Refusef(protocol.CodeIOError, "kill"), err)
+		return fmt.Errorf("%w: %w", protocol.Refusef(string(actuation.CodeIOError), "kill"), err)
 	}
 	return nil
 }
@@ -78,20 +79,20 @@ func (a *Agent) register(id string, isSession bool, limit int) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if _, dup := a.procs[id]; dup {
-		return protocol.Refusef(protocol.CodeSessionExists, "%q is already running", id)
+		return protocol.Refusef(string(actuation.CodeSessionExists), "%q is already running", id)
 	}
 	if _, dup := a.sessions[id]; dup {
-		return protocol.Refusef(protocol.CodeSessionExists, "%q is already a session", id)
+		return protocol.Refusef(string(actuation.CodeSessionExists), "%q is already a session", id)
 	}
 	if isSession {
 		if len(a.sessions) >= limit {
-			return protocol.Refusef(protocol.CodeSessionCapReached, "at most %d sessions", limit)
+			return protocol.Refusef(string(actuation.CodeSessionCapReached), "at most %d sessions", limit)
 		}
 		a.sessions[id] = nil // reserved
 		return nil
 	}
 	if len(a.procs) >= limit {
-		return protocol.Refusef(protocol.CodeProcessCapReached, "at most %d processes", limit)
+		return protocol.Refusef(string(actuation.CodeProcessCapReached), "at most %d processes", limit)
 	}
 	a.procs[id] = &proc{}
 	return nil
@@ -105,12 +106,12 @@ func envOrEmpty(env []string) []string {
 }
 
 func execErr(err error) error {
-	return fmt.Errorf("%w: %w", protocol.Refusef(protocol.CodeExecFailed, "%v", err), err)
+	return fmt.Errorf("%w: %w", protocol.Refusef(string(actuation.CodeExecFailed), "%v", err), err)
 }
 
 func (a *Agent) spawn(ctx context.Context, opID string, args *protocol.SpawnArgs) reply {
 	if a.quiesced.Load() {
-		return refused(protocol.Refusef(protocol.CodeQuiesced, "the guest is quiesced"))
+		return refused(protocol.Refusef(string(actuation.CodeQuiesced), "the guest is quiesced"))
 	}
 	cwd, err := a.openDir(args.Cwd)
 	if err != nil {
@@ -165,7 +166,7 @@ func (a *Agent) spawn(ctx context.Context, opID string, args *protocol.SpawnArgs
 	start := time.Now()
 	p.mu.Lock()
 	if p.revoked {
-		err = protocol.Refusef(protocol.CodeNonceMismatch, "the guest was re-bound before the process started")
+		err = protocol.Refusef(string(actuation.CodeNonceMismatch), "the guest was re-bound before the process started")
 	} else {
 		err = cmd.Start()
 	}
@@ -243,7 +244,7 @@ func (a *Agent) spawn(ctx context.Context, opID string, args *protocol.SpawnArgs
 	var ee *exec.ExitError
 	if werr != nil && !errors.As(werr, &ee) {
 		// The process ran; its status could not be collected.
-		return unknown(protocol.CodeIOError, werr, d)
+		return unknown(string(actuation.CodeIOError), werr, d)
 	}
 	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if ws.Signaled() {
@@ -258,7 +259,7 @@ func (a *Agent) spawn(ctx context.Context, opID string, args *protocol.SpawnArgs
 func (a *Agent) signal(args *protocol.SignalArgs) reply {
 	sig := unix.SignalNum(args.Signal)
 	if sig == 0 {
-		return refused(protocol.Refusef(protocol.CodeInvalidSpec, "signal %q", args.Signal))
+		return refused(protocol.Refusef(string(actuation.CodeInvalidSpec), "signal %q", args.Signal))
 	}
 	a.mu.Lock()
 	s := a.sessions[args.Target]
@@ -271,7 +272,7 @@ func (a *Agent) signal(args *protocol.SignalArgs) reply {
 	case p != nil:
 		err = p.signalGroup(sig)
 	default:
-		err = protocol.Refusef(protocol.CodeSessionUnknown, "no session or running process %q", args.Target)
+		err = protocol.Refusef(string(actuation.CodeSessionUnknown), "no session or running process %q", args.Target)
 	}
 	if err != nil {
 		return refused(err)

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // session is one PTY session. Its output is kept in a bounded buffer addressed by stream
@@ -41,14 +42,14 @@ func (a *Agent) lookupSession(id string) (*session, error) {
 	defer a.mu.Unlock()
 	s := a.sessions[id]
 	if s == nil {
-		return nil, protocol.Refusef(protocol.CodeSessionUnknown, "no session %q", id)
+		return nil, protocol.Refusef(string(actuation.CodeSessionUnknown), "no session %q", id)
 	}
 	return s, nil
 }
 
 func (a *Agent) ptyOpen(args *protocol.PTYOpenArgs) reply {
 	if a.quiesced.Load() {
-		return refused(protocol.Refusef(protocol.CodeQuiesced, "the guest is quiesced"))
+		return refused(protocol.Refusef(string(actuation.CodeQuiesced), "the guest is quiesced"))
 	}
 	cwd, err := a.openDir(args.Cwd)
 	if err != nil {
@@ -101,7 +102,7 @@ func (a *Agent) ptyOpen(args *protocol.PTYOpenArgs) reply {
 		_ = ptmx.Close()
 		_ = cmd.Wait()
 		cg.remove()
-		return refused(protocol.Refusef(protocol.CodeNonceMismatch, "the guest was re-bound while the session started"))
+		return refused(protocol.Refusef(string(actuation.CodeNonceMismatch), "the guest was re-bound while the session started"))
 	}
 	a.sessions[args.SessionID] = s
 	a.mu.Unlock()
@@ -168,7 +169,7 @@ func (a *Agent) ptyRead(ctx context.Context, args *protocol.PTYReadArgs) reply {
 		s.mu.Lock()
 		if args.Offset > s.total {
 			s.mu.Unlock()
-			return refused(protocol.Refusef(protocol.CodeInvalidSpec, "offset %d is beyond the stream end %d", args.Offset, s.total))
+			return refused(protocol.Refusef(string(actuation.CodeInvalidSpec), "offset %d is beyond the stream end %d", args.Offset, s.total))
 		}
 		if args.Offset == s.total && !s.exited {
 			if left := time.Until(waitUntil); left > 0 {
@@ -209,15 +210,15 @@ func (a *Agent) ptyInput(deadline time.Time, args *protocol.PTYInputArgs) reply 
 	exited := s.exited
 	s.mu.Unlock()
 	if exited {
-		return refused(protocol.Refusef(protocol.CodeSessionNotRunning, "session %q has exited", s.id))
+		return refused(protocol.Refusef(string(actuation.CodeSessionNotRunning), "session %q has exited", s.id))
 	}
 	_ = s.ptmx.SetWriteDeadline(deadline)
 	defer func() { _ = s.ptmx.SetWriteDeadline(time.Time{}) }()
 	n, err := s.ptmx.Write(args.Data)
 	if err != nil {
-		code := protocol.CodeIOError
+		code := string(actuation.CodeIOError)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			code = protocol.CodeDeadlineExceeded
+			code = string(actuation.CodeDeadlineExceeded)
 		}
 		if n == 0 {
 			return refused(fmt.Errorf("%w: %w", protocol.Refusef(code, "terminal input not written"), err))
@@ -237,11 +238,11 @@ func (a *Agent) ptyResize(args *protocol.PTYResizeArgs) reply {
 	exited := s.exited
 	s.mu.Unlock()
 	if exited {
-		return refused(protocol.Refusef(protocol.CodeSessionNotRunning, "session %q has exited", s.id))
+		return refused(protocol.Refusef(string(actuation.CodeSessionNotRunning), "session %q has exited", s.id))
 	}
 	// TIOCSWINSZ on the master; the kernel sends SIGWINCH to the foreground group.
 	if err := pty.Setsize(s.ptmx, &pty.Winsize{Rows: args.Rows, Cols: args.Cols}); err != nil {
-		return refused(fmt.Errorf("%w: %w", protocol.Refusef(protocol.CodeIOError, "resize"), err))
+		return refused(fmt.Errorf("%w: %w", protocol.Refusef(string(actuation.CodeIOError), "resize"), err))
 	}
 	return ok(protocol.Empty{}, nil)
 }
@@ -256,7 +257,7 @@ func (a *Agent) ptyClose(ctx context.Context, args *protocol.SessionArgs) reply 
 	select {
 	case <-s.done:
 	case <-ctx.Done():
-		return unknown(protocol.CodeDeadlineExceeded, errors.New("session killed; its exit was not observed before the deadline"), nil)
+		return unknown(string(actuation.CodeDeadlineExceeded), errors.New("session killed; its exit was not observed before the deadline"), nil)
 	}
 	a.mu.Lock()
 	delete(a.sessions, args.SessionID)

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // rebindFile is where a rebind persists the guest's binding, in the agent's state
@@ -78,7 +79,7 @@ func (a *Agent) rebind(ctx context.Context, cn *conn, args *protocol.RebindArgs)
 		return refused(err)
 	}
 	if epoch != cn.epoch {
-		return refused(protocol.Refusef(protocol.CodeNonceMismatch, "the guest was re-bound: this channel's nonce is no longer its binding"))
+		return refused(protocol.Refusef(string(actuation.CodeNonceMismatch), "the guest was re-bound: this channel's nonce is no longer its binding"))
 	}
 	next := args.Binding
 	if err := cur.CheckRebind(&next); err != nil {
@@ -86,11 +87,11 @@ func (a *Agent) rebind(ctx context.Context, cn *conn, args *protocol.RebindArgs)
 	}
 	if a.cfg.LocalCID != nil {
 		if cid, err := a.cfg.LocalCID(); err != nil || cid != next.GuestCID {
-			return refused(protocol.Refusef(protocol.CodeCIDMismatch, "rebind names CID %d, this guest is CID %d (%v)", next.GuestCID, cid, err))
+			return refused(protocol.Refusef(string(actuation.CodeCIDMismatch), "rebind names CID %d, this guest is CID %d (%v)", next.GuestCID, cid, err))
 		}
 	}
 	if err := a.persistBinding(next); err != nil {
-		return refused(fmt.Errorf("%w: %w", protocol.Refusef(protocol.CodeIOError, "persist the rebind"), err))
+		return refused(fmt.Errorf("%w: %w", protocol.Refusef(string(actuation.CodeIOError), "persist the rebind"), err))
 	}
 	a.bindMu.Lock()
 	a.binding = &next
@@ -107,7 +108,7 @@ func (a *Agent) rebind(ctx context.Context, cn *conn, args *protocol.RebindArgs)
 	if serr != nil {
 		// The binding moved; a stage file that could not be removed is not served (it is no
 		// longer recorded) but its removal cannot be proved.
-		r = unknown(protocol.CodeIOError, fmt.Errorf("drop stages: %w", serr), d)
+		r = unknown(string(actuation.CodeIOError), fmt.Errorf("drop stages: %w", serr), d)
 	} else {
 		r = ok(d, nil)
 	}

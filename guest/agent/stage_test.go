@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 func testAgent(t *testing.T) (*Agent, string) {
@@ -45,13 +46,13 @@ func TestMkdirParentsRefusesLinks(t *testing.T) {
 	if err == nil {
 		t.Fatal("mkdirParents followed a link")
 	}
-	if c := protocol.CodeOf(err); c != protocol.CodePathEscapesRoot && c != protocol.CodeNotDirectory {
+	if c := protocol.CodeOf(err); c != string(actuation.CodeSymlinkEscape) && c != string(actuation.CodeNotDirectory) {
 		t.Fatalf("code %q (%v)", c, err)
 	}
 	if _, err := os.Lstat(filepath.Join(outside, "made")); !os.IsNotExist(err) {
 		t.Fatalf("a directory was made outside the root: %v", err)
 	}
-	if err := a.mkdirParents("a/../../x"); protocol.CodeOf(err) != protocol.CodePathEscapesRoot {
+	if err := a.mkdirParents("a/../../x"); protocol.CodeOf(err) != string(actuation.CodeSymlinkEscape) {
 		t.Fatalf("dot-dot: %v", err)
 	}
 }

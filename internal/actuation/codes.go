@@ -558,22 +558,37 @@ func IsKnownCode(c Code) bool {
 // Refusal is one refused rule: a stable Code, the Field it concerns (a
 // JSON-ish path such as "spec.argv[2]", possibly empty) and a human Message
 // written with "must" / "must not".
+//
+// It is the one refusal type of the tree: the core, the platform packages,
+// the backends, the node agent and the guest return it (possibly wrapped) and
+// callers read its code with CodeOf. Wire forms (the guest protocol's error
+// payload, the data plane's status body, API status fields) are converted to
+// and from it at their edge only.
 type Refusal struct {
 	Code    Code   `json:"code"`
 	Field   string `json:"field,omitempty"`
 	Message string `json:"message"`
+	// Cause, when set, is the underlying error, reachable through errors.Is
+	// and errors.As (e.g. fs.ErrNotExist under CodePathNotFound). It is never
+	// serialized.
+	Cause error `json:"-"`
 }
 
-// Error renders "<code>: <field>: <message>", omitting the field part when
-// Field is empty.
+// Error renders "<code>: <field>: <message>: <cause>", omitting the field
+// part when Field is empty and the cause part when Cause is nil.
 func (r *Refusal) Error() string {
 	if r == nil {
 		return "<nil refusal>"
 	}
-	if r.Field == "" {
-		return string(r.Code) + ": " + r.Message
+	s := string(r.Code) + ": "
+	if r.Field != "" {
+		s += r.Field + ": "
 	}
-	return string(r.Code) + ": " + r.Field + ": " + r.Message
+	s += r.Message
+	if r.Cause != nil {
+		s += ": " + r.Cause.Error()
+	}
+	return s
 }
 
 // Err returns r as an error, or a nil error when r is nil. Use it instead of

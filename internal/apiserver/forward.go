@@ -25,7 +25,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/dataplane"
+	dpprotocol "sensorium.dev/workbench/internal/dataplane/protocol/v2"
 )
 
 // MaxTransports bounds the cached per-node transports (one per data plane endpoint and CA).
@@ -54,7 +54,7 @@ func NewForwarder(c client.Reader, cert tls.Certificate) (*Forwarder, error) {
 
 // statusError is a refusal as the apiserver renders it (metav1.Status with the code).
 func statusError[C ~string](status int, code C, msg string) error {
-	return &apierrors.StatusError{ErrStatus: *dataplane.StatusFor(status, string(code), msg)}
+	return &apierrors.StatusError{ErrStatus: *dpprotocol.StatusFor(status, string(code), msg)}
 }
 
 // crdKinds maps a served resource to the Workbench kind that owns the object.
@@ -76,7 +76,7 @@ func (f *Forwarder) metadata(ctx context.Context, resource, ns, name string) (*m
 	obj.SetGroupVersionKind(wbv1.GroupVersion.WithKind(kind))
 	if err := f.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, obj); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, statusError(http.StatusNotFound, dataplane.CodeNotFound, fmt.Sprintf("%s %s/%s not found", strings.ToLower(kind), ns, name))
+			return nil, statusError(http.StatusNotFound, string(actuation.CodeNotFound), fmt.Sprintf("%s %s/%s not found", strings.ToLower(kind), ns, name))
 		}
 		return nil, fmt.Errorf("reading %s %s/%s: %w", kind, ns, name, err)
 	}
@@ -170,7 +170,7 @@ func (f *Forwarder) Handler(ctx context.Context, resource, name, sub string) (ht
 	if err != nil {
 		return nil, err
 	}
-	path := dataplane.V2Path(url.PathEscape(ns), resource, url.PathEscape(name), sub)
+	path := dpprotocol.V2Path(url.PathEscape(ns), resource, url.PathEscape(name), sub)
 	logger := ctrl.LoggerFrom(ctx)
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -178,7 +178,7 @@ func (f *Forwarder) Handler(ctx context.Context, resource, name, sub string) (ht
 			pr.Out.Host = base.Host
 			pr.Out.Header.Del("Authorization")
 			pr.Out.Header.Del("Impersonate-User")
-			dataplane.SetForwardedUser(pr.Out.Header, user.GetName(), user.GetUID(), user.GetGroups(), user.GetExtra())
+			dpprotocol.SetForwardedUser(pr.Out.Header, user.GetName(), user.GetUID(), user.GetGroups(), user.GetExtra())
 		},
 		Transport:     t,
 		FlushInterval: -1,
@@ -187,7 +187,7 @@ func (f *Forwarder) Handler(ctx context.Context, resource, name, sub string) (ht
 				return
 			}
 			logger.Error(err, "Forwarding to the node data plane", "endpoint", dp.Endpoint, "path", path)
-			st := dataplane.StatusFor(http.StatusServiceUnavailable, string(actuation.CodeNodeUnreachable),
+			st := dpprotocol.StatusFor(http.StatusServiceUnavailable, string(actuation.CodeNodeUnreachable),
 				"the node's data plane did not answer")
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusServiceUnavailable)

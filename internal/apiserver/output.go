@@ -19,7 +19,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/dataplane"
+	dpprotocol "sensorium.dev/workbench/internal/dataplane/protocol/v2"
 )
 
 // notBoundError: the object has no node yet (a command before admission, e.g. awaiting
@@ -31,18 +31,18 @@ func (e *notBoundError) Unwrap() error { return e.error }
 // unboundOutput answers terminalcommands/output for a command not bound to a node yet:
 // a plain GET returns no bytes with X-Workbench-Command-State NotStarted (Ended when the
 // command became final without starting); ?follow=true waits, bounded by startWaitSeconds
-// (default dataplane.DefaultStartWait, below kube-apiserver's request timeout), until the
+// (default dpprotocol.DefaultStartWait, below kube-apiserver's request timeout), until the
 // command is bound, then forwards to its node with what is left of the wait.
 func (f *Forwarder) unboundOutput(ns, name string, caller user.Info) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		follow, _ := strconv.ParseBool(q.Get("follow"))
-		wait := dataplane.DefaultStartWait
+		wait := dpprotocol.DefaultStartWait
 		if v := q.Get("startWaitSeconds"); v != "" {
 			n, err := strconv.ParseUint(v, 10, 32)
-			if err != nil || time.Duration(n)*time.Second > dataplane.MaxStartWait {
-				writeStatus(w, dataplane.StatusFor(http.StatusBadRequest, dataplane.CodeBadRequest,
-					fmt.Sprintf("startWaitSeconds=%q must be a number of seconds up to %d", v, int(dataplane.MaxStartWait/time.Second))))
+			if err != nil || time.Duration(n)*time.Second > dpprotocol.MaxStartWait {
+				writeStatus(w, dpprotocol.StatusFor(http.StatusBadRequest, string(actuation.CodeBadRequest),
+					fmt.Sprintf("startWaitSeconds=%q must be a number of seconds up to %d", v, int(dpprotocol.MaxStartWait/time.Second))))
 				return
 			}
 			wait = time.Duration(n) * time.Second
@@ -52,7 +52,7 @@ func (f *Forwarder) unboundOutput(ns, name string, caller user.Info) http.Handle
 		tc, err := f.awaitBinding(ctx, ns, name, follow, wait)
 		if err != nil {
 			if ctx.Err() == nil {
-				writeStatus(w, dataplane.StatusFor(http.StatusServiceUnavailable, string(actuation.CodeNodeUnreachable), err.Error()))
+				writeStatus(w, dpprotocol.StatusFor(http.StatusServiceUnavailable, string(actuation.CodeNodeUnreachable), err.Error()))
 			}
 			return
 		}
@@ -63,22 +63,22 @@ func (f *Forwarder) unboundOutput(ns, name string, caller user.Info) http.Handle
 			hctx := genericapirequest.WithUser(genericapirequest.WithNamespace(ctx, ns), caller)
 			h, err := f.Handler(hctx, "terminalcommands", name, "output")
 			if err != nil {
-				writeStatus(w, dataplane.StatusFor(http.StatusServiceUnavailable, string(actuation.CodeNodeUnreachable), err.Error()))
+				writeStatus(w, dpprotocol.StatusFor(http.StatusServiceUnavailable, string(actuation.CodeNodeUnreachable), err.Error()))
 				return
 			}
 			h.ServeHTTP(w, r)
 			return
 		}
-		state := dataplane.CommandStateNotStarted
+		state := dpprotocol.CommandStateNotStarted
 		if wbv1.CommandIsFinal(tc.Status.Conditions) {
-			state = dataplane.CommandStateEnded
+			state = dpprotocol.CommandStateEnded
 		}
 		if wsstream.IsWebSocketRequest(r) {
-			writeStatus(w, dataplane.StatusFor(http.StatusConflict, string(actuation.CodeCommandNotStarted),
+			writeStatus(w, dpprotocol.StatusFor(http.StatusConflict, string(actuation.CodeCommandNotStarted),
 				fmt.Sprintf("terminal command %s/%s has not started (%s)", ns, name, wbv1.CommandPhaseFor(tc.Status.Conditions))))
 			return
 		}
-		w.Header().Set(dataplane.CommandStateHeader, state)
+		w.Header().Set(dpprotocol.CommandStateHeader, state)
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.Header().Set("Cache-Control", "no-store")
 		w.WriteHeader(http.StatusOK)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // Timing of requests.
@@ -256,7 +257,7 @@ func (c *Client) do(ctx context.Context, k call) (protocol.Result, []byte, error
 	count := uint32(0)
 	if k.upload != nil {
 		if uint64(len(k.upload)) > protocol.MaxTransfer {
-			return protocol.Result{}, nil, protocol.Refusef(protocol.CodeTransferTooLarge, "upload of %d bytes exceeds %d", len(k.upload), protocol.MaxTransfer)
+			return protocol.Result{}, nil, protocol.Refusef(string(actuation.CodeTransferTooLarge), "upload of %d bytes exceeds %d", len(k.upload), protocol.MaxTransfer)
 		}
 		count = protocol.ChunkCount(uint64(len(k.upload)))
 	}
@@ -279,7 +280,7 @@ func (c *Client) do(ctx context.Context, k call) (protocol.Result, []byte, error
 		if protocol.CodeOf(err) != "" {
 			return protocol.Result{}, nil, c.breakWith(fmt.Errorf("%w: %s result: %w", ErrProtocol, k.op, err))
 		}
-		return protocol.Result{}, nil, c.breakWith(&UnknownError{Op: k.op, Code: protocol.CodeDeadlineExceeded, Message: "no result: " + err.Error()})
+		return protocol.Result{}, nil, c.breakWith(&UnknownError{Op: k.op, Code: string(actuation.CodeDeadlineExceeded), Message: "no result: " + err.Error()})
 	}
 	if f.Seq != seq {
 		return protocol.Result{}, nil, c.breakWith(fmt.Errorf("%w: %s answered with sequence %d, want %d", ErrProtocol, k.op, f.Seq, seq))

@@ -39,7 +39,7 @@ func TestStaleNonceRefused(t *testing.T) {
 	stale := g.binding
 	stale.BootNonce = newNonce() // a previous boot's nonce
 	_, err := Connect(ctxT(t, 5*time.Second), g.ep, stale)
-	wantRefusal(t, err, protocol.CodeNonceMismatch)
+	wantRefusal(t, err, string(actuation.CodeNonceMismatch))
 	g.client(t) // the right binding still works
 }
 
@@ -49,12 +49,12 @@ func TestWrongGenerationRefused(t *testing.T) {
 		code string
 		mut  func(b *protocol.Binding)
 	}{
-		{protocol.CodeGenerationMismatch, func(b *protocol.Binding) { b.SourceGeneration-- }},
-		{protocol.CodeGenerationMismatch, func(b *protocol.Binding) { b.SourceGeneration++ }},
-		{protocol.CodeEnvironmentMismatch, func(b *protocol.Binding) { b.EnvironmentRef = "default/other" }},
-		{protocol.CodePlanDigestMismatch, func(b *protocol.Binding) { b.PlanDigest = protocol.DigestOf([]byte("other")) }},
-		{protocol.CodeImageDigestMismatch, func(b *protocol.Binding) { b.ImageDigest = protocol.DigestOf([]byte("other")) }},
-		{protocol.CodeCIDMismatch, func(b *protocol.Binding) { b.GuestCID = 4 }},
+		{string(actuation.CodeGenerationMismatch), func(b *protocol.Binding) { b.SourceGeneration-- }},
+		{string(actuation.CodeGenerationMismatch), func(b *protocol.Binding) { b.SourceGeneration++ }},
+		{string(actuation.CodeEnvironmentMismatch), func(b *protocol.Binding) { b.EnvironmentRef = "default/other" }},
+		{string(actuation.CodePlanDigestMismatch), func(b *protocol.Binding) { b.PlanDigest = protocol.DigestOf([]byte("other")) }},
+		{string(actuation.CodeImageDigestMismatch), func(b *protocol.Binding) { b.ImageDigest = protocol.DigestOf([]byte("other")) }},
+		{string(actuation.CodeCIDMismatch), func(b *protocol.Binding) { b.GuestCID = 4 }},
 	} {
 		b := g.binding
 		tc.mut(&b)
@@ -69,7 +69,7 @@ func TestRequestBeforeHandshakeRefused(t *testing.T) {
 	g := startGuest(t)
 	r := g.raw(t, false)
 	r.request(1, 5000, 0, protocol.OpSpawn, protocol.SpawnArgs{Argv: []string{"/bin/sh", "-c", "echo x > pwned"}, TimeoutMS: 1000})
-	r.expectError(protocol.CodeHandshakeRequired)
+	r.expectError(string(actuation.CodeHandshakeRequired))
 	if _, err := os.Stat(filepath.Join(g.root, "pwned")); !os.IsNotExist(err) {
 		t.Fatalf("request ran before the handshake: %v", err)
 	}
@@ -84,7 +84,7 @@ func TestReplayedSequenceRefused(t *testing.T) {
 			t.Fatalf("first request: %+v", res)
 		}
 		r.request(second, 5000, 0, protocol.OpInspect, protocol.Empty{})
-		r.expectError(protocol.CodeSequenceReplayed)
+		r.expectError(string(actuation.CodeSequenceReplayed))
 	}
 	// A recorded request replayed on another connection carries the old channel id.
 	r1 := g.raw(t, true)
@@ -92,7 +92,7 @@ func TestReplayedSequenceRefused(t *testing.T) {
 	r2 := g.raw(t, true)
 	r2.channel = old
 	r2.request(1, 5000, 0, protocol.OpInspect, protocol.Empty{})
-	r2.expectError(protocol.CodeChannelMismatch)
+	r2.expectError(string(actuation.CodeChannelMismatch))
 }
 
 func TestOversizedFrameRefused(t *testing.T) {
@@ -103,7 +103,7 @@ func TestOversizedFrameRefused(t *testing.T) {
 	if _, err := r.c.Write(hb[:]); err != nil {
 		t.Fatal(err)
 	}
-	r.expectError(protocol.CodeFrameTooLarge)
+	r.expectError(string(actuation.CodeFrameTooLarge))
 }
 
 func TestOversizedTransferRefused(t *testing.T) {
@@ -112,14 +112,14 @@ func TestOversizedTransferRefused(t *testing.T) {
 		r := g.raw(t, true)
 		args := protocol.StageArgs{Target: "big", Content: protocol.Bulk{Bytes: protocol.MaxTransfer + 1, Digest: protocol.DigestOf(nil)}}
 		r.request(1, 5000, protocol.MaxChunks, protocol.OpPatchStage, args)
-		r.expectError(protocol.CodeTransferTooLarge)
+		r.expectError(string(actuation.CodeTransferTooLarge))
 	})
 	t.Run("chunk-count", func(t *testing.T) {
 		r := g.raw(t, true)
 		var hb [protocol.HeaderSize]byte
 		protocol.MarshalHeader(hb[:], &protocol.Header{Type: protocol.FrameRequest, Seq: 1, DeadlineMS: 1000, Length: 2, Count: protocol.MaxChunks + 1})
 		_, _ = r.c.Write(hb[:]) // a lost write shows as the missing refusal
-		r.expectError(protocol.CodeTooManyChunks)
+		r.expectError(string(actuation.CodeTooManyChunks))
 	})
 	t.Run("more-bytes-than-declared", func(t *testing.T) {
 		r := g.raw(t, true)
@@ -127,12 +127,12 @@ func TestOversizedTransferRefused(t *testing.T) {
 		args := protocol.StageArgs{Target: "f", Content: protocol.Bulk{Bytes: 5, Digest: protocol.DigestOf(content[:5])}}
 		r.request(1, 5000, 1, protocol.OpPatchStage, args)
 		r.write(protocol.Frame{Header: protocol.Header{Type: protocol.FrameChunk, Seq: 1, Count: 1}, Payload: content})
-		r.expectError(protocol.CodeTransferMismatch)
+		r.expectError(string(actuation.CodeTransferMismatch))
 	})
 	t.Run("client-local", func(t *testing.T) {
 		c := g.client(t)
 		_, err := c.StagePatch(ctxT(t, 5*time.Second), "", "big", make([]byte, protocol.MaxStageBytes+1))
-		wantRefusal(t, err, protocol.CodeTransferTooLarge)
+		wantRefusal(t, err, string(actuation.CodeTransferTooLarge))
 	})
 	t.Run("stage-caps", func(t *testing.T) {
 		c := g.client(t)
@@ -144,14 +144,14 @@ func TestOversizedTransferRefused(t *testing.T) {
 		// 80 MiB in total would exceed the 64 MiB stage budget: refused after the upload
 		// was drained, and the channel stays usable.
 		_, err := c.StagePatch(ctx, "", "big2", big)
-		wantRefusal(t, err, protocol.CodeStageCapReached)
+		wantRefusal(t, err, string(actuation.CodeStageCapReached))
 		for i := 0; i < protocol.MaxStages-1; i++ {
 			if _, err := c.StagePatch(ctx, "", "small", []byte{byte(i)}); err != nil {
 				t.Fatalf("stage %d: %v", i, err)
 			}
 		}
 		_, err = c.StagePatch(ctx, "", "small", []byte("one too many"))
-		wantRefusal(t, err, protocol.CodeStageCapReached)
+		wantRefusal(t, err, string(actuation.CodeStageCapReached))
 		d, err := c.Inspect(ctx, "")
 		if err != nil {
 			t.Fatal(err)
@@ -226,7 +226,7 @@ func TestPartialTransferPublishesNothing(t *testing.T) {
 		if err := protocol.WriteTransfer(r.c, 1, content); err != nil {
 			t.Fatal(err)
 		}
-		r.expectError(protocol.CodeDigestMismatch)
+		r.expectError(string(actuation.CodeDigestMismatch))
 		waitNoStageFiles(t, g)
 	})
 	c := g.client(t)
@@ -286,13 +286,13 @@ func TestPatchStageReplayAfterLostReceipt(t *testing.T) {
 	}
 	// A second apply with base absent is a base mismatch; with the right base it succeeds.
 	_, err = c.ApplyPatch(ctx, "", protocol.ApplyArgs{Ref: d.Ref, Target: args.Target, Base: protocol.BaseAbsent})
-	wantRefusal(t, err, protocol.CodeBaseMismatch)
+	wantRefusal(t, err, string(actuation.CodeBaseMismatch))
 	if _, err := c.ApplyPatch(ctx, "", protocol.ApplyArgs{Ref: d.Ref, Target: args.Target, Base: args.Content.Digest}); err != nil {
 		t.Fatal(err)
 	}
 	// The ref binds its target: it cannot be applied elsewhere.
 	_, err = c.ApplyPatch(ctx, "", protocol.ApplyArgs{Ref: d.Ref, Target: "src/other.go", Base: protocol.BaseAbsent})
-	wantRefusal(t, err, protocol.CodeStageUnknown)
+	wantRefusal(t, err, string(actuation.CodeStageUnknown))
 }
 
 func TestDeadlineNotExtended(t *testing.T) {
@@ -301,11 +301,11 @@ func TestDeadlineNotExtended(t *testing.T) {
 
 	t.Run("timeout-above-deadline", func(t *testing.T) {
 		_, err := c.Spawn(ctxT(t, time.Second), "", protocol.SpawnArgs{Argv: []string{"/bin/sleep", "5"}, TimeoutMS: 60000, OutputMax: 10})
-		wantRefusal(t, err, protocol.CodeTimeoutAboveDeadline)
+		wantRefusal(t, err, string(actuation.CodeTimeoutAboveDeadline))
 		// The guest refuses it too (raw, bypassing the client's own check).
 		r := g.raw(t, true)
 		r.request(1, 1000, 0, protocol.OpSpawn, protocol.SpawnArgs{Argv: []string{"/bin/sleep", "5"}, TimeoutMS: 60000})
-		if res := r.result(); res.Code != protocol.CodeTimeoutAboveDeadline {
+		if res := r.result(); res.Code != string(actuation.CodeTimeoutAboveDeadline) {
 			t.Fatalf("guest answered %+v", res)
 		}
 	})
@@ -344,7 +344,7 @@ func TestDeadlineNotExtended(t *testing.T) {
 		time.Sleep(800 * time.Millisecond) // past the 300ms deadline
 		// The guest has already refused and closed: this write may fail (broken pipe).
 		_ = protocol.WriteFrame(r.c, &protocol.Frame{Header: protocol.Header{Type: protocol.FrameChunk, Seq: 1, Index: 1, Count: 2}, Payload: content[protocol.MaxPayload:]})
-		r.expectError(protocol.CodeDeadlineExceeded)
+		r.expectError(string(actuation.CodeDeadlineExceeded))
 		waitNoStageFiles(t, g)
 	})
 }
@@ -361,20 +361,20 @@ func TestMalformedRequestRefusedBeforeDispatch(t *testing.T) {
 		code string
 		send func(r *raw)
 	}{
-		{"unknown-field", protocol.CodeMalformedPayload, func(r *raw) {
+		{"unknown-field", string(actuation.CodeMalformedPayload), func(r *raw) {
 			args := map[string]any{"argv": spawn.Argv, "timeoutMS": 1000, "outputMax": 10, "privileged": true}
 			r.request(1, 5000, 0, protocol.OpSpawn, args)
 		}},
-		{"wrong-type", protocol.CodeMalformedPayload, func(r *raw) {
+		{"wrong-type", string(actuation.CodeMalformedPayload), func(r *raw) {
 			r.request(1, 5000, 0, protocol.OpSpawn, map[string]any{"argv": "/bin/sh -c 'echo > ran'", "timeoutMS": 1000})
 		}},
-		{"unknown-op", protocol.CodeUnknownOperation, func(r *raw) { r.request(1, 5000, 0, "exec", spawn) }},
-		{"bad-opid", protocol.CodeMalformedPayload, func(r *raw) {
+		{"unknown-op", string(actuation.CodeUnknownOperation), func(r *raw) { r.request(1, 5000, 0, "exec", spawn) }},
+		{"bad-opid", string(actuation.CodeMalformedPayload), func(r *raw) {
 			a, _ := jsonMarshal(spawn)
 			p, _ := jsonMarshal(protocol.Request{Op: protocol.OpSpawn, OpID: "../x", Channel: r.channel, Args: a})
 			r.write(protocol.Frame{Header: protocol.Header{Type: protocol.FrameRequest, Seq: 1, DeadlineMS: 5000}, Payload: p})
 		}},
-		{"no-deadline", protocol.CodeDeadlineMissing, func(r *raw) {
+		{"no-deadline", string(actuation.CodeDeadlineMissing), func(r *raw) {
 			a, _ := jsonMarshal(spawn)
 			p, _ := jsonMarshal(protocol.Request{Op: protocol.OpSpawn, OpID: "x", Channel: r.channel, Args: a})
 			var hb [protocol.HeaderSize]byte
@@ -382,7 +382,7 @@ func TestMalformedRequestRefusedBeforeDispatch(t *testing.T) {
 			protocol.MarshalHeader(hb[:], &h)
 			_, _ = r.c.Write(append(hb[:], p...)) // a lost write shows as the missing refusal
 		}},
-		{"bad-digest", protocol.CodeDigestMismatch, func(r *raw) {
+		{"bad-digest", string(actuation.CodeDigestMismatch), func(r *raw) {
 			a, _ := jsonMarshal(spawn)
 			p, _ := jsonMarshal(protocol.Request{Op: protocol.OpSpawn, OpID: "x", Channel: r.channel, Args: a})
 			var hb [protocol.HeaderSize]byte
@@ -390,8 +390,8 @@ func TestMalformedRequestRefusedBeforeDispatch(t *testing.T) {
 			protocol.MarshalHeader(hb[:], &h)
 			_, _ = r.c.Write(append(hb[:], p...)) // a lost write shows as the missing refusal
 		}},
-		{"chunks-on-spawn", protocol.CodeTransferMismatch, func(r *raw) { r.request(1, 5000, 1, protocol.OpSpawn, spawn) }},
-		{"trailing-json", protocol.CodeMalformedPayload, func(r *raw) {
+		{"chunks-on-spawn", string(actuation.CodeTransferMismatch), func(r *raw) { r.request(1, 5000, 1, protocol.OpSpawn, spawn) }},
+		{"trailing-json", string(actuation.CodeMalformedPayload), func(r *raw) {
 			a, _ := jsonMarshal(spawn)
 			p, _ := jsonMarshal(protocol.Request{Op: protocol.OpSpawn, OpID: "x", Channel: r.channel, Args: a})
 			p = append(p, []byte(` {"op":"spawn"}`)...)
@@ -411,7 +411,7 @@ func TestMalformedRequestRefusedBeforeDispatch(t *testing.T) {
 	// Pre-dispatch admission refusals of well-formed requests keep the channel.
 	c := g.client(t)
 	_, _, err := c.do(ctxT(t, 5*time.Second), call{op: protocol.OpSpawn, args: protocol.SpawnArgs{Argv: []string{"sh"}, TimeoutMS: 1000}, bulkLimit: 1})
-	wantRefusal(t, err, protocol.CodeInvalidSpec)
+	wantRefusal(t, err, string(actuation.CodeInvalidSpec))
 	if _, err := c.Inspect(ctxT(t, 5*time.Second), ""); err != nil {
 		t.Fatalf("channel unusable after an admission refusal: %v", err)
 	}
@@ -448,9 +448,9 @@ func TestSpawnOutputCap(t *testing.T) {
 	_, err = c.Spawn(ctx, "", protocol.SpawnArgs{Argv: []string{"/bin/true"}, Cwd: "../", TimeoutMS: 1000})
 	wantRefusal(t, err, string(actuation.CodePathTraversal))
 	_, err = c.Spawn(ctx, "", protocol.SpawnArgs{Argv: []string{"/nonexistent"}, TimeoutMS: 1000})
-	wantRefusal(t, err, protocol.CodeExecFailed)
+	wantRefusal(t, err, string(actuation.CodeExecFailed))
 	_, err = c.Spawn(ctx, "", protocol.SpawnArgs{Argv: []string{"/bin/true"}, TimeoutMS: 1000, OutputMax: protocol.MaxOutputBytes + 1})
-	wantRefusal(t, err, protocol.CodeOutputCapAboveMax)
+	wantRefusal(t, err, string(actuation.CodeOutputCapAboveMax))
 }
 
 func contains(lines []string, s string) bool {
@@ -478,7 +478,7 @@ func TestSignalRunningSpawn(t *testing.T) {
 		if err == nil {
 			break
 		}
-		if protocol.CodeOf(err) != protocol.CodeSessionUnknown || time.Now().After(end) {
+		if protocol.CodeOf(err) != string(actuation.CodeSessionUnknown) || time.Now().After(end) {
 			t.Fatal(err)
 		}
 	}
@@ -486,7 +486,7 @@ func TestSignalRunningSpawn(t *testing.T) {
 	if res == nil || res.Signal != "SIGTERM" || res.TimedOut {
 		t.Fatalf("%+v", res)
 	}
-	wantRefusal(t, c2.Signal(ctxT(t, 5*time.Second), "", "sleeper", "SIGTERM"), protocol.CodeSessionUnknown)
+	wantRefusal(t, c2.Signal(ctxT(t, 5*time.Second), "", "sleeper", "SIGTERM"), string(actuation.CodeSessionUnknown))
 }
 
 func TestPTYEcho(t *testing.T) {
@@ -560,7 +560,7 @@ func TestPTYEcho(t *testing.T) {
 		}
 	}
 	_, err = c.PTYInput(ctx, "", "s1", []byte("x"))
-	wantRefusal(t, err, protocol.CodeSessionUnknown)
+	wantRefusal(t, err, string(actuation.CodeSessionUnknown))
 }
 
 func TestFileReadRefusesTraversal(t *testing.T) {
@@ -582,7 +582,7 @@ func TestFileReadRefusesTraversal(t *testing.T) {
 	}
 	for _, p := range []string{"abs-link", "rel-link", "dir-link/passwd"} {
 		_, _, err := c.ReadFile(ctx, "", protocol.ReadArgs{Path: p, Max: 100})
-		wantRefusal(t, err, protocol.CodePathEscapesRoot)
+		wantRefusal(t, err, string(actuation.CodeSymlinkEscape))
 	}
 	// Lexical traversal is refused by the client's own check and, sent raw, by the guest.
 	_, _, err = c.ReadFile(ctx, "", protocol.ReadArgs{Path: "../etc/passwd", Max: 100})
@@ -592,10 +592,10 @@ func TestFileReadRefusesTraversal(t *testing.T) {
 		wantRefusal(t, err, string(code))
 	}
 	_, _, err = c.ReadFile(ctx, "", protocol.ReadArgs{Path: "missing", Max: 100})
-	wantRefusal(t, err, protocol.CodeNotFound)
+	wantRefusal(t, err, string(actuation.CodeNotFound))
 	must(t, os.Mkdir(filepath.Join(g.root, "d"), 0o755))
 	_, _, err = c.ReadFile(ctx, "", protocol.ReadArgs{Path: "d", Max: 100})
-	wantRefusal(t, err, protocol.CodeNotRegularFile)
+	wantRefusal(t, err, string(actuation.CodeNotRegularFile))
 }
 
 func TestSnapshotAndExport(t *testing.T) {
@@ -654,9 +654,9 @@ func TestSnapshotAndExport(t *testing.T) {
 	}
 	must(t, os.WriteFile(filepath.Join(g.root, "a/big"), make([]byte, 8192), 0o644))
 	_, _, err = c.Export(ctx, "", protocol.ExportArgs{Path: "a", MaxBytes: 4096, MaxEntries: 10})
-	wantRefusal(t, err, protocol.CodeTooLarge)
+	wantRefusal(t, err, string(actuation.CodeTooLarge))
 	_, _, err = c.Export(ctx, "", protocol.ExportArgs{Path: "a", MaxBytes: 1 << 20, MaxEntries: 2})
-	wantRefusal(t, err, protocol.CodeTooLarge)
+	wantRefusal(t, err, string(actuation.CodeTooLarge))
 }
 
 func TestQuiesceAndShutdown(t *testing.T) {
@@ -667,7 +667,7 @@ func TestQuiesceAndShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := c.Spawn(ctx, "", protocol.SpawnArgs{Argv: []string{"/bin/true"}, TimeoutMS: 1000})
-	wantRefusal(t, err, protocol.CodeQuiesced)
+	wantRefusal(t, err, string(actuation.CodeQuiesced))
 	if d, err := c.Inspect(ctx, ""); err != nil || !d.Quiesced {
 		t.Fatalf("%+v %v", d, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // nextBinding is b re-bound to a claimer: another environment and plan, generation + 1, a
@@ -30,12 +31,12 @@ func TestRebindRulesEnforcedByGuest(t *testing.T) {
 		code string
 		mut  func(b *protocol.Binding)
 	}{
-		{protocol.CodeNonceMismatch, func(b *protocol.Binding) { b.BootNonce = g.binding.BootNonce }},
-		{protocol.CodeGenerationMismatch, func(b *protocol.Binding) { b.SourceGeneration = g.binding.SourceGeneration }},
-		{protocol.CodeGenerationMismatch, func(b *protocol.Binding) { b.SourceGeneration = g.binding.SourceGeneration - 1 }},
-		{protocol.CodeCIDMismatch, func(b *protocol.Binding) { b.GuestCID = 9 }},
-		{protocol.CodeImageDigestMismatch, func(b *protocol.Binding) { b.ImageDigest = protocol.DigestOf([]byte("other")) }},
-		{protocol.CodeBindingInvalid, func(b *protocol.Binding) { b.BootNonce = "00" }},
+		{string(actuation.CodeNonceMismatch), func(b *protocol.Binding) { b.BootNonce = g.binding.BootNonce }},
+		{string(actuation.CodeGenerationMismatch), func(b *protocol.Binding) { b.SourceGeneration = g.binding.SourceGeneration }},
+		{string(actuation.CodeGenerationMismatch), func(b *protocol.Binding) { b.SourceGeneration = g.binding.SourceGeneration - 1 }},
+		{string(actuation.CodeCIDMismatch), func(b *protocol.Binding) { b.GuestCID = 9 }},
+		{string(actuation.CodeImageDigestMismatch), func(b *protocol.Binding) { b.ImageDigest = protocol.DigestOf([]byte("other")) }},
+		{string(actuation.CodeBindingInvalid), func(b *protocol.Binding) { b.BootNonce = "00" }},
 	} {
 		n := nextBinding(g.binding)
 		tc.mut(&n)
@@ -99,17 +100,17 @@ func TestRebindClearsAndSupersedes(t *testing.T) {
 		t.Fatal("the rebinding channel still serves")
 	}
 	_, err = old.Inspect(ctxT(t, 5*time.Second), "")
-	wantRefusal(t, err, protocol.CodeNonceMismatch)
+	wantRefusal(t, err, string(actuation.CodeNonceMismatch))
 	// The old binding is refused (at its first differing field), and so is the old nonce
 	// under the new binding's other fields; the new binding handshakes.
 	refusedOld := func() {
 		t.Helper()
 		_, err := Connect(ctxT(t, 5*time.Second), g.ep, g.binding)
-		wantRefusal(t, err, protocol.CodeEnvironmentMismatch)
+		wantRefusal(t, err, string(actuation.CodeEnvironmentMismatch))
 		oldNonce := next
 		oldNonce.BootNonce = g.binding.BootNonce
 		_, err = Connect(ctxT(t, 5*time.Second), g.ep, oldNonce)
-		wantRefusal(t, err, protocol.CodeNonceMismatch)
+		wantRefusal(t, err, string(actuation.CodeNonceMismatch))
 	}
 	refusedOld()
 	nc, err := Connect(ctxT(t, 5*time.Second), g.ep, next)

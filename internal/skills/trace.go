@@ -15,15 +15,6 @@ func refuse(code actuation.Code, field, format string, args ...any) error {
 	return actuation.Refuse(code, field, format, args...).Err()
 }
 
-// CodeOf returns the refusal code of err ("" when err is not a refusal).
-func CodeOf(err error) actuation.Code {
-	var r *actuation.Refusal
-	if err != nil && asRefusal(err, &r) {
-		return r.Code
-	}
-	return ""
-}
-
 // StateEntries converts a treehash state into the trace's entry listing.
 func StateEntries(s *treehash.State) []StateEntry {
 	out := make([]StateEntry, 0, len(s.Entries))

@@ -22,6 +22,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	dpprotocol "sensorium.dev/workbench/internal/dataplane/protocol/v2"
 )
 
 // CreatedByLabel marks objects this client created on the caller's behalf (sessions).
@@ -490,8 +491,8 @@ func (c *Client) outputWebSocket(ctx context.Context, name string, q url.Values,
 }
 
 // commandEndedPrefix starts the final Failure status of an output stream whose command
-// ended without an exit code (the node's dataplane.CommandEndedPrefix).
-const commandEndedPrefix = "terminal command ended: "
+// ended without an exit code (the data-plane protocol's).
+const commandEndedPrefix = dpprotocol.CommandEndedPrefix
 
 // upgradeCause is the served metav1.Status of a refused WebSocket handshake when there is
 // one (client-go wraps it in an UpgradeFailureError that does not unwrap), else err.

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/skills"
 	"sensorium.dev/workbench/internal/skillsapi"
 )
@@ -121,7 +122,7 @@ func (c *Client) Crystallize(ctx context.Context, r CrystallizeRequest, fetch Tr
 	m, err := skills.Crystallize(t, skills.CrystallizeOptions{Name: r.DisplayName, Description: r.Description,
 		Parameters: r.Parameters, ExtraBackends: r.ExtraBackends, Now: time.Now()})
 	if err != nil {
-		return nil, refused("recording "+rec.Name, string(skills.CodeOf(err)), err.Error())
+		return nil, refused("recording "+rec.Name, string(actuation.CodeOf(err)), err.Error())
 	}
 	spec, err := skillsapi.SkillSpec(m)
 	if err != nil {
@@ -231,11 +232,11 @@ func (c *Client) ExportBundle(ctx context.Context, r ExportRequest, fetch TraceF
 	}
 	b, err := skills.Export(in, skills.ExportOptions{Profile: r.Profile, Override: r.Override})
 	if err != nil {
-		return nil, refused("skill "+sk.Name, string(skills.CodeOf(err)), err.Error())
+		return nil, refused("skill "+sk.Name, string(actuation.CodeOf(err)), err.Error())
 	}
 	if r.SigningKey != nil {
 		if err := skills.Sign(b, r.SigningKey); err != nil {
-			return nil, refused("skill "+sk.Name, string(skills.CodeOf(err)), err.Error())
+			return nil, refused("skill "+sk.Name, string(actuation.CodeOf(err)), err.Error())
 		}
 	}
 	return b, nil
@@ -288,14 +289,14 @@ func (c *Client) ImportBundleWith(ctx context.Context, raw []byte, r ImportReque
 	} // without read access to BundleSigners no key is pinned: signed bundles are refused, unsigned ones import
 	im, err := skills.ImportWith(raw, skills.ImportOptions{Signers: signers, RequireSignature: r.RequireSignature})
 	if err != nil {
-		return nil, nil, refused("bundle", string(skills.CodeOf(err)), err.Error())
+		return nil, nil, refused("bundle", string(actuation.CodeOf(err)), err.Error())
 	}
 	b := im.Bundle
 	if !r.Create {
 		return im, nil, nil
 	}
 	if err := b.Manifest.Validate(); err != nil {
-		return im, nil, refused("bundle", string(skills.CodeOf(err)), "the manifest cannot be replayed: "+err.Error())
+		return im, nil, refused("bundle", string(actuation.CodeOf(err)), "the manifest cannot be replayed: "+err.Error())
 	}
 	spec, err := skillsapi.SkillSpec(&b.Manifest)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
-	"sensorium.dev/workbench/internal/nodeagent/dataplane"
+	dpprotocol "sensorium.dev/workbench/internal/dataplane/protocol/v2"
 	wbclient "sensorium.dev/workbench/pkg/client"
 )
 
@@ -47,12 +47,12 @@ func TestOutputBeforeStart(t *testing.T) {
 	path := subPath(ns, "terminalcommands", "later", "output")
 
 	code, body, h := do(t, agentCfg, http.MethodGet, path, nil)
-	if code != http.StatusOK || len(body) != 0 || h.Get(dataplane.CommandStateHeader) != dataplane.CommandStateNotStarted {
+	if code != http.StatusOK || len(body) != 0 || h.Get(dpprotocol.CommandStateHeader) != dpprotocol.CommandStateNotStarted {
 		t.Fatalf("plain GET before the start: %d %q %v", code, body, h)
 	}
 	// A bounded wait that ends before the start answers the same.
 	code, body, h = do(t, agentCfg, http.MethodGet, path+"?follow=true&startWaitSeconds=1", nil)
-	if code != http.StatusOK || len(body) != 0 || h.Get(dataplane.CommandStateHeader) != dataplane.CommandStateNotStarted {
+	if code != http.StatusOK || len(body) != 0 || h.Get(dpprotocol.CommandStateHeader) != dpprotocol.CommandStateNotStarted {
 		t.Fatalf("follow whose start wait ended: %d %q %v", code, body, h)
 	}
 
@@ -64,7 +64,7 @@ func TestOutputBeforeStart(t *testing.T) {
 	plain := make(chan res, 1)
 	go func() {
 		code, body, h := do(t, agentCfg, http.MethodGet, path+"?follow=true&startWaitSeconds=8", nil)
-		plain <- res{string(body), h.Get(dataplane.CommandStateHeader), fmtCode(code)}
+		plain <- res{string(body), h.Get(dpprotocol.CommandStateHeader), fmtCode(code)}
 	}()
 	ws := make(chan res, 1)
 	var resumes atomic.Int32
@@ -105,8 +105,8 @@ func TestOutputBeforeStart(t *testing.T) {
 			if r.err != nil || r.body != "needs consent\n" {
 				t.Fatalf("%s after the start: %q %v", name, r.body, r.err)
 			}
-			if name == "plain follow" && r.state != dataplane.CommandStateStarted {
-				t.Fatalf("plain follow state header %q, want %s", r.state, dataplane.CommandStateStarted)
+			if name == "plain follow" && r.state != dpprotocol.CommandStateStarted {
+				t.Fatalf("plain follow state header %q, want %s", r.state, dpprotocol.CommandStateStarted)
 			}
 		case <-time.After(60 * time.Second):
 			t.Fatalf("%s did not end after the command ran", name)

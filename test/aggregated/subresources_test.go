@@ -25,6 +25,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/apiserver"
+	dpprotocol "sensorium.dev/workbench/internal/dataplane/protocol/v2"
 	"sensorium.dev/workbench/internal/nodeagent/dataplane"
 	"sensorium.dev/workbench/internal/test/testkit"
 )
@@ -199,9 +200,9 @@ func TestNodeRefusesUntrustedForwarding(t *testing.T) {
 	var node wbv1.WorkbenchNode
 	must(t, env.Client.Get(context.Background(), client.ObjectKey{Name: nodeName}, &node))
 	hc := dataPlaneClient(t, &node)
-	req, err := http.NewRequest(http.MethodGet, node.Status.DataPlane.Endpoint+dataplane.V2Path(ns, "terminalsessions", "s", "events"), nil)
+	req, err := http.NewRequest(http.MethodGet, node.Status.DataPlane.Endpoint+dpprotocol.V2Path(ns, "terminalsessions", "s", "events"), nil)
 	must(t, err)
-	dataplane.SetForwardedUser(req.Header, "system:admin", "", []string{"system:masters"}, nil)
+	dpprotocol.SetForwardedUser(req.Header, "system:admin", "", []string{"system:masters"}, nil)
 	resp, err := hc.Do(req)
 	must(t, err)
 	body, _ := io.ReadAll(resp.Body)

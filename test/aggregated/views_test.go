@@ -24,8 +24,8 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	dpprotocol "sensorium.dev/workbench/internal/dataplane/protocol/v2"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
-	"sensorium.dev/workbench/internal/nodeagent/dataplane"
 	"sensorium.dev/workbench/webhooks"
 )
 
@@ -516,7 +516,7 @@ func TestViewRefusals(t *testing.T) {
 	must(t, env.Client.Get(ctx, client.ObjectKey{Name: nodeName}, &wn))
 	hc := dataPlaneClient(t, &wn)
 	direct := func() (int, string) {
-		req, err := http.NewRequest(http.MethodGet, wn.Status.DataPlane.Endpoint+dataplane.V2Path(ns, "terminalviews", "v", "stream"), nil)
+		req, err := http.NewRequest(http.MethodGet, wn.Status.DataPlane.Endpoint+dpprotocol.V2Path(ns, "terminalviews", "v", "stream"), nil)
 		must(t, err)
 		req.Header.Set("Authorization", "Bearer "+tr.Status.Token)
 		resp, err := hc.Do(req)

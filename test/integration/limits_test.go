@@ -8,7 +8,6 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	sessionrt "sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/platform/procexec"
 )
@@ -68,7 +67,7 @@ func TestLimitsAgreeEndToEnd(t *testing.T) {
 				spec.OutputBytes = v
 			}
 			_, err := procexec.Start(ctx, spec) // refused before anything is spawned
-			return refusal.CodeOf(err), true
+			return string(actuation.CodeOf(err)), true
 		case "session-duration", "session-idle":
 			spec := sessionrt.Spec{ID: name(), EnvironmentID: "e", Argv: []string{"/bin/true"}}
 			if l.Name == "session-duration" {
@@ -77,7 +76,7 @@ func TestLimitsAgreeEndToEnd(t *testing.T) {
 				spec.IdleTimeout = time.Duration(v) * time.Second
 			}
 			_, err := mgr.Open(ctx, spec) // refused before anything is spawned
-			return refusal.CodeOf(err), true
+			return string(actuation.CodeOf(err)), true
 		}
 		return "", false
 	}

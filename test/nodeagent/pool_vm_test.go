@@ -21,6 +21,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends/qemumicrovm"
 	"sensorium.dev/workbench/internal/guestclient"
 )
@@ -150,12 +151,12 @@ func TestPoolVMClaimAdoptsRunningGuest(t *testing.T) {
 	ep := guestclient.Endpoint{Path: filepath.Join(stateDir, "vms", string(e.UID), "g.sock"), Hybrid: true, Port: guestclient.DefaultPort}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := guestclient.Connect(cctx, ep, mrec.Binding); protocol.CodeOf(err) != protocol.CodeEnvironmentMismatch {
+	if _, err := guestclient.Connect(cctx, ep, mrec.Binding); protocol.CodeOf(err) != string(actuation.CodeEnvironmentMismatch) {
 		t.Fatalf("the member's binding after adoption: %v", err)
 	}
 	oldNonce := b
 	oldNonce.BootNonce = mrec.Binding.BootNonce
-	if _, err := guestclient.Connect(cctx, ep, oldNonce); protocol.CodeOf(err) != protocol.CodeNonceMismatch {
+	if _, err := guestclient.Connect(cctx, ep, oldNonce); protocol.CodeOf(err) != string(actuation.CodeNonceMismatch) {
 		t.Fatalf("the member's nonce after adoption: %v", err)
 	}
 	gc, err := guestclient.Connect(cctx, ep, b)

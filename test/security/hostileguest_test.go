@@ -13,6 +13,7 @@ import (
 	"time"
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/guestclient"
 	"sensorium.dev/workbench/internal/nodeagent/guestfs"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
@@ -111,9 +112,9 @@ func TestHostileGuestDecodingBomb(t *testing.T) {
 		declared uint32
 		code     string // fsaccess code of the refusal (guestfs), or the protocol code in its chain
 	}{
-		{"tiny-entries", tinyEntries(size), uint32(size / 3), protocol.CodeAnswerOverBound},
-		{"one-huge-entry", huge, 1, protocol.CodeAnswerOverBound},
-		{"deep-nesting", nested, 1, protocol.CodeMalformedPayload},
+		{"tiny-entries", tinyEntries(size), uint32(size / 3), string(actuation.CodeAnswerOverBound)},
+		{"one-huge-entry", huge, 1, string(actuation.CodeAnswerOverBound)},
+		{"deep-nesting", nested, 1, string(actuation.CodeMalformedPayload)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -138,7 +139,7 @@ func TestHostileGuestDecodingBomb(t *testing.T) {
 			if serr == nil {
 				t.Fatalf("the hostile listing was accepted")
 			}
-			if got := fsaccess.CodeOf(serr); got != tc.code && protocol.CodeOf(serr) != tc.code {
+			if got := string(actuation.CodeOf(serr)); got != tc.code && protocol.CodeOf(serr) != tc.code {
 				t.Errorf("refused with %q (protocol %q), want %q: %v", got, protocol.CodeOf(serr), tc.code, serr)
 			}
 			if !errors.Is(serr, guestclient.ErrProtocol) {

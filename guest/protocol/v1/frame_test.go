@@ -12,6 +12,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 func encode(t testing.TB, f Frame) []byte {
@@ -69,18 +71,18 @@ func TestHeaderRefusals(t *testing.T) {
 		b    []byte
 		code string
 	}{
-		{"magic", mut(func(b []byte) { b[0] = 'X' }), CodeBadMagic},
-		{"version", mut(func(b []byte) { b[5] = 2 }), CodeUnsupportedVersion},
-		{"type", mut(func(b []byte) { b[6] = 9 }), CodeUnknownFrameType},
-		{"flags", mut(func(b []byte) { b[7] = 1 }), CodeReservedFlags},
-		{"seq0", mut(func(b []byte) { binary.BigEndian.PutUint64(b[8:], 0) }), CodeBadHeader},
-		{"no-deadline", mut(func(b []byte) { binary.BigEndian.PutUint32(b[16:], 0) }), CodeDeadlineMissing},
-		{"long-deadline", mut(func(b []byte) { binary.BigEndian.PutUint32(b[16:], MaxDeadlineMS+1) }), CodeDeadlineTooLong},
-		{"huge-length", mut(func(b []byte) { binary.BigEndian.PutUint32(b[20:], 1<<31) }), CodeFrameTooLarge},
-		{"too-many-chunks", mut(func(b []byte) { binary.BigEndian.PutUint32(b[28:], MaxChunks+1) }), CodeTooManyChunks},
-		{"digest", mut(func(b []byte) { b[HeaderSize] = '[' }), CodeDigestMismatch},
-		{"truncated-header", good[:HeaderSize-1], CodeTruncatedFrame},
-		{"truncated-payload", good[:len(good)-1], CodeTruncatedFrame},
+		{"magic", mut(func(b []byte) { b[0] = 'X' }), string(actuation.CodeBadMagic)},
+		{"version", mut(func(b []byte) { b[5] = 2 }), string(actuation.CodeUnsupportedVersion)},
+		{"type", mut(func(b []byte) { b[6] = 9 }), string(actuation.CodeUnknownFrameType)},
+		{"flags", mut(func(b []byte) { b[7] = 1 }), string(actuation.CodeReservedFlags)},
+		{"seq0", mut(func(b []byte) { binary.BigEndian.PutUint64(b[8:], 0) }), string(actuation.CodeBadHeader)},
+		{"no-deadline", mut(func(b []byte) { binary.BigEndian.PutUint32(b[16:], 0) }), string(actuation.CodeDeadlineMissing)},
+		{"long-deadline", mut(func(b []byte) { binary.BigEndian.PutUint32(b[16:], MaxDeadlineMS+1) }), string(actuation.CodeDeadlineTooLong)},
+		{"huge-length", mut(func(b []byte) { binary.BigEndian.PutUint32(b[20:], 1<<31) }), string(actuation.CodeFrameTooLarge)},
+		{"too-many-chunks", mut(func(b []byte) { binary.BigEndian.PutUint32(b[28:], MaxChunks+1) }), string(actuation.CodeTooManyChunks)},
+		{"digest", mut(func(b []byte) { b[HeaderSize] = '[' }), string(actuation.CodeDigestMismatch)},
+		{"truncated-header", good[:HeaderSize-1], string(actuation.CodeTruncatedFrame)},
+		{"truncated-payload", good[:len(good)-1], string(actuation.CodeTruncatedFrame)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -102,7 +104,7 @@ func TestOversizedFrameNotAllocated(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	_, err := ReadFrame(r)
 	runtime.ReadMemStats(&after)
-	if CodeOf(err) != CodeFrameTooLarge {
+	if CodeOf(err) != string(actuation.CodeFrameTooLarge) {
 		t.Fatalf("got %v", err)
 	}
 	if n := after.TotalAlloc - before.TotalAlloc; n > 4096 {
@@ -119,7 +121,7 @@ func (f failReader) Read([]byte) (int, error) {
 
 func TestWriteRefusesOversized(t *testing.T) {
 	err := WriteFrame(io.Discard, &Frame{Header: Header{Type: FrameChunk, Seq: 1, Count: 1}, Payload: make([]byte, MaxPayload+1)})
-	wantCode(t, err, CodeFrameTooLarge)
+	wantCode(t, err, string(actuation.CodeFrameTooLarge))
 }
 
 func transferFrames(t *testing.T, seq uint64, data []byte) FrameReader {
@@ -147,18 +149,18 @@ func TestTransfer(t *testing.T) {
 
 	t.Run("declared-too-large", func(t *testing.T) {
 		big := Bulk{Bytes: MaxTransfer + 1, Digest: b.Digest}
-		wantCode(t, ReadTransfer(nil, 3, big, ChunkCount(big.Bytes), MaxTransfer, io.Discard), CodeTransferTooLarge)
+		wantCode(t, ReadTransfer(nil, 3, big, ChunkCount(big.Bytes), MaxTransfer, io.Discard), string(actuation.CodeTransferTooLarge))
 	})
 	t.Run("count-mismatch", func(t *testing.T) {
-		wantCode(t, ReadTransfer(nil, 3, b, count+1, MaxTransfer, io.Discard), CodeTransferMismatch)
+		wantCode(t, ReadTransfer(nil, 3, b, count+1, MaxTransfer, io.Discard), string(actuation.CodeTransferMismatch))
 	})
 	t.Run("digest", func(t *testing.T) {
 		bad := b
 		bad.Digest = DigestOf([]byte("other"))
-		wantCode(t, ReadTransfer(transferFrames(t, 3, data), 3, bad, count, MaxTransfer, io.Discard), CodeDigestMismatch)
+		wantCode(t, ReadTransfer(transferFrames(t, 3, data), 3, bad, count, MaxTransfer, io.Discard), string(actuation.CodeDigestMismatch))
 	})
 	t.Run("wrong-seq", func(t *testing.T) {
-		wantCode(t, ReadTransfer(transferFrames(t, 4, data), 3, b, count, MaxTransfer, io.Discard), CodeUnexpectedFrame)
+		wantCode(t, ReadTransfer(transferFrames(t, 4, data), 3, b, count, MaxTransfer, io.Discard), string(actuation.CodeUnexpectedFrame))
 	})
 	t.Run("short", func(t *testing.T) {
 		var buf bytes.Buffer
@@ -167,14 +169,14 @@ func TestTransfer(t *testing.T) {
 		}
 		short := bytes.NewReader(buf.Bytes()[:buf.Len()-100])
 		err := ReadTransfer(func() (Frame, error) { return ReadFrame(short) }, 3, b, count, MaxTransfer, io.Discard)
-		wantCode(t, err, CodeTransferIncomplete)
+		wantCode(t, err, string(actuation.CodeTransferIncomplete))
 	})
 	t.Run("limit", func(t *testing.T) {
-		wantCode(t, ReadTransfer(nil, 3, b, count, 10, io.Discard), CodeTransferTooLarge)
+		wantCode(t, ReadTransfer(nil, 3, b, count, 10, io.Discard), string(actuation.CodeTransferTooLarge))
 	})
 	t.Run("limited-buffer", func(t *testing.T) {
 		lb := &LimitedBuffer{Max: 10}
-		if _, err := lb.Write(make([]byte, 11)); CodeOf(err) != CodeTransferTooLarge {
+		if _, err := lb.Write(make([]byte, 11)); CodeOf(err) != string(actuation.CodeTransferTooLarge) {
 			t.Fatalf("got %v", err)
 		}
 	})
@@ -201,15 +203,15 @@ func TestHandshakeCheck(t *testing.T) {
 		code string
 		mut  func(h *Handshake)
 	}{
-		{CodeProtocolMismatch, func(h *Handshake) { h.Protocol = 2 }},
-		{CodeEnvironmentMismatch, func(h *Handshake) { h.EnvironmentRef = "default/other" }},
-		{CodeGenerationMismatch, func(h *Handshake) { h.SourceGeneration = 2 }},
-		{CodePlanDigestMismatch, func(h *Handshake) { h.PlanDigest = DigestOf(nil) }},
-		{CodeImageDigestMismatch, func(h *Handshake) { h.ImageDigest = DigestOf(nil) }},
-		{CodeCIDMismatch, func(h *Handshake) { h.GuestCID = 4 }},
-		{CodeNonceMismatch, func(h *Handshake) { h.BootNonce = strings.Repeat("cd", 32) }},
-		{CodeBindingInvalid, func(h *Handshake) { h.BootNonce = "short" }},
-		{CodeBindingInvalid, func(h *Handshake) { h.SourceGeneration = 0 }},
+		{string(actuation.CodeProtocolMismatch), func(h *Handshake) { h.Protocol = 2 }},
+		{string(actuation.CodeEnvironmentMismatch), func(h *Handshake) { h.EnvironmentRef = "default/other" }},
+		{string(actuation.CodeGenerationMismatch), func(h *Handshake) { h.SourceGeneration = 2 }},
+		{string(actuation.CodePlanDigestMismatch), func(h *Handshake) { h.PlanDigest = DigestOf(nil) }},
+		{string(actuation.CodeImageDigestMismatch), func(h *Handshake) { h.ImageDigest = DigestOf(nil) }},
+		{string(actuation.CodeCIDMismatch), func(h *Handshake) { h.GuestCID = 4 }},
+		{string(actuation.CodeNonceMismatch), func(h *Handshake) { h.BootNonce = strings.Repeat("cd", 32) }},
+		{string(actuation.CodeBindingInvalid), func(h *Handshake) { h.BootNonce = "short" }},
+		{string(actuation.CodeBindingInvalid), func(h *Handshake) { h.SourceGeneration = 0 }},
 	}
 	for _, c := range cases {
 		h := ok
@@ -220,10 +222,10 @@ func TestHandshakeCheck(t *testing.T) {
 
 func TestDecodeJSONStrict(t *testing.T) {
 	var h Handshake
-	wantCode(t, DecodeJSON([]byte(`{"protocol":1,"extra":1}`), &h), CodeMalformedPayload)
-	wantCode(t, DecodeJSON([]byte(`{"protocol":1} {}`), &h), CodeMalformedPayload)
-	wantCode(t, DecodeJSON([]byte(`[1]`), &h), CodeMalformedPayload)
-	wantCode(t, DecodeJSON([]byte(`{"protocol":"1"}`), &h), CodeMalformedPayload)
+	wantCode(t, DecodeJSON([]byte(`{"protocol":1,"extra":1}`), &h), string(actuation.CodeMalformedPayload))
+	wantCode(t, DecodeJSON([]byte(`{"protocol":1} {}`), &h), string(actuation.CodeMalformedPayload))
+	wantCode(t, DecodeJSON([]byte(`[1]`), &h), string(actuation.CodeMalformedPayload))
+	wantCode(t, DecodeJSON([]byte(`{"protocol":"1"}`), &h), string(actuation.CodeMalformedPayload))
 	if err := DecodeJSON([]byte(`{"protocol":1}`), &h); err != nil || h.Protocol != 1 {
 		t.Fatal(err)
 	}
@@ -312,15 +314,15 @@ func TestAckValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Limits.MaxTransfer++
-	wantCode(t, a.Validate(), CodeMalformedPayload)
+	wantCode(t, a.Validate(), string(actuation.CodeMalformedPayload))
 }
 
 func TestRefusalIs(t *testing.T) {
-	err := errors.Join(errors.New("x"), Refusef(CodeNotFound, "y"))
-	if !errors.Is(err, &Refusal{Code: CodeNotFound}) {
+	err := errors.Join(errors.New("x"), Refusef(string(actuation.CodeNotFound), "y"))
+	if !errors.Is(err, &Refusal{Code: string(actuation.CodeNotFound)}) {
 		t.Fatal("errors.Is by code")
 	}
-	b, _ := json.Marshal(Result{Outcome: OutcomeRefused, Code: CodeNotFound})
+	b, _ := json.Marshal(Result{Outcome: OutcomeRefused, Code: string(actuation.CodeNotFound)})
 	var r Result
 	if err := DecodeJSON(b, &r); err != nil || !r.Outcome.Valid() {
 		t.Fatal(err)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"testing"
+
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // FuzzDecodeFrame: arbitrary bytes never panic, never yield a frame beyond the caps, and
@@ -74,7 +76,7 @@ func FuzzHandshake(f *testing.F) {
 		}
 		var h Handshake
 		if err := DecodeJSON(payload, &h); err != nil {
-			if CodeOf(err) != CodeMalformedPayload {
+			if CodeOf(err) != string(actuation.CodeMalformedPayload) {
 				t.Fatalf("decode error with code %q", CodeOf(err))
 			}
 			return

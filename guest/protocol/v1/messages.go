@@ -34,19 +34,19 @@ const (
 // Validate checks the binding's own form.
 func (b *Binding) Validate() error {
 	if b.EnvironmentRef == "" || len(b.EnvironmentRef) > MaxEnvironmentRef || !printableNoSpace(b.EnvironmentRef) {
-		return Refusef(CodeBindingInvalid, "environment ref must be 1..%d printable ASCII bytes without spaces", MaxEnvironmentRef)
+		return Refusef(string(actuation.CodeBindingInvalid), "environment ref must be 1..%d printable ASCII bytes without spaces", MaxEnvironmentRef)
 	}
 	if b.SourceGeneration < 1 {
-		return Refusef(CodeBindingInvalid, "source generation %d < 1", b.SourceGeneration)
+		return Refusef(string(actuation.CodeBindingInvalid), "source generation %d < 1", b.SourceGeneration)
 	}
 	if !ValidDigest(b.PlanDigest) || !ValidDigest(b.ImageDigest) {
-		return Refusef(CodeBindingInvalid, "plan and image digests must be sha256:<64 hex>")
+		return Refusef(string(actuation.CodeBindingInvalid), "plan and image digests must be sha256:<64 hex>")
 	}
 	if b.GuestCID < 3 {
-		return Refusef(CodeBindingInvalid, "guest CID %d is reserved", b.GuestCID)
+		return Refusef(string(actuation.CodeBindingInvalid), "guest CID %d is reserved", b.GuestCID)
 	}
 	if len(b.BootNonce) != NonceHexLen || !isLowerHex(b.BootNonce) {
-		return Refusef(CodeBindingInvalid, "boot nonce must be %d lowercase hex digits", NonceHexLen)
+		return Refusef(string(actuation.CodeBindingInvalid), "boot nonce must be %d lowercase hex digits", NonceHexLen)
 	}
 	return nil
 }
@@ -71,24 +71,24 @@ type Handshake struct {
 // mismatching field.
 func (b *Binding) Check(h *Handshake) error {
 	if h.Protocol != Version {
-		return Refusef(CodeProtocolMismatch, "protocol %d, guest speaks %d", h.Protocol, Version)
+		return Refusef(string(actuation.CodeProtocolMismatch), "protocol %d, guest speaks %d", h.Protocol, Version)
 	}
 	if err := h.Validate(); err != nil {
 		return err
 	}
 	switch {
 	case h.EnvironmentRef != b.EnvironmentRef:
-		return Refusef(CodeEnvironmentMismatch, "environment ref does not match this boot")
+		return Refusef(string(actuation.CodeEnvironmentMismatch), "environment ref does not match this boot")
 	case h.SourceGeneration != b.SourceGeneration:
-		return Refusef(CodeGenerationMismatch, "source generation %d, this boot is generation %d", h.SourceGeneration, b.SourceGeneration)
+		return Refusef(string(actuation.CodeGenerationMismatch), "source generation %d, this boot is generation %d", h.SourceGeneration, b.SourceGeneration)
 	case h.PlanDigest != b.PlanDigest:
-		return Refusef(CodePlanDigestMismatch, "plan digest does not match this boot")
+		return Refusef(string(actuation.CodePlanDigestMismatch), "plan digest does not match this boot")
 	case h.ImageDigest != b.ImageDigest:
-		return Refusef(CodeImageDigestMismatch, "image digest does not match this boot")
+		return Refusef(string(actuation.CodeImageDigestMismatch), "image digest does not match this boot")
 	case h.GuestCID != b.GuestCID:
-		return Refusef(CodeCIDMismatch, "guest CID %d, this boot is CID %d", h.GuestCID, b.GuestCID)
+		return Refusef(string(actuation.CodeCIDMismatch), "guest CID %d, this boot is CID %d", h.GuestCID, b.GuestCID)
 	case subtle.ConstantTimeCompare([]byte(h.BootNonce), []byte(b.BootNonce)) != 1:
-		return Refusef(CodeNonceMismatch, "boot nonce does not match this boot (stale or foreign)")
+		return Refusef(string(actuation.CodeNonceMismatch), "boot nonce does not match this boot (stale or foreign)")
 	}
 	return nil
 }
@@ -124,16 +124,16 @@ const ChannelHexLen = 32
 // Validate checks the ack's form (the host treats it as untrusted).
 func (a *HandshakeAck) Validate() error {
 	if a.Protocol != Version {
-		return Refusef(CodeProtocolMismatch, "guest answered protocol %d", a.Protocol)
+		return Refusef(string(actuation.CodeProtocolMismatch), "guest answered protocol %d", a.Protocol)
 	}
 	if len(a.Channel) != ChannelHexLen || !isLowerHex(a.Channel) {
-		return Refusef(CodeMalformedPayload, "channel id is not %d hex digits", ChannelHexLen)
+		return Refusef(string(actuation.CodeMalformedPayload), "channel id is not %d hex digits", ChannelHexLen)
 	}
 	if len(a.BootID) > 64 || len(a.AgentVersion) > 128 {
-		return Refusef(CodeMalformedPayload, "boot id or agent version too long")
+		return Refusef(string(actuation.CodeMalformedPayload), "boot id or agent version too long")
 	}
 	if a.Limits != WireLimits() {
-		return Refusef(CodeMalformedPayload, "guest limits %+v differ from %+v", a.Limits, WireLimits())
+		return Refusef(string(actuation.CodeMalformedPayload), "guest limits %+v differ from %+v", a.Limits, WireLimits())
 	}
 	return nil
 }
@@ -233,15 +233,15 @@ func Truncate(s string) string {
 // frame size (or the transfer cap).
 func DecodeJSON(b []byte, v any) error {
 	if len(b) == 0 || b[0] != '{' {
-		return Refusef(CodeMalformedPayload, "payload is not a JSON object")
+		return Refusef(string(actuation.CodeMalformedPayload), "payload is not a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return Refusef(CodeMalformedPayload, "%s", Truncate(err.Error()))
+		return Refusef(string(actuation.CodeMalformedPayload), "%s", Truncate(err.Error()))
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return Refusef(CodeMalformedPayload, "trailing data after the JSON object")
+		return Refusef(string(actuation.CodeMalformedPayload), "trailing data after the JSON object")
 	}
 	return nil
 }
@@ -286,23 +286,23 @@ func truncatePath(p string) string {
 // checkArgvEnv bounds argv and env.
 func checkArgvEnv(argv, env []string) error {
 	if len(argv) == 0 || len(argv) > MaxArgs {
-		return Refusef(CodeInvalidSpec, "argv must have 1..%d entries", MaxArgs)
+		return Refusef(string(actuation.CodeInvalidSpec), "argv must have 1..%d entries", MaxArgs)
 	}
 	if !strings.HasPrefix(argv[0], "/") {
-		return Refusef(CodeInvalidSpec, "argv[0] %q must be an absolute executable path", argv[0])
+		return Refusef(string(actuation.CodeInvalidSpec), "argv[0] %q must be an absolute executable path", argv[0])
 	}
 	if len(env) > MaxEnv {
-		return Refusef(CodeInvalidSpec, "more than %d environment entries", MaxEnv)
+		return Refusef(string(actuation.CodeInvalidSpec), "more than %d environment entries", MaxEnv)
 	}
 	for _, a := range argv {
 		if strings.IndexByte(a, 0) >= 0 {
-			return Refusef(CodeInvalidSpec, "argv entry contains NUL")
+			return Refusef(string(actuation.CodeInvalidSpec), "argv entry contains NUL")
 		}
 	}
 	for _, e := range env {
 		k, _, ok := strings.Cut(e, "=")
 		if !ok || k == "" || strings.IndexByte(e, 0) >= 0 {
-			return Refusef(CodeInvalidSpec, "environment entry %q is not KEY=VALUE", Truncate(e))
+			return Refusef(string(actuation.CodeInvalidSpec), "environment entry %q is not KEY=VALUE", Truncate(e))
 		}
 	}
 	return nil

@@ -1,5 +1,7 @@
 package protocol
 
+import "sensorium.dev/workbench/internal/actuation"
+
 // Re-binding a running guest to a new owner (a warm-pool member adopted by its claimer, a
 // guest restored from a snapshot of another environment's boot).
 //
@@ -45,13 +47,13 @@ func (b *Binding) CheckRebind(next *Binding) error {
 	}
 	switch {
 	case next.GuestCID != b.GuestCID:
-		return Refusef(CodeCIDMismatch, "rebind to CID %d, this guest is CID %d", next.GuestCID, b.GuestCID)
+		return Refusef(string(actuation.CodeCIDMismatch), "rebind to CID %d, this guest is CID %d", next.GuestCID, b.GuestCID)
 	case next.ImageDigest != b.ImageDigest:
-		return Refusef(CodeImageDigestMismatch, "rebind names another image than this boot's")
+		return Refusef(string(actuation.CodeImageDigestMismatch), "rebind names another image than this boot's")
 	case next.SourceGeneration <= b.SourceGeneration:
-		return Refusef(CodeGenerationMismatch, "rebind to generation %d, not above the current %d", next.SourceGeneration, b.SourceGeneration)
+		return Refusef(string(actuation.CodeGenerationMismatch), "rebind to generation %d, not above the current %d", next.SourceGeneration, b.SourceGeneration)
 	case next.BootNonce == b.BootNonce:
-		return Refusef(CodeNonceMismatch, "rebind must carry a fresh nonce")
+		return Refusef(string(actuation.CodeNonceMismatch), "rebind must carry a fresh nonce")
 	}
 	return nil
 }

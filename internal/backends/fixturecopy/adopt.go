@@ -30,7 +30,7 @@ func (b *Backend) Adopt(ctx context.Context, from, to backends.Spec) error {
 		}
 	}
 	if from.ID == to.ID {
-		return fsaccess.Errorf(CodeRootInvalid, "adopt %s: source and target are the same environment", to.Ref)
+		return actuation.Refusef(actuation.CodeRootInvalid, "adopt %s: source and target are the same environment", to.Ref)
 	}
 	// Lock both IDs in one order, so two adoptions never wait on each other.
 	first, second := from.ID, to.ID
@@ -48,7 +48,7 @@ func (b *Backend) Adopt(ctx context.Context, from, to backends.Spec) error {
 		if e, err := fx.Lstat(to.ID); err == nil && e.Type == fsaccess.TypeDir {
 			return nil // done by an earlier pass
 		}
-		return fsaccess.Errorf(CodeRootInvalid, "adopt %s into %s: no managed copies under %s", from.Ref, to.Ref, from.ID)
+		return actuation.Refusef(actuation.CodeRootInvalid, "adopt %s into %s: no managed copies under %s", from.Ref, to.Ref, from.ID)
 	} else if err != nil {
 		return err
 	}

@@ -66,12 +66,12 @@ func (b *Backend) ensureDisk(ctx context.Context, fx *fsaccess.Root, spec backen
 		return false, nil
 	}
 	if b.disks.Unavailable != "" {
-		return false, fsaccess.Errorf(string(actuation.CodeResourceNotEnforced),
+		return false, actuation.Refusef(actuation.CodeResourceNotEnforced,
 			"this node cannot bound a managed copy's disk (%s); fixture-copy.v1 copies nothing unbounded", b.disks.Unavailable)
 	}
 	size := b.DiskBound(spec)
 	if size < loopdisk.MinBytes || size > loopdisk.MaxBytes {
-		return false, fsaccess.Errorf(string(actuation.CodeResourcesInvalid),
+		return false, actuation.Refusef(actuation.CodeResourcesInvalid,
 			"resources.diskMiB %d: a fixture-copy.v1 disk is %d..%d MiB", size>>20, loopdisk.MinBytes>>20, loopdisk.MaxBytes>>20)
 	}
 	if _, err := fx.MkdirAll(spec.ID, 0o700); err != nil {
@@ -101,7 +101,7 @@ func (b *Backend) moveDirOrDisk(fx *fsaccess.Root, from, to string) error {
 // is fixture-too-large.
 func (b *Backend) copyError(source string, err error) error {
 	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
-		return fsaccess.Wrap(string(actuation.CodeFixtureTooLarge), err, "copy %q: the source does not fit the environment's disk (resources.diskMiB)", source)
+		return actuation.Wrapf(actuation.CodeFixtureTooLarge, err, "copy %q: the source does not fit the environment's disk (resources.diskMiB)", source)
 	}
 	return fmt.Errorf("copy %q: %w", source, err)
 }

@@ -15,7 +15,7 @@ import (
 
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
-	"sensorium.dev/workbench/internal/nodeagent/fixture"
+	"sensorium.dev/workbench/internal/platform/fixture"
 	"sensorium.dev/workbench/internal/platform/loopdisk"
 )
 
@@ -152,14 +152,14 @@ func TestDiskHonoursDiskMiB(t *testing.T) {
 	spec = e.spec("env-big", backends.Root{Name: "src", Source: big})
 	spec.DiskMiB = 16
 	_, err = e.b.Allocate(context.Background(), spec)
-	if CodeOf(err) != string(actuation.CodeFixtureTooLarge) {
+	if actuation.CodeOf(err) != actuation.CodeFixtureTooLarge {
 		t.Fatalf("a source larger than the disk: %v", err)
 	}
 	if used, _, _, _ := e.b.Storage(); used != 0 {
 		t.Fatalf("a refused allocation keeps %d bytes reserved", used)
 	}
 	spec.ID, spec.DiskMiB = "env-small", 8
-	if _, err := e.b.Allocate(context.Background(), spec); CodeOf(err) != string(actuation.CodeResourcesInvalid) {
+	if _, err := e.b.Allocate(context.Background(), spec); actuation.CodeOf(err) != actuation.CodeResourcesInvalid {
 		t.Fatalf("diskMiB 8: %v", err)
 	}
 	_, _ = e.b.Teardown(context.Background(), e.spec("env-big"))
@@ -180,7 +180,7 @@ func TestDiskReservationExhausted(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, err := e.b.Allocate(context.Background(), b)
-	if CodeOf(err) != string(actuation.CodeStorageExhausted) || st.Phase != backends.PhaseFailed ||
+	if actuation.CodeOf(err) != actuation.CodeStorageExhausted || st.Phase != backends.PhaseFailed ||
 		!strings.Contains(err.Error(), "reservation") {
 		t.Fatalf("overcommit: %v %+v", err, st)
 	}
@@ -253,7 +253,7 @@ func TestDiskUnavailableRefuses(t *testing.T) {
 	e := newEnv(t, fixture.Limits{})
 	e.b.WithDisks(Disks{Unavailable: "no loop devices"})
 	_, err := e.b.Allocate(context.Background(), e.spec("env-x", backends.Root{Name: "src", Source: filepath.Join(e.admitted, "proj")}))
-	if CodeOf(err) != string(actuation.CodeResourceNotEnforced) {
+	if actuation.CodeOf(err) != actuation.CodeResourceNotEnforced {
 		t.Fatalf("allocate without disks: %v", err)
 	}
 }

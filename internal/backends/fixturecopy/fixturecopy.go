@@ -34,20 +34,12 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/backends/hostlocal"
-	"sensorium.dev/workbench/internal/nodeagent/fixture"
+	"sensorium.dev/workbench/internal/platform/fixture"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // ID is the backend identifier (spec.backend).
 const ID = "fixture-copy.v1"
-
-// Refusal codes (besides the fixture package's fixture-symlink,
-// fixture-too-large, fixture-special-file, fixture-outside-managed-dir, which
-// Allocate passes through).
-const (
-	CodeRootNotAdmitted = hostlocal.CodeRootNotAdmitted
-	CodeRootInvalid     = hostlocal.CodeRootInvalid
-)
 
 // Bounds.
 const (
@@ -66,9 +58,6 @@ const (
 	FixturesDir = "fixtures"
 	RecordName  = "copy.json"
 )
-
-// CodeOf returns the refusal code carried by err ("" if none).
-func CodeOf(err error) string { return fsaccess.CodeOf(err) }
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
@@ -140,7 +129,7 @@ func (b *Backend) lock(id string) func() { return b.locks.Lock(id) }
 
 func validID(id string) error {
 	if len(id) == 0 || len(id) > MaxIDBytes || !idPattern.MatchString(id) {
-		return fsaccess.Errorf(CodeRootInvalid, "environment ID %q must be 1..%d bytes of [A-Za-z0-9._-], not starting with '.', '_' or '-'", id, MaxIDBytes)
+		return actuation.Refusef(actuation.CodeRootInvalid, "environment ID %q must be 1..%d bytes of [A-Za-z0-9._-], not starting with '.', '_' or '-'", id, MaxIDBytes)
 	}
 	return nil
 }
@@ -198,34 +187,34 @@ func (b *Backend) checkShape(spec backends.Spec) ([]plannedRoot, error) {
 		return nil, fmt.Errorf("environment %s: %w", spec.Ref, err)
 	}
 	if len(spec.Roots) == 0 {
-		return nil, fsaccess.Errorf(CodeRootInvalid, "environment %s: fixture-copy.v1 needs at least one root", spec.Ref)
+		return nil, actuation.Refusef(actuation.CodeRootInvalid, "environment %s: fixture-copy.v1 needs at least one root", spec.Ref)
 	}
 	if len(spec.Roots) > MaxRoots {
-		return nil, fsaccess.Errorf(CodeRootInvalid, "environment %s: %d roots, at most %d", spec.Ref, len(spec.Roots), MaxRoots)
+		return nil, actuation.Refusef(actuation.CodeRootInvalid, "environment %s: %d roots, at most %d", spec.Ref, len(spec.Roots), MaxRoots)
 	}
 	seen := map[string]bool{}
 	out := make([]plannedRoot, 0, len(spec.Roots))
 	for i, r := range spec.Roots {
 		field := fmt.Sprintf("roots[%d]", i)
 		if ref := actuation.ValidateRootName(r.Name); ref != nil {
-			return nil, fsaccess.Errorf(CodeRootInvalid, "environment %s: %s.name: %s", spec.Ref, field, ref.Message)
+			return nil, actuation.Refusef(actuation.CodeRootInvalid, "environment %s: %s.name: %s", spec.Ref, field, ref.Message)
 		}
 		if seen[r.Name] {
-			return nil, fsaccess.Errorf(CodeRootInvalid, "environment %s: %s.name %q is duplicated", spec.Ref, field, r.Name)
+			return nil, actuation.Refusef(actuation.CodeRootInvalid, "environment %s: %s.name %q is duplicated", spec.Ref, field, r.Name)
 		}
 		seen[r.Name] = true
 		if r.HostPath != "" {
-			return nil, fsaccess.Errorf(CodeRootInvalid, "environment %s: %s: fixture-copy.v1 takes a source, not a hostPath", spec.Ref, field)
+			return nil, actuation.Refusef(actuation.CodeRootInvalid, "environment %s: %s: fixture-copy.v1 takes a source, not a hostPath", spec.Ref, field)
 		}
 		if r.Materialize != nil {
 			if r.Source != "" || r.SourceID == "" {
-				return nil, fsaccess.Errorf(CodeRootInvalid, "environment %s: %s: a workspace source needs an identity and no source directory", spec.Ref, field)
+				return nil, actuation.Refusef(actuation.CodeRootInvalid, "environment %s: %s: a workspace source needs an identity and no source directory", spec.Ref, field)
 			}
 			out = append(out, plannedRoot{name: r.Name, source: identity(r), readOnly: r.ReadOnly, materialize: r.Materialize})
 			continue
 		}
 		if r.Source == "" {
-			return nil, fsaccess.Errorf(CodeRootInvalid, "environment %s: %s.source: a source directory is required", spec.Ref, field)
+			return nil, actuation.Refusef(actuation.CodeRootInvalid, "environment %s: %s.source: a source directory is required", spec.Ref, field)
 		}
 		out = append(out, plannedRoot{name: r.Name, source: r.Source, readOnly: r.ReadOnly})
 	}
@@ -246,7 +235,7 @@ func (b *Backend) admit(spec backends.Spec, i int, p *plannedRoot, admitted []ho
 		stateDir = r
 	}
 	if hostlocal.Within(stateDir, resolved) || hostlocal.Within(resolved, stateDir) {
-		return fsaccess.Errorf(CodeRootNotAdmitted, "environment %s: %s %q overlaps the agent's state directory %q", spec.Ref, field, p.source, b.stateDir)
+		return actuation.Refusef(actuation.CodeRootNotAdmitted, "environment %s: %s %q overlaps the agent's state directory %q", spec.Ref, field, p.source, b.stateDir)
 	}
 	p.resolved, p.admitted = resolved, admitted
 	return nil
@@ -426,14 +415,14 @@ func (b *Backend) makeCopy(ctx context.Context, fx *fsaccess.Root, id, rel strin
 func pinSource(p plannedRoot) (string, func(), error) {
 	fd, err := unix.Open(p.resolved, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return "", nil, fsaccess.Wrap(CodeRootInvalid, err, "source %q (%q)", p.source, p.resolved)
+		return "", nil, actuation.Wrapf(actuation.CodeRootInvalid, err, "source %q (%q)", p.source, p.resolved)
 	}
 	proc := fmt.Sprintf("/proc/self/fd/%d", fd)
 	buf := make([]byte, unix.PathMax)
 	n, err := unix.Readlink(proc, buf)
 	if err != nil {
 		unix.Close(fd)
-		return "", nil, fsaccess.Wrap(CodeRootInvalid, err, "source %q: cannot verify the opened directory (is /proc mounted?)", p.source)
+		return "", nil, actuation.Wrapf(actuation.CodeRootInvalid, err, "source %q: cannot verify the opened directory (is /proc mounted?)", p.source)
 	}
 	actual := string(buf[:n])
 	ok := false
@@ -442,7 +431,7 @@ func pinSource(p plannedRoot) (string, func(), error) {
 	}
 	if !ok {
 		unix.Close(fd)
-		return "", nil, fsaccess.Errorf(CodeRootNotAdmitted, "source %q now resolves to %q, outside every admitted root", p.source, actual)
+		return "", nil, actuation.Refusef(actuation.CodeRootNotAdmitted, "source %q now resolves to %q, outside every admitted root", p.source, actual)
 	}
 	return proc, func() { unix.Close(fd) }, nil
 }
@@ -511,7 +500,7 @@ func listNames(fx *fsaccess.Root, rel string) ([]dirEntry, error) {
 		return nil, err
 	}
 	if wr.Truncated {
-		return out, fsaccess.Errorf(fsaccess.CodeTooManyEntries, "%q holds more than %d entries", filepath.Join(fx.Dir(), rel), MaxRecoverEntries)
+		return out, actuation.Refusef(actuation.CodeTooManyEntries, "%q holds more than %d entries", filepath.Join(fx.Dir(), rel), MaxRecoverEntries)
 	}
 	return out, nil
 }

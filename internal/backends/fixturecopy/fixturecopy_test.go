@@ -10,8 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
-	"sensorium.dev/workbench/internal/nodeagent/fixture"
+	"sensorium.dev/workbench/internal/platform/fixture"
 	"sensorium.dev/workbench/internal/test/testkit"
 )
 
@@ -81,18 +82,18 @@ func TestAllocateAdmission(t *testing.T) {
 		code string
 	}{
 		{"admitted", backends.Root{Name: "proj", Source: filepath.Join(e.admitted, "proj")}, ""},
-		{"not admitted", backends.Root{Name: "x", Source: e.outside}, CodeRootNotAdmitted},
-		{"symlink escaping the admitted root", backends.Root{Name: "x", Source: filepath.Join(e.admitted, "escape")}, CodeRootNotAdmitted},
-		{"symlink inside the source", backends.Root{Name: "x", Source: filepath.Join(e.admitted, "withlink")}, fixture.CodeFixtureSymlink},
-		{"relative", backends.Root{Name: "x", Source: "admitted/proj"}, CodeRootInvalid},
-		{"missing", backends.Root{Name: "x", Source: filepath.Join(e.admitted, "nope")}, CodeRootInvalid},
-		{"hostPath instead", backends.Root{Name: "x", HostPath: filepath.Join(e.admitted, "proj")}, CodeRootInvalid},
-		{"empty source", backends.Root{Name: "x"}, CodeRootInvalid},
+		{"not admitted", backends.Root{Name: "x", Source: e.outside}, string(actuation.CodeRootNotAdmitted)},
+		{"symlink escaping the admitted root", backends.Root{Name: "x", Source: filepath.Join(e.admitted, "escape")}, string(actuation.CodeRootNotAdmitted)},
+		{"symlink inside the source", backends.Root{Name: "x", Source: filepath.Join(e.admitted, "withlink")}, string(actuation.CodeFixtureSymlink)},
+		{"relative", backends.Root{Name: "x", Source: "admitted/proj"}, string(actuation.CodeRootInvalid)},
+		{"missing", backends.Root{Name: "x", Source: filepath.Join(e.admitted, "nope")}, string(actuation.CodeRootInvalid)},
+		{"hostPath instead", backends.Root{Name: "x", HostPath: filepath.Join(e.admitted, "proj")}, string(actuation.CodeRootInvalid)},
+		{"empty source", backends.Root{Name: "x"}, string(actuation.CodeRootInvalid)},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			st, err := e.b.Allocate(ctx, e.spec(fmt.Sprintf("id-%d", i), c.root))
-			if got := CodeOf(err); got != c.code {
+			if got := string(actuation.CodeOf(err)); got != c.code {
 				t.Fatalf("code = %q (err %v), want %q", got, err, c.code)
 			}
 			if c.code != "" {
@@ -112,13 +113,13 @@ func TestAllocateAdmission(t *testing.T) {
 	}
 	// Bad IDs never become directory names.
 	for _, id := range []string{"", "..", ".hidden", "a/b", strings.Repeat("x", MaxIDBytes+1)} {
-		if _, err := e.b.Allocate(ctx, e.spec(id, backends.Root{Name: "p", Source: filepath.Join(e.admitted, "proj")})); CodeOf(err) != CodeRootInvalid {
+		if _, err := e.b.Allocate(ctx, e.spec(id, backends.Root{Name: "p", Source: filepath.Join(e.admitted, "proj")})); actuation.CodeOf(err) != actuation.CodeRootInvalid {
 			t.Fatalf("ID %q: %v", id, err)
 		}
 	}
 	// A source containing the state directory is refused.
 	inner := New(filepath.Join(e.admitted, "state-inside", "st"), map[string]string{"ws": e.admitted}, fixture.Limits{})
-	if _, err := inner.Allocate(ctx, e.spec("ov", backends.Root{Name: "p", Source: e.admitted})); CodeOf(err) != CodeRootNotAdmitted {
+	if _, err := inner.Allocate(ctx, e.spec("ov", backends.Root{Name: "p", Source: e.admitted})); actuation.CodeOf(err) != actuation.CodeRootNotAdmitted {
 		t.Fatalf("overlapping state dir: %v", err)
 	}
 }
@@ -131,7 +132,7 @@ func TestAllocateCapsRefuseAndRollBack(t *testing.T) {
 		backends.Root{Name: "proj", Source: filepath.Join(e.admitted, "proj")},   // 11 bytes: too large
 	)
 	st, err := e.b.Allocate(ctx, sp)
-	if CodeOf(err) != fixture.CodeFixtureTooLarge || st.Phase != backends.PhaseFailed {
+	if actuation.CodeOf(err) != actuation.CodeFixtureTooLarge || st.Phase != backends.PhaseFailed {
 		t.Fatalf("allocate = %+v, %v", st, err)
 	}
 	if m, _ := filepath.Glob(filepath.Join(e.state, "fixtures", "env-caps", "*", "*")); len(m) != 0 {
@@ -345,7 +346,7 @@ func TestCopyOutlivesItsSource(t *testing.T) {
 	sp2 := e.spec("env-2",
 		backends.Root{Name: "other", Source: filepath.Join(e.admitted, "other")},
 		backends.Root{Name: "bad", Source: e.outside})
-	if _, err := e.b.Allocate(ctx, sp2); CodeOf(err) != CodeRootNotAdmitted {
+	if _, err := e.b.Allocate(ctx, sp2); actuation.CodeOf(err) != actuation.CodeRootNotAdmitted {
 		t.Fatalf("mixed roots: %v", err)
 	}
 	if m, _ := filepath.Glob(filepath.Join(e.state, "fixtures", "env-2", "*", "*")); len(m) != 0 {

@@ -19,28 +19,13 @@ import (
 
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
-	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // ID is the backend identifier (spec.backend).
 const ID = "host-local"
 
-// Refusal codes, from actuation's closed vocabulary.
-const (
-	// CodeRootNotAdmitted: the directory exists but is not inside any root the
-	// node admitted (checked after resolving symlinks).
-	CodeRootNotAdmitted = string(actuation.CodeRootNotAdmitted)
-	// CodeRootInvalid: the root is malformed (no hostPath, relative or unclean
-	// path, not an existing directory, bad or duplicate name, a source given
-	// instead of a hostPath).
-	CodeRootInvalid = string(actuation.CodeRootInvalid)
-)
-
 // MaxRoots bounds the roots of one environment (root-invalid above it).
 const MaxRoots = 32
-
-// CodeOf returns the refusal code carried by err ("" if none).
-func CodeOf(err error) string { return fsaccess.CodeOf(err) }
 
 // AdmittedRoot is one entry of the node's admitted roots as configured and as
 // resolved now.
@@ -102,25 +87,25 @@ func Within(p, dir string) bool {
 func CheckDir(admitted []AdmittedRoot, field, hostPath string) (resolved, admittedName string, err error) {
 	switch {
 	case hostPath == "":
-		return "", "", fsaccess.Errorf(CodeRootInvalid, "%s: a host directory is required", field)
+		return "", "", actuation.Refusef(actuation.CodeRootInvalid, "%s: a host directory is required", field)
 	case !filepath.IsAbs(hostPath):
-		return "", "", fsaccess.Errorf(CodeRootInvalid, "%s: %q must be absolute", field, hostPath)
+		return "", "", actuation.Refusef(actuation.CodeRootInvalid, "%s: %q must be absolute", field, hostPath)
 	case filepath.Clean(hostPath) != hostPath:
-		return "", "", fsaccess.Errorf(CodeRootInvalid, "%s: %q must be clean (want %q)", field, hostPath, filepath.Clean(hostPath))
+		return "", "", actuation.Refusef(actuation.CodeRootInvalid, "%s: %q must be clean (want %q)", field, hostPath, filepath.Clean(hostPath))
 	}
 	resolved, err = filepath.EvalSymlinks(hostPath)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return "", "", fsaccess.Wrap(CodeRootInvalid, err, "%s: %q does not exist", field, hostPath)
+			return "", "", actuation.Wrapf(actuation.CodeRootInvalid, err, "%s: %q does not exist", field, hostPath)
 		}
-		return "", "", fsaccess.Wrap(CodeRootInvalid, err, "%s: %q cannot be resolved", field, hostPath)
+		return "", "", actuation.Wrapf(actuation.CodeRootInvalid, err, "%s: %q cannot be resolved", field, hostPath)
 	}
 	fi, err := os.Stat(resolved)
 	if err != nil {
-		return "", "", fsaccess.Wrap(CodeRootInvalid, err, "%s: %q", field, hostPath)
+		return "", "", actuation.Wrapf(actuation.CodeRootInvalid, err, "%s: %q", field, hostPath)
 	}
 	if !fi.IsDir() {
-		return "", "", fsaccess.Errorf(CodeRootInvalid, "%s: %q is not a directory", field, hostPath)
+		return "", "", actuation.Refusef(actuation.CodeRootInvalid, "%s: %q is not a directory", field, hostPath)
 	}
 	for _, a := range admitted {
 		if a.Problem == "" && Within(resolved, a.Resolved) {
@@ -128,9 +113,9 @@ func CheckDir(admitted []AdmittedRoot, field, hostPath string) (resolved, admitt
 		}
 	}
 	if resolved != hostPath {
-		return "", "", fsaccess.Errorf(CodeRootNotAdmitted, "%s: %q (resolving to %q) is not inside any admitted root", field, hostPath, resolved)
+		return "", "", actuation.Refusef(actuation.CodeRootNotAdmitted, "%s: %q (resolving to %q) is not inside any admitted root", field, hostPath, resolved)
 	}
-	return "", "", fsaccess.Errorf(CodeRootNotAdmitted, "%s: %q is not inside any admitted root", field, hostPath)
+	return "", "", actuation.Refusef(actuation.CodeRootNotAdmitted, "%s: %q is not inside any admitted root", field, hostPath)
 }
 
 // Backend is the host-local backend. It is safe for concurrent use.
@@ -163,13 +148,13 @@ func (b *Backend) AdmittedRoots() []AdmittedRoot { return Admitted(b.admitted) }
 // check validates the whole spec and returns the mounted roots.
 func (b *Backend) check(spec backends.Spec) ([]backends.MountedRoot, error) {
 	if spec.ID == "" {
-		return nil, fsaccess.Errorf(CodeRootInvalid, "environment %s: empty ID", spec.Ref)
+		return nil, actuation.Refusef(actuation.CodeRootInvalid, "environment %s: empty ID", spec.Ref)
 	}
 	if len(spec.Roots) == 0 {
-		return nil, fsaccess.Errorf(CodeRootInvalid, "environment %s: host-local needs at least one root", spec.Ref)
+		return nil, actuation.Refusef(actuation.CodeRootInvalid, "environment %s: host-local needs at least one root", spec.Ref)
 	}
 	if len(spec.Roots) > MaxRoots {
-		return nil, fsaccess.Errorf(CodeRootInvalid, "environment %s: %d roots, at most %d", spec.Ref, len(spec.Roots), MaxRoots)
+		return nil, actuation.Refusef(actuation.CodeRootInvalid, "environment %s: %d roots, at most %d", spec.Ref, len(spec.Roots), MaxRoots)
 	}
 	admitted := Admitted(b.admitted)
 	seen := map[string]bool{}
@@ -178,14 +163,14 @@ func (b *Backend) check(spec backends.Spec) ([]backends.MountedRoot, error) {
 	for i, r := range spec.Roots {
 		field := fmt.Sprintf("roots[%d]", i)
 		if ref := actuation.ValidateRootName(r.Name); ref != nil {
-			return nil, fsaccess.Errorf(CodeRootInvalid, "environment %s: %s.name: %s", spec.Ref, field, ref.Message)
+			return nil, actuation.Refusef(actuation.CodeRootInvalid, "environment %s: %s.name: %s", spec.Ref, field, ref.Message)
 		}
 		if seen[r.Name] {
-			return nil, fsaccess.Errorf(CodeRootInvalid, "environment %s: %s.name %q is duplicated", spec.Ref, field, r.Name)
+			return nil, actuation.Refusef(actuation.CodeRootInvalid, "environment %s: %s.name %q is duplicated", spec.Ref, field, r.Name)
 		}
 		seen[r.Name] = true
 		if r.Source != "" {
-			return nil, fsaccess.Errorf(CodeRootInvalid, "environment %s: %s: host-local takes a hostPath, not a source", spec.Ref, field)
+			return nil, actuation.Refusef(actuation.CodeRootInvalid, "environment %s: %s: host-local takes a hostPath, not a source", spec.Ref, field)
 		}
 		resolved, _, err := CheckDir(admitted, field+".hostPath", r.HostPath)
 		if err != nil {
@@ -193,7 +178,7 @@ func (b *Backend) check(spec backends.Spec) ([]backends.MountedRoot, error) {
 		}
 		for other, od := range resolvedOf {
 			if Within(resolved, od) || Within(od, resolved) {
-				return nil, fsaccess.Errorf(string(actuation.CodeRootOverlap), "environment %s: %s %q (resolving to %q) is nested in, contains or equals root %s (%q)",
+				return nil, actuation.Refusef(actuation.CodeRootOverlap, "environment %s: %s %q (resolving to %q) is nested in, contains or equals root %s (%q)",
 					spec.Ref, field, r.HostPath, resolved, other, od)
 			}
 		}

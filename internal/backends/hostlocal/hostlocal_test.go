@@ -53,24 +53,24 @@ func TestAllocateAdmission(t *testing.T) {
 		// Symlinked paths are mounted as the directory they resolved to when admitted.
 		{"inner symlink staying inside", backends.Root{Name: "a", HostPath: filepath.Join(admitted, "inner-link")}, ""},
 		{"via admitted symlink path", backends.Root{Name: "a", HostPath: filepath.Join(link, "work")}, ""},
-		{"outside", backends.Root{Name: "a", HostPath: outside}, CodeRootNotAdmitted},
-		{"prefix sibling", backends.Root{Name: "a", HostPath: admitted + "-evil"}, CodeRootNotAdmitted},
-		{"symlink escaping", backends.Root{Name: "a", HostPath: filepath.Join(admitted, "escape")}, CodeRootNotAdmitted},
-		{"filesystem root", backends.Root{Name: "a", HostPath: "/"}, CodeRootNotAdmitted},
-		{"empty", backends.Root{Name: "a"}, CodeRootInvalid},
-		{"relative", backends.Root{Name: "a", HostPath: "admitted/work"}, CodeRootInvalid},
-		{"unclean", backends.Root{Name: "a", HostPath: admitted + "/work/../work"}, CodeRootInvalid},
-		{"trailing slash", backends.Root{Name: "a", HostPath: admitted + "/"}, CodeRootInvalid},
-		{"missing", backends.Root{Name: "a", HostPath: filepath.Join(admitted, "nope")}, CodeRootInvalid},
-		{"a file", backends.Root{Name: "a", HostPath: filepath.Join(admitted, "file")}, CodeRootInvalid},
-		{"bad name", backends.Root{Name: "A_b", HostPath: admitted}, CodeRootInvalid},
-		{"source instead", backends.Root{Name: "a", Source: admitted}, CodeRootInvalid},
+		{"outside", backends.Root{Name: "a", HostPath: outside}, string(actuation.CodeRootNotAdmitted)},
+		{"prefix sibling", backends.Root{Name: "a", HostPath: admitted + "-evil"}, string(actuation.CodeRootNotAdmitted)},
+		{"symlink escaping", backends.Root{Name: "a", HostPath: filepath.Join(admitted, "escape")}, string(actuation.CodeRootNotAdmitted)},
+		{"filesystem root", backends.Root{Name: "a", HostPath: "/"}, string(actuation.CodeRootNotAdmitted)},
+		{"empty", backends.Root{Name: "a"}, string(actuation.CodeRootInvalid)},
+		{"relative", backends.Root{Name: "a", HostPath: "admitted/work"}, string(actuation.CodeRootInvalid)},
+		{"unclean", backends.Root{Name: "a", HostPath: admitted + "/work/../work"}, string(actuation.CodeRootInvalid)},
+		{"trailing slash", backends.Root{Name: "a", HostPath: admitted + "/"}, string(actuation.CodeRootInvalid)},
+		{"missing", backends.Root{Name: "a", HostPath: filepath.Join(admitted, "nope")}, string(actuation.CodeRootInvalid)},
+		{"a file", backends.Root{Name: "a", HostPath: filepath.Join(admitted, "file")}, string(actuation.CodeRootInvalid)},
+		{"bad name", backends.Root{Name: "A_b", HostPath: admitted}, string(actuation.CodeRootInvalid)},
+		{"source instead", backends.Root{Name: "a", Source: admitted}, string(actuation.CodeRootInvalid)},
 	}
 	ctx := context.Background()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			st, err := b.Allocate(ctx, spec(c.root))
-			if got := CodeOf(err); got != c.code {
+			if got := string(actuation.CodeOf(err)); got != c.code {
 				t.Fatalf("code = %q (err %v), want %q", got, err, c.code)
 			}
 			if c.code == "" {
@@ -83,11 +83,11 @@ func TestAllocateAdmission(t *testing.T) {
 			}
 		})
 	}
-	if _, err := b.Allocate(ctx, spec()); CodeOf(err) != CodeRootInvalid {
+	if _, err := b.Allocate(ctx, spec()); actuation.CodeOf(err) != actuation.CodeRootInvalid {
 		t.Fatalf("no roots: %v", err)
 	}
 	dup := spec(backends.Root{Name: "a", HostPath: admitted}, backends.Root{Name: "a", HostPath: admitted})
-	if _, err := b.Allocate(ctx, dup); CodeOf(err) != CodeRootInvalid {
+	if _, err := b.Allocate(ctx, dup); actuation.CodeOf(err) != actuation.CodeRootInvalid {
 		t.Fatalf("duplicate root: %v", err)
 	}
 	// Nested, containing or identical roots (also through a symlink) are refused.
@@ -97,16 +97,16 @@ func TestAllocateAdmission(t *testing.T) {
 		{filepath.Join(admitted, "work"), filepath.Join(admitted, "inner-link")},
 	} {
 		st, err := b.Allocate(ctx, spec(backends.Root{Name: "a", HostPath: pair[0]}, backends.Root{Name: "b", HostPath: pair[1]}))
-		if CodeOf(err) != string(actuation.CodeRootOverlap) || st.Phase != backends.PhaseFailed {
+		if actuation.CodeOf(err) != actuation.CodeRootOverlap || st.Phase != backends.PhaseFailed {
 			t.Fatalf("overlapping roots %v: %v (%+v)", pair, err, st)
 		}
 	}
 	if _, err := b.Allocate(ctx, spec(backends.Root{Name: "a", HostPath: filepath.Join(admitted, "work", "sub")},
-		backends.Root{Name: "b", HostPath: admitted + "-evil"})); CodeOf(err) != CodeRootNotAdmitted {
+		backends.Root{Name: "b", HostPath: admitted + "-evil"})); actuation.CodeOf(err) != actuation.CodeRootNotAdmitted {
 		t.Fatalf("prefix sibling is not nested, it is refused for admission only: %v", err)
 	}
 	// No admitted roots at all: everything is refused.
-	if _, err := New(nil).Allocate(ctx, spec(backends.Root{Name: "a", HostPath: admitted})); CodeOf(err) != CodeRootNotAdmitted {
+	if _, err := New(nil).Allocate(ctx, spec(backends.Root{Name: "a", HostPath: admitted})); actuation.CodeOf(err) != actuation.CodeRootNotAdmitted {
 		t.Fatalf("nothing admitted: %v", err)
 	}
 	probs := map[string]string{}

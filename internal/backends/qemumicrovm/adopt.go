@@ -13,10 +13,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/guestclient"
 	"sensorium.dev/workbench/internal/platform/cgroups"
-	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 var _ backends.Adopter = (*Backend)(nil)
@@ -43,7 +43,7 @@ const rebindTimeout = 15 * time.Second
 // either environment. Nothing remains under from.ID.
 func (b *Backend) Adopt(ctx context.Context, from, to backends.Spec) error {
 	fail := func(format string, args ...any) error {
-		return fsaccess.Errorf(CodeVMNotRunning, "adopt the VM of %s into %s: "+format, append([]any{from.Ref, to.Ref}, args...)...)
+		return actuation.Refusef(actuation.CodeVMNotRunning, "adopt the VM of %s into %s: "+format, append([]any{from.Ref, to.Ref}, args...)...)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("adopt the VM of %s into %s: %w", from.Ref, to.Ref, err)

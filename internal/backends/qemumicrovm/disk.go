@@ -51,20 +51,20 @@ type DiskRef struct {
 func (b *Backend) openDiskBase(img *backends.BootImage) (*os.File, error) {
 	root, err := fsaccess.OpenRoot(b.cfg.ImageDir)
 	if err != nil {
-		return nil, fsaccess.Wrap(CodeImageInvalid, err, "image directory %q", b.cfg.ImageDir)
+		return nil, actuation.Wrapf(actuation.CodeImageInvalid, err, "image directory %q", b.cfg.ImageDir)
 	}
 	defer func() { _ = root.Close() }()
 	f, e, err := root.OpenRead(img.DiskPath)
 	if err != nil {
-		return nil, fsaccess.Wrap(CodeImageInvalid, err, "disk %q beneath %s", img.DiskPath, b.cfg.ImageDir)
+		return nil, actuation.Wrapf(actuation.CodeImageInvalid, err, "disk %q beneath %s", img.DiskPath, b.cfg.ImageDir)
 	}
 	if e.Size > MaxDiskBaseBytes {
 		_ = f.Close()
-		return nil, fsaccess.Errorf(CodeImageInvalid, "disk %q is %d bytes, at most %d", img.DiskPath, e.Size, int64(MaxDiskBaseBytes))
+		return nil, actuation.Refusef(actuation.CodeImageInvalid, "disk %q is %d bytes, at most %d", img.DiskPath, e.Size, int64(MaxDiskBaseBytes))
 	}
 	if err := b.verifyN(f, img.DiskDigest, MaxDiskBaseBytes); err != nil {
 		_ = f.Close()
-		return nil, fsaccess.Wrap(CodeDigestMismatch, err, "disk %q", img.DiskPath)
+		return nil, actuation.Wrapf(actuation.CodeDigestMismatch, err, "disk %q", img.DiskPath)
 	}
 	return f, nil
 }
@@ -77,13 +77,13 @@ func (b *Backend) openDiskBase(img *backends.BootImage) (*os.File, error) {
 // swapped file; it is never booted).
 func (b *Backend) workingDisk(id string, base *os.File, baseDigest string, size int64, prev *DiskRef) (*os.File, *DiskRef, error) {
 	if b.cfg.Disks == nil {
-		return nil, nil, fsaccess.Errorf(string(actuation.CodeStorageExhausted), "this node has no working-disk pool for full-system variants")
+		return nil, nil, actuation.Refusef(actuation.CodeStorageExhausted, "this node has no working-disk pool for full-system variants")
 	}
 	path := b.cfg.Disks.Image(id)
 	_, statErr := os.Lstat(path)
 	switch {
 	case statErr == nil && prev == nil:
-		return nil, nil, fsaccess.Errorf(CodeBootFailed, "a working disk %s exists that no record of this environment binds; not booted", path)
+		return nil, nil, actuation.Refusef(actuation.CodeBootFailed, "a working disk %s exists that no record of this environment binds; not booted", path)
 	case statErr != nil && !errors.Is(statErr, os.ErrNotExist):
 		return nil, nil, fmt.Errorf("working disk: %w", statErr)
 	}
@@ -94,7 +94,7 @@ func (b *Backend) workingDisk(id string, base *os.File, baseDigest string, size 
 			return nil, nil, err
 		}
 		if !created {
-			return nil, nil, fsaccess.Errorf(CodeBootFailed, "working disk %s appeared during the clone", path)
+			return nil, nil, actuation.Refusef(actuation.CodeBootFailed, "working disk %s appeared during the clone", path)
 		}
 		method, prev = m, nil
 	}
@@ -111,7 +111,7 @@ func (b *Backend) workingDisk(id string, base *os.File, baseDigest string, size 
 	if prev != nil {
 		if prev.Path != ref.Path || prev.Dev != ref.Dev || prev.Ino != ref.Ino || prev.Birth != ref.Birth || prev.BaseDigest != baseDigest {
 			_ = f.Close()
-			return nil, nil, fsaccess.Errorf(CodeBootFailed, "working disk %s is not the one the record binds (dev %d inode %d of base %s; now dev %d inode %d of base %s); not booted",
+			return nil, nil, actuation.Refusef(actuation.CodeBootFailed, "working disk %s is not the one the record binds (dev %d inode %d of base %s; now dev %d inode %d of base %s); not booted",
 				path, prev.Dev, prev.Ino, protocol.Truncate(prev.BaseDigest), ref.Dev, ref.Ino, protocol.Truncate(baseDigest))
 		}
 		ref.Method = prev.Method

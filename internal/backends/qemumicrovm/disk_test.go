@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/platform/loopdisk"
 )
 
@@ -82,7 +81,7 @@ func TestWorkingDiskReservationAndTeardown(t *testing.T) {
 	}
 	_ = f.Close()
 	_, _, err = b.workingDisk("env-b", base, baseDigest, 48<<20, nil)
-	if fsaccess.CodeOf(err) != string(actuation.CodeStorageExhausted) {
+	if actuation.CodeOf(err) != actuation.CodeStorageExhausted {
 		t.Fatalf("second clone: %v, want %s", err, actuation.CodeStorageExhausted)
 	}
 	if left := b.deleteDisk("env-a", true); left != nil || !exists(b.cfg.Disks.Image("env-a")) {

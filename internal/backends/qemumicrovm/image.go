@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
@@ -80,33 +81,33 @@ func (f *bootFiles) Close() {
 // checkBootImage checks the form of a boot image description.
 func checkBootImage(img *backends.BootImage) error {
 	if img == nil {
-		return fsaccess.Errorf(CodeImageInvalid, "%s needs a boot image (spec.imageRef naming an ImageManifest with a %s variant)", ID, ID)
+		return actuation.Refusef(actuation.CodeImageInvalid, "%s needs a boot image (spec.imageRef naming an ImageManifest with a %s variant)", ID, ID)
 	}
 	for _, f := range []struct{ what, path, digest string }{{"kernel", img.KernelPath, img.KernelDigest}, {"initrd", img.InitrdPath, img.InitrdDigest}} {
 		if f.path == "" {
-			return fsaccess.Errorf(CodeImageInvalid, "the variant has no %s", f.what)
+			return actuation.Refusef(actuation.CodeImageInvalid, "the variant has no %s", f.what)
 		}
 		if err := fsaccess.CheckRel(f.path, true); err != nil {
-			return fsaccess.Wrap(CodeImageInvalid, err, "%s path %q", f.what, f.path)
+			return actuation.Wrapf(actuation.CodeImageInvalid, err, "%s path %q", f.what, f.path)
 		}
 		if !protocol.ValidDigest(f.digest) {
-			return fsaccess.Errorf(CodeImageInvalid, "%s digest %q is not sha256:<64 lowercase hex>", f.what, f.digest)
+			return actuation.Refusef(actuation.CodeImageInvalid, "%s digest %q is not sha256:<64 lowercase hex>", f.what, f.digest)
 		}
 	}
 	if img.DiskPath != "" || img.DiskDigest != "" {
 		if err := fsaccess.CheckRel(img.DiskPath, true); err != nil {
-			return fsaccess.Wrap(CodeImageInvalid, err, "disk path %q", img.DiskPath)
+			return actuation.Wrapf(actuation.CodeImageInvalid, err, "disk path %q", img.DiskPath)
 		}
 		if !protocol.ValidDigest(img.DiskDigest) {
-			return fsaccess.Errorf(CodeImageInvalid, "disk digest %q is not sha256:<64 lowercase hex>", img.DiskDigest)
+			return actuation.Refusef(actuation.CodeImageInvalid, "disk digest %q is not sha256:<64 lowercase hex>", img.DiskDigest)
 		}
 	}
 	if len(img.CommandLine) > MaxCommandLine {
-		return fsaccess.Errorf(CodeImageInvalid, "kernel command line longer than %d bytes", MaxCommandLine)
+		return actuation.Refusef(actuation.CodeImageInvalid, "kernel command line longer than %d bytes", MaxCommandLine)
 	}
 	for i := 0; i < len(img.CommandLine); i++ {
 		if c := img.CommandLine[i]; c < ' ' || c > '~' {
-			return fsaccess.Errorf(CodeImageInvalid, "kernel command line has a non-printable byte at %d", i)
+			return actuation.Refusef(actuation.CodeImageInvalid, "kernel command line has a non-printable byte at %d", i)
 		}
 	}
 	return nil
@@ -118,25 +119,25 @@ func checkBootImage(img *backends.BootImage) error {
 func (b *Backend) openBoot(img *backends.BootImage, verify bool) (*bootFiles, error) {
 	root, err := fsaccess.OpenRoot(b.cfg.ImageDir)
 	if err != nil {
-		return nil, fsaccess.Wrap(CodeImageInvalid, err, "image directory %q", b.cfg.ImageDir)
+		return nil, actuation.Wrapf(actuation.CodeImageInvalid, err, "image directory %q", b.cfg.ImageDir)
 	}
 	defer func() { _ = root.Close() }()
 	bf := &bootFiles{}
 	open := func(what, rel, digest string) (*os.File, error) {
 		f, e, err := root.OpenRead(rel)
 		if err != nil {
-			return nil, fsaccess.Wrap(CodeImageInvalid, err, "%s %q beneath %s", what, rel, b.cfg.ImageDir)
+			return nil, actuation.Wrapf(actuation.CodeImageInvalid, err, "%s %q beneath %s", what, rel, b.cfg.ImageDir)
 		}
 		if e.Size > MaxBootFileBytes {
 			_ = f.Close()
-			return nil, fsaccess.Errorf(CodeImageInvalid, "%s %q is %d bytes, at most %d", what, rel, e.Size, MaxBootFileBytes)
+			return nil, actuation.Refusef(actuation.CodeImageInvalid, "%s %q is %d bytes, at most %d", what, rel, e.Size, MaxBootFileBytes)
 		}
 		if !verify {
 			return f, nil
 		}
 		if err := b.verify(f, digest); err != nil {
 			_ = f.Close()
-			return nil, fsaccess.Wrap(CodeDigestMismatch, err, "%s %q", what, rel)
+			return nil, actuation.Wrapf(actuation.CodeDigestMismatch, err, "%s %q", what, rel)
 		}
 		return f, nil
 	}

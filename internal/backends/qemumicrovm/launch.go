@@ -16,10 +16,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/guestclient"
 	"sensorium.dev/workbench/internal/platform/cgroups"
-	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // vm is a VM this process runs: booted by it, or adopted from an exact record match.
@@ -151,7 +151,7 @@ func (b *Backend) boot(ctx context.Context, spec backends.Spec, p *plan) (*vm, e
 	if len(b.vms)+b.booting >= b.cfg.MaxVMs {
 		n := len(b.vms) + b.booting
 		b.mu.Unlock()
-		return nil, fsaccess.Errorf(CodeVMCapReached, "this node runs %d VMs (at most %d)", n, b.cfg.MaxVMs)
+		return nil, actuation.Refusef(actuation.CodeVMCapReached, "this node runs %d VMs (at most %d)", n, b.cfg.MaxVMs)
 	}
 	b.booting++
 	b.mu.Unlock()
@@ -276,10 +276,10 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 		files, ferr := clearDir(dir, true)
 		rec.State, rec.Reason = StateStopped, protocol.Truncate(code+": "+err.Error()+said+teardownNote(procs, perr, files, ferr))
 		_ = writeRecord(dir, rec)
-		return nil, fsaccess.Wrap(code, err, "boot of generation %d under %s%s", rec.Generation, rec.Accel, protocol.Truncate(said))
+		return nil, actuation.Wrapf(actuation.Code(code), err, "boot of generation %d under %s%s", rec.Generation, rec.Accel, protocol.Truncate(said))
 	}
 	if cgErr != nil {
-		return fail(CodeCgroupUnavailable, cgErr)
+		return fail(string(actuation.CodeCgroupUnavailable), cgErr)
 	}
 	bootCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -289,7 +289,7 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 	vs, gs := filepath.Join(dir, vhostSock), filepath.Join(dir, guestSock)
 	w, err := watchDir(dir)
 	if err != nil {
-		return fail(CodeBootFailed, err)
+		return fail(string(actuation.CodeBootFailed), err)
 	}
 	defer w.close()
 	devDir := "/proc/self/fd/3" // ExtraFiles[0]: the VM directory
@@ -298,11 +298,11 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 	dev.Stdout, dev.Stderr = &devOut, &devOut
 	dev.ExtraFiles = []*os.File{dirFile}
 	if v.dev, v.devDone, err = startProc(dev, cg, id, false); err != nil {
-		return fail(CodeBootFailed, fmt.Errorf("start vhost-device-vsock: %w", err))
+		return fail(string(actuation.CodeBootFailed), fmt.Errorf("start vhost-device-vsock: %w", err))
 	}
 	rec.Device = &v.dev.id
 	if err := writeRecord(dir, rec); err != nil {
-		return fail(CodeBootFailed, err)
+		return fail(string(actuation.CodeBootFailed), err)
 	}
 	if err := w.waitFor(bootCtx, vs, v.devDone); err != nil {
 		return fail(bootCode(ctx, err), fmt.Errorf("vhost-device-vsock socket: %w", err))
@@ -312,20 +312,20 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 	// before QEMU starts.
 	ready, err := guestclient.ListenReady(gs, protocol.ReadyPort)
 	if err != nil {
-		return fail(CodeBootFailed, err)
+		return fail(string(actuation.CodeBootFailed), err)
 	}
 	defer func() { _ = ready.Close() }()
 	if v.serial, err = listenSerial(filepath.Join(dir, serialSock), filepath.Join(dir, serialLog), b.cfg.SerialMaxBytes); err != nil {
-		return fail(CodeBootFailed, fmt.Errorf("serial listener: %w", err))
+		return fail(string(actuation.CodeBootFailed), fmt.Errorf("serial listener: %w", err))
 	}
 	mon, err := listenMonitor(filepath.Join(dir, monitorSock)) // qmp.go
 	if err != nil {
-		return fail(CodeBootFailed, err)
+		return fail(string(actuation.CodeBootFailed), err)
 	}
 	defer func() { _ = mon.Close() }()
 	// The VMM processes connect to the three listeners.
 	if err := shareWithVMM("", id, 0, ready.Path(), filepath.Join(dir, serialSock), filepath.Join(dir, monitorSock)); err != nil {
-		return fail(CodeBootFailed, err)
+		return fail(string(actuation.CodeBootFailed), err)
 	}
 	go v.serial.serve(deadline)
 
@@ -338,14 +338,14 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 		q.ExtraFiles = append(q.ExtraFiles, files.disk, files.diskRO) // fds 6 and 7: diskFD, diskROFD
 	}
 	if v.qemu, v.qemuDone, err = startProc(q, cg, id, true); err != nil {
-		return fail(CodeBootFailed, fmt.Errorf("start QEMU: %w", err))
+		return fail(string(actuation.CodeBootFailed), fmt.Errorf("start QEMU: %w", err))
 	}
 	rec.QEMU, rec.LaunchedAt = &v.qemu.id, time.Now().UTC()
 	if err := writeRecord(dir, rec); err != nil {
-		return fail(CodeBootFailed, err)
+		return fail(string(actuation.CodeBootFailed), err)
 	}
 	if v.mon, err = acceptMonitor(mon, deadline); err != nil {
-		return fail(CodeBootFailed, err)
+		return fail(string(actuation.CodeBootFailed), err)
 	}
 	// A boot ends early when either process exits.
 	go func() {
@@ -374,11 +374,11 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 	_ = ready.Close()
 	gid, err := socketIdentity(gs)
 	if err != nil {
-		return fail(CodeBootFailed, err)
+		return fail(string(actuation.CodeBootFailed), err)
 	}
 	vid, err := socketIdentity(vs)
 	if err != nil {
-		return fail(CodeBootFailed, err)
+		return fail(string(actuation.CodeBootFailed), err)
 	}
 	rec.Sockets = []SocketIdentity{vid, gid}
 	// WaitReady retries the CONNECT while it is refused: hybrid vsock has no other
@@ -387,7 +387,7 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 	if err != nil {
 		code := bootCode(ctx, exitedErr(err))
 		if protocol.CodeOf(err) != "" {
-			code = CodeBootFailed // the guest refused this boot's binding
+			code = string(actuation.CodeBootFailed) // the guest refused this boot's binding
 		}
 		return fail(code, exitedErr(err))
 	}
@@ -401,13 +401,13 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 		}
 		if err != nil {
 			_ = c.Close()
-			return fail(CodeBootFailed, fmt.Errorf("create the roots in the guest: %w", err))
+			return fail(string(actuation.CodeBootFailed), fmt.Errorf("create the roots in the guest: %w", err))
 		}
 	}
 	_ = c.Close()
 	rec.State, rec.ReadyAt = StateRunning, time.Now().UTC()
 	if err := writeRecord(dir, rec); err != nil {
-		return fail(CodeBootFailed, err)
+		return fail(string(actuation.CodeBootFailed), err)
 	}
 	return v, nil
 }
@@ -415,9 +415,9 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 // bootCode tells a timeout from another boot failure.
 func bootCode(parent context.Context, err error) string {
 	if errors.Is(err, context.DeadlineExceeded) && parent.Err() == nil {
-		return CodeBootTimeout
+		return string(actuation.CodeBootTimeout)
 	}
-	return CodeBootFailed
+	return string(actuation.CodeBootFailed)
 }
 
 // startProc starts cmd through the VMM sandbox (vmmsandbox.go) as id, born in g when

@@ -12,9 +12,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/guestclient"
-	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/platform/procexec"
 )
 
@@ -54,7 +54,7 @@ func (b *Backend) held(v *vm) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if v.holding {
-		return fsaccess.Errorf(CodePaused, "the environment's VM is paused or pausing: no new guest channel")
+		return actuation.Refusef(actuation.CodeEnvironmentPaused, "the environment's VM is paused or pausing: no new guest channel")
 	}
 	return nil
 }
@@ -128,7 +128,7 @@ func (b *Backend) Pause(ctx context.Context, spec backends.Spec) (backends.Statu
 	defer b.lock(spec.ID)()
 	v := b.get(spec.ID)
 	if v == nil || !v.alive() {
-		err := fsaccess.Errorf(CodeVMNotRunning, "%s: no running VM for this environment", spec.Ref)
+		err := actuation.Refusef(actuation.CodeVMNotRunning, "%s: no running VM for this environment", spec.Ref)
 		return backends.Status{Phase: backends.PhaseFailed, Message: err.Error()}, err
 	}
 	b.setHold(v, true)
@@ -158,8 +158,8 @@ func (b *Backend) Resume(ctx context.Context, spec backends.Spec) (backends.Stat
 	defer b.lock(spec.ID)()
 	v := b.get(spec.ID)
 	if v == nil || !v.alive() {
-		return backends.Status{Phase: backends.PhaseFailed, Message: CodeVMNotRunning + ": no VM runs for this environment"},
-			fsaccess.Errorf(CodeVMNotRunning, "resume %s: no VM runs for this environment", spec.Ref)
+		return backends.Status{Phase: backends.PhaseFailed, Message: string(actuation.CodeVMNotRunning) + ": no VM runs for this environment"},
+			actuation.Refusef(actuation.CodeVMNotRunning, "resume %s: no VM runs for this environment", spec.Ref)
 	}
 	defer b.setHold(v, false) // (serialised with Pause by the ID lock)
 	failed := func(err error) (backends.Status, error) {
@@ -220,7 +220,7 @@ func (b *Backend) RunState(ctx context.Context, id string) (string, error) {
 	defer b.lock(id)()
 	v := b.get(id)
 	if v == nil {
-		return "", fsaccess.Errorf(CodeVMNotRunning, "no VM runs for environment %s on this node", id)
+		return "", actuation.Refusef(actuation.CodeVMNotRunning, "no VM runs for environment %s on this node", id)
 	}
 	if isStopped, err := stopped(v.qemu.id.Pid); err != nil || isStopped {
 		return "paused", err
@@ -244,15 +244,15 @@ func (b *Backend) monitorOf(v *vm) (*qmpConn, error) {
 	path := filepath.Join(v.dir, monitorSock)
 	ln, err := listenMonitor(path)
 	if err != nil {
-		return nil, fsaccess.Wrap(CodeVMNotRunning, err, "QEMU monitor of an adopted VM")
+		return nil, actuation.Wrapf(actuation.CodeVMNotRunning, err, "QEMU monitor of an adopted VM")
 	}
 	defer func() { _ = ln.Close() }()
 	if err := shareWithVMM("", b.vmmIdentity(), 0, path); err != nil {
-		return nil, fsaccess.Wrap(CodeVMNotRunning, err, "QEMU monitor of an adopted VM")
+		return nil, actuation.Wrapf(actuation.CodeVMNotRunning, err, "QEMU monitor of an adopted VM")
 	}
 	mon, err = acceptMonitor(ln, time.Now().Add(monitorReconnectWait))
 	if err != nil {
-		return nil, fsaccess.Wrap(CodeVMNotRunning, err, "QEMU monitor of an adopted VM (its chardev reconnects every second)")
+		return nil, actuation.Wrapf(actuation.CodeVMNotRunning, err, "QEMU monitor of an adopted VM (its chardev reconnects every second)")
 	}
 	b.mu.Lock()
 	v.mon = mon

@@ -15,9 +15,9 @@ import (
 	"time"
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/guestclient"
-	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // pauseCycles is the number of pause/resume cycles TestPauseResumeCycles runs
@@ -111,7 +111,7 @@ func TestPauseResumeCycles(t *testing.T) {
 					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 					err := spawn(ctx, fmt.Sprintf("bg-%d-%d-%d", cycle, s, i))
 					cancel()
-					if fsaccess.CodeOf(err) == CodePaused {
+					if actuation.CodeOf(err) == actuation.CodeEnvironmentPaused {
 						refused.Add(1)
 						select { // held off: try again shortly
 						case <-stop:
@@ -129,11 +129,11 @@ func TestPauseResumeCycles(t *testing.T) {
 			t.Fatalf("cycle %d: pause: %+v %v", cycle, st, err)
 		}
 		pauseTook = append(pauseTook, time.Since(pauseStart))
-		if c, err := b.Guest(ctxT(t, 5*time.Second), spec.ID); fsaccess.CodeOf(err) != CodePaused {
+		if c, err := b.Guest(ctxT(t, 5*time.Second), spec.ID); actuation.CodeOf(err) != actuation.CodeEnvironmentPaused {
 			if c != nil {
 				_ = c.Close()
 			}
-			t.Fatalf("cycle %d: a new channel to a paused VM: %v, want %s", cycle, err, CodePaused)
+			t.Fatalf("cycle %d: a new channel to a paused VM: %v, want %s", cycle, err, string(actuation.CodeEnvironmentPaused))
 		}
 		if state, err := b.RunState(ctxT(t, 5*time.Second), spec.ID); err != nil || state != "paused" {
 			t.Fatalf("cycle %d: run state of a paused VM: %q %v", cycle, state, err)
@@ -172,7 +172,7 @@ func TestPauseResumeCycles(t *testing.T) {
 		t.Fatalf("drain of a paused VM: %+v %v", st, err)
 	}
 	t.Logf("%d cycles; %d stream channels refused with %s while paused; pause p50 %v, max %v",
-		pauseCycles(), refused.Load(), CodePaused, p50(pauseTook).Round(time.Millisecond), slices.Max(pauseTook).Round(time.Millisecond))
+		pauseCycles(), refused.Load(), string(actuation.CodeEnvironmentPaused), p50(pauseTook).Round(time.Millisecond), slices.Max(pauseTook).Round(time.Millisecond))
 }
 
 // dumpVM logs what a wedged VM's processes are doing: the vsock device's and QEMU's

@@ -49,30 +49,11 @@ import (
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/guestclient"
 	"sensorium.dev/workbench/internal/platform/cgroups"
-	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/platform/loopdisk"
 )
 
 // ID is the backend identifier (spec.backend).
 const ID = "qemu-microvm.v1"
-
-// Refusal codes (carried by errors; fsaccess.CodeOf reads them), all from
-// internal/actuation's closed vocabulary.
-const (
-	CodeImageInvalid      = string(actuation.CodeImageInvalid)      // no boot image, a path outside the image dir, a missing or oversized file
-	CodeDigestMismatch    = string(actuation.CodeDigestMismatch)    // a boot file's content is not the manifest's digest
-	CodeRootInvalid       = string(actuation.CodeRootInvalid)       // a root with a hostPath or source: no host directory is shared
-	CodeCgroupUnavailable = string(actuation.CodeCgroupUnavailable) // the VM's cgroup could not be made
-	CodeResourcesAboveMax = string(actuation.CodeResourcesAboveMax) // vCPUs or memory above the node's bounds
-	CodeResourcesInvalid  = string(actuation.CodeResourcesInvalid)  // below the minimum the guest needs
-	CodeVMCapReached      = string(actuation.CodeVMCapReached)      // the node runs MaxVMs VMs
-	CodeBootFailed        = string(actuation.CodeBootFailed)        // QEMU or the vsock device exited, or the guest refused the binding
-	CodeBootTimeout       = string(actuation.CodeBootTimeout)       // no ready signal and handshake within BootTimeout
-	CodeVMNotRunning      = string(actuation.CodeVMNotRunning)      // no running VM for the environment in this process
-	CodePaused            = string(actuation.CodeEnvironmentPaused) // a pause holds the VM: no new guest channel
-	CodeIDInvalid         = string(actuation.CodeEnvironmentIDInvalid)
-	CodeStateDirTooLong   = string(actuation.CodeStateDirTooLong) // socket paths would exceed 107 bytes
-)
 
 // Accelerators.
 const (
@@ -297,10 +278,10 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
 func (b *Backend) checkID(id string) error {
 	if len(id) == 0 || len(id) > MaxIDBytes || !idPattern.MatchString(id) {
-		return fsaccess.Errorf(CodeIDInvalid, "environment ID %q must be 1..%d bytes of [A-Za-z0-9._-], not starting with '.', '_' or '-'", id, MaxIDBytes)
+		return actuation.Refusef(actuation.CodeEnvironmentIDInvalid, "environment ID %q must be 1..%d bytes of [A-Za-z0-9._-], not starting with '.', '_' or '-'", id, MaxIDBytes)
 	}
 	if p := guestclient.ReadyPath(filepath.Join(b.vmsDir, id, guestSock), protocol.ReadyPort); len(p) > maxSocketPath {
-		return fsaccess.Errorf(CodeStateDirTooLong, "socket path %q is %d bytes, at most %d: use a shorter stateDir", p, len(p), maxSocketPath)
+		return actuation.Refusef(actuation.CodeStateDirTooLong, "socket path %q is %d bytes, at most %d: use a shorter stateDir", p, len(p), maxSocketPath)
 	}
 	return nil
 }
@@ -373,25 +354,25 @@ func (b *Backend) checkSpec(spec backends.Spec) (*plan, error) {
 	}
 	switch {
 	case p.VCPUs < 1 || p.MemoryMiB < MinMemoryMiB:
-		return nil, fsaccess.Errorf(CodeResourcesInvalid, "environment %s: %d vCPUs and %d MiB; at least 1 vCPU and %d MiB", spec.Ref, p.VCPUs, p.MemoryMiB, MinMemoryMiB)
+		return nil, actuation.Refusef(actuation.CodeResourcesInvalid, "environment %s: %d vCPUs and %d MiB; at least 1 vCPU and %d MiB", spec.Ref, p.VCPUs, p.MemoryMiB, MinMemoryMiB)
 	case p.VCPUs > b.cfg.MaxVCPUs || p.MemoryMiB > b.cfg.MaxMemoryMiB:
-		return nil, fsaccess.Errorf(CodeResourcesAboveMax, "environment %s: %d vCPUs and %d MiB; this node allows at most %d vCPUs and %d MiB per VM",
+		return nil, actuation.Refusef(actuation.CodeResourcesAboveMax, "environment %s: %d vCPUs and %d MiB; this node allows at most %d vCPUs and %d MiB per VM",
 			spec.Ref, p.VCPUs, p.MemoryMiB, b.cfg.MaxVCPUs, b.cfg.MaxMemoryMiB)
 	}
 	if len(spec.Roots) == 0 || len(spec.Roots) > MaxRoots {
-		return nil, fsaccess.Errorf(CodeRootInvalid, "environment %s: %d roots, want 1..%d", spec.Ref, len(spec.Roots), MaxRoots)
+		return nil, actuation.Refusef(actuation.CodeRootInvalid, "environment %s: %d roots, want 1..%d", spec.Ref, len(spec.Roots), MaxRoots)
 	}
 	seen := map[string]bool{}
 	for i, r := range spec.Roots {
 		if ref := actuation.ValidateRootName(r.Name); ref != nil {
-			return nil, fsaccess.Errorf(CodeRootInvalid, "environment %s: roots[%d].name: %s", spec.Ref, i, ref.Message)
+			return nil, actuation.Refusef(actuation.CodeRootInvalid, "environment %s: roots[%d].name: %s", spec.Ref, i, ref.Message)
 		}
 		if seen[r.Name] {
-			return nil, fsaccess.Errorf(CodeRootInvalid, "environment %s: roots[%d].name %q is duplicated", spec.Ref, i, r.Name)
+			return nil, actuation.Refusef(actuation.CodeRootInvalid, "environment %s: roots[%d].name %q is duplicated", spec.Ref, i, r.Name)
 		}
 		seen[r.Name] = true
 		if r.HostPath != "" || r.Source != "" {
-			return nil, fsaccess.Errorf(CodeRootInvalid, "environment %s: roots[%d]: %s shares no host directory; a root is a directory inside the guest (no hostPath or source)", spec.Ref, i, ID)
+			return nil, actuation.Refusef(actuation.CodeRootInvalid, "environment %s: roots[%d]: %s shares no host directory; a root is a directory inside the guest (no hostPath or source)", spec.Ref, i, ID)
 		}
 		p.Roots = append(p.Roots, r.Name)
 		p.roots = append(p.roots, backends.MountedRoot{Name: r.Name, GuestDir: r.Name, ReadOnly: r.ReadOnly})
@@ -484,16 +465,16 @@ func (b *Backend) Inspect(ctx context.Context, spec backends.Spec) (backends.Sta
 		rec, err := readRecord(b.dir(spec.ID))
 		switch {
 		case errors.Is(err, errNoRecord):
-			return backends.Status{Phase: backends.PhaseFailed, Message: CodeVMNotRunning + ": no VM is allocated"}, nil
+			return backends.Status{Phase: backends.PhaseFailed, Message: string(actuation.CodeVMNotRunning) + ": no VM is allocated"}, nil
 		case err != nil:
-			return backends.Status{Phase: backends.PhaseFailed, Message: CodeVMNotRunning + ": " + err.Error()}, nil
+			return backends.Status{Phase: backends.PhaseFailed, Message: string(actuation.CodeVMNotRunning) + ": " + err.Error()}, nil
 		}
 		return backends.Status{Phase: backends.PhaseFailed, Generation: rec.Generation,
-			Message: fmt.Sprintf("%s: recorded VM (state %s) is not run by this process", CodeVMNotRunning, rec.State)}, nil
+			Message: fmt.Sprintf("%s: recorded VM (state %s) is not run by this process", string(actuation.CodeVMNotRunning), rec.State)}, nil
 	}
 	gen := v.rec.Generation
 	if !v.alive() {
-		return backends.Status{Phase: backends.PhaseFailed, Generation: gen, Message: CodeVMNotRunning + ": the VM's QEMU or vsock device exited"}, nil
+		return backends.Status{Phase: backends.PhaseFailed, Generation: gen, Message: string(actuation.CodeVMNotRunning) + ": the VM's QEMU or vsock device exited"}, nil
 	}
 	ictx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
@@ -531,8 +512,8 @@ func (b *Backend) Drain(ctx context.Context, spec backends.Spec) (backends.Statu
 	defer b.lock(spec.ID)()
 	v := b.get(spec.ID)
 	if v == nil {
-		return backends.Status{Phase: backends.PhaseFailed, Message: CodeVMNotRunning + ": no VM runs for this environment"},
-			fsaccess.Errorf(CodeVMNotRunning, "drain %s: no VM runs for this environment", spec.Ref)
+		return backends.Status{Phase: backends.PhaseFailed, Message: string(actuation.CodeVMNotRunning) + ": no VM runs for this environment"},
+			actuation.Refusef(actuation.CodeVMNotRunning, "drain %s: no VM runs for this environment", spec.Ref)
 	}
 	if v.rec.State != StateDraining {
 		v.rec.State = StateDraining
@@ -599,7 +580,7 @@ func (b *Backend) Teardown(ctx context.Context, spec backends.Spec) (backends.St
 func (b *Backend) Guest(ctx context.Context, id string) (*guestclient.Client, error) {
 	v := b.get(id)
 	if v == nil {
-		return nil, fsaccess.Errorf(CodeVMNotRunning, "no VM runs for environment %s on this node", id)
+		return nil, actuation.Refusef(actuation.CodeVMNotRunning, "no VM runs for environment %s on this node", id)
 	}
 	if err := b.held(v); err != nil {
 		return nil, err
@@ -617,7 +598,7 @@ func (b *Backend) Guest(ctx context.Context, id string) (*guestclient.Client, er
 func (b *Backend) GuestChannel(id string) (guestclient.Endpoint, protocol.Binding, error) {
 	v := b.get(id)
 	if v == nil {
-		return guestclient.Endpoint{}, protocol.Binding{}, fsaccess.Errorf(CodeVMNotRunning, "no VM runs for environment %s on this node", id)
+		return guestclient.Endpoint{}, protocol.Binding{}, actuation.Refusef(actuation.CodeVMNotRunning, "no VM runs for environment %s on this node", id)
 	}
 	return v.endpoint(), v.rec.Binding, nil
 }

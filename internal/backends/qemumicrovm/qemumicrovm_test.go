@@ -19,10 +19,10 @@ import (
 	"time"
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/guestclient"
-	"sensorium.dev/workbench/internal/nodeagent/guestpty"
-	"sensorium.dev/workbench/internal/platform/fsaccess"
+	"sensorium.dev/workbench/internal/guestclient/guestpty"
 
 	"golang.org/x/sys/unix"
 )
@@ -309,7 +309,7 @@ func TestBootHandshakeTeardown(t *testing.T) {
 	if st, err := b.Teardown(ctxT(t, 10*time.Second), spec); err != nil || st.Phase != backends.PhaseClosed {
 		t.Fatalf("second teardown: %+v %v", st, err)
 	}
-	if _, err := b.Guest(ctxT(t, 5*time.Second), spec.ID); fsaccess.CodeOf(err) != CodeVMNotRunning {
+	if _, err := b.Guest(ctxT(t, 5*time.Second), spec.ID); actuation.CodeOf(err) != actuation.CodeVMNotRunning {
 		t.Fatalf("guest after teardown: %v", err)
 	}
 }
@@ -535,23 +535,23 @@ func TestRefusals(t *testing.T) {
 		spec backends.Spec
 		code string
 	}{
-		"host path root":  {bad(func(s *backends.Spec) { s.Roots = []backends.Root{{Name: "repo", HostPath: "/etc"}} }), CodeRootInvalid},
-		"source root":     {bad(func(s *backends.Spec) { s.Roots = []backends.Root{{Name: "repo", Source: "/etc"}} }), CodeRootInvalid},
-		"no image":        {bad(func(s *backends.Spec) { s.Boot = nil }), CodeImageInvalid},
-		"escaping kernel": {bad(func(s *backends.Spec) { s.Boot.KernelPath = "../../etc/passwd" }), CodeImageInvalid},
-		"absolute kernel": {bad(func(s *backends.Spec) { s.Boot.KernelPath = "/etc/passwd" }), CodeImageInvalid},
-		"missing kernel":  {bad(func(s *backends.Spec) { s.Boot.KernelPath = "guest/nope" }), CodeImageInvalid},
+		"host path root":  {bad(func(s *backends.Spec) { s.Roots = []backends.Root{{Name: "repo", HostPath: "/etc"}} }), string(actuation.CodeRootInvalid)},
+		"source root":     {bad(func(s *backends.Spec) { s.Roots = []backends.Root{{Name: "repo", Source: "/etc"}} }), string(actuation.CodeRootInvalid)},
+		"no image":        {bad(func(s *backends.Spec) { s.Boot = nil }), string(actuation.CodeImageInvalid)},
+		"escaping kernel": {bad(func(s *backends.Spec) { s.Boot.KernelPath = "../../etc/passwd" }), string(actuation.CodeImageInvalid)},
+		"absolute kernel": {bad(func(s *backends.Spec) { s.Boot.KernelPath = "/etc/passwd" }), string(actuation.CodeImageInvalid)},
+		"missing kernel":  {bad(func(s *backends.Spec) { s.Boot.KernelPath = "guest/nope" }), string(actuation.CodeImageInvalid)},
 		"wrong digest": {bad(func(s *backends.Spec) {
 			s.Boot.InitrdDigest = "sha256:" + strings.Repeat("0", 64)
-		}), CodeDigestMismatch},
-		"too much memory": {bad(func(s *backends.Spec) { s.MemoryMiB = 1 << 20 }), CodeResourcesAboveMax},
-		"too many vCPUs":  {bad(func(s *backends.Spec) { s.VCPUs = 1024 }), CodeResourcesAboveMax},
-		"bad ID":          {bad(func(s *backends.Spec) { s.ID = "../x" }), CodeIDInvalid},
-		"control bytes":   {bad(func(s *backends.Spec) { s.Boot.CommandLine = "console=ttyS0\ninit=/bin/sh" }), CodeImageInvalid},
+		}), string(actuation.CodeDigestMismatch)},
+		"too much memory": {bad(func(s *backends.Spec) { s.MemoryMiB = 1 << 20 }), string(actuation.CodeResourcesAboveMax)},
+		"too many vCPUs":  {bad(func(s *backends.Spec) { s.VCPUs = 1024 }), string(actuation.CodeResourcesAboveMax)},
+		"bad ID":          {bad(func(s *backends.Spec) { s.ID = "../x" }), string(actuation.CodeEnvironmentIDInvalid)},
+		"control bytes":   {bad(func(s *backends.Spec) { s.Boot.CommandLine = "console=ttyS0\ninit=/bin/sh" }), string(actuation.CodeImageInvalid)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			st, err := b.Allocate(ctxT(t, 30*time.Second), c.spec)
-			if fsaccess.CodeOf(err) != c.code || st.Phase != backends.PhaseFailed {
+			if string(actuation.CodeOf(err)) != c.code || st.Phase != backends.PhaseFailed {
 				t.Fatalf("got %+v, %v; want code %s", st, err, c.code)
 			}
 			noVMProcesses(t, b, b.vmsDir)

@@ -39,7 +39,6 @@ import (
 	"time"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/platform/artifactout"
 	"sensorium.dev/workbench/internal/platform/cgroups"
 	"sensorium.dev/workbench/internal/platform/egress"
@@ -139,7 +138,7 @@ type Capture struct {
 }
 
 func refuse(code actuation.Code, format string, args ...any) error {
-	return refusal.New(string(code), format, args...)
+	return actuation.Refusef(actuation.Code(string(code)), format, args...)
 }
 
 // Prepare checks the envelope and sets up every primitive it needs. On error nothing is
@@ -368,7 +367,7 @@ func (r *Run) Finish(runFailed bool) (Capture, error) {
 			if res.Code != "" {
 				set(res.Code, res.Message+"; nothing committed")
 			} else if err := r.write.Commit(res, r.env.WriteRoot); err != nil {
-				if code := refusal.CodeOf(err); code != "" {
+				if code := string(actuation.CodeOf(err)); code != "" {
 					set(code, err.Error())
 				} else {
 					errs = append(errs, err)

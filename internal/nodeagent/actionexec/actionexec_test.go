@@ -12,7 +12,6 @@ import (
 
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/artifacts"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/platform/artifactout"
 	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/platform/writecap"
@@ -135,7 +134,7 @@ func TestC2PinnedScript(t *testing.T) {
 		t.Errorf("digest %q", c.ExecutableDigest)
 	}
 	// Now the file on disk differs from the pin: refused before anything runs.
-	if _, _, err := f.run(t, env, nil); refusal.CodeOf(err) != string(actuation.CodeScriptHashMismatch) {
+	if _, _, err := f.run(t, env, nil); actuation.CodeOf(err) != actuation.CodeScriptHashMismatch {
 		t.Errorf("edited script: %v, want %s", err, actuation.CodeScriptHashMismatch)
 	}
 }
@@ -154,7 +153,7 @@ func TestC2ScriptOutsideRoots(t *testing.T) {
 		filepath.Join(f.scripts, "missing.sh"): actuation.CodeScriptExecutableMissing} {
 		env := Envelope{Class: "C2", Effects: []string{EffectRead}, ScriptRoots: []string{f.scripts},
 			Executable: Executable{Kind: "script", Path: path, Interpreter: "/bin/sh"}, Argv: []string{"sh", path}}
-		if _, _, err := f.run(t, env, nil); refusal.CodeOf(err) != string(code) {
+		if _, _, err := f.run(t, env, nil); string(actuation.CodeOf(err)) != string(code) {
 			t.Errorf("%s: %v, want %s", path, err, code)
 		}
 	}
@@ -162,7 +161,7 @@ func TestC2ScriptOutsideRoots(t *testing.T) {
 	p, _ := f.script(t, "noexec.sh", "#!/bin/sh\necho hi\n")
 	env := Envelope{Class: "C2", Effects: []string{EffectRead}, ScriptRoots: []string{f.scripts},
 		Executable: Executable{Kind: "script", Path: p}, Argv: []string{p}}
-	if _, _, err := f.run(t, env, nil); refusal.CodeOf(err) != string(actuation.CodeScriptNotExecutable) {
+	if _, _, err := f.run(t, env, nil); actuation.CodeOf(err) != actuation.CodeScriptNotExecutable {
 		t.Errorf("non-executable script: %v", err)
 	}
 }
@@ -217,7 +216,7 @@ func TestEnvelopeRefusals(t *testing.T) {
 			WriteRoot: t.TempDir(), Write: &writecap.Policy{MaxBytesTotal: 10, MaxBytesPerFile: 10}}, actuation.CodeWorkingDirectoryForbidden},
 	}
 	for name, c := range cases {
-		if _, _, err := f.run(t, c.env, nil); refusal.CodeOf(err) != string(c.code) {
+		if _, _, err := f.run(t, c.env, nil); string(actuation.CodeOf(err)) != string(c.code) {
 			t.Errorf("%s: %v, want %s", name, err, c.code)
 		}
 	}

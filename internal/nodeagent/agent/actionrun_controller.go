@@ -29,7 +29,6 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/nodeagent/actionexec"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/store"
 	"sensorium.dev/workbench/internal/platform/artifactout"
 	"sensorium.dev/workbench/internal/platform/egress"
@@ -381,7 +380,7 @@ func (r *actionRunReconciler) start(ctx context.Context, p *runPass) error {
 	envl.Resources, envl.CgroupID = environmentLimits(&env), string(run.UID)
 	prep, err := actionexec.Prepare(envl, actionexec.Options{WorkBase: filepath.Join(a.cfg.StateDir, "tmp", "actions"), Store: a.blobs})
 	if err != nil {
-		c := refusal.CodeOf(err)
+		c := string(actuation.CodeOf(err))
 		if c == "" {
 			return err
 		}
@@ -564,7 +563,7 @@ func (r *actionRunReconciler) await(run *wbv1.ActionRun, act *actions.Action, h 
 	o.Stdout = truncateUTF8(string(res.Output), maxStatusStdout)
 	switch {
 	case runErr != nil:
-		o.Phase, o.RefusalCode, o.Message = wbv1.ActionRunFailed, refusal.CodeOf(runErr), runErr.Error()
+		o.Phase, o.RefusalCode, o.Message = wbv1.ActionRunFailed, string(actuation.CodeOf(runErr)), runErr.Error()
 	case res.SignalOrigin == procexec.OriginTimeout:
 		o.Phase, o.RefusalCode, o.Message = wbv1.ActionRunTimedOut, string(actuation.CodeActionTimeout), "timed out; the process group was terminated"
 	case res.SignalOrigin == procexec.OriginCancel && r.stopping.Load():
@@ -636,7 +635,7 @@ func applyCapture(o *actionOutcome, c actionexec.Capture) {
 		}
 		for _, q := range tr.DNS {
 			if !q.Allowed && len(o.Transcript) < maxTranscript {
-				o.Transcript = append(o.Transcript, wbv1.ConnectionRecord{Host: truncateUTF8(q.Name, 253), Port: 53, Protocol: "udp", Code: egress.CodeDNSNameForbidden})
+				o.Transcript = append(o.Transcript, wbv1.ConnectionRecord{Host: truncateUTF8(q.Name, 253), Port: 53, Protocol: "udp", Code: string(actuation.CodeEgressDNSNameForbidden)})
 			}
 		}
 	}

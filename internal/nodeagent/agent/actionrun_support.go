@@ -8,7 +8,6 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actions"
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/platform/egress"
 	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/platform/writecap"
@@ -47,7 +46,7 @@ func (r *actionRunReconciler) classSupport(c actions.Class) wbv1.ActionClassSupp
 func (a *Agent) measureActionClasses() []wbv1.ActionClassSupport {
 	base := filepath.Join(a.cfg.StateDir, "tmp")
 	failure := func(err error) (string, string) {
-		code := refusal.CodeOf(err)
+		code := string(actuation.CodeOf(err))
 		if code == "" {
 			code = string(actuation.CodeActionClassUnavailable)
 		}

@@ -18,9 +18,8 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/fixture"
 	"sensorium.dev/workbench/internal/nodeagent/gitexport"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/platform/fixture"
 	"sensorium.dev/workbench/internal/statusapply"
 )
 
@@ -102,7 +101,7 @@ func (r *artifactReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		// grace's end.
 		return ctrl.Result{RequeueAfter: statusapply.RequeueAt(time.Now(), art.CreationTimestamp.Add(artifactScopeGrace))}, nil
 	case errors.Is(err, errNotYet):
-		err = refusal.New(string(actuation.CodeEnvironmentUnavailable), "its environment or session did not become available on this node within %s", artifactScopeGrace)
+		err = actuation.Refusef(actuation.CodeEnvironmentUnavailable, "its environment or session did not become available on this node within %s", artifactScopeGrace)
 		fallthrough
 	case codeOf(err) != "":
 		next.Refusal = &wbv1.Refusal{Code: codeOf(err), Message: statusapply.Truncate(err.Error(), 1024)}
@@ -136,33 +135,33 @@ func (r *artifactReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 // captureArtifact stores the output bytes a session's event ring retains.
 func (a *Agent) captureArtifact(ctx context.Context, art *wbv1.Artifact) (string, int64, string, error) {
 	if art.Spec.SessionRef == nil {
-		return "", 0, "", refusal.New(string(actuation.CodeSessionMissing), "a capture names a session (spec.sessionRef)")
+		return "", 0, "", actuation.Refusef(actuation.CodeSessionMissing, "a capture names a session (spec.sessionRef)")
 	}
 	key := types.NamespacedName{Namespace: art.Namespace, Name: string(*art.Spec.SessionRef)}
 	var ts wbv1.TerminalSession
 	if err := a.getScoped(ctx, key, &ts); err != nil {
 		switch {
 		case apierrors.IsNotFound(err):
-			return "", 0, "", refusal.New(string(actuation.CodeSessionMissing), "session %s does not exist", key)
+			return "", 0, "", actuation.Refusef(actuation.CodeSessionMissing, "session %s does not exist", key)
 		case errors.Is(err, errNotYet):
 			return "", 0, "", err
 		}
 		return "", 0, "", fmt.Errorf("reading TerminalSession %s: %w", key, err)
 	}
 	if ts.Spec.EnvironmentRef != art.Spec.EnvironmentRef {
-		return "", 0, "", refusal.New(string(actuation.CodeSessionMissing), "session %s is not a session of environment %s", key, art.Spec.EnvironmentRef)
+		return "", 0, "", actuation.Refusef(actuation.CodeSessionMissing, "session %s is not a session of environment %s", key, art.Spec.EnvironmentRef)
 	}
 	rg := a.sessionRing(string(ts.UID))
 	if rg == nil {
 		if isFinalSessionPhase(string(ts.Status.Phase)) {
-			return "", 0, "", refusal.New(string(actuation.CodeSessionClosed), "session %s is %s; its output is gone", key, ts.Status.Phase)
+			return "", 0, "", actuation.Refusef(actuation.CodeSessionClosed, "session %s is %s; its output is gone", key, ts.Status.Phase)
 		}
 		return "", 0, "", errNotYet
 	}
 	last := rg.LastSeq()
 	out, gap, err := a.Output(string(ts.UID), 1, last)
 	if err != nil {
-		return "", 0, "", refusal.New(string(actuation.CodeSessionClosed), "%v", err)
+		return "", 0, "", actuation.Refusef(actuation.CodeSessionClosed, "%v", err)
 	}
 	note := fmt.Sprintf(" (output up to event %d", last)
 	if gap != nil {
@@ -176,7 +175,7 @@ func (a *Agent) captureArtifact(ctx context.Context, art *wbv1.Artifact) (string
 // fixture.Export for a managed copy, fixture.ExportRoot (same format) for a host root.
 func (a *Agent) exportArtifact(ctx context.Context, art *wbv1.Artifact) (string, int64, string, error) {
 	if art.Spec.Root == nil {
-		return "", 0, "", refusal.New(string(actuation.CodeRootNotAllowed), "an export names a root (spec.root)")
+		return "", 0, "", actuation.Refusef(actuation.CodeRootNotAllowed, "an export names a root (spec.root)")
 	}
 	rel := ""
 	if art.Spec.Path != nil {
@@ -186,7 +185,7 @@ func (a *Agent) exportArtifact(ctx context.Context, art *wbv1.Artifact) (string,
 	if err := a.getScoped(ctx, types.NamespacedName{Namespace: art.Namespace, Name: string(art.Spec.EnvironmentRef)}, &env); err != nil {
 		switch {
 		case apierrors.IsNotFound(err):
-			return "", 0, "", refusal.New(string(actuation.CodeEnvironmentUnavailable), "environment %s does not exist", art.Spec.EnvironmentRef)
+			return "", 0, "", actuation.Refusef(actuation.CodeEnvironmentUnavailable, "environment %s does not exist", art.Spec.EnvironmentRef)
 		case errors.Is(err, errNotYet):
 			return "", 0, "", err
 		}

@@ -15,7 +15,6 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/gitexport"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 )
 
 // Results out (issue 28 item 2): an export Artifact in format git-patch holds the root's
@@ -57,7 +56,7 @@ func patchBase(env *wbv1.Environment, root string) (string, error) {
 		if r.Git.Commit != nil {
 			return *r.Git.Commit, nil
 		}
-		return "", refusal.New(string(actuation.CodeExportBaseUnknown), "root %s's git ref has no resolved commit in status yet", root)
+		return "", actuation.Refusef(actuation.CodeExportBaseUnknown, "root %s's git ref has no resolved commit in status yet", root)
 	}
 	return "", nil
 }
@@ -65,17 +64,17 @@ func patchBase(env *wbv1.Environment, root string) (string, error) {
 // exportPatchArtifact stores the git-format patch of an environment root's changes.
 func (a *Agent) exportPatchArtifact(ctx context.Context, art *wbv1.Artifact) (string, int64, *gitexport.Result, error) {
 	if art.Spec.Root == nil {
-		return "", 0, nil, refusal.New(string(actuation.CodeExportInvalid), "a git-patch export names a root (spec.root)")
+		return "", 0, nil, actuation.Refusef(actuation.CodeExportInvalid, "a git-patch export names a root (spec.root)")
 	}
 	if art.Spec.Path != nil {
-		return "", 0, nil, refusal.New(string(actuation.CodeExportInvalid), "a git-patch export covers a whole root (spec.path is for tar exports; restrict a patch with filePatchRef)")
+		return "", 0, nil, actuation.Refusef(actuation.CodeExportInvalid, "a git-patch export covers a whole root (spec.path is for tar exports; restrict a patch with filePatchRef)")
 	}
 	root := string(*art.Spec.Root)
 	var env wbv1.Environment
 	if err := a.getScoped(ctx, types.NamespacedName{Namespace: art.Namespace, Name: string(art.Spec.EnvironmentRef)}, &env); err != nil {
 		switch {
 		case apierrors.IsNotFound(err):
-			return "", 0, nil, refusal.New(string(actuation.CodeEnvironmentUnavailable), "environment %s does not exist", art.Spec.EnvironmentRef)
+			return "", 0, nil, actuation.Refusef(actuation.CodeEnvironmentUnavailable, "environment %s does not exist", art.Spec.EnvironmentRef)
 		case errors.Is(err, errNotYet):
 			return "", 0, nil, err
 		}
@@ -97,7 +96,7 @@ func (a *Agent) exportPatchArtifact(ctx context.Context, art *wbv1.Artifact) (st
 		return "", 0, nil, err
 	}
 	if ra.host == nil {
-		return "", 0, nil, refusal.New(string(actuation.CodeExportInvalid), "root %s lives in a VM guest; git-patch exports read host roots only (export it as tar)", root)
+		return "", 0, nil, actuation.Refusef(actuation.CodeExportInvalid, "root %s lives in a VM guest; git-patch exports read host roots only (export it as tar)", root)
 	}
 	scratch := filepath.Join(a.cfg.StateDir, "tmp", "exports")
 	if err := os.MkdirAll(scratch, 0o700); err != nil {
@@ -130,21 +129,21 @@ func (a *Agent) filePatchPaths(ctx context.Context, art *wbv1.Artifact, root str
 	if err := a.getScoped(ctx, key, &fp); err != nil {
 		switch {
 		case apierrors.IsNotFound(err):
-			return nil, refusal.New(string(actuation.CodeExportInvalid), "FilePatch %s does not exist", key)
+			return nil, actuation.Refusef(actuation.CodeExportInvalid, "FilePatch %s does not exist", key)
 		case errors.Is(err, errNotYet):
 			return nil, err
 		}
 		return nil, fmt.Errorf("reading FilePatch %s: %w", key, err)
 	}
 	if fp.Spec.EnvironmentRef != art.Spec.EnvironmentRef || string(fp.Spec.Root) != root {
-		return nil, refusal.New(string(actuation.CodeExportInvalid), "FilePatch %s patches %s root %s, not %s root %s",
+		return nil, actuation.Refusef(actuation.CodeExportInvalid, "FilePatch %s patches %s root %s, not %s root %s",
 			key, fp.Spec.EnvironmentRef, fp.Spec.Root, art.Spec.EnvironmentRef, root)
 	}
 	if !wbv1.FilePatchIsFinal(fp.Status.Phase) {
 		return nil, errNotYet // woken by the grace's requeue; refused when it ends
 	}
 	if fp.Status.Phase != wbv1.FilePatchApplied || len(fp.Status.ChangedFiles) == 0 {
-		return nil, refusal.New(string(actuation.CodeExportInvalid), "FilePatch %s is %s and changed no files", key, fp.Status.Phase)
+		return nil, actuation.Refusef(actuation.CodeExportInvalid, "FilePatch %s is %s and changed no files", key, fp.Status.Phase)
 	}
 	paths := make([]string, 0, len(fp.Status.ChangedFiles))
 	for _, c := range fp.Status.ChangedFiles {

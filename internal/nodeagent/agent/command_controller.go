@@ -23,7 +23,6 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/convert"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/store"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/platform/procexec"
@@ -667,7 +666,7 @@ func (a *Agent) recordStart(p *cmdPass, sessUID string, claim func() (bool, erro
 		return rec, false, claimErr
 	}
 	if err != nil {
-		if code := fsaccess.CodeOf(err); code != "" {
+		if code := string(actuation.CodeOf(err)); code != "" {
 			p.refuse(code, err.Error())
 			return rec, false, nil
 		}
@@ -717,7 +716,7 @@ func commandSpec(roots []backends.MountedRoot, allowed []string, in actuation.Co
 		fi, err := root.Lstat(in.Cwd.Path)
 		_ = root.Close()
 		if err != nil {
-			code := fsaccess.CodeOf(err)
+			code := string(actuation.CodeOf(err))
 			if code == "" {
 				code = string(actuation.CodeCwdNotAllowed)
 			}
@@ -749,7 +748,7 @@ func (a *Agent) awaitCommand(cmd *wbv1.TerminalCommand, h *procexec.Handle, out 
 	o.SeqFrom, o.SeqTo = out.bounds() // the output reached the ring while the command ran
 	switch {
 	case err != nil:
-		o.Phase, o.RefusalCode, o.Message = wbv1.CommandFailed, refusal.CodeOf(err), err.Error()
+		o.Phase, o.RefusalCode, o.Message = wbv1.CommandFailed, string(actuation.CodeOf(err)), err.Error()
 	case res.SignalOrigin == procexec.OriginTimeout:
 		o.Phase, o.Message = wbv1.CommandTimedOut, "timed out; the process group was terminated"
 	case res.SignalOrigin == procexec.OriginCancel && a.commandDrained(string(cmd.UID)):

@@ -19,12 +19,9 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/artifacts"
 	"sensorium.dev/workbench/internal/nodeagent/dataplane"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/nodeagent/session"
-	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/statusapply"
 )
@@ -33,7 +30,7 @@ import (
 // ring records the output of its structured commands; there is no screen and no raw input.
 type structuredTerminal struct{ rg *ring.Ring }
 
-var errNoPTY = refusal.New(string(actuation.CodeNoPTY), "this session runs no PTY program; use structured commands")
+var errNoPTY = actuation.Refusef(actuation.CodeNoPTY, "this session runs no PTY program; use structured commands")
 
 func (t structuredTerminal) Screen() session.Snapshot { return session.Snapshot{} }
 func (t structuredTerminal) Events() *ring.Ring       { return t.rg }
@@ -313,9 +310,9 @@ func (r resolver) UploadArtifact(ctx context.Context, ns, name string, body io.R
 	case art.Labels[wbv1.NodeLabel] != a.cfg.NodeName:
 		return "", 0, fmt.Errorf("artifact %s is not bound to node %s: %w", key, a.cfg.NodeName, dataplane.ErrNotFound)
 	case art.Spec.Source != artifactUpload:
-		return "", 0, refusal.New(string(actuation.CodeInvalidSpec), "artifact %s has spec.source %s; only an upload artifact takes content", key, art.Spec.Source)
+		return "", 0, actuation.Refusef(actuation.CodeInvalidSpec, "artifact %s has spec.source %s; only an upload artifact takes content", key, art.Spec.Source)
 	case art.Status.Digest != "" || art.Status.Refusal != nil:
-		return "", 0, refusal.New(string(actuation.CodeImmutable), "artifact %s already holds its content (%s)", key, art.Status.Digest)
+		return "", 0, actuation.Refusef(actuation.CodeImmutable, "artifact %s already holds its content (%s)", key, art.Status.Digest)
 	case !art.DeletionTimestamp.IsZero():
 		return "", 0, fmt.Errorf("artifact %s is being deleted: %w", key, dataplane.ErrNotFound)
 	}
@@ -328,7 +325,7 @@ func (r resolver) UploadArtifact(ctx context.Context, ns, name string, body io.R
 	a.uploads[id] = struct{}{}
 	a.mu.Unlock()
 	if busy {
-		return "", 0, refusal.New(string(actuation.CodeImmutable), "artifact %s is being uploaded by another request", key)
+		return "", 0, actuation.Refusef(actuation.CodeImmutable, "artifact %s is being uploaded by another request", key)
 	}
 	defer func() {
 		a.mu.Lock()
@@ -337,8 +334,8 @@ func (r resolver) UploadArtifact(ctx context.Context, ns, name string, body io.R
 	}()
 	digest, size, err := a.blobs.Put(body, maxBytes)
 	if err != nil {
-		if refusal.CodeOf(err) == artifacts.CodeArtifactTooLarge || fsaccess.CodeOf(err) == artifacts.CodeArtifactTooLarge {
-			return "", 0, refusal.New(string(actuation.CodeUploadTooLarge), "artifact %s: the upload exceeds %d bytes", key, maxBytes)
+		if actuation.CodeOf(err) == actuation.CodeArtifactTooLarge || actuation.CodeOf(err) == actuation.CodeArtifactTooLarge {
+			return "", 0, actuation.Refusef(actuation.CodeUploadTooLarge, "artifact %s: the upload exceeds %d bytes", key, maxBytes)
 		}
 		return "", 0, fmt.Errorf("storing the upload of artifact %s: %w", key, err)
 	}

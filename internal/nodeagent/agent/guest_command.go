@@ -9,7 +9,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -17,9 +16,8 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/guestclient"
-	"sensorium.dev/workbench/internal/nodeagent/guestpty"
+	"sensorium.dev/workbench/internal/guestclient/guestpty"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
-	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // guestBackend is a VM backend: an environment's processes run inside its guest, reached
@@ -192,25 +190,25 @@ func (a *Agent) awaitGuestCommand(ctx context.Context, cancel context.CancelFunc
 // guestRefusalCode maps a guest or broker refusal onto the closed vocabulary (the guest's
 // own code stays in the message).
 func guestRefusalCode(err error) string {
-	if c := fsaccess.CodeOf(err); c != "" {
+	if c := string(actuation.CodeOf(err)); c != "" {
 		return c // the broker's codes are actuation's
 	}
 	if protocol.IsPathCode(protocol.CodeOf(err)) {
 		return string(actuation.CodeCwdNotAllowed)
 	}
 	switch protocol.CodeOf(err) {
-	case protocol.CodeQuiesced, protocol.CodeShuttingDown, protocol.CodeGenerationMismatch, protocol.CodeNonceMismatch,
-		protocol.CodeEnvironmentMismatch, protocol.CodePlanDigestMismatch, protocol.CodeImageDigestMismatch:
+	case string(actuation.CodeQuiesced), string(actuation.CodeShuttingDown), string(actuation.CodeGenerationMismatch), string(actuation.CodeNonceMismatch),
+		string(actuation.CodeEnvironmentMismatch), string(actuation.CodePlanDigestMismatch), string(actuation.CodeImageDigestMismatch):
 		return string(actuation.CodeEnvironmentUnavailable)
-	case protocol.CodeNotFound, protocol.CodeNotDirectory, protocol.CodePathEscapesRoot:
+	case string(actuation.CodeNotFound), string(actuation.CodeNotDirectory), string(actuation.CodeSymlinkEscape):
 		return string(actuation.CodeCwdNotAllowed)
-	case protocol.CodeProcessCapReached, protocol.CodeConnectionCap:
+	case string(actuation.CodeProcessCapReached), string(actuation.CodeConnectionCap):
 		return string(actuation.CodeCommandCapReached)
-	case protocol.CodeTimeoutAboveDeadline:
+	case string(actuation.CodeTimeoutAboveDeadline):
 		return string(actuation.CodeTimeoutAboveMax)
-	case protocol.CodeOutputCapAboveMax:
+	case string(actuation.CodeOutputCapAboveMax):
 		return string(actuation.CodeOutputCapAboveMax)
-	case protocol.CodeInvalidSpec:
+	case string(actuation.CodeInvalidSpec):
 		return string(actuation.CodeInvalidSpec)
 	}
 	return string(actuation.CodeStartFailed)
@@ -234,7 +232,7 @@ func (a *Agent) guestRelay(env *wbv1.Environment, ts *wbv1.TerminalSession, argv
 	}
 	ep, binding, err := gc.GuestChannel(string(env.UID))
 	if err != nil {
-		code := fsaccess.CodeOf(err)
+		code := string(actuation.CodeOf(err))
 		if code == "" {
 			code = string(actuation.CodeEnvironmentUnavailable)
 		}

@@ -10,7 +10,6 @@ import (
 	"sensorium.dev/workbench/internal/guestclient"
 	"sensorium.dev/workbench/internal/nodeagent/dataplane"
 	"sensorium.dev/workbench/internal/nodeagent/guestfs"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/waits"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
@@ -34,7 +33,7 @@ func (ra rootAccess) files() dataplane.Files {
 
 // errGuestFileWaits refuses file waits on VM roots: the guest protocol has no change
 // notifications, and a wait never polls.
-var errGuestFileWaits = refusal.New(string(actuation.CodeCapabilityMismatch),
+var errGuestFileWaits = actuation.Refusef(actuation.CodeCapabilityMismatch,
 	"file waits on VM environments are not available: the guest protocol has no change notifications")
 
 // openRootAccess opens a mounted root of env: its host directory, or its directory inside
@@ -47,12 +46,12 @@ func (a *Agent) openRootAccess(env *wbv1.Environment, mr backends.MountedRoot) (
 	}
 	g, ok := a.guestBackendOf(env)
 	if !ok || mr.GuestDir == "" {
-		return rootAccess{mr: mr}, refusal.New(string(actuation.CodeCapabilityMismatch), "backend %s offers no file access to root %s", env.Spec.Backend, mr.Name)
+		return rootAccess{mr: mr}, actuation.Refusef(actuation.CodeCapabilityMismatch, "backend %s offers no file access to root %s", env.Spec.Backend, mr.Name)
 	}
 	uid := string(env.UID)
 	gr, err := guestfs.New(func(ctx context.Context) (*guestclient.Client, error) { return g.Guest(ctx, uid) }, mr.GuestDir)
 	if err != nil {
-		return rootAccess{mr: mr}, refusal.New(string(actuation.CodeRootInvalid), "root %s: %v", mr.Name, err)
+		return rootAccess{mr: mr}, actuation.Refusef(actuation.CodeRootInvalid, "root %s: %v", mr.Name, err)
 	}
 	return rootAccess{mr: mr, guest: gr}, nil
 }
@@ -92,7 +91,7 @@ func (g *guestFileSource) Observe(req *waits.Request) (waits.Observation, error)
 		res, err := g.root.Read(ctx, g.rel, 0, 1)
 		switch {
 		case err == nil:
-		case fsaccess.CodeOf(err) == fsaccess.CodePathNotFound || fsaccess.CodeOf(err) == fsaccess.CodeNotDirectory:
+		case actuation.CodeOf(err) == actuation.CodePathNotFound || actuation.CodeOf(err) == actuation.CodeNotDirectory:
 			res = &fsaccess.ReadResult{}
 		default:
 			return waits.Observation{}, err
@@ -101,7 +100,7 @@ func (g *guestFileSource) Observe(req *waits.Request) (waits.Observation, error)
 		case "":
 			obs.Digest = res.Digest
 		case "over-file-cap":
-			return waits.Observation{}, fsaccess.Errorf(fsaccess.CodeFileTooLarge, "%q is %d bytes; digests stop at %d", g.rel, res.Size, fsaccess.MaxReadDigestBytes)
+			return waits.Observation{}, actuation.Refusef(actuation.CodeFileTooLarge, "%q is %d bytes; digests stop at %d", g.rel, res.Size, fsaccess.MaxReadDigestBytes)
 		default:
 			obs.Detail = res.DigestOmitted
 		}
@@ -115,7 +114,7 @@ func (g *guestFileSource) Observe(req *waits.Request) (waits.Observation, error)
 		}
 		return obs, nil
 	}
-	return waits.Observation{}, refusal.New(waits.CodeWaitScopeInvalid, "file source cannot evaluate %s", req.Kind)
+	return waits.Observation{}, actuation.Refusef(actuation.CodeWaitScopeInvalid, "file source cannot evaluate %s", req.Kind)
 }
 
 // guestPatchTimeout bounds a FilePatch applied inside a guest (planning reads, stages,

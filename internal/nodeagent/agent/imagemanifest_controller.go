@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,7 +11,6 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
-	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/statusapply"
 )
 
@@ -64,9 +62,8 @@ func (r *imageManifestReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 			InitrdPath: string(v.Initrd.Path), InitrdDigest: string(v.Initrd.Digest), CommandLine: v.KernelCommandLine})
 		if err != nil {
 			e.Code, e.Message = string(actuation.CodeImageInvalid), statusapply.Truncate(err.Error(), 1024)
-			var fe *fsaccess.Error
-			if errors.As(err, &fe) && fe.Code != "" {
-				e.Code = fe.Code
+			if c := actuation.CodeOf(err); c != "" {
+				e.Code = string(c)
 			}
 		}
 		next.VerifiedOn = append(next.VerifiedOn, e)

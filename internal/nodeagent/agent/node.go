@@ -20,7 +20,6 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/statusapply"
@@ -254,7 +253,7 @@ const ConditionProcessSandbox = "ProcessSandbox"
 // sandboxCondition reports the sandbox check New ran (a trivial program started through it).
 func (a *Agent) sandboxCondition(gen int64) metav1.Condition {
 	if a.sandboxErr != nil {
-		code := refusal.CodeOf(a.sandboxErr)
+		code := string(actuation.CodeOf(a.sandboxErr))
 		if code == "" {
 			code = string(actuation.CodeSandboxSetupFailed)
 		}

@@ -17,12 +17,9 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/convert"
-	"sensorium.dev/workbench/internal/nodeagent/artifacts"
 	"sensorium.dev/workbench/internal/nodeagent/guestfs"
 	"sensorium.dev/workbench/internal/nodeagent/patch"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/store"
-	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/statusapply"
 )
 
@@ -232,9 +229,9 @@ func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
 	}
 	if err != nil {
 		a.takePending(string(fp.UID)) // nothing applied: no edge
-		code := fsaccess.CodeOf(err)
+		code := string(actuation.CodeOf(err))
 		if code == "" {
-			code = patch.CodePatchWriteFailed
+			code = string(actuation.CodePatchWriteFailed)
 		}
 		if rerr := a.recordPatch(fp, string(env.UID), string(patchRejected), code, nil); rerr != nil {
 			return rerr
@@ -268,7 +265,7 @@ func (a *Agent) patchRequest(ctx context.Context, fp *wbv1.FilePatch, env *wbv1.
 	// The proposer's policy, capped by the environment's host-owned patchPolicy: never widened.
 	eff, ref := actuation.CapPatchPolicy(convert.EnvironmentPatchPolicy(&env.Spec), convert.ProposedPatchPolicy(&fp.Spec))
 	if ref != nil {
-		return patch.Request{}, refusal.New(string(ref.Code), "%s: %s", ref.Field, ref.Message)
+		return patch.Request{}, actuation.Refusef(actuation.Code(string(ref.Code)), "%s: %s", ref.Field, ref.Message)
 	}
 	req := patch.Request{Format: patch.Format(fp.Spec.Format), Digest: string(fp.Spec.Digest), Policy: patch.Policy{
 		RequireCleanApply: pol.RequireCleanApply == nil || *pol.RequireCleanApply,
@@ -282,7 +279,7 @@ func (a *Agent) patchRequest(ctx context.Context, fp *wbv1.FilePatch, env *wbv1.
 	case fp.Spec.Format == wbv1.PatchFormatStructured:
 		raw, err := actuation.CanonicalJSON(fp.Spec.Operations)
 		if err != nil {
-			return req, refusal.New(patch.CodePatchMalformed, "structured operations: %v", err)
+			return req, actuation.Refusef(actuation.CodePatchMalformed, "structured operations: %v", err)
 		}
 		req.Content = raw
 	case fp.Spec.Patch != nil:
@@ -294,7 +291,7 @@ func (a *Agent) patchRequest(ctx context.Context, fp *wbv1.FilePatch, env *wbv1.
 		}
 		req.Content = raw
 	default:
-		return req, refusal.New(string(actuation.CodePatchInvalid), "the patch carries no content")
+		return req, actuation.Refusef(actuation.CodePatchInvalid, "the patch carries no content")
 	}
 	return req, nil
 }
@@ -306,7 +303,7 @@ func (a *Agent) artifactBytes(ctx context.Context, key types.NamespacedName, max
 	if err := a.getScoped(ctx, key, &art); err != nil {
 		switch {
 		case apierrors.IsNotFound(err):
-			return nil, refusal.New(artifacts.CodeArtifactNotFound, "artifact %s does not exist", key)
+			return nil, actuation.Refusef(actuation.CodeArtifactNotFound, "artifact %s does not exist", key)
 		case errors.Is(err, errNotYet):
 			return nil, err // not (yet) held by this node
 		}
@@ -314,7 +311,7 @@ func (a *Agent) artifactBytes(ctx context.Context, key types.NamespacedName, max
 	}
 	switch {
 	case art.Status.Refusal != nil:
-		return nil, refusal.New(artifacts.CodeArtifactNotFound, "artifact %s was refused (%s)", key, art.Status.Refusal.Code)
+		return nil, actuation.Refusef(actuation.CodeArtifactNotFound, "artifact %s was refused (%s)", key, art.Status.Refusal.Code)
 	case art.Status.Digest == "":
 		return nil, errNotYet
 	}
@@ -330,13 +327,8 @@ func (a *Agent) artifactBytes(ctx context.Context, key types.NamespacedName, max
 	return raw, nil
 }
 
-// codeOf returns the refusal code of err from either error family.
-func codeOf(err error) string {
-	if c := refusal.CodeOf(err); c != "" {
-		return c
-	}
-	return fsaccess.CodeOf(err)
-}
+// codeOf returns the refusal code of err as the status field's string.
+func codeOf(err error) string { return string(actuation.CodeOf(err)) }
 
 // patchesOfEnvironment re-queues the patches of an environment whose approval policy or
 // readiness changed.

@@ -77,16 +77,16 @@ func (r *probeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 			return ctrl.Result{RequeueAfter: statusapply.RequeueAt(time.Now(), end)}, nil
 		}
 		refuse(string(actuation.CodeEnvironmentUnavailable), "the scoped resource did not become available on this node")
-	case waits.CodeOf(err) != "":
-		refuse(waits.CodeOf(err), err.Error())
+	case string(actuation.CodeOf(err)) != "":
+		refuse(string(actuation.CodeOf(err)), err.Error())
 	case err != nil:
 		return ctrl.Result{}, err
 	default:
 		res, err := a.engine.Probe(ctx, preq, time.Duration(pr.Spec.TimeoutSeconds)*time.Second)
 		if err != nil {
-			code := waits.CodeOf(err)
+			code := string(actuation.CodeOf(err))
 			if code == "" {
-				code = codeSourceFailed
+				code = string(actuation.CodeSourceFailed)
 			}
 			refuse(code, err.Error())
 			break
@@ -132,13 +132,13 @@ func (r *probeReconciler) record(next *wbv1.ProbeStatus, res waits.ProbeResult) 
 		}
 	}
 	if res.Result == waits.ProbeError {
-		code := waits.CodeOf(res.Err)
+		code := string(actuation.CodeOf(res.Err))
 		switch {
 		case code != "":
 		case errors.Is(res.Err, waits.ErrProbeTimeout):
-			code = codeProbeTimedOut
+			code = string(actuation.CodeProbeTimedOut)
 		default:
-			code = codeSourceFailed
+			code = string(actuation.CodeSourceFailed)
 		}
 		next.Refusal = &wbv1.Refusal{Code: code, Message: statusapply.Truncate(res.Err.Error(), 1024)}
 	}

@@ -18,7 +18,6 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/platform/treehash"
 	"sensorium.dev/workbench/internal/skills"
 	"sensorium.dev/workbench/internal/skillsapi"
 	"sensorium.dev/workbench/internal/statusapply"
@@ -77,10 +76,10 @@ func (r *recordingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	switch {
 	case errors.Is(err, errNotYet):
 		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
-	case treehash.CodeOf(err) != "" || skills.CodeOf(err) != "":
-		code := treehash.CodeOf(err)
+	case string(actuation.CodeOf(err)) != "" || actuation.CodeOf(err) != "":
+		code := string(actuation.CodeOf(err))
 		if code == "" {
-			code = string(skills.CodeOf(err))
+			code = string(actuation.CodeOf(err))
 		}
 		next.Refusal = &wbv1.Refusal{Code: code, Message: statusapply.Truncate(err.Error(), 1024)}
 		next.Phase = wbv1.RecordingPhaseFailed
@@ -96,9 +95,9 @@ func (r *recordingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	a.rec.mu.Unlock()
 	next.NodeName, next.ObservedGeneration = a.cfg.NodeName, rec.Generation
 	if recErr != nil && next.Refusal == nil {
-		code := treehash.CodeOf(recErr)
+		code := string(actuation.CodeOf(recErr))
 		if code == "" {
-			code = string(skills.CodeOf(recErr))
+			code = string(actuation.CodeOf(recErr))
 		}
 		if code == "" {
 			code = "source-failed"

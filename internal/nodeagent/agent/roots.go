@@ -5,7 +5,6 @@ import (
 
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
@@ -64,10 +63,10 @@ func (r *envRegistry) pin(envUID string, roots []backends.MountedRoot, recorded 
 		}
 		r, err := fsaccess.PinRoot(mr.Path)
 		if err != nil {
-			if c := fsaccess.CodeOf(err); c == fsaccess.CodeSymlinkEscape {
-				return fail(refusal.New(string(actuation.CodeRootChanged), "root %s: %q now passes through a symlink: %v", mr.Name, mr.Path, err))
+			if c := string(actuation.CodeOf(err)); c == string(actuation.CodeSymlinkEscape) {
+				return fail(actuation.Refusef(actuation.CodeRootChanged, "root %s: %q now passes through a symlink: %v", mr.Name, mr.Path, err))
 			}
-			return fail(refusal.New(string(actuation.CodeRootInvalid), "root %s: pinning %q: %v", mr.Name, mr.Path, err))
+			return fail(actuation.Refusef(actuation.CodeRootInvalid, "root %s: pinning %q: %v", mr.Name, mr.Path, err))
 		}
 		id, err := r.Identity()
 		if err != nil {
@@ -76,7 +75,7 @@ func (r *envRegistry) pin(envUID string, roots []backends.MountedRoot, recorded 
 		}
 		if want := recorded[mr.Name]; want != "" && want != identityString(id) {
 			_ = r.Close()
-			return fail(refusal.New(string(actuation.CodeRootChanged), "root %s: %q is no longer the directory pinned at allocation (%s, now %s)",
+			return fail(actuation.Refusef(actuation.CodeRootChanged, "root %s: %q is no longer the directory pinned at allocation (%s, now %s)",
 				mr.Name, mr.Path, want, identityString(id)))
 		}
 		fresh[mr.Name] = &pinnedRoot{root: r, id: id, path: mr.Path}
@@ -92,14 +91,14 @@ func (r *envRegistry) pin(envUID string, roots []backends.MountedRoot, recorded 
 // verify checks that path still names the pinned directory.
 func (p *pinnedRoot) verify(path string) error {
 	if path != p.path {
-		return refusal.New(string(actuation.CodeRootChanged), "root now resolves to %q, pinned %q", path, p.path)
+		return actuation.Refusef(actuation.CodeRootChanged, "root now resolves to %q, pinned %q", path, p.path)
 	}
 	id, err := fsaccess.PathIdentity(path)
 	if err != nil {
-		return refusal.New(string(actuation.CodeRootChanged), "root %q: %v", path, err)
+		return actuation.Refusef(actuation.CodeRootChanged, "root %q: %v", path, err)
 	}
 	if id != p.id {
-		return refusal.New(string(actuation.CodeRootChanged), "%q is no longer the directory pinned at allocation (%s, now %s)",
+		return actuation.Refusef(actuation.CodeRootChanged, "%q is no longer the directory pinned at allocation (%s, now %s)",
 			path, identityString(p.id), identityString(id))
 	}
 	return nil
@@ -115,7 +114,7 @@ func (a *Agent) verifyRoots(envUID string, roots []backends.MountedRoot) error {
 		}
 		p := pins[mr.Name]
 		if p == nil {
-			return refusal.New(string(actuation.CodeRootChanged), "root %s was never pinned", mr.Name)
+			return actuation.Refusef(actuation.CodeRootChanged, "root %s was never pinned", mr.Name)
 		}
 		if err := p.verify(mr.Path); err != nil {
 			return fmt.Errorf("root %s: %w", mr.Name, err)
@@ -129,5 +128,5 @@ func (a *Agent) pinnedRootOf(envUID, name string) (*fsaccess.Root, error) {
 	if p := a.envs.pinsOf(envUID)[name]; p != nil {
 		return p.root, nil
 	}
-	return nil, refusal.New(string(actuation.CodeRootChanged), "root %s of environment %s is not pinned on this node", name, envUID)
+	return nil, actuation.Refusef(actuation.CodeRootChanged, "root %s of environment %s is not pinned on this node", name, envUID)
 }

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/nodeagent/store"
 	"sensorium.dev/workbench/internal/platform/procexec"
@@ -204,7 +203,7 @@ func (t *runTable[O]) run(uid string) *liveRun[O] {
 // startRefusal classifies an error of the runner's Start: a refusal (a cap) means nothing
 // started (refused, with its code); any other error is a failure to start.
 func startRefusal(err error) (refused bool, code string) {
-	if c := refusal.CodeOf(err); c != "" {
+	if c := string(actuation.CodeOf(err)); c != "" {
 		return true, c
 	}
 	return false, string(actuation.CodeStartFailed)

@@ -16,7 +16,6 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/convert"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/nodeagent/store"
@@ -307,7 +306,7 @@ func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl
 		})
 		if err != nil {
 			_ = a.store.Sessions().Delete(rec.UID)
-			code := refusal.CodeOf(err)
+			code := string(actuation.CodeOf(err))
 			if code == "" {
 				code = string(actuation.CodeSessionOpenFailed)
 			}
@@ -324,7 +323,7 @@ func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl
 	} else {
 		rg, err := ring.New(ring.Config{MaxEvents: a.cfg.Caps.EventBufferDepth})
 		if err != nil {
-			return ctrl.Result{}, refusal.CodeOf(err), err.Error(), nil
+			return ctrl.Result{}, string(actuation.CodeOf(err)), err.Error(), nil
 		}
 		live.ring = rg
 	}

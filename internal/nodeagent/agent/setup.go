@@ -19,8 +19,8 @@ import (
 	"sensorium.dev/workbench/internal/backends/fixturecopy"
 	"sensorium.dev/workbench/internal/backends/hostlocal"
 	"sensorium.dev/workbench/internal/backends/qemumicrovm"
-	"sensorium.dev/workbench/internal/nodeagent/fixture"
 	"sensorium.dev/workbench/internal/platform/cgroups"
+	"sensorium.dev/workbench/internal/platform/fixture"
 )
 
 func defaultBackends(cfg Config, cg *cgroups.Manager, st storage) ([]backends.Backend, error) {

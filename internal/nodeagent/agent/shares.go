@@ -100,7 +100,7 @@ func (a *Agent) acquireShare(ctx context.Context, pool *fairshare.Pool, capName 
 		return func() {}, "", "" // the cap is not shared (CapShares)
 	}
 	release, err := pool.Acquire(fairshare.Agent, creator)
-	var ref *fairshare.Refusal
+	var ref *actuation.Refusal
 	if errors.As(err, &ref) && ref.Code == actuation.CodeShareCapReached && a.isOperator(ctx, ns, creator) {
 		release, err = pool.Acquire(fairshare.Operator, creator)
 	}

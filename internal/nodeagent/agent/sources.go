@@ -206,7 +206,7 @@ func (a *Agent) bindSources(ctx context.Context, env *wbv1.Environment, spec *ba
 				start := time.Now()
 				blob, err := a.blobs.Open(digest) // re-hashed: a blob that changed is artifact-corrupt
 				if err != nil {
-					return out.record(name, kind, sources.Result{}, fsaccess.Wrap(string(actuation.CodeSourceArtifactUnavailable), err, "archive %s", digest))
+					return out.record(name, kind, sources.Result{}, actuation.Wrapf(actuation.CodeSourceArtifactUnavailable, err, "archive %s", digest))
 				}
 				defer func() { _ = blob.Close() }()
 				fetch := time.Since(start).Milliseconds()
@@ -229,7 +229,7 @@ func (o *sourceOutcomes) record(name, kind string, res sources.Result, err error
 		s.Reason = sources.CodeOf(err)
 		if s.Reason == "" {
 			s.Reason = string(actuation.CodeSourceFetchFailed)
-			err = fsaccess.Wrap(s.Reason, err, "root %q", name)
+			err = actuation.Wrapf(actuation.Code(s.Reason), err, "root %q", name)
 		}
 	}
 	o.put(s)
@@ -253,7 +253,7 @@ func (o *sourceOutcomes) failRoot(env *wbv1.Environment, code string) {
 
 // refusalOf splits an error into a refusal (a coded error) or a transient error.
 func refusalOf(err error) (string, string, error) {
-	if c := fsaccess.CodeOf(err); c != "" {
+	if c := string(actuation.CodeOf(err)); c != "" {
 		return c, err.Error(), nil
 	}
 	return "", "", err
@@ -267,12 +267,12 @@ func (a *Agent) sourceSecret(ctx context.Context, env *wbv1.Environment, ref *wb
 	key := types.NamespacedName{Namespace: env.Namespace, Name: string(ref.Name)}
 	if err := a.reader.Get(ctx, key, &s); err != nil {
 		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
-			return nil, fsaccess.Errorf(string(actuation.CodeSourceCredentialsInvalid), "Secret %s cannot be read by node %s", key, a.cfg.NodeName)
+			return nil, actuation.Refusef(actuation.CodeSourceCredentialsInvalid, "Secret %s cannot be read by node %s", key, a.cfg.NodeName)
 		}
 		return nil, err
 	}
 	if s.Labels[wbv1.SourceCredentialsLabel] != "true" {
-		return nil, fsaccess.Errorf(string(actuation.CodeSourceCredentialsInvalid), "Secret %s is not labelled %s=true: the node reads only Secrets opted in as source credentials", key, wbv1.SourceCredentialsLabel)
+		return nil, actuation.Refusef(actuation.CodeSourceCredentialsInvalid, "Secret %s is not labelled %s=true: the node reads only Secrets opted in as source credentials", key, wbv1.SourceCredentialsLabel)
 	}
 	return &s, nil
 }
@@ -294,7 +294,7 @@ func (a *Agent) gitSource(ctx context.Context, env *wbv1.Environment, g *wbv1.Gi
 	}
 	src.Credentials = sources.GitCredentials{Token: string(s.Data["token"]), SSHPrivateKey: s.Data["ssh-privatekey"], KnownHosts: s.Data["known_hosts"]}
 	if src.Credentials.Token == "" && len(src.Credentials.SSHPrivateKey) == 0 {
-		return src, fsaccess.Errorf(string(actuation.CodeSourceCredentialsInvalid), "Secret %s/%s has neither token nor ssh-privatekey", env.Namespace, g.CredentialsSecretRef.Name)
+		return src, actuation.Refusef(actuation.CodeSourceCredentialsInvalid, "Secret %s/%s has neither token nor ssh-privatekey", env.Namespace, g.CredentialsSecretRef.Name)
 	}
 	return src, nil
 }
@@ -313,7 +313,7 @@ func (a *Agent) ociAuth(ctx context.Context, env *wbv1.Environment, o *wbv1.OCIR
 	}
 	data, ok := s.Data[corev1.DockerConfigJsonKey]
 	if s.Type != corev1.SecretTypeDockerConfigJson || !ok {
-		return nil, fsaccess.Errorf(string(actuation.CodeSourceCredentialsInvalid), "Secret %s/%s is not of type %s", env.Namespace, s.Name, corev1.SecretTypeDockerConfigJson)
+		return nil, actuation.Refusef(actuation.CodeSourceCredentialsInvalid, "Secret %s/%s is not of type %s", env.Namespace, s.Name, corev1.SecretTypeDockerConfigJson)
 	}
 	return sources.DockerConfigAuth(data, r.Context().RegistryStr())
 }
@@ -332,20 +332,20 @@ func (a *Agent) archiveBlob(ctx context.Context, env *wbv1.Environment, src *wbv
 	}
 	if err != nil {
 		if apierrors.IsNotFound(err) {
-			return "", fsaccess.Errorf(code, "Artifact %s does not exist", key)
+			return "", actuation.Refusef(actuation.Code(code), "Artifact %s does not exist", key)
 		}
 		return "", err
 	}
 	switch {
 	case art.Status.Digest == "":
-		return "", fsaccess.Errorf(code, "Artifact %s holds no content yet", key)
+		return "", actuation.Refusef(actuation.Code(code), "Artifact %s holds no content yet", key)
 	case art.Status.NodeName != a.cfg.NodeName:
-		return "", fsaccess.Errorf(code, "Artifact %s is stored on node %q, not on %q: place the Environment on its node (nodeSelector %s)", key, art.Status.NodeName, a.cfg.NodeName, wbv1.NodeLabel)
+		return "", actuation.Refusef(actuation.Code(code), "Artifact %s is stored on node %q, not on %q: place the Environment on its node (nodeSelector %s)", key, art.Status.NodeName, a.cfg.NodeName, wbv1.NodeLabel)
 	case src.Digest != nil && *src.Digest != art.Status.Digest:
-		return "", fsaccess.Errorf(code, "Artifact %s holds %s, not the pinned %s", key, art.Status.Digest, *src.Digest)
+		return "", actuation.Refusef(actuation.Code(code), "Artifact %s holds %s, not the pinned %s", key, art.Status.Digest, *src.Digest)
 	}
 	if _, err := a.blobs.Stat(string(art.Status.Digest)); err != nil {
-		return "", fsaccess.Wrap(code, err, "Artifact %s's blob on node %s", key, a.cfg.NodeName)
+		return "", actuation.Wrapf(actuation.Code(code), err, "Artifact %s's blob on node %s", key, a.cfg.NodeName)
 	}
 	return string(art.Status.Digest), nil
 }
@@ -353,8 +353,8 @@ func (a *Agent) archiveBlob(ctx context.Context, env *wbv1.Environment, src *wbv
 // sourceErr leads an allocation error of a sourced environment with its refusal code, as a
 // condition message shows it (archive-path-traversal: ...).
 func sourceErr(err error) error {
-	if c := fsaccess.CodeOf(err); err != nil && c != "" && !strings.HasPrefix(err.Error(), c) {
-		return fsaccess.Wrap(c, err, "materializing a sourced root")
+	if c := string(actuation.CodeOf(err)); err != nil && c != "" && !strings.HasPrefix(err.Error(), c) {
+		return actuation.Wrapf(actuation.Code(c), err, "materializing a sourced root")
 	}
 	return err
 }

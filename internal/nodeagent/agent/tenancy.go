@@ -12,7 +12,6 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/store"
 )
 
@@ -105,7 +104,7 @@ func heldClaims(others []store.Environment) []actuation.HostClaim {
 func (a *Agent) claimHostRoots(rec store.Environment) error {
 	return a.store.ClaimEnvironment(rec, func(others []store.Environment) error {
 		if r := actuation.CheckHostTenancy(rec.HostClaims, heldClaims(others), a.cfg.RootSharing); r != nil {
-			return refusal.New(string(r.Code), "environment %s: node %s: %s", rec.Namespace+"/"+rec.Name, a.cfg.NodeName, r.Message)
+			return actuation.Refusef(actuation.Code(string(r.Code)), "environment %s: node %s: %s", rec.Namespace+"/"+rec.Name, a.cfg.NodeName, r.Message)
 		}
 		return nil
 	})
@@ -132,9 +131,9 @@ func (a *Agent) wakeRootWaiters(ctx context.Context) {
 // are returned (the pass is retried).
 func (a *Agent) claimOrRefuse(rec store.Environment) (code, msg string, err error) {
 	err = a.claimHostRoots(rec)
-	var rf *refusal.Error
+	var rf *actuation.Refusal
 	if errors.As(err, &rf) {
-		return rf.Code, rf.Code + ": " + rf.Message, nil
+		return string(rf.Code), string(rf.Code) + ": " + rf.Message, nil
 	}
 	return "", "", err
 }

@@ -218,7 +218,7 @@ func (r *waitReconciler) register(ctx context.Context, p *waitPass, deadline tim
 	}
 	req, err := conditionRequest(string(w.UID), &w.Spec.Condition)
 	if err != nil {
-		p.fail(waits.CodeOf(err), err.Error())
+		p.fail(string(actuation.CodeOf(err)), err.Error())
 		return ctrl.Result{}, nil
 	}
 	src, err := a.scopeSource(ctx, w.Namespace, w.Spec.Scope, true)
@@ -230,8 +230,8 @@ func (r *waitReconciler) register(ctx context.Context, p *waitPass, deadline tim
 		}
 		// Woken when its scope becomes available here; the requeue is the deadline.
 		return ctrl.Result{RequeueAfter: statusapply.RequeueAt(time.Now(), deadline)}, nil
-	case waits.CodeOf(err) != "":
-		p.fail(waits.CodeOf(err), err.Error())
+	case string(actuation.CodeOf(err)) != "":
+		p.fail(string(actuation.CodeOf(err)), err.Error())
 		return ctrl.Result{}, nil
 	case err != nil:
 		return ctrl.Result{}, err
@@ -247,9 +247,9 @@ func (r *waitReconciler) register(ctx context.Context, p *waitPass, deadline tim
 	}
 	h, err := a.engine.Register(a.runCtx, req)
 	if err != nil {
-		code := waits.CodeOf(err)
+		code := string(actuation.CodeOf(err))
 		if code == "" {
-			code = codeSourceFailed
+			code = string(actuation.CodeSourceFailed)
 		}
 		p.fail(code, err.Error())
 		return ctrl.Result{}, a.persistWait(string(w.UID), p.outcome)
@@ -303,14 +303,14 @@ func outcomeOf(w *wbv1.Wait, res waits.Result) *waitOutcome {
 		o.Message += " (" + d + ")"
 	}
 	if res.Status == waits.StatusFailed {
-		switch o.RefusalCode = waits.CodeOf(res.Err); {
+		switch o.RefusalCode = string(actuation.CodeOf(res.Err)); {
 		case o.RefusalCode != "":
 		case res.Err != nil:
-			o.RefusalCode = codeSourceFailed
+			o.RefusalCode = string(actuation.CodeSourceFailed)
 		case w.Spec.Scope != nil && w.Spec.Scope.SessionRef != nil:
 			o.RefusalCode = string(actuation.CodeSessionClosed) // the session ended without the condition
 		default:
-			o.RefusalCode = codeConditionUnreachable
+			o.RefusalCode = string(actuation.CodeConditionUnreachable)
 		}
 	}
 	return o

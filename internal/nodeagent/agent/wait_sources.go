@@ -14,20 +14,8 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/nodeagent/waits"
-)
-
-// Refusal codes of waits, probes, patches and artifacts that have no home in
-// internal/actuation's vocabulary yet.
-const (
-	// codeSourceFailed: the observed source failed without a more specific code.
-	codeSourceFailed = string(actuation.CodeSourceFailed)
-	// codeConditionUnreachable: the condition can no longer hold (its source ended).
-	codeConditionUnreachable = string(actuation.CodeConditionUnreachable)
-	// codeProbeTimedOut: the probe's source did not answer within its timeout.
-	codeProbeTimedOut = string(actuation.CodeProbeTimedOut)
 )
 
 // errNotYet: the scoped resource exists but is not ready in this process yet (an
@@ -52,7 +40,7 @@ func conditionRequest(id string, c *wbv1.WaitCondition) (waits.Request, error) {
 	if c.Pattern != nil {
 		re, err := regexp.Compile(*c.Pattern)
 		if err != nil {
-			return req, refusal.New(waits.CodeWaitScopeInvalid, "pattern is not an RE2 expression: %v", err)
+			return req, actuation.Refusef(actuation.CodeWaitScopeInvalid, "pattern is not an RE2 expression: %v", err)
 		}
 		req.Pattern = re
 	}
@@ -74,7 +62,7 @@ func conditionRequest(id string, c *wbv1.WaitCondition) (waits.Request, error) {
 func (a *Agent) scopeSource(ctx context.Context, ns string, s *wbv1.Scope, watch bool) (waits.Source, error) {
 	switch {
 	case s == nil:
-		return nil, refusal.New(waits.CodeWaitScopeInvalid, "no scope")
+		return nil, actuation.Refusef(actuation.CodeWaitScopeInvalid, "no scope")
 	case s.SessionRef != nil:
 		return a.sessionSource(ctx, types.NamespacedName{Namespace: ns, Name: string(*s.SessionRef)})
 	case s.CommandRef != nil:
@@ -103,7 +91,7 @@ func (a *Agent) scopeSource(ctx context.Context, ns string, s *wbv1.Scope, watch
 	case s.OperationRef != nil:
 		return a.operationSource(ns, *s.OperationRef)
 	}
-	return nil, refusal.New(waits.CodeWaitScopeInvalid, "the scope names nothing")
+	return nil, actuation.Refusef(actuation.CodeWaitScopeInvalid, "the scope names nothing")
 }
 
 // getScoped reads an object a scope names from the node's cache. An object the cache has
@@ -145,7 +133,7 @@ func (a *Agent) environmentRoot(ctx context.Context, ns, envName, rootName strin
 	if err := a.getScoped(ctx, types.NamespacedName{Namespace: ns, Name: envName}, &env); err != nil {
 		switch {
 		case apierrors.IsNotFound(err):
-			return rootAccess{}, refusal.New(string(actuation.CodeEnvironmentUnavailable), "environment %s/%s does not exist", ns, envName)
+			return rootAccess{}, actuation.Refusef(actuation.CodeEnvironmentUnavailable, "environment %s/%s does not exist", ns, envName)
 		case errors.Is(err, errNotYet):
 			return rootAccess{}, err
 		}
@@ -158,7 +146,7 @@ func (a *Agent) environmentRoot(ctx context.Context, ns, envName, rootName strin
 	if !ready {
 		switch env.Status.Phase {
 		case wbv1.EnvironmentFailed, wbv1.EnvironmentExpired, wbv1.EnvironmentClosed, wbv1.EnvironmentDraining:
-			return rootAccess{}, refusal.New(string(actuation.CodeEnvironmentUnavailable), "environment %s/%s is %s", ns, envName, env.Status.Phase)
+			return rootAccess{}, actuation.Refusef(actuation.CodeEnvironmentUnavailable, "environment %s/%s is %s", ns, envName, env.Status.Phase)
 		}
 		return rootAccess{}, errNotYet
 	}
@@ -171,7 +159,7 @@ func (a *Agent) environmentRoot(ctx context.Context, ns, envName, rootName strin
 			return ra, nil
 		}
 	}
-	return rootAccess{}, refusal.New(string(actuation.CodeRootNotAllowed), "%s is not a root of environment %s/%s", rootName, ns, envName)
+	return rootAccess{}, actuation.Refusef(actuation.CodeRootNotAllowed, "%s is not a root of environment %s/%s", rootName, ns, envName)
 }
 
 // sessionSource observes an open session: its PTY program (screen and ring) through the
@@ -181,14 +169,14 @@ func (a *Agent) sessionSource(ctx context.Context, key types.NamespacedName) (wa
 	if err := a.getScoped(ctx, key, &ts); err != nil {
 		switch {
 		case apierrors.IsNotFound(err):
-			return nil, refusal.New(string(actuation.CodeSessionMissing), "session %s does not exist", key)
+			return nil, actuation.Refusef(actuation.CodeSessionMissing, "session %s does not exist", key)
 		case errors.Is(err, errNotYet):
 			return nil, err
 		}
 		return nil, fmt.Errorf("reading TerminalSession %s: %w", key, err)
 	}
 	if isFinalSessionPhase(string(ts.Status.Phase)) {
-		return nil, refusal.New(string(actuation.CodeSessionClosed), "session %s is %s", key, ts.Status.Phase)
+		return nil, actuation.Refusef(actuation.CodeSessionClosed, "session %s is %s", key, ts.Status.Phase)
 	}
 	uid := string(ts.UID)
 	live, closed := a.sess.get(uid)
@@ -196,7 +184,7 @@ func (a *Agent) sessionSource(ctx context.Context, key types.NamespacedName) (wa
 	case live == nil:
 		return nil, errNotYet
 	case closed:
-		return nil, refusal.New(string(actuation.CodeSessionClosed), "session %s is closed", key)
+		return nil, actuation.Refusef(actuation.CodeSessionClosed, "session %s is closed", key)
 	case live.pty != nil:
 		return waits.SessionSource(live.pty), nil
 	}
@@ -210,7 +198,7 @@ func (a *Agent) commandSource(ctx context.Context, key types.NamespacedName) (wa
 	if err := a.getScoped(ctx, key, &cmd); err != nil {
 		switch {
 		case apierrors.IsNotFound(err):
-			return nil, refusal.New(waits.CodeWaitScopeInvalid, "command %s does not exist", key)
+			return nil, actuation.Refusef(actuation.CodeWaitScopeInvalid, "command %s does not exist", key)
 		case errors.Is(err, errNotYet):
 			return nil, err
 		}
@@ -255,7 +243,7 @@ func (a *Agent) environmentSource(key types.NamespacedName) waits.Source {
 		}
 		switch env.Status.Phase {
 		case wbv1.EnvironmentFailed, wbv1.EnvironmentExpired, wbv1.EnvironmentClosed:
-			return waits.Observation{}, refusal.New(string(actuation.CodeEnvironmentUnavailable), "environment %s is %s", key, env.Status.Phase)
+			return waits.Observation{}, actuation.Refusef(actuation.CodeEnvironmentUnavailable, "environment %s is %s", key, env.Status.Phase)
 		}
 		return waits.Observation{Satisfied: condTrue(env.Status.Conditions, wbv1.ConditionReady),
 			Detail: "environment is " + string(env.Status.Phase), ObservedAt: time.Now()}, nil
@@ -273,7 +261,7 @@ func (a *Agent) artifactSource(key types.NamespacedName) waits.Source {
 			return waits.Observation{}, fmt.Errorf("reading Artifact %s: %w", key, err)
 		}
 		if r := art.Status.Refusal; r != nil {
-			return waits.Observation{}, refusal.New(r.Code, "artifact %s was refused: %s", key, r.Message)
+			return waits.Observation{}, actuation.Refusef(actuation.Code(r.Code), "artifact %s was refused: %s", key, r.Message)
 		}
 		if art.Status.Digest == "" {
 			return waits.Observation{Detail: "artifact not stored yet", ObservedAt: time.Now()}, nil
@@ -287,7 +275,7 @@ func (a *Agent) artifactSource(key types.NamespacedName) waits.Source {
 func (a *Agent) operationSource(ns, ref string) (waits.Source, error) {
 	kind, name, ok := strings.Cut(ref, "/")
 	if !ok || name == "" {
-		return nil, refusal.New(waits.CodeWaitScopeInvalid, "operationRef %q must be Kind/name", ref)
+		return nil, actuation.Refusef(actuation.CodeWaitScopeInvalid, "operationRef %q must be Kind/name", ref)
 	}
 	var obj client.Object
 	var done func() (bool, string)
@@ -305,7 +293,7 @@ func (a *Agent) operationSource(ns, ref string) (waits.Source, error) {
 		o := &wbv1.TerminalCommand{}
 		obj, done = o, func() (bool, string) { return wbv1.CommandIsFinal(o.Status.Conditions), string(o.Status.Phase) }
 	default:
-		return nil, refusal.New(waits.CodeWaitScopeInvalid, "operationRef kind %q is not Wait, Probe, FilePatch or TerminalCommand", kind)
+		return nil, actuation.Refusef(actuation.CodeWaitScopeInvalid, "operationRef kind %q is not Wait, Probe, FilePatch or TerminalCommand", kind)
 	}
 	key := types.NamespacedName{Namespace: ns, Name: name}
 	return waits.FuncSource(a.signals.operation.Changed, func(*waits.Request) (waits.Observation, error) {

@@ -18,17 +18,6 @@ import (
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
-// Refusal codes.
-const (
-	CodeArtifactTooLarge = string(actuation.CodeArtifactTooLarge) // content above the caller's cap (or cap above MaxBytesHard)
-	CodeArtifactNotFound = string(actuation.CodeArtifactNotFound) // no blob with that digest
-	CodeArtifactCorrupt  = string(actuation.CodeArtifactCorrupt)  // stored bytes no longer hash to the digest
-	CodeDigestMismatch   = fsaccess.CodeDigestMismatch            // PutExpect: content digest differs from declared
-	CodeSizeMismatch     = string(actuation.CodeSizeMismatch)     // PutExpect: content size differs from declared
-	CodeDigestInvalid    = fsaccess.CodeDigestInvalid             // not sha256:<64 lowercase hex>
-	CodeInvalidArgument  = fsaccess.CodeInvalidArgument           // maxBytes <= 0
-)
-
 // Caps and timings.
 const (
 	MaxBytesHard = 4 << 30          // artifact-too-large: no single blob above 4 GiB
@@ -81,10 +70,10 @@ func (s *Store) Put(r io.Reader, maxBytes int64) (string, int64, error) {
 // stored on refusal.
 func (s *Store) PutExpect(r io.Reader, maxBytes int64, wantDigest string, wantSize int64) (string, int64, error) {
 	if maxBytes <= 0 {
-		return "", 0, fsaccess.Errorf(CodeInvalidArgument, "artifact cap %d must be positive", maxBytes)
+		return "", 0, actuation.Refusef(actuation.CodeInvalidArgument, "artifact cap %d must be positive", maxBytes)
 	}
 	if maxBytes > MaxBytesHard {
-		return "", 0, fsaccess.Errorf(CodeArtifactTooLarge, "artifact cap %d above hard max %d", maxBytes, MaxBytesHard)
+		return "", 0, actuation.Refusef(actuation.CodeArtifactTooLarge, "artifact cap %d above hard max %d", maxBytes, MaxBytesHard)
 	}
 	if wantDigest != "" {
 		if _, err := fsaccess.ParseDigest(wantDigest); err != nil {
@@ -92,7 +81,7 @@ func (s *Store) PutExpect(r io.Reader, maxBytes int64, wantDigest string, wantSi
 		}
 	}
 	if wantSize > maxBytes {
-		return "", 0, fsaccess.Errorf(CodeArtifactTooLarge, "declared size %d above cap %d", wantSize, maxBytes)
+		return "", 0, actuation.Refusef(actuation.CodeArtifactTooLarge, "declared size %d above cap %d", wantSize, maxBytes)
 	}
 	tmp, f, err := s.createTemp()
 	if err != nil {
@@ -111,14 +100,14 @@ func (s *Store) PutExpect(r io.Reader, maxBytes int64, wantDigest string, wantSi
 		return "", 0, fmt.Errorf("artifacts: write %s/%s: %w", s.dir, tmp, err)
 	}
 	if n > maxBytes {
-		return "", 0, fsaccess.Errorf(CodeArtifactTooLarge, "artifact above %d bytes", maxBytes)
+		return "", 0, actuation.Refusef(actuation.CodeArtifactTooLarge, "artifact above %d bytes", maxBytes)
 	}
 	digest := d.Digest()
 	if wantSize >= 0 && n != wantSize {
-		return "", 0, fsaccess.Errorf(CodeSizeMismatch, "artifact is %d bytes, declared %d", n, wantSize)
+		return "", 0, actuation.Refusef(actuation.CodeSizeMismatch, "artifact is %d bytes, declared %d", n, wantSize)
 	}
 	if wantDigest != "" && digest != wantDigest {
-		return "", 0, fsaccess.Errorf(CodeDigestMismatch, "artifact digest %s, declared %s", digest, wantDigest)
+		return "", 0, actuation.Refusef(actuation.CodeDigestMismatch, "artifact digest %s, declared %s", digest, wantDigest)
 	}
 	if err := f.Sync(); err != nil {
 		return "", 0, fmt.Errorf("artifacts: fsync %s/%s: %w", s.dir, tmp, err)
@@ -136,7 +125,7 @@ func (s *Store) PutExpect(r io.Reader, maxBytes int64, wantDigest string, wantSi
 	err = s.root.RenameNoReplace(tmp, final)
 	if errors.Is(err, fs.ErrExist) {
 		// Deduplicate, but repair a corrupted existing copy with the fresh bytes.
-		if verr := s.Verify(digest); fsaccess.CodeOf(verr) == CodeArtifactCorrupt {
+		if verr := s.Verify(digest); actuation.CodeOf(verr) == actuation.CodeArtifactCorrupt {
 			err = s.root.Rename(tmp, final)
 		} else {
 			err = s.root.Remove(tmp)
@@ -183,8 +172,8 @@ func (s *Store) lookup(digest string) (string, error) {
 }
 
 func notFound(digest string, err error) error {
-	if fsaccess.CodeOf(err) == fsaccess.CodePathNotFound {
-		return fsaccess.Wrap(CodeArtifactNotFound, err, "artifact %s", digest)
+	if actuation.CodeOf(err) == actuation.CodePathNotFound {
+		return actuation.Wrapf(actuation.CodeArtifactNotFound, err, "artifact %s", digest)
 	}
 	return fmt.Errorf("artifacts: %s: %w", digest, err)
 }
@@ -200,7 +189,7 @@ func (s *Store) Stat(digest string) (Info, error) {
 		return Info{}, notFound(digest, err)
 	}
 	if e.Type != fsaccess.TypeFile {
-		return Info{}, fsaccess.Errorf(CodeArtifactCorrupt, "artifact %s is a %s", digest, e.Type)
+		return Info{}, actuation.Refusef(actuation.CodeArtifactCorrupt, "artifact %s is a %s", digest, e.Type)
 	}
 	return Info{Digest: digest, Size: e.Size, ModTime: e.ModTime}, nil
 }
@@ -221,8 +210,8 @@ func (s *Store) Open(digest string) (*Blob, error) {
 	}
 	f, e, err := s.root.OpenRead(p)
 	if err != nil {
-		if fsaccess.CodeOf(err) == fsaccess.CodeNotRegularFile {
-			return nil, fsaccess.Wrap(CodeArtifactCorrupt, err, "artifact %s", digest)
+		if actuation.CodeOf(err) == actuation.CodeNotRegularFile {
+			return nil, actuation.Wrapf(actuation.CodeArtifactCorrupt, err, "artifact %s", digest)
 		}
 		return nil, notFound(digest, err)
 	}
@@ -233,7 +222,7 @@ func (s *Store) Open(digest string) (*Blob, error) {
 	}
 	if got != digest || n != e.Size {
 		_ = f.Close()
-		return nil, fsaccess.Errorf(CodeArtifactCorrupt, "artifact %s: stored bytes hash to %s (%d bytes)", digest, got, n)
+		return nil, actuation.Refusef(actuation.CodeArtifactCorrupt, "artifact %s: stored bytes hash to %s (%d bytes)", digest, got, n)
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		_ = f.Close()
@@ -257,7 +246,7 @@ func (s *Store) Delete(digest string) error {
 	if err != nil {
 		return err
 	}
-	if err := s.root.Remove(p); err != nil && fsaccess.CodeOf(err) != fsaccess.CodePathNotFound {
+	if err := s.root.Remove(p); err != nil && actuation.CodeOf(err) != actuation.CodePathNotFound {
 		return fmt.Errorf("artifacts: delete %s: %w", digest, err)
 	}
 	return nil

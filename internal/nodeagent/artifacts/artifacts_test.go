@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/test/testkit"
 )
@@ -67,26 +68,26 @@ func TestPutOpenDedup(t *testing.T) {
 	}
 	must(t, s.Delete(d))
 	_, err = s.Open(d)
-	wantCode(t, err, CodeArtifactNotFound)
+	wantCode(t, err, string(actuation.CodeArtifactNotFound))
 	_, err = s.Stat(d)
-	wantCode(t, err, CodeArtifactNotFound)
+	wantCode(t, err, string(actuation.CodeArtifactNotFound))
 	must(t, s.Delete(d)) // idempotent
 }
 
 func TestCapsAndDeclaredMismatch(t *testing.T) {
 	s, dir := store(t)
 	_, _, err := s.Put(strings.NewReader(strings.Repeat("x", 101)), 100)
-	wantCode(t, err, CodeArtifactTooLarge)
+	wantCode(t, err, string(actuation.CodeArtifactTooLarge))
 	_, _, err = s.Put(strings.NewReader("x"), MaxBytesHard+1)
-	wantCode(t, err, CodeArtifactTooLarge)
+	wantCode(t, err, string(actuation.CodeArtifactTooLarge))
 	_, _, err = s.Put(strings.NewReader("x"), 0)
-	wantCode(t, err, CodeInvalidArgument)
+	wantCode(t, err, string(actuation.CodeInvalidArgument))
 	_, _, err = s.PutExpect(strings.NewReader("abc"), 100, fsaccess.DigestBytes([]byte("abd")), -1)
-	wantCode(t, err, CodeDigestMismatch)
+	wantCode(t, err, string(actuation.CodeDigestMismatch))
 	_, _, err = s.PutExpect(strings.NewReader("abc"), 100, "", 4)
-	wantCode(t, err, CodeSizeMismatch)
+	wantCode(t, err, string(actuation.CodeSizeMismatch))
 	_, _, err = s.PutExpect(strings.NewReader("abc"), 100, "sha256:nothex", -1)
-	wantCode(t, err, CodeDigestInvalid)
+	wantCode(t, err, string(actuation.CodeDigestInvalid))
 	if n := count(t, dir); n != 0 {
 		t.Fatalf("%d files left after refusals", n)
 	}
@@ -94,7 +95,7 @@ func TestCapsAndDeclaredMismatch(t *testing.T) {
 	must(t, err)
 	for _, bad := range []string{"sha256:../../etc/passwd", "md5:abc", "", strings.ToUpper(d)} {
 		_, err := s.Open(bad)
-		wantCode(t, err, CodeDigestInvalid)
+		wantCode(t, err, string(actuation.CodeDigestInvalid))
 	}
 }
 
@@ -110,8 +111,8 @@ func TestCorruptBlobIsReportedNotServed(t *testing.T) {
 	if b != nil {
 		t.Fatal("corrupt blob served")
 	}
-	wantCode(t, err, CodeArtifactCorrupt)
-	wantCode(t, s.Verify(d), CodeArtifactCorrupt)
+	wantCode(t, err, string(actuation.CodeArtifactCorrupt))
+	wantCode(t, s.Verify(d), string(actuation.CodeArtifactCorrupt))
 	// Putting the true content again repairs the blob.
 	_, _, err = s.Put(strings.NewReader("original bytes"), 100)
 	must(t, err)
@@ -152,5 +153,5 @@ func TestGC(t *testing.T) {
 	must(t, s.Verify(retained))
 	must(t, s.Verify(young))
 	_, err = s.Open(expired)
-	wantCode(t, err, CodeArtifactNotFound)
+	wantCode(t, err, string(actuation.CodeArtifactNotFound))
 }

@@ -16,6 +16,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/dataplane/protocol/v2"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 )
 
@@ -42,12 +43,12 @@ const streamCloseSignal = 255
 // attachHandshake selects the first subprotocol the client offers that is v5 or v4.
 func attachHandshake(cfg *websocket.Config, _ *http.Request) error {
 	for _, p := range cfg.Protocol {
-		if p == ProtocolV5 || p == ProtocolV4 {
+		if p == protocol.ProtocolV5 || p == protocol.ProtocolV4 {
 			cfg.Protocol = []string{p}
 			return nil
 		}
 	}
-	return fmt.Errorf("requested protocol(s) %v are not supported: supports %s and %s", cfg.Protocol, ProtocolV5, ProtocolV4)
+	return fmt.Errorf("requested protocol(s) %v are not supported: supports %s and %s", cfg.Protocol, protocol.ProtocolV5, protocol.ProtocolV4)
 }
 
 // sendFrame sends data on channel ch as one binary frame.
@@ -71,7 +72,7 @@ func (s *Server) serveAttach(w http.ResponseWriter, r *http.Request, ref objRef,
 
 func (s *Server) attachStream(ws *websocket.Conn, r *http.Request, ref objRef, h sessionHandle, stdin bool) {
 	defer func() { _ = ws.Close() }()
-	v5 := ws.Config().Protocol[0] == ProtocolV5
+	v5 := ws.Config().Protocol[0] == protocol.ProtocolV5
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	logger := ctrl.LoggerFrom(r.Context())
@@ -207,19 +208,19 @@ func (s *Server) attachStream(ws *websocket.Conn, r *http.Request, ref objRef, h
 
 // resizeRefusal is nil when the stream's user may resize the session (create
 // terminalsessions/resize, as POST .../resize requires), and otherwise the Failure status
-// that ends the stream (StatusFor: 403 Forbidden, the code as the message's prefix and as
+// that ends the stream (protocol.StatusFor: 403 Forbidden, the code as the message's prefix and as
 // the first cause's type). An unavailable authorizer refuses too: a resize is never applied unchecked.
 func (s *Server) resizeRefusal(r *http.Request, ref objRef) *metav1.Status {
-	err := s.authorize(r, Attributes{Group: SubresourceGroup, Verb: "create", Namespace: ref.ns, Resource: "terminalsessions", Subresource: "resize", Name: ref.name})
+	err := s.authorize(r, Attributes{Group: protocol.SubresourceGroup, Verb: "create", Namespace: ref.ns, Resource: "terminalsessions", Subresource: "resize", Name: ref.name})
 	if err == nil {
 		return nil
 	}
-	code, msg, status := CodeUnavailable, err.Error(), http.StatusServiceUnavailable
+	code, msg, status := string(actuation.CodeUnavailable), err.Error(), http.StatusServiceUnavailable
 	var he *httpError
 	if errors.As(err, &he) {
 		code, msg, status = he.code, he.message, he.status
 	}
-	return StatusFor(status, code, msg+": an attach stream without the resize authority cannot resize the terminal")
+	return protocol.StatusFor(status, code, msg+": an attach stream without the resize authority cannot resize the terminal")
 }
 
 // recheckAttach re-checks an open stdin stream's authorization (see attachStream) and
@@ -243,7 +244,7 @@ func (s *Server) recheckAttach(ctx context.Context, cancel context.CancelFunc, r
 		}
 		msg := ""
 		if rbac { // a session event changes the session only: RBAC is asked on the tick
-			err := s.authorize(r, Attributes{Group: SubresourceGroup, Verb: "create", Namespace: ref.ns, Resource: "terminalsessions", Subresource: "attach", Name: ref.name})
+			err := s.authorize(r, Attributes{Group: protocol.SubresourceGroup, Verb: "create", Namespace: ref.ns, Resource: "terminalsessions", Subresource: "attach", Name: ref.name})
 			var he *httpError
 			switch {
 			case err == nil:

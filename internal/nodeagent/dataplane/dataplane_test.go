@@ -11,7 +11,7 @@ import (
 	"time"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
@@ -21,12 +21,12 @@ func TestKubeAuthentication(t *testing.T) {
 	ts := startKubeServer(t, Limits{}, CacheOptions{})
 	ts.openSession(t, testNS, "s", wbv1.RawInputOperatorOnly, 0)
 	screen := SessionPath(testNS, "s", "screen")
-	ts.expect(t, "GET", screen, "", nil, 401, CodeUnauthenticated)
-	ts.expect(t, "GET", screen, "eyJhbGciOiJSUzI1NiJ9.e30.c2ln", nil, 401, CodeUnauthenticated)
+	ts.expect(t, "GET", screen, "", nil, 401, string(actuation.CodeUnauthenticated))
+	ts.expect(t, "GET", screen, "eyJhbGciOiJSUzI1NiJ9.e30.c2ln", nil, 401, string(actuation.CodeUnauthenticated))
 	ts.expect(t, "GET", screen, fx.tokens["operator"], nil, 200, "")
 	// Authentication precedes routing: the route is only revealed afterwards.
-	ts.expect(t, "GET", "/v1/nothing-here", "", nil, 401, CodeUnauthenticated)
-	ts.expect(t, "GET", "/v1/nothing-here", fx.tokens["operator"], nil, 404, CodeNotFound)
+	ts.expect(t, "GET", "/v1/nothing-here", "", nil, 401, string(actuation.CodeUnauthenticated))
+	ts.expect(t, "GET", "/v1/nothing-here", fx.tokens["operator"], nil, 404, string(actuation.CodeNotFound))
 }
 
 // TestKubeAuthorizationMatrix exercises SubjectAccessReview per virtual
@@ -78,7 +78,7 @@ func TestKubeAuthorizationMatrix(t *testing.T) {
 		t.Run(tc.who+" "+tc.method+" "+tc.path, func(t *testing.T) {
 			code := ""
 			if tc.status == 403 {
-				code = CodeForbidden
+				code = string(actuation.CodeForbidden)
 			}
 			ts.expect(t, tc.method, tc.path, fx.tokens[tc.who], tc.body, tc.status, code)
 		})
@@ -95,11 +95,11 @@ func TestKubeRawInputGate(t *testing.T) {
 	ts.openSession(t, testNS, "open", wbv1.RawInputOperatorOnly, 0)
 	op := fx.tokens["operator"]
 	in := InputRequest{Data: []byte("x\n")}
-	ts.expect(t, "POST", SessionPath(testNS, "disabled", "input"), op, in, 403, CodeRawInputDisabled)
-	ts.expect(t, "POST", SessionPath(testNS, "unset", "input"), op, in, 403, CodeRawInputDisabled)
+	ts.expect(t, "POST", SessionPath(testNS, "disabled", "input"), op, in, 403, string(actuation.CodeRawInputDisabled))
+	ts.expect(t, "POST", SessionPath(testNS, "unset", "input"), op, in, 403, string(actuation.CodeRawInputDisabled))
 	ts.expect(t, "POST", SessionPath(testNS, "open", "input"), op, in, 202, "")
 	// The agent is refused by RBAC before the session is even looked at.
-	ts.expect(t, "POST", SessionPath(testNS, "open", "input"), fx.tokens["agent"], in, 403, CodeForbidden)
+	ts.expect(t, "POST", SessionPath(testNS, "open", "input"), fx.tokens["agent"], in, 403, string(actuation.CodeForbidden))
 }
 
 // TestKubeInputEcho: the operator's input reaches /bin/cat on a real PTY and
@@ -221,7 +221,7 @@ func TestKubeLongPollCap(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the first long-poll never parked")
 	}
-	ts.expect(t, "GET", path, fx.tokens["agent"], nil, 429, CodeQueueFull)
+	ts.expect(t, "GET", path, fx.tokens["agent"], nil, 429, string(actuation.CodeQueueFull))
 	ts.events(t, fx.tokens["agent"], testNS, "cap", cursor, 0)
 	cancel()
 	<-first
@@ -303,17 +303,17 @@ func TestKubeFiles(t *testing.T) {
 	if string(rr.Data) != "world" || rr.EOF {
 		t.Errorf("windowed read: %+v", rr)
 	}
-	ts.expect(t, "GET", read("path=../outside/secret.txt"), agent, nil, 400, fsaccess.CodePathTraversal)
-	ts.expect(t, "GET", read("path=sub/../../outside/secret.txt"), agent, nil, 400, fsaccess.CodePathTraversal)
-	ts.expect(t, "GET", read("path=escape"), agent, nil, 403, fsaccess.CodeSymlinkEscape)
-	ts.expect(t, "GET", read("path=escape-relative"), agent, nil, 403, fsaccess.CodeSymlinkEscape)
-	ts.expect(t, "GET", read("path=/etc/passwd"), agent, nil, 400, fsaccess.CodePathAbsolute)
-	ts.expect(t, "GET", read("path="), agent, nil, 400, fsaccess.CodePathEmpty)
-	ts.expect(t, "GET", read("path=missing.txt"), agent, nil, 404, fsaccess.CodePathNotFound)
-	ts.expect(t, "GET", read("path=hello.txt&max=1048577"), agent, nil, 400, fsaccess.CodeReadCapAboveMax)
-	ts.expect(t, "GET", read("path=hello.txt&offset=-1"), agent, nil, 400, CodeBadRequest)
-	ts.expect(t, "GET", FilesPath(testNS, "env", "read")+"?root=other&path=hello.txt", agent, nil, 404, CodeNotFound)
-	ts.expect(t, "GET", FilesPath(testNS, "env", "read")+"?root=Bad_Root&path=hello.txt", agent, nil, 400, CodeBadRequest)
+	ts.expect(t, "GET", read("path=../outside/secret.txt"), agent, nil, 400, string(actuation.CodePathTraversal))
+	ts.expect(t, "GET", read("path=sub/../../outside/secret.txt"), agent, nil, 400, string(actuation.CodePathTraversal))
+	ts.expect(t, "GET", read("path=escape"), agent, nil, 403, string(actuation.CodeSymlinkEscape))
+	ts.expect(t, "GET", read("path=escape-relative"), agent, nil, 403, string(actuation.CodeSymlinkEscape))
+	ts.expect(t, "GET", read("path=/etc/passwd"), agent, nil, 400, string(actuation.CodePathAbsolute))
+	ts.expect(t, "GET", read("path="), agent, nil, 400, string(actuation.CodePathEmpty))
+	ts.expect(t, "GET", read("path=missing.txt"), agent, nil, 404, string(actuation.CodePathNotFound))
+	ts.expect(t, "GET", read("path=hello.txt&max=1048577"), agent, nil, 400, string(actuation.CodeReadCapAboveMax))
+	ts.expect(t, "GET", read("path=hello.txt&offset=-1"), agent, nil, 400, string(actuation.CodeBadRequest))
+	ts.expect(t, "GET", FilesPath(testNS, "env", "read")+"?root=other&path=hello.txt", agent, nil, 404, string(actuation.CodeNotFound))
+	ts.expect(t, "GET", FilesPath(testNS, "env", "read")+"?root=Bad_Root&path=hello.txt", agent, nil, 400, string(actuation.CodeBadRequest))
 
 	var snap fsaccess.Snapshot
 	if err := json.Unmarshal(ts.expect(t, "GET", FilesPath(testNS, "env", "snapshot")+"?root=work", agent, nil, 200, ""), &snap); err != nil {
@@ -326,7 +326,7 @@ func TestKubeFiles(t *testing.T) {
 	if types["hello.txt"] != fsaccess.TypeFile || types["escape"] != fsaccess.TypeSymlink || snap.Truncated {
 		t.Errorf("snapshot entries %v truncated=%v", types, snap.Truncated)
 	}
-	ts.expect(t, "GET", FilesPath(testNS, "env", "snapshot")+"?root=work&path=../outside", agent, nil, 400, fsaccess.CodePathTraversal)
+	ts.expect(t, "GET", FilesPath(testNS, "env", "snapshot")+"?root=work&path=../outside", agent, nil, 400, string(actuation.CodePathTraversal))
 }
 
 // TestKubeResizeAndSignal: resize reaches the screen model; SIGINT ends cat,
@@ -344,8 +344,8 @@ func TestKubeResizeAndSignal(t *testing.T) {
 	if scr.Rows != 30 || scr.Cols != 100 {
 		t.Errorf("screen after resize: %dx%d", scr.Rows, scr.Cols)
 	}
-	ts.expect(t, "POST", SessionPath(testNS, "sig", "resize"), op, ResizeRequest{Rows: 30, Cols: 5000}, 400, refusal.InvalidSpec)
-	ts.expect(t, "POST", SessionPath(testNS, "sig", "signal"), op, SignalRequest{Signal: "SIGINT"}, 400, CodeBadRequest)
+	ts.expect(t, "POST", SessionPath(testNS, "sig", "resize"), op, ResizeRequest{Rows: 30, Cols: 5000}, 400, string(actuation.CodeInvalidSpec))
+	ts.expect(t, "POST", SessionPath(testNS, "sig", "signal"), op, SignalRequest{Signal: "SIGINT"}, 400, string(actuation.CodeBadRequest))
 	ts.expect(t, "POST", SessionPath(testNS, "sig", "signal"), op, SignalRequest{Signal: "INT"}, 200, "")
 
 	var cursor uint64
@@ -369,5 +369,5 @@ func TestKubeResizeAndSignal(t *testing.T) {
 	if string(exit) != "signal=SIGINT" {
 		t.Errorf("exit event %q, want signal=SIGINT", exit)
 	}
-	ts.expect(t, "POST", SessionPath(testNS, "sig", "input"), op, InputRequest{Data: []byte("x")}, 409, refusal.SessionNotRunning)
+	ts.expect(t, "POST", SessionPath(testNS, "sig", "input"), op, InputRequest{Data: []byte("x")}, 409, string(actuation.CodeSessionNotRunning))
 }

@@ -6,44 +6,10 @@ import (
 	"net/http"
 	"strings"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
-	"sensorium.dev/workbench/internal/platform/fsaccess"
-)
-
-// Codes produced by the data plane itself. Codes of the session runtime
-// (package refusal), of fsaccess and of the actuation core are passed through
-// unchanged in the same {code, message} body.
-const (
-	// CodeUnauthenticated: no bearer token, or the API server did not
-	// authenticate it (401).
-	CodeUnauthenticated = string(actuation.CodeUnauthenticated)
-	// CodeForbidden: SubjectAccessReview denied the virtual subresource (403).
-	CodeForbidden = string(actuation.CodeForbidden)
-	// CodeRawInputDisabled: the caller may create terminalsessions/input but
-	// the session's spec.rawInput is not OperatorOnly (403).
-	CodeRawInputDisabled = string(actuation.CodeRawInputDisabled)
-	// CodeNotFound: no such route, session, environment or root (404).
-	CodeNotFound = string(actuation.CodeNotFound)
-	// CodeQueueFull: a concurrency cap of the data plane (long-polls,
-	// requests in flight) or of the session (input queue) is reached (429).
-	CodeQueueFull = refusal.QueueFull
-	// CodeBadRequest: malformed body, query parameter or object name (400).
-	CodeBadRequest = string(actuation.CodeBadRequest)
-	// CodeBodyTooLarge: the request body exceeds Limits.MaxBodyBytes (413).
-	CodeBodyTooLarge = string(actuation.CodeBodyTooLarge)
-	// CodeMethodNotAllowed: the route exists with another method (405).
-	CodeMethodNotAllowed = string(actuation.CodeMethodNotAllowed)
-	// CodeUnavailable: TokenReview or SubjectAccessReview could not be
-	// completed (API server unreachable, timeout); retry later (503).
-	CodeUnavailable = string(actuation.CodeUnavailable)
-	// CodeInternal: an unexpected failure; the message carries no detail
-	// beyond what is safe to return (500).
-	CodeInternal = string(actuation.CodeInternal)
+	"sensorium.dev/workbench/internal/dataplane/protocol/v2"
 )
 
 // Error is the JSON body of every non-2xx response.
@@ -73,33 +39,6 @@ func errorf(status int, code, message string) *httpError {
 	return &httpError{status: status, code: code, message: message}
 }
 
-// statusFor maps a stable code to its HTTP status. Codes not listed are
-// refusals of the request's content and map to 400.
-func statusFor(code string) int {
-	switch code {
-	case CodeUnauthenticated:
-		return http.StatusUnauthorized
-	case CodeForbidden, CodeRawInputDisabled, fsaccess.CodeSymlinkEscape:
-		return http.StatusForbidden
-	case CodeNotFound, fsaccess.CodePathNotFound:
-		return http.StatusNotFound
-	case CodeMethodNotAllowed:
-		return http.StatusMethodNotAllowed
-	case refusal.SessionNotRunning:
-		return http.StatusConflict
-	case CodeBodyTooLarge, refusal.InputTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case CodeQueueFull, refusal.ReaderCapReached:
-		return http.StatusTooManyRequests
-	case CodeUnavailable, fsaccess.CodeOpenat2Unavailable, refusal.Interrupted,
-		string(actuation.CodeEnvironmentUnavailable), string(actuation.CodeVMNotRunning):
-		return http.StatusServiceUnavailable
-	case CodeInternal:
-		return http.StatusInternalServerError
-	}
-	return http.StatusBadRequest
-}
-
 // classify turns any error into (status, body). Coded errors keep their code
 // and message; anything else is an internal error whose detail is logged, not
 // returned.
@@ -109,20 +48,12 @@ func classify(err error) (int, Error, bool) {
 		return he.status, Error{Code: he.code, Message: he.message}, he.status >= 500
 	}
 	if errors.Is(err, ErrNotFound) {
-		return http.StatusNotFound, Error{Code: CodeNotFound, Message: err.Error()}, false
+		return http.StatusNotFound, Error{Code: string(actuation.CodeNotFound), Message: err.Error()}, false
 	}
-	var ar *actuation.Refusal
-	if errors.As(err, &ar) && ar != nil {
-		c := string(ar.Code)
-		return statusFor(c), Error{Code: c, Message: ar.Error()}, false
+	if c := string(actuation.CodeOf(err)); c != "" {
+		return protocol.HTTPStatusOf(c), Error{Code: c, Message: err.Error()}, protocol.HTTPStatusOf(c) >= 500
 	}
-	if c := refusal.CodeOf(err); c != "" {
-		return statusFor(c), Error{Code: c, Message: err.Error()}, statusFor(c) >= 500
-	}
-	if c := fsaccess.CodeOf(err); c != "" {
-		return statusFor(c), Error{Code: c, Message: err.Error()}, statusFor(c) >= 500
-	}
-	return http.StatusInternalServerError, Error{Code: CodeInternal, Message: "internal error"}, true
+	return http.StatusInternalServerError, Error{Code: string(actuation.CodeInternal), Message: "internal error"}, true
 }
 
 // writeError writes err as a JSON {code, message} body.
@@ -135,43 +66,10 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="workbench-node"`)
 	}
 	if strings.HasPrefix(r.URL.Path, "/v2/") {
-		writeJSON(w, status, StatusFor(status, body.Code, body.Message))
+		writeJSON(w, status, protocol.StatusFor(status, body.Code, body.Message))
 		return
 	}
 	writeJSON(w, status, body)
-}
-
-// statusReasons maps the HTTP statuses of refusals to their metav1 reasons; any other is
-// BadRequest.
-var statusReasons = map[int]metav1.StatusReason{
-	http.StatusUnauthorized:          metav1.StatusReasonUnauthorized,
-	http.StatusForbidden:             metav1.StatusReasonForbidden,
-	http.StatusNotFound:              metav1.StatusReasonNotFound,
-	http.StatusConflict:              metav1.StatusReasonConflict,
-	http.StatusGone:                  metav1.StatusReasonGone,
-	http.StatusUnprocessableEntity:   metav1.StatusReasonInvalid,
-	http.StatusRequestEntityTooLarge: metav1.StatusReasonRequestEntityTooLarge,
-	http.StatusTooManyRequests:       metav1.StatusReasonTooManyRequests,
-	http.StatusMethodNotAllowed:      metav1.StatusReasonMethodNotAllowed,
-	http.StatusServiceUnavailable:    metav1.StatusReasonServiceUnavailable,
-	http.StatusInternalServerError:   metav1.StatusReasonInternalError,
-}
-
-// StatusFor is the metav1.Status of a refusal on the v2 routes (and the aggregated API):
-// the stable code is details.causes[0].reason and the prefix of message.
-func StatusFor(status int, code, message string) *metav1.Status {
-	reason, ok := statusReasons[status]
-	if !ok {
-		reason = metav1.StatusReasonBadRequest
-	}
-	if !strings.HasPrefix(message, code+": ") {
-		message = code + ": " + message
-	}
-	return &metav1.Status{
-		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
-		Status:   metav1.StatusFailure, Code: int32(status), Reason: reason, Message: message,
-		Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: metav1.CauseType(code), Message: message}}},
-	}
 }
 
 // writeJSON writes v with status. Encoding errors can only come from the

@@ -11,26 +11,8 @@ import (
 	"strings"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
-)
 
-// Forwarded identity: the aggregated API server (workbench-apiserver) calls the data plane
-// over mutual TLS with its own client certificate and names the end user in these headers
-// (the requestheader convention of kube-apiserver's front proxy). The data plane honours
-// them ONLY from a client certificate that chains to Config.Forwarding.ClientCA and whose
-// subject common name is one of Config.Forwarding.AllowedNames; the end user is then
-// authorized with SubjectAccessReview exactly as a bearer-token caller is. Identity headers
-// from any other peer are refused, never ignored.
-const (
-	HeaderRemoteUser        = "X-Remote-User"
-	HeaderRemoteUID         = "X-Remote-Uid"
-	HeaderRemoteGroup       = "X-Remote-Group"
-	HeaderRemoteExtraPrefix = "X-Remote-Extra-"
-)
-
-// MaxForwardedGroups and MaxForwardedExtra bound the forwarded identity.
-const (
-	MaxForwardedGroups = 256
-	MaxForwardedExtra  = 64
+	"sensorium.dev/workbench/internal/dataplane/protocol/v2"
 )
 
 // Forwarding configures which client certificates may forward an end user's identity.
@@ -69,7 +51,7 @@ func (f Forwarding) applyTLS(tc *tls.Config) {
 func hasIdentityHeaders(r *http.Request) bool {
 	for k := range r.Header {
 		ck := http.CanonicalHeaderKey(k)
-		if ck == HeaderRemoteUser || ck == HeaderRemoteGroup || ck == HeaderRemoteUID || strings.HasPrefix(ck, HeaderRemoteExtraPrefix) {
+		if ck == protocol.HeaderRemoteUser || ck == protocol.HeaderRemoteGroup || ck == protocol.HeaderRemoteUID || strings.HasPrefix(ck, protocol.HeaderRemoteExtraPrefix) {
 			return true
 		}
 	}
@@ -90,55 +72,33 @@ func (f Forwarding) trustedForwarder(r *http.Request) (string, bool) {
 
 // forwardedUser reads the end user from the identity headers.
 func forwardedUser(r *http.Request) (*authenticationv1.UserInfo, error) {
-	users := r.Header.Values(HeaderRemoteUser)
+	users := r.Header.Values(protocol.HeaderRemoteUser)
 	if len(users) != 1 || users[0] == "" {
-		return nil, fmt.Errorf("exactly one %s header is required, got %d", HeaderRemoteUser, len(users))
+		return nil, fmt.Errorf("exactly one %s header is required, got %d", protocol.HeaderRemoteUser, len(users))
 	}
-	u := &authenticationv1.UserInfo{Username: users[0], Groups: r.Header.Values(HeaderRemoteGroup)}
-	if uid := r.Header.Values(HeaderRemoteUID); len(uid) == 1 {
+	u := &authenticationv1.UserInfo{Username: users[0], Groups: r.Header.Values(protocol.HeaderRemoteGroup)}
+	if uid := r.Header.Values(protocol.HeaderRemoteUID); len(uid) == 1 {
 		u.UID = uid[0]
 	}
-	if len(u.Groups) > MaxForwardedGroups {
-		return nil, fmt.Errorf("%d forwarded groups exceed %d", len(u.Groups), MaxForwardedGroups)
+	if len(u.Groups) > protocol.MaxForwardedGroups {
+		return nil, fmt.Errorf("%d forwarded groups exceed %d", len(u.Groups), protocol.MaxForwardedGroups)
 	}
 	for k, v := range r.Header {
 		ck := http.CanonicalHeaderKey(k)
-		if !strings.HasPrefix(ck, HeaderRemoteExtraPrefix) {
+		if !strings.HasPrefix(ck, protocol.HeaderRemoteExtraPrefix) {
 			continue
 		}
-		key, err := url.PathUnescape(strings.ToLower(k[len(HeaderRemoteExtraPrefix):]))
+		key, err := url.PathUnescape(strings.ToLower(k[len(protocol.HeaderRemoteExtraPrefix):]))
 		if err != nil || key == "" {
 			return nil, fmt.Errorf("forwarded extra header %q is malformed", k)
 		}
 		if u.Extra == nil {
 			u.Extra = map[string]authenticationv1.ExtraValue{}
 		}
-		if len(u.Extra) >= MaxForwardedExtra {
-			return nil, fmt.Errorf("more than %d forwarded extra keys", MaxForwardedExtra)
+		if len(u.Extra) >= protocol.MaxForwardedExtra {
+			return nil, fmt.Errorf("more than %d forwarded extra keys", protocol.MaxForwardedExtra)
 		}
 		u.Extra[key] = append(u.Extra[key], v...)
 	}
 	return u, nil
-}
-
-// SetForwardedUser writes u as identity headers on h (the aggregated server's side).
-func SetForwardedUser(h http.Header, user, uid string, groups []string, extra map[string][]string) {
-	for k := range h {
-		ck := http.CanonicalHeaderKey(k)
-		if ck == HeaderRemoteUser || ck == HeaderRemoteGroup || ck == HeaderRemoteUID || strings.HasPrefix(ck, HeaderRemoteExtraPrefix) {
-			h.Del(k)
-		}
-	}
-	h.Set(HeaderRemoteUser, user)
-	if uid != "" {
-		h.Set(HeaderRemoteUID, uid)
-	}
-	for _, g := range groups {
-		h.Add(HeaderRemoteGroup, g)
-	}
-	for k, vs := range extra {
-		for _, v := range vs {
-			h.Add(HeaderRemoteExtraPrefix+url.PathEscape(k), v)
-		}
-	}
 }

@@ -19,7 +19,6 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
@@ -75,12 +74,12 @@ func (s *Server) routes() *http.ServeMux {
 		}
 		mux.HandleFunc(rt.path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
-			writeError(w, r, errorf(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "method "+r.Method+" is not allowed; use "+allow))
+			writeError(w, r, errorf(http.StatusMethodNotAllowed, string(actuation.CodeMethodNotAllowed), "method "+r.Method+" is not allowed; use "+allow))
 		})
 	}
 	s.v2Routes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, r, errorf(http.StatusNotFound, CodeNotFound, "no route for "+r.URL.Path))
+		writeError(w, r, errorf(http.StatusNotFound, string(actuation.CodeNotFound), "no route for "+r.URL.Path))
 	})
 	return mux
 }
@@ -97,11 +96,11 @@ func (s *Server) authorizedIn(group, verb, resource, sub string, h handlerFunc) 
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ref := objRef{ns: r.PathValue("ns"), name: r.PathValue("name")}
 		if errs := validation.IsDNS1123Label(ref.ns); len(errs) > 0 {
-			writeError(w, r, errorf(http.StatusBadRequest, CodeBadRequest, "namespace: "+strings.Join(errs, "; ")))
+			writeError(w, r, errorf(http.StatusBadRequest, string(actuation.CodeBadRequest), "namespace: "+strings.Join(errs, "; ")))
 			return
 		}
 		if errs := validation.IsDNS1123Subdomain(ref.name); len(errs) > 0 {
-			writeError(w, r, errorf(http.StatusBadRequest, CodeBadRequest, "name: "+strings.Join(errs, "; ")))
+			writeError(w, r, errorf(http.StatusBadRequest, string(actuation.CodeBadRequest), "name: "+strings.Join(errs, "; ")))
 			return
 		}
 		if verb != "" {
@@ -118,7 +117,7 @@ func (s *Server) authorizedIn(group, verb, resource, sub string, h handlerFunc) 
 }
 
 func badRequest(format string, args ...any) error {
-	return errorf(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf(format, args...))
+	return errorf(http.StatusBadRequest, string(actuation.CodeBadRequest), fmt.Sprintf(format, args...))
 }
 
 // decode reads a bounded JSON body into v, refusing unknown fields and
@@ -141,7 +140,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 	case err == nil:
 		return nil
 	case errors.As(err, &tooLarge):
-		return errorf(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, fmt.Sprintf("the body exceeds %d bytes", s.lim.MaxBodyBytes))
+		return errorf(http.StatusRequestEntityTooLarge, string(actuation.CodeBodyTooLarge), fmt.Sprintf("the body exceeds %d bytes", s.lim.MaxBodyBytes))
 	default:
 		return badRequest("decoding the body: %v", err)
 	}
@@ -293,7 +292,7 @@ func (s *Server) input(w http.ResponseWriter, r *http.Request, ref objRef) error
 	case len(req.Data) == 0:
 		return badRequest("data must not be empty")
 	case len(req.Data) > s.lim.MaxInputBytes:
-		return errorf(http.StatusRequestEntityTooLarge, refusal.InputTooLarge,
+		return errorf(http.StatusRequestEntityTooLarge, string(actuation.CodeInputTooLarge),
 			fmt.Sprintf("%d bytes of input exceed the per-request cap %d", len(req.Data), s.lim.MaxInputBytes))
 	}
 	h, err := s.resolveSession(ref)
@@ -305,7 +304,7 @@ func (s *Server) input(w http.ResponseWriter, r *http.Request, ref objRef) error
 		if mode == "" {
 			mode = wbv1.RawInputDisabled
 		}
-		return errorf(http.StatusForbidden, CodeRawInputDisabled,
+		return errorf(http.StatusForbidden, string(actuation.CodeRawInputDisabled),
 			fmt.Sprintf("terminal session %s has spec.rawInput %s; raw input requires %s", ref, mode, wbv1.RawInputOperatorOnly))
 	}
 	if err := h.s.Input(req.Data); err != nil {
@@ -439,7 +438,7 @@ func (s *Server) readRange(r *http.Request, ref objRef, capParam string) (*fsacc
 	case n == 0:
 		n = uint64(s.lim.MaxReadBytes)
 	case n > uint64(s.lim.MaxReadBytes):
-		return nil, errorf(http.StatusBadRequest, fsaccess.CodeReadCapAboveMax,
+		return nil, errorf(http.StatusBadRequest, string(actuation.CodeReadCapAboveMax),
 			fmt.Sprintf("%s %d exceeds the per-read cap %d", capParam, n, s.lim.MaxReadBytes))
 	}
 	rt, err := s.resolveRoot(ref, root)

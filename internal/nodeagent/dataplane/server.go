@@ -361,7 +361,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case s.inflight <- struct{}{}:
 		defer func() { <-s.inflight }()
 	default:
-		writeError(w, r, errorf(http.StatusTooManyRequests, CodeQueueFull,
+		writeError(w, r, errorf(http.StatusTooManyRequests, string(actuation.CodeQueueFull),
 			fmt.Sprintf("all %d request slots are in use", s.lim.MaxInFlight)))
 		return
 	}
@@ -375,7 +375,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		u, err := forwardedUser(r)
 		if err != nil {
-			writeError(w, r, errorf(http.StatusBadRequest, CodeBadRequest, err.Error()))
+			writeError(w, r, errorf(http.StatusBadRequest, string(actuation.CodeBadRequest), err.Error()))
 			return
 		}
 		s.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), userKey{}, u)))
@@ -383,7 +383,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	token, ok := bearerToken(r)
 	if !ok {
-		writeError(w, r, errorf(http.StatusUnauthorized, CodeUnauthenticated, "a bearer token is required"))
+		writeError(w, r, errorf(http.StatusUnauthorized, string(actuation.CodeUnauthenticated), "a bearer token is required"))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.lim.RequestTimeout)
@@ -392,14 +392,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, ErrUnauthenticated):
 		ctrl.LoggerFrom(r.Context()).V(1).Info("Rejecting unauthenticated request", "path", r.URL.Path, "reason", err.Error())
-		writeError(w, r, errorf(http.StatusUnauthorized, CodeUnauthenticated, "the bearer token was not authenticated"))
+		writeError(w, r, errorf(http.StatusUnauthorized, string(actuation.CodeUnauthenticated), "the bearer token was not authenticated"))
 		return
 	case err != nil:
-		writeError(w, r, &httpError{status: http.StatusServiceUnavailable, code: CodeUnavailable,
+		writeError(w, r, &httpError{status: http.StatusServiceUnavailable, code: string(actuation.CodeUnavailable),
 			message: "authentication is unavailable", cause: err})
 		return
 	case u == nil || u.Username == "":
-		writeError(w, r, errorf(http.StatusUnauthorized, CodeUnauthenticated, "the token has no user name"))
+		writeError(w, r, errorf(http.StatusUnauthorized, string(actuation.CodeUnauthenticated), "the token has no user name"))
 		return
 	}
 	s.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), userKey{}, u)))

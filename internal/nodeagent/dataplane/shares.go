@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/fairshare"
 )
 
@@ -46,7 +47,7 @@ func (s *Server) streamClass(ctx context.Context, ns string, view bool) (fairsha
 func (s *Server) acquireStream(ctx context.Context, ns string, view bool) (func(), error) {
 	class, who := s.streamClass(ctx, ns, view)
 	release, err := s.streams.Acquire(class, who)
-	var ref *fairshare.Refusal
+	var ref *actuation.Refusal
 	if errors.As(err, &ref) {
 		return nil, errorf(http.StatusTooManyRequests, string(ref.Code), ref.Message)
 	}

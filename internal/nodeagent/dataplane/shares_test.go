@@ -85,5 +85,5 @@ func TestKubeStreamSharesKeepOperatorsServed(t *testing.T) {
 	}
 	ts.events(t, fx.tokens["operator"], testNS, "shares", cursor, 0)
 	// Only the full cap refuses the operator.
-	wantRefused("operator", open("operator"), CodeQueueFull)
+	wantRefused("operator", open("operator"), string(actuation.CodeQueueFull))
 }

@@ -23,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
@@ -236,15 +235,15 @@ func TestClassify(t *testing.T) {
 		status int
 		code   string
 	}{
-		{refusal.New(refusal.QueueFull, "x"), 429, "queue-full"},
-		{refusal.New(refusal.ReaderCapReached, "x"), 429, "reader-cap-reached"},
-		{refusal.New(refusal.SessionNotRunning, "x"), 409, "session-not-running"},
-		{refusal.New(refusal.InvalidSpec, "x"), 400, "invalid-spec"},
-		{fsaccess.Errorf(fsaccess.CodeSymlinkEscape, "x"), 403, "symlink-escape"},
-		{fsaccess.Errorf(fsaccess.CodePathNotFound, "x"), 404, "path-not-found"},
+		{actuation.Refusef(actuation.CodeQueueFull, "x"), 429, "queue-full"},
+		{actuation.Refusef(actuation.CodeReaderCapReached, "x"), 429, "reader-cap-reached"},
+		{actuation.Refusef(actuation.CodeSessionNotRunning, "x"), 409, "session-not-running"},
+		{actuation.Refusef(actuation.CodeInvalidSpec, "x"), 400, "invalid-spec"},
+		{actuation.Refusef(actuation.CodeSymlinkEscape, "x"), 403, "symlink-escape"},
+		{actuation.Refusef(actuation.CodePathNotFound, "x"), 404, "path-not-found"},
 		{actuation.Refuse(actuation.CodePathTraversal, "path", "x"), 400, "path-traversal"},
 		{errors.Join(errors.New("resolving"), ErrNotFound), 404, "not-found"},
-		{fsaccess.Errorf(string(actuation.CodeEnvironmentUnavailable), "x"), 503, "environment-unavailable"},
+		{actuation.Refusef(actuation.CodeEnvironmentUnavailable, "x"), 503, "environment-unavailable"},
 		{errors.New("boom"), 500, "internal"},
 	} {
 		status, body, _ := classify(tc.err)
@@ -309,24 +308,24 @@ func TestRoutingWithoutAPIServer(t *testing.T) {
 		status                    int
 		code                      string
 	}{
-		{"no token", "GET", SessionPath("ns", "s", "screen"), "", nil, "", 401, CodeUnauthenticated},
-		{"bad token", "GET", SessionPath("ns", "s", "screen"), "nope", nil, "", 401, CodeUnauthenticated},
-		{"authn down", "GET", SessionPath("ns", "s", "screen"), "down", nil, "", 503, CodeUnavailable},
-		{"unknown route", "GET", "/v1/whatever", "op", nil, "", 404, CodeNotFound},
-		{"wrong method", "GET", SessionPath("ns", "s", "input"), "op", nil, "", 405, CodeMethodNotAllowed},
-		{"bad namespace", "GET", SessionPath("NS", "s", "screen"), "op", nil, "", 400, CodeBadRequest},
-		{"unknown session", "GET", SessionPath("ns", "missing", "screen"), "op", nil, "", 404, CodeNotFound},
-		{"viewer input", "POST", SessionPath("ns", "s", "input"), "viewer", InputRequest{Data: []byte("x")}, "", 403, CodeForbidden},
-		{"body too large", "POST", SessionPath("ns", "s", "input"), "op", nil, `{"data":"` + strings.Repeat("A", 70<<10) + `"}`, 413, CodeBodyTooLarge},
-		{"input too large", "POST", SessionPath("ns", "s", "input"), "op", InputRequest{Data: make([]byte, MaxInputBytes+1)}, "", 413, refusal.InputTooLarge},
-		{"empty input", "POST", SessionPath("ns", "s", "input"), "op", InputRequest{}, "", 400, CodeBadRequest},
-		{"unknown field", "POST", SessionPath("ns", "s", "input"), "op", nil, `{"data":"eA==","x":1}`, 400, CodeBadRequest},
-		{"trailing data", "POST", SessionPath("ns", "s", "input"), "op", nil, `{"data":"eA=="} {}`, 400, CodeBadRequest},
-		{"bad base64", "POST", SessionPath("ns", "s", "input"), "op", nil, `{"data":"***"}`, 400, CodeBadRequest},
-		{"bad signal", "POST", SessionPath("ns", "s", "signal"), "op", SignalRequest{Signal: "SEGV"}, "", 400, CodeBadRequest},
-		{"bad size", "POST", SessionPath("ns", "s", "resize"), "op", ResizeRequest{Rows: 0, Cols: 80}, "", 400, refusal.InvalidSpec},
-		{"bad cursor", "GET", SessionPath("ns", "s", "events") + "?cursor=x", "op", nil, "", 400, CodeBadRequest},
-		{"cursor ahead", "GET", SessionPath("ns", "s", "events") + "?cursor=100000", "op", nil, "", 400, CodeBadRequest},
+		{"no token", "GET", SessionPath("ns", "s", "screen"), "", nil, "", 401, string(actuation.CodeUnauthenticated)},
+		{"bad token", "GET", SessionPath("ns", "s", "screen"), "nope", nil, "", 401, string(actuation.CodeUnauthenticated)},
+		{"authn down", "GET", SessionPath("ns", "s", "screen"), "down", nil, "", 503, string(actuation.CodeUnavailable)},
+		{"unknown route", "GET", "/v1/whatever", "op", nil, "", 404, string(actuation.CodeNotFound)},
+		{"wrong method", "GET", SessionPath("ns", "s", "input"), "op", nil, "", 405, string(actuation.CodeMethodNotAllowed)},
+		{"bad namespace", "GET", SessionPath("NS", "s", "screen"), "op", nil, "", 400, string(actuation.CodeBadRequest)},
+		{"unknown session", "GET", SessionPath("ns", "missing", "screen"), "op", nil, "", 404, string(actuation.CodeNotFound)},
+		{"viewer input", "POST", SessionPath("ns", "s", "input"), "viewer", InputRequest{Data: []byte("x")}, "", 403, string(actuation.CodeForbidden)},
+		{"body too large", "POST", SessionPath("ns", "s", "input"), "op", nil, `{"data":"` + strings.Repeat("A", 70<<10) + `"}`, 413, string(actuation.CodeBodyTooLarge)},
+		{"input too large", "POST", SessionPath("ns", "s", "input"), "op", InputRequest{Data: make([]byte, MaxInputBytes+1)}, "", 413, string(actuation.CodeInputTooLarge)},
+		{"empty input", "POST", SessionPath("ns", "s", "input"), "op", InputRequest{}, "", 400, string(actuation.CodeBadRequest)},
+		{"unknown field", "POST", SessionPath("ns", "s", "input"), "op", nil, `{"data":"eA==","x":1}`, 400, string(actuation.CodeBadRequest)},
+		{"trailing data", "POST", SessionPath("ns", "s", "input"), "op", nil, `{"data":"eA=="} {}`, 400, string(actuation.CodeBadRequest)},
+		{"bad base64", "POST", SessionPath("ns", "s", "input"), "op", nil, `{"data":"***"}`, 400, string(actuation.CodeBadRequest)},
+		{"bad signal", "POST", SessionPath("ns", "s", "signal"), "op", SignalRequest{Signal: "SEGV"}, "", 400, string(actuation.CodeBadRequest)},
+		{"bad size", "POST", SessionPath("ns", "s", "resize"), "op", ResizeRequest{Rows: 0, Cols: 80}, "", 400, string(actuation.CodeInvalidSpec)},
+		{"bad cursor", "GET", SessionPath("ns", "s", "events") + "?cursor=x", "op", nil, "", 400, string(actuation.CodeBadRequest)},
+		{"cursor ahead", "GET", SessionPath("ns", "s", "events") + "?cursor=100000", "op", nil, "", 400, string(actuation.CodeBadRequest)},
 		{"input ok", "POST", SessionPath("ns", "s", "input"), "op", InputRequest{Data: []byte("x")}, "", 202, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -408,7 +407,7 @@ func (f *recordingFiles) Read(ctx context.Context, rel string, offset int64, max
 	}
 	c, ok := f.files[rel]
 	if !ok {
-		return nil, fsaccess.Errorf(fsaccess.CodePathNotFound, "%s", rel)
+		return nil, actuation.Refusef(actuation.CodePathNotFound, "%s", rel)
 	}
 	return &fsaccess.ReadResult{Path: rel, Data: []byte(c), Size: int64(len(c)), EOF: true, Digest: fsaccess.DigestBytes([]byte(c))}, nil
 }
@@ -444,7 +443,7 @@ func TestFilesOfAnyRoot(t *testing.T) {
 	}
 	f.mu.Lock()
 	calls := strings.Join(f.calls, "; ")
-	f.err = fsaccess.Errorf(string(actuation.CodeEnvironmentUnavailable), "the guest did not answer")
+	f.err = actuation.Refusef(actuation.CodeEnvironmentUnavailable, "the guest did not answer")
 	f.mu.Unlock()
 	if calls != fmt.Sprintf("read a.txt 0 %d; read missing 0 %d", MaxReadBytes, MaxReadBytes) {
 		t.Fatalf("the root saw %q (refused paths must never reach it)", calls)

@@ -19,15 +19,14 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/dataplane/protocol/v2"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
-	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // The v2 routes serve the aggregated subresource API (docs/api-subresources.md) with the
 // same paths after the namespace, so workbench-apiserver forwards a request by swapping
 // the prefix. Errors are metav1.Status bodies whose details.causes[0].reason is the stable
-// code. Every route is authorized with SubjectAccessReview in group SubresourceGroup.
+// code. Every route is authorized with SubjectAccessReview in group protocol.SubresourceGroup.
 //
 //	GET  /v2/namespaces/{ns}/terminalsessions/{name}/attach   get (read-only) / create (stdin)
 //	GET  /v2/namespaces/{ns}/terminalsessions/{name}/screen   get
@@ -39,16 +38,7 @@ import (
 //	GET  /v2/namespaces/{ns}/environments/{name}/files        get
 //	GET  /v2/namespaces/{ns}/artifacts/{name}/download        get
 //	POST /v2/namespaces/{ns}/artifacts/{name}/upload          create (PUT: update)
-const (
-	// SubresourceGroup is the API group of the aggregated subresource API.
-	SubresourceGroup = "subresources.workbench.sensorium.dev"
-	v2Prefix         = "/v2/namespaces/{ns}/"
-)
-
-// V2Path returns the v2 path of resource/name/subresource in ns.
-func V2Path(ns, resource, name, subresource string) string {
-	return "/v2/namespaces/" + ns + "/" + resource + "/" + name + "/" + subresource
-}
+const v2Prefix = protocol.PathPrefix
 
 // Remote command WebSocket protocol (kubectl exec's): channel numbers and subprotocols.
 const (
@@ -57,9 +47,6 @@ const (
 	chanStderr = 2
 	chanError  = 3
 	chanResize = 4
-
-	ProtocolV5 = "v5.channel.k8s.io"
-	ProtocolV4 = "v4.channel.k8s.io"
 )
 
 // Stream bounds.
@@ -124,24 +111,6 @@ type CommandWatcher interface {
 type SessionWatcher interface {
 	SessionsChanged() <-chan struct{}
 }
-
-// CommandEndedPrefix starts the message of the final Failure status of an output stream
-// whose command ended without an exit code (Cancelled, timed out, refused): clients tell
-// it from a cut stream by it.
-const CommandEndedPrefix = "terminal command ended: "
-
-// Output start states (header CommandStateHeader of terminalcommands/output).
-const (
-	CommandStateHeader     = "X-Workbench-Command-State"
-	CommandStateStarted    = "Started"
-	CommandStateNotStarted = "NotStarted"
-	CommandStateEnded      = "Ended"
-	// DefaultStartWait bounds how long output?follow=true waits for a command to start
-	// before answering (below kube-apiserver's default 60 s request timeout);
-	// ?startWaitSeconds chooses another bound up to MaxStartWait.
-	DefaultStartWait = 45 * time.Second
-	MaxStartWait     = 10 * time.Minute
-)
 
 // CommandResult is a final command's state.
 type CommandResult struct {
@@ -237,7 +206,7 @@ func (s *Server) v2Routes(mux *http.ServeMux) {
 		// the view stream authorizes itself, uncached, and again while it streams.
 		{http.MethodGet, v2Prefix + "terminalviews/{name}/stream", "", "terminalviews", "stream", s.viewStream},
 	} {
-		mux.Handle(rt.method+" "+rt.path, s.authorizedIn(SubresourceGroup, rt.verb, rt.resource, rt.sub, rt.h))
+		mux.Handle(rt.method+" "+rt.path, s.authorizedIn(protocol.SubresourceGroup, rt.verb, rt.resource, rt.sub, rt.h))
 		allow := rt.method
 		if rt.sub == "upload" {
 			if rt.method == http.MethodPost {
@@ -247,7 +216,7 @@ func (s *Server) v2Routes(mux *http.ServeMux) {
 		}
 		mux.HandleFunc(rt.path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
-			writeError(w, r, errorf(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "method "+r.Method+" is not allowed; use "+allow))
+			writeError(w, r, errorf(http.StatusMethodNotAllowed, string(actuation.CodeMethodNotAllowed), "method "+r.Method+" is not allowed; use "+allow))
 		})
 	}
 }
@@ -259,14 +228,14 @@ func (s *Server) authorize(r *http.Request, a Attributes) error {
 	d, err := s.authz.Authorize(ctx, u, a)
 	cancel()
 	if err != nil {
-		return &httpError{status: http.StatusServiceUnavailable, code: CodeUnavailable, message: "authorization is unavailable", cause: err}
+		return &httpError{status: http.StatusServiceUnavailable, code: string(actuation.CodeUnavailable), message: "authorization is unavailable", cause: err}
 	}
 	if !d.Allowed {
 		msg := fmt.Sprintf("user %q may not %s %s/%s %q in namespace %q", u.Username, a.Verb, a.Resource, a.Subresource, a.Name, a.Namespace)
 		if d.Reason != "" {
 			msg += ": " + d.Reason
 		}
-		return errorf(http.StatusForbidden, CodeForbidden, msg)
+		return errorf(http.StatusForbidden, string(actuation.CodeForbidden), msg)
 	}
 	return nil
 }
@@ -306,11 +275,11 @@ func (s *Server) v2Attach(w http.ResponseWriter, r *http.Request, ref objRef) er
 	if stdin {
 		verb = "create"
 	}
-	if err := s.authorize(r, Attributes{Group: SubresourceGroup, Verb: verb, Namespace: ref.ns, Resource: "terminalsessions", Subresource: "attach", Name: ref.name}); err != nil {
+	if err := s.authorize(r, Attributes{Group: protocol.SubresourceGroup, Verb: verb, Namespace: ref.ns, Resource: "terminalsessions", Subresource: "attach", Name: ref.name}); err != nil {
 		return err
 	}
 	if !wsstream.IsWebSocketRequest(r) {
-		return badRequest("attach needs a WebSocket upgrade with subprotocol %s or %s", ProtocolV5, ProtocolV4)
+		return badRequest("attach needs a WebSocket upgrade with subprotocol %s or %s", protocol.ProtocolV5, protocol.ProtocolV4)
 	}
 	h, err := s.resolveSession(ref)
 	if err != nil {
@@ -539,11 +508,11 @@ func (s *Server) v2Output(w http.ResponseWriter, r *http.Request, ref objRef) er
 	if err != nil {
 		return err
 	}
-	startWait, err := queryUint(q, "startWaitSeconds", 0, uint64(MaxStartWait/time.Second))
+	startWait, err := queryUint(q, "startWaitSeconds", 0, uint64(protocol.MaxStartWait/time.Second))
 	if err != nil {
 		return err
 	}
-	wait := DefaultStartWait
+	wait := protocol.DefaultStartWait
 	if q.Has("startWaitSeconds") {
 		wait = time.Duration(startWait) * time.Second
 	}
@@ -562,14 +531,14 @@ func (s *Server) v2Output(w http.ResponseWriter, r *http.Request, ref objRef) er
 	}
 	if errors.As(err, &ns) {
 		// Not started (plain GET, or the bounded wait ended) or never will: no output.
-		state := CommandStateNotStarted
+		state := protocol.CommandStateNotStarted
 		if ns.Final {
-			state = CommandStateEnded
+			state = protocol.CommandStateEnded
 		}
 		if ws {
 			return errorf(http.StatusConflict, string(actuation.CodeCommandNotStarted), fmt.Sprintf("terminal command %s: %v", ref, ns))
 		}
-		w.Header().Set(CommandStateHeader, state)
+		w.Header().Set(protocol.CommandStateHeader, state)
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.Header().Set("Cache-Control", "no-store")
 		w.WriteHeader(http.StatusOK)
@@ -578,7 +547,7 @@ func (s *Server) v2Output(w http.ResponseWriter, r *http.Request, ref objRef) er
 	if err != nil {
 		return err
 	}
-	w.Header().Set(CommandStateHeader, CommandStateStarted)
+	w.Header().Set(protocol.CommandStateHeader, protocol.CommandStateStarted)
 	rc := streamingResponse(w)
 	if !ws {
 		w.Header().Set("Content-Type", "application/octet-stream")
@@ -590,8 +559,8 @@ func (s *Server) v2Output(w http.ResponseWriter, r *http.Request, ref objRef) er
 	}
 	chans := []wsstream.ChannelType{wsstream.IgnoreChannel, wsstream.WriteChannel, wsstream.IgnoreChannel, wsstream.WriteChannel, wsstream.ReadChannel}
 	conn := wsstream.NewConn(map[string]wsstream.ChannelProtocolConfig{
-		ProtocolV5: {Binary: true, Channels: chans},
-		ProtocolV4: {Binary: true, Channels: chans},
+		protocol.ProtocolV5: {Binary: true, Channels: chans},
+		protocol.ProtocolV4: {Binary: true, Channels: chans},
 	})
 	_, streams, err := conn.Open(w, r)
 	if err != nil {
@@ -612,7 +581,7 @@ func (s *Server) v2Output(w http.ResponseWriter, r *http.Request, ref objRef) er
 		code := int(*final.ExitCode)
 		writeRemoteStatus(streams[chanError], &code, "")
 	case final != nil && final.Phase != string(wbv1.CommandSucceeded):
-		writeRemoteStatus(streams[chanError], nil, CommandEndedPrefix+final.Phase+": "+final.Message)
+		writeRemoteStatus(streams[chanError], nil, protocol.CommandEndedPrefix+final.Phase+": "+final.Message)
 	default:
 		writeRemoteStatus(streams[chanError], nil, "")
 	}
@@ -763,7 +732,7 @@ func (s *Server) authorizeClassification(r *http.Request, ref objRef) error {
 	if verb == "" {
 		return nil
 	}
-	err = s.authorize(r, Attributes{Group: SubresourceGroup, Verb: verb, Namespace: ref.ns, Resource: "artifacts", Subresource: "download", Name: ref.name})
+	err = s.authorize(r, Attributes{Group: protocol.SubresourceGroup, Verb: verb, Namespace: ref.ns, Resource: "artifacts", Subresource: "download", Name: ref.name})
 	var he *httpError
 	if errors.As(err, &he) && he.status == http.StatusForbidden {
 		return errorf(http.StatusForbidden, string(actuation.CodeArtifactClassificationForbidden),
@@ -835,7 +804,7 @@ func (s *Server) v2Upload(w http.ResponseWriter, r *http.Request, ref objRef) er
 	streamingResponse(w) // a large body may take longer than the read timeout
 	digest, size, err := up.UploadArtifact(r.Context(), ref.ns, ref.name, r.Body, MaxUploadBytes)
 	if err != nil {
-		switch code := codeOfAny(err); code {
+		switch code := string(actuation.CodeOf(err)); code {
 		case string(actuation.CodeUploadTooLarge):
 			return errorf(http.StatusRequestEntityTooLarge, code, fmt.Sprintf("the upload exceeds the cap of %d bytes", MaxUploadBytes))
 		case string(actuation.CodeImmutable), string(actuation.CodeInvalidSpec):
@@ -848,12 +817,4 @@ func (s *Server) v2Upload(w http.ResponseWriter, r *http.Request, ref objRef) er
 		Message: fmt.Sprintf("artifact %s stored: %d bytes, %s", ref, size, digest),
 		Details: &metav1.StatusDetails{Name: ref.name, Kind: "artifacts"}})
 	return nil
-}
-
-// codeOfAny returns the stable code an error carries, whatever its refusal type.
-func codeOfAny(err error) string {
-	if c := refusal.CodeOf(err); c != "" {
-		return c
-	}
-	return fsaccess.CodeOf(err)
 }

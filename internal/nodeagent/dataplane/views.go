@@ -10,6 +10,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/dataplane/protocol/v2"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/views"
 )
@@ -105,12 +106,12 @@ func viewRefusal(c actuation.Code, msg string) error {
 // viewAuthorize asks, without any cache, whether the user may get terminalviews/stream.
 func (s *Server) viewAuthorize(ctx context.Context, r *http.Request, ref objRef) error {
 	u := userFrom(r.Context())
-	a := Attributes{Group: SubresourceGroup, Verb: "get", Namespace: ref.ns, Resource: "terminalviews", Subresource: "stream", Name: ref.name}
+	a := Attributes{Group: protocol.SubresourceGroup, Verb: "get", Namespace: ref.ns, Resource: "terminalviews", Subresource: "stream", Name: ref.name}
 	actx, cancel := context.WithTimeout(ctx, s.lim.RequestTimeout)
 	d, err := s.viewAuthz.Authorize(actx, u, a)
 	cancel()
 	if err != nil {
-		return &httpError{status: http.StatusServiceUnavailable, code: CodeUnavailable, message: "authorization is unavailable", cause: err}
+		return &httpError{status: http.StatusServiceUnavailable, code: string(actuation.CodeUnavailable), message: "authorization is unavailable", cause: err}
 	}
 	if !d.Allowed {
 		return viewRefusal(actuation.CodeViewMembershipInactive,

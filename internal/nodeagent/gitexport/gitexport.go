@@ -117,7 +117,7 @@ type Result struct {
 var commitRE = regexp.MustCompile(`^([0-9a-f]{40}|[0-9a-f]{64})$`)
 
 func refuse(code actuation.Code, format string, args ...any) error {
-	return fsaccess.Errorf(string(code), format, args...)
+	return actuation.Refusef(actuation.Code(string(code)), format, args...)
 }
 
 // Patch writes the git-format patch of req.Root's changes against its base commit to w.
@@ -295,7 +295,7 @@ func copyTree(root *fsaccess.Root, dst string, lim Limits) error {
 		return nil
 	})
 	if err != nil {
-		if fsaccess.CodeOf(err) != "" {
+		if string(actuation.CodeOf(err)) != "" {
 			return err
 		}
 		return refuse(actuation.CodeExportFailed, "copying the root: %v", err)

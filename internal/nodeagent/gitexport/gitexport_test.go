@@ -174,7 +174,7 @@ func TestPatchRefusals(t *testing.T) {
 	}
 	for _, c := range cases {
 		_, out, err := export(t, c.dir, c.base, c.paths...)
-		if got := fsaccess.CodeOf(err); got != string(c.code) {
+		if got := string(actuation.CodeOf(err)); got != string(c.code) {
 			t.Errorf("%s: code %q (%v), want %s", c.name, got, err, c.code)
 		}
 		if len(out) != 0 {

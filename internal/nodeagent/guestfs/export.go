@@ -11,7 +11,8 @@ import (
 	"time"
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
-	"sensorium.dev/workbench/internal/nodeagent/fixture"
+	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/platform/fixture"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
@@ -53,7 +54,7 @@ func (r *Root) Export(ctx context.Context, rel string, w io.Writer, lim fixture.
 		switch code := protocol.CodeOf(err); {
 		case err == nil:
 			return nil
-		case code == protocol.CodeNotDirectory && rel != "":
+		case code == string(actuation.CodeNotDirectory) && rel != "":
 			// A single file, reported alone as fsaccess's walk does.
 			e, err := r.lstat(ctx, k, rel)
 			if err != nil {
@@ -62,19 +63,19 @@ func (r *Root) Export(ctx context.Context, rel string, w io.Writer, lim fixture.
 			single = &e
 			switch e.Type {
 			case fsaccess.TypeSymlink:
-				return fsaccess.Errorf(fixture.CodeFixtureSymlink, "%q contains symlink %q; export refused", r.display(""), rel)
+				return actuation.Refusef(actuation.CodeFixtureSymlink, "%q contains symlink %q; export refused", r.display(""), rel)
 			case fsaccess.TypeOther:
-				return fsaccess.Errorf(fixture.CodeFixtureSpecialFile, "%q contains special file %q", r.display(""), rel)
+				return actuation.Refusef(actuation.CodeFixtureSpecialFile, "%q contains special file %q", r.display(""), rel)
 			case fsaccess.TypeFile:
 				if e.Size > lim.MaxBytes {
-					return fsaccess.Errorf(fixture.CodeFixtureTooLarge, "export of %q/%q exceeds %d bytes", r.display(""), rel, lim.MaxBytes)
+					return actuation.Refusef(actuation.CodeFixtureTooLarge, "export of %q/%q exceeds %d bytes", r.display(""), rel, lim.MaxBytes)
 				}
 				content, err = r.fetch(ctx, k, rel, e.Size)
 				return err
 			}
 			return nil
-		case code == protocol.CodeTooLarge:
-			return fsaccess.Wrap(fixture.CodeFixtureTooLarge, err, "export of %q/%q exceeds the guest's caps (%d entries, %d bytes)", r.display(""), rel, maxEntries, protocol.MaxExportBytes)
+		case code == string(actuation.CodeTooLarge):
+			return actuation.Wrapf(actuation.CodeFixtureTooLarge, err, "export of %q/%q exceeds the guest's caps (%d entries, %d bytes)", r.display(""), rel, maxEntries, protocol.MaxExportBytes)
 		}
 		return r.mapErr("export", rel, err)
 	})
@@ -138,7 +139,7 @@ func (r *Root) checkArchive(rel string, archive []byte, lim fixture.Limits) ([]a
 		return unavailable(fmt.Errorf("guestfs: export %s: the guest's archive is malformed: %s", r.display(rel), fmt.Sprintf(format, args...)))
 	}
 	tooLarge := func(what string) error {
-		return fsaccess.Errorf(fixture.CodeFixtureTooLarge, "export of %q/%q exceeds %s", r.display(""), rel, what)
+		return actuation.Refusef(actuation.CodeFixtureTooLarge, "export of %q/%q exceeds %s", r.display(""), rel, what)
 	}
 	tr := tar.NewReader(bytes.NewReader(archive))
 	seen := map[string]bool{}
@@ -190,9 +191,9 @@ func (r *Root) checkArchive(rel string, archive []byte, lim fixture.Limits) ([]a
 			}
 			e.data = data
 		case tar.TypeSymlink, tar.TypeLink:
-			return nil, fsaccess.Errorf(fixture.CodeFixtureSymlink, "%q contains symlink %q; export refused", r.display(""), join(rel, name))
+			return nil, actuation.Refusef(actuation.CodeFixtureSymlink, "%q contains symlink %q; export refused", r.display(""), join(rel, name))
 		default:
-			return nil, fsaccess.Errorf(fixture.CodeFixtureSpecialFile, "%q contains special file %q", r.display(""), join(rel, name))
+			return nil, actuation.Refusef(actuation.CodeFixtureSpecialFile, "%q contains special file %q", r.display(""), join(rel, name))
 		}
 		out = append(out, e)
 	}

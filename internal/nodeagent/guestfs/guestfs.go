@@ -42,10 +42,6 @@ const (
 	lstatEntries = fsaccess.DefaultMaxEntries
 )
 
-// Codes this package adds to fsaccess's: the guest's channel failed, or the guest refused
-// for a reason of its own (quiesced, shutting down, binding changed).
-const CodeEnvironmentUnavailable = string(actuation.CodeEnvironmentUnavailable)
-
 // Dialer opens a handshaken channel to the environment's guest (the backend's host broker
 // supplies endpoint and binding). The caller closes the client.
 type Dialer func(ctx context.Context) (*guestclient.Client, error)
@@ -101,7 +97,7 @@ func (k *channel) get(ctx context.Context) (*guestclient.Client, error) {
 	}
 	c, err := k.r.dial(ctx)
 	if err != nil {
-		if fsaccess.CodeOf(err) != "" {
+		if string(actuation.CodeOf(err)) != "" {
 			return nil, err // the broker's own refusal (vm-not-running)
 		}
 		return nil, unavailable(err)
@@ -128,16 +124,16 @@ func (r *Root) with(ctx context.Context, fn func(ctx context.Context, k *channel
 }
 
 func unavailable(err error) error {
-	return fsaccess.Wrap(CodeEnvironmentUnavailable, err, "the environment's guest did not complete the file operation")
+	return actuation.Wrapf(actuation.CodeEnvironmentUnavailable, err, "the environment's guest did not complete the file operation")
 }
 
 // channelFailure reports whether err is a failure of the channel rather than the guest's
 // refusal of the operation.
 func channelFailure(err error) bool {
 	switch protocol.CodeOf(err) {
-	case "", protocol.CodeDeadlineExceeded, protocol.CodeQuiesced, protocol.CodeShuttingDown, protocol.CodeConnectionCap,
-		protocol.CodeGenerationMismatch, protocol.CodeNonceMismatch, protocol.CodeEnvironmentMismatch,
-		protocol.CodePlanDigestMismatch, protocol.CodeImageDigestMismatch, protocol.CodeBindingUnavailable:
+	case "", string(actuation.CodeDeadlineExceeded), string(actuation.CodeQuiesced), string(actuation.CodeShuttingDown), string(actuation.CodeConnectionCap),
+		string(actuation.CodeGenerationMismatch), string(actuation.CodeNonceMismatch), string(actuation.CodeEnvironmentMismatch),
+		string(actuation.CodePlanDigestMismatch), string(actuation.CodeImageDigestMismatch), string(actuation.CodeBindingUnavailable):
 		return true
 	}
 	return errors.Is(err, guestclient.ErrUnknownOutcome) || errors.Is(err, guestclient.ErrProtocol) || errors.Is(err, guestclient.ErrBroken)
@@ -147,28 +143,28 @@ func channelFailure(err error) bool {
 // failures become environment-unavailable; any other guest refusal (io-error) stays
 // uncoded, wrapped.
 func (r *Root) mapErr(what, rel string, err error) error {
-	if err == nil || fsaccess.CodeOf(err) != "" {
+	if err == nil || string(actuation.CodeOf(err)) != "" {
 		return err
 	}
 	d := r.display(rel)
 	if c := protocol.CodeOf(err); protocol.IsPathCode(c) {
-		return fsaccess.Wrap(c, err, "%s %s", what, d) // the guest applies the host's path rule
+		return actuation.Wrapf(actuation.Code(c), err, "%s %s", what, d) // the guest applies the host's path rule
 	}
 	switch protocol.CodeOf(err) {
-	case protocol.CodeNotFound:
-		return fsaccess.Wrap(fsaccess.CodePathNotFound, fmt.Errorf("%w: %w", fs.ErrNotExist, err), "%s %s", what, d)
-	case protocol.CodeNotDirectory:
-		return fsaccess.Wrap(fsaccess.CodeNotDirectory, err, "%s %s: a component is not a directory", what, d)
-	case protocol.CodeNotRegularFile:
-		return fsaccess.Wrap(fsaccess.CodeNotRegularFile, err, "%s %s: not a regular file", what, d)
-	case protocol.CodePathEscapesRoot:
-		return fsaccess.Wrap(fsaccess.CodeSymlinkEscape, err, "%s %s: resolves outside the root", what, d)
-	case protocol.CodeTooLarge:
-		return fsaccess.Wrap(fsaccess.CodeTooManyEntries, err, "%s %s: beyond what the guest walks", what, d)
-	case protocol.CodeAnswerOverBound:
+	case string(actuation.CodeNotFound):
+		return actuation.Wrapf(actuation.CodePathNotFound, fmt.Errorf("%w: %w", fs.ErrNotExist, err), "%s %s", what, d)
+	case string(actuation.CodeNotDirectory):
+		return actuation.Wrapf(actuation.CodeNotDirectory, err, "%s %s: a component is not a directory", what, d)
+	case string(actuation.CodeNotRegularFile):
+		return actuation.Wrapf(actuation.CodeNotRegularFile, err, "%s %s: not a regular file", what, d)
+	case string(actuation.CodeSymlinkEscape):
+		return actuation.Wrapf(actuation.CodeSymlinkEscape, err, "%s %s: resolves outside the root", what, d)
+	case string(actuation.CodeTooLarge):
+		return actuation.Wrapf(actuation.CodeTooManyEntries, err, "%s %s: beyond what the guest walks", what, d)
+	case string(actuation.CodeAnswerOverBound):
 		// The guest answered beyond the request's bounds (refused while decoding; the
 		// channel is closed): named as such, not as an unavailable environment.
-		return fsaccess.Wrap(protocol.CodeAnswerOverBound, err, "%s %s: the guest's answer exceeds the request's bounds", what, d)
+		return actuation.Wrapf(actuation.CodeAnswerOverBound, err, "%s %s: the guest's answer exceeds the request's bounds", what, d)
 	}
 	if channelFailure(err) {
 		return unavailable(fmt.Errorf("%s %s: %w", what, d, err))

@@ -19,9 +19,10 @@ import (
 
 	"sensorium.dev/workbench/guest/agent"
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/guestclient"
-	"sensorium.dev/workbench/internal/nodeagent/fixture"
 	"sensorium.dev/workbench/internal/nodeagent/patch"
+	"sensorium.dev/workbench/internal/platform/fixture"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/test/testkit"
 )
@@ -191,28 +192,28 @@ func TestRefusals(t *testing.T) {
 	w.write(t, "f", "x")
 	before := w.dials
 	_, err := w.guest.Read(ctx, "../etc/passwd", 0, 0)
-	wantCode(t, err, fsaccess.CodePathTraversal)
+	wantCode(t, err, string(actuation.CodePathTraversal))
 	_, err = w.guest.Snapshot(ctx, "/abs", fsaccess.SnapshotLimits{})
-	wantCode(t, err, fsaccess.CodePathAbsolute)
+	wantCode(t, err, string(actuation.CodePathAbsolute))
 	_, err = w.guest.Read(ctx, "f", 0, fsaccess.MaxReadBytesHard+1)
-	wantCode(t, err, fsaccess.CodeReadCapAboveMax)
+	wantCode(t, err, string(actuation.CodeReadCapAboveMax))
 	if w.dials != before {
 		t.Fatalf("lexical refusals reached the guest (%d dials)", w.dials-before)
 	}
 	_, err = w.guest.Read(ctx, "escape", 0, 0)
-	wantCode(t, err, fsaccess.CodeSymlinkEscape)
+	wantCode(t, err, string(actuation.CodeSymlinkEscape))
 	_, err = w.guest.Read(ctx, "missing", 0, 0)
-	wantCode(t, err, fsaccess.CodePathNotFound)
+	wantCode(t, err, string(actuation.CodePathNotFound))
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("not-found does not wrap fs.ErrNotExist: %v", err)
 	}
 	_, err = w.guest.Read(ctx, "f/x", 0, 0)
-	wantCode(t, err, fsaccess.CodeNotDirectory)
+	wantCode(t, err, string(actuation.CodeNotDirectory))
 	_, err = w.guest.Read(ctx, "", 0, 0)
-	wantCode(t, err, fsaccess.CodePathEmpty)
+	wantCode(t, err, string(actuation.CodePathEmpty))
 	must(t, os.Mkdir(filepath.Join(w.dir, "d"), 0o755))
 	_, err = w.guest.Read(ctx, "d", 0, 0)
-	wantCode(t, err, fsaccess.CodeNotRegularFile)
+	wantCode(t, err, string(actuation.CodeNotRegularFile))
 
 	for rel, want := range map[string]bool{"f": true, "d": true, "missing": false, "f/x": false} {
 		ok, detail, err := w.guest.Exists(ctx, rel)
@@ -225,7 +226,7 @@ func TestRefusals(t *testing.T) {
 	broken, err := New(func(context.Context) (*guestclient.Client, error) { return nil, errors.New("no VM") }, "repo")
 	must(t, err)
 	_, err = broken.Read(ctx, "f", 0, 0)
-	wantCode(t, err, CodeEnvironmentUnavailable)
+	wantCode(t, err, string(actuation.CodeEnvironmentUnavailable))
 }
 
 func request(t *testing.T, format patch.Format, content string, pol patch.Policy) patch.Request {
@@ -308,22 +309,22 @@ func TestApplyPatchRefusals(t *testing.T) {
 		req  patch.Request
 		code string
 	}{
-		{"dirty diff", request(t, patch.FormatUnified, "--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-expected\n+changed\n", pol), patch.CodePatchDirty},
-		{"expect digest", structured(t, pol, patch.StructuredOp{Op: patch.OpReplace, Path: "a.txt", Content: "x", ExpectDigest: fsaccess.DigestBytes([]byte("other"))}), patch.CodePatchDirty},
-		{"create existing", structured(t, pol, patch.StructuredOp{Op: patch.OpCreate, Path: "a.txt", Content: "x"}), patch.CodePatchDirty},
-		{"replace missing", structured(t, pol, patch.StructuredOp{Op: patch.OpReplace, Path: "nope.txt", Content: "x"}), patch.CodePatchDirty},
-		{"outside", structured(t, pol, patch.StructuredOp{Op: patch.OpReplace, Path: "../x", Content: "x"}), patch.CodePatchOutsideRoot},
-		{"create forbidden", structured(t, patch.Policy{}, patch.StructuredOp{Op: patch.OpCreate, Path: "n.txt", Content: "x"}), patch.CodePatchCreateForbidden},
+		{"dirty diff", request(t, patch.FormatUnified, "--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-expected\n+changed\n", pol), string(actuation.CodePatchDirty)},
+		{"expect digest", structured(t, pol, patch.StructuredOp{Op: patch.OpReplace, Path: "a.txt", Content: "x", ExpectDigest: fsaccess.DigestBytes([]byte("other"))}), string(actuation.CodePatchDirty)},
+		{"create existing", structured(t, pol, patch.StructuredOp{Op: patch.OpCreate, Path: "a.txt", Content: "x"}), string(actuation.CodePatchDirty)},
+		{"replace missing", structured(t, pol, patch.StructuredOp{Op: patch.OpReplace, Path: "nope.txt", Content: "x"}), string(actuation.CodePatchDirty)},
+		{"outside", structured(t, pol, patch.StructuredOp{Op: patch.OpReplace, Path: "../x", Content: "x"}), string(actuation.CodePatchOutsideRoot)},
+		{"create forbidden", structured(t, patch.Policy{}, patch.StructuredOp{Op: patch.OpCreate, Path: "n.txt", Content: "x"}), string(actuation.CodePatchCreateForbidden)},
 		{"delete", structured(t, pol, patch.StructuredOp{Op: patch.OpDelete, Path: "a.txt"}), "capability-mismatch"},
 		{"mkdir", structured(t, pol, patch.StructuredOp{Op: patch.OpCreate, Path: "newdir/n.txt", Content: "x"}), "capability-mismatch"},
-		{"mode", request(t, patch.FormatUnified, "diff --git a/run.sh b/run.sh\nnew file mode 100755\n--- /dev/null\n+++ b/run.sh\n@@ -0,0 +1 @@\n+echo\n", withExec(pol)), patch.CodePatchModeUnsupported},
+		{"mode", request(t, patch.FormatUnified, "diff --git a/run.sh b/run.sh\nnew file mode 100755\n--- /dev/null\n+++ b/run.sh\n@@ -0,0 +1 @@\n+echo\n", withExec(pol)), string(actuation.CodePatchModeUnsupported)},
 		// Workspace hygiene holds on VM roots too: the host plans every guest patch.
-		{"executable bit", request(t, patch.FormatUnified, "diff --git a/run.sh b/run.sh\nnew file mode 100755\n--- /dev/null\n+++ b/run.sh\n@@ -0,0 +1 @@\n+echo\n", pol), patch.CodePatchExecutableForbidden},
-		{"git hook", structured(t, pol, patch.StructuredOp{Op: patch.OpCreate, Path: ".git/hooks/pre-commit", Content: "#!/bin/sh\n"}), patch.CodePatchGitMetadataForbidden},
-		{"git config", structured(t, pol, patch.StructuredOp{Op: patch.OpReplace, Path: ".git/config", Content: "[core]\n"}), patch.CodePatchGitMetadataForbidden},
+		{"executable bit", request(t, patch.FormatUnified, "diff --git a/run.sh b/run.sh\nnew file mode 100755\n--- /dev/null\n+++ b/run.sh\n@@ -0,0 +1 @@\n+echo\n", pol), string(actuation.CodePatchExecutableForbidden)},
+		{"git hook", structured(t, pol, patch.StructuredOp{Op: patch.OpCreate, Path: ".git/hooks/pre-commit", Content: "#!/bin/sh\n"}), string(actuation.CodePatchGitMetadataForbidden)},
+		{"git config", structured(t, pol, patch.StructuredOp{Op: patch.OpReplace, Path: ".git/config", Content: "[core]\n"}), string(actuation.CodePatchGitMetadataForbidden)},
 	} {
 		_, err := w.guest.ApplyPatch(ctx, tc.req)
-		if fsaccess.CodeOf(err) != tc.code {
+		if string(actuation.CodeOf(err)) != tc.code {
 			t.Fatalf("%s: %v, want code %s", tc.name, err, tc.code)
 		}
 	}
@@ -354,7 +355,7 @@ func TestApplyPatchRollsBack(t *testing.T) {
 	_, err := w.guest.ApplyPatch(ctx, structured(t, pol,
 		patch.StructuredOp{Op: patch.OpReplace, Path: "a.txt", Content: "a1\n"},
 		patch.StructuredOp{Op: patch.OpReplace, Path: "b.txt", Content: "b1\n"}))
-	wantCode(t, err, patch.CodePatchDirty)
+	wantCode(t, err, string(actuation.CodePatchDirty))
 	if a := w.read(t, "a.txt"); a != "a0\n" {
 		t.Fatalf("a.txt not restored: %q", a)
 	}
@@ -369,7 +370,7 @@ func TestApplyPatchRollsBack(t *testing.T) {
 	_, err = w.guest.ApplyPatch(ctx, structured(t, pol,
 		patch.StructuredOp{Op: patch.OpCreate, Path: "c.txt", Content: "c1\n"},
 		patch.StructuredOp{Op: patch.OpReplace, Path: "a.txt", Content: "a2\n"}))
-	wantCode(t, err, patch.CodePatchDirty)
+	wantCode(t, err, string(actuation.CodePatchDirty))
 	if a, c := w.read(t, "a.txt"), w.read(t, "c.txt"); a != "a0\n" || c != "raced\n" {
 		t.Fatalf("after the failed create: a=%q c=%q", a, c)
 	}
@@ -383,7 +384,7 @@ func TestApplyPatchRollsBack(t *testing.T) {
 	_, err = w.guest.ApplyPatch(ctx, structured(t, pol,
 		patch.StructuredOp{Op: patch.OpCreate, Path: "d.txt", Content: "d\n"},
 		patch.StructuredOp{Op: patch.OpCreate, Path: "e.txt", Content: "e\n"}))
-	wantCode(t, err, patch.CodePatchRollbackIncomplete)
+	wantCode(t, err, string(actuation.CodePatchRollbackIncomplete))
 	if errors.Is(err, ErrOutcomeUnknown) {
 		t.Fatalf("a provable outcome reported unknown: %v", err)
 	}
@@ -410,14 +411,14 @@ func TestExportMatchesHost(t *testing.T) {
 	}
 	var sink bytes.Buffer
 	_, err := w.guest.Export(ctx, "out", &sink, fixture.Limits{MaxBytes: 4})
-	wantCode(t, err, fixture.CodeFixtureTooLarge)
+	wantCode(t, err, string(actuation.CodeFixtureTooLarge))
 	_, err = w.guest.Export(ctx, "out", &sink, fixture.Limits{MaxFiles: 2})
-	wantCode(t, err, fixture.CodeFixtureTooLarge)
+	wantCode(t, err, string(actuation.CodeFixtureTooLarge))
 	must(t, os.Symlink("report.txt", filepath.Join(w.dir, "out", "link")))
 	_, err = w.guest.Export(ctx, "out", &sink, fixture.Limits{})
-	wantCode(t, err, fixture.CodeFixtureSymlink)
+	wantCode(t, err, string(actuation.CodeFixtureSymlink))
 	_, err = w.guest.Export(ctx, "missing", &sink, fixture.Limits{})
-	wantCode(t, err, fsaccess.CodePathNotFound)
+	wantCode(t, err, string(actuation.CodePathNotFound))
 }
 
 // TestApplyPatchLostAnswers: an apply whose answer is lost is settled by re-reading the
@@ -439,8 +440,8 @@ func TestApplyPatchLostAnswers(t *testing.T) {
 
 	w.loseApplyAnswers, w.lost, w.failDialsAfterLoss = 1, false, true
 	_, err = w.guest.ApplyPatch(ctx, structured(t, pol, patch.StructuredOp{Op: patch.OpReplace, Path: "a.txt", Content: "a2\n"}))
-	if !errors.Is(err, ErrOutcomeUnknown) || fsaccess.CodeOf(err) != "" {
-		t.Fatalf("unsettled apply: %v (code %q), want ErrOutcomeUnknown", err, fsaccess.CodeOf(err))
+	if !errors.Is(err, ErrOutcomeUnknown) || string(actuation.CodeOf(err)) != "" {
+		t.Fatalf("unsettled apply: %v (code %q), want ErrOutcomeUnknown", err, string(actuation.CodeOf(err)))
 	}
 }
 
@@ -470,18 +471,18 @@ func TestUntrustedArchive(t *testing.T) {
 		tar  []byte
 		code string
 	}{
-		{"traversal", build(ent{"../x", tar.TypeReg, "x"}), CodeEnvironmentUnavailable},
-		{"absolute", build(ent{"/etc/x", tar.TypeReg, "x"}), CodeEnvironmentUnavailable},
-		{"duplicate", build(ent{"a", tar.TypeReg, "x"}, ent{"a", tar.TypeReg, "y"}), CodeEnvironmentUnavailable},
-		{"garbage", []byte("not a tar archive at all, padded to a block" + strings.Repeat("?", 600)), CodeEnvironmentUnavailable},
-		{"symlink", build(ent{"l", tar.TypeSymlink, ""}), fixture.CodeFixtureSymlink},
-		{"hard link", build(ent{"l", tar.TypeLink, ""}), fixture.CodeFixtureSymlink},
-		{"device", build(ent{"d", tar.TypeChar, ""}), fixture.CodeFixtureSpecialFile},
-		{"bytes", build(ent{"a", tar.TypeReg, "0123456789x"}), fixture.CodeFixtureTooLarge},
-		{"depth", build(ent{"a/b/c/d", tar.TypeReg, ""}), fixture.CodeFixtureTooLarge},
+		{"traversal", build(ent{"../x", tar.TypeReg, "x"}), string(actuation.CodeEnvironmentUnavailable)},
+		{"absolute", build(ent{"/etc/x", tar.TypeReg, "x"}), string(actuation.CodeEnvironmentUnavailable)},
+		{"duplicate", build(ent{"a", tar.TypeReg, "x"}, ent{"a", tar.TypeReg, "y"}), string(actuation.CodeEnvironmentUnavailable)},
+		{"garbage", []byte("not a tar archive at all, padded to a block" + strings.Repeat("?", 600)), string(actuation.CodeEnvironmentUnavailable)},
+		{"symlink", build(ent{"l", tar.TypeSymlink, ""}), string(actuation.CodeFixtureSymlink)},
+		{"hard link", build(ent{"l", tar.TypeLink, ""}), string(actuation.CodeFixtureSymlink)},
+		{"device", build(ent{"d", tar.TypeChar, ""}), string(actuation.CodeFixtureSpecialFile)},
+		{"bytes", build(ent{"a", tar.TypeReg, "0123456789x"}), string(actuation.CodeFixtureTooLarge)},
+		{"depth", build(ent{"a/b/c/d", tar.TypeReg, ""}), string(actuation.CodeFixtureTooLarge)},
 	} {
 		_, err := r.checkArchive("", tc.tar, lim)
-		if fsaccess.CodeOf(err) != tc.code {
+		if string(actuation.CodeOf(err)) != tc.code {
 			t.Fatalf("%s: %v, want %s", tc.name, err, tc.code)
 		}
 	}

@@ -44,23 +44,23 @@ func (s source) Current(rel string) (bool, []byte, fsaccess.Entry, error) {
 			s.k.drop()
 			return false, nil, e, s.r.mapErr("read", rel, err)
 		}
-	case protocol.CodeNotFound:
+	case string(actuation.CodeNotFound):
 		return false, nil, e, nil
-	case protocol.CodeNotDirectory:
-		return false, nil, e, fsaccess.Wrap(patch.CodePatchDirty, err, "a parent of %q is not a directory", rel)
-	case protocol.CodePathEscapesRoot:
-		return false, nil, e, fsaccess.Wrap(patch.CodePatchOutsideRoot, err, "path %q resolves outside the root", rel)
-	case protocol.CodeNotRegularFile:
-		return false, nil, e, fsaccess.Wrap(patch.CodePatchTargetNotRegular, err, "target %q is not a regular file", rel)
+	case string(actuation.CodeNotDirectory):
+		return false, nil, e, actuation.Wrapf(actuation.CodePatchDirty, err, "a parent of %q is not a directory", rel)
+	case string(actuation.CodeSymlinkEscape):
+		return false, nil, e, actuation.Wrapf(actuation.CodePatchOutsideRoot, err, "path %q resolves outside the root", rel)
+	case string(actuation.CodeNotRegularFile):
+		return false, nil, e, actuation.Wrapf(actuation.CodePatchTargetNotRegular, err, "target %q is not a regular file", rel)
 	default:
 		s.k.drop()
 		return false, nil, e, s.r.mapErr("read", rel, err)
 	}
 	if d.Size > patch.MaxFileBytes || len(b) > patch.MaxFileBytes {
-		return false, nil, e, fsaccess.Errorf(patch.CodePatchTooLarge, "target %q above %d bytes", rel, patch.MaxFileBytes)
+		return false, nil, e, actuation.Refusef(actuation.CodePatchTooLarge, "target %q above %d bytes", rel, patch.MaxFileBytes)
 	}
 	if !d.EOF || int64(len(b)) != d.Size {
-		return false, nil, e, fsaccess.Errorf(patch.CodePatchDirty, "%q changed while it was read", rel)
+		return false, nil, e, actuation.Refusef(actuation.CodePatchDirty, "%q changed while it was read", rel)
 	}
 	e.Type, e.Size, e.Digest = fsaccess.TypeFile, d.Size, fsaccess.DigestBytes(b)
 	return true, b, e, nil
@@ -112,11 +112,11 @@ func (r *Root) precheck(ctx context.Context, k *channel, changes []patch.Change)
 	for _, ch := range changes {
 		switch {
 		case ch.Op == patch.OpDelete:
-			return fsaccess.Errorf(string(actuation.CodeCapabilityMismatch), "delete %q: deleting files on VM environments is not available: the guest protocol has no delete", ch.Path)
+			return actuation.Refusef(actuation.CodeCapabilityMismatch, "delete %q: deleting files on VM environments is not available: the guest protocol has no delete", ch.Path)
 		case ch.Existed:
 			continue
 		case ch.NewMode.Perm() != guestCreateMode:
-			return fsaccess.Errorf(patch.CodePatchModeUnsupported, "create %q with mode %o: the guest creates files with mode %o", ch.Path, ch.NewMode.Perm(), guestCreateMode)
+			return actuation.Refusef(actuation.CodePatchModeUnsupported, "create %q with mode %o: the guest creates files with mode %o", ch.Path, ch.NewMode.Perm(), guestCreateMode)
 		}
 		parent, _ := splitParent(ch.Path)
 		if parent == "" || parents[parent] {
@@ -134,14 +134,14 @@ func (r *Root) precheck(ctx context.Context, k *channel, changes []patch.Change)
 				k.drop()
 				return r.mapErr("stat", parent, err)
 			}
-		case protocol.CodeNotFound:
+		case string(actuation.CodeNotFound):
 			// The guest agent's patch.apply of a create makes the missing parents itself
 			// (beneath its root, never through a link: guest/agent/stage.go mkdirParents).
 			continue
-		case protocol.CodeNotDirectory:
-			return fsaccess.Wrap(patch.CodePatchDirty, err, "a parent of %q is not a directory", ch.Path)
-		case protocol.CodePathEscapesRoot:
-			return fsaccess.Wrap(patch.CodePatchOutsideRoot, err, "path %q resolves outside the root", ch.Path)
+		case string(actuation.CodeNotDirectory):
+			return actuation.Wrapf(actuation.CodePatchDirty, err, "a parent of %q is not a directory", ch.Path)
+		case string(actuation.CodeSymlinkEscape):
+			return actuation.Wrapf(actuation.CodePatchOutsideRoot, err, "path %q resolves outside the root", ch.Path)
 		default:
 			k.drop()
 			return r.mapErr("stat", parent, err)
@@ -174,10 +174,10 @@ func (r *Root) stage(ctx context.Context, changes []patch.Change) (refs, origs [
 				}
 			}
 			switch protocol.CodeOf(last) {
-			case protocol.CodeStageCapReached, protocol.CodeTransferTooLarge:
-				return "", fsaccess.Wrap(patch.CodePatchTooLarge, last, "staging %q in the guest: the guest retains at most %d stages and %d bytes per boot", rel, protocol.MaxStages, protocol.MaxStageBytes)
-			case protocol.CodeIOError, protocol.CodeStageInFlight:
-				return "", fsaccess.Wrap(patch.CodePatchWriteFailed, last, "staging %q in the guest", rel)
+			case string(actuation.CodeStageCapReached), string(actuation.CodeTransferTooLarge):
+				return "", actuation.Wrapf(actuation.CodePatchTooLarge, last, "staging %q in the guest: the guest retains at most %d stages and %d bytes per boot", rel, protocol.MaxStages, protocol.MaxStageBytes)
+			case string(actuation.CodeIOError), string(actuation.CodeStageInFlight):
+				return "", actuation.Wrapf(actuation.CodePatchWriteFailed, last, "staging %q in the guest", rel)
 			}
 			return "", r.mapErr("stage", rel, last)
 		}
@@ -293,23 +293,23 @@ func ambiguous(err error) bool {
 
 // applyErr maps a refused patch.apply onto the patch vocabulary.
 func (r *Root) applyErr(rel string, err error) error {
-	if fsaccess.CodeOf(err) != "" {
+	if string(actuation.CodeOf(err)) != "" {
 		return err
 	}
 	switch protocol.CodeOf(err) {
-	case protocol.CodeBaseMismatch:
-		return fsaccess.Wrap(patch.CodePatchDirty, err, "%q changed since the patch was planned", rel)
-	case protocol.CodeNotRegularFile:
-		return fsaccess.Wrap(patch.CodePatchTargetNotRegular, err, "target %q is not a regular file", rel)
-	case protocol.CodePathEscapesRoot:
-		return fsaccess.Wrap(patch.CodePatchOutsideRoot, err, "path %q resolves outside the root", rel)
-	case protocol.CodeNotFound, protocol.CodeNotDirectory:
-		return fsaccess.Wrap(patch.CodePatchDirty, err, "the directory of %q changed since the patch was planned", rel)
+	case string(actuation.CodeBaseMismatch):
+		return actuation.Wrapf(actuation.CodePatchDirty, err, "%q changed since the patch was planned", rel)
+	case string(actuation.CodeNotRegularFile):
+		return actuation.Wrapf(actuation.CodePatchTargetNotRegular, err, "target %q is not a regular file", rel)
+	case string(actuation.CodeSymlinkEscape):
+		return actuation.Wrapf(actuation.CodePatchOutsideRoot, err, "path %q resolves outside the root", rel)
+	case string(actuation.CodeNotFound), string(actuation.CodeNotDirectory):
+		return actuation.Wrapf(actuation.CodePatchDirty, err, "the directory of %q changed since the patch was planned", rel)
 	}
 	if channelFailure(err) {
 		return unavailable(fmt.Errorf("applying %q in the guest: %w", rel, err))
 	}
-	return fsaccess.Wrap(patch.CodePatchWriteFailed, err, "applying %q in the guest", rel)
+	return actuation.Wrapf(actuation.CodePatchWriteFailed, err, "applying %q in the guest", rel)
 }
 
 // currentDigest reads rel's digest on the host ("absent" when it does not exist).
@@ -320,7 +320,7 @@ func (r *Root) currentDigest(ctx context.Context, k *channel, rel string) (strin
 	}
 	_, b, err := c.ReadFile(ctx, "", protocol.ReadArgs{Path: r.guestPath(rel), Max: patch.MaxFileBytes + 1})
 	switch {
-	case protocol.CodeOf(err) == protocol.CodeNotFound:
+	case protocol.CodeOf(err) == string(actuation.CodeNotFound):
 		return protocol.BaseAbsent, nil
 	case err != nil:
 		k.drop()
@@ -351,14 +351,14 @@ func (r *Root) rollback(ctx context.Context, k *channel, changes []patch.Change,
 			errors.Join(append(append([]error{cause}, unknown...), incomplete...)...))
 	}
 	if len(incomplete) > 0 {
-		return &fsaccess.Error{Code: patch.CodePatchRollbackIncomplete,
+		return &actuation.Refusal{Code: actuation.CodePatchRollbackIncomplete,
 			Message: fmt.Sprintf("writing %q failed and rollback of %d change(s) was incomplete", failed.Path, len(done)),
-			Err:     errors.Join(append([]error{cause}, incomplete...)...)}
+			Cause:   errors.Join(append([]error{cause}, incomplete...)...)}
 	}
-	code := fsaccess.CodeOf(cause)
+	code := string(actuation.CodeOf(cause))
 	if code == "" {
-		code = patch.CodePatchWriteFailed
+		code = string(actuation.CodePatchWriteFailed)
 	}
-	return &fsaccess.Error{Code: code,
-		Message: fmt.Sprintf("change %q failed; %d written change(s) rolled back", failed.Path, len(done)), Err: cause}
+	return &actuation.Refusal{Code: actuation.Code(code),
+		Message: fmt.Sprintf("change %q failed; %d written change(s) rolled back", failed.Path, len(done)), Cause: cause}
 }

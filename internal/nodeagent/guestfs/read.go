@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/guestclient"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
@@ -48,7 +49,7 @@ func (r *Root) Snapshot(ctx context.Context, rel string, lim fsaccess.SnapshotLi
 			return err
 		}
 		res, err := c.Snapshot(ctx, "", protocol.SnapshotArgs{Path: r.guestPath(rel), MaxEntries: uint32(min(lim.MaxEntries, protocol.MaxSnapshotEntries)), HashMax: hashMax})
-		if protocol.CodeOf(err) == protocol.CodeNotDirectory && rel != "" {
+		if protocol.CodeOf(err) == string(actuation.CodeNotDirectory) && rel != "" {
 			// Not a directory: reported alone, as fsaccess does.
 			e, err := r.lstat(ctx, k, rel)
 			if err != nil {
@@ -144,13 +145,13 @@ func (r *Root) lstat(ctx context.Context, k *channel, rel string) (fsaccess.Entr
 		}
 	}
 	if !res.Truncated {
-		return fsaccess.Entry{}, r.mapErr("lstat", rel, protocol.Refusef(protocol.CodeNotFound, "%q is not in its parent's listing", rel))
+		return fsaccess.Entry{}, r.mapErr("lstat", rel, protocol.Refusef(string(actuation.CodeNotFound), "%q is not in its parent's listing", rel))
 	}
 	d, _, err := c.ReadFile(ctx, "", protocol.ReadArgs{Path: r.guestPath(rel), Max: 1})
 	switch {
 	case err == nil:
 		return fsaccess.Entry{Path: rel, Type: fsaccess.TypeFile, Size: d.Size}, nil
-	case protocol.CodeOf(err) == protocol.CodeNotRegularFile:
+	case protocol.CodeOf(err) == string(actuation.CodeNotRegularFile):
 		return fsaccess.Entry{Path: rel, Type: fsaccess.TypeOther}, nil
 	}
 	k.drop()
@@ -171,7 +172,7 @@ func (r *Root) hash(ctx context.Context, k *channel, rel string, size int64) (di
 		rd, b, err := c.ReadFile(ctx, "", protocol.ReadArgs{Path: r.guestPath(rel), Offset: uint64(off), Max: chunkBytes})
 		switch code := protocol.CodeOf(err); {
 		case err == nil:
-		case code == protocol.CodeNotFound || code == protocol.CodeNotRegularFile || code == protocol.CodeNotDirectory:
+		case code == string(actuation.CodeNotFound) || code == string(actuation.CodeNotRegularFile) || code == string(actuation.CodeNotDirectory):
 			return "", "changed-during-read", nil
 		default:
 			k.drop()
@@ -204,13 +205,13 @@ func (r *Root) Read(ctx context.Context, rel string, offset int64, maxBytes int)
 		return nil, err
 	}
 	if offset < 0 {
-		return nil, fsaccess.Errorf(fsaccess.CodeInvalidArgument, "read %s: negative offset %d", r.display(rel), offset)
+		return nil, actuation.Refusef(actuation.CodeInvalidArgument, "read %s: negative offset %d", r.display(rel), offset)
 	}
 	if maxBytes <= 0 {
 		maxBytes = fsaccess.DefaultReadBytes
 	}
 	if maxBytes > fsaccess.MaxReadBytesHard {
-		return nil, fsaccess.Errorf(fsaccess.CodeReadCapAboveMax, "read %s: maxBytes %d above hard max %d", r.display(rel), maxBytes, fsaccess.MaxReadBytesHard)
+		return nil, actuation.Refusef(actuation.CodeReadCapAboveMax, "read %s: maxBytes %d above hard max %d", r.display(rel), maxBytes, fsaccess.MaxReadBytesHard)
 	}
 	var res *fsaccess.ReadResult
 	err := r.with(ctx, func(ctx context.Context, k *channel) error {
@@ -265,9 +266,9 @@ func (r *Root) Exists(ctx context.Context, rel string) (bool, string, error) {
 				return r.mapErr("stat", rel, err)
 			}
 			ok, detail = true, "exists (file)"
-		case protocol.CodeNotRegularFile:
+		case string(actuation.CodeNotRegularFile):
 			ok, detail = true, "exists (not a regular file)"
-		case protocol.CodeNotFound, protocol.CodeNotDirectory:
+		case string(actuation.CodeNotFound), string(actuation.CodeNotDirectory):
 			detail = "absent"
 		default:
 			return r.mapErr("stat", rel, err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
@@ -36,9 +37,9 @@ func recheck(root *fsaccess.Root, c *change) error {
 	}
 	switch {
 	case exists != c.existed:
-		return refuse(CodePatchDirty, "%q appeared or disappeared since the patch was planned", c.path)
+		return refuse(string(actuation.CodePatchDirty), "%q appeared or disappeared since the patch was planned", c.path)
 	case exists && e.Digest != c.oldDigest:
-		return refuse(CodePatchDirty, "%q changed since the patch was planned (%s, planned against %s)", c.path, e.Digest, c.oldDigest)
+		return refuse(string(actuation.CodePatchDirty), "%q changed since the patch was planned (%s, planned against %s)", c.path, e.Digest, c.oldDigest)
 	}
 	return nil
 }
@@ -144,20 +145,20 @@ func commit(root *fsaccess.Root, changes []*change) (warnings []string, err erro
 			}
 		}
 		if len(rerrs) > 0 {
-			return &fsaccess.Error{
-				Code:    CodePatchRollbackIncomplete,
+			return &actuation.Refusal{
+				Code:    actuation.CodePatchRollbackIncomplete,
 				Message: fmt.Sprintf("writing %q failed and rollback of %d change(s) was incomplete", changes[i].path, len(log)),
-				Err:     errors.Join(append([]error{cause}, rerrs...)...),
+				Cause:   errors.Join(append([]error{cause}, rerrs...)...),
 			}
 		}
-		code := fsaccess.CodeOf(cause)
+		code := string(actuation.CodeOf(cause))
 		if code == "" {
-			code = CodePatchWriteFailed
+			code = string(actuation.CodePatchWriteFailed)
 		}
-		return &fsaccess.Error{
-			Code:    code,
+		return &actuation.Refusal{
+			Code:    actuation.Code(code),
 			Message: fmt.Sprintf("change %d/%d (%q) failed; %d written change(s) rolled back", i+1, len(changes), changes[i].path, len(log)),
-			Err:     cause,
+			Cause:   cause,
 		}
 	}
 	for i, c := range changes {

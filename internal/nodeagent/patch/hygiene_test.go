@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
@@ -102,12 +103,12 @@ func TestPatchNeverFollowsSymlinks(t *testing.T) {
 	defer func() { _ = r.Close() }()
 	pol := Policy{AllowCreate: true}
 	_, err = Apply(r, req(FormatStructured, structured(t, StructuredOp{Op: OpCreate, Path: "tools/pre-commit", Content: "#!/bin/sh\nid\n"}), pol))
-	wantCode(t, err, CodePatchOutsideRoot)
+	wantCode(t, err, string(actuation.CodePatchOutsideRoot))
 	if _, err := os.Lstat(filepath.Join(dir, ".git", "hooks", "pre-commit")); !os.IsNotExist(err) {
 		t.Fatalf("a hook was written through the symlinked directory: %v", err)
 	}
 	_, err = Apply(r, req(FormatStructured, structured(t, StructuredOp{Op: OpReplace, Path: "src/alias", Content: "b\n"}), pol))
-	wantCode(t, err, CodePatchTargetNotRegular)
+	wantCode(t, err, string(actuation.CodePatchTargetNotRegular))
 	// The same patch through a real directory applies.
 	_, err = Apply(r, req(FormatStructured, structured(t, StructuredOp{Op: OpReplace, Path: "src/a.txt", Content: "b\n"}), pol))
 	must(t, err)

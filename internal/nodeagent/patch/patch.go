@@ -23,28 +23,6 @@ import (
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
-// Refusal codes, all from actuation's closed vocabulary.
-const (
-	CodeDigestMismatch          = fsaccess.CodeDigestMismatch                   // declared digest missing/malformed/different
-	CodePatchOutsideRoot        = string(actuation.CodePatchOutsideRoot)        // absolute/traversal path or a symlink leaving the root
-	CodePatchDirty              = string(actuation.CodePatchDirty)              // context/base does not match the current content
-	CodePatchDeleteForbidden    = string(actuation.CodePatchDeleteForbidden)    // delete while Policy.AllowDelete=false
-	CodePatchTooManyFiles       = string(actuation.CodePatchTooManyFiles)       // above Policy.MaxChangedFiles (hard cap 256)
-	CodePatchCreateForbidden    = string(actuation.CodePatchCreateForbidden)    // create while Policy.AllowCreate=false
-	CodePatchMalformed          = string(actuation.CodePatchMalformed)          // unparsable, empty, duplicate path, unknown op/format
-	CodePatchTooLarge           = string(actuation.CodePatchTooLarge)           // patch, per-file or total size caps
-	CodePatchRenameUnsupported  = string(actuation.CodePatchRenameUnsupported)  // rename/copy in a diff
-	CodePatchBinaryUnsupported  = string(actuation.CodePatchBinaryUnsupported)  // binary diff
-	CodePatchModeUnsupported    = string(actuation.CodePatchModeUnsupported)    // mode change, symlink or submodule entry
-	CodePatchTargetNotRegular   = string(actuation.CodePatchTargetNotRegular)   // target is a dir, symlink, fifo...
-	CodePatchWriteFailed        = string(actuation.CodePatchWriteFailed)        // I/O failure while writing (rolled back)
-	CodePatchRollbackIncomplete = string(actuation.CodePatchRollbackIncomplete) // rollback itself failed: operator must look
-
-	// Workspace hygiene: only the environment's host-owned policy grants these.
-	CodePatchGitMetadataForbidden = string(actuation.CodePatchGitMetadataForbidden) // .git/hooks/*, .git/config, a .git entry
-	CodePatchExecutableForbidden  = string(actuation.CodePatchExecutableForbidden)  // a new executable bit
-)
-
 // Caps.
 const (
 	MaxPatchBytes       = 16 << 20 // patch-too-large: the patch document itself
@@ -254,18 +232,18 @@ func summarize(changes []*change) []ChangedFile {
 }
 
 func refuse(code, format string, args ...any) error {
-	return fsaccess.Errorf(code, format, args...)
+	return actuation.Refusef(actuation.Code(code), format, args...)
 }
 
 func plan(src Source, req Request) ([]*change, error) {
 	if len(req.Content) > MaxPatchBytes {
-		return nil, refuse(CodePatchTooLarge, "patch is %d bytes, max %d", len(req.Content), MaxPatchBytes)
+		return nil, refuse(string(actuation.CodePatchTooLarge), "patch is %d bytes, max %d", len(req.Content), MaxPatchBytes)
 	}
 	if _, err := fsaccess.ParseDigest(req.Digest); err != nil {
-		return nil, fsaccess.Wrap(CodeDigestMismatch, err, "declared patch digest is missing or malformed")
+		return nil, actuation.Wrapf(actuation.CodeDigestMismatch, err, "declared patch digest is missing or malformed")
 	}
 	if got := fsaccess.DigestBytes(req.Content); got != req.Digest {
-		return nil, refuse(CodeDigestMismatch, "patch digest %s does not match declared %s", got, req.Digest)
+		return nil, refuse(string(actuation.CodeDigestMismatch), "patch digest %s does not match declared %s", got, req.Digest)
 	}
 	maxFiles := req.Policy.MaxChangedFiles
 	if maxFiles <= 0 || maxFiles > MaxChangedFilesHard {
@@ -281,16 +259,16 @@ func plan(src Source, req Request) ([]*change, error) {
 	case FormatStructured:
 		intents, err = parseStructured(req.Content, maxFiles)
 	default:
-		return nil, refuse(CodePatchMalformed, "unknown patch format %q", req.Format)
+		return nil, refuse(string(actuation.CodePatchMalformed), "unknown patch format %q", req.Format)
 	}
 	if err != nil {
 		return nil, err
 	}
 	if len(intents) == 0 {
-		return nil, refuse(CodePatchMalformed, "patch changes no files")
+		return nil, refuse(string(actuation.CodePatchMalformed), "patch changes no files")
 	}
 	if len(intents) > maxFiles {
-		return nil, refuse(CodePatchTooManyFiles, "patch changes %d files, max %d", len(intents), maxFiles)
+		return nil, refuse(string(actuation.CodePatchTooManyFiles), "patch changes %d files, max %d", len(intents), maxFiles)
 	}
 	seen := map[string]bool{}
 	for _, in := range intents {
@@ -298,14 +276,14 @@ func plan(src Source, req Request) ([]*change, error) {
 			return nil, err
 		}
 		if seen[in.path] {
-			return nil, refuse(CodePatchMalformed, "path %q appears more than once", in.path)
+			return nil, refuse(string(actuation.CodePatchMalformed), "path %q appears more than once", in.path)
 		}
 		seen[in.path] = true
 		if in.op == OpCreate && !req.Policy.AllowCreate {
-			return nil, refuse(CodePatchCreateForbidden, "patch creates %q but policy.allowCreate=false", in.path)
+			return nil, refuse(string(actuation.CodePatchCreateForbidden), "patch creates %q but policy.allowCreate=false", in.path)
 		}
 		if in.op == OpDelete && !req.Policy.AllowDelete {
-			return nil, refuse(CodePatchDeleteForbidden, "patch deletes %q but policy.allowDelete=false", in.path)
+			return nil, refuse(string(actuation.CodePatchDeleteForbidden), "patch deletes %q but policy.allowDelete=false", in.path)
 		}
 		// Lexical hygiene before anything is read: git metadata, and a create's mode.
 		newMode := fs.FileMode(0)
@@ -328,7 +306,7 @@ func plan(src Source, req Request) ([]*change, error) {
 		}
 		total += int64(len(c.newContent))
 		if total > MaxTotalBytes {
-			return nil, refuse(CodePatchTooLarge, "new contents exceed %d bytes in total", MaxTotalBytes)
+			return nil, refuse(string(actuation.CodePatchTooLarge), "new contents exceed %d bytes in total", MaxTotalBytes)
 		}
 		changes = append(changes, c)
 	}
@@ -339,14 +317,14 @@ func plan(src Source, req Request) ([]*change, error) {
 // patch-outside-root, other path faults keep their path-* code.
 func checkPath(p string) error {
 	err := fsaccess.CheckRel(p, true)
-	switch fsaccess.CodeOf(err) {
+	switch string(actuation.CodeOf(err)) {
 	case "":
 		if strings.HasPrefix(path.Base(p), fsaccess.TempPrefix) || strings.HasPrefix(path.Base(p), fsaccess.BackupPrefix) {
-			return refuse(CodePatchMalformed, "path %q uses a name reserved for the agent's temp/backup files", p)
+			return refuse(string(actuation.CodePatchMalformed), "path %q uses a name reserved for the agent's temp/backup files", p)
 		}
 		return nil
-	case fsaccess.CodePathAbsolute, fsaccess.CodePathTraversal:
-		return fsaccess.Wrap(CodePatchOutsideRoot, err, "path %q is outside the root", p)
+	case string(actuation.CodePathAbsolute), string(actuation.CodePathTraversal):
+		return actuation.Wrapf(actuation.CodePatchOutsideRoot, err, "path %q is outside the root", p)
 	}
 	return err
 }
@@ -354,28 +332,28 @@ func checkPath(p string) error {
 // current reads the target's present state (bounded).
 func current(root *fsaccess.Root, p string) (exists bool, content []byte, e fsaccess.Entry, err error) {
 	e, err = root.Lstat(p)
-	switch code := fsaccess.CodeOf(err); {
+	switch code := string(actuation.CodeOf(err)); {
 	case err == nil:
-	case code == fsaccess.CodePathNotFound:
+	case code == string(actuation.CodePathNotFound):
 		return false, nil, e, nil
-	case code == fsaccess.CodeSymlinkEscape:
-		return false, nil, e, fsaccess.Wrap(CodePatchOutsideRoot, err, "path %q resolves outside the root", p)
-	case code == fsaccess.CodeNotDirectory:
-		return false, nil, e, fsaccess.Wrap(CodePatchDirty, err, "a parent of %q is not a directory", p)
+	case code == string(actuation.CodeSymlinkEscape):
+		return false, nil, e, actuation.Wrapf(actuation.CodePatchOutsideRoot, err, "path %q resolves outside the root", p)
+	case code == string(actuation.CodeNotDirectory):
+		return false, nil, e, actuation.Wrapf(actuation.CodePatchDirty, err, "a parent of %q is not a directory", p)
 	default:
 		return false, nil, e, err
 	}
 	if e.Type != fsaccess.TypeFile {
-		return false, nil, e, refuse(CodePatchTargetNotRegular, "target %q is a %s, not a regular file", p, e.Type)
+		return false, nil, e, refuse(string(actuation.CodePatchTargetNotRegular), "target %q is a %s, not a regular file", p, e.Type)
 	}
 	content, e, err = root.ReadFile(p, MaxFileBytes)
-	switch fsaccess.CodeOf(err) {
+	switch string(actuation.CodeOf(err)) {
 	case "":
 		return true, content, e, nil
-	case fsaccess.CodeFileTooLarge:
-		return false, nil, e, fsaccess.Wrap(CodePatchTooLarge, err, "target %q above %d bytes", p, MaxFileBytes)
-	case fsaccess.CodeSymlinkEscape, fsaccess.CodeNotRegularFile:
-		return false, nil, e, fsaccess.Wrap(CodePatchTargetNotRegular, err, "target %q changed type while reading", p)
+	case string(actuation.CodeFileTooLarge):
+		return false, nil, e, actuation.Wrapf(actuation.CodePatchTooLarge, err, "target %q above %d bytes", p, MaxFileBytes)
+	case string(actuation.CodeSymlinkEscape), string(actuation.CodeNotRegularFile):
+		return false, nil, e, actuation.Wrapf(actuation.CodePatchTargetNotRegular, err, "target %q changed type while reading", p)
 	}
 	return false, nil, e, err
 }
@@ -395,12 +373,12 @@ func compute(src Source, in *intent, pol Policy) (*change, error) {
 	}
 	switch {
 	case in.op == OpCreate && exists:
-		return nil, refuse(CodePatchDirty, "create %q: file already exists", in.path)
+		return nil, refuse(string(actuation.CodePatchDirty), "create %q: file already exists", in.path)
 	case in.op != OpCreate && !exists:
-		return nil, refuse(CodePatchDirty, "%s %q: file does not exist", in.op, in.path)
+		return nil, refuse(string(actuation.CodePatchDirty), "%s %q: file does not exist", in.op, in.path)
 	}
 	if in.expect != "" && in.expect != c.oldDigest {
-		return nil, refuse(CodePatchDirty, "%s %q: current digest %s, expected %s", in.op, in.path, c.oldDigest, in.expect)
+		return nil, refuse(string(actuation.CodePatchDirty), "%s %q: current digest %s, expected %s", in.op, in.path, c.oldDigest, in.expect)
 	}
 	if in.gitFile != nil {
 		c.newContent, err = applyUnified(in, old, pol)
@@ -413,13 +391,13 @@ func compute(src Source, in *intent, pol Policy) (*change, error) {
 			c.newContent = in.content
 		case OpAppend:
 			if int64(len(old))+int64(len(in.content)) > MaxFileBytes {
-				return nil, refuse(CodePatchTooLarge, "append %q: result above %d bytes", in.path, MaxFileBytes)
+				return nil, refuse(string(actuation.CodePatchTooLarge), "append %q: result above %d bytes", in.path, MaxFileBytes)
 			}
 			c.newContent = append(append(make([]byte, 0, len(old)+len(in.content)), old...), in.content...)
 		}
 	}
 	if len(c.newContent) > MaxFileBytes {
-		return nil, refuse(CodePatchTooLarge, "%q: new content above %d bytes", in.path, MaxFileBytes)
+		return nil, refuse(string(actuation.CodePatchTooLarge), "%q: new content above %d bytes", in.path, MaxFileBytes)
 	}
 	if in.op != OpDelete {
 		c.newDigest = fsaccess.DigestBytes(c.newContent)
@@ -434,13 +412,13 @@ func parseStructured(content []byte, maxFiles int) ([]*intent, error) {
 	dec.DisallowUnknownFields()
 	var ops []StructuredOp
 	if err := dec.Decode(&ops); err != nil {
-		return nil, fsaccess.Wrap(CodePatchMalformed, err, "structured patch is not a JSON array of {op,path,content,expectDigest}")
+		return nil, actuation.Wrapf(actuation.CodePatchMalformed, err, "structured patch is not a JSON array of {op,path,content,expectDigest}")
 	}
 	if dec.More() {
-		return nil, refuse(CodePatchMalformed, "trailing data after structured patch")
+		return nil, refuse(string(actuation.CodePatchMalformed), "trailing data after structured patch")
 	}
 	if len(ops) > maxFiles {
-		return nil, refuse(CodePatchTooManyFiles, "patch has %d operations, max %d", len(ops), maxFiles)
+		return nil, refuse(string(actuation.CodePatchTooManyFiles), "patch has %d operations, max %d", len(ops), maxFiles)
 	}
 	out := make([]*intent, 0, len(ops))
 	for i, op := range ops {
@@ -448,17 +426,17 @@ func parseStructured(content []byte, maxFiles int) ([]*intent, error) {
 		case OpCreate, OpReplace, OpAppend:
 		case OpDelete:
 			if op.Content != "" {
-				return nil, refuse(CodePatchMalformed, "op %d: delete carries content", i)
+				return nil, refuse(string(actuation.CodePatchMalformed), "op %d: delete carries content", i)
 			}
 		default:
-			return nil, refuse(CodePatchMalformed, "op %d: unknown op %q (create|replace|append|delete)", i, op.Op)
+			return nil, refuse(string(actuation.CodePatchMalformed), "op %d: unknown op %q (create|replace|append|delete)", i, op.Op)
 		}
 		if op.ExpectDigest != "" {
 			if _, err := fsaccess.ParseDigest(op.ExpectDigest); err != nil {
-				return nil, fsaccess.Wrap(CodePatchMalformed, err, "op %d: expectDigest", i)
+				return nil, actuation.Wrapf(actuation.CodePatchMalformed, err, "op %d: expectDigest", i)
 			}
 			if op.Op == OpCreate {
-				return nil, refuse(CodePatchMalformed, "op %d: create cannot carry expectDigest", i)
+				return nil, refuse(string(actuation.CodePatchMalformed), "op %d: create cannot carry expectDigest", i)
 			}
 		}
 		out = append(out, &intent{path: op.Path, op: op.Op, content: []byte(op.Content), expect: op.ExpectDigest, createMod: defaultCreateMode})
@@ -471,25 +449,25 @@ func parseStructured(content []byte, maxFiles int) ([]*intent, error) {
 func parseUnified(content []byte, maxFiles int) ([]*intent, error) {
 	files, _, err := gitdiff.Parse(bytes.NewReader(content))
 	if err != nil {
-		return nil, fsaccess.Wrap(CodePatchMalformed, err, "unified diff does not parse")
+		return nil, actuation.Wrapf(actuation.CodePatchMalformed, err, "unified diff does not parse")
 	}
 	if len(files) > maxFiles {
-		return nil, refuse(CodePatchTooManyFiles, "patch changes %d files, max %d", len(files), maxFiles)
+		return nil, refuse(string(actuation.CodePatchTooManyFiles), "patch changes %d files, max %d", len(files), maxFiles)
 	}
 	// go-gitdiff strips one leading component from `diff --git` names but keeps
 	// traditional `--- a/x` / `+++ b/x` names verbatim; strip a/ b/ there.
 	gitHeaders := countGitHeaders(content)
 	traditional := gitHeaders == 0
 	if !traditional && gitHeaders != len(files) {
-		return nil, refuse(CodePatchMalformed, "diff mixes git and traditional file headers")
+		return nil, refuse(string(actuation.CodePatchMalformed), "diff mixes git and traditional file headers")
 	}
 	out := make([]*intent, 0, len(files))
 	for _, f := range files {
 		if f.IsRename || f.IsCopy {
-			return nil, refuse(CodePatchRenameUnsupported, "rename/copy %q -> %q is not supported; send delete + create", f.OldName, f.NewName)
+			return nil, refuse(string(actuation.CodePatchRenameUnsupported), "rename/copy %q -> %q is not supported; send delete + create", f.OldName, f.NewName)
 		}
 		if f.IsBinary || f.BinaryFragment != nil {
-			return nil, refuse(CodePatchBinaryUnsupported, "binary patch for %q is not supported", nameOf(f))
+			return nil, refuse(string(actuation.CodePatchBinaryUnsupported), "binary patch for %q is not supported", nameOf(f))
 		}
 		in := &intent{gitFile: f, createMod: defaultCreateMode}
 		switch {
@@ -510,16 +488,16 @@ func parseUnified(content []byte, maxFiles int) ([]*intent, error) {
 		default:
 			in.op, in.path = OpModify, f.NewName
 			if f.OldName != f.NewName {
-				return nil, refuse(CodePatchRenameUnsupported, "old name %q differs from new name %q", f.OldName, f.NewName)
+				return nil, refuse(string(actuation.CodePatchRenameUnsupported), "old name %q differs from new name %q", f.OldName, f.NewName)
 			}
 			if f.OldMode != 0 && f.NewMode != 0 && f.OldMode != f.NewMode {
-				return nil, refuse(CodePatchModeUnsupported, "mode change on %q (%o -> %o) is not supported", f.NewName, f.OldMode, f.NewMode)
+				return nil, refuse(string(actuation.CodePatchModeUnsupported), "mode change on %q (%o -> %o) is not supported", f.NewName, f.OldMode, f.NewMode)
 			}
 			if _, err := regularMode(f.OldMode, f.OldName); err != nil {
 				return nil, err
 			}
 			if len(f.TextFragments) == 0 {
-				return nil, refuse(CodePatchModeUnsupported, "%q has no text hunks (mode-only or empty change)", f.NewName)
+				return nil, refuse(string(actuation.CodePatchModeUnsupported), "%q has no text hunks (mode-only or empty change)", f.NewName)
 			}
 		}
 		if traditional {
@@ -565,7 +543,7 @@ func regularMode(m fs.FileMode, name string) (fs.FileMode, error) {
 	case 0o100755:
 		return 0o755, nil
 	}
-	return 0, refuse(CodePatchModeUnsupported, "%q has git mode %o; only regular files (100644/100755) are supported", name, m)
+	return 0, refuse(string(actuation.CodePatchModeUnsupported), "%q has git mode %o; only regular files (100644/100755) are supported", name, m)
 }
 
 // limitedBuffer refuses writes beyond max.
@@ -588,23 +566,23 @@ func applyUnified(in *intent, old []byte, pol Policy) ([]byte, error) {
 	if pol.RequireCleanApply && in.op != OpCreate {
 		if p := f.OldOIDPrefix; p != "" && strings.Trim(p, "0") != "" {
 			if id := gitBlobID(old, len(p)); !strings.HasPrefix(id, p) {
-				return nil, refuse(CodePatchDirty, "%q: base blob %s does not match the diff's index %s", in.path, id, p)
+				return nil, refuse(string(actuation.CodePatchDirty), "%q: base blob %s does not match the diff's index %s", in.path, id, p)
 			}
 		}
 	}
 	out := &limitedBuffer{max: MaxFileBytes}
 	if err := gitdiff.Apply(out, bytes.NewReader(old), f); err != nil {
 		if errors.Is(err, errOverflow) {
-			return nil, refuse(CodePatchTooLarge, "%q: new content above %d bytes", in.path, MaxFileBytes)
+			return nil, refuse(string(actuation.CodePatchTooLarge), "%q: new content above %d bytes", in.path, MaxFileBytes)
 		}
 		// go-gitdiff has no fuzz: any mismatch is a real conflict, whatever
 		// RequireCleanApply says.
-		return nil, fsaccess.Wrap(CodePatchDirty, err, "%q does not apply cleanly", in.path)
+		return nil, actuation.Wrapf(actuation.CodePatchDirty, err, "%q does not apply cleanly", in.path)
 	}
 	if pol.RequireCleanApply && in.op != OpDelete {
 		if p := f.NewOIDPrefix; p != "" && strings.Trim(p, "0") != "" {
 			if id := gitBlobID(out.Bytes(), len(p)); !strings.HasPrefix(id, p) {
-				return nil, refuse(CodePatchDirty, "%q: result blob %s does not match the diff's index %s", in.path, id, p)
+				return nil, refuse(string(actuation.CodePatchDirty), "%q: result blob %s does not match the diff's index %s", in.path, id, p)
 			}
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/test/testkit"
 )
@@ -152,13 +153,13 @@ func TestDigestMismatch(t *testing.T) {
 	rq := req(FormatUnified, modifyHello, Policy{})
 	rq.Digest = fsaccess.DigestBytes([]byte("something else"))
 	_, err := Apply(r, rq)
-	wantCode(t, err, CodeDigestMismatch)
+	wantCode(t, err, string(actuation.CodeDigestMismatch))
 	rq.Digest = ""
 	_, err = Apply(r, rq)
-	wantCode(t, err, CodeDigestMismatch)
+	wantCode(t, err, string(actuation.CodeDigestMismatch))
 	rq.Digest = "sha256:ABC"
 	_, err = Apply(r, rq)
-	wantCode(t, err, CodeDigestMismatch)
+	wantCode(t, err, string(actuation.CodeDigestMismatch))
 	if read(t, dir, "hello.txt") != "one\ntwo\nthree\n" {
 		t.Fatal("file changed")
 	}
@@ -173,21 +174,21 @@ func TestOutsideRoot(t *testing.T) {
 		"symlink dir":    "--- a/outdir/x\n+++ b/outdir/x\n@@ -1 +1 @@\n-x\n+y\n",
 	} {
 		_, err := Apply(r, req(FormatUnified, diff, Policy{AllowCreate: true}))
-		if fsaccess.CodeOf(err) != CodePatchOutsideRoot {
-			t.Errorf("%s: code %q (%v)", name, fsaccess.CodeOf(err), err)
+		if actuation.CodeOf(err) != actuation.CodePatchOutsideRoot {
+			t.Errorf("%s: code %q (%v)", name, string(actuation.CodeOf(err)), err)
 		}
 	}
 	for _, p := range []string{"/etc/x", "../x", "sub/../../x", "outdir/planted"} {
 		_, err := Apply(r, req(FormatStructured, structured(t, StructuredOp{Op: OpCreate, Path: p, Content: "x"}), Policy{AllowCreate: true}))
-		if fsaccess.CodeOf(err) != CodePatchOutsideRoot {
-			t.Errorf("structured %q: code %q (%v)", p, fsaccess.CodeOf(err), err)
+		if actuation.CodeOf(err) != actuation.CodePatchOutsideRoot {
+			t.Errorf("structured %q: code %q (%v)", p, string(actuation.CodeOf(err)), err)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(filepath.Dir(dir), "outside", "planted")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatal("planted outside")
 	}
 	_, err := Apply(r, req(FormatStructured, structured(t, StructuredOp{Op: OpReplace, Path: "a\x00b", Content: "x"}), Policy{}))
-	wantCode(t, err, fsaccess.CodePathInvalidCharacter)
+	wantCode(t, err, string(actuation.CodePathInvalidCharacter))
 }
 
 func TestDirty(t *testing.T) {
@@ -195,7 +196,7 @@ func TestDirty(t *testing.T) {
 	write(t, dir, "hello.txt", "one\nzwei\nthree\n")
 	for _, clean := range []bool{true, false} {
 		_, err := Apply(r, req(FormatUnified, modifyHello, Policy{RequireCleanApply: clean}))
-		wantCode(t, err, CodePatchDirty)
+		wantCode(t, err, string(actuation.CodePatchDirty))
 	}
 	// Structured: expectDigest mismatch, create over existing, replace of missing.
 	for _, op := range []StructuredOp{
@@ -205,7 +206,7 @@ func TestDirty(t *testing.T) {
 		{Op: OpAppend, Path: "missing.txt", Content: "x"},
 	} {
 		_, err := Apply(r, req(FormatStructured, structured(t, op), Policy{AllowCreate: true}))
-		wantCode(t, err, CodePatchDirty)
+		wantCode(t, err, string(actuation.CodePatchDirty))
 	}
 	if read(t, dir, "hello.txt") != "one\nzwei\nthree\n" {
 		t.Fatal("dirty patch changed the file")
@@ -245,7 +246,7 @@ func TestRequireCleanApplyChecksIndexWithRealGit(t *testing.T) {
 	must(t, err)
 	defer func() { _ = r.Close() }()
 	_, err = Apply(r, req(FormatUnified, diff, Policy{RequireCleanApply: true}))
-	wantCode(t, err, CodePatchDirty)
+	wantCode(t, err, string(actuation.CodePatchDirty))
 	_, err = Apply(r, req(FormatUnified, diff, Policy{RequireCleanApply: false}))
 	must(t, err)
 	// And on the exact base the clean apply succeeds.
@@ -261,21 +262,21 @@ func TestCreateAndDeleteForbidden(t *testing.T) {
 	r, dir := workspace(t)
 	newFile := "diff --git a/n.txt b/n.txt\nnew file mode 100644\n--- /dev/null\n+++ b/n.txt\n@@ -0,0 +1 @@\n+x\n"
 	_, err := Apply(r, req(FormatUnified, newFile, Policy{}))
-	wantCode(t, err, CodePatchCreateForbidden)
+	wantCode(t, err, string(actuation.CodePatchCreateForbidden))
 	_, err = Apply(r, req(FormatStructured, structured(t, StructuredOp{Op: OpCreate, Path: "n.txt", Content: "x"}), Policy{}))
-	wantCode(t, err, CodePatchCreateForbidden)
+	wantCode(t, err, string(actuation.CodePatchCreateForbidden))
 	del := "diff --git a/gone.txt b/gone.txt\ndeleted file mode 100644\n--- a/gone.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-bye\n"
 	_, err = Apply(r, req(FormatUnified, del, Policy{AllowCreate: true}))
-	wantCode(t, err, CodePatchDeleteForbidden)
+	wantCode(t, err, string(actuation.CodePatchDeleteForbidden))
 	_, err = Apply(r, req(FormatStructured, structured(t, StructuredOp{Op: OpDelete, Path: "gone.txt"}), Policy{}))
-	wantCode(t, err, CodePatchDeleteForbidden)
+	wantCode(t, err, string(actuation.CodePatchDeleteForbidden))
 	if read(t, dir, "gone.txt") != "bye\n" {
 		t.Fatal("deleted anyway")
 	}
 	// A delete whose content does not match the file is dirty, not a silent delete.
 	write(t, dir, "gone.txt", "bye\nmore\n")
 	_, err = Apply(r, req(FormatUnified, del, Policy{AllowDelete: true}))
-	wantCode(t, err, CodePatchDirty)
+	wantCode(t, err, string(actuation.CodePatchDirty))
 	_, err = Apply(r, req(FormatStructured, structured(t, StructuredOp{Op: OpDelete, Path: "gone.txt"}), Policy{AllowDelete: true}))
 	must(t, err)
 	noLeftovers(t, dir)
@@ -288,16 +289,16 @@ func TestTooManyFiles(t *testing.T) {
 		ops = append(ops, StructuredOp{Op: OpCreate, Path: fmt.Sprintf("f%d", i), Content: "x"})
 	}
 	_, err := Apply(r, req(FormatStructured, structured(t, ops...), Policy{AllowCreate: true, MaxChangedFiles: 2}))
-	wantCode(t, err, CodePatchTooManyFiles)
+	wantCode(t, err, string(actuation.CodePatchTooManyFiles))
 	ops = nil
 	for i := 0; i <= MaxChangedFilesHard; i++ {
 		ops = append(ops, StructuredOp{Op: OpCreate, Path: fmt.Sprintf("f%d", i), Content: "x"})
 	}
 	_, err = Apply(r, req(FormatStructured, structured(t, ops...), Policy{AllowCreate: true, MaxChangedFiles: 100000}))
-	wantCode(t, err, CodePatchTooManyFiles)
+	wantCode(t, err, string(actuation.CodePatchTooManyFiles))
 	diff := strings.Repeat(modifyHello, 1) + strings.ReplaceAll(modifyHello, "hello.txt", "sub/c.txt")
 	_, err = Apply(r, req(FormatUnified, diff, Policy{MaxChangedFiles: 1}))
-	wantCode(t, err, CodePatchTooManyFiles)
+	wantCode(t, err, string(actuation.CodePatchTooManyFiles))
 }
 
 func TestUnsupportedAndMalformed(t *testing.T) {
@@ -307,23 +308,23 @@ func TestUnsupportedAndMalformed(t *testing.T) {
 		content string
 		code    string
 	}{
-		"rename":         {FormatUnified, "diff --git a/hello.txt b/y.txt\nsimilarity index 100%\nrename from hello.txt\nrename to y.txt\n", CodePatchRenameUnsupported},
-		"binary":         {FormatUnified, "diff --git a/bin.dat b/bin.dat\nindex 1234567..89abcde 100644\nBinary files a/bin.dat and b/bin.dat differ\n", CodePatchBinaryUnsupported},
-		"mode":           {FormatUnified, "diff --git a/hello.txt b/hello.txt\nold mode 100644\nnew mode 100755\n", CodePatchModeUnsupported},
-		"symlink create": {FormatUnified, "diff --git a/l b/l\nnew file mode 120000\n--- /dev/null\n+++ b/l\n@@ -0,0 +1 @@\n+/etc/passwd\n\\ No newline at end of file\n", CodePatchModeUnsupported},
-		"empty":          {FormatUnified, "just words\n", CodePatchMalformed},
-		"bad json":       {FormatStructured, `{"op":"create"}`, CodePatchMalformed},
-		"unknown field":  {FormatStructured, `[{"op":"create","path":"x","mode":"0777"}]`, CodePatchMalformed},
-		"unknown op":     {FormatStructured, `[{"op":"chmod","path":"x"}]`, CodePatchMalformed},
-		"duplicate":      {FormatStructured, `[{"op":"append","path":"hello.txt","content":"a"},{"op":"append","path":"hello.txt","content":"b"}]`, CodePatchMalformed},
-		"reserved name":  {FormatStructured, `[{"op":"create","path":".wbbak-0000000000000000","content":"a"}]`, CodePatchMalformed},
-		"format":         {"ed", "1d\n", CodePatchMalformed},
-		"symlink target": {FormatStructured, `[{"op":"replace","path":"link","content":"a"}]`, CodePatchTargetNotRegular},
-		"dir target":     {FormatStructured, `[{"op":"replace","path":"sub","content":"a"}]`, CodePatchTargetNotRegular},
+		"rename":         {FormatUnified, "diff --git a/hello.txt b/y.txt\nsimilarity index 100%\nrename from hello.txt\nrename to y.txt\n", string(actuation.CodePatchRenameUnsupported)},
+		"binary":         {FormatUnified, "diff --git a/bin.dat b/bin.dat\nindex 1234567..89abcde 100644\nBinary files a/bin.dat and b/bin.dat differ\n", string(actuation.CodePatchBinaryUnsupported)},
+		"mode":           {FormatUnified, "diff --git a/hello.txt b/hello.txt\nold mode 100644\nnew mode 100755\n", string(actuation.CodePatchModeUnsupported)},
+		"symlink create": {FormatUnified, "diff --git a/l b/l\nnew file mode 120000\n--- /dev/null\n+++ b/l\n@@ -0,0 +1 @@\n+/etc/passwd\n\\ No newline at end of file\n", string(actuation.CodePatchModeUnsupported)},
+		"empty":          {FormatUnified, "just words\n", string(actuation.CodePatchMalformed)},
+		"bad json":       {FormatStructured, `{"op":"create"}`, string(actuation.CodePatchMalformed)},
+		"unknown field":  {FormatStructured, `[{"op":"create","path":"x","mode":"0777"}]`, string(actuation.CodePatchMalformed)},
+		"unknown op":     {FormatStructured, `[{"op":"chmod","path":"x"}]`, string(actuation.CodePatchMalformed)},
+		"duplicate":      {FormatStructured, `[{"op":"append","path":"hello.txt","content":"a"},{"op":"append","path":"hello.txt","content":"b"}]`, string(actuation.CodePatchMalformed)},
+		"reserved name":  {FormatStructured, `[{"op":"create","path":".wbbak-0000000000000000","content":"a"}]`, string(actuation.CodePatchMalformed)},
+		"format":         {"ed", "1d\n", string(actuation.CodePatchMalformed)},
+		"symlink target": {FormatStructured, `[{"op":"replace","path":"link","content":"a"}]`, string(actuation.CodePatchTargetNotRegular)},
+		"dir target":     {FormatStructured, `[{"op":"replace","path":"sub","content":"a"}]`, string(actuation.CodePatchTargetNotRegular)},
 	}
 	for name, c := range cases {
 		_, err := Apply(r, req(c.format, c.content, Policy{AllowCreate: true, AllowDelete: true}))
-		if got := fsaccess.CodeOf(err); got != c.code {
+		if got := string(actuation.CodeOf(err)); got != c.code {
 			t.Errorf("%s: code %q (%v), want %q", name, got, err, c.code)
 		}
 	}
@@ -351,7 +352,7 @@ func TestSizeCaps(t *testing.T) {
 	r, _ := workspace(t)
 	big := strings.Repeat("x", MaxFileBytes+1)
 	_, err := Apply(r, req(FormatStructured, structured(t, StructuredOp{Op: OpCreate, Path: "big", Content: big}), Policy{AllowCreate: true}))
-	wantCode(t, err, CodePatchTooLarge)
+	wantCode(t, err, string(actuation.CodePatchTooLarge))
 	// Total cap: five 7 MiB files each appended to (35 MiB of new content).
 	r2, dir2 := workspace(t)
 	chunk := []byte(strings.Repeat("z", 7<<20))
@@ -361,13 +362,13 @@ func TestSizeCaps(t *testing.T) {
 		ops = append(ops, StructuredOp{Op: OpAppend, Path: fmt.Sprintf("big%d", i), Content: "!"})
 	}
 	_, err = Apply(r2, req(FormatStructured, structured(t, ops...), Policy{}))
-	wantCode(t, err, CodePatchTooLarge)
+	wantCode(t, err, string(actuation.CodePatchTooLarge))
 	if !strings.Contains(err.Error(), "in total") {
 		t.Fatalf("not the total cap: %v", err)
 	}
 	// Patch document cap is checked before anything else.
 	_, err = Apply(r, Request{Format: FormatUnified, Content: make([]byte, MaxPatchBytes+1), Digest: "sha256:x"})
-	wantCode(t, err, CodePatchTooLarge)
+	wantCode(t, err, string(actuation.CodePatchTooLarge))
 }
 
 // snapshotTree returns path -> content|mode for every entry in dir.
@@ -411,7 +412,7 @@ func TestRollbackOnConcurrentChange(t *testing.T) {
 	}
 	defer func() { beforeWrite = nil }()
 	_, err := Apply(r, rollbackPatch(t))
-	wantCode(t, err, CodePatchDirty)
+	wantCode(t, err, string(actuation.CodePatchDirty))
 	if !strings.Contains(err.Error(), "3 written change(s) rolled back") {
 		t.Fatalf("message: %v", err)
 	}
@@ -438,7 +439,7 @@ func TestRollbackOnDirectoryWhereFileExpected(t *testing.T) {
 	}
 	defer func() { beforeWrite = nil }()
 	_, err := Apply(r, rollbackPatch(t))
-	wantCode(t, err, CodePatchTargetNotRegular)
+	wantCode(t, err, string(actuation.CodePatchTargetNotRegular))
 	must(t, os.Remove(filepath.Join(dir, "sub/c.txt")))
 	write(t, dir, "sub/c.txt", "c\n")
 	if after := snapshotTree(t, dir); fmt.Sprint(after) != fmt.Sprint(before) {
@@ -494,7 +495,7 @@ func TestRollbackOnImmutableDirectory(t *testing.T) {
 		}
 	})
 	_, err := Apply(r, rollbackPatch(t))
-	wantCode(t, err, CodePatchWriteFailed)
+	wantCode(t, err, string(actuation.CodePatchWriteFailed))
 	if !errors.Is(err, unix.EPERM) {
 		t.Fatalf("cause is not EPERM: %v", err)
 	}
@@ -544,5 +545,5 @@ func TestPlanChangesFromSource(t *testing.T) {
 	}
 	dirty := `[{"op":"create","path":"hello.txt","content":"x"}]`
 	_, err = PlanChanges(src, Request{Format: FormatStructured, Content: []byte(dirty), Digest: fsaccess.DigestBytes([]byte(dirty)), Policy: Policy{AllowCreate: true}})
-	wantCode(t, err, CodePatchDirty)
+	wantCode(t, err, string(actuation.CodePatchDirty))
 }

@@ -24,7 +24,7 @@ import (
 	"sync"
 	"time"
 
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // Kind classifies an event.
@@ -137,7 +137,7 @@ type Ring struct {
 // refusal.EventBufferFull; negative values are invalid.
 func New(cfg Config) (*Ring, error) {
 	if cfg.MaxEvents < 0 || cfg.MaxAge < 0 || cfg.MaxBytes < 0 {
-		return nil, refusal.New(refusal.InvalidSpec, "ring bounds must not be negative")
+		return nil, actuation.Refusef(actuation.CodeInvalidSpec, "ring bounds must not be negative")
 	}
 	if cfg.MaxEvents == 0 {
 		cfg.MaxEvents = DefaultMaxEvents
@@ -149,7 +149,7 @@ func New(cfg Config) (*Ring, error) {
 		cfg.MaxBytes = DefaultMaxBytes
 	}
 	if cfg.MaxEvents > CeilingMaxEvents || cfg.MaxAge > CeilingMaxAge || cfg.MaxBytes > CeilingMaxBytes {
-		return nil, refusal.New(refusal.EventBufferFull,
+		return nil, actuation.Refusef(actuation.CodeEventBufferFull,
 			"ring bounds %d events/%s/%d bytes exceed ceilings %d/%s/%d",
 			cfg.MaxEvents, cfg.MaxAge, cfg.MaxBytes, CeilingMaxEvents, CeilingMaxAge, CeilingMaxBytes)
 	}

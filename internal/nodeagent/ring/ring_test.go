@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 type fakeClock struct {
@@ -46,8 +46,8 @@ func TestDefaults(t *testing.T) {
 	if cfg.MaxEvents != 1000 || cfg.MaxAge != 10*time.Minute || cfg.MaxBytes != 4<<20 {
 		t.Fatalf("defaults = %+v, want 1000 events / 10m / 4MiB", cfg)
 	}
-	if _, err := New(Config{MaxEvents: CeilingMaxEvents + 1}); !refusal.Is(err, refusal.EventBufferFull) {
-		t.Fatalf("above-ceiling config: got %v, want refusal %s", err, refusal.EventBufferFull)
+	if _, err := New(Config{MaxEvents: CeilingMaxEvents + 1}); !(actuation.CodeOf(err) == actuation.CodeEventBufferFull) {
+		t.Fatalf("above-ceiling config: got %v, want refusal %s", err, string(actuation.CodeEventBufferFull))
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/cgroups"
 	"sensorium.dev/workbench/internal/test/cgrouptest"
 	"sensorium.dev/workbench/internal/test/storm"
@@ -185,8 +185,8 @@ func TestCgroupSessionUnavailableFailsClosed(t *testing.T) {
 	m := NewManager(Caps{}, WithCgroups(cm))
 	marker := filepath.Join(t.TempDir(), "ran")
 	_, err = m.Open(context.Background(), Spec{ID: "nocg", Argv: []string{"/bin/touch", marker}})
-	if !refusal.Is(err, refusal.CgroupUnavailable) {
-		t.Fatalf("Open without cgroups: %v, want %s", err, refusal.CgroupUnavailable)
+	if !(actuation.CodeOf(err) == actuation.CodeCgroupUnavailable) {
+		t.Fatalf("Open without cgroups: %v, want %s", err, string(actuation.CodeCgroupUnavailable))
 	}
 	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the program ran without its cgroup: %v", err)

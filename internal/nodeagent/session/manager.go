@@ -33,7 +33,6 @@ import (
 	"time"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/platform/cgroups"
 	"sensorium.dev/workbench/internal/platform/procexec"
@@ -290,7 +289,7 @@ func (m *Manager) Readers() int {
 // Running) or with a refusal / error (the session then ended Failed).
 func (m *Manager) Open(ctx context.Context, spec Spec) (*Session, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, refusal.New(refusal.Interrupted, "open session: %v", err)
+		return nil, actuation.Refusef(actuation.CodeInterrupted, "open session: %v", err)
 	}
 	if err := m.normalize(&spec); err != nil {
 		return nil, err
@@ -329,16 +328,16 @@ func (m *Manager) admit(spec Spec) (*Session, error) {
 	defer m.mu.Unlock()
 	switch {
 	case m.shutdown:
-		return nil, refusal.New(refusal.Interrupted, "session manager is shutting down")
+		return nil, actuation.Refusef(actuation.CodeInterrupted, "session manager is shutting down")
 	case m.sessions[spec.ID] != nil:
-		return nil, refusal.New(refusal.SessionExists, "session %q already exists", spec.ID)
+		return nil, actuation.Refusef(actuation.CodeSessionExists, "session %q already exists", spec.ID)
 	case len(m.sessions) >= m.caps.Sessions:
-		return nil, refusal.New(refusal.SessionCapReached, "node session cap %d reached", m.caps.Sessions)
+		return nil, actuation.Refusef(actuation.CodeSessionCapReached, "node session cap %d reached", m.caps.Sessions)
 	case m.perEnv[spec.EnvironmentID] >= m.caps.SessionsPerEnvironment:
-		return nil, refusal.New(refusal.SessionCapReached, "per-environment session cap %d reached for %q",
+		return nil, actuation.Refusef(actuation.CodeSessionCapReached, "per-environment session cap %d reached for %q",
 			m.caps.SessionsPerEnvironment, spec.EnvironmentID)
 	case m.readers >= m.caps.ReaderTasks:
-		return nil, refusal.New(refusal.ReaderCapReached, "all %d reader tasks are in use", m.caps.ReaderTasks)
+		return nil, actuation.Refusef(actuation.CodeReaderCapReached, "all %d reader tasks are in use", m.caps.ReaderTasks)
 	}
 	s := newSession(m, spec, rg)
 	m.sessions[spec.ID] = s
@@ -351,7 +350,7 @@ func (m *Manager) acquireReader() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.readers >= m.caps.ReaderTasks {
-		return refusal.New(refusal.ReaderCapReached, "all %d reader tasks are in use", m.caps.ReaderTasks)
+		return actuation.Refusef(actuation.CodeReaderCapReached, "all %d reader tasks are in use", m.caps.ReaderTasks)
 	}
 	m.readers++
 	return nil
@@ -401,7 +400,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 
 func (m *Manager) normalize(s *Spec) error {
 	if s.ID == "" || len(s.ID) > 253 {
-		return refusal.New(refusal.InvalidSpec, "session ID must be 1..253 bytes")
+		return actuation.Refusef(actuation.CodeInvalidSpec, "session ID must be 1..253 bytes")
 	}
 	if err := procexec.ValidateArgv(s.Argv); err != nil {
 		return err
@@ -428,19 +427,19 @@ func (m *Manager) normalize(s *Spec) error {
 		s.Cols = DefaultCols
 	}
 	if s.Rows > MaxRows || s.Cols > MaxCols {
-		return refusal.New(refusal.InvalidSpec, "terminal %dx%d exceeds %dx%d", s.Rows, s.Cols, MaxRows, MaxCols)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "terminal %dx%d exceeds %dx%d", s.Rows, s.Cols, MaxRows, MaxCols)
 	}
 	switch {
 	case s.MaxDuration < 0 || s.Grace < 0 || s.EventBufferDepth < 0:
-		return refusal.New(refusal.InvalidSpec, "negative max duration, grace or event buffer depth")
+		return actuation.Refusef(actuation.CodeInvalidSpec, "negative max duration, grace or event buffer depth")
 	case s.MaxDuration > m.caps.MaxDuration:
-		return refusal.New(refusal.TimeoutAboveMax, "max duration %s exceeds %s", s.MaxDuration, m.caps.MaxDuration)
+		return actuation.Refusef(actuation.CodeTimeoutAboveMax, "max duration %s exceeds %s", s.MaxDuration, m.caps.MaxDuration)
 	case s.IdleTimeout > m.caps.MaxDuration:
-		return refusal.New(refusal.TimeoutAboveMax, "idle timeout %s exceeds %s", s.IdleTimeout, m.caps.MaxDuration)
+		return actuation.Refusef(actuation.CodeTimeoutAboveMax, "idle timeout %s exceeds %s", s.IdleTimeout, m.caps.MaxDuration)
 	case s.Grace > MaxGrace:
-		return refusal.New(refusal.TimeoutAboveMax, "grace %s exceeds %s", s.Grace, MaxGrace)
+		return actuation.Refusef(actuation.CodeTimeoutAboveMax, "grace %s exceeds %s", s.Grace, MaxGrace)
 	case s.EventBufferDepth > m.caps.EventBufferDepth:
-		return refusal.New(refusal.EventBufferFull, "event buffer depth %d exceeds the node cap %d",
+		return actuation.Refusef(actuation.CodeEventBufferFull, "event buffer depth %d exceeds the node cap %d",
 			s.EventBufferDepth, m.caps.EventBufferDepth)
 	}
 	if s.MaxDuration == 0 {

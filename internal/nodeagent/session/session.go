@@ -17,7 +17,7 @@ import (
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/platform/cgroups"
 	"sensorium.dev/workbench/internal/platform/procexec"
@@ -285,7 +285,7 @@ func (s *Session) start() error {
 			_ = os.RemoveAll(tmp)
 			_ = master.Close()
 			s.dropCgroup()
-			if refusal.CodeOf(err) != "" {
+			if string(actuation.CodeOf(err)) != "" {
 				return err
 			}
 			return fmt.Errorf("start %s: %w", s.spec.Argv[0], err)
@@ -444,7 +444,7 @@ func (s *Session) accepting() error {
 	case PhaseRunning, PhaseIdle:
 		return nil
 	default:
-		return refusal.New(refusal.SessionNotRunning, "session %q is %s", s.spec.ID, p)
+		return actuation.Refusef(actuation.CodeSessionNotRunning, "session %q is %s", s.spec.ID, p)
 	}
 }
 
@@ -456,7 +456,7 @@ func (s *Session) Input(b []byte) error {
 		return nil
 	}
 	if len(b) > s.m.caps.MaxInputBytes {
-		return refusal.New(refusal.InputTooLarge, "%d bytes exceed the per-write cap %d", len(b), s.m.caps.MaxInputBytes)
+		return actuation.Refusef(actuation.CodeInputTooLarge, "%d bytes exceed the per-write cap %d", len(b), s.m.caps.MaxInputBytes)
 	}
 	if err := s.accepting(); err != nil {
 		return err
@@ -520,7 +520,7 @@ func (s *Session) enqueue(b []byte, remainder bool) error {
 		limit++
 	}
 	if s.inPending.Load() >= limit {
-		return refusal.New(refusal.QueueFull, "input queue of session %q is full (depth %d)", s.spec.ID, cap(s.inputQ)-1)
+		return actuation.Refusef(actuation.CodeQueueFull, "input queue of session %q is full (depth %d)", s.spec.ID, cap(s.inputQ)-1)
 	}
 	s.inPending.Add(1)
 	// inPending counts what the channel holds plus the write in progress, at most its
@@ -533,7 +533,7 @@ func (s *Session) enqueue(b []byte, remainder bool) error {
 // SIGWINCH to the foreground group) and resizes the screen model.
 func (s *Session) Resize(rows, cols uint16) error {
 	if rows == 0 || cols == 0 || rows > MaxRows || cols > MaxCols {
-		return refusal.New(refusal.InvalidSpec, "terminal %dx%d outside 1..%dx1..%d", rows, cols, MaxRows, MaxCols)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "terminal %dx%d outside 1..%dx1..%d", rows, cols, MaxRows, MaxCols)
 	}
 	if err := s.accepting(); err != nil {
 		return err
@@ -568,12 +568,12 @@ func (s *Session) Resize(rows, cols uint16) error {
 // Signal delivers sig to the session's process group.
 func (s *Session) Signal(sig syscall.Signal) error {
 	if !allowedSignals[sig] {
-		return refusal.New(refusal.InvalidSpec, "signal %d is not deliverable to sessions", int(sig))
+		return actuation.Refusef(actuation.CodeInvalidSpec, "signal %d is not deliverable to sessions", int(sig))
 	}
 	s.mu.Lock()
 	if s.reaped || s.info.Pid == 0 {
 		s.mu.Unlock()
-		return refusal.New(refusal.SessionNotRunning, "session %q is %s", s.spec.ID, s.Phase())
+		return actuation.Refusef(actuation.CodeSessionNotRunning, "session %q is %s", s.spec.ID, s.Phase())
 	}
 	err := procexec.SignalGroup(s.info.Pgid, sig)
 	s.mu.Unlock()
@@ -593,7 +593,7 @@ func (s *Session) Close(ctx context.Context) error {
 	case <-s.done:
 		return nil
 	case <-ctx.Done():
-		return refusal.New(refusal.CleanupIncomplete, "session %q: cleanup not confirmed: %v", s.spec.ID, ctx.Err())
+		return actuation.Refusef(actuation.CodeCleanupIncomplete, "session %q: cleanup not confirmed: %v", s.spec.ID, ctx.Err())
 	}
 }
 
@@ -604,7 +604,7 @@ func (s *Session) Kill(ctx context.Context) error {
 	case <-s.done:
 		return nil
 	case <-ctx.Done():
-		return refusal.New(refusal.CleanupIncomplete, "session %q: cleanup not confirmed: %v", s.spec.ID, ctx.Err())
+		return actuation.Refusef(actuation.CodeCleanupIncomplete, "session %q: cleanup not confirmed: %v", s.spec.ID, ctx.Err())
 	}
 }
 
@@ -886,7 +886,7 @@ func (s *Session) tryCleanup() {
 func (s *Session) scheduleRetry(cause error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.cleanupErr = refusal.New(refusal.CleanupIncomplete, "session %q: %v", s.spec.ID, cause)
+	s.cleanupErr = actuation.Refusef(actuation.CodeCleanupIncomplete, "session %q: %v", s.spec.ID, cause)
 	if s.retries >= cleanupRetries {
 		return // stays Closing; VerifyCleanup re-probes on demand
 	}

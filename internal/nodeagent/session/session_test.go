@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/platform/procexec"
 )
@@ -192,7 +192,7 @@ func TestEchoRoundTripAndLifecycle(t *testing.T) {
 	if h.m.Active() != 0 {
 		t.Fatalf("slot not released: %d active", h.m.Active())
 	}
-	if err := s.Input([]byte("x")); !refusal.Is(err, refusal.SessionNotRunning) {
+	if err := s.Input([]byte("x")); !(actuation.CodeOf(err) == actuation.CodeSessionNotRunning) {
 		t.Fatalf("input after close: %v", err)
 	}
 	if st := s.Events().Stats(); !st.Closed || st.OutputBytes == 0 {
@@ -258,7 +258,7 @@ func TestResizeSeenBySttySize(t *testing.T) {
 	if snap := s.Screen(); snap.Rows != 40 || snap.Cols != 100 {
 		t.Fatalf("screen model not resized: %dx%d", snap.Rows, snap.Cols)
 	}
-	if err := s.Resize(0, 10); !refusal.Is(err, refusal.InvalidSpec) {
+	if err := s.Resize(0, 10); !(actuation.CodeOf(err) == actuation.CodeInvalidSpec) {
 		t.Fatalf("resize 0x10: %v", err)
 	}
 	closeSession(t, s)
@@ -269,10 +269,10 @@ func TestCapsRefusals(t *testing.T) {
 	cat := func(id, env string) Spec { return Spec{ID: id, EnvironmentID: env, Argv: []string{"/bin/cat"}} }
 	s1 := h.open(cat("a1", "env-a"))
 	h.open(cat("a2", "env-a"))
-	if _, err := h.m.Open(context.Background(), cat("a3", "env-b")); !refusal.Is(err, refusal.SessionCapReached) {
+	if _, err := h.m.Open(context.Background(), cat("a3", "env-b")); !(actuation.CodeOf(err) == actuation.CodeSessionCapReached) {
 		t.Fatalf("third session: %v", err)
 	}
-	if _, err := h.m.Open(context.Background(), cat("a1", "env-b")); !refusal.Is(err, refusal.SessionExists) {
+	if _, err := h.m.Open(context.Background(), cat("a1", "env-b")); !(actuation.CodeOf(err) == actuation.CodeSessionExists) {
 		t.Fatalf("duplicate id: %v", err)
 	}
 	closeSession(t, s1)
@@ -281,7 +281,7 @@ func TestCapsRefusals(t *testing.T) {
 	// Per environment.
 	h2 := newHarness(t, Caps{Sessions: 3, SessionsPerEnvironment: 1})
 	h2.open(cat("b1", "env-a"))
-	if _, err := h2.m.Open(context.Background(), cat("b2", "env-a")); !refusal.Is(err, refusal.SessionCapReached) {
+	if _, err := h2.m.Open(context.Background(), cat("b2", "env-a")); !(actuation.CodeOf(err) == actuation.CodeSessionCapReached) {
 		t.Fatalf("second session in env-a: %v", err)
 	}
 	h2.open(cat("b3", "env-b"))
@@ -290,10 +290,10 @@ func TestCapsRefusals(t *testing.T) {
 	h3 := newHarness(t, Caps{Sessions: 3, SessionsPerEnvironment: 3, ReaderTasks: 2})
 	c1 := h3.open(cat("c1", "e"))
 	h3.open(cat("c2", "e"))
-	if _, err := h3.m.Open(context.Background(), cat("c3", "e")); !refusal.Is(err, refusal.ReaderCapReached) {
+	if _, err := h3.m.Open(context.Background(), cat("c3", "e")); !(actuation.CodeOf(err) == actuation.CodeReaderCapReached) {
 		t.Fatalf("third pump: %v", err)
 	}
-	if err := c1.WaitEvents(context.Background(), 0); !refusal.Is(err, refusal.ReaderCapReached) {
+	if err := c1.WaitEvents(context.Background(), 0); !(actuation.CodeOf(err) == actuation.CodeReaderCapReached) {
 		t.Fatalf("long-poll without a permit: %v", err)
 	}
 	closeSession(t, c1)
@@ -309,15 +309,15 @@ func TestCapsRefusals(t *testing.T) {
 		spec Spec
 		code string
 	}{
-		"event buffer": {Spec{ID: "x", Argv: []string{"/bin/cat"}, EventBufferDepth: DefaultEventBufferDepth + 1}, refusal.EventBufferFull},
-		"max duration": {Spec{ID: "x", Argv: []string{"/bin/cat"}, MaxDuration: DefaultMaxDurationCeiling + 1}, refusal.TimeoutAboveMax},
-		"grace":        {Spec{ID: "x", Argv: []string{"/bin/cat"}, Grace: MaxGrace + 1}, refusal.TimeoutAboveMax},
-		"relative":     {Spec{ID: "x", Argv: []string{"cat"}}, refusal.InvalidSpec},
-		"no id":        {Spec{Argv: []string{"/bin/cat"}}, refusal.InvalidSpec},
-		"huge tty":     {Spec{ID: "x", Argv: []string{"/bin/cat"}, Rows: MaxRows + 1}, refusal.InvalidSpec},
-		"bad env":      {Spec{ID: "x", Argv: []string{"/bin/cat"}, Env: []string{"=x"}}, refusal.InvalidSpec},
+		"event buffer": {Spec{ID: "x", Argv: []string{"/bin/cat"}, EventBufferDepth: DefaultEventBufferDepth + 1}, string(actuation.CodeEventBufferFull)},
+		"max duration": {Spec{ID: "x", Argv: []string{"/bin/cat"}, MaxDuration: DefaultMaxDurationCeiling + 1}, string(actuation.CodeTimeoutAboveMax)},
+		"grace":        {Spec{ID: "x", Argv: []string{"/bin/cat"}, Grace: MaxGrace + 1}, string(actuation.CodeTimeoutAboveMax)},
+		"relative":     {Spec{ID: "x", Argv: []string{"cat"}}, string(actuation.CodeInvalidSpec)},
+		"no id":        {Spec{Argv: []string{"/bin/cat"}}, string(actuation.CodeInvalidSpec)},
+		"huge tty":     {Spec{ID: "x", Argv: []string{"/bin/cat"}, Rows: MaxRows + 1}, string(actuation.CodeInvalidSpec)},
+		"bad env":      {Spec{ID: "x", Argv: []string{"/bin/cat"}, Env: []string{"=x"}}, string(actuation.CodeInvalidSpec)},
 	} {
-		if _, err := NewManager(Caps{}).Open(context.Background(), c.spec); !refusal.Is(err, c.code) {
+		if _, err := NewManager(Caps{}).Open(context.Background(), c.spec); !(actuation.CodeOf(err) == actuation.Code(c.code)) {
 			t.Errorf("%s: got %v, want %s", name, err, c.code)
 		}
 	}
@@ -327,7 +327,7 @@ func TestInputQueueFullAndTooLarge(t *testing.T) {
 	h := newHarness(t, Caps{InputQueueDepth: 2})
 	s := h.open(Spec{ID: "q", Argv: []string{"/bin/sh", "-c", "stty raw -echo; echo ready; exec sleep 30"}, Env: shellEnv})
 	waitOutput(t, s, "ready")
-	if err := s.Input(make([]byte, DefaultMaxInputBytes+1)); !refusal.Is(err, refusal.InputTooLarge) {
+	if err := s.Input(make([]byte, DefaultMaxInputBytes+1)); !(actuation.CodeOf(err) == actuation.CodeInputTooLarge) {
 		t.Fatalf("oversized input: %v", err)
 	}
 	chunk := bytes.Repeat([]byte("z"), DefaultMaxInputBytes)
@@ -335,7 +335,7 @@ func TestInputQueueFullAndTooLarge(t *testing.T) {
 	for i := 0; i < 4096 && err == nil; i++ { // at most 16 MiB before the tty must push back
 		err = s.Input(chunk)
 	}
-	if !refusal.Is(err, refusal.QueueFull) {
+	if !(actuation.CodeOf(err) == actuation.CodeQueueFull) {
 		t.Fatalf("flooding a program that never reads: %v", err)
 	}
 	start := time.Now()
@@ -452,7 +452,7 @@ func TestCloseKillsOtherProcessGroupsOfTheSession(t *testing.T) {
 func TestSignalAndNaturalExit(t *testing.T) {
 	h := newHarness(t, Caps{})
 	s := h.open(Spec{ID: "sig", Argv: []string{"/bin/sleep", "30"}})
-	if err := s.Signal(syscall.SIGSEGV); !refusal.Is(err, refusal.InvalidSpec) {
+	if err := s.Signal(syscall.SIGSEGV); !(actuation.CodeOf(err) == actuation.CodeInvalidSpec) {
 		t.Fatalf("SIGSEGV: %v", err)
 	}
 	if err := s.Signal(syscall.SIGINT); err != nil {
@@ -470,7 +470,7 @@ func TestSignalAndNaturalExit(t *testing.T) {
 	if kinds[ring.KindSignal] != "SIGINT" || kinds[ring.KindExit] != "signal=SIGINT" || kinds[ring.KindStatus] != string(PhaseClosed) {
 		t.Fatalf("events %v", kinds)
 	}
-	if err := s.Signal(syscall.SIGINT); !refusal.Is(err, refusal.SessionNotRunning) {
+	if err := s.Signal(syscall.SIGINT); !(actuation.CodeOf(err) == actuation.CodeSessionNotRunning) {
 		t.Fatalf("signal after end: %v", err)
 	}
 
@@ -483,7 +483,7 @@ func TestSignalAndNaturalExit(t *testing.T) {
 
 func TestFailedStartReleasesSlot(t *testing.T) {
 	h := newHarness(t, Caps{Sessions: 1})
-	if _, err := h.m.Open(context.Background(), Spec{ID: "bad", Argv: []string{"/nonexistent/prog"}}); err == nil || refusal.CodeOf(err) != "" {
+	if _, err := h.m.Open(context.Background(), Spec{ID: "bad", Argv: []string{"/nonexistent/prog"}}); err == nil || string(actuation.CodeOf(err)) != "" {
 		t.Fatalf("missing program: %v", err)
 	}
 	h.waitPhase("bad", PhaseFailed, time.Second)

@@ -18,21 +18,11 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // SchemaVersion is the version this agent writes. migrations[i] upgrades a
 // database from version i to i+1; len(migrations) == SchemaVersion.
 const SchemaVersion = 1
-
-// Refusal codes.
-const (
-	CodeSchemaNewer         = string(actuation.CodeStoreSchemaNewer)    // database written by a newer agent
-	CodeSchemaInvalid       = string(actuation.CodeStoreSchemaInvalid)  // version key unreadable, or data without a version
-	CodeRecordTooLarge      = string(actuation.CodeStoreRecordTooLarge) // value above MaxRecordBytes: metadata only
-	CodeKeyInvalid          = string(actuation.CodeStoreKeyInvalid)     // empty or above MaxKeyBytes
-	CodeIdempotencyConflict = string(actuation.CodeIdempotencyConflict) // idempotency key already bound to another command
-)
 
 // Caps.
 const (
@@ -109,7 +99,7 @@ func (db *DB) migrate(tx *bolt.Tx) error {
 	if raw := meta.Get(keySchemaVersion); raw != nil {
 		v, err = strconv.Atoi(string(raw))
 		if err != nil || v < 1 {
-			return fsaccess.Errorf(CodeSchemaInvalid, "%s: schema version %q is not a positive integer", db.path, raw)
+			return actuation.Refusef(actuation.CodeStoreSchemaInvalid, "%s: schema version %q is not a positive integer", db.path, raw)
 		}
 	} else {
 		// No version: only an empty (fresh) database is acceptable.
@@ -121,11 +111,11 @@ func (db *DB) migrate(tx *bolt.Tx) error {
 			return nil
 		})
 		if nonMeta > 0 {
-			return fsaccess.Errorf(CodeSchemaInvalid, "%s: %d bucket(s) but no schema version", db.path, nonMeta)
+			return actuation.Refusef(actuation.CodeStoreSchemaInvalid, "%s: %d bucket(s) but no schema version", db.path, nonMeta)
 		}
 	}
 	if v > latest {
-		return fsaccess.Errorf(CodeSchemaNewer, "%s: schema version %d is newer than this agent's %d; refusing to open", db.path, v, latest)
+		return actuation.Refusef(actuation.CodeStoreSchemaNewer, "%s: schema version %d is newer than this agent's %d; refusing to open", db.path, v, latest)
 	}
 	for ; v < latest; v++ {
 		if err := migrations[v](tx); err != nil {
@@ -165,7 +155,7 @@ type Table[T any] struct {
 
 func checkKey(k string) error {
 	if k == "" || len(k) > MaxKeyBytes {
-		return fsaccess.Errorf(CodeKeyInvalid, "key of %d bytes (must be 1..%d)", len(k), MaxKeyBytes)
+		return actuation.Refusef(actuation.CodeStoreKeyInvalid, "key of %d bytes (must be 1..%d)", len(k), MaxKeyBytes)
 	}
 	return nil
 }
@@ -176,7 +166,7 @@ func encode[T any](v *T) ([]byte, error) {
 		return nil, err
 	}
 	if len(b) > MaxRecordBytes {
-		return nil, fsaccess.Errorf(CodeRecordTooLarge, "record of %d bytes above %d: the store holds metadata only", len(b), MaxRecordBytes)
+		return nil, actuation.Refusef(actuation.CodeStoreRecordTooLarge, "record of %d bytes above %d: the store holds metadata only", len(b), MaxRecordBytes)
 	}
 	return b, nil
 }
@@ -352,11 +342,11 @@ func indexCommand(tx *bolt.Tx, c *Command) error {
 	}
 	ik := idemKey(c.Namespace, c.IdempotencyKey)
 	if len(ik) > MaxKeyBytes {
-		return fsaccess.Errorf(CodeKeyInvalid, "idempotency key of %d bytes above %d", len(ik), MaxKeyBytes)
+		return actuation.Refusef(actuation.CodeStoreKeyInvalid, "idempotency key of %d bytes above %d", len(ik), MaxKeyBytes)
 	}
 	idx := tx.Bucket(bucketCommandKeys)
 	if owner := idx.Get(ik); owner != nil && string(owner) != c.UID {
-		return fsaccess.Errorf(CodeIdempotencyConflict, "idempotency key %q in %q already belongs to command %s", c.IdempotencyKey, c.Namespace, owner)
+		return actuation.Refusef(actuation.CodeIdempotencyConflict, "idempotency key %q in %q already belongs to command %s", c.IdempotencyKey, c.Namespace, owner)
 	}
 	return idx.Put(ik, []byte(c.UID))
 }
@@ -388,7 +378,7 @@ func (db *DB) RecordCommandStart(c Command) (rec Command, created bool, err erro
 					if existing.ArgvDigest != c.ArgvDigest || existing.SessionUID != c.SessionUID {
 						// The same key for another intent is a conflict, never a replay of
 						// the other command's outcome.
-						return fsaccess.Errorf(CodeIdempotencyConflict, "idempotency key %q in %q belongs to command %s, which has another argv or session",
+						return actuation.Refusef(actuation.CodeIdempotencyConflict, "idempotency key %q in %q belongs to command %s, which has another argv or session",
 							c.IdempotencyKey, c.Namespace, existing.Name)
 					}
 					rec = existing

@@ -15,6 +15,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/test/testkit"
 )
 
@@ -83,9 +84,9 @@ func TestMetadataOnlyCaps(t *testing.T) {
 	db := open(t, t.TempDir())
 	defer func() { _ = db.Close() }()
 	err := db.Environments().Put(Environment{UID: "e", RootPaths: map[string]string{"x": strings.Repeat("y", MaxRecordBytes)}})
-	wantCode(t, err, CodeRecordTooLarge)
-	wantCode(t, db.Sessions().Put(Session{}), CodeKeyInvalid)
-	wantCode(t, db.Sessions().Put(Session{UID: strings.Repeat("u", MaxKeyBytes+1)}), CodeKeyInvalid)
+	wantCode(t, err, string(actuation.CodeStoreRecordTooLarge))
+	wantCode(t, db.Sessions().Put(Session{}), string(actuation.CodeStoreKeyInvalid))
+	wantCode(t, db.Sessions().Put(Session{UID: strings.Repeat("u", MaxKeyBytes+1)}), string(actuation.CodeStoreKeyInvalid))
 }
 
 func TestRecordCommandStartIsIdempotent(t *testing.T) {
@@ -110,12 +111,12 @@ func TestRecordCommandStartIsIdempotent(t *testing.T) {
 	}
 	// The same key for another argv (or session) is a conflict, not a replay of c1.
 	_, created, err = db.RecordCommandStart(Command{UID: "c5", Namespace: "ns", IdempotencyKey: "k1", ArgvDigest: "sha256:cc"})
-	wantCode(t, err, CodeIdempotencyConflict)
+	wantCode(t, err, string(actuation.CodeIdempotencyConflict))
 	if created {
 		t.Fatal("a conflicting key created a record")
 	}
 	_, created, err = db.RecordCommandStart(Command{UID: "c6", Namespace: "ns", IdempotencyKey: "k1", ArgvDigest: "sha256:aa", SessionUID: "other-session"})
-	wantCode(t, err, CodeIdempotencyConflict)
+	wantCode(t, err, string(actuation.CodeIdempotencyConflict))
 	if created {
 		t.Fatal("a key replayed from another session created a record")
 	}
@@ -128,7 +129,7 @@ func TestRecordCommandStartIsIdempotent(t *testing.T) {
 	// Updating the started command keeps its key; stealing the key is refused.
 	first.PID, first.PGID, first.StartTime, first.Phase = 42, 42, 777, "Running"
 	must(t, db.Commands().Put(first))
-	wantCode(t, db.Commands().Put(Command{UID: "c4", Namespace: "ns", IdempotencyKey: "k1"}), CodeIdempotencyConflict)
+	wantCode(t, db.Commands().Put(Command{UID: "c4", Namespace: "ns", IdempotencyKey: "k1"}), string(actuation.CodeIdempotencyConflict))
 	got, _, _ := db.Commands().Get("c1")
 	if got.PID != 42 || got.StartTime != 777 {
 		t.Fatalf("update lost: %+v", got)
@@ -217,7 +218,7 @@ func TestSchemaVersionRefusals(t *testing.T) {
 
 	setRawVersion(t, path, []byte("2"))
 	_, err := Open(dir)
-	wantCode(t, err, CodeSchemaNewer)
+	wantCode(t, err, string(actuation.CodeStoreSchemaNewer))
 	// The refusal did not rewrite the newer database.
 	bdb, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, ReadOnly: true})
 	must(t, err)
@@ -231,7 +232,7 @@ func TestSchemaVersionRefusals(t *testing.T) {
 
 	setRawVersion(t, path, []byte("two"))
 	_, err = Open(dir)
-	wantCode(t, err, CodeSchemaInvalid)
+	wantCode(t, err, string(actuation.CodeStoreSchemaInvalid))
 
 	// Data without any version key.
 	other := filepath.Join(t.TempDir(), FileName)
@@ -240,7 +241,7 @@ func TestSchemaVersionRefusals(t *testing.T) {
 	must(t, bdb.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket([]byte("sessions")); return err }))
 	must(t, bdb.Close())
 	_, err = Open(filepath.Dir(other))
-	wantCode(t, err, CodeSchemaInvalid)
+	wantCode(t, err, string(actuation.CodeStoreSchemaInvalid))
 }
 
 // The migration table runs pending steps in order on open.

@@ -5,7 +5,7 @@ import (
 	"io/fs"
 	"time"
 
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
@@ -79,13 +79,13 @@ func (f *fileSource) Observe(req *Request) (Observation, error) {
 		}
 		return obs, nil
 	}
-	return Observation{}, refusal.New(CodeWaitScopeInvalid, "file source cannot evaluate %s", req.Kind)
+	return Observation{}, actuation.Refusef(actuation.CodeWaitScopeInvalid, "file source cannot evaluate %s", req.Kind)
 }
 
 // absent: the path or one of its parents does not exist (a parent that is a
 // file counts as absent too).
 func absent(err error) bool {
-	return errors.Is(err, fs.ErrNotExist) || fsaccess.CodeOf(err) == fsaccess.CodeNotDirectory
+	return errors.Is(err, fs.ErrNotExist) || actuation.CodeOf(err) == actuation.CodeNotDirectory
 }
 
 // digest returns the file's content digest ("" when absent). A file being
@@ -105,7 +105,7 @@ func (f *fileSource) digest() (digest, detail string, err error) {
 	case "":
 		return res.Digest, "", nil
 	case "over-file-cap":
-		return "", "", fsaccess.Errorf(fsaccess.CodeFileTooLarge, "%q is %d bytes; digests stop at %d", f.rel, res.Size, fsaccess.MaxReadDigestBytes)
+		return "", "", actuation.Refusef(actuation.CodeFileTooLarge, "%q is %d bytes; digests stop at %d", f.rel, res.Size, fsaccess.MaxReadDigestBytes)
 	default:
 		return "", res.DigestOmitted, nil
 	}

@@ -7,13 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 func newWatcher(t testing.TB, c WatchCaps) *FileWatcher {
 	t.Helper()
 	w, err := NewFileWatcher(c)
-	if CodeOf(err) == CodeWatchUnavailable {
+	if actuation.CodeOf(err) == actuation.CodeWatchUnavailable {
 		t.Skipf("inotify unavailable on this kernel: %v", err)
 	}
 	must(t, err)
@@ -24,7 +25,7 @@ func newWatcher(t testing.TB, c WatchCaps) *FileWatcher {
 func openRoot(t testing.TB, dir string) *fsaccess.Root {
 	t.Helper()
 	r, err := fsaccess.OpenRoot(dir)
-	if CodeOf(err) == fsaccess.CodeOpenat2Unavailable {
+	if actuation.CodeOf(err) == actuation.CodeOpenat2Unavailable {
 		t.Skipf("openat2 unavailable: %v", err)
 	}
 	must(t, err)
@@ -138,13 +139,13 @@ func TestFileSymlinkEscapeAndCaps(t *testing.T) {
 	e := newEngine(t, Caps{})
 
 	_, err := w.Subscribe(root, "escape/secret")
-	wantCode(t, err, fsaccess.CodeSymlinkEscape)
+	wantCode(t, err, string(actuation.CodeSymlinkEscape))
 	_, err = w.Subscribe(root, "../x")
-	wantCode(t, err, fsaccess.CodePathTraversal)
+	wantCode(t, err, string(actuation.CodePathTraversal))
 	// The observation itself refuses too (a wait Fails with the code).
 	h, err := e.Register(context.Background(), Request{ID: "w-escape", Kind: KindFileExists, Deadline: deadline(testTimeout), Source: FileSource(root, "escape/secret", nil)})
 	must(t, err)
-	if r := result(t, h); r.Status != StatusFailed || CodeOf(r.Err) != fsaccess.CodeSymlinkEscape {
+	if r := result(t, h); r.Status != StatusFailed || actuation.CodeOf(r.Err) != actuation.CodeSymlinkEscape {
 		t.Fatalf("escape %+v", r)
 	}
 
@@ -152,11 +153,11 @@ func TestFileSymlinkEscapeAndCaps(t *testing.T) {
 	s1, err := w.Subscribe(root, "a")
 	must(t, err)
 	_, err = w.Subscribe(root, "sub/b") // a second directory
-	wantCode(t, err, CodeWatchCapReached)
+	wantCode(t, err, string(actuation.CodeWatchCapReached))
 	s2, err := w.Subscribe(root, "b") // same directory: shares the watch
 	must(t, err)
 	_, err = w.Subscribe(root, "c")
-	wantCode(t, err, CodeWatchCapReached)
+	wantCode(t, err, string(actuation.CodeWatchCapReached))
 	if watches, subs := w.Counts(); watches != 1 || subs != 2 {
 		t.Fatalf("counts %d/%d", watches, subs)
 	}
@@ -174,11 +175,11 @@ func TestFileSymlinkEscapeAndCaps(t *testing.T) {
 	h, err = e.Register(context.Background(), Request{ID: "w-closed", Kind: KindFileExists, Deadline: deadline(testTimeout), Source: src})
 	must(t, err)
 	must(t, w2.Close())
-	if r := result(t, h); r.Status != StatusFailed || CodeOf(r.Err) != CodeWatchUnavailable {
+	if r := result(t, h); r.Status != StatusFailed || actuation.CodeOf(r.Err) != actuation.CodeWatchUnavailable {
 		t.Fatalf("closed watcher %+v", r)
 	}
 	_, err = w2.Subscribe(root, "x")
-	wantCode(t, err, CodeWatchUnavailable)
+	wantCode(t, err, string(actuation.CodeWatchUnavailable))
 }
 
 func TestWatchFollowsDirectoryReplacement(t *testing.T) {

@@ -30,7 +30,6 @@ import (
 	"time"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
@@ -60,18 +59,6 @@ func Kinds() []string {
 	return []string{KindOutputSince, KindOutputMatches, KindQuiescent, KindCommandDone, KindProcessAlive,
 		KindNoProgress, KindFileExists, KindDigestChanged, KindArtifact, KindEnvironment, KindOperationDone}
 }
-
-// Refusal codes. QueueFull, TimeoutAboveMax and Interrupted are the shared
-// runtime codes; the others are internal/actuation's.
-const (
-	CodeQueueFull        = refusal.QueueFull                      // PendingWaits / concurrent probes reached
-	CodeDeadlineAboveMax = string(actuation.CodeDeadlineAboveMax) // deadline missing or beyond MaxDeadline
-	CodeWaitScopeInvalid = string(actuation.CodeWaitScopeInvalid) // no source, unknown/unsupported kind, bad parameter, ID conflict
-	CodeTimeoutAboveMax  = refusal.TimeoutAboveMax                // probe timeout above MaxProbeTimeout
-	CodeInterrupted      = refusal.Interrupted                    // engine closed
-	CodeWatchUnavailable = string(actuation.CodeWatchUnavailable) // inotify unusable: refuse, never poll
-	CodeWatchCapReached  = string(actuation.CodeWatchCapReached)  // FileWatcher watch/subscription cap reached
-)
 
 // Defaults and ceilings.
 const (
@@ -222,14 +209,6 @@ type Result struct {
 	Evaluations int
 }
 
-// CodeOf returns the refusal code carried by err (refusal or fsaccess error).
-func CodeOf(err error) string {
-	if c := refusal.CodeOf(err); c != "" {
-		return c
-	}
-	return fsaccess.CodeOf(err)
-}
-
 // Handle is a registered wait.
 type Handle struct {
 	id, kind string
@@ -356,34 +335,34 @@ func (e *Engine) Close() {
 func validate(req *Request) error {
 	switch {
 	case req.ID == "" || len(req.ID) > MaxIDBytes:
-		return refusal.New(CodeWaitScopeInvalid, "wait ID must be 1..%d bytes", MaxIDBytes)
+		return actuation.Refusef(actuation.CodeWaitScopeInvalid, "wait ID must be 1..%d bytes", MaxIDBytes)
 	case !kinds[req.Kind]:
-		return refusal.New(CodeWaitScopeInvalid, "wait %q: unknown condition kind %q", req.ID, req.Kind)
+		return actuation.Refusef(actuation.CodeWaitScopeInvalid, "wait %q: unknown condition kind %q", req.ID, req.Kind)
 	case req.Source == nil:
-		return refusal.New(CodeWaitScopeInvalid, "wait %q: no source for %s", req.ID, req.Kind)
+		return actuation.Refusef(actuation.CodeWaitScopeInvalid, "wait %q: no source for %s", req.ID, req.Kind)
 	}
 	if ks, ok := req.Source.(KindSupporter); ok && !ks.Supports(req.Kind) {
-		return refusal.New(CodeWaitScopeInvalid, "wait %q: the scoped source cannot evaluate %s", req.ID, req.Kind)
+		return actuation.Refusef(actuation.CodeWaitScopeInvalid, "wait %q: the scoped source cannot evaluate %s", req.ID, req.Kind)
 	}
 	if req.Quiet < 0 || req.Quiet > MaxQuiet {
-		return refusal.New(CodeWaitScopeInvalid, "wait %q: quiet window %s outside 0..%s", req.ID, req.Quiet, MaxQuiet)
+		return actuation.Refusef(actuation.CodeWaitScopeInvalid, "wait %q: quiet window %s outside 0..%s", req.ID, req.Quiet, MaxQuiet)
 	}
 	switch req.Kind {
 	case KindOutputMatches:
 		if req.Pattern == nil {
-			return refusal.New(CodeWaitScopeInvalid, "wait %q: %s needs a pattern", req.ID, req.Kind)
+			return actuation.Refusef(actuation.CodeWaitScopeInvalid, "wait %q: %s needs a pattern", req.ID, req.Kind)
 		}
 		if n := len(req.Pattern.String()); n > MaxPatternBytes {
-			return refusal.New(CodeWaitScopeInvalid, "wait %q: pattern is %d bytes, at most %d", req.ID, n, MaxPatternBytes)
+			return actuation.Refusef(actuation.CodeWaitScopeInvalid, "wait %q: pattern is %d bytes, at most %d", req.ID, n, MaxPatternBytes)
 		}
 	case KindQuiescent, KindNoProgress:
 		if req.Quiet <= 0 {
-			return refusal.New(CodeWaitScopeInvalid, "wait %q: %s needs a quiet window > 0", req.ID, req.Kind)
+			return actuation.Refusef(actuation.CodeWaitScopeInvalid, "wait %q: %s needs a quiet window > 0", req.ID, req.Kind)
 		}
 	case KindDigestChanged:
 		if req.PrevDigest != "" {
 			if _, err := fsaccess.ParseDigest(req.PrevDigest); err != nil {
-				return refusal.New(CodeWaitScopeInvalid, "wait %q: previous digest: %v", req.ID, err)
+				return actuation.Refusef(actuation.CodeWaitScopeInvalid, "wait %q: previous digest: %v", req.ID, err)
 			}
 		}
 	}
@@ -409,23 +388,23 @@ func (e *Engine) register(ctx context.Context, req Request) (*Handle, bool, erro
 	now := time.Now()
 	switch {
 	case req.Deadline.IsZero():
-		return nil, false, refusal.New(CodeDeadlineAboveMax, "wait %q: a deadline is required (at most %s)", req.ID, e.caps.MaxDeadline)
+		return nil, false, actuation.Refusef(actuation.CodeDeadlineAboveMax, "wait %q: a deadline is required (at most %s)", req.ID, e.caps.MaxDeadline)
 	case req.Deadline.Sub(now) > e.caps.MaxDeadline:
-		return nil, false, refusal.New(CodeDeadlineAboveMax, "wait %q: deadline %s ahead exceeds %s", req.ID, req.Deadline.Sub(now).Round(time.Millisecond), e.caps.MaxDeadline)
+		return nil, false, actuation.Refusef(actuation.CodeDeadlineAboveMax, "wait %q: deadline %s ahead exceeds %s", req.ID, req.Deadline.Sub(now).Round(time.Millisecond), e.caps.MaxDeadline)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
-		return nil, false, refusal.New(CodeInterrupted, "wait engine is closed")
+		return nil, false, actuation.Refusef(actuation.CodeInterrupted, "wait engine is closed")
 	}
 	if h, ok := e.pending[req.ID]; ok {
 		if h.kind != req.Kind {
-			return nil, false, refusal.New(CodeWaitScopeInvalid, "wait %q is pending with kind %s, not %s", req.ID, h.kind, req.Kind)
+			return nil, false, actuation.Refusef(actuation.CodeWaitScopeInvalid, "wait %q is pending with kind %s, not %s", req.ID, h.kind, req.Kind)
 		}
 		return h, false, nil
 	}
 	if len(e.pending) >= e.caps.PendingWaits {
-		return nil, false, refusal.New(CodeQueueFull, "%d pending waits (cap %d)", len(e.pending), e.caps.PendingWaits)
+		return nil, false, actuation.Refusef(actuation.CodeQueueFull, "%d pending waits (cap %d)", len(e.pending), e.caps.PendingWaits)
 	}
 	h := &Handle{id: req.ID, kind: req.Kind, started: now, cancel: make(chan struct{}), done: make(chan struct{})}
 	e.pending[req.ID] = h
@@ -601,19 +580,19 @@ func (e *Engine) Probe(ctx context.Context, req Request, timeout time.Duration) 
 	var refused error
 	switch {
 	case timeout < 0:
-		refused = refusal.New(CodeTimeoutAboveMax, "probe %q: negative timeout", req.ID)
+		refused = actuation.Refusef(actuation.CodeTimeoutAboveMax, "probe %q: negative timeout", req.ID)
 	case timeout == 0:
 		timeout = DefaultProbeTimeout
 	case timeout > MaxProbeTimeout:
-		refused = refusal.New(CodeTimeoutAboveMax, "probe %q: timeout %s exceeds %s", req.ID, timeout, MaxProbeTimeout)
+		refused = actuation.Refusef(actuation.CodeTimeoutAboveMax, "probe %q: timeout %s exceeds %s", req.ID, timeout, MaxProbeTimeout)
 	}
 	e.mu.Lock()
 	switch {
 	case refused != nil:
 	case e.closed:
-		refused = refusal.New(CodeInterrupted, "wait engine is closed")
+		refused = actuation.Refusef(actuation.CodeInterrupted, "wait engine is closed")
 	case e.probing >= e.caps.ConcurrentProbes:
-		refused = refusal.New(CodeQueueFull, "%d probes evaluating (cap %d)", e.probing, e.caps.ConcurrentProbes)
+		refused = actuation.Refusef(actuation.CodeQueueFull, "%d probes evaluating (cap %d)", e.probing, e.caps.ConcurrentProbes)
 	}
 	if refused != nil {
 		e.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/test/testkit"
@@ -33,7 +34,7 @@ var must = testkit.Must
 
 func wantCode(t testing.TB, err error, code string) {
 	t.Helper()
-	if got := CodeOf(err); got != code {
+	if got := string(actuation.CodeOf(err)); got != code {
 		t.Fatalf("code = %q (err: %v), want %q", got, err, code)
 	}
 }
@@ -287,7 +288,7 @@ func TestCancel(t *testing.T) {
 	bad.Kind = KindQuiescent
 	bad.Quiet = time.Second
 	_, err = e.Register(context.Background(), bad)
-	wantCode(t, err, CodeWaitScopeInvalid)
+	wantCode(t, err, string(actuation.CodeWaitScopeInvalid))
 	h.Cancel()
 	h.Cancel()
 	if r := result(t, h); r.Status != StatusCancelled {
@@ -309,7 +310,7 @@ func TestCancel(t *testing.T) {
 		t.Fatalf("engine close: %+v", r)
 	}
 	_, err = e.Register(context.Background(), req)
-	wantCode(t, err, CodeInterrupted)
+	wantCode(t, err, string(actuation.CodeInterrupted))
 	st := e.Stats()
 	if st.Pending != 0 || st.Finished[StatusCancelled] != 3 {
 		t.Fatalf("stats %+v", st)
@@ -334,7 +335,7 @@ func TestRefusals(t *testing.T) {
 	r := ok
 	r.ID = "w-3"
 	_, err := e.Register(context.Background(), r)
-	wantCode(t, err, CodeQueueFull)
+	wantCode(t, err, string(actuation.CodeQueueFull))
 
 	e2 := newEngine(t, Caps{MaxDeadline: time.Minute})
 	cases := []struct {
@@ -342,24 +343,24 @@ func TestRefusals(t *testing.T) {
 		mod  func(*Request)
 		code string
 	}{
-		{"deadline above max", func(r *Request) { r.Deadline = deadline(2 * time.Minute) }, CodeDeadlineAboveMax},
-		{"no deadline", func(r *Request) { r.Deadline = time.Time{} }, CodeDeadlineAboveMax},
-		{"no source", func(r *Request) { r.Source = nil }, CodeWaitScopeInvalid},
-		{"nil session", func(r *Request) { r.Source = SessionSource(nil) }, CodeWaitScopeInvalid},
-		{"unknown kind", func(r *Request) { r.Kind = "terminal.vibes" }, CodeWaitScopeInvalid},
-		{"kind the source cannot evaluate", func(r *Request) { r.Kind = KindFileExists }, CodeWaitScopeInvalid},
-		{"matches without pattern", func(r *Request) { r.Kind = KindOutputMatches }, CodeWaitScopeInvalid},
+		{"deadline above max", func(r *Request) { r.Deadline = deadline(2 * time.Minute) }, string(actuation.CodeDeadlineAboveMax)},
+		{"no deadline", func(r *Request) { r.Deadline = time.Time{} }, string(actuation.CodeDeadlineAboveMax)},
+		{"no source", func(r *Request) { r.Source = nil }, string(actuation.CodeWaitScopeInvalid)},
+		{"nil session", func(r *Request) { r.Source = SessionSource(nil) }, string(actuation.CodeWaitScopeInvalid)},
+		{"unknown kind", func(r *Request) { r.Kind = "terminal.vibes" }, string(actuation.CodeWaitScopeInvalid)},
+		{"kind the source cannot evaluate", func(r *Request) { r.Kind = KindFileExists }, string(actuation.CodeWaitScopeInvalid)},
+		{"matches without pattern", func(r *Request) { r.Kind = KindOutputMatches }, string(actuation.CodeWaitScopeInvalid)},
 		{"pattern too long", func(r *Request) {
 			r.Kind, r.Pattern = KindOutputMatches, regexp.MustCompile(fmt.Sprintf("a{1}%0300d", 0))
-		}, CodeWaitScopeInvalid},
-		{"quiescent without window", func(r *Request) { r.Kind = KindQuiescent }, CodeWaitScopeInvalid},
-		{"quiet above max", func(r *Request) { r.Kind, r.Quiet = KindQuiescent, MaxQuiet+time.Second }, CodeWaitScopeInvalid},
-		{"empty ID", func(r *Request) { r.ID = "" }, CodeWaitScopeInvalid},
+		}, string(actuation.CodeWaitScopeInvalid)},
+		{"quiescent without window", func(r *Request) { r.Kind = KindQuiescent }, string(actuation.CodeWaitScopeInvalid)},
+		{"quiet above max", func(r *Request) { r.Kind, r.Quiet = KindQuiescent, MaxQuiet+time.Second }, string(actuation.CodeWaitScopeInvalid)},
+		{"empty ID", func(r *Request) { r.ID = "" }, string(actuation.CodeWaitScopeInvalid)},
 		{"bad previous digest", func(r *Request) {
 			r.Kind, r.PrevDigest = KindDigestChanged, "md5:abc"
 			r.Source = FuncSource(nil, func(*Request) (Observation, error) { return Observation{}, nil })
-		}, CodeWaitScopeInvalid},
-		{"nil observe", func(r *Request) { r.Source = FuncSource(nil, nil) }, CodeWaitScopeInvalid},
+		}, string(actuation.CodeWaitScopeInvalid)},
+		{"nil observe", func(r *Request) { r.Source = FuncSource(nil, nil) }, string(actuation.CodeWaitScopeInvalid)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -429,10 +430,10 @@ func TestFuncSourceCommandDoneAndProbes(t *testing.T) {
 		t.Fatalf("hung probe %+v", p)
 	}
 	_, err = e.Probe(context.Background(), Request{ID: "p-2", Kind: KindEnvironment, Source: hung}, time.Second)
-	wantCode(t, err, CodeQueueFull)
+	wantCode(t, err, string(actuation.CodeQueueFull))
 	close(release)
 	_, err = e.Probe(context.Background(), Request{ID: "p-3", Kind: KindEnvironment, Source: src}, MaxProbeTimeout+time.Second)
-	wantCode(t, err, CodeTimeoutAboveMax)
+	wantCode(t, err, string(actuation.CodeTimeoutAboveMax))
 }
 
 func TestMisbehavingSourceDoesNotSpin(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
@@ -90,7 +90,7 @@ func NewFileWatcher(c WatchCaps) (*FileWatcher, error) {
 	}
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
-		return nil, refusal.New(CodeWatchUnavailable, "inotify_init1: %v (no polling fallback)", err)
+		return nil, actuation.Refusef(actuation.CodeWatchUnavailable, "inotify_init1: %v (no polling fallback)", err)
 	}
 	w := &FileWatcher{
 		caps:    c,
@@ -123,7 +123,7 @@ func (w *FileWatcher) Close() error {
 		return nil
 	}
 	w.closed = true
-	w.failLocked(refusal.New(CodeWatchUnavailable, "file watcher closed"))
+	w.failLocked(actuation.Refusef(actuation.CodeWatchUnavailable, "file watcher closed"))
 	w.mu.Unlock()
 	err := w.file.Close()
 	<-w.done
@@ -135,7 +135,7 @@ func (w *FileWatcher) Close() error {
 // root), watch-cap-reached, watch-unavailable.
 func (w *FileWatcher) Subscribe(root *fsaccess.Root, rel string) (*Subscription, error) {
 	if root == nil {
-		return nil, refusal.New(CodeWaitScopeInvalid, "watch %q: no root", rel)
+		return nil, actuation.Refusef(actuation.CodeWaitScopeInvalid, "watch %q: no root", rel)
 	}
 	if err := fsaccess.CheckRel(rel, true); err != nil {
 		return nil, err
@@ -144,11 +144,11 @@ func (w *FileWatcher) Subscribe(root *fsaccess.Root, rel string) (*Subscription,
 	defer w.mu.Unlock()
 	switch {
 	case w.closed:
-		return nil, refusal.New(CodeWatchUnavailable, "file watcher closed")
+		return nil, actuation.Refusef(actuation.CodeWatchUnavailable, "file watcher closed")
 	case w.err != nil:
-		return nil, refusal.New(CodeWatchUnavailable, "file watcher failed: %v", w.err)
+		return nil, actuation.Refusef(actuation.CodeWatchUnavailable, "file watcher failed: %v", w.err)
 	case len(w.subs) >= w.caps.MaxSubscriptions:
-		return nil, refusal.New(CodeWatchCapReached, "%d watch subscriptions (cap %d)", len(w.subs), w.caps.MaxSubscriptions)
+		return nil, actuation.Refusef(actuation.CodeWatchCapReached, "%d watch subscriptions (cap %d)", len(w.subs), w.caps.MaxSubscriptions)
 	}
 	s := &Subscription{w: w, rootDir: root.Dir(), rel: rel, c: make(chan struct{}, 1), wd: -1}
 	if err := w.armLocked(s); err != nil {
@@ -230,9 +230,9 @@ func resolve(rootDir, rel string) (fd int, want string, final bool, err error) {
 		case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):
 			continue
 		case errors.Is(err, unix.EXDEV), errors.Is(err, unix.ELOOP):
-			return -1, "", false, fsaccess.Wrap(fsaccess.CodeSymlinkEscape, err, "watch %s/%s: resolves outside the root", rootDir, p)
+			return -1, "", false, actuation.Wrapf(actuation.CodeSymlinkEscape, err, "watch %s/%s: resolves outside the root", rootDir, p)
 		case errors.Is(err, unix.ENOSYS):
-			return -1, "", false, refusal.New(CodeWatchUnavailable, "openat2 unavailable: %v", err)
+			return -1, "", false, actuation.Refusef(actuation.CodeWatchUnavailable, "openat2 unavailable: %v", err)
 		default:
 			return -1, "", false, fmt.Errorf("watch %s/%s: %w", rootDir, p, err)
 		}
@@ -248,13 +248,13 @@ func (w *FileWatcher) armLocked(s *Subscription) error {
 	wd, err := unix.InotifyAddWatch(w.fd, fmt.Sprintf("/proc/self/fd/%d", fd), watchMask)
 	unix.Close(fd)
 	if err != nil {
-		return refusal.New(CodeWatchUnavailable, "inotify_add_watch for %q: %v (no polling fallback)", s.rel, err)
+		return actuation.Refusef(actuation.CodeWatchUnavailable, "inotify_add_watch for %q: %v (no polling fallback)", s.rel, err)
 	}
 	set, known := w.watches[int32(wd)]
 	if !known {
 		if len(w.watches) >= w.caps.MaxWatches {
 			_, _ = unix.InotifyRmWatch(w.fd, uint32(wd))
-			return refusal.New(CodeWatchCapReached, "%d watched directories (cap %d)", len(w.watches), w.caps.MaxWatches)
+			return actuation.Refusef(actuation.CodeWatchCapReached, "%d watched directories (cap %d)", len(w.watches), w.caps.MaxWatches)
 		}
 		set = map[*Subscription]struct{}{}
 		w.watches[int32(wd)] = set
@@ -308,7 +308,7 @@ func (w *FileWatcher) loop() {
 		if err != nil {
 			w.mu.Lock()
 			if !w.closed {
-				w.failLocked(refusal.New(CodeWatchUnavailable, "inotify read: %v", err))
+				w.failLocked(actuation.Refusef(actuation.CodeWatchUnavailable, "inotify read: %v", err))
 			}
 			w.mu.Unlock()
 			return

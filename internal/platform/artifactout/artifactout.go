@@ -23,19 +23,9 @@ import (
 	"github.com/gabriel-vasile/mimetype"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/platform/writecap"
-)
-
-// Codes (internal/actuation's closed vocabulary).
-const (
-	CodeMediaTypeForbidden = string(actuation.CodeArtifactMediaTypeForbidden)
-	CodeCountCap           = string(actuation.CodeArtifactCountCapReached)
-	CodeSizeCap            = string(actuation.CodeArtifactSizeCapReached)
-	CodeTotalCap           = string(actuation.CodeArtifactTotalCapReached)
-	CodeKindForbidden      = writecap.CodeKindForbidden
 )
 
 // Caps.
@@ -82,14 +72,14 @@ type Area struct {
 func Validate(p Policy) error {
 	switch {
 	case p.MaxCount <= 0 || p.MaxCount > MaxCount:
-		return refusal.New(refusal.InvalidSpec, "artifact caps: count %d must be in 1..%d", p.MaxCount, MaxCount)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "artifact caps: count %d must be in 1..%d", p.MaxCount, MaxCount)
 	case len(p.AllowedMediaTypes) == 0 || len(p.AllowedMediaTypes) > MaxMediaTypes:
-		return refusal.New(refusal.InvalidSpec, "artifact caps: %d media types (want 1..%d)", len(p.AllowedMediaTypes), MaxMediaTypes)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "artifact caps: %d media types (want 1..%d)", len(p.AllowedMediaTypes), MaxMediaTypes)
 	}
 	for _, m := range p.AllowedMediaTypes {
 		t, s, ok := strings.Cut(m, "/")
 		if !ok || t == "" || s == "" || t == "*" || strings.ContainsAny(m, " ;,") {
-			return refusal.New(refusal.InvalidSpec, "artifact caps: media type %q must be type/subtype or type/*", m)
+			return actuation.Refusef(actuation.CodeInvalidSpec, "artifact caps: media type %q must be type/subtype or type/*", m)
 		}
 	}
 	return writecap.Validate(writecap.Policy{MaxBytesTotal: p.MaxBytesTotal, MaxBytesPerFile: p.MaxBytesPer, MaxFiles: p.MaxCount})
@@ -142,17 +132,17 @@ func (a *Area) Collect() (Result, error) {
 	}
 	switch wr.Code {
 	case "":
-	case writecap.CodeFileCap:
-		res.Code, res.Path, res.Message = CodeSizeCap, wr.Path, fmt.Sprintf("%s reached the per-artifact cap of %d bytes", wr.Path, a.policy.MaxBytesPer)
-	case writecap.CodeTotalCap:
-		res.Code, res.Message = CodeTotalCap, fmt.Sprintf("the artifacts reached their total cap of %d bytes", a.policy.MaxBytesTotal)
-	case writecap.CodeFileCountCap:
-		res.Code, res.Message = CodeCountCap, fmt.Sprintf("more than %d artifacts", a.policy.MaxCount)
+	case string(actuation.CodeWriteFileCapReached):
+		res.Code, res.Path, res.Message = string(actuation.CodeArtifactSizeCapReached), wr.Path, fmt.Sprintf("%s reached the per-artifact cap of %d bytes", wr.Path, a.policy.MaxBytesPer)
+	case string(actuation.CodeWriteTotalCapReached):
+		res.Code, res.Message = string(actuation.CodeArtifactTotalCapReached), fmt.Sprintf("the artifacts reached their total cap of %d bytes", a.policy.MaxBytesTotal)
+	case string(actuation.CodeWriteFileCountCapReached):
+		res.Code, res.Message = string(actuation.CodeArtifactCountCapReached), fmt.Sprintf("more than %d artifacts", a.policy.MaxCount)
 	default:
 		res.Code, res.Path, res.Message = wr.Code, wr.Path, wr.Message
 	}
 	if res.Code == "" && len(wr.Files) > a.policy.MaxCount {
-		res.Code, res.Message = CodeCountCap, fmt.Sprintf("%d artifacts, at most %d", len(wr.Files), a.policy.MaxCount)
+		res.Code, res.Message = string(actuation.CodeArtifactCountCapReached), fmt.Sprintf("%d artifacts, at most %d", len(wr.Files), a.policy.MaxCount)
 	}
 	root, err := fsaccess.OpenRoot(a.area.Dir())
 	if err != nil {
@@ -167,7 +157,7 @@ func (a *Area) Collect() (Result, error) {
 		base, _, _ := strings.Cut(m.String(), ";")
 		res.Artifacts = append(res.Artifacts, Artifact{Path: f.Path, Size: f.Size, SHA256: f.SHA256, MediaType: base})
 		if res.Code == "" && !a.policy.Allowed(m) {
-			res.Code, res.Path = CodeMediaTypeForbidden, f.Path
+			res.Code, res.Path = string(actuation.CodeArtifactMediaTypeForbidden), f.Path
 			res.Message = fmt.Sprintf("%s is %s, not one of the declared media types %v", f.Path, base, a.policy.AllowedMediaTypes)
 		}
 	}
@@ -197,7 +187,7 @@ type Store interface {
 // or a type not declared: nothing is promoted then.
 func (a *Area) Promote(res Result, store Store) error {
 	if res.Code != "" {
-		return refusal.New(res.Code, "artifactout: nothing promoted: %s", res.Message)
+		return actuation.Refusef(actuation.Code(res.Code), "artifactout: nothing promoted: %s", res.Message)
 	}
 	root, err := fsaccess.OpenRoot(a.area.Dir())
 	if err != nil {

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/artifacts"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/platform/procexec"
 )
 
@@ -88,15 +88,15 @@ func TestDeclaredTypesPromoted(t *testing.T) {
 func TestUndeclaredTypeRefused(t *testing.T) {
 	// An executable named as a text file: the type comes from the bytes.
 	a, res, _ := produce(t, policy(), `echo ok > `+dir+`/a.txt && cp /bin/true `+dir+`/notes.txt`)
-	if res.Code != CodeMediaTypeForbidden || res.Path != "notes.txt" {
-		t.Fatalf("result %+v, want %s on notes.txt", res, CodeMediaTypeForbidden)
+	if res.Code != string(actuation.CodeArtifactMediaTypeForbidden) || res.Path != "notes.txt" {
+		t.Fatalf("result %+v, want %s on notes.txt", res, string(actuation.CodeArtifactMediaTypeForbidden))
 	}
 	store, err := artifacts.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = store.Close() }()
-	if err := a.Promote(res, store); refusal.CodeOf(err) != CodeMediaTypeForbidden {
+	if err := a.Promote(res, store); actuation.CodeOf(err) != actuation.CodeArtifactMediaTypeForbidden {
 		t.Errorf("Promote: %v", err)
 	}
 	for _, x := range res.Artifacts {
@@ -114,7 +114,7 @@ func TestWildcardType(t *testing.T) {
 		t.Errorf("image/* refused a PNG: %+v", res)
 	}
 	_, res, _ = produce(t, p, `echo text > `+dir+`/t`)
-	if res.Code != CodeMediaTypeForbidden {
+	if res.Code != string(actuation.CodeArtifactMediaTypeForbidden) {
 		t.Errorf("image/* admitted text: %+v", res)
 	}
 }
@@ -123,19 +123,19 @@ func TestCaps(t *testing.T) {
 	p := policy()
 	p.MaxCount = 2
 	_, res, _ := produce(t, p, `for i in 1 2 3 4; do echo $i > `+dir+`/$i.txt; done`)
-	if res.Code != CodeCountCap {
+	if res.Code != string(actuation.CodeArtifactCountCapReached) {
 		t.Errorf("count cap: %+v", res)
 	}
 	p = policy()
 	p.MaxBytesPer = 1000
 	_, res, out := produce(t, p, `head -c 5000 /dev/zero | tr '\0' a > `+dir+`/big.txt`)
-	if res.Code != CodeSizeCap || res.Path != "big.txt" {
+	if res.Code != string(actuation.CodeArtifactSizeCapReached) || res.Path != "big.txt" {
 		t.Errorf("size cap: %+v (%q)", res, out)
 	}
 	p = policy()
 	p.MaxBytesTotal, p.MaxBytesPer = 16<<10, 16<<10
 	_, res, _ = produce(t, p, `head -c 12000 /dev/zero | tr '\0' a > `+dir+`/1.txt; head -c 12000 /dev/zero | tr '\0' b > `+dir+`/2.txt`)
-	if res.Code != CodeTotalCap {
+	if res.Code != string(actuation.CodeArtifactTotalCapReached) {
 		t.Errorf("total cap: %+v", res)
 	}
 }
@@ -157,7 +157,7 @@ func TestValidate(t *testing.T) {
 	} {
 		p := policy()
 		mut(&p)
-		if err := Validate(p); refusal.CodeOf(err) != refusal.InvalidSpec {
+		if err := Validate(p); actuation.CodeOf(err) != actuation.CodeInvalidSpec {
 			t.Errorf("%s: %v", name, err)
 		}
 	}

@@ -55,7 +55,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 )
 
 // Addresses inside the sandbox's network namespace.
@@ -76,19 +75,6 @@ const (
 	ProtocolHTTP  Protocol = "http"
 	ProtocolHTTPS Protocol = "https"
 	ProtocolUDP   Protocol = "udp" // not carried: refused with CodeProtocolUnsupported
-)
-
-// Refusal and outcome codes (internal/actuation's closed vocabulary).
-const (
-	CodeEndpointForbidden   = string(actuation.CodeEgressEndpointForbidden)
-	CodeDNSNameForbidden    = string(actuation.CodeEgressDNSNameForbidden)
-	CodeConnectionCap       = string(actuation.CodeEgressConnectionCapReached)
-	CodeByteCap             = string(actuation.CodeEgressByteCapReached)
-	CodeTotalByteCap        = string(actuation.CodeEgressTotalByteCapReached)
-	CodeProtocolMismatch    = string(actuation.CodeEgressProtocolMismatch)
-	CodeProtocolUnsupported = string(actuation.CodeEgressProtocolUnsupported)
-	CodeDialFailed          = string(actuation.CodeEgressDialFailed)
-	CodeInvalidPolicy       = refusal.InvalidSpec
 )
 
 // Outcomes of a recorded connection.
@@ -202,24 +188,24 @@ type Proxy struct {
 // unavailable for that action, never weakened).
 func ValidatePolicy(p Policy) error {
 	if len(p.Endpoints) == 0 || len(p.Endpoints) > MaxEndpoints {
-		return refusal.New(CodeInvalidPolicy, "egress: %d endpoints (want 1..%d)", len(p.Endpoints), MaxEndpoints)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "egress: %d endpoints (want 1..%d)", len(p.Endpoints), MaxEndpoints)
 	}
 	if p.MaxBytesTotal <= 0 || p.MaxBytesPerConnection <= 0 {
-		return refusal.New(CodeInvalidPolicy, "egress: byte caps must be positive (total %d, per connection %d)", p.MaxBytesTotal, p.MaxBytesPerConnection)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "egress: byte caps must be positive (total %d, per connection %d)", p.MaxBytesTotal, p.MaxBytesPerConnection)
 	}
 	for _, e := range p.Endpoints {
 		switch e.Protocol {
 		case ProtocolTCP, ProtocolHTTP, ProtocolHTTPS:
 		case ProtocolUDP:
-			return refusal.New(CodeProtocolUnsupported, "egress: endpoint %s: udp is not carried by the node's egress proxy", e)
+			return actuation.Refusef(actuation.CodeEgressProtocolUnsupported, "egress: endpoint %s: udp is not carried by the node's egress proxy", e)
 		default:
-			return refusal.New(CodeInvalidPolicy, "egress: endpoint %s: unknown protocol %q", e, e.Protocol)
+			return actuation.Refusef(actuation.CodeInvalidSpec, "egress: endpoint %s: unknown protocol %q", e, e.Protocol)
 		}
 		if e.Port <= 0 || e.Port > 65535 {
-			return refusal.New(CodeInvalidPolicy, "egress: endpoint %s: port out of range", e)
+			return actuation.Refusef(actuation.CodeInvalidSpec, "egress: endpoint %s: port out of range", e)
 		}
 		if !validHost(e.Host) {
-			return refusal.New(CodeInvalidPolicy, "egress: endpoint %s: host must be a DNS name or an IP address", e)
+			return actuation.Refusef(actuation.CodeInvalidSpec, "egress: endpoint %s: host must be a DNS name or an IP address", e)
 		}
 	}
 	return nil
@@ -342,13 +328,13 @@ func (px *Proxy) Attach(pid int) error {
 	}
 	if err != nil {
 		closeAll()
-		return refusal.New(refusal.SandboxSetupFailed, "egress: attach to the network namespace of pid %d: %v", pid, err)
+		return actuation.Refusef(actuation.CodeSandboxSetupFailed, "egress: attach to the network namespace of pid %d: %v", pid, err)
 	}
 	px.mu.Lock()
 	if px.closed {
 		px.mu.Unlock()
 		closeAll()
-		return refusal.New(refusal.Interrupted, "egress: proxy closed")
+		return actuation.Refusef(actuation.CodeInterrupted, "egress: proxy closed")
 	}
 	px.listeners = append(px.listeners, proxyL, dnsC)
 	for l := range fwdL {
@@ -423,7 +409,7 @@ func (px *Proxy) recordDNS(q DNSQuestion) {
 	px.mu.Lock()
 	defer px.mu.Unlock()
 	if !q.Allowed && px.tr.Code == "" {
-		px.tr.Code = CodeDNSNameForbidden
+		px.tr.Code = string(actuation.CodeEgressDNSNameForbidden)
 	}
 	if len(px.tr.DNS) >= MaxDNSTranscript {
 		px.tr.Dropped++
@@ -452,7 +438,7 @@ func (px *Proxy) acceptLoop(l net.Listener, serve func(net.Conn)) {
 		if px.active >= MaxConnections {
 			px.mu.Unlock()
 			_ = c.Close()
-			px.record(Connection{Via: "accept", Outcome: OutcomeRefused, Code: CodeConnectionCap})
+			px.record(Connection{Via: "accept", Outcome: OutcomeRefused, Code: string(actuation.CodeEgressConnectionCapReached)})
 			continue
 		}
 		px.active++
@@ -494,7 +480,7 @@ func (px *Proxy) serveForward(c net.Conn, host string, port int) {
 	e, ok := px.lookup(host, port)
 	rec := Connection{Host: host, Port: port, Protocol: e.Protocol, Via: "forward"}
 	if !ok { // cannot happen: forwards exist only for declared endpoints
-		rec.Outcome, rec.Code = OutcomeRefused, CodeEndpointForbidden
+		rec.Outcome, rec.Code = OutcomeRefused, string(actuation.CodeEgressEndpointForbidden)
 		px.record(rec)
 		return
 	}
@@ -505,7 +491,7 @@ func (px *Proxy) serveForward(c net.Conn, host string, port int) {
 	}
 	up, err := px.dial(e)
 	if err != nil {
-		px.end(c, "", rec, OutcomeFailed, CodeDialFailed, start)
+		px.end(c, "", rec, OutcomeFailed, string(actuation.CodeEgressDialFailed), start)
 		return
 	}
 	px.relay(&rec, start, c, br, up)
@@ -514,7 +500,7 @@ func (px *Proxy) serveForward(c net.Conn, host string, port int) {
 // Proxy answers that end a client's connection: no body, the connection closed.
 const (
 	respBadRequest = "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
-	respForbidden  = "HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 0\r\nX-Workbench-Refusal: " + CodeEndpointForbidden + "\r\n\r\n"
+	respForbidden  = "HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 0\r\nX-Workbench-Refusal: " + string(actuation.CodeEgressEndpointForbidden) + "\r\n\r\n"
 	respBadGateway = "HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
 )
 
@@ -539,7 +525,7 @@ func (px *Proxy) serveProxy(c net.Conn) {
 	_ = c.SetReadDeadline(time.Time{})
 	lr.lift()
 	if err != nil {
-		px.end(c, respBadRequest, Connection{Via: "connect"}, OutcomeRefused, CodeProtocolMismatch, start)
+		px.end(c, respBadRequest, Connection{Via: "connect"}, OutcomeRefused, string(actuation.CodeEgressProtocolMismatch), start)
 		return
 	}
 	if req.Method == http.MethodConnect {
@@ -547,13 +533,13 @@ func (px *Proxy) serveProxy(c net.Conn) {
 		rec := Connection{Host: host, Port: port, Via: "connect"}
 		e, allowed := px.lookup(host, port)
 		if !ok || !allowed {
-			px.end(c, respForbidden, rec, OutcomeRefused, CodeEndpointForbidden, start)
+			px.end(c, respForbidden, rec, OutcomeRefused, string(actuation.CodeEgressEndpointForbidden), start)
 			return
 		}
 		rec.Protocol = e.Protocol
 		up, err := px.dial(e)
 		if err != nil {
-			px.end(c, respBadGateway, rec, OutcomeFailed, CodeDialFailed, start)
+			px.end(c, respBadGateway, rec, OutcomeFailed, string(actuation.CodeEgressDialFailed), start)
 			return
 		}
 		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
@@ -575,7 +561,7 @@ func (px *Proxy) serveProxy(c net.Conn) {
 	// Absolute-form request through the proxy: only to http endpoints.
 	rec := Connection{Via: "http"}
 	if req.URL == nil || req.URL.Scheme != "http" || req.URL.Host == "" {
-		px.end(c, respBadRequest, rec, OutcomeRefused, CodeProtocolMismatch, start)
+		px.end(c, respBadRequest, rec, OutcomeRefused, string(actuation.CodeEgressProtocolMismatch), start)
 		return
 	}
 	hp := req.URL.Host
@@ -586,13 +572,13 @@ func (px *Proxy) serveProxy(c net.Conn) {
 	rec.Host, rec.Port = host, port
 	e, allowed := px.lookup(host, port)
 	if !ok || !allowed || e.Protocol != ProtocolHTTP {
-		px.end(c, respForbidden, rec, OutcomeRefused, CodeEndpointForbidden, start)
+		px.end(c, respForbidden, rec, OutcomeRefused, string(actuation.CodeEgressEndpointForbidden), start)
 		return
 	}
 	rec.Protocol = e.Protocol
 	up, err := px.dial(e)
 	if err != nil {
-		px.end(c, respBadGateway, rec, OutcomeFailed, CodeDialFailed, start)
+		px.end(c, respBadGateway, rec, OutcomeFailed, string(actuation.CodeEgressDialFailed), start)
 		return
 	}
 	// One request per connection: the relay carries it and the response.
@@ -654,20 +640,20 @@ func checkProtocol(c net.Conn, br *bufio.Reader, p Protocol) string {
 		b, err := br.Peek(3)
 		// TLS record: handshake (22), major version 3.
 		if err != nil || b[0] != 22 || b[1] != 3 {
-			return CodeProtocolMismatch
+			return string(actuation.CodeEgressProtocolMismatch)
 		}
 	case ProtocolHTTP:
 		b, err := br.Peek(8)
 		if err != nil && len(b) == 0 {
-			return CodeProtocolMismatch
+			return string(actuation.CodeEgressProtocolMismatch)
 		}
 		sp := strings.IndexByte(string(b), ' ')
 		if sp < 3 {
-			return CodeProtocolMismatch
+			return string(actuation.CodeEgressProtocolMismatch)
 		}
 		for _, ch := range b[:sp] {
 			if ch < 'A' || ch > 'Z' {
-				return CodeProtocolMismatch
+				return string(actuation.CodeEgressProtocolMismatch)
 			}
 		}
 	}
@@ -712,13 +698,13 @@ func (px *Proxy) relay(rec *Connection, start time.Time, c net.Conn, fromClient 
 		defer budgetMu.Unlock()
 		g, code := n, ""
 		if connLeft < g {
-			g, code = connLeft, CodeByteCap
+			g, code = connLeft, string(actuation.CodeEgressByteCapReached)
 		}
 		for {
 			t := px.total.Load()
 			tg, tcode := g, code
 			if room := px.policy.MaxBytesTotal - t; room < tg {
-				tg, tcode = max(room, 0), CodeTotalByteCap
+				tg, tcode = max(room, 0), string(actuation.CodeEgressTotalByteCapReached)
 			}
 			if tg == 0 {
 				return 0, tcode

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/procexec"
 )
 
@@ -181,10 +181,10 @@ func TestUndeclaredEndpointRefused(t *testing.T) {
 		t.Fatalf("undeclared endpoint reached: %q", out)
 	}
 	c := one(t, tr)
-	if c.Outcome != OutcomeRefused || c.Code != CodeEndpointForbidden || c.BytesIn != 0 || c.BytesOut != 0 {
+	if c.Outcome != OutcomeRefused || c.Code != string(actuation.CodeEgressEndpointForbidden) || c.BytesIn != 0 || c.BytesOut != 0 {
 		t.Errorf("transcript entry %+v", c)
 	}
-	if tr.Code != CodeEndpointForbidden {
+	if tr.Code != string(actuation.CodeEgressEndpointForbidden) {
 		t.Errorf("transcript code %q", tr.Code)
 	}
 }
@@ -227,7 +227,7 @@ func TestDNSOnlyForDeclaredNames(t *testing.T) {
 	if len(tr.DNS) == 0 || tr.DNS[0].Name != "not-declared.example.org" || tr.DNS[0].Allowed {
 		t.Errorf("DNS transcript %+v", tr.DNS)
 	}
-	if tr.Code != CodeDNSNameForbidden {
+	if tr.Code != string(actuation.CodeEgressDNSNameForbidden) {
 		t.Errorf("transcript code %q", tr.Code)
 	}
 }
@@ -241,7 +241,7 @@ func TestPerConnectionByteCapCutsDownload(t *testing.T) {
 		t.Fatalf("1 MiB download under a 64 KiB cap succeeded: %q", out)
 	}
 	c := one(t, tr)
-	if c.Outcome != OutcomeCut || c.Code != CodeByteCap {
+	if c.Outcome != OutcomeCut || c.Code != string(actuation.CodeEgressByteCapReached) {
 		t.Errorf("transcript entry %+v", c)
 	}
 	if got := c.BytesIn + c.BytesOut; got != pol.MaxBytesPerConnection {
@@ -265,11 +265,11 @@ func TestTotalByteCapAcrossConnections(t *testing.T) {
 	}
 	cut := false
 	for _, c := range tr.Connections {
-		if c.Code == CodeTotalByteCap {
+		if c.Code == string(actuation.CodeEgressTotalByteCapReached) {
 			cut = true
 		}
 	}
-	if !cut || tr.Code != CodeTotalByteCap {
+	if !cut || tr.Code != string(actuation.CodeEgressTotalByteCapReached) {
 		t.Errorf("no connection cut at the total cap: %+v", tr)
 	}
 }
@@ -283,7 +283,7 @@ func TestProtocolMismatchRefused(t *testing.T) {
 		t.Fatal("plain HTTP to an https endpoint succeeded")
 	}
 	c := one(t, tr)
-	if c.Outcome != OutcomeRefused || c.Code != CodeProtocolMismatch || c.BytesOut != 0 {
+	if c.Outcome != OutcomeRefused || c.Code != string(actuation.CodeEgressProtocolMismatch) || c.BytesOut != 0 {
 		t.Errorf("transcript entry %+v", c)
 	}
 }
@@ -314,15 +314,15 @@ func TestValidatePolicy(t *testing.T) {
 		code string
 	}{
 		{"valid", Policy{Endpoints: []Endpoint{ok}, MaxBytesTotal: 1, MaxBytesPerConnection: 1}, ""},
-		{"no endpoints", Policy{MaxBytesTotal: 1, MaxBytesPerConnection: 1}, CodeInvalidPolicy},
-		{"zero total", Policy{Endpoints: []Endpoint{ok}, MaxBytesPerConnection: 1}, CodeInvalidPolicy},
-		{"zero per connection", Policy{Endpoints: []Endpoint{ok}, MaxBytesTotal: 1}, CodeInvalidPolicy},
-		{"udp", Policy{Endpoints: []Endpoint{{Host: "example.com", Port: 53, Protocol: ProtocolUDP}}, MaxBytesTotal: 1, MaxBytesPerConnection: 1}, CodeProtocolUnsupported},
-		{"unknown protocol", Policy{Endpoints: []Endpoint{{Host: "example.com", Port: 1, Protocol: "ftp"}}, MaxBytesTotal: 1, MaxBytesPerConnection: 1}, CodeInvalidPolicy},
-		{"port 0", Policy{Endpoints: []Endpoint{{Host: "example.com", Port: 0, Protocol: ProtocolTCP}}, MaxBytesTotal: 1, MaxBytesPerConnection: 1}, CodeInvalidPolicy},
-		{"port too high", Policy{Endpoints: []Endpoint{{Host: "example.com", Port: 70000, Protocol: ProtocolTCP}}, MaxBytesTotal: 1, MaxBytesPerConnection: 1}, CodeInvalidPolicy},
-		{"bad host", Policy{Endpoints: []Endpoint{{Host: "a b", Port: 1, Protocol: ProtocolTCP}}, MaxBytesTotal: 1, MaxBytesPerConnection: 1}, CodeInvalidPolicy},
-		{"empty host", Policy{Endpoints: []Endpoint{{Host: "", Port: 1, Protocol: ProtocolTCP}}, MaxBytesTotal: 1, MaxBytesPerConnection: 1}, CodeInvalidPolicy},
+		{"no endpoints", Policy{MaxBytesTotal: 1, MaxBytesPerConnection: 1}, string(actuation.CodeInvalidSpec)},
+		{"zero total", Policy{Endpoints: []Endpoint{ok}, MaxBytesPerConnection: 1}, string(actuation.CodeInvalidSpec)},
+		{"zero per connection", Policy{Endpoints: []Endpoint{ok}, MaxBytesTotal: 1}, string(actuation.CodeInvalidSpec)},
+		{"udp", Policy{Endpoints: []Endpoint{{Host: "example.com", Port: 53, Protocol: ProtocolUDP}}, MaxBytesTotal: 1, MaxBytesPerConnection: 1}, string(actuation.CodeEgressProtocolUnsupported)},
+		{"unknown protocol", Policy{Endpoints: []Endpoint{{Host: "example.com", Port: 1, Protocol: "ftp"}}, MaxBytesTotal: 1, MaxBytesPerConnection: 1}, string(actuation.CodeInvalidSpec)},
+		{"port 0", Policy{Endpoints: []Endpoint{{Host: "example.com", Port: 0, Protocol: ProtocolTCP}}, MaxBytesTotal: 1, MaxBytesPerConnection: 1}, string(actuation.CodeInvalidSpec)},
+		{"port too high", Policy{Endpoints: []Endpoint{{Host: "example.com", Port: 70000, Protocol: ProtocolTCP}}, MaxBytesTotal: 1, MaxBytesPerConnection: 1}, string(actuation.CodeInvalidSpec)},
+		{"bad host", Policy{Endpoints: []Endpoint{{Host: "a b", Port: 1, Protocol: ProtocolTCP}}, MaxBytesTotal: 1, MaxBytesPerConnection: 1}, string(actuation.CodeInvalidSpec)},
+		{"empty host", Policy{Endpoints: []Endpoint{{Host: "", Port: 1, Protocol: ProtocolTCP}}, MaxBytesTotal: 1, MaxBytesPerConnection: 1}, string(actuation.CodeInvalidSpec)},
 		{"ip literal", Policy{Endpoints: []Endpoint{{Host: "10.0.0.1", Port: 1, Protocol: ProtocolTCP}}, MaxBytesTotal: 1, MaxBytesPerConnection: 1}, ""},
 	}
 	for _, c := range cases {
@@ -337,4 +337,4 @@ func TestValidatePolicy(t *testing.T) {
 	}
 }
 
-func codeOf(err error) string { return refusal.CodeOf(err) }
+func codeOf(err error) string { return string(actuation.CodeOf(err)) }

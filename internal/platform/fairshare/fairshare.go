@@ -60,14 +60,6 @@ func (s Shares) Validate() error {
 	return nil
 }
 
-// Refusal is a refused Acquire.
-type Refusal struct {
-	Code    actuation.Code // CodeQueueFull or CodeShareCapReached
-	Message string
-}
-
-func (r *Refusal) Error() string { return string(r.Code) + ": " + r.Message }
-
 // Pool counts the slots taken by class and identity. Safe for concurrent use.
 type Pool struct {
 	name   string
@@ -96,17 +88,17 @@ func (p *Pool) Acquire(class Class, identity string) (release func(), err error)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.used >= p.s.Total {
-		return nil, &Refusal{Code: actuation.CodeQueueFull, Message: fmt.Sprintf("all %d %s slots are in use", p.s.Total, p.name)}
+		return nil, &actuation.Refusal{Code: actuation.CodeQueueFull, Message: fmt.Sprintf("all %d %s slots are in use", p.s.Total, p.name)}
 	}
 	op := class == Operator
 	if !op {
 		if open := p.s.Total - p.s.OperatorReserve; p.others >= open {
-			return nil, &Refusal{Code: actuation.CodeShareCapReached, Message: fmt.Sprintf(
+			return nil, &actuation.Refusal{Code: actuation.CodeShareCapReached, Message: fmt.Sprintf(
 				"the %d %s slots open to agents and observers are in use (%d of %d are reserved for operators); %s %q is refused",
 				open, p.name, p.s.OperatorReserve, p.s.Total, class, identity)}
 		}
 		if p.per[identity] >= p.s.PerIdentity {
-			return nil, &Refusal{Code: actuation.CodeShareCapReached, Message: fmt.Sprintf(
+			return nil, &actuation.Refusal{Code: actuation.CodeShareCapReached, Message: fmt.Sprintf(
 				"%s %q holds its share of %d of the %d %s slots", class, identity, p.s.PerIdentity, p.s.Total, p.name)}
 		}
 		p.others++

@@ -8,7 +8,7 @@ import (
 )
 
 func code(err error) actuation.Code {
-	var r *Refusal
+	var r *actuation.Refusal
 	if errors.As(err, &r) {
 		return r.Code
 	}

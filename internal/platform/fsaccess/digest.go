@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"hash"
 	"io"
+
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // DigestPrefix is the only digest algorithm the node agent writes or accepts.
@@ -38,13 +40,13 @@ func DigestReader(r io.Reader) (string, int64, error) {
 // characters and returns the hex part; otherwise it refuses with CodeDigestInvalid.
 func ParseDigest(s string) (string, error) {
 	if len(s) != len(DigestPrefix)+64 || s[:len(DigestPrefix)] != DigestPrefix {
-		return "", Errorf(CodeDigestInvalid, "digest %q is not sha256:<64 lowercase hex>", s)
+		return "", actuation.Refusef(actuation.CodeDigestInvalid, "digest %q is not sha256:<64 lowercase hex>", s)
 	}
 	h := s[len(DigestPrefix):]
 	for i := 0; i < len(h); i++ {
 		c := h[i]
 		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return "", Errorf(CodeDigestInvalid, "digest %q is not sha256:<64 lowercase hex>", s)
+			return "", actuation.Refusef(actuation.CodeDigestInvalid, "digest %q is not sha256:<64 lowercase hex>", s)
 		}
 	}
 	return h, nil

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // tree builds: root/{a.txt, sub/b.txt, sub/in-link -> ../a.txt, passwd -> /etc/passwd,
@@ -46,7 +48,7 @@ func must(t *testing.T, err error) {
 
 func wantCode(t *testing.T, err error, code string) {
 	t.Helper()
-	if got := CodeOf(err); got != code {
+	if got := string(actuation.CodeOf(err)); got != code {
 		t.Fatalf("code = %q (err %v), want %q", got, err, code)
 	}
 }
@@ -57,25 +59,25 @@ func TestCheckRelVectors(t *testing.T) {
 		requireFile bool
 		code        string
 	}{
-		{"", true, CodePathEmpty},
+		{"", true, string(actuation.CodePathEmpty)},
 		{"", false, ""},
 		{"a/b.txt", true, ""},
-		{"/etc/passwd", true, CodePathAbsolute},
-		{"a/../../x", true, CodePathTraversal},
-		{"..", true, CodePathTraversal},
-		{"a/./b", true, CodePathInvalidComponent},
-		{".", false, CodePathInvalidComponent},
-		{"a//b", true, CodePathInvalidComponent},
-		{"a/", true, CodePathInvalidComponent},
-		{"a\x00b", true, CodePathInvalidCharacter},
-		{`a\b`, true, CodePathInvalidCharacter},
-		{"a\nb", true, CodePathInvalidCharacter},
-		{"\xff", true, CodePathInvalidCharacter},
-		{strings.Repeat("a", 256), true, CodePathTooLong},
-		{strings.Repeat("a/", 2048) + "a", true, CodePathTooLong},
+		{"/etc/passwd", true, string(actuation.CodePathAbsolute)},
+		{"a/../../x", true, string(actuation.CodePathTraversal)},
+		{"..", true, string(actuation.CodePathTraversal)},
+		{"a/./b", true, string(actuation.CodePathInvalidComponent)},
+		{".", false, string(actuation.CodePathInvalidComponent)},
+		{"a//b", true, string(actuation.CodePathInvalidComponent)},
+		{"a/", true, string(actuation.CodePathInvalidComponent)},
+		{"a\x00b", true, string(actuation.CodePathInvalidCharacter)},
+		{`a\b`, true, string(actuation.CodePathInvalidCharacter)},
+		{"a\nb", true, string(actuation.CodePathInvalidCharacter)},
+		{"\xff", true, string(actuation.CodePathInvalidCharacter)},
+		{strings.Repeat("a", 256), true, string(actuation.CodePathTooLong)},
+		{strings.Repeat("a/", 2048) + "a", true, string(actuation.CodePathTooLong)},
 	}
 	for _, c := range cases {
-		if got := CodeOf(CheckRel(c.p, c.requireFile)); got != c.code {
+		if got := string(actuation.CodeOf(CheckRel(c.p, c.requireFile))); got != c.code {
 			t.Errorf("CheckRel(%q, %v) = %q, want %q", c.p, c.requireFile, got, c.code)
 		}
 	}
@@ -84,18 +86,18 @@ func TestCheckRelVectors(t *testing.T) {
 func TestReadRefusesEscapes(t *testing.T) {
 	r, _, _ := tree(t)
 	for _, c := range []struct{ rel, code string }{
-		{"passwd", CodeSymlinkEscape},        // absolute symlink to /etc/passwd
-		{"abs-in", CodeSymlinkEscape},        // absolute symlink, even pointing inside: RESOLVE_BENEATH refuses
-		{"up", CodeSymlinkEscape},            // relative symlink climbing out
-		{"outdir/secret", CodeSymlinkEscape}, // directory symlink outside, mid-path
-		{"a/../../x", CodePathTraversal},     // lexical
-		{"/etc/passwd", CodePathAbsolute},    // lexical
-		{"", CodePathEmpty},                  // root self-access where a file is required
-		{"sub", CodeNotRegularFile},
-		{"missing", CodePathNotFound},
+		{"passwd", string(actuation.CodeSymlinkEscape)},        // absolute symlink to /etc/passwd
+		{"abs-in", string(actuation.CodeSymlinkEscape)},        // absolute symlink, even pointing inside: RESOLVE_BENEATH refuses
+		{"up", string(actuation.CodeSymlinkEscape)},            // relative symlink climbing out
+		{"outdir/secret", string(actuation.CodeSymlinkEscape)}, // directory symlink outside, mid-path
+		{"a/../../x", string(actuation.CodePathTraversal)},     // lexical
+		{"/etc/passwd", string(actuation.CodePathAbsolute)},    // lexical
+		{"", string(actuation.CodePathEmpty)},                  // root self-access where a file is required
+		{"sub", string(actuation.CodeNotRegularFile)},
+		{"missing", string(actuation.CodePathNotFound)},
 	} {
 		_, err := r.Read(c.rel, 0, 0)
-		if got := CodeOf(err); got != c.code {
+		if got := string(actuation.CodeOf(err)); got != c.code {
 			t.Errorf("Read(%q): code %q (err %v), want %q", c.rel, got, err, c.code)
 		}
 	}
@@ -114,7 +116,7 @@ func TestKernelRefusesTraversalWithoutLexicalCheck(t *testing.T) {
 			unix.Close(fd)
 			t.Fatalf("kernel opened %q", p)
 		}
-		wantCode(t, err, CodeSymlinkEscape)
+		wantCode(t, err, string(actuation.CodeSymlinkEscape))
 	}
 	// ".." that stays beneath is allowed by the kernel (the lexical layer refuses it).
 	fd, err := r.open("sub/../a.txt", unix.O_RDONLY, 0)
@@ -131,9 +133,9 @@ func TestReadSiblingSymlinkBeneath(t *testing.T) {
 	}
 	// Writers never follow a final symlink, even one that stays beneath.
 	_, _, err = r.ReadFile("sub/in-link", 1<<20)
-	wantCode(t, err, CodeSymlinkEscape)
+	wantCode(t, err, string(actuation.CodeSymlinkEscape))
 	_, err = r.OpenForWrite("sub/in-link")
-	wantCode(t, err, CodeSymlinkEscape)
+	wantCode(t, err, string(actuation.CodeSymlinkEscape))
 }
 
 func TestReadWindowAndCaps(t *testing.T) {
@@ -156,15 +158,15 @@ func TestReadWindowAndCaps(t *testing.T) {
 		t.Fatalf("past end: %+v", res)
 	}
 	_, err = r.Read("big", 0, MaxReadBytesHard+1)
-	wantCode(t, err, CodeReadCapAboveMax)
+	wantCode(t, err, string(actuation.CodeReadCapAboveMax))
 	_, err = r.Read("big", -1, 1)
-	wantCode(t, err, CodeInvalidArgument)
+	wantCode(t, err, string(actuation.CodeInvalidArgument))
 	// A FIFO is refused without blocking.
 	must(t, unix.Mkfifo(filepath.Join(dir, "fifo"), 0o644))
 	_, err = r.Read("fifo", 0, 0)
-	wantCode(t, err, CodeNotRegularFile)
+	wantCode(t, err, string(actuation.CodeNotRegularFile))
 	_, _, err = r.ReadFile("big", 10)
-	wantCode(t, err, CodeFileTooLarge)
+	wantCode(t, err, string(actuation.CodeFileTooLarge))
 }
 
 func TestSnapshotListsSymlinksWithoutFollowing(t *testing.T) {
@@ -206,7 +208,7 @@ func TestSnapshotListsSymlinksWithoutFollowing(t *testing.T) {
 		t.Fatalf("snapshot of outdir: %+v", s2.Entries)
 	}
 	_, err = r.Snapshot("outdir/x", SnapshotLimits{})
-	wantCode(t, err, CodeSymlinkEscape)
+	wantCode(t, err, string(actuation.CodeSymlinkEscape))
 }
 
 func TestSnapshotCaps(t *testing.T) {
@@ -270,15 +272,15 @@ func TestWriteHelpersStayBeneath(t *testing.T) {
 	}
 	// Writes through a directory symlink that leaves the root are refused.
 	err = r.WriteFileAtomic("outdir/planted", []byte("x"), 0o644)
-	wantCode(t, err, CodeSymlinkEscape)
+	wantCode(t, err, string(actuation.CodeSymlinkEscape))
 	_, err = r.CreateExclusive("outdir/planted", 0o644)
-	wantCode(t, err, CodeSymlinkEscape)
+	wantCode(t, err, string(actuation.CodeSymlinkEscape))
 	if _, err := os.Stat(filepath.Join(outside, "planted")); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatal("file planted outside the root")
 	}
 	// OpenForWrite on the /etc/passwd symlink is refused (never followed).
 	_, err = r.OpenForWrite("passwd")
-	wantCode(t, err, CodeSymlinkEscape)
+	wantCode(t, err, string(actuation.CodeSymlinkEscape))
 	// Rename and Link beneath.
 	must(t, r.Rename("sub/new.txt", "moved.txt"))
 	must(t, r.Link("moved.txt", "linked.txt"))
@@ -286,14 +288,14 @@ func TestWriteHelpersStayBeneath(t *testing.T) {
 		t.Fatal("link content")
 	}
 	err = r.Rename("moved.txt", "outdir/stolen")
-	wantCode(t, err, CodeSymlinkEscape)
+	wantCode(t, err, string(actuation.CodeSymlinkEscape))
 	created, err := r.MkdirAll("x/y/z", 0o755)
 	must(t, err)
 	if fmt.Sprint(created) != "[x x/y x/y/z]" {
 		t.Fatalf("created %v", created)
 	}
 	_, err = r.MkdirAll("a.txt/q", 0o755)
-	wantCode(t, err, CodeNotDirectory)
+	wantCode(t, err, string(actuation.CodeNotDirectory))
 	// Remove on a symlink removes the link, not the target; RemoveAll never follows.
 	must(t, r.Remove("passwd"))
 	if _, err := os.Stat("/etc/passwd"); err != nil {
@@ -309,7 +311,7 @@ func TestWriteHelpersStayBeneath(t *testing.T) {
 	}
 	must(t, r.RemoveAll("x")) // idempotent
 	err = r.RemoveAll("")
-	wantCode(t, err, CodePathEmpty)
+	wantCode(t, err, string(actuation.CodePathEmpty))
 }
 
 func TestOpenat2UnavailableFailsClosed(t *testing.T) {
@@ -318,21 +320,21 @@ func TestOpenat2UnavailableFailsClosed(t *testing.T) {
 	openat2 = func(int, string, *unix.OpenHow) (int, error) { return -1, unix.ENOSYS }
 	defer func() { openat2 = saved }()
 	_, err := OpenRoot(dir)
-	wantCode(t, err, CodeOpenat2Unavailable)
+	wantCode(t, err, string(actuation.CodeOpenat2Unavailable))
 	_, err = r.Read("a.txt", 0, 0)
-	wantCode(t, err, CodeOpenat2Unavailable)
+	wantCode(t, err, string(actuation.CodeOpenat2Unavailable))
 	_, err = r.Snapshot("", SnapshotLimits{})
-	wantCode(t, err, CodeOpenat2Unavailable)
+	wantCode(t, err, string(actuation.CodeOpenat2Unavailable))
 	err = r.WriteFileAtomic("z", nil, 0o644)
-	wantCode(t, err, CodeOpenat2Unavailable)
+	wantCode(t, err, string(actuation.CodeOpenat2Unavailable))
 	_, err = r.Lstat("a.txt")
-	wantCode(t, err, CodeOpenat2Unavailable)
+	wantCode(t, err, string(actuation.CodeOpenat2Unavailable))
 }
 
 func TestOpenRootRequiresDirectory(t *testing.T) {
 	_, dir, _ := tree(t)
 	_, err := OpenRoot(filepath.Join(dir, "a.txt"))
-	wantCode(t, err, CodeNotDirectory)
+	wantCode(t, err, string(actuation.CodeNotDirectory))
 }
 
 func TestParseDigest(t *testing.T) {
@@ -341,7 +343,7 @@ func TestParseDigest(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, bad := range []string{"", "sha256:", "sha512:" + good[7:], strings.ToUpper(good), good + "0"} {
-		if CodeOf(func() error { _, err := ParseDigest(bad); return err }()) != CodeDigestInvalid {
+		if actuation.CodeOf(func() error { _, err := ParseDigest(bad); return err }()) != actuation.CodeDigestInvalid {
 			t.Errorf("ParseDigest(%q) accepted", bad)
 		}
 	}

@@ -20,7 +20,7 @@ const (
 // early and well-coded.
 func CheckRel(p string, requireFile bool) error {
 	if r := actuation.ValidateRelativePath(p, requireFile); r != nil {
-		return Errorf(string(r.Code), "path %q: %s", p, r.Message)
+		return actuation.Refusef(actuation.Code(string(r.Code)), "path %q: %s", p, r.Message)
 	}
 	return nil
 }

@@ -18,9 +18,6 @@ const (
 	MaxReadDigestBytes = 64 << 20 // above this the full-file digest is omitted ("over-file-cap")
 )
 
-// CodeInvalidArgument refuses malformed numeric arguments (negative offset...).
-const CodeInvalidArgument = string(actuation.CodeInvalidArgument)
-
 // ReadResult is one bounded window of a regular file plus facts about the whole
 // file. Digest covers the full file (not the window) when Size <= MaxReadDigestBytes.
 type ReadResult struct {
@@ -41,13 +38,13 @@ func (r *Root) Read(rel string, offset int64, maxBytes int) (*ReadResult, error)
 		return nil, err
 	}
 	if offset < 0 {
-		return nil, Errorf(CodeInvalidArgument, "read %s: negative offset %d", r.display(rel), offset)
+		return nil, actuation.Refusef(actuation.CodeInvalidArgument, "read %s: negative offset %d", r.display(rel), offset)
 	}
 	if maxBytes <= 0 {
 		maxBytes = DefaultReadBytes
 	}
 	if maxBytes > MaxReadBytesHard {
-		return nil, Errorf(CodeReadCapAboveMax, "read %s: maxBytes %d above hard max %d", r.display(rel), maxBytes, MaxReadBytesHard)
+		return nil, actuation.Refusef(actuation.CodeReadCapAboveMax, "read %s: maxBytes %d above hard max %d", r.display(rel), maxBytes, MaxReadBytesHard)
 	}
 	fd, err := r.open(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	if err != nil {
@@ -60,7 +57,7 @@ func (r *Root) Read(rel string, offset int64, maxBytes int) (*ReadResult, error)
 		return nil, fmt.Errorf("fsaccess: fstat %s: %w", r.display(rel), err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, Errorf(CodeNotRegularFile, "read %s: not a regular file", r.display(rel))
+		return nil, actuation.Refusef(actuation.CodeNotRegularFile, "read %s: not a regular file", r.display(rel))
 	}
 	res := &ReadResult{Path: rel, Offset: offset, Size: st.Size}
 	if offset < st.Size {
@@ -113,10 +110,10 @@ func (r *Root) ReadFile(rel string, maxBytes int64) ([]byte, Entry, error) {
 	}
 	e := statToEntry(rel, &st)
 	if e.Type != TypeFile {
-		return nil, e, Errorf(CodeNotRegularFile, "read %s: not a regular file", r.display(rel))
+		return nil, e, actuation.Refusef(actuation.CodeNotRegularFile, "read %s: not a regular file", r.display(rel))
 	}
 	if st.Size > maxBytes {
-		return nil, e, Errorf(CodeFileTooLarge, "read %s: %d bytes above cap %d", r.display(rel), st.Size, maxBytes)
+		return nil, e, actuation.Refusef(actuation.CodeFileTooLarge, "read %s: %d bytes above cap %d", r.display(rel), st.Size, maxBytes)
 	}
 	var buf bytes.Buffer
 	buf.Grow(int(st.Size))
@@ -125,7 +122,7 @@ func (r *Root) ReadFile(rel string, maxBytes int64) ([]byte, Entry, error) {
 		return nil, e, fmt.Errorf("fsaccess: read %s: %w", r.display(rel), err)
 	}
 	if n > maxBytes {
-		return nil, e, Errorf(CodeFileTooLarge, "read %s: grew above cap %d while reading", r.display(rel), maxBytes)
+		return nil, e, actuation.Refusef(actuation.CodeFileTooLarge, "read %s: grew above cap %d while reading", r.display(rel), maxBytes)
 	}
 	e.Size = n
 	e.Digest = DigestBytes(buf.Bytes())
@@ -150,7 +147,7 @@ func (r *Root) OpenRead(rel string) (*os.File, Entry, error) {
 	e := statToEntry(rel, &st)
 	if e.Type != TypeFile {
 		unix.Close(fd)
-		return nil, e, Errorf(CodeNotRegularFile, "open %s: not a regular file", r.display(rel))
+		return nil, e, actuation.Refusef(actuation.CodeNotRegularFile, "open %s: not a regular file", r.display(rel))
 	}
 	return r.fileFromFd(fd, rel), e, nil
 }

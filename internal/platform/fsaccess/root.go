@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // resolveFlags is applied to every path resolution: the result must stay beneath
@@ -70,7 +72,7 @@ func OpenRoot(dir string) (*Root, error) {
 	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		if err == unix.ENOTDIR {
-			return nil, Wrap(CodeNotDirectory, err, "root %q", dir)
+			return nil, actuation.Wrapf(actuation.CodeNotDirectory, err, "root %q", dir)
 		}
 		return nil, fmt.Errorf("fsaccess: open root %q: %w", dir, err)
 	}
@@ -142,15 +144,15 @@ func openResolve(dirfd int, rel string, flags int, mode uint32, display string, 
 func mapOpenErr(err error, display string) error {
 	switch {
 	case errors.Is(err, unix.ENOSYS):
-		return Wrap(CodeOpenat2Unavailable, err, "openat2 is not available; refusing %q (no string-only fallback)", display)
+		return actuation.Wrapf(actuation.CodeOpenat2Unavailable, err, "openat2 is not available; refusing %q (no string-only fallback)", display)
 	case errors.Is(err, unix.EXDEV):
-		return Wrap(CodeSymlinkEscape, err, "%q resolves outside the root", display)
+		return actuation.Wrapf(actuation.CodeSymlinkEscape, err, "%q resolves outside the root", display)
 	case errors.Is(err, unix.ELOOP):
-		return Wrap(CodeSymlinkEscape, err, "%q: symlink refused (magic link, loop, or a final symlink where none may be followed)", display)
+		return actuation.Wrapf(actuation.CodeSymlinkEscape, err, "%q: symlink refused (magic link, loop, or a final symlink where none may be followed)", display)
 	case errors.Is(err, unix.ENOENT):
-		return Wrap(CodePathNotFound, err, "%q", display)
+		return actuation.Wrapf(actuation.CodePathNotFound, err, "%q", display)
 	case errors.Is(err, unix.ENOTDIR):
-		return Wrap(CodeNotDirectory, err, "%q: a path component is not a directory", display)
+		return actuation.Wrapf(actuation.CodeNotDirectory, err, "%q: a path component is not a directory", display)
 	}
 	return fmt.Errorf("fsaccess: %s: %w", display, err)
 }
@@ -297,7 +299,7 @@ func (r *Root) NoSymlinks() *Root {
 // check resolved; later accesses go through its descriptor, never through dir again.
 func PinRoot(dir string) (*Root, error) {
 	if len(dir) == 0 || dir[0] != '/' {
-		return nil, Errorf(CodeNotDirectory, "root %q is not an absolute path", dir)
+		return nil, actuation.Refusef(actuation.CodeNotDirectory, "root %q is not an absolute path", dir)
 	}
 	how := unix.OpenHow{Flags: uint64(unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC),
 		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}

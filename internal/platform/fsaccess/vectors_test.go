@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // TestSharedRelativePathVectors runs the repository's golden path vectors
@@ -46,7 +48,7 @@ func TestSharedRelativePathVectors(t *testing.T) {
 			}
 			path = string(b)
 		}
-		got := CodeOf(CheckRel(path, v.Input.RequireFile))
+		got := string(actuation.CodeOf(CheckRel(path, v.Input.RequireFile)))
 		want := v.Expect.Code
 		if v.Expect.OK {
 			want = ""

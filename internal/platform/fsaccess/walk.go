@@ -8,6 +8,8 @@ import (
 	"sort"
 
 	"golang.org/x/sys/unix"
+
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // Walk caps (defaults used when a limit is <= 0).
@@ -74,7 +76,7 @@ type WalkEntry struct {
 // that it is still the same inode Walk saw. Valid only during the callback.
 func (w *WalkEntry) Open() (*os.File, error) {
 	if w.Type != TypeFile {
-		return nil, Errorf(CodeNotRegularFile, "open %s: not a regular file", w.root.display(w.Path))
+		return nil, actuation.Refusef(actuation.CodeNotRegularFile, "open %s: not a regular file", w.root.display(w.Path))
 	}
 	flags := unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY
 	fd, err := openBeneath(w.dirfd, w.name, flags|unix.O_NOATIME, 0, w.root.display(w.Path))
@@ -87,7 +89,7 @@ func (w *WalkEntry) Open() (*os.File, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Ino != w.ino || st.Dev != w.dev || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		unix.Close(fd)
-		return nil, Errorf(CodeNotRegularFile, "open %s: entry changed during walk", w.root.display(w.Path))
+		return nil, actuation.Refusef(actuation.CodeNotRegularFile, "open %s: entry changed during walk", w.root.display(w.Path))
 	}
 	return os.NewFile(uintptr(fd), w.root.display(w.Path)), nil
 }
@@ -207,7 +209,7 @@ func (r *Root) walkDir(dirfd int, prefix string, depth int, lim WalkLimits, res 
 		}
 		cfd, err := openBeneath(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0, r.display(p))
 		if err != nil {
-			if CodeOf(err) == CodePathNotFound {
+			if actuation.CodeOf(err) == actuation.CodePathNotFound {
 				continue
 			}
 			return err

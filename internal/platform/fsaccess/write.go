@@ -9,6 +9,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // Bounds for destructive helpers.
@@ -45,11 +47,11 @@ func Sibling(rel, name string) string {
 func (r *Root) writeErr(op, rel string, err error) error {
 	switch {
 	case errors.Is(err, unix.ENOENT):
-		return Wrap(CodePathNotFound, err, "%s %s", op, r.display(rel))
+		return actuation.Wrapf(actuation.CodePathNotFound, err, "%s %s", op, r.display(rel))
 	case errors.Is(err, unix.ELOOP):
-		return Wrap(CodeSymlinkEscape, err, "%s %s: writes never follow a final symlink", op, r.display(rel))
+		return actuation.Wrapf(actuation.CodeSymlinkEscape, err, "%s %s: writes never follow a final symlink", op, r.display(rel))
 	case errors.Is(err, unix.ENOTDIR):
-		return Wrap(CodeNotDirectory, err, "%s %s", op, r.display(rel))
+		return actuation.Wrapf(actuation.CodeNotDirectory, err, "%s %s", op, r.display(rel))
 	}
 	return fmt.Errorf("fsaccess: %s %s: %w", op, r.display(rel), err)
 }
@@ -91,7 +93,7 @@ func (r *Root) OpenForWrite(rel string) (*os.File, error) {
 		if err != nil {
 			return nil, r.writeErr("fstat", rel, err)
 		}
-		return nil, Errorf(CodeNotRegularFile, "open for write %s: not a regular file", r.display(rel))
+		return nil, actuation.Refusef(actuation.CodeNotRegularFile, "open for write %s: not a regular file", r.display(rel))
 	}
 	if err := unix.SetNonblock(fd, false); err != nil {
 		unix.Close(fd)
@@ -238,7 +240,7 @@ func (r *Root) MkdirAll(rel string, perm fs.FileMode) ([]string, error) {
 				}
 				unix.Close(fd)
 			} else if e.Type != TypeDir {
-				return created, Errorf(CodeNotDirectory, "mkdir %s: exists and is not a directory", r.display(prefix))
+				return created, actuation.Refusef(actuation.CodeNotDirectory, "mkdir %s: exists and is not a directory", r.display(prefix))
 			}
 		default:
 			return created, err
@@ -358,7 +360,7 @@ func (r *Root) RemoveAll(rel string) error {
 func (r *Root) removeAllAt(dirfd int, name, rel string, depth int, budget *int) error {
 	*budget--
 	if *budget < 0 {
-		return Errorf(CodeTooManyEntries, "remove %s: more than %d entries", r.display(rel), MaxRemoveEntries)
+		return actuation.Refusef(actuation.CodeTooManyEntries, "remove %s: more than %d entries", r.display(rel), MaxRemoveEntries)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
@@ -374,7 +376,7 @@ func (r *Root) removeAllAt(dirfd int, name, rel string, depth int, budget *int) 
 		return nil
 	}
 	if depth >= MaxRemoveDepth {
-		return Errorf(CodeTooManyEntries, "remove %s: deeper than %d", r.display(rel), MaxRemoveDepth)
+		return actuation.Refusef(actuation.CodeTooManyEntries, "remove %s: deeper than %d", r.display(rel), MaxRemoveDepth)
 	}
 	fd, err := openBeneath(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0, r.display(rel))
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // A sparse base: data at 0 and at 8 MiB, a hole between, 16 MiB long.
@@ -96,7 +95,7 @@ func TestCloneRefusedWhenTheSharedReservationIsExhausted(t *testing.T) {
 		t.Fatalf("first clone (40 of 48 MiB): %v", err)
 	}
 	_, _, err := vms.Clone("vm-2", base, 16<<20)
-	if fsaccess.CodeOf(err) != string(actuation.CodeStorageExhausted) {
+	if actuation.CodeOf(err) != actuation.CodeStorageExhausted {
 		t.Fatalf("second clone (56 of 48 MiB): err=%v, want %s", err, actuation.CodeStorageExhausted)
 	}
 	if _, err := os.Lstat(vms.Image("vm-2")); !os.IsNotExist(err) {

@@ -33,7 +33,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // Bounds.
@@ -337,5 +336,5 @@ func Detach(dev string) error {
 
 // errExhausted is the storage-exhausted refusal.
 func errExhausted(format string, args ...any) error {
-	return fsaccess.Errorf(string(actuation.CodeStorageExhausted), format, args...)
+	return actuation.Refusef(actuation.CodeStorageExhausted, format, args...)
 }

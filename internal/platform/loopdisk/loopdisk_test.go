@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 func requireLoop(t *testing.T) {
@@ -144,7 +143,7 @@ func TestPoolReservationRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := p.Ensure(context.Background(), "b", 48<<20, b)
-	if fsaccess.CodeOf(err) != string(actuation.CodeStorageExhausted) {
+	if actuation.CodeOf(err) != actuation.CodeStorageExhausted {
 		t.Fatalf("overcommit: %v, want %s", err, actuation.CodeStorageExhausted)
 	}
 	if _, err := os.Stat(p.Image("b")); !errors.Is(err, os.ErrNotExist) {

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/cgroups"
 )
 
@@ -72,9 +72,9 @@ func CreateCgroup(m *cgroups.Manager, kind cgroups.Kind, id string, l cgroups.Li
 	g, err := m.Create(kind, id, ResolveLimits(l))
 	switch {
 	case errors.Is(err, cgroups.ErrInvalid):
-		return nil, refusal.New(refusal.InvalidSpec, "%v", err)
+		return nil, actuation.Refusef(actuation.CodeInvalidSpec, "%v", err)
 	case err != nil:
-		return nil, refusal.New(refusal.CgroupUnavailable, "%v", err)
+		return nil, actuation.Refusef(actuation.CodeCgroupUnavailable, "%v", err)
 	}
 	return g, nil
 }
@@ -84,7 +84,7 @@ func CreateCgroup(m *cgroups.Manager, kind cgroups.Kind, id string, l cgroups.Li
 // of the command is born inside the group.
 func EnterCgroup(g *cgroups.Group, pid int) error {
 	if err := g.Add(pid); err != nil {
-		return refusal.New(refusal.CgroupUnavailable, "move the sandbox helper (pid %d) into its cgroup: %v", pid, err)
+		return actuation.Refusef(actuation.CodeCgroupUnavailable, "move the sandbox helper (pid %d) into its cgroup: %v", pid, err)
 	}
 	return nil
 }

@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/cgroups"
 	"sensorium.dev/workbench/internal/test/cgrouptest"
 	"sensorium.dev/workbench/internal/test/storm"
@@ -201,8 +201,8 @@ func TestCgroupUnavailableFailsClosed(t *testing.T) {
 	r := NewRunner(Limits{Cgroups: m})
 	marker := filepath.Join(t.TempDir(), "ran")
 	_, err = r.Run(context.Background(), Spec{Argv: []string{"/bin/touch", marker}, WritableRoots: []string{filepath.Dir(marker)}})
-	if !refusal.Is(err, refusal.CgroupUnavailable) {
-		t.Fatalf("Run without cgroups: %v, want %s", err, refusal.CgroupUnavailable)
+	if !(actuation.CodeOf(err) == actuation.CodeCgroupUnavailable) {
+		t.Fatalf("Run without cgroups: %v, want %s", err, string(actuation.CodeCgroupUnavailable))
 	}
 	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the program ran without its cgroup: %v", err)

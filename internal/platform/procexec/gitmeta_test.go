@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 )
 
 // gitFixture builds a workspace with a repository, a submodule's git directory under
@@ -172,7 +171,7 @@ func TestGitMetadataWalkBounded(t *testing.T) {
 	if err == nil {
 		t.Fatalf("started with %d repositories: %q", MaxGitRepos+1, res.Output)
 	}
-	if refusal.CodeOf(err) != string(actuation.CodeGitMetadataUnbounded) {
+	if actuation.CodeOf(err) != actuation.CodeGitMetadataUnbounded {
 		t.Errorf("refusal = %v, want %s", err, actuation.CodeGitMetadataUnbounded)
 	}
 	if _, err := os.Stat(filepath.Join(root, "ran")); err == nil {

@@ -20,8 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/guestpty"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/guestclient/guestpty"
 )
 
 // The sandbox helper is a binary whose main() calls MaybeRunHelper first, started by
@@ -162,9 +161,6 @@ func leftovers() (int, []LeftProc) {
 	return n, out
 }
 
-// statusExecFailed is the helper's status when exec itself failed (mapped to start-failed).
-const statusExecFailed = string(actuation.CodeExecFailed)
-
 // MaybeRunHelper must be the first statement of main() in every binary that
 // uses procexec (and of TestMain in test binaries). In a normal invocation it
 // returns immediately; in a sandbox-helper invocation it never returns.
@@ -215,7 +211,7 @@ func runHelper() {
 		report(helperStatus{Ready: true})
 		var b [1]byte
 		if n, err := cf.Read(b[:]); n != 1 || b[0] != goByte {
-			f = failf(refusal.SandboxSetupFailed, "helper: start not confirmed by the parent (%v)", err)
+			f = failf(string(actuation.CodeSandboxSetupFailed), "helper: start not confirmed by the parent (%v)", err)
 		}
 	}
 	if cf != nil {
@@ -272,18 +268,18 @@ func readHelperConfigFrom(cf *os.File) (*helperConfig, []int, *helperFailure) {
 	oob := make([]byte, unix.CmsgSpace(4*maxHelperFDs))
 	n, oobn, _, _, err := unix.Recvmsg(helperConfigFD, hdr[:], oob, unix.MSG_CMSG_CLOEXEC)
 	if err != nil || n == 0 {
-		return nil, nil, failf(refusal.SandboxSetupFailed, "helper: read config header: %v (%d bytes)", err, n)
+		return nil, nil, failf(string(actuation.CodeSandboxSetupFailed), "helper: read config header: %v (%d bytes)", err, n)
 	}
 	var fds []int
 	if oobn > 0 {
 		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
 		if err != nil {
-			return nil, nil, failf(refusal.SandboxSetupFailed, "helper: parse descriptors: %v", err)
+			return nil, nil, failf(string(actuation.CodeSandboxSetupFailed), "helper: parse descriptors: %v", err)
 		}
 		for _, m := range msgs {
 			got, err := unix.ParseUnixRights(&m)
 			if err != nil {
-				return nil, nil, failf(refusal.SandboxSetupFailed, "helper: parse descriptors: %v", err)
+				return nil, nil, failf(string(actuation.CodeSandboxSetupFailed), "helper: parse descriptors: %v", err)
 			}
 			fds = append(fds, got...)
 		}
@@ -291,23 +287,23 @@ func readHelperConfigFrom(cf *os.File) (*helperConfig, []int, *helperFailure) {
 	r := io.Reader(cf)
 	if n < len(hdr) {
 		if _, err := io.ReadFull(r, hdr[n:]); err != nil {
-			return nil, nil, failf(refusal.SandboxSetupFailed, "helper: read config header: %v", err)
+			return nil, nil, failf(string(actuation.CodeSandboxSetupFailed), "helper: read config header: %v", err)
 		}
 	}
 	size := binary.LittleEndian.Uint32(hdr[:4])
 	if size > maxHelperConfig {
-		return nil, nil, failf(refusal.SandboxSetupFailed, "helper: config of %d bytes exceeds %d", size, maxHelperConfig)
+		return nil, nil, failf(string(actuation.CodeSandboxSetupFailed), "helper: config of %d bytes exceeds %d", size, maxHelperConfig)
 	}
 	raw := make([]byte, size)
 	if _, err := io.ReadFull(r, raw); err != nil {
-		return nil, nil, failf(refusal.SandboxSetupFailed, "helper: read config: %v", err)
+		return nil, nil, failf(string(actuation.CodeSandboxSetupFailed), "helper: read config: %v", err)
 	}
 	var cfg helperConfig
 	if err := json.Unmarshal(raw, &cfg); err != nil || len(cfg.Argv) == 0 {
-		return nil, nil, failf(refusal.SandboxSetupFailed, "helper: decode config: %v", err)
+		return nil, nil, failf(string(actuation.CodeSandboxSetupFailed), "helper: decode config: %v", err)
 	}
 	if want := binary.LittleEndian.Uint32(hdr[4:]); int(want) != len(fds) {
-		return nil, nil, failf(refusal.SandboxSetupFailed, "helper: %d mount descriptors received, %d sent", len(fds), want)
+		return nil, nil, failf(string(actuation.CodeSandboxSetupFailed), "helper: %d mount descriptors received, %d sent", len(fds), want)
 	}
 	return &cfg, fds, nil
 }
@@ -317,36 +313,36 @@ func setupSandbox(cfg *helperConfig, fds []int) *helperFailure {
 	// The helper itself keeps capabilities in its user namespace on its other
 	// threads: make it non-dumpable so the program (same uid) cannot inspect it.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		return failf(refusal.SandboxSetupFailed, "helper: prctl(PR_SET_DUMPABLE): %v", err)
+		return failf(string(actuation.CodeSandboxSetupFailed), "helper: prctl(PR_SET_DUMPABLE): %v", err)
 	}
 	// Defence in depth: never run in the host's network namespace.
 	var st unix.Stat_t
 	if err := unix.Stat("/proc/self/ns/net", &st); err != nil {
-		return failf(refusal.EgressForbidden, "helper: stat own network namespace: %v", err)
+		return failf(string(actuation.CodeEgressForbidden), "helper: stat own network namespace: %v", err)
 	}
 	if cfg.HostNetNS == 0 || st.Ino == cfg.HostNetNS {
-		return failf(refusal.EgressForbidden, "helper: still in the host network namespace (inode %d)", st.Ino)
+		return failf(string(actuation.CodeEgressForbidden), "helper: still in the host network namespace (inode %d)", st.Ino)
 	}
 	if os.Getpid() != 1 {
-		return failf(refusal.UserNamespaceUnavailable, "helper: not PID 1 of a new PID namespace (pid %d)", os.Getpid())
+		return failf(string(actuation.CodeUserNamespaceUnavailable), "helper: not PID 1 of a new PID namespace (pid %d)", os.Getpid())
 	}
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
-		return failf(refusal.UserNamespaceUnavailable, "helper: unshare(CLONE_NEWCGROUP): %v", err)
+		return failf(string(actuation.CodeUserNamespaceUnavailable), "helper: unshare(CLONE_NEWCGROUP): %v", err)
 	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
-		return failf(refusal.SandboxSetupFailed, "helper: sethostname: %v", err)
+		return failf(string(actuation.CodeSandboxSetupFailed), "helper: sethostname: %v", err)
 	}
 	if err := loopbackUp(); err != nil {
-		return failf(refusal.SandboxSetupFailed, "helper: bring loopback up: %v", err)
+		return failf(string(actuation.CodeSandboxSetupFailed), "helper: bring loopback up: %v", err)
 	}
 	if err := buildRoot(cfg, fds); err != nil {
-		return failf(refusal.SandboxSetupFailed, "helper: build the sandbox root: %v", err)
+		return failf(string(actuation.CodeSandboxSetupFailed), "helper: build the sandbox root: %v", err)
 	}
 	if err := protectGitMetadata(cfg.GitProtect); err != nil {
 		return gitProtectFailure(err)
 	}
 	if err := os.Chdir(cfg.Dir); err != nil {
-		return failf(refusal.SandboxSetupFailed, "helper: chdir %s: %v", cfg.Dir, err)
+		return failf(string(actuation.CodeSandboxSetupFailed), "helper: chdir %s: %v", cfg.Dir, err)
 	}
 	if err := restrictThread(cfg); err != nil {
 		return err
@@ -406,27 +402,27 @@ func landlockConfig(abi int) (landlock.Config, error) {
 func restrictThread(cfg *helperConfig) *helperFailure {
 	llc, err := landlockConfig(cfg.LandlockABI)
 	if err != nil {
-		return failf(refusal.LandlockUnavailable, "helper: %v", err)
+		return failf(string(actuation.CodeLandlockUnavailable), "helper: %v", err)
 	}
 	fd, flags, err := llc.NewRulesetFD(landlockRules(cfg)...)
 	if err != nil {
-		return failf(refusal.LandlockUnavailable, "helper: landlock ruleset: %v", err)
+		return failf(string(actuation.CodeLandlockUnavailable), "helper: landlock ruleset: %v", err)
 	}
 	if fd < 0 {
-		return failf(refusal.LandlockUnavailable, "helper: landlock ruleset: nothing to enforce (kernel support missing)")
+		return failf(string(actuation.CodeLandlockUnavailable), "helper: landlock ruleset: nothing to enforce (kernel support missing)")
 	}
 	defer unix.Close(fd)
 	if err := dropCapabilities(cfg.CapLastCap); err != nil {
-		return failf(refusal.SandboxSetupFailed, "helper: drop capabilities: %v", err)
+		return failf(string(actuation.CodeSandboxSetupFailed), "helper: drop capabilities: %v", err)
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return failf(refusal.SandboxSetupFailed, "helper: prctl(PR_SET_NO_NEW_PRIVS): %v", err)
+		return failf(string(actuation.CodeSandboxSetupFailed), "helper: prctl(PR_SET_NO_NEW_PRIVS): %v", err)
 	}
 	if err := ll.LandlockRestrictSelf(fd, flags); err != nil {
-		return failf(refusal.LandlockUnavailable, "helper: landlock_restrict_self: %v", err)
+		return failf(string(actuation.CodeLandlockUnavailable), "helper: landlock_restrict_self: %v", err)
 	}
 	if err := loadSeccomp(cfg.Seccomp); err != nil {
-		return failf(refusal.SeccompUnavailable, "helper: install seccomp filter: %v", err)
+		return failf(string(actuation.CodeSeccompUnavailable), "helper: install seccomp filter: %v", err)
 	}
 	return nil
 }
@@ -476,7 +472,7 @@ func startProgram(cfg *helperConfig) (int, *helperFailure) {
 		signal.Ignore(syscall.SIGXFSZ)
 		lim := unix.Rlimit{Cur: uint64(cfg.FileSizeLimit), Max: uint64(cfg.FileSizeLimit)}
 		if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &lim); err != nil {
-			return 0, failf(refusal.SandboxSetupFailed, "helper: setrlimit(RLIMIT_FSIZE, %d): %v", cfg.FileSizeLimit, err)
+			return 0, failf(string(actuation.CodeSandboxSetupFailed), "helper: setrlimit(RLIMIT_FSIZE, %d): %v", cfg.FileSizeLimit, err)
 		}
 	}
 	pid, err := syscall.ForkExec(cfg.Argv[0], cfg.Argv, &syscall.ProcAttr{
@@ -487,7 +483,7 @@ func startProgram(cfg *helperConfig) (int, *helperFailure) {
 	if err != nil {
 		var errno syscall.Errno
 		errors.As(err, &errno)
-		return 0, &helperFailure{code: statusExecFailed, errno: int(errno), msg: fmt.Sprintf("exec %s: %v", cfg.Argv[0], err)}
+		return 0, &helperFailure{code: string(actuation.CodeExecFailed), errno: int(errno), msg: fmt.Sprintf("exec %s: %v", cfg.Argv[0], err)}
 	}
 	return pid, nil
 }

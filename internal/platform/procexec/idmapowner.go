@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // Ownership of what a command creates on a root (issue 25 item 1, defence in depth).
@@ -128,7 +128,7 @@ func helperHostUID(pid int) (uint32, error) {
 func mountUserns(fd, usernsFD, pid int, hostUID *uint32) (int, func(), error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return -1, nil, refusal.New(refusal.IdmapUnavailable, "stat a root's mount: %v", err)
+		return -1, nil, actuation.Refusef(actuation.CodeIdmapUnavailable, "stat a root's mount: %v", err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR || (st.Uid == 0 && st.Gid == 0) {
 		return usernsFD, func() {}, nil
@@ -136,13 +136,13 @@ func mountUserns(fd, usernsFD, pid int, hostUID *uint32) (int, func(), error) {
 	if *hostUID == 0 {
 		h, err := helperHostUID(pid)
 		if err != nil {
-			return -1, nil, refusal.New(refusal.UserNamespaceUnavailable, "read the sandbox's uid map: %v", err)
+			return -1, nil, actuation.Refusef(actuation.CodeUserNamespaceUnavailable, "read the sandbox's uid map: %v", err)
 		}
 		*hostUID = h
 	}
 	ns, err := ownerUserns(st.Uid, st.Gid, *hostUID)
 	if err != nil {
-		return -1, nil, refusal.New(refusal.IdmapUnavailable, "a root owned by %d:%d: %v", st.Uid, st.Gid, err)
+		return -1, nil, actuation.Refusef(actuation.CodeIdmapUnavailable, "a root owned by %d:%d: %v", st.Uid, st.Gid, err)
 	}
 	return ns, func() { unix.Close(ns) }, nil
 }

@@ -35,7 +35,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/platform/cgroups"
 )
 
@@ -309,10 +308,10 @@ type Handle struct {
 
 // Start validates and admits spec, starts it inside the sandbox and returns
 // once the program has been exec'd (or the sandbox refused). Refusals are
-// *refusal.Error values.
+// *actuation.Refusal values.
 func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, refusal.New(refusal.Interrupted, "start: %v", err)
+		return nil, actuation.Refusef(actuation.CodeInterrupted, "start: %v", err)
 	}
 	if err := normalize(&spec); err != nil {
 		return nil, err
@@ -328,7 +327,7 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 	select {
 	case r.sem <- struct{}{}:
 	default:
-		return nil, refusal.New(refusal.CommandCapReached, "%d commands already running", cap(r.sem))
+		return nil, actuation.Refusef(actuation.CodeCommandCapReached, "%d commands already running", cap(r.sem))
 	}
 	r.starting.Add(1)
 	defer r.starting.Add(-1)
@@ -753,25 +752,25 @@ func normalize(s *Spec) error {
 		s.Env = []string{}
 	}
 	if s.TempDirEnv != "" && (strings.ContainsAny(s.TempDirEnv, "=\x00") || len(s.Env) >= MaxEnvVars) {
-		return refusal.New(refusal.InvalidSpec, "invalid TempDirEnv %q", s.TempDirEnv)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "invalid TempDirEnv %q", s.TempDirEnv)
 	}
 	switch s.Network {
 	case "", NetworkNone:
 		s.Network = NetworkNone
 	default:
-		return refusal.New(refusal.EgressForbidden, "network mode %q is not available; only %q (loopback only)", s.Network, NetworkNone)
+		return actuation.Refusef(actuation.CodeEgressForbidden, "network mode %q is not available; only %q (loopback only)", s.Network, NetworkNone)
 	}
 	switch {
 	case s.Timeout < 0 || s.Grace < 0 || s.OutputBytes < 0:
-		return refusal.New(refusal.InvalidSpec, "negative timeout, grace or output cap")
+		return actuation.Refusef(actuation.CodeInvalidSpec, "negative timeout, grace or output cap")
 	case s.Timeout > MaxTimeout:
-		return refusal.New(refusal.TimeoutAboveMax, "timeout %s exceeds %s", s.Timeout, MaxTimeout)
+		return actuation.Refusef(actuation.CodeTimeoutAboveMax, "timeout %s exceeds %s", s.Timeout, MaxTimeout)
 	case s.Grace > MaxGrace:
-		return refusal.New(refusal.TimeoutAboveMax, "grace %s exceeds %s", s.Grace, MaxGrace)
+		return actuation.Refusef(actuation.CodeTimeoutAboveMax, "grace %s exceeds %s", s.Grace, MaxGrace)
 	case s.OutputBytes > MaxOutputBytes || s.StderrBytes > MaxOutputBytes:
-		return refusal.New(refusal.OutputCapAboveMax, "output cap %d (stderr %d) exceeds %d", s.OutputBytes, s.StderrBytes, MaxOutputBytes)
+		return actuation.Refusef(actuation.CodeOutputCapAboveMax, "output cap %d (stderr %d) exceeds %d", s.OutputBytes, s.StderrBytes, MaxOutputBytes)
 	case s.StderrBytes < 0:
-		return refusal.New(refusal.InvalidSpec, "negative stderr cap")
+		return actuation.Refusef(actuation.CodeInvalidSpec, "negative stderr cap")
 	}
 	if s.Timeout == 0 {
 		s.Timeout = DefaultTimeout
@@ -784,7 +783,7 @@ func normalize(s *Spec) error {
 	}
 	if s.Dir != "" {
 		if err := checkDir(s.Dir); err != nil {
-			return refusal.New(refusal.InvalidSpec, "working directory: %v", err)
+			return actuation.Refusef(actuation.CodeInvalidSpec, "working directory: %v", err)
 		}
 	}
 	if err := ValidateRoots(s.WritableRoots, s.ReadableRoots); err != nil {
@@ -799,18 +798,18 @@ func normalize(s *Spec) error {
 func ValidateRoots(writable, readable []string) error {
 	for _, roots := range [][]string{writable, readable} {
 		if len(roots) > MaxRoots {
-			return refusal.New(refusal.InvalidSpec, "%d roots exceed the cap %d", len(roots), MaxRoots)
+			return actuation.Refusef(actuation.CodeInvalidSpec, "%d roots exceed the cap %d", len(roots), MaxRoots)
 		}
 		for _, root := range roots {
 			if err := checkDir(root); err != nil {
-				return refusal.New(refusal.InvalidSpec, "root: %v", err)
+				return actuation.Refusef(actuation.CodeInvalidSpec, "root: %v", err)
 			}
 			if filepath.Clean(root) != root || root == "/" {
-				return refusal.New(refusal.InvalidSpec, "root %q must be a clean path other than the filesystem root", root)
+				return actuation.Refusef(actuation.CodeInvalidSpec, "root %q must be a clean path other than the filesystem root", root)
 			}
 			for _, p := range reservedPaths {
 				if under(root, []string{p}) || under(p, []string{root}) {
-					return refusal.New(refusal.InvalidSpec, "root %q overlaps the sandbox's system path %s", root, p)
+					return actuation.Refusef(actuation.CodeInvalidSpec, "root %q overlaps the sandbox's system path %s", root, p)
 				}
 			}
 		}
@@ -822,20 +821,20 @@ func ValidateRoots(writable, readable []string) error {
 // no shell), no NUL bytes, bounded count and size (refusal.InvalidSpec).
 func ValidateArgv(argv []string) error {
 	if len(argv) == 0 || !filepath.IsAbs(argv[0]) || filepath.Clean(argv[0]) != argv[0] {
-		return refusal.New(refusal.InvalidSpec, "argv[0] must be a clean absolute path, got %q", first(argv))
+		return actuation.Refusef(actuation.CodeInvalidSpec, "argv[0] must be a clean absolute path, got %q", first(argv))
 	}
 	if len(argv) > MaxArgs {
-		return refusal.New(refusal.InvalidSpec, "%d arguments exceed the cap %d", len(argv), MaxArgs)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "%d arguments exceed the cap %d", len(argv), MaxArgs)
 	}
 	total := 0
 	for _, a := range argv {
 		if strings.IndexByte(a, 0) >= 0 {
-			return refusal.New(refusal.InvalidSpec, "argument contains a NUL byte")
+			return actuation.Refusef(actuation.CodeInvalidSpec, "argument contains a NUL byte")
 		}
 		total += len(a) + 1
 	}
 	if total > MaxArgBytes {
-		return refusal.New(refusal.InvalidSpec, "argv of %d bytes exceeds the cap %d", total, MaxArgBytes)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "argv of %d bytes exceeds the cap %d", total, MaxArgBytes)
 	}
 	return nil
 }
@@ -844,7 +843,7 @@ func ValidateArgv(argv []string) error {
 // (refusal.InvalidSpec).
 func ValidateDir(p string) error {
 	if err := checkDir(p); err != nil {
-		return refusal.New(refusal.InvalidSpec, "directory: %v", err)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "directory: %v", err)
 	}
 	return nil
 }
@@ -853,18 +852,18 @@ func ValidateDir(p string) error {
 // count and size (refusal.InvalidSpec).
 func ValidateEnv(env []string) error {
 	if len(env) > MaxEnvVars {
-		return refusal.New(refusal.InvalidSpec, "%d environment variables exceed the cap %d", len(env), MaxEnvVars)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "%d environment variables exceed the cap %d", len(env), MaxEnvVars)
 	}
 	total := 0
 	for _, kv := range env {
 		k, _, ok := strings.Cut(kv, "=")
 		if !ok || k == "" || strings.IndexByte(kv, 0) >= 0 {
-			return refusal.New(refusal.InvalidSpec, "malformed environment entry %q", truncate(kv, 64))
+			return actuation.Refusef(actuation.CodeInvalidSpec, "malformed environment entry %q", truncate(kv, 64))
 		}
 		total += len(kv) + 1
 	}
 	if total > MaxEnvBytes {
-		return refusal.New(refusal.InvalidSpec, "environment of %d bytes exceeds the cap %d", total, MaxEnvBytes)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "environment of %d bytes exceeds the cap %d", total, MaxEnvBytes)
 	}
 	return nil
 }

@@ -21,7 +21,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 )
 
 // Environment variables that switch the test binary into a child mode when it
@@ -409,11 +408,11 @@ func TestRootSwappedForSymlinkRefused(t *testing.T) {
 	}
 	target := filepath.Join(root, "planted")
 	_, err := Run(context.Background(), Spec{Argv: []string{"/bin/sh", "-c", "echo x > " + target}, WritableRoots: []string{root}})
-	if !refusal.Is(err, string(actuation.CodeRootChanged)) {
+	if !(actuation.CodeOf(err) == actuation.CodeRootChanged) {
 		t.Fatalf("writable root through a symlink: %v, want %s", err, actuation.CodeRootChanged)
 	}
 	_, err = Run(context.Background(), Spec{Argv: []string{"/bin/true"}, ReadableRoots: []string{root}})
-	if !refusal.Is(err, string(actuation.CodeRootChanged)) {
+	if !(actuation.CodeOf(err) == actuation.CodeRootChanged) {
 		t.Fatalf("readable root through a symlink: %v, want %s", err, actuation.CodeRootChanged)
 	}
 	if _, err := os.Stat(filepath.Join(elsewhere, "planted")); !errors.Is(err, os.ErrNotExist) {
@@ -468,7 +467,7 @@ func TestWorkingDirectory(t *testing.T) {
 func TestExecFailureIsReported(t *testing.T) {
 	requireSandbox(t)
 	_, err := Run(context.Background(), Spec{Argv: []string{"/nonexistent/program"}})
-	if !errors.Is(err, syscall.ENOENT) || refusal.CodeOf(err) != "" {
+	if !errors.Is(err, syscall.ENOENT) || string(actuation.CodeOf(err)) != "" {
 		t.Fatalf("exec of a missing program: %v", err)
 	}
 }
@@ -480,25 +479,25 @@ func TestRefusals(t *testing.T) {
 		spec Spec
 		code string
 	}{
-		{"relative argv0", Spec{Argv: []string{"sh", "-c", "true"}}, refusal.InvalidSpec},
-		{"unclean argv0", Spec{Argv: []string{"/bin/../bin/true"}}, refusal.InvalidSpec},
-		{"host network", Spec{Argv: []string{"/bin/true"}, Network: "host"}, refusal.EgressForbidden},
-		{"timeout above max", Spec{Argv: []string{"/bin/true"}, Timeout: MaxTimeout + 1}, refusal.TimeoutAboveMax},
-		{"grace above max", Spec{Argv: []string{"/bin/true"}, Grace: MaxGrace + 1}, refusal.TimeoutAboveMax},
-		{"output above max", Spec{Argv: []string{"/bin/true"}, OutputBytes: MaxOutputBytes + 1}, refusal.OutputCapAboveMax},
-		{"bad env", Spec{Argv: []string{"/bin/true"}, Env: []string{"NOEQUALS"}}, refusal.InvalidSpec},
-		{"relative root", Spec{Argv: []string{"/bin/true"}, WritableRoots: []string{"tmp"}}, refusal.InvalidSpec},
-		{"slash root", Spec{Argv: []string{"/bin/true"}, WritableRoots: []string{"/"}}, refusal.InvalidSpec},
-		{"missing dir", Spec{Argv: []string{"/bin/true"}, Dir: "/nonexistent"}, refusal.InvalidSpec},
+		{"relative argv0", Spec{Argv: []string{"sh", "-c", "true"}}, string(actuation.CodeInvalidSpec)},
+		{"unclean argv0", Spec{Argv: []string{"/bin/../bin/true"}}, string(actuation.CodeInvalidSpec)},
+		{"host network", Spec{Argv: []string{"/bin/true"}, Network: "host"}, string(actuation.CodeEgressForbidden)},
+		{"timeout above max", Spec{Argv: []string{"/bin/true"}, Timeout: MaxTimeout + 1}, string(actuation.CodeTimeoutAboveMax)},
+		{"grace above max", Spec{Argv: []string{"/bin/true"}, Grace: MaxGrace + 1}, string(actuation.CodeTimeoutAboveMax)},
+		{"output above max", Spec{Argv: []string{"/bin/true"}, OutputBytes: MaxOutputBytes + 1}, string(actuation.CodeOutputCapAboveMax)},
+		{"bad env", Spec{Argv: []string{"/bin/true"}, Env: []string{"NOEQUALS"}}, string(actuation.CodeInvalidSpec)},
+		{"relative root", Spec{Argv: []string{"/bin/true"}, WritableRoots: []string{"tmp"}}, string(actuation.CodeInvalidSpec)},
+		{"slash root", Spec{Argv: []string{"/bin/true"}, WritableRoots: []string{"/"}}, string(actuation.CodeInvalidSpec)},
+		{"missing dir", Spec{Argv: []string{"/bin/true"}, Dir: "/nonexistent"}, string(actuation.CodeInvalidSpec)},
 	}
 	for _, c := range cases {
-		if _, err := Run(ctx, c.spec); !refusal.Is(err, c.code) {
+		if _, err := Run(ctx, c.spec); !(actuation.CodeOf(err) == actuation.Code(c.code)) {
 			t.Errorf("%s: got %v, want refusal %s", c.name, err, c.code)
 		}
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := Run(cctx, Spec{Argv: []string{"/bin/true"}}); !refusal.Is(err, refusal.Interrupted) {
+	if _, err := Run(cctx, Spec{Argv: []string{"/bin/true"}}); !(actuation.CodeOf(err) == actuation.CodeInterrupted) {
 		t.Errorf("cancelled context: %v", err)
 	}
 }
@@ -507,11 +506,11 @@ func TestLandlockUnavailableFailsClosed(t *testing.T) {
 	orig := landlockABI
 	t.Cleanup(func() { landlockABI = orig })
 	landlockABI = func() (int, error) { return 0, syscall.ENOSYS }
-	if _, err := Run(context.Background(), Spec{Argv: []string{"/bin/true"}}); !refusal.Is(err, refusal.LandlockUnavailable) {
+	if _, err := Run(context.Background(), Spec{Argv: []string{"/bin/true"}}); !(actuation.CodeOf(err) == actuation.CodeLandlockUnavailable) {
 		t.Fatalf("no Landlock: %v", err)
 	}
 	landlockABI = func() (int, error) { return 2, nil }
-	if _, err := Run(context.Background(), Spec{Argv: []string{"/bin/true"}}); !refusal.Is(err, refusal.LandlockUnavailable) {
+	if _, err := Run(context.Background(), Spec{Argv: []string{"/bin/true"}}); !(actuation.CodeOf(err) == actuation.CodeLandlockUnavailable) {
 		t.Fatalf("Landlock ABI 2: %v", err)
 	}
 	if _, err := landlockConfig(2); err == nil {
@@ -526,7 +525,7 @@ func TestConcurrencyCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Start(context.Background(), Spec{Argv: []string{"/bin/true"}}); !refusal.Is(err, refusal.CommandCapReached) {
+	if _, err := r.Start(context.Background(), Spec{Argv: []string{"/bin/true"}}); !(actuation.CodeOf(err) == actuation.CodeCommandCapReached) {
 		t.Fatalf("second command: %v", err)
 	}
 	h.Kill(OriginOperator)
@@ -544,7 +543,7 @@ func TestConcurrencyCap(t *testing.T) {
 func TestEgressForbiddenWithoutPrivilege(t *testing.T) {
 	if os.Getenv(unprivEnv) != "" {
 		_, err := Run(context.Background(), Spec{Argv: []string{"/bin/true"}})
-		fmt.Printf("REFUSAL=%s\n", refusal.CodeOf(err))
+		fmt.Printf("REFUSAL=%s\n", string(actuation.CodeOf(err)))
 		return
 	}
 	requireSandbox(t)
@@ -581,8 +580,8 @@ func TestEgressForbiddenWithoutPrivilege(t *testing.T) {
 	if err != nil {
 		t.Fatalf("unprivileged child: %v\n%s", err, out)
 	}
-	if !bytes.Contains(out, []byte("REFUSAL="+refusal.UserNamespaceUnavailable)) {
-		t.Fatalf("unprivileged Run did not refuse with %s:\n%s", refusal.UserNamespaceUnavailable, out)
+	if !bytes.Contains(out, []byte("REFUSAL="+string(actuation.CodeUserNamespaceUnavailable))) {
+		t.Fatalf("unprivileged Run did not refuse with %s:\n%s", string(actuation.CodeUserNamespaceUnavailable), out)
 	}
 }
 

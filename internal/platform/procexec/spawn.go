@@ -19,7 +19,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/platform/cgroups"
 )
 
@@ -101,26 +100,26 @@ const MaxMounts = 8
 // ValidateMounts checks extra sandbox mounts (refusal.InvalidSpec).
 func ValidateMounts(ms []Mount) error {
 	if len(ms) > MaxMounts {
-		return refusal.New(refusal.InvalidSpec, "%d mounts exceed the cap %d", len(ms), MaxMounts)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "%d mounts exceed the cap %d", len(ms), MaxMounts)
 	}
 	for _, m := range ms {
 		if !filepath.IsAbs(m.Source) || !filepath.IsAbs(m.Target) || filepath.Clean(m.Target) != m.Target || m.Target == "/" || m.Target == SandboxTmp {
-			return refusal.New(refusal.InvalidSpec, "mount %q -> %q: source and target must be clean absolute paths (not / or %s)", m.Source, m.Target, SandboxTmp)
+			return actuation.Refusef(actuation.CodeInvalidSpec, "mount %q -> %q: source and target must be clean absolute paths (not / or %s)", m.Source, m.Target, SandboxTmp)
 		}
 		for _, p := range reservedPaths {
 			if under(m.Target, []string{p}) || under(p, []string{m.Target}) {
-				return refusal.New(refusal.InvalidSpec, "mount target %q overlaps the sandbox's system path %s", m.Target, p)
+				return actuation.Refusef(actuation.CodeInvalidSpec, "mount target %q overlaps the sandbox's system path %s", m.Target, p)
 			}
 		}
 		fi, err := os.Stat(m.Source)
 		if err != nil {
-			return refusal.New(refusal.InvalidSpec, "mount source: %v", err)
+			return actuation.Refusef(actuation.CodeInvalidSpec, "mount source: %v", err)
 		}
 		if !fi.IsDir() && !fi.Mode().IsRegular() {
-			return refusal.New(refusal.InvalidSpec, "mount source %q is neither a directory nor a regular file", m.Source)
+			return actuation.Refusef(actuation.CodeInvalidSpec, "mount source %q is neither a directory nor a regular file", m.Source)
 		}
 		if m.Writable && !fi.IsDir() {
-			return refusal.New(refusal.InvalidSpec, "writable mount source %q is not a directory", m.Source)
+			return actuation.Refusef(actuation.CodeInvalidSpec, "writable mount source %q is not a directory", m.Source)
 		}
 	}
 	return nil
@@ -213,7 +212,7 @@ func (s *Sandboxed) Close() {
 }
 
 // StartSandboxed starts spec in a new sandbox and returns once the program
-// has been exec'd or the sandbox refused (a *refusal.Error, or an exec
+// has been exec'd or the sandbox refused (a *actuation.Refusal, or an exec
 // error wrapping the errno).
 func StartSandboxed(spec SandboxSpec, opts StartOptions) (*Sandboxed, error) {
 	cfg, idmaps, err := prepareSandbox(spec)
@@ -232,20 +231,20 @@ func StartSandboxed(spec SandboxSpec, opts StartOptions) (*Sandboxed, error) {
 func prepareSandbox(spec SandboxSpec) (*helperConfig, []idmapSource, error) {
 	abi, err := landlockABI()
 	if err != nil || abi < MinLandlockABI {
-		return nil, nil, refusal.New(refusal.LandlockUnavailable,
+		return nil, nil, actuation.Refusef(actuation.CodeLandlockUnavailable,
 			"kernel Landlock ABI %d (err %v) is below the required %d; refusing to run without write confinement", abi, err, MinLandlockABI)
 	}
 	hostNS, err := netnsInode()
 	if err != nil {
-		return nil, nil, refusal.New(refusal.EgressForbidden, "cannot identify the host network namespace: %v", err)
+		return nil, nil, actuation.Refusef(actuation.CodeEgressForbidden, "cannot identify the host network namespace: %v", err)
 	}
 	prog, err := seccompProgram()
 	if err != nil {
-		return nil, nil, refusal.New(refusal.SeccompUnavailable, "cannot build the seccomp filter: %v", err)
+		return nil, nil, actuation.Refusef(actuation.CodeSeccompUnavailable, "cannot build the seccomp filter: %v", err)
 	}
 	lastCap, err := capLastCap()
 	if err != nil {
-		return nil, nil, refusal.New(refusal.SandboxSetupFailed, "%v", err)
+		return nil, nil, actuation.Refusef(actuation.CodeSandboxSetupFailed, "%v", err)
 	}
 	cfg, idmaps, err := sandboxConfig(spec)
 	if err != nil {
@@ -331,7 +330,7 @@ func startHelper(opts StartOptions) (*helperProc, error) {
 		unix.Close(cfgParent)
 		if errors.Is(startErr, syscall.EPERM) || errors.Is(startErr, syscall.EINVAL) ||
 			errors.Is(startErr, syscall.ENOSPC) || errors.Is(startErr, syscall.EUSERS) || errors.Is(startErr, syscall.EACCES) {
-			return nil, refusal.New(refusal.UserNamespaceUnavailable,
+			return nil, actuation.Refusef(actuation.CodeUserNamespaceUnavailable,
 				"cannot create the sandbox's user, PID, mount and network namespaces (%v); refusing to run unconfined", startErr)
 		}
 		return nil, fmt.Errorf("procexec: start sandbox helper: %w", startErr)
@@ -389,7 +388,7 @@ func (hp *helperProc) configure(cfg *helperConfig, idmaps []idmapSource, before 
 		rights = unix.UnixRights(fds...)
 	}
 	if err := unix.Sendmsg(cfgParent, hdr[:], rights, nil, 0); err != nil {
-		return abort(refusal.New(refusal.SandboxSetupFailed, "send sandbox config (the helper ended before its setup): %v", err))
+		return abort(actuation.Refusef(actuation.CodeSandboxSetupFailed, "send sandbox config (the helper ended before its setup): %v", err))
 	}
 	for off := 0; off < len(raw); {
 		n, err := unix.Write(cfgParent, raw[off:])
@@ -397,7 +396,7 @@ func (hp *helperProc) configure(cfg *helperConfig, idmaps []idmapSource, before 
 			continue
 		}
 		if err != nil {
-			return abort(refusal.New(refusal.SandboxSetupFailed, "send sandbox config (the helper ended before its setup): %v", err))
+			return abort(actuation.Refusef(actuation.CodeSandboxSetupFailed, "send sandbox config (the helper ended before its setup): %v", err))
 		}
 		off += n
 	}
@@ -410,7 +409,7 @@ func (hp *helperProc) configure(cfg *helperConfig, idmaps []idmapSource, before 
 			return abort(err)
 		}
 		if _, err := unix.Write(cfgParent, []byte{goByte}); err != nil {
-			return abort(refusal.New(refusal.SandboxSetupFailed, "confirm the sandbox start (the helper ended): %v", err))
+			return abort(actuation.Refusef(actuation.CodeSandboxSetupFailed, "confirm the sandbox start (the helper ended): %v", err))
 		}
 		_ = statusR.SetReadDeadline(time.Now().Add(HelperStartTimeout))
 		st, line, rerr = readStatusLine(sb.br)
@@ -419,15 +418,15 @@ func (hp *helperProc) configure(cfg *helperConfig, idmaps []idmapSource, before 
 	switch {
 	case rerr == nil && st.Started:
 		return sb, nil
-	case rerr == nil && st.Code == statusExecFailed:
+	case rerr == nil && st.Code == string(actuation.CodeExecFailed):
 		if st.Errno != 0 {
 			return abort(fmt.Errorf("procexec: %s: %w", st.Message, syscall.Errno(st.Errno)))
 		}
 		return abort(fmt.Errorf("procexec: %s", st.Message))
 	case rerr == nil && st.Code != "":
-		return abort(refusal.New(st.Code, "%s", st.Message))
+		return abort(actuation.Refusef(actuation.Code(st.Code), "%s", st.Message))
 	default:
-		return abort(refusal.New(refusal.SandboxSetupFailed, "sandbox helper handshake failed: %v (%q)", rerr, line))
+		return abort(actuation.Refusef(actuation.CodeSandboxSetupFailed, "sandbox helper handshake failed: %v (%q)", rerr, line))
 	}
 }
 
@@ -454,7 +453,7 @@ func idmappedMounts(pid int, srcs []idmapSource) ([]int, error) {
 	}
 	userns, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, refusal.New(refusal.UserNamespaceUnavailable, "open the sandbox's user namespace: %v", err)
+		return nil, actuation.Refusef(actuation.CodeUserNamespaceUnavailable, "open the sandbox's user namespace: %v", err)
 	}
 	defer unix.Close(userns)
 	var hostUID uint32 // read from the helper's uid_map when first needed
@@ -471,7 +470,7 @@ func idmappedMounts(pid int, srcs []idmapSource) ([]int, error) {
 			fd, err = unix.OpenTree(unix.AT_FDCWD, s.path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 		}
 		if err != nil {
-			return fds, refusal.New(refusal.IdmapUnavailable, "clone %s for an idmapped mount: %v", s.path, err)
+			return fds, actuation.Refusef(actuation.CodeIdmapUnavailable, "clone %s for an idmapped mount: %v", s.path, err)
 		}
 		fds = append(fds, fd)
 		ns, release, err := mountUserns(fd, userns, pid, &hostUID)
@@ -488,7 +487,7 @@ func idmappedMounts(pid int, srcs []idmapSource) ([]int, error) {
 		err = unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr)
 		release()
 		if err != nil {
-			return fds, refusal.New(refusal.IdmapUnavailable, "idmap %s (the kernel or filesystem lacks idmapped mounts): %v", s.path, err)
+			return fds, actuation.Refusef(actuation.CodeIdmapUnavailable, "idmap %s (the kernel or filesystem lacks idmapped mounts): %v", s.path, err)
 		}
 	}
 	return fds, nil
@@ -506,12 +505,12 @@ func cloneNoSymlinks(dir string) (int, error) {
 		}
 	}
 	if err != nil {
-		return -1, refusal.New(string(actuation.CodeRootChanged), "root %s no longer resolves without a symlink: %v", dir, err)
+		return -1, actuation.Refusef(actuation.CodeRootChanged, "root %s no longer resolves without a symlink: %v", dir, err)
 	}
 	defer func() { _ = unix.Close(pfd) }()
 	fd, err := unix.OpenTree(pfd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
 	if err != nil {
-		return -1, refusal.New(refusal.IdmapUnavailable, "clone %s for an idmapped mount: %v", dir, err)
+		return -1, actuation.Refusef(actuation.CodeIdmapUnavailable, "clone %s for an idmapped mount: %v", dir, err)
 	}
 	return fd, nil
 }
@@ -574,7 +573,7 @@ func sandboxConfig(spec SandboxSpec) (*helperConfig, []idmapSource, error) {
 	}
 	if spec.TTY != "" {
 		if filepath.Dir(spec.TTY) != "/dev/pts" {
-			return nil, nil, refusal.New(refusal.InvalidSpec, "terminal %q is not a /dev/pts device", spec.TTY)
+			return nil, nil, actuation.Refusef(actuation.CodeInvalidSpec, "terminal %q is not a /dev/pts device", spec.TTY)
 		}
 		mounts = append(mounts,
 			mountSpec{Kind: mountTmpfs, Target: "/dev/pts", Data: "mode=0755,size=4k,nr_inodes=8"},
@@ -614,7 +613,7 @@ func sandboxConfig(spec SandboxSpec) (*helperConfig, []idmapSource, error) {
 		covered = append(covered, m.Target) // a file: only the file itself
 	}
 	if spec.FileSizeLimit < 0 {
-		return nil, nil, refusal.New(refusal.InvalidSpec, "negative file size limit")
+		return nil, nil, actuation.Refusef(actuation.CodeInvalidSpec, "negative file size limit")
 	}
 	cfg.FileSizeLimit = spec.FileSizeLimit
 	if spec.KillAfter > 0 {
@@ -631,7 +630,7 @@ func sandboxConfig(spec SandboxSpec) (*helperConfig, []idmapSource, error) {
 	case under(spec.Dir, covered):
 		cfg.Dir = spec.Dir
 	default:
-		return nil, nil, refusal.New(refusal.InvalidSpec,
+		return nil, nil, actuation.Refusef(actuation.CodeInvalidSpec,
 			"working directory %q is neither under a root nor the private temp dir", spec.Dir)
 	}
 	// The program, when it lives outside everything above (read-only).
@@ -695,7 +694,7 @@ func CheckSandbox(opts StartOptions, tempBase string) error {
 		return fmt.Errorf("procexec: sandbox check: %w", err)
 	}
 	if code, sig := sb.ExitStatus(unix.WaitStatus(st.Sys().(syscall.WaitStatus))); code != 0 || sig != "" {
-		return refusal.New(refusal.SandboxSetupFailed, "sandbox check: %s ended with exit %d signal %q", prog, code, sig)
+		return actuation.Refusef(actuation.CodeSandboxSetupFailed, "sandbox check: %s ended with exit %d signal %q", prog, code, sig)
 	}
 	return nil
 }

@@ -3,7 +3,7 @@ package procexec
 import (
 	"fmt"
 
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // The sandbox's /tmp is a tmpfs of its own, mounted by the helper inside the sandbox's
@@ -29,7 +29,7 @@ func tmpMount(size int64) (mountSpec, error) {
 		size = DefaultTempBytes
 	}
 	if size < MinTempBytes || size > MaxTempBytes {
-		return mountSpec{}, refusal.New(refusal.InvalidSpec, "sandbox /tmp of %d bytes outside [%d, %d]", size, int64(MinTempBytes), int64(MaxTempBytes))
+		return mountSpec{}, actuation.Refusef(actuation.CodeInvalidSpec, "sandbox /tmp of %d bytes outside [%d, %d]", size, int64(MinTempBytes), int64(MaxTempBytes))
 	}
 	inodes := max(size/tempInodeBytes, minTempInodes)
 	return mountSpec{Kind: mountTmpfs, Target: SandboxTmp, Data: fmt.Sprintf("mode=1777,size=%d,nr_inodes=%d", size, inodes)}, nil

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
@@ -83,14 +84,14 @@ func (x *Extractor) Finish() error {
 func (x *Extractor) cleanName(raw string) (string, error) {
 	name := raw
 	if strings.HasPrefix(name, "/") {
-		return "", errf(CodeArchivePathAbsolute, "entry %q: absolute path", raw)
+		return "", errf(string(actuation.CodeArchivePathAbsolute), "entry %q: absolute path", raw)
 	}
 	if strings.ContainsRune(name, '\\') && !strings.ContainsRune(name, '/') && strings.Contains(name, "..") {
-		return "", errf(CodeArchivePathTraversal, "entry %q: '..' behind a backslash", raw)
+		return "", errf(string(actuation.CodeArchivePathTraversal), "entry %q: '..' behind a backslash", raw)
 	}
 	for _, c := range strings.Split(name, "/") {
 		if c == ".." {
-			return "", errf(CodeArchivePathTraversal, "entry %q: '..' component", raw)
+			return "", errf(string(actuation.CodeArchivePathTraversal), "entry %q: '..' component", raw)
 		}
 	}
 	for strings.HasPrefix(name, "./") {
@@ -101,10 +102,10 @@ func (x *Extractor) cleanName(raw string) (string, error) {
 		return "", nil
 	}
 	if err := fsaccess.CheckRel(name, true); err != nil {
-		return "", wrapf(CodeArchivePathInvalid, err, "entry %q", raw)
+		return "", wrapf(string(actuation.CodeArchivePathInvalid), err, "entry %q", raw)
 	}
 	if d := strings.Count(name, "/") + 1; d > x.lim.MaxDepth {
-		return "", errf(CodeArchivePathInvalid, "entry %q: %d levels deep, at most %d", raw, d, x.lim.MaxDepth)
+		return "", errf(string(actuation.CodeArchivePathInvalid), "entry %q: %d levels deep, at most %d", raw, d, x.lim.MaxDepth)
 	}
 	return name, nil
 }
@@ -135,10 +136,10 @@ func linkInside(name, target string) bool {
 // existing name a duplicate.
 func writeErr(name string, err error) error {
 	switch {
-	case fsaccess.CodeOf(err) == fsaccess.CodeSymlinkEscape || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV):
-		return wrapf(CodeArchiveLinkEscape, err, "entry %q would be written through a link", name)
-	case errors.Is(err, fs.ErrExist) || errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTDIR) || fsaccess.CodeOf(err) == fsaccess.CodeNotDirectory:
-		return wrapf(CodeArchiveDuplicateEntry, err, "entry %q collides with an earlier entry", name)
+	case actuation.CodeOf(err) == actuation.CodeSymlinkEscape || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV):
+		return wrapf(string(actuation.CodeArchiveLinkEscape), err, "entry %q would be written through a link", name)
+	case errors.Is(err, fs.ErrExist) || errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTDIR) || actuation.CodeOf(err) == actuation.CodeNotDirectory:
+		return wrapf(string(actuation.CodeArchiveDuplicateEntry), err, "entry %q collides with an earlier entry", name)
 	}
 	return fmt.Errorf("sources: write %q: %w", name, err)
 }
@@ -150,23 +151,23 @@ func (x *Extractor) add(e entry) error {
 		return err
 	}
 	if e.kind == kindSpecial {
-		return errf(CodeArchiveSpecialFile, "entry %q is a %s", e.name, e.what)
+		return errf(string(actuation.CodeArchiveSpecialFile), "entry %q is a %s", e.name, e.what)
 	}
 	if base := path.Base(name); strings.HasPrefix(base, ".wh.") {
-		return errf(CodeArchiveSpecialFile, "entry %q is an OCI whiteout", e.name)
+		return errf(string(actuation.CodeArchiveSpecialFile), "entry %q is an OCI whiteout", e.name)
 	}
 	if e.mode&(fs.ModeSetuid|fs.ModeSetgid) != 0 {
-		return errf(CodeArchiveSetuid, "entry %q has the setuid or setgid bit (mode %v)", e.name, e.mode)
+		return errf(string(actuation.CodeArchiveSetuid), "entry %q has the setuid or setgid bit (mode %v)", e.name, e.mode)
 	}
 	if prev, dup := x.seen[name]; dup {
 		if !(prev == kindDir && e.kind == kindDir) {
-			return errf(CodeArchiveDuplicateEntry, "entry %q appears twice", e.name)
+			return errf(string(actuation.CodeArchiveDuplicateEntry), "entry %q appears twice", e.name)
 		}
 		return nil // the same directory declared twice (OCI layers do): harmless
 	}
 	x.entries++
 	if x.entries > x.lim.MaxEntries {
-		return errf(CodeArchiveTooManyEntries, "more than %d entries", x.lim.MaxEntries)
+		return errf(string(actuation.CodeArchiveTooManyEntries), "more than %d entries", x.lim.MaxEntries)
 	}
 	x.seen[name] = e.kind
 	perm := e.mode.Perm() // sticky dropped: no privilege in a single-tenant copy
@@ -183,7 +184,7 @@ func (x *Extractor) add(e entry) error {
 		x.dirs[name] = perm | 0o700
 	case kindSymlink:
 		if !linkInside(name, e.link) {
-			return errf(CodeArchiveLinkEscape, "symlink %q -> %q points outside the root", e.name, e.link)
+			return errf(string(actuation.CodeArchiveLinkEscape), "symlink %q -> %q points outside the root", e.name, e.link)
 		}
 		if err := x.dst.Symlink(e.link, name); err != nil {
 			return writeErr(e.name, err)
@@ -191,7 +192,7 @@ func (x *Extractor) add(e entry) error {
 	case kindHardlink:
 		target, err := x.cleanName(e.link)
 		if k, ok := x.seen[target]; err != nil || target == "" || target == name || !ok || k != kindFile {
-			return errf(CodeArchiveLinkEscape, "hardlink %q -> %q names no earlier regular file of the archive", e.name, e.link)
+			return errf(string(actuation.CodeArchiveLinkEscape), "hardlink %q -> %q names no earlier regular file of the archive", e.name, e.link)
 		}
 		if err := x.dst.Link(target, name); err != nil {
 			return writeErr(e.name, err)
@@ -207,10 +208,10 @@ func (x *Extractor) add(e entry) error {
 func (x *Extractor) mkdirs(dir string) error {
 	if k, ok := x.seen[dir]; ok {
 		if k == kindSymlink {
-			return errf(CodeArchiveLinkEscape, "%q is a symlink entry: nothing is written through it", dir)
+			return errf(string(actuation.CodeArchiveLinkEscape), "%q is a symlink entry: nothing is written through it", dir)
 		}
 		if k != kindDir {
-			return errf(CodeArchiveDuplicateEntry, "%q is used as a directory after being a %s entry", dir, kindName(k))
+			return errf(string(actuation.CodeArchiveDuplicateEntry), "%q is used as a directory after being a %s entry", dir, kindName(k))
 		}
 		return nil
 	}
@@ -221,7 +222,7 @@ func (x *Extractor) mkdirs(dir string) error {
 	}
 	x.entries++
 	if x.entries > x.lim.MaxEntries {
-		return errf(CodeArchiveTooManyEntries, "more than %d entries", x.lim.MaxEntries)
+		return errf(string(actuation.CodeArchiveTooManyEntries), "more than %d entries", x.lim.MaxEntries)
 	}
 	if err := x.dst.Mkdir(dir, 0o700); err != nil {
 		return writeErr(dir, err)
@@ -261,12 +262,12 @@ func (x *Extractor) writeFile(raw, name string, perm fs.FileMode, r io.Reader) e
 	}
 	if err == nil && over {
 		if limit == x.lim.MaxFileBytes {
-			err = errf(CodeArchiveFileTooLarge, "entry %q is larger than %d bytes", raw, x.lim.MaxFileBytes)
+			err = errf(string(actuation.CodeArchiveFileTooLarge), "entry %q is larger than %d bytes", raw, x.lim.MaxFileBytes)
 		} else {
-			err = errf(CodeArchiveTooLarge, "the archive extracts to more than %d bytes (at %q)", x.lim.MaxBytes, raw)
+			err = errf(string(actuation.CodeArchiveTooLarge), "the archive extracts to more than %d bytes (at %q)", x.lim.MaxBytes, raw)
 		}
 	} else if err != nil && CodeOf(err) == "" {
-		err = wrapf(CodeArchiveInvalid, err, "entry %q", raw)
+		err = wrapf(string(actuation.CodeArchiveInvalid), err, "entry %q", raw)
 	}
 	if err == nil {
 		err = f.Chmod(perm)
@@ -282,7 +283,7 @@ func (x *Extractor) ExtractTar(r io.Reader, gzipped bool) error {
 	if gzipped {
 		zr, err := gzip.NewReader(r)
 		if err != nil {
-			return wrapf(CodeArchiveInvalid, err, "not a gzip stream")
+			return wrapf(string(actuation.CodeArchiveInvalid), err, "not a gzip stream")
 		}
 		defer func() { _ = zr.Close() }()
 		r = zr
@@ -294,7 +295,7 @@ func (x *Extractor) ExtractTar(r io.Reader, gzipped bool) error {
 			return nil
 		}
 		if err != nil {
-			return wrapf(CodeArchiveInvalid, err, "tar")
+			return wrapf(string(actuation.CodeArchiveInvalid), err, "tar")
 		}
 		if err := x.add(tarEntry(h, tr)); err != nil {
 			return err
@@ -338,10 +339,10 @@ func tarEntry(h *tar.Header, r io.Reader) entry {
 func (x *Extractor) ExtractZip(ra io.ReaderAt, size int64) error {
 	zr, err := zip.NewReader(ra, size)
 	if err != nil {
-		return wrapf(CodeArchiveInvalid, err, "zip")
+		return wrapf(string(actuation.CodeArchiveInvalid), err, "zip")
 	}
 	if int64(len(zr.File)) > x.lim.MaxEntries {
-		return errf(CodeArchiveTooManyEntries, "the zip lists %d entries, at most %d", len(zr.File), x.lim.MaxEntries)
+		return errf(string(actuation.CodeArchiveTooManyEntries), "the zip lists %d entries, at most %d", len(zr.File), x.lim.MaxEntries)
 	}
 	for _, f := range zr.File {
 		if err := x.zipEntry(f); err != nil {
@@ -360,18 +361,18 @@ func (x *Extractor) zipEntry(f *zip.File) error {
 	case m&fs.ModeSymlink != 0:
 		rc, err := f.Open()
 		if err != nil {
-			return wrapf(CodeArchiveInvalid, err, "zip entry %q", f.Name)
+			return wrapf(string(actuation.CodeArchiveInvalid), err, "zip entry %q", f.Name)
 		}
 		target, err := io.ReadAll(io.LimitReader(rc, 4097))
 		_ = rc.Close()
 		if err != nil || len(target) > 4096 {
-			return errf(CodeArchiveInvalid, "zip symlink %q: unreadable or longer than 4096 bytes", f.Name)
+			return errf(string(actuation.CodeArchiveInvalid), "zip symlink %q: unreadable or longer than 4096 bytes", f.Name)
 		}
 		e.kind, e.link = kindSymlink, string(target)
 	case m.IsRegular():
 		rc, err := f.Open()
 		if err != nil {
-			return wrapf(CodeArchiveInvalid, err, "zip entry %q", f.Name)
+			return wrapf(string(actuation.CodeArchiveInvalid), err, "zip entry %q", f.Name)
 		}
 		defer func() { _ = rc.Close() }()
 		e.kind, e.contents = kindFile, rc
@@ -394,7 +395,7 @@ func Extract(r io.ReaderAt, size int64, format string, dst *fsaccess.Root, lim L
 	case FormatZip:
 		err = x.ExtractZip(r, size)
 	default:
-		err = errf(CodeSourceInvalid, "archive format %q: tar, tar+gzip or zip", format)
+		err = errf(string(actuation.CodeSourceInvalid), "archive format %q: tar, tar+gzip or zip", format)
 	}
 	if err == nil {
 		err = x.Finish()

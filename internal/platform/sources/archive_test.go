@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
@@ -169,36 +170,36 @@ func TestExtractAttacks(t *testing.T) {
 		lim  Limits
 		code string
 	}{
-		{"absolute path", []tarEnt{{name: "/tmp/wb-archive-escape", typ: tar.TypeReg, body: "x"}}, Limits{}, CodeArchivePathAbsolute},
-		{"dotdot", []tarEnt{{name: "../outside/evil", typ: tar.TypeReg, body: "x"}}, Limits{}, CodeArchivePathTraversal},
-		{"dotdot inside", []tarEnt{{name: "a/../../outside/evil", typ: tar.TypeReg, body: "x"}}, Limits{}, CodeArchivePathTraversal},
-		{"symlink absolute", []tarEnt{{name: "l", typ: tar.TypeSymlink, link: "/etc"}}, Limits{}, CodeArchiveLinkEscape},
-		{"symlink climbs out", []tarEnt{{name: "a/l", typ: tar.TypeSymlink, link: "../../outside"}}, Limits{}, CodeArchiveLinkEscape},
-		{"write through symlink", []tarEnt{{name: "l", typ: tar.TypeSymlink, link: "."}, {name: "l/x", typ: tar.TypeReg, body: "x"}}, Limits{}, CodeArchiveLinkEscape},
-		{"symlink then same-name file", []tarEnt{{name: "l", typ: tar.TypeSymlink, link: "a"}, {name: "l", typ: tar.TypeReg, body: "x"}}, Limits{}, CodeArchiveDuplicateEntry},
-		{"hardlink out", []tarEnt{{name: "h", typ: tar.TypeLink, link: "../outside/keep"}}, Limits{}, CodeArchiveLinkEscape},
-		{"hardlink absolute", []tarEnt{{name: "h", typ: tar.TypeLink, link: "/etc/passwd"}}, Limits{}, CodeArchiveLinkEscape},
-		{"hardlink to nothing", []tarEnt{{name: "h", typ: tar.TypeLink, link: "nothing"}}, Limits{}, CodeArchiveLinkEscape},
-		{"hardlink to symlink", []tarEnt{{name: "l", typ: tar.TypeSymlink, link: "x"}, {name: "h", typ: tar.TypeLink, link: "l"}}, Limits{}, CodeArchiveLinkEscape},
-		{"char device", []tarEnt{{name: "null", typ: tar.TypeChar}}, Limits{}, CodeArchiveSpecialFile},
-		{"block device", []tarEnt{{name: "sda", typ: tar.TypeBlock}}, Limits{}, CodeArchiveSpecialFile},
-		{"fifo", []tarEnt{{name: "p", typ: tar.TypeFifo}}, Limits{}, CodeArchiveSpecialFile},
-		{"whiteout", []tarEnt{{name: "a/.wh.b", typ: tar.TypeReg, body: ""}}, Limits{}, CodeArchiveSpecialFile},
-		{"setuid", []tarEnt{{name: "su", typ: tar.TypeReg, body: "x", mode: 0o4755}}, Limits{}, CodeArchiveSetuid},
-		{"setgid dir", []tarEnt{{name: "d/", typ: tar.TypeDir, mode: 0o2755}}, Limits{}, CodeArchiveSetuid},
-		{"duplicate file", []tarEnt{{name: "a", typ: tar.TypeReg, body: "1"}, {name: "./a", typ: tar.TypeReg, body: "2"}}, Limits{}, CodeArchiveDuplicateEntry},
-		{"file then dir", []tarEnt{{name: "a", typ: tar.TypeReg, body: "1"}, {name: "a/b", typ: tar.TypeReg, body: "2"}}, Limits{}, CodeArchiveDuplicateEntry},
+		{"absolute path", []tarEnt{{name: "/tmp/wb-archive-escape", typ: tar.TypeReg, body: "x"}}, Limits{}, string(actuation.CodeArchivePathAbsolute)},
+		{"dotdot", []tarEnt{{name: "../outside/evil", typ: tar.TypeReg, body: "x"}}, Limits{}, string(actuation.CodeArchivePathTraversal)},
+		{"dotdot inside", []tarEnt{{name: "a/../../outside/evil", typ: tar.TypeReg, body: "x"}}, Limits{}, string(actuation.CodeArchivePathTraversal)},
+		{"symlink absolute", []tarEnt{{name: "l", typ: tar.TypeSymlink, link: "/etc"}}, Limits{}, string(actuation.CodeArchiveLinkEscape)},
+		{"symlink climbs out", []tarEnt{{name: "a/l", typ: tar.TypeSymlink, link: "../../outside"}}, Limits{}, string(actuation.CodeArchiveLinkEscape)},
+		{"write through symlink", []tarEnt{{name: "l", typ: tar.TypeSymlink, link: "."}, {name: "l/x", typ: tar.TypeReg, body: "x"}}, Limits{}, string(actuation.CodeArchiveLinkEscape)},
+		{"symlink then same-name file", []tarEnt{{name: "l", typ: tar.TypeSymlink, link: "a"}, {name: "l", typ: tar.TypeReg, body: "x"}}, Limits{}, string(actuation.CodeArchiveDuplicateEntry)},
+		{"hardlink out", []tarEnt{{name: "h", typ: tar.TypeLink, link: "../outside/keep"}}, Limits{}, string(actuation.CodeArchiveLinkEscape)},
+		{"hardlink absolute", []tarEnt{{name: "h", typ: tar.TypeLink, link: "/etc/passwd"}}, Limits{}, string(actuation.CodeArchiveLinkEscape)},
+		{"hardlink to nothing", []tarEnt{{name: "h", typ: tar.TypeLink, link: "nothing"}}, Limits{}, string(actuation.CodeArchiveLinkEscape)},
+		{"hardlink to symlink", []tarEnt{{name: "l", typ: tar.TypeSymlink, link: "x"}, {name: "h", typ: tar.TypeLink, link: "l"}}, Limits{}, string(actuation.CodeArchiveLinkEscape)},
+		{"char device", []tarEnt{{name: "null", typ: tar.TypeChar}}, Limits{}, string(actuation.CodeArchiveSpecialFile)},
+		{"block device", []tarEnt{{name: "sda", typ: tar.TypeBlock}}, Limits{}, string(actuation.CodeArchiveSpecialFile)},
+		{"fifo", []tarEnt{{name: "p", typ: tar.TypeFifo}}, Limits{}, string(actuation.CodeArchiveSpecialFile)},
+		{"whiteout", []tarEnt{{name: "a/.wh.b", typ: tar.TypeReg, body: ""}}, Limits{}, string(actuation.CodeArchiveSpecialFile)},
+		{"setuid", []tarEnt{{name: "su", typ: tar.TypeReg, body: "x", mode: 0o4755}}, Limits{}, string(actuation.CodeArchiveSetuid)},
+		{"setgid dir", []tarEnt{{name: "d/", typ: tar.TypeDir, mode: 0o2755}}, Limits{}, string(actuation.CodeArchiveSetuid)},
+		{"duplicate file", []tarEnt{{name: "a", typ: tar.TypeReg, body: "1"}, {name: "./a", typ: tar.TypeReg, body: "2"}}, Limits{}, string(actuation.CodeArchiveDuplicateEntry)},
+		{"file then dir", []tarEnt{{name: "a", typ: tar.TypeReg, body: "1"}, {name: "a/b", typ: tar.TypeReg, body: "2"}}, Limits{}, string(actuation.CodeArchiveDuplicateEntry)},
 		{"too many entries", func() []tarEnt {
 			var e []tarEnt
 			for i := 0; i < 11; i++ {
 				e = append(e, tarEnt{name: strings.Repeat("f", i+1), typ: tar.TypeReg, body: "x"})
 			}
 			return e
-		}(), big, CodeArchiveTooManyEntries},
-		{"bomb bytes", []tarEnt{{name: "a", typ: tar.TypeReg, size: 500}, {name: "b", typ: tar.TypeReg, size: 501}}, big, CodeArchiveTooLarge},
-		{"file too large", []tarEnt{{name: "a", typ: tar.TypeReg, size: 601}}, big, CodeArchiveFileTooLarge},
-		{"too deep", []tarEnt{{name: strings.Repeat("d/", 5) + "f", typ: tar.TypeReg, body: "x"}}, Limits{MaxDepth: 4}, CodeArchivePathInvalid},
-		{"nul in name", []tarEnt{{name: "a\x01b", typ: tar.TypeReg, body: "x"}}, Limits{}, CodeArchivePathInvalid},
+		}(), big, string(actuation.CodeArchiveTooManyEntries)},
+		{"bomb bytes", []tarEnt{{name: "a", typ: tar.TypeReg, size: 500}, {name: "b", typ: tar.TypeReg, size: 501}}, big, string(actuation.CodeArchiveTooLarge)},
+		{"file too large", []tarEnt{{name: "a", typ: tar.TypeReg, size: 601}}, big, string(actuation.CodeArchiveFileTooLarge)},
+		{"too deep", []tarEnt{{name: strings.Repeat("d/", 5) + "f", typ: tar.TypeReg, body: "x"}}, Limits{MaxDepth: 4}, string(actuation.CodeArchivePathInvalid)},
+		{"nul in name", []tarEnt{{name: "a\x01b", typ: tar.TypeReg, body: "x"}}, Limits{}, string(actuation.CodeArchivePathInvalid)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -221,7 +222,7 @@ func TestExtractGzipBomb(t *testing.T) {
 		t.Fatalf("bomb is %d bytes compressed", len(data))
 	}
 	_, err := s.extract(t, data, FormatTarGzip, Limits{MaxBytes: 1 << 20})
-	if CodeOf(err) != CodeArchiveFileTooLarge && CodeOf(err) != CodeArchiveTooLarge {
+	if CodeOf(err) != string(actuation.CodeArchiveFileTooLarge) && CodeOf(err) != string(actuation.CodeArchiveTooLarge) {
 		t.Fatalf("got %v", err)
 	}
 	var total int64
@@ -279,14 +280,14 @@ func TestExtractZip(t *testing.T) {
 		ents []zipEnt
 		code string
 	}{
-		{"absolute", []zipEnt{{name: "/tmp/wb-archive-escape", body: "x"}}, CodeArchivePathAbsolute},
-		{"dotdot", []zipEnt{{name: "../outside/evil", body: "x"}}, CodeArchivePathTraversal},
-		{"backslash dotdot", []zipEnt{{name: "..\\outside\\evil", body: "x"}}, CodeArchivePathTraversal},
-		{"symlink out", []zipEnt{{name: "l", mode: fs.ModeSymlink | 0o777, body: "../outside"}}, CodeArchiveLinkEscape},
-		{"duplicate", []zipEnt{{name: "a", body: "1"}, {name: "a", body: "2"}}, CodeArchiveDuplicateEntry},
-		{"setuid", []zipEnt{{name: "a", mode: fs.ModeSetuid | 0o755, body: "1"}}, CodeArchiveSetuid},
-		{"fifo", []zipEnt{{name: "p", mode: fs.ModeNamedPipe | 0o644}}, CodeArchiveSpecialFile},
-		{"device", []zipEnt{{name: "d", mode: fs.ModeDevice | 0o644}}, CodeArchiveSpecialFile},
+		{"absolute", []zipEnt{{name: "/tmp/wb-archive-escape", body: "x"}}, string(actuation.CodeArchivePathAbsolute)},
+		{"dotdot", []zipEnt{{name: "../outside/evil", body: "x"}}, string(actuation.CodeArchivePathTraversal)},
+		{"backslash dotdot", []zipEnt{{name: "..\\outside\\evil", body: "x"}}, string(actuation.CodeArchivePathTraversal)},
+		{"symlink out", []zipEnt{{name: "l", mode: fs.ModeSymlink | 0o777, body: "../outside"}}, string(actuation.CodeArchiveLinkEscape)},
+		{"duplicate", []zipEnt{{name: "a", body: "1"}, {name: "a", body: "2"}}, string(actuation.CodeArchiveDuplicateEntry)},
+		{"setuid", []zipEnt{{name: "a", mode: fs.ModeSetuid | 0o755, body: "1"}}, string(actuation.CodeArchiveSetuid)},
+		{"fifo", []zipEnt{{name: "p", mode: fs.ModeNamedPipe | 0o644}}, string(actuation.CodeArchiveSpecialFile)},
+		{"device", []zipEnt{{name: "d", mode: fs.ModeDevice | 0o644}}, string(actuation.CodeArchiveSpecialFile)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -304,7 +305,7 @@ func TestExtractNotAnArchive(t *testing.T) {
 	for _, f := range []string{FormatTarGzip, FormatZip, FormatTar} {
 		s := newSandbox(t)
 		_, err := s.extract(t, bytes.Repeat([]byte("not an archive "), 100), f, Limits{})
-		if CodeOf(err) != CodeArchiveInvalid {
+		if CodeOf(err) != string(actuation.CodeArchiveInvalid) {
 			t.Fatalf("%s: got %v", f, err)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
@@ -72,24 +73,24 @@ func ValidateGitSource(src GitSource) (GitURL, error) {
 	}
 	switch {
 	case src.Commit != "" && src.Ref != "":
-		return u, errf(CodeSourceInvalid, "a git source has a commit or a ref, not both")
+		return u, errf(string(actuation.CodeSourceInvalid), "a git source has a commit or a ref, not both")
 	case src.Commit != "" && !ValidCommit(src.Commit):
-		return u, errf(CodeSourceInvalid, "commit %q is not a full commit id (40 or 64 lowercase hex digits)", src.Commit)
+		return u, errf(string(actuation.CodeSourceInvalid), "commit %q is not a full commit id (40 or 64 lowercase hex digits)", src.Commit)
 	case src.Commit == "" && src.Ref == "":
-		return u, errf(CodeSourceInvalid, "a git source needs a commit (or a ref)")
+		return u, errf(string(actuation.CodeSourceInvalid), "a git source needs a commit (or a ref)")
 	case src.Ref != "" && !ValidRef(src.Ref):
-		return u, errf(CodeSourceInvalid, "ref %q is not a valid branch or tag name", src.Ref)
+		return u, errf(string(actuation.CodeSourceInvalid), "ref %q is not a valid branch or tag name", src.Ref)
 	}
 	if len(src.SparsePaths) > MaxSparsePaths {
-		return u, errf(CodeSourceInvalid, "%d sparse paths, at most %d", len(src.SparsePaths), MaxSparsePaths)
+		return u, errf(string(actuation.CodeSourceInvalid), "%d sparse paths, at most %d", len(src.SparsePaths), MaxSparsePaths)
 	}
 	for _, p := range src.SparsePaths {
 		if err := fsaccess.CheckRel(p, true); err != nil || strings.HasPrefix(p, ".git") {
-			return u, errf(CodeSourceInvalid, "sparse path %q must be a clean relative directory outside .git", p)
+			return u, errf(string(actuation.CodeSourceInvalid), "sparse path %q must be a clean relative directory outside .git", p)
 		}
 	}
 	if src.Depth < 0 || src.Depth > 100000 {
-		return u, errf(CodeSourceInvalid, "depth %d outside 1..100000", src.Depth)
+		return u, errf(string(actuation.CodeSourceInvalid), "depth %d outside 1..100000", src.Depth)
 	}
 	return u, nil
 }
@@ -214,7 +215,7 @@ func authFor(u GitURL, cred GitCredentials, scratch string) ([][2]string, []stri
 			return nil, nil, nil, nil
 		}
 		if strings.ContainsAny(cred.Token, "\r\n\x00") {
-			return nil, nil, nil, errf(CodeCredentialsInvalid, "the token holds a line break or NUL")
+			return nil, nil, nil, errf(string(actuation.CodeSourceCredentialsInvalid), "the token holds a line break or NUL")
 		}
 		basic := base64.StdEncoding.EncodeToString([]byte("x-access-token:" + cred.Token))
 		return [][2]string{{"http.extraHeader", "Authorization: Basic " + basic}}, nil, []string{cred.Token, basic}, nil
@@ -223,7 +224,7 @@ func authFor(u GitURL, cred GitCredentials, scratch string) ([][2]string, []stri
 			return nil, []string{"GIT_SSH_COMMAND=ssh -F /dev/null -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile=/dev/null"}, nil, nil
 		}
 		if len(cred.KnownHosts) == 0 {
-			return nil, nil, nil, errf(CodeCredentialsInvalid, "an ssh key needs known_hosts (hosts are pinned)")
+			return nil, nil, nil, errf(string(actuation.CodeSourceCredentialsInvalid), "an ssh key needs known_hosts (hosts are pinned)")
 		}
 		key, kh := filepath.Join(scratch, "id"), filepath.Join(scratch, "known_hosts")
 		if err := os.WriteFile(key, cred.SSHPrivateKey, 0o600); err != nil {
@@ -252,7 +253,7 @@ func (g Git) MaterializeGit(ctx context.Context, src GitSource, pol Policy, dst 
 		return Result{}, err
 	}
 	if src.Ref != "" && !pol.AllowRefs {
-		return Result{}, errf(CodeRefNotAllowed, "ref %q: this node's policy takes full commit ids only", src.Ref)
+		return Result{}, errf(string(actuation.CodeSourceRefNotAllowed), "ref %q: this node's policy takes full commit ids only", src.Ref)
 	}
 	timeout := g.Timeout
 	if timeout <= 0 {
@@ -285,7 +286,7 @@ func (g Git) MaterializeGit(ctx context.Context, src GitSource, pol Policy, dst 
 			}
 		}
 		if bin == "" {
-			return Result{}, errf(CodeFetchFailed, "no git binary on this node")
+			return Result{}, errf(string(actuation.CodeSourceFetchFailed), "no git binary on this node")
 		}
 	}
 	cfg, sshEnv, secrets, err := authFor(u, src.Credentials, scratch)
@@ -301,7 +302,7 @@ func (g Git) MaterializeGit(ctx context.Context, src GitSource, pol Policy, dst 
 		initArgs = append(initArgs, "--object-format=sha256")
 	}
 	if _, err := local.run(ctx, dst, nil, initArgs...); err != nil {
-		return Result{}, wrapf(CodeFetchFailed, err, "git init")
+		return Result{}, wrapf(string(actuation.CodeSourceFetchFailed), err, "git init")
 	}
 	want := src.Commit
 	if want == "" {
@@ -318,10 +319,10 @@ func (g Git) MaterializeGit(ctx context.Context, src GitSource, pol Policy, dst 
 	out, err := local.run(ctx, dst, nil, "rev-parse", "--verify", "-q", "FETCH_HEAD^{commit}")
 	resolved := strings.TrimSpace(string(out))
 	if err != nil || !ValidCommit(resolved) {
-		return Result{}, errf(CodeCommitNotFound, "%q names no commit in %s", want, u.Raw)
+		return Result{}, errf(string(actuation.CodeSourceCommitNotFound), "%q names no commit in %s", want, u.Raw)
 	}
 	if src.Commit != "" && resolved != src.Commit {
-		return Result{}, errf(CodeCommitNotFound, "fetched %s where commit %s was asked", resolved, src.Commit)
+		return Result{}, errf(string(actuation.CodeSourceCommitNotFound), "fetched %s where commit %s was asked", resolved, src.Commit)
 	}
 	res := Result{Resolved: resolved, FetchMillis: time.Since(start).Milliseconds()}
 	start = time.Now()
@@ -332,11 +333,11 @@ func (g Git) MaterializeGit(ctx context.Context, src GitSource, pol Policy, dst 
 	if len(src.SparsePaths) > 0 {
 		args := append([]string{"sparse-checkout", "set", "--cone", "--"}, src.SparsePaths...)
 		if _, err := local.run(ctx, dst, nil, args...); err != nil {
-			return res, wrapf(CodeFetchFailed, err, "sparse checkout")
+			return res, wrapf(string(actuation.CodeSourceFetchFailed), err, "sparse checkout")
 		}
 	}
 	if _, err := local.run(ctx, dst, nil, "checkout", "-q", "--detach", resolved); err != nil {
-		return res, wrapf(CodeFetchFailed, err, "checkout %s", resolved)
+		return res, wrapf(string(actuation.CodeSourceFetchFailed), err, "checkout %s", resolved)
 	}
 	var submodules [][2]string
 	if src.Submodules {
@@ -364,7 +365,7 @@ func classifyFetch(ctx context.Context, src GitSource, err error) error {
 		msg = ge.stderr
 	}
 	if ctx.Err() != nil {
-		return wrapf(CodeFetchFailed, err, "fetch did not finish in time")
+		return wrapf(string(actuation.CodeSourceFetchFailed), err, "fetch did not finish in time")
 	}
 	for _, s := range []string{"not our ref", "couldn't find remote ref", "no such remote ref", "unadvertised object", "upload-pack: not our", "invalid refspec", "remote error: want"} {
 		if strings.Contains(msg, s) {
@@ -372,10 +373,10 @@ func classifyFetch(ctx context.Context, src GitSource, err error) error {
 			if what == "" {
 				what = src.Ref
 			}
-			return wrapf(CodeCommitNotFound, err, "the repository has no %s", what)
+			return wrapf(string(actuation.CodeSourceCommitNotFound), err, "the repository has no %s", what)
 		}
 	}
-	return wrapf(CodeFetchFailed, err, "fetch")
+	return wrapf(string(actuation.CodeSourceFetchFailed), err, "fetch")
 }
 
 // precheck bounds the commit's tree before anything is written to the worktree and
@@ -384,9 +385,9 @@ func (g Git) precheck(ctx context.Context, local *gitRun, dst, commit string, sr
 	out, err := local.run(ctx, dst, nil, "ls-tree", "-r", "-t", "-l", "-z", "--full-tree", commit)
 	if err != nil {
 		if strings.Contains(err.Error(), "output above the cap") {
-			return errf(CodeArchiveTooManyEntries, "the commit's tree listing is above %d bytes", maxGitStdout)
+			return errf(string(actuation.CodeArchiveTooManyEntries), "the commit's tree listing is above %d bytes", maxGitStdout)
 		}
-		return wrapf(CodeFetchFailed, err, "list the commit's tree")
+		return wrapf(string(actuation.CodeSourceFetchFailed), err, "list the commit's tree")
 	}
 	inSparse := func(p string) bool {
 		if len(src.SparsePaths) == 0 || !strings.Contains(p, "/") {
@@ -412,30 +413,30 @@ func (g Git) precheck(ctx context.Context, local *gitRun, dst, commit string, sr
 		}
 		entries++
 		if entries > lim.MaxEntries {
-			return errf(CodeArchiveTooManyEntries, "the commit's tree has more than %d entries", lim.MaxEntries)
+			return errf(string(actuation.CodeArchiveTooManyEntries), "the commit's tree has more than %d entries", lim.MaxEntries)
 		}
 		if f[1] != "blob" {
 			continue
 		}
 		size, _ := strconv.ParseInt(f[3], 10, 64)
 		if size > lim.MaxFileBytes {
-			return errf(CodeArchiveFileTooLarge, "%q is %d bytes, above %d", name, size, lim.MaxFileBytes)
+			return errf(string(actuation.CodeArchiveFileTooLarge), "%q is %d bytes, above %d", name, size, lim.MaxFileBytes)
 		}
 		total += size
 		if total > lim.MaxBytes {
-			return errf(CodeArchiveTooLarge, "the commit's tree holds more than %d bytes", lim.MaxBytes)
+			return errf(string(actuation.CodeArchiveTooLarge), "the commit's tree holds more than %d bytes", lim.MaxBytes)
 		}
 		if path.Base(name) == ".gitattributes" && len(attrs) < maxGitAttributeList {
 			attrs = append(attrs, f[2])
 		}
 	}
 	if src.LFS {
-		return errf(CodeLFSRefused, "lfs is declared but this node does not fetch Git LFS objects")
+		return errf(string(actuation.CodeSourceLFSRefused), "lfs is declared but this node does not fetch Git LFS objects")
 	}
 	for _, blob := range attrs {
 		data, err := local.run(ctx, dst, nil, "cat-file", "blob", blob)
 		if err != nil {
-			return wrapf(CodeFetchFailed, err, "read .gitattributes")
+			return wrapf(string(actuation.CodeSourceFetchFailed), err, "read .gitattributes")
 		}
 		if len(data) > maxGitAttributes {
 			data = data[:maxGitAttributes]
@@ -444,7 +445,7 @@ func (g Git) precheck(ctx context.Context, local *gitRun, dst, commit string, sr
 		for sc.Scan() {
 			line := strings.TrimSpace(sc.Text())
 			if !strings.HasPrefix(line, "#") && strings.Contains(line, "filter=lfs") {
-				return errf(CodeLFSRefused, "the repository stores files in Git LFS (.gitattributes: %q) and the source does not declare lfs", line)
+				return errf(string(actuation.CodeSourceLFSRefused), "the repository stores files in Git LFS (.gitattributes: %q) and the source does not declare lfs", line)
 			}
 		}
 	}
@@ -469,7 +470,7 @@ func (g Git) submodules(ctx context.Context, run, local *gitRun, dst string, u G
 		if strings.HasPrefix(raw, "./") || strings.HasPrefix(raw, "../") {
 			ref, err := url.Parse(raw)
 			if err != nil || base == nil {
-				return nil, errf(CodeSourceInvalid, "submodule %q url %q", name, raw)
+				return nil, errf(string(actuation.CodeSourceInvalid), "submodule %q url %q", name, raw)
 			}
 			raw = base.ResolveReference(ref).String()
 		}
@@ -478,14 +479,14 @@ func (g Git) submodules(ctx context.Context, run, local *gitRun, dst string, u G
 			return nil, err
 		}
 		if su.Scheme != u.Scheme {
-			return nil, errf(CodeHostNotAllowed, "submodule %q url %q: another protocol than the repository's", name, raw)
+			return nil, errf(string(actuation.CodeSourceHostNotAllowed), "submodule %q url %q: another protocol than the repository's", name, raw)
 		}
 		if err := pol.CheckGitURL(su); err != nil {
 			return nil, err
 		}
 		kept = append(kept, [2]string{name, raw})
 		if _, err := local.run(ctx, dst, nil, "config", "submodule."+name+".url", raw); err != nil {
-			return nil, wrapf(CodeFetchFailed, err, "submodule %q", name)
+			return nil, wrapf(string(actuation.CodeSourceFetchFailed), err, "submodule %q", name)
 		}
 		r := run
 		if !strings.EqualFold(su.Host, u.Host) {
@@ -496,7 +497,7 @@ func (g Git) submodules(ctx context.Context, run, local *gitRun, dst string, u G
 			depth = 1
 		}
 		if _, err := r.run(ctx, dst, nil, "submodule", "update", "--init", "--depth="+strconv.Itoa(depth), "--", name); err != nil {
-			return nil, wrapf(CodeFetchFailed, err, "submodule %q", name)
+			return nil, wrapf(string(actuation.CodeSourceFetchFailed), err, "submodule %q", name)
 		}
 	}
 	_ = cfg
@@ -507,19 +508,19 @@ func (g Git) submodules(ctx context.Context, run, local *gitRun, dst string, u G
 func verifyTree(ctx context.Context, local *gitRun, dst, commit string) error {
 	want, err := local.run(ctx, dst, nil, "rev-parse", "--verify", commit+"^{tree}")
 	if err != nil {
-		return wrapf(CodeTreeMismatch, err, "the commit's tree")
+		return wrapf(string(actuation.CodeSourceTreeMismatch), err, "the commit's tree")
 	}
 	head, err := local.run(ctx, dst, nil, "rev-parse", "--verify", "HEAD^{tree}")
 	if err != nil || !bytes.Equal(head, want) {
-		return errf(CodeTreeMismatch, "HEAD's tree is not commit %s's", commit)
+		return errf(string(actuation.CodeSourceTreeMismatch), "HEAD's tree is not commit %s's", commit)
 	}
 	idx, err := local.run(ctx, dst, nil, "write-tree")
 	if err != nil || !bytes.Equal(bytes.TrimSpace(idx), bytes.TrimSpace(want)) {
-		return errf(CodeTreeMismatch, "the index's tree %s is not commit %s's tree %s", bytes.TrimSpace(idx), commit, bytes.TrimSpace(want))
+		return errf(string(actuation.CodeSourceTreeMismatch), "the index's tree %s is not commit %s's tree %s", bytes.TrimSpace(idx), commit, bytes.TrimSpace(want))
 	}
 	st, err := local.run(ctx, dst, nil, "status", "--porcelain", "--untracked-files=all", "--ignored=no")
 	if err != nil || len(bytes.TrimSpace(st)) != 0 {
-		return errf(CodeTreeMismatch, "the worktree differs from commit %s: %q", commit, truncate(string(st), 512))
+		return errf(string(actuation.CodeSourceTreeMismatch), "the worktree differs from commit %s: %q", commit, truncate(string(st), 512))
 	}
 	return nil
 }
@@ -541,7 +542,7 @@ func finalizeGitDir(dst string, sha256, sparse bool, submodules [][2]string) err
 	defer func() { _ = root.Close() }()
 	r := root.NoSymlinks()
 	if e, err := r.Lstat(".git"); err != nil || e.Type != fsaccess.TypeDir {
-		return errf(CodeTreeMismatch, ".git is not a directory")
+		return errf(string(actuation.CodeSourceTreeMismatch), ".git is not a directory")
 	}
 	var b strings.Builder
 	b.WriteString("[core]\n\trepositoryformatversion = ")
@@ -572,11 +573,11 @@ func finalizeGitDir(dst string, sha256, sparse bool, submodules [][2]string) err
 		}
 	}
 	for _, f := range []string{".git/FETCH_HEAD", ".git/ORIG_HEAD"} {
-		if err := r.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) && CodeOf(err) != fsaccess.CodePathNotFound {
+		if err := r.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) && CodeOf(err) != string(actuation.CodePathNotFound) {
 			return err
 		}
 	}
-	if err := r.RemoveAll(".git/hooks"); err != nil && CodeOf(err) != fsaccess.CodePathNotFound {
+	if err := r.RemoveAll(".git/hooks"); err != nil && CodeOf(err) != string(actuation.CodePathNotFound) {
 		return err
 	}
 	return r.Mkdir(".git/hooks", 0o755)
@@ -596,10 +597,10 @@ func measure(dst string, lim Limits) (int64, int64, error) {
 		switch w.Type {
 		case fsaccess.TypeSymlink:
 			if !linkInside(w.Path, w.LinkTarget) {
-				return errf(CodeArchiveLinkEscape, "symlink %q -> %q points outside the root", w.Path, w.LinkTarget)
+				return errf(string(actuation.CodeArchiveLinkEscape), "symlink %q -> %q points outside the root", w.Path, w.LinkTarget)
 			}
 		case fsaccess.TypeOther:
-			return errf(CodeArchiveSpecialFile, "%q is a special file", w.Path)
+			return errf(string(actuation.CodeArchiveSpecialFile), "%q is a special file", w.Path)
 		case fsaccess.TypeFile:
 			total += w.Size
 		}
@@ -609,10 +610,10 @@ func measure(dst string, lim Limits) (int64, int64, error) {
 		return entries, total, err
 	}
 	if wr.Truncated || entries > lim.MaxEntries {
-		return entries, total, errf(CodeArchiveTooManyEntries, "the checkout has more than %d entries", lim.MaxEntries)
+		return entries, total, errf(string(actuation.CodeArchiveTooManyEntries), "the checkout has more than %d entries", lim.MaxEntries)
 	}
 	if total > lim.MaxBytes+lim.MaxBytes/2 { // .git's objects come on top of the tree's bytes
-		return entries, total, errf(CodeArchiveTooLarge, "the checkout holds %d bytes, above %d", total, lim.MaxBytes)
+		return entries, total, errf(string(actuation.CodeArchiveTooLarge), "the checkout holds %d bytes, above %d", total, lim.MaxBytes)
 	}
 	return entries, total, nil
 }

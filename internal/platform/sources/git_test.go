@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/sources"
 	"sensorium.dev/workbench/internal/test/sourcetest"
 )
@@ -69,7 +70,7 @@ func TestGitWrongCommitRefused(t *testing.T) {
 	dir, _ := sourcetest.Repo(t, parent, "repo", gitFiles())
 	pol := sources.Policy{AllowedFileDirs: []string{parent}}
 	_, err := newGit(t).MaterializeGit(context.Background(), sources.GitSource{URL: "file://" + dir, Commit: strings.Repeat("ab", 20)}, pol, newDst(t), sources.Limits{})
-	if sources.CodeOf(err) != sources.CodeCommitNotFound {
+	if sources.CodeOf(err) != string(actuation.CodeSourceCommitNotFound) {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -85,15 +86,15 @@ func TestGitPolicy(t *testing.T) {
 		pol  sources.Policy
 		code string
 	}{
-		{"file dir not allowed", sources.GitSource{URL: "file://" + dir, Commit: ids[0]}, sources.Policy{AllowedFileDirs: []string{"/nonexistent"}}, sources.CodeHostNotAllowed},
-		{"host not allowed", sources.GitSource{URL: "https://git.example.org/r.git", Commit: ids[0]}, sources.Policy{AllowedHosts: []string{"other.example.org"}}, sources.CodeHostNotAllowed},
-		{"plain http off loopback", sources.GitSource{URL: "http://git.example.org/r.git", Commit: ids[0]}, sources.Policy{AllowedHosts: []string{"git.example.org"}}, sources.CodeHostNotAllowed},
-		{"ref without policy", sources.GitSource{URL: "file://" + dir, Ref: "main"}, sources.Policy{AllowedFileDirs: []string{parent}}, sources.CodeRefNotAllowed},
-		{"credentials in url", sources.GitSource{URL: "https://u:p@git.example.org/r.git", Commit: ids[0]}, sources.Policy{AllowedHosts: []string{"git.example.org"}}, sources.CodeSourceInvalid},
-		{"short commit", sources.GitSource{URL: "file://" + dir, Commit: ids[0][:12]}, sources.Policy{AllowedFileDirs: []string{parent}}, sources.CodeSourceInvalid},
-		{"ext scheme", sources.GitSource{URL: "ext::sh -c touch% /tmp/pwned", Commit: ids[0]}, sources.Policy{AllowedHosts: []string{"*"}}, sources.CodeSourceInvalid},
-		{"option host", sources.GitSource{URL: "ssh://-oProxyCommand=x/r", Commit: ids[0]}, sources.Policy{AllowedHosts: []string{"-oProxyCommand=x"}}, sources.CodeSourceInvalid},
-		{"lfs declared", sources.GitSource{URL: "file://" + dir, Commit: ids[0], LFS: true}, sources.Policy{AllowedFileDirs: []string{parent}}, sources.CodeLFSRefused},
+		{"file dir not allowed", sources.GitSource{URL: "file://" + dir, Commit: ids[0]}, sources.Policy{AllowedFileDirs: []string{"/nonexistent"}}, string(actuation.CodeSourceHostNotAllowed)},
+		{"host not allowed", sources.GitSource{URL: "https://git.example.org/r.git", Commit: ids[0]}, sources.Policy{AllowedHosts: []string{"other.example.org"}}, string(actuation.CodeSourceHostNotAllowed)},
+		{"plain http off loopback", sources.GitSource{URL: "http://git.example.org/r.git", Commit: ids[0]}, sources.Policy{AllowedHosts: []string{"git.example.org"}}, string(actuation.CodeSourceHostNotAllowed)},
+		{"ref without policy", sources.GitSource{URL: "file://" + dir, Ref: "main"}, sources.Policy{AllowedFileDirs: []string{parent}}, string(actuation.CodeSourceRefNotAllowed)},
+		{"credentials in url", sources.GitSource{URL: "https://u:p@git.example.org/r.git", Commit: ids[0]}, sources.Policy{AllowedHosts: []string{"git.example.org"}}, string(actuation.CodeSourceInvalid)},
+		{"short commit", sources.GitSource{URL: "file://" + dir, Commit: ids[0][:12]}, sources.Policy{AllowedFileDirs: []string{parent}}, string(actuation.CodeSourceInvalid)},
+		{"ext scheme", sources.GitSource{URL: "ext::sh -c touch% /tmp/pwned", Commit: ids[0]}, sources.Policy{AllowedHosts: []string{"*"}}, string(actuation.CodeSourceInvalid)},
+		{"option host", sources.GitSource{URL: "ssh://-oProxyCommand=x/r", Commit: ids[0]}, sources.Policy{AllowedHosts: []string{"-oProxyCommand=x"}}, string(actuation.CodeSourceInvalid)},
+		{"lfs declared", sources.GitSource{URL: "file://" + dir, Commit: ids[0], LFS: true}, sources.Policy{AllowedFileDirs: []string{parent}}, string(actuation.CodeSourceLFSRefused)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -119,7 +120,7 @@ func TestGitLFSAndLinksRefused(t *testing.T) {
 	pol := sources.Policy{AllowedFileDirs: []string{parent}}
 	for _, c := range []struct {
 		url, commit, code string
-	}{{lfs, lids[0], sources.CodeLFSRefused}, {out, oids[0], sources.CodeArchiveLinkEscape}, {up, uids[0], sources.CodeArchiveLinkEscape}} {
+	}{{lfs, lids[0], string(actuation.CodeSourceLFSRefused)}, {out, oids[0], string(actuation.CodeArchiveLinkEscape)}, {up, uids[0], string(actuation.CodeArchiveLinkEscape)}} {
 		_, err := newGit(t).MaterializeGit(context.Background(), sources.GitSource{URL: "file://" + c.url, Commit: c.commit}, pol, newDst(t), sources.Limits{})
 		if sources.CodeOf(err) != c.code {
 			t.Fatalf("%s: got %v, want %s", c.url, err, c.code)
@@ -135,7 +136,7 @@ func TestGitBounds(t *testing.T) {
 	for _, c := range []struct {
 		lim  sources.Limits
 		code string
-	}{{sources.Limits{MaxFileBytes: 1000, MaxBytes: 10000}, sources.CodeArchiveFileTooLarge}, {sources.Limits{MaxBytes: 1500}, sources.CodeArchiveFileTooLarge}, {sources.Limits{MaxEntries: 2}, sources.CodeArchiveTooManyEntries}} {
+	}{{sources.Limits{MaxFileBytes: 1000, MaxBytes: 10000}, string(actuation.CodeArchiveFileTooLarge)}, {sources.Limits{MaxBytes: 1500}, string(actuation.CodeArchiveFileTooLarge)}, {sources.Limits{MaxEntries: 2}, string(actuation.CodeArchiveTooManyEntries)}} {
 		dst := newDst(t)
 		_, err := g.MaterializeGit(context.Background(), sources.GitSource{URL: "file://" + dir, Commit: ids[0]}, pol, dst, c.lim)
 		if sources.CodeOf(err) != c.code {
@@ -174,11 +175,11 @@ func TestGitHTTPTokenNeverWritten(t *testing.T) {
 	g := newGit(t)
 
 	_, err := g.MaterializeGit(context.Background(), sources.GitSource{URL: srv.URL + "/private", Commit: ids[0]}, pol, newDst(t), sources.Limits{})
-	if sources.CodeOf(err) != sources.CodeFetchFailed {
+	if sources.CodeOf(err) != string(actuation.CodeSourceFetchFailed) {
 		t.Fatalf("without the token: %v", err)
 	}
 	_, err = g.MaterializeGit(context.Background(), sources.GitSource{URL: srv.URL + "/private", Commit: ids[0], Credentials: sources.GitCredentials{Token: "wrong"}}, pol, newDst(t), sources.Limits{})
-	if sources.CodeOf(err) != sources.CodeFetchFailed || strings.Contains(err.Error(), "wrong") {
+	if sources.CodeOf(err) != string(actuation.CodeSourceFetchFailed) || strings.Contains(err.Error(), "wrong") {
 		t.Fatalf("wrong token: %v", err)
 	}
 	dst := newDst(t)

@@ -13,6 +13,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
@@ -24,11 +25,11 @@ const maxDockerConfigBytes = 1 << 20
 // the reference is a digest.
 func ParseOCIReference(ref string) (name.Reference, bool, error) {
 	if ref == "" || len(ref) > 1024 || strings.ContainsAny(ref, " \t\r\n") {
-		return nil, false, errf(CodeSourceInvalid, "oci reference must be 1..1024 bytes without spaces")
+		return nil, false, errf(string(actuation.CodeSourceInvalid), "oci reference must be 1..1024 bytes without spaces")
 	}
 	r, err := name.ParseReference(ref, name.StrictValidation)
 	if err != nil {
-		return nil, false, errf(CodeSourceInvalid, "oci reference %q: %v", ref, err)
+		return nil, false, errf(string(actuation.CodeSourceInvalid), "oci reference %q: %v", ref, err)
 	}
 	_, isDigest := r.(name.Digest)
 	return r, isDigest, nil
@@ -38,13 +39,13 @@ func ParseOCIReference(ref string) (name.Reference, bool, error) {
 // value holds for registry (host[:port]); anonymous when it holds none for it.
 func DockerConfigAuth(data []byte, registry string) (authn.Authenticator, error) {
 	if len(data) > maxDockerConfigBytes {
-		return nil, errf(CodeCredentialsInvalid, ".dockerconfigjson is above %d bytes", maxDockerConfigBytes)
+		return nil, errf(string(actuation.CodeSourceCredentialsInvalid), ".dockerconfigjson is above %d bytes", maxDockerConfigBytes)
 	}
 	var cfg struct {
 		Auths map[string]authn.AuthConfig `json:"auths"`
 	}
 	if err := json.Unmarshal(data, &cfg); err != nil {
-		return nil, errf(CodeCredentialsInvalid, ".dockerconfigjson is not a docker config (its content is not shown)")
+		return nil, errf(string(actuation.CodeSourceCredentialsInvalid), ".dockerconfigjson is not a docker config (its content is not shown)")
 	}
 	for k, a := range cfg.Auths {
 		host := strings.TrimPrefix(strings.TrimPrefix(k, "https://"), "http://")
@@ -69,10 +70,10 @@ type policyTransport struct {
 func (p policyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	host := req.URL.Host
 	if !strings.EqualFold(host, p.registry) && !p.pol.hostAllowed(host) {
-		return nil, errf(CodeHostNotAllowed, "request to %q (a redirect of registry %q) is outside the node's source allowlist", host, p.registry)
+		return nil, errf(string(actuation.CodeSourceHostNotAllowed), "request to %q (a redirect of registry %q) is outside the node's source allowlist", host, p.registry)
 	}
 	if req.URL.Scheme != "https" && !p.pol.plainHTTPAllowed(host) {
-		return nil, errf(CodeHostNotAllowed, "plain http to %q: allowed for loopback registries only", host)
+		return nil, errf(string(actuation.CodeSourceHostNotAllowed), "plain http to %q: allowed for loopback registries only", host)
 	}
 	return p.next.RoundTrip(req)
 }
@@ -96,10 +97,10 @@ func (o OCI) MaterializeOCI(ctx context.Context, ref string, auth authn.Authenti
 	}
 	reg := r.Context().RegistryStr()
 	if !pol.hostAllowed(reg) {
-		return Result{}, errf(CodeHostNotAllowed, "registry %q is outside the node's source allowlist", reg)
+		return Result{}, errf(string(actuation.CodeSourceHostNotAllowed), "registry %q is outside the node's source allowlist", reg)
 	}
 	if !isDigest && !pol.AllowRefs {
-		return Result{}, errf(CodeRefNotAllowed, "oci reference %q names a tag: this node's policy takes digests only", ref)
+		return Result{}, errf(string(actuation.CodeSourceRefNotAllowed), "oci reference %q names a tag: this node's policy takes digests only", ref)
 	}
 	if auth == nil {
 		auth = authn.Anonymous
@@ -133,14 +134,14 @@ func (o OCI) MaterializeOCI(ctx context.Context, ref string, auth authn.Authenti
 		return Result{}, ociErr(err, "digest of %s", ref)
 	}
 	if d, ok := r.(name.Digest); ok && d.DigestStr() != digest.String() {
-		return Result{}, errf(CodeFetchFailed, "%s: the registry served manifest %s", ref, digest)
+		return Result{}, errf(string(actuation.CodeSourceFetchFailed), "%s: the registry served manifest %s", ref, digest)
 	}
 	layers, err := img.Layers()
 	if err != nil {
 		return Result{}, ociErr(err, "layers of %s", ref)
 	}
 	if len(layers) > MaxLayers {
-		return Result{}, errf(CodeArchiveTooManyEntries, "%s has %d layers, at most %d", ref, len(layers), MaxLayers)
+		return Result{}, errf(string(actuation.CodeArchiveTooManyEntries), "%s has %d layers, at most %d", ref, len(layers), MaxLayers)
 	}
 	res := Result{Resolved: digest.String(), FetchMillis: time.Since(start).Milliseconds()}
 	start = time.Now()
@@ -160,7 +161,7 @@ func (o OCI) MaterializeOCI(ctx context.Context, ref string, auth authn.Authenti
 func reparseInsecure(ref string) (name.Reference, bool, error) {
 	r, err := name.ParseReference(ref, name.StrictValidation, name.Insecure)
 	if err != nil {
-		return nil, false, errf(CodeSourceInvalid, "oci reference %q: %v", ref, err)
+		return nil, false, errf(string(actuation.CodeSourceInvalid), "oci reference %q: %v", ref, err)
 	}
 	_, isDigest := r.(name.Digest)
 	return r, isDigest, nil
@@ -186,7 +187,7 @@ func ociErr(err error, format string, args ...any) error {
 	}
 	msg := err.Error()
 	if strings.Contains(msg, "MANIFEST_UNKNOWN") || strings.Contains(msg, "NAME_UNKNOWN") || strings.Contains(msg, "404") {
-		return wrapf(CodeCommitNotFound, err, format, args...)
+		return wrapf(string(actuation.CodeSourceCommitNotFound), err, format, args...)
 	}
-	return wrapf(CodeFetchFailed, err, format, args...)
+	return wrapf(string(actuation.CodeSourceFetchFailed), err, format, args...)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/platform/sources"
 	"sensorium.dev/workbench/internal/test/sourcetest"
@@ -89,7 +90,7 @@ func TestOCIByDigestAndTag(t *testing.T) {
 	}
 
 	root, _ = ociDst(t)
-	if _, err := (sources.OCI{}).MaterializeOCI(ctx, reg+"/team/ws:v1", nil, pol, root, sources.Limits{}); sources.CodeOf(err) != sources.CodeRefNotAllowed {
+	if _, err := (sources.OCI{}).MaterializeOCI(ctx, reg+"/team/ws:v1", nil, pol, root, sources.Limits{}); sources.CodeOf(err) != string(actuation.CodeSourceRefNotAllowed) {
 		t.Fatalf("tag without policy: %v", err)
 	}
 	pol.AllowRefs = true
@@ -101,11 +102,11 @@ func TestOCIByDigestAndTag(t *testing.T) {
 
 	root, _ = ociDst(t)
 	missing := "sha256:" + string(bytes.Repeat([]byte("0"), 64))
-	if _, err := (sources.OCI{}).MaterializeOCI(ctx, reg+"/team/ws@"+missing, nil, pol, root, sources.Limits{}); sources.CodeOf(err) != sources.CodeCommitNotFound {
+	if _, err := (sources.OCI{}).MaterializeOCI(ctx, reg+"/team/ws@"+missing, nil, pol, root, sources.Limits{}); sources.CodeOf(err) != string(actuation.CodeSourceCommitNotFound) {
 		t.Fatalf("missing digest: %v", err)
 	}
 	root, _ = ociDst(t)
-	if _, err := (sources.OCI{}).MaterializeOCI(ctx, reg+"/team/ws@"+digest, nil, sources.Policy{AllowedHosts: []string{"registry.example.org"}}, root, sources.Limits{}); sources.CodeOf(err) != sources.CodeHostNotAllowed {
+	if _, err := (sources.OCI{}).MaterializeOCI(ctx, reg+"/team/ws@"+digest, nil, sources.Policy{AllowedHosts: []string{"registry.example.org"}}, root, sources.Limits{}); sources.CodeOf(err) != string(actuation.CodeSourceHostNotAllowed) {
 		t.Fatalf("host outside the allowlist: %v", err)
 	}
 }
@@ -118,11 +119,11 @@ func TestOCILayerAttacks(t *testing.T) {
 		layers []v1.Layer
 		code   string
 	}{
-		{"traversal", []v1.Layer{layer(t, map[string]string{"../evil": "x"})}, sources.CodeArchivePathTraversal},
-		{"symlink out", []v1.Layer{layer(t, nil, &tar.Header{Name: "l", Linkname: "/etc", Typeflag: tar.TypeSymlink})}, sources.CodeArchiveLinkEscape},
-		{"device", []v1.Layer{layer(t, nil, &tar.Header{Name: "null", Typeflag: tar.TypeChar, Mode: 0o666})}, sources.CodeArchiveSpecialFile},
-		{"whiteout", []v1.Layer{layer(t, map[string]string{"a": "1"}), layer(t, map[string]string{".wh.a": ""})}, sources.CodeArchiveSpecialFile},
-		{"same file in two layers", []v1.Layer{layer(t, map[string]string{"a": "1"}), layer(t, map[string]string{"a": "2"})}, sources.CodeArchiveDuplicateEntry},
+		{"traversal", []v1.Layer{layer(t, map[string]string{"../evil": "x"})}, string(actuation.CodeArchivePathTraversal)},
+		{"symlink out", []v1.Layer{layer(t, nil, &tar.Header{Name: "l", Linkname: "/etc", Typeflag: tar.TypeSymlink})}, string(actuation.CodeArchiveLinkEscape)},
+		{"device", []v1.Layer{layer(t, nil, &tar.Header{Name: "null", Typeflag: tar.TypeChar, Mode: 0o666})}, string(actuation.CodeArchiveSpecialFile)},
+		{"whiteout", []v1.Layer{layer(t, map[string]string{"a": "1"}), layer(t, map[string]string{".wh.a": ""})}, string(actuation.CodeArchiveSpecialFile)},
+		{"same file in two layers", []v1.Layer{layer(t, map[string]string{"a": "1"}), layer(t, map[string]string{"a": "2"})}, string(actuation.CodeArchiveDuplicateEntry)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d := pushArtifact(t, reg, "attack/x", "latest", c.layers...)
@@ -144,7 +145,7 @@ func TestDockerConfigAuth(t *testing.T) {
 	if cfg.Username != "u" || cfg.Password != "p" {
 		t.Fatalf("%+v", cfg)
 	}
-	if _, err := sources.DockerConfigAuth([]byte(`not json`), "x"); sources.CodeOf(err) != sources.CodeCredentialsInvalid {
+	if _, err := sources.DockerConfigAuth([]byte(`not json`), "x"); sources.CodeOf(err) != string(actuation.CodeSourceCredentialsInvalid) {
 		t.Fatal(err)
 	}
 }

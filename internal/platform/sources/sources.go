@@ -3,7 +3,7 @@
 // layers, into an empty directory the caller owns (the node agent's managed copy,
 // internal/backends/fixturecopy). Every fetch runs as the node agent, never in the
 // sandbox, under a node Policy (an allowlist of source hosts); every refusal carries a
-// stable code of internal/actuation's vocabulary (fsaccess.Error). All writes go through
+// stable code of internal/actuation's vocabulary (actuation.Refusal). All writes go through
 // an fsaccess.Root that refuses symlinks on the way (openat2 RESOLVE_BENEATH |
 // RESOLVE_NO_SYMLINKS): nothing is written outside the directory. No Kubernetes imports;
 // docs/workspace-sources.md is the user-facing description.
@@ -18,35 +18,10 @@ import (
 	"strings"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/platform/fsaccess"
-)
-
-// Refusal codes (internal/actuation's closed vocabulary).
-const (
-	CodeSourceInvalid         = string(actuation.CodeSourceInvalid)
-	CodeHostNotAllowed        = string(actuation.CodeSourceHostNotAllowed)
-	CodeRefNotAllowed         = string(actuation.CodeSourceRefNotAllowed)
-	CodeCredentialsInvalid    = string(actuation.CodeSourceCredentialsInvalid)
-	CodeFetchFailed           = string(actuation.CodeSourceFetchFailed)
-	CodeCommitNotFound        = string(actuation.CodeSourceCommitNotFound)
-	CodeTreeMismatch          = string(actuation.CodeSourceTreeMismatch)
-	CodeLFSRefused            = string(actuation.CodeSourceLFSRefused)
-	CodeArtifactUnavailable   = string(actuation.CodeSourceArtifactUnavailable)
-	CodeArchiveInvalid        = string(actuation.CodeArchiveInvalid)
-	CodeArchivePathAbsolute   = string(actuation.CodeArchivePathAbsolute)
-	CodeArchivePathTraversal  = string(actuation.CodeArchivePathTraversal)
-	CodeArchivePathInvalid    = string(actuation.CodeArchivePathInvalid)
-	CodeArchiveLinkEscape     = string(actuation.CodeArchiveLinkEscape)
-	CodeArchiveSpecialFile    = string(actuation.CodeArchiveSpecialFile)
-	CodeArchiveSetuid         = string(actuation.CodeArchiveSetuid)
-	CodeArchiveDuplicateEntry = string(actuation.CodeArchiveDuplicateEntry)
-	CodeArchiveTooManyEntries = string(actuation.CodeArchiveTooManyEntries)
-	CodeArchiveTooLarge       = string(actuation.CodeArchiveTooLarge)
-	CodeArchiveFileTooLarge   = string(actuation.CodeArchiveFileTooLarge)
 )
 
 // CodeOf returns the refusal code carried by err ("" if none).
-func CodeOf(err error) string { return fsaccess.CodeOf(err) }
+func CodeOf(err error) string { return string(actuation.CodeOf(err)) }
 
 // Default bounds of one materialized root (Limits' zero fields take them).
 const (
@@ -183,43 +158,43 @@ type GitURL struct {
 // that lands in .git or a log), no query or fragment.
 func ParseGitURL(raw string) (GitURL, error) {
 	if raw == "" || len(raw) > 2048 {
-		return GitURL{}, fsaccess.Errorf(CodeSourceInvalid, "git url must be 1..2048 bytes")
+		return GitURL{}, actuation.Refusef(actuation.CodeSourceInvalid, "git url must be 1..2048 bytes")
 	}
 	for _, c := range raw {
 		if c < 0x21 || c == 0x7f {
-			return GitURL{}, fsaccess.Errorf(CodeSourceInvalid, "git url %q has a space or control character", raw)
+			return GitURL{}, actuation.Refusef(actuation.CodeSourceInvalid, "git url %q has a space or control character", raw)
 		}
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return GitURL{}, fsaccess.Errorf(CodeSourceInvalid, "git url %q: %v", raw, err)
+		return GitURL{}, actuation.Refusef(actuation.CodeSourceInvalid, "git url %q: %v", raw, err)
 	}
 	// git's protocol allowlist is case-sensitive: the URL handed to git carries its scheme
 	// lower-cased (the rest exactly as written), so FILE:// and file:// name one source.
 	g := GitURL{Raw: strings.ToLower(u.Scheme) + raw[len(u.Scheme):], Scheme: strings.ToLower(u.Scheme), Host: u.Host}
 	if u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
-		return GitURL{}, fsaccess.Errorf(CodeSourceInvalid, "git url %q: no query, fragment or opaque part", raw)
+		return GitURL{}, actuation.Refusef(actuation.CodeSourceInvalid, "git url %q: no query, fragment or opaque part", raw)
 	}
 	switch g.Scheme {
 	case "https", "http", "ssh":
 		if u.Host == "" || u.Hostname() == "" {
-			return GitURL{}, fsaccess.Errorf(CodeSourceInvalid, "git url %q has no host", raw)
+			return GitURL{}, actuation.Refusef(actuation.CodeSourceInvalid, "git url %q has no host", raw)
 		}
 		if u.User != nil {
 			if _, hasPassword := u.User.Password(); g.Scheme != "ssh" || hasPassword {
-				return GitURL{}, fsaccess.Errorf(CodeSourceInvalid, "git url %q carries credentials: name a credentials Secret instead", redactURL(u))
+				return GitURL{}, actuation.Refusef(actuation.CodeSourceInvalid, "git url %q carries credentials: name a credentials Secret instead", redactURL(u))
 			}
 		}
 		if strings.HasPrefix(u.Hostname(), "-") {
-			return GitURL{}, fsaccess.Errorf(CodeSourceInvalid, "git url %q: host may not start with '-'", raw)
+			return GitURL{}, actuation.Refusef(actuation.CodeSourceInvalid, "git url %q: host may not start with '-'", raw)
 		}
 	case "file":
 		if u.Host != "" || u.User != nil || !path.IsAbs(u.Path) || path.Clean(u.Path) != u.Path {
-			return GitURL{}, fsaccess.Errorf(CodeSourceInvalid, "git url %q: file:// takes a clean absolute path and no host", raw)
+			return GitURL{}, actuation.Refusef(actuation.CodeSourceInvalid, "git url %q: file:// takes a clean absolute path and no host", raw)
 		}
 		g.Path = u.Path
 	default:
-		return GitURL{}, fsaccess.Errorf(CodeSourceInvalid, "git url %q: scheme must be https, http, ssh or file", raw)
+		return GitURL{}, actuation.Refusef(actuation.CodeSourceInvalid, "git url %q: scheme must be https, http, ssh or file", raw)
 	}
 	return g, nil
 }
@@ -235,16 +210,16 @@ func (p Policy) CheckGitURL(g GitURL) error {
 	switch g.Scheme {
 	case "file":
 		if !p.fileAllowed(g.Path) {
-			return fsaccess.Errorf(CodeHostNotAllowed, "git url %q: directory is outside the node's allowed source directories", g.Raw)
+			return actuation.Refusef(actuation.CodeSourceHostNotAllowed, "git url %q: directory is outside the node's allowed source directories", g.Raw)
 		}
 		return nil
 	case "http":
 		if !p.plainHTTPAllowed(g.Host) {
-			return fsaccess.Errorf(CodeHostNotAllowed, "git url %q: plain http is allowed for loopback hosts only", g.Raw)
+			return actuation.Refusef(actuation.CodeSourceHostNotAllowed, "git url %q: plain http is allowed for loopback hosts only", g.Raw)
 		}
 	}
 	if !p.hostAllowed(g.Host) {
-		return fsaccess.Errorf(CodeHostNotAllowed, "git url %q: host %q is outside the node's source allowlist", g.Raw, g.Host)
+		return actuation.Refusef(actuation.CodeSourceHostNotAllowed, "git url %q: host %q is outside the node's source allowlist", g.Raw, g.Host)
 	}
 	return nil
 }
@@ -278,10 +253,12 @@ func ValidRef(s string) bool {
 	return true
 }
 
-func errf(code, format string, args ...any) error { return fsaccess.Errorf(code, format, args...) }
+func errf(code, format string, args ...any) error {
+	return actuation.Refusef(actuation.Code(code), format, args...)
+}
 
 func wrapf(code string, err error, format string, args ...any) error {
-	return fsaccess.Wrap(code, err, format, args...)
+	return actuation.Wrapf(actuation.Code(code), err, format, args...)
 }
 
 var _ = fmt.Sprintf

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
@@ -207,25 +208,25 @@ func TestCacheNotTrustedAcrossRemount(t *testing.T) {
 // Operator caps: above the ceiling refused with state-limit-invalid; a raised cap admits
 // a tree the default refuses.
 func TestOperatorCaps(t *testing.T) {
-	if err := (Limits{MaxEntries: CeilingMaxEntries + 1}).Check(); CodeOf(err) != CodeLimitInvalid {
+	if err := (Limits{MaxEntries: CeilingMaxEntries + 1}).Check(); actuation.CodeOf(err) != actuation.CodeStateLimitInvalid {
 		t.Fatalf("over-ceiling maxEntries: %v", err)
 	}
-	if err := (Limits{MaxBytes: CeilingMaxBytes + 1}).Check(); CodeOf(err) != CodeLimitInvalid {
+	if err := (Limits{MaxBytes: CeilingMaxBytes + 1}).Check(); actuation.CodeOf(err) != actuation.CodeStateLimitInvalid {
 		t.Fatalf("over-ceiling maxBytes: %v", err)
 	}
-	if err := (Limits{MaxFile: CeilingMaxFile + 1}).Check(); CodeOf(err) != CodeLimitInvalid {
+	if err := (Limits{MaxFile: CeilingMaxFile + 1}).Check(); actuation.CodeOf(err) != actuation.CodeStateLimitInvalid {
 		t.Fatalf("over-ceiling maxFileBytes: %v", err)
 	}
 	dir := tree(t)
 	r := openRoot(t, dir)
 	_, err := HashHostRootsCached(map[string]*fsaccess.Root{"repo": r}, Limits{MaxEntries: 3}, nil)
-	if CodeOf(err) != CodeTreeTooLarge {
+	if actuation.CodeOf(err) != actuation.CodeStateTreeTooLarge {
 		t.Fatalf("3-entry cap on a 6-entry tree: %v", err)
 	}
 	if _, err := HashHostRootsCached(map[string]*fsaccess.Root{"repo": r}, Limits{MaxEntries: 6}, nil); err != nil {
 		t.Fatalf("6-entry cap on a 6-entry tree: %v", err)
 	}
-	if _, err := HashHostRootsCached(map[string]*fsaccess.Root{"repo": r}, Limits{MaxBytes: 10}, nil); CodeOf(err) != CodeTreeTooLarge {
+	if _, err := HashHostRootsCached(map[string]*fsaccess.Root{"repo": r}, Limits{MaxBytes: 10}, nil); actuation.CodeOf(err) != actuation.CodeStateTreeTooLarge {
 		t.Fatalf("10-byte cap: %v", err)
 	}
 }

@@ -18,7 +18,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -30,13 +29,6 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
-
-// CodeTreeTooLarge is the refusal code of a tree over the entry or byte cap
-// (it is the actuation vocabulary's "state-tree-too-large").
-const CodeTreeTooLarge = string(actuation.CodeStateTreeTooLarge)
-
-// CodeLimitInvalid refuses a state limit above its ceiling.
-const CodeLimitInvalid = string(actuation.CodeStateLimitInvalid)
 
 // Caps (defaults used when a limit is <= 0). An operator raises or lowers them per
 // Environment (spec.recording) up to the ceilings; Limits.Check refuses a value above one.
@@ -54,11 +46,11 @@ const (
 func (l Limits) Check() error {
 	switch {
 	case l.MaxEntries > CeilingMaxEntries:
-		return &Error{Code: CodeLimitInvalid, Msg: fmt.Sprintf("maxEntries %d is above the ceiling %d", l.MaxEntries, CeilingMaxEntries)}
+		return &Error{Code: string(actuation.CodeStateLimitInvalid), Msg: fmt.Sprintf("maxEntries %d is above the ceiling %d", l.MaxEntries, CeilingMaxEntries)}
 	case l.MaxBytes > CeilingMaxBytes:
-		return &Error{Code: CodeLimitInvalid, Msg: fmt.Sprintf("maxBytes %d is above the ceiling %d", l.MaxBytes, int64(CeilingMaxBytes))}
+		return &Error{Code: string(actuation.CodeStateLimitInvalid), Msg: fmt.Sprintf("maxBytes %d is above the ceiling %d", l.MaxBytes, int64(CeilingMaxBytes))}
 	case l.MaxFile > CeilingMaxFile:
-		return &Error{Code: CodeLimitInvalid, Msg: fmt.Sprintf("maxFileBytes %d is above the ceiling %d", l.MaxFile, int64(CeilingMaxFile))}
+		return &Error{Code: string(actuation.CodeStateLimitInvalid), Msg: fmt.Sprintf("maxFileBytes %d is above the ceiling %d", l.MaxFile, int64(CeilingMaxFile))}
 	}
 	return nil
 }
@@ -139,17 +131,8 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Code + ": " + e.Msg }
 
-// CodeOf returns the refusal code of err, or "".
-func CodeOf(err error) string {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return fsaccess.CodeOf(err)
-}
-
 func refuse(format string, args ...any) error {
-	return &Error{Code: CodeTreeTooLarge, Msg: fmt.Sprintf(format, args...)}
+	return &Error{Code: string(actuation.CodeStateTreeTooLarge), Msg: fmt.Sprintf(format, args...)}
 }
 
 // NamedSnapshot is the snapshot of one root ("" path) taken with

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/test/testkit"
 )
@@ -131,16 +132,16 @@ func TestRootNamesEnterTheDigest(t *testing.T) {
 func TestCapsRefuse(t *testing.T) {
 	d := tree(t)
 	_, err := state(t, Limits{MaxEntries: 3}, map[string]string{"work": d})
-	if CodeOf(err) != CodeTreeTooLarge {
-		t.Fatalf("entry cap: got %v, want %s", err, CodeTreeTooLarge)
+	if actuation.CodeOf(err) != actuation.CodeStateTreeTooLarge {
+		t.Fatalf("entry cap: got %v, want %s", err, string(actuation.CodeStateTreeTooLarge))
 	}
 	_, err = state(t, Limits{MaxBytes: 10}, map[string]string{"work": d})
-	if CodeOf(err) != CodeTreeTooLarge {
-		t.Fatalf("byte cap: got %v, want %s", err, CodeTreeTooLarge)
+	if actuation.CodeOf(err) != actuation.CodeStateTreeTooLarge {
+		t.Fatalf("byte cap: got %v, want %s", err, string(actuation.CodeStateTreeTooLarge))
 	}
 	_, err = state(t, Limits{MaxFile: 4}, map[string]string{"work": d})
-	if CodeOf(err) != CodeTreeTooLarge {
-		t.Fatalf("file cap: got %v, want %s", err, CodeTreeTooLarge)
+	if actuation.CodeOf(err) != actuation.CodeStateTreeTooLarge {
+		t.Fatalf("file cap: got %v, want %s", err, string(actuation.CodeStateTreeTooLarge))
 	}
 	// Exactly at the cap is accepted: 6 entries below the root.
 	if _, err := state(t, Limits{MaxEntries: 6}, map[string]string{"work": d}); err != nil {

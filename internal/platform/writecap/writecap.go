@@ -39,18 +39,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/platform/procexec"
-)
-
-// Codes (internal/actuation's closed vocabulary).
-const (
-	CodeTotalCap      = string(actuation.CodeWriteTotalCapReached)
-	CodeFileCap       = string(actuation.CodeWriteFileCapReached)
-	CodeFileCountCap  = string(actuation.CodeWriteFileCountCapReached)
-	CodePathForbidden = string(actuation.CodeWritePathForbidden)
-	CodeKindForbidden = string(actuation.CodeWriteKindForbidden)
 )
 
 // Caps.
@@ -104,17 +94,17 @@ type Area struct {
 func Validate(p Policy) error {
 	switch {
 	case p.MaxBytesTotal <= 0 || p.MaxBytesTotal > MaxBytesTotal:
-		return refusal.New(refusal.InvalidSpec, "write caps: total %d must be in 1..%d", p.MaxBytesTotal, int64(MaxBytesTotal))
+		return actuation.Refusef(actuation.CodeInvalidSpec, "write caps: total %d must be in 1..%d", p.MaxBytesTotal, int64(MaxBytesTotal))
 	case p.MaxBytesPerFile <= 0 || p.MaxBytesPerFile > p.MaxBytesTotal:
-		return refusal.New(refusal.InvalidSpec, "write caps: per-file %d must be in 1..%d (the total)", p.MaxBytesPerFile, p.MaxBytesTotal)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "write caps: per-file %d must be in 1..%d (the total)", p.MaxBytesPerFile, p.MaxBytesTotal)
 	case p.MaxFiles < 0 || p.MaxFiles > MaxFiles:
-		return refusal.New(refusal.InvalidSpec, "write caps: file count %d must be in 0..%d", p.MaxFiles, MaxFiles)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "write caps: file count %d must be in 0..%d", p.MaxFiles, MaxFiles)
 	case len(p.PathPattern) > MaxPatternLen:
-		return refusal.New(refusal.InvalidSpec, "write caps: path pattern longer than %d bytes", MaxPatternLen)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "write caps: path pattern longer than %d bytes", MaxPatternLen)
 	}
 	if p.PathPattern != "" {
 		if _, err := compile(p.PathPattern); err != nil {
-			return refusal.New(refusal.InvalidSpec, "write caps: path pattern: %v", err)
+			return actuation.Refusef(actuation.CodeInvalidSpec, "write caps: path pattern: %v", err)
 		}
 	}
 	return nil
@@ -147,7 +137,7 @@ func Prepare(base string, p Policy) (*Area, error) {
 	opts := "mode=0755,size=" + strconv.FormatInt(p.MaxBytesTotal+1, 10) + ",nr_inodes=" + strconv.Itoa(p.MaxFiles+2)
 	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
 		_ = os.Remove(dir)
-		return nil, refusal.New(refusal.SandboxSetupFailed, "writecap: mount a %d-byte tmpfs on %s: %v", p.MaxBytesTotal, dir, err)
+		return nil, actuation.Refusef(actuation.CodeSandboxSetupFailed, "writecap: mount a %d-byte tmpfs on %s: %v", p.MaxBytesTotal, dir, err)
 	}
 	a.mounted = true
 	return a, nil
@@ -186,11 +176,11 @@ func (a *Area) Collect() (Result, error) {
 			return nil
 		case fsaccess.TypeFile:
 		default:
-			set(CodeKindForbidden, e.Path, "%s is a %s: only regular files and directories are committed", e.Path, e.Type)
+			set(string(actuation.CodeWriteKindForbidden), e.Path, "%s is a %s: only regular files and directories are committed", e.Path, e.Type)
 			return nil
 		}
 		if a.pattern != nil && !a.pattern.MatchString(e.Path) {
-			set(CodePathForbidden, e.Path, "%s does not match the declared path pattern", e.Path)
+			set(string(actuation.CodeWritePathForbidden), e.Path, "%s does not match the declared path pattern", e.Path)
 		}
 		f, err := e.Open()
 		if err != nil {
@@ -202,7 +192,7 @@ func (a *Area) Collect() (Result, error) {
 			return fmt.Errorf("writecap: hash %s: %w", e.Path, err)
 		}
 		if n > a.policy.MaxBytesPerFile {
-			set(CodeFileCap, e.Path, "%s reached the per-file cap of %d bytes (a write past it failed with EFBIG)", e.Path, a.policy.MaxBytesPerFile)
+			set(string(actuation.CodeWriteFileCapReached), e.Path, "%s reached the per-file cap of %d bytes (a write past it failed with EFBIG)", e.Path, a.policy.MaxBytesPerFile)
 		}
 		res.Files = append(res.Files, File{Path: e.Path, Size: n, SHA256: d})
 		res.BytesTotal += n
@@ -216,10 +206,10 @@ func (a *Area) Collect() (Result, error) {
 		return res, fmt.Errorf("writecap: statfs %s: %w", a.dir, err)
 	}
 	if res.BytesTotal > a.policy.MaxBytesTotal || st.Bfree == 0 {
-		set(CodeTotalCap, "", "the write root reached its cap of %d bytes (a write past it failed with ENOSPC)", a.policy.MaxBytesTotal)
+		set(string(actuation.CodeWriteTotalCapReached), "", "the write root reached its cap of %d bytes (a write past it failed with ENOSPC)", a.policy.MaxBytesTotal)
 	}
 	if wr.Truncated || entries > a.policy.MaxFiles || st.Ffree == 0 {
-		set(CodeFileCountCap, "", "the write root reached its cap of %d files and directories", a.policy.MaxFiles)
+		set(string(actuation.CodeWriteFileCountCapReached), "", "the write root reached its cap of %d files and directories", a.policy.MaxFiles)
 	}
 	return res, nil
 }
@@ -230,7 +220,7 @@ func (a *Area) Collect() (Result, error) {
 // nothing is committed then.
 func (a *Area) Commit(res Result, dest string) error {
 	if res.Code != "" {
-		return refusal.New(res.Code, "writecap: nothing committed: %s", res.Message)
+		return actuation.Refusef(actuation.Code(res.Code), "writecap: nothing committed: %s", res.Message)
 	}
 	src, err := fsaccess.OpenRoot(a.dir)
 	if err != nil {

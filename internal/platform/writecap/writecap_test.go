@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"sensorium.dev/workbench/internal/nodeagent/refusal"
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/platform/procexec"
 )
@@ -92,16 +92,16 @@ func TestPerFileCapStopsTheWrite(t *testing.T) {
 	if !strings.Contains(out, "File too large") || !strings.Contains(out, "rc=1") {
 		t.Errorf("the write past the per-file cap did not fail with EFBIG: %q", out)
 	}
-	if res.Code != CodeFileCap || res.Path != "big" {
-		t.Fatalf("result %+v, want %s on big", res, CodeFileCap)
+	if res.Code != string(actuation.CodeWriteFileCapReached) || res.Path != "big" {
+		t.Fatalf("result %+v, want %s on big", res, string(actuation.CodeWriteFileCapReached))
 	}
 	// Stopped mid-write: the file holds one byte past the cap, never the 300000.
 	if len(res.Files) != 1 || res.Files[0].Size != p.MaxBytesPerFile+1 {
 		t.Errorf("files %+v", res.Files)
 	}
 	dest := t.TempDir()
-	if err := a.Commit(res, dest); refusal.CodeOf(err) != CodeFileCap {
-		t.Errorf("Commit: %v, want refusal %s", err, CodeFileCap)
+	if err := a.Commit(res, dest); actuation.CodeOf(err) != actuation.CodeWriteFileCapReached {
+		t.Errorf("Commit: %v, want refusal %s", err, string(actuation.CodeWriteFileCapReached))
 	}
 	if ents, _ := os.ReadDir(dest); len(ents) != 0 {
 		t.Errorf("something was committed: %v", ents)
@@ -122,13 +122,13 @@ func TestTotalCapStopsTheWrite(t *testing.T) {
 	if !strings.Contains(out, "rc1=0") || !strings.Contains(out, "No space left on device") || !strings.Contains(out, "rc2=1") {
 		t.Errorf("the write past the total cap did not fail with ENOSPC: %q", out)
 	}
-	if res.Code != CodeTotalCap {
-		t.Fatalf("result %+v, want %s", res, CodeTotalCap)
+	if res.Code != string(actuation.CodeWriteTotalCapReached) {
+		t.Fatalf("result %+v, want %s", res, string(actuation.CodeWriteTotalCapReached))
 	}
 	if res.BytesTotal > p.MaxBytesTotal+4096 {
 		t.Errorf("%d bytes written past a %d-byte cap", res.BytesTotal, p.MaxBytesTotal)
 	}
-	if err := a.Commit(res, t.TempDir()); refusal.CodeOf(err) != CodeTotalCap {
+	if err := a.Commit(res, t.TempDir()); actuation.CodeOf(err) != actuation.CodeWriteTotalCapReached {
 		t.Errorf("Commit: %v", err)
 	}
 }
@@ -139,18 +139,18 @@ func TestFileCountCap(t *testing.T) {
 	if !strings.Contains(out, "No space left on device") {
 		t.Errorf("creating more files than the cap did not fail: %q", out)
 	}
-	if res.Code != CodeFileCountCap {
-		t.Fatalf("result %+v, want %s", res, CodeFileCountCap)
+	if res.Code != string(actuation.CodeWriteFileCountCapReached) {
+		t.Fatalf("result %+v, want %s", res, string(actuation.CodeWriteFileCountCapReached))
 	}
 }
 
 func TestPathPattern(t *testing.T) {
 	p := Policy{MaxBytesTotal: 1 << 20, MaxBytesPerFile: 1024, PathPattern: `reports/[a-z]+\.txt`}
 	a, res, _ := runIn(t, p, "cd "+target+" && mkdir reports && echo ok > reports/good.txt && echo no > reports/bad.bin")
-	if res.Code != CodePathForbidden || res.Path != "reports/bad.bin" {
-		t.Fatalf("result %+v, want %s on reports/bad.bin", res, CodePathForbidden)
+	if res.Code != string(actuation.CodeWritePathForbidden) || res.Path != "reports/bad.bin" {
+		t.Fatalf("result %+v, want %s on reports/bad.bin", res, string(actuation.CodeWritePathForbidden))
 	}
-	if err := a.Commit(res, t.TempDir()); refusal.CodeOf(err) != CodePathForbidden {
+	if err := a.Commit(res, t.TempDir()); actuation.CodeOf(err) != actuation.CodeWritePathForbidden {
 		t.Errorf("Commit: %v", err)
 	}
 	_, res, _ = runIn(t, p, "cd "+target+" && mkdir reports && echo ok > reports/good.txt")
@@ -162,8 +162,8 @@ func TestPathPattern(t *testing.T) {
 func TestSymlinkRefused(t *testing.T) {
 	p := Policy{MaxBytesTotal: 1 << 20, MaxBytesPerFile: 1024}
 	_, res, _ := runIn(t, p, "ln -s /etc/passwd "+target+"/link")
-	if res.Code != CodeKindForbidden || res.Path != "link" {
-		t.Fatalf("result %+v, want %s", res, CodeKindForbidden)
+	if res.Code != string(actuation.CodeWriteKindForbidden) || res.Path != "link" {
+		t.Fatalf("result %+v, want %s", res, string(actuation.CodeWriteKindForbidden))
 	}
 }
 
@@ -185,7 +185,7 @@ func TestValidate(t *testing.T) {
 	}
 	for _, c := range cases {
 		err := Validate(c.p)
-		if (err == nil) != c.ok || (err != nil && refusal.CodeOf(err) != refusal.InvalidSpec) {
+		if (err == nil) != c.ok || (err != nil && actuation.CodeOf(err) != actuation.CodeInvalidSpec) {
 			t.Errorf("%s: %v", c.name, err)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"sensorium.dev/workbench/internal/platform/fsaccess"
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 // PollInterval is how often Eventually re-evaluates its condition.
@@ -52,10 +52,10 @@ func MustRefuse(t testing.TB, err error, code string) {
 	}
 }
 
-// WantCode fails unless err carries the stable refusal code (as fsaccess.CodeOf reads it).
+// WantCode fails unless err carries the stable refusal code (as actuation.CodeOf reads it).
 func WantCode(t testing.TB, err error, code string) {
 	t.Helper()
-	if got := fsaccess.CodeOf(err); got != code {
+	if got := string(actuation.CodeOf(err)); got != code {
 		t.Fatalf("code = %q (err: %v), want %q", got, err, code)
 	}
 }

@@ -33,8 +33,8 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/apiserver"
+	dpprotocol "sensorium.dev/workbench/internal/dataplane/protocol/v2"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
-	"sensorium.dev/workbench/internal/nodeagent/dataplane"
 	"sensorium.dev/workbench/internal/test/aggtest"
 	"sensorium.dev/workbench/internal/test/envtest"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
@@ -203,7 +203,7 @@ func BenchmarkAttachRoundTrip(b *testing.B) {
 		TLSClientConfig: rest.TLSClientConfig{CAData: []byte(node.Status.DataPlane.CABundle)}}
 
 	q := "?stdin=true&stdout=true&tty=true"
-	direct := attach(b, ctx, directCfg, node.Status.DataPlane.Endpoint+dataplane.V2Path(ns.Name, "terminalsessions", "direct", "attach")+q)
+	direct := attach(b, ctx, directCfg, node.Status.DataPlane.Endpoint+dpprotocol.V2Path(ns.Name, "terminalsessions", "direct", "attach")+q)
 	aggr := attach(b, ctx, kubeCfg, strings.TrimSuffix(kubeCfg.Host, "/")+"/apis/"+apiserver.GroupName+"/"+apiserver.Version+
 		"/namespaces/"+ns.Name+"/terminalsessions/agg/attach"+q)
 	// The breakdown: client → workbench-apiserver directly (as kube-apiserver's front proxy:
