@@ -38,7 +38,7 @@ func allocationRoots(roots []wbv1.EnvironmentRoot) []wbv1.EnvironmentRoot {
 			a.ArtifactRef, a.Digest = "", nil
 		}
 		if o := r.OCI; o != nil {
-			o.Reference, _ = splitOCIReference(o.Reference)
+			o.Ref, _ = splitOCIReference(o.Ref)
 		}
 		out = append(out, r)
 	}
@@ -86,7 +86,7 @@ func versionOf(r *wbv1.EnvironmentRoot) (rootVersion, bool) {
 	case r.Archive != nil:
 		return rootVersion{floating: "artifact:" + string(r.Archive.ArtifactRef)}, true
 	case r.OCI != nil:
-		_, v := splitOCIReference(r.OCI.Reference)
+		_, v := splitOCIReference(r.OCI.Ref)
 		if d, ok := strings.CutPrefix(v, "@"); ok {
 			return rootVersion{pinned: d}, true
 		}

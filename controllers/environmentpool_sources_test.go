@@ -42,7 +42,7 @@ func TestPoolMatchesBySourceAndCommit(t *testing.T) {
 		return s
 	}
 	oci := func(ref string) *wbv1.EnvironmentSpec {
-		return &wbv1.EnvironmentSpec{Backend: wbv1.BackendFixtureCopy, Roots: []wbv1.EnvironmentRoot{{Name: "repo", OCI: &wbv1.OCIRootSource{Reference: ref}}}}
+		return &wbv1.EnvironmentSpec{Backend: wbv1.BackendFixtureCopy, Roots: []wbv1.EnvironmentRoot{{Name: "repo", OCI: &wbv1.OCIRootSource{Ref: ref}}}}
 	}
 	host := &wbv1.EnvironmentSpec{Backend: wbv1.BackendFixtureCopy, Roots: []wbv1.EnvironmentRoot{{Name: "repo", Source: &url}}}
 	cases := []struct {

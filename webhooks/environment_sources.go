@@ -34,8 +34,8 @@ func validateRootSource(p *field.Path, r wbv1.EnvironmentRoot) field.ErrorList {
 		}
 	}
 	if o := r.OCI; o != nil {
-		if _, _, err := sources.ParseOCIReference(o.Reference); err != nil {
-			refuse(p.Child("oci", "reference"), o.Reference, err)
+		if _, _, err := sources.ParseOCIReference(o.Ref); err != nil {
+			refuse(p.Child("oci", "ref"), o.Ref, err)
 		}
 	}
 	return errs

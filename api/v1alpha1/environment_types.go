@@ -242,6 +242,7 @@ type GitRootSource struct {
 	// commit is the full commit id (40 or 64 lowercase hex digits) the workspace is checked
 	// out at; the checkout's tree is verified against it.
 	// +optional
+	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^([0-9a-f]{40}|[0-9a-f]{64})$`
 	Commit *string `json:"commit,omitempty"`
 
@@ -263,19 +264,41 @@ type GitRootSource struct {
 	// +kubebuilder:validation:Maximum=100000
 	Depth *int32 `json:"depth,omitempty"`
 
-	// submodules are fetched only when true.
+	// submodules Fetch checks out the repository's submodules (one level); None (the
+	// default) leaves them out.
 	// +optional
-	Submodules bool `json:"submodules,omitempty"`
+	Submodules GitSubmodules `json:"submodules,omitempty"`
 
-	// lfs objects are fetched only when true; a repository using LFS without it is refused.
+	// lfs Fetch fetches Git LFS objects; Refuse (the default) refuses a repository that
+	// uses LFS.
 	// +optional
-	LFS bool `json:"lfs,omitempty"`
+	LFS GitLFS `json:"lfs,omitempty"`
 
 	// credentialsSecretRef names a Secret holding either `token` (HTTPS) or `ssh-privatekey`
 	// with `known_hosts` (SSH, hosts pinned).
 	// +optional
 	CredentialsSecretRef *SecretKeyReference `json:"credentialsSecretRef,omitempty"`
 }
+
+// GitSubmodules says whether a git source's submodules are checked out.
+// +kubebuilder:validation:Enum=None;Fetch
+type GitSubmodules string
+
+// Submodule policies.
+const (
+	GitSubmodulesNone  GitSubmodules = "None"
+	GitSubmodulesFetch GitSubmodules = "Fetch"
+)
+
+// GitLFS says whether a git source's LFS objects are fetched.
+// +kubebuilder:validation:Enum=Refuse;Fetch
+type GitLFS string
+
+// LFS policies.
+const (
+	GitLFSRefuse GitLFS = "Refuse"
+	GitLFSFetch  GitLFS = "Fetch"
+)
 
 // ArchiveFormat names an archive encoding. It is declared or taken from the Artifact, never
 // guessed from the content.
@@ -306,12 +329,12 @@ type ArchiveRootSource struct {
 
 // OCIRootSource is an OCI artifact or image whose layers form the root.
 type OCIRootSource struct {
-	// reference is repository@sha256:<digest>, or repository:tag as a convenience that
-	// resolves to a digest recorded in status.roots[].resolved.
+	// ref is the OCI reference repository@sha256:<digest>, or repository:tag as a
+	// convenience that resolves to a digest recorded in status.roots[].resolved.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1024
-	Reference string `json:"reference"`
+	Ref string `json:"ref"`
 
 	// credentialsSecretRef names a Secret of type kubernetes.io/dockerconfigjson.
 	// +optional

@@ -8,8 +8,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-
-	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
 // Root is one named root of an environment as the node agent resolved it.
@@ -24,11 +22,6 @@ type Root struct {
 	SourceID    string
 	Materialize MaterializeFunc `json:"-"`
 }
-
-// MaterializeFunc fills an empty directory (staging, opened beneath; stagingDir, its
-// absolute path) from a workspace source and returns the files, directories and bytes
-// written (internal/platform/sources does the work; the node agent binds the source).
-type MaterializeFunc func(ctx context.Context, staging *fsaccess.Root, stagingDir string) (files, dirs int, bytes int64, err error)
 
 // Spec is the backend-neutral description of one environment allocation.
 type Spec struct {

@@ -148,7 +148,7 @@ func (s Sources) root() (*wbv1.EnvironmentRoot, error) {
 		}
 		root.Archive = a
 	case s.OCI != "":
-		o := &wbv1.OCIRootSource{Reference: s.OCI}
+		o := &wbv1.OCIRootSource{Ref: s.OCI}
 		if s.OCISecret != "" {
 			o.CredentialsSecretRef = &wbv1.SecretKeyReference{Name: wbv1.ObjectName(s.OCISecret)}
 		}

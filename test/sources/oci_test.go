@@ -59,7 +59,7 @@ func TestOCISourceByDigestAndTag(t *testing.T) {
 	digest := push(t, reg, "team/ws:v1", ociLayer(t, map[string]string{"a.txt": "one\n"}), ociLayer(t, map[string]string{"dir/b.txt": "two\n"}))
 	for _, ref := range []string{reg + "/team/ws@" + digest, reg + "/team/ws:v1"} {
 		ns := namespace(t)
-		sourcedEnvironment(t, ns, wbv1.EnvironmentRoot{OCI: &wbv1.OCIRootSource{Reference: ref}})
+		sourcedEnvironment(t, ns, wbv1.EnvironmentRoot{OCI: &wbv1.OCIRootSource{Ref: ref}})
 		e := waitEnvironment(t, ns)
 		if e.Status.Phase != wbv1.EnvironmentReady || len(e.Status.Roots) != 1 || e.Status.Roots[0].Resolved != digest || e.Status.Roots[0].Kind != "oci" ||
 			e.Status.Roots[0].Bytes != int64(len("one\ntwo\n")) {
@@ -75,7 +75,7 @@ func TestOCISourceByDigestAndTag(t *testing.T) {
 	}
 	bad := push(t, reg, "team/bad:v1", ociLayer(t, nil, &tar.Header{Name: "etc", Linkname: "/etc", Typeflag: tar.TypeSymlink}))
 	ns := namespace(t)
-	sourcedEnvironment(t, ns, wbv1.EnvironmentRoot{OCI: &wbv1.OCIRootSource{Reference: reg + "/team/bad@" + bad}})
+	sourcedEnvironment(t, ns, wbv1.EnvironmentRoot{OCI: &wbv1.OCIRootSource{Ref: reg + "/team/bad@" + bad}})
 	e := waitEnvironment(t, ns)
 	if e.Status.Phase != wbv1.EnvironmentFailed || len(e.Status.Roots) != 1 || e.Status.Roots[0].Reason != string(actuation.CodeArchiveLinkEscape) {
 		t.Fatalf("symlink out: %+v", e.Status)

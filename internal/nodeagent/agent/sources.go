@@ -189,7 +189,7 @@ func (a *Agent) bindSources(ctx context.Context, env *wbv1.Environment, spec *ba
 				return out, c, msg, err
 			}
 			id = sourceID(kind, r.OCI, "")
-			ref := r.OCI.Reference
+			ref := r.OCI.Ref
 			m = func(ctx context.Context, st *fsaccess.Root, _ string) (int, int, int64, error) {
 				res, err := sources.OCI{Timeout: timeout}.MaterializeOCI(ctx, ref, auth, pol, st, lim)
 				return out.record(name, kind, res, err)
@@ -278,7 +278,7 @@ func (a *Agent) sourceSecret(ctx context.Context, env *wbv1.Environment, ref *wb
 }
 
 func (a *Agent) gitSource(ctx context.Context, env *wbv1.Environment, g *wbv1.GitRootSource) (sources.GitSource, error) {
-	src := sources.GitSource{URL: g.URL, Commit: ptrStr(g.Commit), Ref: ptrStr(g.Ref), Depth: int(deref(g.Depth)), Submodules: g.Submodules, LFS: g.LFS}
+	src := sources.GitSource{URL: g.URL, Commit: ptrStr(g.Commit), Ref: ptrStr(g.Ref), Depth: int(deref(g.Depth)), Submodules: g.Submodules == wbv1.GitSubmodulesFetch, LFS: g.LFS == wbv1.GitLFSFetch}
 	for _, p := range g.SparsePaths {
 		src.SparsePaths = append(src.SparsePaths, string(p))
 	}
@@ -300,7 +300,7 @@ func (a *Agent) gitSource(ctx context.Context, env *wbv1.Environment, g *wbv1.Gi
 }
 
 func (a *Agent) ociAuth(ctx context.Context, env *wbv1.Environment, o *wbv1.OCIRootSource) (authn.Authenticator, error) {
-	r, _, err := sources.ParseOCIReference(o.Reference)
+	r, _, err := sources.ParseOCIReference(o.Ref)
 	if err != nil {
 		return nil, err
 	}
