@@ -334,7 +334,7 @@ func (r resolver) UploadArtifact(ctx context.Context, ns, name string, body io.R
 	}()
 	digest, size, err := a.blobs.Put(body, maxBytes)
 	if err != nil {
-		if actuation.CodeOf(err) == actuation.CodeArtifactTooLarge || actuation.CodeOf(err) == actuation.CodeArtifactTooLarge {
+		if actuation.CodeOf(err) == actuation.CodeArtifactTooLarge {
 			return "", 0, actuation.Refusef(actuation.CodeUploadTooLarge, "artifact %s: the upload exceeds %d bytes", key, maxBytes)
 		}
 		return "", 0, fmt.Errorf("storing the upload of artifact %s: %w", key, err)
