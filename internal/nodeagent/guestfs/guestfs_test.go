@@ -316,7 +316,6 @@ func TestApplyPatchRefusals(t *testing.T) {
 		{"outside", structured(t, pol, patch.StructuredOp{Op: patch.OpReplace, Path: "../x", Content: "x"}), string(actuation.CodePatchOutsideRoot)},
 		{"create forbidden", structured(t, patch.Policy{}, patch.StructuredOp{Op: patch.OpCreate, Path: "n.txt", Content: "x"}), string(actuation.CodePatchCreateForbidden)},
 		{"delete", structured(t, pol, patch.StructuredOp{Op: patch.OpDelete, Path: "a.txt"}), "capability-mismatch"},
-		{"mkdir", structured(t, pol, patch.StructuredOp{Op: patch.OpCreate, Path: "newdir/n.txt", Content: "x"}), "capability-mismatch"},
 		{"mode", request(t, patch.FormatUnified, "diff --git a/run.sh b/run.sh\nnew file mode 100755\n--- /dev/null\n+++ b/run.sh\n@@ -0,0 +1 @@\n+echo\n", withExec(pol)), string(actuation.CodePatchModeUnsupported)},
 		// Workspace hygiene holds on VM roots too: the host plans every guest patch.
 		{"executable bit", request(t, patch.FormatUnified, "diff --git a/run.sh b/run.sh\nnew file mode 100755\n--- /dev/null\n+++ b/run.sh\n@@ -0,0 +1 @@\n+echo\n", pol), string(actuation.CodePatchExecutableForbidden)},
@@ -333,6 +332,14 @@ func TestApplyPatchRefusals(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(w.dir, "newdir")); !os.IsNotExist(err) {
 		t.Fatalf("a refused patch created a directory: %v", err)
+	}
+	// A create under a missing directory makes its parents in the guest (issue 29 item 2:
+	// it used to be refused capability-mismatch, which halted skill replay on VMs).
+	if _, err := w.guest.ApplyPatch(ctx, structured(t, pol, patch.StructuredOp{Op: patch.OpCreate, Path: "newdir/sub/n.txt", Content: "x"})); err != nil {
+		t.Fatalf("create under a missing directory: %v", err)
+	}
+	if got := w.read(t, "newdir/sub/n.txt"); got != "x" {
+		t.Fatalf("newdir/sub/n.txt: %q", got)
 	}
 }
 

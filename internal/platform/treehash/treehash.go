@@ -46,11 +46,11 @@ const (
 func (l Limits) Check() error {
 	switch {
 	case l.MaxEntries > CeilingMaxEntries:
-		return &Error{Code: string(actuation.CodeStateLimitInvalid), Msg: fmt.Sprintf("maxEntries %d is above the ceiling %d", l.MaxEntries, CeilingMaxEntries)}
+		return actuation.Refusef(actuation.CodeStateLimitInvalid, "maxEntries %d is above the ceiling %d", l.MaxEntries, CeilingMaxEntries)
 	case l.MaxBytes > CeilingMaxBytes:
-		return &Error{Code: string(actuation.CodeStateLimitInvalid), Msg: fmt.Sprintf("maxBytes %d is above the ceiling %d", l.MaxBytes, int64(CeilingMaxBytes))}
+		return actuation.Refusef(actuation.CodeStateLimitInvalid, "maxBytes %d is above the ceiling %d", l.MaxBytes, int64(CeilingMaxBytes))
 	case l.MaxFile > CeilingMaxFile:
-		return &Error{Code: string(actuation.CodeStateLimitInvalid), Msg: fmt.Sprintf("maxFileBytes %d is above the ceiling %d", l.MaxFile, int64(CeilingMaxFile))}
+		return actuation.Refusef(actuation.CodeStateLimitInvalid, "maxFileBytes %d is above the ceiling %d", l.MaxFile, int64(CeilingMaxFile))
 	}
 	return nil
 }
@@ -123,16 +123,9 @@ type State struct {
 	Entries []Entry `json:"entries"`
 }
 
-// Error is a refusal with a stable code.
-type Error struct {
-	Code string
-	Msg  string
-}
-
-func (e *Error) Error() string { return e.Code + ": " + e.Msg }
-
+// refuse is the state-tree-too-large refusal (one refusal type: actuation.Refusal).
 func refuse(format string, args ...any) error {
-	return &Error{Code: string(actuation.CodeStateTreeTooLarge), Msg: fmt.Sprintf(format, args...)}
+	return actuation.Refusef(actuation.CodeStateTreeTooLarge, format, args...)
 }
 
 // NamedSnapshot is the snapshot of one root ("" path) taken with
