@@ -148,7 +148,10 @@ func TestEnvironmentExpires(t *testing.T) {
 	if e.Status.Phase == wbv1.EnvironmentExpired {
 		t.Fatalf("expired before its TTL: %+v", e.Status)
 	}
+	// The manager's clock is shared by the whole suite: it goes back once this test is done
+	// (a consent request of a later test would otherwise expire as soon as it is created).
 	clock.Advance(61 * time.Second)
+	t.Cleanup(func() { clock.Advance(-61 * time.Second) })
 	touch := 0
 	eventually(t, 20*time.Second, "environment Expired", func() (bool, string) {
 		touch++
