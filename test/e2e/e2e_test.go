@@ -322,7 +322,7 @@ func TestNodeAgentPodDeletedMidCommand(t *testing.T) {
 	var c wbv1.TerminalCommand
 	eventually(t, 2*time.Minute, "the interrupted command's truthful outcome", func() (bool, string) {
 		must(t, cluster.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
-		return wbv1.CommandIsFinal(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
+		return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
 	})
 	if c.Status.Phase != wbv1.CommandFailed || c.Status.Refusal == nil || c.Status.Refusal.Code != "interrupted" {
 		t.Fatalf("outcome after the node agent's restart: %+v", c.Status)

@@ -107,7 +107,7 @@ func TestSandboxUnavailableFailsClosed(t *testing.T) {
 	var c wbv1.TerminalCommand
 	eventually(t, 60*time.Second, "command outcome", func() (bool, string) {
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c"}, &c))
-		return wbv1.CommandIsFinal(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
+		return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
 	})
 	if c.Status.Phase == wbv1.CommandSucceeded || c.Status.Refusal == nil || c.Status.Refusal.Code != wantCode {
 		t.Fatalf("command on a node without the sandbox: phase %s refusal %+v, want refused with %s", c.Status.Phase, c.Status.Refusal, wantCode)

@@ -159,7 +159,7 @@ func runSpec(t testing.TB, a *agent.Agent, ns, name string, spec wbv1.TerminalCo
 	var c wbv1.TerminalCommand
 	eventually(t, time.Duration(spec.TimeoutSeconds+30)*time.Second, "command "+name+" outcome", func() (bool, string) {
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c))
-		return wbv1.CommandIsFinal(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
+		return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
 	})
 	var s wbv1.TerminalSession
 	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: string(spec.SessionRef)}, &s))

@@ -103,7 +103,7 @@ func TestAgentCommandIntoOperatorSessionRefused(t *testing.T) {
 		var c wbv1.TerminalCommand
 		eventually(t, 90*time.Second, "command "+name+" outcome", func() (bool, string) {
 			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c))
-			return wbv1.CommandIsFinal(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
+			return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
 		})
 		return &c
 	}
