@@ -44,7 +44,7 @@ func TestCatalogSigningBlock(t *testing.T) {
 			return false, "no actions"
 		}
 		return c.Status.Authorization == wbv1.ActionAuthorized && c.Status.Actions[0].Code == "signing-signer-mismatch" &&
-			c.Status.Actions[0].Authorization == wbv1.ActionUnauthorized && c.Status.Actions[1].Authorization == wbv1.ActionAuthorized,
+				c.Status.Actions[0].Authorization == wbv1.ActionUnauthorized && c.Status.Actions[1].Authorization == wbv1.ActionAuthorized,
 			fmt.Sprintf("%+v", c.Status.Actions)
 	})
 	mustRefuse(t, env.Client.Create(ctx, f.run("other-signer", "node.echo", `{"msg":"a"}`)), "signing-signer-mismatch")
