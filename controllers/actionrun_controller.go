@@ -47,7 +47,7 @@ type ActionRunReconciler struct {
 func actionRunOwned(s *wbv1.ActionRunStatus) wbv1.ActionRunStatus {
 	out := wbv1.ActionRunStatus{
 		Phase: s.Phase, Class: s.Class, SpecDigest: s.SpecDigest, ParamsDigest: s.ParamsDigest, Argv: s.Argv,
-		TimeoutSeconds: s.TimeoutSeconds, Signer: s.Signer, Unauthorized: s.Unauthorized,
+		TimeoutSeconds: s.TimeoutSeconds, Signer: s.Signer, Unauthorized: s.Unauthorized, Observation: s.Observation,
 		ConsentRequestRef: s.ConsentRequestRef, CatalogDeltaRef: s.CatalogDeltaRef, ObservedGeneration: s.ObservedGeneration,
 		Conditions: ownedConditions(s.Conditions, wbv1.ConditionAdmitted, wbv1.ConditionReconciling, wbv1.ConditionStalled),
 	}
@@ -110,6 +110,9 @@ func (r *ActionRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	p := &runPass{run: &run, cur: actionRunOwned(&run.Status), next: actionRunOwned(&run.Status),
 		all: append([]metav1.Condition(nil), run.Status.Conditions...)}
 	if wbv1.ActionRunIsFinal(run.Status.Conditions) || isTrueCond(run.Status.Conditions, wbv1.ConditionAdmitted) {
+		if wbv1.ActionRunIsFinal(run.Status.Conditions) {
+			p.next.Observation = convert.ObservedOutcome(p.next.Observation, &run.Status)
+		}
 		return r.finish(ctx, p)
 	}
 	p.next.ObservedGeneration = run.Generation
@@ -162,6 +165,7 @@ func (r *ActionRunReconciler) gate(ctx context.Context, p *runPass) error {
 	p.next.TimeoutSeconds = d.TimeoutSeconds
 	p.next.Signer = d.Signer
 	p.next.Unauthorized = d.Unauthorized
+	p.next.Observation = convert.ActionObservation(d.Observation)
 
 	var env wbv1.Environment
 	if err := r.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: string(run.Spec.EnvironmentRef)}, &env); err != nil {

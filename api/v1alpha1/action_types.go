@@ -195,6 +195,42 @@ type ResultContract struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	SignalKind string `json:"signalKind,omitempty"`
+	// signalFamily is the observation signal family recorded on each run (seed 002
+	// result_contract.signal_family), for example os/fetch-result.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	SignalFamily string `json:"signalFamily,omitempty"`
+}
+
+// SigningKeyKind is the kind of key a scoped signer grant uses (seed 002 key_ref.kind).
+// +kubebuilder:validation:Enum=primary-participant;proxy;derived
+type SigningKeyKind string
+
+// ActionSigning is the seed's optional signing block: a scoped, per-run signer grant. The
+// named signer must be the one whose signature authorizes the catalog, domains are
+// enumerated and maxSignatures bounds how many signatures one run may request.
+type ActionSigning struct {
+	// signerRef names the ActionSigner that must have signed the catalog for this grant to
+	// be authorized; a catalog signed by any other signer leaves the action Unauthorized.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	SignerRef string `json:"signerRef"`
+	// keyKind is the kind of key the grant uses (seed key_ref.kind); primary-participant when unset.
+	// +optional
+	KeyKind SigningKeyKind `json:"keyKind,omitempty"`
+	// allowedDomains are the signing domain tags (for example git.commit.v1) a run may request.
+	// +required
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=set
+	// +kubebuilder:validation:items:MaxLength=128
+	AllowedDomains []string `json:"allowedDomains"`
+	// maxSignatures bounds the signatures one run may request under this grant.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16
+	MaxSignatures int32 `json:"maxSignatures"`
 }
 
 // OutputLimits cap captured output.
@@ -288,6 +324,16 @@ type ActionDeclaration struct {
 	// +optional
 	// +kubebuilder:validation:MaxProperties=8
 	Sensitivity map[string]string `json:"sensitivity,omitempty"`
+	// incidentalEffects are effects the action declares beyond its class's baseline (seed
+	// connector_incidental_effects); they add to the baseline, never subtract from it.
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=set
+	// +kubebuilder:validation:items:MaxLength=63
+	IncidentalEffects []string `json:"incidentalEffects,omitempty"`
+	// signing is the optional scoped signer grant (seed 002 signing block).
+	// +optional
+	Signing *ActionSigning `json:"signing,omitempty"`
 }
 
 // ActionCatalogSpec is what a signature covers: RFC 8785 canonical JSON of this struct as
@@ -439,7 +485,12 @@ type ActionRunPhase string
 // ActionRunSpec is one invocation of a catalog action. Immutable except desiredState.
 // +kubebuilder:validation:XValidation:rule="self.catalogRef == oldSelf.catalogRef && self.actionId == oldSelf.actionId && self.environmentRef == oldSelf.environmentRef && has(self.parameters) == has(oldSelf.parameters) && (!has(self.parameters) || self.parameters == oldSelf.parameters) && has(self.timeoutSeconds) == has(oldSelf.timeoutSeconds) && (!has(self.timeoutSeconds) || self.timeoutSeconds == oldSelf.timeoutSeconds) && has(self.expectedSpecDigest) == has(oldSelf.expectedSpecDigest) && (!has(self.expectedSpecDigest) || self.expectedSpecDigest == oldSelf.expectedSpecDigest)",message="immutable: spec is immutable except desiredState (Cancelled)"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.desiredState) || (has(self.desiredState) && self.desiredState == oldSelf.desiredState)",message="immutable: a cancelled run stays cancelled"
+// +kubebuilder:validation:XValidation:rule="has(self.signing) == has(oldSelf.signing) && (!has(self.signing) || self.signing == oldSelf.signing)",message="immutable: spec.signing is immutable"
 type ActionRunSpec struct {
+	// signing requests signatures under the action's scoped signer grant: one domain the
+	// action's signing block allows and at most its maxSignatures.
+	// +optional
+	Signing *SigningRequest `json:"signing,omitempty"`
 	// catalogRef names the ActionCatalog in this namespace.
 	// +required
 	CatalogRef ObjectName `json:"catalogRef"`
@@ -532,6 +583,47 @@ type ArtifactRef struct {
 	Role string `json:"role,omitempty"`
 }
 
+// SigningRequest is what one run asks of the action's scoped signer grant.
+type SigningRequest struct {
+	// domain is the signing domain tag requested; it must be one the action allows.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	Domain string `json:"domain"`
+	// signatures is how many signatures the run requests; above the action's maxSignatures
+	// the run is refused (signing-max-signatures-exceeded).
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1024
+	Signatures int32 `json:"signatures"`
+}
+
+// ActionObservation is the seed's observation of a run: its signal kind and family, the
+// sensitivity class attached and the incidental effects, from the catalog (class baseline
+// plus declared) and from what the run observed.
+type ActionObservation struct {
+	// signalKind is the result contract's signal kind.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	SignalKind string `json:"signalKind,omitempty"`
+	// signalFamily is the result contract's signal family.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	SignalFamily string `json:"signalFamily,omitempty"`
+	// sensitivityClass is the effective sensitivity class: the class baseline
+	// (operational-sensitive) unless the action raises it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	SensitivityClass string `json:"sensitivityClass,omitempty"`
+	// incidentalEffects is the class baseline, plus the action's declared effects, plus
+	// effects the run was observed to have, sorted.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=set
+	// +kubebuilder:validation:items:MaxLength=63
+	IncidentalEffects []string `json:"incidentalEffects,omitempty"`
+}
+
 // ActionRunStatus: the manager writes admission (Admitted, admission fields, and the
 // outcome of a run it refused); the node agent writes execution (Started, Completed,
 // exit, capture) of an admitted run. See docs/actions.md.
@@ -569,6 +661,11 @@ type ActionRunStatus struct {
 	// an unsigned catalog (seed: connector/unauthorized).
 	// +optional
 	Unauthorized bool `json:"unauthorized,omitempty"`
+	// observation is the seed's observation of the run (signal kind and family,
+	// sensitivity class, incidental effects): declared at admission, completed by the
+	// node with what the run was observed to do.
+	// +optional
+	Observation *ActionObservation `json:"observation,omitempty"`
 	// consentRequestRef names the ConsentRequest of a C7 run.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253

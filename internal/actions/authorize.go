@@ -96,13 +96,15 @@ func VerifyCatalog(namespace, digest string, sig *Signature, signers []Signer, p
 }
 
 // ActionVerdict narrows a catalog verdict to one action: a signer authorizes only the
-// classes it lists (catalog-signer-out-of-scope for others).
+// classes it lists (catalog-signer-out-of-scope for others), and an action with a signing
+// block only when its named signer is the one whose signature verified
+// (signing-signer-mismatch).
 func ActionVerdict(v CatalogVerdict, a *Action) CatalogVerdict {
 	if v.State == StateAuthorized && !slices.Contains(v.Signer.Classes, a.Class) {
 		return CatalogVerdict{State: StateUnauthorized, Code: actuation.CodeCatalogSignerOutOfScope, Signer: v.Signer,
 			Message: fmt.Sprintf("signer %q may not authorize class %s (%s)", v.Signer.Name, a.Class, SeedName(a.Class))}
 	}
-	return v
+	return signingVerdict(v, a)
 }
 
 // PostureBlocks returns emergency-policy-blocked when posture is Emergency, the action's
@@ -141,6 +143,8 @@ type AuthorizeInput struct {
 	TimeoutSeconds int64
 	// ExpectedSpecDigest, when set, must equal the current digest.
 	ExpectedSpecDigest string
+	// Signing is the run's request of the action's signer grant (nil = none).
+	Signing *SigningRequest
 }
 
 // Decision is the verdict on one run. Allowed runs carry the action, the rendered argv and
@@ -158,12 +162,15 @@ type Decision struct {
 	Env            []actuation.EnvVar
 	ParamsDigest   string
 	TimeoutSeconds int64
+	// Observation is the run's declared observation (ObservationOf with nothing observed yet).
+	Observation Observation
 }
 
 // Authorize decides a run, in order: the request names a catalog and action
 // (directive-missing), the spec decodes, the action exists (action-not-allowlisted) and is
 // structurally valid, the proposer's pinned digest matches (allowlist-catalog-mismatch),
-// the signature and signer scope authorize it, posture admits its class, the timeout is
+// the signature and signer scope authorize it (a signing block's signer included), the
+// signing request is within the action's grant, posture admits its class, the timeout is
 // within the action's maximum, and the parameters validate and render. The manager calls
 // it at admission and the node agent again immediately before spawn.
 func Authorize(in AuthorizeInput) Decision {
@@ -199,6 +206,10 @@ func Authorize(in AuthorizeInput) Decision {
 	default:
 		d.Signer = v.Signer.Name
 	}
+	if r := SigningRefusal(a, in.Signing); r != nil {
+		d.Refusal = r
+		return d
+	}
 	if r := PostureBlocks(in.Policy, in.Namespace, in.CatalogName, a); r != nil {
 		d.Refusal = r
 		return d
@@ -223,6 +234,7 @@ func Authorize(in AuthorizeInput) Decision {
 	canon, _ := ValidateParams(a, in.Params)
 	d.ParamsDigest = digestOf(canon)
 	d.Allowed, d.Action, d.Argv, d.Env = true, a, argv, env
+	d.Observation = ObservationOf(a, Observed{})
 	return d
 }
 

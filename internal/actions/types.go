@@ -122,6 +122,15 @@ type ResultContract struct {
 	StdoutFormat        string   `json:"stdoutFormat"`
 	ResultPointerFields []string `json:"resultPointerFields,omitempty"`
 	SignalKind          string   `json:"signalKind,omitempty"`
+	SignalFamily        string   `json:"signalFamily,omitempty"`
+}
+
+// Signing is the seed's scoped signer grant of one action (the API's ActionSigning).
+type Signing struct {
+	SignerRef      string   `json:"signerRef"`
+	KeyKind        string   `json:"keyKind,omitempty"`
+	AllowedDomains []string `json:"allowedDomains"`
+	MaxSignatures  int32    `json:"maxSignatures"`
 }
 
 // Action is one catalog declaration.
@@ -145,6 +154,8 @@ type Action struct {
 	OutputLimits          OutputLimits          `json:"outputLimits"`
 	ResultContract        ResultContract        `json:"resultContract"`
 	Sensitivity           map[string]string     `json:"sensitivity,omitempty"`
+	IncidentalEffects     []string              `json:"incidentalEffects,omitempty"`
+	Signing               *Signing              `json:"signing,omitempty"`
 }
 
 // Catalog is the signed document: the spec of an ActionCatalog.

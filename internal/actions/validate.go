@@ -166,6 +166,7 @@ func ValidateAction(a *Action, base string) []*actuation.Refusal {
 	}
 	rs = append(rs, validateResultContract(a.ResultContract, f("resultContract"))...)
 	rs = append(rs, validateSensitivity(a.Sensitivity, f("sensitivity"))...)
+	rs = append(rs, validateObservationLane(a, f)...)
 	if len(a.ParametersSchema) > 0 {
 		if _, r := compileSchema(a.ParametersSchema); r != nil {
 			r.Field = f("parametersSchema")

@@ -382,6 +382,15 @@ const (
 	CodeCatalogSignerOutOfScope  Code = "catalog-signer-out-of-scope" // the signer may not sign this namespace or class
 )
 
+// Seed 002 signing block and observation (issue 30 item 6).
+const (
+	CodeSigningSignerMismatch        Code = "signing-signer-mismatch"         // the catalog is not signed by the signer its action's signing block names
+	CodeSigningDomainNotAllowed      Code = "signing-domain-not-allowed"      // a run requests signatures in a domain the action's signing block does not list (or it has none)
+	CodeSigningMaxSignaturesExceeded Code = "signing-max-signatures-exceeded" // a run requests more signatures than the action's maxSignatures
+	CodeSigningBlockInvalid          Code = "signing-block-invalid"           // a signing block without signer, with malformed domains or maxSignatures out of 1..16
+	CodeIncidentalEffectInvalid      Code = "incidental-effect-invalid"       // a declared incidental effect that is not a lowercase effect name, or too many
+)
+
 // Warm pools (issue 13 item 4, docs/pools.md).
 const (
 	CodePoolNotFound         Code = "pool-not-found"         // spec.poolRef names no EnvironmentPool in the namespace
@@ -519,6 +528,8 @@ var allCodes = []Code{
 	CodeActionTimeout, CodeDirectiveMissing, CodeParametersInvalid, CodeScriptNotExecutable,
 	CodeArgvTemplateInvalid, CodeActionClassParamsInvalid, CodeCatalogSignerUnknown, CodeCatalogSignerOutOfScope,
 	CodeCommandNotStarted,
+	// seed 002 signing block and observation (issue 30)
+	CodeSigningSignerMismatch, CodeSigningDomainNotAllowed, CodeSigningMaxSignaturesExceeded, CodeSigningBlockInvalid, CodeIncidentalEffectInvalid,
 	// warm pools (issue 13)
 	CodePoolNotFound, CodePoolTemplateMismatch,
 	// operational context lifecycle (opctx)

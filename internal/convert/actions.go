@@ -117,5 +117,32 @@ func AuthorizeRun(cat *wbv1.ActionCatalog, run *wbv1.ActionRun, signers []wbv1.A
 	if run.Spec.TimeoutSeconds != nil {
 		in.TimeoutSeconds = *run.Spec.TimeoutSeconds
 	}
+	in.Signing = ActionSigningRequest(run.Spec.Signing)
 	return in, nil
+}
+
+// ActionSigningRequest is the core's form of a run's spec.signing (nil = none).
+func ActionSigningRequest(s *wbv1.SigningRequest) *actions.SigningRequest {
+	if s == nil {
+		return nil
+	}
+	return &actions.SigningRequest{Domain: s.Domain, Signatures: s.Signatures}
+}
+
+// ActionObservation is the API form of a run's observation.
+func ActionObservation(o actions.Observation) *wbv1.ActionObservation {
+	return &wbv1.ActionObservation{SignalKind: o.SignalKind, SignalFamily: o.SignalFamily, SensitivityClass: o.SensitivityClass,
+		IncidentalEffects: o.IncidentalEffects}
+}
+
+// ObservedOutcome completes a finished run's observation with what the node captured:
+// touched files, network connections and artifacts add their effects.
+func ObservedOutcome(obs *wbv1.ActionObservation, st *wbv1.ActionRunStatus) *wbv1.ActionObservation {
+	if obs == nil {
+		return nil
+	}
+	out := obs.DeepCopy()
+	out.IncidentalEffects = actions.WithObserved(obs.IncidentalEffects, actions.Observed{
+		WroteFiles: len(st.TouchedFiles) > 0, Connected: len(st.NetworkTranscript) > 0, ProducedFiles: len(st.ArtifactRefs) > 0})
+	return out
 }

@@ -293,6 +293,9 @@ func (r *actionRunReconciler) authorize(ctx context.Context, run *wbv1.ActionRun
 	}
 	in := actions.AuthorizeInput{Namespace: run.Namespace, CatalogName: cat.Name, SpecJSON: specJSON, ActionID: run.Spec.ActionID,
 		ExpectedSpecDigest: string(run.Spec.ExpectedSpecDigest)}
+	if s := run.Spec.Signing; s != nil {
+		in.Signing = &actions.SigningRequest{Domain: s.Domain, Signatures: s.Signatures}
+	}
 	if s := cat.Signature; s != nil {
 		in.Signature = &actions.Signature{SignerRef: s.SignerRef, SpecDigest: string(s.SpecDigest), Value: s.Value}
 	}
