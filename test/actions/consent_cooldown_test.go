@@ -79,7 +79,9 @@ func TestActionRunConsentCooldown(t *testing.T) {
 	}
 
 	must(t, env.Client.Create(ctx, f.run("cd-b", "node.gated", `{"msg":"cool"}`)))
-	r = f.waitRun(t, "cd-b", "decided", func(r *wbv1.ActionRun) bool { return r.Status.Phase == wbv1.ActionRunRefused || r.Status.ConsentRequestRef != "" })
+	r = f.waitRun(t, "cd-b", "decided", func(r *wbv1.ActionRun) bool {
+		return r.Status.Phase == wbv1.ActionRunRefused || r.Status.ConsentRequestRef != ""
+	})
 	if r.Status.Refusal == nil || r.Status.Refusal.Code != "consent-cooldown" || r.Status.ConsentRequestRef != "" {
 		t.Fatalf("second ask of a denied argv must cool down without a prompt: refusal %+v, consent request %q", r.Status.Refusal, r.Status.ConsentRequestRef)
 	}
