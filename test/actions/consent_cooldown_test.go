@@ -51,6 +51,17 @@ func TestActionRunCorrelation(t *testing.T) {
 		t.Fatalf("consent request correlation id = %q, want agent-trace-42", got)
 	}
 
+	// The CLI supplies an id and shows the one a run carries (supplied or generated).
+	code, out, errOut := kw(t, f.ns, "-o", "json", "action", "run", "tools", "node.echo", "--env", "e", "--param", "msg=x",
+		"--correlation-id", "cli-trace-7", "--wait=false")
+	if code != 0 || !strings.Contains(errOut, "(correlation id cli-trace-7)") {
+		t.Fatalf("action run --correlation-id exited %d: %s %s", code, out, errOut)
+	}
+	if code, out, errOut = kw(t, f.ns, "action", "run", "tools", "node.echo", "--env", "e", "--param", "msg=y", "--wait=false"); code != 0 ||
+		!strings.Contains(errOut, "(correlation id wb-") {
+		t.Fatalf("action run must show the generated correlation id, exited %d: %s %s", code, out, errOut)
+	}
+
 	// createdBy cannot be rewritten after creation.
 	r.Spec.CreatedBy = "someone-else"
 	if err := env.Client.Update(ctx, r); err == nil || !strings.Contains(err.Error(), "createdBy") {
