@@ -34,6 +34,8 @@ type ActionRunReconciler struct {
 	Now      func() time.Time
 	// ConsentTimeoutSeconds overrides DefaultConsentTimeout for C7 requests.
 	ConsentTimeoutSeconds int64
+	// Cooldown remembers denied argv per identity (shared with the consent request controller).
+	Cooldown *actuation.DenyCooldown
 }
 
 // +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=actionruns,verbs=get;list;watch;update;patch
@@ -238,9 +240,10 @@ func (r *ActionRunReconciler) consent(ctx context.Context, p *runPass, env *wbv1
 		}
 		cwd := wbv1.CwdAddress{Root: root}
 		cr = wbv1.ConsentRequest{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: run.Namespace, Labels: map[string]string{wbv1.EnvironmentLabel: env.Name}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: run.Namespace, Labels: withCorrelation(map[string]string{wbv1.EnvironmentLabel: env.Name}, run)},
 			Spec: wbv1.ConsentRequestSpec{
 				Descriptor: wbv1.ConsentDescriptor{
+					Requester:  run.Spec.CreatedBy,
 					Capability: wbv1.CapabilityActionRun, CommandRef: wbv1.ObjectName(run.Name), CommandUID: run.UID,
 					ProfileRef: wbv1.ObjectName(cat.Name), EnvironmentRef: wbv1.ObjectName(env.Name),
 					Argv: p.next.Argv, ArgvDigest: wbv1.Digest(actuation.ArgvDigest(cat.Name, p.next.Argv, convert.Cwd(cwd))), Cwd: cwd,
@@ -255,6 +258,14 @@ func (r *ActionRunReconciler) consent(ctx context.Context, p *runPass, env *wbv1
 		if r.ConsentTimeoutSeconds > 0 {
 			cr.Spec.TimeoutSeconds = r.ConsentTimeoutSeconds
 		}
+		opts, ref, err := consentGate(ctx, r.Client, r.Cooldown, run.Namespace, &cr.Spec.Descriptor, cr.Spec.Options, r.Now())
+		if err != nil || ref != nil {
+			if ref != nil {
+				r.refuse(p, ref)
+			}
+			return false, err
+		}
+		cr.Spec.Options = opts
 		log.FromContext(ctx).Info("Creating consent request for operator-gated run", "run", client.ObjectKeyFromObject(run), "request", name)
 		if err := r.Create(ctx, &cr); err != nil {
 			return false, fmt.Errorf("creating ConsentRequest %s for run %s: %w", name, run.Name, err)

@@ -44,7 +44,7 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 		sessionBinder(c, now), waitBinder(c, now), probeBinder(c, now), patchBinder(c, now),
 		&SessionCapacityReconciler{Client: c}, &ImageManifestReconciler{Client: c},
 		&ActionCatalogReconciler{Client: c},
-		&ActionRunReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-action"), Now: now, ConsentTimeoutSeconds: cfg.ConsentTimeoutSeconds},
+		&ActionRunReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-action"), Now: now, ConsentTimeoutSeconds: cfg.ConsentTimeoutSeconds, Cooldown: cooldown},
 		recordingBinder(c, now), &SkillReplayReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-skillreplay"), Now: now},
 	} {
 		if err := s.SetupWithManager(mgr); err != nil {

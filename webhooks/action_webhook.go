@@ -45,6 +45,7 @@ func setupActions(mgr ctrl.Manager) error {
 	if err := ctrl.NewWebhookManagedBy(mgr, &wbv1.ActionSigner{}).WithValidator(ActionSignerValidator{}).Complete(); err != nil {
 		return err
 	}
+	setupActionRunStamper(mgr) // actionrun_mutate.go
 	return ctrl.NewWebhookManagedBy(mgr, &wbv1.ActionRun{}).
 		WithValidator(ActionRunValidator{Reader: mgr.GetAPIReader(), Client: mgr.GetClient()}).Complete()
 }

@@ -23,3 +23,16 @@ func correlationPatch(obj *wbv1.TerminalCommand, labelsExist bool) []jsonpatch.O
 
 // NewCorrelationID generates a correlation id.
 func NewCorrelationID() string { return "wb-" + string(uuid.NewUUID()) }
+
+// correlationLabelPatch is correlationPatch for any kind: it adds a generated correlation
+// id to an object whose labels carry none.
+func correlationLabelPatch(labels map[string]string) []jsonpatch.Operation {
+	if labels[wbv1.CorrelationLabel] != "" {
+		return nil
+	}
+	id := NewCorrelationID()
+	if len(labels) == 0 {
+		return []jsonpatch.Operation{{Operation: "add", Path: "/metadata/labels", Value: map[string]string{wbv1.CorrelationLabel: id}}}
+	}
+	return []jsonpatch.Operation{{Operation: "add", Path: "/metadata/labels/" + pointerEscape(wbv1.CorrelationLabel), Value: id}}
+}

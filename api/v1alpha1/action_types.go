@@ -486,11 +486,19 @@ type ActionRunPhase string
 // +kubebuilder:validation:XValidation:rule="self.catalogRef == oldSelf.catalogRef && self.actionId == oldSelf.actionId && self.environmentRef == oldSelf.environmentRef && has(self.parameters) == has(oldSelf.parameters) && (!has(self.parameters) || self.parameters == oldSelf.parameters) && has(self.timeoutSeconds) == has(oldSelf.timeoutSeconds) && (!has(self.timeoutSeconds) || self.timeoutSeconds == oldSelf.timeoutSeconds) && has(self.expectedSpecDigest) == has(oldSelf.expectedSpecDigest) && (!has(self.expectedSpecDigest) || self.expectedSpecDigest == oldSelf.expectedSpecDigest)",message="immutable: spec is immutable except desiredState (Cancelled)"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.desiredState) || (has(self.desiredState) && self.desiredState == oldSelf.desiredState)",message="immutable: a cancelled run stays cancelled"
 // +kubebuilder:validation:XValidation:rule="has(self.signing) == has(oldSelf.signing) && (!has(self.signing) || self.signing == oldSelf.signing)",message="immutable: spec.signing is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.createdBy) == has(oldSelf.createdBy) && (!has(self.createdBy) || self.createdBy == oldSelf.createdBy)",message="immutable: createdBy is stamped at creation"
 type ActionRunSpec struct {
 	// signing requests signatures under the action's scoped signer grant: one domain the
 	// action's signing block allows and at most its maxSignatures.
 	// +optional
 	Signing *SigningRequest `json:"signing,omitempty"`
+	// createdBy is the username that created the run, stamped by the admission webhook from
+	// the request (whatever a client sends is overwritten) and immutable. The deny cooldown
+	// of a C7 run's consent is kept per createdBy (consent-cooldown).
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	CreatedBy string `json:"createdBy,omitempty"`
+
 	// catalogRef names the ActionCatalog in this namespace.
 	// +required
 	CatalogRef ObjectName `json:"catalogRef"`

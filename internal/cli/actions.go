@@ -14,6 +14,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actions"
+	"sensorium.dev/workbench/internal/termsafe"
 	wbclient "sensorium.dev/workbench/pkg/client"
 )
 
@@ -140,10 +141,10 @@ func catalogCommand(o *Options) *cobra.Command {
 func actionCommand(o *Options) *cobra.Command {
 	c := &cobra.Command{Use: "action", Short: "Run actions of signed catalogs"}
 	var (
-		envName, paramsJSON, pin string
-		params                   []string
-		timeout                  int64
-		wait                     bool
+		envName, paramsJSON, pin, correlationID string
+		params                                  []string
+		timeout                                 int64
+		wait                                    bool
 	)
 	run := &cobra.Command{
 		Use: "run CATALOG ACTION --env E [--param k=v]... [--params-json JSON]", Short: "Create an ActionRun and wait for its outcome",
@@ -161,10 +162,11 @@ func actionCommand(o *Options) *cobra.Command {
 				return err
 			}
 			r, err := cl.CreateActionRun(cmd.Context(), wbclient.ActionRunRequest{GenerateName: "run-", Catalog: args[0], Action: args[1],
-				Environment: envName, Params: p, TimeoutSeconds: timeout, PinDigest: pin})
+				Environment: envName, Params: p, TimeoutSeconds: timeout, PinDigest: pin, CorrelationID: correlationID})
 			if err != nil {
 				return err
 			}
+			fmt.Fprintf(o.IO.ErrOut, "actionrun/%s created (correlation id %s)\n", r.Name, termsafe.Line(r.Labels[wbv1.CorrelationLabel]))
 			if wait {
 				if r, err = cl.WaitActionRun(cmd.Context(), r.Name, nil); err != nil {
 					return err
@@ -185,6 +187,7 @@ func actionCommand(o *Options) *cobra.Command {
 	run.Flags().Int64Var(&timeout, "timeout", 0, "timeout in seconds (default: the action's)")
 	run.Flags().StringVar(&pin, "pin", "", "refuse unless the catalog's spec digest is this (allowlist-catalog-mismatch)")
 	run.Flags().BoolVar(&wait, "wait", true, "wait for the outcome")
+	run.Flags().StringVar(&correlationID, "correlation-id", "", "correlation id labelling the run and its consent request (generated when empty)")
 	c.AddCommand(run)
 	return c
 }

@@ -123,6 +123,8 @@ type ActionRunRequest struct {
 	TimeoutSeconds int64
 	// PinDigest pins the catalog spec the caller saw (allowlist-catalog-mismatch otherwise).
 	PinDigest string
+	// CorrelationID labels the run and its consent request (generated at admission when empty).
+	CorrelationID string
 }
 
 // CreateActionRun creates an ActionRun; the admission webhook refuses it with its code
@@ -132,6 +134,9 @@ func (c *Client) CreateActionRun(ctx context.Context, r ActionRunRequest) (*wbv1
 		ObjectMeta: metav1.ObjectMeta{Name: r.Name, GenerateName: r.GenerateName, Namespace: c.Namespace},
 		Spec: wbv1.ActionRunSpec{CatalogRef: wbv1.ObjectName(r.Catalog), ActionID: r.Action, EnvironmentRef: wbv1.ObjectName(r.Environment),
 			ExpectedSpecDigest: wbv1.Digest(r.PinDigest)},
+	}
+	if r.CorrelationID != "" {
+		run.Labels = map[string]string{wbv1.CorrelationLabel: r.CorrelationID}
 	}
 	if len(r.Params) > 0 {
 		run.Spec.Parameters = &apiextensionsv1.JSON{Raw: r.Params}
