@@ -63,7 +63,7 @@ func checkIdentity(ep Endpoint) error {
 	if err := syscall.Lstat(ep.Path, &st); err != nil {
 		return fmt.Errorf("guestclient: endpoint %s: %w", ep.Path, err)
 	}
-	if st.Mode&syscall.S_IFMT != syscall.S_IFSOCK || st.Dev != ep.Dev || st.Ino != ep.Ino {
+	if st.Mode&syscall.S_IFMT != syscall.S_IFSOCK || statDev(&st) != ep.Dev || st.Ino != ep.Ino {
 		return fmt.Errorf("%w: %s is not the socket %d:%d", ErrEndpointReplaced, ep.Path, ep.Dev, ep.Ino)
 	}
 	return nil

@@ -96,7 +96,7 @@ func run(cfg Config) int {
 	}
 	in, out := os.Stdin, os.Stdout
 	// Raw mode on the host terminal: bytes pass unchanged both ways.
-	if t, err := unix.IoctlGetTermios(int(in.Fd()), unix.TCGETS); err == nil {
+	if t, err := unix.IoctlGetTermios(int(in.Fd()), ioctlGetTermios); err == nil {
 		raw := *t
 		raw.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
 		raw.Oflag &^= unix.OPOST
@@ -104,7 +104,7 @@ func run(cfg Config) int {
 		raw.Cflag &^= unix.CSIZE | unix.PARENB
 		raw.Cflag |= unix.CS8
 		raw.Cc[unix.VMIN], raw.Cc[unix.VTIME] = 1, 0
-		_ = unix.IoctlSetTermios(int(in.Fd()), unix.TCSETS, &raw)
+		_ = unix.IoctlSetTermios(int(in.Fd()), ioctlSetTermios, &raw)
 	}
 	rows, cols := uint16(24), uint16(80)
 	if ws, err := unix.IoctlGetWinsize(int(in.Fd()), unix.TIOCGWINSZ); err == nil && ws.Row > 0 && ws.Col > 0 {

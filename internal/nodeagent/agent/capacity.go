@@ -2,8 +2,6 @@ package agent
 
 import (
 	"runtime"
-
-	"golang.org/x/sys/unix"
 )
 
 // Node-sized defaults for the caps a configuration leaves unset. The seed's laptop
@@ -46,10 +44,5 @@ func NodeSizedCaps(cpus int, memBytes uint64) Caps {
 // hostCaps is NodeSizedCaps for this machine (runtime.NumCPU honours the CPU affinity
 // mask, so a cpuset-limited agent sizes to its share).
 func hostCaps() Caps {
-	var si unix.Sysinfo_t
-	var mem uint64
-	if unix.Sysinfo(&si) == nil {
-		mem = uint64(si.Totalram) * uint64(si.Unit)
-	}
-	return NodeSizedCaps(runtime.NumCPU(), mem)
+	return NodeSizedCaps(runtime.NumCPU(), hostMemBytes())
 }

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"fmt"
-	"path/filepath"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,32 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
-	"sensorium.dev/workbench/internal/backends"
-	"sensorium.dev/workbench/internal/backends/fixturecopy"
-	"sensorium.dev/workbench/internal/backends/hostlocal"
-	"sensorium.dev/workbench/internal/backends/qemumicrovm"
-	"sensorium.dev/workbench/internal/platform/cgroups"
-	"sensorium.dev/workbench/internal/platform/fixture"
 )
-
-func defaultBackends(cfg Config, cg *cgroups.Manager, st storage) ([]backends.Backend, error) {
-	fd := st.fixtureDisks(cfg.StateDir)
-	bs := []backends.Backend{
-		hostlocal.New(cfg.AdmittedRoots),
-		fixturecopy.New(filepath.Join(cfg.StateDir), cfg.AdmittedRoots, fixture.Limits{}).WithDisks(fd),
-	}
-	if q := cfg.QEMU; q != nil && q.Enabled {
-		// VM working disks count against the same node-wide reservation as fixture disks.
-		vm, err := qemumicrovm.New(qemumicrovm.Config{StateDir: cfg.StateDir, ImageDir: q.ImageDir, QEMUBinary: q.QEMUBinary,
-			VhostDeviceVsock: q.VhostDeviceVsock, Accel: q.Accel, MaxVMs: q.MaxVMs, MaxMemoryMiB: q.MaxMemoryMiB, Cgroups: cg,
-			Disks: fd.Pool.Sibling(filepath.Join(fd.Pool.Dir(), "..", qemumicrovm.DisksDir))})
-		if err != nil {
-			return nil, err
-		}
-		bs = append(bs, vm)
-	}
-	return bs, nil
-}
 
 // setupControllers registers one reconciler per kind, each filtered to this node.
 func (a *Agent) setupControllers(mgr ctrl.Manager) error {

@@ -173,7 +173,7 @@ func detectMode(root string) Mode {
 	if err := unix.Statfs(root, &st); err != nil {
 		return ModeUnavailable
 	}
-	if st.Type == unix.CGROUP2_SUPER_MAGIC {
+	if st.Type == cgroup2Magic {
 		return ModeV2
 	}
 	if root == "/sys/fs/cgroup" {

@@ -71,7 +71,7 @@ func (p *Pool) Clone(id string, base *os.File, size int64) (created bool, method
 		}
 	}()
 	method = CloneReflink
-	if err := unix.IoctlFileClone(int(f.Fd()), int(base.Fd())); err != nil {
+	if err := fileClone(f, base); err != nil {
 		method = CloneSparse
 		if err := sparseCopy(f, base, st.Size); err != nil {
 			return false, "", fmt.Errorf("loopdisk: copy the base: %w", err)

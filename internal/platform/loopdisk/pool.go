@@ -331,7 +331,7 @@ func Available(dir string) (int64, error) {
 	if err := unix.Statfs(dir, &st); err != nil {
 		return 0, fmt.Errorf("loopdisk: statfs %s: %w", dir, err)
 	}
-	return int64(st.Bavail) * st.Bsize, nil
+	return availBytes(&st), nil
 }
 
 // Move hands the disk of fromID, mounted at fromDir, to toID at toDir (which must not
@@ -361,11 +361,11 @@ func (p *Pool) Move(fromID, fromDir, toID, toDir string) error {
 		return fmt.Errorf("loopdisk: %w", err)
 	}
 	// A bind mount keeps the source mount's nosuid,nodev (they are locked on a clone).
-	if err := unix.Mount(fromDir, toDir, "", unix.MS_BIND, ""); err != nil {
+	if err := bindMount(fromDir, toDir); err != nil {
 		_ = os.Remove(toDir)
 		return fmt.Errorf("loopdisk: bind %s at %s: %w", fromDir, toDir, err)
 	}
-	if err := unix.Mount("", toDir, "", unix.MS_REMOUNT|unix.MS_BIND|mountFlags, ""); err != nil {
+	if err := remountBindSafe(toDir); err != nil {
 		_ = Unmount(toDir)
 		_ = os.Remove(toDir)
 		return fmt.Errorf("loopdisk: remount %s nosuid,nodev: %w", toDir, err)

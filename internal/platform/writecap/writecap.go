@@ -135,7 +135,7 @@ func Prepare(base string, p Policy) (*Area, error) {
 	// inode): a run that tried to pass a cap is told apart from one that
 	// reached it exactly. Sizes are rounded up to pages by the kernel.
 	opts := "mode=0755,size=" + strconv.FormatInt(p.MaxBytesTotal+1, 10) + ",nr_inodes=" + strconv.Itoa(p.MaxFiles+2)
-	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+	if err := mountTmpfs(dir, opts); err != nil {
 		_ = os.Remove(dir)
 		return nil, actuation.Refusef(actuation.CodeSandboxSetupFailed, "writecap: mount a %d-byte tmpfs on %s: %v", p.MaxBytesTotal, dir, err)
 	}
@@ -282,7 +282,7 @@ func commitFile(src, dst *fsaccess.Root, f File) error {
 func (a *Area) Close() error {
 	var errs []error
 	if a.mounted {
-		if err := unix.Unmount(a.dir, unix.MNT_DETACH); err != nil {
+		if err := unmountDetach(a.dir); err != nil {
 			errs = append(errs, fmt.Errorf("writecap: unmount %s: %w", a.dir, err))
 		} else {
 			a.mounted = false

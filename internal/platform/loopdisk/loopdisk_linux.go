@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package loopdisk gives an environment a filesystem of its own with a byte bound the
 // kernel enforces: a sparse image file under the node agent's state directory, formatted
 // ext4 (mkfs.ext4 from e2fsprogs, no reserved blocks), attached to a loop device with
