@@ -103,13 +103,24 @@ func TestOutputMatchesThroughEscapes(t *testing.T) {
 		Pattern: regexp.MustCompile(`build: OK done`), Source: SessionSource(s), SinceSeq: s.Events().LastSeq(),
 	})
 	must(t, err)
-	select {
-	case <-h.Done():
-		t.Fatalf("satisfied before any output: %+v", result(t, h))
-	case <-time.After(100 * time.Millisecond):
+	// The engine evaluates the wait once registered; wait for that first evaluation (no
+	// output yet: it must be pending) instead of a fixed window, which a loaded machine misses.
+	var obs Observation
+	for until, n := time.Now().Add(testTimeout), 0; n == 0; {
+		select {
+		case <-h.Done():
+			t.Fatalf("satisfied before any output: %+v", result(t, h))
+		default:
+		}
+		if obs, n = h.Last(); n == 0 {
+			if time.Now().After(until) {
+				t.Fatalf("no evaluation of the wait within %s", testTimeout)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
-	if obs, n := h.Last(); n == 0 || obs.Satisfied {
-		t.Fatalf("pending observation %+v after %d evaluations", obs, n)
+	if obs.Satisfied {
+		t.Fatalf("pending observation %+v", obs)
 	}
 	must(t, s.Input([]byte("go\n")))
 	r := result(t, h)
