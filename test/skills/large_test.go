@@ -103,7 +103,10 @@ func TestEnvironmentRecordingCaps(t *testing.T) {
 		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(dir)}},
 		NodeSelector: map[string]string{wbv1.NodeLabel: nodeName}, Recording: &wbv1.EnvironmentRecordingLimits{MaxEntries: ptr(int32(10))}}}))
 	w.ready("capped")
-	_, err := w.c.StartRecording(ctx, "rec", "capped", "")
+	// Bounded: a refusal the node fails to record would otherwise hang the suite here.
+	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	_, err := w.c.StartRecording(startCtx, "rec", "capped", "")
 	if wbclient.CodeOf(err) != string(actuation.CodeStateTreeTooLarge) {
 		t.Fatalf("recording a 22-entry tree under maxEntries 10: %v", err)
 	}
