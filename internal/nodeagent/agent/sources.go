@@ -226,7 +226,7 @@ func (o *sourceOutcomes) record(name, kind string, res sources.Result, err error
 	s := wbv1.RootSourceStatus{Name: wbv1.RootName(name), Kind: kind, Resolved: res.Resolved, Bytes: res.Bytes, Entries: res.Entries,
 		FetchMillis: res.FetchMillis, MaterializeMillis: res.MaterializeMillis}
 	if err != nil {
-		s.Reason = sources.CodeOf(err)
+		s.Reason = string(actuation.CodeOf(err))
 		if s.Reason == "" {
 			s.Reason = string(actuation.CodeSourceFetchFailed)
 			err = actuation.Wrapf(actuation.Code(s.Reason), err, "root %q", name)

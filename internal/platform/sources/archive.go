@@ -266,7 +266,7 @@ func (x *Extractor) writeFile(raw, name string, perm fs.FileMode, r io.Reader) e
 		} else {
 			err = errf(string(actuation.CodeArchiveTooLarge), "the archive extracts to more than %d bytes (at %q)", x.lim.MaxBytes, raw)
 		}
-	} else if err != nil && CodeOf(err) == "" {
+	} else if err != nil && string(actuation.CodeOf(err)) == "" {
 		err = wrapf(string(actuation.CodeArchiveInvalid), err, "entry %q", raw)
 	}
 	if err == nil {

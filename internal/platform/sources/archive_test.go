@@ -205,8 +205,8 @@ func TestExtractAttacks(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			s := newSandbox(t)
 			_, err := s.extract(t, tarBytes(t, c.ents), FormatTar, c.lim)
-			if CodeOf(err) != c.code {
-				t.Fatalf("got %v (code %q), want code %q", err, CodeOf(err), c.code)
+			if string(actuation.CodeOf(err)) != c.code {
+				t.Fatalf("got %v (code %q), want code %q", err, string(actuation.CodeOf(err)), c.code)
 			}
 			s.outsideUntouched(t)
 		})
@@ -222,7 +222,7 @@ func TestExtractGzipBomb(t *testing.T) {
 		t.Fatalf("bomb is %d bytes compressed", len(data))
 	}
 	_, err := s.extract(t, data, FormatTarGzip, Limits{MaxBytes: 1 << 20})
-	if CodeOf(err) != string(actuation.CodeArchiveFileTooLarge) && CodeOf(err) != string(actuation.CodeArchiveTooLarge) {
+	if string(actuation.CodeOf(err)) != string(actuation.CodeArchiveFileTooLarge) && string(actuation.CodeOf(err)) != string(actuation.CodeArchiveTooLarge) {
 		t.Fatalf("got %v", err)
 	}
 	var total int64
@@ -293,8 +293,8 @@ func TestExtractZip(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			s := newSandbox(t)
 			_, err := s.extract(t, zipBytes(t, c.ents), FormatZip, Limits{})
-			if CodeOf(err) != c.code {
-				t.Fatalf("got %v (code %q), want %q", err, CodeOf(err), c.code)
+			if string(actuation.CodeOf(err)) != c.code {
+				t.Fatalf("got %v (code %q), want %q", err, string(actuation.CodeOf(err)), c.code)
 			}
 			s.outsideUntouched(t)
 		})
@@ -305,7 +305,7 @@ func TestExtractNotAnArchive(t *testing.T) {
 	for _, f := range []string{FormatTarGzip, FormatZip, FormatTar} {
 		s := newSandbox(t)
 		_, err := s.extract(t, bytes.Repeat([]byte("not an archive "), 100), f, Limits{})
-		if CodeOf(err) != string(actuation.CodeArchiveInvalid) {
+		if string(actuation.CodeOf(err)) != string(actuation.CodeArchiveInvalid) {
 			t.Fatalf("%s: got %v", f, err)
 		}
 	}

@@ -573,11 +573,11 @@ func finalizeGitDir(dst string, sha256, sparse bool, submodules [][2]string) err
 		}
 	}
 	for _, f := range []string{".git/FETCH_HEAD", ".git/ORIG_HEAD"} {
-		if err := r.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) && CodeOf(err) != string(actuation.CodePathNotFound) {
+		if err := r.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) && string(actuation.CodeOf(err)) != string(actuation.CodePathNotFound) {
 			return err
 		}
 	}
-	if err := r.RemoveAll(".git/hooks"); err != nil && CodeOf(err) != string(actuation.CodePathNotFound) {
+	if err := r.RemoveAll(".git/hooks"); err != nil && string(actuation.CodeOf(err)) != string(actuation.CodePathNotFound) {
 		return err
 	}
 	return r.Mkdir(".git/hooks", 0o755)

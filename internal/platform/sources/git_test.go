@@ -70,7 +70,7 @@ func TestGitWrongCommitRefused(t *testing.T) {
 	dir, _ := sourcetest.Repo(t, parent, "repo", gitFiles())
 	pol := sources.Policy{AllowedFileDirs: []string{parent}}
 	_, err := newGit(t).MaterializeGit(context.Background(), sources.GitSource{URL: "file://" + dir, Commit: strings.Repeat("ab", 20)}, pol, newDst(t), sources.Limits{})
-	if sources.CodeOf(err) != string(actuation.CodeSourceCommitNotFound) {
+	if string(actuation.CodeOf(err)) != string(actuation.CodeSourceCommitNotFound) {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -100,7 +100,7 @@ func TestGitPolicy(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dst := newDst(t)
 			_, err := g.MaterializeGit(ctx, c.src, c.pol, dst, sources.Limits{})
-			if sources.CodeOf(err) != c.code {
+			if string(actuation.CodeOf(err)) != c.code {
 				t.Fatalf("got %v, want %s", err, c.code)
 			}
 		})
@@ -122,7 +122,7 @@ func TestGitLFSAndLinksRefused(t *testing.T) {
 		url, commit, code string
 	}{{lfs, lids[0], string(actuation.CodeSourceLFSRefused)}, {out, oids[0], string(actuation.CodeArchiveLinkEscape)}, {up, uids[0], string(actuation.CodeArchiveLinkEscape)}} {
 		_, err := newGit(t).MaterializeGit(context.Background(), sources.GitSource{URL: "file://" + c.url, Commit: c.commit}, pol, newDst(t), sources.Limits{})
-		if sources.CodeOf(err) != c.code {
+		if string(actuation.CodeOf(err)) != c.code {
 			t.Fatalf("%s: got %v, want %s", c.url, err, c.code)
 		}
 	}
@@ -139,7 +139,7 @@ func TestGitBounds(t *testing.T) {
 	}{{sources.Limits{MaxFileBytes: 1000, MaxBytes: 10000}, string(actuation.CodeArchiveFileTooLarge)}, {sources.Limits{MaxBytes: 1500}, string(actuation.CodeArchiveFileTooLarge)}, {sources.Limits{MaxEntries: 2}, string(actuation.CodeArchiveTooManyEntries)}} {
 		dst := newDst(t)
 		_, err := g.MaterializeGit(context.Background(), sources.GitSource{URL: "file://" + dir, Commit: ids[0]}, pol, dst, c.lim)
-		if sources.CodeOf(err) != c.code {
+		if string(actuation.CodeOf(err)) != c.code {
 			t.Fatalf("%+v: got %v, want %s", c.lim, err, c.code)
 		}
 		if _, err := os.Stat(filepath.Join(dst, "a")); err == nil {
@@ -175,11 +175,11 @@ func TestGitHTTPTokenNeverWritten(t *testing.T) {
 	g := newGit(t)
 
 	_, err := g.MaterializeGit(context.Background(), sources.GitSource{URL: srv.URL + "/private", Commit: ids[0]}, pol, newDst(t), sources.Limits{})
-	if sources.CodeOf(err) != string(actuation.CodeSourceFetchFailed) {
+	if string(actuation.CodeOf(err)) != string(actuation.CodeSourceFetchFailed) {
 		t.Fatalf("without the token: %v", err)
 	}
 	_, err = g.MaterializeGit(context.Background(), sources.GitSource{URL: srv.URL + "/private", Commit: ids[0], Credentials: sources.GitCredentials{Token: "wrong"}}, pol, newDst(t), sources.Limits{})
-	if sources.CodeOf(err) != string(actuation.CodeSourceFetchFailed) || strings.Contains(err.Error(), "wrong") {
+	if string(actuation.CodeOf(err)) != string(actuation.CodeSourceFetchFailed) || strings.Contains(err.Error(), "wrong") {
 		t.Fatalf("wrong token: %v", err)
 	}
 	dst := newDst(t)

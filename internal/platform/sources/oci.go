@@ -182,7 +182,7 @@ func extractLayer(x *Extractor, l v1.Layer) error {
 // rest: a missing manifest is commit-not-found's OCI twin (no such digest or tag),
 // everything else fetch-failed.
 func ociErr(err error, format string, args ...any) error {
-	if c := CodeOf(err); c != "" {
+	if c := string(actuation.CodeOf(err)); c != "" {
 		return err
 	}
 	msg := err.Error()

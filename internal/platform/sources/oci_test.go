@@ -90,7 +90,7 @@ func TestOCIByDigestAndTag(t *testing.T) {
 	}
 
 	root, _ = ociDst(t)
-	if _, err := (sources.OCI{}).MaterializeOCI(ctx, reg+"/team/ws:v1", nil, pol, root, sources.Limits{}); sources.CodeOf(err) != string(actuation.CodeSourceRefNotAllowed) {
+	if _, err := (sources.OCI{}).MaterializeOCI(ctx, reg+"/team/ws:v1", nil, pol, root, sources.Limits{}); string(actuation.CodeOf(err)) != string(actuation.CodeSourceRefNotAllowed) {
 		t.Fatalf("tag without policy: %v", err)
 	}
 	pol.AllowRefs = true
@@ -102,11 +102,11 @@ func TestOCIByDigestAndTag(t *testing.T) {
 
 	root, _ = ociDst(t)
 	missing := "sha256:" + string(bytes.Repeat([]byte("0"), 64))
-	if _, err := (sources.OCI{}).MaterializeOCI(ctx, reg+"/team/ws@"+missing, nil, pol, root, sources.Limits{}); sources.CodeOf(err) != string(actuation.CodeSourceCommitNotFound) {
+	if _, err := (sources.OCI{}).MaterializeOCI(ctx, reg+"/team/ws@"+missing, nil, pol, root, sources.Limits{}); string(actuation.CodeOf(err)) != string(actuation.CodeSourceCommitNotFound) {
 		t.Fatalf("missing digest: %v", err)
 	}
 	root, _ = ociDst(t)
-	if _, err := (sources.OCI{}).MaterializeOCI(ctx, reg+"/team/ws@"+digest, nil, sources.Policy{AllowedHosts: []string{"registry.example.org"}}, root, sources.Limits{}); sources.CodeOf(err) != string(actuation.CodeSourceHostNotAllowed) {
+	if _, err := (sources.OCI{}).MaterializeOCI(ctx, reg+"/team/ws@"+digest, nil, sources.Policy{AllowedHosts: []string{"registry.example.org"}}, root, sources.Limits{}); string(actuation.CodeOf(err)) != string(actuation.CodeSourceHostNotAllowed) {
 		t.Fatalf("host outside the allowlist: %v", err)
 	}
 }
@@ -129,7 +129,7 @@ func TestOCILayerAttacks(t *testing.T) {
 			d := pushArtifact(t, reg, "attack/x", "latest", c.layers...)
 			root, _ := ociDst(t)
 			_, err := sources.OCI{}.MaterializeOCI(context.Background(), reg+"/attack/x@"+d, nil, pol, root, sources.Limits{})
-			if sources.CodeOf(err) != c.code {
+			if string(actuation.CodeOf(err)) != c.code {
 				t.Fatalf("got %v, want %s", err, c.code)
 			}
 		})
@@ -145,7 +145,7 @@ func TestDockerConfigAuth(t *testing.T) {
 	if cfg.Username != "u" || cfg.Password != "p" {
 		t.Fatalf("%+v", cfg)
 	}
-	if _, err := sources.DockerConfigAuth([]byte(`not json`), "x"); sources.CodeOf(err) != string(actuation.CodeSourceCredentialsInvalid) {
+	if _, err := sources.DockerConfigAuth([]byte(`not json`), "x"); string(actuation.CodeOf(err)) != string(actuation.CodeSourceCredentialsInvalid) {
 		t.Fatal(err)
 	}
 }

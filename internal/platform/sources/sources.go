@@ -20,9 +20,6 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 )
 
-// CodeOf returns the refusal code carried by err ("" if none).
-func CodeOf(err error) string { return string(actuation.CodeOf(err)) }
-
 // Default bounds of one materialized root (Limits' zero fields take them).
 const (
 	DefaultMaxEntries   = 100_000   // archive-too-many-entries (files, directories and links)
