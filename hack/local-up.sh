@@ -142,7 +142,7 @@ local_vms_setup() {
     done
     if [[ "${missing}" == "1" || -z "$(command -v qemu-system-x86_64)" ]]; then
       log "Building the guest image for qemu-microvm.v1 (first use; cached in bin/guest/; LOCAL_VMS=0 skips): logs in ${LOGS}/guest-image.log"
-      if ! GUEST_IMAGE_MANIFEST="${ROOT}/bin/guest/imagemanifest.yaml" make -C "${ROOT}" guest-image >"${LOGS}/guest-image.log" 2>&1; then
+      if ! GUEST_IMAGE_MANIFEST="${ROOT}/bin/guest/imagemanifest.yaml" GUEST_SYSTEM_MANIFEST="${ROOT}/bin/guest-system/imagemanifest.yaml" make -C "${ROOT}" guest-image >"${LOGS}/guest-image.log" 2>&1; then
         why="make guest-image failed (see ${LOGS}/guest-image.log)"
       fi
     fi

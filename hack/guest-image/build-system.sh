@@ -259,5 +259,7 @@ spec:
         size: $R_SIZE
       kernelCommandLine: $KERNEL_CMDLINE
 EOM
-cp "$MANIFEST" "$OUT/imagemanifest.yaml"
+if [[ "$(realpath -m "$MANIFEST")" != "$(realpath -m "$OUT/imagemanifest.yaml")" ]]; then
+  cp "$MANIFEST" "$OUT/imagemanifest.yaml"
+fi
 log "wrote $MANIFEST and $OUT/imagemanifest.yaml"
