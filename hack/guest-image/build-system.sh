@@ -261,5 +261,7 @@ spec:
 EOM
 if [[ "$(realpath -m "$MANIFEST")" != "$(realpath -m "$OUT/imagemanifest.yaml")" ]]; then
   cp "$MANIFEST" "$OUT/imagemanifest.yaml"
+  log "wrote $MANIFEST and $OUT/imagemanifest.yaml"
+else
+  log "wrote $MANIFEST"
 fi
-log "wrote $MANIFEST and $OUT/imagemanifest.yaml"
