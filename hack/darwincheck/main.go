@@ -88,7 +88,7 @@ func run(patterns []string, out io.Writer) (int, error) {
 	}
 	fset := token.NewFileSet()
 	checked := map[string]*types.Package{}
-	total, own, ownErrors := 0, 0, 0
+	total, own, ownErrors, depErrors := 0, 0, 0, 0
 	for _, p := range pkgs { // go list -deps prints dependencies before their dependents
 		if p.ImportPath == "unsafe" {
 			checked["unsafe"] = types.Unsafe
@@ -123,6 +123,12 @@ func run(patterns []string, out io.Writer) (int, error) {
 		checked[p.ImportPath] = pkg
 		total++
 		if !mine {
+			if len(errs) > 0 && len(p.CgoFiles) == 0 {
+				// A pure-Go dependency that does not type-check for darwin does not build
+				// there either (no fake "C" is involved): importing it breaks the build.
+				fmt.Fprintf(out, "%s (dependency, pure Go, %d errors): %v\n", p.ImportPath, len(errs), errs[0])
+				depErrors++
+			}
 			continue
 		}
 		own++
