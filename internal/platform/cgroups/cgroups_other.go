@@ -31,10 +31,6 @@ func (g *Group) StartCmd(*exec.Cmd) error {
 // hostLayout: off Linux no cgroup layout is mounted.
 func hostLayout() Mode { return ModeUnavailable }
 
-func (m *Manager) evacuateRootV2() error {
-	return fmt.Errorf("%w: cgroups v2 is Linux-only", ErrUnavailable)
-}
-
 func (g *Group) createV2() error { return fmt.Errorf("%w: cgroups v2 is Linux-only", ErrUnavailable) }
 
 func (g *Group) updateV2(Limits) error {

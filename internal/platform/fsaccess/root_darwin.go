@@ -133,7 +133,9 @@ func renameat2(olddirfd int, oldpath string, newdirfd int, newpath string, flags
 // filesystem, and F_FULLFSYNC on fd then makes the device holding it flush its write
 // cache to permanent storage.
 func syncfs(fd int) error {
-	unix.Sync()
+	if err := unix.Sync(); err != nil {
+		return err
+	}
 	_, err := unix.FcntlInt(uintptr(fd), unix.F_FULLFSYNC, 0)
 	return err
 }

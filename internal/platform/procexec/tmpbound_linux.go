@@ -15,6 +15,12 @@ import (
 // state filesystem. (The host temp dir under the agent's state dir stays the sandbox's
 // bookkeeping directory; nothing is mounted from it.)
 
+const (
+	// tempInodeBytes: one inode per 4 KiB of /tmp (at least minTempInodes).
+	tempInodeBytes = 4 << 10
+	minTempInodes  = 1024
+)
+
 // tmpMount is the /tmp mount of a sandbox bounded to size bytes (0: DefaultTempBytes).
 func tmpMount(size int64) (mountSpec, error) {
 	if size == 0 {

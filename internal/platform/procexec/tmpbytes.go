@@ -7,7 +7,4 @@ const (
 	// MinTempBytes and MaxTempBytes bound a configured /tmp.
 	MinTempBytes = 1 << 20
 	MaxTempBytes = 64 << 30
-	// tempInodeBytes: one inode per 4 KiB of /tmp (at least minTempInodes).
-	tempInodeBytes = 4 << 10
-	minTempInodes  = 1024
 )
