@@ -62,10 +62,12 @@ GEN_FINGERPRINT = { git status --porcelain --untracked-files=all -- api config; 
 lint: golangci-lint lint-api darwin-check ## Run golangci-lint (.golangci.yml), kube-api-linter over api/ (lint-api) and the darwin type-check (darwin-check). CI (.ci/run) runs it first: it must report 0 issues.
 	$(GOLANGCI_LINT) run ./...
 
-# The darwin/arm64 code (vfkit-system.v1 on github.com/Code-Hex/vz/v3) neither builds nor
-# vets on Linux (cgo, the macOS SDK): hack/darwincheck type-checks it and everything of this
-# module it imports against the real vz module, with go/types and a fake "C".
-DARWIN_PACKAGES ?= ./internal/backends/vfkitsystem/... ./cmd/vfkit-smoke
+# The darwin/arm64 code (vfkit-system.v1 on github.com/Code-Hex/vz/v3, and the node agent
+# that runs it on a Mac) neither builds nor vets on Linux (cgo, the macOS SDK):
+# hack/darwincheck type-checks it and everything of this module it imports against the real
+# vz module, with go/types and a fake "C"; a pure-Go dependency that does not type-check for
+# darwin (it would not build there) fails it too.
+DARWIN_PACKAGES ?= ./internal/backends/vfkitsystem/... ./cmd/vfkit-smoke ./cmd/node-agent
 
 .PHONY: darwin-check
 darwin-check: ## Type-check the darwin/arm64 packages (DARWIN_PACKAGES) against the real vz module; any type error in this module's code fails.

@@ -26,7 +26,7 @@ func main() {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("node-agent")
 
-	if err := procexec.EnableSubreaper(); err != nil {
+	if err := prepareHost(); err != nil {
 		log.Error(err, "Becoming a child subreaper")
 		os.Exit(1)
 	}

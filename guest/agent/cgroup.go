@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,7 +24,9 @@ type CommandCgroups struct {
 	Parent      string
 	Pids        int64 // pids.max of each command (0: unlimited)
 	MemoryBytes int64 // memory.max of each command (0: unlimited)
-	seq         atomic.Uint64
+	// Logf receives why a command's group could not be removed (nil discards it).
+	Logf func(format string, args ...any)
+	seq  atomic.Uint64
 }
 
 // cgroupRoot is where cgroup v2 is mounted in the full-system guest.
@@ -66,8 +69,9 @@ func SetupCommandCgroups(pids, memoryBytes int64) (*CommandCgroups, error) {
 
 // commandGroup is one command's cgroup.
 type commandGroup struct {
-	dir string
-	fd  int
+	dir  string
+	fd   int
+	logf func(format string, args ...any) // nil: diagnostics discarded
 }
 
 // create makes a new command group with the limits and returns it open (its fd goes to
@@ -77,7 +81,7 @@ func (c *CommandCgroups) create() (*commandGroup, error) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, err
 	}
-	g := &commandGroup{dir: dir, fd: -1}
+	g := &commandGroup{dir: dir, fd: -1, logf: c.Logf}
 	set := func(file string, v int64) error {
 		s := "max"
 		if v > 0 {
@@ -103,23 +107,89 @@ func (c *CommandCgroups) create() (*commandGroup, error) {
 	return g, nil
 }
 
-// remove kills what is left in the group and removes it (bounded: 2 s).
+// removeTimeout bounds how long remove waits for a killed group to empty.
+const removeTimeout = 2 * time.Second
+
+// errStillPopulated: the group still held a process when removeTimeout passed.
+var errStillPopulated = errors.New("still populated after cgroup.kill")
+
+// remove kills what is left in the group and removes it; a group that cannot be removed
+// is reported through Logf with the reason (it stays; its pids/memory limits still hold
+// whatever remains in it).
 func (g *commandGroup) remove() {
 	if g == nil {
 		return
 	}
+	if err := g.release(time.Now().Add(removeTimeout)); err != nil && g.logf != nil {
+		g.logf("command cgroup %s not removed: %v", g.dir, err)
+	}
+}
+
+// release writes cgroup.kill, waits until cgroup.events reports "populated 0" (woken by
+// the kernel's notification on that file, not by sleeping; bounded by deadline) and
+// removes the directory.
+func (g *commandGroup) release(deadline time.Time) error {
 	if g.fd >= 0 {
 		_ = unix.Close(g.fd)
 		g.fd = -1
 	}
-	_ = os.WriteFile(filepath.Join(g.dir, "cgroup.kill"), []byte("1"), 0)
-	for i := 0; i < 200; i++ {
-		err := unix.Rmdir(g.dir)
-		if err == nil || errors.Is(err, unix.ENOENT) {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+	if err := os.WriteFile(filepath.Join(g.dir, "cgroup.kill"), []byte("1"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("cgroup.kill: %w", err)
 	}
+	if err := waitUnpopulated(filepath.Join(g.dir, "cgroup.events"), deadline); err != nil {
+		return err
+	}
+	if err := unix.Rmdir(g.dir); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("rmdir: %w", err)
+	}
+	return nil
+}
+
+// maxEventsBytes bounds one read of cgroup.events (a few short "key value" lines).
+const maxEventsBytes = 512
+
+// waitUnpopulated returns when the cgroup.events file says "populated 0" or is gone (the
+// group was removed). Between reads it waits in poll(2) for POLLPRI, which the kernel
+// raises on every change of the file after it was opened, so a change between a read and
+// the poll is never missed. It gives up at deadline with errStillPopulated.
+func waitUnpopulated(events string, deadline time.Time) error {
+	f, err := os.Open(events)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer func() { _ = f.Close() }()
+	buf := make([]byte, maxEventsBytes)
+	for {
+		n, err := f.ReadAt(buf, 0)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("read %s: %w", events, err)
+		}
+		if !populated(buf[:n]) {
+			return nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return fmt.Errorf("%s: %w (waited %v)", events, errStillPopulated, removeTimeout)
+		}
+		pfd := []unix.PollFd{{Fd: int32(f.Fd()), Events: unix.POLLPRI}}
+		if _, err := unix.Poll(pfd, int(left/time.Millisecond)+1); err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("poll %s: %w", events, err)
+		}
+	}
+}
+
+// populated reports whether cgroup.events content says the group (or a descendant)
+// holds a process: any line other than "populated 0" under that key counts as populated.
+func populated(events []byte) bool {
+	for _, l := range strings.Split(string(events), "\n") {
+		if v, ok := strings.CutPrefix(l, "populated "); ok {
+			return strings.TrimSpace(v) != "0"
+		}
+	}
+	return true
 }
 
 // ReadKernelLimit returns the integer value of a "name=value" word of the kernel command

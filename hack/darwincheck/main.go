@@ -9,8 +9,10 @@
 // over the packages already checked that honours each package's ImportMap. Errors count
 // only in this module's packages: the dependencies' own cgo code is not faithfully
 // checkable with a fake "C" (vz yields one spurious conversion error), and it is not this
-// project's to fix. Exit status 1 when any error of this module's packages is found, 2 on
-// a usage or go list failure.
+// project's to fix. A dependency without cgo files is checked faithfully, though: when
+// one of those has a type error for darwin (github.com/containerd/cgroups, say), it does
+// not build there, so importing it on darwin counts as one error of this module. Exit
+// status 1 when any such error is found, 2 on a usage or go list failure.
 //
 // Usage: go run ./hack/darwincheck [packages] (default ./...)
 package main
@@ -65,7 +67,7 @@ func main() {
 		os.Exit(2)
 	}
 	if n > 0 {
-		fmt.Fprintf(os.Stderr, "darwincheck: %d type error(s) in this module's darwin/arm64 code\n", n)
+		fmt.Fprintf(os.Stderr, "darwincheck: %d type error(s) in this module's darwin/arm64 code or the pure-Go dependencies it imports\n", n)
 		os.Exit(1)
 	}
 }
@@ -88,7 +90,7 @@ func run(patterns []string, out io.Writer) (int, error) {
 	}
 	fset := token.NewFileSet()
 	checked := map[string]*types.Package{}
-	total, own, ownErrors := 0, 0, 0
+	total, own, ownErrors, depErrors := 0, 0, 0, 0
 	for _, p := range pkgs { // go list -deps prints dependencies before their dependents
 		if p.ImportPath == "unsafe" {
 			checked["unsafe"] = types.Unsafe
@@ -123,6 +125,12 @@ func run(patterns []string, out io.Writer) (int, error) {
 		checked[p.ImportPath] = pkg
 		total++
 		if !mine {
+			if len(errs) > 0 && len(p.CgoFiles) == 0 {
+				// A pure-Go dependency that does not type-check for darwin does not build
+				// there either (no fake "C" is involved): importing it breaks the build.
+				fmt.Fprintf(out, "%s (dependency, pure Go, %d errors): %v\n", p.ImportPath, len(errs), errs[0])
+				depErrors++
+			}
 			continue
 		}
 		own++
@@ -139,8 +147,9 @@ func run(patterns []string, out io.Writer) (int, error) {
 	if own == 0 {
 		return 0, fmt.Errorf("no package of module %s among %v", mod, patterns)
 	}
-	fmt.Fprintf(out, "darwincheck: %d packages checked for darwin/arm64 (%d of %s), %d errors in %s\n", total, own, mod, ownErrors, mod)
-	return ownErrors, nil
+	fmt.Fprintf(out, "darwincheck: %d packages checked for darwin/arm64 (%d of %s), %d errors in %s, %d pure-Go dependencies that do not build for darwin\n",
+		total, own, mod, ownErrors, mod, depErrors)
+	return ownErrors + depErrors, nil
 }
 
 func goList(args ...string) ([]byte, error) {

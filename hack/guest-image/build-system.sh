@@ -143,8 +143,8 @@ rm -rf "$OV"
 mkdir -p "$OV/usr/local/sbin" "$OV/etc/systemd/system/multi-user.target.wants" "$OV/etc/modules-load.d" \
   "$OV/workspace" "$OV/var/lib/workbench/offline-debs" "$OV/etc/apt/sources.list.d" "$OV/etc/workbench"
 install -m 0755 "$OUT/workbench-guest" "$OV/usr/local/sbin/workbench-guest"
-install -m 0644 "$HERE/workbench-guest.service" "$OV/etc/systemd/system/workbench-guest.service"
-ln -s ../workbench-guest.service "$OV/etc/systemd/system/multi-user.target.wants/workbench-guest.service"
+# The agent's unit (the arm64 EFI variant adds the binding-disk drop-in: agent-unit.sh).
+bash "$HERE/agent-unit.sh" amd64 "$OV"
 install -m 0644 "$HERE/modules-load.conf" "$OV/etc/modules-load.d/workbench.conf"
 # No console logins, no network management, no first-boot prompts.
 for u in serial-getty@.service getty@.service console-getty.service systemd-networkd.service \

@@ -91,6 +91,7 @@ func runAgent() int {
 		if cg, err := agent.SetupCommandCgroups(agent.ReadKernelLimit("workbench.pids"), commandMemoryMax()); err != nil {
 			logf("no per-command cgroups: %v", err)
 		} else {
+			cg.Logf = logf
 			cfg.Cgroups = cg
 			logf("per-command cgroups beneath %s (pids.max %d, memory.max %d)", cg.Parent, cg.Pids, cg.MemoryBytes)
 		}

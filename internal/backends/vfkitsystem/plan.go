@@ -106,6 +106,12 @@ const (
 	// GuestBindingFile is what the full-system arm64 variant's agent unit passes as
 	// --binding-file.
 	GuestBindingFile = "/dev/disk/by-id/virtio-" + BindingDiskID
+	// GuestBindingDeviceUnit is systemd's device unit for GuestBindingFile (systemd-escape
+	// --path): the agent unit requires it and starts after it.
+	GuestBindingDeviceUnit = `dev-disk-by\x2did-virtio\x2dwb\x2dbinding.device`
+	// GuestAgentCommand is the full-system image's agent command line (its unit's
+	// ExecStart) without a binding file.
+	GuestAgentCommand = "/usr/local/sbin/workbench-guest --root /workspace --state-dir /run/workbench"
 	// DiskFormatRaw is the only working-disk format (explicit, never autodetected; no
 	// backing chain: the clone is a whole file that shares blocks copy-on-write).
 	DiskFormatRaw = "raw"
@@ -331,4 +337,19 @@ func BindingDisk(b protocol.Binding) ([]byte, error) {
 		return nil, fmt.Errorf("binding of %d bytes exceeds the %d-byte binding disk", len(data), BindingDiskBytes)
 	}
 	return append(data, bytes.Repeat([]byte{' '}, BindingDiskBytes-len(data))...), nil
+}
+
+// GuestAgentDropIn is the systemd drop-in the arm64 variant adds to the guest agent's unit
+// (hack/guest-image/system/vfkit-binding.conf, installed by agent-unit.sh arm64): the
+// agent reads its binding from the read-only binding disk this backend attaches (there is
+// no fw_cfg under the Virtualization framework) and starts only once udev has created
+// that device. Comments aside, the file must read exactly this (a test checks).
+func GuestAgentDropIn() string {
+	return "[Unit]\n" +
+		"Requires=" + GuestBindingDeviceUnit + "\n" +
+		"After=" + GuestBindingDeviceUnit + "\n" +
+		"\n" +
+		"[Service]\n" +
+		"ExecStart=\n" +
+		"ExecStart=" + GuestAgentCommand + " --binding-file=" + GuestBindingFile + "\n"
 }

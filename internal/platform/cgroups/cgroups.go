@@ -35,7 +35,6 @@ import (
 	"sync"
 	"time"
 
-	cg "github.com/containerd/cgroups/v3"
 	"golang.org/x/sys/unix"
 )
 
@@ -177,13 +176,7 @@ func detectMode(root string) Mode {
 		return ModeV2
 	}
 	if root == "/sys/fs/cgroup" {
-		switch cg.Mode() {
-		case cg.Legacy, cg.Hybrid:
-			return ModeV1
-		case cg.Unified:
-			return ModeV2
-		}
-		return ModeUnavailable
+		return hostLayout()
 	}
 	// A non-default root (tests): v1 when it holds v1 hierarchies.
 	if fileExists(filepath.Join(root, "pids", "cgroup.procs")) || fileExists(filepath.Join(root, "memory", "cgroup.procs")) {

@@ -27,3 +27,16 @@ func (g *Group) killV1(time.Time) ([]Proc, error) {
 func (g *Group) StartCmd(*exec.Cmd) error {
 	return fmt.Errorf("%w: starting a process in a cgroup is Linux-only", ErrUnavailable)
 }
+
+// hostLayout: off Linux no cgroup layout is mounted.
+func hostLayout() Mode { return ModeUnavailable }
+
+func (g *Group) createV2() error { return fmt.Errorf("%w: cgroups v2 is Linux-only", ErrUnavailable) }
+
+func (g *Group) updateV2(Limits) error {
+	return fmt.Errorf("%w: cgroups v2 is Linux-only", ErrUnavailable)
+}
+
+func (g *Group) killV2([]int, time.Time) ([]Proc, error) {
+	return nil, fmt.Errorf("%w: cgroups v2 is Linux-only", ErrUnavailable)
+}

@@ -13,17 +13,9 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 )
 
-// resolveFlags is applied to every path resolution: the result must stay beneath
-// the directory fd, and /proc-style magic links are never followed.
-const resolveFlags = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS
-
 // maxResolveRetries bounds retries on EAGAIN/EINTR (EAGAIN: the kernel could not
 // prove a '..' stayed beneath because of a concurrent rename).
 const maxResolveRetries = 8
-
-// openat2 is the only path-resolution syscall in this package; tests replace it
-// to simulate a kernel without openat2.
-var openat2 = unix.Openat2
 
 // EntryType classifies a directory entry.
 type EntryType string
@@ -69,7 +61,7 @@ type Root struct {
 // OpenRoot opens dir (an absolute or relative directory path chosen by the
 // operator, not by a caller) and verifies that openat2 is usable.
 func OpenRoot(dir string) (*Root, error) {
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(dir, oPath|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		if err == unix.ENOTDIR {
 			return nil, actuation.Wrapf(actuation.CodeNotDirectory, err, "root %q", dir)
@@ -78,7 +70,7 @@ func OpenRoot(dir string) (*Root, error) {
 	}
 	r := &Root{fd: fd, dir: dir}
 	// Probe: refuse to hand out a Root at all when openat2 is missing.
-	probe, err := r.open(".", unix.O_PATH|unix.O_DIRECTORY, 0)
+	probe, err := r.open(".", oPath|unix.O_DIRECTORY, 0)
 	if err != nil {
 		unix.Close(fd)
 		return nil, err
@@ -122,24 +114,6 @@ func openBeneath(dirfd int, rel string, flags int, mode uint32, display string) 
 	return openResolve(dirfd, rel, flags, mode, display, resolveFlags)
 }
 
-func openResolve(dirfd int, rel string, flags int, mode uint32, display string, resolve uint64) (int, error) {
-	how := unix.OpenHow{
-		Flags:   uint64(flags | unix.O_CLOEXEC),
-		Mode:    uint64(mode),
-		Resolve: resolve,
-	}
-	for i := 0; ; i++ {
-		fd, err := openat2(dirfd, rel, &how)
-		if err == nil {
-			return fd, nil
-		}
-		if (err == unix.EINTR || err == unix.EAGAIN) && i < maxResolveRetries {
-			continue
-		}
-		return -1, mapOpenErr(err, display)
-	}
-}
-
 // mapOpenErr turns kernel resolution errors into refusal codes.
 func mapOpenErr(err error, display string) error {
 	switch {
@@ -162,34 +136,11 @@ func mapOpenErr(err error, display string) error {
 // followed only while they stay beneath the root.
 func (r *Root) openParent(rel string) (int, string, error) {
 	dir, base := splitParent(rel)
-	fd, err := r.open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	fd, err := r.open(dir, oPath|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return -1, "", err
 	}
 	return fd, base, nil
-}
-
-func statToEntry(p string, st *unix.Stat_t) Entry {
-	e := Entry{
-		Path:    p,
-		Size:    st.Size,
-		Mode:    unixMode(st.Mode),
-		ModTime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec).UTC(),
-		ino:     st.Ino,
-		dev:     st.Dev,
-		ctime:   st.Ctim.Sec*1e9 + st.Ctim.Nsec,
-	}
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFREG:
-		e.Type = TypeFile
-	case unix.S_IFDIR:
-		e.Type = TypeDir
-	case unix.S_IFLNK:
-		e.Type = TypeSymlink
-	default:
-		e.Type = TypeOther
-	}
-	return e
 }
 
 func unixMode(m uint32) fs.FileMode {
@@ -227,7 +178,7 @@ func (r *Root) Lstat(rel string) (Entry, error) {
 	}
 	var st unix.Stat_t
 	if rel == "" {
-		fd, err := r.open(".", unix.O_PATH|unix.O_DIRECTORY, 0)
+		fd, err := r.open(".", oPath|unix.O_DIRECTORY, 0)
 		if err != nil {
 			return Entry{}, err
 		}
@@ -275,7 +226,7 @@ func (r *Root) Sub(rel string) (*Root, error) {
 	if err := CheckRel(rel, true); err != nil {
 		return nil, err
 	}
-	fd, err := r.open(rel, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	fd, err := r.open(rel, oPath|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -291,7 +242,7 @@ func (r *Root) NoSymlinks() *Root {
 	if r.parent != nil {
 		p = r.parent
 	}
-	return &Root{fd: r.fd, dir: r.dir, resolve: r.resolve | unix.RESOLVE_NO_SYMLINKS, parent: p}
+	return &Root{fd: r.fd, dir: r.dir, resolve: r.resolve | resolveNoSymlinks, parent: p}
 }
 
 // PinRoot opens the absolute directory dir once, refusing any symlink on the way
@@ -301,19 +252,9 @@ func PinRoot(dir string) (*Root, error) {
 	if len(dir) == 0 || dir[0] != '/' {
 		return nil, actuation.Refusef(actuation.CodeNotDirectory, "root %q is not an absolute path", dir)
 	}
-	how := unix.OpenHow{Flags: uint64(unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC),
-		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
-	var fd int
-	var err error
-	for i := 0; ; i++ {
-		fd, err = openat2(unix.AT_FDCWD, dir, &how)
-		if (err == unix.EINTR || err == unix.EAGAIN) && i < maxResolveRetries {
-			continue
-		}
-		break
-	}
+	fd, err := pinOpen(dir)
 	if err != nil {
-		return nil, mapOpenErr(err, dir)
+		return nil, err
 	}
 	return &Root{fd: fd, dir: dir}, nil
 }

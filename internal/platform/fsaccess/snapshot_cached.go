@@ -95,7 +95,7 @@ func hashEntryKeyed(w *WalkEntry, max int64, key FileKey) (digest, omitted strin
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return d.Digest(), "", false
 	}
-	after := FileKey{Dev: st.Dev, Ino: st.Ino, Size: st.Size, MtimeNs: st.Mtim.Sec*1e9 + st.Mtim.Nsec, CtimeNs: st.Ctim.Sec*1e9 + st.Ctim.Nsec}
+	after := fileKeyOf(&st)
 	return d.Digest(), "", after == key
 }
 
@@ -109,24 +109,4 @@ type MountIdentity struct {
 	Dev      uint64
 	MountID  uint64
 	UniqueID bool // MountID is the never-reused id
-}
-
-// MountIdentity returns the mount identity of the root's directory.
-func (r *Root) MountIdentity() (MountIdentity, error) {
-	var stx unix.Statx_t
-	if err := unix.Statx(r.fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, unix.STATX_INO|unix.STATX_MNT_ID_UNIQUE, &stx); err == nil {
-		id := MountIdentity{Dev: unix.Mkdev(stx.Dev_major, stx.Dev_minor)}
-		switch {
-		case stx.Mask&unix.STATX_MNT_ID_UNIQUE != 0:
-			id.MountID, id.UniqueID = stx.Mnt_id, true
-		case stx.Mask&unix.STATX_MNT_ID != 0:
-			id.MountID = stx.Mnt_id
-		}
-		return id, nil
-	}
-	i, err := r.Identity()
-	if err != nil {
-		return MountIdentity{}, err
-	}
-	return MountIdentity{Dev: i.Dev}, nil
 }

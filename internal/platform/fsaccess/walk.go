@@ -79,7 +79,7 @@ func (w *WalkEntry) Open() (*os.File, error) {
 		return nil, actuation.Refusef(actuation.CodeNotRegularFile, "open %s: not a regular file", w.root.display(w.Path))
 	}
 	flags := unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY
-	fd, err := openBeneath(w.dirfd, w.name, flags|unix.O_NOATIME, 0, w.root.display(w.Path))
+	fd, err := openBeneath(w.dirfd, w.name, flags|oNoatime, 0, w.root.display(w.Path))
 	if errors.Is(err, unix.EPERM) {
 		fd, err = openBeneath(w.dirfd, w.name, flags, 0, w.root.display(w.Path))
 	}
@@ -87,7 +87,7 @@ func (w *WalkEntry) Open() (*os.File, error) {
 		return nil, err
 	}
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || st.Ino != w.ino || st.Dev != w.dev || st.Mode&unix.S_IFMT != unix.S_IFREG {
+	if err := unix.Fstat(fd, &st); err != nil || st.Ino != w.ino || statDev(&st) != w.dev || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		unix.Close(fd)
 		return nil, actuation.Refusef(actuation.CodeNotRegularFile, "open %s: entry changed during walk", w.root.display(w.Path))
 	}

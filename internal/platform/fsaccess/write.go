@@ -126,7 +126,7 @@ func (r *Root) Rename(oldRel, newRel string) error {
 
 // RenameNoReplace is Rename that refuses (EEXIST) when newRel exists.
 func (r *Root) RenameNoReplace(oldRel, newRel string) error {
-	return r.rename(oldRel, newRel, unix.RENAME_NOREPLACE)
+	return r.rename(oldRel, newRel, renameNoReplace)
 }
 
 func (r *Root) rename(oldRel, newRel string, flags uint) error {
@@ -136,7 +136,7 @@ func (r *Root) rename(oldRel, newRel string, flags uint) error {
 	}
 	defer unix.Close(ofd)
 	defer unix.Close(nfd)
-	if err := unix.Renameat2(ofd, obase, nfd, nbase, flags); err != nil {
+	if err := renameat2(ofd, obase, nfd, nbase, flags); err != nil {
 		return r.writeErr("rename "+oldRel+" ->", newRel, err)
 	}
 	return nil
@@ -234,7 +234,7 @@ func (r *Root) MkdirAll(rel string, perm fs.FileMode) ([]string, error) {
 			}
 			if e.Type == TypeSymlink {
 				// Allowed only if it resolves to a directory beneath the root.
-				fd, oerr := r.open(prefix, unix.O_PATH|unix.O_DIRECTORY, 0)
+				fd, oerr := r.open(prefix, oPath|unix.O_DIRECTORY, 0)
 				if oerr != nil {
 					return created, oerr
 				}
@@ -432,7 +432,7 @@ func (r *Root) SyncFS() error {
 		return err
 	}
 	defer unix.Close(fd)
-	if err := unix.Syncfs(fd); err != nil {
+	if err := syncfs(fd); err != nil {
 		return fmt.Errorf("fsaccess: syncfs %s: %w", r.dir, err)
 	}
 	return nil

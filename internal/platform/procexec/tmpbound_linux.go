@@ -1,3 +1,5 @@
+//go:build linux
+
 package procexec
 
 import (
@@ -12,12 +14,8 @@ import (
 // namespace when the sandbox ends. Nothing a sandbox writes to /tmp reaches the agent's
 // state filesystem. (The host temp dir under the agent's state dir stays the sandbox's
 // bookkeeping directory; nothing is mounted from it.)
+
 const (
-	// DefaultTempBytes is the /tmp of a sandbox whose caller sets no bound.
-	DefaultTempBytes = 256 << 20
-	// MinTempBytes and MaxTempBytes bound a configured /tmp.
-	MinTempBytes = 1 << 20
-	MaxTempBytes = 64 << 30
 	// tempInodeBytes: one inode per 4 KiB of /tmp (at least minTempInodes).
 	tempInodeBytes = 4 << 10
 	minTempInodes  = 1024

@@ -1,3 +1,5 @@
+//go:build linux
+
 package procexec
 
 import (
@@ -44,9 +46,6 @@ var (
 		"/etc/terminfo", "/etc/gitconfig", "/etc/environment", "/etc/locale.alias", "/etc/magic",
 	}
 	devFiles = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
-	// reservedPaths may not be (or contain, or be inside) a root: they are
-	// the sandbox's own system tree.
-	reservedPaths = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/dev", "/proc", "/sys"}
 )
 
 // SandboxSpec is what runs inside one sandbox. Paths are host paths; roots
@@ -647,15 +646,6 @@ func sandboxConfig(spec SandboxSpec) (*helperConfig, []idmapSource, error) {
 }
 
 func depth(p string) int { return strings.Count(filepath.Clean(p), "/") }
-
-func under(p string, dirs []string) bool {
-	for _, d := range dirs {
-		if p == d || strings.HasPrefix(p, strings.TrimSuffix(d, "/")+"/") {
-			return true
-		}
-	}
-	return false
-}
 
 func capLastCap() (int, error) {
 	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
