@@ -48,7 +48,7 @@ var benchClient *wbclient.Client
 
 // setup makes the namespace, a /bin/true profile and a Ready environment once per process
 // (the benchmark function runs several times while the framework sizes b.N).
-func setup(b *testing.B) *wbclient.Client {
+func setup(b testing.TB) *wbclient.Client {
 	b.Helper()
 	if benchClient != nil {
 		return benchClient
@@ -58,6 +58,9 @@ func setup(b *testing.B) *wbclient.Client {
 	must(b, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	must(b, c.Create(ctx, &wbv1.CommandProfile{ObjectMeta: metav1.ObjectMeta{Name: "true", Namespace: ns}, Spec: wbv1.CommandProfileSpec{
 		Executable: "/bin/true", AllowedRoots: []string{"work"}, MaxTimeoutSeconds: 60, MaxOutputBytes: 1 << 16,
+		Env: wbv1.CommandEnvPolicy{Defaults: []wbv1.EnvVar{{Name: "PATH", Value: "/usr/bin:/bin"}}}}}))
+	must(b, c.Create(ctx, &wbv1.CommandProfile{ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: ns}, Spec: wbv1.CommandProfileSpec{
+		Executable: "/bin/echo", FixedArgs: []string{"hello"}, AllowedRoots: []string{"work"}, MaxTimeoutSeconds: 60, MaxOutputBytes: 1 << 16,
 		Env: wbv1.CommandEnvPolicy{Defaults: []wbv1.EnvVar{{Name: "PATH", Value: "/usr/bin:/bin"}}}}}))
 	dir, err := os.MkdirTemp(st.Workspace, "bench-")
 	must(b, err)
@@ -124,7 +127,7 @@ func BenchmarkRunTrue(b *testing.B) {
 	b.Logf("aggregated API served: %v", cl.SubresourcesServed(ctx))
 }
 
-func must(b *testing.B, err error) {
+func must(b testing.TB, err error) {
 	b.Helper()
 	if err != nil {
 		b.Fatal(err)
