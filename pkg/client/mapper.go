@@ -2,6 +2,7 @@ package client
 
 import (
 	"net/http"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -25,16 +26,29 @@ func staticWorkbenchMapper() meta.RESTMapper {
 	gv := wbv1.GroupVersion
 	m := meta.NewDefaultRESTMapper([]schema.GroupVersion{gv})
 	for kind := range Scheme.KnownTypes(gv) {
-		if len(kind) > 4 && kind[len(kind)-4:] == "List" {
+		if strings.HasSuffix(kind, "List") {
 			continue
 		}
 		scope := meta.RESTScopeNamespace
 		if clusterScopedKinds[kind] {
 			scope = meta.RESTScopeRoot
 		}
-		m.Add(gv.WithKind(kind), scope)
+		lower := strings.ToLower(kind)
+		m.AddSpecific(gv.WithKind(kind), gv.WithResource(plural(lower)), gv.WithResource(lower), scope)
 	}
 	return m
+}
+
+// plural is the resource name the CRD generator gives a lower-cased kind: "es" after s, x,
+// ch and sh, "ies" for a consonant before a final y, else "s".
+func plural(kind string) string {
+	switch {
+	case strings.HasSuffix(kind, "s"), strings.HasSuffix(kind, "x"), strings.HasSuffix(kind, "ch"), strings.HasSuffix(kind, "sh"):
+		return kind + "es"
+	case strings.HasSuffix(kind, "y") && len(kind) > 1 && !strings.ContainsRune("aeiou", rune(kind[len(kind)-2])):
+		return kind[:len(kind)-1] + "ies"
+	}
+	return kind + "s"
 }
 
 // newMapper is the client's REST mapper: the workbench kinds from the build (no request),
