@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -167,4 +169,69 @@ func etcdInUse(b *testing.B) float64 {
 	}
 	b.Fatal("etcd metrics carry no etcd_mvcc_db_total_size_in_use_in_bytes")
 	return 0
+}
+
+// BenchmarkSessionEnvironmentAPICost is BenchmarkCommandAPICost for the other two units of
+// docs/scale.md's model: one Environment (host-local, created until Ready) and one
+// TerminalSession on it (created until Running), each iteration measuring API writes
+// (all resources, mutating verbs) and etcd bytes in use for each.
+func BenchmarkSessionEnvironmentAPICost(b *testing.B) {
+	ctx := context.Background()
+	ns := setup(b)
+	kc, err := kubernetes.NewForConfig(env.Config)
+	must(b, err)
+	var envWrites, envBytes, sesWrites, sesBytes float64
+	sum := func(before, after map[string]float64) float64 {
+		t := 0.0
+		for k, v := range after {
+			t += v - before[k]
+		}
+		return t
+	}
+	for i := 0; i < b.N; i++ {
+		work, err := os.MkdirTemp(admitted, "ws-")
+		must(b, err)
+		name := fmt.Sprintf("cost-%d", i)
+		before, db0 := apiWrites(b, kc), etcdInUse(b)
+		must(b, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: wbv1.EnvironmentSpec{
+			Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: &work}},
+			NodeSelector: map[string]string{wbv1.NodeLabel: node}}}))
+		waitUntil(b, func() bool {
+			var e wbv1.Environment
+			must(b, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &e))
+			return e.Status.Phase == wbv1.EnvironmentReady
+		})
+		mid, db1 := apiWrites(b, kc), etcdInUse(b)
+		must(b, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: wbv1.TerminalSessionSpec{EnvironmentRef: wbv1.ObjectName(name)}}))
+		waitUntil(b, func() bool {
+			var s wbv1.TerminalSession
+			must(b, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s))
+			return s.Status.Phase == wbv1.SessionRunning
+		})
+		after, db2 := apiWrites(b, kc), etcdInUse(b)
+		envWrites += sum(before, mid)
+		sesWrites += sum(mid, after)
+		envBytes += db1 - db0
+		sesBytes += db2 - db1
+		b.Logf("environment %s: writes %v", name, deltas(before, mid, ""))
+		b.Logf("session %s: writes %v", name, deltas(mid, after, ""))
+	}
+	b.ReportMetric(envWrites/float64(b.N), "env-writes")
+	b.ReportMetric(envBytes/float64(b.N), "env-etcd-inuse-bytes")
+	b.ReportMetric(sesWrites/float64(b.N), "session-writes")
+	b.ReportMetric(sesBytes/float64(b.N), "session-etcd-inuse-bytes")
+	b.ReportMetric(0, "ns/op")
+}
+
+// waitUntil polls cond (a benchmark's setup wait, bounded at 2 minutes).
+func waitUntil(b *testing.B, cond func() bool) {
+	b.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			b.Fatal("condition not reached in 2 minutes")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
