@@ -86,14 +86,18 @@ func setup(b testing.TB) *wbclient.Client {
 func BenchmarkRunTrue(b *testing.B) {
 	cl := setup(b)
 	ctx := context.Background()
-	run := func() time.Duration {
+	// BENCH_CLI_BASELINE names another build of the plugin (e.g. the previous commit's) to
+	// time in the same loop: before and after a change, same run, same load.
+	baseline := os.Getenv("BENCH_CLI_BASELINE")
+	runBin := func(bin string) time.Duration {
 		start := time.Now()
-		cmd := exec.Command(st.Bin("kubectl-workbench"), "--kubeconfig", st.Kubeconfig, "-n", ns, "run", "-e", "e", "--", "/bin/true")
+		cmd := exec.Command(bin, "--kubeconfig", st.Kubeconfig, "-n", ns, "run", "-e", "e", "--", "/bin/true")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.Fatalf("kubectl workbench run -- /bin/true: %v\n%s", err, out)
 		}
 		return time.Since(start)
 	}
+	run := func() time.Duration { return runBin(st.Bin("kubectl-workbench")) }
 	floor := func() time.Duration {
 		tc, err := cl.PrepareCommand(ctx, wbclient.RunRequest{Environment: "e", Argv: []string{"/bin/true"}})
 		must(b, err)
@@ -128,10 +132,13 @@ func BenchmarkRunTrue(b *testing.B) {
 	run() // warm up: the session exists from here on
 	floor()
 	kubectlCreate()
-	var cli, cmd, kc []time.Duration
+	var cli, cmd, kc, base []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		cli = append(cli, run())
+		if baseline != "" {
+			base = append(base, runBin(baseline))
+		}
 		kc = append(kc, kubectlCreate())
 		cmd = append(cmd, floor())
 	}
@@ -148,6 +155,10 @@ func BenchmarkRunTrue(b *testing.B) {
 	b.ReportMetric(p(cli, 0.5)/p(cmd, 0.5), "ratio-p50")
 	b.ReportMetric(p(kc, 0.5), "kubectl-create-configmap-p50-ms")
 	b.ReportMetric(p(cli, 0.5)/p(kc, 0.5), "cli-to-kubectl-create-p50")
+	if len(base) > 0 {
+		b.ReportMetric(p(base, 0.5), "baseline-cli-p50-ms")
+		b.ReportMetric(p(base, 0.5)/p(kc, 0.5), "baseline-to-kubectl-create-p50")
+	}
 	b.ReportMetric(0, "ns/op")
 	b.Logf("aggregated API served: %v", cl.SubresourcesServed(ctx))
 }
