@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/rest"
 
 	"sensorium.dev/workbench/internal/termsafe"
 	wbclient "sensorium.dev/workbench/pkg/client"
@@ -85,10 +86,17 @@ func newCommand(o *Options) *cobra.Command {
 
 // Main runs the command line and returns the process exit code.
 func Main(args []string, streams genericiooptions.IOStreams) int {
+	return MainWrapped(args, streams, nil)
+}
+
+// MainWrapped is Main with wrap applied to the REST config every client of the invocation
+// is built from (nil: none); tests count the requests of one invocation through it.
+func MainWrapped(args []string, streams genericiooptions.IOStreams, wrap func(*rest.Config) *rest.Config) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	o := &Options{IO: streams}
 	root := newCommand(o)
+	o.Config.WrapConfigFn = wrap
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {

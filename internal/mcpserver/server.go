@@ -168,7 +168,7 @@ func runCommand(ctx context.Context, cl *wbclient.Client, r wbclient.RunRequest)
 	if err := cl.CreateCommand(ctx, cmd); err != nil {
 		return RunResult{}, err
 	}
-	return follow(ctx, cl, cmd.Name)
+	return followCommand(ctx, cl, cmd)
 }
 
 // CommandRef names a command created earlier.
@@ -177,28 +177,26 @@ type CommandRef struct {
 }
 
 func commandResult(ctx context.Context, cl *wbclient.Client, r CommandRef) (RunResult, error) {
-	return follow(ctx, cl, r.Command)
-}
-
-// follow returns the final outcome, or AwaitingConsent as soon as the command waits for an
-// operator (the agent cannot approve; it calls command_result later).
-func follow(ctx context.Context, cl *wbclient.Client, name string) (RunResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, MaxRunWait)
-	defer cancel()
-	t, err := cl.WaitCommand(ctx, name, func(t *wbv1.TerminalCommand) bool {
-		p := wbv1.CommandPhaseFor(t.Status.Conditions)
-		return p == wbv1.CommandAwaitingConsent || p == wbv1.CommandRunning || wbv1.CommandIsFinal(t.Status.Conditions)
-	}, nil)
+	cmd, err := cl.GetCommand(ctx, r.Command)
 	if err != nil {
 		return RunResult{}, err
 	}
-	if wbv1.CommandPhaseFor(t.Status.Conditions) == wbv1.CommandAwaitingConsent {
-		return RunResult{RunResult: wbclient.ResultOf(t, nil), Consent: cl.ConsentInfo(ctx, t)}, nil
-	}
+	return followCommand(ctx, cl, cmd)
+}
+
+// followCommand returns the final outcome, or AwaitingConsent as soon as the command waits
+// for an operator (the agent cannot approve; it calls command_result later). It follows cmd
+// from the state held (one watch, the output read once), never reading the command again.
+func followCommand(ctx context.Context, cl *wbclient.Client, cmd *wbv1.TerminalCommand) (RunResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, MaxRunWait)
+	defer cancel()
 	buf := &wbclient.CappedBuffer{Cap: MaxOutputBytes}
-	final, err := cl.Follow(ctx, name, wbclient.RunOptions{Output: buf})
+	final, err := cl.FollowCommand(ctx, cmd, wbclient.RunOptions{Output: buf, ReturnAtConsent: true})
 	if final == nil {
 		return RunResult{}, err
+	}
+	if wbv1.CommandPhaseFor(final.Status.Conditions) == wbv1.CommandAwaitingConsent {
+		return RunResult{RunResult: wbclient.ResultOf(final, nil), Consent: cl.ConsentInfo(ctx, final)}, nil
 	}
 	res := RunResult{RunResult: wbclient.ResultOf(final, buf)}
 	var exit *wbclient.ExitError

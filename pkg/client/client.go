@@ -65,7 +65,15 @@ func New(cfg *rest.Config, namespace string) (*Client, error) {
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "kubectl-workbench"
 	}
-	kube, err := ctrlclient.NewWithWatch(cfg, ctrlclient.Options{Scheme: Scheme})
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating client for %s: %w", cfg.Host, err)
+	}
+	mapper, err := newMapper(cfg, hc)
+	if err != nil {
+		return nil, fmt.Errorf("creating client for %s: %w", cfg.Host, err)
+	}
+	kube, err := ctrlclient.NewWithWatch(cfg, ctrlclient.Options{Scheme: Scheme, HTTPClient: hc, Mapper: mapper})
 	if err != nil {
 		return nil, fmt.Errorf("creating client for %s: %w", cfg.Host, err)
 	}

@@ -45,39 +45,32 @@ type RunRequest struct {
 // PrepareCommand resolves r into a TerminalCommand ready to create: the environment, a
 // session (created and awaited when none is open), the profile, argv[0] and fixed
 // arguments, and the working directory's root.
+//
+// It asks the API server only what it cannot know: the environment is read once (got by
+// name, or taken from the list that picks the default), the sessions of the environment
+// are listed once, and the profile lookup runs alongside both; a session is created only
+// once the environment is known to exist.
 func (c *Client) PrepareCommand(ctx context.Context, r RunRequest) (*wbv1.TerminalCommand, error) {
 	if len(r.Argv) == 0 {
 		return nil, Usage("run needs an argv after --")
 	}
-	session := r.Session
-	var envName string
-	if session == "" {
-		envName = r.Environment
-		if envName == "" {
-			var err error
-			if envName, err = c.DefaultEnvironment(ctx); err != nil {
-				return nil, err
-			}
-		} else if err := c.Kube.Get(ctx, objectKey(c.Namespace, envName), &wbv1.Environment{}); err != nil {
-			return nil, Wrap("environment "+envName, err)
-		}
-		s, err := c.EnsureSession(ctx, envName)
-		if err != nil {
-			return nil, err
-		}
-		session = s.Name
-	} else {
-		var s wbv1.TerminalSession
-		if err := c.Kube.Get(ctx, ctrlclient.ObjectKey{Namespace: c.Namespace, Name: session}, &s); err != nil {
-			return nil, Wrap("terminalsession "+session, err)
-		}
-		envName = string(s.Spec.EnvironmentRef)
+	type profileResult struct {
+		p   *wbv1.CommandProfile
+		err error
 	}
-	var env wbv1.Environment
-	if err := c.Kube.Get(ctx, ctrlclient.ObjectKey{Namespace: c.Namespace, Name: envName}, &env); err != nil {
-		return nil, Wrap("environment "+envName, err)
+	profc := make(chan profileResult, 1)
+	go func() {
+		p, err := c.resolveProfile(ctx, r.Profile, r.Argv)
+		profc <- profileResult{p, err}
+	}()
+	profile := func() (*wbv1.CommandProfile, error) { res := <-profc; return res.p, res.err }
+
+	env, session, err := c.resolveEnvironmentAndSession(ctx, r)
+	if err != nil {
+		<-profc // the lookup ends with ctx or its answer; never left running
+		return nil, err
 	}
-	prof, err := c.resolveProfile(ctx, r.Profile, r.Argv)
+	prof, err := profile()
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +80,7 @@ func (c *Client) PrepareCommand(ctx context.Context, r RunRequest) (*wbv1.Termin
 	}
 	root := r.Root
 	if root == "" {
-		root = defaultRoot(prof, &env)
+		root = defaultRoot(prof, env)
 	}
 	cmd := &wbv1.TerminalCommand{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: commandPrefix(argv), Namespace: c.Namespace},
@@ -98,6 +91,65 @@ func (c *Client) PrepareCommand(ctx context.Context, r RunRequest) (*wbv1.Termin
 		cmd.Labels = map[string]string{wbv1.CorrelationLabel: r.CorrelationID}
 	}
 	return cmd, nil
+}
+
+// resolveEnvironmentAndSession returns r's environment (read once) and the session to run
+// on: r.Session (read once, then its environment), else an open structured session of the
+// environment (its sessions listed alongside the environment's read when r names it), else
+// a new one.
+func (c *Client) resolveEnvironmentAndSession(ctx context.Context, r RunRequest) (*wbv1.Environment, string, error) {
+	if r.Session != "" {
+		var s wbv1.TerminalSession
+		if err := c.Kube.Get(ctx, ctrlclient.ObjectKey{Namespace: c.Namespace, Name: r.Session}, &s); err != nil {
+			return nil, "", Wrap("terminalsession "+r.Session, err)
+		}
+		envName := string(s.Spec.EnvironmentRef)
+		var env wbv1.Environment
+		if err := c.Kube.Get(ctx, ctrlclient.ObjectKey{Namespace: c.Namespace, Name: envName}, &env); err != nil {
+			return nil, "", Wrap("environment "+envName, err)
+		}
+		return &env, r.Session, nil
+	}
+	var env *wbv1.Environment
+	var open *wbv1.TerminalSession
+	if r.Environment == "" {
+		e, err := c.defaultEnvironment(ctx)
+		if err != nil {
+			return nil, "", err
+		}
+		env = e
+		if open, err = c.openSession(ctx, env.Name); err != nil {
+			return nil, "", err
+		}
+	} else {
+		type sessionResult struct {
+			s   *wbv1.TerminalSession
+			err error
+		}
+		sc := make(chan sessionResult, 1)
+		go func() {
+			s, err := c.openSession(ctx, r.Environment)
+			sc <- sessionResult{s, err}
+		}()
+		var e wbv1.Environment
+		err := c.Kube.Get(ctx, ctrlclient.ObjectKey{Namespace: c.Namespace, Name: r.Environment}, &e)
+		sres := <-sc
+		if err != nil {
+			return nil, "", Wrap("environment "+r.Environment, err)
+		}
+		if sres.err != nil {
+			return nil, "", sres.err
+		}
+		env, open = &e, sres.s
+	}
+	if open != nil {
+		return env, open.Name, nil
+	}
+	s, err := c.createSession(ctx, env.Name)
+	if err != nil {
+		return nil, "", err
+	}
+	return env, s.Name, nil
 }
 
 // commandPrefix is a readable generateName: "run-<base of the executable>-".
@@ -197,6 +249,15 @@ func defaultRoot(p *wbv1.CommandProfile, e *wbv1.Environment) string {
 // EnsureSession returns an open structured session of environment env, creating one (and
 // waiting until it runs) when there is none.
 func (c *Client) EnsureSession(ctx context.Context, env string) (*wbv1.TerminalSession, error) {
+	s, err := c.openSession(ctx, env)
+	if err != nil || s != nil {
+		return s, err
+	}
+	return c.createSession(ctx, env)
+}
+
+// openSession is an open structured session of environment env, or nil (one list).
+func (c *Client) openSession(ctx context.Context, env string) (*wbv1.TerminalSession, error) {
 	var l wbv1.TerminalSessionList
 	if err := c.Kube.List(ctx, &l, &ctrlclient.ListOptions{Namespace: c.Namespace,
 		FieldSelector: fields.OneTermEqualSelector("spec.environmentRef", env)}); err != nil {
@@ -211,6 +272,11 @@ func (c *Client) EnsureSession(ctx context.Context, env string) (*wbv1.TerminalS
 			return s, nil
 		}
 	}
+	return nil, nil
+}
+
+// createSession creates a structured session of environment env and waits until it runs.
+func (c *Client) createSession(ctx context.Context, env string) (*wbv1.TerminalSession, error) {
 	s := &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{GenerateName: env + "-", Namespace: c.Namespace,
 		Labels: map[string]string{CreatedByLabel: "kubectl-workbench"}},
 		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: wbv1.ObjectName(env)}}
@@ -329,6 +395,9 @@ type RunOptions struct {
 	OnConsent func(*wbv1.TerminalCommand, *ConsentInfo)
 	// OnOutputUnavailable is called when the output subresource could not be read.
 	OnOutputUnavailable func(error)
+	// ReturnAtConsent returns the command (and no error) as soon as it waits for an
+	// operator, instead of waiting for the operator's answer.
+	ReturnAtConsent bool
 }
 
 // Run creates the command of r, follows its output into opts.Output while it runs, and
@@ -344,43 +413,77 @@ func (c *Client) Run(ctx context.Context, r RunRequest, opts RunOptions) (*wbv1.
 	if opts.OnCreated != nil {
 		opts.OnCreated(cmd)
 	}
-	return c.Follow(ctx, cmd.Name, opts)
+	return c.FollowCommand(ctx, cmd, opts)
 }
 
 // Follow waits for command name: it reports consent once, streams output from the first
 // byte once the command has started, and returns the final command.
 func (c *Client) Follow(ctx context.Context, name string, opts RunOptions) (*wbv1.TerminalCommand, error) {
-	consentShown := false
-	started := func(t *wbv1.TerminalCommand) bool {
-		p := wbv1.CommandPhaseFor(t.Status.Conditions)
-		return p == wbv1.CommandRunning || wbv1.CommandIsFinal(t.Status.Conditions)
-	}
-	onChange := func(t *wbv1.TerminalCommand) {
-		if consentShown || wbv1.CommandPhaseFor(t.Status.Conditions) != wbv1.CommandAwaitingConsent || opts.OnConsent == nil {
-			return
-		}
-		consentShown = true
-		opts.OnConsent(t, c.ConsentInfo(ctx, t))
-	}
-	cmd, err := c.WaitCommand(ctx, name, started, onChange)
+	cmd, err := c.GetCommand(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	if opts.Output != nil && wbv1.CommandPhaseFor(cmd.Status.Conditions) != wbv1.CommandRefused {
-		if err := c.CommandOutput(ctx, name, true, opts.LimitBytes, opts.Output); err != nil {
+	return c.FollowCommand(ctx, cmd, opts)
+}
+
+// FollowCommand is Follow from the state of cmd the caller holds (as created, or as read):
+// one watch from cmd's resourceVersion serves the whole wait, so the command is not read
+// again. The output is read once the command has started: followed over one stream while
+// it runs, or read once when the command is already final; not at all when the final
+// status says it wrote nothing (outputDigest recorded and stdoutBytes 0).
+func (c *Client) FollowCommand(ctx context.Context, cmd *wbv1.TerminalCommand, opts RunOptions) (*wbv1.TerminalCommand, error) {
+	cmd = cmd.DeepCopy()
+	name := cmd.Name
+	ow := &objectWatch[*wbv1.TerminalCommand]{c: c, obj: cmd, list: &wbv1.TerminalCommandList{}}
+	defer ow.stop()
+	consentShown := false
+	err := ow.until(ctx, func(t *wbv1.TerminalCommand) (bool, error) {
+		p := wbv1.CommandPhaseFor(t.Status.Conditions)
+		if p == wbv1.CommandAwaitingConsent {
+			if opts.ReturnAtConsent {
+				return true, nil
+			}
+			if !consentShown && opts.OnConsent != nil {
+				consentShown = true
+				opts.OnConsent(t, c.ConsentInfo(ctx, t))
+			}
+		}
+		return p == wbv1.CommandRunning || wbv1.CommandIsFinal(t.Status.Conditions), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	phase := wbv1.CommandPhaseFor(cmd.Status.Conditions)
+	if phase == wbv1.CommandAwaitingConsent {
+		return cmd, nil // ReturnAtConsent
+	}
+	if opts.Output != nil && phase != wbv1.CommandRefused && !finalWithoutOutput(cmd) {
+		var oerr error
+		if wbv1.CommandIsFinal(cmd.Status.Conditions) {
+			oerr = c.CommandOutput(ctx, name, false, opts.LimitBytes, opts.Output) // one plain read: nothing more will come
+		} else {
+			oerr = c.CommandOutput(ctx, name, true, opts.LimitBytes, opts.Output)
+		}
+		if oerr != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			if opts.OnOutputUnavailable != nil {
-				opts.OnOutputUnavailable(err)
+				opts.OnOutputUnavailable(oerr)
 			}
 		}
 	}
-	cmd, err = c.WaitCommand(ctx, name, nil, nil)
-	if err != nil {
+	if err := ow.until(ctx, func(t *wbv1.TerminalCommand) (bool, error) { return wbv1.CommandIsFinal(t.Status.Conditions), nil }); err != nil {
 		return nil, err
 	}
 	return cmd, CommandOutcomeError(cmd)
+}
+
+// finalWithoutOutput says the final status itself shows the command wrote nothing: the
+// node recorded its output accounting (an outputDigest) and zero bytes. A status without
+// the accounting says nothing, and the output is read.
+func finalWithoutOutput(cmd *wbv1.TerminalCommand) bool {
+	return wbv1.CommandIsFinal(cmd.Status.Conditions) && cmd.Status.OutputDigest != "" && cmd.Status.StdoutBytes == 0
 }
 
 // CommandOutput copies the combined output of command name from its first byte into w

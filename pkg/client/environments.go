@@ -166,23 +166,35 @@ func (c *Client) DeleteEnvironment(ctx context.Context, name string, wait bool) 
 // DefaultEnvironment picks the environment to act on when the caller named none: the only
 // Ready environment of the namespace.
 func (c *Client) DefaultEnvironment(ctx context.Context) (string, error) {
-	envs, err := c.ListEnvironments(ctx)
+	e, err := c.defaultEnvironment(ctx)
 	if err != nil {
 		return "", err
 	}
+	return e.Name, nil
+}
+
+// defaultEnvironment is DefaultEnvironment's object, as listed (one request).
+func (c *Client) defaultEnvironment(ctx context.Context) (*wbv1.Environment, error) {
+	envs, err := c.ListEnvironments(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var ready []string
-	for _, e := range envs {
+	var only *wbv1.Environment
+	for i := range envs {
+		e := &envs[i]
 		if wbv1.EnvironmentPhaseFor(e.Status.Conditions, e.DeletionTimestamp != nil) == wbv1.EnvironmentReady {
 			ready = append(ready, e.Name)
+			only = e
 		}
 	}
 	switch len(ready) {
 	case 1:
-		return ready[0], nil
+		return only, nil
 	case 0:
-		return "", &Error{Class: ClassUnavailable, Code: "environment-unavailable", Message: "no Ready environment in namespace " + c.Namespace + "; create one with `kubectl workbench env create`"}
+		return nil, &Error{Class: ClassUnavailable, Code: "environment-unavailable", Message: "no Ready environment in namespace " + c.Namespace + "; create one with `kubectl workbench env create`"}
 	}
-	return "", Usage("namespace %s has %d Ready environments (%s): name one with -e", c.Namespace, len(ready), strings.Join(ready, ", "))
+	return nil, Usage("namespace %s has %d Ready environments (%s): name one with -e", c.Namespace, len(ready), strings.Join(ready, ", "))
 }
 
 func newestCondition(conds []metav1.Condition) *metav1.Condition {

@@ -176,6 +176,9 @@ func TestLoad(t *testing.T) {
 		"agent live heap (after GC) %d MB before, %d MB peak, after: %s; agent RSS %d KiB before, %d KiB peak, %d KiB after",
 		sessions, commands, createdIn.Round(time.Millisecond), elapsed.Round(time.Millisecond), float64(commands)/elapsed.Seconds(),
 		p50.Round(time.Millisecond), p99.Round(time.Millisecond), outcomes, heapBefore, heapPeak, heapAfter, rssBefore, rssPeak, rssAfter)
+	for _, st := range tracker.stepLatencies(created) {
+		t.Logf("load step %-18s p50 %10s p99 %10s (%d commands)", st.name, percentile(st.d, 0.50).Round(time.Millisecond), percentile(st.d, 0.99).Round(time.Millisecond), len(st.d))
+	}
 }
 
 // outcomeTracker records when a watch first shows each command with its one outcome.
@@ -185,18 +188,31 @@ type outcomeTracker struct {
 	final    map[string]time.Time
 	outcomes map[string]int
 	last     time.Time
+	// steps: when the watch first showed each command admitted, started, with its outcome
+	// in the conditions (final), and observed (final is final above: the outcome with the
+	// phase a user reads agreeing).
+	admitted, started, outcome map[string]time.Time
 }
 
 func newOutcomeTracker() *outcomeTracker {
-	return &outcomeTracker{ready: make(chan struct{}), final: map[string]time.Time{}, outcomes: map[string]int{}}
+	return &outcomeTracker{ready: make(chan struct{}), final: map[string]time.Time{}, outcomes: map[string]int{},
+		admitted: map[string]time.Time{}, started: map[string]time.Time{}, outcome: map[string]time.Time{}}
 }
 
 func (o *outcomeTracker) see(c *wbv1.TerminalCommand, at time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	first := func(m map[string]time.Time, cond bool) {
+		if _, seen := m[c.Name]; cond && !seen {
+			m[c.Name] = at
+		}
+	}
+	first(o.admitted, condTrue(c, wbv1.ConditionAdmitted))
+	first(o.started, condTrue(c, wbv1.ConditionStarted))
+	first(o.outcome, wbv1.CommandIsFinal(c.Status.Conditions))
 	if !wbv1.CommandIsFinal(c.Status.Conditions) || c.Status.Phase != wbv1.CommandPhaseFor(c.Status.Conditions) {
 		return
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
 	if _, seen := o.final[c.Name]; seen {
 		return
 	}
@@ -264,6 +280,50 @@ func (o *outcomeTracker) lastSeen() time.Time {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.last
+}
+
+func condTrue(c *wbv1.TerminalCommand, t string) bool {
+	for _, cd := range c.Status.Conditions {
+		if cd.Type == t && cd.Status == metav1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// stepLatencies are, per step of a command's path as the watch showed it, the sorted
+// durations over the commands that passed through both ends of the step: create →
+// admitted, admitted → started, started → outcome (final conditions), outcome → observed
+// (the phase a user reads agrees with the outcome). A refused command has no start: it
+// counts in create → admitted only when it was admitted first. Steps that arrive in one
+// write measure 0.
+type loadStep struct {
+	name string
+	d    []time.Duration
+}
+
+func (o *outcomeTracker) stepLatencies(created map[string]time.Time) []loadStep {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	span := func(from func(string) (time.Time, bool), to map[string]time.Time) []time.Duration {
+		var out []time.Duration
+		for name, end := range to {
+			if start, ok := from(name); ok {
+				out = append(out, max(0, end.Sub(start)))
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	in := func(m map[string]time.Time) func(string) (time.Time, bool) {
+		return func(n string) (time.Time, bool) { t, ok := m[n]; return t, ok }
+	}
+	return []loadStep{
+		{"create→admitted", span(in(created), o.admitted)},
+		{"admitted→started", span(in(o.admitted), o.started)},
+		{"started→outcome", span(in(o.started), o.outcome)},
+		{"outcome→observed", span(in(o.outcome), o.final)},
+	}
 }
 
 // latencies are the times from each command's create call to its outcome on the watch.

@@ -30,6 +30,10 @@ import (
 
 const node = "bench-node"
 
+// concurrentCommands is the bench agent's concurrency cap (BenchmarkCommandThroughput puts
+// up to this many commands in flight).
+const concurrentCommands = 32
+
 var (
 	env      *envtest.Env
 	wc       client.WithWatch
@@ -49,7 +53,7 @@ func TestMain(m *testing.M) {
 			return fmt.Errorf("building workbench-sandbox: %w: %s", err, out)
 		}
 		cfg := agent.Config{NodeName: node, StateDir: s.StateDir, AdmittedRoots: map[string]string{"work": admitted},
-			Caps: agent.Caps{Sessions: 8, ConcurrentCommands: 8, PrestartedSandboxes: prestarted()}}
+			Caps: agent.Caps{Sessions: 8, ConcurrentCommands: concurrentCommands, PrestartedSandboxes: prestarted()}}
 		cfg.QEMU, qemuSkip = nodeagenttest.QEMU()
 		_, err = s.StartAgent(cfg, agent.Options{HelperPath: helper})
 		return err
@@ -151,9 +155,9 @@ func BenchmarkCommandTrue(b *testing.B) {
 				seenStarted = true
 				started = append(started, time.Since(t2))
 			}
-			// Done when the phase a user reads (derived by the manager from the node's
-			// conditions) is final: that is the end of the product path.
-			if ok && c.Name == "c"+strconv.Itoa(i) && wbv1.CommandPhaseIsFinal(c.Status.Phase) {
+			// Done when the conditions are final and the phase a user reads agrees with them
+			// (whoever writes it): that is the end of the product path.
+			if ok && c.Name == "c"+strconv.Itoa(i) && wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions) {
 				if c.Status.Phase != wbv1.CommandSucceeded {
 					b.Fatalf("command %s: %+v", c.Name, c.Status)
 				}
