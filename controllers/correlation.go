@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -24,20 +25,39 @@ func withCorrelation(labels map[string]string, cmd client.Object) map[string]str
 	return labels
 }
 
-// scopeCorrelation is the correlation id a wait or probe scoped to a command inherits, ""
-// when it carries its own or is not scoped to a command.
+// scopeCorrelation is the correlation id a wait or probe scoped to a command or an artifact
+// inherits, "" when it carries its own or is scoped to neither.
 func scopeCorrelation(ctx context.Context, r client.Reader, obj client.Object, s *wbv1.Scope) (string, error) {
-	if obj.GetLabels()[wbv1.CorrelationLabel] != "" || s == nil || s.CommandRef == nil {
+	if obj.GetLabels()[wbv1.CorrelationLabel] != "" || s == nil {
 		return "", nil
 	}
-	var cmd wbv1.TerminalCommand
-	if err := r.Get(ctx, client.ObjectKey{Namespace: obj.GetNamespace(), Name: string(*s.CommandRef)}, &cmd); err != nil {
+	var from client.Object
+	var name string
+	switch {
+	case s.CommandRef != nil:
+		from, name = &wbv1.TerminalCommand{}, string(*s.CommandRef)
+	case s.ArtifactRef != nil:
+		from, name = &wbv1.Artifact{}, string(*s.ArtifactRef)
+	default:
+		return "", nil
+	}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: obj.GetNamespace(), Name: name}, from); err != nil {
 		if apierrors.IsNotFound(err) {
 			return "", nil
 		}
-		return "", fmt.Errorf("reading TerminalCommand %s/%s: %w", obj.GetNamespace(), *s.CommandRef, err)
+		return "", fmt.Errorf("reading %T %s/%s: %w", from, obj.GetNamespace(), name, err)
 	}
-	return cmd.Labels[wbv1.CorrelationLabel], nil
+	return from.GetLabels()[wbv1.CorrelationLabel], nil
+}
+
+// recordingCorrelation keeps the correlation id a Recording was created with and gives one
+// created without a generated id ("wb-" and a random UUID, the format the command webhook
+// uses), so its edges, trace Artifact and the skill made from it can be selected together.
+func recordingCorrelation(_ context.Context, _ client.Reader, rec *wbv1.Recording) (string, error) {
+	if rec.Labels[wbv1.CorrelationLabel] != "" {
+		return "", nil
+	}
+	return "wb-" + string(uuid.NewUUID()), nil
 }
 
 func (r *BindingReconciler[T]) correlation(ctx context.Context, obj T) (string, error) {

@@ -22,6 +22,7 @@ func recordingBinder(c client.Client, now func() time.Time) *BindingReconciler[*
 		EnvOf: func(_ context.Context, _ client.Reader, o *wbv1.Recording) (string, error) {
 			return string(o.Spec.EnvironmentRef), nil
 		},
+		Correlate: recordingCorrelation, // correlation.go
 		Final: func(o *wbv1.Recording) bool {
 			return o.Status.TraceArtifactRef != "" || o.Status.Phase == wbv1.RecordingPhaseFailed
 		},

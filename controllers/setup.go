@@ -51,7 +51,7 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 			return err
 		}
 	}
-	for _, s := range cleanupReconcilers(c, now, cfg.NodeLostAfter) {
+	for _, s := range append(cleanupReconcilers(c, now, cfg.NodeLostAfter), declaredReconcilers(c)...) {
 		if err := s.SetupWithManager(mgr); err != nil {
 			return err
 		}

@@ -823,11 +823,23 @@ type ActionSignerSpec struct {
 	Description string `json:"description,omitempty"`
 }
 
-// ActionSignerStatus is written by nobody yet; reserved for key fingerprints.
+// ActionSignerStatus is written by the manager: the key's fingerprint once it parsed, and
+// the kstatus conditions (docs/gitops.md).
 type ActionSignerStatus struct {
 	// keyID is sha256:<hex> of the raw public key.
 	// +optional
 	KeyID Digest `json:"keyID,omitempty"`
+	// observedGeneration is the metadata.generation of the ActionSigner that this status was
+	// computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions are the latest observations of the ActionSigner's state, one per condition
+	// type (Valid, Reconciling, Stalled).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // ActionSigner is a cluster-scoped trusted catalog signer.
@@ -917,12 +929,20 @@ type WorkbenchPolicySpec struct {
 	Consent *ConsentPolicySpec `json:"consent,omitempty"`
 }
 
-// WorkbenchPolicyStatus is reserved.
+// WorkbenchPolicyStatus is written by the manager once it observed the policy (the consent
+// policy compiled, the posture and signature policy read where used).
 type WorkbenchPolicyStatus struct {
 	// observedGeneration is the metadata.generation of the WorkbenchPolicy that this status was
 	// computed from.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions are the latest observations of the WorkbenchPolicy's state, one per condition
+	// type (Valid, Reconciling, Stalled).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // WorkbenchPolicyName is the singleton's name.

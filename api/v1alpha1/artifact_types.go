@@ -114,6 +114,7 @@ type ArtifactStatus struct {
 // +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=`.status.size`
 // +kubebuilder:printcolumn:name="Digest",type=string,JSONPath=`.status.digest`,priority=1
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
+// +kubebuilder:printcolumn:name="Correlation",type=string,JSONPath=`.metadata.labels.workbench\.sensorium\.dev/correlation-id`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Artifact struct {
 	metav1.TypeMeta `json:",inline"`

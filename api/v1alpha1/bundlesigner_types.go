@@ -30,8 +30,28 @@ type BundleSignerSpec struct {
 	Description string `json:"description,omitempty"`
 }
 
+// BundleSignerStatus is written by the manager: the key's fingerprint once it parsed, and
+// the kstatus conditions (docs/gitops.md).
+type BundleSignerStatus struct {
+	// keyID is sha256:<hex> of the raw public key (the id a signed bundle names).
+	// +optional
+	KeyID Digest `json:"keyID,omitempty"`
+	// observedGeneration is the metadata.generation of the BundleSigner that this status was
+	// computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions are the latest observations of the BundleSigner's state, one per condition
+	// type (Valid, Reconciling, Stalled).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
 // BundleSigner is a cluster-scoped trusted SkillBundle signer.
 // +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=wbbundlesigner,categories=workbench
 // +kubebuilder:printcolumn:name="Namespaces",type=string,JSONPath=`.spec.namespaces`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
@@ -43,6 +63,9 @@ type BundleSigner struct {
 	// spec pins the key.
 	// +required
 	Spec BundleSignerSpec `json:"spec"`
+	// status is the observed state of the BundleSigner.
+	// +optional
+	Status BundleSignerStatus `json:"status,omitempty"`
 }
 
 // BundleSignerList is a list of BundleSigners.

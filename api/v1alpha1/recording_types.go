@@ -120,6 +120,11 @@ type RecordedEdge struct {
 	// object is the name of the TerminalCommand, FilePatch, Wait or Probe.
 	// +required
 	Object ObjectName `json:"object"`
+	// correlationID is the recorded object's correlation id (its
+	// workbench.sensorium.dev/correlation-id label), when it carries one.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	CorrelationID string `json:"correlationID,omitempty"`
 	// stateBefore is the digest of the workspace state before the edge.
 	// +required
 	StateBefore Digest `json:"stateBefore"`
@@ -236,6 +241,7 @@ type RecordingStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Edges",type=integer,JSONPath=`.status.edges`
 // +kubebuilder:printcolumn:name="Trace",type=string,JSONPath=`.status.traceArtifactRef`,priority=1
+// +kubebuilder:printcolumn:name="Correlation",type=string,JSONPath=`.metadata.labels.workbench\.sensorium\.dev/correlation-id`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Recording struct {
 	metav1.TypeMeta `json:",inline"`

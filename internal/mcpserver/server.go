@@ -52,6 +52,7 @@ func New(clientFor ClientFunc) *mcp.Server {
 	add(s, clientFor, &mcp.Tool{Name: "probe", Description: "Check a condition once, now (Pass or Fail)."}, probeTool)
 	add(s, clientFor, &mcp.Tool{Name: "screen", Description: "The current screen of a terminal session (rows of text, cursor, digest)."}, screenTool)
 	add(s, clientFor, &mcp.Tool{Name: "events", Description: "Events of a terminal session after a sequence number (output as UTF-8 text, gaps marked)."}, eventsTool)
+	add(s, clientFor, &mcp.Tool{Name: "run_action", Description: "Run one action of an ActionCatalog (an ActionRun) and return its phase, exit code or refusal code; AwaitingConsent with the consent request when an operator must decide. The correlation id (supplied or generated) labels the run, its consent request and its artifacts."}, runAction) // run_action.go
 	add(s, clientFor, &mcp.Tool{Name: "list_consent_requests", Description: "Consent requests of the namespace, with who may approve them. Approving is for operators, not this server."}, listConsent)
 	return s
 }

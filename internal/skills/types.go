@@ -149,13 +149,16 @@ type ConditionEdge struct {
 // Edge is one recorded interaction: the state before, the effect, the state
 // after, and what admitted it.
 type Edge struct {
-	Seq         int          `json:"seq"` // 1-based, contiguous
-	Kind        EdgeKind     `json:"kind"`
-	Object      string       `json:"object"` // the object's name in the recorded namespace
-	Backend     string       `json:"backend"`
-	StateBefore string       `json:"state_before"`
-	StateAfter  string       `json:"state_after"`
-	Changes     []PathChange `json:"changes,omitempty"`
+	Seq    int      `json:"seq"` // 1-based, contiguous
+	Kind   EdgeKind `json:"kind"`
+	Object string   `json:"object"` // the object's name in the recorded namespace
+	// CorrelationID is the recorded object's correlation id (its
+	// workbench.sensorium.dev/correlation-id label), when it carries one.
+	CorrelationID string       `json:"correlation_id,omitempty"`
+	Backend       string       `json:"backend"`
+	StateBefore   string       `json:"state_before"`
+	StateAfter    string       `json:"state_after"`
+	Changes       []PathChange `json:"changes,omitempty"`
 	// OutOfBand lists paths changed between the previous edge and this one by something
 	// that was not recorded; a trace with such a gap is incomplete.
 	OutOfBand     []PathChange   `json:"out_of_band,omitempty"`

@@ -25,7 +25,7 @@ import (
 
 // agentTools are the tools the server must offer, and nothing that approves or types.
 var agentTools = []string{"command_result", "create_environment", "events", "list_consent_requests", "list_environments",
-	"probe", "propose_patch", "read_file", "run_command", "screen", "snapshot_files", "wait"}
+	"probe", "propose_patch", "read_file", "run_action", "run_command", "screen", "snapshot_files", "wait"}
 
 // mcpFixture makes a namespace with the git profiles and a Ready environment over a repo.
 func mcpFixture(t *testing.T) string {

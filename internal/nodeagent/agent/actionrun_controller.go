@@ -667,7 +667,7 @@ func (r *actionRunReconciler) createArtifacts(run *wbv1.ActionRun, arts []artifa
 		}
 		name := artifactName(run.Name, i)
 		obj := &wbv1.Artifact{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: run.Namespace,
-			Labels: map[string]string{wbv1.NodeLabel: a.cfg.NodeName}},
+			Labels: withCorrelation(map[string]string{wbv1.NodeLabel: a.cfg.NodeName}, run)},
 			Spec: wbv1.ArtifactSpec{EnvironmentRef: run.Spec.EnvironmentRef, Source: wbv1.ArtifactSource("action")}}
 		if l := run.Labels[wbv1.EnvironmentLabel]; l != "" {
 			obj.Labels[wbv1.EnvironmentLabel] = l

@@ -190,7 +190,7 @@ func (a *Agent) recordAfterCommand(cmd *wbv1.TerminalCommand, envName string, o 
 	if by := cmd.Status.AdmittedBy; by != "" && by != "profile" {
 		auth = skills.Authorization{Kind: skills.AuthGrant, Ref: by}
 	}
-	e := skills.Edge{Kind: skills.EdgeCommand, Object: cmd.Name,
+	e := skills.Edge{Kind: skills.EdgeCommand, Object: cmd.Name, CorrelationID: cmd.Labels[wbv1.CorrelationLabel],
 		Command: &skills.CommandEdge{Profile: string(cmd.Spec.ProfileRef), Argv: append([]string(nil), cmd.Spec.Argv...), ArgvDigest: argvDigest,
 			Cwd: skills.Cwd{Root: string(cmd.Spec.Cwd.Root), Path: string(cmd.Spec.Cwd.Path)}, OutputDigest: o.OutputDigest,
 			OutputBytes: o.Bytes, Output: out, OutputTruncated: trunc || o.Truncated},
@@ -224,7 +224,7 @@ func (a *Agent) recordAfterPatch(fp *wbv1.FilePatch, env *wbv1.Environment) {
 	if env.Spec.PatchApproval != nil && *env.Spec.PatchApproval == wbv1.PatchApprovalAutoApply {
 		auth.Ref = "auto-apply:" + env.Name
 	}
-	a.finishEdge(fp.Namespace, env.Name, p, skills.Edge{Kind: skills.EdgePatch, Object: fp.Name, Patch: pe,
+	a.finishEdge(fp.Namespace, env.Name, p, skills.Edge{Kind: skills.EdgePatch, Object: fp.Name, CorrelationID: fp.Labels[wbv1.CorrelationLabel], Patch: pe,
 		Outcome: skills.Outcome{Phase: "Applied"}, Authorization: auth})
 }
 
@@ -244,7 +244,7 @@ func (a *Agent) recordObservation(ctx context.Context, ns, envName, session stri
 	if p == nil {
 		return
 	}
-	a.finishEdge(ns, envName, p, skills.Edge{Kind: kind, Object: name, Condition: &skills.ConditionEdge{Condition: condition, Result: result},
+	a.finishEdge(ns, envName, p, skills.Edge{Kind: kind, Object: name, CorrelationID: a.observedCorrelation(ctx, ns, kind, name), Condition: &skills.ConditionEdge{Condition: condition, Result: result},
 		Outcome: skills.Outcome{Phase: result}, Authorization: skills.Authorization{Kind: skills.AuthObserve, Ref: name}})
 }
 

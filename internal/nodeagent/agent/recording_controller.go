@@ -217,7 +217,7 @@ func fillRecordingStatus(st *wbv1.RecordingStatus, ar *activeRecording) {
 	st.RecentEdges = nil
 	from := max(0, len(t.Edges)-recentEdgesInStatus)
 	for _, e := range t.Edges[from:] {
-		re := wbv1.RecordedEdge{Seq: int32(e.Seq), Kind: wbv1.SkillStepKind(e.Kind), Object: wbv1.ObjectName(e.Object),
+		re := wbv1.RecordedEdge{Seq: int32(e.Seq), Kind: wbv1.SkillStepKind(e.Kind), Object: wbv1.ObjectName(e.Object), CorrelationID: e.CorrelationID,
 			StateBefore: wbv1.Digest(e.StateBefore), StateAfter: wbv1.Digest(e.StateAfter), Phase: e.Outcome.Phase,
 			ExitCode: e.Outcome.ExitCode, Code: e.Outcome.Code, Authorization: string(e.Authorization.Kind) + ":" + e.Authorization.Ref}
 		if c := e.Command; c != nil {
@@ -252,7 +252,7 @@ func (a *Agent) stopRecording(ctx context.Context, rec *wbv1.Recording, ar *acti
 	}
 	name := traceArtifactName(rec.Name)
 	art := &wbv1.Artifact{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: rec.Namespace,
-		Labels:          map[string]string{wbv1.NodeLabel: a.cfg.NodeName, wbv1.EnvironmentLabel: string(rec.Spec.EnvironmentRef)},
+		Labels:          withCorrelation(map[string]string{wbv1.NodeLabel: a.cfg.NodeName, wbv1.EnvironmentLabel: string(rec.Spec.EnvironmentRef)}, rec),
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: wbv1.GroupVersion.String(), Kind: "Recording", Name: rec.Name, UID: rec.UID}}},
 		Spec: wbv1.ArtifactSpec{EnvironmentRef: rec.Spec.EnvironmentRef, Source: "recording", Classification: "confidential",
 			RetentionSeconds: int64(traceRetention / time.Second)}}
