@@ -247,6 +247,8 @@ type cmdPass struct {
 	// reread: the profile changed since the memo's read this pass admitted against
 	// (claimCurrent); the pass started nothing and writes nothing more.
 	reread bool
+	// fresh is the profile as read again when it differed from the memo (nil: gone).
+	fresh *wbv1.CommandProfile
 	// admittedContext is the environment's operational context a fast pass admitted under.
 	admittedContext wbv1.ContextClass
 }
@@ -280,7 +282,7 @@ func (p *cmdPass) admitHere(node, by string, context wbv1.ContextClass) {
 	if by != actuation.AdmittedByProfile {
 		reason = wbv1.ReasonAdmittedByConsent
 	}
-	p.set(wbv1.ConditionAdmitted, true, reason, "admitted at node "+node+" by "+by+" under operational context "+string(context))
+	p.set(wbv1.ConditionAdmitted, true, reason, "admitted at node "+node+" by "+by+" under operational context "+string(context)+" (fast path)")
 }
 
 // handOff leaves a command this node does not admit itself to the manager: one write of
@@ -534,6 +536,9 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 			return nil
 		}
 		if claimed, err := claim(); !claimed || err != nil {
+			if err == nil {
+				r.staleMemo(ctx, p, &env)
+			}
 			return err
 		}
 		a.recordBefore(ctx, &env, sess.Name, string(cmd.UID)) // seed 004: state before, when recorded
@@ -592,7 +597,10 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	})
 	if err != nil || !proceed {
 		release()
-		return err // nothing ran: a refusal, a replay, or the claim lost (see recordStart)
+		if err == nil {
+			r.staleMemo(ctx, p, &env)
+		}
+		return err // nothing ran: a refusal, a replay, or a stale memo (see recordStart)
 	}
 	if o != nil {
 		release()
@@ -698,11 +706,33 @@ func (r *commandReconciler) claimCurrent(ctx context.Context, p *cmdPass, by, ad
 	}
 	if cur.err != nil || cur.prof.ResourceVersion != admittedRV {
 		markCommand(p.cmd, "node-profile-changed")
-		p.reread = true
+		p.reread, p.fresh = true, nil
+		if cur.err == nil {
+			p.fresh = cur.prof
+		}
 		p.result.Requeue = true //nolint:staticcheck // SA1019: a rate-limited requeue; the claim's own event wakes it too
 		return false, nil
 	}
 	return true, nil
+}
+
+// staleMemo decides a command this pass admitted against the node's memo of its profile
+// when the profile read again differs (p.reread): nothing started, and this node, which
+// took the decision, decides again against the profile just read — refused when it no
+// longer admits the command (or is gone), else left to the next pass (requeued).
+func (r *commandReconciler) staleMemo(ctx context.Context, p *cmdPass, env *wbv1.Environment) {
+	if !p.reread {
+		return
+	}
+	if p.fresh == nil {
+		p.reread = false
+		p.refuse(string(actuation.CodeProfileMissing), "profile "+string(p.cmd.Spec.ProfileRef)+" no longer exists")
+		return
+	}
+	if _, ok := fastPathAdmit(p.cmd, p.fresh, env, r.a.liveGrant(ctx, p.cmd.Namespace)); !ok {
+		p.reread = false
+		p.refuse(string(actuation.CodeArgvNotAdmitted), "the effective profile "+p.fresh.Name+" no longer admits this argv at the node")
+	}
 }
 
 // coalesceWindow bounds how long a reconcile waits for a just-started command to finish, so
