@@ -36,11 +36,15 @@ const (
 	DefaultConsentTimeout = 900
 )
 
-// TerminalCommandReconciler is the consent gate. A command whose argv the effective profile
-// (profile + active grants) admits is bound to its environment's node and marked Admitted;
-// one it does not admit is held AwaitingConsent with a ConsentRequest, or Refused with
-// profile-missing when the profile forbids prompting. The node agent runs only admitted
-// commands; every accepted command ends in exactly one recorded outcome.
+// TerminalCommandReconciler is the consent gate of the commands it decides: those a node
+// agent handed over (status.decidedBy manager: consent, refusals, holds) and those no agent
+// decides (bound to no node, or to a node without a registered agent: nodeDecides). A
+// command whose argv the effective profile (profile + active grants) admits is bound to its
+// environment's node and marked Admitted; one it does not admit is held AwaitingConsent
+// with a ConsentRequest, or Refused with profile-missing when the profile forbids
+// prompting. A command bound to a node with an agent is that node's to decide; the manager
+// writes nothing of it unless handed over. Every accepted command ends in exactly one
+// recorded outcome.
 type TerminalCommandReconciler struct {
 	client.Client
 	Recorder events.EventRecorder
@@ -53,7 +57,7 @@ type TerminalCommandReconciler struct {
 
 // +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=terminalcommands,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=terminalcommands/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=terminalsessions;commandprofiles;environments,verbs=get;list;watch
+// +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=terminalsessions;commandprofiles;environments;workbenchnodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=consentgrants/status,verbs=get;update;patch
 
 // terminalCommandOwned is what the manager writes of a command it decided
