@@ -365,7 +365,11 @@ func (r *commandReconciler) step(ctx context.Context, p *cmdPass) error {
 				p.result.RequeueAfter = time.Second // the awaiting goroutine also wakes this command
 			}
 			p.next.StartTime = &metav1.Time{Time: live.started}
-			p.set(wbv1.ConditionStarted, true, "Started", "the process runs on this node")
+			if !condTrue(*p.all, wbv1.ConditionStarted) {
+				// Only when status does not show the start yet: the start pass's message
+				// (with the pid) stands, and a wake of a running command writes nothing.
+				p.set(wbv1.ConditionStarted, true, "Started", "the process runs on this node")
+			}
 		}
 		return nil
 	}
