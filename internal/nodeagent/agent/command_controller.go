@@ -200,7 +200,7 @@ func (r *commandReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		// a profile that changed before anything started: the next pass decides again.
 		return p.result, nil
 	}
-	if !mine && meta.FindStatusCondition(all, wbv1.ConditionStarted) == nil && !wbv1.CommandIsFinal(all) {
+	if p.fast && !mine && meta.FindStatusCondition(all, wbv1.ConditionStarted) == nil && !wbv1.CommandIsFinal(all) {
 		// Admitted here, but nothing to show with the decision yet (the replay of an
 		// idempotency key whose owner still runs): the decision is never a write of its
 		// own; the requeue decides it again.
