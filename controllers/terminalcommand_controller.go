@@ -30,24 +30,21 @@ const (
 	// ReferenceGrace is how long a command may name a session or profile that does not
 	// exist yet (GitOps applies objects in any order) before it is refused.
 	ReferenceGrace = 30 * time.Second
-	// FastPathGrace is how long the gate leaves a command it would admit without an operator
-	// (by profile or a remembered grant) to the node it is bound to: the node agent admits
-	// and claims it itself (one hop). Any status write of the gate before the claim would
-	// move the object's version and void the node's claim, so the gate writes nothing in
-	// that window; after it, the gate admits as before (the node then starts it on the
-	// usual path) — a node that never claims delays a command by this much, no more.
-	FastPathGrace = time.Second
 	// PlacementRecheck is how often an admitted command re-reads an unplaced environment.
 	PlacementRecheck = 10 * time.Second
 	// DefaultConsentTimeout is how long an operator has to answer.
 	DefaultConsentTimeout = 900
 )
 
-// TerminalCommandReconciler is the consent gate. A command whose argv the effective profile
-// (profile + active grants) admits is bound to its environment's node and marked Admitted;
-// one it does not admit is held AwaitingConsent with a ConsentRequest, or Refused with
-// profile-missing when the profile forbids prompting. The node agent runs only admitted
-// commands; every accepted command ends in exactly one recorded outcome.
+// TerminalCommandReconciler is the consent gate of the commands it decides: those a node
+// agent handed over (status.decidedBy manager: consent, refusals, holds) and those no agent
+// decides (bound to no node, or to a node without a registered agent: nodeDecides). A
+// command whose argv the effective profile (profile + active grants) admits is bound to its
+// environment's node and marked Admitted; one it does not admit is held AwaitingConsent
+// with a ConsentRequest, or Refused with profile-missing when the profile forbids
+// prompting. A command bound to a node with an agent is that node's to decide; the manager
+// writes nothing of it unless handed over. Every accepted command ends in exactly one
+// recorded outcome.
 type TerminalCommandReconciler struct {
 	client.Client
 	Recorder events.EventRecorder
@@ -60,7 +57,7 @@ type TerminalCommandReconciler struct {
 
 // +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=terminalcommands,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=terminalcommands/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=terminalsessions;commandprofiles;environments,verbs=get;list;watch
+// +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=terminalsessions;commandprofiles;environments;workbenchnodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=consentgrants/status,verbs=get;update;patch
 
 // terminalCommandOwned is what the manager writes of a command it decided
@@ -117,9 +114,6 @@ type commandPass struct {
 	cur, next wbv1.TerminalCommandStatus
 	all       []metav1.Condition
 	result    ctrl.Result
-	// leaveToNode: the node bound to the command admits it on its fast path; this pass
-	// writes nothing.
-	leaveToNode bool
 	// reevaluate: the command was admitted under an earlier operational context of its
 	// environment and has not started; this pass decides admission again (never leaving it
 	// to the node's fast path, which only takes commands the manager has not decided).
@@ -150,9 +144,14 @@ func (r *TerminalCommandReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if wbv1.CommandPhaseWriter(&cmd.Status) == wbv1.PhaseWriterNode {
-		// The node bound to it decided it (its claim won): the admission record, the phase
-		// and the outcome are the node's alone; the manager writes nothing of it.
+		// The node bound to it decided it: the admission record, the phase and the outcome
+		// are the node's alone; the manager writes nothing of it.
 		return ctrl.Result{}, nil
+	}
+	if decides, err := r.nodeDecides(ctx, &cmd); err != nil || decides {
+		// Bound to a node whose agent decides its commands, and not handed to the manager
+		// (status.decidedBy manager): the node is the one decider; nothing here.
+		return ctrl.Result{}, err
 	}
 	reevaluate, err := r.admissionSuperseded(ctx, &cmd)
 	if err != nil {
@@ -166,7 +165,7 @@ func (r *TerminalCommandReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	p.next.CommandID = string(cmd.UID)
 	p.next.ArgvDigest = wbv1.Digest(actuation.ArgvDigest(string(cmd.Spec.ProfileRef), cmd.Spec.Argv, convert.Cwd(cmd.Spec.Cwd)))
 	p.next.ObservedGeneration = cmd.Generation
-	p.next.DecidedBy = wbv1.PhaseWriterManager // every write below decides (leaveToNode writes nothing)
+	p.next.DecidedBy = wbv1.PhaseWriterManager // every write below decides
 	if cmd.Spec.DesiredState == wbv1.CommandDesiredCancelled {
 		// Cancelled before admission: it is never admitted, so no node ever starts it.
 		msg := "cancelled before it was admitted"
@@ -181,15 +180,12 @@ func (r *TerminalCommandReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		p.set(hc)
 	}
 	// The gate's decision on a command bound to a node is written only against the version
-	// this pass read: the node may have claimed the command on its fast path in the
-	// meantime, and then its decision stands (the conflict brings the next pass, which
-	// sees decidedBy node and writes nothing).
+	// this pass read: a node agent that registered since this pass read its WorkbenchNode
+	// may have decided it meanwhile (nodeDecides), and then its decision stands (the
+	// conflict brings the next pass, which sees decidedBy node and writes nothing).
 	write := applyStatus
 	if cmd.Labels[wbv1.NodeLabel] != "" {
 		write = applyStatusIfUnchanged
-	}
-	if p.leaveToNode {
-		return p.result, nil
 	}
 	wrote, err := write(ctx, r.Client, "terminalcommand", &cmd, p.cur, p.next)
 	if apierrors.IsConflict(err) {
@@ -479,12 +475,6 @@ func (r *TerminalCommandReconciler) admit(ctx context.Context, p *commandPass, e
 		p.result.RequeueAfter = PlacementRecheck
 		return nil
 	}
-	if age := r.Now().Sub(cmd.CreationTimestamp.Time); !p.reevaluate && adm.Scope != actuation.ScopeAllowOnce && cmd.Labels[wbv1.NodeLabel] == node &&
-		cmd.Labels[wbv1.EnvironmentLabel] == env.Name && age < FastPathGrace {
-		p.leaveToNode = true
-		p.result.RequeueAfter = FastPathGrace - age
-		return nil
-	}
 	if p.reevaluate && adm.By != actuation.AdmittedByProfile && adm.Scope == actuation.ConsentScope(wbv1.ConsentAllowOnce) {
 		// The operator consented once, under the context the command was admitted under;
 		// that consent is not used under the environment's new context.
@@ -521,6 +511,31 @@ func (r *TerminalCommandReconciler) admit(ctx context.Context, p *commandPass, e
 	}
 	p.set(cond(wbv1.ConditionAdmitted, true, reason, msg, cmd.Generation))
 	return nil
+}
+
+// nodeDecides says whether the node agent the command is bound to is its one decider: the
+// command carries a node label (the binding webhook set it at create), nobody has decided
+// it yet, and that node has a registered agent (its WorkbenchNode names an agentVersion,
+// which only a node agent publishes). Such an agent decides every command bound to it: it
+// admits and runs what its profile (or a remembered grant on its environment) admits, with
+// the decision, the start and the outcome in one status write, and hands everything else
+// to the manager with one write of status.decidedBy manager (consent, refusals, holds).
+// A node without an agent (a WorkbenchNode nobody serves, or none at all) decides nothing:
+// the manager decides its commands as before. No grace, no race: which component decides
+// is a property of the node, not of who writes first.
+func (r *TerminalCommandReconciler) nodeDecides(ctx context.Context, cmd *wbv1.TerminalCommand) (bool, error) {
+	node := cmd.Labels[wbv1.NodeLabel]
+	if node == "" || cmd.Status.DecidedBy != "" || meta.FindStatusCondition(cmd.Status.Conditions, wbv1.ConditionAdmitted) != nil {
+		return false, nil
+	}
+	var wn wbv1.WorkbenchNode
+	if err := r.Get(ctx, types.NamespacedName{Name: node}, &wn); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading WorkbenchNode %s of TerminalCommand %s/%s: %w", node, cmd.Namespace, cmd.Name, err)
+	}
+	return wn.Status.AgentVersion != "", nil
 }
 
 // admissionSuperseded says whether cmd holds an admission of the manager made under an

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -45,9 +46,53 @@ type commandOutcome struct {
 	Message      string            `json:"message,omitempty"`
 	Started      time.Time         `json:"started,omitempty"`
 	Completed    time.Time         `json:"completed"`
+	// AdmittedBy and AdmittedContext are this node's decision on a command it decided (a
+	// refusal after its admission): stored with the outcome, so a crash before the status
+	// write still shows the decision with it.
+	AdmittedBy      string `json:"admittedBy,omitempty"`
+	AdmittedContext string `json:"admittedContext,omitempty"`
 }
 
-type commandReconciler struct{ a *Agent }
+// commandDecisionGrace is how long after its agent first reported Ready this node waits
+// before deciding commands itself: a manager whose cache had not yet seen the node's
+// registration (WorkbenchNode.status.agentVersion) may still have decided one of them in
+// that window; its decision is read first. After it, the manager never decides a command
+// bound to this node (controllers nodeDecides).
+const commandDecisionGrace = 2 * time.Second
+
+type commandReconciler struct {
+	a *Agent
+	// decideFrom is when this node starts deciding the commands bound to it (set once its
+	// WorkbenchNode shows the registration; zero until then).
+	mu         sync.Mutex
+	decideFrom time.Time
+}
+
+// decides answers whether this node is now the decider of the commands bound to it, and
+// when not, how long until it may be.
+func (r *commandReconciler) decides(ctx context.Context) (bool, time.Duration, error) {
+	r.mu.Lock()
+	from := r.decideFrom
+	r.mu.Unlock()
+	if from.IsZero() {
+		var wn wbv1.WorkbenchNode
+		if err := r.a.client.Get(ctx, types.NamespacedName{Name: r.a.cfg.NodeName}, &wn); client.IgnoreNotFound(err) != nil {
+			return false, 0, err
+		}
+		ready := meta.FindStatusCondition(wn.Status.Conditions, wbv1.ConditionReady)
+		if wn.Status.AgentVersion == "" || ready == nil {
+			return false, time.Second, nil // not registered yet: the heartbeat publishes it
+		}
+		from = ready.LastTransitionTime.Add(commandDecisionGrace)
+		r.mu.Lock()
+		r.decideFrom = from
+		r.mu.Unlock()
+	}
+	if wait := time.Until(from); wait > 0 {
+		return false, wait, nil
+	}
+	return true, 0, nil
+}
 
 // commandOwned is what the node agent writes of a command's status: the run and its
 // outcome, nodeName, and — for a command this node decided (status.decidedBy node,
@@ -61,9 +106,12 @@ func commandOwned(s *wbv1.TerminalCommandStatus) wbv1.TerminalCommandStatus {
 		OutputDigest: s.OutputDigest, SeqFrom: s.SeqFrom, SeqTo: s.SeqTo, Refusal: s.Refusal, NodeName: s.NodeName,
 		StartTime: s.StartTime, CompletionTime: s.CompletionTime,
 		Conditions: statusapply.Owned(s.Conditions, wbv1.ConditionStarted, wbv1.ConditionCompleted),
+		// decidedBy is written by whoever decides who decides: this node (node, or manager
+		// when it hands a command over) or, for a command bound to no agent, the manager.
+		DecidedBy: s.DecidedBy,
 	}
 	if wbv1.CommandPhaseWriter(s) == wbv1.PhaseWriterNode {
-		out.DecidedBy, out.Phase = s.DecidedBy, s.Phase
+		out.Phase = s.Phase
 		out.CommandID, out.ArgvDigest, out.AdmittedBy, out.AdmittedContext = s.CommandID, s.ArgvDigest, s.AdmittedBy, s.AdmittedContext
 		out.ObservedGeneration = s.ObservedGeneration
 		out.Conditions = append(out.Conditions, statusapply.Owned(s.Conditions, wbv1.ConditionAdmitted, wbv1.ConditionReconciling, wbv1.ConditionStalled)...)
@@ -108,13 +156,20 @@ func (r *commandReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, nil
 	}
 	markCommand(&cmd, "node-reconcile")
-	// Nobody decided it yet (no decidedBy): this node may decide it itself (fastPathAdmit)
-	// and claim it. Decided by this node (mine): it owns the admission record, the phase and
-	// the outcome. Decided by the manager: only what it admitted runs here.
+	// Nobody decided it yet (no decidedBy): this node is its one decider (the manager never
+	// decides a command bound to a node with an agent): it admits and runs it, or hands it
+	// to the manager (decidedBy manager) for what needs the manager — consent, refusals,
+	// holds. Decided by this node (mine): it owns the admission record, the phase and the
+	// outcome. Decided by the manager: only what it admitted runs here.
 	mine := wbv1.CommandPhaseWriter(&cmd.Status) == wbv1.PhaseWriterNode
 	fast := mine || cmd.Status.DecidedBy == "" && meta.FindStatusCondition(cmd.Status.Conditions, wbv1.ConditionAdmitted) == nil
 	if !fast && !condTrue(cmd.Status.Conditions, wbv1.ConditionAdmitted) {
 		return ctrl.Result{}, nil
+	}
+	if fast && !mine {
+		if ok, wait, err := r.decides(ctx); err != nil || !ok {
+			return ctrl.Result{RequeueAfter: wait}, err
+		}
 	}
 	if wbv1.CommandIsFinal(cmd.Status.Conditions) {
 		a.forgetCommand(string(cmd.UID)) // status holds the outcome; the store keeps the record
@@ -135,9 +190,20 @@ func (r *commandReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err := r.step(ctx, p); err != nil {
 		return ctrl.Result{}, err
 	}
+	if p.fast && !p.claimed && (p.handOff || p.decided != nil) {
+		// Not admitted here (consent, a refusal, a hold, a cancellation before the start):
+		// the manager decides it; one write says so, and it is the manager's from then on.
+		return p.result, r.handOff(ctx, &cmd)
+	}
 	if p.fast && !p.claimed || p.reread {
-		// Not taken on the fast path: nothing of it is this node's to write. Or taken, and
-		// the profile changed since it was admitted: the next pass decides again.
+		// Not decided yet (waiting for its session or environment here), or admitted against
+		// a profile that changed before anything started: the next pass decides again.
+		return p.result, nil
+	}
+	if p.fast && !mine && meta.FindStatusCondition(all, wbv1.ConditionStarted) == nil && !wbv1.CommandIsFinal(all) {
+		// Admitted here, but nothing to show with the decision yet (the replay of an
+		// idempotency key whose owner still runs): the decision is never a write of its
+		// own; the requeue decides it again.
 		return p.result, nil
 	}
 	if err := a.storeDecision(&cmd, p.decided); err != nil {
@@ -173,24 +239,70 @@ type cmdPass struct {
 	next   *wbv1.TerminalCommandStatus
 	all    *[]metav1.Condition
 	result ctrl.Result
-	// fast: the manager has not decided the command; claimed: this node decided it (its
-	// claim landed, status.decidedBy node). A fast pass that has not claimed writes
-	// nothing: refusals and waiting are the manager's to record.
+	// fast: the manager has not decided the command; claimed: this node decided it
+	// (status.decidedBy node, or this pass admitted it: admitHere). A fast pass that has
+	// not claimed writes nothing but a hand-off (handOff) to the manager.
 	fast, claimed bool
+	// handOff: this pass leaves the decision to the manager (status.decidedBy manager).
+	handOff bool
+	// admittedBy is who admitted the command at this node (a fast pass).
+	admittedBy string
 	// decided is an outcome this pass decided with no start record (a refusal, a
 	// cancellation before the start): it is stored before status shows it (storeDecision).
 	decided *commandOutcome
 	// reread: the profile changed since the memo's read this pass admitted against
 	// (claimCurrent); the pass started nothing and writes nothing more.
 	reread bool
+	// fresh is the profile as read again when it differed from the memo (nil: gone).
+	fresh *wbv1.CommandProfile
 	// admittedContext is the environment's operational context a fast pass admitted under.
 	admittedContext wbv1.ContextClass
 }
 
 // decide ends the command with an outcome decided at the node, nothing started.
 func (p *cmdPass) decide(o *commandOutcome) {
+	if p.claimed && p.fast {
+		o.AdmittedBy, o.AdmittedContext = p.admittedBy, string(p.admittedContext)
+	}
 	p.decided = o
 	p.finish(o)
+}
+
+// admitHere records this node's decision in the pass's status: status.decidedBy node,
+// Admitted=True with who admitted it, the command's identity, its argv digest and the
+// operational context it was admitted under. It is written with the start (a command
+// still running after coalesceWindow) or with the outcome — one status write for a short
+// command — never alone: no other component decides a command bound to this node, so
+// there is no claim to stake first. From it on this node is the one writer of the
+// command's admission record, phase and outcome (wbv1.CommandPhaseWriter).
+func (p *cmdPass) admitHere(node, by string, context wbv1.ContextClass) {
+	if by == "" {
+		by = actuation.AdmittedByProfile
+	}
+	cmd := p.cmd
+	p.claimed, p.admittedBy, p.admittedContext = true, by, context
+	p.next.NodeName, p.next.DecidedBy = node, wbv1.PhaseWriterNode
+	p.next.CommandID, p.next.ArgvDigest = string(cmd.UID), wbv1.Digest(argvDigestOf(cmd))
+	p.next.AdmittedBy, p.next.AdmittedContext = by, context
+	reason := wbv1.ReasonAdmittedByProfile
+	if by != actuation.AdmittedByProfile {
+		reason = wbv1.ReasonAdmittedByConsent
+	}
+	p.set(wbv1.ConditionAdmitted, true, reason, "admitted at node "+node+" by "+by+" under operational context "+string(context)+" (fast path)")
+}
+
+// handOff leaves a command this node does not admit itself to the manager: one write of
+// status.decidedBy manager (set once, never changed), after which the manager's gate is
+// the one writer of its admission record and phase (consent, refusals, holds) and this
+// node runs it only once the manager admitted it.
+func (r *commandReconciler) handOff(ctx context.Context, cmd *wbv1.TerminalCommand) error {
+	cur, next := commandOwned(&cmd.Status), commandOwned(&cmd.Status)
+	next.DecidedBy = wbv1.PhaseWriterManager
+	wrote, err := statusapply.Apply(ctx, r.a.client, FieldManager+"command", cmd, cur, next)
+	if wrote {
+		markCommand(cmd, "node-handed-off")
+	}
+	return err
 }
 
 func (p *cmdPass) set(t string, ok bool, reason, msg string) {
@@ -223,6 +335,22 @@ func (r *commandReconciler) step(ctx context.Context, p *cmdPass) error {
 	a := r.a
 	uid := string(p.cmd.UID)
 	deleting := !p.cmd.DeletionTimestamp.IsZero() || p.cmd.Spec.DesiredState == wbv1.CommandDesiredCancelled
+	if p.fast && !p.claimed {
+		// A start record (or a stored decision) of a command whose status names no decider:
+		// this node decided it and ran (or refused) it, and the pass that would have written
+		// that crashed or failed to write. The decision is the one recorded with it.
+		rec, ok, err := a.commands.stored(uid)
+		if err != nil {
+			return err
+		}
+		if ok {
+			by, context := rec.AdmittedBy, rec.AdmittedContext
+			if o := decodeOutcome[commandOutcome](rec.Outcome); by == "" && o != nil {
+				by, context = o.AdmittedBy, o.AdmittedContext
+			}
+			p.admitHere(a.cfg.NodeName, by, wbv1.ContextClass(context))
+		}
+	}
 	live, result, err := a.commands.settle(uid)
 	if err != nil {
 		return err
@@ -237,16 +365,17 @@ func (r *commandReconciler) step(ctx context.Context, p *cmdPass) error {
 				p.result.RequeueAfter = time.Second // the awaiting goroutine also wakes this command
 			}
 			p.next.StartTime = &metav1.Time{Time: live.started}
-			p.set(wbv1.ConditionStarted, true, "Started", "the process runs on this node")
+			if !condTrue(*p.all, wbv1.ConditionStarted) {
+				// Only when status does not show the start yet: the start pass's message
+				// (with the pid) stands, and a wake of a running command writes nothing.
+				p.set(wbv1.ConditionStarted, true, "Started", "the process runs on this node")
+			}
 		}
 		return nil
 	}
 	rec, ok, err := a.commands.stored(uid)
 	if err != nil {
 		return err
-	}
-	if ok && p.fast && !p.claimed {
-		return nil // a record without this node's claim in status: the manager decides first
 	}
 	if ok {
 		o, err := a.commands.outcomeOf(rec, func() *commandOutcome {
@@ -260,7 +389,8 @@ func (r *commandReconciler) step(ctx context.Context, p *cmdPass) error {
 		return nil
 	}
 	if deleting && p.fast && !p.claimed {
-		return nil // not admitted by anyone yet: the manager records the cancellation
+		p.handOff = true // not admitted by anyone yet: the manager records the cancellation
+		return nil
 	}
 	if deleting {
 		// Deleted before it started here: it never runs.
@@ -384,10 +514,11 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 			return nil
 		}
 		if !ok {
+			p.handOff = true // consent, a refusal or a hold: the manager's to decide
 			return nil
 		}
 		claimBy = by
-		p.admittedContext = env.Status.EffectiveOperationalContext
+		p.admittedBy, p.admittedContext = by, env.Status.EffectiveOperationalContext
 		markCommand(cmd, "node-admitted")
 	} else if actuation.CheckAdmissionContext(actuation.ContextClass(cmd.Status.AdmittedContext), actuation.ContextClass(env.Status.EffectiveOperationalContext)) != nil {
 		// Admitted under an earlier operational context of the environment: not started
@@ -415,6 +546,9 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 			return nil
 		}
 		if claimed, err := claim(); !claimed || err != nil {
+			if err == nil {
+				r.staleMemo(ctx, p, &env)
+			}
 			return err
 		}
 		a.recordBefore(ctx, &env, sess.Name, string(cmd.UID)) // seed 004: state before, when recorded
@@ -473,7 +607,10 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	})
 	if err != nil || !proceed {
 		release()
-		return err // nothing ran: a refusal, a replay, or the claim lost (see recordStart)
+		if err == nil {
+			r.staleMemo(ctx, p, &env)
+		}
+		return err // nothing ran: a refusal, a replay, or a stale memo (see recordStart)
 	}
 	if o != nil {
 		release()
@@ -529,61 +666,26 @@ func commandStartFailed(err error) *commandOutcome {
 	return o
 }
 
-// reasonStartingAtNode is the reason of the node's fast-path claim: Started=False until the
-// process runs.
-const reasonStartingAtNode = "StartingAtNode"
-
-// claim takes a command on the fast path before anything of it exists on the node: one
-// status write, held to the version this pass read, that records this node's decision —
-// status.decidedBy node, Admitted=True with who admitted it, the command's identity, argv
-// digest and the operational context it was admitted under — and its Started condition
-// (False, StartingAtNode). It is the write that decides: from it on this node is the one
-// writer of the command's admission record, phase and outcome (wbv1.CommandPhaseWriter),
-// and the manager writes nothing of the command. The manager's gate writes its decisions
-// on a bound command the same way (held to the version it read, after FastPathGrace), so
-// exactly one decision lands; after a conflict the next pass reads which. Outside the
-// fast path (the manager decided) there is nothing to claim.
-func (r *commandReconciler) claim(ctx context.Context, p *cmdPass, by string) (bool, error) {
+// claim takes the decision on a command this node admitted on a pass that has not decided
+// it yet: admitHere, in memory — the decision reaches status with the start or the outcome
+// (no write of its own: the manager never decides a command bound to this node, so there
+// is nothing to win). Outside the fast path (the manager decided) there is nothing to take.
+func (r *commandReconciler) claim(_ context.Context, p *cmdPass, by string) (bool, error) {
 	if !p.fast || p.claimed {
 		return true, nil
 	}
-	cmd := p.cmd
-	cur := commandOwned(&cmd.Status)
-	next := commandOwned(&cmd.Status)
-	next.NodeName = r.a.cfg.NodeName
-	next.DecidedBy = wbv1.PhaseWriterNode
-	next.CommandID, next.ArgvDigest = string(cmd.UID), wbv1.Digest(argvDigestOf(cmd))
-	next.AdmittedBy, next.AdmittedContext = by, p.admittedContext
-	reason := wbv1.ReasonAdmittedByProfile
-	if by != actuation.AdmittedByProfile {
-		reason = wbv1.ReasonAdmittedByConsent
-	}
-	all := append([]metav1.Condition(nil), cmd.Status.Conditions...)
-	statusapply.Set(&next.Conditions, &all, statusapply.Cond(wbv1.ConditionAdmitted, true, reason,
-		"admitted at node "+r.a.cfg.NodeName+" by "+by+" under operational context "+string(p.admittedContext)+" (fast path)", cmd.Generation))
-	statusapply.Set(&next.Conditions, &all, statusapply.Cond(wbv1.ConditionStarted, false, reasonStartingAtNode,
-		"admitted at node "+r.a.cfg.NodeName+" by "+by+"; starting", cmd.Generation))
-	derivePhase(&next, &all, cmd.Generation) // decidedBy node: the phase is this node's from here on
-	if _, err := statusapply.ApplyIfUnchanged(ctx, r.a.client, FieldManager+"command", cmd, cur, next); err != nil {
-		if apierrors.IsConflict(err) {
-			p.result.Requeue = true //nolint:staticcheck // SA1019: a rate-limited requeue (RequeueAfter has none); the manager (or a deletion) moved it first: read again
-			return false, nil
-		}
-		return false, err
-	}
-	p.claimed = true
-	markCommand(cmd, "node-claim-written")
-	*p.next, *p.all = next, all
+	p.admitHere(r.a.cfg.NodeName, by, p.admittedContext)
+	markCommand(p.cmd, "node-claim-taken")
 	return true, nil
 }
 
 // claimCurrent is claim for a pass that admitted the command against the node's memo of its
-// profile: the profile is read again from the API server while the claim is written, and
-// the pass proceeds only when that read is the version admitted against — so what the node
+// profile: the profile is read again from the API server while the start record is
+// written, and the pass proceeds only when that read is the version admitted against — so what the node
 // starts is always admitted by the current profile. A profile changed (or gone) since the
-// memo's read: the pass starts nothing (p.reread) and the next pass, woken by the claim's
-// own event and by the requeue, decides against the current profile; as the claim landed,
-// it then owns the outcome (argv-not-admitted when the profile no longer admits it).
+// memo's read: the pass starts nothing and writes nothing (p.reread; the start record is
+// removed again) and the next pass, woken by the requeue, decides against the current
+// profile.
 func (r *commandReconciler) claimCurrent(ctx context.Context, p *cmdPass, by, admittedRV string) (bool, error) {
 	a := r.a
 	key := types.NamespacedName{Namespace: p.cmd.Namespace, Name: string(p.cmd.Spec.ProfileRef)}
@@ -614,11 +716,33 @@ func (r *commandReconciler) claimCurrent(ctx context.Context, p *cmdPass, by, ad
 	}
 	if cur.err != nil || cur.prof.ResourceVersion != admittedRV {
 		markCommand(p.cmd, "node-profile-changed")
-		p.reread = true
+		p.reread, p.fresh = true, nil
+		if cur.err == nil {
+			p.fresh = cur.prof
+		}
 		p.result.Requeue = true //nolint:staticcheck // SA1019: a rate-limited requeue; the claim's own event wakes it too
 		return false, nil
 	}
 	return true, nil
+}
+
+// staleMemo decides a command this pass admitted against the node's memo of its profile
+// when the profile read again differs (p.reread): nothing started, and this node, which
+// took the decision, decides again against the profile just read — refused when it no
+// longer admits the command (or is gone), else left to the next pass (requeued).
+func (r *commandReconciler) staleMemo(ctx context.Context, p *cmdPass, env *wbv1.Environment) {
+	if !p.reread {
+		return
+	}
+	if p.fresh == nil {
+		p.reread = false
+		p.refuse(string(actuation.CodeProfileMissing), "profile "+string(p.cmd.Spec.ProfileRef)+" no longer exists")
+		return
+	}
+	if _, ok := fastPathAdmit(p.cmd, p.fresh, env, r.a.liveGrant(ctx, p.cmd.Namespace)); !ok {
+		p.reread = false
+		p.refuse(string(actuation.CodeArgvNotAdmitted), "the effective profile "+p.fresh.Name+" no longer admits this argv at the node")
+	}
 }
 
 // coalesceWindow bounds how long a reconcile waits for a just-started command to finish, so
@@ -647,6 +771,7 @@ func (a *Agent) recordStart(p *cmdPass, sessUID string, claim func() (bool, erro
 		rec, created, err := a.store.RecordCommandStart(store.Command{
 			UID: string(cmd.UID), Namespace: cmd.Namespace, Name: cmd.Name, SessionUID: sessUID,
 			IdempotencyKey: cmd.Spec.IdempotencyKey, ArgvDigest: argvDigestOf(cmd),
+			AdmittedBy: p.admittedBy, AdmittedContext: string(p.admittedContext),
 		})
 		markCommand(cmd, "node-start-record-stored")
 		done <- stored{rec, created, err}

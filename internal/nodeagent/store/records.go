@@ -86,19 +86,25 @@ type Session struct {
 
 // Command is a TerminalCommand admission and its process identity.
 type Command struct {
-	UID            string    `json:"uid"`
-	Namespace      string    `json:"namespace"`
-	Name           string    `json:"name"`
-	SessionUID     string    `json:"sessionUID,omitempty"`
-	IdempotencyKey string    `json:"idempotencyKey,omitempty"`
-	ArgvDigest     string    `json:"argvDigest"`
-	PID            int       `json:"pid,omitempty"`
-	PGID           int       `json:"pgid,omitempty"`
-	StartTime      uint64    `json:"startTime,omitempty"`
-	Phase          string    `json:"phase"`
-	Outcome        string    `json:"outcome,omitempty"`
-	CreatedAt      time.Time `json:"createdAt"`
-	UpdatedAt      time.Time `json:"updatedAt"`
+	UID            string `json:"uid"`
+	Namespace      string `json:"namespace"`
+	Name           string `json:"name"`
+	SessionUID     string `json:"sessionUID,omitempty"`
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
+	ArgvDigest     string `json:"argvDigest"`
+	// AdmittedBy and AdmittedContext are the node's own decision (who admitted the command,
+	// under which operational context of its environment), recorded with the start: the
+	// decision reaches status in the same write as the start or the outcome, so a record
+	// without a decision in status (a crash between the two) still names it.
+	AdmittedBy      string    `json:"admittedBy,omitempty"`
+	AdmittedContext string    `json:"admittedContext,omitempty"`
+	PID             int       `json:"pid,omitempty"`
+	PGID            int       `json:"pgid,omitempty"`
+	StartTime       uint64    `json:"startTime,omitempty"`
+	Phase           string    `json:"phase"`
+	Outcome         string    `json:"outcome,omitempty"`
+	CreatedAt       time.Time `json:"createdAt"`
+	UpdatedAt       time.Time `json:"updatedAt"`
 }
 
 // Wait is a Wait's lifecycle.

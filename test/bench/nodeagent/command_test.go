@@ -115,6 +115,9 @@ func BenchmarkCommandTrue(b *testing.B) {
 	// One sample of each path per iteration, interleaved: the floor (API create+watch round
 	// trip, then a bare fork/exec) and the product path see the same machine load.
 	var floorAPI, floorExec, floor, full, admitted, started samples.Durations
+	// writes counts the versions of each command after its create (every API write of it
+	// its watch delivered: status writes, finalizer changes) up to its final phase.
+	writes := 0
 	for i := 0; i < b.N; i++ {
 		// Floor 1: create + watch until the API server reports it.
 		w, err := wc.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns))
@@ -146,6 +149,9 @@ func BenchmarkCommandTrue(b *testing.B) {
 			c, ok := ev.Object.(*wbv1.TerminalCommand)
 			if ok && c.Name == "c"+strconv.Itoa(i) {
 				spans.Mark(key, "watch-event-"+string(c.Status.Phase))
+				if ev.Type == watch.Modified {
+					writes++
+				}
 			}
 			if ok && c.Name == "c"+strconv.Itoa(i) && !seenAdmitted && hasTrue(c, wbv1.ConditionAdmitted) {
 				seenAdmitted = true
@@ -171,6 +177,7 @@ func BenchmarkCommandTrue(b *testing.B) {
 		}
 	}
 	reportSpans(b, steps)
+	b.ReportMetric(float64(writes)/float64(b.N), "writes-after-create/cmd")
 	full.Report(b, "cmd")
 	admitted.Report(b, "admitted")
 	started.Report(b, "started")
