@@ -408,7 +408,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	if memo {
 		claim = func() (bool, error) { return r.claimCurrent(ctx, p, claimBy, prof.ResourceVersion) }
 	}
-	if g, ok := a.guestBackendOf(&env); ok {
+	if g := a.guestEnvOf(&env); g != nil {
 		args, code, msg := guestSpawnArgs(roots, intent, envVars)
 		if code != "" {
 			p.refuse(code, msg)

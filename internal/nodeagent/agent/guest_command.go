@@ -16,24 +16,28 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/guestclient"
-	"sensorium.dev/workbench/internal/guestclient/guestpty"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 )
 
-// guestBackend is a VM backend: an environment's processes run inside its guest, reached
-// through a channel the backend's host broker hands out (binding and socket identity come
-// from its recovery record, never from the caller).
-type guestBackend interface {
-	Guest(ctx context.Context, id string) (*guestclient.Client, error)
-}
-
-func (a *Agent) guestBackendOf(env *wbv1.Environment) (guestBackend, bool) {
+// openEnv asks env's backend for the environment's executor and file access (the
+// backends.Env port): the one place that says whether the environment's processes and
+// roots live on the host or in a VM guest. An unregistered backend is refused.
+func (a *Agent) openEnv(env *wbv1.Environment) (backends.Env, error) {
 	b, ok := a.backends.Get(string(env.Spec.Backend))
 	if !ok {
-		return nil, false
+		return backends.Env{}, actuation.Refusef(actuation.CodeCapabilityMismatch, "backend %s is not registered on this node", env.Spec.Backend)
 	}
-	g, ok := b.(guestBackend)
-	return g, ok
+	return b.Open(string(env.UID))
+}
+
+// guestEnvOf is env's guest executor, nil when its processes run in the host sandbox (or
+// its backend offers no executor: the host path then refuses on its roots, as before).
+func (a *Agent) guestEnvOf(env *wbv1.Environment) backends.GuestEnv {
+	e, err := a.openEnv(env)
+	if err != nil {
+		return nil
+	}
+	return e.Guest
 }
 
 // guestReportGrace is how long past the command's own timeout the agent waits for the
@@ -78,7 +82,7 @@ func guestSpawnArgs(roots []backends.MountedRoot, in actuation.CommandIntent, en
 // before status shows it, and a record without a live handle after a restart ends the
 // command Failed/interrupted (never re-run). The process itself lives in the guest; the
 // store records no host pid for it.
-func (r *commandReconciler) startGuest(p *cmdPass, g guestBackend, envUID string, sessUID string, args protocol.SpawnArgs, rg *ring.Ring) error {
+func (r *commandReconciler) startGuest(p *cmdPass, g backends.GuestEnv, envUID string, sessUID string, args protocol.SpawnArgs, rg *ring.Ring) error {
 	a := r.a
 	cmd := p.cmd
 	// The cap check and the command's entry are one reservation (concurrent passes never
@@ -122,7 +126,7 @@ func (r *commandReconciler) startGuest(p *cmdPass, g guestBackend, envUID string
 	reserved = false // the reservation is now the command's own entry
 	go func() {
 		defer release()
-		a.awaitGuestCommand(ctx, cancel, cmd.DeepCopy(), g, envUID, args, rg, seqFrom, now.Time)
+		a.awaitGuestCommand(ctx, cancel, cmd.DeepCopy(), g, args, rg, seqFrom, now.Time)
 	}()
 	p.next.StartTime, p.next.NodeName = &now, a.cfg.NodeName
 	p.set(wbv1.ConditionStarted, true, "Started", "dispatched to the guest agent of the environment's VM (no network, no host share)")
@@ -130,39 +134,32 @@ func (r *commandReconciler) startGuest(p *cmdPass, g guestBackend, envUID string
 }
 
 // awaitGuestCommand runs the guest spawn to completion and records its one outcome.
-func (a *Agent) awaitGuestCommand(ctx context.Context, cancel context.CancelFunc, cmd *wbv1.TerminalCommand, g guestBackend, envUID string,
+func (a *Agent) awaitGuestCommand(ctx context.Context, cancel context.CancelFunc, cmd *wbv1.TerminalCommand, g backends.GuestEnv,
 	args protocol.SpawnArgs, rg *ring.Ring, seqFrom uint64, started time.Time) {
 	defer cancel()
 	o := &commandOutcome{Started: started}
 	var out []byte
-	c, err := g.Guest(ctx, envUID)
+	// The spawn's opID names the process for a guest-side signal; a command UID is 36
+	// bytes of [0-9a-f-].
+	res, err := g.Spawn(ctx, "cmd-"+string(cmd.UID), args)
 	if err == nil {
-		// The spawn's opID names the process for a guest-side signal; a command UID is 36
-		// bytes of [0-9a-f-].
-		var res *guestclient.SpawnResult
-		stop := context.AfterFunc(ctx, func() { _ = c.Close() }) // cancellation ends the wait
-		res, err = c.Spawn(ctx, "cmd-"+string(cmd.UID), args)
-		stop()
-		_ = c.Close()
-		if err == nil {
-			out = append(res.Stdout, res.Stderr...)
-			o.Truncated = res.Truncated
-			switch {
-			case res.TimedOut:
-				o.Phase, o.SignalOrigin, o.Message = wbv1.CommandTimedOut, "timeout", "timed out; the guest terminated the process group"
-			case res.Signal != "":
-				o.Phase, o.Message = wbv1.CommandFailed, "killed by "+res.Signal+" in the guest"
-			case res.ExitCode == 0:
-				o.Phase, o.Message = wbv1.CommandSucceeded, "exited 0 in the guest"
-			default:
-				o.Phase, o.Message = wbv1.CommandFailed, fmt.Sprintf("exited %d in the guest", res.ExitCode)
-			}
-			if res.Signal == "" {
-				code := int32(res.ExitCode)
-				o.ExitCode, o.SignalOrigin = &code, "exit"
-				if res.TimedOut {
-					o.SignalOrigin = "timeout"
-				}
+		out = append(res.Stdout, res.Stderr...)
+		o.Truncated = res.Truncated
+		switch {
+		case res.TimedOut:
+			o.Phase, o.SignalOrigin, o.Message = wbv1.CommandTimedOut, "timeout", "timed out; the guest terminated the process group"
+		case res.Signal != "":
+			o.Phase, o.Message = wbv1.CommandFailed, "killed by "+res.Signal+" in the guest"
+		case res.ExitCode == 0:
+			o.Phase, o.Message = wbv1.CommandSucceeded, "exited 0 in the guest"
+		default:
+			o.Phase, o.Message = wbv1.CommandFailed, fmt.Sprintf("exited %d in the guest", res.ExitCode)
+		}
+		if res.Signal == "" {
+			code := int32(res.ExitCode)
+			o.ExitCode, o.SignalOrigin = &code, "exit"
+			if res.TimedOut {
+				o.SignalOrigin = "timeout"
 			}
 		}
 	}
@@ -214,37 +211,26 @@ func guestRefusalCode(err error) string {
 	return string(actuation.CodeStartFailed)
 }
 
-// guestChannelBackend hands the node agent's own helper processes a guest endpoint and
-// binding (the guest PTY relay opens its own channels).
-type guestChannelBackend interface {
-	GuestChannel(id string) (guestclient.Endpoint, protocol.Binding, error)
-}
-
 // guestRelay turns a shell-profile session of a VM environment into the host session that
-// runs this executable as the guest PTY relay (internal/nodeagent/guestpty): the program,
+// runs this executable as the guest PTY relay (internal/backends/guestenv): the program,
 // its curated environment and its working directory (the root beneath the guest root) go
 // to the guest; on the host only the relay runs.
 func (a *Agent) guestRelay(env *wbv1.Environment, ts *wbv1.TerminalSession, argv, kv []string, guestDir string) ([]string, []string, string, string, string) {
-	b, ok := a.backends.Get(string(env.Spec.Backend))
-	gc, ok2 := b.(guestChannelBackend)
-	if !ok || !ok2 {
+	g := a.guestEnvOf(env)
+	if g == nil {
 		return nil, nil, "", string(actuation.CodeCapabilityMismatch), fmt.Sprintf("backend %s offers no guest terminal", env.Spec.Backend)
 	}
-	ep, binding, err := gc.GuestChannel(string(env.UID))
+	rargv, renv, err := g.Relay(a.helper, backends.RelayRequest{SessionID: "s-" + string(ts.UID), Argv: argv, Env: kv, Cwd: guestDir})
 	if err != nil {
-		code := string(actuation.CodeOf(err))
+		code, msg := string(actuation.CodeOf(err)), err.Error()
+		var ref *actuation.Refusal
+		if errors.As(err, &ref) {
+			msg = ref.Message
+		}
 		if code == "" {
 			code = string(actuation.CodeEnvironmentUnavailable)
 		}
-		return nil, nil, "", code, err.Error()
+		return nil, nil, "", code, msg
 	}
-	cfg := guestpty.Config{Endpoint: ep, Binding: binding, SessionID: "s-" + string(ts.UID), Argv: argv, Env: kv, Cwd: guestDir}
-	if err := (&protocol.PTYOpenArgs{SessionID: cfg.SessionID, Argv: argv, Env: kv, Cwd: guestDir, Rows: 1, Cols: 1}).Validate(); err != nil {
-		return nil, nil, "", string(actuation.CodeInvalidSpec), err.Error()
-	}
-	e, err := cfg.Environ()
-	if err != nil {
-		return nil, nil, "", string(actuation.CodeInvalidSpec), err.Error()
-	}
-	return []string{a.helper, guestpty.Arg}, []string{e}, "/", "", ""
+	return rargv, renv, "/", "", ""
 }
