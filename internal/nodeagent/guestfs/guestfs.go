@@ -216,4 +216,5 @@ func toEntry(rel string, e protocol.Entry) fsaccess.Entry {
 	out.Mode = mode
 	return out
 }
+
 var _ fsaccess.Files = (*Root)(nil) // the same file-access interface as a host root (fsaccess.Host)
