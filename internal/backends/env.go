@@ -2,8 +2,10 @@ package backends
 
 import (
 	"context"
+	"time"
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/guestclient"
 )
 
@@ -45,13 +47,30 @@ type GuestEnv interface {
 	// Dial opens a handshaken channel to the guest agent (file operations); the caller
 	// closes it.
 	Dial(ctx context.Context) (*guestclient.Client, error)
-	// Spawn runs one structured command inside the guest to completion (or its timeout);
-	// opID names the process for a guest-side signal. Ending ctx ends the wait.
-	Spawn(ctx context.Context, opID string, args protocol.SpawnArgs) (*guestclient.SpawnResult, error)
+	// Command checks one admitted command against the guest's bounds and translates it
+	// for the guest: argv as admitted, the curated environment, the working directory
+	// beneath the guest root (<root>[/<path>]), the timeout and one output budget. A
+	// refusal carries a code of the closed vocabulary.
+	Command(roots []MountedRoot, in actuation.CommandIntent, env []actuation.EnvVar) (GuestCommand, *actuation.Refusal)
+	// Spawn runs cmd inside the guest to completion (or its timeout); opID names the
+	// process for a guest-side signal. Ending ctx ends the wait; the caller bounds it
+	// by cmd.Wait.
+	Spawn(ctx context.Context, opID string, cmd GuestCommand) (*guestclient.SpawnResult, error)
+	// RefusalCode maps a Spawn error (the guest's or the broker's refusal) onto the
+	// closed vocabulary; the guest's own code stays in the error's message.
+	RefusalCode(err error) actuation.Code
 	// Relay returns the host program of a PTY session whose program runs in the guest:
 	// self (the node agent's own executable) in relay mode, and its one environment entry.
 	// The relay's working directory on the host is "/".
 	Relay(self string, r RelayRequest) (argv, env []string, err error)
+}
+
+// GuestCommand is one command translated for the guest (GuestEnv.Command).
+type GuestCommand struct {
+	Args protocol.SpawnArgs
+	// Wait bounds the wait for the guest's report: the command's timeout plus the grace
+	// in which the guest, having ended the process at its timeout, answers.
+	Wait time.Duration
 }
 
 // RelayRequest is the guest side of a PTY session: its ID and the program, curated

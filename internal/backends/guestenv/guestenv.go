@@ -39,7 +39,7 @@ var _ backends.GuestEnv = (*env)(nil)
 
 func (e *env) Dial(ctx context.Context) (*guestclient.Client, error) { return e.b.Guest(ctx, e.id) }
 
-func (e *env) Spawn(ctx context.Context, opID string, args protocol.SpawnArgs) (*guestclient.SpawnResult, error) {
+func (e *env) Spawn(ctx context.Context, opID string, cmd backends.GuestCommand) (*guestclient.SpawnResult, error) {
 	c, err := e.b.Guest(ctx, e.id)
 	if err != nil {
 		return nil, err
@@ -49,7 +49,7 @@ func (e *env) Spawn(ctx context.Context, opID string, args protocol.SpawnArgs) (
 		stop()
 		_ = c.Close()
 	}()
-	return c.Spawn(ctx, opID, args)
+	return c.Spawn(ctx, opID, cmd.Args)
 }
 
 func (e *env) Relay(self string, r backends.RelayRequest) ([]string, []string, error) {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"sensorium.dev/workbench/guest/agent"
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
@@ -87,17 +88,39 @@ func TestGuestEnvSpawns(t *testing.T) {
 	if e.Placement != backends.PlaceGuest || e.Guest == nil || e.ID != "env-1" {
 		t.Fatalf("Open = %+v, want a guest Env", e)
 	}
-	res, err := e.Guest.Spawn(context.Background(), "cmd-1", protocol.SpawnArgs{
-		Argv: []string{"/bin/sh", "-c", "echo out; echo err >&2; exit 3"}, Cwd: "repo", TimeoutMS: 10000, OutputMax: 4096})
+	roots := []backends.MountedRoot{{Name: "repo", GuestDir: "repo"}}
+	in := actuation.CommandIntent{Argv: []string{"/bin/sh", "-c", "echo out; echo err >&2; exit 3"}, TimeoutSeconds: 10, OutputBytes: 4096}
+	in.Cwd.Root = "repo"
+	gc, ref := e.Guest.Command(roots, in, []actuation.EnvVar{{Name: "LANG", Value: "C"}})
+	if ref != nil {
+		t.Fatal(ref)
+	}
+	if gc.Args.Cwd != "repo" || !slices.Equal(gc.Args.Env, []string{"LANG=C"}) || gc.Args.TimeoutMS != 10000 || gc.Wait <= 10*time.Second {
+		t.Fatalf("command = %+v", gc)
+	}
+	res, err := e.Guest.Spawn(context.Background(), "cmd-1", gc)
 	must(t, err)
 	if res.ExitCode != 3 || string(res.Stdout) != "out\n" || string(res.Stderr) != "err\n" || b.dials != 1 {
 		t.Fatalf("spawn = exit %d stdout %q stderr %q after %d dials", res.ExitCode, res.Stdout, res.Stderr, b.dials)
 	}
-	_, err = Open(b, "env-2").Guest.Spawn(context.Background(), "cmd-2", protocol.SpawnArgs{Argv: []string{"/bin/true"}, TimeoutMS: 1000, OutputMax: 1})
+	_, err = Open(b, "env-2").Guest.Spawn(context.Background(), "cmd-2", gc)
 	wantCode(t, err, string(actuation.CodeVMNotRunning))
+	if c := e.Guest.RefusalCode(err); c != actuation.CodeVMNotRunning {
+		t.Fatalf("RefusalCode = %q", c)
+	}
+	bad := in
+	bad.Cwd.Root = "other"
+	if _, ref := e.Guest.Command(roots, bad, nil); ref == nil || ref.Code != actuation.CodeRootNotAllowed {
+		t.Fatalf("command in a root the environment lacks: %v", ref)
+	}
+	bad = in
+	bad.TimeoutSeconds = 0
+	if _, ref := e.Guest.Command(roots, bad, nil); ref == nil || ref.Code != actuation.CodeTimeoutAboveMax {
+		t.Fatalf("command without a timeout: %v", ref)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := e.Guest.Spawn(ctx, "cmd-3", protocol.SpawnArgs{Argv: []string{"/bin/true"}, TimeoutMS: 1000, OutputMax: 1}); err == nil {
+	if _, err := e.Guest.Spawn(ctx, "cmd-3", gc); err == nil {
 		t.Fatal("a spawn under an ended context succeeded")
 	}
 }

@@ -409,16 +409,16 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		claim = func() (bool, error) { return r.claimCurrent(ctx, p, claimBy, prof.ResourceVersion) }
 	}
 	if g := a.guestEnvOf(&env); g != nil {
-		args, code, msg := guestSpawnArgs(roots, intent, envVars)
-		if code != "" {
-			p.refuse(code, msg)
+		gc, ref := g.Command(roots, intent, envVars)
+		if ref != nil {
+			p.refuse(string(ref.Code), ref.Message)
 			return nil
 		}
 		if claimed, err := claim(); !claimed || err != nil {
 			return err
 		}
 		a.recordBefore(ctx, &env, sess.Name, string(cmd.UID)) // seed 004: state before, when recorded
-		return r.startGuest(p, g, string(env.UID), string(sess.UID), args, live)
+		return r.startGuest(p, g, string(env.UID), string(sess.UID), gc, live)
 	}
 	if err := a.verifyRoots(string(env.UID), roots); err != nil {
 		p.refuse(codeOf(err), err.Error())

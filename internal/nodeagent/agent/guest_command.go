@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
-	protocol "sensorium.dev/workbench/guest/protocol/v1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/guestclient"
@@ -40,49 +39,12 @@ func (a *Agent) guestEnvOf(env *wbv1.Environment) backends.GuestEnv {
 	return e.Guest
 }
 
-// guestReportGrace is how long past the command's own timeout the agent waits for the
-// guest's report (the guest ends the process at its timeout and answers just after).
-const guestReportGrace = 15 * time.Second
-
-// guestSpawnArgs builds the guest spawn of a structured command: argv as admitted, the
-// curated environment, the working directory beneath the guest root (<root>[/<path>],
-// i.e. /workspace/<root>/... in the guest), the timeout and one output budget.
-func guestSpawnArgs(roots []backends.MountedRoot, in actuation.CommandIntent, envVars []actuation.EnvVar) (protocol.SpawnArgs, string, string) {
-	dir := ""
-	for _, r := range roots {
-		if r.Name == in.Cwd.Root {
-			dir = r.GuestDir
-		}
-	}
-	if dir == "" {
-		return protocol.SpawnArgs{}, string(actuation.CodeRootNotAllowed), "root " + in.Cwd.Root + " is not a root of the environment"
-	}
-	if in.Cwd.Path != "" {
-		dir += "/" + in.Cwd.Path
-	}
-	if err := protocol.CheckPath(dir, false); err != nil {
-		return protocol.SpawnArgs{}, string(actuation.CodeCwdNotAllowed), err.Error()
-	}
-	timeout := time.Duration(in.TimeoutSeconds) * time.Second
-	if timeout <= 0 || timeout+guestReportGrace > time.Duration(protocol.MaxDeadlineMS)*time.Millisecond {
-		return protocol.SpawnArgs{}, string(actuation.CodeTimeoutAboveMax), fmt.Sprintf("a guest command's timeout must be 1s..%v", time.Duration(protocol.MaxDeadlineMS)*time.Millisecond-guestReportGrace)
-	}
-	if in.OutputBytes <= 0 || in.OutputBytes > protocol.MaxOutputBytes {
-		return protocol.SpawnArgs{}, string(actuation.CodeOutputCapAboveMax), fmt.Sprintf("a guest command's output cap must be 1..%d bytes", protocol.MaxOutputBytes)
-	}
-	env := make([]string, 0, len(envVars))
-	for _, e := range envVars {
-		env = append(env, e.Name+"="+e.Value)
-	}
-	return protocol.SpawnArgs{Argv: in.Argv, Env: env, Cwd: dir, TimeoutMS: uint32(timeout / time.Millisecond), OutputMax: uint32(in.OutputBytes)}, "", ""
-}
-
 // startGuest runs an admitted command inside the environment's guest with the host rules:
 // the store records the start before anything is dispatched, the one outcome is persisted
 // before status shows it, and a record without a live handle after a restart ends the
 // command Failed/interrupted (never re-run). The process itself lives in the guest; the
 // store records no host pid for it.
-func (r *commandReconciler) startGuest(p *cmdPass, g backends.GuestEnv, envUID string, sessUID string, args protocol.SpawnArgs, rg *ring.Ring) error {
+func (r *commandReconciler) startGuest(p *cmdPass, g backends.GuestEnv, envUID string, sessUID string, gc backends.GuestCommand, rg *ring.Ring) error {
 	a := r.a
 	cmd := p.cmd
 	// The cap check and the command's entry are one reservation (concurrent passes never
@@ -119,14 +81,14 @@ func (r *commandReconciler) startGuest(p *cmdPass, g backends.GuestEnv, envUID s
 	if err := a.store.Commands().Put(rec); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(args.TimeoutMS)*time.Millisecond+guestReportGrace)
+	ctx, cancel := context.WithTimeout(context.Background(), gc.Wait)
 	seqFrom := rg.LastSeq() + 1
 	a.commands.enterGuest(string(cmd.UID), &liveCommand{key: client.ObjectKeyFromObject(cmd), envUID: envUID, started: now.Time, cancel: cancel,
 		finished: make(chan struct{}), out: rg, seqFrom: seqFrom})
 	reserved = false // the reservation is now the command's own entry
 	go func() {
 		defer release()
-		a.awaitGuestCommand(ctx, cancel, cmd.DeepCopy(), g, args, rg, seqFrom, now.Time)
+		a.awaitGuestCommand(ctx, cancel, cmd.DeepCopy(), g, gc, rg, seqFrom, now.Time)
 	}()
 	p.next.StartTime, p.next.NodeName = &now, a.cfg.NodeName
 	p.set(wbv1.ConditionStarted, true, "Started", "dispatched to the guest agent of the environment's VM (no network, no host share)")
@@ -135,13 +97,13 @@ func (r *commandReconciler) startGuest(p *cmdPass, g backends.GuestEnv, envUID s
 
 // awaitGuestCommand runs the guest spawn to completion and records its one outcome.
 func (a *Agent) awaitGuestCommand(ctx context.Context, cancel context.CancelFunc, cmd *wbv1.TerminalCommand, g backends.GuestEnv,
-	args protocol.SpawnArgs, rg *ring.Ring, seqFrom uint64, started time.Time) {
+	gc backends.GuestCommand, rg *ring.Ring, seqFrom uint64, started time.Time) {
 	defer cancel()
 	o := &commandOutcome{Started: started}
 	var out []byte
 	// The spawn's opID names the process for a guest-side signal; a command UID is 36
 	// bytes of [0-9a-f-].
-	res, err := g.Spawn(ctx, "cmd-"+string(cmd.UID), args)
+	res, err := g.Spawn(ctx, "cmd-"+string(cmd.UID), gc)
 	if err == nil {
 		out = append(res.Stdout, res.Stderr...)
 		o.Truncated = res.Truncated
@@ -164,7 +126,7 @@ func (a *Agent) awaitGuestCommand(ctx context.Context, cancel context.CancelFunc
 		}
 	}
 	if err != nil {
-		o.Phase, o.RefusalCode, o.Message = wbv1.CommandFailed, guestRefusalCode(err), err.Error()
+		o.Phase, o.RefusalCode, o.Message = wbv1.CommandFailed, string(g.RefusalCode(err)), err.Error()
 		if errors.Is(err, guestclient.ErrUnknownOutcome) {
 			o.RefusalCode, o.Message = "", "outcome unknown: "+err.Error()
 		}
@@ -182,33 +144,6 @@ func (a *Agent) awaitGuestCommand(ctx context.Context, cancel context.CancelFunc
 	a.recordOutcome(string(cmd.UID), o)
 	a.commandFinished()
 	a.wake(a.wakeCommands, cmd)
-}
-
-// guestRefusalCode maps a guest or broker refusal onto the closed vocabulary (the guest's
-// own code stays in the message).
-func guestRefusalCode(err error) string {
-	if c := string(actuation.CodeOf(err)); c != "" {
-		return c // the broker's codes are actuation's
-	}
-	if protocol.IsPathCode(protocol.CodeOf(err)) {
-		return string(actuation.CodeCwdNotAllowed)
-	}
-	switch protocol.CodeOf(err) {
-	case string(actuation.CodeQuiesced), string(actuation.CodeShuttingDown), string(actuation.CodeGenerationMismatch), string(actuation.CodeNonceMismatch),
-		string(actuation.CodeEnvironmentMismatch), string(actuation.CodePlanDigestMismatch), string(actuation.CodeImageDigestMismatch):
-		return string(actuation.CodeEnvironmentUnavailable)
-	case string(actuation.CodeNotFound), string(actuation.CodeNotDirectory), string(actuation.CodeSymlinkEscape):
-		return string(actuation.CodeCwdNotAllowed)
-	case string(actuation.CodeProcessCapReached), string(actuation.CodeConnectionCap):
-		return string(actuation.CodeCommandCapReached)
-	case string(actuation.CodeTimeoutAboveDeadline):
-		return string(actuation.CodeTimeoutAboveMax)
-	case string(actuation.CodeOutputCapAboveMax):
-		return string(actuation.CodeOutputCapAboveMax)
-	case string(actuation.CodeInvalidSpec):
-		return string(actuation.CodeInvalidSpec)
-	}
-	return string(actuation.CodeStartFailed)
 }
 
 // guestRelay turns a shell-profile session of a VM environment into the host session that
