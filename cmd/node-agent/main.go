@@ -10,13 +10,16 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"sensorium.dev/workbench/internal/backends/guestenv"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/platform/procexec"
 )
 
 func main() {
-	// The sandbox helper re-executes this binary; it must run before anything else.
+	// The sandbox helper and the guest PTY relay re-execute this binary; they must run
+	// before anything else.
 	procexec.MaybeRunHelper()
+	guestenv.MaybeRunRelay()
 
 	var configPath string
 	flag.StringVar(&configPath, "config", "/etc/workbench/node-agent.yaml", "Path to the node agent's configuration file.")

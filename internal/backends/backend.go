@@ -129,6 +129,11 @@ type Backend interface {
 	// IDs the store still records as live; everything else of this backend is removed or
 	// quarantined.
 	Recover(ctx context.Context, known map[string]Spec) ([]RecoveryAction, error)
+	// Open returns environment id's executor and file access (env.go): the one place that
+	// says whether its processes and roots live on the host or in a guest. It observes
+	// nothing (a guest Env dials on use); a backend that offers neither refuses
+	// (capability-mismatch).
+	Open(id string) (Env, error)
 }
 
 // Registry picks a backend by id.

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/discovery"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/backends/guestenv"
 	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/test/stack"
 	"sensorium.dev/workbench/internal/test/testkit"
@@ -35,6 +36,7 @@ var st *stack.Stack
 
 func TestMain(m *testing.M) {
 	procexec.MaybeRunHelper()
+	guestenv.MaybeRunRelay() // and as the guest PTY relay of a VM session
 	var err error
 	st, err = stack.Start("./cmd/kubectl-workbench", "./cmd/workbench-mcp")
 	var skip *stack.ErrSkip

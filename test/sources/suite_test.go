@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/backends/guestenv"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/test/envtest"
@@ -81,6 +82,7 @@ func teeStderr() {
 
 func TestMain(m *testing.M) {
 	procexec.MaybeRunHelper()                    // the agent re-executes this binary as its sandbox helper: before anything else
+	guestenv.MaybeRunRelay()                     // and as the guest PTY relay of a VM session
 	_ = os.Setenv("WORKBENCH_TEST_VERBOSE", "1") // every log line of the agent, to grep for credentials
 	teeStderr()
 	nodeagenttest.Main(m, nodeagenttest.Options{Name: "sources", Setup: func(s *nodeagenttest.Suite) error {

@@ -15,7 +15,7 @@ import (
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
 	"sensorium.dev/workbench/internal/backends"
-	"sensorium.dev/workbench/internal/guestclient/guestpty"
+	"sensorium.dev/workbench/internal/backends/guestenv"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/test/samples"
@@ -180,13 +180,13 @@ func BenchmarkPTYRoundTrip(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	e, err := guestpty.Config{Endpoint: ep, Binding: bind, SessionID: "relay", Argv: []string{"/bin/cat"}}.Environ()
+	e, err := guestenv.RelayConfig{Endpoint: ep, Binding: bind, SessionID: "relay", Argv: []string{"/bin/cat"}}.Environ()
 	if err != nil {
 		b.Fatal(err)
 	}
 	self, _ := os.Executable()
 	m := session.NewManager(session.Caps{})
-	s, err := m.Open(ctx, session.Spec{ID: "relay", Argv: []string{self, guestpty.Arg}, Env: []string{e}, Dir: "/", IdleTimeout: -1,
+	s, err := m.Open(ctx, session.Spec{ID: "relay", Argv: []string{self, guestenv.RelayArg}, Env: []string{e}, Dir: "/", IdleTimeout: -1,
 		Rows: 24, Cols: 80, HostRelay: true})
 	if err != nil {
 		b.Fatal(err)

@@ -21,8 +21,8 @@ import (
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/backends/guestenv"
 	"sensorium.dev/workbench/internal/guestclient"
-	"sensorium.dev/workbench/internal/guestclient/guestpty"
 
 	"golang.org/x/sys/unix"
 )
@@ -37,7 +37,7 @@ type helperInput struct {
 }
 
 func TestMain(m *testing.M) {
-	guestpty.MaybeRun() // the PTY benchmark runs this binary as the guest PTY relay
+	guestenv.MaybeRunRelay() // the PTY benchmark runs this binary as the guest PTY relay
 	if in := os.Getenv(helperEnv); in != "" {
 		os.Exit(helperMain(in))
 	}

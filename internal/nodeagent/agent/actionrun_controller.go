@@ -339,7 +339,7 @@ func (r *actionRunReconciler) start(ctx context.Context, p *runPass) error {
 	if !ready {
 		return r.notYet(p, "environment "+env.Name+" is not ready on this node")
 	}
-	if _, isGuest := a.guestBackendOf(&env); isGuest {
+	if a.guestEnvOf(&env) != nil {
 		p.refuse(actuation.CodeActionClassUnavailable, "action classes are enforced by the host sandbox; environment "+env.Name+" runs in a VM guest")
 		return nil
 	}

@@ -539,10 +539,10 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	if memo {
 		claim = func() (bool, error) { return r.claimCurrent(ctx, p, claimBy, prof.ResourceVersion) }
 	}
-	if g, ok := a.guestBackendOf(&env); ok {
-		args, code, msg := guestSpawnArgs(roots, intent, envVars)
-		if code != "" {
-			p.refuse(code, msg)
+	if g := a.guestEnvOf(&env); g != nil {
+		gc, ref := g.Command(roots, intent, envVars)
+		if ref != nil {
+			p.refuse(string(ref.Code), ref.Message)
 			return nil
 		}
 		if claimed, err := claim(); !claimed || err != nil {
@@ -552,7 +552,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 			return err
 		}
 		a.recordBefore(ctx, &env, sess.Name, string(cmd.UID)) // seed 004: state before, when recorded
-		return r.startGuest(p, g, string(env.UID), string(sess.UID), args, live)
+		return r.startGuest(p, g, string(env.UID), string(sess.UID), gc, live)
 	}
 	if err := a.verifyRoots(string(env.UID), roots); err != nil {
 		p.refuse(codeOf(err), err.Error())

@@ -12,65 +12,31 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
-	protocol "sensorium.dev/workbench/guest/protocol/v1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/guestclient"
-	"sensorium.dev/workbench/internal/guestclient/guestpty"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 )
 
-// guestBackend is a VM backend: an environment's processes run inside its guest, reached
-// through a channel the backend's host broker hands out (binding and socket identity come
-// from its recovery record, never from the caller).
-type guestBackend interface {
-	Guest(ctx context.Context, id string) (*guestclient.Client, error)
-}
-
-func (a *Agent) guestBackendOf(env *wbv1.Environment) (guestBackend, bool) {
+// openEnv asks env's backend for the environment's executor and file access (the
+// backends.Env port): the one place that says whether the environment's processes and
+// roots live on the host or in a VM guest. An unregistered backend is refused.
+func (a *Agent) openEnv(env *wbv1.Environment) (backends.Env, error) {
 	b, ok := a.backends.Get(string(env.Spec.Backend))
 	if !ok {
-		return nil, false
+		return backends.Env{}, actuation.Refusef(actuation.CodeCapabilityMismatch, "backend %s is not registered on this node", env.Spec.Backend)
 	}
-	g, ok := b.(guestBackend)
-	return g, ok
+	return b.Open(string(env.UID))
 }
 
-// guestReportGrace is how long past the command's own timeout the agent waits for the
-// guest's report (the guest ends the process at its timeout and answers just after).
-const guestReportGrace = 15 * time.Second
-
-// guestSpawnArgs builds the guest spawn of a structured command: argv as admitted, the
-// curated environment, the working directory beneath the guest root (<root>[/<path>],
-// i.e. /workspace/<root>/... in the guest), the timeout and one output budget.
-func guestSpawnArgs(roots []backends.MountedRoot, in actuation.CommandIntent, envVars []actuation.EnvVar) (protocol.SpawnArgs, string, string) {
-	dir := ""
-	for _, r := range roots {
-		if r.Name == in.Cwd.Root {
-			dir = r.GuestDir
-		}
+// guestEnvOf is env's guest executor, nil when its processes run in the host sandbox (or
+// its backend offers no executor: the host path then refuses on its roots, as before).
+func (a *Agent) guestEnvOf(env *wbv1.Environment) backends.GuestEnv {
+	e, err := a.openEnv(env)
+	if err != nil {
+		return nil
 	}
-	if dir == "" {
-		return protocol.SpawnArgs{}, string(actuation.CodeRootNotAllowed), "root " + in.Cwd.Root + " is not a root of the environment"
-	}
-	if in.Cwd.Path != "" {
-		dir += "/" + in.Cwd.Path
-	}
-	if err := protocol.CheckPath(dir, false); err != nil {
-		return protocol.SpawnArgs{}, string(actuation.CodeCwdNotAllowed), err.Error()
-	}
-	timeout := time.Duration(in.TimeoutSeconds) * time.Second
-	if timeout <= 0 || timeout+guestReportGrace > time.Duration(protocol.MaxDeadlineMS)*time.Millisecond {
-		return protocol.SpawnArgs{}, string(actuation.CodeTimeoutAboveMax), fmt.Sprintf("a guest command's timeout must be 1s..%v", time.Duration(protocol.MaxDeadlineMS)*time.Millisecond-guestReportGrace)
-	}
-	if in.OutputBytes <= 0 || in.OutputBytes > protocol.MaxOutputBytes {
-		return protocol.SpawnArgs{}, string(actuation.CodeOutputCapAboveMax), fmt.Sprintf("a guest command's output cap must be 1..%d bytes", protocol.MaxOutputBytes)
-	}
-	env := make([]string, 0, len(envVars))
-	for _, e := range envVars {
-		env = append(env, e.Name+"="+e.Value)
-	}
-	return protocol.SpawnArgs{Argv: in.Argv, Env: env, Cwd: dir, TimeoutMS: uint32(timeout / time.Millisecond), OutputMax: uint32(in.OutputBytes)}, "", ""
+	return e.Guest
 }
 
 // startGuest runs an admitted command inside the environment's guest with the host rules:
@@ -78,7 +44,7 @@ func guestSpawnArgs(roots []backends.MountedRoot, in actuation.CommandIntent, en
 // before status shows it, and a record without a live handle after a restart ends the
 // command Failed/interrupted (never re-run). The process itself lives in the guest; the
 // store records no host pid for it.
-func (r *commandReconciler) startGuest(p *cmdPass, g guestBackend, envUID string, sessUID string, args protocol.SpawnArgs, rg *ring.Ring) error {
+func (r *commandReconciler) startGuest(p *cmdPass, g backends.GuestEnv, envUID string, sessUID string, gc backends.GuestCommand, rg *ring.Ring) error {
 	a := r.a
 	cmd := p.cmd
 	// The cap check and the command's entry are one reservation (concurrent passes never
@@ -115,14 +81,14 @@ func (r *commandReconciler) startGuest(p *cmdPass, g guestBackend, envUID string
 	if err := a.store.Commands().Put(rec); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(args.TimeoutMS)*time.Millisecond+guestReportGrace)
+	ctx, cancel := context.WithTimeout(context.Background(), gc.Wait)
 	seqFrom := rg.LastSeq() + 1
 	a.commands.enterGuest(string(cmd.UID), &liveCommand{key: client.ObjectKeyFromObject(cmd), envUID: envUID, started: now.Time, cancel: cancel,
 		finished: make(chan struct{}), out: rg, seqFrom: seqFrom})
 	reserved = false // the reservation is now the command's own entry
 	go func() {
 		defer release()
-		a.awaitGuestCommand(ctx, cancel, cmd.DeepCopy(), g, envUID, args, rg, seqFrom, now.Time)
+		a.awaitGuestCommand(ctx, cancel, cmd.DeepCopy(), g, gc, rg, seqFrom, now.Time)
 	}()
 	p.next.StartTime, p.next.NodeName = &now, a.cfg.NodeName
 	p.set(wbv1.ConditionStarted, true, "Started", "dispatched to the guest agent of the environment's VM (no network, no host share)")
@@ -130,44 +96,37 @@ func (r *commandReconciler) startGuest(p *cmdPass, g guestBackend, envUID string
 }
 
 // awaitGuestCommand runs the guest spawn to completion and records its one outcome.
-func (a *Agent) awaitGuestCommand(ctx context.Context, cancel context.CancelFunc, cmd *wbv1.TerminalCommand, g guestBackend, envUID string,
-	args protocol.SpawnArgs, rg *ring.Ring, seqFrom uint64, started time.Time) {
+func (a *Agent) awaitGuestCommand(ctx context.Context, cancel context.CancelFunc, cmd *wbv1.TerminalCommand, g backends.GuestEnv,
+	gc backends.GuestCommand, rg *ring.Ring, seqFrom uint64, started time.Time) {
 	defer cancel()
 	o := &commandOutcome{Started: started}
 	var out []byte
-	c, err := g.Guest(ctx, envUID)
+	// The spawn's opID names the process for a guest-side signal; a command UID is 36
+	// bytes of [0-9a-f-].
+	res, err := g.Spawn(ctx, "cmd-"+string(cmd.UID), gc)
 	if err == nil {
-		// The spawn's opID names the process for a guest-side signal; a command UID is 36
-		// bytes of [0-9a-f-].
-		var res *guestclient.SpawnResult
-		stop := context.AfterFunc(ctx, func() { _ = c.Close() }) // cancellation ends the wait
-		res, err = c.Spawn(ctx, "cmd-"+string(cmd.UID), args)
-		stop()
-		_ = c.Close()
-		if err == nil {
-			out = append(res.Stdout, res.Stderr...)
-			o.Truncated = res.Truncated
-			switch {
-			case res.TimedOut:
-				o.Phase, o.SignalOrigin, o.Message = wbv1.CommandTimedOut, "timeout", "timed out; the guest terminated the process group"
-			case res.Signal != "":
-				o.Phase, o.Message = wbv1.CommandFailed, "killed by "+res.Signal+" in the guest"
-			case res.ExitCode == 0:
-				o.Phase, o.Message = wbv1.CommandSucceeded, "exited 0 in the guest"
-			default:
-				o.Phase, o.Message = wbv1.CommandFailed, fmt.Sprintf("exited %d in the guest", res.ExitCode)
-			}
-			if res.Signal == "" {
-				code := int32(res.ExitCode)
-				o.ExitCode, o.SignalOrigin = &code, "exit"
-				if res.TimedOut {
-					o.SignalOrigin = "timeout"
-				}
+		out = append(res.Stdout, res.Stderr...)
+		o.Truncated = res.Truncated
+		switch {
+		case res.TimedOut:
+			o.Phase, o.SignalOrigin, o.Message = wbv1.CommandTimedOut, "timeout", "timed out; the guest terminated the process group"
+		case res.Signal != "":
+			o.Phase, o.Message = wbv1.CommandFailed, "killed by "+res.Signal+" in the guest"
+		case res.ExitCode == 0:
+			o.Phase, o.Message = wbv1.CommandSucceeded, "exited 0 in the guest"
+		default:
+			o.Phase, o.Message = wbv1.CommandFailed, fmt.Sprintf("exited %d in the guest", res.ExitCode)
+		}
+		if res.Signal == "" {
+			code := int32(res.ExitCode)
+			o.ExitCode, o.SignalOrigin = &code, "exit"
+			if res.TimedOut {
+				o.SignalOrigin = "timeout"
 			}
 		}
 	}
 	if err != nil {
-		o.Phase, o.RefusalCode, o.Message = wbv1.CommandFailed, guestRefusalCode(err), err.Error()
+		o.Phase, o.RefusalCode, o.Message = wbv1.CommandFailed, string(g.RefusalCode(err)), err.Error()
 		if errors.Is(err, guestclient.ErrUnknownOutcome) {
 			o.RefusalCode, o.Message = "", "outcome unknown: "+err.Error()
 		}
@@ -187,64 +146,26 @@ func (a *Agent) awaitGuestCommand(ctx context.Context, cancel context.CancelFunc
 	a.wake(a.wakeCommands, cmd)
 }
 
-// guestRefusalCode maps a guest or broker refusal onto the closed vocabulary (the guest's
-// own code stays in the message).
-func guestRefusalCode(err error) string {
-	if c := string(actuation.CodeOf(err)); c != "" {
-		return c // the broker's codes are actuation's
-	}
-	if protocol.IsPathCode(protocol.CodeOf(err)) {
-		return string(actuation.CodeCwdNotAllowed)
-	}
-	switch protocol.CodeOf(err) {
-	case string(actuation.CodeQuiesced), string(actuation.CodeShuttingDown), string(actuation.CodeGenerationMismatch), string(actuation.CodeNonceMismatch),
-		string(actuation.CodeEnvironmentMismatch), string(actuation.CodePlanDigestMismatch), string(actuation.CodeImageDigestMismatch):
-		return string(actuation.CodeEnvironmentUnavailable)
-	case string(actuation.CodeNotFound), string(actuation.CodeNotDirectory), string(actuation.CodeSymlinkEscape):
-		return string(actuation.CodeCwdNotAllowed)
-	case string(actuation.CodeProcessCapReached), string(actuation.CodeConnectionCap):
-		return string(actuation.CodeCommandCapReached)
-	case string(actuation.CodeTimeoutAboveDeadline):
-		return string(actuation.CodeTimeoutAboveMax)
-	case string(actuation.CodeOutputCapAboveMax):
-		return string(actuation.CodeOutputCapAboveMax)
-	case string(actuation.CodeInvalidSpec):
-		return string(actuation.CodeInvalidSpec)
-	}
-	return string(actuation.CodeStartFailed)
-}
-
-// guestChannelBackend hands the node agent's own helper processes a guest endpoint and
-// binding (the guest PTY relay opens its own channels).
-type guestChannelBackend interface {
-	GuestChannel(id string) (guestclient.Endpoint, protocol.Binding, error)
-}
-
 // guestRelay turns a shell-profile session of a VM environment into the host session that
-// runs this executable as the guest PTY relay (internal/nodeagent/guestpty): the program,
+// runs this executable as the guest PTY relay (internal/backends/guestenv): the program,
 // its curated environment and its working directory (the root beneath the guest root) go
 // to the guest; on the host only the relay runs.
 func (a *Agent) guestRelay(env *wbv1.Environment, ts *wbv1.TerminalSession, argv, kv []string, guestDir string) ([]string, []string, string, string, string) {
-	b, ok := a.backends.Get(string(env.Spec.Backend))
-	gc, ok2 := b.(guestChannelBackend)
-	if !ok || !ok2 {
+	g := a.guestEnvOf(env)
+	if g == nil {
 		return nil, nil, "", string(actuation.CodeCapabilityMismatch), fmt.Sprintf("backend %s offers no guest terminal", env.Spec.Backend)
 	}
-	ep, binding, err := gc.GuestChannel(string(env.UID))
+	rargv, renv, err := g.Relay(a.helper, backends.RelayRequest{SessionID: "s-" + string(ts.UID), Argv: argv, Env: kv, Cwd: guestDir})
 	if err != nil {
-		code := string(actuation.CodeOf(err))
+		code, msg := string(actuation.CodeOf(err)), err.Error()
+		var ref *actuation.Refusal
+		if errors.As(err, &ref) {
+			msg = ref.Message
+		}
 		if code == "" {
 			code = string(actuation.CodeEnvironmentUnavailable)
 		}
-		return nil, nil, "", code, err.Error()
+		return nil, nil, "", code, msg
 	}
-	cfg := guestpty.Config{Endpoint: ep, Binding: binding, SessionID: "s-" + string(ts.UID), Argv: argv, Env: kv, Cwd: guestDir}
-	if err := (&protocol.PTYOpenArgs{SessionID: cfg.SessionID, Argv: argv, Env: kv, Cwd: guestDir, Rows: 1, Cols: 1}).Validate(); err != nil {
-		return nil, nil, "", string(actuation.CodeInvalidSpec), err.Error()
-	}
-	e, err := cfg.Environ()
-	if err != nil {
-		return nil, nil, "", string(actuation.CodeInvalidSpec), err.Error()
-	}
-	return []string{a.helper, guestpty.Arg}, []string{e}, "/", "", ""
+	return rargv, renv, "/", "", ""
 }

@@ -7,8 +7,6 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
-	"sensorium.dev/workbench/internal/guestclient"
-	"sensorium.dev/workbench/internal/nodeagent/dataplane"
 	"sensorium.dev/workbench/internal/nodeagent/guestfs"
 	"sensorium.dev/workbench/internal/nodeagent/waits"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
@@ -16,19 +14,20 @@ import (
 
 // rootAccess is one environment root: a host directory (host-local, fixture-copy) or a
 // directory inside the environment's VM guest (qemu-microvm.v1), reached through the guest
-// protocol. Exactly one of host and guest is set.
+// protocol. Exactly one of host and guest is set; files() is the one file-access
+// interface both satisfy.
 type rootAccess struct {
 	mr    backends.MountedRoot
 	host  *fsaccess.Root
 	guest *guestfs.Root
 }
 
-// files is the data plane's view of the root.
-func (ra rootAccess) files() dataplane.Files {
+// files is the root's file access (fsaccess.Files), host or guest alike.
+func (ra rootAccess) files() fsaccess.Files {
 	if ra.guest != nil {
 		return ra.guest
 	}
-	return dataplane.HostFiles(ra.host)
+	return fsaccess.Host(ra.host)
 }
 
 // errGuestFileWaits refuses file waits on VM roots: the guest protocol has no change
@@ -37,19 +36,19 @@ var errGuestFileWaits = actuation.Refusef(actuation.CodeCapabilityMismatch,
 	"file waits on VM environments are not available: the guest protocol has no change notifications")
 
 // openRootAccess opens a mounted root of env: its host directory, or its directory inside
-// the guest of env's VM backend (each guest operation opens its own channel through the
-// backend's host broker, which pins the endpoint and binding of the running boot).
+// the guest of env's VM backend (the guest Env of the backends port: each guest operation
+// opens its own channel through the backend's host broker, which pins the endpoint and
+// binding of the running boot).
 func (a *Agent) openRootAccess(env *wbv1.Environment, mr backends.MountedRoot) (rootAccess, error) {
 	if mr.Path != "" {
 		r, err := a.pinnedRootOf(string(env.UID), mr.Name)
 		return rootAccess{mr: mr, host: r}, err
 	}
-	g, ok := a.guestBackendOf(env)
-	if !ok || mr.GuestDir == "" {
+	g := a.guestEnvOf(env)
+	if g == nil || mr.GuestDir == "" {
 		return rootAccess{mr: mr}, actuation.Refusef(actuation.CodeCapabilityMismatch, "backend %s offers no file access to root %s", env.Spec.Backend, mr.Name)
 	}
-	uid := string(env.UID)
-	gr, err := guestfs.New(func(ctx context.Context) (*guestclient.Client, error) { return g.Guest(ctx, uid) }, mr.GuestDir)
+	gr, err := guestfs.New(g.Dial, mr.GuestDir)
 	if err != nil {
 		return rootAccess{mr: mr}, actuation.Refusef(actuation.CodeRootInvalid, "root %s: %v", mr.Name, err)
 	}
@@ -63,7 +62,7 @@ const guestProbeTimeout = 30 * time.Second
 // guestFileSource evaluates file.exists and file.digest.changed once, through the guest.
 // It never changes by itself: it serves probes, never waits.
 type guestFileSource struct {
-	root *guestfs.Root
+	root fsaccess.Files
 	rel  string
 }
 

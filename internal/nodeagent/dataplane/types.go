@@ -51,23 +51,13 @@ type Files interface {
 }
 
 // HostFiles is the Files of a host directory opened as an fsaccess root (nil for
-// a nil root). Its operations are local and bounded by fsaccess's caps; the
-// context is not consulted.
+// a nil root): fsaccess.Host, the host implementation of the one file-access
+// interface (fsaccess.Files).
 func HostFiles(r *fsaccess.Root) Files {
 	if r == nil {
 		return nil
 	}
-	return hostFiles{r}
-}
-
-type hostFiles struct{ r *fsaccess.Root }
-
-func (h hostFiles) Snapshot(_ context.Context, rel string, lim fsaccess.SnapshotLimits) (*fsaccess.Snapshot, error) {
-	return h.r.Snapshot(rel, lim)
-}
-
-func (h hostFiles) Read(_ context.Context, rel string, offset int64, maxBytes int) (*fsaccess.ReadResult, error) {
-	return h.r.Read(rel, offset, maxBytes)
+	return fsaccess.Host(r)
 }
 
 // Terminal is what the data plane needs of a session: a *session.Session (a PTY program)

@@ -192,16 +192,7 @@ func splitParent(rel string) (string, string) {
 // toEntry converts a guest entry (its path relative to the listed directory) into an
 // fsaccess entry at rel, with the mode bits fsaccess reports.
 func toEntry(rel string, e protocol.Entry) fsaccess.Entry {
-	mode := fs.FileMode(e.Mode & 0o777)
-	if e.Mode&0o4000 != 0 {
-		mode |= fs.ModeSetuid
-	}
-	if e.Mode&0o2000 != 0 {
-		mode |= fs.ModeSetgid
-	}
-	if e.Mode&0o1000 != 0 {
-		mode |= fs.ModeSticky
-	}
+	mode := fsaccess.PermMode(e.Mode)
 	out := fsaccess.Entry{Path: rel, Size: e.Size, ModTime: time.Unix(0, e.MTime).UTC()}
 	switch e.Type {
 	case "file":
@@ -216,3 +207,5 @@ func toEntry(rel string, e protocol.Entry) fsaccess.Entry {
 	out.Mode = mode
 	return out
 }
+
+var _ fsaccess.Files = (*Root)(nil) // the same file-access interface as a host root (fsaccess.Host)

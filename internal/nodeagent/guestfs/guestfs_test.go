@@ -504,3 +504,46 @@ func withExec(p patch.Policy) patch.Policy {
 	p.AllowExecutable = true
 	return p
 }
+
+// TestOneFilesInterface: a host root (fsaccess.Host) and a guest root answer the same
+// through fsaccess.Files: the shared rules (path validation, read arguments and caps)
+// refuse with the same codes before any guest call, and existence reads alike for a file,
+// a missing path and a path beneath a file.
+func TestOneFilesInterface(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	w.write(t, "a.txt", "alpha\n")
+	impls := map[string]fsaccess.Files{"host": fsaccess.Host(w.host), "guest": w.guest}
+	for name, f := range impls {
+		for _, tc := range []struct {
+			rel, detail string
+			ok          bool
+		}{{"a.txt", "exists (file)", true}, {"missing.txt", "absent", false}, {"a.txt/under", "absent", false}} {
+			ok, detail, err := f.Exists(ctx, tc.rel)
+			must(t, err)
+			if ok != tc.ok || detail != tc.detail {
+				t.Errorf("%s: Exists(%q) = %v %q, want %v %q", name, tc.rel, ok, detail, tc.ok, tc.detail)
+			}
+		}
+		dials := w.dials
+		for _, tc := range []struct {
+			rel      string
+			off      int64
+			maxBytes int
+			code     string
+		}{
+			{"../etc/passwd", 0, 0, string(actuation.CodePathTraversal)},
+			{"/etc/passwd", 0, 0, string(actuation.CodePathAbsolute)},
+			{"a.txt", -1, 0, string(actuation.CodeInvalidArgument)},
+			{"a.txt", 0, fsaccess.MaxReadBytesHard + 1, string(actuation.CodeReadCapAboveMax)},
+		} {
+			_, err := f.Read(ctx, tc.rel, tc.off, tc.maxBytes)
+			wantCode(t, err, tc.code)
+		}
+		_, err := f.Snapshot(ctx, "../up", fsaccess.SnapshotLimits{})
+		wantCode(t, err, string(actuation.CodePathTraversal))
+		if w.dials != dials {
+			t.Errorf("%s: a refused request dialled the guest (%d dials)", name, w.dials-dials)
+		}
+	}
+}

@@ -20,18 +20,7 @@ func (r *Root) Snapshot(ctx context.Context, rel string, lim fsaccess.SnapshotLi
 	if err := fsaccess.CheckRel(rel, false); err != nil {
 		return nil, err
 	}
-	if lim.MaxEntries <= 0 {
-		lim.MaxEntries = fsaccess.DefaultMaxEntries
-	}
-	if lim.MaxDepth <= 0 {
-		lim.MaxDepth = fsaccess.DefaultMaxDepth
-	}
-	if lim.MaxFileBytesToHash <= 0 {
-		lim.MaxFileBytesToHash = fsaccess.DefaultMaxFileBytesToHash
-	}
-	if lim.MaxTotalBytesToHash <= 0 {
-		lim.MaxTotalBytesToHash = fsaccess.DefaultMaxTotalBytesToHash
-	}
+	lim = lim.WithDefaults()
 	snap := &fsaccess.Snapshot{Root: rel, Entries: []fsaccess.Entry{}}
 	trunc := func(reason string) {
 		snap.Truncated = true
@@ -55,13 +44,9 @@ func (r *Root) Snapshot(ctx context.Context, rel string, lim fsaccess.SnapshotLi
 			if err != nil {
 				return err
 			}
+			budget := lim.MaxTotalBytesToHash
 			if e.Type == fsaccess.TypeFile {
-				switch {
-				case e.Size > lim.MaxFileBytesToHash:
-					e.DigestOmitted = "over-file-cap"
-				case e.Size > lim.MaxTotalBytesToHash:
-					e.DigestOmitted = "over-total-cap"
-				default:
+				if e.DigestOmitted = lim.DigestOmission(e.Size, &budget); e.DigestOmitted == "" {
 					if e.Digest, e.DigestOmitted, err = r.hash(ctx, k, rel, e.Size); err != nil {
 						return err
 					}
@@ -92,19 +77,19 @@ func (r *Root) Snapshot(ctx context.Context, rel string, lim fsaccess.SnapshotLi
 			case e.Type == fsaccess.TypeDir && depth >= lim.MaxDepth:
 				trunc(fsaccess.TruncMaxDepth)
 			case e.Type != fsaccess.TypeFile:
-			case e.Size > lim.MaxFileBytesToHash:
-				e.DigestOmitted = "over-file-cap"
-			case e.Size > budget:
-				e.DigestOmitted = "over-total-cap"
 			default:
-				budget -= e.Size
+				if e.DigestOmitted = lim.DigestOmission(e.Size, &budget); e.DigestOmitted != "" {
+					break
+				}
+				// Within the host's caps: the guest's own digest, or why the guest's
+				// tighter bounds (one transfer) left it out.
 				switch {
 				case ge.Digest != "":
 					e.Digest = ge.Digest
 				case uint64(e.Size) > hashMax:
-					e.DigestOmitted = "over-file-cap"
+					e.DigestOmitted = fsaccess.OmitOverFileCap
 				case guestHashed+uint64(e.Size) > protocol.MaxTransfer:
-					e.DigestOmitted = "over-total-cap"
+					e.DigestOmitted = fsaccess.OmitOverTotalCap
 				default:
 					e.DigestOmitted = "unreadable"
 				}
@@ -201,20 +186,12 @@ func (r *Root) hash(ctx context.Context, k *channel, rel string, size int64) (di
 // The full-file digest is computed on the host from the bytes received (up to
 // fsaccess.MaxReadDigestBytes).
 func (r *Root) Read(ctx context.Context, rel string, offset int64, maxBytes int) (*fsaccess.ReadResult, error) {
-	if err := fsaccess.CheckRel(rel, true); err != nil {
+	maxBytes, err := fsaccess.CheckRead(r.display(rel), rel, offset, maxBytes)
+	if err != nil {
 		return nil, err
 	}
-	if offset < 0 {
-		return nil, actuation.Refusef(actuation.CodeInvalidArgument, "read %s: negative offset %d", r.display(rel), offset)
-	}
-	if maxBytes <= 0 {
-		maxBytes = fsaccess.DefaultReadBytes
-	}
-	if maxBytes > fsaccess.MaxReadBytesHard {
-		return nil, actuation.Refusef(actuation.CodeReadCapAboveMax, "read %s: maxBytes %d above hard max %d", r.display(rel), maxBytes, fsaccess.MaxReadBytesHard)
-	}
 	var res *fsaccess.ReadResult
-	err := r.with(ctx, func(ctx context.Context, k *channel) error {
+	err = r.with(ctx, func(ctx context.Context, k *channel) error {
 		c, err := k.get(ctx)
 		if err != nil {
 			return err
@@ -229,7 +206,7 @@ func (r *Root) Read(ctx context.Context, rel string, offset int64, maxBytes int)
 		}
 		switch {
 		case d.Size > fsaccess.MaxReadDigestBytes:
-			res.DigestOmitted = "over-file-cap"
+			res.DigestOmitted = fsaccess.OmitOverFileCap
 		case offset == 0 && int64(len(b)) == d.Size:
 			res.Digest = fsaccess.DigestBytes(b)
 		default:

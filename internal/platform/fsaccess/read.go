@@ -34,17 +34,9 @@ type ReadResult struct {
 // MaxReadBytesHard) of the regular file rel starting at offset. A final symlink
 // is followed only if the kernel resolves it beneath the root.
 func (r *Root) Read(rel string, offset int64, maxBytes int) (*ReadResult, error) {
-	if err := CheckRel(rel, true); err != nil {
+	maxBytes, err := CheckRead(r.display(rel), rel, offset, maxBytes)
+	if err != nil {
 		return nil, err
-	}
-	if offset < 0 {
-		return nil, actuation.Refusef(actuation.CodeInvalidArgument, "read %s: negative offset %d", r.display(rel), offset)
-	}
-	if maxBytes <= 0 {
-		maxBytes = DefaultReadBytes
-	}
-	if maxBytes > MaxReadBytesHard {
-		return nil, actuation.Refusef(actuation.CodeReadCapAboveMax, "read %s: maxBytes %d above hard max %d", r.display(rel), maxBytes, MaxReadBytesHard)
 	}
 	fd, err := r.open(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	if err != nil {
@@ -74,7 +66,7 @@ func (r *Root) Read(rel string, offset int64, maxBytes int) (*ReadResult, error)
 	}
 	res.EOF = offset+int64(len(res.Data)) >= st.Size
 	if st.Size > MaxReadDigestBytes {
-		res.DigestOmitted = "over-file-cap"
+		res.DigestOmitted = OmitOverFileCap
 		return res, nil
 	}
 	d := NewDigester()

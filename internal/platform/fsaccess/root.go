@@ -143,8 +143,25 @@ func (r *Root) openParent(rel string) (int, string, error) {
 	return fd, base, nil
 }
 
-func unixMode(m uint32) fs.FileMode {
+// PermMode is the permission part of a Unix mode m as an fs.FileMode: the 0o777 bits and
+// setuid, setgid and sticky. Host stats and guest entries (internal/nodeagent/guestfs)
+// both report it.
+func PermMode(m uint32) fs.FileMode {
 	mode := fs.FileMode(m & 0o777)
+	if m&unix.S_ISUID != 0 {
+		mode |= fs.ModeSetuid
+	}
+	if m&unix.S_ISGID != 0 {
+		mode |= fs.ModeSetgid
+	}
+	if m&unix.S_ISVTX != 0 {
+		mode |= fs.ModeSticky
+	}
+	return mode
+}
+
+func unixMode(m uint32) fs.FileMode {
+	mode := PermMode(m)
 	switch m & unix.S_IFMT {
 	case unix.S_IFDIR:
 		mode |= fs.ModeDir
@@ -158,15 +175,6 @@ func unixMode(m uint32) fs.FileMode {
 		mode |= fs.ModeDevice | fs.ModeCharDevice
 	case unix.S_IFBLK:
 		mode |= fs.ModeDevice
-	}
-	if m&unix.S_ISUID != 0 {
-		mode |= fs.ModeSetuid
-	}
-	if m&unix.S_ISGID != 0 {
-		mode |= fs.ModeSetgid
-	}
-	if m&unix.S_ISVTX != 0 {
-		mode |= fs.ModeSticky
 	}
 	return mode
 }

@@ -30,24 +30,13 @@ type Snapshot struct {
 // Snapshot walks rel ("" = the root) with Walk and hashes regular files up to
 // the caps (streaming, never whole-file buffering).
 func (r *Root) Snapshot(rel string, lim SnapshotLimits) (*Snapshot, error) {
-	if lim.MaxFileBytesToHash <= 0 {
-		lim.MaxFileBytesToHash = DefaultMaxFileBytesToHash
-	}
-	if lim.MaxTotalBytesToHash <= 0 {
-		lim.MaxTotalBytesToHash = DefaultMaxTotalBytesToHash
-	}
+	lim = lim.WithDefaults()
 	snap := &Snapshot{Root: rel, Entries: []Entry{}}
 	budget := lim.MaxTotalBytesToHash
 	res, err := r.Walk(rel, WalkLimits{MaxEntries: lim.MaxEntries, MaxDepth: lim.MaxDepth}, func(w *WalkEntry) error {
 		e := w.Entry
 		if e.Type == TypeFile {
-			switch {
-			case e.Size > lim.MaxFileBytesToHash:
-				e.DigestOmitted = "over-file-cap"
-			case e.Size > budget:
-				e.DigestOmitted = "over-total-cap"
-			default:
-				budget -= e.Size
+			if e.DigestOmitted = lim.DigestOmission(e.Size, &budget); e.DigestOmitted == "" {
 				e.Digest, e.DigestOmitted = hashEntry(w, lim.MaxFileBytesToHash)
 			}
 		}

@@ -35,12 +35,7 @@ func (r *Root) SnapshotCached(rel string, lim SnapshotLimits, c DigestCache) (*S
 	if c == nil {
 		return r.Snapshot(rel, lim)
 	}
-	if lim.MaxFileBytesToHash <= 0 {
-		lim.MaxFileBytesToHash = DefaultMaxFileBytesToHash
-	}
-	if lim.MaxTotalBytesToHash <= 0 {
-		lim.MaxTotalBytesToHash = DefaultMaxTotalBytesToHash
-	}
+	lim = lim.WithDefaults()
 	snap := &Snapshot{Root: rel, Entries: []Entry{}}
 	budget := lim.MaxTotalBytesToHash
 	res, err := r.Walk(rel, WalkLimits{MaxEntries: lim.MaxEntries, MaxDepth: lim.MaxDepth}, func(w *WalkEntry) error {
@@ -49,19 +44,11 @@ func (r *Root) SnapshotCached(rel string, lim SnapshotLimits, c DigestCache) (*S
 			key := FileKey{Dev: w.dev, Ino: w.ino, Size: e.Size, MtimeNs: e.ModTime.UnixNano(), CtimeNs: w.ctime}
 			if d, ok := c.Digest(key); ok {
 				e.Digest = d
-			} else {
-				switch {
-				case e.Size > lim.MaxFileBytesToHash:
-					e.DigestOmitted = "over-file-cap"
-				case e.Size > budget:
-					e.DigestOmitted = "over-total-cap"
-				default:
-					budget -= e.Size
-					var stable bool
-					e.Digest, e.DigestOmitted, stable = hashEntryKeyed(w, lim.MaxFileBytesToHash, key)
-					if e.Digest != "" && stable {
-						c.Put(key, e.Digest)
-					}
+			} else if e.DigestOmitted = lim.DigestOmission(e.Size, &budget); e.DigestOmitted == "" {
+				var stable bool
+				e.Digest, e.DigestOmitted, stable = hashEntryKeyed(w, lim.MaxFileBytesToHash, key)
+				if e.Digest != "" && stable {
+					c.Put(key, e.Digest)
 				}
 			}
 		}

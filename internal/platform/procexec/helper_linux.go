@@ -22,7 +22,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/guestclient/guestpty"
 )
 
 // The sandbox helper is a binary whose main() calls MaybeRunHelper first, started by
@@ -167,7 +166,6 @@ func leftovers() (int, []LeftProc) {
 // uses procexec (and of TestMain in test binaries). In a normal invocation it
 // returns immediately; in a sandbox-helper invocation it never returns.
 func MaybeRunHelper() {
-	guestpty.MaybeRun() // the guest PTY relay is this executable's other helper mode
 	if len(os.Args) != 2 || os.Args[1] != HelperArg || os.Getenv(helperEnvKey) != helperEnvValue {
 		return
 	}

@@ -18,6 +18,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/controllers"
+	"sensorium.dev/workbench/internal/backends/guestenv"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/test/envtest"
@@ -90,6 +91,7 @@ func ManagerSetupWith(cfg controllers.Config) func(ctrl.Manager) error {
 // without a control plane, starts the suite, runs the tests and stops the suite.
 func Main(m *testing.M, o Options) {
 	procexec.MaybeRunHelper() // the agent re-executes this binary as its sandbox helper
+	guestenv.MaybeRunRelay()  // and as the guest PTY relay of a VM environment's session
 	if os.Geteuid() != 0 {
 		fmt.Fprintf(os.Stderr, "SKIP %s suite: the node agent and its sandboxes need root\n", o.Name)
 		os.Exit(0)

@@ -3,8 +3,8 @@
 // aggregated API (workbench-apiserver, internal/test/aggtest) registered with it, one node
 // agent acting as its node identity with real sandboxed processes, the binaries under test
 // built with `go build`, and a kubeconfig for them. Callers' TestMain must call
-// procexec.MaybeRunHelper first (the agent re-executes the test binary as its sandbox
-// helper).
+// procexec.MaybeRunHelper and guestenv.MaybeRunRelay first (the agent re-executes the test
+// binary as its sandbox helper and as the guest PTY relay).
 package stack
 
 import (

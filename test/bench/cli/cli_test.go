@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/backends/guestenv"
 	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/test/stack"
 	wbclient "sensorium.dev/workbench/pkg/client"
@@ -29,6 +30,7 @@ const ns = "bench"
 
 func TestMain(m *testing.M) {
 	procexec.MaybeRunHelper()
+	guestenv.MaybeRunRelay() // and as the guest PTY relay of a VM session
 	var err error
 	st, err = stack.Start("./cmd/kubectl-workbench")
 	var skip *stack.ErrSkip

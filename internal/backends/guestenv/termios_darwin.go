@@ -1,6 +1,6 @@
 //go:build darwin
 
-package guestpty
+package guestenv
 
 import "golang.org/x/sys/unix"
 

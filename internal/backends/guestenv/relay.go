@@ -1,5 +1,6 @@
-// Package guestpty relays an interactive terminal session into a VM guest. The node agent
-// runs its own executable in relay mode as the program of an ordinary host PTY session
+// The guest PTY relay: an interactive terminal session into a VM guest. The node agent
+// runs its own executable in relay mode (RelayArg, served by MaybeRunRelay in the agent
+// binary's main) as the program of an ordinary host PTY session
 // (internal/nodeagent/session), so the host session machinery — event ring, screen
 // model, idle and duration limits, operator input, resize, signals, close and crash
 // recovery of the relay's process group — applies unchanged. The relay opens a PTY in
@@ -12,8 +13,10 @@
 //
 // The relay's configuration (guest endpoint with its pinned socket identity, the boot's
 // binding, argv, environment, working directory) arrives in one environment variable set
-// by the node agent; nothing of it comes from a caller.
-package guestpty
+// by the node agent; nothing of it comes from a caller. The sandbox helper
+// (cmd/workbench-sandbox, internal/platform/procexec) knows nothing of it.
+
+package guestenv
 
 import (
 	"context"
@@ -31,14 +34,14 @@ import (
 	"sensorium.dev/workbench/internal/guestclient"
 )
 
-// Arg is the relay's one argument; EnvKey carries its JSON configuration.
+// RelayArg is the relay's one argument; RelayEnvKey carries its JSON configuration.
 const (
-	Arg    = "__workbench-guest-pty-relay"
-	EnvKey = "WORKBENCH_GUEST_PTY_RELAY"
+	RelayArg    = "__workbench-guest-pty-relay"
+	RelayEnvKey = "WORKBENCH_GUEST_PTY_RELAY"
 )
 
-// Config is the relay's configuration.
-type Config struct {
+// RelayConfig is the relay's configuration.
+type RelayConfig struct {
 	Endpoint  guestclient.Endpoint `json:"endpoint"`
 	Binding   protocol.Binding     `json:"binding"`
 	SessionID string               `json:"sessionID"`
@@ -48,12 +51,12 @@ type Config struct {
 }
 
 // Environ returns the relay's environment entry for cfg.
-func (c Config) Environ() (string, error) {
+func (c RelayConfig) Environ() (string, error) {
 	b, err := json.Marshal(c)
 	if err != nil {
 		return "", fmt.Errorf("guest pty relay config: %w", err)
 	}
-	return EnvKey + "=" + string(b), nil
+	return RelayEnvKey + "=" + string(b), nil
 }
 
 // Bounds.
@@ -65,31 +68,32 @@ const (
 	failureExit = 125
 )
 
-// MaybeRun runs the relay and exits if this process was started as one; otherwise it
-// returns at once.
-func MaybeRun() {
-	if len(os.Args) != 2 || os.Args[1] != Arg {
+// MaybeRunRelay runs the relay and exits if this process was started as one; otherwise
+// it returns at once. The node agent's main (and every test binary the agent re-executes
+// as its relay) calls it first, next to procexec.MaybeRunHelper.
+func MaybeRunRelay() {
+	if len(os.Args) != 2 || os.Args[1] != RelayArg {
 		return
 	}
-	raw := os.Getenv(EnvKey)
+	raw := os.Getenv(RelayEnvKey)
 	if raw == "" || len(raw) > maxConfig {
 		fmt.Fprintln(os.Stderr, "guest pty relay: no configuration")
 		os.Exit(failureExit)
 	}
-	var cfg Config
+	var cfg RelayConfig
 	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "guest pty relay:", err)
 		os.Exit(failureExit)
 	}
-	_ = os.Unsetenv(EnvKey) // fails only for an invalid key; EnvKey is a constant
-	os.Exit(run(cfg))
+	_ = os.Unsetenv(RelayEnvKey) // fails only for an invalid key; EnvKey is a constant
+	os.Exit(runRelay(cfg))
 }
 
 func opCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), opTimeout)
 }
 
-func run(cfg Config) int {
+func runRelay(cfg RelayConfig) int {
 	fail := func(format string, args ...any) int {
 		fmt.Fprintf(os.Stdout, "\r\nworkbench: guest terminal: "+format+"\r\n", args...)
 		return failureExit

@@ -1,0 +1,83 @@
+package backends
+
+import (
+	"context"
+	"time"
+
+	protocol "sensorium.dev/workbench/guest/protocol/v1"
+	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/guestclient"
+)
+
+// Placement says where an opened environment's processes run and where its roots live.
+type Placement string
+
+// Placements.
+const (
+	// PlaceHost: the node's sandbox (internal/platform/procexec through the
+	// workbench-sandbox helper) runs the environment's commands and PTY programs, and its
+	// roots are host directories read and written through internal/platform/fsaccess
+	// (host-local, fixture-copy.v1).
+	PlaceHost Placement = "host"
+	// PlaceGuest: a VM guest runs them and holds the roots, reached over the guest protocol
+	// through the backend's host broker (qemu-microvm.v1); Env.Guest is set.
+	PlaceGuest Placement = "guest"
+)
+
+// Env is one environment opened for work (Backend.Open): the executor that starts its
+// commands and PTY programs and the access to its roots. Callers decide nothing from the
+// backend's identity: they use the Env the backend hands out.
+type Env struct {
+	// ID is the environment's ID (Spec.ID).
+	ID        string
+	Placement Placement
+	// Guest is the guest executor and file channel of a PlaceGuest environment; nil for
+	// PlaceHost, whose executor is the node's sandbox runner and whose file access is the
+	// pinned fsaccess root of each mounted root (MountedRoot.Path).
+	Guest GuestEnv
+}
+
+// HostEnv is the Env of a host-sandbox environment.
+func HostEnv(id string) Env { return Env{ID: id, Placement: PlaceHost} }
+
+// GuestEnv is the guest implementation of the executor and file access
+// (internal/backends/guestenv): every operation opens its own handshaken channel to the
+// running boot, whose endpoint and binding the backend's broker pins (never the caller).
+type GuestEnv interface {
+	// Dial opens a handshaken channel to the guest agent (file operations); the caller
+	// closes it.
+	Dial(ctx context.Context) (*guestclient.Client, error)
+	// Command checks one admitted command against the guest's bounds and translates it
+	// for the guest: argv as admitted, the curated environment, the working directory
+	// beneath the guest root (<root>[/<path>]), the timeout and one output budget. A
+	// refusal carries a code of the closed vocabulary.
+	Command(roots []MountedRoot, in actuation.CommandIntent, env []actuation.EnvVar) (GuestCommand, *actuation.Refusal)
+	// Spawn runs cmd inside the guest to completion (or its timeout); opID names the
+	// process for a guest-side signal. Ending ctx ends the wait; the caller bounds it
+	// by cmd.Wait.
+	Spawn(ctx context.Context, opID string, cmd GuestCommand) (*guestclient.SpawnResult, error)
+	// RefusalCode maps a Spawn error (the guest's or the broker's refusal) onto the
+	// closed vocabulary; the guest's own code stays in the error's message.
+	RefusalCode(err error) actuation.Code
+	// Relay returns the host program of a PTY session whose program runs in the guest:
+	// self (the node agent's own executable) in relay mode, and its one environment entry.
+	// The relay's working directory on the host is "/".
+	Relay(self string, r RelayRequest) (argv, env []string, err error)
+}
+
+// GuestCommand is one command translated for the guest (GuestEnv.Command).
+type GuestCommand struct {
+	Args protocol.SpawnArgs
+	// Wait bounds the wait for the guest's report: the command's timeout plus the grace
+	// in which the guest, having ended the process at its timeout, answers.
+	Wait time.Duration
+}
+
+// RelayRequest is the guest side of a PTY session: its ID and the program, curated
+// environment and working directory (beneath the guest root) it runs in the guest.
+type RelayRequest struct {
+	SessionID string
+	Argv      []string
+	Env       []string
+	Cwd       string
+}
