@@ -26,6 +26,7 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/nodeagent/artifacts"
+	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/nodeagent/store"
 	"sensorium.dev/workbench/internal/nodeagent/waits"
@@ -37,7 +38,7 @@ import (
 var Version = "v0.1.0-dev"
 
 // FieldManager prefixes the node agent's field managers.
-const FieldManager = "workbench-node-agent/"
+const FieldManager = nodekit.FieldManager
 
 // Agent is one node agent process.
 type Agent struct {
