@@ -29,6 +29,7 @@ import (
 	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/nodeagent/store"
+	"sensorium.dev/workbench/internal/nodeagent/terminalviews"
 	"sensorium.dev/workbench/internal/nodeagent/waits"
 	"sensorium.dev/workbench/internal/platform/cgroups"
 	"sensorium.dev/workbench/internal/platform/procexec"
@@ -75,7 +76,9 @@ type Agent struct {
 	profiles *profileMemo
 	report   *nodeReport
 	// viewHub wakes view streams on changes of views, grants, environments and sessions.
-	viewHub  viewHub
+	viewHub terminalviews.Hub
+	// views is the views room (terminalviews), built when the controllers are set up.
+	views    *terminalviews.Room
 	recorder events.EventRecorder
 
 	// mu guards the wait table (liveWaits, watcher) and uploads: the artifact UIDs whose
