@@ -18,6 +18,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/nodeagent/gitexport"
 	"sensorium.dev/workbench/internal/platform/fixture"
 	"sensorium.dev/workbench/internal/statusapply"
@@ -43,13 +44,7 @@ const (
 	artifactUpload  wbv1.ArtifactSource = "upload"
 )
 
-func artifactOwned(s *wbv1.ArtifactStatus) wbv1.ArtifactStatus {
-	return wbv1.ArtifactStatus{
-		Digest: s.Digest, Size: s.Size, Base: s.Base, Files: s.Files, NodeName: s.NodeName, RetainedUntil: s.RetainedUntil, Refusal: s.Refusal,
-		ObservedGeneration: s.ObservedGeneration,
-		Conditions:         statusapply.Owned(s.Conditions, wbv1.ConditionReady, wbv1.ConditionCleanupComplete),
-	}
-}
+func artifactOwned(s *wbv1.ArtifactStatus) wbv1.ArtifactStatus { return nodekit.ArtifactOwned(s) }
 
 type artifactReconciler struct{ a *Agent }
 

@@ -52,10 +52,8 @@ func (a *Agent) setupOperations(mgr ctrl.Manager) error {
 		Complete(&probeReconciler{a: a}); err != nil {
 		return fmt.Errorf("probe controller: %w", err)
 	}
-	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.Recording{}).Named("node-recording").
-		WatchesRawSource(source.Channel(a.rec.wake, &handler.EnqueueRequestForObject{})).
-		Complete(&recordingReconciler{a: a}); err != nil {
-		return fmt.Errorf("recording controller: %w", err)
+	if err := a.rec.Setup(mgr); err != nil { // the recordings room
+		return err
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.FilePatch{}).Named("node-filepatch").
 		WatchesRawSource(source.Channel(a.wakePatches, &handler.EnqueueRequestForObject{})).

@@ -14,13 +14,14 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/nodeagent/waits"
 )
 
 // errNotYet: the scoped resource exists but is not ready in this process yet (an
 // environment still allocating, a session not open yet); the caller requeues.
-var errNotYet = errors.New("the scoped resource is not available on this node yet")
+var errNotYet = nodekit.ErrNotYet
 
 // waitSignals are the change signals of the conditions the agent feeds from its
 // reconcilers and informers (terminal.command.done, environment.ready,

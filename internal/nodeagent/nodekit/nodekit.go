@@ -13,6 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/statusapply"
 )
 
 // FieldManager prefixes the node agent's field managers.
@@ -65,4 +68,22 @@ func RequestsOf[T any, PT interface {
 		}
 	}
 	return out
+}
+
+// ArtifactOwned is the part of an Artifact's status the node owns (what it applies under
+// its field manager).
+func ArtifactOwned(s *wbv1.ArtifactStatus) wbv1.ArtifactStatus {
+	return wbv1.ArtifactStatus{
+		Digest: s.Digest, Size: s.Size, Base: s.Base, Files: s.Files, NodeName: s.NodeName, RetainedUntil: s.RetainedUntil, Refusal: s.Refusal,
+		ObservedGeneration: s.ObservedGeneration,
+		Conditions:         statusapply.Owned(s.Conditions, wbv1.ConditionReady, wbv1.ConditionCleanupComplete),
+	}
+}
+
+// ScopeSession is the session a wait's or probe's scope names ("" for none).
+func ScopeSession(s *wbv1.Scope) string {
+	if s != nil && s.SessionRef != nil {
+		return string(*s.SessionRef)
+	}
+	return ""
 }
