@@ -317,4 +317,3 @@ func (ar *activeRecording) save() error {
 	}
 	return os.Rename(tmp, ar.file)
 }
-
