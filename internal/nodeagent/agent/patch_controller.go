@@ -18,6 +18,7 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/convert"
 	"sensorium.dev/workbench/internal/nodeagent/guestfs"
+	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/nodeagent/patch"
 	"sensorium.dev/workbench/internal/nodeagent/store"
 	"sensorium.dev/workbench/internal/statusapply"
@@ -336,7 +337,5 @@ func codeOf(err error) string { return string(actuation.CodeOf(err)) }
 // setHealth sets the kstatus Reconciling and Stalled conditions for h (every kind the node
 // writes carries them, with the phase as their reason).
 func setHealth(conds *[]metav1.Condition, h wbv1.Health, reason, msg string, gen int64) {
-	for _, hc := range wbv1.HealthConditions(h, reason, msg, gen) {
-		statusapply.Set(conds, conds, hc)
-	}
+	nodekit.SetHealth(conds, h, reason, msg, gen)
 }

@@ -6,12 +6,12 @@ import (
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/nodeagent/probes"
 	"sensorium.dev/workbench/internal/nodeagent/waits"
 )
 
@@ -42,15 +42,9 @@ func (a *Agent) setupOperations(mgr ctrl.Manager) error {
 		Complete(&waitReconciler{a: a}); err != nil {
 		return fmt.Errorf("wait controller: %w", err)
 	}
-	// Probes evaluate inline, each bounded by its timeout (at most 30s): a few workers
-	// keep one slow source from delaying the others.
-	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.Probe{}).Named("node-probe").
-		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
-		WatchesRawSource(source.Channel(a.wakeProbes, &handler.EnqueueRequestForObject{})).
-		Watches(&wbv1.TerminalCommand{}, handler.EnqueueRequestsFromMapFunc(a.probesAwaitingScope)).
-		Watches(&wbv1.TerminalSession{}, handler.EnqueueRequestsFromMapFunc(a.probesAwaitingScope)).
-		Complete(&probeReconciler{a: a}); err != nil {
-		return fmt.Errorf("probe controller: %w", err)
+	if err := probes.Setup(mgr, probes.Deps{NodeName: a.cfg.NodeName, Client: a.client, Engine: a.engine,
+		Scope: a.scopeSource, Observe: a.recordObservation, Event: a.recordEvent}, a.wakeProbes, a.probesAwaitingScope); err != nil {
+		return err
 	}
 	if err := a.rec.Setup(mgr); err != nil { // the recordings room
 		return err
@@ -80,3 +74,5 @@ func (a *Agent) setupOperations(mgr ctrl.Manager) error {
 		return nil
 	}))
 }
+
+func probeIsFinal(s *wbv1.ProbeStatus) bool { return probes.IsFinal(s) }

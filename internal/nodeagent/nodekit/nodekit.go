@@ -6,7 +6,10 @@ package nodekit
 import (
 	"context"
 	"errors"
+	"regexp"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -15,6 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/nodeagent/waits"
 	"sensorium.dev/workbench/internal/statusapply"
 )
 
@@ -86,4 +91,35 @@ func ScopeSession(s *wbv1.Scope) string {
 		return string(*s.SessionRef)
 	}
 	return ""
+}
+
+// SetHealth sets the kstatus Reconciling and Stalled conditions for h (every kind the node
+// writes carries them, with the phase as their reason).
+func SetHealth(conds *[]metav1.Condition, h wbv1.Health, reason, msg string, gen int64) {
+	for _, hc := range wbv1.HealthConditions(h, reason, msg, gen) {
+		statusapply.Set(conds, conds, hc)
+	}
+}
+
+// ConditionRequest maps a Wait/Probe condition onto an engine request without its
+// source and deadline.
+func ConditionRequest(id string, c *wbv1.WaitCondition) (waits.Request, error) {
+	req := waits.Request{ID: id, Kind: string(c.Kind)}
+	if c.Pattern != nil {
+		re, err := regexp.Compile(*c.Pattern)
+		if err != nil {
+			return req, actuation.Refusef(actuation.CodeWaitScopeInvalid, "pattern is not an RE2 expression: %v", err)
+		}
+		req.Pattern = re
+	}
+	if c.SinceSeq != nil && *c.SinceSeq > 0 {
+		req.SinceSeq = uint64(*c.SinceSeq)
+	}
+	if c.QuietSeconds != nil {
+		req.Quiet = time.Duration(*c.QuietSeconds) * time.Second
+	}
+	if c.Digest != nil {
+		req.PrevDigest = string(*c.Digest)
+	}
+	return req, nil
 }
