@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -11,6 +12,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/nodeagent/filepatches"
+	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/nodeagent/probes"
 	"sensorium.dev/workbench/internal/nodeagent/waits"
 )
@@ -49,12 +53,10 @@ func (a *Agent) setupOperations(mgr ctrl.Manager) error {
 	if err := a.rec.Setup(mgr); err != nil { // the recordings room
 		return err
 	}
-	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.FilePatch{}).Named("node-filepatch").
-		WatchesRawSource(source.Channel(a.wakePatches, &handler.EnqueueRequestForObject{})).
-		Watches(&wbv1.Environment{}, handler.EnqueueRequestsFromMapFunc(a.patchesOfEnvironment)).
-		Watches(&wbv1.Artifact{}, handler.EnqueueRequestsFromMapFunc(a.patchesOfNamespace)).
-		Complete(&patchReconciler{a: a}); err != nil {
-		return fmt.Errorf("file patch controller: %w", err)
+	if err := filepatches.Setup(mgr, filepatches.Deps{NodeName: a.cfg.NodeName, Client: a.client, Reader: a.reader,
+		Store: a.store, Blobs: a.blobs, Scoped: a.getScoped, Root: a.patchRoot, Recorder: a.rec, Event: a.recordEvent},
+		a.wakePatches, a.patchesOfEnvironment, a.patchesOfNamespace); err != nil {
+		return err
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.Artifact{}).Named("node-artifact").
 		WatchesRawSource(source.Channel(a.wakeArtifacts, &handler.EnqueueRequestForObject{})).
@@ -76,3 +78,19 @@ func (a *Agent) setupOperations(mgr ctrl.Manager) error {
 }
 
 func probeIsFinal(s *wbv1.ProbeStatus) bool { return probes.IsFinal(s) }
+
+func patchIsFinal(s *wbv1.FilePatchStatus) bool { return filepatches.IsFinal(s) }
+
+// patchRoot opens a root of a mounted environment for the file patch room.
+func (a *Agent) patchRoot(ctx context.Context, ns, envName, rootName string) (filepatches.Root, error) {
+	ra, err := a.environmentRoot(ctx, ns, envName, rootName)
+	return filepatches.Root{Mount: ra.mr, Host: ra.host, Guest: ra.guest}, err
+}
+
+// codeOf returns the refusal code of err as the status field's string.
+func codeOf(err error) string { return string(actuation.CodeOf(err)) }
+
+// setHealth sets the kstatus Reconciling and Stalled conditions for h.
+func setHealth(conds *[]metav1.Condition, h wbv1.Health, reason, msg string, gen int64) {
+	nodekit.SetHealth(conds, h, reason, msg, gen)
+}
