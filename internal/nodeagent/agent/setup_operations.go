@@ -54,7 +54,7 @@ func (a *Agent) setupOperations(mgr ctrl.Manager) error {
 		return err
 	}
 	if err := filepatches.Setup(mgr, filepatches.Deps{NodeName: a.cfg.NodeName, Client: a.client, Reader: a.reader,
-		Store: a.store, Blobs: a.blobs, Scoped: a.getScoped, Root: a.patchRoot, Recorder: a.rec, Event: a.recordEvent},
+		Store: a.store, Blobs: a.blobs, Scoped: a.getScoped, Root: a.patchRoot, Recorder: a.rec, Event: a.recordEvent, GuestTimeout: guestPatchTimeout},
 		a.wakePatches, a.patchesOfEnvironment, a.patchesOfNamespace); err != nil {
 		return err
 	}

@@ -81,6 +81,8 @@ type Deps struct {
 	Root     func(ctx context.Context, ns, envName, rootName string) (Root, error)
 	Recorder Recorder
 	Event    nodekit.EventFunc
+	// GuestTimeout bounds a patch applied inside a VM guest (planning reads, stages, commit).
+	GuestTimeout time.Duration
 }
 
 // Root is one environment root: a host directory, or a directory inside the
@@ -97,10 +99,6 @@ type Recorder interface {
 	AfterPatch(fp *wbv1.FilePatch, env *wbv1.Environment)
 	Discard(objUID string)
 }
-
-// guestPatchTimeout bounds a FilePatch applied inside a guest (planning reads, stages,
-// commit).
-const guestPatchTimeout = 5 * time.Minute
 
 type patchReconciler struct{ a *Deps }
 
@@ -262,7 +260,7 @@ func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
 	a.Recorder.Before(ctx, &env, "", string(fp.UID)) // seed 004: state before, when recorded
 	var res *patch.Result
 	if ra.Guest != nil {
-		gctx, cancel := context.WithTimeout(ctx, guestPatchTimeout)
+		gctx, cancel := context.WithTimeout(ctx, a.GuestTimeout)
 		res, err = ra.Guest.ApplyPatch(gctx, req)
 		cancel()
 		if errors.Is(err, guestfs.ErrOutcomeUnknown) {
