@@ -32,8 +32,6 @@ func (a *Agent) recordBefore(ctx context.Context, env *wbv1.Environment, session
 	a.rec.Before(ctx, env, session, objUID)
 }
 
-func (a *Agent) takePending(objUID string) { a.rec.Discard(objUID) }
-
 func (a *Agent) recordAfterCommand(cmd *wbv1.TerminalCommand, envName string, o *commandOutcome, output []byte) {
 	a.rec.AfterCommand(cmd, envName, recordings.CommandOutcome{Phase: o.Phase, ExitCode: o.ExitCode, Bytes: o.Bytes,
 		Truncated: o.Truncated, OutputDigest: o.OutputDigest, RefusalCode: o.RefusalCode}, output)
