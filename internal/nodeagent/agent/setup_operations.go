@@ -13,6 +13,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/nodeagent/artifactcapture"
 	"sensorium.dev/workbench/internal/nodeagent/filepatches"
 	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/nodeagent/probes"
@@ -58,12 +59,10 @@ func (a *Agent) setupOperations(mgr ctrl.Manager) error {
 		a.wakePatches, a.patchesOfEnvironment, a.patchesOfNamespace); err != nil {
 		return err
 	}
-	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.Artifact{}).Named("node-artifact").
-		WatchesRawSource(source.Channel(a.wakeArtifacts, &handler.EnqueueRequestForObject{})).
-		Watches(&wbv1.Environment{}, handler.EnqueueRequestsFromMapFunc(a.artifactsOfEnvironment)).
-		Watches(&wbv1.TerminalSession{}, handler.EnqueueRequestsFromMapFunc(a.artifactsOfSession)).
-		Complete(&artifactReconciler{a: a}); err != nil {
-		return fmt.Errorf("artifact controller: %w", err)
+	if err := artifactcapture.Setup(mgr, artifactcapture.Deps{NodeName: a.cfg.NodeName, StateDir: a.cfg.StateDir, Client: a.client,
+		Blobs: a.blobs, Scoped: a.getScoped, Root: a.patchRoot, SessionRing: a.sessionRing, Output: a.Output,
+		KickSweep: a.kickArtifactSweep, Event: a.recordEvent}, a.wakeArtifacts, a.artifactsOfEnvironment, a.artifactsOfSession); err != nil {
+		return err
 	}
 	return mgr.Add(managerRunnable(func(ctx context.Context) error {
 		<-ctx.Done()
@@ -81,10 +80,10 @@ func probeIsFinal(s *wbv1.ProbeStatus) bool { return probes.IsFinal(s) }
 
 func patchIsFinal(s *wbv1.FilePatchStatus) bool { return filepatches.IsFinal(s) }
 
-// patchRoot opens a root of a mounted environment for the file patch room.
-func (a *Agent) patchRoot(ctx context.Context, ns, envName, rootName string) (filepatches.Root, error) {
+// patchRoot opens a root of a mounted environment for the file patch and artifact rooms.
+func (a *Agent) patchRoot(ctx context.Context, ns, envName, rootName string) (nodekit.Root, error) {
 	ra, err := a.environmentRoot(ctx, ns, envName, rootName)
-	return filepatches.Root{Mount: ra.mr, Host: ra.host, Guest: ra.guest}, err
+	return nodekit.Root{Mount: ra.mr, Host: ra.host, Guest: ra.guest}, err
 }
 
 // codeOf returns the refusal code of err as the status field's string.
@@ -94,3 +93,11 @@ func codeOf(err error) string { return string(actuation.CodeOf(err)) }
 func setHealth(conds *[]metav1.Condition, h wbv1.Health, reason, msg string, gen int64) {
 	nodekit.SetHealth(conds, h, reason, msg, gen)
 }
+
+// Artifact retention and sources the agent's other parts share with the artifact room.
+const (
+	defaultRetention = artifactcapture.DefaultRetention
+	artifactUpload   = artifactcapture.SourceUpload
+)
+
+func artifactOwned(s *wbv1.ArtifactStatus) wbv1.ArtifactStatus { return nodekit.ArtifactOwned(s) }

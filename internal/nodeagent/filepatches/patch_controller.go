@@ -23,14 +23,12 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/convert"
 	"sensorium.dev/workbench/internal/nodeagent/artifacts"
 	"sensorium.dev/workbench/internal/nodeagent/guestfs"
 	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/nodeagent/patch"
 	"sensorium.dev/workbench/internal/nodeagent/store"
-	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/statusapply"
 )
 
@@ -78,19 +76,11 @@ type Deps struct {
 	Scoped func(ctx context.Context, key types.NamespacedName, obj client.Object) error
 	// Root opens a root of an environment mounted on this node (nodekit.ErrNotYet while it
 	// is not mounted here).
-	Root     func(ctx context.Context, ns, envName, rootName string) (Root, error)
+	Root     func(ctx context.Context, ns, envName, rootName string) (nodekit.Root, error)
 	Recorder Recorder
 	Event    nodekit.EventFunc
 	// GuestTimeout bounds a patch applied inside a VM guest (planning reads, stages, commit).
 	GuestTimeout time.Duration
-}
-
-// Root is one environment root: a host directory, or a directory inside the
-// environment's VM guest. Exactly one of Host and Guest is set.
-type Root struct {
-	Mount backends.MountedRoot
-	Host  *fsaccess.Root
-	Guest *guestfs.Root
 }
 
 // Recorder is the recordings room's hooks around a patch's apply (seed 004).

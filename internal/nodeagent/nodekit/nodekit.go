@@ -19,7 +19,10 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/nodeagent/guestfs"
 	"sensorium.dev/workbench/internal/nodeagent/waits"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/statusapply"
 )
 
@@ -123,3 +126,14 @@ func ConditionRequest(id string, c *wbv1.WaitCondition) (waits.Request, error) {
 	}
 	return req, nil
 }
+
+// Root is one environment root as a room sees it: a host directory, or a directory inside
+// the environment's VM guest. Exactly one of Host and Guest is set.
+type Root struct {
+	Mount backends.MountedRoot
+	Host  *fsaccess.Root
+	Guest *guestfs.Root
+}
+
+// CodeOf returns the refusal code of err as a status field's string ("" for none).
+func CodeOf(err error) string { return string(actuation.CodeOf(err)) }
