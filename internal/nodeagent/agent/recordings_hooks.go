@@ -37,10 +37,6 @@ func (a *Agent) recordAfterCommand(cmd *wbv1.TerminalCommand, envName string, o 
 		Truncated: o.Truncated, OutputDigest: o.OutputDigest, RefusalCode: o.RefusalCode}, output)
 }
 
-func (a *Agent) recordAfterPatch(fp *wbv1.FilePatch, env *wbv1.Environment) {
-	a.rec.AfterPatch(fp, env)
-}
-
 func (a *Agent) recordObservation(ctx context.Context, ns, envName, session string, kind skills.EdgeKind, name, condition, result string) {
 	a.rec.Observation(ctx, ns, envName, session, kind, name, condition, result)
 }
