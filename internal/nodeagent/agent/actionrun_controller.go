@@ -2,13 +2,10 @@ package agent
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -27,14 +23,9 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actions"
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/nodeagent/actionexec"
 	"sensorium.dev/workbench/internal/nodeagent/store"
-	"sensorium.dev/workbench/internal/platform/artifactout"
-	"sensorium.dev/workbench/internal/platform/egress"
-	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/platform/procexec"
-	"sensorium.dev/workbench/internal/platform/writecap"
 	"sensorium.dev/workbench/internal/statusapply"
 )
 
@@ -448,281 +439,4 @@ func (r *actionRunReconciler) notYet(p *runPass, why string) error {
 	}
 	p.result.RequeueAfter = statusapply.RequeueAt(time.Now(), p.run.CreationTimestamp.Add(actionScopeGrace))
 	return nil
-}
-
-func recordFor(run *wbv1.ActionRun, d actions.Decision) store.Command {
-	return store.Command{UID: string(run.UID), Namespace: run.Namespace, Name: "actionrun/" + run.Name, ArgvDigest: d.ParamsDigest}
-}
-
-// consentGranted re-checks a C7 run's consent: the ConsentRequest the manager named must
-// be Granted.
-func (r *actionRunReconciler) consentGranted(ctx context.Context, run *wbv1.ActionRun) (actuation.Code, string) {
-	ref := run.Status.ConsentRequestRef
-	if ref == "" {
-		return actuation.CodeConsentRequired, "an operator-gated action runs only after consent; the run names no ConsentRequest"
-	}
-	var cr wbv1.ConsentRequest
-	if err := r.a.reader.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: ref}, &cr); err != nil {
-		return actuation.CodeConsentRequired, fmt.Sprintf("consent request %s: %v", ref, err)
-	}
-	switch cr.Status.Decision {
-	case wbv1.DecisionGranted:
-		return "", ""
-	case wbv1.DecisionDenied:
-		return actuation.CodeConsentDenied, "consent request " + ref + " was denied"
-	case wbv1.DecisionExpired:
-		return actuation.CodeConsentExpired, "consent request " + ref + " expired"
-	case wbv1.DecisionRevoked:
-		return actuation.CodeConsentRevoked, "consent request " + ref + " was revoked"
-	}
-	return actuation.CodeConsentRequired, "consent request " + ref + " is " + string(cr.Status.Decision)
-}
-
-// envelopeFor resolves an authorized action against the environment's mounted roots.
-func envelopeFor(act *actions.Action, d actions.Decision, roots []backends.MountedRoot) (actionexec.Envelope, actuation.Code, string) {
-	e := actionexec.Envelope{
-		Class: string(act.Class), Effects: act.Effects(), Argv: d.Argv,
-		Executable:  actionexec.Executable{Kind: act.Executable.Kind, Path: act.Executable.Path, Interpreter: act.Executable.Interpreter, SHA256: act.Executable.SHA256},
-		Timeout:     time.Duration(d.TimeoutSeconds) * time.Second,
-		StdoutBytes: act.OutputLimits.StdoutBytes, StderrBytes: act.OutputLimits.StderrBytes,
-	}
-	if !slices.Contains(e.Effects, actionexec.EffectRead) {
-		e.Effects = append([]string{actionexec.EffectRead}, e.Effects...)
-	}
-	if act.Script != nil {
-		e.ScriptRoots = act.Script.AllowedRoots
-	}
-	for _, v := range d.Env {
-		e.Env = append(e.Env, v.Name+"="+v.Value)
-	}
-	for _, r := range roots {
-		if r.Path != "" {
-			e.ReadableRoots = append(e.ReadableRoots, r.Path)
-		}
-	}
-	if wd := act.WorkingDirectory; wd != nil {
-		dir, code, msg := resolveDir(roots, *wd)
-		if code != "" {
-			return e, code, msg
-		}
-		e.Dir = dir
-	}
-	if w := act.FSWrite; w != nil && slices.Contains(e.Effects, actionexec.EffectScopedFSWrite) {
-		dir, code, msg := resolveDir(roots, w.WriteRoot)
-		if code != "" {
-			return e, code, msg
-		}
-		e.WriteRoot = dir
-		e.Write = &writecap.Policy{MaxBytesTotal: w.MaxBytesTotal, MaxBytesPerFile: w.MaxBytesPerFile, PathPattern: w.PathPattern}
-	}
-	if g := act.Egress; g != nil && slices.Contains(e.Effects, actionexec.EffectEgressNetwork) {
-		pol := egress.Policy{MaxBytesTotal: g.MaxBytesTotal, MaxBytesPerConnection: g.MaxBytesPerConnection}
-		for _, ep := range g.Endpoints {
-			pol.Endpoints = append(pol.Endpoints, egress.Endpoint{Host: ep.Host, Port: int(ep.Port), Protocol: egress.Protocol(ep.Protocol)})
-		}
-		e.Egress = &pol
-	}
-	if art := act.Artifact; art != nil && slices.Contains(e.Effects, actionexec.EffectArtifactProduce) {
-		e.Artifact = &artifactout.Policy{MaxCount: int(art.MaxCount), MaxBytesPer: art.MaxBytesPer, MaxBytesTotal: art.MaxBytesTotal,
-			AllowedMediaTypes: art.AllowedMediaTypes}
-	}
-	return e, "", ""
-}
-
-// resolveDir resolves a root + path to an existing host directory beneath the root, with
-// no symlink on the way.
-func resolveDir(roots []backends.MountedRoot, at actuation.CwdAddress) (string, actuation.Code, string) {
-	i := slices.IndexFunc(roots, func(r backends.MountedRoot) bool { return r.Name == at.Root })
-	if i < 0 || roots[i].Path == "" {
-		return "", actuation.CodeWorkingDirectoryForbidden, "root " + at.Root + " is not a root of the environment on this node"
-	}
-	base := roots[i].Path
-	if at.Path == "" {
-		return base, "", ""
-	}
-	root, err := fsaccess.OpenRoot(base)
-	if err != nil {
-		return "", actuation.CodeWorkingDirectoryForbidden, err.Error()
-	}
-	defer func() { _ = root.Close() }()
-	fi, err := root.NoSymlinks().Lstat(at.Path)
-	if err != nil {
-		return "", actuation.CodeWorkingDirectoryForbidden, fmt.Sprintf("%s/%s: %v", at.Root, at.Path, err)
-	}
-	if fi.Type != fsaccess.TypeDir {
-		return "", actuation.CodeWorkingDirectoryForbidden, fmt.Sprintf("%s/%s is not a directory", at.Root, at.Path)
-	}
-	return filepath.Join(base, at.Path), "", ""
-}
-
-// await waits for the process, finishes the envelope (commit, promotion), persists the
-// outcome and wakes the reconciler to write it.
-func (r *actionRunReconciler) await(run *wbv1.ActionRun, act *actions.Action, h *procexec.Handle, prep *actionexec.Run, started time.Time) {
-	res, runErr := h.Wait()
-	o := &actionOutcome{Started: started, SignalOrigin: string(res.SignalOrigin),
-		StdoutBytes: res.OutputBytesSeen, StderrBytes: res.StderrBytesSeen, Truncated: res.Truncated || res.StderrTruncated}
-	sum := sha256.Sum256(res.Output)
-	o.OutputDigest = "sha256:" + hex.EncodeToString(sum[:])
-	o.Stdout = truncateUTF8(string(res.Output), maxStatusStdout)
-	switch {
-	case runErr != nil:
-		o.Phase, o.RefusalCode, o.Message = wbv1.ActionRunFailed, string(actuation.CodeOf(runErr)), runErr.Error()
-	case res.SignalOrigin == procexec.OriginTimeout:
-		o.Phase, o.RefusalCode, o.Message = wbv1.ActionRunTimedOut, string(actuation.CodeActionTimeout), "timed out; the process group was terminated"
-	case res.SignalOrigin == procexec.OriginCancel && r.stopping.Load():
-		o.Phase, o.RefusalCode, o.SignalOrigin = wbv1.ActionRunFailed, string(actuation.CodeInterrupted), ""
-		o.Message = "interrupted: the node agent stopped while the action ran"
-	case res.SignalOrigin == procexec.OriginCancel || res.SignalOrigin == procexec.OriginOperator:
-		o.Phase, o.Message = wbv1.ActionRunCancelled, "cancelled ("+string(res.SignalOrigin)+")"
-	case res.ExitCode == 0:
-		o.Phase, o.Message = wbv1.ActionRunSucceeded, "exited 0"
-	default:
-		o.Phase, o.Message = wbv1.ActionRunFailed, fmt.Sprintf("exited %d %s", res.ExitCode, res.Signal)
-	}
-	if res.Signal == "" || res.SignalOrigin == procexec.OriginExit {
-		code := int32(res.ExitCode)
-		o.ExitCode = &code
-	}
-	capt, ferr := prep.Finish(o.Phase != wbv1.ActionRunSucceeded)
-	applyCapture(o, capt)
-	if ferr != nil && o.RefusalCode == "" {
-		o.Phase, o.RefusalCode, o.Message = wbv1.ActionRunFailed, string(actuation.CodeCleanupIncomplete), "finishing the envelope: "+ferr.Error()
-	}
-	if o.Phase == wbv1.ActionRunSucceeded && o.RefusalCode == "" {
-		if ptrs, ref := actions.ResultPointers(act, res.Output); ref != nil {
-			o.Phase, o.RefusalCode, o.Message = wbv1.ActionRunFailed, string(ref.Code), ref.Error()
-		} else {
-			o.ResultPointers = ptrs
-		}
-	}
-	if capt.Artifacts != nil && capt.Code == "" && ferr == nil {
-		if err := r.createArtifacts(run, capt.Artifacts.Artifacts, o); err != nil && o.RefusalCode == "" {
-			o.Phase, o.RefusalCode, o.Message = wbv1.ActionRunFailed, string(actuation.CodeStartFailed), "recording artifacts: "+err.Error()
-		}
-	}
-	if !res.CleanupComplete && runErr == nil {
-		o.Message += "; cleanup incomplete: processes of the group may remain"
-	}
-	o.Completed = time.Now()
-	r.record(string(run.UID), o)
-	r.a.wake(r.wake, run)
-}
-
-// applyCapture moves the envelope's capture into the outcome: a cap reached while
-// writing or producing fails the run with its code (nothing was committed or promoted).
-func applyCapture(o *actionOutcome, c actionexec.Capture) {
-	if w := c.Writes; w != nil {
-		for i, f := range w.Files {
-			if i >= maxTouchedFiles {
-				o.TouchedTruncated = true
-				break
-			}
-			o.TouchedFiles = append(o.TouchedFiles, wbv1.TouchedFile{Path: f.Path, Size: f.Size, Digest: wbv1.Digest(f.SHA256)})
-		}
-	}
-	if tr := c.Transcript; tr != nil {
-		for i, cn := range tr.Connections {
-			if i >= maxTranscript {
-				break
-			}
-			code := cn.Code
-			if code == "" && cn.Outcome != egress.OutcomeOK {
-				code = cn.Outcome
-			}
-			proto := wbv1.EgressProtocol(cn.Protocol)
-			if proto == "" {
-				proto = "tcp" // not a declared endpoint: what was asked for is a TCP connection
-			}
-			o.Transcript = append(o.Transcript, wbv1.ConnectionRecord{Host: truncateUTF8(cn.Host, 253), Port: int32(cn.Port), Protocol: proto,
-				BytesOut: cn.BytesOut, BytesIn: cn.BytesIn, DurationMillis: cn.Duration.Milliseconds(), Code: code})
-		}
-		for _, q := range tr.DNS {
-			if !q.Allowed && len(o.Transcript) < maxTranscript {
-				o.Transcript = append(o.Transcript, wbv1.ConnectionRecord{Host: truncateUTF8(q.Name, 253), Port: 53, Protocol: "udp", Code: string(actuation.CodeEgressDNSNameForbidden)})
-			}
-		}
-	}
-	if c.Code != "" && (o.RefusalCode == "" || o.Phase == wbv1.ActionRunSucceeded || o.Phase == wbv1.ActionRunFailed) {
-		if o.RefusalCode == "" {
-			o.RefusalCode = c.Code
-			o.Message = c.Code + ": " + c.Message + " (" + o.Message + ")"
-			if o.Phase == wbv1.ActionRunSucceeded {
-				o.Phase = wbv1.ActionRunFailed
-			}
-		}
-	}
-}
-
-// createArtifacts records each promoted artifact as an Artifact object of the run's
-// environment on this node (owned by the run) and lists it in the outcome.
-func (r *actionRunReconciler) createArtifacts(run *wbv1.ActionRun, arts []artifactout.Artifact, o *actionOutcome) error {
-	a := r.a
-	ctx := context.Background()
-	if a.runCtx != nil {
-		ctx = a.runCtx
-	}
-	for i, art := range arts {
-		if i >= maxArtifactRefs {
-			break
-		}
-		name := artifactName(run.Name, i)
-		obj := &wbv1.Artifact{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: run.Namespace,
-			Labels: withCorrelation(map[string]string{wbv1.NodeLabel: a.cfg.NodeName}, run)},
-			Spec: wbv1.ArtifactSpec{EnvironmentRef: run.Spec.EnvironmentRef, Source: wbv1.ArtifactSource("action")}}
-		if l := run.Labels[wbv1.EnvironmentLabel]; l != "" {
-			obj.Labels[wbv1.EnvironmentLabel] = l
-		}
-		if err := controllerutil.SetOwnerReference(run, obj, a.client.Scheme()); err != nil {
-			return err
-		}
-		// Create fills obj from the server's answer; an artifact left by an earlier pass is
-		// read from the API server (the cache may not hold it yet).
-		if err := a.client.Create(ctx, obj); apierrors.IsAlreadyExists(err) {
-			if err := a.reader.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
-				return fmt.Errorf("reading artifact %s/%s: %w", run.Namespace, name, err)
-			}
-		} else if err != nil {
-			return fmt.Errorf("creating artifact %s/%s: %w", run.Namespace, name, err)
-		}
-		cur := artifactOwned(&obj.Status)
-		next := cur
-		until := metav1.NewTime(obj.CreationTimestamp.Add(defaultRetention))
-		next.Digest, next.Size, next.NodeName, next.RetainedUntil = wbv1.Digest(art.SHA256), art.Size, a.cfg.NodeName, &until
-		next.ObservedGeneration = obj.Generation
-		statusapply.Set(&next.Conditions, &next.Conditions, statusapply.Cond(wbv1.ConditionReady, true, "Stored",
-			fmt.Sprintf("%d bytes (%s) produced by action run %s, held by node %s", art.Size, art.MediaType, run.Name, a.cfg.NodeName), obj.Generation))
-		if _, err := statusapply.Apply(ctx, a.client, FieldManager+"artifact", obj, cur, next); err != nil {
-			return err
-		}
-		o.Artifacts = append(o.Artifacts, wbv1.ArtifactRef{Name: wbv1.ObjectName(name), Digest: wbv1.Digest(art.SHA256),
-			MediaType: art.MediaType, Size: art.Size, Role: truncateUTF8(art.Path, 253)})
-	}
-	return nil
-}
-
-func artifactName(run string, i int) string {
-	suffix := fmt.Sprintf("-a%d", i)
-	if len(run)+len(suffix) <= 253 {
-		return run + suffix
-	}
-	sum := sha256.Sum256([]byte(run))
-	return run[:253-len(suffix)-9] + "-" + hex.EncodeToString(sum[:4]) + suffix
-}
-
-func (r *actionRunReconciler) record(uid string, o *actionOutcome) {
-	err := r.runs.record(uid, o, func(la *liveAction, o *actionOutcome) {
-		if la.stopping && o.Phase == wbv1.ActionRunFailed && o.ExitCode == nil && o.RefusalCode != string(actuation.CodeInterrupted) {
-			o.Phase, o.RefusalCode, o.Message = wbv1.ActionRunCancelled, "", "cancelled: the run was deleted or cancelled ("+o.Message+")"
-		}
-	})
-	if err != nil && r.a.runCtx != nil {
-		ctrl.LoggerFrom(r.a.runCtx).Error(err, "Storing an action run outcome; the next pass retries", "actionRun", uid)
-	}
-}
-
-func truncateUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "")
 }

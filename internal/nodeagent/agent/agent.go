@@ -26,8 +26,11 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/nodeagent/artifacts"
+	"sensorium.dev/workbench/internal/nodeagent/nodekit"
+	"sensorium.dev/workbench/internal/nodeagent/recordings"
 	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/nodeagent/store"
+	"sensorium.dev/workbench/internal/nodeagent/terminalviews"
 	"sensorium.dev/workbench/internal/nodeagent/waits"
 	"sensorium.dev/workbench/internal/platform/cgroups"
 	"sensorium.dev/workbench/internal/platform/procexec"
@@ -37,7 +40,7 @@ import (
 var Version = "v0.1.0-dev"
 
 // FieldManager prefixes the node agent's field managers.
-const FieldManager = "workbench-node-agent/"
+const FieldManager = nodekit.FieldManager
 
 // Agent is one node agent process.
 type Agent struct {
@@ -74,7 +77,9 @@ type Agent struct {
 	profiles *profileMemo
 	report   *nodeReport
 	// viewHub wakes view streams on changes of views, grants, environments and sessions.
-	viewHub  viewHub
+	viewHub terminalviews.Hub
+	// views is the views room (terminalviews), built when the controllers are set up.
+	views    *terminalviews.Room
 	recorder events.EventRecorder
 
 	// mu guards the wait table (liveWaits, watcher) and uploads: the artifact UIDs whose
@@ -103,8 +108,9 @@ type Agent struct {
 	// wakeEnvironments re-queues environments when it changes.
 	cordoned         atomic.Bool
 	wakeEnvironments chan event.GenericEvent
-	// rec records admitted work of environments with an active Recording (recorder.go).
-	rec *recorder
+	// rec records admitted work of environments with an active Recording (the recordings
+	// room), built once the agent has its client.
+	rec *recordings.Room
 	// shares divide the session and concurrent-command caps by creator (shares.go).
 	shares *identityShares
 }
@@ -201,7 +207,6 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		wakeWaits:        make(chan event.GenericEvent, 1024),
 		sweepArtifacts:   make(chan struct{}, 1),
 		wakeEnvironments: make(chan event.GenericEvent, 1024),
-		rec:              newRecorder(cfg.StateDir),
 		shares:           shares,
 		wakePatches:      make(chan event.GenericEvent, 1024),
 		wakeArtifacts:    make(chan event.GenericEvent, 1024),
@@ -260,6 +265,7 @@ func (a *Agent) Run(ctx context.Context, cfg *rest.Config) error {
 	}
 	a.client, a.reader = mgr.GetClient(), mgr.GetAPIReader()
 	a.recorder = mgr.GetEventRecorder("workbench-node-agent")
+	a.rec = a.newRecordings()
 
 	log.Info("Sweeping what a previous agent process left")
 	if err := a.recover(ctx); err != nil {

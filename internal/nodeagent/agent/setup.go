@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/nodeagent/imagemanifests"
 )
 
 // setupControllers registers one reconciler per kind, each filtered to this node.
@@ -53,7 +54,7 @@ func (a *Agent) setupControllers(mgr ctrl.Manager) error {
 	if err := a.setupActionRuns(mgr); err != nil {
 		return err
 	}
-	if err := a.setupImageManifests(mgr); err != nil { // imagemanifest_controller.go
+	if err := imagemanifests.Setup(mgr, imagemanifests.Deps{NodeName: a.cfg.NodeName, Backends: a.backends, Client: a.client}); err != nil {
 		return err
 	}
 	if err := a.setupViews(mgr); err != nil {

@@ -4,14 +4,19 @@ import (
 	"context"
 	"fmt"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/nodeagent/artifactcapture"
+	"sensorium.dev/workbench/internal/nodeagent/filepatches"
+	"sensorium.dev/workbench/internal/nodeagent/nodekit"
+	"sensorium.dev/workbench/internal/nodeagent/probes"
 	"sensorium.dev/workbench/internal/nodeagent/waits"
 )
 
@@ -42,34 +47,22 @@ func (a *Agent) setupOperations(mgr ctrl.Manager) error {
 		Complete(&waitReconciler{a: a}); err != nil {
 		return fmt.Errorf("wait controller: %w", err)
 	}
-	// Probes evaluate inline, each bounded by its timeout (at most 30s): a few workers
-	// keep one slow source from delaying the others.
-	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.Probe{}).Named("node-probe").
-		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
-		WatchesRawSource(source.Channel(a.wakeProbes, &handler.EnqueueRequestForObject{})).
-		Watches(&wbv1.TerminalCommand{}, handler.EnqueueRequestsFromMapFunc(a.probesAwaitingScope)).
-		Watches(&wbv1.TerminalSession{}, handler.EnqueueRequestsFromMapFunc(a.probesAwaitingScope)).
-		Complete(&probeReconciler{a: a}); err != nil {
-		return fmt.Errorf("probe controller: %w", err)
+	if err := probes.Setup(mgr, probes.Deps{NodeName: a.cfg.NodeName, Client: a.client, Engine: a.engine,
+		Scope: a.scopeSource, Observe: a.recordObservation, Event: a.recordEvent}, a.wakeProbes, a.probesAwaitingScope); err != nil {
+		return err
 	}
-	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.Recording{}).Named("node-recording").
-		WatchesRawSource(source.Channel(a.rec.wake, &handler.EnqueueRequestForObject{})).
-		Complete(&recordingReconciler{a: a}); err != nil {
-		return fmt.Errorf("recording controller: %w", err)
+	if err := a.rec.Setup(mgr); err != nil { // the recordings room
+		return err
 	}
-	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.FilePatch{}).Named("node-filepatch").
-		WatchesRawSource(source.Channel(a.wakePatches, &handler.EnqueueRequestForObject{})).
-		Watches(&wbv1.Environment{}, handler.EnqueueRequestsFromMapFunc(a.patchesOfEnvironment)).
-		Watches(&wbv1.Artifact{}, handler.EnqueueRequestsFromMapFunc(a.patchesOfNamespace)).
-		Complete(&patchReconciler{a: a}); err != nil {
-		return fmt.Errorf("file patch controller: %w", err)
+	if err := filepatches.Setup(mgr, filepatches.Deps{NodeName: a.cfg.NodeName, Client: a.client, Reader: a.reader,
+		Store: a.store, Blobs: a.blobs, Scoped: a.getScoped, Root: a.patchRoot, Recorder: a.rec, Event: a.recordEvent, GuestTimeout: guestPatchTimeout},
+		a.wakePatches, a.patchesOfEnvironment, a.patchesOfNamespace); err != nil {
+		return err
 	}
-	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.Artifact{}).Named("node-artifact").
-		WatchesRawSource(source.Channel(a.wakeArtifacts, &handler.EnqueueRequestForObject{})).
-		Watches(&wbv1.Environment{}, handler.EnqueueRequestsFromMapFunc(a.artifactsOfEnvironment)).
-		Watches(&wbv1.TerminalSession{}, handler.EnqueueRequestsFromMapFunc(a.artifactsOfSession)).
-		Complete(&artifactReconciler{a: a}); err != nil {
-		return fmt.Errorf("artifact controller: %w", err)
+	if err := artifactcapture.Setup(mgr, artifactcapture.Deps{NodeName: a.cfg.NodeName, StateDir: a.cfg.StateDir, Client: a.client,
+		Blobs: a.blobs, Scoped: a.getScoped, Root: a.patchRoot, SessionRing: a.sessionRing, Output: a.Output,
+		KickSweep: a.kickArtifactSweep, Event: a.recordEvent}, a.wakeArtifacts, a.artifactsOfEnvironment, a.artifactsOfSession); err != nil {
+		return err
 	}
 	return mgr.Add(managerRunnable(func(ctx context.Context) error {
 		<-ctx.Done()
@@ -82,3 +75,29 @@ func (a *Agent) setupOperations(mgr ctrl.Manager) error {
 		return nil
 	}))
 }
+
+func probeIsFinal(s *wbv1.ProbeStatus) bool { return probes.IsFinal(s) }
+
+func patchIsFinal(s *wbv1.FilePatchStatus) bool { return filepatches.IsFinal(s) }
+
+// patchRoot opens a root of a mounted environment for the file patch and artifact rooms.
+func (a *Agent) patchRoot(ctx context.Context, ns, envName, rootName string) (nodekit.Root, error) {
+	ra, err := a.environmentRoot(ctx, ns, envName, rootName)
+	return nodekit.Root{Mount: ra.mr, Host: ra.host, Guest: ra.guest}, err
+}
+
+// codeOf returns the refusal code of err as the status field's string.
+func codeOf(err error) string { return string(actuation.CodeOf(err)) }
+
+// setHealth sets the kstatus Reconciling and Stalled conditions for h.
+func setHealth(conds *[]metav1.Condition, h wbv1.Health, reason, msg string, gen int64) {
+	nodekit.SetHealth(conds, h, reason, msg, gen)
+}
+
+// Artifact retention and sources the agent's other parts share with the artifact room.
+const (
+	defaultRetention = artifactcapture.DefaultRetention
+	artifactUpload   = artifactcapture.SourceUpload
+)
+
+func artifactOwned(s *wbv1.ArtifactStatus) wbv1.ArtifactStatus { return nodekit.ArtifactOwned(s) }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
@@ -14,13 +13,14 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/nodeagent/waits"
 )
 
 // errNotYet: the scoped resource exists but is not ready in this process yet (an
 // environment still allocating, a session not open yet); the caller requeues.
-var errNotYet = errors.New("the scoped resource is not available on this node yet")
+var errNotYet = nodekit.ErrNotYet
 
 // waitSignals are the change signals of the conditions the agent feeds from its
 // reconcilers and informers (terminal.command.done, environment.ready,
@@ -36,24 +36,7 @@ func (a *Agent) commandFinished() { a.signals.command.Broadcast() }
 // conditionRequest maps a Wait/Probe condition onto an engine request without its
 // source and deadline.
 func conditionRequest(id string, c *wbv1.WaitCondition) (waits.Request, error) {
-	req := waits.Request{ID: id, Kind: string(c.Kind)}
-	if c.Pattern != nil {
-		re, err := regexp.Compile(*c.Pattern)
-		if err != nil {
-			return req, actuation.Refusef(actuation.CodeWaitScopeInvalid, "pattern is not an RE2 expression: %v", err)
-		}
-		req.Pattern = re
-	}
-	if c.SinceSeq != nil && *c.SinceSeq > 0 {
-		req.SinceSeq = uint64(*c.SinceSeq)
-	}
-	if c.QuietSeconds != nil {
-		req.Quiet = time.Duration(*c.QuietSeconds) * time.Second
-	}
-	if c.Digest != nil {
-		req.PrevDigest = string(*c.Digest)
-	}
-	return req, nil
+	return nodekit.ConditionRequest(id, c)
 }
 
 // scopeSource maps a scope onto the source observing it. watch selects an inotify-woken

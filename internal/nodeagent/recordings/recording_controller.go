@@ -1,4 +1,4 @@
-package agent
+package recordings
 
 import (
 	"bytes"
@@ -18,6 +18,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/skills"
 	"sensorium.dev/workbench/internal/skillsapi"
 	"sensorium.dev/workbench/internal/statusapply"
@@ -44,7 +45,7 @@ func recordingOwned(s *wbv1.RecordingStatus) wbv1.RecordingStatus {
 	return o
 }
 
-type recordingReconciler struct{ a *Agent }
+type recordingReconciler struct{ a *Room }
 
 // Reconcile starts, reports and stops the recordings bound to this node: start computes
 // the initial workspace state and opens the trace; while active the status shows counts,
@@ -52,13 +53,13 @@ type recordingReconciler struct{ a *Agent }
 func (r *recordingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	a := r.a
 	var rec wbv1.Recording
-	if err := a.client.Get(ctx, req.NamespacedName, &rec); err != nil {
+	if err := a.d.Client.Get(ctx, req.NamespacedName, &rec); err != nil {
 		if client.IgnoreNotFound(err) == nil {
 			a.dropRecording(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if rec.Labels[wbv1.NodeLabel] != a.cfg.NodeName || rec.Status.TraceArtifactRef != "" || rec.Status.Refusal != nil {
+	if rec.Labels[wbv1.NodeLabel] != a.d.NodeName || rec.Status.TraceArtifactRef != "" || rec.Status.Refusal != nil {
 		if rec.Status.TraceArtifactRef != "" {
 			a.dropRecording(req.NamespacedName)
 		}
@@ -74,7 +75,7 @@ func (r *recordingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	ar, err := a.activeRecordingFor(ctx, &rec)
 	switch {
-	case errors.Is(err, errNotYet):
+	case errors.Is(err, nodekit.ErrNotYet):
 		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
 	case string(actuation.CodeOf(err)) != "" || actuation.CodeOf(err) != "":
 		code := string(actuation.CodeOf(err))
@@ -84,7 +85,7 @@ func (r *recordingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		next.Refusal = &wbv1.Refusal{Code: code, Message: statusapply.Truncate(err.Error(), 1024)}
 		next.Phase = wbv1.RecordingPhaseFailed
 		set(wbv1.ConditionActive, false, wbv1.ReasonFailed, statusapply.Truncate(err.Error(), 1024))
-		_, err := statusapply.Apply(ctx, a.client, FieldManager+"recording", &rec, cur, next)
+		_, err := statusapply.Apply(ctx, a.d.Client, nodekit.FieldManager+"recording", &rec, cur, next)
 		return ctrl.Result{}, err
 	case err != nil:
 		return ctrl.Result{}, err
@@ -93,7 +94,7 @@ func (r *recordingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	fillRecordingStatus(&next, ar)
 	recErr := ar.err
 	a.rec.mu.Unlock()
-	next.NodeName, next.ObservedGeneration = a.cfg.NodeName, rec.Generation
+	next.NodeName, next.ObservedGeneration = a.d.NodeName, rec.Generation
 	if recErr != nil && next.Refusal == nil {
 		code := string(actuation.CodeOf(recErr))
 		if code == "" {
@@ -118,7 +119,7 @@ func (r *recordingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		set(wbv1.ConditionActive, true, "Recording", fmt.Sprintf("recording admitted work on environment %s", rec.Spec.EnvironmentRef))
 		next.Phase = wbv1.RecordingPhaseRecording
 	}
-	if _, err := statusapply.Apply(ctx, a.client, FieldManager+"recording", &rec, cur, next); err != nil {
+	if _, err := statusapply.Apply(ctx, a.d.Client, nodekit.FieldManager+"recording", &rec, cur, next); err != nil {
 		return ctrl.Result{}, err
 	}
 	if next.TraceArtifactRef != "" {
@@ -130,7 +131,7 @@ func (r *recordingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 
 // activeRecordingFor returns the in-memory recording, loading its trace file after a
 // restart or starting it (initial state) the first time.
-func (a *Agent) activeRecordingFor(ctx context.Context, rec *wbv1.Recording) (*activeRecording, error) {
+func (a *Room) activeRecordingFor(ctx context.Context, rec *wbv1.Recording) (*activeRecording, error) {
 	uid := string(rec.UID)
 	a.rec.mu.Lock()
 	ar := a.rec.active[uid]
@@ -161,14 +162,14 @@ func (a *Agent) activeRecordingFor(ctx context.Context, rec *wbv1.Recording) (*a
 			return nil, actuation.Refuse(actuation.CodeTraceInvalid, "", "recording %s was stopped before it started", ar.key).Err()
 		}
 		var env wbv1.Environment
-		if err := a.client.Get(ctx, types.NamespacedName{Namespace: rec.Namespace, Name: ar.env}, &env); err != nil {
+		if err := a.d.Client.Get(ctx, types.NamespacedName{Namespace: rec.Namespace, Name: ar.env}, &env); err != nil {
 			if apierrors.IsNotFound(err) {
-				return nil, errNotYet
+				return nil, nodekit.ErrNotYet
 			}
 			return nil, err
 		}
-		if _, ok := a.mountedRoots(string(env.UID)); !ok {
-			return nil, errNotYet
+		if _, ok := a.d.MountedRoots(string(env.UID)); !ok {
+			return nil, nodekit.ErrNotYet
 		}
 		st, err := a.workspaceState(ctx, &env)
 		if err != nil {
@@ -231,7 +232,7 @@ func fillRecordingStatus(st *wbv1.RecordingStatus, ar *activeRecording) {
 
 // stopRecording stops recording (no edge is added after this), stores the trace in the
 // node's content-addressed store and publishes it as an Artifact.
-func (a *Agent) stopRecording(ctx context.Context, rec *wbv1.Recording, ar *activeRecording, next *wbv1.RecordingStatus) error {
+func (a *Room) stopRecording(ctx context.Context, rec *wbv1.Recording, ar *activeRecording, next *wbv1.RecordingStatus) error {
 	a.rec.mu.Lock()
 	if ar.trace.StoppedAt.IsZero() {
 		ar.trace.StoppedAt = time.Now().UTC().Truncate(time.Second)
@@ -246,30 +247,30 @@ func (a *Agent) stopRecording(ctx context.Context, rec *wbv1.Recording, ar *acti
 	if len(raw) > maxTraceBytes {
 		return actuation.Refuse(actuation.CodeTraceTooLarge, "", "the trace of Recording %s is %d bytes, above the %d cap", ar.key, len(raw), maxTraceBytes).Err()
 	}
-	digest, size, err := a.blobs.Put(bytes.NewReader(raw), maxTraceBytes)
+	digest, size, err := a.d.Blobs.Put(bytes.NewReader(raw), maxTraceBytes)
 	if err != nil {
 		return fmt.Errorf("storing the trace of Recording %s: %w", ar.key, err)
 	}
 	name := traceArtifactName(rec.Name)
 	art := &wbv1.Artifact{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: rec.Namespace,
-		Labels:          withCorrelation(map[string]string{wbv1.NodeLabel: a.cfg.NodeName, wbv1.EnvironmentLabel: string(rec.Spec.EnvironmentRef)}, rec),
+		Labels:          nodekit.WithCorrelation(map[string]string{wbv1.NodeLabel: a.d.NodeName, wbv1.EnvironmentLabel: string(rec.Spec.EnvironmentRef)}, rec),
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: wbv1.GroupVersion.String(), Kind: "Recording", Name: rec.Name, UID: rec.UID}}},
 		Spec: wbv1.ArtifactSpec{EnvironmentRef: rec.Spec.EnvironmentRef, Source: "recording", Classification: "confidential",
 			RetentionSeconds: int64(traceRetention / time.Second)}}
-	if err := a.client.Create(ctx, art); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := a.d.Client.Create(ctx, art); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating trace Artifact %s/%s: %w", rec.Namespace, name, err)
 	}
-	if err := a.client.Get(ctx, client.ObjectKeyFromObject(art), art); err != nil {
-		if err := a.reader.Get(ctx, client.ObjectKeyFromObject(art), art); err != nil {
+	if err := a.d.Client.Get(ctx, client.ObjectKeyFromObject(art), art); err != nil {
+		if err := a.d.Reader.Get(ctx, client.ObjectKeyFromObject(art), art); err != nil {
 			return fmt.Errorf("reading trace Artifact %s/%s: %w", rec.Namespace, name, err)
 		}
 	}
-	acur, anext := artifactOwned(&art.Status), artifactOwned(&art.Status)
+	acur, anext := nodekit.ArtifactOwned(&art.Status), nodekit.ArtifactOwned(&art.Status)
 	until := metav1.NewTime(time.Now().Add(traceRetention))
-	anext.Digest, anext.Size, anext.NodeName, anext.RetainedUntil, anext.ObservedGeneration = wbv1.Digest(digest), size, a.cfg.NodeName, &until, art.Generation
+	anext.Digest, anext.Size, anext.NodeName, anext.RetainedUntil, anext.ObservedGeneration = wbv1.Digest(digest), size, a.d.NodeName, &until, art.Generation
 	statusapply.Set(&anext.Conditions, &anext.Conditions, statusapply.Cond(wbv1.ConditionReady, true, "Stored",
-		fmt.Sprintf("trace of Recording %s: %d bytes held by node %s", rec.Name, size, a.cfg.NodeName), art.Generation))
-	if _, err := statusapply.Apply(ctx, a.client, FieldManager+"artifact", art, acur, anext); err != nil {
+		fmt.Sprintf("trace of Recording %s: %d bytes held by node %s", rec.Name, size, a.d.NodeName), art.Generation))
+	if _, err := statusapply.Apply(ctx, a.d.Client, nodekit.FieldManager+"artifact", art, acur, anext); err != nil {
 		return fmt.Errorf("recording the trace Artifact %s/%s: %w", rec.Namespace, name, err)
 	}
 	next.TraceDigest, next.TraceArtifactRef = wbv1.Digest(digest), wbv1.ObjectName(name)
@@ -288,7 +289,7 @@ func traceArtifactName(rec string) string {
 
 // dropRecording forgets a recording and its trace file (after the trace is stored, or when
 // the Recording is gone).
-func (a *Agent) dropRecording(key types.NamespacedName) {
+func (a *Room) dropRecording(key types.NamespacedName) {
 	a.rec.mu.Lock()
 	defer a.rec.mu.Unlock()
 	for uid, ar := range a.rec.active {

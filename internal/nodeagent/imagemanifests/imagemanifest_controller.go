@@ -1,4 +1,7 @@
-package agent
+// Package imagemanifests is the node agent's room for ImageManifests: it verifies, on this
+// node, the boot images its backends boot and records the result under the node's own
+// field manager.
+package imagemanifests
 
 import (
 	"context"
@@ -11,6 +14,7 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/statusapply"
 )
 
@@ -24,26 +28,33 @@ type bootImageVerifier interface {
 // records the result as this node's entries of status.verifiedOn, for the manifest's
 // current generation (issue 30 item 7: an ImageManifest reads Current only after a node
 // verified it). Each node applies only its own entries, under its own field manager.
-type imageManifestReconciler struct{ a *Agent }
+type imageManifestReconciler struct{ d *Deps }
+
+// Deps is what the room needs: the node's name, its backends and the API client.
+type Deps struct {
+	NodeName string
+	Backends *backends.Registry
+	Client   client.Client
+}
 
 type imageManifestNodeStatus struct {
 	VerifiedOn []wbv1.ImageVerification `json:"verifiedOn,omitempty"`
 }
 
 func (r *imageManifestReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	a := r.a
+	a := r.d
 	var im wbv1.ImageManifest
-	if err := a.client.Get(ctx, req.NamespacedName, &im); err != nil {
+	if err := a.Client.Get(ctx, req.NamespacedName, &im); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	var cur, next imageManifestNodeStatus
 	for _, v := range im.Status.VerifiedOn {
-		if v.NodeName == a.cfg.NodeName {
+		if v.NodeName == a.NodeName {
 			cur.VerifiedOn = append(cur.VerifiedOn, v)
 		}
 	}
 	for _, v := range im.Spec.Variants {
-		b, ok := a.backends.Get(string(v.BackendID))
+		b, ok := a.Backends.Get(string(v.BackendID))
 		if !ok {
 			continue
 		}
@@ -57,7 +68,7 @@ func (r *imageManifestReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 			next.VerifiedOn = append(next.VerifiedOn, *prev)
 			continue
 		}
-		e := wbv1.ImageVerification{NodeName: a.cfg.NodeName, Variant: v.Name, VerifiedAt: metav1.Now(), Generation: im.Generation}
+		e := wbv1.ImageVerification{NodeName: a.NodeName, Variant: v.Name, VerifiedAt: metav1.Now(), Generation: im.Generation}
 		err := vb.VerifyBootImage(&backends.BootImage{Variant: v.Name, KernelPath: string(v.Kernel.Path), KernelDigest: string(v.Kernel.Digest),
 			InitrdPath: string(v.Initrd.Path), InitrdDigest: string(v.Initrd.Digest), CommandLine: v.KernelCommandLine})
 		if err != nil {
@@ -68,7 +79,7 @@ func (r *imageManifestReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		}
 		next.VerifiedOn = append(next.VerifiedOn, e)
 	}
-	if _, err := statusapply.Apply(ctx, a.client, FieldManager+"imagemanifest/"+a.cfg.NodeName, &im, cur, next); err != nil {
+	if _, err := statusapply.Apply(ctx, a.Client, nodekit.FieldManager+"imagemanifest/"+a.NodeName, &im, cur, next); err != nil {
 		return ctrl.Result{}, fmt.Errorf("recording verification of ImageManifest %s: %w", im.Name, err)
 	}
 	return ctrl.Result{}, nil
@@ -83,9 +94,10 @@ func findVerification(vs []wbv1.ImageVerification, variant string) *wbv1.ImageVe
 	return nil
 }
 
-func (a *Agent) setupImageManifests(mgr ctrl.Manager) error {
+// Setup registers the room's reconciler with mgr.
+func Setup(mgr ctrl.Manager, d Deps) error {
 	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.ImageManifest{}).Named("node-imagemanifest").
-		Complete(&imageManifestReconciler{a: a}); err != nil {
+		Complete(&imageManifestReconciler{d: &d}); err != nil {
 		return fmt.Errorf("image manifest controller: %w", err)
 	}
 	return nil

@@ -1,4 +1,4 @@
-package agent
+package recordings
 
 import (
 	"context"
@@ -120,8 +120,8 @@ func (r *recorder) recordingsFor(ns, env, session string) []*activeRecording {
 }
 
 // workspaceState computes the state of all roots of env as this node sees them.
-func (a *Agent) workspaceState(ctx context.Context, env *wbv1.Environment) (*treehash.State, error) {
-	roots, ok := a.mountedRoots(string(env.UID))
+func (a *Room) workspaceState(ctx context.Context, env *wbv1.Environment) (*treehash.State, error) {
+	roots, ok := a.d.MountedRoots(string(env.UID))
 	if !ok {
 		return nil, fmt.Errorf("environment %s/%s is not mounted on this node", env.Namespace, env.Name)
 	}
@@ -131,15 +131,15 @@ func (a *Agent) workspaceState(ctx context.Context, env *wbv1.Environment) (*tre
 	}
 	snaps := make([]treehash.NamedSnapshot, 0, len(roots))
 	for _, mr := range roots {
-		ra, err := a.openRootAccess(env, mr)
+		host, files, err := a.d.OpenRoot(env, mr)
 		if err != nil {
 			return nil, fmt.Errorf("opening root %s of environment %s/%s: %w", mr.Name, env.Namespace, env.Name, err)
 		}
 		var s *fsaccess.Snapshot
-		if ra.host != nil { // incremental: re-read only what changed since the previous state
-			s, err = treehash.SnapshotRoot(ra.host, lim, a.rec.cache(string(env.UID)+"/"+mr.Name))
+		if host != nil { // incremental: re-read only what changed since the previous state
+			s, err = treehash.SnapshotRoot(host, lim, a.rec.cache(string(env.UID)+"/"+mr.Name))
 		} else {
-			s, err = ra.files().Snapshot(ctx, "", lim.SnapshotLimits())
+			s, err = files.Snapshot(ctx, "", lim.SnapshotLimits())
 		}
 		if err != nil {
 			return nil, fmt.Errorf("listing root %s of environment %s/%s: %w", mr.Name, env.Namespace, env.Name, err)
@@ -149,9 +149,9 @@ func (a *Agent) workspaceState(ctx context.Context, env *wbv1.Environment) (*tre
 	return treehash.FromSnapshots(snaps, lim)
 }
 
-// recordBefore is the hook before an effect starts: it computes the state before for the
+// Before is the hook before an effect starts: it computes the state before for the
 // active recordings of the environment and keeps it until recordAfter*.
-func (a *Agent) recordBefore(ctx context.Context, env *wbv1.Environment, session, objUID string) {
+func (a *Room) Before(ctx context.Context, env *wbv1.Environment, session, objUID string) {
 	r := a.rec
 	recs := r.recordingsFor(env.Namespace, env.Name, session)
 	if len(recs) == 0 {
@@ -169,7 +169,7 @@ func (a *Agent) recordBefore(ctx context.Context, env *wbv1.Environment, session
 	r.pending[objUID] = &pendingEdge{recs: recs, before: st, err: err}
 }
 
-func (a *Agent) takePending(objUID string) *pendingEdge {
+func (a *Room) takePending(objUID string) *pendingEdge {
 	r := a.rec
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -178,8 +178,8 @@ func (a *Agent) takePending(objUID string) *pendingEdge {
 	return p
 }
 
-// recordAfterCommand is the hook after a command's outcome.
-func (a *Agent) recordAfterCommand(cmd *wbv1.TerminalCommand, envName string, o *commandOutcome, output []byte) {
+// AfterCommand is the hook after a command's outcome.
+func (a *Room) AfterCommand(cmd *wbv1.TerminalCommand, envName string, o CommandOutcome, output []byte) {
 	p := a.takePending(string(cmd.UID))
 	if p == nil {
 		return
@@ -199,8 +199,8 @@ func (a *Agent) recordAfterCommand(cmd *wbv1.TerminalCommand, envName string, o 
 	a.finishEdge(cmd.Namespace, envName, p, e)
 }
 
-// recordAfterPatch is the hook after a patch applied.
-func (a *Agent) recordAfterPatch(fp *wbv1.FilePatch, env *wbv1.Environment) {
+// AfterPatch is the hook after a patch applied.
+func (a *Room) AfterPatch(fp *wbv1.FilePatch, env *wbv1.Environment) {
 	p := a.takePending(string(fp.UID))
 	if p == nil {
 		return
@@ -228,18 +228,18 @@ func (a *Agent) recordAfterPatch(fp *wbv1.FilePatch, env *wbv1.Environment) {
 		Outcome: skills.Outcome{Phase: "Applied"}, Authorization: auth})
 }
 
-// recordObservation is the hook of a satisfied wait or an answered probe: an edge whose
+// Observation is the hook of a satisfied wait or an answered probe: an edge whose
 // state before and after is the state now.
-func (a *Agent) recordObservation(ctx context.Context, ns, envName, session string, kind skills.EdgeKind, name, condition, result string) {
+func (a *Room) Observation(ctx context.Context, ns, envName, session string, kind skills.EdgeKind, name, condition, result string) {
 	if envName == "" || len(a.rec.recordingsFor(ns, envName, session)) == 0 {
 		return
 	}
 	var env wbv1.Environment
-	if err := a.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: envName}, &env); err != nil {
+	if err := a.d.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: envName}, &env); err != nil {
 		return
 	}
 	uid := "observe/" + ns + "/" + name
-	a.recordBefore(ctx, &env, session, uid)
+	a.Before(ctx, &env, session, uid)
 	p := a.takePending(uid)
 	if p == nil {
 		return
@@ -249,8 +249,8 @@ func (a *Agent) recordObservation(ctx context.Context, ns, envName, session stri
 }
 
 // finishEdge computes the state after and appends the edge to each recording.
-func (a *Agent) finishEdge(ns, envName string, p *pendingEdge, e skills.Edge) {
-	ctx := a.runCtx
+func (a *Room) finishEdge(ns, envName string, p *pendingEdge, e skills.Edge) {
+	ctx := a.d.Ctx
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -258,7 +258,7 @@ func (a *Agent) finishEdge(ns, envName string, p *pendingEdge, e skills.Edge) {
 	var env wbv1.Environment
 	after, err := (*treehash.State)(nil), p.err
 	if err == nil {
-		if err = a.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: envName}, &env); err == nil {
+		if err = a.d.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: envName}, &env); err == nil {
 			if e.Kind == skills.EdgeWait || e.Kind == skills.EdgeProbe {
 				after = p.before
 			} else {
@@ -316,11 +316,4 @@ func (ar *activeRecording) save() error {
 		return err
 	}
 	return os.Rename(tmp, ar.file)
-}
-
-func scopeSession(s *wbv1.Scope) string {
-	if s != nil && s.SessionRef != nil {
-		return string(*s.SessionRef)
-	}
-	return ""
 }

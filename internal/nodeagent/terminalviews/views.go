@@ -1,4 +1,7 @@
-package agent
+// Package terminalviews is the node agent's room for TerminalViews and ViewGrants: it
+// publishes their status, evaluates a view for the data plane's view streams, and wakes
+// those streams when a view, grant, environment or session of this node changes.
+package terminalviews
 
 import (
 	"context"
@@ -19,6 +22,8 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/dataplane"
+	"sensorium.dev/workbench/internal/nodeagent/nodekit"
+	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/statusapply"
 	"sensorium.dev/workbench/internal/views"
 )
@@ -27,15 +32,15 @@ import (
 // stream holds one; the data plane's stream slots bound them first).
 const MaxViewSubscribers = 4096
 
-// viewHub wakes every view stream after a change of a TerminalView, ViewGrant or
+// Hub wakes every view stream after a change of a TerminalView, ViewGrant or
 // Environment of this node, as the watch delivers it: a revocation reaches the streams
-// without any polling.
-type viewHub struct {
+// without any polling. The zero Hub is ready to use.
+type Hub struct {
 	mu   sync.Mutex
 	subs map[chan struct{}]struct{}
 }
 
-func (h *viewHub) poke() {
+func (h *Hub) poke() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for c := range h.subs {
@@ -46,7 +51,8 @@ func (h *viewHub) poke() {
 	}
 }
 
-func (h *viewHub) subscribe() (<-chan struct{}, func()) {
+// Subscribe returns a channel poked after each change, and its cancel.
+func (h *Hub) Subscribe() (<-chan struct{}, func()) {
 	c := make(chan struct{}, 1)
 	h.mu.Lock()
 	if h.subs == nil {
@@ -63,14 +69,29 @@ func (h *viewHub) subscribe() (<-chan struct{}, func()) {
 	}
 }
 
+// Deps is what the room needs: the API client and reader, the hub it pokes, and the PTY
+// program of a session open on this node (nil when none).
+type Deps struct {
+	Client   client.Client
+	Reader   client.Reader
+	Hub      *Hub
+	Terminal func(sessionUID string) *session.Session
+}
+
+// Room evaluates views and publishes their status.
+type Room struct{ d Deps }
+
+// New returns the room over d.
+func New(d Deps) *Room { return &Room{d: d} }
+
 // watchViews registers the hub on the informers of the kinds a view depends on.
-func (a *Agent) watchViews(ctx context.Context, c cache.Cache) error {
+func (a *Room) watchViews(ctx context.Context, c cache.Cache) error {
 	for _, obj := range []client.Object{&wbv1.ViewGrant{}, &wbv1.TerminalView{}, &wbv1.Environment{}, &wbv1.TerminalSession{}} {
 		inf, err := c.GetInformer(ctx, obj)
 		if err != nil {
 			return fmt.Errorf("watching %T for views: %w", obj, err)
 		}
-		poke := func(any) { a.viewHub.poke() }
+		poke := func(any) { a.d.Hub.poke() }
 		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 			AddFunc: poke, DeleteFunc: poke, UpdateFunc: func(_, n any) { poke(n) },
 		}); err != nil {
@@ -80,21 +101,18 @@ func (a *Agent) watchViews(ctx context.Context, c cache.Cache) error {
 	return nil
 }
 
-// Changes implements dataplane.ViewResolver.
-func (r resolver) Changes() (<-chan struct{}, func()) { return r.a.viewHub.subscribe() }
-
 // freshGrantsTimeout bounds a stream open's read of its grants from the API server.
 const freshGrantsTimeout = 10 * time.Second
 
-// Grants implements dataplane.ViewResolver: the view's grants from the node's watch cache,
+// Grants serves dataplane.ViewResolver: the view's grants from the node's watch cache,
 // or from the API server when fresh (a stream's open).
-func (r resolver) Grants(ns, view string, fresh bool) ([]views.Grant, error) {
+func (r *Room) Grants(ns, view string, fresh bool) ([]views.Grant, error) {
 	var list wbv1.ViewGrantList
-	var from client.Reader = r.a.client
+	var from client.Reader = r.d.Client
 	ctx, cancel := context.WithTimeout(context.Background(), freshGrantsTimeout)
 	defer cancel()
 	if fresh {
-		from = r.a.reader
+		from = r.d.Reader
 	}
 	if err := from.List(ctx, &list, client.InNamespace(ns)); err != nil {
 		return nil, fmt.Errorf("listing ViewGrants in %s: %w", ns, err)
@@ -116,23 +134,23 @@ func grantOf(g *wbv1.ViewGrant) views.Grant {
 		Subject: views.Subject{Kind: string(s.Kind), Name: s.Name, Namespace: s.Namespace}}
 }
 
-// View implements dataplane.ViewResolver.
-func (r resolver) View(ns, name string) (dataplane.ViewInfo, error) {
+// View serves dataplane.ViewResolver.
+func (r *Room) View(ns, name string) (dataplane.ViewInfo, error) {
 	ctx := context.Background()
 	var v wbv1.TerminalView
-	if err := r.a.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &v); err != nil {
+	if err := r.d.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &v); err != nil {
 		if apierrors.IsNotFound(err) {
 			return dataplane.ViewInfo{}, fmt.Errorf("terminal view %s/%s is not bound to this node: %w", ns, name, dataplane.ErrNotFound)
 		}
 		return dataplane.ViewInfo{}, err
 	}
-	info, _, err := r.a.viewInfo(ctx, &v)
+	info, _, err := r.viewInfo(ctx, &v)
 	return info, err
 }
 
 // viewInfo evaluates a view now: its binding against the environment, its session on this
 // node. The second result is the live binding of the environment.
-func (a *Agent) viewInfo(ctx context.Context, v *wbv1.TerminalView) (dataplane.ViewInfo, views.Binding, error) {
+func (a *Room) viewInfo(ctx context.Context, v *wbv1.TerminalView) (dataplane.ViewInfo, views.Binding, error) {
 	spec := &v.Spec
 	info := dataplane.ViewInfo{UID: string(v.UID), Freshness: 10 * time.Second, MinInterval: 100 * time.Millisecond, MaxBytes: 16384}
 	if spec.FreshnessSeconds != nil {
@@ -153,7 +171,7 @@ func (a *Agent) viewInfo(ctx context.Context, v *wbv1.TerminalView) (dataplane.V
 	bound := views.Binding{EnvironmentUID: string(b.EnvironmentUID), SourceGeneration: b.SourceGeneration, Context: actuation.ContextClass(b.OperationalContext)}
 	var env wbv1.Environment
 	var now views.Binding
-	switch err := a.client.Get(ctx, types.NamespacedName{Namespace: v.Namespace, Name: string(b.EnvironmentRef)}, &env); {
+	switch err := a.d.Client.Get(ctx, types.NamespacedName{Namespace: v.Namespace, Name: string(b.EnvironmentRef)}, &env); {
 	case err == nil:
 		declared := actuation.ContextClass("")
 		if oc := env.Spec.OperationalContext; oc != nil {
@@ -171,28 +189,31 @@ func (a *Agent) viewInfo(ctx context.Context, v *wbv1.TerminalView) (dataplane.V
 		return info, now, nil
 	}
 	var ts wbv1.TerminalSession
-	if err := a.client.Get(ctx, types.NamespacedName{Namespace: v.Namespace, Name: string(spec.SessionRef)}, &ts); err != nil {
+	if err := a.d.Client.Get(ctx, types.NamespacedName{Namespace: v.Namespace, Name: string(spec.SessionRef)}, &ts); err != nil {
 		if !apierrors.IsNotFound(err) {
 			return info, now, err
 		}
 	}
-	live := a.sess.open(string(ts.UID))
-	if ts.UID == "" || live == nil || live.pty == nil {
+	var pty *session.Session
+	if ts.UID != "" {
+		pty = a.d.Terminal(string(ts.UID))
+	}
+	if pty == nil {
 		info.Refusal = actuation.CodeViewSessionUnavailable
 		info.Message = fmt.Sprintf("session %s/%s runs no PTY program open on this node", v.Namespace, spec.SessionRef)
 		return info, now, nil
 	}
-	info.SessionUID, info.Terminal = string(ts.UID), live.pty
+	info.SessionUID, info.Terminal = string(ts.UID), pty
 	return info, now, nil
 }
 
 // viewReconciler publishes a TerminalView's status: phase, bound generation and context,
 // and the code observers are refused with.
-type viewReconciler struct{ a *Agent }
+type viewReconciler struct{ a *Room }
 
 func (r *viewReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var v wbv1.TerminalView
-	if err := r.a.client.Get(ctx, req.NamespacedName, &v); err != nil {
+	if err := r.a.d.Client.Get(ctx, req.NamespacedName, &v); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	info, _, err := r.a.viewInfo(ctx, &v)
@@ -220,7 +241,7 @@ func (r *viewReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	for _, hc := range wbv1.HealthConditions(wbv1.ViewHealth(next.Phase), string(next.Phase), cond.Message, v.Generation) {
 		statusapply.Set(&next.Conditions, &next.Conditions, hc)
 	}
-	_, err = statusapply.Apply(ctx, r.a.client, FieldManager+"terminalview", &v, viewStatusProjection(&cur), &next)
+	_, err = statusapply.Apply(ctx, r.a.d.Client, nodekit.FieldManager+"terminalview", &v, viewStatusProjection(&cur), &next)
 	return ctrl.Result{}, err
 }
 
@@ -232,21 +253,21 @@ func viewStatusProjection(s *wbv1.TerminalViewStatus) *wbv1.TerminalViewStatus {
 
 // viewGrantReconciler publishes whether a ViewGrant admits its subject now, and wakes at
 // its expiry.
-type viewGrantReconciler struct{ a *Agent }
+type viewGrantReconciler struct{ a *Room }
 
 // ConditionActive is true while a ViewGrant admits its subject.
 const ConditionActive = "Active"
 
 func (r *viewGrantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var g wbv1.ViewGrant
-	if err := r.a.client.Get(ctx, req.NamespacedName, &g); err != nil {
+	if err := r.a.d.Client.Get(ctx, req.NamespacedName, &g); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	now := time.Now()
 	reason := grantOf(&g).State(now)
 	var v wbv1.TerminalView
 	if reason == "" {
-		switch err := r.a.client.Get(ctx, types.NamespacedName{Namespace: g.Namespace, Name: string(g.Spec.ViewRef)}, &v); {
+		switch err := r.a.d.Client.Get(ctx, types.NamespacedName{Namespace: g.Namespace, Name: string(g.Spec.ViewRef)}, &v); {
 		case apierrors.IsNotFound(err):
 			reason = actuation.CodeViewGrantMissing
 		case err != nil:
@@ -282,7 +303,7 @@ func (r *viewGrantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	for _, hc := range wbv1.HealthConditions(wbv1.ConsentGrantHealth(reason == "", reason == actuation.CodeViewGrantRevoked), condReason, msg, g.Generation) {
 		statusapply.Set(&next.Conditions, &next.Conditions, hc)
 	}
-	if _, err := statusapply.Apply(ctx, r.a.client, FieldManager+"viewgrant", &g, &cur, &next); err != nil {
+	if _, err := statusapply.Apply(ctx, r.a.d.Client, nodekit.FieldManager+"viewgrant", &g, &cur, &next); err != nil {
 		return ctrl.Result{}, err
 	}
 	if reason == "" {
@@ -291,12 +312,12 @@ func (r *viewGrantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	return ctrl.Result{}, nil
 }
 
-// setupViews registers the view and grant status reconcilers; a change of an environment
+// Setup registers the view and grant status reconcilers; a change of an environment
 // or session re-evaluates the views (and their grants) of its namespace.
-func (a *Agent) setupViews(mgr ctrl.Manager) error {
+func (a *Room) Setup(ctx context.Context, mgr ctrl.Manager) error {
 	viewsIn := func(ctx context.Context, o client.Object) []reconcile.Request {
 		var l wbv1.TerminalViewList
-		if err := a.client.List(ctx, &l, client.InNamespace(o.GetNamespace())); err != nil {
+		if err := a.d.Client.List(ctx, &l, client.InNamespace(o.GetNamespace())); err != nil {
 			return nil
 		}
 		out := make([]reconcile.Request, 0, len(l.Items))
@@ -307,7 +328,7 @@ func (a *Agent) setupViews(mgr ctrl.Manager) error {
 	}
 	grantsIn := func(ctx context.Context, o client.Object) []reconcile.Request {
 		var l wbv1.ViewGrantList
-		if err := a.client.List(ctx, &l, client.InNamespace(o.GetNamespace())); err != nil {
+		if err := a.d.Client.List(ctx, &l, client.InNamespace(o.GetNamespace())); err != nil {
 			return nil
 		}
 		out := make([]reconcile.Request, 0, len(l.Items))
@@ -328,5 +349,5 @@ func (a *Agent) setupViews(mgr ctrl.Manager) error {
 		Complete(&viewGrantReconciler{a: a}); err != nil {
 		return fmt.Errorf("view grant controller: %w", err)
 	}
-	return a.watchViews(a.runCtx, mgr.GetCache())
+	return a.watchViews(ctx, mgr.GetCache())
 }

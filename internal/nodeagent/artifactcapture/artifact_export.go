@@ -1,4 +1,4 @@
-package agent
+package artifactcapture
 
 import (
 	"compress/gzip"
@@ -15,6 +15,7 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/gitexport"
+	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 )
 
 // Results out (issue 28 item 2): an export Artifact in format git-patch holds the root's
@@ -62,7 +63,7 @@ func patchBase(env *wbv1.Environment, root string) (string, error) {
 }
 
 // exportPatchArtifact stores the git-format patch of an environment root's changes.
-func (a *Agent) exportPatchArtifact(ctx context.Context, art *wbv1.Artifact) (string, int64, *gitexport.Result, error) {
+func (a *Deps) exportPatchArtifact(ctx context.Context, art *wbv1.Artifact) (string, int64, *gitexport.Result, error) {
 	if art.Spec.Root == nil {
 		return "", 0, nil, actuation.Refusef(actuation.CodeExportInvalid, "a git-patch export names a root (spec.root)")
 	}
@@ -71,11 +72,11 @@ func (a *Agent) exportPatchArtifact(ctx context.Context, art *wbv1.Artifact) (st
 	}
 	root := string(*art.Spec.Root)
 	var env wbv1.Environment
-	if err := a.getScoped(ctx, types.NamespacedName{Namespace: art.Namespace, Name: string(art.Spec.EnvironmentRef)}, &env); err != nil {
+	if err := a.Scoped(ctx, types.NamespacedName{Namespace: art.Namespace, Name: string(art.Spec.EnvironmentRef)}, &env); err != nil {
 		switch {
 		case apierrors.IsNotFound(err):
 			return "", 0, nil, actuation.Refusef(actuation.CodeEnvironmentUnavailable, "environment %s does not exist", art.Spec.EnvironmentRef)
-		case errors.Is(err, errNotYet):
+		case errors.Is(err, nodekit.ErrNotYet):
 			return "", 0, nil, err
 		}
 		return "", 0, nil, fmt.Errorf("reading Environment %s: %w", art.Spec.EnvironmentRef, err)
@@ -91,14 +92,14 @@ func (a *Agent) exportPatchArtifact(ctx context.Context, art *wbv1.Artifact) (st
 	if err != nil {
 		return "", 0, nil, err
 	}
-	ra, err := a.environmentRoot(ctx, art.Namespace, env.Name, root)
+	ra, err := a.Root(ctx, art.Namespace, env.Name, root)
 	if err != nil {
 		return "", 0, nil, err
 	}
-	if ra.host == nil {
+	if ra.Host == nil {
 		return "", 0, nil, actuation.Refusef(actuation.CodeExportInvalid, "root %s lives in a VM guest; git-patch exports read host roots only (export it as tar)", root)
 	}
-	scratch := filepath.Join(a.cfg.StateDir, "tmp", "exports")
+	scratch := filepath.Join(a.StateDir, "tmp", "exports")
 	if err := os.MkdirAll(scratch, 0o700); err != nil {
 		return "", 0, nil, fmt.Errorf("creating %s: %w", scratch, err)
 	}
@@ -110,7 +111,7 @@ func (a *Agent) exportPatchArtifact(ctx context.Context, art *wbv1.Artifact) (st
 	digest, size, err := a.putStream(func(w io.Writer) error {
 		var err error
 		res, err = gitexport.Patch(ctx, gitexport.Request{
-			Root: ra.host, Base: base, Paths: paths, Subject: subject, Date: art.CreationTimestamp.Time,
+			Root: ra.Host, Base: base, Paths: paths, Subject: subject, Date: art.CreationTimestamp.Time,
 			ScratchDir: scratch, Limits: gitexport.Limits{MaxPatchBytes: maxArtifactBytes},
 		}, w)
 		return err
@@ -123,14 +124,14 @@ func (a *Agent) exportPatchArtifact(ctx context.Context, art *wbv1.Artifact) (st
 
 // filePatchPaths returns the files an applied FilePatch of the same environment and root
 // changed.
-func (a *Agent) filePatchPaths(ctx context.Context, art *wbv1.Artifact, root string) ([]string, error) {
+func (a *Deps) filePatchPaths(ctx context.Context, art *wbv1.Artifact, root string) ([]string, error) {
 	var fp wbv1.FilePatch
 	key := types.NamespacedName{Namespace: art.Namespace, Name: string(*art.Spec.FilePatchRef)}
-	if err := a.getScoped(ctx, key, &fp); err != nil {
+	if err := a.Scoped(ctx, key, &fp); err != nil {
 		switch {
 		case apierrors.IsNotFound(err):
 			return nil, actuation.Refusef(actuation.CodeExportInvalid, "FilePatch %s does not exist", key)
-		case errors.Is(err, errNotYet):
+		case errors.Is(err, nodekit.ErrNotYet):
 			return nil, err
 		}
 		return nil, fmt.Errorf("reading FilePatch %s: %w", key, err)
@@ -140,7 +141,7 @@ func (a *Agent) filePatchPaths(ctx context.Context, art *wbv1.Artifact, root str
 			key, fp.Spec.EnvironmentRef, fp.Spec.Root, art.Spec.EnvironmentRef, root)
 	}
 	if !wbv1.FilePatchIsFinal(fp.Status.Phase) {
-		return nil, errNotYet // woken by the grace's requeue; refused when it ends
+		return nil, nodekit.ErrNotYet // woken by the grace's requeue; refused when it ends
 	}
 	if fp.Status.Phase != wbv1.FilePatchApplied || len(fp.Status.ChangedFiles) == 0 {
 		return nil, actuation.Refusef(actuation.CodeExportInvalid, "FilePatch %s is %s and changed no files", key, fp.Status.Phase)

@@ -1,19 +1,27 @@
-package agent
+// Package probes is the node agent's room for Probes: it evaluates a probe once, within
+// its timeout, against the source its scope names, and records the result.
+package probes
 
 import (
 	"context"
 	"errors"
-	"sensorium.dev/workbench/internal/skills"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/nodeagent/waits"
+	"sensorium.dev/workbench/internal/skills"
 	"sensorium.dev/workbench/internal/statusapply"
 )
 
@@ -30,7 +38,8 @@ const (
 	probeError   = wbv1.ProbeError
 )
 
-func probeIsFinal(s *wbv1.ProbeStatus) bool { return wbv1.ProbeIsFinal(s.Result) }
+// IsFinal says whether a probe has its result.
+func IsFinal(s *wbv1.ProbeStatus) bool { return wbv1.ProbeIsFinal(s.Result) }
 
 func probeResultFor(conds []metav1.Condition) wbv1.ProbeResult { return wbv1.ProbeResultFor(conds) }
 
@@ -42,17 +51,31 @@ func probeOwned(s *wbv1.ProbeStatus) wbv1.ProbeStatus {
 	}
 }
 
-type probeReconciler struct{ a *Agent }
+// Deps is what the room needs.
+type Deps struct {
+	NodeName string
+	Client   client.Client
+	// Engine evaluates the probe's condition against its source.
+	Engine *waits.Engine
+	// Scope maps a probe's scope onto the source observing it: nodekit.ErrNotYet while the
+	// scoped resource is not available in this process, a refusal when it cannot be.
+	Scope func(ctx context.Context, ns string, s *wbv1.Scope, watch bool) (waits.Source, error)
+	// Observe records an answered probe as an edge of the environment's active recordings.
+	Observe func(ctx context.Context, ns, envName, session string, kind skills.EdgeKind, name, condition, result string)
+	Event   nodekit.EventFunc
+}
+
+type probeReconciler struct{ a *Deps }
 
 // Reconcile evaluates a probe once, now, within its timeout, and records the result.
 // A probe only reads: evaluating it again after a failed status write is harmless.
 func (r *probeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	a := r.a
 	var pr wbv1.Probe
-	if err := a.client.Get(ctx, req.NamespacedName, &pr); err != nil {
+	if err := a.Client.Get(ctx, req.NamespacedName, &pr); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if pr.Labels[wbv1.NodeLabel] != a.cfg.NodeName || probeIsFinal(&pr.Status) {
+	if pr.Labels[wbv1.NodeLabel] != a.NodeName || IsFinal(&pr.Status) {
 		return ctrl.Result{}, nil
 	}
 	cur, next := probeOwned(&pr.Status), probeOwned(&pr.Status)
@@ -66,12 +89,12 @@ func (r *probeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		next.Diagnostics = []wbv1.WaitDiagnostic{wbv1.WaitDiagnostic(waits.DiagProbeFailed)}
 		set(probeError, code+": "+msg)
 	}
-	preq, err := conditionRequest(string(pr.UID), &pr.Spec.Condition)
+	preq, err := nodekit.ConditionRequest(string(pr.UID), &pr.Spec.Condition)
 	if err == nil {
-		preq.Source, err = a.scopeSource(ctx, pr.Namespace, pr.Spec.Scope, false)
+		preq.Source, err = a.Scope(ctx, pr.Namespace, pr.Spec.Scope, false)
 	}
 	switch {
-	case errors.Is(err, errNotYet):
+	case errors.Is(err, nodekit.ErrNotYet):
 		if end := pr.CreationTimestamp.Add(probeScopeGrace); time.Now().Before(end) {
 			// Woken when its scope becomes available here; the requeue is the grace's end.
 			return ctrl.Result{RequeueAfter: statusapply.RequeueAt(time.Now(), end)}, nil
@@ -82,7 +105,7 @@ func (r *probeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	case err != nil:
 		return ctrl.Result{}, err
 	default:
-		res, err := a.engine.Probe(ctx, preq, time.Duration(pr.Spec.TimeoutSeconds)*time.Second)
+		res, err := a.Engine.Probe(ctx, preq, time.Duration(pr.Spec.TimeoutSeconds)*time.Second)
 		if err != nil {
 			code := string(actuation.CodeOf(err))
 			if code == "" {
@@ -98,14 +121,14 @@ func (r *probeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		}
 		set(wbv1.ProbeResult(res.Result), msg)
 		if res.Result != waits.ProbeError {
-			a.recordObservation(ctx, pr.Namespace, pr.Labels[wbv1.EnvironmentLabel], scopeSession(pr.Spec.Scope), skills.EdgeProbe,
+			a.Observe(ctx, pr.Namespace, pr.Labels[wbv1.EnvironmentLabel], nodekit.ScopeSession(pr.Spec.Scope), skills.EdgeProbe,
 				pr.Name, string(pr.Spec.Condition.Kind), string(res.Result)) // seed 004
 		}
 	}
 	next.Result = probeResultFor(next.Conditions)
 	next.ObservedGeneration = pr.Generation
-	setHealth(&next.Conditions, wbv1.ProbeHealth(next.Result), string(next.Result), "probe is "+string(next.Result), pr.Generation)
-	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"probe", &pr, cur, next)
+	nodekit.SetHealth(&next.Conditions, wbv1.ProbeHealth(next.Result), string(next.Result), "probe is "+string(next.Result), pr.Generation)
+	wrote, err := statusapply.Apply(ctx, a.Client, nodekit.FieldManager+"probe", &pr, cur, next)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -114,7 +137,7 @@ func (r *probeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		if next.Result == probeError {
 			evType = corev1.EventTypeWarning
 		}
-		a.recordEvent(&pr, evType, string(next.Result), "Probe "+string(pr.Spec.Condition.Kind)+" is "+string(next.Result))
+		a.Event(&pr, evType, string(next.Result), "Probe "+string(pr.Spec.Condition.Kind)+" is "+string(next.Result))
 	}
 	return ctrl.Result{}, nil
 }
@@ -142,4 +165,20 @@ func (r *probeReconciler) record(next *wbv1.ProbeStatus, res waits.ProbeResult) 
 		}
 		next.Refusal = &wbv1.Refusal{Code: code, Message: statusapply.Truncate(res.Err.Error(), 1024)}
 	}
+}
+
+// Setup registers the probe reconciler with mgr. Probes evaluate inline, each bounded by
+// its timeout (at most 30s): a few workers keep one slow source from delaying the others.
+// wake re-queues probes whose scope became available in this process; awaitingScope maps
+// a command or session event to the probes that may have waited for it.
+func Setup(mgr ctrl.Manager, d Deps, wake <-chan event.GenericEvent, awaitingScope handler.MapFunc) error {
+	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.Probe{}).Named("node-probe").
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		WatchesRawSource(source.Channel(wake, &handler.EnqueueRequestForObject{})).
+		Watches(&wbv1.TerminalCommand{}, handler.EnqueueRequestsFromMapFunc(awaitingScope)).
+		Watches(&wbv1.TerminalSession{}, handler.EnqueueRequestsFromMapFunc(awaitingScope)).
+		Complete(&probeReconciler{a: &d}); err != nil {
+		return fmt.Errorf("probe controller: %w", err)
+	}
+	return nil
 }

@@ -1,4 +1,9 @@
-package agent
+// Package artifactcapture is the node agent's room for captured and exported Artifacts:
+// it stores once, in the node's content-addressed store, the output a session's ring
+// retains, a deterministic tar of an environment root's subtree, or the git-format patch
+// of a root's changes, and records where the bytes are. Uploads come through the data
+// plane; retention is the agent's sweep.
+package artifactcapture
 
 import (
 	"bytes"
@@ -15,10 +20,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/nodeagent/artifacts"
 	"sensorium.dev/workbench/internal/nodeagent/gitexport"
+	"sensorium.dev/workbench/internal/nodeagent/nodekit"
+	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/platform/fixture"
 	"sensorium.dev/workbench/internal/statusapply"
 )
@@ -27,8 +38,8 @@ import (
 const (
 	// maxArtifactBytes caps one captured or exported blob (artifact-too-large above it).
 	maxArtifactBytes = 64 << 20
-	// defaultRetention applies when spec.retentionSeconds is unset.
-	defaultRetention = 24 * time.Hour
+	// DefaultRetention applies when spec.retentionSeconds is unset.
+	DefaultRetention = 24 * time.Hour
 	// guestExportTimeout bounds an export from a VM guest (receipt and re-encoding).
 	guestExportTimeout = 2 * time.Minute
 	// artifactScopeGrace bounds how long an artifact waits for its environment or session
@@ -40,18 +51,46 @@ const (
 const (
 	artifactCapture wbv1.ArtifactSource = "capture"
 	artifactExport  wbv1.ArtifactSource = "export"
-	artifactUpload  wbv1.ArtifactSource = "upload"
+	// SourceUpload is an Artifact whose bytes come through the data plane.
+	SourceUpload wbv1.ArtifactSource = "upload"
 )
 
-func artifactOwned(s *wbv1.ArtifactStatus) wbv1.ArtifactStatus {
-	return wbv1.ArtifactStatus{
-		Digest: s.Digest, Size: s.Size, Base: s.Base, Files: s.Files, NodeName: s.NodeName, RetainedUntil: s.RetainedUntil, Refusal: s.Refusal,
-		ObservedGeneration: s.ObservedGeneration,
-		Conditions:         statusapply.Owned(s.Conditions, wbv1.ConditionReady, wbv1.ConditionCleanupComplete),
-	}
+// Deps is what the room needs.
+type Deps struct {
+	NodeName string
+	// StateDir holds the scratch space of git-patch exports (<StateDir>/tmp/exports).
+	StateDir string
+	Client   client.Client
+	Blobs    *artifacts.Store
+	// Scoped reads an object an artifact names from this node's cache: nodekit.ErrNotYet
+	// while it has not reached this node.
+	Scoped func(ctx context.Context, key types.NamespacedName, obj client.Object) error
+	// Root opens a root of an environment mounted on this node.
+	Root func(ctx context.Context, ns, envName, rootName string) (nodekit.Root, error)
+	// SessionRing is the event ring of a session this process serves (nil when none), and
+	// Output the retained output of its events from..to.
+	SessionRing func(sessionUID string) *ring.Ring
+	Output      func(sessionUID string, from, to uint64) ([]byte, *ring.Gap, error)
+	// KickSweep starts the retention sweep (an artifact being deleted drops its blob).
+	KickSweep func()
+	Event     nodekit.EventFunc
 }
 
-type artifactReconciler struct{ a *Agent }
+// Setup registers the room's reconciler with mgr. wake re-queues artifacts whose
+// environment or session became available in this process; ofEnvironment and ofSession
+// map those objects' events to the artifacts not stored yet.
+func Setup(mgr ctrl.Manager, d Deps, wake <-chan event.GenericEvent, ofEnvironment, ofSession handler.MapFunc) error {
+	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.Artifact{}).Named("node-artifact").
+		WatchesRawSource(source.Channel(wake, &handler.EnqueueRequestForObject{})).
+		Watches(&wbv1.Environment{}, handler.EnqueueRequestsFromMapFunc(ofEnvironment)).
+		Watches(&wbv1.TerminalSession{}, handler.EnqueueRequestsFromMapFunc(ofSession)).
+		Complete(&artifactReconciler{a: &d}); err != nil {
+		return fmt.Errorf("artifact controller: %w", err)
+	}
+	return nil
+}
+
+type artifactReconciler struct{ a *Deps }
 
 // Reconcile captures or exports an artifact bound to this node once into the node's
 // content-addressed store and records where it is. Storing is idempotent (identical
@@ -61,18 +100,18 @@ type artifactReconciler struct{ a *Agent }
 func (r *artifactReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	a := r.a
 	var art wbv1.Artifact
-	if err := a.client.Get(ctx, req.NamespacedName, &art); err != nil {
+	if err := a.Client.Get(ctx, req.NamespacedName, &art); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if art.Labels[wbv1.NodeLabel] == a.cfg.NodeName && !art.DeletionTimestamp.IsZero() {
-		a.kickArtifactSweep() // the sweep drops its blob and reports CleanupComplete
+	if art.Labels[wbv1.NodeLabel] == a.NodeName && !art.DeletionTimestamp.IsZero() {
+		a.KickSweep() // the sweep drops its blob and reports CleanupComplete
 		return ctrl.Result{}, nil
 	}
-	if art.Labels[wbv1.NodeLabel] != a.cfg.NodeName || art.Status.Digest != "" || art.Status.Refusal != nil ||
+	if art.Labels[wbv1.NodeLabel] != a.NodeName || art.Status.Digest != "" || art.Status.Refusal != nil ||
 		(art.Spec.Source != artifactCapture && art.Spec.Source != artifactExport) {
 		return ctrl.Result{}, nil
 	}
-	cur, next := artifactOwned(&art.Status), artifactOwned(&art.Status)
+	cur, next := nodekit.ArtifactOwned(&art.Status), nodekit.ArtifactOwned(&art.Status)
 	set := func(ok bool, reason, msg string) {
 		statusapply.Set(&next.Conditions, &next.Conditions, statusapply.Cond(wbv1.ConditionReady, ok, reason, msg, art.Generation))
 	}
@@ -96,54 +135,54 @@ func (r *artifactReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		digest, size, note, err = a.exportArtifact(ctx, &art)
 	}
 	switch {
-	case errors.Is(err, errNotYet) && time.Since(art.CreationTimestamp.Time) < artifactScopeGrace:
+	case errors.Is(err, nodekit.ErrNotYet) && time.Since(art.CreationTimestamp.Time) < artifactScopeGrace:
 		// Woken when its environment or session becomes available here; the requeue is the
 		// grace's end.
 		return ctrl.Result{RequeueAfter: statusapply.RequeueAt(time.Now(), art.CreationTimestamp.Add(artifactScopeGrace))}, nil
-	case errors.Is(err, errNotYet):
+	case errors.Is(err, nodekit.ErrNotYet):
 		err = actuation.Refusef(actuation.CodeEnvironmentUnavailable, "its environment or session did not become available on this node within %s", artifactScopeGrace)
 		fallthrough
-	case codeOf(err) != "":
-		next.Refusal = &wbv1.Refusal{Code: codeOf(err), Message: statusapply.Truncate(err.Error(), 1024)}
-		set(false, wbv1.ReasonFailed, codeOf(err)+": "+err.Error())
+	case nodekit.CodeOf(err) != "":
+		next.Refusal = &wbv1.Refusal{Code: nodekit.CodeOf(err), Message: statusapply.Truncate(err.Error(), 1024)}
+		set(false, wbv1.ReasonFailed, nodekit.CodeOf(err)+": "+err.Error())
 	case err != nil:
 		return ctrl.Result{}, err
 	default:
-		retention := defaultRetention
+		retention := DefaultRetention
 		if art.Spec.RetentionSeconds > 0 {
 			retention = time.Duration(art.Spec.RetentionSeconds) * time.Second
 		}
 		until := metav1.NewTime(art.CreationTimestamp.Add(retention))
 		next.Digest, next.Size, next.RetainedUntil = wbv1.Digest(digest), size, &until
-		set(true, "Stored", fmt.Sprintf("%d bytes held by node %s%s", size, a.cfg.NodeName, note))
+		set(true, "Stored", fmt.Sprintf("%d bytes held by node %s%s", size, a.NodeName, note))
 	}
-	next.NodeName, next.ObservedGeneration = a.cfg.NodeName, art.Generation
-	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"artifact", &art, cur, next)
+	next.NodeName, next.ObservedGeneration = a.NodeName, art.Generation
+	wrote, err := statusapply.Apply(ctx, a.Client, nodekit.FieldManager+"artifact", &art, cur, next)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if wrote {
 		if next.Refusal != nil {
-			a.recordEvent(&art, corev1.EventTypeWarning, "Refused", next.Refusal.Code+": "+next.Refusal.Message)
+			a.Event(&art, corev1.EventTypeWarning, "Refused", next.Refusal.Code+": "+next.Refusal.Message)
 		} else {
-			a.recordEvent(&art, corev1.EventTypeNormal, "Stored", "Artifact stored as "+digest)
+			a.Event(&art, corev1.EventTypeNormal, "Stored", "Artifact stored as "+digest)
 		}
 	}
 	return ctrl.Result{}, nil
 }
 
 // captureArtifact stores the output bytes a session's event ring retains.
-func (a *Agent) captureArtifact(ctx context.Context, art *wbv1.Artifact) (string, int64, string, error) {
+func (a *Deps) captureArtifact(ctx context.Context, art *wbv1.Artifact) (string, int64, string, error) {
 	if art.Spec.SessionRef == nil {
 		return "", 0, "", actuation.Refusef(actuation.CodeSessionMissing, "a capture names a session (spec.sessionRef)")
 	}
 	key := types.NamespacedName{Namespace: art.Namespace, Name: string(*art.Spec.SessionRef)}
 	var ts wbv1.TerminalSession
-	if err := a.getScoped(ctx, key, &ts); err != nil {
+	if err := a.Scoped(ctx, key, &ts); err != nil {
 		switch {
 		case apierrors.IsNotFound(err):
 			return "", 0, "", actuation.Refusef(actuation.CodeSessionMissing, "session %s does not exist", key)
-		case errors.Is(err, errNotYet):
+		case errors.Is(err, nodekit.ErrNotYet):
 			return "", 0, "", err
 		}
 		return "", 0, "", fmt.Errorf("reading TerminalSession %s: %w", key, err)
@@ -151,12 +190,12 @@ func (a *Agent) captureArtifact(ctx context.Context, art *wbv1.Artifact) (string
 	if ts.Spec.EnvironmentRef != art.Spec.EnvironmentRef {
 		return "", 0, "", actuation.Refusef(actuation.CodeSessionMissing, "session %s is not a session of environment %s", key, art.Spec.EnvironmentRef)
 	}
-	rg := a.sessionRing(string(ts.UID))
+	rg := a.SessionRing(string(ts.UID))
 	if rg == nil {
-		if isFinalSessionPhase(string(ts.Status.Phase)) {
+		if wbv1.SessionPhaseIsFinal(ts.Status.Phase) {
 			return "", 0, "", actuation.Refusef(actuation.CodeSessionClosed, "session %s is %s; its output is gone", key, ts.Status.Phase)
 		}
-		return "", 0, "", errNotYet
+		return "", 0, "", nodekit.ErrNotYet
 	}
 	last := rg.LastSeq()
 	out, gap, err := a.Output(string(ts.UID), 1, last)
@@ -167,13 +206,13 @@ func (a *Agent) captureArtifact(ctx context.Context, art *wbv1.Artifact) (string
 	if gap != nil {
 		note += fmt.Sprintf("; events %d-%d had left the ring", gap.FromSeq, gap.ToSeq)
 	}
-	digest, size, err := a.blobs.Put(bytes.NewReader(out), maxArtifactBytes)
+	digest, size, err := a.Blobs.Put(bytes.NewReader(out), maxArtifactBytes)
 	return digest, size, note + ")", err
 }
 
 // exportArtifact stores a deterministic tar of a subtree of an environment root: through
 // fixture.Export for a managed copy, fixture.ExportRoot (same format) for a host root.
-func (a *Agent) exportArtifact(ctx context.Context, art *wbv1.Artifact) (string, int64, string, error) {
+func (a *Deps) exportArtifact(ctx context.Context, art *wbv1.Artifact) (string, int64, string, error) {
 	if art.Spec.Root == nil {
 		return "", 0, "", actuation.Refusef(actuation.CodeRootNotAllowed, "an export names a root (spec.root)")
 	}
@@ -182,16 +221,16 @@ func (a *Agent) exportArtifact(ctx context.Context, art *wbv1.Artifact) (string,
 		rel = string(*art.Spec.Path)
 	}
 	var env wbv1.Environment
-	if err := a.getScoped(ctx, types.NamespacedName{Namespace: art.Namespace, Name: string(art.Spec.EnvironmentRef)}, &env); err != nil {
+	if err := a.Scoped(ctx, types.NamespacedName{Namespace: art.Namespace, Name: string(art.Spec.EnvironmentRef)}, &env); err != nil {
 		switch {
 		case apierrors.IsNotFound(err):
 			return "", 0, "", actuation.Refusef(actuation.CodeEnvironmentUnavailable, "environment %s does not exist", art.Spec.EnvironmentRef)
-		case errors.Is(err, errNotYet):
+		case errors.Is(err, nodekit.ErrNotYet):
 			return "", 0, "", err
 		}
 		return "", 0, "", fmt.Errorf("reading Environment %s: %w", art.Spec.EnvironmentRef, err)
 	}
-	ra, err := a.environmentRoot(ctx, art.Namespace, env.Name, string(*art.Spec.Root))
+	ra, err := a.Root(ctx, art.Namespace, env.Name, string(*art.Spec.Root))
 	if err != nil {
 		return "", 0, "", err
 	}
@@ -199,23 +238,23 @@ func (a *Agent) exportArtifact(ctx context.Context, art *wbv1.Artifact) (string,
 	note := ""
 	digest, size, err := a.putStream(gzipIf(art.Spec.Format != nil && *art.Spec.Format == wbv1.ExportFormatTarGzip, func(w io.Writer) error {
 		switch {
-		case ra.guest != nil:
+		case ra.Guest != nil:
 			// The guest's archive is validated and re-encoded in the same format.
 			ctx, cancel := context.WithTimeout(ctx, guestExportTimeout)
 			defer cancel()
-			_, err := ra.guest.Export(ctx, rel, w, lim)
+			_, err := ra.Guest.Export(ctx, rel, w, lim)
 			note = " (exported from the guest)"
 			return err
 		case env.Spec.Backend == wbv1.BackendFixtureCopy:
-			m, err := fixture.NewManager(filepath.Dir(ra.mr.Path))
+			m, err := fixture.NewManager(filepath.Dir(ra.Mount.Path))
 			if err != nil {
 				return err
 			}
 			defer func() { _ = m.Close() }()
-			_, err = m.Export(ra.mr.Path, rel, w, lim)
+			_, err = m.Export(ra.Mount.Path, rel, w, lim)
 			return err
 		}
-		_, err := fixture.ExportRoot(ra.host, rel, w, lim)
+		_, err := fixture.ExportRoot(ra.Host, rel, w, lim)
 		return err
 	}))
 	return digest, size, note, err
@@ -226,7 +265,7 @@ var errPutEnded = errors.New("the artifact store stopped reading")
 // putStream stores what write produces, bounded by maxArtifactBytes, without holding it
 // in memory. A refusal of the writer (symlink, cap) or of the store wins over the
 // secondary error it causes on the other side of the pipe.
-func (a *Agent) putStream(write func(io.Writer) error) (string, int64, error) {
+func (a *Deps) putStream(write func(io.Writer) error) (string, int64, error) {
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
@@ -234,11 +273,11 @@ func (a *Agent) putStream(write func(io.Writer) error) (string, int64, error) {
 		pw.CloseWithError(err) // nil: EOF
 		done <- err
 	}()
-	digest, size, perr := a.blobs.Put(pr, maxArtifactBytes)
+	digest, size, perr := a.Blobs.Put(pr, maxArtifactBytes)
 	pr.CloseWithError(errPutEnded) // unblocks the writer when the store stopped early
 	werr := <-done
 	switch {
-	case codeOf(werr) != "":
+	case nodekit.CodeOf(werr) != "":
 		return "", 0, werr
 	case perr != nil:
 		return "", 0, perr

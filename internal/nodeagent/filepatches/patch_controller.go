@@ -1,4 +1,8 @@
-package agent
+// Package filepatches is the node agent's room for FilePatches: it applies an approved
+// patch at most once to one root of an environment mounted on this node (a host
+// directory or a directory inside a VM guest), with the store recording Applying before
+// any file is touched, and publishes the outcome.
+package filepatches
 
 import (
 	"context"
@@ -13,11 +17,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/convert"
+	"sensorium.dev/workbench/internal/nodeagent/artifacts"
 	"sensorium.dev/workbench/internal/nodeagent/guestfs"
+	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/nodeagent/patch"
 	"sensorium.dev/workbench/internal/nodeagent/store"
 	"sensorium.dev/workbench/internal/statusapply"
@@ -38,7 +47,8 @@ const (
 	approvalRejected wbv1.PatchApprovalState = "Rejected"
 )
 
-func patchIsFinal(s *wbv1.FilePatchStatus) bool { return wbv1.FilePatchIsFinal(s.Phase) }
+// IsFinal says whether a patch has its outcome.
+func IsFinal(s *wbv1.FilePatchStatus) bool { return wbv1.FilePatchIsFinal(s.Phase) }
 
 // patchPhaseFor is wbv1.FilePatchPhaseFor (the one derivation, in api/v1alpha1).
 func patchPhaseFor(conds []metav1.Condition) wbv1.FilePatchPhase {
@@ -52,7 +62,35 @@ func patchOwned(s *wbv1.FilePatchStatus) wbv1.FilePatchStatus {
 	}
 }
 
-type patchReconciler struct{ a *Agent }
+// Deps is what the room needs.
+type Deps struct {
+	NodeName string
+	Client   client.Client
+	Reader   client.Reader
+	// Store records each patch's Applying and outcome; Blobs holds the artifacts a patch
+	// may carry its bytes in.
+	Store *store.DB
+	Blobs *artifacts.Store
+	// Scoped reads an object a patch names from this node's cache: nodekit.ErrNotYet while
+	// it has not reached this node.
+	Scoped func(ctx context.Context, key types.NamespacedName, obj client.Object) error
+	// Root opens a root of an environment mounted on this node (nodekit.ErrNotYet while it
+	// is not mounted here).
+	Root     func(ctx context.Context, ns, envName, rootName string) (nodekit.Root, error)
+	Recorder Recorder
+	Event    nodekit.EventFunc
+	// GuestTimeout bounds a patch applied inside a VM guest (planning reads, stages, commit).
+	GuestTimeout time.Duration
+}
+
+// Recorder is the recordings room's hooks around a patch's apply (seed 004).
+type Recorder interface {
+	Before(ctx context.Context, env *wbv1.Environment, session, objUID string)
+	AfterPatch(fp *wbv1.FilePatch, env *wbv1.Environment)
+	Discard(objUID string)
+}
+
+type patchReconciler struct{ a *Deps }
 
 type patchPass struct {
 	fp     *wbv1.FilePatch
@@ -98,10 +136,10 @@ func (p *patchPass) reject(code, msg string) {
 func (r *patchReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	a := r.a
 	var fp wbv1.FilePatch
-	if err := a.client.Get(ctx, req.NamespacedName, &fp); err != nil {
+	if err := a.Client.Get(ctx, req.NamespacedName, &fp); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if fp.Labels[wbv1.NodeLabel] != a.cfg.NodeName || patchIsFinal(&fp.Status) {
+	if fp.Labels[wbv1.NodeLabel] != a.NodeName || IsFinal(&fp.Status) {
 		return ctrl.Result{}, nil
 	}
 	cur, next := patchOwned(&fp.Status), patchOwned(&fp.Status)
@@ -111,8 +149,8 @@ func (r *patchReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	next.Phase = patchPhaseFor(next.Conditions)
 	next.ObservedGeneration = fp.Generation
-	setHealth(&next.Conditions, wbv1.FilePatchHealth(next.Phase), string(next.Phase), "patch is "+string(next.Phase), fp.Generation)
-	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"patch", &fp, cur, next)
+	nodekit.SetHealth(&next.Conditions, wbv1.FilePatchHealth(next.Phase), string(next.Phase), "patch is "+string(next.Phase), fp.Generation)
+	wrote, err := statusapply.Apply(ctx, a.Client, nodekit.FieldManager+"patch", &fp, cur, next)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -121,7 +159,7 @@ func (r *patchReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		if next.Phase == patchRejected {
 			evType = corev1.EventTypeWarning
 		}
-		a.recordEvent(&fp, evType, string(next.Phase), "FilePatch is "+string(next.Phase)+" on node "+a.cfg.NodeName)
+		a.Event(&fp, evType, string(next.Phase), "FilePatch is "+string(next.Phase)+" on node "+a.NodeName)
 	}
 	return p.result, nil
 }
@@ -134,16 +172,16 @@ func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
 	a := r.a
 	fp := p.fp
 	uid := string(fp.UID)
-	rec, ok, err := a.store.Patches().Get(uid)
+	rec, ok, err := a.Store.Patches().Get(uid)
 	if err != nil {
 		return err
 	}
 	if ok {
 		var fresh wbv1.FilePatch
-		if err := a.reader.Get(ctx, client.ObjectKeyFromObject(fp), &fresh); err != nil {
+		if err := a.Reader.Get(ctx, client.ObjectKeyFromObject(fp), &fresh); err != nil {
 			return client.IgnoreNotFound(err)
 		}
-		if patchIsFinal(&fresh.Status) {
+		if IsFinal(&fresh.Status) {
 			p.skip = true // the cache is behind our own write
 			return nil
 		}
@@ -153,7 +191,7 @@ func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
 		case rec.Phase == string(patchRejected) && rec.RefusalCode == "":
 			p.set(metav1.ConditionFalse, reasonApprovalRejected, "an operator rejected the patch")
 		case rec.Phase == string(patchRejected):
-			p.reject(rec.RefusalCode, "refused on node "+a.cfg.NodeName)
+			p.reject(rec.RefusalCode, "refused on node "+a.NodeName)
 		default:
 			p.unknown("the node agent stopped while applying the patch, or a VM guest's answer was lost")
 		}
@@ -167,12 +205,12 @@ func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
 		return nil
 	}
 	var env wbv1.Environment
-	if err := a.getScoped(ctx, types.NamespacedName{Namespace: fp.Namespace, Name: string(fp.Spec.EnvironmentRef)}, &env); err != nil {
+	if err := a.Scoped(ctx, types.NamespacedName{Namespace: fp.Namespace, Name: string(fp.Spec.EnvironmentRef)}, &env); err != nil {
 		switch {
 		case apierrors.IsNotFound(err):
 			p.reject(string(actuation.CodeEnvironmentUnavailable), "environment "+string(fp.Spec.EnvironmentRef)+" does not exist")
 			return nil
-		case errors.Is(err, errNotYet):
+		case errors.Is(err, nodekit.ErrNotYet):
 			return nil // the object reaching this node's cache wakes the patch
 		}
 		return err
@@ -182,10 +220,10 @@ func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
 		p.set(metav1.ConditionFalse, reasonAwaitingApproval, "environment "+env.Name+" requires an operator's approval (approve on filepatches)")
 		return nil // the approval is a spec change: it triggers the next pass
 	}
-	ra, err := a.environmentRoot(ctx, fp.Namespace, env.Name, string(fp.Spec.Root))
-	mr := ra.mr
+	ra, err := a.Root(ctx, fp.Namespace, env.Name, string(fp.Spec.Root))
+	mr := ra.Mount
 	switch {
-	case errors.Is(err, errNotYet):
+	case errors.Is(err, nodekit.ErrNotYet):
 		return nil // environmentAvailable wakes the patch once the environment is mounted here
 	case codeOf(err) != "":
 		p.reject(codeOf(err), err.Error())
@@ -198,7 +236,7 @@ func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
 	}
 	req, err := a.patchRequest(ctx, fp, &env)
 	switch {
-	case errors.Is(err, errNotYet):
+	case errors.Is(err, nodekit.ErrNotYet):
 		return nil // the artifact's status (stored here) wakes the patch
 	case codeOf(err) != "":
 		p.reject(codeOf(err), err.Error())
@@ -209,11 +247,11 @@ func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
 	if err := a.recordPatch(fp, string(env.UID), store.PhaseApplying, "", nil); err != nil {
 		return err
 	}
-	a.recordBefore(ctx, &env, "", string(fp.UID)) // seed 004: state before, when recorded
+	a.Recorder.Before(ctx, &env, "", string(fp.UID)) // seed 004: state before, when recorded
 	var res *patch.Result
-	if ra.guest != nil {
-		gctx, cancel := context.WithTimeout(ctx, guestPatchTimeout)
-		res, err = ra.guest.ApplyPatch(gctx, req)
+	if ra.Guest != nil {
+		gctx, cancel := context.WithTimeout(ctx, a.GuestTimeout)
+		res, err = ra.Guest.ApplyPatch(gctx, req)
 		cancel()
 		if errors.Is(err, guestfs.ErrOutcomeUnknown) {
 			// Which files changed cannot be proved: recorded as the store records an
@@ -225,10 +263,10 @@ func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
 			return nil
 		}
 	} else {
-		res, err = patch.Apply(ra.host, req)
+		res, err = patch.Apply(ra.Host, req)
 	}
 	if err != nil {
-		a.takePending(string(fp.UID)) // nothing applied: no edge
+		a.Recorder.Discard(string(fp.UID)) // nothing applied: no edge
 		code := string(actuation.CodeOf(err))
 		if code == "" {
 			code = string(actuation.CodePatchWriteFailed)
@@ -247,20 +285,20 @@ func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
 		// The files are written; a restart reports the record's Applying as unknown.
 		ctrl.LoggerFrom(ctx).Error(err, "Recording applied patch", "filePatch", client.ObjectKeyFromObject(fp))
 	}
-	a.recordAfterPatch(fp, &env) // seed 004
+	a.Recorder.AfterPatch(fp, &env) // seed 004
 	p.applied(files)
 	return nil
 }
 
-func (a *Agent) recordPatch(fp *wbv1.FilePatch, envUID, phase, code string, files []store.PatchFile) error {
-	return a.store.Patches().Put(store.Patch{UID: string(fp.UID), Namespace: fp.Namespace, Name: fp.Name, EnvironmentUID: envUID,
+func (a *Deps) recordPatch(fp *wbv1.FilePatch, envUID, phase, code string, files []store.PatchFile) error {
+	return a.Store.Patches().Put(store.Patch{UID: string(fp.UID), Namespace: fp.Namespace, Name: fp.Name, EnvironmentUID: envUID,
 		Root: string(fp.Spec.Root), Digest: string(fp.Spec.Digest), Phase: phase, ChangedFiles: files, RefusalCode: code, UpdatedAt: time.Now()})
 }
 
 // patchRequest builds the engine request: the inline diff, the canonical JSON of the
 // structured operations (the bytes the declared digest covers, see webhooks.PatchDigest),
 // or the blob of the named Artifact from this node's store.
-func (a *Agent) patchRequest(ctx context.Context, fp *wbv1.FilePatch, env *wbv1.Environment) (patch.Request, error) {
+func (a *Deps) patchRequest(ctx context.Context, fp *wbv1.FilePatch, env *wbv1.Environment) (patch.Request, error) {
 	pol := fp.Spec.Policy
 	// The proposer's policy, capped by the environment's host-owned patchPolicy: never widened.
 	eff, ref := actuation.CapPatchPolicy(convert.EnvironmentPatchPolicy(&env.Spec), convert.ProposedPatchPolicy(&fp.Spec))
@@ -298,13 +336,13 @@ func (a *Agent) patchRequest(ctx context.Context, fp *wbv1.FilePatch, env *wbv1.
 
 // artifactBytes reads at most maxBytes+1 bytes of an Artifact's verified blob (the caller
 // refuses anything above maxBytes).
-func (a *Agent) artifactBytes(ctx context.Context, key types.NamespacedName, maxBytes int64) ([]byte, error) {
+func (a *Deps) artifactBytes(ctx context.Context, key types.NamespacedName, maxBytes int64) ([]byte, error) {
 	var art wbv1.Artifact
-	if err := a.getScoped(ctx, key, &art); err != nil {
+	if err := a.Scoped(ctx, key, &art); err != nil {
 		switch {
 		case apierrors.IsNotFound(err):
 			return nil, actuation.Refusef(actuation.CodeArtifactNotFound, "artifact %s does not exist", key)
-		case errors.Is(err, errNotYet):
+		case errors.Is(err, nodekit.ErrNotYet):
 			return nil, err // not (yet) held by this node
 		}
 		return nil, fmt.Errorf("reading Artifact %s: %w", key, err)
@@ -313,9 +351,9 @@ func (a *Agent) artifactBytes(ctx context.Context, key types.NamespacedName, max
 	case art.Status.Refusal != nil:
 		return nil, actuation.Refusef(actuation.CodeArtifactNotFound, "artifact %s was refused (%s)", key, art.Status.Refusal.Code)
 	case art.Status.Digest == "":
-		return nil, errNotYet
+		return nil, nodekit.ErrNotYet
 	}
-	blob, err := a.blobs.Open(string(art.Status.Digest))
+	blob, err := a.Blobs.Open(string(art.Status.Digest))
 	if err != nil {
 		return nil, err
 	}
@@ -330,13 +368,16 @@ func (a *Agent) artifactBytes(ctx context.Context, key types.NamespacedName, max
 // codeOf returns the refusal code of err as the status field's string.
 func codeOf(err error) string { return string(actuation.CodeOf(err)) }
 
-// patchesOfEnvironment re-queues the patches of an environment whose approval policy or
-// readiness changed.
-
-// setHealth sets the kstatus Reconciling and Stalled conditions for h (every kind the node
-// writes carries them, with the phase as their reason).
-func setHealth(conds *[]metav1.Condition, h wbv1.Health, reason, msg string, gen int64) {
-	for _, hc := range wbv1.HealthConditions(h, reason, msg, gen) {
-		statusapply.Set(conds, conds, hc)
+// Setup registers the room's reconciler with mgr. wake re-queues patches whose environment
+// became available in this process; ofEnvironment and ofNamespace map an Environment's
+// and an Artifact's events to the pending patches that may wait for them.
+func Setup(mgr ctrl.Manager, d Deps, wake <-chan event.GenericEvent, ofEnvironment, ofNamespace handler.MapFunc) error {
+	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.FilePatch{}).Named("node-filepatch").
+		WatchesRawSource(source.Channel(wake, &handler.EnqueueRequestForObject{})).
+		Watches(&wbv1.Environment{}, handler.EnqueueRequestsFromMapFunc(ofEnvironment)).
+		Watches(&wbv1.Artifact{}, handler.EnqueueRequestsFromMapFunc(ofNamespace)).
+		Complete(&patchReconciler{a: &d}); err != nil {
+		return fmt.Errorf("file patch controller: %w", err)
 	}
+	return nil
 }
