@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -250,22 +248,6 @@ func TestKubeGapMarker(t *testing.T) {
 	}
 }
 
-// readFile reads a file through GET .../files?op=read and returns the bytes and the
-// X-Workbench-* headers (or the refusal body).
-func (ts *testServer) readFile(tb testing.TB, token, path string) (int, []byte, http.Header) {
-	tb.Helper()
-	resp, err := ts.send(context.Background(), "GET", path, token, nil, nil)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return resp.StatusCode, raw, resp.Header
-}
-
 func TestKubeFiles(t *testing.T) {
 	fx := requireAPIServer(t)
 	ts := startKubeServer(t, Limits{}, CacheOptions{})
@@ -293,12 +275,12 @@ func TestKubeFiles(t *testing.T) {
 	agent := fx.tokens["agent"]
 	read := func(q string) string { return filesPath(testNS, "env") + "?op=read&root=work&" + q }
 
-	status, data, hd := ts.readFile(t, agent, read("path=hello.txt"))
+	status, data, hd := ts.dp().Get(t, read("path=hello.txt"), agent)
 	if status != 200 || string(data) != "hello world\n" || hd.Get("X-Workbench-Size") != "12" ||
 		hd.Get("X-Workbench-Truncated") != "false" || hd.Get("X-Workbench-Digest") == "" {
 		t.Errorf("read: %d %q %v", status, data, hd)
 	}
-	status, data, hd = ts.readFile(t, agent, read("path=hello.txt&offset=6&limit=5"))
+	status, data, hd = ts.dp().Get(t, read("path=hello.txt&offset=6&limit=5"), agent)
 	if status != 200 || string(data) != "world" || hd.Get("X-Workbench-Truncated") != "true" {
 		t.Errorf("windowed read: %d %q %v", status, data, hd)
 	}
