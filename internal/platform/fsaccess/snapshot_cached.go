@@ -1,11 +1,5 @@
 package fsaccess
 
-import (
-	"io"
-
-	"golang.org/x/sys/unix"
-)
-
 // FileKey identifies one version of a regular file as stat sees it: device,
 // inode, size, modification and status-change times. Any write, truncation,
 // rename over the file, chmod or chown moves ctime, so a file whose key is
@@ -32,101 +26,5 @@ type DigestCache interface {
 // an fstat after the read still gives the key the walk saw (the file did not
 // change while it was read). The caps apply to the bytes actually read.
 func (r *Root) SnapshotCached(rel string, lim SnapshotLimits, c DigestCache) (*Snapshot, error) {
-	if c == nil {
-		return r.Snapshot(rel, lim)
-	}
-	if lim.MaxFileBytesToHash <= 0 {
-		lim.MaxFileBytesToHash = DefaultMaxFileBytesToHash
-	}
-	if lim.MaxTotalBytesToHash <= 0 {
-		lim.MaxTotalBytesToHash = DefaultMaxTotalBytesToHash
-	}
-	snap := &Snapshot{Root: rel, Entries: []Entry{}}
-	budget := lim.MaxTotalBytesToHash
-	res, err := r.Walk(rel, WalkLimits{MaxEntries: lim.MaxEntries, MaxDepth: lim.MaxDepth}, func(w *WalkEntry) error {
-		e := w.Entry
-		if e.Type == TypeFile {
-			key := FileKey{Dev: w.dev, Ino: w.ino, Size: e.Size, MtimeNs: e.ModTime.UnixNano(), CtimeNs: w.ctime}
-			if d, ok := c.Digest(key); ok {
-				e.Digest = d
-			} else {
-				switch {
-				case e.Size > lim.MaxFileBytesToHash:
-					e.DigestOmitted = "over-file-cap"
-				case e.Size > budget:
-					e.DigestOmitted = "over-total-cap"
-				default:
-					budget -= e.Size
-					var stable bool
-					e.Digest, e.DigestOmitted, stable = hashEntryKeyed(w, lim.MaxFileBytesToHash, key)
-					if e.Digest != "" && stable {
-						c.Put(key, e.Digest)
-					}
-				}
-			}
-		}
-		snap.Entries = append(snap.Entries, e)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	snap.Truncated, snap.TruncatedBy = res.Truncated, res.TruncatedBy
-	return snap, nil
-}
-
-// hashEntryKeyed hashes a file like hashEntry and reports whether an fstat
-// after the read still matches key.
-func hashEntryKeyed(w *WalkEntry, max int64, key FileKey) (digest, omitted string, stable bool) {
-	f, err := w.Open()
-	if err != nil {
-		return "", "unreadable", false
-	}
-	defer func() { _ = f.Close() }()
-	d := NewDigester()
-	n, err := io.Copy(d, io.LimitReader(f, max+1))
-	if err != nil {
-		return "", "unreadable", false
-	}
-	if n != w.Size {
-		return "", "changed-during-read", false
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return d.Digest(), "", false
-	}
-	after := FileKey{Dev: st.Dev, Ino: st.Ino, Size: st.Size, MtimeNs: st.Mtim.Sec*1e9 + st.Mtim.Nsec, CtimeNs: st.Ctim.Sec*1e9 + st.Ctim.Nsec}
-	return d.Digest(), "", after == key
-}
-
-// MountIdentity identifies the filesystem mount a root lives on: st_dev and the
-// kernel's mount id — the unique 64-bit one (statx STATX_MNT_ID_UNIQUE, Linux
-// 6.8+) where reported, which no later mount reuses, else the reusable
-// STATX_MNT_ID (5.8+). A remount, or another filesystem mounted at the same
-// place, changes it; with only the reusable id or none, st_dev and the reusable
-// id can repeat after an unmount, and FileKey's ctime is what still tells.
-type MountIdentity struct {
-	Dev      uint64
-	MountID  uint64
-	UniqueID bool // MountID is the never-reused id
-}
-
-// MountIdentity returns the mount identity of the root's directory.
-func (r *Root) MountIdentity() (MountIdentity, error) {
-	var stx unix.Statx_t
-	if err := unix.Statx(r.fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, unix.STATX_INO|unix.STATX_MNT_ID_UNIQUE, &stx); err == nil {
-		id := MountIdentity{Dev: unix.Mkdev(stx.Dev_major, stx.Dev_minor)}
-		switch {
-		case stx.Mask&unix.STATX_MNT_ID_UNIQUE != 0:
-			id.MountID, id.UniqueID = stx.Mnt_id, true
-		case stx.Mask&unix.STATX_MNT_ID != 0:
-			id.MountID = stx.Mnt_id
-		}
-		return id, nil
-	}
-	i, err := r.Identity()
-	if err != nil {
-		return MountIdentity{}, err
-	}
-	return MountIdentity{Dev: i.Dev}, nil
+	return r.snapshot(rel, lim, c)
 }
