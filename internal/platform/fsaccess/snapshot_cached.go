@@ -1,5 +1,7 @@
 package fsaccess
 
+import "golang.org/x/sys/unix"
+
 // FileKey identifies one version of a regular file as stat sees it: device,
 // inode, size, modification and status-change times. Any write, truncation,
 // rename over the file, chmod or chown moves ctime, so a file whose key is
@@ -27,4 +29,36 @@ type DigestCache interface {
 // change while it was read). The caps apply to the bytes actually read.
 func (r *Root) SnapshotCached(rel string, lim SnapshotLimits, c DigestCache) (*Snapshot, error) {
 	return r.snapshot(rel, lim, c)
+}
+
+// MountIdentity identifies the filesystem mount a root lives on: st_dev and the
+// kernel's mount id — the unique 64-bit one (statx STATX_MNT_ID_UNIQUE, Linux
+// 6.8+) where reported, which no later mount reuses, else the reusable
+// STATX_MNT_ID (5.8+). A remount, or another filesystem mounted at the same
+// place, changes it; with only the reusable id or none, st_dev and the reusable
+// id can repeat after an unmount, and FileKey's ctime is what still tells.
+type MountIdentity struct {
+	Dev      uint64
+	MountID  uint64
+	UniqueID bool // MountID is the never-reused id
+}
+
+// MountIdentity returns the mount identity of the root's directory.
+func (r *Root) MountIdentity() (MountIdentity, error) {
+	var stx unix.Statx_t
+	if err := unix.Statx(r.fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, unix.STATX_INO|unix.STATX_MNT_ID_UNIQUE, &stx); err == nil {
+		id := MountIdentity{Dev: unix.Mkdev(stx.Dev_major, stx.Dev_minor)}
+		switch {
+		case stx.Mask&unix.STATX_MNT_ID_UNIQUE != 0:
+			id.MountID, id.UniqueID = stx.Mnt_id, true
+		case stx.Mask&unix.STATX_MNT_ID != 0:
+			id.MountID = stx.Mnt_id
+		}
+		return id, nil
+	}
+	i, err := r.Identity()
+	if err != nil {
+		return MountIdentity{}, err
+	}
+	return MountIdentity{Dev: i.Dev}, nil
 }
