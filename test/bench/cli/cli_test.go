@@ -19,6 +19,7 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/test/stack"
+	"sensorium.dev/workbench/internal/test/testkit"
 	wbclient "sensorium.dev/workbench/pkg/client"
 )
 
@@ -124,9 +125,5 @@ func BenchmarkRunTrue(b *testing.B) {
 	b.Logf("aggregated API served: %v", cl.SubresourcesServed(ctx))
 }
 
-func must(b *testing.B, err error) {
-	b.Helper()
-	if err != nil {
-		b.Fatal(err)
-	}
-}
+// must is the shared testkit.Must.
+var must = testkit.Must
