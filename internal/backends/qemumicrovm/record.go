@@ -135,5 +135,3 @@ func socketIdentity(path string) (SocketIdentity, error) {
 func writeFileAtomic(dir, name string, data []byte, mode os.FileMode) error {
 	return vmrecord.WriteFileAtomic(dir, name, data, mode)
 }
-
-func syncDir(dir string) error { return vmrecord.SyncDir(dir) }

@@ -2,7 +2,6 @@ package vfkitsystem
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -124,8 +123,4 @@ func ReadRecord(dir string, lim Limits) (*Record, error) {
 		return nil, fmt.Errorf("recorded plan: %w", err)
 	}
 	return &r, nil
-}
-
-func writeFileAtomic(dir, name string, data []byte, mode os.FileMode) error {
-	return vmrecord.WriteFileAtomic(dir, name, data, mode)
 }

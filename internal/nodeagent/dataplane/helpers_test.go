@@ -176,11 +176,6 @@ func (ts *testServer) request(ctx context.Context, method, path, token string, b
 	return ts.dp().Request(ctx, method, path, token, body)
 }
 
-// send sends one request with extra headers hdr and returns the response unread.
-func (ts *testServer) send(ctx context.Context, method, path, token string, body any, hdr http.Header) (*http.Response, error) {
-	return ts.dp().Send(ctx, method, path, token, body, hdr)
-}
-
 // expect checks status (and code for errors) of one request.
 func (ts *testServer) expect(tb testing.TB, method, path, token string, body any, status int, code string) []byte {
 	tb.Helper()
