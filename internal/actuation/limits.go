@@ -17,13 +17,9 @@ const (
 	MaxSessionDurationSeconds = 12 * 3600
 )
 
-// Limit is one node ceiling and where it applies.
-type Limit struct {
-	Name  string // stable name, used in tests and docs
-	Field string // the API field it bounds (kind.path)
-	Max   int64
-	Code  Code
-}
+// Limit is one node ceiling and where it applies: a Bound (Field is the API field it
+// bounds, kind.path).
+type Limit = Bound
 
 // Limits lists every node ceiling, for table tests and docs.
 func Limits() []Limit {

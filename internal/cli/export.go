@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -100,20 +101,27 @@ func exportArchiveCommand(o *Options) *cobra.Command {
 	return c
 }
 
+// downloadTo writes artifact name's blob to out ("-": standard output), checked against its
+// digest by the client, and closes the file it created (a close error fails the download).
+func (o *Options) downloadTo(ctx context.Context, cl *wbclient.Client, name, out string) (string, int64, error) {
+	if out == "-" {
+		return cl.Download(ctx, name, o.IO.Out)
+	}
+	f, err := os.Create(out)
+	if err != nil {
+		return "", 0, wbclient.Usage("creating %s: %v", out, err)
+	}
+	digest, n, err := cl.Download(ctx, name, f)
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("writing %s: %w", out, cerr)
+	}
+	return digest, n, err
+}
+
 // download writes artifact a's blob to out ("-": standard output), checked against its
 // digest, and reports it (on standard error when the blob went to standard output).
 func (o *Options) download(cmd *cobra.Command, cl *wbclient.Client, a *wbv1.Artifact, out string) error {
-	w := o.IO.Out
-	var f *os.File
-	if out != "-" {
-		var err error
-		if f, err = os.Create(out); err != nil {
-			return wbclient.Usage("creating %s: %v", out, err)
-		}
-		defer func() { _ = f.Close() }() // on failure; a complete download is closed and checked below
-		w = f
-	}
-	digest, n, err := cl.Download(cmd.Context(), a.Name, w)
+	digest, n, err := o.downloadTo(cmd.Context(), cl, a.Name, out)
 	if err != nil {
 		return err
 	}
@@ -121,12 +129,9 @@ func (o *Options) download(cmd *cobra.Command, cl *wbclient.Client, a *wbv1.Arti
 	if a.Status.Base != "" {
 		base = fmt.Sprintf(", %d files against %s", a.Status.Files, a.Status.Base)
 	}
-	if f == nil {
+	if out == "-" {
 		fmt.Fprintf(o.IO.ErrOut, "artifact/%s (%d bytes, %s%s)\n", a.Name, n, digest, base)
 		return nil
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", out, err)
 	}
 	res := struct {
 		Artifact string `json:"artifact"`

@@ -160,24 +160,9 @@ func cpCommand(o *Options) *cobra.Command {
 				}
 				artifact = a.Name
 			}
-			out := o.IO.Out
-			var f *os.File
-			if dst != "-" {
-				var err error
-				if f, err = os.Create(dst); err != nil {
-					return wbclient.Usage("creating %s: %v", dst, err)
-				}
-				defer func() { _ = f.Close() }() // on failure; a complete download is closed and checked below
-				out = f
-			}
-			digest, n, err := cl.Download(ctx, artifact, out)
+			digest, n, err := o.downloadTo(ctx, cl, artifact, dst)
 			if err != nil {
 				return err
-			}
-			if f != nil {
-				if err := f.Close(); err != nil {
-					return fmt.Errorf("writing %s: %w", dst, err)
-				}
 			}
 			if dst != "-" {
 				res := struct {

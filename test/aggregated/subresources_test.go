@@ -26,7 +26,6 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/apiserver"
 	dpprotocol "sensorium.dev/workbench/internal/dataplane/protocol/v2"
-	"sensorium.dev/workbench/internal/nodeagent/dataplane"
 	"sensorium.dev/workbench/internal/test/testkit"
 )
 
@@ -254,7 +253,7 @@ func TestAttachRoundTrip(t *testing.T) {
 	found := false
 	sc := bufio.NewScanner(bytes.NewReader(body))
 	for sc.Scan() {
-		var ev dataplane.SessionEvent
+		var ev dpprotocol.SessionEvent
 		must(t, json.Unmarshal(sc.Bytes(), &ev))
 		if ev.Type == "output" && strings.Contains(ev.Text, "round-trip-") && ev.DataBase64 == nil {
 			found = true

@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 
-	"sensorium.dev/workbench/internal/nodeagent/dataplane"
+	"sensorium.dev/workbench/internal/dataplane/protocol/v2"
 )
 
 // oneSize is a terminal size queue that reports one size, then ends.
@@ -32,7 +32,7 @@ func screenSize(t *testing.T, cfg *rest.Config, ns, session string) (rows, cols 
 	if code != http.StatusOK {
 		t.Fatalf("screen: %d %s", code, body)
 	}
-	var s dataplane.ScreenResponse
+	var s protocol.ScreenResponse
 	must(t, json.Unmarshal(body, &s))
 	return s.Rows, s.Cols
 }

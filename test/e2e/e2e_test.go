@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/test/testkit"
 )
 
 // eventually polls cond once a second until it holds or timeout passes; the message of the
@@ -42,12 +43,8 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 	}
 }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+// must is the shared testkit.Must.
+var must = testkit.Must
 
 func kubectl(t *testing.T, args ...string) string {
 	t.Helper()

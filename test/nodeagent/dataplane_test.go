@@ -1,13 +1,8 @@
 package nodeagent
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -21,7 +16,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
-	"sensorium.dev/workbench/internal/nodeagent/dataplane"
+	"sensorium.dev/workbench/internal/test/dpclient"
 )
 
 // tokenFor creates a ServiceAccount bound to role in ns and returns a token for it.
@@ -39,47 +34,16 @@ func tokenFor(t *testing.T, ns, name, role string) string {
 	return tr.Status.Token
 }
 
-// dataPlaneClient reads the node's published endpoint and CA from its WorkbenchNode.
-func dataPlaneClient(t *testing.T) (string, *http.Client) {
+// dataPlane is a client of the node's data plane (its published endpoint and CA).
+func dataPlane(t *testing.T) dpclient.Client {
 	t.Helper()
-	var node wbv1.WorkbenchNode
-	eventually(t, 30*time.Second, "the data plane endpoint on the WorkbenchNode", func() (bool, string) {
-		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: nodeName}, &node); err != nil {
-			return false, err.Error()
-		}
-		return node.Status.DataPlane != nil && node.Status.DataPlane.Endpoint != "", fmt.Sprintf("%+v", node.Status.DataPlane)
-	})
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM([]byte(node.Status.DataPlane.CABundle)) {
-		t.Fatal("the published CA bundle holds no certificate")
-	}
-	return node.Status.DataPlane.Endpoint, &http.Client{Timeout: 40 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
-}
-
-func call(t *testing.T, c *http.Client, method, url, token string, body any) (int, []byte) {
-	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		raw, err := json.Marshal(body)
-		must(t, err)
-		rd = bytes.NewReader(raw)
-	}
-	req, err := http.NewRequest(method, url, rd)
-	must(t, err)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := c.Do(req)
-	must(t, err)
-	defer func() { _ = resp.Body.Close() }()
-	out, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return resp.StatusCode, out
+	return dataPlaneOf(t, nodeName)
 }
 
 // TestDataPlanePTYSession drives an interactive PTY session through the node's HTTPS data
-// plane with Kubernetes tokens: the operator's raw input reaches the program and its echo
-// comes back through the event cursor; an agent may read screens but never type.
+// plane with Kubernetes tokens: the operator's raw input (an attach with stdin) reaches the
+// program and its echo comes back through the event stream; an agent may read screens but
+// never type.
 func TestDataPlanePTYSession(t *testing.T) {
 	ctx := context.Background()
 	ns, dir := readyWorkEnvironment(t)
@@ -91,53 +55,24 @@ func TestDataPlanePTYSession(t *testing.T) {
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pty"}, &s))
 		return s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("%+v", s.Status)
 	})
-	endpoint, hc := dataPlaneClient(t)
+	dp := dataPlane(t)
 	opToken := tokenFor(t, ns, "op", "workbench-operator")
 	agentToken := tokenFor(t, ns, "ag", "workbench-agent")
 
-	if code, _ := call(t, hc, http.MethodGet, endpoint+dataplane.SessionPath(ns, "pty", "screen"), "", nil); code != http.StatusUnauthorized {
-		t.Fatalf("no token: %d", code)
-	}
-	if code, body := call(t, hc, http.MethodPost, endpoint+dataplane.SessionPath(ns, "pty", "input"), agentToken,
-		dataplane.InputRequest{Data: []byte("nope\n")}); code != http.StatusForbidden {
-		t.Fatalf("agent raw input: %d %s", code, body)
-	}
-	if code, body := call(t, hc, http.MethodPost, endpoint+dataplane.SessionPath(ns, "pty", "input"), opToken,
-		dataplane.InputRequest{Data: []byte("hello workbench\n")}); code != http.StatusAccepted && code != http.StatusOK {
-		t.Fatalf("operator input: %d %s", code, body)
-	}
-	var seen strings.Builder
-	cursor := uint64(0)
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(seen.String(), "hello workbench") && time.Now().Before(deadline) {
-		code, body := call(t, hc, http.MethodGet, fmt.Sprintf("%s%s?cursor=%d&waitSeconds=5", endpoint, dataplane.SessionPath(ns, "pty", "events"), cursor), agentToken, nil)
-		if code != http.StatusOK {
-			t.Fatalf("events as agent: %d %s", code, body)
-		}
-		var ev dataplane.EventsResponse
-		must(t, json.Unmarshal(body, &ev))
-		for _, e := range ev.Events {
-			seen.Write(e.Data)
-		}
-		cursor = ev.Next
-	}
-	if !strings.Contains(seen.String(), "hello workbench") {
-		t.Fatalf("echo not seen through the event cursor: %q", seen.String())
-	}
-	code, body := call(t, hc, http.MethodGet, endpoint+dataplane.SessionPath(ns, "pty", "screen"), agentToken, nil)
+	dp.Expect(t, http.MethodGet, dpclient.SessionPath(ns, "pty", "screen"), "", nil, http.StatusUnauthorized, "unauthenticated")
+	dp.ExpectAttachRefused(t, agentToken, ns, "pty", true, http.StatusForbidden, "forbidden")
+	dp.Echo(t, opToken, agentToken, ns, "pty", "hello workbench", 1, 20*time.Second)
+	code, body := dp.Call(t, http.MethodGet, dpclient.SessionPath(ns, "pty", "screen"), agentToken, nil)
 	if code != http.StatusOK || !strings.Contains(string(body), "hello workbench") {
 		t.Fatalf("screen as agent: %d %s", code, body)
 	}
 	// Files beneath the root, never beyond it.
 	must(t, writeFile(dir+"/notes.txt", "inside\n"))
-	code, body = call(t, hc, http.MethodGet, endpoint+dataplane.FilesPath(ns, "e", "read")+"?root=repo&path=notes.txt", opToken, nil)
-	if code != http.StatusOK || !strings.Contains(string(body), "aW5zaWRlCg==") {
+	code, body, _ = dp.Get(t, dpclient.FilesPath(ns, "e")+"?op=read&root=repo&path=notes.txt", opToken)
+	if code != http.StatusOK || string(body) != "inside\n" {
 		t.Fatalf("file read: %d %s", code, body)
 	}
-	code, body = call(t, hc, http.MethodGet, endpoint+dataplane.FilesPath(ns, "e", "read")+"?root=repo&path=../../etc/passwd", opToken, nil)
-	if code == http.StatusOK || !strings.Contains(string(body), "path-traversal") {
-		t.Fatalf("traversal: %d %s", code, body)
-	}
+	dp.Expect(t, http.MethodGet, dpclient.FilesPath(ns, "e")+"?op=read&root=repo&path=../../etc/passwd", opToken, nil, http.StatusBadRequest, "path-traversal")
 	// Closing the session is declarative and idempotent; the PTY's process group is gone after.
 	askSessionClosed(t, ns, "pty")
 	waitSessionClosedClean(t, ns, "pty", "the session closed with cleanup complete")
@@ -149,15 +84,15 @@ func TestDataPlanePTYSession(t *testing.T) {
 func TestDataPlaneTokenAudience(t *testing.T) {
 	ctx := context.Background()
 	ns, _ := readyWorkEnvironment(t)
-	endpoint, hc := dataPlaneClient(t)
+	dp := dataPlane(t)
 	tokenFor(t, ns, "op", "workbench-operator") // binds the role; its token carries the data-plane audience
 	apiTok := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(600))}}
 	must(t, env.Client.SubResource("token").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "op", Namespace: ns}}, apiTok))
-	if code, body := call(t, hc, http.MethodGet, endpoint+dataplane.SessionPath(ns, "s", "events"), apiTok.Status.Token, nil); code != http.StatusUnauthorized {
+	if code, body := dp.Call(t, http.MethodGet, dpclient.SessionPath(ns, "s", "events"), apiTok.Status.Token, nil); code != http.StatusUnauthorized {
 		t.Fatalf("an API-server-audience token: %d %s, want 401", code, body)
 	}
 	dpTok := tokenAudience(t, ns, "op", agent.DataPlaneAudience())
-	if code, body := call(t, hc, http.MethodGet, endpoint+dataplane.SessionPath(ns, "s", "events"), dpTok, nil); code != http.StatusOK {
+	if code, body := dp.Call(t, http.MethodGet, dpclient.SessionPath(ns, "s", "events"), dpTok, nil); code != http.StatusOK {
 		t.Fatalf("a data-plane-audience token: %d %s, want 200", code, body)
 	}
 }

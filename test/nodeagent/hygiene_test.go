@@ -2,7 +2,6 @@ package nodeagent
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -17,7 +16,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/dataplane"
+	"sensorium.dev/workbench/internal/test/dpclient"
 )
 
 // Workspace hygiene (issue 7 item 3), through the API server and the running agent.
@@ -229,14 +228,12 @@ func TestRootSymlinkSwapNotFollowed(t *testing.T) {
 	if r, o := readFile(t, filepath.Join(real, "a.txt")), readFile(t, filepath.Join(other, "a.txt")); r != want || o != "other\n" {
 		t.Fatalf("after the swap: real=%q other=%q (the patch may reach the pinned directory only)", r, o)
 	}
-	endpoint, hc := dataPlaneClient(t)
 	opToken := tokenFor(t, ns, "op", "workbench-operator")
-	code, body := call(t, hc, http.MethodGet, endpoint+dataplane.FilesPath(ns, "e", "read")+"?root=repo&path=a.txt", opToken, nil)
-	var rr dataplane.ReadResponse
-	if code == http.StatusOK && (json.Unmarshal(body, &rr) != nil || string(rr.Data) != want) {
+	code, body, _ := dataPlane(t).Get(t, dpclient.FilesPath(ns, "e")+"?op=read&root=repo&path=a.txt", opToken)
+	if code == http.StatusOK && string(body) != want {
 		t.Fatalf("data-plane read after the swap: %d %s (want the pinned directory's %q)", code, body, want)
 	}
-	if code != http.StatusOK && !unavailable(refusalCodeOf(body)) {
+	if code != http.StatusOK && !unavailable(dpclient.Code(t, body)) {
 		t.Fatalf("data-plane read after the swap: %d %s (want the pinned directory or unavailable)", code, body)
 	}
 
@@ -303,13 +300,4 @@ func patchFinal(t *testing.T, ns, name string) *wbv1.FilePatch {
 		return wbv1.FilePatchIsFinal(fp.Status.Phase), fmt.Sprintf("%+v", fp.Status)
 	})
 	return &fp
-}
-
-// refusalCodeOf is the code of a data-plane error body ("" when it is none).
-func refusalCodeOf(body []byte) string {
-	var e dataplane.Error
-	if json.Unmarshal(body, &e) != nil {
-		return ""
-	}
-	return e.Code
 }

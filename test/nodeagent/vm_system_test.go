@@ -2,7 +2,6 @@ package nodeagent
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -19,7 +18,7 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends/qemumicrovm"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
-	"sensorium.dev/workbench/internal/nodeagent/dataplane"
+	"sensorium.dev/workbench/internal/test/dpclient"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
 )
 
@@ -158,7 +157,7 @@ func TestQEMUFullSystemEnvironment(t *testing.T) {
 	})
 	t.Logf("through the API server: full-system Environment create → Ready and session Running %v", time.Since(start).Round(time.Millisecond))
 
-	endpoint, hc := nodeDataPlane(t, node)
+	dp := dataPlaneOf(t, node)
 	opToken := tokenFor(t, ns, "op", "workbench-operator")
 	run := func(name, exe string, argv ...string) (*wbv1.TerminalCommand, string) {
 		t.Helper()
@@ -167,7 +166,7 @@ func TestQEMUFullSystemEnvironment(t *testing.T) {
 		c.Spec.ProfileRef, c.Spec.TimeoutSeconds = wbv1.ObjectName(name), 60
 		must(t, env.Client.Create(ctx, c))
 		done := waitFinal(t, ns, name)
-		return done, sessionOutput(t, hc, endpoint, opToken, ns, "s", done)
+		return done, sessionOutput(t, dp, opToken, ns, "s", done)
 	}
 	ok := func(name, exe string, argv ...string) string {
 		t.Helper()
@@ -217,9 +216,8 @@ func TestQEMUFullSystemEnvironment(t *testing.T) {
 	if fp := patchPhase(t, ns, "newdir", "Applied"); len(fp.Status.ChangedFiles) != 1 {
 		t.Fatalf("newdir: %+v", fp.Status)
 	}
-	code, body := call(t, hc, http.MethodGet, endpoint+dataplane.FilesPath(ns, "sys", "read")+"?root=repo&path=made/by/patch.txt", opToken, nil)
-	var rr dataplane.ReadResponse
-	if code != http.StatusOK || json.Unmarshal(body, &rr) != nil || string(rr.Data) != "on the disk\n" {
+	code, body, _ := dp.Get(t, dpclient.FilesPath(ns, "sys")+"?op=read&root=repo&path=made/by/patch.txt", opToken)
+	if code != http.StatusOK || string(body) != "on the disk\n" {
 		t.Fatalf("read of the patched file: %d %s", code, body)
 	}
 
@@ -246,27 +244,7 @@ func TestQEMUFullSystemEnvironment(t *testing.T) {
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pty"}, &s))
 		return s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("%+v", s.Status)
 	})
-	if code, body := call(t, hc, http.MethodPost, endpoint+dataplane.SessionPath(ns, "pty", "input"), opToken,
-		dataplane.InputRequest{Data: []byte("hello full system\n")}); code != http.StatusAccepted && code != http.StatusOK {
-		t.Fatalf("operator input: %d %s", code, body)
-	}
-	var seen strings.Builder
-	cursor := uint64(0)
-	for deadline := time.Now().Add(60 * time.Second); strings.Count(seen.String(), "hello full system") < 2 && time.Now().Before(deadline); {
-		code, body := call(t, hc, http.MethodGet, fmt.Sprintf("%s%s?cursor=%d&waitSeconds=5", endpoint, dataplane.SessionPath(ns, "pty", "events"), cursor), opToken, nil)
-		if code != http.StatusOK {
-			t.Fatalf("events: %d %s", code, body)
-		}
-		var ev dataplane.EventsResponse
-		must(t, json.Unmarshal(body, &ev))
-		for _, e := range ev.Events {
-			seen.Write(e.Data)
-		}
-		cursor = ev.Next
-	}
-	if strings.Count(seen.String(), "hello full system") < 2 {
-		t.Fatalf("guest echo not seen through the event cursor: %q", seen.String())
-	}
+	dp.Echo(t, opToken, opToken, ns, "pty", "hello full system", 2, 60*time.Second)
 	askSessionClosed(t, ns, "pty")
 	waitSessionClosedClean(t, ns, "pty", "the guest PTY session closed with cleanup complete")
 
@@ -281,11 +259,11 @@ func TestQEMUFullSystemEnvironment(t *testing.T) {
 }
 
 // nodeDataPlane is the data plane of another node of the suite.
-func nodeDataPlane(t *testing.T, node string) (string, *http.Client) {
+func dataPlaneOf(t *testing.T, node string) dpclient.Client {
 	t.Helper()
 	ep, hc, err := nodeagenttest.DataPlane(context.Background(), env, node)
 	must(t, err)
-	return ep, hc
+	return dpclient.Client{Endpoint: ep, HTTP: hc}
 }
 
 // TestFullSystemManifestNeedsEquivalence: an ImageManifest with a full-system variant (a
@@ -321,28 +299,24 @@ func TestFullSystemManifestNeedsEquivalence(t *testing.T) {
 
 // sessionOutput is a command's output read through its node's data plane (the events of
 // session in [SeqFrom, SeqTo]).
-func sessionOutput(t *testing.T, hc *http.Client, endpoint, token, ns, session string, c *wbv1.TerminalCommand) string {
+func sessionOutput(t *testing.T, dp dpclient.Client, token, ns, session string, c *wbv1.TerminalCommand) string {
 	t.Helper()
 	var out strings.Builder
 	if c.Status.SeqFrom == 0 {
 		return ""
 	}
 	for cursor := uint64(c.Status.SeqFrom) - 1; cursor < uint64(c.Status.SeqTo); { // events after the cursor
-		code, body := call(t, hc, http.MethodGet, fmt.Sprintf("%s%s?cursor=%d", endpoint, dataplane.SessionPath(ns, session, "events"), cursor), token, nil)
-		if code != http.StatusOK {
-			t.Fatalf("events of %s: %d %s", session, code, body)
-		}
-		var ev dataplane.EventsResponse
-		must(t, json.Unmarshal(body, &ev))
-		for _, e := range ev.Events {
-			if e.Seq >= uint64(c.Status.SeqFrom) && e.Seq <= uint64(c.Status.SeqTo) && e.Kind == "output" {
-				out.Write(e.Data)
+		evs := dp.Events(t, token, ns, session, cursor)
+		for _, e := range evs {
+			if e.Seq >= uint64(c.Status.SeqFrom) && e.Seq <= uint64(c.Status.SeqTo) && e.Type == "output" {
+				out.WriteString(e.Text)
+				out.Write(e.DataBase64)
 			}
 		}
-		if ev.Next <= cursor || len(ev.Events) == 0 {
+		if len(evs) == 0 || evs[len(evs)-1].Seq <= cursor {
 			break
 		}
-		cursor = ev.Next
+		cursor = evs[len(evs)-1].Seq
 	}
 	return out.String()
 }

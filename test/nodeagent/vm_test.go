@@ -20,7 +20,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
-	"sensorium.dev/workbench/internal/nodeagent/dataplane"
+	"sensorium.dev/workbench/internal/test/dpclient"
 	"sensorium.dev/workbench/internal/test/envtest"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
 )
@@ -169,30 +169,9 @@ func TestQEMUMicroVMEnvironment(t *testing.T) {
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pty"}, &s))
 		return s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("%+v", s.Status)
 	})
-	endpoint, hc := dataPlaneClient(t)
-	opToken := tokenFor(t, ns, "op", "workbench-operator")
-	if code, body := call(t, hc, http.MethodPost, endpoint+dataplane.SessionPath(ns, "pty", "input"), opToken,
-		dataplane.InputRequest{Data: []byte("hello guest\n")}); code != http.StatusAccepted && code != http.StatusOK {
-		t.Fatalf("operator input: %d %s", code, body)
-	}
-	var seen strings.Builder
-	cursor := uint64(0)
-	for deadline := time.Now().Add(30 * time.Second); strings.Count(seen.String(), "hello guest") < 2 && time.Now().Before(deadline); {
-		code, body := call(t, hc, http.MethodGet, fmt.Sprintf("%s%s?cursor=%d&waitSeconds=5", endpoint, dataplane.SessionPath(ns, "pty", "events"), cursor), opToken, nil)
-		if code != http.StatusOK {
-			t.Fatalf("events: %d %s", code, body)
-		}
-		var ev dataplane.EventsResponse
-		must(t, json.Unmarshal(body, &ev))
-		for _, e := range ev.Events {
-			seen.Write(e.Data)
-		}
-		cursor = ev.Next
-	}
 	// The guest terminal echoes the line, then cat prints it: twice.
-	if strings.Count(seen.String(), "hello guest") < 2 {
-		t.Fatalf("guest echo not seen through the event cursor: %q", seen.String())
-	}
+	opToken := tokenFor(t, ns, "op", "workbench-operator")
+	dataPlane(t).Echo(t, opToken, opToken, ns, "pty", "hello guest", 2, 30*time.Second)
 	askSessionClosed(t, ns, "pty")
 	waitSessionClosedClean(t, ns, "pty", "the guest PTY session closed with cleanup complete")
 
@@ -511,14 +490,13 @@ func TestQEMUMicroVMFileOperations(t *testing.T) {
 
 	// The data plane reads a file a guest command created; traversal is refused.
 	run("cp", "cp", "/bin/cp", "a.txt", "copied.txt")
-	endpoint, hc := dataPlaneClient(t)
+	dp := dataPlane(t)
 	opToken := tokenFor(t, ns, "op", "workbench-operator")
-	code, body := call(t, hc, http.MethodGet, endpoint+dataplane.FilesPath(ns, "e", "read")+"?root=repo&path=copied.txt", opToken, nil)
-	var rr dataplane.ReadResponse
-	if code != http.StatusOK || json.Unmarshal(body, &rr) != nil || string(rr.Data) != "second\n" || rr.Digest != string(sha("second\n")) || !rr.EOF {
-		t.Fatalf("read of the guest's file: %d %s", code, body)
+	code, body, hd := dp.Get(t, dpclient.FilesPath(ns, "e")+"?op=read&root=repo&path=copied.txt", opToken)
+	if code != http.StatusOK || string(body) != "second\n" || hd.Get("X-Workbench-Digest") != string(sha("second\n")) || hd.Get("X-Workbench-Truncated") != "false" {
+		t.Fatalf("read of the guest's file: %d %s %v", code, body, hd)
 	}
-	code, body = call(t, hc, http.MethodGet, endpoint+dataplane.FilesPath(ns, "e", "snapshot")+"?root=repo", opToken, nil)
+	code, body = dp.Call(t, http.MethodGet, dpclient.FilesPath(ns, "e")+"?op=snapshot&root=repo", opToken, nil)
 	var snap struct {
 		Entries []struct{ Path, Type, Digest string }
 	}
@@ -533,8 +511,8 @@ func TestQEMUMicroVMFileOperations(t *testing.T) {
 		t.Fatalf("snapshot of the guest root: %s", body)
 	}
 	for path, wantCode := range map[string]string{"../../etc/passwd": "path-traversal", "/etc/passwd": "path-absolute", "missing.txt": "path-not-found"} {
-		code, body := call(t, hc, http.MethodGet, endpoint+dataplane.FilesPath(ns, "e", "read")+"?root=repo&path="+path, opToken, nil)
-		if code == http.StatusOK || !strings.Contains(string(body), `"code":"`+wantCode+`"`) {
+		code, body := dp.Call(t, http.MethodGet, dpclient.FilesPath(ns, "e")+"?op=read&root=repo&path="+path, opToken, nil)
+		if code == http.StatusOK || dpclient.Code(t, body) != wantCode {
 			t.Fatalf("read %s: %d %s, want %s", path, code, body, wantCode)
 		}
 	}

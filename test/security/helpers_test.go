@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,8 +15,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/dataplane/protocol/v2"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
-	"sensorium.dev/workbench/internal/nodeagent/dataplane"
+	"sensorium.dev/workbench/internal/test/dpclient"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
 	"sensorium.dev/workbench/internal/test/testkit"
 )
@@ -204,7 +203,7 @@ func parseProbes(output string) (lines map[string]probeLine, done bool) {
 	return lines, done
 }
 
-// readPTY follows a PTY session's output through the node data plane's event cursor (as
+// readPTY follows a PTY session's output through the node data plane's event stream (as
 // an operator would) until the probe's final line appears, or the session ends.
 func readPTY(t testing.TB, ns, session string) string {
 	t.Helper()
@@ -213,32 +212,14 @@ func readPTY(t testing.TB, ns, session string) string {
 	must(t, err)
 	token, err := nodeagenttest.TokenFor(ctx, env, ns, "op-"+session, "workbench-operator")
 	must(t, err)
-	var seen strings.Builder
-	cursor := uint64(0)
-	deadline := time.Now().Add(90 * time.Second)
-	for time.Now().Before(deadline) {
-		req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("%s%s?cursor=%d&waitSeconds=5", endpoint, dataplane.SessionPath(ns, session, "events"), cursor), nil)
-		must(t, err)
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := hc.Do(req)
-		must(t, err)
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("session events: %d %s", resp.StatusCode, body)
-		}
-		var ev dataplane.EventsResponse
-		must(t, json.NewDecoder(bytes.NewReader(body)).Decode(&ev))
-		for _, e := range ev.Events {
-			seen.Write(e.Data)
-		}
-		cursor = ev.Next
-		if _, done := parseProbes(seen.String()); done || ev.Closed {
-			return seen.String()
-		}
-	}
-	t.Fatalf("the probe's final line never arrived through the event cursor; output so far: %q", seen.String())
-	return ""
+	fctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	resp := dpclient.Client{Endpoint: endpoint, HTTP: hc}.Follow(t, fctx, token, ns, session, 0)
+	evs := dpclient.DecodeEvents(t, resp.Body, func(evs []protocol.SessionEvent) bool {
+		_, done := parseProbes(string(dpclient.Output(evs)))
+		return done
+	})
+	return string(dpclient.Output(evs))
 }
 
 // agentRSS is the resident set of the agent's process (this test binary) in KiB.

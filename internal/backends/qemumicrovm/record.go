@@ -1,17 +1,13 @@
 package qemumicrovm
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
 	"syscall"
 	"time"
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
+	"sensorium.dev/workbench/internal/backends/vmrecord"
 )
 
 // Names inside one VM directory (<StateDir>/vms/<ID>). They are short on purpose: a Unix
@@ -23,7 +19,7 @@ const (
 	guestSock   = "g.sock" // hybrid vsock host side (CONNECT <port>)
 	serialSock  = "s.sock" // QEMU's serial chardev connects here once, then it is removed
 	serialLog   = "serial.log"
-	tmpPrefix   = ".tmp-"
+	tmpPrefix   = vmrecord.TmpPrefix
 	recordLimit = 64 << 10
 )
 
@@ -105,86 +101,18 @@ func (r *Record) socket(path string) SocketIdentity {
 func writeRecord(dir string, r *Record) error {
 	r.Schema = recordSchema
 	r.UpdatedAt = time.Now().UTC()
-	data, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode record: %w", err)
-	}
-	if len(data) > recordLimit {
-		return fmt.Errorf("record of %d bytes exceeds %d", len(data), recordLimit)
-	}
-	return writeFileAtomic(dir, RecordName, data, 0o600)
-}
-
-func writeFileAtomic(dir, name string, data []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(dir, tmpPrefix+name+"-")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			_ = f.Close()
-			_ = os.Remove(tmp) // the write already failed; a leftover is a tmpPrefix working file (clearDir)
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	if err := f.Chmod(mode); err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	ok = true
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	defer func() { _ = d.Close() }()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
+	return vmrecord.Write(dir, RecordName, r, recordLimit)
 }
 
 // errNoRecord: the directory holds no record.
-var errNoRecord = errors.New("no recovery record")
+var errNoRecord = vmrecord.ErrNoRecord
 
 // readRecord reads dir/record.json strictly (bounded, unknown fields refused, schema
 // checked). A missing file is errNoRecord.
 func readRecord(dir string) (*Record, error) {
-	f, err := os.Open(filepath.Join(dir, RecordName))
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, errNoRecord
-		}
-		return nil, fmt.Errorf("read record: %w", err)
-	}
-	defer func() { _ = f.Close() }()
-	data, err := io.ReadAll(io.LimitReader(f, recordLimit+1))
-	if err != nil {
-		return nil, fmt.Errorf("read record: %w", err)
-	}
-	if len(data) > recordLimit {
-		return nil, fmt.Errorf("record larger than %d bytes", recordLimit)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var r Record
-	if err := dec.Decode(&r); err != nil {
-		return nil, fmt.Errorf("decode record: %w", err)
+	if err := vmrecord.Read(dir, RecordName, recordLimit, &r); err != nil {
+		return nil, err
 	}
 	if r.Schema != recordSchema {
 		return nil, fmt.Errorf("record schema %q, want %q", r.Schema, recordSchema)
@@ -202,4 +130,8 @@ func socketIdentity(path string) (SocketIdentity, error) {
 		return SocketIdentity{}, fmt.Errorf("%s is not a socket", path)
 	}
 	return SocketIdentity{Path: path, Dev: st.Dev, Ino: st.Ino}, nil
+}
+
+func writeFileAtomic(dir, name string, data []byte, mode os.FileMode) error {
+	return vmrecord.WriteFileAtomic(dir, name, data, mode)
 }

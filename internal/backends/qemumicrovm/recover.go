@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/backends/vmrecord"
 	"sensorium.dev/workbench/internal/platform/loopdisk"
 )
 
@@ -196,22 +195,4 @@ func (b *Backend) recoverOne(ctx context.Context, id string, known map[string]ba
 }
 
 // listDir lists a directory's names (bounded, sorted); a missing directory is empty.
-func listDir(dir string) ([]string, error) {
-	f, err := os.Open(dir)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	defer func() { _ = f.Close() }()
-	names, err := f.Readdirnames(maxDirEntries + 1)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("list %s: %w", dir, err)
-	}
-	if len(names) > maxDirEntries {
-		return nil, fmt.Errorf("%s holds more than %d entries", dir, maxDirEntries)
-	}
-	sort.Strings(names)
-	return names, nil
-}
+func listDir(dir string) ([]string, error) { return vmrecord.ListDir(dir) }

@@ -1,16 +1,12 @@
 package vfkitsystem
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"time"
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
+	"sensorium.dev/workbench/internal/backends/vmrecord"
 )
 
 // Names inside one VM directory (<StateDir>/vfkit/<ID>).
@@ -21,7 +17,7 @@ const (
 	BindingDiskName = "binding.img"
 	GuestSockName   = "g.sock"
 	SerialLogName   = "serial.log"
-	tmpPrefix       = ".tmp-"
+	tmpPrefix       = vmrecord.TmpPrefix
 	recordLimit     = 64 << 10
 )
 
@@ -98,86 +94,19 @@ type Record struct {
 func WriteRecord(dir string, r *Record) error {
 	r.Schema = recordSchema
 	r.UpdatedAt = time.Now().UTC()
-	data, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode record: %w", err)
-	}
-	if len(data) > recordLimit {
-		return fmt.Errorf("record of %d bytes exceeds %d", len(data), recordLimit)
-	}
-	return writeFileAtomic(dir, RecordName, data, 0o600)
-}
-
-func writeFileAtomic(dir, name string, data []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(dir, tmpPrefix+name+"-")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			_ = f.Close()
-			_ = os.Remove(tmp) // the write already failed; a leftover is a tmpPrefix working file
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	if err := f.Chmod(mode); err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	ok = true
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	defer func() { _ = d.Close() }()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
+	return vmrecord.Write(dir, RecordName, r, recordLimit)
 }
 
 // ErrNoRecord: the directory holds no record.
-var ErrNoRecord = errors.New("no recovery record")
+var ErrNoRecord = vmrecord.ErrNoRecord
 
 // ReadRecord reads dir/record.json strictly: bounded, unknown fields refused, schema
 // checked, and the recorded plan re-validated against lim (a record edited to ask for a
 // device outside the profile is refused, never booted). A missing file is ErrNoRecord.
 func ReadRecord(dir string, lim Limits) (*Record, error) {
-	f, err := os.Open(filepath.Join(dir, RecordName))
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, ErrNoRecord
-		}
-		return nil, fmt.Errorf("read record: %w", err)
-	}
-	defer func() { _ = f.Close() }()
-	data, err := io.ReadAll(io.LimitReader(f, recordLimit+1))
-	if err != nil {
-		return nil, fmt.Errorf("read record: %w", err)
-	}
-	if len(data) > recordLimit {
-		return nil, fmt.Errorf("record larger than %d bytes", recordLimit)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var r Record
-	if err := dec.Decode(&r); err != nil {
-		return nil, fmt.Errorf("decode record: %w", err)
-	}
-	if dec.More() {
-		return nil, errors.New("decode record: trailing data")
+	if err := vmrecord.Read(dir, RecordName, recordLimit, &r); err != nil {
+		return nil, err
 	}
 	if r.Schema != recordSchema {
 		return nil, fmt.Errorf("record schema %q, want %q", r.Schema, recordSchema)

@@ -3,13 +3,11 @@ package vfkitsystem
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"slices"
-	"sort"
 
 	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/backends/vmrecord"
 )
 
 // Recovery outcomes (the node agent's vocabulary).
@@ -201,29 +199,8 @@ func Sweep(root string, known map[string]backends.Spec, lim Limits, obs Observer
 	return actions, nil
 }
 
-// maxDirEntries bounds the directory listings of the recovery sweep.
-const maxDirEntries = 10_000
-
 // listDir lists a directory's names (bounded, sorted); a missing directory is empty.
-func listDir(dir string) ([]string, error) {
-	f, err := os.Open(dir)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	defer func() { _ = f.Close() }()
-	names, err := f.Readdirnames(maxDirEntries + 1)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("list %s: %w", dir, err)
-	}
-	if len(names) > maxDirEntries {
-		return nil, fmt.Errorf("%s holds more than %d entries", dir, maxDirEntries)
-	}
-	sort.Strings(names)
-	return slices.Clip(names), nil
-}
+func listDir(dir string) ([]string, error) { return vmrecord.ListDir(dir) }
 
 // CompareFile compares a recorded identity with now (now is the zero identity and err
 // os.ErrNotExist when the path is gone).

@@ -20,13 +20,15 @@ func TestKubeAuthentication(t *testing.T) {
 	fx := requireAPIServer(t)
 	ts := startKubeServer(t, Limits{}, CacheOptions{})
 	ts.openSession(t, testNS, "s", wbv1.RawInputOperatorOnly, 0)
-	screen := SessionPath(testNS, "s", "screen")
+	screen := sessionPath(testNS, "s", "screen")
 	ts.expect(t, "GET", screen, "", nil, 401, string(actuation.CodeUnauthenticated))
 	ts.expect(t, "GET", screen, "eyJhbGciOiJSUzI1NiJ9.e30.c2ln", nil, 401, string(actuation.CodeUnauthenticated))
 	ts.expect(t, "GET", screen, fx.tokens["operator"], nil, 200, "")
 	// Authentication precedes routing: the route is only revealed afterwards.
-	ts.expect(t, "GET", "/v1/nothing-here", "", nil, 401, string(actuation.CodeUnauthenticated))
-	ts.expect(t, "GET", "/v1/nothing-here", fx.tokens["operator"], nil, 404, string(actuation.CodeNotFound))
+	ts.expect(t, "GET", "/v2/nothing-here", "", nil, 401, string(actuation.CodeUnauthenticated))
+	ts.expect(t, "GET", "/v2/nothing-here", fx.tokens["operator"], nil, 404, string(actuation.CodeNotFound))
+	// The v1 routes are gone: a v1 path is an unknown route.
+	ts.expect(t, "GET", "/v1/namespaces/"+testNS+"/terminalsessions/s/screen", fx.tokens["operator"], nil, 404, string(actuation.CodeNotFound))
 }
 
 // TestKubeAuthorizationMatrix exercises SubjectAccessReview per virtual
@@ -42,12 +44,11 @@ func TestKubeAuthorizationMatrix(t *testing.T) {
 	}
 	ts.addRoot(t, testNS, "env", "work", dir)
 
-	read := FilesPath(testNS, "env", "read") + "?root=work&path=a.txt"
-	snapshot := FilesPath(testNS, "env", "snapshot") + "?root=work"
-	p := func(sub string) string { return SessionPath(testNS, "s", sub) }
-	in := InputRequest{Data: []byte("x")}
+	read := filesPath(testNS, "env") + "?op=read&root=work&path=a.txt"
+	snapshot := filesPath(testNS, "env") + "?root=work"
+	p := func(sub string) string { return sessionPath(testNS, "s", sub) }
 	size := ResizeRequest{Rows: 24, Cols: 80}
-	cont := SignalRequest{Signal: "CONT"}
+	cont := SignalRequest{Signal: "SIGCONT"}
 	for _, tc := range []struct {
 		who, method, path string
 		body              any
@@ -55,22 +56,19 @@ func TestKubeAuthorizationMatrix(t *testing.T) {
 	}{
 		{"operator", "GET", p("screen"), nil, 200},
 		{"operator", "GET", p("events"), nil, 200},
-		{"operator", "POST", p("input"), in, 202},
 		{"operator", "POST", p("resize"), size, 200},
 		{"operator", "POST", p("signal"), cont, 200},
 		{"operator", "GET", read, nil, 200},
 		{"operator", "GET", snapshot, nil, 200},
-		{"operator", "GET", SessionPath(otherNS, "s", "screen"), nil, 403}, // bound in testNS only
+		{"operator", "GET", sessionPath(otherNS, "s", "screen"), nil, 403}, // bound in testNS only
 		{"agent", "GET", p("screen"), nil, 200},
 		{"agent", "GET", p("events"), nil, 200},
-		{"agent", "POST", p("input"), in, 403},
 		{"agent", "POST", p("resize"), size, 403},
 		{"agent", "POST", p("signal"), cont, 403},
 		{"agent", "GET", read, nil, 200},
 		{"agent", "GET", snapshot, nil, 200},
 		{"viewer", "GET", p("screen"), nil, 200},
-		{"viewer", "GET", p("events"), nil, 200},
-		{"viewer", "POST", p("input"), in, 403},
+		{"viewer", "GET", p("events"), nil, 403},
 		{"viewer", "GET", read, nil, 403},
 		{"nobody", "GET", p("screen"), nil, 403},
 		{"nobody", "GET", p("events"), nil, 403},
@@ -83,9 +81,19 @@ func TestKubeAuthorizationMatrix(t *testing.T) {
 			ts.expect(t, tc.method, tc.path, fx.tokens[tc.who], tc.body, tc.status, code)
 		})
 	}
+	// Input is an attach with stdin (create terminalsessions/attach): the operator's is
+	// served, everyone else's refused before the handshake.
+	ts.attach(t, fx.tokens["operator"], testNS, "s", true)
+	ts.attach(t, fx.tokens["agent"], testNS, "s", false)
+	for _, who := range []string{"agent", "viewer", "nobody"} {
+		t.Run(who+" attach stdin", func(t *testing.T) {
+			ts.expectAttachRefused(t, fx.tokens[who], testNS, "s", true, 403, string(actuation.CodeForbidden))
+		})
+	}
+	ts.expectAttachRefused(t, fx.tokens["viewer"], testNS, "s", false, 403, string(actuation.CodeForbidden))
 }
 
-// TestKubeRawInputGate: even an operator may write raw input only when the
+// TestKubeRawInputGate: even an operator may attach with stdin only when the
 // session's spec.rawInput is OperatorOnly.
 func TestKubeRawInputGate(t *testing.T) {
 	fx := requireAPIServer(t)
@@ -94,35 +102,34 @@ func TestKubeRawInputGate(t *testing.T) {
 	ts.openSession(t, testNS, "unset", "", 0)
 	ts.openSession(t, testNS, "open", wbv1.RawInputOperatorOnly, 0)
 	op := fx.tokens["operator"]
-	in := InputRequest{Data: []byte("x\n")}
-	ts.expect(t, "POST", SessionPath(testNS, "disabled", "input"), op, in, 403, string(actuation.CodeRawInputDisabled))
-	ts.expect(t, "POST", SessionPath(testNS, "unset", "input"), op, in, 403, string(actuation.CodeRawInputDisabled))
-	ts.expect(t, "POST", SessionPath(testNS, "open", "input"), op, in, 202, "")
+	ts.expectAttachRefused(t, op, testNS, "disabled", true, 403, string(actuation.CodeRawInputDisabled))
+	ts.expectAttachRefused(t, op, testNS, "unset", true, 403, string(actuation.CodeRawInputDisabled))
+	sendStdin(t, ts.attach(t, op, testNS, "open", true), []byte("x\n"))
+	// A read-only attach of a disabled session is fine.
+	ts.attach(t, op, testNS, "disabled", false)
 	// The agent is refused by RBAC before the session is even looked at.
-	ts.expect(t, "POST", SessionPath(testNS, "open", "input"), fx.tokens["agent"], in, 403, string(actuation.CodeForbidden))
+	ts.expectAttachRefused(t, fx.tokens["agent"], testNS, "open", true, 403, string(actuation.CodeForbidden))
 }
 
-// TestKubeInputEcho: the operator's input reaches /bin/cat on a real PTY and
-// the agent reads the echo through the events and screen endpoints.
+// TestKubeInputEcho: the operator's stdin reaches /bin/cat on a real PTY; the
+// attach stream carries the echo back, and the agent reads it through the events and
+// screen endpoints.
 func TestKubeInputEcho(t *testing.T) {
 	fx := requireAPIServer(t)
 	ts := startKubeServer(t, Limits{}, CacheOptions{})
 	s := ts.openSession(t, testNS, "echo", wbv1.RawInputOperatorOnly, 0)
 	cursor := s.Events().LastSeq()
-	body := ts.expect(t, "POST", SessionPath(testNS, "echo", "input"), fx.tokens["operator"], InputRequest{Data: []byte("hello data plane\n")}, 202, "")
-	var ack InputResponse
-	if err := json.Unmarshal(body, &ack); err != nil || ack.QueuedBytes != 17 {
-		t.Fatalf("input ack %s: %v", body, err)
-	}
+	ws := ts.attach(t, fx.tokens["operator"], testNS, "echo", true)
+	sendStdin(t, ws, []byte("hello data plane\n"))
+	twice := func(b []byte) bool { return bytes.Count(b, []byte("hello data plane")) >= 2 }
 	// The tty echoes the line and cat copies it: two occurrences.
-	out, _ := ts.readOutput(t, fx.tokens["agent"], testNS, "echo", cursor, func(b []byte) bool {
-		return bytes.Count(b, []byte("hello data plane")) >= 2
-	})
+	readStdout(t, ws, twice)
+	out, _ := ts.readOutput(t, fx.tokens["agent"], testNS, "echo", cursor, twice)
 	if !bytes.Contains(out, []byte("hello data plane\r\n")) {
 		t.Errorf("output %q lacks the terminal line ending", out)
 	}
 	var scr ScreenResponse
-	if err := json.Unmarshal(ts.expect(t, "GET", SessionPath(testNS, "echo", "screen"), fx.tokens["agent"], nil, 200, ""), &scr); err != nil {
+	if err := json.Unmarshal(ts.expect(t, "GET", sessionPath(testNS, "echo", "screen"), fx.tokens["agent"], nil, 200, ""), &scr); err != nil {
 		t.Fatal(err)
 	}
 	if len(scr.Lines) < 2 || scr.Lines[0] != "hello data plane" || scr.Lines[1] != "hello data plane" {
@@ -133,98 +140,76 @@ func TestKubeInputEcho(t *testing.T) {
 	}
 }
 
-// TestKubeLongPollWakesOnOutput parks a long-poll (observed through the
-// server's wait hook, not by sleeping), then writes input: the long-poll
-// returns with the new events long before its 25 s deadline.
-func TestKubeLongPollWakesOnOutput(t *testing.T) {
+// TestKubeFollowWakesOnOutput parks a followed event stream (observed through the
+// server's wait hook, not by sleeping), then writes input: the stream delivers the new
+// events.
+func TestKubeFollowWakesOnOutput(t *testing.T) {
 	fx := requireAPIServer(t)
-	parked := make(chan struct{}, 4)
+	parked := make(chan struct{}, 16)
 	ts := startKubeServer(t, Limits{}, CacheOptions{}, func(s *Server) {
-		s.waitHook = func() { parked <- struct{}{} }
+		s.waitHook = func() {
+			select {
+			case parked <- struct{}{}:
+			default:
+			}
+		}
 	})
 	s := ts.openSession(t, testNS, "wake", wbv1.RawInputOperatorOnly, 0)
 	cursor := s.Events().LastSeq()
-	type result struct {
-		er      EventsResponse
-		elapsed time.Duration
-	}
-	done := make(chan result, 1)
-	go func() {
-		start := time.Now()
-		status, body, err := ts.request(context.Background(), "GET",
-			fmt.Sprintf("%s?cursor=%d&waitSeconds=25", SessionPath(testNS, "wake", "events"), cursor), fx.tokens["agent"], nil)
-		var er EventsResponse
-		if err != nil || status != 200 || json.Unmarshal(body, &er) != nil {
-			t.Errorf("long-poll: status %d err %v body %s", status, err, body)
-		}
-		done <- result{er, time.Since(start)}
-	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp := ts.follow(t, ctx, fx.tokens["agent"], testNS, "wake", cursor)
 	select {
 	case <-parked:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the long-poll never parked")
+	case <-ctx.Done():
+		t.Fatal("the followed stream never parked")
 	}
-	ts.expect(t, "POST", SessionPath(testNS, "wake", "input"), fx.tokens["operator"], InputRequest{Data: []byte("wake\n")}, 202, "")
-	var res result
-	select {
-	case res = <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the long-poll did not return")
+	sendStdin(t, ts.attach(t, fx.tokens["operator"], testNS, "wake", true), []byte("wake\n"))
+	evs := decodeEvents(t, resp.Body, func(evs []SessionEvent) bool { return bytes.Contains(outputOf(evs), []byte("wake")) })
+	if len(evs) == 0 || evs[0].Seq != cursor+1 {
+		t.Fatalf("the stream returned %+v; want events from %d", evs, cursor+1)
 	}
-	if len(res.er.Events) == 0 || res.er.Events[0].Seq != cursor+1 || res.er.Next <= cursor {
-		t.Fatalf("long-poll returned %+v after %s; want events after cursor %d", res.er, res.elapsed, cursor)
-	}
-	if res.elapsed >= 20*time.Second {
-		t.Errorf("long-poll took %s: it ran into its deadline instead of waking", res.elapsed)
-	}
-	// The echo itself arrives (possibly in the next poll when the input
-	// event woke the first one).
-	ts.readOutput(t, fx.tokens["agent"], testNS, "wake", cursor, func(b []byte) bool { return bytes.Contains(b, []byte("wake")) })
 }
 
-// TestKubeLongPollDeadline: without output a long-poll ends at its deadline
-// with no events and an unchanged cursor.
-func TestKubeLongPollDeadline(t *testing.T) {
+// TestKubeEventsReadDoesNotWait: an unfollowed read of an idle session answers at once
+// with no events; a cursor ahead of the ring is refused.
+func TestKubeEventsReadDoesNotWait(t *testing.T) {
 	fx := requireAPIServer(t)
 	ts := startKubeServer(t, Limits{}, CacheOptions{})
 	s := ts.openSession(t, testNS, "quiet", wbv1.RawInputOperatorOnly, 0)
 	cursor := s.Events().LastSeq()
-	start := time.Now()
-	er := ts.events(t, fx.tokens["agent"], testNS, "quiet", cursor, 1)
-	if elapsed := time.Since(start); elapsed < 900*time.Millisecond {
-		t.Errorf("long-poll returned after %s, before its 1 s deadline", elapsed)
+	if evs := ts.events(t, fx.tokens["agent"], testNS, "quiet", cursor); len(evs) != 0 {
+		t.Errorf("idle read returned %+v", evs)
 	}
-	if len(er.Events) != 0 || er.Next != cursor || er.Gap != nil || er.Closed || er.LastSeq != cursor {
-		t.Errorf("idle long-poll returned %+v", er)
-	}
+	ts.expect(t, "GET", fmt.Sprintf("%s?since=%d", sessionPath(testNS, "quiet", "events"), cursor+1000), fx.tokens["agent"], nil, 400, string(actuation.CodeBadRequest))
 }
 
-// TestKubeLongPollCap: with one long-poll slot the second concurrent
-// long-poll is refused with 429 queue-full; plain reads still work.
-func TestKubeLongPollCap(t *testing.T) {
+// TestKubeStreamCap: with one stream slot the second concurrent followed stream is
+// refused with 429 queue-full, and so is an attach; plain reads still work.
+func TestKubeStreamCap(t *testing.T) {
 	fx := requireAPIServer(t)
-	parked := make(chan struct{}, 4)
+	parked := make(chan struct{}, 16)
 	ts := startKubeServer(t, Limits{MaxLongPolls: 1}, CacheOptions{}, func(s *Server) {
-		s.waitHook = func() { parked <- struct{}{} }
+		s.waitHook = func() {
+			select {
+			case parked <- struct{}{}:
+			default:
+			}
+		}
 	})
 	s := ts.openSession(t, testNS, "cap", wbv1.RawInputOperatorOnly, 0)
 	cursor := s.Events().LastSeq()
-	path := fmt.Sprintf("%s?cursor=%d&waitSeconds=25", SessionPath(testNS, "cap", "events"), cursor)
 	ctx, cancel := context.WithCancel(context.Background())
-	first := make(chan struct{})
-	go func() {
-		defer close(first)
-		_, _, _ = ts.request(ctx, "GET", path, fx.tokens["agent"], nil)
-	}()
+	defer cancel()
+	ts.follow(t, ctx, fx.tokens["agent"], testNS, "cap", cursor)
 	select {
 	case <-parked:
 	case <-time.After(20 * time.Second):
-		t.Fatal("the first long-poll never parked")
+		t.Fatal("the first followed stream never parked")
 	}
-	ts.expect(t, "GET", path, fx.tokens["agent"], nil, 429, string(actuation.CodeQueueFull))
-	ts.events(t, fx.tokens["agent"], testNS, "cap", cursor, 0)
-	cancel()
-	<-first
+	ts.expect(t, "GET", fmt.Sprintf("%s?since=%d&follow=true", sessionPath(testNS, "cap", "events"), cursor), fx.tokens["agent"], nil, 429, string(actuation.CodeQueueFull))
+	ts.expectAttachRefused(t, fx.tokens["agent"], testNS, "cap", false, 429, string(actuation.CodeQueueFull))
+	ts.events(t, fx.tokens["agent"], testNS, "cap", cursor)
 }
 
 // TestKubeGapMarker: a reader whose cursor fell out of retention gets an
@@ -248,17 +233,18 @@ func TestKubeGapMarker(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	er := ts.events(t, fx.tokens["agent"], testNS, "gap", 0, 0)
-	if er.Gap == nil || er.Gap.FromSeq != 1 || er.Gap.ToSeq < 1 {
-		t.Fatalf("no gap marker from seq 1: %+v", er)
+	evs := ts.events(t, fx.tokens["agent"], testNS, "gap", 0)
+	if len(evs) < 2 || evs[0].Type != "gap" || evs[0].From != 1 || evs[0].To < 1 {
+		t.Fatalf("no gap marker from seq 1: %+v", evs)
 	}
-	if len(er.Events) == 0 || er.Events[0].Seq != er.Gap.ToSeq+1 {
-		t.Fatalf("events do not resume after the gap %+v: %+v", er.Gap, er.Events)
+	gap, last := evs[0], evs[len(evs)-1].Seq
+	if evs[1].Seq != gap.To+1 {
+		t.Fatalf("events do not resume after the gap %+v: %+v", gap, evs[1:])
 	}
-	after := ts.events(t, fx.tokens["agent"], testNS, "gap", er.Next, 0)
-	if after.Gap != nil && after.Gap.FromSeq <= er.Next {
+	after := ts.events(t, fx.tokens["agent"], testNS, "gap", last)
+	if len(after) > 0 && after[0].Type == "gap" && after[0].From <= last {
 		// Only a concurrent eviction can produce a new gap; it must start after the old cursor.
-		t.Errorf("a second gap overlaps the first read: %+v after cursor %d", after.Gap, er.Next)
+		t.Errorf("a second gap overlaps the first read: %+v after cursor %d", after[0], last)
 	}
 }
 
@@ -287,21 +273,16 @@ func TestKubeFiles(t *testing.T) {
 	}
 	ts.addRoot(t, testNS, "env", "work", root)
 	agent := fx.tokens["agent"]
-	read := func(q string) string { return FilesPath(testNS, "env", "read") + "?root=work&" + q }
+	read := func(q string) string { return filesPath(testNS, "env") + "?op=read&root=work&" + q }
 
-	var rr ReadResponse
-	if err := json.Unmarshal(ts.expect(t, "GET", read("path=hello.txt"), agent, nil, 200, ""), &rr); err != nil {
-		t.Fatal(err)
+	status, data, hd := ts.dp().Get(t, read("path=hello.txt"), agent)
+	if status != 200 || string(data) != "hello world\n" || hd.Get("X-Workbench-Size") != "12" ||
+		hd.Get("X-Workbench-Truncated") != "false" || hd.Get("X-Workbench-Digest") == "" {
+		t.Errorf("read: %d %q %v", status, data, hd)
 	}
-	if string(rr.Data) != "hello world\n" || rr.Size != 12 || !rr.EOF || rr.Digest == "" {
-		t.Errorf("read: %+v", rr)
-	}
-	rr = ReadResponse{}
-	if err := json.Unmarshal(ts.expect(t, "GET", read("path=hello.txt&offset=6&max=5"), agent, nil, 200, ""), &rr); err != nil {
-		t.Fatal(err)
-	}
-	if string(rr.Data) != "world" || rr.EOF {
-		t.Errorf("windowed read: %+v", rr)
+	status, data, hd = ts.dp().Get(t, read("path=hello.txt&offset=6&limit=5"), agent)
+	if status != 200 || string(data) != "world" || hd.Get("X-Workbench-Truncated") != "true" {
+		t.Errorf("windowed read: %d %q %v", status, data, hd)
 	}
 	ts.expect(t, "GET", read("path=../outside/secret.txt"), agent, nil, 400, string(actuation.CodePathTraversal))
 	ts.expect(t, "GET", read("path=sub/../../outside/secret.txt"), agent, nil, 400, string(actuation.CodePathTraversal))
@@ -310,13 +291,14 @@ func TestKubeFiles(t *testing.T) {
 	ts.expect(t, "GET", read("path=/etc/passwd"), agent, nil, 400, string(actuation.CodePathAbsolute))
 	ts.expect(t, "GET", read("path="), agent, nil, 400, string(actuation.CodePathEmpty))
 	ts.expect(t, "GET", read("path=missing.txt"), agent, nil, 404, string(actuation.CodePathNotFound))
-	ts.expect(t, "GET", read("path=hello.txt&max=1048577"), agent, nil, 400, string(actuation.CodeReadCapAboveMax))
+	ts.expect(t, "GET", read("path=hello.txt&limit=1048577"), agent, nil, 400, string(actuation.CodeReadCapAboveMax))
 	ts.expect(t, "GET", read("path=hello.txt&offset=-1"), agent, nil, 400, string(actuation.CodeBadRequest))
-	ts.expect(t, "GET", FilesPath(testNS, "env", "read")+"?root=other&path=hello.txt", agent, nil, 404, string(actuation.CodeNotFound))
-	ts.expect(t, "GET", FilesPath(testNS, "env", "read")+"?root=Bad_Root&path=hello.txt", agent, nil, 400, string(actuation.CodeBadRequest))
+	ts.expect(t, "GET", filesPath(testNS, "env")+"?op=read&root=other&path=hello.txt", agent, nil, 404, string(actuation.CodeNotFound))
+	ts.expect(t, "GET", filesPath(testNS, "env")+"?op=read&root=Bad_Root&path=hello.txt", agent, nil, 400, string(actuation.CodeBadRequest))
+	ts.expect(t, "GET", filesPath(testNS, "env")+"?op=write&root=work&path=hello.txt", agent, nil, 400, string(actuation.CodeBadRequest))
 
 	var snap fsaccess.Snapshot
-	if err := json.Unmarshal(ts.expect(t, "GET", FilesPath(testNS, "env", "snapshot")+"?root=work", agent, nil, 200, ""), &snap); err != nil {
+	if err := json.Unmarshal(ts.expect(t, "GET", filesPath(testNS, "env")+"?op=snapshot&root=work", agent, nil, 200, ""), &snap); err != nil {
 		t.Fatal(err)
 	}
 	types := map[string]fsaccess.EntryType{}
@@ -326,48 +308,40 @@ func TestKubeFiles(t *testing.T) {
 	if types["hello.txt"] != fsaccess.TypeFile || types["escape"] != fsaccess.TypeSymlink || snap.Truncated {
 		t.Errorf("snapshot entries %v truncated=%v", types, snap.Truncated)
 	}
-	ts.expect(t, "GET", FilesPath(testNS, "env", "snapshot")+"?root=work&path=../outside", agent, nil, 400, string(actuation.CodePathTraversal))
+	ts.expect(t, "GET", filesPath(testNS, "env")+"?root=work&path=../outside", agent, nil, 400, string(actuation.CodePathTraversal))
 }
 
 // TestKubeResizeAndSignal: resize reaches the screen model; SIGINT ends cat,
-// the events endpoint reports the exit and closes, later input is refused.
+// the event stream reports the exit and ends, a later attach with stdin is refused.
 func TestKubeResizeAndSignal(t *testing.T) {
 	fx := requireAPIServer(t)
 	ts := startKubeServer(t, Limits{}, CacheOptions{})
 	ts.openSession(t, testNS, "sig", wbv1.RawInputOperatorOnly, 0)
 	op := fx.tokens["operator"]
-	ts.expect(t, "POST", SessionPath(testNS, "sig", "resize"), op, ResizeRequest{Rows: 30, Cols: 100}, 200, "")
+	ts.expect(t, "POST", sessionPath(testNS, "sig", "resize"), op, ResizeRequest{Rows: 30, Cols: 100}, 200, "")
 	var scr ScreenResponse
-	if err := json.Unmarshal(ts.expect(t, "GET", SessionPath(testNS, "sig", "screen"), op, nil, 200, ""), &scr); err != nil {
+	if err := json.Unmarshal(ts.expect(t, "GET", sessionPath(testNS, "sig", "screen"), op, nil, 200, ""), &scr); err != nil {
 		t.Fatal(err)
 	}
 	if scr.Rows != 30 || scr.Cols != 100 {
 		t.Errorf("screen after resize: %dx%d", scr.Rows, scr.Cols)
 	}
-	ts.expect(t, "POST", SessionPath(testNS, "sig", "resize"), op, ResizeRequest{Rows: 30, Cols: 5000}, 400, string(actuation.CodeInvalidSpec))
-	ts.expect(t, "POST", SessionPath(testNS, "sig", "signal"), op, SignalRequest{Signal: "SIGINT"}, 400, string(actuation.CodeBadRequest))
-	ts.expect(t, "POST", SessionPath(testNS, "sig", "signal"), op, SignalRequest{Signal: "INT"}, 200, "")
+	ts.expect(t, "POST", sessionPath(testNS, "sig", "resize"), op, ResizeRequest{Rows: 30, Cols: 5000}, 400, string(actuation.CodeInvalidSpec))
+	ts.expect(t, "POST", sessionPath(testNS, "sig", "signal"), op, SignalRequest{Signal: "INT"}, 400, string(actuation.CodeBadRequest))
+	ts.expect(t, "POST", sessionPath(testNS, "sig", "signal"), op, SignalRequest{Signal: "SIGINT"}, 200, "")
 
-	var cursor uint64
-	var exit []byte
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		er := ts.events(t, op, testNS, "sig", cursor, 10)
-		for _, e := range er.Events {
-			if e.Kind == ring.KindExit {
-				exit = e.Data
-			}
-		}
-		cursor = er.Next
-		if er.Closed {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("session did not close after SIGINT; last %+v", er)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// The followed stream ends when the ring closes.
+	evs := decodeEvents(t, ts.follow(t, ctx, op, testNS, "sig", 0).Body, nil)
+	var exit *SessionEvent
+	for i := range evs {
+		if evs[i].Type == string(ring.KindExit) {
+			exit = &evs[i]
 		}
 	}
-	if string(exit) != "signal=SIGINT" {
-		t.Errorf("exit event %q, want signal=SIGINT", exit)
+	if exit == nil || exit.Signal != "SIGINT" {
+		t.Errorf("exit event %+v, want signal SIGINT", exit)
 	}
-	ts.expect(t, "POST", SessionPath(testNS, "sig", "input"), op, InputRequest{Data: []byte("x")}, 409, string(actuation.CodeSessionNotRunning))
+	ts.expectAttachRefused(t, op, testNS, "sig", true, 409, string(actuation.CodeSessionNotRunning))
 }

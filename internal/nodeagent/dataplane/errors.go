@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strings"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -12,10 +11,11 @@ import (
 	"sensorium.dev/workbench/internal/dataplane/protocol/v2"
 )
 
-// Error is the JSON body of every non-2xx response.
-type Error struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
+// coded is a refusal's stable code and message; every non-2xx response carries it as a
+// metav1.Status (protocol.StatusFor).
+type coded struct {
+	Code    string
+	Message string
 }
 
 // httpError is an error that already knows its HTTP status and code.
@@ -42,21 +42,21 @@ func errorf(status int, code, message string) *httpError {
 // classify turns any error into (status, body). Coded errors keep their code
 // and message; anything else is an internal error whose detail is logged, not
 // returned.
-func classify(err error) (int, Error, bool) {
+func classify(err error) (int, coded, bool) {
 	var he *httpError
 	if errors.As(err, &he) {
-		return he.status, Error{Code: he.code, Message: he.message}, he.status >= 500
+		return he.status, coded{Code: he.code, Message: he.message}, he.status >= 500
 	}
 	if errors.Is(err, ErrNotFound) {
-		return http.StatusNotFound, Error{Code: string(actuation.CodeNotFound), Message: err.Error()}, false
+		return http.StatusNotFound, coded{Code: string(actuation.CodeNotFound), Message: err.Error()}, false
 	}
 	if c := string(actuation.CodeOf(err)); c != "" {
-		return protocol.HTTPStatusOf(c), Error{Code: c, Message: err.Error()}, protocol.HTTPStatusOf(c) >= 500
+		return protocol.HTTPStatusOf(c), coded{Code: c, Message: err.Error()}, protocol.HTTPStatusOf(c) >= 500
 	}
-	return http.StatusInternalServerError, Error{Code: string(actuation.CodeInternal), Message: "internal error"}, true
+	return http.StatusInternalServerError, coded{Code: string(actuation.CodeInternal), Message: "internal error"}, true
 }
 
-// writeError writes err as a JSON {code, message} body.
+// writeError writes err as a metav1.Status body whose details.causes[0].type is the code.
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status, body, serverSide := classify(err)
 	if serverSide {
@@ -65,11 +65,7 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="workbench-node"`)
 	}
-	if strings.HasPrefix(r.URL.Path, "/v2/") {
-		writeJSON(w, status, protocol.StatusFor(status, body.Code, body.Message))
-		return
-	}
-	writeJSON(w, status, body)
+	writeJSON(w, status, protocol.StatusFor(status, body.Code, body.Message))
 }
 
 // writeJSON writes v with status. Encoding errors can only come from the

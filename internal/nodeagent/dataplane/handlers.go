@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,32 +12,12 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
-
-// signals is the closed list of signal names POST .../signal accepts.
-var signals = map[string]syscall.Signal{
-	"INT": syscall.SIGINT, "TERM": syscall.SIGTERM, "HUP": syscall.SIGHUP, "KILL": syscall.SIGKILL,
-	"QUIT": syscall.SIGQUIT, "TSTP": syscall.SIGTSTP, "CONT": syscall.SIGCONT, "WINCH": syscall.SIGWINCH,
-	"USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2,
-}
-
-// SignalNames returns the accepted signal names, sorted.
-func SignalNames() []string {
-	names := make([]string, 0, len(signals))
-	for n := range signals {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
 
 // sessionHandle is a resolved session with its object facts.
 type sessionHandle struct {
@@ -53,30 +32,9 @@ func (o objRef) String() string { return o.ns + "/" + o.name }
 
 type handlerFunc func(w http.ResponseWriter, r *http.Request, ref objRef) error
 
+// routes serves the v2 routes (v2.go) and answers anything else with not-found.
 func (s *Server) routes() *http.ServeMux {
 	mux := http.NewServeMux()
-	for _, rt := range []struct {
-		method, path, verb, resource, sub string
-		h                                 handlerFunc
-	}{
-		{http.MethodGet, sessionPrefix + "screen", "get", "terminalsessions", "screen", s.screen},
-		{http.MethodGet, sessionPrefix + "events", "get", "terminalsessions", "events", s.events},
-		{http.MethodPost, sessionPrefix + "input", "create", "terminalsessions", "input", s.input},
-		{http.MethodPost, sessionPrefix + "resize", "create", "terminalsessions", "resize", s.resize},
-		{http.MethodPost, sessionPrefix + "signal", "create", "terminalsessions", "signal", s.signalWith(signals)},
-		{http.MethodGet, envPrefix + "files/snapshot", "get", "environments", "files", s.snapshot},
-		{http.MethodGet, envPrefix + "files/read", "get", "environments", "files", s.read},
-	} {
-		mux.Handle(rt.method+" "+rt.path, s.authorized(rt.verb, rt.resource, rt.sub, rt.h))
-		allow := rt.method
-		if allow == http.MethodGet {
-			allow += ", " + http.MethodHead
-		}
-		mux.HandleFunc(rt.path, func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Allow", allow)
-			writeError(w, r, errorf(http.StatusMethodNotAllowed, string(actuation.CodeMethodNotAllowed), "method "+r.Method+" is not allowed; use "+allow))
-		})
-	}
 	s.v2Routes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, errorf(http.StatusNotFound, string(actuation.CodeNotFound), "no route for "+r.URL.Path))
@@ -84,14 +42,9 @@ func (s *Server) routes() *http.ServeMux {
 	return mux
 }
 
-// authorized validates the URL's namespace and name, asks the Authorizer for
-// the route's virtual subresource and runs h.
-func (s *Server) authorized(verb, resource, sub string, h handlerFunc) http.Handler {
-	return s.authorizedIn("", verb, resource, sub, h)
-}
-
-// authorizedIn is authorized in an API group ("" = workbench.sensorium.dev); an empty verb
-// leaves authorization to h (a route whose verb depends on the request).
+// authorizedIn validates the URL's namespace and name, asks the Authorizer for the
+// route's virtual subresource in an API group and runs h; an empty verb leaves
+// authorization to h (a route whose verb depends on the request).
 func (s *Server) authorizedIn(group, verb, resource, sub string, h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ref := objRef{ns: r.PathValue("ns"), name: r.PathValue("name")}
@@ -205,115 +158,6 @@ func (s *Server) screen(w http.ResponseWriter, _ *http.Request, ref objRef) erro
 	return nil
 }
 
-// events reads events after cursor. When none exist yet and waitSeconds > 0
-// it parks on the session's ring (a long-poll slot and a session reader-task
-// permit held) until an event arrives, the ring closes, the wait deadline
-// passes or the request ends; then it reads again.
-func (s *Server) events(w http.ResponseWriter, r *http.Request, ref objRef) error {
-	q := r.URL.Query()
-	cursor, err := queryUint(q, "cursor", 0, math.MaxUint64)
-	if err != nil {
-		return err
-	}
-	maxEvents, err := queryUint(q, "max", uint64(s.lim.MaxEventsPerRead), math.MaxInt32)
-	if err != nil {
-		return err
-	}
-	if maxEvents == 0 || maxEvents > uint64(s.lim.MaxEventsPerRead) {
-		maxEvents = uint64(s.lim.MaxEventsPerRead)
-	}
-	waitSeconds, err := queryUint(q, "waitSeconds", 0, math.MaxInt32)
-	if err != nil {
-		return err
-	}
-	wait := min(time.Duration(waitSeconds)*time.Second, s.lim.MaxWait)
-
-	h, err := s.resolveSession(ref)
-	if err != nil {
-		return err
-	}
-	rg := h.s.Events()
-	if last := rg.LastSeq(); cursor > last {
-		return badRequest("cursor %d is ahead of the last event %d", cursor, last)
-	}
-	evs, next, gap := h.s.Read(cursor, int(maxEvents))
-	if len(evs) == 0 && gap == nil && wait > 0 {
-		if err := s.park(r.Context(), h, ref, cursor, wait); err != nil {
-			return err
-		}
-		evs, next, gap = h.s.Read(cursor, int(maxEvents))
-	}
-	st := rg.Stats()
-	resp := EventsResponse{
-		Events:  make([]Event, len(evs)),
-		Next:    next,
-		LastSeq: st.LastSeq,
-		Closed:  st.Closed && next >= st.LastSeq,
-		Phase:   string(h.s.Phase()),
-	}
-	for i, e := range evs {
-		resp.Events[i] = Event{Seq: e.Seq, Time: e.Time, Kind: e.Kind, Data: e.Data, Bytes: e.Bytes}
-	}
-	if gap != nil {
-		resp.Gap = &Gap{FromSeq: gap.FromSeq, ToSeq: gap.ToSeq}
-	}
-	writeJSON(w, http.StatusOK, resp)
-	return nil
-}
-
-// park waits for an event after cursor without sleeping. A deadline, a
-// closed ring or a finished request are normal ends of a long-poll.
-func (s *Server) park(ctx context.Context, h sessionHandle, ref objRef, cursor uint64, wait time.Duration) error {
-	release, err := s.acquireStream(ctx, ref.ns, false)
-	if err != nil {
-		return err
-	}
-	defer release()
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	if s.waitHook != nil {
-		s.waitHook()
-	}
-	err = h.s.WaitEvents(ctx, cursor)
-	switch {
-	case err == nil, errors.Is(err, ring.ErrClosed),
-		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return nil
-	}
-	return fmt.Errorf("waiting for events of terminal session %s: %w", ref, err)
-}
-
-func (s *Server) input(w http.ResponseWriter, r *http.Request, ref objRef) error {
-	var req InputRequest
-	if err := s.decode(w, r, &req); err != nil {
-		return err
-	}
-	switch {
-	case len(req.Data) == 0:
-		return badRequest("data must not be empty")
-	case len(req.Data) > s.lim.MaxInputBytes:
-		return errorf(http.StatusRequestEntityTooLarge, string(actuation.CodeInputTooLarge),
-			fmt.Sprintf("%d bytes of input exceed the per-request cap %d", len(req.Data), s.lim.MaxInputBytes))
-	}
-	h, err := s.resolveSession(ref)
-	if err != nil {
-		return err
-	}
-	if h.info.RawInput != wbv1.RawInputOperatorOnly {
-		mode := h.info.RawInput
-		if mode == "" {
-			mode = wbv1.RawInputDisabled
-		}
-		return errorf(http.StatusForbidden, string(actuation.CodeRawInputDisabled),
-			fmt.Sprintf("terminal session %s has spec.rawInput %s; raw input requires %s", ref, mode, wbv1.RawInputOperatorOnly))
-	}
-	if err := h.s.Input(req.Data); err != nil {
-		return fmt.Errorf("input to terminal session %s: %w", ref, err)
-	}
-	writeJSON(w, http.StatusAccepted, InputResponse{QueuedBytes: len(req.Data)})
-	return nil
-}
-
 func (s *Server) resize(w http.ResponseWriter, r *http.Request, ref objRef) error {
 	var req ResizeRequest
 	if err := s.decode(w, r, &req); err != nil {
@@ -402,19 +246,6 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, ref objRef) er
 		return fmt.Errorf("snapshot of %q in root %q of environment %s: %w", path, root, ref, err)
 	}
 	writeJSON(w, http.StatusOK, snap)
-	return nil
-}
-
-func (s *Server) read(w http.ResponseWriter, r *http.Request, ref objRef) error {
-	res, err := s.readRange(r, ref, "max")
-	if err != nil {
-		return err
-	}
-	data := res.Data
-	if data == nil {
-		data = []byte{}
-	}
-	writeJSON(w, http.StatusOK, ReadResponse{ReadResult: *res, Data: data})
 	return nil
 }
 

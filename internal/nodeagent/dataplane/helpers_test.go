@@ -1,23 +1,22 @@
 package dataplane
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
 
+	"golang.org/x/net/websocket"
+
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
-	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
+	"sensorium.dev/workbench/internal/test/dpclient"
 )
 
 // fakeResolver stands in for the node agent: sessions from a real
@@ -151,113 +150,70 @@ func (ts *testServer) addFiles(ns, env, root string, f Files) {
 	ts.res.mu.Unlock()
 }
 
-type rawBody string
+type rawBody = dpclient.RawBody
+
+var (
+	sessionPath  = dpclient.SessionPath
+	filesPath    = dpclient.FilesPath
+	errorCode    = dpclient.Code
+	decodeEvents = dpclient.DecodeEvents
+	outputOf     = dpclient.Output
+	sendStdin    = dpclient.SendStdin
+)
+
+// dp is the test server's data-plane client.
+func (ts *testServer) dp() dpclient.Client {
+	return dpclient.Client{Endpoint: ts.base, HTTP: ts.client}
+}
 
 // do sends one request; body is JSON-encoded unless it is a rawBody.
 func (ts *testServer) do(tb testing.TB, method, path, token string, body any) (int, []byte) {
 	tb.Helper()
-	return ts.doCtx(tb, context.Background(), method, path, token, body)
-}
-
-func (ts *testServer) doCtx(tb testing.TB, ctx context.Context, method, path, token string, body any) (int, []byte) {
-	tb.Helper()
-	status, resp, err := ts.request(ctx, method, path, token, body)
-	if err != nil {
-		tb.Fatalf("%s %s: %v", method, path, err)
-	}
-	return status, resp
+	return ts.dp().Call(tb, method, path, token, body)
 }
 
 func (ts *testServer) request(ctx context.Context, method, path, token string, body any) (int, []byte, error) {
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case rawBody:
-		rd = bytes.NewReader([]byte(b))
-	default:
-		raw, err := json.Marshal(b)
-		if err != nil {
-			return 0, nil, err
-		}
-		rd = bytes.NewReader(raw)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, ts.base+path, rd)
-	if err != nil {
-		return 0, nil, err
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	if rd != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := ts.client.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	return resp.StatusCode, raw, err
-}
-
-func errorCode(tb testing.TB, body []byte) string {
-	tb.Helper()
-	var e Error
-	if err := json.Unmarshal(body, &e); err != nil {
-		tb.Fatalf("error body %q: %v", body, err)
-	}
-	if e.Message == "" {
-		tb.Errorf("error body %q has no message", body)
-	}
-	return e.Code
+	return ts.dp().Request(ctx, method, path, token, body)
 }
 
 // expect checks status (and code for errors) of one request.
 func (ts *testServer) expect(tb testing.TB, method, path, token string, body any, status int, code string) []byte {
 	tb.Helper()
-	got, resp := ts.do(tb, method, path, token, body)
-	if got != status {
-		tb.Fatalf("%s %s: status %d, want %d; body %s", method, path, got, status, resp)
-	}
-	if code != "" {
-		if c := errorCode(tb, resp); c != code {
-			tb.Fatalf("%s %s: code %q, want %q; body %s", method, path, c, code, resp)
-		}
-	}
-	return resp
+	return ts.dp().Expect(tb, method, path, token, body, status, code)
 }
 
-// events performs one GET .../events.
-func (ts *testServer) events(tb testing.TB, token, ns, name string, cursor uint64, waitSeconds int) EventsResponse {
+// events reads the session's events after since (GET .../events, not followed).
+func (ts *testServer) events(tb testing.TB, token, ns, name string, since uint64) []SessionEvent {
 	tb.Helper()
-	body := ts.expect(tb, "GET", fmt.Sprintf("%s?cursor=%d&waitSeconds=%d", SessionPath(ns, name, "events"), cursor, waitSeconds), token, nil, 200, "")
-	var er EventsResponse
-	if err := json.Unmarshal(body, &er); err != nil {
-		tb.Fatalf("events body %q: %v", body, err)
-	}
-	return er
+	return ts.dp().Events(tb, token, ns, name, since)
 }
 
-// readOutput long-polls events from cursor until until(output) holds or the
-// deadline passes, and returns the output and the next cursor.
-func (ts *testServer) readOutput(tb testing.TB, token, ns, name string, cursor uint64, until func([]byte) bool) ([]byte, uint64) {
+// follow opens GET .../events?follow=true after since; the stream is the response body.
+func (ts *testServer) follow(tb testing.TB, ctx context.Context, token, ns, name string, since uint64) *http.Response {
 	tb.Helper()
-	var out []byte
-	deadline := time.Now().Add(20 * time.Second)
-	for !until(out) {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for session output; got %q", out)
-		}
-		er := ts.events(tb, token, ns, name, cursor, 10)
-		for _, e := range er.Events {
-			if e.Kind == ring.KindOutput {
-				out = append(out, e.Data...)
-			}
-		}
-		cursor = er.Next
-		if er.Closed && !until(out) {
-			tb.Fatalf("session closed before the expected output; got %q", out)
-		}
-	}
-	return out, cursor
+	return ts.dp().Follow(tb, ctx, token, ns, name, since)
+}
+
+// readOutput follows the session's events after since until until(output) holds.
+func (ts *testServer) readOutput(tb testing.TB, token, ns, name string, since uint64, until func([]byte) bool) ([]byte, uint64) {
+	tb.Helper()
+	return ts.dp().FollowOutput(tb, token, ns, name, since, 20*time.Second, until)
+}
+
+// expectAttachRefused asks for an attach (stdin or not) and expects the refusal status and code.
+func (ts *testServer) expectAttachRefused(tb testing.TB, token, ns, name string, stdin bool, status int, code string) {
+	tb.Helper()
+	ts.dp().ExpectAttachRefused(tb, token, ns, name, stdin, status, code)
+}
+
+// attach opens an attach stream (remote command protocol v5) on session ns/name.
+func (ts *testServer) attach(tb testing.TB, token, ns, name string, stdin bool) *websocket.Conn {
+	tb.Helper()
+	return ts.dp().Attach(tb, token, ns, name, stdin)
+}
+
+// readStdout reads stdout frames of an attach stream until until(stdout) holds.
+func readStdout(tb testing.TB, ws *websocket.Conn, until func([]byte) bool) []byte {
+	tb.Helper()
+	return dpclient.ReadStdout(tb, ws, 20*time.Second, until)
 }

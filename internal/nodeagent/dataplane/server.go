@@ -1,26 +1,20 @@
-// Package dataplane is the node agent's HTTPS data plane: screen snapshots,
-// event cursors (long-poll), operator raw input, resize and signal for PTY
-// sessions, and file snapshot/read beneath environment roots (DESIGN.md §6,
-// §9).
+// Package dataplane is the node agent's HTTPS data plane: the v2 routes of the
+// aggregated subresource API (docs/api-subresources.md; v2.go lists them) — attach,
+// screen, events, resize and signal of PTY sessions, output and cancel of terminal
+// commands, files beneath environment roots, artifact download and upload, view
+// streams (DESIGN.md §6, §9). Its wire contract (paths, headers, bodies, the Status of
+// a refusal) is internal/dataplane/protocol/v2, which workbench-apiserver imports too.
 //
-// Every request carries the caller's Kubernetes bearer token. The token is
-// authenticated with TokenReview and each route is authorized as a virtual
-// subresource of group workbench.sensorium.dev with SubjectAccessReview:
+// Every request carries the caller's Kubernetes bearer token, or comes from the
+// aggregated API server's client certificate naming the end user (forward.go). The
+// token is authenticated with TokenReview and each route is authorized as a virtual
+// subresource of group subresources.workbench.sensorium.dev with SubjectAccessReview.
 //
-//	GET  /v1/namespaces/{ns}/terminalsessions/{name}/screen      get    terminalsessions/screen
-//	GET  /v1/namespaces/{ns}/terminalsessions/{name}/events      get    terminalsessions/events
-//	POST /v1/namespaces/{ns}/terminalsessions/{name}/input       create terminalsessions/input
-//	POST /v1/namespaces/{ns}/terminalsessions/{name}/resize      create terminalsessions/resize
-//	POST /v1/namespaces/{ns}/terminalsessions/{name}/signal      create terminalsessions/signal
-//	GET  /v1/namespaces/{ns}/environments/{name}/files/snapshot  get    environments/files
-//	GET  /v1/namespaces/{ns}/environments/{name}/files/read      get    environments/files
-//
-// Raw input additionally requires the session's spec.rawInput to be
-// OperatorOnly. Every failure is a JSON {code, message} body with a stable
-// code (see the Code constants; session, fsaccess and actuation codes pass
-// through). Everything is bounded: bodies, headers, reads, event batches,
-// long-poll waits and their number, requests in flight, and the
-// authentication and authorization caches. Long-polls park on the session's
+// Stdin on an attach additionally requires the session's spec.rawInput to be
+// OperatorOnly. Every failure is a metav1.Status body with a stable code (session,
+// fsaccess and actuation codes pass through). Everything is bounded: bodies, headers,
+// reads, event batches, streams and their number, requests in flight, and the
+// authentication and authorization caches. Followed streams park on the session's
 // event ring; nothing sleeps.
 package dataplane
 
@@ -70,8 +64,8 @@ const (
 type Limits struct {
 	// MaxInFlight caps concurrent requests of any kind (429 queue-full).
 	MaxInFlight int
-	// MaxLongPolls caps concurrently parked event long-polls (default 64,
-	// at most MaxInFlight; 429 queue-full). Session reader-task permits
+	// MaxLongPolls caps concurrent long-lived streams (followed events, attaches,
+	// output follows, view streams; default 64, at most MaxInFlight; 429 queue-full). Session reader-task permits
 	// (reader-cap-reached) apply on top.
 	MaxLongPolls int
 	// StreamOperatorReserve and StreamPerIdentity divide the MaxLongPolls stream slots
@@ -221,7 +215,7 @@ type Server struct {
 	inflight chan struct{}   // semaphore: requests in flight
 	streams  *fairshare.Pool // long-lived stream slots, shared out by identity class (shares.go)
 
-	// waitHook, when set (tests), runs right before a long-poll parks.
+	// waitHook, when set (tests), runs right before a followed event stream parks.
 	waitHook func()
 }
 

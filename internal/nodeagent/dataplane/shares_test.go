@@ -11,21 +11,26 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 )
 
-// TestKubeStreamSharesKeepOperatorsServed: one agent opens event long-polls through the
+// TestKubeStreamSharesKeepOperatorsServed: one agent opens event followed streams through the
 // real authenticator and authorizer until it is refused with share-cap-reached (its
-// per-identity share); a viewer then takes the rest of what agents and observers may
-// hold and is refused with share-cap-reached too; an operator still parks its long-polls
+// per-identity share); a second agent then takes the rest of what agents and observers may
+// hold and is refused with share-cap-reached too; an operator still parks its followed streams
 // in the reserve (only the full cap refuses it, queue-full) and still reads. Before the
 // fix the agent took every slot and the operator was refused with queue-full.
 func TestKubeStreamSharesKeepOperatorsServed(t *testing.T) {
 	fx := requireAPIServer(t)
 	parked := make(chan struct{}, 16)
 	ts := startKubeServer(t, Limits{MaxLongPolls: 6, StreamOperatorReserve: 2, StreamPerIdentity: 3}, CacheOptions{}, func(s *Server) {
-		s.waitHook = func() { parked <- struct{}{} }
+		s.waitHook = func() {
+			select {
+			case parked <- struct{}{}:
+			default:
+			}
+		}
 	})
 	s := ts.openSession(t, testNS, "shares", wbv1.RawInputOperatorOnly, 0)
 	cursor := s.Events().LastSeq()
-	path := fmt.Sprintf("%s?cursor=%d&waitSeconds=25", SessionPath(testNS, "shares", "events"), cursor)
+	path := fmt.Sprintf("%s?since=%d&follow=true", sessionPath(testNS, "shares", "events"), cursor)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
@@ -33,7 +38,7 @@ func TestKubeStreamSharesKeepOperatorsServed(t *testing.T) {
 		status int
 		body   []byte
 	}
-	// open starts a long-poll as who: status 0 once it parks (it holds a slot until the
+	// open starts a followed stream as who: status 0 once it parks (it holds a slot until the
 	// test ends), else the refusal.
 	open := func(who string) answer {
 		t.Helper()
@@ -50,7 +55,7 @@ func TestKubeStreamSharesKeepOperatorsServed(t *testing.T) {
 		case a := <-res:
 			return a
 		case <-time.After(20 * time.Second):
-			t.Fatalf("%s's long-poll neither parked nor was refused", who)
+			t.Fatalf("%s's followed stream neither parked nor was refused", who)
 		}
 		return answer{}
 	}
@@ -72,18 +77,18 @@ func TestKubeStreamSharesKeepOperatorsServed(t *testing.T) {
 	if n != 3 {
 		t.Fatalf("the agent held %d streams, want its share of 3", n)
 	}
-	// A viewer takes the last slot open to agents and observers, then is refused.
-	if a := open("viewer"); a.status != 0 {
-		t.Fatalf("viewer refused with %d %s while a slot open to it was free", a.status, a.body)
+	// A second agent takes the last slot open to agents and observers, then is refused.
+	if a := open("agent2"); a.status != 0 {
+		t.Fatalf("agent2 refused with %d %s while a slot open to it was free", a.status, a.body)
 	}
-	wantRefused("viewer", open("viewer"), string(actuation.CodeShareCapReached))
+	wantRefused("agent2", open("agent2"), string(actuation.CodeShareCapReached))
 	// The operator is served from its reserve, and still reads.
 	for i := 0; i < 2; i++ {
 		if a := open("operator"); a.status != 0 {
 			t.Fatalf("operator refused with %d %s while its reserve was free", a.status, a.body)
 		}
 	}
-	ts.events(t, fx.tokens["operator"], testNS, "shares", cursor, 0)
+	ts.events(t, fx.tokens["operator"], testNS, "shares", cursor)
 	// Only the full cap refuses the operator.
 	wantRefused("operator", open("operator"), string(actuation.CodeQueueFull))
 }

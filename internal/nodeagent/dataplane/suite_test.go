@@ -24,7 +24,7 @@ import (
 // SubjectAccessReview.
 type suite struct {
 	env *envtest.Env
-	// tokens by identity: operator, agent, viewer (bound in ns), nobody.
+	// tokens by identity: operator, agent, agent2, viewer (bound in ns), nobody.
 	tokens map[string]string
 	// nodeClient authenticates as the node agent's service account.
 	nodeClient client.Client
@@ -83,7 +83,7 @@ func newSuite(env *envtest.Env) (*suite, error) {
 		}
 	}
 	s := &suite{env: env, tokens: map[string]string{}}
-	for id, role := range map[string]string{"operator": "workbench-operator", "agent": "workbench-agent", "viewer": "workbench-viewer", "nobody": ""} {
+	for id, role := range map[string]string{"operator": "workbench-operator", "agent": "workbench-agent", "agent2": "workbench-agent", "viewer": "workbench-viewer", "nobody": ""} {
 		tok, err := serviceAccountToken(ctx, c, testNS, id)
 		if err != nil {
 			return nil, err

@@ -3,12 +3,10 @@ package dataplane
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net/url"
 	"syscall"
-	"time"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/dataplane/protocol/v2"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
@@ -65,8 +63,6 @@ func HostFiles(r *fsaccess.Root) Files {
 type Terminal interface {
 	Screen() session.Snapshot
 	Events() *ring.Ring
-	Read(cursor uint64, max int) ([]ring.Event, uint64, *ring.Gap)
-	WaitEvents(ctx context.Context, afterSeq uint64) error
 	Input(b []byte) error
 	Resize(rows, cols uint16) error
 	Signal(sig syscall.Signal) error
@@ -75,99 +71,12 @@ type Terminal interface {
 
 var _ Terminal = (*session.Session)(nil)
 
-// Route paths (Go 1.22 ServeMux patterns). Namespace and name come from the
-// URL; the methods are part of the pattern.
-const (
-	sessionPrefix = "/v1/namespaces/{ns}/terminalsessions/{name}/"
-	envPrefix     = "/v1/namespaces/{ns}/environments/{name}/"
+// The wire bodies of the session routes live in the protocol package (the aggregated
+// API server and clients read the same types).
+type (
+	ScreenResponse = protocol.ScreenResponse
+	Cursor         = protocol.Cursor
+	ResizeRequest  = protocol.ResizeRequest
+	SignalRequest  = protocol.SignalRequest
+	SessionEvent   = protocol.SessionEvent
 )
-
-// SessionPath returns the URL path of a terminal-session subresource
-// ("screen", "events", "input", "resize", "signal").
-func SessionPath(ns, name, subresource string) string {
-	return fmt.Sprintf("/v1/namespaces/%s/terminalsessions/%s/%s", url.PathEscape(ns), url.PathEscape(name), url.PathEscape(subresource))
-}
-
-// FilesPath returns the URL path of an environment file operation
-// ("snapshot" or "read").
-func FilesPath(ns, env, op string) string {
-	return fmt.Sprintf("/v1/namespaces/%s/environments/%s/files/%s", url.PathEscape(ns), url.PathEscape(env), url.PathEscape(op))
-}
-
-// ScreenResponse is GET .../screen: a bounded viewport of the screen model.
-type ScreenResponse struct {
-	Rows         int      `json:"rows"`
-	Cols         int      `json:"cols"`
-	Lines        []string `json:"lines"`
-	Cursor       Cursor   `json:"cursor"`
-	AltScreen    bool     `json:"altScreen"`
-	Seq          uint64   `json:"seq"`
-	Digest       string   `json:"digest"`
-	OutputDigest string   `json:"outputDigest"`
-	OutputBytes  uint64   `json:"outputBytes"`
-	Phase        string   `json:"phase"`
-}
-
-// Cursor is the 0-based cursor position.
-type Cursor struct {
-	Row    int  `json:"row"`
-	Col    int  `json:"col"`
-	Hidden bool `json:"hidden"`
-}
-
-// Event is one ring event. Data (base64 in JSON) is set for output, resize,
-// signal, exit, gap and status events; input events carry only Bytes.
-type Event struct {
-	Seq   uint64    `json:"seq"`
-	Time  time.Time `json:"time"`
-	Kind  ring.Kind `json:"kind"`
-	Data  []byte    `json:"data,omitempty"`
-	Bytes int       `json:"bytes"`
-}
-
-// Gap reports that events FromSeq..ToSeq were evicted before the caller read
-// them; the returned events start after ToSeq.
-type Gap struct {
-	FromSeq uint64 `json:"fromSeq"`
-	ToSeq   uint64 `json:"toSeq"`
-}
-
-// EventsResponse is GET .../events. Pass Next as the following cursor.
-type EventsResponse struct {
-	Events  []Event `json:"events"`
-	Next    uint64  `json:"next"`
-	Gap     *Gap    `json:"gap,omitempty"`
-	LastSeq uint64  `json:"lastSeq"`
-	// Closed: the ring is closed and the caller has read everything; no
-	// further event will ever arrive.
-	Closed bool   `json:"closed"`
-	Phase  string `json:"phase"`
-}
-
-// InputRequest is the body of POST .../input.
-type InputRequest struct {
-	Data []byte `json:"data"` // base64 in JSON, at most Limits.MaxInputBytes decoded
-}
-
-// InputResponse acknowledges queued input (202).
-type InputResponse struct {
-	QueuedBytes int `json:"queuedBytes"`
-}
-
-// ResizeRequest is the body of POST .../resize (and its 200 response).
-type ResizeRequest struct {
-	Rows uint16 `json:"rows"`
-	Cols uint16 `json:"cols"`
-}
-
-// SignalRequest is the body of POST .../signal (and its 200 response). Signal
-// is one of Signals' keys.
-type SignalRequest struct {
-	Signal string `json:"signal"`
-}
-
-// ReadResponse is GET .../files/read: a bounded window of one regular file.
-type ReadResponse struct {
-	fsaccess.ReadResult
-	Data []byte `json:"data"` // base64 in JSON
-}

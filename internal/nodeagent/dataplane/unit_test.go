@@ -1,11 +1,11 @@
 package dataplane
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -308,25 +308,26 @@ func TestRoutingWithoutAPIServer(t *testing.T) {
 		status                    int
 		code                      string
 	}{
-		{"no token", "GET", SessionPath("ns", "s", "screen"), "", nil, "", 401, string(actuation.CodeUnauthenticated)},
-		{"bad token", "GET", SessionPath("ns", "s", "screen"), "nope", nil, "", 401, string(actuation.CodeUnauthenticated)},
-		{"authn down", "GET", SessionPath("ns", "s", "screen"), "down", nil, "", 503, string(actuation.CodeUnavailable)},
-		{"unknown route", "GET", "/v1/whatever", "op", nil, "", 404, string(actuation.CodeNotFound)},
-		{"wrong method", "GET", SessionPath("ns", "s", "input"), "op", nil, "", 405, string(actuation.CodeMethodNotAllowed)},
-		{"bad namespace", "GET", SessionPath("NS", "s", "screen"), "op", nil, "", 400, string(actuation.CodeBadRequest)},
-		{"unknown session", "GET", SessionPath("ns", "missing", "screen"), "op", nil, "", 404, string(actuation.CodeNotFound)},
-		{"viewer input", "POST", SessionPath("ns", "s", "input"), "viewer", InputRequest{Data: []byte("x")}, "", 403, string(actuation.CodeForbidden)},
-		{"body too large", "POST", SessionPath("ns", "s", "input"), "op", nil, `{"data":"` + strings.Repeat("A", 70<<10) + `"}`, 413, string(actuation.CodeBodyTooLarge)},
-		{"input too large", "POST", SessionPath("ns", "s", "input"), "op", InputRequest{Data: make([]byte, MaxInputBytes+1)}, "", 413, string(actuation.CodeInputTooLarge)},
-		{"empty input", "POST", SessionPath("ns", "s", "input"), "op", InputRequest{}, "", 400, string(actuation.CodeBadRequest)},
-		{"unknown field", "POST", SessionPath("ns", "s", "input"), "op", nil, `{"data":"eA==","x":1}`, 400, string(actuation.CodeBadRequest)},
-		{"trailing data", "POST", SessionPath("ns", "s", "input"), "op", nil, `{"data":"eA=="} {}`, 400, string(actuation.CodeBadRequest)},
-		{"bad base64", "POST", SessionPath("ns", "s", "input"), "op", nil, `{"data":"***"}`, 400, string(actuation.CodeBadRequest)},
-		{"bad signal", "POST", SessionPath("ns", "s", "signal"), "op", SignalRequest{Signal: "SEGV"}, "", 400, string(actuation.CodeBadRequest)},
-		{"bad size", "POST", SessionPath("ns", "s", "resize"), "op", ResizeRequest{Rows: 0, Cols: 80}, "", 400, string(actuation.CodeInvalidSpec)},
-		{"bad cursor", "GET", SessionPath("ns", "s", "events") + "?cursor=x", "op", nil, "", 400, string(actuation.CodeBadRequest)},
-		{"cursor ahead", "GET", SessionPath("ns", "s", "events") + "?cursor=100000", "op", nil, "", 400, string(actuation.CodeBadRequest)},
-		{"input ok", "POST", SessionPath("ns", "s", "input"), "op", InputRequest{Data: []byte("x")}, "", 202, ""},
+		{"no token", "GET", sessionPath("ns", "s", "screen"), "", nil, "", 401, string(actuation.CodeUnauthenticated)},
+		{"bad token", "GET", sessionPath("ns", "s", "screen"), "nope", nil, "", 401, string(actuation.CodeUnauthenticated)},
+		{"authn down", "GET", sessionPath("ns", "s", "screen"), "down", nil, "", 503, string(actuation.CodeUnavailable)},
+		{"unknown route", "GET", "/v2/whatever", "op", nil, "", 404, string(actuation.CodeNotFound)},
+		{"v1 route", "GET", "/v1/namespaces/ns/terminalsessions/s/screen", "op", nil, "", 404, string(actuation.CodeNotFound)},
+		{"wrong method", "GET", sessionPath("ns", "s", "signal"), "op", nil, "", 405, string(actuation.CodeMethodNotAllowed)},
+		{"bad namespace", "GET", sessionPath("NS", "s", "screen"), "op", nil, "", 400, string(actuation.CodeBadRequest)},
+		{"unknown session", "GET", sessionPath("ns", "missing", "screen"), "op", nil, "", 404, string(actuation.CodeNotFound)},
+		{"viewer signal", "POST", sessionPath("ns", "s", "signal"), "viewer", SignalRequest{Signal: "SIGCONT"}, "", 403, string(actuation.CodeForbidden)},
+		{"body too large", "POST", sessionPath("ns", "s", "signal"), "op", nil, `{"signal":"` + strings.Repeat("A", 70<<10) + `"}`, 413, string(actuation.CodeBodyTooLarge)},
+		{"empty signal", "POST", sessionPath("ns", "s", "signal"), "op", SignalRequest{}, "", 400, string(actuation.CodeBadRequest)},
+		{"unknown field", "POST", sessionPath("ns", "s", "signal"), "op", nil, `{"signal":"SIGCONT","x":1}`, 400, string(actuation.CodeBadRequest)},
+		{"trailing data", "POST", sessionPath("ns", "s", "signal"), "op", nil, `{"signal":"SIGCONT"} {}`, 400, string(actuation.CodeBadRequest)},
+		{"bad field type", "POST", sessionPath("ns", "s", "resize"), "op", nil, `{"rows":"x","cols":80}`, 400, string(actuation.CodeBadRequest)},
+		{"bad signal", "POST", sessionPath("ns", "s", "signal"), "op", SignalRequest{Signal: "SIGSEGV"}, "", 400, string(actuation.CodeBadRequest)},
+		{"bad size", "POST", sessionPath("ns", "s", "resize"), "op", ResizeRequest{Rows: 0, Cols: 80}, "", 400, string(actuation.CodeInvalidSpec)},
+		{"bad cursor", "GET", sessionPath("ns", "s", "events") + "?since=x", "op", nil, "", 400, string(actuation.CodeBadRequest)},
+		{"cursor ahead", "GET", sessionPath("ns", "s", "events") + "?since=100000", "op", nil, "", 400, string(actuation.CodeBadRequest)},
+		{"attach without upgrade", "GET", sessionPath("ns", "s", "attach"), "op", nil, "", 400, string(actuation.CodeBadRequest)},
+		{"signal ok", "POST", sessionPath("ns", "s", "signal"), "op", SignalRequest{Signal: "SIGCONT"}, "", 200, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body := any(tc.body)
@@ -344,6 +345,18 @@ func TestRoutingWithoutAPIServer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAttachInputWithoutAPIServer: stdin needs create on terminalsessions/attach (the
+// viewer's is refused before the handshake); the operator's reaches the program.
+func TestAttachInputWithoutAPIServer(t *testing.T) {
+	ts := startServer(t, staticAuth{}, staticAuth{}, Limits{})
+	ts.openSession(t, "ns", "s", "OperatorOnly", 0)
+	ts.expectAttachRefused(t, "viewer", "ns", "s", true, 403, string(actuation.CodeForbidden))
+	ts.expectAttachRefused(t, "op", "ns", "missing", true, 404, string(actuation.CodeNotFound))
+	ws := ts.attach(t, "op", "ns", "s", true)
+	sendStdin(t, ws, []byte("x\n"))
+	readStdout(t, ws, func(b []byte) bool { return bytes.Count(b, []byte("x")) >= 2 })
 }
 
 // TestServeShutdown: cancelling the context releases a parked long-poll and
@@ -418,9 +431,8 @@ func TestFilesOfAnyRoot(t *testing.T) {
 	ts := startServer(t, staticAuth{}, staticAuth{}, Limits{})
 	f := &recordingFiles{files: map[string]string{"a.txt": "inside\n"}}
 	ts.addFiles("ns", "vm", "repo", f)
-	status, body := ts.do(t, "GET", FilesPath("ns", "vm", "read")+"?root=repo&path=a.txt", "op", nil)
-	var rr ReadResponse
-	if status != 200 || json.Unmarshal(body, &rr) != nil || string(rr.Data) != "inside\n" || rr.Digest != fsaccess.DigestBytes([]byte("inside\n")) {
+	status, body := ts.do(t, "GET", filesPath("ns", "vm")+"?op=read&root=repo&path=a.txt", "op", nil)
+	if status != 200 || string(body) != "inside\n" {
 		t.Fatalf("read: %d %s", status, body)
 	}
 	for _, tc := range []struct {
@@ -433,12 +445,12 @@ func TestFilesOfAnyRoot(t *testing.T) {
 		{"?root=repo&path=a/./b", 400, "path-invalid-component"},
 		{"?root=repo&path=missing", 404, "path-not-found"},
 	} {
-		status, body := ts.do(t, "GET", FilesPath("ns", "vm", "read")+tc.path, "op", nil)
+		status, body := ts.do(t, "GET", filesPath("ns", "vm")+"?op=read&"+tc.path[1:], "op", nil)
 		if status != tc.status || errorCode(t, body) != tc.code {
 			t.Fatalf("read %s: %d %s, want %d %s", tc.path, status, body, tc.status, tc.code)
 		}
 	}
-	if status, body := ts.do(t, "GET", FilesPath("ns", "vm", "snapshot")+"?root=repo&path=../x", "op", nil); status != 400 || errorCode(t, body) != "path-traversal" {
+	if status, body := ts.do(t, "GET", filesPath("ns", "vm")+"?root=repo&path=../x", "op", nil); status != 400 || errorCode(t, body) != "path-traversal" {
 		t.Fatalf("snapshot traversal: %d %s", status, body)
 	}
 	f.mu.Lock()
@@ -448,7 +460,7 @@ func TestFilesOfAnyRoot(t *testing.T) {
 	if calls != fmt.Sprintf("read a.txt 0 %d; read missing 0 %d", MaxReadBytes, MaxReadBytes) {
 		t.Fatalf("the root saw %q (refused paths must never reach it)", calls)
 	}
-	if status, body := ts.do(t, "GET", FilesPath("ns", "vm", "snapshot")+"?root=repo", "op", nil); status != 503 || errorCode(t, body) != "environment-unavailable" {
+	if status, body := ts.do(t, "GET", filesPath("ns", "vm")+"?root=repo", "op", nil); status != 503 || errorCode(t, body) != "environment-unavailable" {
 		t.Fatalf("unavailable root: %d %s", status, body)
 	}
 }

@@ -122,24 +122,6 @@ type CommandResult struct {
 	Message     string
 }
 
-// SessionEvent is one line of the v2 event stream: UTF-8 text in Text, anything else in
-// DataBase64 (never both).
-type SessionEvent struct {
-	Seq        uint64    `json:"seq,omitempty"`
-	Time       time.Time `json:"time,omitzero"`
-	Type       string    `json:"type"`
-	Text       string    `json:"text,omitempty"`
-	DataBase64 []byte    `json:"dataBase64,omitempty"`
-	Bytes      int       `json:"bytes,omitempty"`
-	Rows       int       `json:"rows,omitempty"`
-	Cols       int       `json:"cols,omitempty"`
-	Signal     string    `json:"signal,omitempty"`
-	ExitCode   *int      `json:"exitCode,omitempty"`
-	Phase      string    `json:"phase,omitempty"`
-	From       uint64    `json:"from,omitempty"`
-	To         uint64    `json:"to,omitempty"`
-}
-
 // SessionEventOf converts a ring event.
 func SessionEventOf(e ring.Event) SessionEvent {
 	ev := SessionEvent{Seq: e.Seq, Time: e.Time.UTC(), Type: string(e.Kind), Bytes: e.Bytes}
@@ -293,6 +275,10 @@ func (s *Server) v2Attach(w http.ResponseWriter, r *http.Request, ref objRef) er
 		return errorf(http.StatusForbidden, string(actuation.CodeRawInputDisabled),
 			fmt.Sprintf("terminal session %s has spec.rawInput %s; attaching with stdin requires %s", ref, mode, wbv1.RawInputOperatorOnly))
 	}
+	if stdin && h.s.Phase().Terminal() {
+		return errorf(http.StatusConflict, string(actuation.CodeSessionNotRunning),
+			fmt.Sprintf("terminal session %s is %s; it takes no more input", ref, h.s.Phase()))
+	}
 	release, err := s.acquireStream(r.Context(), ref.ns, false)
 	if err != nil {
 		return err
@@ -393,6 +379,9 @@ func (s *Server) v2Events(w http.ResponseWriter, r *http.Request, ref objRef) er
 		}
 		if !follow {
 			return nil
+		}
+		if s.waitHook != nil {
+			s.waitHook()
 		}
 		if err := rg.Wait(r.Context(), cursor); err != nil {
 			return nil // closed ring or a finished request both end the stream

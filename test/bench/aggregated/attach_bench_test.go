@@ -38,6 +38,7 @@ import (
 	"sensorium.dev/workbench/internal/test/aggtest"
 	"sensorium.dev/workbench/internal/test/envtest"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
+	"sensorium.dev/workbench/internal/test/testkit"
 )
 
 const nodeName = "node-bench"
@@ -61,12 +62,8 @@ func TestMain(m *testing.M) {
 		}})
 }
 
-func must(tb testing.TB, err error) {
-	tb.Helper()
-	if err != nil {
-		tb.Fatal(err)
-	}
-}
+// must is the shared testkit.Must.
+var must = testkit.Must
 
 func ptr[T any](v T) *T { return &v }
 

@@ -26,6 +26,7 @@ import (
 	"sensorium.dev/workbench/internal/test/envtest"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
 	"sensorium.dev/workbench/internal/test/samples"
+	"sensorium.dev/workbench/internal/test/testkit"
 )
 
 const node = "bench-node"
@@ -90,12 +91,8 @@ func setup(b *testing.B) string {
 	}
 }
 
-func must(b testing.TB, err error) {
-	b.Helper()
-	if err != nil {
-		b.Fatal(err)
-	}
-}
+// must is the shared testkit.Must.
+var must = testkit.Must
 
 // BenchmarkCommandTrue measures TerminalCommand create → Succeeded for /bin/true through the
 // API server, the consent gate and the node agent, against the floor of an API create +

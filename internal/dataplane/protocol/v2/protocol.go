@@ -165,3 +165,56 @@ func CodeOfStatus(st *metav1.Status) string {
 	}
 	return string(st.Details.Causes[0].Type)
 }
+
+// ScreenResponse is GET .../terminalsessions/{name}/screen: a bounded viewport of the
+// screen model.
+type ScreenResponse struct {
+	Rows         int      `json:"rows"`
+	Cols         int      `json:"cols"`
+	Lines        []string `json:"lines"`
+	Cursor       Cursor   `json:"cursor"`
+	AltScreen    bool     `json:"altScreen"`
+	Seq          uint64   `json:"seq"`
+	Digest       string   `json:"digest"`
+	OutputDigest string   `json:"outputDigest"`
+	OutputBytes  uint64   `json:"outputBytes"`
+	Phase        string   `json:"phase"`
+}
+
+// Cursor is the 0-based cursor position.
+type Cursor struct {
+	Row    int  `json:"row"`
+	Col    int  `json:"col"`
+	Hidden bool `json:"hidden"`
+}
+
+// ResizeRequest is the body of POST .../resize (and its 200 response).
+type ResizeRequest struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}
+
+// SignalRequest is the body of POST .../signal (and its 200 response): one of the
+// signal names the route accepts (SIGINT, SIGTERM, ...).
+type SignalRequest struct {
+	Signal string `json:"signal"`
+}
+
+// SessionEvent is one line of the event stream (GET .../events, JSON Lines): UTF-8 text
+// in Text, anything else in DataBase64 (never both). A "gap" line (From..To) reports
+// events evicted before the reader got them.
+type SessionEvent struct {
+	Seq        uint64    `json:"seq,omitempty"`
+	Time       time.Time `json:"time,omitzero"`
+	Type       string    `json:"type"`
+	Text       string    `json:"text,omitempty"`
+	DataBase64 []byte    `json:"dataBase64,omitempty"`
+	Bytes      int       `json:"bytes,omitempty"`
+	Rows       int       `json:"rows,omitempty"`
+	Cols       int       `json:"cols,omitempty"`
+	Signal     string    `json:"signal,omitempty"`
+	ExitCode   *int      `json:"exitCode,omitempty"`
+	Phase      string    `json:"phase,omitempty"`
+	From       uint64    `json:"from,omitempty"`
+	To         uint64    `json:"to,omitempty"`
+}
