@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -30,6 +31,7 @@ const ns = "bench"
 
 func TestMain(m *testing.M) {
 	procexec.MaybeRunHelper()
+	guestenv.MaybeRunRelay() // and as the guest PTY relay of a VM session
 	var err error
 	st, err = stack.Start("./cmd/kubectl-workbench")
 	var skip *stack.ErrSkip
@@ -50,7 +52,7 @@ var benchClient *wbclient.Client
 
 // setup makes the namespace, a /bin/true profile and a Ready environment once per process
 // (the benchmark function runs several times while the framework sizes b.N).
-func setup(b *testing.B) *wbclient.Client {
+func setup(b testing.TB) *wbclient.Client {
 	b.Helper()
 	if benchClient != nil {
 		return benchClient
@@ -60,6 +62,9 @@ func setup(b *testing.B) *wbclient.Client {
 	must(b, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	must(b, c.Create(ctx, &wbv1.CommandProfile{ObjectMeta: metav1.ObjectMeta{Name: "true", Namespace: ns}, Spec: wbv1.CommandProfileSpec{
 		Executable: "/bin/true", AllowedRoots: []string{"work"}, MaxTimeoutSeconds: 60, MaxOutputBytes: 1 << 16,
+		Env: wbv1.CommandEnvPolicy{Defaults: []wbv1.EnvVar{{Name: "PATH", Value: "/usr/bin:/bin"}}}}}))
+	must(b, c.Create(ctx, &wbv1.CommandProfile{ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: ns}, Spec: wbv1.CommandProfileSpec{
+		Executable: "/bin/echo", FixedArgs: []string{"hello"}, AllowedRoots: []string{"work"}, MaxTimeoutSeconds: 60, MaxOutputBytes: 1 << 16,
 		Env: wbv1.CommandEnvPolicy{Defaults: []wbv1.EnvVar{{Name: "PATH", Value: "/usr/bin:/bin"}}}}}))
 	dir, err := os.MkdirTemp(st.Workspace, "bench-")
 	must(b, err)
@@ -76,20 +81,26 @@ func setup(b *testing.B) *wbclient.Client {
 
 // BenchmarkRunTrue: each iteration runs the built CLI once (process start → exit, which
 // includes loading the kubeconfig, discovery, resolving the environment, session and
-// profile, the create, the watch, the output stream and the final read), then, as the
-// floor, creates the same command in-process and watches it until Succeeded. Reported:
-// p50 and p90 of both and the ratio of the p50s.
+// profile, the create, the watch and the output when there is any), then `kubectl create
+// configmap` from the same shell (the person's floor: the issue's goal is at most 1.5× it
+// plus the command's own run time), then, as the command's floor, creates the same command
+// in-process and watches it until Succeeded. Reported: p50 and p90 of each and the ratios
+// of the p50s.
 func BenchmarkRunTrue(b *testing.B) {
 	cl := setup(b)
 	ctx := context.Background()
-	run := func() time.Duration {
+	// BENCH_CLI_BASELINE names another build of the plugin (e.g. the previous commit's) to
+	// time in the same loop: before and after a change, same run, same load.
+	baseline := os.Getenv("BENCH_CLI_BASELINE")
+	runBin := func(bin string) time.Duration {
 		start := time.Now()
-		cmd := exec.Command(st.Bin("kubectl-workbench"), "--kubeconfig", st.Kubeconfig, "-n", ns, "run", "-e", "e", "--", "/bin/true")
+		cmd := exec.Command(bin, "--kubeconfig", st.Kubeconfig, "-n", ns, "run", "-e", "e", "--", "/bin/true")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.Fatalf("kubectl workbench run -- /bin/true: %v\n%s", err, out)
 		}
 		return time.Since(start)
 	}
+	run := func() time.Duration { return runBin(st.Bin("kubectl-workbench")) }
 	floor := func() time.Duration {
 		tc, err := cl.PrepareCommand(ctx, wbclient.RunRequest{Environment: "e", Argv: []string{"/bin/true"}})
 		must(b, err)
@@ -103,12 +114,35 @@ func BenchmarkRunTrue(b *testing.B) {
 		}
 		return d
 	}
+	// The person's floor: `kubectl create configmap` from the same shell, process start to
+	// exit (kubectl from the control plane's assets: the same client libraries' release).
+	kubectl := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
+	if _, err := os.Stat(kubectl); err != nil {
+		if kubectl, err = exec.LookPath("kubectl"); err != nil {
+			b.Skip("no kubectl next to the control plane's binaries (KUBEBUILDER_ASSETS) nor on PATH: the CLI's floor cannot be measured")
+		}
+	}
+	cms := 0
+	kubectlCreate := func() time.Duration {
+		cms++
+		start := time.Now()
+		cmd := exec.Command(kubectl, "--kubeconfig", st.Kubeconfig, "-n", ns, "create", "configmap", fmt.Sprintf("floor-%d-%d", time.Now().UnixNano(), cms))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("kubectl create configmap: %v\n%s", err, out)
+		}
+		return time.Since(start)
+	}
 	run() // warm up: the session exists from here on
 	floor()
-	var cli, cmd []time.Duration
+	kubectlCreate()
+	var cli, cmd, kc, base []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		cli = append(cli, run())
+		if baseline != "" {
+			base = append(base, runBin(baseline))
+		}
+		kc = append(kc, kubectlCreate())
 		cmd = append(cmd, floor())
 	}
 	b.StopTimer()
@@ -122,6 +156,12 @@ func BenchmarkRunTrue(b *testing.B) {
 	b.ReportMetric(p(cmd, 0.5), "create-succeeded-p50-ms")
 	b.ReportMetric(p(cmd, 0.9), "create-succeeded-p90-ms")
 	b.ReportMetric(p(cli, 0.5)/p(cmd, 0.5), "ratio-p50")
+	b.ReportMetric(p(kc, 0.5), "kubectl-create-configmap-p50-ms")
+	b.ReportMetric(p(cli, 0.5)/p(kc, 0.5), "cli-to-kubectl-create-p50")
+	if len(base) > 0 {
+		b.ReportMetric(p(base, 0.5), "baseline-cli-p50-ms")
+		b.ReportMetric(p(base, 0.5)/p(kc, 0.5), "baseline-to-kubectl-create-p50")
+	}
 	b.ReportMetric(0, "ns/op")
 	b.Logf("aggregated API served: %v", cl.SubresourcesServed(ctx))
 }
