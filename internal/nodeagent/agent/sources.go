@@ -42,6 +42,9 @@ type SourcesConfig struct {
 	MaxEntries int64 `json:"maxEntries,omitempty"`
 	MaxMiB     int64 `json:"maxMiB,omitempty"`
 	MaxFileMiB int64 `json:"maxFileMiB,omitempty"`
+	// MaxFetchMiB bounds what one git fetch downloads into .git (default 1024):
+	// source-fetch-too-large above it.
+	MaxFetchMiB int64 `json:"maxFetchMiB,omitempty"`
 	// TimeoutSeconds bounds one fetch (default 600).
 	TimeoutSeconds int `json:"timeoutSeconds,omitempty"`
 }
@@ -52,7 +55,7 @@ func (a *Agent) sourcePolicy() (sources.Policy, sources.Limits, time.Duration) {
 		c = *a.cfg.Sources
 	}
 	pol := sources.Policy{AllowedHosts: c.AllowedHosts, AllowedFileDirs: c.AllowedFileDirs, AllowRefs: c.AllowRefs, AllowPlainHTTP: c.AllowPlainHTTP}
-	lim := sources.Limits{MaxEntries: c.MaxEntries, MaxBytes: c.MaxMiB << 20, MaxFileBytes: c.MaxFileMiB << 20}
+	lim := sources.Limits{MaxEntries: c.MaxEntries, MaxBytes: c.MaxMiB << 20, MaxFileBytes: c.MaxFileMiB << 20, MaxFetchBytes: c.MaxFetchMiB << 20}
 	timeout := time.Duration(c.TimeoutSeconds) * time.Second
 	if timeout <= 0 {
 		timeout = 10 * time.Minute
