@@ -166,8 +166,8 @@ func (a *Agent) bindSources(ctx context.Context, env *wbv1.Environment, spec *ba
 			out = &sourceOutcomes{roots: map[string]wbv1.RootSourceStatus{}}
 		}
 		field := fmt.Sprintf("spec.roots[%d].%s", i, kind)
-		if env.Spec.Backend != wbv1.BackendFixtureCopy {
-			return out, string(actuation.CodeSourceBackendUnsupported), fmt.Sprintf("%s: backend %s does not materialize sources (use %s)", field, env.Spec.Backend, wbv1.BackendFixtureCopy), nil
+		if env.Spec.Backend != wbv1.BackendFixtureCopy && env.Spec.Backend != wbv1.BackendQEMUMicroVM { // a VM: into its working disk (qemumicrovm/sources.go)
+			return out, string(actuation.CodeSourceBackendUnsupported), fmt.Sprintf("%s: backend %s does not materialize sources (use %s or %s)", field, env.Spec.Backend, wbv1.BackendFixtureCopy, wbv1.BackendQEMUMicroVM), nil
 		}
 		name := string(r.Name)
 		var m backends.MaterializeFunc
