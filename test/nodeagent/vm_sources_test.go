@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends/qemumicrovm"
@@ -32,7 +34,7 @@ func TestQEMUFullSystemGitSource(t *testing.T) {
 	if err := loopdisk.Check(); err != nil {
 		t.Skipf("no loop devices here: %v", err)
 	}
-	image, _ := systemImage(t)
+	image := systemManifest(t)
 	ctx := context.Background()
 	const node = "node-vmsrc"
 	state, err := os.MkdirTemp("", "wb-vsrc-") // short: VM socket paths are bounded
@@ -167,4 +169,21 @@ func readyOf(e *wbv1.Environment) metav1.Condition {
 		}
 	}
 	return metav1.Condition{}
+}
+
+// systemManifest applies the full-system ImageManifest `make guest-image` wrote next to its
+// image and returns its name (systemImage without the kernel release, which this test
+// does not need).
+func systemManifest(t *testing.T) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(repoRoot(), "bin", "guest-system", "imagemanifest.yaml"))
+	if err != nil {
+		t.Skipf("the full-system image is not built (run `make guest-image`): %v", err)
+	}
+	var im wbv1.ImageManifest
+	must(t, yaml.UnmarshalStrict(raw, &im))
+	if err := env.Client.Create(context.Background(), &im); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("ImageManifest %s: %v", im.Name, err)
+	}
+	return im.Name
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -180,7 +181,11 @@ func (a *Agent) bindSources(ctx context.Context, env *wbv1.Environment, spec *ba
 				return out, c, msg, err
 			}
 			id = sourceID(kind, r.Git, "")
-			git := sources.Git{Scratch: filepath.Join(a.cfg.StateDir, "sources-scratch"), Timeout: timeout}
+			scratch := filepath.Join(a.cfg.StateDir, "sources-scratch")
+			if err := sweepScratchOnce(scratch); err != nil {
+				return out, "", "", err
+			}
+			git := sources.Git{Scratch: scratch, Timeout: timeout}
 			m = func(ctx context.Context, _ *fsaccess.Root, dir string) (int, int, int64, error) {
 				res, err := git.MaterializeGit(ctx, src, pol, dir, lim)
 				return out.record(name, kind, res, err)
@@ -360,4 +365,26 @@ func sourceErr(err error) error {
 		return actuation.Wrapf(actuation.Code(c), err, "materializing a sourced root")
 	}
 	return err
+}
+
+// sweptScratch records the git scratch directories this process has swept.
+var sweptScratch = struct {
+	sync.Mutex
+	dirs map[string]bool
+}{dirs: map[string]bool{}}
+
+// sweepScratchOnce removes, once per process and before its first fetch, what fetches of a
+// previous process left in the git scratch directory when it died mid-fetch (an empty
+// HOME, and for ssh a private key and known_hosts: never left behind on the node).
+func sweepScratchOnce(dir string) error {
+	sweptScratch.Lock()
+	defer sweptScratch.Unlock()
+	if sweptScratch.dirs[dir] {
+		return nil
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("sweep the git scratch directory %s: %w", dir, err)
+	}
+	sweptScratch.dirs[dir] = true
+	return nil
 }

@@ -4,12 +4,9 @@ import (
 	"errors"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"sensorium.dev/workbench/internal/actuation"
 )
@@ -74,16 +71,4 @@ func dirBytes(dir string) (int64, int, error) {
 		return nil
 	})
 	return total, entries, err
-}
-
-// setProcessGroup runs cmd in a new process group and makes its cancellation kill the
-// whole group (git's remote helpers and index-pack with it).
-func setProcessGroup(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error {
-		if cmd.Process == nil {
-			return nil
-		}
-		return unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
-	}
 }
