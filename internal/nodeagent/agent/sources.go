@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -374,15 +373,16 @@ var sweptScratch = struct {
 }{dirs: map[string]bool{}}
 
 // sweepScratchOnce removes, once per process and before its first fetch, what fetches of a
-// previous process left in the git scratch directory when it died mid-fetch (an empty
-// HOME, and for ssh a private key and known_hosts: never left behind on the node).
+// previous process left when it died mid-fetch: its git helpers still running in the state
+// directory (killed) and its scratch (an empty HOME, and for ssh a private key and
+// known_hosts: never left behind on the node).
 func sweepScratchOnce(dir string) error {
 	sweptScratch.Lock()
 	defer sweptScratch.Unlock()
 	if sweptScratch.dirs[dir] {
 		return nil
 	}
-	if err := os.RemoveAll(dir); err != nil {
+	if err := sources.SweepScratch(dir, filepath.Dir(dir)); err != nil {
 		return fmt.Errorf("sweep the git scratch directory %s: %w", dir, err)
 	}
 	sweptScratch.dirs[dir] = true

@@ -2,9 +2,12 @@ package sources
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -71,4 +74,42 @@ func dirBytes(dir string) (int64, int, error) {
 		return nil
 	})
 	return total, entries, err
+}
+
+// groupsFile, in a fetch's scratch directory, lists the process groups of the git
+// processes it started, one id a line.
+const groupsFile = "pgroups"
+
+// recordGroup appends pgid to file (best effort: "" records nothing).
+func recordGroup(file string, pgid int) {
+	if file == "" {
+		return
+	}
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return
+	}
+	_, _ = fmt.Fprintf(f, "%d\n", pgid)
+	_ = f.Close()
+}
+
+// SweepScratch is the agent's first step after a restart, before any fetch: the fetches a
+// dead agent left behind are ended — every process of a process group its scratch
+// directories recorded whose working directory still lies beneath under (the agent's
+// state directory: a reused group id of an unrelated process is never signalled) is
+// killed — and the scratch directory (empty HOMEs, ssh keys, known_hosts) is removed.
+func SweepScratch(dir, under string) error {
+	files, _ := filepath.Glob(filepath.Join(dir, "*", groupsFile))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Fields(string(b)) {
+			if pgid, err := strconv.Atoi(l); err == nil && pgid > 1 {
+				killGroupUnder(pgid, under)
+			}
+		}
+	}
+	return os.RemoveAll(dir)
 }

@@ -100,6 +100,7 @@ type gitRun struct {
 	bin     string
 	env     []string
 	secrets []string // redacted from every message
+	groups  string   // file recording each git process group started (SweepScratch)
 }
 
 func (g *gitRun) redact(s string) string {
@@ -144,6 +145,7 @@ func (g *gitRun) runWatched(ctx context.Context, dir string, extraEnv []string, 
 	if err := cmd.Start(); err != nil {
 		return nil, &gitError{args: redactArgs(args), err: err}
 	}
+	recordGroup(g.groups, cmd.Process.Pid)
 	done := make(chan struct{})
 	if watch != nil {
 		go func() {
@@ -212,6 +214,8 @@ func gitEnv(scratch, scheme string, extra [][2]string) []string {
 		{"protocol." + scheme + ".allow", "always"},
 		{"core.hooksPath", filepath.Join(scratch, "hooks")},
 		{"http.followRedirects", "false"},
+		{"http.lowSpeedLimit", "1"}, // a server that stops sending is given up on (helpers never hang forever)
+		{"http.lowSpeedTime", "120"},
 		{"core.fsmonitor", "false"},
 		{"core.symlinks", "true"},
 		{"credential.helper", ""},
@@ -334,8 +338,9 @@ func (g Git) MaterializeGit(ctx context.Context, src GitSource, pol Policy, dst 
 	if err != nil {
 		return Result{}, err
 	}
-	run := &gitRun{bin: bin, env: append(gitEnv(scratch, u.Scheme, cfg), sshEnv...), secrets: secrets}
-	local := &gitRun{bin: bin, env: gitEnv(scratch, "file", nil)} // no credentials for local steps
+	groups := filepath.Join(scratch, groupsFile)
+	run := &gitRun{bin: bin, env: append(gitEnv(scratch, u.Scheme, cfg), sshEnv...), secrets: secrets, groups: groups}
+	local := &gitRun{bin: bin, env: gitEnv(scratch, "file", nil), groups: groups} // no credentials for local steps
 
 	start := time.Now()
 	initArgs := []string{"init", "-q"}
@@ -534,7 +539,7 @@ func (g Git) submodules(ctx context.Context, run, local *gitRun, dst string, u G
 		}
 		r := run
 		if !strings.EqualFold(su.Host, u.Host) {
-			r = &gitRun{bin: run.bin, env: append(gitEnv(scratch, u.Scheme, nil), sshEnv...), secrets: run.secrets}
+			r = &gitRun{bin: run.bin, env: append(gitEnv(scratch, u.Scheme, nil), sshEnv...), secrets: run.secrets, groups: run.groups}
 		}
 		depth := src.Depth
 		if depth <= 0 {

@@ -1,7 +1,10 @@
 package sources
 
 import (
+	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -18,5 +21,22 @@ func setProcessGroup(cmd *exec.Cmd) {
 			return nil
 		}
 		return unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
+	}
+}
+
+// killGroupUnder kills the processes of group pgid whose working directory is beneath dir.
+func killGroupUnder(pgid int, dir string) {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if g, err := unix.Getpgid(pid); err != nil || g != pgid {
+			continue
+		}
+		if cwd, err := os.Readlink("/proc/" + e.Name() + "/cwd"); err == nil && strings.HasPrefix(cwd, strings.TrimSuffix(dir, "/")+"/") {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
 	}
 }

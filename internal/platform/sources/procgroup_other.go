@@ -20,3 +20,6 @@ func setProcessGroup(cmd *exec.Cmd) {
 		return unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
 	}
 }
+
+// killGroupUnder does nothing off Linux (no /proc to tell a process's directory).
+func killGroupUnder(int, string) {}
