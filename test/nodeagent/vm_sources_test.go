@@ -62,9 +62,9 @@ func TestQEMUFullSystemGitSource(t *testing.T) {
 	newEnv := func(name, commit string) *wbv1.Environment {
 		return &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: wbv1.EnvironmentSpec{
 			Backend: wbv1.BackendQEMUMicroVM, Requirements: &wbv1.EnvironmentRequirements{SystemFidelity: &full},
-			Roots:     []wbv1.EnvironmentRoot{{Name: "repo", Git: &wbv1.GitRootSource{URL: "file://" + repo, Commit: ptr(commit)}}},
-			ImageRef:  ptr(image),
-			Resources: &wbv1.EnvironmentResources{VCPUs: ptr(int32(1)), MemoryMiB: ptr(int32(512))},
+			Roots:        []wbv1.EnvironmentRoot{{Name: "repo", Git: &wbv1.GitRootSource{URL: "file://" + repo, Commit: ptr(commit)}}},
+			ImageRef:     ptr(image),
+			Resources:    &wbv1.EnvironmentResources{VCPUs: ptr(int32(1)), MemoryMiB: ptr(int32(512))},
 			NodeSelector: map[string]string{wbv1.NodeLabel: node},
 		}}
 	}
