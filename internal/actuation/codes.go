@@ -442,7 +442,6 @@ const (
 	CodeSourceArtifactUnavailable Code = "source-artifact-unavailable" // the archive's Artifact is missing, not complete, on another node or not the pinned digest
 	CodeSourceFetchTooLarge       Code = "source-fetch-too-large"      // a git fetch downloaded more than the node's fetch cap (stopped, nothing kept)
 	CodeSourceHostKeyUnknown      Code = "source-host-key-unknown"     // an ssh source's host key is not the one pinned in the Secret's known_hosts
-	CodeSourceInterrupted         Code = "source-interrupted"          // a sourced root's materialization was interrupted (agent restart) and cannot be redone here
 	CodeArchiveInvalid            Code = "archive-invalid"             // the archive (or an OCI layer) cannot be read in its declared format
 	CodeArchivePathAbsolute       Code = "archive-path-absolute"       // an entry whose name is an absolute path
 	CodeArchivePathTraversal      Code = "archive-path-traversal"      // an entry whose name has a ".." component
@@ -548,7 +547,7 @@ var allCodes = []Code{
 	// workspace sources (issue 28)
 	CodeSourceInvalid, CodeSourceHostNotAllowed, CodeSourceRefNotAllowed, CodeSourceBackendUnsupported,
 	CodeSourceCredentialsInvalid, CodeSourceFetchFailed, CodeSourceCommitNotFound, CodeSourceTreeMismatch,
-	CodeSourceLFSRefused, CodeSourceArtifactUnavailable, CodeSourceFetchTooLarge, CodeSourceHostKeyUnknown, CodeSourceInterrupted, CodeArchiveInvalid, CodeArchivePathAbsolute,
+	CodeSourceLFSRefused, CodeSourceArtifactUnavailable, CodeSourceFetchTooLarge, CodeSourceHostKeyUnknown, CodeArchiveInvalid, CodeArchivePathAbsolute,
 	CodeArchivePathTraversal, CodeArchivePathInvalid, CodeArchiveLinkEscape, CodeArchiveSpecialFile,
 	CodeArchiveSetuid, CodeArchiveDuplicateEntry, CodeArchiveTooManyEntries, CodeArchiveTooLarge,
 	CodeArchiveFileTooLarge,

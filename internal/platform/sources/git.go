@@ -416,6 +416,9 @@ func classifyFetch(ctx context.Context, src GitSource, err error) error {
 	if ctx.Err() != nil {
 		return wrapf(string(actuation.CodeSourceFetchFailed), err, "fetch did not finish in time")
 	}
+	if strings.Contains(msg, "Host key verification failed") || strings.Contains(msg, "No ED25519 host key is known") || strings.Contains(msg, "host key for") {
+		return wrapf(string(actuation.CodeSourceHostKeyUnknown), err, "the ssh server's host key is not the one pinned in the Secret's known_hosts")
+	}
 	for _, s := range []string{"not our ref", "couldn't find remote ref", "no such remote ref", "unadvertised object", "upload-pack: not our", "invalid refspec", "remote error: want"} {
 		if strings.Contains(msg, s) {
 			what := src.Commit
