@@ -47,3 +47,8 @@ func ptrInt32(p *int32) int32 {
 	}
 	return *p
 }
+
+// sourcesIntoVM reports whether a backend materializes sourced roots into a VM's working
+// disk (qemu-microvm.v1's full-system variants; the node refuses a variant without a
+// working disk with source-backend-unsupported, docs/workspace-sources.md).
+func sourcesIntoVM(b wbv1.BackendID) bool { return b == wbv1.BackendQEMUMicroVM }

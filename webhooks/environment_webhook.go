@@ -102,12 +102,12 @@ func validateEnvironmentSpec(spec *wbv1.EnvironmentSpec) field.ErrorList {
 				errs = append(errs, field.Required(p.Child("source"), string(actuation.CodeRootInvalid)+": a fixture-copy.v1 root must name a source"))
 			}
 		default:
-			if r.HostPath != nil || r.Source != nil || sourced(r) {
+			if r.HostPath != nil || r.Source != nil || (sourced(r) && !sourcesIntoVM(spec.Backend)) {
 				errs = append(errs, field.Forbidden(p, string(actuation.CodeRootInvalid)+": a VM root may not name a host directory (no host sharing)"))
 			}
 		}
-		if sourced(r) && spec.Backend != wbv1.BackendFixtureCopy {
-			errs = append(errs, field.Forbidden(p, string(actuation.CodeSourceBackendUnsupported)+": a git, archive or oci root needs backend "+string(wbv1.BackendFixtureCopy)))
+		if sourced(r) && spec.Backend != wbv1.BackendFixtureCopy && !sourcesIntoVM(spec.Backend) {
+			errs = append(errs, field.Forbidden(p, string(actuation.CodeSourceBackendUnsupported)+": a git, archive or oci root needs backend "+string(wbv1.BackendFixtureCopy)+" or "+string(wbv1.BackendQEMUMicroVM)+" (full-system variant)"))
 		}
 		errs = append(errs, validateRootSource(p, r)...)
 		for _, hp := range []struct {

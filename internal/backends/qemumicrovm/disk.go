@@ -44,6 +44,9 @@ type DiskRef struct {
 	Size       int64  `json:"size"`
 	BaseDigest string `json:"baseDigest"`
 	Method     string `json:"method,omitempty"` // reflink or sparse (at creation)
+	// Sources are the workspace sources the disk was filled from before its first boot
+	// (root=sourceID; sources.go): a later boot of a spec naming others is refused.
+	Sources []string `json:"sources,omitempty"`
 }
 
 // openDiskBase opens the variant's raw base beneath the image directory and verifies its
@@ -114,7 +117,7 @@ func (b *Backend) workingDisk(id string, base *os.File, baseDigest string, size 
 			return nil, nil, actuation.Refusef(actuation.CodeBootFailed, "working disk %s is not the one the record binds (dev %d inode %d of base %s; now dev %d inode %d of base %s); not booted",
 				path, prev.Dev, prev.Ino, protocol.Truncate(prev.BaseDigest), ref.Dev, ref.Ino, protocol.Truncate(baseDigest))
 		}
-		ref.Method = prev.Method
+		ref.Method, ref.Sources = prev.Method, prev.Sources
 	}
 	return f, ref, nil
 }

@@ -172,7 +172,15 @@ func (b *Backend) boot(ctx context.Context, spec backends.Spec, p *plan) (*vm, e
 		prevGen, prevDisk = prev.Generation, prev.Disk
 	}
 	var disk *DiskRef
+	if err := checkSources(spec, p, prevDisk); err != nil {
+		return nil, err
+	}
 	if p.img.DiskPath != "" {
+		if cleared, err := b.clearInterruptedFill(spec.ID); err != nil {
+			return nil, err
+		} else if cleared {
+			prevDisk = nil // the half-filled disk is gone: clone and fill again (sources.go)
+		}
 		base, err := b.openDiskBase(p.img)
 		if err != nil {
 			return nil, err
@@ -181,6 +189,12 @@ func (b *Backend) boot(ctx context.Context, spec backends.Spec, p *plan) (*vm, e
 		_ = base.Close()
 		if err != nil {
 			return nil, err
+		}
+		if fresh := prevDisk == nil || prevDisk.Ino != disk.Ino || prevDisk.Birth != disk.Birth; fresh {
+			if err := b.fillDisk(ctx, spec, disk); err != nil {
+				b.deleteDisk(spec.ID, false)
+				return nil, err
+			}
 		}
 		if files.diskRO, err = readOnlyTwin(files.disk); err != nil {
 			return nil, err

@@ -42,6 +42,9 @@ type SourcesConfig struct {
 	MaxEntries int64 `json:"maxEntries,omitempty"`
 	MaxMiB     int64 `json:"maxMiB,omitempty"`
 	MaxFileMiB int64 `json:"maxFileMiB,omitempty"`
+	// MaxFetchMiB bounds what one git fetch downloads into .git (default 1024):
+	// source-fetch-too-large above it.
+	MaxFetchMiB int64 `json:"maxFetchMiB,omitempty"`
 	// TimeoutSeconds bounds one fetch (default 600).
 	TimeoutSeconds int `json:"timeoutSeconds,omitempty"`
 }
@@ -52,7 +55,7 @@ func (a *Agent) sourcePolicy() (sources.Policy, sources.Limits, time.Duration) {
 		c = *a.cfg.Sources
 	}
 	pol := sources.Policy{AllowedHosts: c.AllowedHosts, AllowedFileDirs: c.AllowedFileDirs, AllowRefs: c.AllowRefs, AllowPlainHTTP: c.AllowPlainHTTP}
-	lim := sources.Limits{MaxEntries: c.MaxEntries, MaxBytes: c.MaxMiB << 20, MaxFileBytes: c.MaxFileMiB << 20}
+	lim := sources.Limits{MaxEntries: c.MaxEntries, MaxBytes: c.MaxMiB << 20, MaxFileBytes: c.MaxFileMiB << 20, MaxFetchBytes: c.MaxFetchMiB << 20}
 	timeout := time.Duration(c.TimeoutSeconds) * time.Second
 	if timeout <= 0 {
 		timeout = 10 * time.Minute
@@ -163,8 +166,8 @@ func (a *Agent) bindSources(ctx context.Context, env *wbv1.Environment, spec *ba
 			out = &sourceOutcomes{roots: map[string]wbv1.RootSourceStatus{}}
 		}
 		field := fmt.Sprintf("spec.roots[%d].%s", i, kind)
-		if env.Spec.Backend != wbv1.BackendFixtureCopy {
-			return out, string(actuation.CodeSourceBackendUnsupported), fmt.Sprintf("%s: backend %s does not materialize sources (use %s)", field, env.Spec.Backend, wbv1.BackendFixtureCopy), nil
+		if env.Spec.Backend != wbv1.BackendFixtureCopy && env.Spec.Backend != wbv1.BackendQEMUMicroVM { // a VM: into its working disk (qemumicrovm/sources.go)
+			return out, string(actuation.CodeSourceBackendUnsupported), fmt.Sprintf("%s: backend %s does not materialize sources (use %s or %s)", field, env.Spec.Backend, wbv1.BackendFixtureCopy, wbv1.BackendQEMUMicroVM), nil
 		}
 		name := string(r.Name)
 		var m backends.MaterializeFunc
@@ -177,7 +180,11 @@ func (a *Agent) bindSources(ctx context.Context, env *wbv1.Environment, spec *ba
 				return out, c, msg, err
 			}
 			id = sourceID(kind, r.Git, "")
-			git := sources.Git{Scratch: filepath.Join(a.cfg.StateDir, "sources-scratch"), Timeout: timeout}
+			scratch := filepath.Join(a.cfg.StateDir, "sources-scratch")
+			if err := sweepScratchOnce(scratch); err != nil {
+				return out, "", "", err
+			}
+			git := sources.Git{Scratch: scratch, Timeout: timeout}
 			m = func(ctx context.Context, _ *fsaccess.Root, dir string) (int, int, int64, error) {
 				res, err := git.MaterializeGit(ctx, src, pol, dir, lim)
 				return out.record(name, kind, res, err)
@@ -357,4 +364,27 @@ func sourceErr(err error) error {
 		return actuation.Wrapf(actuation.Code(c), err, "materializing a sourced root")
 	}
 	return err
+}
+
+// sweptScratch records the git scratch directories this process has swept.
+var sweptScratch = struct {
+	sync.Mutex
+	dirs map[string]bool
+}{dirs: map[string]bool{}}
+
+// sweepScratchOnce removes, once per process and before its first fetch, what fetches of a
+// previous process left when it died mid-fetch: its git helpers still running in the state
+// directory (killed) and its scratch (an empty HOME, and for ssh a private key and
+// known_hosts: never left behind on the node).
+func sweepScratchOnce(dir string) error {
+	sweptScratch.Lock()
+	defer sweptScratch.Unlock()
+	if sweptScratch.dirs[dir] {
+		return nil
+	}
+	if err := sources.SweepScratch(dir, filepath.Dir(dir)); err != nil {
+		return fmt.Errorf("sweep the git scratch directory %s: %w", dir, err)
+	}
+	sweptScratch.dirs[dir] = true
+	return nil
 }

@@ -100,6 +100,7 @@ type gitRun struct {
 	bin     string
 	env     []string
 	secrets []string // redacted from every message
+	groups  string   // file recording each git process group started (SweepScratch)
 }
 
 func (g *gitRun) redact(s string) string {
@@ -123,6 +124,16 @@ func (e *gitError) Error() string {
 
 // run runs git with args in dir and returns its stdout (bounded).
 func (g *gitRun) run(ctx context.Context, dir string, extraEnv []string, args ...string) ([]byte, error) {
+	return g.runWatched(ctx, dir, extraEnv, nil, args...)
+}
+
+// runWatched is run with a watch: a function called every fetchWatchInterval while git
+// runs; when it returns an error, git's whole process group (remote helpers, index-pack)
+// is killed and that error returned. Git runs in a process group of its own, so a
+// deadline or a watch stops every process it started, not only git itself.
+func (g *gitRun) runWatched(ctx context.Context, dir string, extraEnv []string, watch func() error, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	cmd := exec.CommandContext(ctx, g.bin, args...)
 	cmd.Dir = dir
 	cmd.Env = append(append([]string(nil), g.env...), extraEnv...)
@@ -130,7 +141,39 @@ func (g *gitRun) run(ctx context.Context, dir string, extraEnv []string, args ..
 	stdout.max, stderr.max = maxGitStdout, maxGitStderr
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = 5 * time.Second
-	err := cmd.Run()
+	setProcessGroup(cmd)
+	if err := cmd.Start(); err != nil {
+		return nil, &gitError{args: redactArgs(args), err: err}
+	}
+	recordGroup(g.groups, cmd.Process.Pid)
+	done := make(chan struct{})
+	if watch != nil {
+		go func() {
+			t := time.NewTicker(fetchWatchInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-done:
+					return
+				case <-t.C:
+					if werr := watch(); werr != nil {
+						cancel(werr)
+						return
+					}
+				}
+			}
+		}()
+	}
+	err := cmd.Wait()
+	close(done)
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+		return nil, cause // the watch's refusal
+	}
+	if watch != nil && err == nil {
+		if werr := watch(); werr != nil { // a fetch faster than one interval is measured once it ends
+			return nil, werr
+		}
+	}
 	if err == nil && stdout.over {
 		err = errors.New("output above the cap")
 	}
@@ -171,6 +214,8 @@ func gitEnv(scratch, scheme string, extra [][2]string) []string {
 		{"protocol." + scheme + ".allow", "always"},
 		{"core.hooksPath", filepath.Join(scratch, "hooks")},
 		{"http.followRedirects", "false"},
+		{"http.lowSpeedLimit", "1"}, // a server that stops sending is given up on (helpers never hang forever)
+		{"http.lowSpeedTime", "120"},
 		{"core.fsmonitor", "false"},
 		{"core.symlinks", "true"},
 		{"credential.helper", ""},
@@ -293,8 +338,9 @@ func (g Git) MaterializeGit(ctx context.Context, src GitSource, pol Policy, dst 
 	if err != nil {
 		return Result{}, err
 	}
-	run := &gitRun{bin: bin, env: append(gitEnv(scratch, u.Scheme, cfg), sshEnv...), secrets: secrets}
-	local := &gitRun{bin: bin, env: gitEnv(scratch, "file", nil)} // no credentials for local steps
+	groups := filepath.Join(scratch, groupsFile)
+	run := &gitRun{bin: bin, env: append(gitEnv(scratch, u.Scheme, cfg), sshEnv...), secrets: secrets, groups: groups}
+	local := &gitRun{bin: bin, env: gitEnv(scratch, "file", nil), groups: groups} // no credentials for local steps
 
 	start := time.Now()
 	initArgs := []string{"init", "-q"}
@@ -313,7 +359,7 @@ func (g Git) MaterializeGit(ctx context.Context, src GitSource, pol Policy, dst 
 		depth = 1
 	}
 	fetchArgs := []string{"fetch", "-q", "--no-tags", "--no-recurse-submodules", "--depth=" + strconv.Itoa(depth), "--", u.Raw, want}
-	if _, err := run.run(ctx, dst, nil, fetchArgs...); err != nil {
+	if _, err := run.runWatched(ctx, dst, nil, fetchBound(dst, lim.MaxFetchBytes), fetchArgs...); err != nil {
 		return Result{}, classifyFetch(ctx, src, err)
 	}
 	out, err := local.run(ctx, dst, nil, "rev-parse", "--verify", "-q", "FETCH_HEAD^{commit}")
@@ -341,7 +387,7 @@ func (g Git) MaterializeGit(ctx context.Context, src GitSource, pol Policy, dst 
 	}
 	var submodules [][2]string
 	if src.Submodules {
-		if submodules, err = g.submodules(ctx, run, local, dst, u, src, pol, scratch, cfg, sshEnv); err != nil {
+		if submodules, err = g.submodules(ctx, run, local, dst, u, src, pol, lim, scratch, cfg, sshEnv); err != nil {
 			return res, err
 		}
 	}
@@ -359,6 +405,9 @@ func (g Git) MaterializeGit(ctx context.Context, src GitSource, pol Policy, dst 
 
 // classifyFetch turns a failed fetch into a refusal: no such commit or ref, or a failure.
 func classifyFetch(ctx context.Context, src GitSource, err error) error {
+	if actuation.CodeOf(err) == actuation.CodeSourceFetchTooLarge {
+		return err
+	}
 	var ge *gitError
 	msg := err.Error()
 	if errors.As(err, &ge) {
@@ -366,6 +415,9 @@ func classifyFetch(ctx context.Context, src GitSource, err error) error {
 	}
 	if ctx.Err() != nil {
 		return wrapf(string(actuation.CodeSourceFetchFailed), err, "fetch did not finish in time")
+	}
+	if strings.Contains(msg, "Host key verification failed") || strings.Contains(msg, "No ED25519 host key is known") || strings.Contains(msg, "host key for") {
+		return wrapf(string(actuation.CodeSourceHostKeyUnknown), err, "the ssh server's host key is not the one pinned in the Secret's known_hosts")
 	}
 	for _, s := range []string{"not our ref", "couldn't find remote ref", "no such remote ref", "unadvertised object", "upload-pack: not our", "invalid refspec", "remote error: want"} {
 		if strings.Contains(msg, s) {
@@ -454,7 +506,7 @@ func (g Git) precheck(ctx context.Context, local *gitRun, dst, commit string, sr
 
 // submodules checks every submodule URL against the policy, then fetches them (one level,
 // the same depth); the token goes only to a submodule on the repository's own host.
-func (g Git) submodules(ctx context.Context, run, local *gitRun, dst string, u GitURL, src GitSource, pol Policy, scratch string, cfg [][2]string, sshEnv []string) ([][2]string, error) {
+func (g Git) submodules(ctx context.Context, run, local *gitRun, dst string, u GitURL, src GitSource, pol Policy, lim Limits, scratch string, cfg [][2]string, sshEnv []string) ([][2]string, error) {
 	out, err := local.run(ctx, dst, nil, "config", "-f", ".gitmodules", "--get-regexp", `^submodule\..*\.url$`)
 	if err != nil {
 		return nil, nil // no .gitmodules or no submodule
@@ -490,13 +542,16 @@ func (g Git) submodules(ctx context.Context, run, local *gitRun, dst string, u G
 		}
 		r := run
 		if !strings.EqualFold(su.Host, u.Host) {
-			r = &gitRun{bin: run.bin, env: append(gitEnv(scratch, u.Scheme, nil), sshEnv...), secrets: run.secrets}
+			r = &gitRun{bin: run.bin, env: append(gitEnv(scratch, u.Scheme, nil), sshEnv...), secrets: run.secrets, groups: run.groups}
 		}
 		depth := src.Depth
 		if depth <= 0 {
 			depth = 1
 		}
-		if _, err := r.run(ctx, dst, nil, "submodule", "update", "--init", "--depth="+strconv.Itoa(depth), "--", name); err != nil {
+		if _, err := r.runWatched(ctx, dst, nil, fetchBound(dst, lim.MaxFetchBytes), "submodule", "update", "--init", "--depth="+strconv.Itoa(depth), "--", name); err != nil {
+			if actuation.CodeOf(err) == actuation.CodeSourceFetchTooLarge {
+				return nil, err
+			}
 			return nil, wrapf(string(actuation.CodeSourceFetchFailed), err, "submodule %q", name)
 		}
 	}

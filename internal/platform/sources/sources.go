@@ -39,6 +39,9 @@ type Limits struct {
 	MaxBytes     int64
 	MaxFileBytes int64
 	MaxDepth     int
+	// MaxFetchBytes bounds what a git fetch writes into .git while it downloads
+	// (source-fetch-too-large; default DefaultMaxFetchBytes).
+	MaxFetchBytes int64
 }
 
 // WithDefaults fills zero fields with the defaults.
@@ -57,6 +60,9 @@ func (l Limits) WithDefaults() Limits {
 	}
 	if l.MaxDepth <= 0 {
 		l.MaxDepth = DefaultMaxDepth
+	}
+	if l.MaxFetchBytes <= 0 {
+		l.MaxFetchBytes = DefaultMaxFetchBytes
 	}
 	return l
 }
