@@ -40,6 +40,11 @@ type liveRun[O outcome] struct {
 	stopping bool
 	// finished is closed once result is set.
 	finished chan struct{}
+	// pidDone is closed once the run's PID record is written (or superseded by its
+	// outcome, or failed); nil for a run without one (a command in a VM guest). coalesce
+	// waits for it, so a Running status is never published before the record crash
+	// recovery finds the process by.
+	pidDone chan struct{}
 	// storeMu orders the store writes of a host run: its PID record (written off the
 	// pass, recordPID) never lands after, and so never hides, its outcome; outcomeStored
 	// (guarded by storeMu) tells a late PID record that the outcome, which supersedes it,
@@ -219,6 +224,10 @@ var errNotRecorded = errors.New("the start was not recorded or claimed: the prog
 // program ran, marks the run interrupted.
 const pidRecordDelay = coalesceWindow
 
+// pidRecordWait bounds how long a Running status waits for the run's PID record (one store
+// commit); past it the status is written anyway and recovery relies on the cgroup sweep.
+const pidRecordWait = 2 * time.Second
+
 // launchSpec is what launch needs of one run.
 type launchSpec[O outcome] struct {
 	uid     string
@@ -297,6 +306,7 @@ func (t *runTable[O]) launch(runner *procexec.Runner, ls launchSpec[O]) (h *proc
 	rec.PID, rec.PGID, rec.StartTime, rec.Phase, rec.UpdatedAt = info.Pid, info.Pgid, info.StartTime, ls.running, time.Now()
 	lr := ls.live
 	lr.handle, lr.started = h, time.Now()
+	lr.pidDone = make(chan struct{})
 	late = t.enter(ls.uid, lr)
 	go t.recordPID(lr, rec, ls.pidDelay, ls.pidRecorded)
 	return h, nil, late, true, nil
@@ -307,6 +317,9 @@ func (t *runTable[O]) launch(runner *procexec.Runner, ls launchSpec[O]) (h *proc
 // pidRecordDelay. Under the run's storeMu: once its outcome is stored (which supersedes the
 // PID record) nothing is written.
 func (t *runTable[O]) recordPID(lr *liveRun[O], rec store.Command, delay bool, done func(error)) {
+	if lr.pidDone != nil {
+		defer close(lr.pidDone)
+	}
 	if delay {
 		timer := time.NewTimer(pidRecordDelay)
 		select {
@@ -374,7 +387,18 @@ func (t *runTable[O]) coalesce(lr *liveRun[O]) *O {
 	case <-lr.finished:
 	case <-timer.C:
 		// Not ended within the window: one last look below, so a run that ended while the
-		// window ran out still gets one write.
+		// window ran out still gets one write. A Running status follows the PID record
+		// (bounded by pidRecordWait): a crash after status says Running finds the process by
+		// its record, not only through the cgroup sweep.
+		if lr.pidDone != nil {
+			wait := time.NewTimer(pidRecordWait)
+			select {
+			case <-lr.pidDone:
+			case <-lr.finished:
+			case <-wait.C:
+			}
+			wait.Stop()
+		}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -11,7 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/guestclient/guestpty"
 	"sensorium.dev/workbench/internal/platform/cgroups"
 )
 
@@ -191,11 +190,9 @@ func WaitExitNoReap(pid int) error {
 	return noSandbox(fmt.Sprintf("wait for pid %d without reaping", pid))
 }
 
-// MaybeRunHelper runs the guest PTY relay when this executable was started as one (the
-// vfkit-system.v1 guest sessions use it); a sandbox-helper invocation fails with the
-// helper's failure exit, running nothing.
+// MaybeRunHelper fails a sandbox-helper invocation with the helper's failure exit, running
+// nothing (the guest PTY relay is the guest backend's: guestenv.MaybeRunRelay).
 func MaybeRunHelper() {
-	guestpty.MaybeRun()
 	if len(os.Args) == 2 && os.Args[1] == HelperArg {
 		fmt.Fprintln(os.Stderr, noSandbox("sandbox helper"))
 		os.Exit(126)
