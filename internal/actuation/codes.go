@@ -442,6 +442,7 @@ const (
 	CodeSourceArtifactUnavailable Code = "source-artifact-unavailable" // the archive's Artifact is missing, not complete, on another node or not the pinned digest
 	CodeSourceFetchTooLarge       Code = "source-fetch-too-large"      // a git fetch downloaded more than the node's fetch cap (stopped, nothing kept)
 	CodeSourceHostKeyUnknown      Code = "source-host-key-unknown"     // an ssh source's host key is not the one pinned in the Secret's known_hosts
+	CodeSourceCredentialsRejected Code = "source-credentials-rejected" // the source's server refused the Secret's credentials (an ssh key or HTTPS token it does not accept)
 	CodeArchiveInvalid            Code = "archive-invalid"             // the archive (or an OCI layer) cannot be read in its declared format
 	CodeArchivePathAbsolute       Code = "archive-path-absolute"       // an entry whose name is an absolute path
 	CodeArchivePathTraversal      Code = "archive-path-traversal"      // an entry whose name has a ".." component
@@ -547,7 +548,7 @@ var allCodes = []Code{
 	// workspace sources (issue 28)
 	CodeSourceInvalid, CodeSourceHostNotAllowed, CodeSourceRefNotAllowed, CodeSourceBackendUnsupported,
 	CodeSourceCredentialsInvalid, CodeSourceFetchFailed, CodeSourceCommitNotFound, CodeSourceTreeMismatch,
-	CodeSourceLFSRefused, CodeSourceArtifactUnavailable, CodeSourceFetchTooLarge, CodeSourceHostKeyUnknown, CodeArchiveInvalid, CodeArchivePathAbsolute,
+	CodeSourceLFSRefused, CodeSourceArtifactUnavailable, CodeSourceFetchTooLarge, CodeSourceHostKeyUnknown, CodeSourceCredentialsRejected, CodeArchiveInvalid, CodeArchivePathAbsolute,
 	CodeArchivePathTraversal, CodeArchivePathInvalid, CodeArchiveLinkEscape, CodeArchiveSpecialFile,
 	CodeArchiveSetuid, CodeArchiveDuplicateEntry, CodeArchiveTooManyEntries, CodeArchiveTooLarge,
 	CodeArchiveFileTooLarge,

@@ -419,6 +419,9 @@ func classifyFetch(ctx context.Context, src GitSource, err error) error {
 	if strings.Contains(msg, "Host key verification failed") || strings.Contains(msg, "No ED25519 host key is known") || strings.Contains(msg, "host key for") {
 		return wrapf(string(actuation.CodeSourceHostKeyUnknown), err, "the ssh server's host key is not the one pinned in the Secret's known_hosts")
 	}
+	if credentialsRejected(src.Credentials, msg) {
+		return wrapf(string(actuation.CodeSourceCredentialsRejected), err, "the server refused the Secret's credentials")
+	}
 	for _, s := range []string{"not our ref", "couldn't find remote ref", "no such remote ref", "unadvertised object", "upload-pack: not our", "invalid refspec", "remote error: want"} {
 		if strings.Contains(msg, s) {
 			what := src.Commit
@@ -429,6 +432,22 @@ func classifyFetch(ctx context.Context, src GitSource, err error) error {
 		}
 	}
 	return wrapf(string(actuation.CodeSourceFetchFailed), err, "fetch")
+}
+
+// credentialsRejected reports whether git's stderr says the server refused credentials
+// that were given (a key the ssh server does not accept, a token the HTTPS server
+// answers 401/403 to). Without credentials the same messages stay a fetch failure: the
+// Secret holds nothing to reject.
+func credentialsRejected(cred GitCredentials, msg string) bool {
+	switch {
+	case len(cred.SSHPrivateKey) > 0:
+		return strings.Contains(msg, "Permission denied (publickey")
+	case cred.Token != "":
+		// a 401 to the token's header makes git ask for a user name, which is disabled
+		return strings.Contains(msg, "Authentication failed for") || strings.Contains(msg, "could not read Username for") ||
+			strings.Contains(msg, "The requested URL returned error: 403")
+	}
+	return false
 }
 
 // precheck bounds the commit's tree before anything is written to the worktree and

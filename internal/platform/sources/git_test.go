@@ -179,7 +179,7 @@ func TestGitHTTPTokenNeverWritten(t *testing.T) {
 		t.Fatalf("without the token: %v", err)
 	}
 	_, err = g.MaterializeGit(context.Background(), sources.GitSource{URL: srv.URL + "/private", Commit: ids[0], Credentials: sources.GitCredentials{Token: "wrong"}}, pol, newDst(t), sources.Limits{})
-	if string(actuation.CodeOf(err)) != string(actuation.CodeSourceFetchFailed) || strings.Contains(err.Error(), "wrong") {
+	if string(actuation.CodeOf(err)) != string(actuation.CodeSourceCredentialsRejected) || strings.Contains(err.Error(), "wrong") {
 		t.Fatalf("wrong token: %v", err)
 	}
 	dst := newDst(t)
