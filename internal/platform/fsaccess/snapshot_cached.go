@@ -40,4 +40,3 @@ type MountIdentity struct {
 	MountID  uint64
 	UniqueID bool // MountID is the never-reused id
 }
-
