@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/platform/spans"
 )
 
 // throughputN is how many commands (and ConfigMaps, and bare execs) one iteration of
@@ -53,6 +54,12 @@ func BenchmarkCommandThroughput(b *testing.B) {
 	cc, err := client.NewWithWatch(cfg, client.Options{Scheme: env.Scheme})
 	must(b, err)
 	var cmdRate, cmRate, execRate []float64
+	var rec *spans.Recorder
+	if os.Getenv("BENCH_THROUGHPUT_SPANS") != "" {
+		rec = spans.NewRecorder()
+		spans.Install(rec)
+		defer spans.Install(nil)
+	}
 	for i := 0; i < b.N; i++ {
 		// Floor 1: N ConfigMaps created, until the watch has shown every one.
 		d := inFlight(ctx, b, cc, ns, &corev1.ConfigMapList{}, n, func(j int) client.Object {
@@ -95,6 +102,9 @@ func BenchmarkCommandThroughput(b *testing.B) {
 			b.Fatalf("%d of %d commands did not succeed: %v", len(failed), n, failed)
 		}
 		cmdRate = append(cmdRate, float64(n)/d.Seconds())
+		if rec != nil {
+			logSteps(b, rec, ns, i, n)
+		}
 	}
 	median := func(v []float64) float64 {
 		s := append([]float64(nil), v...)
@@ -168,4 +178,25 @@ func inFlight(ctx context.Context, b *testing.B, cc client.WithWatch, ns string,
 		}
 	}
 	return time.Since(t0)
+}
+
+// logSteps logs, for each command of iteration i, when each marked step happened relative to
+// the first command's first mark (BENCH_THROUGHPUT_SPANS=1): read by eye, it shows whether
+// the commands' steps overlap or follow one another.
+func logSteps(b *testing.B, rec *spans.Recorder, ns string, i, n int) {
+	var t0 time.Time
+	all := make([][]spans.Point, n)
+	for j := range all {
+		all[j] = rec.Take(fmt.Sprintf("%s/t%d-%d", ns, i, j))
+		if len(all[j]) > 0 && (t0.IsZero() || all[j][0].At.Before(t0)) {
+			t0 = all[j][0].At
+		}
+	}
+	for j, pts := range all {
+		line := fmt.Sprintf("t%d-%d:", i, j)
+		for _, p := range pts {
+			line += fmt.Sprintf(" %s=%dms", p.Step, p.At.Sub(t0).Milliseconds())
+		}
+		b.Log(line)
+	}
 }
