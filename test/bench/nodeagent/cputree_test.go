@@ -75,3 +75,27 @@ func treeCPUByName() map[string]time.Duration {
 	}
 	return out
 }
+
+// machineCPU is the machine's busy and total CPU time so far, all cores and all processes
+// (/proc/stat's first line: busy is everything but idle and iowait). Two readings around a
+// phase give the fraction of the machine that was busy during it: near 1, the phase was
+// bound by CPU, whatever ran concurrently. Outside Linux both are zero.
+func machineCPU() (busy, total int64) {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(raw), "\n")
+	f := strings.Fields(line)
+	for i, s := range f[1:] {
+		v, _ := strconv.ParseInt(s, 10, 64)
+		if i >= 8 { // guest and guest_nice are already counted in user and nice
+			break
+		}
+		total += v
+		if i != 3 && i != 4 { // idle, iowait
+			busy += v
+		}
+	}
+	return busy, total
+}

@@ -75,7 +75,7 @@ func BenchmarkCommandThroughput(b *testing.B) {
 	cfg.QPS, cfg.Burst = -1, 0 // no client-side rate limit: the server is what is measured
 	cc, err := client.NewWithWatch(cfg, client.Options{Scheme: env.Scheme})
 	must(b, err)
-	var cmdRate, cmRate, execRate, cmdCPU, cmCPU []float64
+	var cmdRate, cmRate, execRate, cmdCPU, cmCPU, busyFrac []float64
 	var rec *spans.Recorder
 	var peaks []float64
 	if os.Getenv("BENCH_THROUGHPUT_SPANS") != "" {
@@ -110,6 +110,7 @@ func BenchmarkCommandThroughput(b *testing.B) {
 		var mu sync.Mutex
 		c0 = treeCPU()
 		byName := treeCPUByName()
+		busy0, total0 := machineCPU()
 		d = inFlight(ctx, b, cc, ns, &wbv1.TerminalCommandList{}, n, func(j int) client.Object {
 			return &wbv1.TerminalCommand{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("t%d-%d", i, j), Namespace: ns},
 				Spec: wbv1.TerminalCommandSpec{SessionRef: wbv1.ObjectName(sessionOf(j)), ProfileRef: "true", Argv: []string{"/bin/true"}, Cwd: wbv1.CwdAddress{Root: "repo"}}}
@@ -130,6 +131,9 @@ func BenchmarkCommandThroughput(b *testing.B) {
 		}
 		cmdRate = append(cmdRate, float64(n)/d.Seconds())
 		cmdCPU = append(cmdCPU, float64((treeCPU()-c0).Milliseconds())/float64(n))
+		if busy1, total1 := machineCPU(); total1 > total0 {
+			busyFrac = append(busyFrac, float64(busy1-busy0)/float64(total1-total0))
+		}
 		if rec != nil {
 			line := "cpu ms per command by process:"
 			for name, d := range treeCPUByName() {
@@ -155,6 +159,10 @@ func BenchmarkCommandThroughput(b *testing.B) {
 	// per object: with the machine's cores it bounds the rate whatever runs concurrently.
 	b.ReportMetric(median(cmdCPU), "cpu-ms/command")
 	b.ReportMetric(median(cmCPU), "cpu-ms/configmap")
+	if len(busyFrac) > 0 {
+		// The machine's busy fraction (all processes) while the commands were in flight.
+		b.ReportMetric(median(busyFrac), "machine-busy")
+	}
 	if len(peaks) > 0 {
 		b.ReportMetric(median(peaks), "peak-on-node")
 	}
