@@ -35,6 +35,9 @@ const node = "bench-node"
 // up to this many commands in flight).
 const concurrentCommands = 32
 
+// benchSessions is the bench agent's session cap.
+const benchSessions = 8
+
 var (
 	env      *envtest.Env
 	wc       client.WithWatch
@@ -54,7 +57,7 @@ func TestMain(m *testing.M) {
 			return fmt.Errorf("building workbench-sandbox: %w: %s", err, out)
 		}
 		cfg := agent.Config{NodeName: node, StateDir: s.StateDir, AdmittedRoots: map[string]string{"work": admitted},
-			Caps: agent.Caps{Sessions: 8, ConcurrentCommands: concurrentCommands, PrestartedSandboxes: prestarted()}}
+			Caps: agent.Caps{Sessions: benchSessions, ConcurrentCommands: concurrentCommands, PrestartedSandboxes: prestarted()}}
 		cfg.QEMU, qemuSkip = nodeagenttest.QEMU()
 		_, err = s.StartAgent(cfg, agent.Options{HelperPath: helper})
 		return err
@@ -75,17 +78,24 @@ func setup(b *testing.B) string {
 	must(b, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns.Name}, Spec: wbv1.EnvironmentSpec{
 		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: &hp}},
 		NodeSelector: map[string]string{wbv1.NodeLabel: node}}}))
-	must(b, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns.Name},
+	addSession(b, ns.Name, "s")
+	return ns.Name
+}
+
+// addSession creates a session of environment "e" in ns and waits until it runs.
+func addSession(b *testing.B, ns, name string) {
+	ctx := context.Background()
+	must(b, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var s wbv1.TerminalSession
-		must(b, env.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "s"}, &s))
+		must(b, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s))
 		if s.Status.Phase == wbv1.SessionRunning {
-			return ns.Name
+			return
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("session not running: %+v", s.Status)
+			b.Fatalf("session %s not running: %+v", name, s.Status)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
