@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -66,9 +67,18 @@ func TestKindsRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(back, m) {
 		t.Fatalf("manifest changed through the API:\n got %+v\nwant %+v", back, m)
 	}
-	got.Spec.Description = "changed"
-	if err := env.Client.Update(ctx, &got); err == nil || !strings.Contains(err.Error(), "immutable") {
-		t.Fatalf("a Skill spec must be immutable, got %v", err)
+	// The manager writes the Skill's status (observedGeneration, health) meanwhile: a
+	// conflict is not the answer under test, so the update is retried on the latest version.
+	var updErr error
+	for range 10 {
+		get(t, ns, m.Slug, &got)
+		got.Spec.Description = "changed"
+		if updErr = env.Client.Update(ctx, &got); !apierrors.IsConflict(updErr) {
+			break
+		}
+	}
+	if updErr == nil || !strings.Contains(updErr.Error(), "immutable") {
+		t.Fatalf("a Skill spec must be immutable, got %v", updErr)
 	}
 	bad := sk.DeepCopy()
 	bad.ResourceVersion, bad.Name = "", "bad"

@@ -190,6 +190,13 @@ func (r *commandReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err := r.step(ctx, p); err != nil {
 		return ctrl.Result{}, err
 	}
+	if p.fast && !p.claimed && !p.handOff && p.decided != nil && p.admittedBy != "" {
+		// Admitted here, then refused on what only this node sees (a cwd, a root, the
+		// environment's variables): this node's decision, stored before status shows it, so
+		// a crash before the write never lets a later pass decide again and run it.
+		p.admitHere(a.cfg.NodeName, p.admittedBy, p.admittedContext)
+		p.decided.AdmittedBy, p.decided.AdmittedContext = p.admittedBy, string(p.admittedContext)
+	}
 	if p.fast && !p.claimed && (p.handOff || p.decided != nil) {
 		// Not admitted here (consent, a refusal, a hold, a cancellation before the start):
 		// the manager decides it; one write says so, and it is the manager's from then on.
