@@ -123,11 +123,13 @@ node-components: ## Build kube-controller-manager, kube-scheduler, kubelet and k
 
 # `make test` streams `go test -json` through hack/testsummary: every failing test's output,
 # every skipped test with its reason, a run/pass/fail/skip table per package, and a failure
-# when a suite listed in test/required-suites.txt ran no test or skipped one.
+# when a suite listed in test/required-suites.txt ran no test or skipped one. The per-package
+# timeout is 45m: test/nodeagent boots real guests under TCG (full-system VMs, sources into
+# their disks) and took 30 minutes on a loaded two-core machine.
 .PHONY: test
 test: control-plane verify-generated vet ## Run all tests against a real API server; print skips and per-package counts; fail if a required suite skipped.
 	@go build -o bin/testsummary ./hack/testsummary
-	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh path)" go test -json ./... -count=1 -timeout 30m $(TEST_FLAGS) \
+	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh path)" go test -json ./... -count=1 -timeout 45m $(TEST_FLAGS) \
 		| bin/testsummary -require test/required-suites.txt
 
 .PHONY: chaos
