@@ -42,6 +42,7 @@ type event struct {
 
 type testState struct {
 	output []string // bounded: the last maxLines lines
+	ended  bool     // a pass, fail or skip event arrived
 }
 
 type pkgState struct {
@@ -182,6 +183,10 @@ func summarize(in io.Reader, out io.Writer, rules []rule) int {
 		switch ev.Action {
 		case "output":
 			t.output = appendBounded(t.output, ev.Output, maxLines)
+		case "pass", "fail", "skip":
+			t.ended = true
+		}
+		switch ev.Action {
 		case "pass":
 			p.passed++
 			p.run++
@@ -231,6 +236,9 @@ func summarize(in io.Reader, out io.Writer, rules []rule) int {
 					fmt.Fprint(out, "    ", l)
 				}
 			}
+			// A test that never ended was running when the package died (a -timeout
+			// panic is attributed to it): its last lines say where it was.
+			printUnfinished(out, n, p)
 		}
 		if len(p.tests) == 0 && !p.failed0 {
 			if strings.Contains(strings.Join(p.output, ""), "no test files") {
@@ -283,6 +291,24 @@ func summarize(in io.Reader, out io.Writer, rules []rule) int {
 		code = 1
 	}
 	return code
+}
+
+// printUnfinished prints every test of p that started but never passed, failed or
+// skipped, with its bounded last lines, in name order.
+func printUnfinished(out io.Writer, pkg string, p *pkgState) {
+	var names []string
+	for name, t := range p.tests {
+		if !t.ended {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fmt.Fprintf(out, "--- UNFINISHED: %s %s (running when the package ended)\n", pkg, name)
+		for _, l := range p.tests[name].output {
+			fmt.Fprint(out, "    ", l)
+		}
+	}
 }
 
 // skipReason is the last non-framework output line of a skipped test (what t.Skip said).
