@@ -121,16 +121,15 @@ control-plane: ## Build etcd, kube-apiserver and kubectl from the Go module prox
 node-components: ## Build kube-controller-manager, kube-scheduler, kubelet and kube-proxy from the Go module proxy into bin/k8s/ (cached; for run-cluster and test-e2e).
 	hack/build-control-plane.sh node
 
-# `make test` streams `go test -json` through hack/testsummary: every failing test's output,
+# `make test` runs hack/run-tests.sh: `go test -json` of every package (test/nodeagent's VM
+# suites in their own process beside the rest, see the script) through hack/testsummary:
+# every failing test's output, every test still running when its package died (a timeout),
 # every skipped test with its reason, a run/pass/fail/skip table per package, and a failure
-# when a suite listed in test/required-suites.txt ran no test or skipped one. The per-package
-# timeout is 45m: test/nodeagent boots real guests under TCG (full-system VMs, sources into
-# their disks) and took 30 minutes on a loaded two-core machine.
+# when a suite listed in test/required-suites.txt ran no test or skipped one. The
+# per-package timeout is 45m (TEST_TIMEOUT).
 .PHONY: test
 test: control-plane verify-generated vet ## Run all tests against a real API server; print skips and per-package counts; fail if a required suite skipped.
-	@go build -o bin/testsummary ./hack/testsummary
-	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh path)" go test -json ./... -count=1 -timeout 45m $(TEST_FLAGS) \
-		| bin/testsummary -require test/required-suites.txt
+	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh path)" TEST_FLAGS="$(TEST_FLAGS)" hack/run-tests.sh
 
 .PHONY: chaos
 chaos: control-plane ## Kill the node agent with SIGKILL at 100 seeded random points of a mixed workload (CI runs 5 in make test); WB_CHAOS_SEED replays.
