@@ -82,7 +82,7 @@ type Agent struct {
 	views    *terminalviews.Room
 	recorder events.EventRecorder
 
-	// mu guards the wait table (liveWaits, watcher) and uploads: the artifact UIDs whose
+	// mu guards the file watcher and uploads: the artifact UIDs whose
 	// upload through the data plane is in progress (dataplane.go).
 	mu      sync.Mutex
 	uploads map[string]struct{}
@@ -94,12 +94,11 @@ type Agent struct {
 	wakeSessions chan event.GenericEvent
 
 	// Waits, probes, patches and artifacts (wait_controller.go and its siblings).
-	runCtx                                 context.Context      // Run's context: registered waits live as long as the agent
-	engine                                 *waits.Engine        // pending waits, bounded by Caps.PendingWaits
-	signals                                waitSignals          // change signals of the conditions fed from reconcilers
-	liveWaits                              map[string]*liveWait // wait UID → wait registered by this process
-	watcher                                *waits.FileWatcher   // inotify, opened by the first file wait
-	blobs                                  *artifacts.Store     // <stateDir>/artifacts
+	runCtx                                 context.Context    // Run's context: registered waits live as long as the agent
+	engine                                 *waits.Engine      // pending waits, bounded by Caps.PendingWaits
+	signals                                waits.Signals      // change signals of the conditions fed from reconcilers
+	watcher                                *waits.FileWatcher // inotify, opened by the first file wait
+	blobs                                  *artifacts.Store   // <stateDir>/artifacts
 	wakeWaits                              chan event.GenericEvent
 	wakePatches, wakeArtifacts, wakeProbes chan event.GenericEvent
 	// sweepArtifacts kicks the artifact retention sweep (retention.go).
@@ -202,7 +201,6 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		wakeCommands:     make(chan event.GenericEvent, 1024),
 		wakeSessions:     make(chan event.GenericEvent, 1024),
 		engine:           waits.NewEngine(waits.Caps{PendingWaits: caps.PendingWaits}),
-		liveWaits:        map[string]*liveWait{},
 		blobs:            blobs,
 		wakeWaits:        make(chan event.GenericEvent, 1024),
 		sweepArtifacts:   make(chan struct{}, 1),
