@@ -29,6 +29,7 @@ import (
 	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/nodeagent/recordings"
 	"sensorium.dev/workbench/internal/nodeagent/session"
+	"sensorium.dev/workbench/internal/nodeagent/sessions"
 	"sensorium.dev/workbench/internal/nodeagent/store"
 	"sensorium.dev/workbench/internal/nodeagent/terminalviews"
 	"sensorium.dev/workbench/internal/nodeagent/waits"
@@ -71,7 +72,7 @@ type Agent struct {
 	// commands this process started (runtable.go; the ActionRun controller has a table of
 	// its own), and what the node publishes about itself (report.go).
 	envs     *envRegistry
-	sess     *sessionRegistry
+	sess     *sessions.Registry
 	commands *runTable[commandOutcome]
 	// profiles memoizes the CommandProfiles read for fast-path admission (profile_memo.go).
 	profiles *profileMemo
@@ -194,7 +195,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		storage:          st,
 		shared:           opts.SharedProcess,
 		envs:             newEnvRegistry(),
-		sess:             newSessionRegistry(),
+		sess:             sessions.NewRegistry(),
 		commands:         newRunTable[commandOutcome]("command", db),
 		profiles:         newProfileMemo(),
 		report:           newNodeReport(),

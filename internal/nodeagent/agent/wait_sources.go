@@ -146,17 +146,17 @@ func (a *Agent) sessionSource(ctx context.Context, key types.NamespacedName) (wa
 		return nil, actuation.Refusef(actuation.CodeSessionClosed, "session %s is %s", key, ts.Status.Phase)
 	}
 	uid := string(ts.UID)
-	live, closed := a.sess.get(uid)
+	live, closed := a.sess.Get(uid)
 	switch {
 	case live == nil:
 		return nil, errNotYet
 	case closed:
 		return nil, actuation.Refusef(actuation.CodeSessionClosed, "session %s is closed", key)
-	case live.pty != nil:
-		return waits.SessionSource(live.pty), nil
+	case live.PTY != nil:
+		return waits.SessionSource(live.PTY), nil
 	}
-	return waits.RingSource(live.ring, live.started, func() bool {
-		s, closed := a.sess.get(uid)
+	return waits.RingSource(live.Ring, live.Started, func() bool {
+		s, closed := a.sess.Get(uid)
 		return s == nil || closed
 	}), nil
 }
