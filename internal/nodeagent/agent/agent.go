@@ -94,7 +94,7 @@ type Agent struct {
 	wakeCommands chan event.GenericEvent
 	wakeSessions chan event.GenericEvent
 
-	// Waits, probes, patches and artifacts (wait_controller.go and its siblings).
+	// Waits, probes, patches and artifacts (the waits, probes, filepatches and artifactcapture rooms).
 	runCtx                                 context.Context    // Run's context: registered waits live as long as the agent
 	engine                                 *waits.Engine      // pending waits, bounded by Caps.PendingWaits
 	signals                                waits.Signals      // change signals of the conditions fed from reconcilers

@@ -12,9 +12,6 @@ import (
 // The session room (internal/nodeagent/sessions) owns TerminalSessions; these are the
 // agent's reads of the sessions it serves.
 
-// sessionOpen says whether the session is open in this process.
-func (a *Agent) sessionOpen(uid string) bool { return a.sess.Open(uid) != nil }
-
 // sessionRing returns the event ring of an open session.
 func (a *Agent) sessionRing(uid string) *ring.Ring {
 	if s := a.sess.Open(uid); s != nil {

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -64,11 +63,6 @@ func (a *Agent) patchRoot(ctx context.Context, ns, envName, rootName string) (no
 
 // codeOf returns the refusal code of err as the status field's string.
 func codeOf(err error) string { return string(actuation.CodeOf(err)) }
-
-// setHealth sets the kstatus Reconciling and Stalled conditions for h.
-func setHealth(conds *[]metav1.Condition, h wbv1.Health, reason, msg string, gen int64) {
-	nodekit.SetHealth(conds, h, reason, msg, gen)
-}
 
 // Artifact retention and sources the agent's other parts share with the artifact room.
 const (
