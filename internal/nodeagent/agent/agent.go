@@ -29,6 +29,7 @@ import (
 	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/nodeagent/recordings"
 	"sensorium.dev/workbench/internal/nodeagent/session"
+	"sensorium.dev/workbench/internal/nodeagent/sessions"
 	"sensorium.dev/workbench/internal/nodeagent/store"
 	"sensorium.dev/workbench/internal/nodeagent/terminalviews"
 	"sensorium.dev/workbench/internal/nodeagent/waits"
@@ -71,7 +72,7 @@ type Agent struct {
 	// commands this process started (runtable.go; the ActionRun controller has a table of
 	// its own), and what the node publishes about itself (report.go).
 	envs     *envRegistry
-	sess     *sessionRegistry
+	sess     *sessions.Registry
 	commands *runTable[commandOutcome]
 	// profiles memoizes the CommandProfiles read for fast-path admission (profile_memo.go).
 	profiles *profileMemo
@@ -82,7 +83,7 @@ type Agent struct {
 	views    *terminalviews.Room
 	recorder events.EventRecorder
 
-	// mu guards the wait table (liveWaits, watcher) and uploads: the artifact UIDs whose
+	// mu guards the file watcher and uploads: the artifact UIDs whose
 	// upload through the data plane is in progress (dataplane.go).
 	mu      sync.Mutex
 	uploads map[string]struct{}
@@ -93,13 +94,12 @@ type Agent struct {
 	wakeCommands chan event.GenericEvent
 	wakeSessions chan event.GenericEvent
 
-	// Waits, probes, patches and artifacts (wait_controller.go and its siblings).
-	runCtx                                 context.Context      // Run's context: registered waits live as long as the agent
-	engine                                 *waits.Engine        // pending waits, bounded by Caps.PendingWaits
-	signals                                waitSignals          // change signals of the conditions fed from reconcilers
-	liveWaits                              map[string]*liveWait // wait UID → wait registered by this process
-	watcher                                *waits.FileWatcher   // inotify, opened by the first file wait
-	blobs                                  *artifacts.Store     // <stateDir>/artifacts
+	// Waits, probes, patches and artifacts (the waits, probes, filepatches and artifactcapture rooms).
+	runCtx                                 context.Context    // Run's context: registered waits live as long as the agent
+	engine                                 *waits.Engine      // pending waits, bounded by Caps.PendingWaits
+	signals                                waits.Signals      // change signals of the conditions fed from reconcilers
+	watcher                                *waits.FileWatcher // inotify, opened by the first file wait
+	blobs                                  *artifacts.Store   // <stateDir>/artifacts
 	wakeWaits                              chan event.GenericEvent
 	wakePatches, wakeArtifacts, wakeProbes chan event.GenericEvent
 	// sweepArtifacts kicks the artifact retention sweep (retention.go).
@@ -195,14 +195,13 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		storage:          st,
 		shared:           opts.SharedProcess,
 		envs:             newEnvRegistry(),
-		sess:             newSessionRegistry(),
+		sess:             sessions.NewRegistry(),
 		commands:         newRunTable[commandOutcome]("command", db),
 		profiles:         newProfileMemo(),
 		report:           newNodeReport(),
 		wakeCommands:     make(chan event.GenericEvent, 1024),
 		wakeSessions:     make(chan event.GenericEvent, 1024),
 		engine:           waits.NewEngine(waits.Caps{PendingWaits: caps.PendingWaits}),
-		liveWaits:        map[string]*liveWait{},
 		blobs:            blobs,
 		wakeWaits:        make(chan event.GenericEvent, 1024),
 		sweepArtifacts:   make(chan struct{}, 1),

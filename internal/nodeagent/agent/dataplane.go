@@ -57,15 +57,15 @@ func (r resolver) Session(ns, name string) (dataplane.Terminal, dataplane.Sessio
 		}
 		return nil, dataplane.SessionInfo{}, err
 	}
-	live := a.sess.open(string(ts.UID))
+	live := a.sess.Open(string(ts.UID))
 	if live == nil {
 		return nil, dataplane.SessionInfo{}, fmt.Errorf("session %s/%s is not open on this node: %w", ns, name, dataplane.ErrNotFound)
 	}
 	info := dataplane.SessionInfo{RawInput: ts.Spec.RawInput}
-	if live.pty != nil {
-		return live.pty, info, nil
+	if live.PTY != nil {
+		return live.PTY, info, nil
 	}
-	return structuredTerminal{rg: live.ring}, info, nil
+	return structuredTerminal{rg: live.Ring}, info, nil
 }
 
 func (r resolver) Root(ns, env, root string) (dataplane.Files, error) {
@@ -204,8 +204,8 @@ func (r resolver) Command(ns, name string) (dataplane.Command, error) {
 			Final: wbv1.CommandIsFinal(tc.Status.Conditions), Phase: string(wbv1.CommandPhaseFor(tc.Status.Conditions))})
 	}
 	var rg *ring.Ring
-	if s, _ := a.sess.get(rec.SessionUID); s != nil {
-		rg = s.ring
+	if s, _ := a.sess.Get(rec.SessionUID); s != nil {
+		rg = s.Ring
 	}
 	if rg == nil {
 		return nil, fmt.Errorf("the session of command %s/%s is gone from this node: %w", ns, name, dataplane.ErrNotFound)

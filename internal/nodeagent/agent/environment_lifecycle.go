@@ -148,7 +148,7 @@ func (a *Agent) resolveBootImage(ctx context.Context, env *wbv1.Environment, spe
 // waits (bounded by drainWait) for the commands' outcomes to be recorded.
 func (a *Agent) drainEnvironment(ctx context.Context, envUID string) {
 	stopped := a.stopCommands(func(lc *liveCommand) bool { return lc.envUID == envUID })
-	for _, uid := range a.sess.openIn(envUID) {
+	for _, uid := range a.sess.OpenIn(envUID) {
 		a.closeSession(ctx, uid, false)
 	}
 	t := time.NewTimer(drainWait)

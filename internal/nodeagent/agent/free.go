@@ -37,7 +37,7 @@ func (a *Agent) kickCapacity() { a.report.kickCapacity() }
 // freeCapacity counts what one more session, reader, command, wait or VM would find.
 func (a *Agent) freeCapacity() wbv1.NodeFree {
 	caps := a.cfg.Caps
-	open, perEnv := a.sess.openCounts()
+	open, perEnv := a.sess.OpenCounts()
 	guest := a.commands.guestRunning()
 	waits := a.report.snapshot().Waits
 	var full []wbv1.NodeEnvironmentRef

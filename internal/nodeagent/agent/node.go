@@ -201,7 +201,7 @@ func (a *Agent) publishNode(ctx context.Context) error {
 	}
 	now := metav1.Now()
 	caps := a.cfg.Caps
-	active, _ := a.sess.openCounts()
+	active, _ := a.sess.OpenCounts()
 	rep := a.report.snapshot()
 	st := wbv1.WorkbenchNodeStatus{
 		AgentVersion: Version, HeartbeatTime: &now,

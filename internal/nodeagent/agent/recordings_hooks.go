@@ -6,7 +6,6 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/nodeagent/dataplane"
-	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/nodeagent/recordings"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/skills"
@@ -40,5 +39,3 @@ func (a *Agent) recordAfterCommand(cmd *wbv1.TerminalCommand, envName string, o 
 func (a *Agent) recordObservation(ctx context.Context, ns, envName, session string, kind skills.EdgeKind, name, condition, result string) {
 	a.rec.Observation(ctx, ns, envName, session, kind, name, condition, result)
 }
-
-func scopeSession(s *wbv1.Scope) string { return nodekit.ScopeSession(s) }

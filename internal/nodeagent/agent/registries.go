@@ -11,7 +11,8 @@ import (
 //
 //   - envRegistry: the environments allocated in this process and their pinned host roots
 //     (environment/backend lifecycle; roots.go);
-//   - sessionRegistry: the sessions this process serves (their rings and PTY programs);
+//   - sessions.Registry: the sessions this process serves (their rings and PTY programs;
+//     the sessions room);
 //   - Agent.mu: the command table and what hangs off it (running handles and finished
 //     results, the data plane's change signal and uploads, the recovery report, the
 //     pending-wait count).
@@ -72,113 +73,4 @@ func (r *envRegistry) pinsOf(envUID string) map[string]*pinnedRoot {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.pins[envUID]
-}
-
-// sessionRegistry holds the sessions this process serves.
-type sessionRegistry struct {
-	mu sync.Mutex
-	m  map[string]*liveSession // session UID → ring (+ PTY)
-}
-
-func newSessionRegistry() *sessionRegistry {
-	return &sessionRegistry{m: map[string]*liveSession{}}
-}
-
-// get returns the session (nil when this process does not hold it) and whether it is closed.
-func (r *sessionRegistry) get(uid string) (*liveSession, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	s := r.m[uid]
-	return s, s != nil && s.closed
-}
-
-// open returns the session when it is held and not closed, else nil.
-func (r *sessionRegistry) open(uid string) *liveSession {
-	if s, closed := r.get(uid); s != nil && !closed {
-		return s
-	}
-	return nil
-}
-
-func (r *sessionRegistry) put(uid string, s *liveSession) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.m[uid] = s
-}
-
-// markClosed marks a held session closed and returns it (nil when not held).
-func (r *sessionRegistry) markClosed(uid string) *liveSession {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	s := r.m[uid]
-	if s != nil {
-		s.closed = true
-		s.releaseShare()
-	}
-	return s
-}
-
-func (r *sessionRegistry) remove(uid string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if s := r.m[uid]; s != nil {
-		s.releaseShare()
-	}
-	delete(r.m, uid)
-}
-
-// openIn returns the UIDs of the open sessions of an environment.
-func (r *sessionRegistry) openIn(envUID string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []string
-	for uid, s := range r.m {
-		if s.envUID == envUID && !s.closed {
-			out = append(out, uid)
-		}
-	}
-	return out
-}
-
-// openCounts counts the open sessions, in all and per environment UID.
-func (r *sessionRegistry) openCounts() (int, map[string]int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	open, perEnv := 0, map[string]int{}
-	for _, s := range r.m {
-		if !s.closed {
-			open++
-			perEnv[s.envUID]++
-		}
-	}
-	return open, perEnv
-}
-
-// dropClosed forgets the closed sessions live does not name (their objects are gone).
-func (r *sessionRegistry) dropClosed(live map[string]bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for uid, s := range r.m {
-		if s.closed && !live[uid] {
-			delete(r.m, uid)
-		}
-	}
-}
-
-// uids returns the UIDs of every held session.
-func (r *sessionRegistry) uids() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]string, 0, len(r.m))
-	for uid := range r.m {
-		out = append(out, uid)
-	}
-	return out
-}
-
-// len is the number of held sessions.
-func (r *sessionRegistry) len() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.m)
 }

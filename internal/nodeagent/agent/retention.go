@@ -199,7 +199,7 @@ func (a *Agent) pruneRecords(ctx context.Context) (int, error) {
 	for _, s := range sessions.Items {
 		live[string(s.UID)] = true
 	}
-	a.sess.dropClosed(live) // a closed session whose object is gone: drop its ring
+	a.sess.DropClosed(live) // a closed session whose object is gone: drop its ring
 	for _, p := range patches.Items {
 		live[string(p.UID)] = true
 	}
@@ -208,7 +208,7 @@ func (a *Agent) pruneRecords(ctx context.Context) (int, error) {
 			live[uid] = true
 		}
 	})
-	for _, uid := range a.sess.uids() {
+	for _, uid := range a.sess.UIDs() {
 		live[uid] = true
 	}
 	pruned := 0
@@ -265,7 +265,7 @@ type Footprint struct {
 func (a *Agent) Footprint() (Footprint, error) {
 	var f Footprint
 	f.LiveCommands = a.commands.len()
-	f.LiveSessions = a.sess.len()
+	f.LiveSessions = a.sess.Len()
 	cmds, err := a.store.Commands().List(0)
 	if err != nil {
 		return f, err

@@ -15,6 +15,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/nodeagent/imagemanifests"
+	"sensorium.dev/workbench/internal/nodeagent/sessions"
 )
 
 // setupControllers registers one reconciler per kind, each filtered to this node.
@@ -38,11 +39,8 @@ func (a *Agent) setupControllers(mgr ctrl.Manager) error {
 		Complete(&nodeReconciler{a: a}); err != nil {
 		return fmt.Errorf("node controller: %w", err)
 	}
-	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.TerminalSession{}).Named(name("session")).WithOptions(retryOptions()).
-		WatchesRawSource(source.Channel(a.wakeSessions, &handler.EnqueueRequestForObject{})).
-		Watches(&wbv1.Environment{}, handler.EnqueueRequestsFromMapFunc(a.sessionsOfEnvironment)).
-		Complete(&sessionReconciler{a: a}); err != nil {
-		return fmt.Errorf("session controller: %w", err)
+	if err := sessions.Setup(mgr, a.sessionDeps(), a.sessionsOfEnvironment); err != nil {
+		return err
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.TerminalCommand{}).Named(name("command")).WithOptions(commandOptions(a.cfg.Caps)).
 		WatchesRawSource(source.Channel(a.wakeCommands, &handler.EnqueueRequestForObject{})).

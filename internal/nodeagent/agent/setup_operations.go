@@ -2,14 +2,8 @@ package agent
 
 import (
 	"context"
-	"fmt"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
@@ -23,29 +17,10 @@ import (
 // setupOperations registers the wait, probe, file patch and artifact reconcilers, each
 // filtered to this node by the cache, and closes the file watcher when the agent stops.
 func (a *Agent) setupOperations(mgr ctrl.Manager) error {
-	// signal turns informer events of a kind into a change signal for the pending waits
-	// observing it; it enqueues nothing.
-	signal := func(bs ...*waits.Broadcaster) handler.EventHandler {
-		return handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
-			for _, b := range bs {
-				b.Broadcast()
-			}
-			return nil
-		})
-	}
-	s := &a.signals
-	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.Wait{}).Named("node-wait").
-		WatchesRawSource(source.Channel(a.wakeWaits, &handler.EnqueueRequestForObject{})).
-		Watches(&wbv1.Wait{}, signal(&s.operation)).
-		Watches(&wbv1.Environment{}, signal(&s.environment)).
-		Watches(&wbv1.Artifact{}, signal(&s.artifact)).
-		Watches(&wbv1.TerminalCommand{}, signal(&s.command, &s.operation)).
-		Watches(&wbv1.Probe{}, signal(&s.operation)).
-		Watches(&wbv1.FilePatch{}, signal(&s.operation)).
-		Watches(&wbv1.TerminalCommand{}, handler.EnqueueRequestsFromMapFunc(a.operationsAwaitingScope)).
-		Watches(&wbv1.TerminalSession{}, handler.EnqueueRequestsFromMapFunc(a.operationsAwaitingScope)).
-		Complete(&waitReconciler{a: a}); err != nil {
-		return fmt.Errorf("wait controller: %w", err)
+	if err := waits.New(waits.Deps{Ctx: a.runCtx, NodeName: a.cfg.NodeName, Client: a.client, Reader: a.reader, Store: a.store,
+		Engine: a.engine, Signals: &a.signals, Scope: a.scopeSource, Observe: a.recordObservation,
+		Pending: a.report.setWaits, Kick: a.kickCapacity, Event: a.recordEvent, Wake: a.wakeWaits}).Setup(mgr); err != nil {
+		return err
 	}
 	if err := probes.Setup(mgr, probes.Deps{NodeName: a.cfg.NodeName, Client: a.client, Engine: a.engine,
 		Scope: a.scopeSource, Observe: a.recordObservation, Event: a.recordEvent}, a.wakeProbes, a.probesAwaitingScope); err != nil {
@@ -88,11 +63,6 @@ func (a *Agent) patchRoot(ctx context.Context, ns, envName, rootName string) (no
 
 // codeOf returns the refusal code of err as the status field's string.
 func codeOf(err error) string { return string(actuation.CodeOf(err)) }
-
-// setHealth sets the kstatus Reconciling and Stalled conditions for h.
-func setHealth(conds *[]metav1.Condition, h wbv1.Health, reason, msg string, gen int64) {
-	nodekit.SetHealth(conds, h, reason, msg, gen)
-}
 
 // Artifact retention and sources the agent's other parts share with the artifact room.
 const (

@@ -114,10 +114,3 @@ func (a *Agent) acquireShare(ctx context.Context, pool *fairshare.Pool, capName 
 	}
 	return nil, string(full), "node cap " + capName + ": " + err.Error()
 }
-
-// releaseShare gives a session's share slot back (idempotent: fairshare releases once).
-func (s *liveSession) releaseShare() {
-	if s.release != nil {
-		s.release()
-	}
-}

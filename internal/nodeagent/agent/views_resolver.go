@@ -27,8 +27,8 @@ func (r resolver) View(ns, name string) (dataplane.ViewInfo, error) { return r.a
 func (a *Agent) setupViews(mgr ctrl.Manager) error {
 	a.views = terminalviews.New(terminalviews.Deps{Client: a.client, Reader: a.reader, Hub: &a.viewHub,
 		Terminal: func(uid string) *session.Session {
-			if live := a.sess.open(uid); live != nil {
-				return live.pty
+			if live := a.sess.Open(uid); live != nil {
+				return live.PTY
 			}
 			return nil
 		}})

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/nodeagent/waits"
 )
 
 // The agent waits by watching, not by polling. An object that cannot proceed until another
@@ -155,15 +156,12 @@ func (a *Agent) sessionAvailable(ctx context.Context, ts *wbv1.TerminalSession) 
 // wakeOperations wakes the pending waits and probes of a namespace whose scope may just
 // have become available.
 func (a *Agent) wakeOperations(ctx context.Context, ns string) {
-	var waitsList wbv1.WaitList
-	if err := a.client.List(ctx, &waitsList, client.InNamespace(ns)); err == nil {
-		a.wakeAll(a.wakeWaits, requestsOf(waitsList.Items, func(w *wbv1.Wait) bool { return !waitIsFinal(&w.Status) }))
-	}
+	a.wakeAll(a.wakeWaits, waits.Pending(ctx, a.client, ns))
 	var probes wbv1.ProbeList
 	if err := a.client.List(ctx, &probes, client.InNamespace(ns)); err == nil {
 		a.wakeAll(a.wakeProbes, requestsOf(probes.Items, func(p *wbv1.Probe) bool { return !probeIsFinal(&p.Status) }))
 	}
-	a.signals.environment.Broadcast()
+	a.signals.Environment.Broadcast()
 }
 
 func (a *Agent) wakeAll(ch chan event.GenericEvent, reqs []reconcile.Request) {
@@ -172,19 +170,6 @@ func (a *Agent) wakeAll(ch chan event.GenericEvent, reqs []reconcile.Request) {
 		obj.Namespace, obj.Name = r.Namespace, r.Name
 		a.wake(ch, obj)
 	}
-}
-
-// operationsAwaitingScope maps a command or session event to the waits and probes of its
-// namespace that are not registered in this process yet (their scope was not available):
-// a scoped object reaching this node's cache is what they wait for.
-func (a *Agent) operationsAwaitingScope(ctx context.Context, o client.Object) []reconcile.Request {
-	var list wbv1.WaitList
-	if err := a.client.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
-		return nil
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return requestsOf(list.Items, func(w *wbv1.Wait) bool { return !waitIsFinal(&w.Status) && a.liveWaits[string(w.UID)] == nil })
 }
 
 // probesAwaitingScope maps a command or session event to the pending probes of its

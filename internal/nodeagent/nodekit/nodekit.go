@@ -6,7 +6,6 @@ package nodekit
 import (
 	"context"
 	"errors"
-	"regexp"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,7 +20,6 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/nodeagent/guestfs"
-	"sensorium.dev/workbench/internal/nodeagent/waits"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/statusapply"
 )
@@ -102,29 +100,6 @@ func SetHealth(conds *[]metav1.Condition, h wbv1.Health, reason, msg string, gen
 	for _, hc := range wbv1.HealthConditions(h, reason, msg, gen) {
 		statusapply.Set(conds, conds, hc)
 	}
-}
-
-// ConditionRequest maps a Wait/Probe condition onto an engine request without its
-// source and deadline.
-func ConditionRequest(id string, c *wbv1.WaitCondition) (waits.Request, error) {
-	req := waits.Request{ID: id, Kind: string(c.Kind)}
-	if c.Pattern != nil {
-		re, err := regexp.Compile(*c.Pattern)
-		if err != nil {
-			return req, actuation.Refusef(actuation.CodeWaitScopeInvalid, "pattern is not an RE2 expression: %v", err)
-		}
-		req.Pattern = re
-	}
-	if c.SinceSeq != nil && *c.SinceSeq > 0 {
-		req.SinceSeq = uint64(*c.SinceSeq)
-	}
-	if c.QuietSeconds != nil {
-		req.Quiet = time.Duration(*c.QuietSeconds) * time.Second
-	}
-	if c.Digest != nil {
-		req.PrevDigest = string(*c.Digest)
-	}
-	return req, nil
 }
 
 // Root is one environment root as a room sees it: a host directory, or a directory inside

@@ -89,7 +89,7 @@ func (r *probeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		next.Diagnostics = []wbv1.WaitDiagnostic{wbv1.WaitDiagnostic(waits.DiagProbeFailed)}
 		set(probeError, code+": "+msg)
 	}
-	preq, err := nodekit.ConditionRequest(string(pr.UID), &pr.Spec.Condition)
+	preq, err := waits.ConditionRequest(string(pr.UID), &pr.Spec.Condition)
 	if err == nil {
 		preq.Source, err = a.Scope(ctx, pr.Namespace, pr.Spec.Scope, false)
 	}

@@ -1,4 +1,8 @@
-package agent
+// Package sessions is the node agent's room for TerminalSessions: it opens a session's
+// event ring (and the PTY program of a shell profile) once its environment is mounted on
+// this node, reports its phase, and closes it. It holds the registry of the sessions this
+// process serves, which the agent's other parts read. It imports nothing of the agent.
+package sessions
 
 import (
 	"context"
@@ -12,40 +16,82 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/convert"
+	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/nodeagent/store"
+	"sensorium.dev/workbench/internal/platform/cgroups"
 	"sensorium.dev/workbench/internal/statusapply"
 )
 
-// liveSession is a session this process serves: always an event ring; a PTY program too
-// when the session names a shell profile.
-type liveSession struct {
-	envUID  string
-	ring    *ring.Ring
-	pty     *session.Session
-	started time.Time
-	closed  bool
-	// release gives the session's slot of the session shares back (once; shares.go).
-	release func()
+// Caps are the node's session bounds.
+type Caps struct {
+	Sessions, SessionsPerEnvironment int
+	// EventBufferDepth bounds the event ring of a structured session.
+	EventBufferDepth int
 }
 
-// sessionOpen says whether the session is open in this process.
-func (a *Agent) sessionOpen(uid string) bool { return a.sess.open(uid) != nil }
+// Deps is what the session room needs of the node agent.
+type Deps struct {
+	// Ctx is the agent's run context (a wake gives up when it ends).
+	Ctx      context.Context
+	NodeName string
+	Client   client.Client // the node's cache
+	Reader   client.Reader // the API server, uncached
+	Store    *store.DB
+	Live     *Registry        // the sessions this process serves
+	PTYs     *session.Manager // opens the PTY programs
+	Caps     Caps
+	// Cordoned says the node is cordoned (kubectl drain): open sessions end interrupted.
+	Cordoned func() bool
+	// Paused is the refusal of new work on an environment asked to pause ("" for none).
+	Paused func(env *wbv1.Environment) (code, msg string)
+	// MountedRoots are the roots of an environment mounted in this process (false: not ready).
+	MountedRoots func(envUID string) ([]backends.MountedRoot, bool)
+	// VerifyRoots checks the environment's pinned roots are the directories it mounted.
+	VerifyRoots func(envUID string, roots []backends.MountedRoot) error
+	// AcquireShare takes the creator's slot of the node's session shares.
+	AcquireShare func(ctx context.Context, ns, creator string) (release func(), code, msg string)
+	// GuestRelay turns a PTY program of a VM environment into the host relay to its guest.
+	GuestRelay func(env *wbv1.Environment, ts *wbv1.TerminalSession, argv, kv []string, guestDir string) ([]string, []string, string, string, string)
+	// Limits and FileSizeLimit are the environment's cgroup limits and RLIMIT_FSIZE.
+	Limits        func(env *wbv1.Environment) cgroups.Limits
+	FileSizeLimit func(env *wbv1.Environment) int64
+	// Available wakes what waits for a session opened by this pass.
+	Available func(ctx context.Context, ts *wbv1.TerminalSession)
+	// Changed wakes open attach streams to re-check their session.
+	Changed func()
+	// Kick says the node's free capacity may have changed.
+	Kick  func()
+	Event nodekit.EventFunc
+	// Wake re-queues a session (its PTY program ended).
+	Wake chan event.GenericEvent
+}
 
-// sessionRing returns the event ring of an open session.
-func (a *Agent) sessionRing(uid string) *ring.Ring {
-	if s := a.sess.open(uid); s != nil {
-		return s.ring
+// Room is the session room.
+type Room struct{ d Deps }
+
+// Setup registers the TerminalSession reconciler, filtered to this node by the cache,
+// woken by the room's channel and by its environment (ofEnvironment).
+func Setup(mgr ctrl.Manager, d Deps, ofEnvironment handler.MapFunc) error {
+	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.TerminalSession{}).Named("node-session").WithOptions(nodekit.RetryOptions()).
+		WatchesRawSource(source.Channel(d.Wake, &handler.EnqueueRequestForObject{})).
+		Watches(&wbv1.Environment{}, handler.EnqueueRequestsFromMapFunc(ofEnvironment)).
+		Complete(&sessionReconciler{a: &Room{d: d}}); err != nil {
+		return fmt.Errorf("session controller: %w", err)
 	}
 	return nil
 }
 
-type sessionReconciler struct{ a *Agent }
+type sessionReconciler struct{ a *Room }
 
 func sessionOwned(s *wbv1.TerminalSessionStatus) wbv1.TerminalSessionStatus {
 	return wbv1.TerminalSessionStatus{
@@ -58,27 +104,27 @@ func sessionOwned(s *wbv1.TerminalSessionStatus) wbv1.TerminalSessionStatus {
 
 func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	a := r.a
-	defer a.kickCapacity() // what this pass opened or ended changes the free capacity (free.go)
-	// Open attach streams re-check the session's raw input after this pass (dataplane.go).
-	defer a.sessChanged.notify()
+	defer a.d.Kick() // what this pass opened or ended changes the free capacity
+	// Open attach streams re-check the session's raw input after this pass.
+	defer a.d.Changed()
 	var ts wbv1.TerminalSession
-	if err := a.client.Get(ctx, req.NamespacedName, &ts); err != nil {
+	if err := a.d.Client.Get(ctx, req.NamespacedName, &ts); err != nil {
 		if client.IgnoreNotFound(err) == nil {
-			a.closeSessionByName(ctx, req.Namespace, req.Name)
+			a.closeByName(ctx, req.Namespace, req.Name)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
 	}
-	if ts.Labels[wbv1.NodeLabel] != a.cfg.NodeName || wbv1.SessionPhaseIsFinal(ts.Status.Phase) {
+	if ts.Labels[wbv1.NodeLabel] != a.d.NodeName || wbv1.SessionPhaseIsFinal(ts.Status.Phase) {
 		return ctrl.Result{}, nil
 	}
 	deleting := !ts.DeletionTimestamp.IsZero()
 	cur, next := sessionOwned(&ts.Status), sessionOwned(&ts.Status)
 	uid := string(ts.UID)
-	live, _ := a.sess.get(uid)
+	live, _ := a.d.Live.Get(uid)
 	result := ctrl.Result{}
 	opened := false
-	next.NodeName = a.cfg.NodeName
+	next.NodeName = a.d.NodeName
 	set := func(t string, ok bool, reason, msg string) {
 		statusapply.Set(&next.Conditions, &next.Conditions, statusapply.Cond(t, ok, reason, msg, ts.Generation))
 	}
@@ -87,16 +133,16 @@ func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		set(wbv1.ConditionReady, false, wbv1.ReasonFailed, code+": "+msg)
 	}
 	switch {
-	case a.cordoned.Load() && !deleting && ts.Spec.DesiredState != "Closed":
+	case a.d.Cordoned() && !deleting && ts.Spec.DesiredState != "Closed":
 		// kubectl drain (node_drain.go): an open session ends interrupted, a new one is refused.
 		if live != nil {
-			a.closeSession(ctx, uid, false)
-			fail(string(actuation.CodeInterrupted), "node "+a.cfg.NodeName+" was drained (cordoned) while the session was open")
+			Close(ctx, a.d.Live, a.d.Store, uid, false)
+			fail(string(actuation.CodeInterrupted), "node "+a.d.NodeName+" was drained (cordoned) while the session was open")
 		} else {
-			fail(string(actuation.CodeNodeDraining), "node "+a.cfg.NodeName+" is cordoned (kubectl drain); create the session again after kubectl uncordon")
+			fail(string(actuation.CodeNodeDraining), "node "+a.d.NodeName+" is cordoned (kubectl drain); create the session again after kubectl uncordon")
 		}
 	case live == nil:
-		rec, ok, err := a.store.Sessions().Get(uid)
+		rec, ok, err := a.d.Store.Sessions().Get(uid)
 		if err != nil {
 			return ctrl.Result{}, fmt.Errorf("reading the store record of session %s/%s: %w", ts.Namespace, ts.Name, err)
 		}
@@ -111,7 +157,7 @@ func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			set(wbv1.ConditionCleanupComplete, true, "NeverOpened", "the session was closed before it opened")
 			break
 		}
-		res, code, msg, err := a.openSession(ctx, &ts)
+		res, code, msg, err := a.open(ctx, &ts)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -119,23 +165,23 @@ func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			fail(code, msg)
 			break
 		}
-		if !a.sessionOpen(uid) {
+		if a.d.Live.Open(uid) == nil {
 			next.Phase = wbv1.SessionStarting
 			result = res
 			break
 		}
 		opened = true
 		next.Phase = wbv1.SessionRunning
-		set(wbv1.ConditionReady, true, "Running", "session open on node "+a.cfg.NodeName)
+		set(wbv1.ConditionReady, true, "Running", "session open on node "+a.d.NodeName)
 		result.RequeueAfter = 30 * time.Second
 	default:
-		next.LastSeq = int64(live.ring.LastSeq())
-		expired := time.Since(live.started) > time.Duration(ts.Spec.MaxDurationSeconds)*time.Second
-		if ts.Spec.DesiredState == "Closed" || deleting || expired || (live.pty != nil && live.pty.Phase().Terminal()) {
-			phase := a.closeSession(ctx, uid, expired)
+		next.LastSeq = int64(live.Ring.LastSeq())
+		expired := time.Since(live.Started) > time.Duration(ts.Spec.MaxDurationSeconds)*time.Second
+		if ts.Spec.DesiredState == "Closed" || deleting || expired || (live.PTY != nil && live.PTY.Phase().Terminal()) {
+			phase := Close(ctx, a.d.Live, a.d.Store, uid, expired)
 			next.Phase = phase
 			remaining := int32(0)
-			if live.pty != nil && !live.pty.CleanupComplete() {
+			if live.PTY != nil && !live.PTY.CleanupComplete() {
 				remaining = 1
 			}
 			next.Cleanup = &wbv1.SessionCleanup{RemainingProcesses: remaining}
@@ -146,25 +192,25 @@ func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			}
 			break
 		}
-		if live.pty == nil {
+		if live.PTY == nil {
 			// Level-based: a structured session that is open is Running, whatever an
 			// earlier pass managed to write.
 			next.Phase = wbv1.SessionRunning
-			set(wbv1.ConditionReady, true, "Running", "session open on node "+a.cfg.NodeName)
+			set(wbv1.ConditionReady, true, "Running", "session open on node "+a.d.NodeName)
 		} else {
 			// The digest of a screen somebody asked for (status never builds the model: an
 			// idle session stays small), in the API's sha256:<hex> form.
-			if live.pty.ScreenBuilt() {
-				next.ScreenDigest = wbv1.Digest("sha256:" + live.pty.Screen().Digest)
+			if live.PTY.ScreenBuilt() {
+				next.ScreenDigest = wbv1.Digest("sha256:" + live.PTY.Screen().Digest)
 			}
-			switch live.pty.Phase() {
+			switch live.PTY.Phase() {
 			case session.PhaseIdle:
 				next.Phase = wbv1.SessionIdle
 			default:
 				next.Phase = wbv1.SessionRunning
 			}
 		}
-		left := time.Duration(ts.Spec.MaxDurationSeconds)*time.Second - time.Since(live.started)
+		left := time.Duration(ts.Spec.MaxDurationSeconds)*time.Second - time.Since(live.Started)
 		result.RequeueAfter = min(30*time.Second, max(left, time.Second))
 	}
 	closeRequested := ts.Spec.DesiredState == "Closed" || deleting
@@ -176,54 +222,54 @@ func (r *sessionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		statusapply.Set(&next.Conditions, &next.Conditions, hc)
 	}
 	next.ObservedGeneration = ts.Generation
-	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"session", &ts, cur, next)
+	wrote, err := statusapply.Apply(ctx, a.d.Client, nodekit.FieldManager+"session", &ts, cur, next)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if opened {
-		a.sessionAvailable(ctx, &ts)
+		a.d.Available(ctx, &ts)
 	}
 	if wrote && cur.Phase != next.Phase {
-		a.recordEvent(&ts, corev1.EventTypeNormal, string(next.Phase), "Session is "+string(next.Phase))
+		a.d.Event(&ts, corev1.EventTypeNormal, string(next.Phase), "Session is "+string(next.Phase))
 	}
 	return result, nil
 }
 
-// openSession opens the ring (and the PTY program of a shell profile) once the environment
+// open opens the ring (and the PTY program of a shell profile) once the environment
 // is ready. It returns a refusal code when the session cannot open.
-func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl.Result, string, string, error) {
+func (a *Room) open(ctx context.Context, ts *wbv1.TerminalSession) (ctrl.Result, string, string, error) {
 	var env wbv1.Environment
-	if err := a.client.Get(ctx, types.NamespacedName{Namespace: ts.Namespace, Name: string(ts.Spec.EnvironmentRef)}, &env); err != nil {
+	if err := a.d.Client.Get(ctx, types.NamespacedName{Namespace: ts.Namespace, Name: string(ts.Spec.EnvironmentRef)}, &env); err != nil {
 		if client.IgnoreNotFound(err) != nil {
 			return ctrl.Result{}, "", "", err
 		}
 		// Not in this node's cache: the environment's own watch event may simply not have
 		// arrived yet (the session's came first). Ask the API server once: bound to this node,
 		// its event wakes the session (sessionsOfEnvironment); otherwise it is not this node's.
-		if err := a.reader.Get(ctx, types.NamespacedName{Namespace: ts.Namespace, Name: string(ts.Spec.EnvironmentRef)}, &env); client.IgnoreNotFound(err) != nil {
+		if err := a.d.Reader.Get(ctx, types.NamespacedName{Namespace: ts.Namespace, Name: string(ts.Spec.EnvironmentRef)}, &env); client.IgnoreNotFound(err) != nil {
 			return ctrl.Result{}, "", "", err
-		} else if err == nil && env.Labels[wbv1.NodeLabel] == a.cfg.NodeName && env.DeletionTimestamp.IsZero() {
+		} else if err == nil && env.Labels[wbv1.NodeLabel] == a.d.NodeName && env.DeletionTimestamp.IsZero() {
 			return ctrl.Result{}, "", "", nil
 		}
 		return ctrl.Result{}, string(actuation.CodeEnvironmentUnavailable), "environment not on this node", nil
 	}
-	if code, msg := pausedRefusal(&env); code != "" { // environment_pause.go
+	if code, msg := a.d.Paused(&env); code != "" {
 		return ctrl.Result{}, code, msg, nil
 	}
-	roots, ready := a.mountedRoots(string(env.UID))
+	roots, ready := a.d.MountedRoots(string(env.UID))
 	if !ready {
 		// environmentAvailable wakes the session once the environment is mounted here.
 		return ctrl.Result{}, "", "", nil
 	}
-	open, perEnvs := a.sess.openCounts()
+	open, perEnvs := a.d.Live.OpenCounts()
 	perEnv := perEnvs[string(env.UID)]
-	if open >= a.cfg.Caps.Sessions || perEnv >= a.cfg.Caps.SessionsPerEnvironment {
+	if open >= a.d.Caps.Sessions || perEnv >= a.d.Caps.SessionsPerEnvironment {
 		return ctrl.Result{}, string(actuation.CodeSessionCapReached), fmt.Sprintf("node has %d open sessions (cap %d), environment %d (cap %d)",
-			open, a.cfg.Caps.Sessions, perEnv, a.cfg.Caps.SessionsPerEnvironment), nil
+			open, a.d.Caps.Sessions, perEnv, a.d.Caps.SessionsPerEnvironment), nil
 	}
-	// The creator's share of the node's session slots (shares.go): taken here, held while
-	// the session is open (sessionRegistry.markClosed/remove give it back).
-	release, code, msg := a.acquireShare(ctx, a.shares.sessions, sessionCapName, actuation.CodeSessionCapReached, ts.Namespace, ts.Spec.CreatedBy)
+	// The creator's share of the node's session slots: taken here, held while the session
+	// is open (Registry.MarkClosed/Remove give it back).
+	release, code, msg := a.d.AcquireShare(ctx, ts.Namespace, ts.Spec.CreatedBy)
 	if code != "" {
 		return ctrl.Result{}, code, msg, nil
 	}
@@ -233,11 +279,11 @@ func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl
 			release()
 		}
 	}()
-	live := &liveSession{envUID: string(env.UID), started: time.Now(), release: release}
+	live := &Live{EnvUID: string(env.UID), Started: time.Now(), release: release}
 	rec := store.Session{UID: string(ts.UID), Namespace: ts.Namespace, Name: ts.Name, EnvironmentUID: string(env.UID), Phase: string(wbv1.SessionStarting), UpdatedAt: time.Now()}
 	if ts.Spec.ShellProfileRef != nil {
 		var prof wbv1.CommandProfile
-		if err := a.reader.Get(ctx, types.NamespacedName{Namespace: ts.Namespace, Name: string(*ts.Spec.ShellProfileRef)}, &prof); err != nil {
+		if err := a.d.Reader.Get(ctx, types.NamespacedName{Namespace: ts.Namespace, Name: string(*ts.Spec.ShellProfileRef)}, &prof); err != nil {
 			if client.IgnoreNotFound(err) == nil {
 				return ctrl.Result{}, string(actuation.CodeProfileMissing), "shell profile does not exist", nil
 			}
@@ -254,8 +300,8 @@ func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl
 		if ref != nil {
 			return ctrl.Result{}, string(ref.Code), ref.Message, nil
 		}
-		resolved := resolveExecutable(core.Executable)
-		envVars = gitPinnedEnv(core.Executable, resolved, envVars)
+		resolved := nodekit.ResolveExecutable(core.Executable)
+		envVars = nodekit.GitPinnedEnv(core.Executable, resolved, envVars)
 		dir, guestDir := "", ""
 		var writable, readable []string // the profile's allowed roots: all the program sees of the host
 		for _, r := range roots {
@@ -273,8 +319,8 @@ func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl
 		if dir == "" && guestDir == "" {
 			return ctrl.Result{}, string(actuation.CodeRootNotAllowed), "no root of the environment is allowed by the profile", nil
 		}
-		if err := a.verifyRoots(string(env.UID), roots); err != nil {
-			return ctrl.Result{}, codeOf(err), err.Error(), nil
+		if err := a.d.VerifyRoots(string(env.UID), roots); err != nil {
+			return ctrl.Result{}, nodekit.CodeOf(err), err.Error(), nil
 		}
 		kv := make([]string, 0, len(envVars))
 		for _, e := range envVars {
@@ -289,23 +335,23 @@ func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl
 		if guestDir != "" {
 			// The program runs in the VM guest; the host session runs the relay to it.
 			var code, msg string
-			if argv, kv, dir, code, msg = a.guestRelay(&env, ts, argv, kv, guestDir); code != "" {
+			if argv, kv, dir, code, msg = a.d.GuestRelay(&env, ts, argv, kv, guestDir); code != "" {
 				return ctrl.Result{}, code, msg, nil
 			}
 		}
-		if err := a.store.Sessions().Put(rec); err != nil {
+		if err := a.d.Store.Sessions().Put(rec); err != nil {
 			return ctrl.Result{}, "", "", err
 		}
-		s, err := a.sessions.Open(context.Background(), session.Spec{
+		s, err := a.d.PTYs.Open(context.Background(), session.Spec{
 			ID: string(ts.UID), EnvironmentID: string(env.UID), Argv: argv, Env: kv,
 			Dir: filepath.Clean(dir), Rows: uint16(ts.Spec.Rows), Cols: uint16(ts.Spec.Cols),
 			WritableRoots: writable, ReadableRoots: readable, HostRelay: guestDir != "",
 			GitMetadataWritable: core.GitMetadataWritable(),
 			IdleTimeout:         time.Duration(ts.Spec.IdleTimeoutSeconds) * time.Second, MaxDuration: time.Duration(ts.Spec.MaxDurationSeconds) * time.Second,
-			Resources: environmentLimits(&env), FileSizeLimit: a.fileSizeLimit(&env),
+			Resources: a.d.Limits(&env), FileSizeLimit: a.d.FileSizeLimit(&env),
 		})
 		if err != nil {
-			_ = a.store.Sessions().Delete(rec.UID)
+			_ = a.d.Store.Sessions().Delete(rec.UID)
 			code := string(actuation.CodeOf(err))
 			if code == "" {
 				code = string(actuation.CodeSessionOpenFailed)
@@ -314,61 +360,60 @@ func (a *Agent) openSession(ctx context.Context, ts *wbv1.TerminalSession) (ctrl
 		}
 		info := s.Info()
 		rec.PID, rec.PGID, rec.StartTime = info.Pid, info.Pgid, info.StartTime
-		live.pty, live.ring = s, s.Events()
+		live.PTY, live.Ring = s, s.Events()
 		obj := ts.DeepCopy()
 		go func() {
 			<-s.Done()
-			a.wake(a.wakeSessions, obj)
+			nodekit.Wake(a.d.Ctx, a.d.Wake, obj)
 		}()
 	} else {
-		rg, err := ring.New(ring.Config{MaxEvents: a.cfg.Caps.EventBufferDepth})
+		rg, err := ring.New(ring.Config{MaxEvents: a.d.Caps.EventBufferDepth})
 		if err != nil {
 			return ctrl.Result{}, string(actuation.CodeOf(err)), err.Error(), nil
 		}
-		live.ring = rg
+		live.Ring = rg
 	}
 	rec.Phase = string(wbv1.SessionRunning)
-	if err := a.store.Sessions().Put(rec); err != nil {
+	if err := a.d.Store.Sessions().Put(rec); err != nil {
 		return ctrl.Result{}, "", "", err
 	}
-	a.sess.put(string(ts.UID), live)
+	a.d.Live.Put(string(ts.UID), live)
 	placed = true
 	return ctrl.Result{}, "", "", nil
 }
 
-// closeSession closes a live session idempotently and returns its final phase.
-func (a *Agent) closeSession(ctx context.Context, uid string, expired bool) wbv1.SessionPhase {
-	live := a.sess.markClosed(uid)
+// Close closes a live session of reg idempotently, records its final phase in st and
+// returns it.
+func Close(ctx context.Context, reg *Registry, st *store.DB, uid string, expired bool) wbv1.SessionPhase {
+	live := reg.MarkClosed(uid)
 	phase := wbv1.SessionClosed
 	if expired {
 		phase = wbv1.SessionExpired
 	}
-	if live != nil && live.pty != nil {
+	if live != nil && live.PTY != nil {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_ = live.pty.Close(cctx)
+		_ = live.PTY.Close(cctx)
 		cancel()
-		if e := live.pty.Exit(); e.Origin == "expired" {
+		if e := live.PTY.Exit(); e.Origin == "expired" {
 			phase = wbv1.SessionExpired
 		} else if e.Origin == "killed" {
 			phase = wbv1.SessionKilled
 		}
 	}
-	if rec, ok, _ := a.store.Sessions().Get(uid); ok {
+	if rec, ok, _ := st.Sessions().Get(uid); ok {
 		rec.Phase, rec.UpdatedAt = string(phase), time.Now()
-		_ = a.store.Sessions().Put(rec)
+		_ = st.Sessions().Put(rec)
 	}
 	return phase
 }
 
-func (a *Agent) closeSessionByName(ctx context.Context, ns, name string) {
-	recs, _ := a.store.Sessions().List(0)
+func (a *Room) closeByName(ctx context.Context, ns, name string) {
+	recs, _ := a.d.Store.Sessions().List(0)
 	for _, r := range recs {
 		if r.Namespace == ns && r.Name == name {
-			a.closeSession(ctx, r.UID, false)
-			_ = a.store.Sessions().Delete(r.UID)
-			a.sess.remove(r.UID)
+			Close(ctx, a.d.Live, a.d.Store, r.UID, false)
+			_ = a.d.Store.Sessions().Delete(r.UID)
+			a.d.Live.Remove(r.UID)
 		}
 	}
 }
-
-var _ = metav1.Now
