@@ -48,7 +48,9 @@ func TestCorrelationInAudit(t *testing.T) {
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: wbv1.GroupVersion.String(), Kind: "TerminalCommand", Name: "gen", UID: generated.UID}}},
 		Spec: wbv1.ArtifactSpec{EnvironmentRef: "e", Source: "export", Root: ptr(wbv1.RootName("repo")), Path: ptr(wbv1.RelativePath("out"))}}))
 
-	key := func(webhook string) string { return webhook + ".workbench.sensorium.dev/" + webhooks.CorrelationAuditKey }
+	key := func(webhook string) string {
+		return webhook + ".workbench.sensorium.dev/" + webhooks.CorrelationAuditKey
+	}
 	for _, want := range []struct {
 		resource, name string
 		annotations    map[string]string
