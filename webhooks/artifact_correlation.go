@@ -59,8 +59,12 @@ var correlatedSources = map[string]func() client.Object{
 	"FilePatch":       func() client.Object { return &wbv1.FilePatch{} },
 }
 
+// maxCorrelationSources bounds the source objects read for one Artifact's correlation id.
+const maxCorrelationSources = 4
+
 // sourceCorrelation is the correlation id of the first source a names that exists and
-// carries one, "" when none does.
+// carries one, "" when none does (only the first maxCorrelationSources sources of a kind
+// that can carry one are read).
 func (s ArtifactStamper) sourceCorrelation(ctx context.Context, a *wbv1.Artifact) (string, error) {
 	type source struct {
 		kind, name string
@@ -79,10 +83,14 @@ func (s ArtifactStamper) sourceCorrelation(ctx context.Context, a *wbv1.Artifact
 	if a.Spec.FilePatchRef != nil {
 		sources = append(sources, source{"FilePatch", string(*a.Spec.FilePatchRef)})
 	}
+	reads := 0
 	for _, src := range sources {
 		newObj, ok := correlatedSources[src.kind]
 		if !ok || src.name == "" {
 			continue
+		}
+		if reads++; reads > maxCorrelationSources {
+			break // bounded: an Artifact naming hundreds of owners costs at most this many reads
 		}
 		obj := newObj()
 		if err := s.Reader.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: src.name}, obj); err != nil {

@@ -95,6 +95,14 @@ func TestCorrelationClientArtifact(t *testing.T) {
 	if got := artifact("supplied", map[string]string{wbv1.CorrelationLabel: "mine"}, owner("TerminalCommand", "c", string(c.UID), true)); got != "mine" {
 		t.Fatalf("a supplied correlation id must be kept, got %q", got)
 	}
+	// Bounded: only the first four sources are read; a fifth naming the command is not.
+	var many []metav1.OwnerReference
+	for i := range 4 {
+		many = append(many, owner("TerminalCommand", fmt.Sprintf("missing-%d", i), fmt.Sprintf("00000000-0000-0000-0000-00000000001%d", i), false))
+	}
+	if got := artifact("many", nil, append(many, owner("TerminalCommand", "c", string(c.UID), false))...); !strings.HasPrefix(got, "wb-") {
+		t.Fatalf("an Artifact's sources past the fourth must not be read, got %q", got)
+	}
 	var as wbv1.ArtifactList
 	must(t, env.Client.List(ctx, &as, client.InNamespace(ns), client.MatchingLabels{wbv1.CorrelationLabel: id}))
 	if len(as.Items) != 2 {
