@@ -39,15 +39,14 @@ type ActionRunValidator struct {
 type ActionSignerValidator struct{}
 
 func setupActions(mgr ctrl.Manager) error {
-	if err := ctrl.NewWebhookManagedBy(mgr, &wbv1.ActionCatalog{}).WithValidator(ActionCatalogValidator{}).Complete(); err != nil {
+	if err := serve[*wbv1.ActionCatalog](mgr, &wbv1.ActionCatalog{}, nil, ActionCatalogValidator{}); err != nil {
 		return err
 	}
-	if err := ctrl.NewWebhookManagedBy(mgr, &wbv1.ActionSigner{}).WithValidator(ActionSignerValidator{}).Complete(); err != nil {
+	if err := serve[*wbv1.ActionSigner](mgr, &wbv1.ActionSigner{}, nil, ActionSignerValidator{}); err != nil {
 		return err
 	}
 	setupActionRunStamper(mgr) // actionrun_mutate.go
-	return ctrl.NewWebhookManagedBy(mgr, &wbv1.ActionRun{}).
-		WithValidator(ActionRunValidator{Reader: mgr.GetAPIReader(), Client: mgr.GetClient()}).Complete()
+	return serve[*wbv1.ActionRun](mgr, &wbv1.ActionRun{}, nil, ActionRunValidator{Reader: mgr.GetAPIReader(), Client: mgr.GetClient()})
 }
 
 // ValidateActionCatalog checks a catalog's structure and the shape of its signature.

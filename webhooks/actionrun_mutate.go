@@ -40,7 +40,7 @@ func (s ActionRunStamper) Handle(_ context.Context, req admission.Request) admis
 	if err := s.Decoder.DecodeRaw(req.Object, &obj); err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
-	ops := correlationLabelPatch(obj.Labels)
+	ops, cid := correlationLabelPatch(obj.Labels)
 	ops = append(ops, jsonpatch.Operation{Operation: "add", Path: "/spec/createdBy", Value: req.UserInfo.Username})
-	return admission.Patched("", ops...)
+	return auditCorrelation(admission.Patched("", ops...), cid)
 }

@@ -28,7 +28,7 @@ type EnvironmentValidator struct {
 }
 
 func setupEnvironment(mgr ctrl.Manager) error {
-	return ctrl.NewWebhookManagedBy(mgr, &wbv1.Environment{}).WithValidator(EnvironmentValidator{Reader: mgr.GetAPIReader()}).Complete()
+	return serve[*wbv1.Environment](mgr, &wbv1.Environment{}, nil, EnvironmentValidator{Reader: mgr.GetAPIReader()})
 }
 
 // ValidateCreate implements admission.Validator.

@@ -32,8 +32,7 @@ type FilePatchValidator struct {
 }
 
 func setupFilePatch(mgr ctrl.Manager) error {
-	return ctrl.NewWebhookManagedBy(mgr, &wbv1.FilePatch{}).
-		WithValidator(FilePatchValidator{Authz: Authorizer{Client: mgr.GetClient()}, Reader: mgr.GetAPIReader()}).Complete()
+	return serve[*wbv1.FilePatch](mgr, &wbv1.FilePatch{}, nil, FilePatchValidator{Authz: Authorizer{Client: mgr.GetClient()}, Reader: mgr.GetAPIReader()})
 }
 
 // ValidateCreate implements admission.Validator.

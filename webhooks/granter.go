@@ -81,7 +81,7 @@ type grantDeps struct {
 // setupGrant registers a grant kind's stamper and validator, both reading the API server.
 func setupGrant[T client.Object](mgr ctrl.Manager, obj T, stamper func(client.Reader) admission.Defaulter[T], validator func(grantDeps) admission.Validator[T]) error {
 	deps := grantDeps{Reader: mgr.GetAPIReader(), Authz: Authorizer{Client: mgr.GetClient()}, Now: time.Now}
-	return ctrl.NewWebhookManagedBy(mgr, obj).WithDefaulter(stamper(deps.Reader)).WithValidator(validator(deps)).Complete()
+	return serve(mgr, obj, stamper(deps.Reader), validator(deps))
 }
 
 // create is a grant's create rule: a subject allowed to grant, who is also the granter

@@ -17,7 +17,7 @@ func SetupWithManager(mgr ctrl.Manager) error {
 		validated(&wbv1.Wait{}, WaitValidator{}),
 		validated(&wbv1.Probe{}, ProbeValidator{}),
 		setupFilePatch,
-		validated(&wbv1.Artifact{}, ArtifactValidator{}),
+		setupArtifact, // artifact_correlation.go
 		validated(&wbv1.ConsentRequest{}, ConsentRequestValidator{}),
 		setupConsentGrant,
 		validated(&wbv1.BackendCapability{}, BackendCapabilityValidator{}),
@@ -34,5 +34,5 @@ func SetupWithManager(mgr ctrl.Manager) error {
 
 // validated is the setup of a kind admitted by a validating webhook alone, with no reads.
 func validated[T client.Object](obj T, v admission.Validator[T]) func(ctrl.Manager) error {
-	return func(mgr ctrl.Manager) error { return ctrl.NewWebhookManagedBy(mgr, obj).WithValidator(v).Complete() }
+	return func(mgr ctrl.Manager) error { return serve(mgr, obj, nil, v) }
 }

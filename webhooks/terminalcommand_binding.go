@@ -68,21 +68,22 @@ func (b TerminalCommandBinder) Handle(ctx context.Context, req admission.Request
 	}
 	ctx = admission.NewContextWithRequest(ctx, req)
 	if _, err := b.Validator.ValidateCreate(ctx, &obj); err != nil {
-		return refusal(err)
+		return auditCorrelation(refusal(err), obj.Labels[wbv1.CorrelationLabel])
 	}
 	// The creator is the request's user, whatever the client sent (CEL keeps it after).
 	obj.Spec.CreatedBy = req.UserInfo.Username
 	if err := b.owned(ctx, &obj); err != nil {
-		return refusal(err)
+		return auditCorrelation(refusal(err), obj.Labels[wbv1.CorrelationLabel])
 	}
 	node, env, err := b.resolve(ctx, &obj)
 	if err != nil {
-		return refusal(err)
+		return auditCorrelation(refusal(err), obj.Labels[wbv1.CorrelationLabel])
 	}
 	ops := bindingPatch(&obj, node, env)
-	ops = append(ops, correlationPatch(&obj, len(obj.Labels) > 0 || node != "")...) // correlation.go
+	cops, cid := correlationPatch(&obj, len(obj.Labels) > 0 || node != "") // correlation.go
+	ops = append(ops, cops...)
 	ops = append(ops, jsonpatch.Operation{Operation: "add", Path: "/spec/createdBy", Value: obj.Spec.CreatedBy})
-	return admission.Patched("", ops...)
+	return auditCorrelation(admission.Patched("", ops...), cid) // correlation_audit.go
 }
 
 // owned refuses a command into a session that is someone else's terminal

@@ -42,7 +42,7 @@ func setupTerminalCommand(mgr ctrl.Manager) error {
 	mgr.GetWebhookServer().Register(terminalCommandMutatePath, &admission.Webhook{
 		Handler: TerminalCommandBinder{Reader: mgr.GetClient(), Validator: v, Decoder: admission.NewDecoder(mgr.GetScheme())},
 	})
-	return ctrl.NewWebhookManagedBy(mgr, &wbv1.TerminalCommand{}).WithValidator(v).Complete()
+	return serve(mgr, &wbv1.TerminalCommand{}, nil, admission.Validator[*wbv1.TerminalCommand](v))
 }
 
 // ValidateCreate implements admission.Validator.

@@ -27,9 +27,7 @@ type TerminalSessionValidator struct {
 }
 
 func setupTerminalSession(mgr ctrl.Manager) error {
-	return ctrl.NewWebhookManagedBy(mgr, &wbv1.TerminalSession{}).
-		WithDefaulter(TerminalSessionStamper{}).
-		WithValidator(TerminalSessionValidator{Client: mgr.GetClient()}).Complete()
+	return serve[*wbv1.TerminalSession](mgr, &wbv1.TerminalSession{}, TerminalSessionStamper{}, TerminalSessionValidator{Client: mgr.GetClient()})
 }
 
 // TerminalSessionStamper records who created a session — its owner — from the admission

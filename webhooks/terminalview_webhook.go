@@ -86,10 +86,7 @@ type TerminalViewValidator struct {
 }
 
 func setupTerminalView(mgr ctrl.Manager) error {
-	return ctrl.NewWebhookManagedBy(mgr, &wbv1.TerminalView{}).
-		WithDefaulter(TerminalViewStamper{Reader: mgr.GetAPIReader()}).
-		WithValidator(TerminalViewValidator{Reader: mgr.GetAPIReader()}).
-		Complete()
+	return serve[*wbv1.TerminalView](mgr, &wbv1.TerminalView{}, TerminalViewStamper{Reader: mgr.GetAPIReader()}, TerminalViewValidator{Reader: mgr.GetAPIReader()})
 }
 
 // ValidateCreate implements admission.Validator.
