@@ -28,19 +28,7 @@ import (
 // are failure deadlines, not performance assertions.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var msg string
-	for {
-		var ok bool
-		ok, msg = cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %s", what, timeout, msg)
-		}
-		time.Sleep(time.Second)
-	}
+	testkit.EventuallyEvery(t, time.Second, timeout, what, cond)
 }
 
 // must is the shared testkit.Must.
