@@ -1,7 +1,6 @@
 package v1alpha1_test
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -226,6 +225,39 @@ func TestOperationDerivations(t *testing.T) {
 	}
 }
 
+// kstatusCase is an object as its writer records it and the health kstatus must read.
+type kstatusCase struct {
+	name string
+	obj  func() runtime.Object
+	want kstatus.Status
+}
+
+// derivedRow is one outcome of a kind whose status field derives from its conditions
+// alone; name "" names the case by the derived value.
+type derivedRow struct {
+	name  string
+	conds []metav1.Condition
+	want  kstatus.Status
+}
+
+// derivedCases makes one case per row: obj builds the object from the value derive reads
+// off the row's conditions and the conditions it records (the row's plus the health ones
+// of that value at generation 2).
+func derivedCases[S ~string](kind string, rows []derivedRow, derive func([]metav1.Condition) S, health func(S) wbv1.Health,
+	obj func(S, []metav1.Condition) runtime.Object) []kstatusCase {
+	out := make([]kstatusCase, 0, len(rows))
+	for _, r := range rows {
+		s, name := derive(r.conds), r.name
+		if name == "" {
+			name = string(s)
+		}
+		out = append(out, kstatusCase{kind + " " + name, func() runtime.Object {
+			return obj(s, append(r.conds, wbv1.HealthConditions(health(s), string(s), "", 2)...))
+		}, r.want})
+	}
+	return out
+}
+
 // TestOperationHealthThroughKStatus: every outcome of a Wait, Probe, FilePatch,
 // ConsentRequest and ConsentGrant, as its writer records it (the derived field, the
 // deciding condition, the health conditions, observedGeneration), read by kstatus itself:
@@ -239,86 +271,54 @@ func TestOperationHealthThroughKStatus(t *testing.T) {
 	completed := func(reason string) []metav1.Condition {
 		return []metav1.Condition{c(wbv1.ConditionCompleted, true, reason)}
 	}
-	type tcase struct {
-		name string
-		obj  func() runtime.Object
-		want kstatus.Status
-	}
-	var cases []tcase
-	for _, tc := range []struct {
-		conds []metav1.Condition
-		want  kstatus.Status
-	}{
-		{nil, kstatus.InProgressStatus},
-		{completed("Satisfied"), kstatus.CurrentStatus},
-		{completed("Cancelled"), kstatus.CurrentStatus},
-		{completed("TimedOut"), kstatus.FailedStatus},
-		{completed("Failed"), kstatus.FailedStatus},
-		{completed("Expired"), kstatus.FailedStatus},
-	} {
-		cases = append(cases, tcase{"wait " + string(wbv1.WaitStatusFor(tc.conds)), func() runtime.Object {
-			w := &wbv1.Wait{TypeMeta: tm("Wait"), ObjectMeta: om}
-			s := wbv1.WaitStatusFor(tc.conds)
-			w.Status.ConditionStatus, w.Status.ObservedGeneration = s, 2
-			w.Status.Conditions = append(tc.conds, wbv1.HealthConditions(wbv1.WaitHealth(s), string(s), "", 2)...)
-			return w
-		}, tc.want})
-	}
-	for _, tc := range []struct {
-		conds []metav1.Condition
-		want  kstatus.Status
-	}{
-		{nil, kstatus.InProgressStatus},
-		{completed("Pass"), kstatus.CurrentStatus},
-		{completed("Fail"), kstatus.FailedStatus},
-		{completed("Error"), kstatus.FailedStatus},
-	} {
-		cases = append(cases, tcase{"probe " + string(wbv1.ProbeResultFor(tc.conds)), func() runtime.Object {
-			p := &wbv1.Probe{TypeMeta: tm("Probe"), ObjectMeta: om}
-			r := wbv1.ProbeResultFor(tc.conds)
-			p.Status.Result, p.Status.ObservedGeneration = r, 2
-			p.Status.Conditions = append(tc.conds, wbv1.HealthConditions(wbv1.ProbeHealth(r), string(r), "", 2)...)
-			return p
-		}, tc.want})
-	}
-	for _, tc := range []struct {
-		name  string
-		conds []metav1.Condition
-		want  kstatus.Status
-	}{
+	type row = derivedRow
+	ap, dc := wbv1.ConditionApplied, wbv1.ConditionDecided
+	var cases []kstatusCase
+	cases = append(cases, derivedCases("wait", []row{
+		{"", nil, kstatus.InProgressStatus},
+		{"", completed("Satisfied"), kstatus.CurrentStatus},
+		{"", completed("Cancelled"), kstatus.CurrentStatus},
+		{"", completed("TimedOut"), kstatus.FailedStatus},
+		{"", completed("Failed"), kstatus.FailedStatus},
+		{"", completed("Expired"), kstatus.FailedStatus},
+	}, wbv1.WaitStatusFor, wbv1.WaitHealth, func(s wbv1.WaitConditionStatus, conds []metav1.Condition) runtime.Object {
+		w := &wbv1.Wait{TypeMeta: tm("Wait"), ObjectMeta: om}
+		w.Status.ConditionStatus, w.Status.ObservedGeneration, w.Status.Conditions = s, 2, conds
+		return w
+	})...)
+	cases = append(cases, derivedCases("probe", []row{
+		{"", nil, kstatus.InProgressStatus},
+		{"", completed("Pass"), kstatus.CurrentStatus},
+		{"", completed("Fail"), kstatus.FailedStatus},
+		{"", completed("Error"), kstatus.FailedStatus},
+	}, wbv1.ProbeResultFor, wbv1.ProbeHealth, func(r wbv1.ProbeResult, conds []metav1.Condition) runtime.Object {
+		p := &wbv1.Probe{TypeMeta: tm("Probe"), ObjectMeta: om}
+		p.Status.Result, p.Status.ObservedGeneration, p.Status.Conditions = r, 2, conds
+		return p
+	})...)
+	cases = append(cases, derivedCases("filepatch", []row{
 		{"new", nil, kstatus.InProgressStatus},
-		{"awaiting approval", []metav1.Condition{c(wbv1.ConditionApplied, false, wbv1.ReasonAwaitingApproval)}, kstatus.InProgressStatus},
-		{"applied", []metav1.Condition{c(wbv1.ConditionApplied, true, "Applied")}, kstatus.CurrentStatus},
-		{"refused", []metav1.Condition{c(wbv1.ConditionApplied, false, wbv1.ReasonRefused)}, kstatus.FailedStatus},
-		{"outcome unknown", []metav1.Condition{{Type: wbv1.ConditionApplied, Status: metav1.ConditionUnknown, Reason: "Interrupted"}}, kstatus.FailedStatus},
-	} {
-		cases = append(cases, tcase{"filepatch " + tc.name, func() runtime.Object {
-			fp := &wbv1.FilePatch{TypeMeta: tm("FilePatch"), ObjectMeta: om}
-			ph := wbv1.FilePatchPhaseFor(tc.conds)
-			fp.Status.Phase, fp.Status.ObservedGeneration = ph, 2
-			fp.Status.Conditions = append(tc.conds, wbv1.HealthConditions(wbv1.FilePatchHealth(ph), string(ph), "", 2)...)
-			return fp
-		}, tc.want})
-	}
-	for _, tc := range []struct {
-		conds []metav1.Condition
-		want  kstatus.Status
-	}{
-		{nil, kstatus.InProgressStatus},
-		{[]metav1.Condition{c(wbv1.ConditionDecided, false, "Pending")}, kstatus.InProgressStatus},
-		{[]metav1.Condition{c(wbv1.ConditionDecided, true, "Granted")}, kstatus.CurrentStatus},
-		{[]metav1.Condition{c(wbv1.ConditionDecided, true, "Denied")}, kstatus.CurrentStatus},
-		{[]metav1.Condition{c(wbv1.ConditionDecided, true, "Revoked")}, kstatus.CurrentStatus},
-		{[]metav1.Condition{c(wbv1.ConditionDecided, true, "Expired")}, kstatus.FailedStatus},
-	} {
-		cases = append(cases, tcase{"consentrequest " + string(wbv1.ConsentDecisionFor(tc.conds)) + " " + fmt.Sprint(len(tc.conds)), func() runtime.Object {
-			cr := &wbv1.ConsentRequest{TypeMeta: tm("ConsentRequest"), ObjectMeta: om}
-			d := wbv1.ConsentDecisionFor(tc.conds)
-			cr.Status.Decision, cr.Status.ObservedGeneration = d, 2
-			cr.Status.Conditions = append(tc.conds, wbv1.HealthConditions(wbv1.ConsentRequestHealth(d), string(d), "", 2)...)
-			return cr
-		}, tc.want})
-	}
+		{"awaiting approval", []metav1.Condition{c(ap, false, wbv1.ReasonAwaitingApproval)}, kstatus.InProgressStatus},
+		{"applied", []metav1.Condition{c(ap, true, "Applied")}, kstatus.CurrentStatus},
+		{"refused", []metav1.Condition{c(ap, false, wbv1.ReasonRefused)}, kstatus.FailedStatus},
+		{"outcome unknown", []metav1.Condition{{Type: ap, Status: metav1.ConditionUnknown, Reason: "Interrupted"}}, kstatus.FailedStatus},
+	}, wbv1.FilePatchPhaseFor, wbv1.FilePatchHealth, func(ph wbv1.FilePatchPhase, conds []metav1.Condition) runtime.Object {
+		fp := &wbv1.FilePatch{TypeMeta: tm("FilePatch"), ObjectMeta: om}
+		fp.Status.Phase, fp.Status.ObservedGeneration, fp.Status.Conditions = ph, 2, conds
+		return fp
+	})...)
+	cases = append(cases, derivedCases("consentrequest", []row{
+		{"Pending 0", nil, kstatus.InProgressStatus},
+		{"Pending 1", []metav1.Condition{c(dc, false, "Pending")}, kstatus.InProgressStatus},
+		{"Granted 1", []metav1.Condition{c(dc, true, "Granted")}, kstatus.CurrentStatus},
+		{"Denied 1", []metav1.Condition{c(dc, true, "Denied")}, kstatus.CurrentStatus},
+		{"Revoked 1", []metav1.Condition{c(dc, true, "Revoked")}, kstatus.CurrentStatus},
+		{"Expired 1", []metav1.Condition{c(dc, true, "Expired")}, kstatus.FailedStatus},
+	}, wbv1.ConsentDecisionFor, wbv1.ConsentRequestHealth, func(d wbv1.ConsentDecision, conds []metav1.Condition) runtime.Object {
+		cr := &wbv1.ConsentRequest{TypeMeta: tm("ConsentRequest"), ObjectMeta: om}
+		cr.Status.Decision, cr.Status.ObservedGeneration, cr.Status.Conditions = d, 2, conds
+		return cr
+	})...)
 	for _, tc := range []struct {
 		name           string
 		state          wbv1.ConsentGrantState
@@ -332,7 +332,7 @@ func TestOperationHealthThroughKStatus(t *testing.T) {
 		{"expired", wbv1.ConsentGrantExpired, false, false, kstatus.FailedStatus},
 		{"unbound", wbv1.ConsentGrantUnbound, false, false, kstatus.FailedStatus},
 	} {
-		cases = append(cases, tcase{"consentgrant " + tc.name, func() runtime.Object {
+		cases = append(cases, kstatusCase{"consentgrant " + tc.name, func() runtime.Object {
 			g := &wbv1.ConsentGrant{TypeMeta: tm("ConsentGrant"), ObjectMeta: om}
 			g.Status.State, g.Status.ObservedGeneration = tc.state, 2
 			g.Status.Conditions = append([]metav1.Condition{c(wbv1.ConditionActive, tc.active, "R")},

@@ -10,39 +10,36 @@ import (
 // check with the exact error; the same code used correctly passes. Neither file is built
 // on Linux, so only this check can tell them apart.
 func TestPlantedTypeErrorFails(t *testing.T) {
-	var out bytes.Buffer
-	n, err := run([]string{"./testdata/clean"}, &out)
-	if err != nil || n != 0 {
-		t.Fatalf("clean: %d errors, %v:\n%s", n, err, out.String())
-	}
-	out.Reset()
-	n, err = run([]string{"./testdata/planted"}, &out)
-	if err != nil {
-		t.Fatalf("planted: %v", err)
-	}
-	if n != 1 || !strings.Contains(out.String(), "planted_darwin.go:15") ||
-		!strings.Contains(out.String(), "as []*vz.VirtioEntropyDeviceConfiguration value") {
-		t.Fatalf("planted: %d errors, want the one planted:\n%s", n, out.String())
-	}
+	plantedFails(t, "clean", "planted", "planted_darwin.go:15", "as []*vz.VirtioEntropyDeviceConfiguration value")
 }
 
 // TestPlantedNodeErrorFails: darwin node code (importing the node's fsaccess and procexec
 // as the node agent does) with a Linux-only assumption fails the check at the planted
 // line; the same code done right passes.
 func TestPlantedNodeErrorFails(t *testing.T) {
+	plantedFails(t, "nodeclean", "nodeplanted", "nodeplanted_darwin.go:20", "st.Dev (variable of type int32)")
+}
+
+// plantedFails runs the check over testdata/clean, which must pass, and testdata/planted,
+// which must fail with exactly one error whose text holds every want.
+func plantedFails(t *testing.T, clean, planted string, want ...string) {
+	t.Helper()
 	var out bytes.Buffer
-	n, err := run([]string{"./testdata/nodeclean"}, &out)
+	n, err := run([]string{"./testdata/" + clean}, &out)
 	if err != nil || n != 0 {
-		t.Fatalf("nodeclean: %d errors, %v:\n%s", n, err, out.String())
+		t.Fatalf("%s: %d errors, %v:\n%s", clean, n, err, out.String())
 	}
 	out.Reset()
-	n, err = run([]string{"./testdata/nodeplanted"}, &out)
+	n, err = run([]string{"./testdata/" + planted}, &out)
 	if err != nil {
-		t.Fatalf("nodeplanted: %v", err)
+		t.Fatalf("%s: %v", planted, err)
 	}
-	if n != 1 || !strings.Contains(out.String(), "nodeplanted_darwin.go:20") ||
-		!strings.Contains(out.String(), "st.Dev (variable of type int32)") {
-		t.Fatalf("nodeplanted: %d errors, want the one planted:\n%s", n, out.String())
+	found := n == 1
+	for _, w := range want {
+		found = found && strings.Contains(out.String(), w)
+	}
+	if !found {
+		t.Fatalf("%s: %d errors, want the one planted:\n%s", planted, n, out.String())
 	}
 }
 

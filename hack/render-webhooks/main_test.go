@@ -8,77 +8,48 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-const generated = `---
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingWebhookConfiguration
-metadata:
-  name: mutating-webhook-configuration
-webhooks:
-- admissionReviewVersions:
+// generated is a webhook manifest as controller-gen writes it: one mutating and two
+// validating webhooks.
+var generated = "---\n" + webhookConfiguration("Mutating", "mutating",
+	webhookYAML("/mutate-workbench-sensorium-dev-v1alpha1-consentgrant", "mconsentgrant", "consentgrants", "CREATE")) +
+	"---\n" + webhookConfiguration("Validating", "validating",
+	webhookYAML("/validate-workbench-sensorium-dev-v1alpha1-environment", "venvironment", "environments", "CREATE", "UPDATE"),
+	webhookYAML("/validate-workbench-sensorium-dev-v1alpha1-wait", "vwait", "waits", "CREATE"))
+
+// webhookConfiguration is a <Kind>WebhookConfiguration named <name>-webhook-configuration
+// holding webhooks.
+func webhookConfiguration(kind, name string, webhooks ...string) string {
+	return "apiVersion: admissionregistration.k8s.io/v1\nkind: " + kind + "WebhookConfiguration\nmetadata:\n  name: " + name +
+		"-webhook-configuration\nwebhooks:\n" + strings.Join(webhooks, "")
+}
+
+// webhookYAML is one webhook entry as controller-gen writes it: a service at path, the
+// name <short>.workbench.sensorium.dev, one resource of the API group and its operations.
+func webhookYAML(path, short, resource string, operations ...string) string {
+	ops := ""
+	for _, op := range operations {
+		ops += "    - " + op + "\n"
+	}
+	return `- admissionReviewVersions:
   - v1
   clientConfig:
     service:
       name: webhook-service
       namespace: system
-      path: /mutate-workbench-sensorium-dev-v1alpha1-consentgrant
+      path: ` + path + `
   failurePolicy: Fail
-  name: mconsentgrant.workbench.sensorium.dev
+  name: ` + short + `.workbench.sensorium.dev
   rules:
   - apiGroups:
     - workbench.sensorium.dev
     apiVersions:
     - v1alpha1
     operations:
-    - CREATE
-    resources:
-    - consentgrants
-  sideEffects: None
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingWebhookConfiguration
-metadata:
-  name: validating-webhook-configuration
-webhooks:
-- admissionReviewVersions:
-  - v1
-  clientConfig:
-    service:
-      name: webhook-service
-      namespace: system
-      path: /validate-workbench-sensorium-dev-v1alpha1-environment
-  failurePolicy: Fail
-  name: venvironment.workbench.sensorium.dev
-  rules:
-  - apiGroups:
-    - workbench.sensorium.dev
-    apiVersions:
-    - v1alpha1
-    operations:
-    - CREATE
-    - UPDATE
-    resources:
-    - environments
-  sideEffects: None
-- admissionReviewVersions:
-  - v1
-  clientConfig:
-    service:
-      name: webhook-service
-      namespace: system
-      path: /validate-workbench-sensorium-dev-v1alpha1-wait
-  failurePolicy: Fail
-  name: vwait.workbench.sensorium.dev
-  rules:
-  - apiGroups:
-    - workbench.sensorium.dev
-    apiVersions:
-    - v1alpha1
-    operations:
-    - CREATE
-    resources:
-    - waits
+` + ops + `    resources:
+    - ` + resource + `
   sideEffects: None
 `
+}
 
 const testCA = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 

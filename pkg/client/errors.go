@@ -48,39 +48,47 @@ var ExitCodes = map[Class]int{
 }
 
 // codeClasses lists the codes whose class is not ClassRefused (the default for admission
-// refusals of the closed vocabulary).
-var codeClasses = map[actuation.Code]Class{
-	actuation.CodeProfileMissing: ClassNotFound, actuation.CodeSessionMissing: ClassNotFound,
-
-	actuation.CodeNodeRestricted: ClassForbidden, actuation.CodeConsentNotOperator: ClassForbidden,
-
-	actuation.CodeConsentDenied: ClassConsent, actuation.CodeConsentExpired: ClassConsent,
-	actuation.CodeConsentRevoked: ClassConsent, actuation.CodeConsentOperatorBindingInactive: ClassConsent,
-	actuation.CodeConsentCapabilityNotGrantable: ClassConsent,
-
-	actuation.CodeSessionCapReached: ClassCapReached, actuation.CodeReaderCapReached: ClassCapReached,
-	actuation.CodeQueueFull: ClassCapReached, actuation.CodeEventBufferFull: ClassCapReached,
-	actuation.CodeCommandCapReached: ClassCapReached, actuation.CodeVMCapReached: ClassCapReached,
-	actuation.CodeWatchCapReached: ClassCapReached, actuation.CodeInputTooLarge: ClassCapReached,
-
-	actuation.CodeEnvironmentUnavailable: ClassUnavailable, actuation.CodeSessionClosed: ClassUnavailable,
-	actuation.CodeSessionNotRunning: ClassUnavailable, actuation.CodeVMNotRunning: ClassUnavailable,
-	actuation.CodeInterrupted: ClassUnavailable,
-
-	actuation.CodeSandboxSetupFailed: ClassRuntime, actuation.CodeCleanupIncomplete: ClassRuntime,
-	actuation.CodeStartFailed: ClassRuntime, actuation.CodeSourceFailed: ClassRuntime,
-	actuation.CodeLandlockUnavailable: ClassRuntime, actuation.CodeWatchUnavailable: ClassRuntime,
-	actuation.CodeBootFailed: ClassRuntime, actuation.CodeBootTimeout: ClassRuntime,
-	actuation.CodeStateDirTooLong: ClassRuntime, actuation.CodeConditionUnreachable: ClassRuntime,
-
-	actuation.CodeProbeTimedOut: ClassTimedOut,
-
-	// Signed action catalogs (seed 002).
-	actuation.CodeCatalogEntryMissing: ClassNotFound, actuation.CodeActionNotAllowlisted: ClassNotFound,
-	actuation.CodeActionClassUnavailable: ClassUnavailable, actuation.CodeActionTimeout: ClassTimedOut,
-	actuation.CodeScriptHashMismatch: ClassRuntime, actuation.CodeScriptExecutableMissing: ClassRuntime,
-	actuation.CodeScriptNotExecutable: ClassRuntime,
-}
+// refusals of the closed vocabulary), listed by class; a code stands in one class.
+var codeClasses = func() map[actuation.Code]Class {
+	m := map[actuation.Code]Class{}
+	for class, codes := range map[Class][]actuation.Code{
+		ClassNotFound: {
+			actuation.CodeProfileMissing, actuation.CodeSessionMissing, actuation.CodeCatalogEntryMissing,
+			actuation.CodeActionNotAllowlisted,
+		},
+		ClassForbidden: {actuation.CodeNodeRestricted, actuation.CodeConsentNotOperator},
+		ClassConsent: {
+			actuation.CodeConsentDenied, actuation.CodeConsentExpired, actuation.CodeConsentRevoked,
+			actuation.CodeConsentOperatorBindingInactive, actuation.CodeConsentCapabilityNotGrantable,
+		},
+		ClassCapReached: {
+			actuation.CodeSessionCapReached, actuation.CodeReaderCapReached, actuation.CodeQueueFull,
+			actuation.CodeEventBufferFull, actuation.CodeCommandCapReached, actuation.CodeVMCapReached,
+			actuation.CodeWatchCapReached, actuation.CodeInputTooLarge,
+		},
+		ClassUnavailable: {
+			actuation.CodeEnvironmentUnavailable, actuation.CodeSessionClosed,
+			actuation.CodeSessionNotRunning, actuation.CodeVMNotRunning, actuation.CodeInterrupted,
+			actuation.CodeActionClassUnavailable,
+		},
+		ClassRuntime: {
+			actuation.CodeSandboxSetupFailed, actuation.CodeCleanupIncomplete, actuation.CodeStartFailed,
+			actuation.CodeSourceFailed, actuation.CodeLandlockUnavailable, actuation.CodeWatchUnavailable,
+			actuation.CodeBootFailed, actuation.CodeBootTimeout, actuation.CodeStateDirTooLong,
+			actuation.CodeConditionUnreachable, actuation.CodeScriptHashMismatch,
+			actuation.CodeScriptExecutableMissing, actuation.CodeScriptNotExecutable,
+		},
+		ClassTimedOut: {actuation.CodeProbeTimedOut, actuation.CodeActionTimeout},
+	} {
+		for _, c := range codes {
+			if prev, dup := m[c]; dup { // a literal map key twice would not compile either
+				panic(fmt.Sprintf("refusal code %s in classes %s and %s", c, prev, class))
+			}
+			m[c] = class
+		}
+	}
+	return m
+}()
 
 // ClassOf returns the class of a refusal code. Codes outside the closed vocabulary (a newer
 // server) are classed by their HTTP status when known, else as refused.

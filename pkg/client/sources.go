@@ -236,23 +236,7 @@ type RootExportRequest struct {
 
 // ExportAs creates an export Artifact as r asks and waits until the node stored it.
 func (c *Client) ExportAs(ctx context.Context, r RootExportRequest) (*wbv1.Artifact, error) {
-	a := newExportArtifact(c.Namespace, r)
-	if err := c.bindToNode(ctx, r.Environment, &a.ObjectMeta); err != nil {
-		return nil, err
-	}
-	if err := c.Kube.Create(ctx, a); err != nil {
-		return nil, Wrap("artifact export of "+r.Environment, err)
-	}
-	err := waitFor(ctx, c, a, &wbv1.ArtifactList{}, func(a *wbv1.Artifact) (bool, error) {
-		if a.Status.Refusal != nil {
-			return false, refused("artifact "+a.Name, a.Status.Refusal.Code, a.Status.Refusal.Message)
-		}
-		return a.Status.Digest != "", nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return a, nil
+	return c.captureExport(ctx, r.Environment, newExportArtifact(c.Namespace, r))
 }
 
 func newExportArtifact(ns string, r RootExportRequest) *wbv1.Artifact {

@@ -297,6 +297,12 @@ func (c *Client) Export(ctx context.Context, env, root, path string) (*wbv1.Arti
 	if path != "" {
 		a.Spec.Path = ptr(wbv1.RelativePath(path))
 	}
+	return c.captureExport(ctx, env, a)
+}
+
+// captureExport binds export Artifact a of environment env to its node, creates it and
+// waits until the node has captured it (digest recorded) or refused it.
+func (c *Client) captureExport(ctx context.Context, env string, a *wbv1.Artifact) (*wbv1.Artifact, error) {
 	if err := c.bindToNode(ctx, env, &a.ObjectMeta); err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actions"
 	"sensorium.dev/workbench/internal/test/aggtest"
+	"sensorium.dev/workbench/internal/test/envtest"
 	"sensorium.dev/workbench/internal/test/testkit"
 	wbclient "sensorium.dev/workbench/pkg/client"
 )
@@ -210,18 +211,10 @@ func writeFile(t *testing.T, name, content string) string {
 	return p
 }
 
-// hostLocalCapability is what a node agent attests for host-local on node.
+// hostLocalCapability is what a node agent attests for host-local on node, labelled with
+// the node for this suite's clean-up.
 func hostLocalCapability(node string) *wbv1.BackendCapability {
-	return &wbv1.BackendCapability{
-		ObjectMeta: metav1.ObjectMeta{Name: node + ".host-local", Labels: map[string]string{"actions-test/node": node}},
-		Spec: wbv1.BackendCapabilitySpec{
-			NodeName: node, BackendID: wbv1.BackendHostLocal, Provider: "workbench", Version: "v1alpha1",
-			PlatformRef: "linux-x86_64", Locality: wbv1.LocalityLocalOnly, HostArchitecture: wbv1.ArchitectureX8664, GuestArchitecture: wbv1.ArchitectureX8664,
-			IsolationClass: "none", SystemFidelity: "filesystem-view", ControlTransport: wbv1.ControlTransportLocalProcess,
-			ControlGuestEndpoint: wbv1.ControlGuestEndpointNone, ControlHostEndpoint: wbv1.ControlHostEndpointNone, ControlChannelBinding: wbv1.ControlChannelBindingNone,
-			BootMode: wbv1.BackendBootModeNone, ConsoleMode: wbv1.ConsoleModeNone, NetworkProfiles: []string{"none"}, HostFilesystemSharing: "read-write",
-			CredentialInjection: "denied", ResourceEnforcement: []string{"host-process"},
-			LifecycleOperations: []string{"allocate", "inspect", "teardown", "recover"},
-		},
-	}
+	c := envtest.HostLocalCapability(node)
+	c.Labels = map[string]string{"actions-test/node": node}
+	return c
 }

@@ -24,14 +24,7 @@ func BenchmarkViewRevocation(b *testing.B) {
 	const revocations = 50
 	ctx := context.Background()
 	ns := namespace(b)
-	waitDataPlane(b, nodeName, "")
-	dir := viewEnvironment(b, ns, nodeName, workspace, "test")
-	writeFixture(b, dir)
-	must(b, env.Client.Create(ctx, shellSession(ns, "s")))
-	waitSessionRunning(b, ns, "s")
-	user(b, ns, "op", "workbench-operator")
-	op, err := env.As("op")
-	must(b, err)
+	op := viewedSession(b, ns)
 	must(b, op.Create(ctx, terminalView(ns, "v", "s", "test")))
 	obs := observerUser(b, ns, "watcher")
 	for n := 0; n < b.N; n++ {

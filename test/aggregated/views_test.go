@@ -392,6 +392,21 @@ func checkCoalesced(t testing.TB, who string, frames []recvFrame) {
 
 var _ = apierrors.IsForbidden
 
+// viewedSession waits for the node's data plane, makes a "test"-context environment over
+// the fixture with a running shell session s in ns, and returns a client of operator op.
+func viewedSession(t testing.TB, ns string) client.Client {
+	t.Helper()
+	waitDataPlane(t, nodeName, "")
+	dir := viewEnvironment(t, ns, nodeName, workspace, "test")
+	writeFixture(t, dir)
+	must(t, env.Client.Create(context.Background(), shellSession(ns, "s")))
+	waitSessionRunning(t, ns, "s")
+	user(t, ns, "op", "workbench-operator")
+	op, err := env.As("op")
+	must(t, err)
+	return op
+}
+
 // TestViewRefusals: each refusal has its code — a grant from a non-granter, an over-long
 // or past expiry, a view above its ceiling or of an environment without context, no grant,
 // no membership (kube-apiserver's RBAC, and mid-stream the node's), an expired grant (at
@@ -400,14 +415,7 @@ var _ = apierrors.IsForbidden
 func TestViewRefusals(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	waitDataPlane(t, nodeName, "")
-	dir := viewEnvironment(t, ns, nodeName, workspace, "test")
-	writeFixture(t, dir)
-	must(t, env.Client.Create(ctx, shellSession(ns, "s")))
-	waitSessionRunning(t, ns, "s")
-	user(t, ns, "op", "workbench-operator")
-	op, err := env.As("op")
-	must(t, err)
+	op := viewedSession(t, ns)
 
 	// Admission of views.
 	if err := op.Create(ctx, terminalView(ns, "low", "s", "research")); err == nil || !strings.Contains(err.Error(), string(actuation.CodeViewClassificationExceeded)) {

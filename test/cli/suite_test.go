@@ -37,17 +37,7 @@ var st *stack.Stack
 func TestMain(m *testing.M) {
 	procexec.MaybeRunHelper()
 	guestenv.MaybeRunRelay() // and as the guest PTY relay of a VM session
-	var err error
-	st, err = stack.Start("./cmd/kubectl-workbench", "./cmd/workbench-mcp")
-	var skip *stack.ErrSkip
-	if errors.As(err, &skip) {
-		fmt.Fprintln(os.Stderr, "SKIP cli suite:", skip.Reason)
-		os.Exit(0)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting the stack:", err)
-		os.Exit(1)
-	}
+	st = stack.StartForMain("cli suite", "./cmd/kubectl-workbench", "./cmd/workbench-mcp")
 	ctx := context.Background()
 	for user, role := range map[string]string{agentUser: "workbench-agent", operatorUser: "workbench-operator"} {
 		if err := st.Env.Bind(ctx, role, user, ""); err != nil {

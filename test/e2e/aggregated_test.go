@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -69,12 +68,7 @@ func TestAggregatedAPIOutput(t *testing.T) {
 		t.Fatalf("APIService not Available: %q", raw)
 	}
 	ns := "e2e-aggregated"
-	dir := workspace(t, ns)
-	testNamespace(ctx, t, ns)
-	t.Cleanup(func() {
-		_ = cluster.client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-	})
-	readyEnvironment(ctx, t, ns, dir)
+	readyNamespace(ctx, t, ns)
 	must(t, cluster.client.Create(ctx, &wbv1.CommandProfile{ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: ns}, Spec: wbv1.CommandProfileSpec{
 		Executable: "/usr/bin/echo", AllowedArgPrefixes: []string{"through-"}, AllowedRoots: []string{"repo"},
 		Env:               wbv1.CommandEnvPolicy{Defaults: []wbv1.EnvVar{{Name: "PATH", Value: "/usr/bin:/bin"}}},

@@ -28,19 +28,7 @@ import (
 // are failure deadlines, not performance assertions.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var msg string
-	for {
-		var ok bool
-		ok, msg = cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %s", what, timeout, msg)
-		}
-		time.Sleep(time.Second)
-	}
+	testkit.EventuallyEvery(t, time.Second, timeout, what, cond)
 }
 
 // must is the shared testkit.Must.
@@ -230,6 +218,37 @@ func testNamespace(ctx context.Context, t *testing.T, name string) {
 	must(t, cluster.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}))
 }
 
+// testNamespaceDeletedAtEnd makes namespace name, deleted when the test ends.
+func testNamespaceDeletedAtEnd(ctx context.Context, t *testing.T, name string) {
+	t.Helper()
+	testNamespace(ctx, t, name)
+	t.Cleanup(func() {
+		_ = cluster.client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	})
+}
+
+// readyNamespace makes namespace ns (deleted when the test ends) holding a Ready
+// environment over a fresh workspace.
+func readyNamespace(ctx context.Context, t *testing.T, ns string) {
+	t.Helper()
+	dir := workspace(t, ns)
+	testNamespaceDeletedAtEnd(ctx, t, ns)
+	readyEnvironment(ctx, t, ns, dir)
+}
+
+// startSleep creates profile "sleep" and command "long" (/usr/bin/sleep arg) in ns and
+// waits (a minute at most) until the command runs.
+func startSleep(ctx context.Context, t *testing.T, ns, arg string) {
+	t.Helper()
+	must(t, cluster.client.Create(ctx, sleepProfile(ns)))
+	must(t, cluster.client.Create(ctx, sleepCommand(ns, "long", arg)))
+	eventually(t, time.Minute, "the command to run", func() (bool, string) {
+		var c wbv1.TerminalCommand
+		must(t, cluster.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
+		return c.Status.Phase == wbv1.CommandRunning, fmt.Sprintf("%+v", c.Status)
+	})
+}
+
 func sleepProfile(ns string) *wbv1.CommandProfile {
 	return &wbv1.CommandProfile{ObjectMeta: metav1.ObjectMeta{Name: "sleep", Namespace: ns}, Spec: wbv1.CommandProfileSpec{
 		Executable: "/usr/bin/sleep", AllowedArgPrefixes: []string{"30"}, AllowedRoots: []string{"repo"},
@@ -290,19 +309,8 @@ func hostProcesses(argv ...string) []int {
 func TestNodeAgentPodDeletedMidCommand(t *testing.T) {
 	ctx := needCluster(t)
 	ns := "e2e-agent-restart"
-	dir := workspace(t, ns)
-	testNamespace(ctx, t, ns)
-	t.Cleanup(func() {
-		_ = cluster.client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-	})
-	readyEnvironment(ctx, t, ns, dir)
-	must(t, cluster.client.Create(ctx, sleepProfile(ns)))
-	must(t, cluster.client.Create(ctx, sleepCommand(ns, "long", "307.25")))
-	eventually(t, time.Minute, "the command to run", func() (bool, string) {
-		var c wbv1.TerminalCommand
-		must(t, cluster.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
-		return c.Status.Phase == wbv1.CommandRunning, fmt.Sprintf("%+v", c.Status)
-	})
+	readyNamespace(ctx, t, ns)
+	startSleep(ctx, t, ns, "307.25")
 	if pids := hostProcesses("/usr/bin/sleep", "307.25"); len(pids) != 1 {
 		t.Fatalf("expected the command's process on the host, found %v", pids)
 	}
@@ -351,13 +359,7 @@ func TestNamespaceDeletionCompletes(t *testing.T) {
 	dir := workspace(t, ns)
 	testNamespace(ctx, t, ns)
 	readyEnvironment(ctx, t, ns, dir)
-	must(t, cluster.client.Create(ctx, sleepProfile(ns)))
-	must(t, cluster.client.Create(ctx, sleepCommand(ns, "long", "309.5")))
-	eventually(t, time.Minute, "the command to run", func() (bool, string) {
-		var c wbv1.TerminalCommand
-		must(t, cluster.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
-		return c.Status.Phase == wbv1.CommandRunning, fmt.Sprintf("%+v", c.Status)
-	})
+	startSleep(ctx, t, ns, "309.5")
 	kubectl(t, "delete", "namespace", ns, "--wait=true", "--timeout=180s")
 	eventually(t, 30*time.Second, "namespace gone", func() (bool, string) {
 		err := cluster.client.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{})

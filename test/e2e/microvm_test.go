@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -99,10 +98,7 @@ func TestMicroVMInDaemonSetPod(t *testing.T) {
 		t.Skip(why)
 	}
 	ns := "e2e-microvm"
-	testNamespace(ctx, t, ns)
-	t.Cleanup(func() {
-		_ = cluster.client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-	})
+	testNamespaceDeletedAtEnd(ctx, t, ns)
 	vmImage(t, ns)
 	start := time.Now()
 	must(t, cluster.client.Create(ctx, vmEnvironment(ns, "vm")))

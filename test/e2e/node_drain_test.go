@@ -3,13 +3,11 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os/exec"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,19 +26,8 @@ import (
 func TestNodeDrain(t *testing.T) {
 	ctx := needCluster(t)
 	ns := "e2e-drain"
-	dir := workspace(t, ns)
-	testNamespace(ctx, t, ns)
-	t.Cleanup(func() {
-		_ = cluster.client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-	})
-	readyEnvironment(ctx, t, ns, dir)
-	must(t, cluster.client.Create(ctx, sleepProfile(ns)))
-	must(t, cluster.client.Create(ctx, sleepCommand(ns, "long", "308.75")))
-	eventually(t, time.Minute, "the command to run", func() (bool, string) {
-		var c wbv1.TerminalCommand
-		must(t, cluster.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
-		return c.Status.Phase == wbv1.CommandRunning, fmt.Sprintf("%+v", c.Status)
-	})
+	readyNamespace(ctx, t, ns)
+	startSleep(ctx, t, ns, "308.75")
 	withVM := vmAvailable(ctx, t) == ""
 	var vm wbv1.Environment
 	var qemuBefore []int

@@ -65,6 +65,44 @@ func denyNodeStatusWrites(t *testing.T, user, ns, name string) func() {
 	}
 }
 
+// restartableNode is a node agent the test kills and starts again: the same binary, bound
+// kubeconfig and config each time, over one state directory and one admitted root, with a
+// Ready environment on that root in namespace ns.
+type restartableNode struct {
+	t                       *testing.T
+	bin, kubeconfig, config string
+	user, state, root, ns   string
+	p                       *agentProcess // the agent running now
+}
+
+// startRestartableNode starts node's agent (admitted root rootName) and makes its
+// namespace and Ready environment. The agent running when the test ends is stopped.
+func startRestartableNode(t *testing.T, node, rootName string) *restartableNode {
+	t.Helper()
+	n := &restartableNode{t: t, bin: buildAgent(t), kubeconfig: boundNodeKubeconfig(t, node), user: webhooks.NodeUserPrefix + node}
+	n.state, n.root = t.TempDir(), t.TempDir()
+	n.config = agentConfig(t, node, n.state, rootName, n.root, "")
+	n.p = startAgentProcess(t, n.bin, n.kubeconfig, n.config)
+	t.Cleanup(func() { n.p.stop() })
+	n.ns = namespace(t)
+	readyEnvironmentOn(t, n.ns, n.root, node)
+	return n
+}
+
+// kill ends the running agent with SIGKILL (no graceful stop) and waits for it.
+func (n *restartableNode) kill() {
+	n.t.Helper()
+	must(n.t, n.p.cmd.Process.Signal(syscall.SIGKILL))
+	_ = n.p.cmd.Wait()
+}
+
+// restart starts the agent again and returns it.
+func (n *restartableNode) restart() *agentProcess {
+	n.t.Helper()
+	n.p = startAgentProcess(n.t, n.bin, n.kubeconfig, n.config)
+	return n.p
+}
+
 // TestNodeRefusalIsTheStoredOutcome (issue 16): a refusal the node decides is stored as the
 // command's one outcome before its status write. The node refuses a command whose working
 // directory does not exist; its status write of the refusal is refused by the API server
@@ -74,15 +112,8 @@ func denyNodeStatusWrites(t *testing.T, user, ns, name string) func() {
 func TestNodeRefusalIsTheStoredOutcome(t *testing.T) {
 	const node = "node-refusal"
 	ctx := context.Background()
-	bin := buildAgent(t)
-	kubeconfig := boundNodeKubeconfig(t, node)
-	user := webhooks.NodeUserPrefix + node
-	state, root := t.TempDir(), t.TempDir()
-	config := agentConfig(t, node, state, "refusal", root, "")
-	p := startAgentProcess(t, bin, kubeconfig, config)
-	defer func() { p.stop() }() // p is the running agent when the test ends
-	ns := namespace(t)
-	readyEnvironmentOn(t, ns, root, node)
+	n := startRestartableNode(t, node, "refusal")
+	p, user, state, root, ns := n.p, n.user, n.state, n.root, n.ns
 	must(t, os.WriteFile(filepath.Join(root, "chaos-line"), []byte("ran\n"), 0o644))
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/dd", []string{"if=../chaos-line", "oflag=append", "conv=notrunc", "status=none"}, []string{"of=count-"})))
 
@@ -96,8 +127,7 @@ func TestNodeRefusalIsTheStoredOutcome(t *testing.T) {
 	eventually(t, 60*time.Second, "the node's status write of its refusal refused", func() (bool, string) {
 		return strings.Contains(p.log.String()[from:], failedWrite), tail(p.log.String())
 	})
-	must(t, p.cmd.Process.Signal(syscall.SIGKILL))
-	_ = p.cmd.Wait()
+	n.kill()
 	var got wbv1.TerminalCommand
 	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c"}, &got))
 	if wbv1.CommandIsFinal(got.Status.Conditions) {
@@ -115,7 +145,7 @@ func TestNodeRefusalIsTheStoredOutcome(t *testing.T) {
 	// Deciding again now would run it: the directory exists.
 	must(t, os.Mkdir(filepath.Join(root, "later"), 0o755))
 	allow()
-	p = startAgentProcess(t, bin, kubeconfig, config)
+	p = n.restart()
 	final := waitFinal(t, ns, "c")
 	if final.Status.Phase != wbv1.CommandRefused || final.Status.Refusal == nil || final.Status.Refusal.Code == "" ||
 		!strings.Contains(rec.Outcome, final.Status.Refusal.Code) {

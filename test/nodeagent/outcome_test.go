@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -95,15 +94,8 @@ func commandStatusOwnedByNode(s *wbv1.TerminalCommandStatus) wbv1.TerminalComman
 func TestStoredOutcomeRepublished(t *testing.T) {
 	const node = "node-republish"
 	ctx := context.Background()
-	bin := buildAgent(t)
-	kubeconfig := boundNodeKubeconfig(t, node)
-	user := webhooks.NodeUserPrefix + node
-	state, root := t.TempDir(), t.TempDir()
-	config := agentConfig(t, node, state, "republish", root, "")
-	p := startAgentProcess(t, bin, kubeconfig, config)
-	defer func() { p.stop() }() // p is the running agent when the test ends
-	ns := namespace(t)
-	readyEnvironmentOn(t, ns, root, node)
+	n := startRestartableNode(t, node, "republish")
+	p, user, ns := n.p, n.user, n.ns
 	// A sleeper with a token unique to this run: it is still running when the binding goes.
 	token := fmt.Sprintf("1.%06d", os.Getpid()%1000000)
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/sleep", nil, []string{token})))
@@ -129,8 +121,7 @@ func TestStoredOutcomeRepublished(t *testing.T) {
 	eventually(t, 60*time.Second, "the agent's outcome write refused", func() (bool, string) {
 		return strings.Contains(p.log.String()[from:], failedWrite), tail(p.log.String())
 	})
-	must(t, p.cmd.Process.Signal(syscall.SIGKILL))
-	_ = p.cmd.Wait()
+	n.kill()
 	var c wbv1.TerminalCommand
 	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c"}, &c))
 	if wbv1.CommandIsFinal(c.Status.Conditions) {
@@ -138,7 +129,7 @@ func TestStoredOutcomeRepublished(t *testing.T) {
 	}
 
 	must(t, env.Bind(ctx, "workbench-node-agent", user, ""))
-	p = startAgentProcess(t, bin, kubeconfig, config)
+	p = n.restart()
 	got := waitFinal(t, ns, "c")
 	if got.Status.Phase != wbv1.CommandSucceeded || got.Status.ExitCode == nil || *got.Status.ExitCode != 0 || got.Status.Refusal != nil {
 		t.Fatalf("want the stored outcome (Succeeded, exit 0) republished, got %+v\nagent log:\n%s", got.Status, tail(p.log.String()))

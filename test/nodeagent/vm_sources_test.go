@@ -3,22 +3,17 @@ package nodeagent
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends/qemumicrovm"
-	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/platform/loopdisk"
-	"sensorium.dev/workbench/internal/test/nodeagenttest"
 	"sensorium.dev/workbench/internal/test/sourcetest"
 )
 
@@ -37,54 +32,15 @@ func TestQEMUFullSystemGitSource(t *testing.T) {
 	image := systemManifest(t)
 	ctx := context.Background()
 	const node = "node-vmsrc"
-	state, err := os.MkdirTemp("", "wb-vsrc-") // short: VM socket paths are bounded
-	must(t, err)
-	defer func() { _ = os.RemoveAll(state) }()
-	defer func() { must(t, nodeagenttest.Release(agent.Config{NodeName: node, StateDir: state})) }()
 	repos := t.TempDir()
 	repo, ids := sourcetest.Repo(t, repos, "repo", map[string]string{"README.md": "hello\n", "src/main.go": "package main\n", "src/link": "->main.go"})
-	q, _ := nodeagenttest.QEMU()
-	config := filepath.Join(t.TempDir(), "node-agent.yaml")
-	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nheartbeatSeconds: 2\ndataPlaneAddress: 127.0.0.1:0\n"+
-		"storage:\n  maxMiB: 3400\n  defaultDiskMiB: 64\nqemu:\n  enabled: true\n  imageDir: %s\n  accel: tcg\nsources:\n  allowedFileDirs: [%q]\n",
-		node, state, q.ImageDir, repos)), 0o600))
-	proc := startAgentProcess(t, buildAgent(t), boundNodeKubeconfig(t, node), config)
-	defer proc.stopLogging(t)
-	eventually(t, 60*time.Second, "the node's qemu-microvm.v1 capability claims full-system-linux", func() (bool, string) {
-		var c wbv1.BackendCapability
-		if err := env.Client.Get(ctx, client.ObjectKey{Name: node + ".qemu-microvm.v1"}, &c); err != nil {
-			return false, err.Error()
-		}
-		return c.Spec.SystemFidelity == "full-system-linux", fmt.Sprintf("%+v", c.Spec)
-	})
+	state, proc := startFullSystemNode(t, node, "wb-vsrc-", 3400, fmt.Sprintf("sources:\n  allowedFileDirs: [%q]\n", repos),
+		func(wbv1.BackendCapabilitySpec) bool { return true })
 	ns := namespace(t)
-	full := wbv1.SystemFidelity("full-system-linux")
 	newEnv := func(name, commit string) *wbv1.Environment {
-		return &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: wbv1.EnvironmentSpec{
-			Backend: wbv1.BackendQEMUMicroVM, Requirements: &wbv1.EnvironmentRequirements{SystemFidelity: &full},
-			Roots:        []wbv1.EnvironmentRoot{{Name: "repo", Git: &wbv1.GitRootSource{URL: "file://" + repo, Commit: ptr(commit)}}},
-			ImageRef:     ptr(image),
-			Resources:    &wbv1.EnvironmentResources{VCPUs: ptr(int32(1)), MemoryMiB: ptr(int32(512))},
-			NodeSelector: map[string]string{wbv1.NodeLabel: node},
-		}}
+		return fullSystemEnv(ns, name, node, image, wbv1.EnvironmentRoot{Name: "repo", Git: &wbv1.GitRootSource{URL: "file://" + repo, Commit: ptr(commit)}})
 	}
-	defer func() {
-		var es wbv1.EnvironmentList
-		_ = env.Client.List(ctx, &es, client.InNamespace(ns))
-		for i := range es.Items {
-			_ = env.Client.Delete(ctx, &es.Items[i])
-		}
-		for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
-			left := 0
-			for i := range es.Items {
-				left += len(vmProcessesIn(t, state, string(es.Items[i].UID)))
-			}
-			if left == 0 {
-				return
-			}
-		}
-		t.Errorf("VM processes of %s outlived the test", ns)
-	}()
+	stopVMsAtEnd(t, ns, state)
 
 	// A commit the repository does not have: refused with its code, no disk kept.
 	wrong := strings.Repeat("0", 39) + "1"
@@ -169,21 +125,4 @@ func readyOf(e *wbv1.Environment) metav1.Condition {
 		}
 	}
 	return metav1.Condition{}
-}
-
-// systemManifest applies the full-system ImageManifest `make guest-image` wrote next to its
-// image and returns its name (systemImage without the kernel release, which this test
-// does not need).
-func systemManifest(t *testing.T) string {
-	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(repoRoot(), "bin", "guest-system", "imagemanifest.yaml"))
-	if err != nil {
-		t.Skipf("the full-system image is not built (run `make guest-image`): %v", err)
-	}
-	var im wbv1.ImageManifest
-	must(t, yaml.UnmarshalStrict(raw, &im))
-	if err := env.Client.Create(context.Background(), &im); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatalf("ImageManifest %s: %v", im.Name, err)
-	}
-	return im.Name
 }

@@ -27,13 +27,11 @@ import (
 // qemumicrovm.DefaultSystemBootTimeout.
 const systemBootWithin = 450 * time.Second
 
-// systemImage applies the full-system ImageManifest `make guest-image` wrote next to its
-// image (bin/guest-system/imagemanifest.yaml) and returns its name and the image's kernel
-// release (from digests.txt).
-func systemImage(t *testing.T) (name, kernel string) {
+// systemManifest applies the full-system ImageManifest `make guest-image` wrote next to its
+// image (bin/guest-system/imagemanifest.yaml) and returns its name.
+func systemManifest(t *testing.T) string {
 	t.Helper()
-	dir := filepath.Join(repoRoot(), "bin", "guest-system")
-	raw, err := os.ReadFile(filepath.Join(dir, "imagemanifest.yaml"))
+	raw, err := os.ReadFile(filepath.Join(repoRoot(), "bin", "guest-system", "imagemanifest.yaml"))
 	if err != nil {
 		t.Skipf("the full-system image is not built (run `make guest-image`): %v", err)
 	}
@@ -42,6 +40,15 @@ func systemImage(t *testing.T) (name, kernel string) {
 	if err := env.Client.Create(context.Background(), &im); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("ImageManifest %s: %v", im.Name, err)
 	}
+	return im.Name
+}
+
+// systemImage applies the full-system ImageManifest (systemManifest) and returns its name
+// and the image's kernel release (from digests.txt).
+func systemImage(t *testing.T) (name, kernel string) {
+	t.Helper()
+	name = systemManifest(t)
+	dir := filepath.Join(repoRoot(), "bin", "guest-system")
 	d, err := os.ReadFile(filepath.Join(dir, "digests.txt"))
 	must(t, err)
 	for _, l := range strings.Split(string(d), "\n") {
@@ -52,53 +59,56 @@ func systemImage(t *testing.T) (name, kernel string) {
 	if kernel == "" {
 		t.Fatalf("no kernel release in %s/digests.txt", dir)
 	}
-	return im.Name, kernel
+	return name, kernel
 }
 
-// TestQEMUFullSystemEnvironment boots the full-system variant through the API server on a
-// node whose storage reservation holds one working disk: Environment Ready, commands (its
-// kernel is the image's, only lo, no host path, systemctl is-system-running), a file
-// read, a patch creating directories, a PTY session whose forks hit the environment's
-// pids limit inside the guest, a second environment's clone refused (storage-exhausted),
-// and teardown leaving no process, VM directory or disk.
-func TestQEMUFullSystemEnvironment(t *testing.T) {
-	requireQEMU(t)
-	image, kernel := systemImage(t)
-	ctx := context.Background()
-	const node = "node-system"
-	state, err := os.MkdirTemp("", "wb-sys-") // short: VM socket paths are bounded
+// startFullSystemNode starts a node-agent process for node with the qemu-microvm.v1
+// backend under TCG (storage.maxMiB maxMiB, 64 MiB default disks, then extra config lines)
+// over a fresh state directory named statePrefix* (short: VM socket paths are bounded),
+// and waits until the node's capability claims full-system-linux and capOK holds of it.
+// At the test's end the agent stops (its log shown when the test failed), its loop disks
+// are released and the state directory goes.
+func startFullSystemNode(t *testing.T, node, statePrefix string, maxMiB int, extra string, capOK func(wbv1.BackendCapabilitySpec) bool) (state string, proc *agentProcess) {
+	t.Helper()
+	state, err := os.MkdirTemp("", statePrefix)
 	must(t, err)
-	defer func() { _ = os.RemoveAll(state) }()
-	defer func() { must(t, nodeagenttest.Release(agent.Config{NodeName: node, StateDir: state})) }()
+	t.Cleanup(func() { _ = os.RemoveAll(state) })
+	t.Cleanup(func() { must(t, nodeagenttest.Release(agent.Config{NodeName: node, StateDir: state})) })
 	q, _ := nodeagenttest.QEMU()
-	// storage.maxMiB 2560: one 1536 MiB working disk fits, a second does not.
 	config := filepath.Join(t.TempDir(), "node-agent.yaml")
 	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nheartbeatSeconds: 2\ndataPlaneAddress: 127.0.0.1:0\n"+
-		"storage:\n  maxMiB: 2560\n  defaultDiskMiB: 64\nqemu:\n  enabled: true\n  imageDir: %s\n  accel: tcg\n", node, state, q.ImageDir)), 0o600))
-	proc := startAgentProcess(t, buildAgent(t), boundNodeKubeconfig(t, node), config)
-	defer proc.stopLogging(t)
-
+		"storage:\n  maxMiB: %d\n  defaultDiskMiB: 64\nqemu:\n  enabled: true\n  imageDir: %s\n  accel: tcg\n%s", node, state, maxMiB, q.ImageDir, extra)), 0o600))
+	proc = startAgentProcess(t, buildAgent(t), boundNodeKubeconfig(t, node), config)
+	t.Cleanup(func() { proc.stopLogging(t) })
 	eventually(t, 60*time.Second, "the node's qemu-microvm.v1 capability claims full-system-linux", func() (bool, string) {
 		var c wbv1.BackendCapability
-		if err := env.Client.Get(ctx, client.ObjectKey{Name: node + ".qemu-microvm.v1"}, &c); err != nil {
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: node + ".qemu-microvm.v1"}, &c); err != nil {
 			return false, err.Error()
 		}
 		s := c.Spec
-		return s.SystemFidelity == "full-system-linux" && strings.Contains(fmt.Sprint(s.DeviceClasses), "virtio-block"), fmt.Sprintf("%+v", s)
+		return s.SystemFidelity == "full-system-linux" && capOK(s), fmt.Sprintf("%+v", s)
 	})
-	ns := namespace(t)
+	return state, proc
+}
+
+// fullSystemEnv is a full-system qemu-microvm.v1 Environment on node (1 vCPU, 512 MiB)
+// booting image with roots.
+func fullSystemEnv(ns, name, node, image string, roots ...wbv1.EnvironmentRoot) *wbv1.Environment {
 	full := wbv1.SystemFidelity("full-system-linux")
-	newEnv := func(name string) *wbv1.Environment {
-		return &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: wbv1.EnvironmentSpec{
-			Backend: wbv1.BackendQEMUMicroVM, Requirements: &wbv1.EnvironmentRequirements{SystemFidelity: &full},
-			Roots: []wbv1.EnvironmentRoot{{Name: "repo"}}, ImageRef: ptr(image),
-			Resources:     &wbv1.EnvironmentResources{VCPUs: ptr(int32(1)), MemoryMiB: ptr(int32(512)), PIDs: ptr(int32(24))},
-			PatchApproval: ptr(wbv1.PatchApprovalAutoApply),
-			NodeSelector:  map[string]string{wbv1.NodeLabel: node},
-		}}
-	}
-	defer func() {
-		// Whatever happened: no VM of this test outlives it (the agent tears them down).
+	return &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: wbv1.EnvironmentSpec{
+		Backend: wbv1.BackendQEMUMicroVM, Requirements: &wbv1.EnvironmentRequirements{SystemFidelity: &full},
+		Roots: roots, ImageRef: ptr(image),
+		Resources:    &wbv1.EnvironmentResources{VCPUs: ptr(int32(1)), MemoryMiB: ptr(int32(512))},
+		NodeSelector: map[string]string{wbv1.NodeLabel: node},
+	}}
+}
+
+// stopVMsAtEnd deletes, at the test's end, every Environment in ns and fails unless all
+// their VM processes under state are gone within 90 s (the agent tears them down):
+// whatever happened, no VM of the test outlives it.
+func stopVMsAtEnd(t *testing.T, ns, state string) {
+	t.Cleanup(func() {
+		ctx := context.Background()
 		var es wbv1.EnvironmentList
 		_ = env.Client.List(ctx, &es, client.InNamespace(ns))
 		for i := range es.Items {
@@ -114,7 +124,31 @@ func TestQEMUFullSystemEnvironment(t *testing.T) {
 			}
 		}
 		t.Errorf("VM processes of %s outlived the test", ns)
-	}()
+	})
+}
+
+// TestQEMUFullSystemEnvironment boots the full-system variant through the API server on a
+// node whose storage reservation holds one working disk: Environment Ready, commands (its
+// kernel is the image's, only lo, no host path, systemctl is-system-running), a file
+// read, a patch creating directories, a PTY session whose forks hit the environment's
+// pids limit inside the guest, a second environment's clone refused (storage-exhausted),
+// and teardown leaving no process, VM directory or disk.
+func TestQEMUFullSystemEnvironment(t *testing.T) {
+	requireQEMU(t)
+	image, kernel := systemImage(t)
+	ctx := context.Background()
+	const node = "node-system"
+	// storage.maxMiB 2560: one 1536 MiB working disk fits, a second does not.
+	state, _ := startFullSystemNode(t, node, "wb-sys-", 2560, "", func(s wbv1.BackendCapabilitySpec) bool {
+		return strings.Contains(fmt.Sprint(s.DeviceClasses), "virtio-block")
+	})
+	ns := namespace(t)
+	newEnv := func(name string) *wbv1.Environment {
+		e := fullSystemEnv(ns, name, node, image, wbv1.EnvironmentRoot{Name: "repo"})
+		e.Spec.Resources.PIDs, e.Spec.PatchApproval = ptr(int32(24)), ptr(wbv1.PatchApprovalAutoApply)
+		return e
+	}
+	stopVMsAtEnd(t, ns, state)
 	start := time.Now()
 	must(t, env.Client.Create(ctx, newEnv("sys")))
 	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},

@@ -96,14 +96,7 @@ func startDiskAgent(t *testing.T) (*agent.Agent, string) {
 func diskEnvironment(t *testing.T, ns, dir string, backend wbv1.BackendID, res *wbv1.EnvironmentResources, wait bool) {
 	t.Helper()
 	ctx := context.Background()
-	root := wbv1.EnvironmentRoot{Name: "repo", HostPath: ptr(dir)}
-	if backend == wbv1.BackendFixtureCopy {
-		root = wbv1.EnvironmentRoot{Name: "repo", Source: ptr(dir)}
-	}
-	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
-		Backend: backend, Roots: []wbv1.EnvironmentRoot{root}, Resources: res,
-		NodeSelector: map[string]string{wbv1.NodeLabel: diskNode},
-	}}))
+	createEnvironment(t, ns, dir, backend, res, diskNode)
 	prof := makeProfile(ns, "make", []string{"-s"}, false)
 	prof.Spec.AllowedArgPrefixes = []string{"diskflood", "tmpflood", "bigfile", "small"}
 	must(t, env.Client.Create(ctx, prof))
@@ -113,14 +106,7 @@ func diskEnvironment(t *testing.T, ns, dir string, backend wbv1.BackendID, res *
 	}
 	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
 		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
-	eventually(t, 60*time.Second, "environment Ready and session Running on "+diskNode, func() (bool, string) {
-		var e wbv1.Environment
-		var s wbv1.TerminalSession
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
-		return e.Status.Phase == wbv1.EnvironmentReady && s.Status.Phase == wbv1.SessionRunning,
-			fmt.Sprintf("env=%+v session=%+v", e.Status, s.Status)
-	})
+	waitReadyAndRunning(t, ns, "environment Ready and session Running on "+diskNode)
 }
 
 // runOn runs `make -s target` in ns's session on a and returns the command and its output.

@@ -266,6 +266,18 @@ func assertGitUnchanged(t *testing.T, where, root string, before map[string]stri
 	}
 }
 
+// gitEnvironment makes a namespace with an Environment of backend over a fresh git
+// repository (dir) and the git profiles, and returns them with the root a command runs in
+// (the managed copy, on fixture-copy.v1).
+func gitEnvironment(t *testing.T, backend wbv1.BackendID) (ns, dir, root string) {
+	t.Helper()
+	ns = namespace(t)
+	dir = gitRepository(t)
+	environment(t, ns, dir, backend, nil)
+	gitProfiles(t, ns, "")
+	return ns, dir, commandRoot(t, ns, dir, backend)
+}
+
 // TestGitMetadataHostOwnedForCommands: the hostile Makefile's attack on .git, run as a
 // TerminalCommand on host-local and fixture-copy.v1, leaves every file of the host's .git
 // (of the managed copy, on fixture-copy) byte-identical, and no hook.
@@ -273,11 +285,7 @@ func TestGitMetadataHostOwnedForCommands(t *testing.T) {
 	requireProcessSandbox(t)
 	for _, bc := range backendCases {
 		t.Run(bc.name, func(t *testing.T) {
-			ns := namespace(t)
-			dir := gitRepository(t)
-			environment(t, ns, dir, bc.backend, nil)
-			gitProfiles(t, ns, "")
-			root := commandRoot(t, ns, dir, bc.backend)
+			ns, dir, root := gitEnvironment(t, bc.backend)
 			before := treeDigest(t, root)
 			if len(before) < 10 {
 				t.Fatalf("the repository has no .git to attack (%d entries under %s)", len(before), root)
@@ -305,11 +313,7 @@ func TestGitMetadataHostOwnedForPTYPrograms(t *testing.T) {
 	ctx := context.Background()
 	for _, bc := range backendCases {
 		t.Run(bc.name, func(t *testing.T) {
-			ns := namespace(t)
-			dir := gitRepository(t)
-			environment(t, ns, dir, bc.backend, nil)
-			gitProfiles(t, ns, "")
-			root := commandRoot(t, ns, dir, bc.backend)
+			ns, _, root := gitEnvironment(t, bc.backend)
 			before := treeDigest(t, root)
 			must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "pty", Namespace: ns},
 				Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e", ShellProfileRef: ptr(wbv1.ObjectName("make-git-pty")), RawInput: wbv1.RawInputOperatorOnly}}))
@@ -347,11 +351,7 @@ func TestGitEmbeddedBareRepositoryRunsNothing(t *testing.T) {
 	requireProcessSandbox(t)
 	for _, bc := range backendCases {
 		t.Run(bc.name, func(t *testing.T) {
-			ns := namespace(t)
-			dir := gitRepository(t)
-			environment(t, ns, dir, bc.backend, nil)
-			gitProfiles(t, ns, "")
-			root := commandRoot(t, ns, dir, bc.backend)
+			ns, _, root := gitEnvironment(t, bc.backend)
 			c, out := runCommand(t, ns, "plant", "make-git", "", "/usr/bin/make", "-s", targetPlant)
 			if c.Status.Phase != wbv1.CommandSucceeded || !strings.Contains(out, "planted") {
 				t.Fatalf("the bare repository was not planted (the test proves nothing): %+v %q", c.Status, tail(out))

@@ -120,19 +120,35 @@ var backendCases = []backendCase{{"host-local", wbv1.BackendHostLocal}, {"fixtur
 func environment(t testing.TB, ns, dir string, backend wbv1.BackendID, res *wbv1.EnvironmentResources) {
 	t.Helper()
 	ctx := context.Background()
+	createEnvironment(t, ns, dir, backend, res, nodeName)
+	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
+		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+	must(t, env.Client.Create(ctx, makeProfile(ns, "make", []string{"-s"}, false)))
+	must(t, env.Client.Create(ctx, makeProfile(ns, "make-pty", []string{"-s", targetPTY}, true)))
+	waitReadyAndRunning(t, ns, "environment Ready and session Running")
+}
+
+// createEnvironment creates environment e over dir on backend (fixture-copy copies dir)
+// on node.
+func createEnvironment(t testing.TB, ns, dir string, backend wbv1.BackendID, res *wbv1.EnvironmentResources, node string) {
+	t.Helper()
+	ctx := context.Background()
 	root := wbv1.EnvironmentRoot{Name: "repo", HostPath: ptr(dir)}
 	if backend == wbv1.BackendFixtureCopy {
 		root = wbv1.EnvironmentRoot{Name: "repo", Source: ptr(dir)}
 	}
 	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
 		Backend: backend, Roots: []wbv1.EnvironmentRoot{root}, Resources: res,
-		NodeSelector: map[string]string{wbv1.NodeLabel: nodeName},
+		NodeSelector: map[string]string{wbv1.NodeLabel: node},
 	}}))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
-	must(t, env.Client.Create(ctx, makeProfile(ns, "make", []string{"-s"}, false)))
-	must(t, env.Client.Create(ctx, makeProfile(ns, "make-pty", []string{"-s", targetPTY}, true)))
-	eventually(t, 60*time.Second, "environment Ready and session Running", func() (bool, string) {
+}
+
+// waitReadyAndRunning waits (60 s at most) until environment e is Ready and session s
+// Running in ns; what names the wait.
+func waitReadyAndRunning(t testing.TB, ns, what string) {
+	t.Helper()
+	ctx := context.Background()
+	eventually(t, 60*time.Second, what, func() (bool, string) {
 		var e wbv1.Environment
 		var s wbv1.TerminalSession
 		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -81,43 +82,12 @@ func TestCorrelationFollowsOneID(t *testing.T) {
 		eventually(t, 30*time.Second, fmt.Sprintf("%T selected by the id", k.list), func() (bool, string) {
 			must(t, env.Client.List(ctx, k.list, client.InNamespace(w.ns), sel))
 			var names []string
-			items, _ := metaItems(k.list)
+			items, err := meta.ExtractList(k.list)
+			must(t, err)
 			for _, o := range items {
-				names = append(names, o.GetName())
+				names = append(names, o.(client.Object).GetName())
 			}
 			return fmt.Sprint(names) == fmt.Sprint(k.want), fmt.Sprintf("%v, want %v", names, k.want)
 		})
 	}
-}
-
-// metaItems lists the objects of a typed list.
-func metaItems(l client.ObjectList) ([]metav1.Object, error) {
-	var out []metav1.Object
-	switch v := l.(type) {
-	case *wbv1.TerminalCommandList:
-		for i := range v.Items {
-			out = append(out, &v.Items[i])
-		}
-	case *wbv1.ConsentRequestList:
-		for i := range v.Items {
-			out = append(out, &v.Items[i])
-		}
-	case *wbv1.WaitList:
-		for i := range v.Items {
-			out = append(out, &v.Items[i])
-		}
-	case *wbv1.ProbeList:
-		for i := range v.Items {
-			out = append(out, &v.Items[i])
-		}
-	case *wbv1.RecordingList:
-		for i := range v.Items {
-			out = append(out, &v.Items[i])
-		}
-	case *wbv1.ArtifactList:
-		for i := range v.Items {
-			out = append(out, &v.Items[i])
-		}
-	}
-	return out, nil
 }

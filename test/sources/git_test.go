@@ -20,6 +20,26 @@ import (
 )
 
 // fileContains reports the regular files under dir that hold needle.
+// noLeak fails (naming what the secrets are) when any secret appears in e's status, an
+// event of ns, the agent's log or a file under its state directory.
+func noLeak(t *testing.T, what string, e *wbv1.Environment, ns, log, stateDir string, secrets ...string) {
+	t.Helper()
+	for _, sec := range secrets {
+		if strings.Contains(statusJSON(e), sec) {
+			t.Errorf("the status holds %s", what)
+		}
+		if strings.Contains(eventsText(t, ns), sec) {
+			t.Errorf("an event holds %s", what)
+		}
+		if strings.Contains(log, sec) {
+			t.Errorf("the agent's log holds %s", what)
+		}
+	}
+	if hits := filesContaining(t, stateDir, secrets...); len(hits) > 0 {
+		t.Errorf("files under the agent's state directory hold %s: %v", what, hits)
+	}
+}
+
 func filesContaining(t *testing.T, dir string, needles ...string) []string {
 	t.Helper()
 	var hits []string
@@ -98,19 +118,8 @@ func TestGitSourcePrivateTokenNeverLeaks(t *testing.T) {
 		if strings.Contains(string(out), sec) {
 			t.Errorf("the sandbox's environment holds the credential: %q", out)
 		}
-		if strings.Contains(statusJSON(e), sec) {
-			t.Errorf("the status holds the credential")
-		}
-		if strings.Contains(eventsText(t, ns), sec) {
-			t.Errorf("an event holds the credential")
-		}
-		if strings.Contains(logs.String(), sec) {
-			t.Errorf("the agent's log holds the credential")
-		}
 	}
-	if hits := filesContaining(t, stateDir, secrets...); len(hits) > 0 {
-		t.Errorf("files under the agent's state directory hold the credential: %v", hits)
-	}
+	noLeak(t, "the credential", e, ns, logs.String(), stateDir, secrets...)
 	// The checkout is there, at the commit, with .git host-owned and minimal.
 	copies, _ := filepath.Glob(filepath.Join(stateDir, "fixtures", string(e.UID), "repo", "fx-*"))
 	if len(copies) != 1 {

@@ -2,18 +2,16 @@ package protocol
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"io"
-	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/test/testkit"
 )
 
 func encode(t testing.TB, f Frame) []byte {
@@ -236,45 +234,9 @@ func TestDecodeJSONStrict(t *testing.T) {
 // fsaccess.CheckRel) against the guest's CheckPath: the guest refuses exactly what the
 // host refuses, with the same code.
 func TestCheckPathGoldenVectors(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "test", "vectors", "relative-path.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Vectors []struct {
-			Name  string `json:"name"`
-			Input struct {
-				RequireFile bool   `json:"requireFile"`
-				Path        string `json:"path"`
-				PathBase64  string `json:"pathBase64"`
-			} `json:"input"`
-			Expect struct {
-				OK   bool   `json:"ok"`
-				Code string `json:"code"`
-			} `json:"expect"`
-		} `json:"vectors"`
-	}
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	if len(doc.Vectors) < 10 {
-		t.Fatalf("only %d vectors", len(doc.Vectors))
-	}
-	for _, v := range doc.Vectors {
-		p := v.Input.Path
-		if v.Input.PathBase64 != "" {
-			b, err := base64.StdEncoding.DecodeString(v.Input.PathBase64)
-			if err != nil {
-				t.Fatalf("%s: %v", v.Name, err)
-			}
-			p = string(b)
-		}
-		want := v.Expect.Code
-		if v.Expect.OK {
-			want = ""
-		}
-		if got := CodeOf(CheckPath(p, !v.Input.RequireFile)); got != want {
-			t.Errorf("%s: CheckPath(%q, allowRoot=%v) = %q, want %q", v.Name, p, !v.Input.RequireFile, got, want)
+	for _, v := range testkit.RelativePathVectors(t) {
+		if got := CodeOf(CheckPath(v.Path, !v.RequireFile)); got != v.Code {
+			t.Errorf("%s: CheckPath(%q, allowRoot=%v) = %q, want %q", v.Name, v.Path, !v.RequireFile, got, v.Code)
 		}
 	}
 }

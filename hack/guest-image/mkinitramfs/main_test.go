@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"sensorium.dev/workbench/internal/test/testkit"
 )
 
 func TestReproducibleNewc(t *testing.T) {
@@ -46,9 +48,4 @@ func TestReproducibleNewc(t *testing.T) {
 	}
 }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+var must = testkit.Must

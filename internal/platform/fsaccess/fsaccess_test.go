@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/test/testkit"
 )
 
 // tree builds: root/{a.txt, sub/b.txt, sub/in-link -> ../a.txt, passwd -> /etc/passwd,
@@ -39,19 +40,10 @@ func tree(t *testing.T) (root *Root, dir, outside string) {
 	return r, dir, outside
 }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-func wantCode(t *testing.T, err error, code string) {
-	t.Helper()
-	if got := string(actuation.CodeOf(err)); got != code {
-		t.Fatalf("code = %q (err %v), want %q", got, err, code)
-	}
-}
+var (
+	must     = testkit.Must
+	wantCode = testkit.WantCode
+)
 
 func TestCheckRelVectors(t *testing.T) {
 	cases := []struct {

@@ -46,6 +46,22 @@ type ErrSkip struct{ Reason string }
 
 func (e *ErrSkip) Error() string { return e.Reason }
 
+// StartForMain is Start for a TestMain: when the stack cannot start here it says why
+// ("SKIP <suite>: ...") and exits 0; on any other error it exits 1.
+func StartForMain(suite string, binaries ...string) *Stack {
+	st, err := Start(binaries...)
+	var skip *ErrSkip
+	if errors.As(err, &skip) {
+		fmt.Fprintln(os.Stderr, "SKIP "+suite+":", skip.Reason)
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the stack:", err)
+		os.Exit(1)
+	}
+	return st
+}
+
 // Start boots the stack (nodeagenttest's suite bootstrap) and builds binaries (package paths
 // relative to the module root).
 func Start(binaries ...string) (*Stack, error) {

@@ -28,6 +28,13 @@ func Must(t testing.TB, err error) {
 // for and what it last saw.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
+	EventuallyEvery(t, PollInterval, timeout, what, cond)
+}
+
+// EventuallyEvery is Eventually polling every interval (a real cluster's suites poll less
+// often than PollInterval).
+func EventuallyEvery(t testing.TB, interval, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		ok, seen := cond()
@@ -37,7 +44,7 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() (b
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s waiting for %s; last saw: %s", timeout, what, seen)
 		}
-		time.Sleep(PollInterval)
+		time.Sleep(interval)
 	}
 }
 

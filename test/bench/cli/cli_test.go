@@ -5,7 +5,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -32,17 +31,7 @@ const ns = "bench"
 func TestMain(m *testing.M) {
 	procexec.MaybeRunHelper()
 	guestenv.MaybeRunRelay() // and as the guest PTY relay of a VM session
-	var err error
-	st, err = stack.Start("./cmd/kubectl-workbench")
-	var skip *stack.ErrSkip
-	if errors.As(err, &skip) {
-		fmt.Fprintln(os.Stderr, "SKIP cli benchmarks:", skip.Reason)
-		os.Exit(0)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting the stack:", err)
-		os.Exit(1)
-	}
+	st = stack.StartForMain("cli benchmarks", "./cmd/kubectl-workbench")
 	code := m.Run()
 	st.Stop()
 	os.Exit(code)

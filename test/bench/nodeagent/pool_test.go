@@ -18,7 +18,6 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/platform/spans"
 	"sensorium.dev/workbench/internal/test/envtest"
-	"sensorium.dev/workbench/internal/test/nodeagenttest"
 	"sensorium.dev/workbench/internal/test/samples"
 )
 
@@ -46,24 +45,7 @@ func BenchmarkPoolClaim(b *testing.B) {
 // floor and a cold VM Environment create → Ready (a boot) of the same template. Claimer
 // and cold environment are deleted after each iteration (the node runs at most four VMs).
 func BenchmarkPoolClaimVM(b *testing.B) {
-	if qemuSkip != "" {
-		b.Skip(qemuSkip)
-	}
-	ctx := context.Background()
-	im, err := nodeagenttest.ImageManifest()
-	must(b, err)
-	if err := env.Client.Create(ctx, im.DeepCopy()); err != nil && !apierrors.IsAlreadyExists(err) {
-		b.Fatal(err)
-	}
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		var c wbv1.BackendCapability
-		if env.Client.Get(ctx, client.ObjectKey{Name: node + ".qemu-microvm.v1"}, &c) == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("no qemu-microvm.v1 capability published")
-		}
-	}
+	im := vmImage(b)
 	tmpl := wbv1.EnvironmentSpec{Backend: wbv1.BackendQEMUMicroVM, Roots: []wbv1.EnvironmentRoot{{Name: "repo"}}, ImageRef: &im.Name,
 		NodeSelector: map[string]string{wbv1.NodeLabel: node}}
 	poolClaim(b, tmpl, 1, 240*time.Second, true)

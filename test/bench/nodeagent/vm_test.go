@@ -47,6 +47,31 @@ func vmProcs(uid string) int {
 	return n
 }
 
+// vmImage skips unless the bench agent runs qemu-microvm.v1, applies the guest image's
+// ImageManifest and waits (60 s at most) until the node has published its qemu-microvm.v1
+// capability.
+func vmImage(b *testing.B) *wbv1.ImageManifest {
+	if qemuSkip != "" {
+		b.Skip(qemuSkip)
+	}
+	ctx := context.Background()
+	im, err := nodeagenttest.ImageManifest()
+	must(b, err)
+	if err := env.Client.Create(ctx, im.DeepCopy()); err != nil && !apierrors.IsAlreadyExists(err) {
+		b.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var c wbv1.BackendCapability
+		if env.Client.Get(ctx, client.ObjectKey{Name: node + ".qemu-microvm.v1"}, &c) == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("no qemu-microvm.v1 capability published")
+		}
+	}
+	return im
+}
+
 // bareLaunch is the floor: qemumicrovm's FloorBoot, i.e. the vsock device and QEMU
 // started directly with the product's own QEMU command line (the same builder the node
 // agent uses: kernel, initrd, accelerator, devices, memory, vCPUs, seccomp sandbox, rng,
@@ -82,24 +107,8 @@ func bareLaunch(b *testing.B, im *wbv1.ImageManifest) time.Duration {
 // interleaved in the same run. Each environment is deleted and its VM gone before the
 // next boot.
 func BenchmarkVMEnvironmentReady(b *testing.B) {
-	if qemuSkip != "" {
-		b.Skip(qemuSkip)
-	}
+	im := vmImage(b)
 	ctx := context.Background()
-	im, err := nodeagenttest.ImageManifest()
-	must(b, err)
-	if err := env.Client.Create(ctx, im.DeepCopy()); err != nil && !apierrors.IsAlreadyExists(err) {
-		b.Fatal(err)
-	}
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		var c wbv1.BackendCapability
-		if env.Client.Get(ctx, client.ObjectKey{Name: node + ".qemu-microvm.v1"}, &c) == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("no qemu-microvm.v1 capability published")
-		}
-	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "bench-vm-"}}
 	must(b, env.Client.Create(ctx, ns))
 	boots := 10
