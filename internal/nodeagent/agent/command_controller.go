@@ -459,7 +459,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		p.refuse(string(actuation.CodeSessionClosed), "session "+sess.Name+" is "+string(sess.Status.Phase))
 		return nil
 	}
-	if ref, err := a.sessionEmitter(ctx, cmd, &sess); err != nil { // session_owner.go
+	if ref, err := a.sessionEmitter(ctx, cmd, &sess); err != nil { // internal/nodeagent/sessions/emitter.go
 		return err
 	} else if ref != nil {
 		p.refuse(string(ref.Code), ref.Message)
