@@ -85,13 +85,13 @@ type helperConfig struct {
 	Mounts []mountSpec `json:"mounts"`
 	// WritablePaths and WritableFiles get Landlock write rights; the rest of the
 	// (minimal) root is read-only.
-	WritablePaths []string          `json:"writablePaths"`
-	WritableFiles []string          `json:"writableFiles"`
-	Seccomp       []unix.SockFilter `json:"seccomp"`
-	HostNetNS     uint64            `json:"hostNetNS"`
-	LandlockABI   int               `json:"landlockABI"`
-	Hostname      string            `json:"hostname"`
-	CapLastCap    int               `json:"capLastCap"`
+	WritablePaths []string   `json:"writablePaths"`
+	WritableFiles []string   `json:"writableFiles"`
+	Seccomp       bpfProgram `json:"seccomp"`
+	HostNetNS     uint64     `json:"hostNetNS"`
+	LandlockABI   int        `json:"landlockABI"`
+	Hostname      string     `json:"hostname"`
+	CapLastCap    int        `json:"capLastCap"`
 	// FileSizeLimit > 0 sets RLIMIT_FSIZE for the program, SIGXFSZ ignored.
 	FileSizeLimit int64 `json:"fileSizeLimit,omitempty"`
 	// GitProtect are the writable roots (paths inside) whose repositories' metadata is

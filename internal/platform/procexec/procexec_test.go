@@ -605,7 +605,11 @@ func slimHelper(t testing.TB) string {
 			return
 		}
 		slimPath = filepath.Join(dir, "helper")
-		out, err := exec.Command(goBin, "build", "-o", slimPath, "./testdata/helper").CombinedOutput()
+		// Static, as the image ships cmd/workbench-sandbox (Dockerfile): a cgo build pays
+		// the dynamic loader and libc's start on every sandbox.
+		build := exec.Command(goBin, "build", "-trimpath", "-ldflags=-s -w", "-o", slimPath, "./testdata/helper")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		out, err := build.CombinedOutput()
 		if err != nil {
 			slimErr = fmt.Errorf("go build testdata/helper: %v\n%s", err, out)
 		}
