@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -37,9 +36,7 @@ func systemManifest(t *testing.T) string {
 	}
 	var im wbv1.ImageManifest
 	must(t, yaml.UnmarshalStrict(raw, &im))
-	if err := env.Client.Create(context.Background(), &im); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatalf("ImageManifest %s: %v", im.Name, err)
-	}
+	must(t, nodeagenttest.ApplyBuiltImageManifest(context.Background(), env, &im))
 	return im.Name
 }
 

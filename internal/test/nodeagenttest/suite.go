@@ -12,8 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -257,15 +260,41 @@ func ImageManifest() (*wbv1.ImageManifest, error) {
 	return &im, nil
 }
 
-// ApplyImageManifest creates the guest's ImageManifest (ImageManifest) unless it exists and
-// returns its name.
+// ApplyImageManifest registers the guest's ImageManifest (ImageManifest) and returns its
+// name (ApplyBuiltImageManifest).
 func ApplyImageManifest(ctx context.Context, env *envtest.Env) (string, error) {
 	im, err := ImageManifest()
 	if err != nil {
 		return "", err
 	}
-	if err := env.Client.Create(ctx, im); err != nil && !apierrors.IsAlreadyExists(err) {
-		return "", fmt.Errorf("creating ImageManifest %s: %w", im.Name, err)
+	return im.Name, ApplyBuiltImageManifest(ctx, env, im)
+}
+
+// ApplyBuiltImageManifest makes im, the manifest `make guest-image` wrote next to the image
+// it built, the one the API server holds: created, or, where an object of that name exists
+// (a committed sample another test applied: a rebuilt image need not match its digests),
+// its spec replaced by im's.
+func ApplyBuiltImageManifest(ctx context.Context, env *envtest.Env, im *wbv1.ImageManifest) error {
+	err := env.Client.Create(ctx, im.DeepCopy())
+	if !apierrors.IsAlreadyExists(err) {
+		if err != nil {
+			return fmt.Errorf("creating ImageManifest %s: %w", im.Name, err)
+		}
+		return nil
 	}
-	return im.Name, nil
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var cur wbv1.ImageManifest
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: im.Name}, &cur); err != nil {
+			return err
+		}
+		if equality.Semantic.DeepEqual(cur.Spec, im.Spec) {
+			return nil
+		}
+		cur.Spec = *im.Spec.DeepCopy()
+		return env.Client.Update(ctx, &cur)
+	})
+	if err != nil {
+		return fmt.Errorf("replacing the spec of ImageManifest %s with the built image's: %w", im.Name, err)
+	}
+	return nil
 }
