@@ -3,13 +3,16 @@ package loopdisk
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/test/testkit"
 )
 
 func requireLoop(t *testing.T) {
@@ -41,6 +44,17 @@ func leftovers(t *testing.T, p *Pool) []string {
 		}
 	}
 	return out
+}
+
+// noLeftovers waits, bounded, until p has no loop device or mount left: the kernel
+// detaches an autoclear loop device in a work item after its last holder goes (a lazy
+// unmount, a descriptor closed), not inside the call that dropped the reference.
+func noLeftovers(t *testing.T, p *Pool, when string) {
+	t.Helper()
+	testkit.Eventually(t, 10*time.Second, "no loop device or mount left "+when, func() (bool, string) {
+		l := leftovers(t, p)
+		return len(l) == 0, fmt.Sprint(l)
+	})
 }
 
 func newPool(t *testing.T, capacity int64) (*Pool, string) {
@@ -115,9 +129,7 @@ func TestDiskBoundsWritesAndTearsDownClean(t *testing.T) {
 	if err := p.Release("env-a", dir); err != nil {
 		t.Fatal(err)
 	}
-	if l := leftovers(t, p); len(l) > 0 {
-		t.Fatalf("left after Release: %v", l)
-	}
+	noLeftovers(t, p, "after Release")
 	if _, err := os.Stat(p.Image("env-a")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("image left: %v", err)
 	}
@@ -206,9 +218,7 @@ func TestSweepRemovesLeftovers(t *testing.T) {
 	if err := p.Release("keep", keepDir); err != nil {
 		t.Fatal(err)
 	}
-	if l := leftovers(t, p); len(l) > 0 {
-		t.Fatalf("left after the sweep and release: %v", l)
-	}
+	noLeftovers(t, p, "after the sweep and release")
 }
 
 func TestParseMountinfo(t *testing.T) {
