@@ -107,6 +107,17 @@ func (p *Pool[T]) Filling() int {
 	return p.filling
 }
 
+// Counts returns the number waiting and the number of starts a background refill still
+// owes, read together (a refill's end moves one from filling to idle in one step).
+func (p *Pool[T]) Counts() (idle, filling int) {
+	if p == nil {
+		return 0, 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.idle), p.filling
+}
+
 // Take returns the oldest waiting one that is still alive, and false when none waits.
 func (p *Pool[T]) Take() (T, bool) {
 	var zero T

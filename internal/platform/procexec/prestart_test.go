@@ -139,9 +139,8 @@ func TestPrestartedSandboxClose(t *testing.T) {
 // is starting (a refill would compete with it); the command's end refills it.
 func TestPrestartedSandboxRefillsOnlyWhenIdle(t *testing.T) {
 	r, _ := prestartedRunner(t, 1)
-	filling := func() (idle, filling int) {
-		return len(r.pool.Idle()), r.pool.Filling()
-	}
+	// Both counts in one read: read apart, a refill ending between them looks like none.
+	filling := r.pool.Counts
 	// The command takes the one idle helper; while it is starting (held in BeforeExec) a
 	// refill is asked for and must not begin.
 	h, err := r.Start(context.Background(), Spec{Argv: []string{"/bin/true"}, BeforeExec: func() error {

@@ -330,7 +330,14 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 		return nil, actuation.Refusef(actuation.CodeCommandCapReached, "%d commands already running", cap(r.sem))
 	}
 	r.starting.Add(1)
-	defer r.starting.Add(-1)
+	startEnded := false
+	endStart := func() {
+		if !startEnded {
+			startEnded = true
+			r.starting.Add(-1)
+		}
+	}
+	defer endStart()
 	released := false
 	release := func() {
 		if !released {
@@ -412,6 +419,9 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 			r.pool.Refill()
 		}
 	}
+	// The start ends before the wait loop begins: a command that exits at once must find
+	// the pool idle when its release refills it (a refill while starting > 0 is skipped).
+	endStart()
 	go h.waitLoop()
 	return h, nil
 }
