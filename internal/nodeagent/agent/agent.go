@@ -26,6 +26,7 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/nodeagent/artifacts"
+	"sensorium.dev/workbench/internal/nodeagent/environments"
 	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/nodeagent/recordings"
 	"sensorium.dev/workbench/internal/nodeagent/session"
@@ -48,9 +49,6 @@ type Agent struct {
 	// stopping is set when the agent shuts down: commands it kills then were interrupted by
 	// the node, not cancelled by anyone (awaitCommand records them so).
 	stopping atomic.Bool
-	// materialized remembers each sourced root's last materialization (sources.go).
-	materialized sync.Map
-
 	cfg      Config
 	helper   string // this executable (or Options.HelperPath): sandbox helper and guest PTY relay
 	store    *store.DB
@@ -68,10 +66,11 @@ type Agent struct {
 
 	sandboxErr error // why the process sandbox cannot be established on this node (checked by New)
 
-	// Components with their own locks: environments and sessions (registries.go), the
+	// Components with their own locks: environments (the environments room's registry) and
+	// sessions (registries.go), the
 	// commands this process started (runtable.go; the ActionRun controller has a table of
 	// its own), and what the node publishes about itself (report.go).
-	envs     *envRegistry
+	envs     *environments.Registry
 	sess     *sessions.Registry
 	commands *runTable[commandOutcome]
 	// profiles memoizes the CommandProfiles read for fast-path admission (profile_memo.go).
@@ -194,7 +193,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		cgroups:          cg,
 		storage:          st,
 		shared:           opts.SharedProcess,
-		envs:             newEnvRegistry(),
+		envs:             environments.NewRegistry(),
 		sess:             sessions.NewRegistry(),
 		commands:         newRunTable[commandOutcome]("command", db),
 		profiles:         newProfileMemo(),

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/nodeagent/environments"
 	"sensorium.dev/workbench/internal/nodeagent/session"
 )
 
@@ -65,7 +66,7 @@ type Config struct {
 	QEMU *QEMUConfig `json:"qemu,omitempty"`
 	// Storage bounds environment disks, sandbox /tmp and file sizes (storage.go).
 	Storage *StorageConfig `json:"storage,omitempty"`
-	// Sources is the node's workspace-source policy (sources.go): the hosts git and OCI
+	// Sources is the node's workspace-source policy (environments/sources.go): the hosts git and OCI
 	// sources may be fetched from, and the bounds of a materialized root. Absent: only
 	// archive sources (uploaded Artifacts) are materialized.
 	Sources *SourcesConfig `json:"sources,omitempty"`
@@ -241,3 +242,6 @@ func (c *Config) Validate() error {
 	}
 	return nil
 }
+
+// SourcesConfig is the node operator's workspace-source policy (the environments room's).
+type SourcesConfig = environments.SourcesConfig

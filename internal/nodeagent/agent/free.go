@@ -46,7 +46,7 @@ func (a *Agent) freeCapacity() wbv1.NodeFree {
 		if n < caps.SessionsPerEnvironment {
 			continue
 		}
-		ns, name, ok := strings.Cut(a.envs.ref(uid), "/")
+		ns, name, ok := strings.Cut(a.envs.Ref(uid), "/")
 		if !ok {
 			continue
 		}
@@ -127,9 +127,3 @@ func (a *Agent) capacityLoop(ctx context.Context) error {
 	}
 }
 
-func refOf(le *liveEnv) string {
-	if le == nil {
-		return ""
-	}
-	return le.spec.Ref
-}

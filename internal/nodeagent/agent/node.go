@@ -20,6 +20,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/nodeagent/environments"
 	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/statusapply"
@@ -109,7 +110,7 @@ func (a *Agent) capabilities() []wbv1.BackendCapability {
 			s.SystemFidelity, s.HostFilesystemSharing = "process-runtime", "read-write"
 		case wbv1.BackendFixtureCopy:
 			s.SystemFidelity, s.HostFilesystemSharing, s.StorageFormats = "filesystem-view", "denied", []string{"directory-copy"}
-			if b, ok := a.backends.Get(id); ok && enforcesDisk(b) {
+			if b, ok := a.backends.Get(id); ok && environments.EnforcesDisk(b) {
 				// Each environment's copies live on a disk of its own (storage.go).
 				s.ResourceEnforcement = append(slices.Clone(s.ResourceEnforcement), "host-storage")
 			}

@@ -12,6 +12,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/nodeagent/environments"
 	"sensorium.dev/workbench/internal/nodeagent/store"
 	"sensorium.dev/workbench/internal/platform/procexec"
 )
@@ -97,7 +98,7 @@ func (a *Agent) recover(ctx context.Context) error {
 		if known[e.Backend] == nil {
 			known[e.Backend] = map[string]backends.Spec{}
 		}
-		known[e.Backend][e.UID] = specFromRecord(e)
+		known[e.Backend][e.UID] = environments.SpecFromRecord(e)
 	}
 	for _, id := range a.backends.IDs() {
 		b, _ := a.backends.Get(id)

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/nodeagent/environments"
 	"sensorium.dev/workbench/internal/nodeagent/imagemanifests"
 	"sensorium.dev/workbench/internal/nodeagent/sessions"
 )
@@ -24,16 +25,8 @@ func (a *Agent) setupControllers(mgr ctrl.Manager) error {
 	if err := a.setupIndexes(a.runCtx, mgr); err != nil {
 		return fmt.Errorf("indexing references: %w", err)
 	}
-	// Environments reconcile concurrently: a VM's boot (tens of seconds under TCG) must not
-	// hold back a host-local allocation on the same node; one key is never reconciled twice at
-	// once, and the backends count what is booting against their caps.
-	envOpts := retryOptions()
-	envOpts.MaxConcurrentReconciles = environmentWorkers
-	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.Environment{}).Named(name("environment")).WithOptions(envOpts).
-		WatchesRawSource(source.Channel(a.wakeEnvironments, &handler.EnqueueRequestForObject{})).
-		Watches(&wbv1.Environment{}, handler.EnqueueRequestsFromMapFunc(claimerOfMember)). // pool.go
-		Complete(&environmentReconciler{a: a}); err != nil {
-		return fmt.Errorf("environment controller: %w", err)
+	if err := environments.New(a.environmentDeps()).Setup(mgr); err != nil {
+		return err
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&corev1.Node{}).Named(name("node")).
 		Complete(&nodeReconciler{a: a}); err != nil {
@@ -66,9 +59,6 @@ func (a *Agent) setupControllers(mgr ctrl.Manager) error {
 // restarted), the outcomes the node holds reach the API within this long of their return,
 // not after the default exponential backoff's quarter of an hour.
 const maxRetryDelay = 15 * time.Second
-
-// environmentWorkers bounds the Environments the node allocates or tears down at once.
-const environmentWorkers = 4
 
 // maxCommandWorkers bounds the node's command workers: each pass mostly waits on the API
 // server and the store's fsync, so a few workers keep a 2-CPU node's start path busy.

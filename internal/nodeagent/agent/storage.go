@@ -12,6 +12,7 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/backends/fixturecopy"
+	"sensorium.dev/workbench/internal/nodeagent/environments"
 	"sensorium.dev/workbench/internal/platform/loopdisk"
 	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/statusapply"
@@ -143,19 +144,6 @@ func (s storage) fixtureDisks(stateDir string) fixturecopy.Disks {
 		DefaultBytes: s.defaultDiskBytes, Unavailable: s.unavailable}
 }
 
-// diskBackend is a backend that bounds an environment's disk (fixture-copy.v1).
-type diskBackend interface {
-	EnforcesDisk() bool
-	DiskBound(spec backends.Spec) int64
-	Storage() (used, capacity int64, disks int, err error)
-}
-
-// enforcesDisk reports whether b bounds resources.diskMiB.
-func enforcesDisk(b backends.Backend) bool {
-	d, ok := b.(diskBackend)
-	return ok && d.EnforcesDisk()
-}
-
 // fileSizeLimit is RLIMIT_FSIZE of a program of env on backend b: the node's maxFileMiB,
 // at most the environment's disk.
 func (a *Agent) fileSizeLimit(env *wbv1.Environment) int64 {
@@ -164,7 +152,7 @@ func (a *Agent) fileSizeLimit(env *wbv1.Environment) int64 {
 	if !ok {
 		return limit
 	}
-	if d, ok := b.(diskBackend); ok && d.EnforcesDisk() {
+	if d, ok := b.(environments.DiskBackend); ok && d.EnforcesDisk() {
 		var spec backends.Spec
 		if res := env.Spec.Resources; res != nil {
 			spec.DiskMiB = deref(res.DiskMiB)
@@ -186,7 +174,7 @@ func (a *Agent) nodeStorage() *wbv1.NodeStorage {
 	if !ok {
 		return out
 	}
-	d, ok := b.(diskBackend)
+	d, ok := b.(environments.DiskBackend)
 	if !ok || !d.EnforcesDisk() {
 		out.Unavailable = clip(a.storage.unavailable, 512)
 		return out

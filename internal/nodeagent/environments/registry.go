@@ -1,7 +1,8 @@
-package agent
+package environments
 
 import (
 	"fmt"
+	"sync"
 
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
@@ -18,6 +19,73 @@ import (
 // the identity is in the store), so the swap is never followed by Landlock, a working
 // directory or a file access.
 
+// Registry holds the environments allocated in this process and their pinned roots. The
+// room writes it; the agent's other parts (commands, sessions, files, the data plane) read
+// it through its exported methods. It calls into nothing while holding its lock.
+type Registry struct {
+	mu   sync.Mutex
+	envs map[string]*liveEnv               // environment UID → spec and backend status
+	pins map[string]map[string]*pinnedRoot // environment UID → root name → pinned directory
+}
+
+// liveEnv is what the node knows of an allocated environment in this process.
+type liveEnv struct {
+	spec   backends.Spec
+	status backends.Status
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	return &Registry{envs: map[string]*liveEnv{}, pins: map[string]map[string]*pinnedRoot{}}
+}
+
+// remember records an environment's latest backend status.
+func (r *Registry) remember(spec backends.Spec, st backends.Status) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.envs[spec.ID] = &liveEnv{spec: spec, status: st}
+}
+
+// Forget drops an environment and closes its pinned roots.
+func (r *Registry) Forget(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.pins[id] {
+		_ = p.root.Close()
+	}
+	delete(r.pins, id)
+	delete(r.envs, id)
+}
+
+// Mounted returns the environment's roots if it is ready in this process.
+func (r *Registry) Mounted(envUID string) ([]backends.MountedRoot, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.envs[envUID]
+	if !ok || e.status.Phase != backends.PhaseReady {
+		return nil, false
+	}
+	return e.status.Roots, true
+}
+
+// Ref returns "namespace/name" of an environment of this process, or "".
+func (r *Registry) Ref(envUID string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e := r.envs[envUID]; e != nil {
+		return e.spec.Ref
+	}
+	return ""
+}
+
+// pinsOf returns the pinned roots of an environment (the map is never mutated after it is
+// stored: pin replaces it).
+func (r *Registry) pinsOf(envUID string) map[string]*pinnedRoot {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pins[envUID]
+}
+
 type pinnedRoot struct {
 	root *fsaccess.Root
 	id   fsaccess.Identity
@@ -26,16 +94,11 @@ type pinnedRoot struct {
 
 func identityString(id fsaccess.Identity) string { return fmt.Sprintf("%d:%d", id.Dev, id.Ino) }
 
-// pinRoots pins the host roots of a ready environment (first pass) or verifies them (later
+// pin pins the host roots of a ready environment (first pass) or verifies them (later
 // passes) and returns the identities to record. recorded holds the identities a previous
-// process pinned.
-func (a *Agent) pinRoots(envUID string, roots []backends.MountedRoot, recorded map[string]string) (map[string]string, error) {
-	return a.envs.pin(envUID, roots, recorded)
-}
-
-// pin is pinRoots on the registry's lock. The stored map of an environment is replaced,
-// never mutated, so pinsOf's readers hold a stable copy.
-func (r *envRegistry) pin(envUID string, roots []backends.MountedRoot, recorded map[string]string) (map[string]string, error) {
+// process pinned. The stored map of an environment is replaced, never mutated, so pinsOf's
+// readers hold a stable copy.
+func (r *Registry) pin(envUID string, roots []backends.MountedRoot, recorded map[string]string) (map[string]string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	pins := map[string]*pinnedRoot{}
@@ -104,10 +167,10 @@ func (p *pinnedRoot) verify(path string) error {
 	return nil
 }
 
-// verifyRoots checks, right before a process starts with them, that every host root of the
+// VerifyRoots checks, right before a process starts with them, that every host root of the
 // environment still names its pinned directory.
-func (a *Agent) verifyRoots(envUID string, roots []backends.MountedRoot) error {
-	pins := a.envs.pinsOf(envUID)
+func (r *Registry) VerifyRoots(envUID string, roots []backends.MountedRoot) error {
+	pins := r.pinsOf(envUID)
 	for _, mr := range roots {
 		if mr.Path == "" {
 			continue
@@ -123,9 +186,9 @@ func (a *Agent) verifyRoots(envUID string, roots []backends.MountedRoot) error {
 	return nil
 }
 
-// pinnedRootOf returns the pinned root of an environment (owned by the agent: never close it).
-func (a *Agent) pinnedRootOf(envUID, name string) (*fsaccess.Root, error) {
-	if p := a.envs.pinsOf(envUID)[name]; p != nil {
+// PinnedRoot returns the pinned root of an environment (owned by the registry: never close it).
+func (r *Registry) PinnedRoot(envUID, name string) (*fsaccess.Root, error) {
+	if p := r.pinsOf(envUID)[name]; p != nil {
 		return p.root, nil
 	}
 	return nil, actuation.Refusef(actuation.CodeRootChanged, "root %s of environment %s is not pinned on this node", name, envUID)

@@ -1,4 +1,4 @@
-package agent
+package environments
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
@@ -49,10 +50,10 @@ type SourcesConfig struct {
 	TimeoutSeconds int `json:"timeoutSeconds,omitempty"`
 }
 
-func (a *Agent) sourcePolicy() (sources.Policy, sources.Limits, time.Duration) {
+func (a *Room) sourcePolicy() (sources.Policy, sources.Limits, time.Duration) {
 	c := SourcesConfig{}
-	if a.cfg.Sources != nil {
-		c = *a.cfg.Sources
+	if a.d.Sources != nil {
+		c = *a.d.Sources
 	}
 	pol := sources.Policy{AllowedHosts: c.AllowedHosts, AllowedFileDirs: c.AllowedFileDirs, AllowRefs: c.AllowRefs, AllowPlainHTTP: c.AllowPlainHTTP}
 	lim := sources.Limits{MaxEntries: c.MaxEntries, MaxBytes: c.MaxMiB << 20, MaxFileBytes: c.MaxFileMiB << 20, MaxFetchBytes: c.MaxFetchMiB << 20}
@@ -79,7 +80,7 @@ func (o *sourceOutcomes) put(s wbv1.RootSourceStatus) {
 // one whose complete copy was reused, what this process recorded when it materialized it
 // (the cached status may not show that write yet), else the status's own entry (after an
 // agent restart); a bare entry for the rest.
-func (a *Agent) mergeSources(o *sourceOutcomes, env *wbv1.Environment) []wbv1.RootSourceStatus {
+func (a *Room) mergeSources(o *sourceOutcomes, env *wbv1.Environment) []wbv1.RootSourceStatus {
 	if o == nil {
 		return env.Status.Roots
 	}
@@ -115,7 +116,7 @@ func (a *Agent) mergeSources(o *sourceOutcomes, env *wbv1.Environment) []wbv1.Ro
 }
 
 // forgetMaterialized drops what mergeSources remembered of an environment's roots.
-func (a *Agent) forgetMaterialized(envUID string) {
+func (a *Room) forgetMaterialized(envUID string) {
 	a.materialized.Range(func(k, _ any) bool {
 		if strings.HasPrefix(k.(string), envUID+"/") {
 			a.materialized.Delete(k)
@@ -149,7 +150,7 @@ func sourceID(kind string, decl any, extra string) string {
 // does not materialize sources, a credentials Secret or an Artifact that is not usable —
 // before anything is fetched. Credentials are read here, by the agent, and stay in the
 // closures: never in the spec's record, a status, an event or a log.
-func (a *Agent) bindSources(ctx context.Context, env *wbv1.Environment, spec *backends.Spec) (*sourceOutcomes, string, string, error) {
+func (a *Room) bindSources(ctx context.Context, env *wbv1.Environment, spec *backends.Spec) (*sourceOutcomes, string, string, error) {
 	var out *sourceOutcomes
 	pol, lim, timeout := a.sourcePolicy()
 	if d := env.Spec.Resources; d != nil && d.DiskMiB != nil && *d.DiskMiB > 0 {
@@ -180,7 +181,7 @@ func (a *Agent) bindSources(ctx context.Context, env *wbv1.Environment, spec *ba
 				return out, c, msg, err
 			}
 			id = sourceID(kind, r.Git, "")
-			scratch := filepath.Join(a.cfg.StateDir, "sources-scratch")
+			scratch := filepath.Join(a.d.StateDir, "sources-scratch")
 			if err := sweepScratchOnce(scratch); err != nil {
 				return out, "", "", err
 			}
@@ -211,7 +212,7 @@ func (a *Agent) bindSources(ctx context.Context, env *wbv1.Environment, spec *ba
 			format := string(r.Archive.Format)
 			m = func(ctx context.Context, st *fsaccess.Root, _ string) (int, int, int64, error) {
 				start := time.Now()
-				blob, err := a.blobs.Open(digest) // re-hashed: a blob that changed is artifact-corrupt
+				blob, err := a.d.Blobs.Open(digest) // re-hashed: a blob that changed is artifact-corrupt
 				if err != nil {
 					return out.record(name, kind, sources.Result{}, actuation.Wrapf(actuation.CodeSourceArtifactUnavailable, err, "archive %s", digest))
 				}
@@ -269,12 +270,12 @@ func refusalOf(err error) (string, string, error) {
 // sourceSecret reads the credentials Secret ref names in env's namespace, straight from the
 // API server (the agent caches and lists no Secret: it may only get one, config/rbac). A
 // Secret without the opt-in label SourceCredentialsLabel=true is refused.
-func (a *Agent) sourceSecret(ctx context.Context, env *wbv1.Environment, ref *wbv1.SecretKeyReference) (*corev1.Secret, error) {
+func (a *Room) sourceSecret(ctx context.Context, env *wbv1.Environment, ref *wbv1.SecretKeyReference) (*corev1.Secret, error) {
 	var s corev1.Secret
 	key := types.NamespacedName{Namespace: env.Namespace, Name: string(ref.Name)}
-	if err := a.reader.Get(ctx, key, &s); err != nil {
+	if err := a.d.Reader.Get(ctx, key, &s); err != nil {
 		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
-			return nil, actuation.Refusef(actuation.CodeSourceCredentialsInvalid, "Secret %s cannot be read by node %s", key, a.cfg.NodeName)
+			return nil, actuation.Refusef(actuation.CodeSourceCredentialsInvalid, "Secret %s cannot be read by node %s", key, a.d.NodeName)
 		}
 		return nil, err
 	}
@@ -284,8 +285,8 @@ func (a *Agent) sourceSecret(ctx context.Context, env *wbv1.Environment, ref *wb
 	return &s, nil
 }
 
-func (a *Agent) gitSource(ctx context.Context, env *wbv1.Environment, g *wbv1.GitRootSource) (sources.GitSource, error) {
-	src := sources.GitSource{URL: g.URL, Commit: ptrStr(g.Commit), Ref: ptrStr(g.Ref), Depth: int(deref(g.Depth)), Submodules: g.Submodules == wbv1.GitSubmodulesFetch, LFS: g.LFS == wbv1.GitLFSFetch}
+func (a *Room) gitSource(ctx context.Context, env *wbv1.Environment, g *wbv1.GitRootSource) (sources.GitSource, error) {
+	src := sources.GitSource{URL: g.URL, Commit: ptr.Deref(g.Commit, ""), Ref: ptr.Deref(g.Ref, ""), Depth: int(ptr.Deref(g.Depth, 0)), Submodules: g.Submodules == wbv1.GitSubmodulesFetch, LFS: g.LFS == wbv1.GitLFSFetch}
 	for _, p := range g.SparsePaths {
 		src.SparsePaths = append(src.SparsePaths, string(p))
 	}
@@ -306,7 +307,7 @@ func (a *Agent) gitSource(ctx context.Context, env *wbv1.Environment, g *wbv1.Gi
 	return src, nil
 }
 
-func (a *Agent) ociAuth(ctx context.Context, env *wbv1.Environment, o *wbv1.OCIRootSource) (authn.Authenticator, error) {
+func (a *Room) ociAuth(ctx context.Context, env *wbv1.Environment, o *wbv1.OCIRootSource) (authn.Authenticator, error) {
 	r, _, err := sources.ParseOCIReference(o.Ref)
 	if err != nil {
 		return nil, err
@@ -329,13 +330,13 @@ func (a *Agent) ociAuth(ctx context.Context, env *wbv1.Environment, o *wbv1.OCIR
 // node. An Artifact on another node is refused (source-artifact-unavailable): the blob never
 // leaves its node; the Environment is placed there with a nodeSelector on
 // workbench.sensorium.dev/node (docs/workspace-sources.md).
-func (a *Agent) archiveBlob(ctx context.Context, env *wbv1.Environment, src *wbv1.ArchiveRootSource) (string, error) {
+func (a *Room) archiveBlob(ctx context.Context, env *wbv1.Environment, src *wbv1.ArchiveRootSource) (string, error) {
 	code := string(actuation.CodeSourceArtifactUnavailable)
 	var art wbv1.Artifact
 	key := types.NamespacedName{Namespace: env.Namespace, Name: string(src.ArtifactRef)}
-	err := a.client.Get(ctx, key, &art)
+	err := a.d.Client.Get(ctx, key, &art)
 	if apierrors.IsNotFound(err) {
-		err = a.reader.Get(ctx, key, &art)
+		err = a.d.Reader.Get(ctx, key, &art)
 	}
 	if err != nil {
 		if apierrors.IsNotFound(err) {
@@ -346,13 +347,13 @@ func (a *Agent) archiveBlob(ctx context.Context, env *wbv1.Environment, src *wbv
 	switch {
 	case art.Status.Digest == "":
 		return "", actuation.Refusef(actuation.Code(code), "Artifact %s holds no content yet", key)
-	case art.Status.NodeName != a.cfg.NodeName:
-		return "", actuation.Refusef(actuation.Code(code), "Artifact %s is stored on node %q, not on %q: place the Environment on its node (nodeSelector %s)", key, art.Status.NodeName, a.cfg.NodeName, wbv1.NodeLabel)
+	case art.Status.NodeName != a.d.NodeName:
+		return "", actuation.Refusef(actuation.Code(code), "Artifact %s is stored on node %q, not on %q: place the Environment on its node (nodeSelector %s)", key, art.Status.NodeName, a.d.NodeName, wbv1.NodeLabel)
 	case src.Digest != nil && *src.Digest != art.Status.Digest:
 		return "", actuation.Refusef(actuation.Code(code), "Artifact %s holds %s, not the pinned %s", key, art.Status.Digest, *src.Digest)
 	}
-	if _, err := a.blobs.Stat(string(art.Status.Digest)); err != nil {
-		return "", actuation.Wrapf(actuation.Code(code), err, "Artifact %s's blob on node %s", key, a.cfg.NodeName)
+	if _, err := a.d.Blobs.Stat(string(art.Status.Digest)); err != nil {
+		return "", actuation.Wrapf(actuation.Code(code), err, "Artifact %s's blob on node %s", key, a.d.NodeName)
 	}
 	return string(art.Status.Digest), nil
 }

@@ -1,4 +1,4 @@
-package agent
+package environments
 
 import (
 	"context"
@@ -8,26 +8,22 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/nodeagent/store"
 	"sensorium.dev/workbench/internal/statusapply"
 )
 
-// liveEnv is what the agent knows of an allocated environment in this process.
-type liveEnv struct {
-	spec   backends.Spec
-	status backends.Status
-}
-
 // inspectInterval re-observes ready environments (their roots can disappear under us).
 const inspectInterval = time.Minute
 
-type environmentReconciler struct{ a *Agent }
+type reconciler struct{ a *Room }
 
 // environmentOwned is what the node writes of an Environment's status: its own conditions
 // and the source generation, and — for a pool claimer (wbv1.EnvironmentPhaseWriter) — the
@@ -50,21 +46,23 @@ func environmentOwned(s *wbv1.EnvironmentStatus) wbv1.EnvironmentStatus {
 func specFor(env *wbv1.Environment) backends.Spec {
 	s := backends.Spec{
 		ID: string(env.UID), Ref: env.Namespace + "/" + env.Name, Generation: max(env.Status.SourceGeneration, 1),
-		PlanDigest: string(env.Status.PlanDigest), ImageRef: ptrStr(env.Spec.ImageRef),
+		PlanDigest: string(env.Status.PlanDigest), ImageRef: ptr.Deref(env.Spec.ImageRef, ""),
 	}
 	for _, r := range env.Spec.Roots {
-		s.Roots = append(s.Roots, backends.Root{Name: string(r.Name), HostPath: ptrStr(r.HostPath), Source: ptrStr(r.Source),
+		s.Roots = append(s.Roots, backends.Root{Name: string(r.Name), HostPath: ptr.Deref(r.HostPath, ""), Source: ptr.Deref(r.Source, ""),
 			ReadOnly: r.Access != nil && *r.Access == "ReadOnly"})
 	}
 	if res := env.Spec.Resources; res != nil {
-		s.VCPUs, s.MemoryMiB, s.DiskMiB, s.PIDs = deref(res.VCPUs), deref(res.MemoryMiB), deref(res.DiskMiB), deref(res.PIDs)
+		s.VCPUs, s.MemoryMiB, s.DiskMiB, s.PIDs = ptr.Deref(res.VCPUs, 0), ptr.Deref(res.MemoryMiB, 0), ptr.Deref(res.DiskMiB, 0), ptr.Deref(res.PIDs, 0)
 	}
 	// A VM's working disk outlives teardown only under RetainArtifacts.
 	s.KeepDisk = env.Spec.Teardown != nil && *env.Spec.Teardown == wbv1.TeardownRetainArtifacts
 	return s
 }
 
-func specFromRecord(e store.Environment) backends.Spec {
+// SpecFromRecord is the backend spec of an environment's store record (teardown and the
+// recovery sweep, when its object is gone or not read yet).
+func SpecFromRecord(e store.Environment) backends.Spec {
 	s := backends.Spec{ID: e.UID, Ref: e.Namespace + "/" + e.Name}
 	for name, p := range e.RootPaths {
 		s.Roots = append(s.Roots, backends.Root{Name: name, HostPath: p})
@@ -72,11 +70,11 @@ func specFromRecord(e store.Environment) backends.Spec {
 	return s
 }
 
-func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	a := r.a
-	defer a.kickCapacity() // what this pass opened or ended changes the free capacity (free.go)
+	defer a.d.Kick() // what this pass opened or ended changes the free capacity (the agent's free.go)
 	var env wbv1.Environment
-	if err := a.client.Get(ctx, req.NamespacedName, &env); err != nil {
+	if err := a.d.Client.Get(ctx, req.NamespacedName, &env); err != nil {
 		if client.IgnoreNotFound(err) == nil {
 			return ctrl.Result{}, a.teardownDeleted(ctx, req.Namespace, req.Name)
 		}
@@ -85,7 +83,7 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	mark := claimMarker(&env)
 	mark("node-reconcile")
 	// Re-check ownership before acting: the label selected it, the status must agree.
-	if env.Labels[wbv1.NodeLabel] != a.cfg.NodeName || env.Status.NodeName != a.cfg.NodeName {
+	if env.Labels[wbv1.NodeLabel] != a.d.NodeName || env.Status.NodeName != a.d.NodeName {
 		return ctrl.Result{}, nil
 	}
 	mark("node-owned")
@@ -95,34 +93,34 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	set := func(t string, ok bool, reason, msg string) {
 		statusapply.Set(&next.Conditions, &all, statusapply.Cond(t, ok, reason, msg, env.Generation))
 	}
-	_, wasMounted := a.mountedRoots(string(env.UID))
-	b, ok := a.backends.Get(string(env.Spec.Backend))
+	_, wasMounted := a.d.Registry.Mounted(string(env.UID))
+	b, ok := a.d.Backends.Get(string(env.Spec.Backend))
 	spec := specFor(&env)
 	result := ctrl.Result{RequeueAfter: inspectInterval}
 	deleting := !env.DeletionTimestamp.IsZero()
 	var recordWait func() error // an adopted environment's record, written beside its status
 	switch {
-	case deleting && condTrue(all, wbv1.ConditionCleanupComplete):
+	case deleting && meta.IsStatusConditionTrue(all, wbv1.ConditionCleanupComplete):
 		return ctrl.Result{}, nil // reported; the manager releases the finalizer
 	case deleting && !ok:
 		// No backend of that id here: this node never allocated anything for it.
-		set(wbv1.ConditionCleanupComplete, true, "NothingHeld", "node "+a.cfg.NodeName+" holds nothing for this environment")
+		set(wbv1.ConditionCleanupComplete, true, "NothingHeld", "node "+a.d.NodeName+" holds nothing for this environment")
 		set(wbv1.ConditionReady, false, wbv1.ReasonClosed, "environment is Closed")
 		result = ctrl.Result{}
 	case !ok:
-		set(wbv1.ConditionReady, false, wbv1.ReasonFailed, fmt.Sprintf("capability-mismatch: backend %s is not available on node %s", env.Spec.Backend, a.cfg.NodeName))
-	case condTrue(all, wbv1.ConditionExpired) || deleting:
+		set(wbv1.ConditionReady, false, wbv1.ReasonFailed, fmt.Sprintf("capability-mismatch: backend %s is not available on node %s", env.Spec.Backend, a.d.NodeName))
+	case meta.IsStatusConditionTrue(all, wbv1.ConditionExpired) || deleting:
 		if deleting {
 			// reconcileDelete: drain (stop the environment's commands, close its sessions),
 			// then tear down per spec.teardown.
 			set(wbv1.ConditionReady, false, wbv1.ReasonDraining, "draining: stopping commands and closing sessions")
-			a.drainEnvironment(ctx, spec.ID)
+			a.d.Drain(ctx, spec.ID)
 			if _, err := b.Drain(ctx, spec); err != nil {
 				// Nothing left to drain (no VM runs) must not block the teardown.
 				ctrl.LoggerFrom(ctx).Info("Drain before teardown failed; tearing down", "environment", req.NamespacedName, "error", err.Error())
 			}
 			if env.Spec.Teardown == nil || *env.Spec.Teardown != wbv1.TeardownRetainArtifacts {
-				if err := a.expireArtifactsOf(ctx, &env); err != nil {
+				if err := a.d.ExpireArtifacts(ctx, &env); err != nil {
 					return ctrl.Result{}, err
 				}
 			}
@@ -135,30 +133,30 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			result.RequeueAfter = 10 * time.Second
 		} else {
 			set(wbv1.ConditionCleanupComplete, true, "TornDown", "backend resources removed")
-			if err := a.store.Environments().Delete(spec.ID); err != nil {
+			if err := a.d.Store.Environments().Delete(spec.ID); err != nil {
 				return ctrl.Result{}, fmt.Errorf("deleting the store record of environment %s/%s: %w", env.Namespace, env.Name, err)
 			}
 			a.wakeRootWaiters(ctx) // its host directories are free (tenancy.go)
 			result = ctrl.Result{}
 		}
 		reason := wbv1.ReasonExpired
-		if !condTrue(all, wbv1.ConditionExpired) {
+		if !meta.IsStatusConditionTrue(all, wbv1.ConditionExpired) {
 			reason = wbv1.ReasonClosed
 		}
 		set(wbv1.ConditionReady, false, reason, "environment is "+reason)
-	case a.cordoned.Load():
-		// kubectl drain (node_drain.go): stop the environment's commands (interrupted),
+	case a.d.Cordoned():
+		// kubectl drain (the agent's node_drain.go): stop the environment's commands (interrupted),
 		// close its sessions, drain the backend, tear it down; uncordon allocates it again.
-		set(wbv1.ConditionReady, false, wbv1.ReasonDraining, string(actuation.CodeNodeDraining)+": node "+a.cfg.NodeName+
+		set(wbv1.ConditionReady, false, wbv1.ReasonDraining, string(actuation.CodeNodeDraining)+": node "+a.d.NodeName+
 			" is cordoned (kubectl drain): commands interrupted, sessions closed, backend resources torn down; kubectl uncordon restores the environment")
 		result = ctrl.Result{}
 		if !wasMounted {
-			if _, found, err := a.store.Environments().Get(spec.ID); err != nil || !found {
+			if _, found, err := a.d.Store.Environments().Get(spec.ID); err != nil || !found {
 				break // nothing allocated here (or already torn down by an earlier pass)
 			}
 		}
-		a.markDrained(spec.ID)
-		a.drainEnvironment(ctx, spec.ID)
+		a.d.MarkDrained(spec.ID)
+		a.d.Drain(ctx, spec.ID)
 		if _, err := b.Drain(ctx, spec); err != nil {
 			ctrl.LoggerFrom(ctx).Info("Backend drain before the drain's teardown failed; tearing down", "environment", req.NamespacedName, "error", err.Error())
 		}
@@ -169,22 +167,22 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			result.RequeueAfter = 10 * time.Second
 			break
 		}
-		if err := a.store.Environments().Delete(spec.ID); err != nil {
+		if err := a.d.Store.Environments().Delete(spec.ID); err != nil {
 			return ctrl.Result{}, fmt.Errorf("deleting the store record of drained environment %s/%s: %w", env.Namespace, env.Name, err)
 		}
 		a.wakeRootWaiters(ctx)
-		a.recordEvent(&env, corev1.EventTypeNormal, "Drained", "node "+a.cfg.NodeName+" is cordoned: environment drained and torn down")
+		a.d.Event(&env, corev1.EventTypeNormal, "Drained", "node "+a.d.NodeName+" is cordoned: environment drained and torn down")
 	default:
 		if code, msg, err := a.resolveBootImage(ctx, &env, &spec); err != nil {
 			return ctrl.Result{}, err
 		} else if code != "" {
 			set(wbv1.ConditionReady, false, wbv1.ReasonFailed, code+": "+msg)
-			a.recordEvent(&env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
+			a.d.Event(&env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
 			break
 		}
-		if code, msg := unenforcedResources(b.ID(), spec, enforcesDisk(b)); code != "" {
+		if code, msg := unenforcedResources(b.ID(), spec, EnforcesDisk(b)); code != "" {
 			set(wbv1.ConditionReady, false, wbv1.ReasonFailed, code+": "+msg)
-			a.recordEvent(&env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
+			a.d.Event(&env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
 			break
 		}
 		// Sourced roots (git, archive, oci): bound here, materialized by Allocate (sources.go).
@@ -195,7 +193,7 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			srcs.failRoot(&env, code)
 			next.Roots = a.mergeSources(srcs, &env)
 			set(wbv1.ConditionReady, false, wbv1.ReasonFailed, code+": "+msg)
-			a.recordEvent(&env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
+			a.d.Event(&env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
 			break
 		}
 		if env.Labels[wbv1.PoolClaimedByLabel] != "" {
@@ -219,7 +217,7 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		mark("node-adopted")
 		rec := store.Environment{UID: spec.ID, Namespace: env.Namespace, Name: env.Name, Backend: b.ID(), RootPaths: map[string]string{},
 			Phase: string(backends.PhaseAllocating), UpdatedAt: time.Now()}
-		if old, found, err := a.store.Environments().Get(spec.ID); err != nil {
+		if old, found, err := a.d.Store.Environments().Get(spec.ID); err != nil {
 			return ctrl.Result{}, err
 		} else if found {
 			rec.RootIdentities = old.RootIdentities // pinned by an earlier pass or process
@@ -233,9 +231,9 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		// member's record in the same transaction (pool.go).
 		putRecord := func(rec store.Environment) error {
 			if adoptedFrom == "" {
-				return a.store.Environments().Put(rec)
+				return a.d.Store.Environments().Put(rec)
 			}
-			err := a.store.Environments().Replace(adoptedFrom, rec)
+			err := a.d.Store.Environments().Replace(adoptedFrom, rec)
 			if err == nil {
 				adoptedFrom = ""
 			}
@@ -251,7 +249,7 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 				return ctrl.Result{}, err
 			} else if code != "" {
 				set(wbv1.ConditionReady, false, wbv1.ReasonFailed, msg)
-				a.recordEvent(&env, corev1.EventTypeWarning, "RootInUse", msg)
+				a.d.Event(&env, corev1.EventTypeWarning, "RootInUse", msg)
 				break
 			}
 		}
@@ -273,7 +271,7 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 					return ctrl.Result{}, cerr
 				} else if code != "" {
 					set(wbv1.ConditionReady, false, wbv1.ReasonFailed, msg)
-					a.recordEvent(&env, corev1.EventTypeWarning, "RootInUse", msg)
+					a.d.Event(&env, corev1.EventTypeWarning, "RootInUse", msg)
 					break
 				}
 			}
@@ -288,14 +286,14 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 				}
 			}
 			set(wbv1.ConditionReady, false, wbv1.ReasonFailed, err.Error())
-			a.recordEvent(&env, corev1.EventTypeWarning, "AllocationFailed", err.Error())
+			a.d.Event(&env, corev1.EventTypeWarning, "AllocationFailed", err.Error())
 			break
 		}
 		if st.Phase == backends.PhaseReady {
-			ids, err := a.pinRoots(spec.ID, st.Roots, rec.RootIdentities)
+			ids, err := a.d.Registry.pin(spec.ID, st.Roots, rec.RootIdentities)
 			if err != nil {
 				a.forgetEnv(spec.ID)
-				code := codeOf(err)
+				code := nodekit.CodeOf(err)
 				if code == "" {
 					code = string(actuation.CodeRootInvalid)
 				}
@@ -303,7 +301,7 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 				_ = putRecord(rec)
 				msg := fmt.Sprintf("%s: %v", code, err)
 				set(wbv1.ConditionReady, false, wbv1.ReasonFailed, msg)
-				a.recordEvent(&env, corev1.EventTypeWarning, "RootChanged", msg)
+				a.d.Event(&env, corev1.EventTypeWarning, "RootChanged", msg)
 				break
 			}
 			rec.RootIdentities = ids
@@ -320,7 +318,7 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			// left without an instance the node knows.
 			done := make(chan error, 1)
 			r := rec
-			go func() { done <- a.store.Environments().Replace(from, r) }()
+			go func() { done <- a.d.Store.Environments().Replace(from, r) }()
 			adoptedFrom = ""
 			recordWait = func() error {
 				if err := <-done; err != nil {
@@ -335,9 +333,9 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			}
 			mark("node-record-ready")
 		}
-		a.rememberEnv(spec, st)
+		a.d.Registry.remember(spec, st)
 		if st.Phase == backends.PhaseReady {
-			rs := a.applyDesiredState(ctx, &env, b, spec, fmt.Sprintf("%s environment ready with %d roots", b.ID(), len(st.Roots))) // environment_pause.go
+			rs := a.applyDesiredState(ctx, &env, b, spec, fmt.Sprintf("%s environment ready with %d roots", b.ID(), len(st.Roots))) // pause.go
 			set(wbv1.ConditionReady, rs.ready, rs.reason, rs.msg)
 			if rs.unsupported {
 				set(wbv1.ConditionDegraded, true, reasonPauseUnsupported, string(actuation.CodePauseUnsupported)+": backend "+b.ID()+" cannot pause; the environment keeps running")
@@ -360,7 +358,7 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			set(hc.Type, hc.Status == metav1.ConditionTrue, hc.Reason, hc.Message)
 		}
 	}
-	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"environment", &env, cur, next)
+	wrote, err := statusapply.Apply(ctx, a.d.Client, nodekit.FieldManager+"environment", &env, cur, next)
 	if recordWait != nil {
 		if rerr := recordWait(); rerr != nil {
 			return ctrl.Result{}, rerr
@@ -373,11 +371,11 @@ func (r *environmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if wrote {
 		mark("node-status-written")
 	}
-	if _, mounted := a.mountedRoots(string(env.UID)); mounted && !wasMounted && !deleting {
-		a.environmentAvailable(ctx, &env)
+	if _, mounted := a.d.Registry.Mounted(string(env.UID)); mounted && !wasMounted && !deleting {
+		a.d.Available(ctx, &env)
 	}
 	if wrote && before != after {
-		a.recordEvent(&env, corev1.EventTypeNormal, "Phase"+string(after), "Environment is "+string(after)+" on node "+a.cfg.NodeName)
+		a.d.Event(&env, corev1.EventTypeNormal, "Phase"+string(after), "Environment is "+string(after)+" on node "+a.d.NodeName)
 	}
 	return result, nil
 }

@@ -1,4 +1,4 @@
-package agent
+package environments
 
 import (
 	"context"
@@ -26,7 +26,7 @@ type runState struct {
 // spec.desiredState says: Paused stops the guest in place (Ready=False, reason Paused);
 // Running (the default) resumes a paused guest and waits for its agent's handshake. A
 // backend without backends.Pauser refuses a pause with pause-unsupported and keeps running.
-func (a *Agent) applyDesiredState(ctx context.Context, env *wbv1.Environment, b backends.Backend, spec backends.Spec, readyMsg string) runState {
+func (a *Room) applyDesiredState(ctx context.Context, env *wbv1.Environment, b backends.Backend, spec backends.Spec, readyMsg string) runState {
 	p, canPause := b.(backends.Pauser)
 	if env.Spec.DesiredState == wbv1.EnvironmentDesiredPaused {
 		if !canPause {
@@ -50,11 +50,11 @@ func (a *Agent) applyDesiredState(ctx context.Context, env *wbv1.Environment, b 
 	return runState{ready: true, reason: "Ready", msg: readyMsg}
 }
 
-// pausedRefusal is the refusal of new work (a command, a session) on an environment asked
+// PausedRefusal is the refusal of new work (a command, a session) on an environment asked
 // to pause: refused rather than held, because a hold would need a queue bounded by how
 // long an owner keeps the environment paused, which nothing bounds; the proposer resumes
 // the environment and submits again.
-func pausedRefusal(env *wbv1.Environment) (string, string) {
+func PausedRefusal(env *wbv1.Environment) (string, string) {
 	if env.Spec.DesiredState != wbv1.EnvironmentDesiredPaused {
 		return "", ""
 	}

@@ -1,4 +1,4 @@
-package agent
+package environments
 
 import (
 	"context"
@@ -28,7 +28,7 @@ import (
 // member's. When the instance cannot be adopted (no record here, a backend without Adopter,
 // a failed move) env is allocated afresh, which is always correct: its allocation equals the
 // member's, and the member's own teardown removes the instance left behind.
-func (a *Agent) adoptPoolMember(ctx context.Context, env *wbv1.Environment, b backends.Backend, spec *backends.Spec) (string, error) {
+func (a *Room) adoptPoolMember(ctx context.Context, env *wbv1.Environment, b backends.Backend, spec *backends.Spec) (string, error) {
 	pm := env.Status.PoolMember
 	if pm == nil || pm.UID == "" || pm.UID == spec.ID {
 		return "", nil
@@ -37,7 +37,7 @@ func (a *Agent) adoptPoolMember(ctx context.Context, env *wbv1.Environment, b ba
 	// Every pass, not only the adopting one: a pass after an adoption whose status write
 	// failed must still report a generation past the member's.
 	spec.Generation = max(spec.Generation, pm.SourceGeneration+1)
-	if _, found, err := a.store.Environments().Get(spec.ID); err != nil {
+	if _, found, err := a.d.Store.Environments().Get(spec.ID); err != nil {
 		return "", fmt.Errorf("reading the store record of environment %s/%s: %w", env.Namespace, env.Name, err)
 	} else if found {
 		return "", nil // adopted (or allocated) by an earlier pass
@@ -47,7 +47,7 @@ func (a *Agent) adoptPoolMember(ctx context.Context, env *wbv1.Environment, b ba
 		logger.V(1).Info("Backend cannot adopt a pool member; allocating afresh", "backend", b.ID())
 		return "", nil
 	}
-	mrec, found, err := a.store.Environments().Get(pm.UID)
+	mrec, found, err := a.d.Store.Environments().Get(pm.UID)
 	if err != nil {
 		return "", fmt.Errorf("reading the store record of pool member %s/%s: %w", env.Namespace, pm.Name, err)
 	}
@@ -57,15 +57,15 @@ func (a *Agent) adoptPoolMember(ctx context.Context, env *wbv1.Environment, b ba
 	}
 	mark := claimMarker(env)
 	mark("node-adopt-begin")
-	a.drainEnvironment(ctx, pm.UID)
+	a.d.Drain(ctx, pm.UID)
 	mark("node-member-drained")
-	if err := ad.Adopt(ctx, specFromRecord(mrec), *spec); err != nil {
+	if err := ad.Adopt(ctx, SpecFromRecord(mrec), *spec); err != nil {
 		logger.Info("Adopting the pool member failed; allocating afresh", "error", err.Error())
 		return "", nil
 	}
 	mark("node-instance-moved")
 	a.forgetEnv(pm.UID)
-	a.recordEvent(env, "Normal", "PoolMemberAdopted", "adopted the instance of pool member "+pm.Name+" on node "+a.cfg.NodeName)
+	a.d.Event(env, "Normal", "PoolMemberAdopted", "adopted the instance of pool member "+pm.Name+" on node "+a.d.NodeName)
 	return pm.UID, nil
 }
 
@@ -78,18 +78,18 @@ func (a *Agent) adoptPoolMember(ctx context.Context, env *wbv1.Environment, b ba
 // claimed-by label is written once), nothing is moved or allocated for env, and the manager
 // binds env anew. A claim the cache has not seen yet shows with the member's next event,
 // which requeues env (claimerOfMember).
-func (a *Agent) poolClaimPending(ctx context.Context, env *wbv1.Environment) (bool, error) {
+func (a *Room) poolClaimPending(ctx context.Context, env *wbv1.Environment) (bool, error) {
 	pm := env.Status.PoolMember
 	if pm == nil || pm.UID == string(env.UID) {
 		return false, nil
 	}
-	if _, found, err := a.store.Environments().Get(string(env.UID)); err != nil {
+	if _, found, err := a.d.Store.Environments().Get(string(env.UID)); err != nil {
 		return false, fmt.Errorf("reading the store record of environment %s/%s: %w", env.Namespace, env.Name, err)
 	} else if found {
 		return false, nil
 	}
 	var m wbv1.Environment
-	if err := a.client.Get(ctx, types.NamespacedName{Namespace: env.Namespace, Name: pm.Name}, &m); err != nil {
+	if err := a.d.Client.Get(ctx, types.NamespacedName{Namespace: env.Namespace, Name: pm.Name}, &m); err != nil {
 		if apierrors.IsNotFound(err) {
 			return true, nil
 		}

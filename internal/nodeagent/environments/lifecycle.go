@@ -1,15 +1,12 @@
-package agent
+package environments
 
 import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
@@ -18,11 +15,12 @@ import (
 )
 
 // What the environment reconciler calls around its passes: teardown of an object already
-// gone, boot-image resolution, drain, and the end of an environment's artifacts.
+// gone and boot-image resolution. Draining an environment's work and ending its artifacts
+// are the agent's (Deps.DrainWork, Deps.ExpireArtifacts).
 
 // teardownDeleted tears down an environment whose object is gone, from the store record.
-func (a *Agent) teardownDeleted(ctx context.Context, ns, name string) error {
-	recs, err := a.store.Environments().List(0)
+func (a *Room) teardownDeleted(ctx context.Context, ns, name string) error {
+	recs, err := a.d.Store.Environments().List(0)
 	if err != nil {
 		return err
 	}
@@ -30,13 +28,13 @@ func (a *Agent) teardownDeleted(ctx context.Context, ns, name string) error {
 		if e.Namespace != ns || e.Name != name {
 			continue
 		}
-		if b, ok := a.backends.Get(e.Backend); ok {
-			if _, err := b.Teardown(ctx, specFromRecord(e)); err != nil {
+		if b, ok := a.d.Backends.Get(e.Backend); ok {
+			if _, err := b.Teardown(ctx, SpecFromRecord(e)); err != nil {
 				return fmt.Errorf("tearing down deleted environment %s/%s: %w", ns, name, err)
 			}
 		}
 		a.forgetEnv(e.UID)
-		if err := a.store.Environments().Delete(e.UID); err != nil {
+		if err := a.d.Store.Environments().Delete(e.UID); err != nil {
 			return err
 		}
 		a.wakeRootWaiters(ctx)
@@ -44,44 +42,16 @@ func (a *Agent) teardownDeleted(ctx context.Context, ns, name string) error {
 	return nil
 }
 
-func (a *Agent) rememberEnv(spec backends.Spec, st backends.Status) { a.envs.remember(spec, st) }
-
-func (a *Agent) forgetEnv(id string) { a.envs.forget(id); a.forgetMaterialized(id) }
-
-// mountedRoots returns the environment's roots if it is ready in this process.
-func (a *Agent) mountedRoots(envUID string) ([]backends.MountedRoot, bool) {
-	return a.envs.mounted(envUID)
-}
-
-func condTrue(conds []metav1.Condition, t string) bool {
-	for _, c := range conds {
-		if c.Type == t {
-			return c.Status == metav1.ConditionTrue
-		}
-	}
-	return false
-}
-
-func ptrStr(p *string) string {
-	if p == nil {
-		return ""
-	}
-	return *p
-}
-
-func deref(p *int32) int32 {
-	if p == nil {
-		return 0
-	}
-	return *p
-}
+// forgetEnv drops an environment's live state: its registry entry and pinned roots, and
+// what mergeSources remembered of its sourced roots.
+func (a *Room) forgetEnv(id string) { a.d.Registry.Forget(id); a.forgetMaterialized(id) }
 
 // resolveBootImage resolves a VM environment's spec.imageRef → ImageManifest → the variant
 // for its backend on this node's architecture, and puts the boot files (paths beneath the
 // backend's image directory, digests the backend verifies before booting) into spec. It
 // returns a refusal code and message when the image cannot be resolved; processless
 // backends need nothing.
-func (a *Agent) resolveBootImage(ctx context.Context, env *wbv1.Environment, spec *backends.Spec) (string, string, error) {
+func (a *Room) resolveBootImage(ctx context.Context, env *wbv1.Environment, spec *backends.Spec) (string, string, error) {
 	if env.Spec.Backend != wbv1.BackendQEMUMicroVM && env.Spec.Backend != wbv1.BackendVfkit {
 		return "", "", nil
 	}
@@ -95,9 +65,9 @@ func (a *Agent) resolveBootImage(ctx context.Context, env *wbv1.Environment, spe
 	// verified by the backend before a boot, whichever copy of the manifest named them.
 	var im wbv1.ImageManifest
 	key := types.NamespacedName{Name: *env.Spec.ImageRef}
-	err := a.client.Get(ctx, key, &im)
+	err := a.d.Client.Get(ctx, key, &im)
 	if apierrors.IsNotFound(err) {
-		err = a.reader.Get(ctx, key, &im)
+		err = a.d.Reader.Get(ctx, key, &im)
 	}
 	if err != nil {
 		if apierrors.IsNotFound(err) {
@@ -142,52 +112,4 @@ func (a *Agent) resolveBootImage(ctx context.Context, env *wbv1.Environment, spe
 		return code, fmt.Sprintf("ImageManifest %s has no full-system (disk) %s variant for %s, and the environment requires full-system-linux", im.Name, env.Spec.Backend, arch), nil
 	}
 	return code, fmt.Sprintf("ImageManifest %s has no direct-kernel %s variant with a kernel and an initrd for %s", im.Name, env.Spec.Backend, arch), nil
-}
-
-// drainEnvironment stops the environment's running commands and closes its sessions, and
-// waits (bounded by drainWait) for the commands' outcomes to be recorded.
-func (a *Agent) drainEnvironment(ctx context.Context, envUID string) {
-	stopped := a.stopCommands(func(lc *liveCommand) bool { return lc.envUID == envUID })
-	for _, uid := range a.sess.OpenIn(envUID) {
-		a.closeSession(ctx, uid, false)
-	}
-	t := time.NewTimer(drainWait)
-	defer t.Stop()
-	for _, lc := range stopped {
-		if lc.finished == nil {
-			continue // a guest command: cancelling it ended its wait
-		}
-		select {
-		case <-lc.finished:
-		case <-t.C:
-			return
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-// drainWait bounds how long a drain waits for stopped commands to record their outcomes.
-const drainWait = 10 * time.Second
-
-// expireArtifactsOf ends the retention of the artifacts of an environment deleted with
-// teardown Delete: their retainedUntil becomes now, and the artifact sweep removes the blobs.
-func (a *Agent) expireArtifactsOf(ctx context.Context, env *wbv1.Environment) error {
-	var list wbv1.ArtifactList
-	if err := a.client.List(ctx, &list, client.InNamespace(env.Namespace)); err != nil {
-		return fmt.Errorf("listing artifacts of environment %s/%s: %w", env.Namespace, env.Name, err)
-	}
-	now := metav1.Now()
-	for i := range list.Items {
-		art := &list.Items[i]
-		if art.Spec.EnvironmentRef != wbv1.ObjectName(env.Name) || art.Status.Digest == "" ||
-			(art.Status.RetainedUntil != nil && !art.Status.RetainedUntil.After(now.Time)) {
-			continue
-		}
-		if err := a.expireArtifact(ctx, art, now, "the environment was deleted with teardown Delete"); err != nil {
-			return err
-		}
-	}
-	a.kickArtifactSweep()
-	return nil
 }

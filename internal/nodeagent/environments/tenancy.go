@@ -1,4 +1,4 @@
-package agent
+package environments
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/nodeagent/store"
 )
 
@@ -101,10 +102,10 @@ func heldClaims(others []store.Environment) []actuation.HostClaim {
 // claimHostRoots writes rec only if none of its claims overlaps a directory another
 // environment's record holds (under the node's sharing policy); otherwise it writes nothing
 // and returns a root-in-use refusal.
-func (a *Agent) claimHostRoots(rec store.Environment) error {
-	return a.store.ClaimEnvironment(rec, func(others []store.Environment) error {
-		if r := actuation.CheckHostTenancy(rec.HostClaims, heldClaims(others), a.cfg.RootSharing); r != nil {
-			return actuation.Refusef(actuation.Code(string(r.Code)), "environment %s: node %s: %s", rec.Namespace+"/"+rec.Name, a.cfg.NodeName, r.Message)
+func (a *Room) claimHostRoots(rec store.Environment) error {
+	return a.d.Store.ClaimEnvironment(rec, func(others []store.Environment) error {
+		if r := actuation.CheckHostTenancy(rec.HostClaims, heldClaims(others), a.d.RootSharing); r != nil {
+			return actuation.Refusef(actuation.Code(string(r.Code)), "environment %s: node %s: %s", rec.Namespace+"/"+rec.Name, a.d.NodeName, r.Message)
 		}
 		return nil
 	})
@@ -112,16 +113,16 @@ func (a *Agent) claimHostRoots(rec store.Environment) error {
 
 // wakeRootWaiters re-queues this node's environments refused with root-in-use: a teardown
 // just freed host directories, and their next pass claims them again.
-func (a *Agent) wakeRootWaiters(ctx context.Context) {
+func (a *Room) wakeRootWaiters(ctx context.Context) {
 	var list wbv1.EnvironmentList
-	if err := a.client.List(ctx, &list, client.MatchingLabels{wbv1.NodeLabel: a.cfg.NodeName}); err != nil {
+	if err := a.d.Client.List(ctx, &list, client.MatchingLabels{wbv1.NodeLabel: a.d.NodeName}); err != nil {
 		return
 	}
 	for i := range list.Items {
 		e := &list.Items[i]
 		if c := meta.FindStatusCondition(e.Status.Conditions, wbv1.ConditionReady); c != nil &&
 			strings.HasPrefix(c.Message, string(actuation.CodeRootInUse)+":") && e.DeletionTimestamp.IsZero() {
-			a.wake(a.wakeEnvironments, e)
+			nodekit.Wake(a.d.Ctx, a.d.Wake, e)
 		}
 	}
 }
@@ -129,7 +130,7 @@ func (a *Agent) wakeRootWaiters(ctx context.Context) {
 // claimOrRefuse claims rec's host directories (claimHostRoots) and turns a root-in-use
 // refusal into its code and a condition message that starts with the code; other errors
 // are returned (the pass is retried).
-func (a *Agent) claimOrRefuse(rec store.Environment) (code, msg string, err error) {
+func (a *Room) claimOrRefuse(rec store.Environment) (code, msg string, err error) {
 	err = a.claimHostRoots(rec)
 	var rf *actuation.Refusal
 	if errors.As(err, &rf) {
