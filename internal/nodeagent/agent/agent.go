@@ -66,8 +66,7 @@ type Agent struct {
 
 	sandboxErr error // why the process sandbox cannot be established on this node (checked by New)
 
-	// Components with their own locks: environments (the environments room's registry) and
-	// sessions (registries.go), the
+	// Components with their own locks: environments and sessions (registries.go), the
 	// commands this process started (runtable.go; the ActionRun controller has a table of
 	// its own), and what the node publishes about itself (report.go).
 	envs     *environments.Registry

@@ -126,4 +126,3 @@ func (a *Agent) capacityLoop(ctx context.Context) error {
 		}
 	}
 }
-
