@@ -70,6 +70,23 @@ func SpecFromRecord(e store.Environment) backends.Spec {
 	return s
 }
 
+// pass is one Reconcile pass over an Environment: what it read, and what it writes.
+type pass struct {
+	env  *wbv1.Environment
+	next *wbv1.EnvironmentStatus // the node's part of the status, as this pass leaves it
+	all  []metav1.Condition      // every condition, as this pass leaves them
+	mark func(step string)
+	// result is the pass's requeue (inspectInterval unless a branch says otherwise).
+	result ctrl.Result
+	// recordWait waits for an adopted environment's record, written beside its status.
+	recordWait func() error
+}
+
+// set sets a condition the node owns, in next and in all.
+func (p *pass) set(t string, ok bool, reason, msg string) {
+	statusapply.Set(&p.next.Conditions, &p.all, statusapply.Cond(t, ok, reason, msg, p.env.Generation))
+}
+
 func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	a := r.a
 	defer a.d.Kick() // what this pass opened or ended changes the free capacity (the agent's free.go)
@@ -89,278 +106,45 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	mark("node-owned")
 	defer mark("node-pass-end")
 	cur, next := environmentOwned(&env.Status), environmentOwned(&env.Status)
-	all := append([]metav1.Condition(nil), env.Status.Conditions...)
-	set := func(t string, ok bool, reason, msg string) {
-		statusapply.Set(&next.Conditions, &all, statusapply.Cond(t, ok, reason, msg, env.Generation))
-	}
+	p := &pass{env: &env, next: &next, all: append([]metav1.Condition(nil), env.Status.Conditions...), mark: mark,
+		result: ctrl.Result{RequeueAfter: inspectInterval}}
 	_, wasMounted := a.d.Registry.Mounted(string(env.UID))
 	b, ok := a.d.Backends.Get(string(env.Spec.Backend))
 	spec := specFor(&env)
-	result := ctrl.Result{RequeueAfter: inspectInterval}
 	deleting := !env.DeletionTimestamp.IsZero()
-	var recordWait func() error // an adopted environment's record, written beside its status
 	switch {
-	case deleting && meta.IsStatusConditionTrue(all, wbv1.ConditionCleanupComplete):
+	case deleting && meta.IsStatusConditionTrue(p.all, wbv1.ConditionCleanupComplete):
 		return ctrl.Result{}, nil // reported; the manager releases the finalizer
 	case deleting && !ok:
 		// No backend of that id here: this node never allocated anything for it.
-		set(wbv1.ConditionCleanupComplete, true, "NothingHeld", "node "+a.d.NodeName+" holds nothing for this environment")
-		set(wbv1.ConditionReady, false, wbv1.ReasonClosed, "environment is Closed")
-		result = ctrl.Result{}
+		p.set(wbv1.ConditionCleanupComplete, true, "NothingHeld", "node "+a.d.NodeName+" holds nothing for this environment")
+		p.set(wbv1.ConditionReady, false, wbv1.ReasonClosed, "environment is Closed")
+		p.result = ctrl.Result{}
 	case !ok:
-		set(wbv1.ConditionReady, false, wbv1.ReasonFailed, fmt.Sprintf("capability-mismatch: backend %s is not available on node %s", env.Spec.Backend, a.d.NodeName))
-	case meta.IsStatusConditionTrue(all, wbv1.ConditionExpired) || deleting:
-		if deleting {
-			// reconcileDelete: drain (stop the environment's commands, close its sessions),
-			// then tear down per spec.teardown.
-			set(wbv1.ConditionReady, false, wbv1.ReasonDraining, "draining: stopping commands and closing sessions")
-			a.d.Drain(ctx, spec.ID)
-			if _, err := b.Drain(ctx, spec); err != nil {
-				// Nothing left to drain (no VM runs) must not block the teardown.
-				ctrl.LoggerFrom(ctx).Info("Drain before teardown failed; tearing down", "environment", req.NamespacedName, "error", err.Error())
-			}
-			if env.Spec.Teardown == nil || *env.Spec.Teardown != wbv1.TeardownRetainArtifacts {
-				if err := a.d.ExpireArtifacts(ctx, &env); err != nil {
-					return ctrl.Result{}, err
-				}
-			}
+		p.set(wbv1.ConditionReady, false, wbv1.ReasonFailed, fmt.Sprintf("capability-mismatch: backend %s is not available on node %s", env.Spec.Backend, a.d.NodeName))
+	case meta.IsStatusConditionTrue(p.all, wbv1.ConditionExpired) || deleting:
+		if err := a.tearDown(ctx, p, b, spec, deleting); err != nil {
+			return ctrl.Result{}, err
 		}
-		st, err := b.Teardown(ctx, spec)
-		a.forgetEnv(spec.ID)
-		if err != nil || len(st.Residue) > 0 {
-			set(wbv1.ConditionCleanupComplete, false, "TeardownIncomplete", fmt.Sprintf("teardown left %v: %v", st.Residue, err))
-			set(wbv1.ConditionDegraded, true, "TeardownIncomplete", "resources remain after teardown")
-			result.RequeueAfter = 10 * time.Second
-		} else {
-			set(wbv1.ConditionCleanupComplete, true, "TornDown", "backend resources removed")
-			if err := a.d.Store.Environments().Delete(spec.ID); err != nil {
-				return ctrl.Result{}, fmt.Errorf("deleting the store record of environment %s/%s: %w", env.Namespace, env.Name, err)
-			}
-			a.wakeRootWaiters(ctx) // its host directories are free (tenancy.go)
-			result = ctrl.Result{}
-		}
-		reason := wbv1.ReasonExpired
-		if !meta.IsStatusConditionTrue(all, wbv1.ConditionExpired) {
-			reason = wbv1.ReasonClosed
-		}
-		set(wbv1.ConditionReady, false, reason, "environment is "+reason)
 	case a.d.Cordoned():
-		// kubectl drain (the agent's node_drain.go): stop the environment's commands (interrupted),
-		// close its sessions, drain the backend, tear it down; uncordon allocates it again.
-		set(wbv1.ConditionReady, false, wbv1.ReasonDraining, string(actuation.CodeNodeDraining)+": node "+a.d.NodeName+
-			" is cordoned (kubectl drain): commands interrupted, sessions closed, backend resources torn down; kubectl uncordon restores the environment")
-		result = ctrl.Result{}
-		if !wasMounted {
-			if _, found, err := a.d.Store.Environments().Get(spec.ID); err != nil || !found {
-				break // nothing allocated here (or already torn down by an earlier pass)
-			}
+		if err := a.drainForCordon(ctx, p, b, spec, wasMounted); err != nil {
+			return ctrl.Result{}, err
 		}
-		a.d.MarkDrained(spec.ID)
-		a.d.Drain(ctx, spec.ID)
-		if _, err := b.Drain(ctx, spec); err != nil {
-			ctrl.LoggerFrom(ctx).Info("Backend drain before the drain's teardown failed; tearing down", "environment", req.NamespacedName, "error", err.Error())
-		}
-		st, err := b.Teardown(ctx, spec)
-		a.forgetEnv(spec.ID)
-		if err != nil || len(st.Residue) > 0 {
-			set(wbv1.ConditionDegraded, true, "TeardownIncomplete", fmt.Sprintf("drain teardown left %v: %v", st.Residue, err))
-			result.RequeueAfter = 10 * time.Second
-			break
-		}
-		if err := a.d.Store.Environments().Delete(spec.ID); err != nil {
-			return ctrl.Result{}, fmt.Errorf("deleting the store record of drained environment %s/%s: %w", env.Namespace, env.Name, err)
-		}
-		a.wakeRootWaiters(ctx)
-		a.d.Event(&env, corev1.EventTypeNormal, "Drained", "node "+a.d.NodeName+" is cordoned: environment drained and torn down")
 	default:
-		if code, msg, err := a.resolveBootImage(ctx, &env, &spec); err != nil {
+		if hold, err := a.allocate(ctx, p, b, spec); err != nil || hold {
 			return ctrl.Result{}, err
-		} else if code != "" {
-			set(wbv1.ConditionReady, false, wbv1.ReasonFailed, code+": "+msg)
-			a.d.Event(&env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
-			break
-		}
-		if code, msg := unenforcedResources(b.ID(), spec, EnforcesDisk(b)); code != "" {
-			set(wbv1.ConditionReady, false, wbv1.ReasonFailed, code+": "+msg)
-			a.d.Event(&env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
-			break
-		}
-		// Sourced roots (git, archive, oci): bound here, materialized by Allocate (sources.go).
-		srcs, code, msg, err := a.bindSources(ctx, &env, &spec)
-		if err != nil {
-			return ctrl.Result{}, err
-		} else if code != "" {
-			srcs.failRoot(&env, code)
-			next.Roots = a.mergeSources(srcs, &env)
-			set(wbv1.ConditionReady, false, wbv1.ReasonFailed, code+": "+msg)
-			a.d.Event(&env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
-			break
-		}
-		if env.Labels[wbv1.PoolClaimedByLabel] != "" {
-			result = ctrl.Result{} // a claimed pool member: its instance is its claimer's now (pool.go)
-			break
-		}
-		if pending, err := a.poolClaimPending(ctx, &env); err != nil {
-			return ctrl.Result{}, err
-		} else if pending {
-			// A pool claimer whose member this node's cache does not show claimed by it
-			// (the claim and the binding are written at once, pool.go): nothing is done and
-			// nothing written until the claim shows (its member's change requeues it) or
-			// the manager binds it anew.
-			mark("node-claim-pending")
-			return ctrl.Result{}, nil
-		}
-		adoptedFrom, err := a.adoptPoolMember(ctx, &env, b, &spec)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		mark("node-adopted")
-		rec := store.Environment{UID: spec.ID, Namespace: env.Namespace, Name: env.Name, Backend: b.ID(), RootPaths: map[string]string{},
-			Phase: string(backends.PhaseAllocating), UpdatedAt: time.Now()}
-		if old, found, err := a.d.Store.Environments().Get(spec.ID); err != nil {
-			return ctrl.Result{}, err
-		} else if found {
-			rec.RootIdentities = old.RootIdentities // pinned by an earlier pass or process
-			rec.HostClaims = old.HostClaims         // bound by an earlier pass or process (tenancy.go)
-		}
-		for _, root := range spec.Roots {
-			rec.RootPaths[root.Name] = root.HostPath
-		}
-		rec.HostClaims = mergeClaims(rec.HostClaims, hostClaimsOf(spec))
-		// putRecord writes env's record; after an adoption, its first write replaces the
-		// member's record in the same transaction (pool.go).
-		putRecord := func(rec store.Environment) error {
-			if adoptedFrom == "" {
-				return a.d.Store.Environments().Put(rec)
-			}
-			err := a.d.Store.Environments().Replace(adoptedFrom, rec)
-			if err == nil {
-				adoptedFrom = ""
-			}
-			return err
-		}
-		// The record says Allocating before the backend makes anything, so a crash mid-way
-		// leaves something to tear down from. An adopted instance exists already, under the
-		// member's record until env's replaces it: its one record write comes after Start.
-		if adoptedFrom == "" {
-			// A host directory has one tenant: the record and its claims are written in one
-			// store transaction that checks every other environment's claims (tenancy.go).
-			if code, msg, err := a.claimOrRefuse(rec); err != nil {
-				return ctrl.Result{}, err
-			} else if code != "" {
-				set(wbv1.ConditionReady, false, wbv1.ReasonFailed, msg)
-				a.d.Event(&env, corev1.EventTypeWarning, "RootInUse", msg)
-				break
-			}
-		}
-		mark("node-record-put")
-		st, err := b.Allocate(ctx, spec)
-		if err == nil {
-			st, err = b.Start(ctx, spec)
-		}
-		if srcs != nil {
-			next.Roots = a.mergeSources(srcs, &env)
-			err = sourceErr(err)
-		}
-		if err == nil && st.Phase == backends.PhaseReady {
-			// The directories the backend admitted are the ones pinned next: claimed too
-			// (a symlink swapped since the claim above names another directory).
-			if more := mergeClaims(rec.HostClaims, mountedClaims(spec, st.Roots)); len(more) != len(rec.HostClaims) {
-				rec.HostClaims = more
-				if code, msg, cerr := a.claimOrRefuse(rec); cerr != nil {
-					return ctrl.Result{}, cerr
-				} else if code != "" {
-					set(wbv1.ConditionReady, false, wbv1.ReasonFailed, msg)
-					a.d.Event(&env, corev1.EventTypeWarning, "RootInUse", msg)
-					break
-				}
-			}
-		}
-		mark("node-started")
-		if err != nil {
-			if adoptedFrom != "" {
-				// The adopted instance is env's now: its record, not the member's, names it.
-				rec.Phase = string(backends.PhaseFailed)
-				if perr := putRecord(rec); perr != nil {
-					return ctrl.Result{}, fmt.Errorf("recording environment %s/%s: %w", env.Namespace, env.Name, perr)
-				}
-			}
-			set(wbv1.ConditionReady, false, wbv1.ReasonFailed, err.Error())
-			a.d.Event(&env, corev1.EventTypeWarning, "AllocationFailed", err.Error())
-			break
-		}
-		if st.Phase == backends.PhaseReady {
-			ids, err := a.d.Registry.pin(spec.ID, st.Roots, rec.RootIdentities)
-			if err != nil {
-				a.forgetEnv(spec.ID)
-				code := nodekit.CodeOf(err)
-				if code == "" {
-					code = string(actuation.CodeRootInvalid)
-				}
-				rec.Phase = string(backends.PhaseFailed)
-				_ = putRecord(rec)
-				msg := fmt.Sprintf("%s: %v", code, err)
-				set(wbv1.ConditionReady, false, wbv1.ReasonFailed, msg)
-				a.d.Event(&env, corev1.EventTypeWarning, "RootChanged", msg)
-				break
-			}
-			rec.RootIdentities = ids
-		}
-		mark("node-roots-pinned")
-		rec.Phase = string(st.Phase)
-		if from := adoptedFrom; from != "" && st.Phase == backends.PhaseReady {
-			// An adopted instance: the member's record is replaced by env's while the
-			// status is written (one fsync and one API write at once, not one after the
-			// other), and the pass ends only when both are done. A crash before the
-			// record lands leaves the member's record and none of env: the next pass
-			// adopts again — a move already done is found done (fixture-copy), or fails
-			// and env is allocated afresh (pool.go) — so a Ready published first is never
-			// left without an instance the node knows.
-			done := make(chan error, 1)
-			r := rec
-			go func() { done <- a.d.Store.Environments().Replace(from, r) }()
-			adoptedFrom = ""
-			recordWait = func() error {
-				if err := <-done; err != nil {
-					return fmt.Errorf("recording adopted environment %s/%s: %w", env.Namespace, env.Name, err)
-				}
-				mark("node-record-ready")
-				return nil
-			}
-		} else {
-			if err := putRecord(rec); err != nil {
-				return ctrl.Result{}, fmt.Errorf("recording environment %s/%s: %w", env.Namespace, env.Name, err)
-			}
-			mark("node-record-ready")
-		}
-		a.d.Registry.remember(spec, st)
-		if st.Phase == backends.PhaseReady {
-			rs := a.applyDesiredState(ctx, &env, b, spec, fmt.Sprintf("%s environment ready with %d roots", b.ID(), len(st.Roots))) // pause.go
-			set(wbv1.ConditionReady, rs.ready, rs.reason, rs.msg)
-			if rs.unsupported {
-				set(wbv1.ConditionDegraded, true, reasonPauseUnsupported, string(actuation.CodePauseUnsupported)+": backend "+b.ID()+" cannot pause; the environment keeps running")
-			} else if c := meta.FindStatusCondition(all, wbv1.ConditionDegraded); c != nil && c.Reason == reasonPauseUnsupported {
-				set(wbv1.ConditionDegraded, false, "AsDesired", "environment runs as spec.desiredState asks")
-			}
-		} else {
-			set(wbv1.ConditionReady, false, string(st.Phase), st.Message)
-		}
-		if st.Generation > 0 {
-			next.SourceGeneration = st.Generation // a VM backend: the generation of the running boot
-		} else if next.SourceGeneration == 0 {
-			next.SourceGeneration = spec.Generation
 		}
 	}
-	before, after := env.Status.Phase, wbv1.EnvironmentPhaseFor(all, !env.DeletionTimestamp.IsZero())
+	before, after := env.Status.Phase, wbv1.EnvironmentPhaseFor(p.all, !env.DeletionTimestamp.IsZero())
 	if wbv1.EnvironmentPhaseWriter(&env.Status) == wbv1.PhaseWriterNode {
 		next.Phase = after
 		for _, hc := range wbv1.HealthConditions(wbv1.EnvironmentHealth(after), string(after), "environment is "+string(after), env.Generation) {
-			set(hc.Type, hc.Status == metav1.ConditionTrue, hc.Reason, hc.Message)
+			p.set(hc.Type, hc.Status == metav1.ConditionTrue, hc.Reason, hc.Message)
 		}
 	}
 	wrote, err := statusapply.Apply(ctx, a.d.Client, nodekit.FieldManager+"environment", &env, cur, next)
-	if recordWait != nil {
-		if rerr := recordWait(); rerr != nil {
+	if p.recordWait != nil {
+		if rerr := p.recordWait(); rerr != nil {
 			return ctrl.Result{}, rerr
 		}
 	}
@@ -377,5 +161,265 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if wrote && before != after {
 		a.d.Event(&env, corev1.EventTypeNormal, "Phase"+string(after), "Environment is "+string(after)+" on node "+a.d.NodeName)
 	}
-	return result, nil
+	return p.result, nil
+}
+
+// tearDown tears down an expired or deleted environment: a deleted one is drained first
+// (its commands stopped, its sessions closed, the backend drained) and its artifacts end
+// unless spec.teardown retains them.
+func (a *Room) tearDown(ctx context.Context, p *pass, b backends.Backend, spec backends.Spec, deleting bool) error {
+	env := p.env
+	if deleting {
+		// reconcileDelete: drain (stop the environment's commands, close its sessions),
+		// then tear down per spec.teardown.
+		p.set(wbv1.ConditionReady, false, wbv1.ReasonDraining, "draining: stopping commands and closing sessions")
+		a.d.Drain(ctx, spec.ID)
+		if _, err := b.Drain(ctx, spec); err != nil {
+			// Nothing left to drain (no VM runs) must not block the teardown.
+			ctrl.LoggerFrom(ctx).Info("Drain before teardown failed; tearing down", "environment", client.ObjectKeyFromObject(env), "error", err.Error())
+		}
+		if env.Spec.Teardown == nil || *env.Spec.Teardown != wbv1.TeardownRetainArtifacts {
+			if err := a.d.ExpireArtifacts(ctx, env); err != nil {
+				return err
+			}
+		}
+	}
+	st, err := b.Teardown(ctx, spec)
+	a.forgetEnv(spec.ID)
+	if err != nil || len(st.Residue) > 0 {
+		p.set(wbv1.ConditionCleanupComplete, false, "TeardownIncomplete", fmt.Sprintf("teardown left %v: %v", st.Residue, err))
+		p.set(wbv1.ConditionDegraded, true, "TeardownIncomplete", "resources remain after teardown")
+		p.result.RequeueAfter = 10 * time.Second
+	} else {
+		p.set(wbv1.ConditionCleanupComplete, true, "TornDown", "backend resources removed")
+		if err := a.d.Store.Environments().Delete(spec.ID); err != nil {
+			return fmt.Errorf("deleting the store record of environment %s/%s: %w", env.Namespace, env.Name, err)
+		}
+		a.wakeRootWaiters(ctx) // its host directories are free (tenancy.go)
+		p.result = ctrl.Result{}
+	}
+	reason := wbv1.ReasonExpired
+	if !meta.IsStatusConditionTrue(p.all, wbv1.ConditionExpired) {
+		reason = wbv1.ReasonClosed
+	}
+	p.set(wbv1.ConditionReady, false, reason, "environment is "+reason)
+	return nil
+}
+
+// drainForCordon is kubectl drain of the node (the agent's node_drain.go): it stops the
+// environment's commands (interrupted), closes its sessions, drains the backend and tears
+// it down; uncordon allocates it again.
+func (a *Room) drainForCordon(ctx context.Context, p *pass, b backends.Backend, spec backends.Spec, wasMounted bool) error {
+	env := p.env
+	p.set(wbv1.ConditionReady, false, wbv1.ReasonDraining, string(actuation.CodeNodeDraining)+": node "+a.d.NodeName+
+		" is cordoned (kubectl drain): commands interrupted, sessions closed, backend resources torn down; kubectl uncordon restores the environment")
+	p.result = ctrl.Result{}
+	if !wasMounted {
+		if _, found, err := a.d.Store.Environments().Get(spec.ID); err != nil || !found {
+			return nil // nothing allocated here (or already torn down by an earlier pass)
+		}
+	}
+	a.d.MarkDrained(spec.ID)
+	a.d.Drain(ctx, spec.ID)
+	if _, err := b.Drain(ctx, spec); err != nil {
+		ctrl.LoggerFrom(ctx).Info("Backend drain before the drain's teardown failed; tearing down", "environment", client.ObjectKeyFromObject(env), "error", err.Error())
+	}
+	st, err := b.Teardown(ctx, spec)
+	a.forgetEnv(spec.ID)
+	if err != nil || len(st.Residue) > 0 {
+		p.set(wbv1.ConditionDegraded, true, "TeardownIncomplete", fmt.Sprintf("drain teardown left %v: %v", st.Residue, err))
+		p.result.RequeueAfter = 10 * time.Second
+		return nil
+	}
+	if err := a.d.Store.Environments().Delete(spec.ID); err != nil {
+		return fmt.Errorf("deleting the store record of drained environment %s/%s: %w", env.Namespace, env.Name, err)
+	}
+	a.wakeRootWaiters(ctx)
+	a.d.Event(env, corev1.EventTypeNormal, "Drained", "node "+a.d.NodeName+" is cordoned: environment drained and torn down")
+	return nil
+}
+
+// allocate allocates and starts env through its backend (or adopts its pool member's
+// instance), records it, pins its host roots and applies spec.desiredState. hold says the
+// pass must write nothing (a pool claim this node's cache does not show yet).
+func (a *Room) allocate(ctx context.Context, p *pass, b backends.Backend, spec backends.Spec) (hold bool, err error) {
+	env := p.env
+	if code, msg, err := a.resolveBootImage(ctx, env, &spec); err != nil {
+		return false, err
+	} else if code != "" {
+		p.set(wbv1.ConditionReady, false, wbv1.ReasonFailed, code+": "+msg)
+		a.d.Event(env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
+		return false, nil
+	}
+	if code, msg := unenforcedResources(b.ID(), spec, EnforcesDisk(b)); code != "" {
+		p.set(wbv1.ConditionReady, false, wbv1.ReasonFailed, code+": "+msg)
+		a.d.Event(env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
+		return false, nil
+	}
+	// Sourced roots (git, archive, oci): bound here, materialized by Allocate (sources.go).
+	srcs, code, msg, err := a.bindSources(ctx, env, &spec)
+	if err != nil {
+		return false, err
+	} else if code != "" {
+		srcs.failRoot(env, code)
+		p.next.Roots = a.mergeSources(srcs, env)
+		p.set(wbv1.ConditionReady, false, wbv1.ReasonFailed, code+": "+msg)
+		a.d.Event(env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
+		return false, nil
+	}
+	if env.Labels[wbv1.PoolClaimedByLabel] != "" {
+		p.result = ctrl.Result{} // a claimed pool member: its instance is its claimer's now (pool.go)
+		return false, nil
+	}
+	if pending, err := a.poolClaimPending(ctx, env); err != nil {
+		return false, err
+	} else if pending {
+		// A pool claimer whose member this node's cache does not show claimed by it
+		// (the claim and the binding are written at once, pool.go): nothing is done and
+		// nothing written until the claim shows (its member's change requeues it) or
+		// the manager binds it anew.
+		p.mark("node-claim-pending")
+		return true, nil
+	}
+	adoptedFrom, err := a.adoptPoolMember(ctx, env, b, &spec)
+	if err != nil {
+		return false, err
+	}
+	p.mark("node-adopted")
+	rec := store.Environment{UID: spec.ID, Namespace: env.Namespace, Name: env.Name, Backend: b.ID(), RootPaths: map[string]string{},
+		Phase: string(backends.PhaseAllocating), UpdatedAt: time.Now()}
+	if old, found, err := a.d.Store.Environments().Get(spec.ID); err != nil {
+		return false, err
+	} else if found {
+		rec.RootIdentities = old.RootIdentities // pinned by an earlier pass or process
+		rec.HostClaims = old.HostClaims         // bound by an earlier pass or process (tenancy.go)
+	}
+	for _, root := range spec.Roots {
+		rec.RootPaths[root.Name] = root.HostPath
+	}
+	rec.HostClaims = mergeClaims(rec.HostClaims, hostClaimsOf(spec))
+	// putRecord writes env's record; after an adoption, its first write replaces the
+	// member's record in the same transaction (pool.go).
+	putRecord := func(rec store.Environment) error {
+		if adoptedFrom == "" {
+			return a.d.Store.Environments().Put(rec)
+		}
+		err := a.d.Store.Environments().Replace(adoptedFrom, rec)
+		if err == nil {
+			adoptedFrom = ""
+		}
+		return err
+	}
+	// The record says Allocating before the backend makes anything, so a crash mid-way
+	// leaves something to tear down from. An adopted instance exists already, under the
+	// member's record until env's replaces it: its one record write comes after Start.
+	if adoptedFrom == "" {
+		// A host directory has one tenant: the record and its claims are written in one
+		// store transaction that checks every other environment's claims (tenancy.go).
+		if code, msg, err := a.claimOrRefuse(rec); err != nil {
+			return false, err
+		} else if code != "" {
+			p.set(wbv1.ConditionReady, false, wbv1.ReasonFailed, msg)
+			a.d.Event(env, corev1.EventTypeWarning, "RootInUse", msg)
+			return false, nil
+		}
+	}
+	p.mark("node-record-put")
+	st, err := b.Allocate(ctx, spec)
+	if err == nil {
+		st, err = b.Start(ctx, spec)
+	}
+	if srcs != nil {
+		p.next.Roots = a.mergeSources(srcs, env)
+		err = sourceErr(err)
+	}
+	if err == nil && st.Phase == backends.PhaseReady {
+		// The directories the backend admitted are the ones pinned next: claimed too
+		// (a symlink swapped since the claim above names another directory).
+		if more := mergeClaims(rec.HostClaims, mountedClaims(spec, st.Roots)); len(more) != len(rec.HostClaims) {
+			rec.HostClaims = more
+			if code, msg, cerr := a.claimOrRefuse(rec); cerr != nil {
+				return false, cerr
+			} else if code != "" {
+				p.set(wbv1.ConditionReady, false, wbv1.ReasonFailed, msg)
+				a.d.Event(env, corev1.EventTypeWarning, "RootInUse", msg)
+				return false, nil
+			}
+		}
+	}
+	p.mark("node-started")
+	if err != nil {
+		if adoptedFrom != "" {
+			// The adopted instance is env's now: its record, not the member's, names it.
+			rec.Phase = string(backends.PhaseFailed)
+			if perr := putRecord(rec); perr != nil {
+				return false, fmt.Errorf("recording environment %s/%s: %w", env.Namespace, env.Name, perr)
+			}
+		}
+		p.set(wbv1.ConditionReady, false, wbv1.ReasonFailed, err.Error())
+		a.d.Event(env, corev1.EventTypeWarning, "AllocationFailed", err.Error())
+		return false, nil
+	}
+	if st.Phase == backends.PhaseReady {
+		ids, err := a.d.Registry.pin(spec.ID, st.Roots, rec.RootIdentities)
+		if err != nil {
+			a.forgetEnv(spec.ID)
+			code := nodekit.CodeOf(err)
+			if code == "" {
+				code = string(actuation.CodeRootInvalid)
+			}
+			rec.Phase = string(backends.PhaseFailed)
+			_ = putRecord(rec)
+			msg := fmt.Sprintf("%s: %v", code, err)
+			p.set(wbv1.ConditionReady, false, wbv1.ReasonFailed, msg)
+			a.d.Event(env, corev1.EventTypeWarning, "RootChanged", msg)
+			return false, nil
+		}
+		rec.RootIdentities = ids
+	}
+	p.mark("node-roots-pinned")
+	rec.Phase = string(st.Phase)
+	if from := adoptedFrom; from != "" && st.Phase == backends.PhaseReady {
+		// An adopted instance: the member's record is replaced by env's while the
+		// status is written (one fsync and one API write at once, not one after the
+		// other), and the pass ends only when both are done. A crash before the
+		// record lands leaves the member's record and none of env: the next pass
+		// adopts again — a move already done is found done (fixture-copy), or fails
+		// and env is allocated afresh (pool.go) — so a Ready published first is never
+		// left without an instance the node knows.
+		done := make(chan error, 1)
+		r := rec
+		go func() { done <- a.d.Store.Environments().Replace(from, r) }()
+		adoptedFrom = ""
+		p.recordWait = func() error {
+			if err := <-done; err != nil {
+				return fmt.Errorf("recording adopted environment %s/%s: %w", env.Namespace, env.Name, err)
+			}
+			p.mark("node-record-ready")
+			return nil
+		}
+	} else {
+		if err := putRecord(rec); err != nil {
+			return false, fmt.Errorf("recording environment %s/%s: %w", env.Namespace, env.Name, err)
+		}
+		p.mark("node-record-ready")
+	}
+	a.d.Registry.remember(spec, st)
+	if st.Phase == backends.PhaseReady {
+		rs := a.applyDesiredState(ctx, env, b, spec, fmt.Sprintf("%s environment ready with %d roots", b.ID(), len(st.Roots))) // pause.go
+		p.set(wbv1.ConditionReady, rs.ready, rs.reason, rs.msg)
+		if rs.unsupported {
+			p.set(wbv1.ConditionDegraded, true, reasonPauseUnsupported, string(actuation.CodePauseUnsupported)+": backend "+b.ID()+" cannot pause; the environment keeps running")
+		} else if c := meta.FindStatusCondition(p.all, wbv1.ConditionDegraded); c != nil && c.Reason == reasonPauseUnsupported {
+			p.set(wbv1.ConditionDegraded, false, "AsDesired", "environment runs as spec.desiredState asks")
+		}
+	} else {
+		p.set(wbv1.ConditionReady, false, string(st.Phase), st.Message)
+	}
+	if st.Generation > 0 {
+		p.next.SourceGeneration = st.Generation // a VM backend: the generation of the running boot
+	} else if p.next.SourceGeneration == 0 {
+		p.next.SourceGeneration = spec.Generation
+	}
+	return false, nil
 }
