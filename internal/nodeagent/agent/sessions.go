@@ -37,7 +37,7 @@ func (a *Agent) sessionDeps() sessions.Deps {
 		Live: a.sess, PTYs: a.sessions,
 		Caps:         sessions.Caps{Sessions: a.cfg.Caps.Sessions, SessionsPerEnvironment: a.cfg.Caps.SessionsPerEnvironment, EventBufferDepth: a.cfg.Caps.EventBufferDepth},
 		Cordoned:     a.cordoned.Load,
-		Paused:       pausedRefusal, // environment_pause.go
+		Paused:       pausedRefusal, // environments.go
 		MountedRoots: a.mountedRoots, VerifyRoots: a.verifyRoots,
 		AcquireShare: func(ctx context.Context, ns, creator string) (func(), string, string) { // shares.go
 			return a.acquireShare(ctx, a.shares.sessions, sessionCapName, actuation.CodeSessionCapReached, ns, creator)
