@@ -4,9 +4,14 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
@@ -15,8 +20,9 @@ import (
 )
 
 // What the environment reconciler calls around its passes: teardown of an object already
-// gone and boot-image resolution. Draining an environment's work and ending its artifacts
-// are the agent's (Deps.DrainWork, Deps.ExpireArtifacts).
+// gone, of an expired or deleted one and of one on a cordoned node, and boot-image
+// resolution. Draining an environment's commands and sessions and ending its artifacts are
+// the agent's (Deps.Drain, Deps.MarkDrained, Deps.ExpireArtifacts).
 
 // teardownDeleted tears down an environment whose object is gone, from the store record.
 func (a *Room) teardownDeleted(ctx context.Context, ns, name string) error {
@@ -45,6 +51,81 @@ func (a *Room) teardownDeleted(ctx context.Context, ns, name string) error {
 // forgetEnv drops an environment's live state: its registry entry and pinned roots, and
 // what mergeSources remembered of its sourced roots.
 func (a *Room) forgetEnv(id string) { a.d.Registry.Forget(id); a.forgetMaterialized(id) }
+
+// tearDown tears down an expired or deleted environment: a deleted one is drained first
+// (its commands stopped, its sessions closed, the backend drained) and its artifacts end
+// unless spec.teardown retains them.
+func (a *Room) tearDown(ctx context.Context, p *pass, b backends.Backend, spec backends.Spec, deleting bool) error {
+	env := p.env
+	if deleting {
+		// reconcileDelete: drain (stop the environment's commands, close its sessions),
+		// then tear down per spec.teardown.
+		p.set(wbv1.ConditionReady, false, wbv1.ReasonDraining, "draining: stopping commands and closing sessions")
+		a.d.Drain(ctx, spec.ID)
+		if _, err := b.Drain(ctx, spec); err != nil {
+			// Nothing left to drain (no VM runs) must not block the teardown.
+			ctrl.LoggerFrom(ctx).Info("Drain before teardown failed; tearing down", "environment", client.ObjectKeyFromObject(env), "error", err.Error())
+		}
+		if env.Spec.Teardown == nil || *env.Spec.Teardown != wbv1.TeardownRetainArtifacts {
+			if err := a.d.ExpireArtifacts(ctx, env); err != nil {
+				return err
+			}
+		}
+	}
+	st, err := b.Teardown(ctx, spec)
+	a.forgetEnv(spec.ID)
+	if err != nil || len(st.Residue) > 0 {
+		p.set(wbv1.ConditionCleanupComplete, false, "TeardownIncomplete", fmt.Sprintf("teardown left %v: %v", st.Residue, err))
+		p.set(wbv1.ConditionDegraded, true, "TeardownIncomplete", "resources remain after teardown")
+		p.result.RequeueAfter = 10 * time.Second
+	} else {
+		p.set(wbv1.ConditionCleanupComplete, true, "TornDown", "backend resources removed")
+		if err := a.d.Store.Environments().Delete(spec.ID); err != nil {
+			return fmt.Errorf("deleting the store record of environment %s/%s: %w", env.Namespace, env.Name, err)
+		}
+		a.wakeRootWaiters(ctx) // its host directories are free (tenancy.go)
+		p.result = ctrl.Result{}
+	}
+	reason := wbv1.ReasonExpired
+	if !meta.IsStatusConditionTrue(p.all, wbv1.ConditionExpired) {
+		reason = wbv1.ReasonClosed
+	}
+	p.set(wbv1.ConditionReady, false, reason, "environment is "+reason)
+	return nil
+}
+
+// drainForCordon is kubectl drain of the node (the agent's node_drain.go): it stops the
+// environment's commands (interrupted), closes its sessions, drains the backend and tears
+// it down; uncordon allocates it again.
+func (a *Room) drainForCordon(ctx context.Context, p *pass, b backends.Backend, spec backends.Spec, wasMounted bool) error {
+	env := p.env
+	p.set(wbv1.ConditionReady, false, wbv1.ReasonDraining, string(actuation.CodeNodeDraining)+": node "+a.d.NodeName+
+		" is cordoned (kubectl drain): commands interrupted, sessions closed, backend resources torn down; kubectl uncordon restores the environment")
+	p.result = ctrl.Result{}
+	if !wasMounted {
+		if _, found, err := a.d.Store.Environments().Get(spec.ID); err != nil || !found {
+			return nil // nothing allocated here (or already torn down by an earlier pass)
+		}
+	}
+	a.d.MarkDrained(spec.ID)
+	a.d.Drain(ctx, spec.ID)
+	if _, err := b.Drain(ctx, spec); err != nil {
+		ctrl.LoggerFrom(ctx).Info("Backend drain before the drain's teardown failed; tearing down", "environment", client.ObjectKeyFromObject(env), "error", err.Error())
+	}
+	st, err := b.Teardown(ctx, spec)
+	a.forgetEnv(spec.ID)
+	if err != nil || len(st.Residue) > 0 {
+		p.set(wbv1.ConditionDegraded, true, "TeardownIncomplete", fmt.Sprintf("drain teardown left %v: %v", st.Residue, err))
+		p.result.RequeueAfter = 10 * time.Second
+		return nil
+	}
+	if err := a.d.Store.Environments().Delete(spec.ID); err != nil {
+		return fmt.Errorf("deleting the store record of drained environment %s/%s: %w", env.Namespace, env.Name, err)
+	}
+	a.wakeRootWaiters(ctx)
+	a.d.Event(env, corev1.EventTypeNormal, "Drained", "node "+a.d.NodeName+" is cordoned: environment drained and torn down")
+	return nil
+}
 
 // resolveBootImage resolves a VM environment's spec.imageRef → ImageManifest → the variant
 // for its backend on this node's architecture, and puts the boot files (paths beneath the

@@ -164,108 +164,14 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return p.result, nil
 }
 
-// tearDown tears down an expired or deleted environment: a deleted one is drained first
-// (its commands stopped, its sessions closed, the backend drained) and its artifacts end
-// unless spec.teardown retains them.
-func (a *Room) tearDown(ctx context.Context, p *pass, b backends.Backend, spec backends.Spec, deleting bool) error {
-	env := p.env
-	if deleting {
-		// reconcileDelete: drain (stop the environment's commands, close its sessions),
-		// then tear down per spec.teardown.
-		p.set(wbv1.ConditionReady, false, wbv1.ReasonDraining, "draining: stopping commands and closing sessions")
-		a.d.Drain(ctx, spec.ID)
-		if _, err := b.Drain(ctx, spec); err != nil {
-			// Nothing left to drain (no VM runs) must not block the teardown.
-			ctrl.LoggerFrom(ctx).Info("Drain before teardown failed; tearing down", "environment", client.ObjectKeyFromObject(env), "error", err.Error())
-		}
-		if env.Spec.Teardown == nil || *env.Spec.Teardown != wbv1.TeardownRetainArtifacts {
-			if err := a.d.ExpireArtifacts(ctx, env); err != nil {
-				return err
-			}
-		}
-	}
-	st, err := b.Teardown(ctx, spec)
-	a.forgetEnv(spec.ID)
-	if err != nil || len(st.Residue) > 0 {
-		p.set(wbv1.ConditionCleanupComplete, false, "TeardownIncomplete", fmt.Sprintf("teardown left %v: %v", st.Residue, err))
-		p.set(wbv1.ConditionDegraded, true, "TeardownIncomplete", "resources remain after teardown")
-		p.result.RequeueAfter = 10 * time.Second
-	} else {
-		p.set(wbv1.ConditionCleanupComplete, true, "TornDown", "backend resources removed")
-		if err := a.d.Store.Environments().Delete(spec.ID); err != nil {
-			return fmt.Errorf("deleting the store record of environment %s/%s: %w", env.Namespace, env.Name, err)
-		}
-		a.wakeRootWaiters(ctx) // its host directories are free (tenancy.go)
-		p.result = ctrl.Result{}
-	}
-	reason := wbv1.ReasonExpired
-	if !meta.IsStatusConditionTrue(p.all, wbv1.ConditionExpired) {
-		reason = wbv1.ReasonClosed
-	}
-	p.set(wbv1.ConditionReady, false, reason, "environment is "+reason)
-	return nil
-}
-
-// drainForCordon is kubectl drain of the node (the agent's node_drain.go): it stops the
-// environment's commands (interrupted), closes its sessions, drains the backend and tears
-// it down; uncordon allocates it again.
-func (a *Room) drainForCordon(ctx context.Context, p *pass, b backends.Backend, spec backends.Spec, wasMounted bool) error {
-	env := p.env
-	p.set(wbv1.ConditionReady, false, wbv1.ReasonDraining, string(actuation.CodeNodeDraining)+": node "+a.d.NodeName+
-		" is cordoned (kubectl drain): commands interrupted, sessions closed, backend resources torn down; kubectl uncordon restores the environment")
-	p.result = ctrl.Result{}
-	if !wasMounted {
-		if _, found, err := a.d.Store.Environments().Get(spec.ID); err != nil || !found {
-			return nil // nothing allocated here (or already torn down by an earlier pass)
-		}
-	}
-	a.d.MarkDrained(spec.ID)
-	a.d.Drain(ctx, spec.ID)
-	if _, err := b.Drain(ctx, spec); err != nil {
-		ctrl.LoggerFrom(ctx).Info("Backend drain before the drain's teardown failed; tearing down", "environment", client.ObjectKeyFromObject(env), "error", err.Error())
-	}
-	st, err := b.Teardown(ctx, spec)
-	a.forgetEnv(spec.ID)
-	if err != nil || len(st.Residue) > 0 {
-		p.set(wbv1.ConditionDegraded, true, "TeardownIncomplete", fmt.Sprintf("drain teardown left %v: %v", st.Residue, err))
-		p.result.RequeueAfter = 10 * time.Second
-		return nil
-	}
-	if err := a.d.Store.Environments().Delete(spec.ID); err != nil {
-		return fmt.Errorf("deleting the store record of drained environment %s/%s: %w", env.Namespace, env.Name, err)
-	}
-	a.wakeRootWaiters(ctx)
-	a.d.Event(env, corev1.EventTypeNormal, "Drained", "node "+a.d.NodeName+" is cordoned: environment drained and torn down")
-	return nil
-}
-
 // allocate allocates and starts env through its backend (or adopts its pool member's
 // instance), records it, pins its host roots and applies spec.desiredState. hold says the
 // pass must write nothing (a pool claim this node's cache does not show yet).
 func (a *Room) allocate(ctx context.Context, p *pass, b backends.Backend, spec backends.Spec) (hold bool, err error) {
 	env := p.env
-	if code, msg, err := a.resolveBootImage(ctx, env, &spec); err != nil {
+	srcs, ok, err := a.bind(ctx, p, b, &spec)
+	if err != nil || !ok {
 		return false, err
-	} else if code != "" {
-		p.set(wbv1.ConditionReady, false, wbv1.ReasonFailed, code+": "+msg)
-		a.d.Event(env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
-		return false, nil
-	}
-	if code, msg := unenforcedResources(b.ID(), spec, EnforcesDisk(b)); code != "" {
-		p.set(wbv1.ConditionReady, false, wbv1.ReasonFailed, code+": "+msg)
-		a.d.Event(env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
-		return false, nil
-	}
-	// Sourced roots (git, archive, oci): bound here, materialized by Allocate (sources.go).
-	srcs, code, msg, err := a.bindSources(ctx, env, &spec)
-	if err != nil {
-		return false, err
-	} else if code != "" {
-		srcs.failRoot(env, code)
-		p.next.Roots = a.mergeSources(srcs, env)
-		p.set(wbv1.ConditionReady, false, wbv1.ReasonFailed, code+": "+msg)
-		a.d.Event(env, corev1.EventTypeWarning, "AllocationFailed", code+": "+msg)
-		return false, nil
 	}
 	if env.Labels[wbv1.PoolClaimedByLabel] != "" {
 		p.result = ctrl.Result{} // a claimed pool member: its instance is its claimer's now (pool.go)
@@ -286,18 +192,10 @@ func (a *Room) allocate(ctx context.Context, p *pass, b backends.Backend, spec b
 		return false, err
 	}
 	p.mark("node-adopted")
-	rec := store.Environment{UID: spec.ID, Namespace: env.Namespace, Name: env.Name, Backend: b.ID(), RootPaths: map[string]string{},
-		Phase: string(backends.PhaseAllocating), UpdatedAt: time.Now()}
-	if old, found, err := a.d.Store.Environments().Get(spec.ID); err != nil {
+	rec, err := a.allocatingRecord(env, b, spec)
+	if err != nil {
 		return false, err
-	} else if found {
-		rec.RootIdentities = old.RootIdentities // pinned by an earlier pass or process
-		rec.HostClaims = old.HostClaims         // bound by an earlier pass or process (tenancy.go)
 	}
-	for _, root := range spec.Roots {
-		rec.RootPaths[root.Name] = root.HostPath
-	}
-	rec.HostClaims = mergeClaims(rec.HostClaims, hostClaimsOf(spec))
 	// putRecord writes env's record; after an adoption, its first write replaces the
 	// member's record in the same transaction (pool.go).
 	putRecord := func(rec store.Environment) error {
@@ -319,8 +217,7 @@ func (a *Room) allocate(ctx context.Context, p *pass, b backends.Backend, spec b
 		if code, msg, err := a.claimOrRefuse(rec); err != nil {
 			return false, err
 		} else if code != "" {
-			p.set(wbv1.ConditionReady, false, wbv1.ReasonFailed, msg)
-			a.d.Event(env, corev1.EventTypeWarning, "RootInUse", msg)
+			a.failed(p, "RootInUse", msg)
 			return false, nil
 		}
 	}
@@ -341,8 +238,7 @@ func (a *Room) allocate(ctx context.Context, p *pass, b backends.Backend, spec b
 			if code, msg, cerr := a.claimOrRefuse(rec); cerr != nil {
 				return false, cerr
 			} else if code != "" {
-				p.set(wbv1.ConditionReady, false, wbv1.ReasonFailed, msg)
-				a.d.Event(env, corev1.EventTypeWarning, "RootInUse", msg)
+				a.failed(p, "RootInUse", msg)
 				return false, nil
 			}
 		}
@@ -356,8 +252,7 @@ func (a *Room) allocate(ctx context.Context, p *pass, b backends.Backend, spec b
 				return false, fmt.Errorf("recording environment %s/%s: %w", env.Namespace, env.Name, perr)
 			}
 		}
-		p.set(wbv1.ConditionReady, false, wbv1.ReasonFailed, err.Error())
-		a.d.Event(env, corev1.EventTypeWarning, "AllocationFailed", err.Error())
+		a.failed(p, "AllocationFailed", err.Error())
 		return false, nil
 	}
 	if st.Phase == backends.PhaseReady {
@@ -371,8 +266,7 @@ func (a *Room) allocate(ctx context.Context, p *pass, b backends.Backend, spec b
 			rec.Phase = string(backends.PhaseFailed)
 			_ = putRecord(rec)
 			msg := fmt.Sprintf("%s: %v", code, err)
-			p.set(wbv1.ConditionReady, false, wbv1.ReasonFailed, msg)
-			a.d.Event(env, corev1.EventTypeWarning, "RootChanged", msg)
+			a.failed(p, "RootChanged", msg)
 			return false, nil
 		}
 		rec.RootIdentities = ids
@@ -422,4 +316,57 @@ func (a *Room) allocate(ctx context.Context, p *pass, b backends.Backend, spec b
 		p.next.SourceGeneration = spec.Generation
 	}
 	return false, nil
+}
+
+// bind checks what env asks of its backend before anything is made — its boot image, the
+// resources the backend must enforce — and binds its sourced roots into spec. ok false:
+// refused, the pass's status says why.
+func (a *Room) bind(ctx context.Context, p *pass, b backends.Backend, spec *backends.Spec) (srcs *sourceOutcomes, ok bool, err error) {
+	env := p.env
+	if code, msg, err := a.resolveBootImage(ctx, env, spec); err != nil {
+		return nil, false, err
+	} else if code != "" {
+		a.failed(p, "AllocationFailed", code+": "+msg)
+		return nil, false, nil
+	}
+	if code, msg := unenforcedResources(b.ID(), *spec, EnforcesDisk(b)); code != "" {
+		a.failed(p, "AllocationFailed", code+": "+msg)
+		return nil, false, nil
+	}
+	// Sourced roots (git, archive, oci): bound here, materialized by Allocate (sources.go).
+	srcs, code, msg, err := a.bindSources(ctx, env, spec)
+	if err != nil {
+		return nil, false, err
+	} else if code != "" {
+		srcs.failRoot(env, code)
+		p.next.Roots = a.mergeSources(srcs, env)
+		a.failed(p, "AllocationFailed", code+": "+msg)
+		return nil, false, nil
+	}
+	return srcs, true, nil
+}
+
+// allocatingRecord is env's store record before the backend makes anything: Allocating,
+// with its root paths, the identities and claims an earlier pass or process recorded, and
+// the claims of its roots resolved now.
+func (a *Room) allocatingRecord(env *wbv1.Environment, b backends.Backend, spec backends.Spec) (store.Environment, error) {
+	rec := store.Environment{UID: spec.ID, Namespace: env.Namespace, Name: env.Name, Backend: b.ID(), RootPaths: map[string]string{},
+		Phase: string(backends.PhaseAllocating), UpdatedAt: time.Now()}
+	if old, found, err := a.d.Store.Environments().Get(spec.ID); err != nil {
+		return rec, err
+	} else if found {
+		rec.RootIdentities = old.RootIdentities // pinned by an earlier pass or process
+		rec.HostClaims = old.HostClaims         // bound by an earlier pass or process (tenancy.go)
+	}
+	for _, root := range spec.Roots {
+		rec.RootPaths[root.Name] = root.HostPath
+	}
+	rec.HostClaims = mergeClaims(rec.HostClaims, hostClaimsOf(spec))
+	return rec, nil
+}
+
+// failed refuses the allocation: Ready=False (Failed) with msg, and a warning event.
+func (a *Room) failed(p *pass, reason, msg string) {
+	p.set(wbv1.ConditionReady, false, wbv1.ReasonFailed, msg)
+	a.d.Event(p.env, corev1.EventTypeWarning, reason, msg)
 }
