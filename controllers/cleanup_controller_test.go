@@ -75,8 +75,8 @@ func TestCleanupWaitsForTheNodeThenReleases(t *testing.T) {
 	lost := admitted("lost", true)
 	f.clock.Advance(DefaultNodeLostAfter - time.Second)
 	reconcileOnce(t, cr, lost)
-	if lost = get(t, lost); !controllerutil.ContainsFinalizer(lost, wbv1.CleanupFinalizer) {
-		t.Fatal("released before the node-lost bound")
+	if err := env.Client.Get(ctx, reqOf(lost).NamespacedName, lost); err != nil || !controllerutil.ContainsFinalizer(lost, wbv1.CleanupFinalizer) {
+		t.Fatalf("released before the node-lost bound: %v, finalizers %v", err, lost.Finalizers)
 	}
 	f.clock.Advance(2 * time.Second)
 	reconcileOnce(t, cr, lost)
