@@ -73,12 +73,12 @@ func TestCleanupWaitsForTheNodeThenReleases(t *testing.T) {
 	}
 
 	lost := admitted("lost", true)
-	f.clock.Advance(DefaultNodeLostAfter - time.Second)
+	f.clock.Advance(DefaultNodeLostAfter - 5*time.Second) // (the stored heartbeat is cut to whole seconds)
 	reconcileOnce(t, cr, lost)
 	if err := env.Client.Get(ctx, reqOf(lost).NamespacedName, lost); err != nil || !controllerutil.ContainsFinalizer(lost, wbv1.CleanupFinalizer) {
 		t.Fatalf("released before the node-lost bound: %v, finalizers %v", err, lost.Finalizers)
 	}
-	f.clock.Advance(2 * time.Second)
+	f.clock.Advance(10 * time.Second)
 	reconcileOnce(t, cr, lost)
 	if err := env.Client.Get(ctx, reqOf(lost).NamespacedName, &wbv1.TerminalCommand{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("a command of a node silent past the bound is still stored: %v", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -267,7 +268,7 @@ func TestGateRefusesWithoutPrompting(t *testing.T) {
 	if got = get(t, orphan); got.Status.Phase != wbv1.CommandPending || got.Status.Refusal != nil {
 		t.Fatalf("a young command naming a missing session is held, not refused: phase %s refusal %+v", got.Status.Phase, got.Status.Refusal)
 	}
-	f.clock.Advance(ReferenceGrace)
+	f.clock.Advance(ReferenceGrace + time.Minute) // (the clock was read before the command was created)
 	synced(t, got)
 	reconcileOnce(t, r, got)
 	if got = get(t, got); got.Status.Refusal == nil || got.Status.Refusal.Code != string(actuation.CodeSessionMissing) {
