@@ -164,6 +164,7 @@ func TestGateWritesNothingOfANodeDecidedCommand(t *testing.T) {
 	if err := env.Client.Create(ctx, wn); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("creating WorkbenchNode: %v", err)
 	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), wn) })
 	wn = get(t, wn)
 	wn.Status.AgentVersion = "test-agent"
 	testkit.Must(t, env.Client.Status().Update(ctx, wn))
@@ -283,5 +284,37 @@ func TestGateRefusesWithoutPrompting(t *testing.T) {
 	reconcileOnce(t, r, cancelled)
 	if got = get(t, cancelled); isTrueCond(got.Status.Conditions, wbv1.ConditionAdmitted) || !wbv1.CommandIsFinal(got.Status.Conditions) {
 		t.Fatalf("a command cancelled before admission: phase %s conditions %+v", got.Status.Phase, got.Status.Conditions)
+	}
+}
+
+// TestGateIdempotencyKeyNamesOneIntent: a later command with the same idempotency key and
+// another spec is refused idempotency-conflict; one with the same spec is admitted (its
+// node replays the owner's outcome). The owner is read through the cache's idempotency-key
+// index, as in the manager.
+func TestGateIdempotencyKeyNamesOneIntent(t *testing.T) {
+	ctx := context.Background()
+	f := newGateFixture(t, "node-gate-idem")
+	r := f.reconciler(t, nil)
+	keyed := func(name string, argv ...string) *wbv1.TerminalCommand {
+		t.Helper()
+		c := &wbv1.TerminalCommand{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}, Spec: wbv1.TerminalCommandSpec{
+			SessionRef: "s", ProfileRef: "git", Argv: argv, Cwd: wbv1.CwdAddress{Root: "repo"}, IdempotencyKey: "k-1"}}
+		testkit.Must(t, env.Client.Create(ctx, c))
+		synced(t, c)
+		return c
+	}
+	owner := keyed("a-owner", "/usr/bin/git", "--no-pager", "status")
+	same := keyed("b-same", "/usr/bin/git", "--no-pager", "status")
+	other := keyed("c-other", "/usr/bin/git", "--no-pager", "status", "--short")
+	for _, c := range []*wbv1.TerminalCommand{owner, same, other} {
+		reconcileOnce(t, r, c)
+	}
+	for _, c := range []*wbv1.TerminalCommand{owner, same} {
+		if got := get(t, c); !isTrueCond(got.Status.Conditions, wbv1.ConditionAdmitted) {
+			t.Fatalf("%s (the key's intent): phase %s refusal %+v", c.Name, got.Status.Phase, got.Status.Refusal)
+		}
+	}
+	if got := get(t, other); got.Status.Refusal == nil || got.Status.Refusal.Code != string(actuation.CodeIdempotencyConflict) {
+		t.Fatalf("another spec under the same key: phase %s refusal %+v", got.Status.Phase, got.Status.Refusal)
 	}
 }
