@@ -71,6 +71,7 @@ func main() {
 	}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                 scheme,
+		Cache:                  controllers.CacheOptions(),
 		Metrics:                metricsOptions(metricsAddr, tlsOpts),
 		WebhookServer:          webhooks.Instrument(webhook.NewServer(webhook.Options{Host: webhookHost, Port: webhookPort, CertDir: certDir, TLSOpts: tlsOpts})),
 		HealthProbeBindAddress: probeAddr,

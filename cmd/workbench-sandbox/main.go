@@ -11,11 +11,11 @@ import (
 	"fmt"
 	"os"
 
-	"sensorium.dev/workbench/internal/platform/procexec"
+	"sensorium.dev/workbench/internal/platform/procexec/sandboxhelper"
 )
 
 func main() {
-	procexec.MaybeRunHelper()
+	sandboxhelper.MaybeRun()
 	fmt.Fprintln(os.Stderr, "workbench-sandbox: run only by the node agent")
 	os.Exit(2)
 }

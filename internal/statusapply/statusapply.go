@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 )
@@ -35,6 +35,22 @@ func ApplyIfUnchanged(ctx context.Context, c client.Client, owner string, obj cl
 	return apply(ctx, c, owner, obj, rv, cur, next)
 }
 
+// applyBody is the server-side apply request: the object's identity and the owned status
+// fields only.
+type applyBody struct {
+	APIVersion string    `json:"apiVersion"`
+	Kind       string    `json:"kind"`
+	Metadata   applyMeta `json:"metadata"`
+	Status     any       `json:"status"`
+}
+
+type applyMeta struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace,omitempty"`
+	// ResourceVersion, when set, is a precondition server-side apply honours.
+	ResourceVersion string `json:"resourceVersion,omitempty"`
+}
+
 func apply(ctx context.Context, c client.Client, owner string, obj client.Object, rv string, cur, next any) (bool, error) {
 	if equality.Semantic.DeepEqual(cur, next) {
 		return false, nil
@@ -43,26 +59,22 @@ func apply(ctx context.Context, c client.Client, owner string, obj client.Object
 	if err != nil {
 		return false, fmt.Errorf("resolving kind of %T: %w", obj, err)
 	}
-	var st map[string]any
-	raw, err := json.Marshal(next)
-	if err == nil {
-		err = json.Unmarshal(raw, &st)
-	}
+	body, err := json.Marshal(applyBody{
+		APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind,
+		Metadata: applyMeta{Name: obj.GetName(), Namespace: obj.GetNamespace(), ResourceVersion: rv},
+		Status:   next,
+	})
 	if err != nil {
 		return false, fmt.Errorf("converting status of %s: %w", obj.GetName(), err)
 	}
-	md := map[string]any{"name": obj.GetName()}
-	if rv != "" {
-		md["resourceVersion"] = rv // server-side apply honours it as a precondition
-	}
-	if ns := obj.GetNamespace(); ns != "" {
-		md["namespace"] = ns
-	}
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": gvk.GroupVersion().String(), "kind": gvk.Kind, "metadata": md, "status": st,
-	}}
-	//nolint:staticcheck // typed apply configurations are not generated for this API; unstructured apply is the supported path.
-	if err := c.Status().Patch(ctx, u, client.Apply, client.FieldOwner(owner), client.ForceOwnership); err != nil {
+	// The request goes through the metadata client (the target is PartialObjectMetadata):
+	// the same PATCH of the status subresource, but the API server answers with the
+	// object's metadata only, so no caller pays for decoding the whole stored object
+	// (into Unstructured, as an unstructured apply did) that none of them reads. obj is
+	// left as it was.
+	target := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: obj.GetName(), Namespace: obj.GetNamespace()}}
+	target.SetGroupVersionKind(gvk)
+	if err := c.Status().Patch(ctx, target, client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(owner), client.ForceOwnership); err != nil {
 		return false, fmt.Errorf("applying status of %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(obj), err)
 	}
 	return true, nil

@@ -226,7 +226,9 @@ func Scheme() *runtime.Scheme {
 
 // cacheOptions restrict every watch to this node's objects: a label selector on the node
 // label for namespaced kinds and the agent's own capabilities, the node's own name for its
-// WorkbenchNode. The agent never lists cluster-wide.
+// WorkbenchNode. The agent never lists cluster-wide. Cached objects are stored without
+// their managedFields: nothing in the agent reads them from the cache (field ownership is
+// read from the API server), and the cache's copies stay a fraction of the objects' size.
 func (a *Agent) cacheOptions() cache.Options {
 	sel := labels.SelectorFromSet(labels.Set{wbv1.NodeLabel: a.cfg.NodeName})
 	byLabel := cache.ByObject{Label: sel}
@@ -245,7 +247,7 @@ func (a *Agent) cacheOptions() cache.Options {
 		&wbv1.ViewGrant{}:         byLabel,
 		&wbv1.WorkbenchNode{}:     {Field: fields.OneTermEqualSelector("metadata.name", a.cfg.NodeName)},
 		&corev1.Node{}:            {Field: fields.OneTermEqualSelector("metadata.name", a.cfg.NodeName)},
-	}}
+	}, DefaultTransform: cache.TransformStripManagedFields()}
 }
 
 // Run sweeps what a previous process left, then reconciles until ctx ends.

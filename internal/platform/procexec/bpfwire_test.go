@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"slices"
 	"testing"
+
+	"sensorium.dev/workbench/internal/platform/procexec/sandboxhelper"
 )
 
 // TestBPFProgramRoundTrip: the sandbox's seccomp filter reaches the helper's configuration
@@ -30,7 +32,7 @@ func TestBPFProgramRoundTrip(t *testing.T) {
 			t.Errorf("%s decoded without error to %d instructions", bad, len(p))
 		}
 	}
-	big := make(bpfProgram, maxBPFInsns+1)
+	big := make(bpfProgram, sandboxhelper.MaxBPFInsns+1)
 	raw, _ = json.Marshal(big)
 	var p bpfProgram
 	if err := json.Unmarshal(raw, &p); err == nil {

@@ -36,6 +36,7 @@ import (
 
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/cgroups"
+	"sensorium.dev/workbench/internal/platform/procexec/sandboxhelper"
 )
 
 // Caps and defaults. Each cap names the refusal code it produces.
@@ -62,7 +63,7 @@ const (
 	MaxEnvVars  = actuation.MaxProcessEnvVars
 	MaxEnvBytes = actuation.MaxProcessEnvBytes
 	// MaxRoots bounds WritableRoots and ReadableRoots each (refusal.InvalidSpec).
-	MaxRoots = 32
+	MaxRoots = sandboxhelper.MaxRoots
 	// DefaultMaxConcurrent is the default concurrent command cap
 	// (refusal.CommandCapReached).
 	DefaultMaxConcurrent = 4

@@ -328,12 +328,3 @@ func argLowOffset(i uint32) uint32 {
 	}
 	return off
 }
-
-// loadSeccomp installs prog on the calling thread (no_new_privs must be set).
-func loadSeccomp(prog []unix.SockFilter) error {
-	if len(prog) == 0 {
-		return errors.New("empty seccomp program")
-	}
-	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-	return unix.Prctl(unix.PR_SET_SECCOMP, unix.SECCOMP_MODE_FILTER, uintptr(unsafePointer(&fprog)), 0, 0)
-}

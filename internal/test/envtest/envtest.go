@@ -25,6 +25,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -195,7 +196,9 @@ func (e *Env) installNodeStatusPolicy() error {
 func (e *Env) startManager(setup func(ctrl.Manager) error, tlsOpts []func(*tls.Config)) error {
 	wo := &e.Env.WebhookInstallOptions
 	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
-		Scheme:  e.Scheme,
+		Scheme: e.Scheme,
+		// As cmd/manager (controllers.CacheOptions, not imported: controllers' tests use this package).
+		Cache:   cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		WebhookServer: webhooks.Instrument(webhook.NewServer(webhook.Options{
 			Host: wo.LocalServingHost, Port: wo.LocalServingPort, CertDir: wo.LocalServingCertDir, TLSOpts: tlsOpts,

@@ -1,4 +1,6 @@
-package procexec
+//go:build linux
+
+package sandboxhelper
 
 import (
 	"fmt"
@@ -10,16 +12,16 @@ import (
 
 // Mount kinds of the sandbox root.
 const (
-	mountBind    = "bind"    // read-only recursive bind of Source (system directories)
-	mountDevBind = "devbind" // bind of a device file (Source), nosuid, noexec
-	mountFD      = "fd"      // a detached (idmapped) mount from the parent: FD indexes the received descriptors
-	mountTmpfs   = "tmpfs"   // a fresh tmpfs (Data: options)
-	mountProc    = "proc"    // the PID namespace's own proc
-	mountSymlink = "symlink" // a symlink to Link
+	MountBind    = "bind"    // read-only recursive bind of Source (system directories)
+	MountDevBind = "devbind" // bind of a device file (Source), nosuid, noexec
+	MountFD      = "fd"      // a detached (idmapped) mount from the parent: FD indexes the received descriptors
+	MountTmpfs   = "tmpfs"   // a fresh tmpfs (Data: options)
+	MountProc    = "proc"    // the PID namespace's own proc
+	MountSymlink = "symlink" // a symlink to Link
 )
 
-// mountSpec is one entry of the sandbox root. Target is the path inside.
-type mountSpec struct {
+// MountSpec is one entry of the sandbox root. Target is the path inside.
+type MountSpec struct {
 	Kind   string `json:"kind"`
 	Target string `json:"target"`
 	Source string `json:"source,omitempty"`
@@ -37,7 +39,7 @@ const stagingDir = "/tmp"
 // buildRoot assembles the sandbox root and pivots into it. Host sources are
 // cloned first (open_tree), then a tmpfs covers stagingDir and every entry is
 // attached below it; the old root is detached and the new root made read-only.
-func buildRoot(cfg *helperConfig, fds []int) error {
+func buildRoot(cfg *Config, fds []int) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make / private: %w", err)
 	}
@@ -60,10 +62,10 @@ func buildRoot(cfg *helperConfig, fds []int) error {
 		var flags uint = unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC
 		var attr unix.MountAttr
 		switch m.Kind {
-		case mountBind:
+		case MountBind:
 			flags |= unix.AT_RECURSIVE
 			attr.Attr_set = unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
-		case mountDevBind:
+		case MountDevBind:
 			attr.Attr_set = unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NOEXEC
 		default:
 			continue
@@ -97,7 +99,7 @@ func buildRoot(cfg *helperConfig, fds []int) error {
 	}
 	for i, m := range cfg.Mounts {
 		target := filepath.Join(root, m.Target)
-		if m.Kind == mountSymlink {
+		if m.Kind == MountSymlink {
 			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
 				return err
 			}
@@ -106,7 +108,7 @@ func buildRoot(cfg *helperConfig, fds []int) error {
 			}
 			continue
 		}
-		if m.Kind == mountFD {
+		if m.Kind == MountFD {
 			for d := filepath.Dir(target); len(d) > len(root) && !targets[d]; d = filepath.Dir(d) {
 				if _, err := os.Lstat(d); err != nil {
 					skeleton = append(skeleton, d)
@@ -117,22 +119,22 @@ func buildRoot(cfg *helperConfig, fds []int) error {
 			return fmt.Errorf("mount point %s: %w", m.Target, err)
 		}
 		switch m.Kind {
-		case mountBind, mountDevBind:
+		case MountBind, MountDevBind:
 			if err := unix.MoveMount(clones[i], "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 				return fmt.Errorf("move_mount %s: %w", m.Target, err)
 			}
-		case mountFD:
+		case MountFD:
 			if m.FD < 0 || m.FD >= len(fds) {
 				return fmt.Errorf("mount %s: descriptor index %d of %d", m.Target, m.FD, len(fds))
 			}
 			if err := unix.MoveMount(fds[m.FD], "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 				return fmt.Errorf("move_mount %s: %w", m.Target, err)
 			}
-		case mountTmpfs:
+		case MountTmpfs:
 			if err := unix.Mount("tmpfs", target, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, m.Data); err != nil {
 				return fmt.Errorf("mount tmpfs %s: %w", m.Target, err)
 			}
-		case mountProc:
+		case MountProc:
 			if err := unix.Mount("proc", target, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 				return fmt.Errorf("mount proc: %w", err)
 			}

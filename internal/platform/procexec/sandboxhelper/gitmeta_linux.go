@@ -1,6 +1,6 @@
 //go:build linux
 
-package procexec
+package sandboxhelper
 
 import (
 	"errors"
