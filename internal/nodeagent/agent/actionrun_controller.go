@@ -24,6 +24,7 @@ import (
 	"sensorium.dev/workbench/internal/actions"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/actionexec"
+	"sensorium.dev/workbench/internal/nodeagent/runs"
 	"sensorium.dev/workbench/internal/nodeagent/store"
 	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/statusapply"
@@ -52,9 +53,9 @@ type actionRunReconciler struct {
 	a        *Agent
 	wake     chan event.GenericEvent
 	stopping atomic.Bool
-	// runs are the ActionRuns this process started (runtable.go: the command path's one
+	// runs are the ActionRuns this process started (internal/nodeagent/runs: the command path's one
 	// start → record → outcome implementation).
-	runs *runTable[actionOutcome]
+	runs *runs.Table[actionOutcome]
 
 	supportOnce sync.Once
 	support     []wbv1.ActionClassSupport
@@ -100,7 +101,7 @@ func actionRunOwned(s *wbv1.ActionRunStatus) wbv1.ActionRunStatus {
 // setupActionRuns registers the ActionRun reconciler (this node's runs only: the cache
 // filters on the node label).
 func (a *Agent) setupActionRuns(mgr ctrl.Manager) error {
-	r := &actionRunReconciler{a: a, wake: make(chan event.GenericEvent, 1024), runs: newRunTable[actionOutcome]("action run", a.store),
+	r := &actionRunReconciler{a: a, wake: make(chan event.GenericEvent, 1024), runs: runs.NewTable[actionOutcome]("action run", a.store),
 		probing: make(chan struct{}, 1)}
 	a.actionRuns = r
 	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.ActionRun{}).Named("node-actionrun").
@@ -114,7 +115,7 @@ func (a *Agent) setupActionRuns(mgr ctrl.Manager) error {
 	return mgr.Add(managerRunnable(func(ctx context.Context) error {
 		<-ctx.Done()
 		r.stopping.Store(true)
-		for _, h := range r.runs.shutdown() {
+		for _, h := range r.runs.Shutdown() {
 			select {
 			case <-h.Done():
 			case <-time.After(procexec.MaxGrace + 5*time.Second):
@@ -154,7 +155,7 @@ func (r *actionRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	var run wbv1.ActionRun
 	if err := a.client.Get(ctx, req.NamespacedName, &run); err != nil {
 		if client.IgnoreNotFound(err) == nil {
-			r.runs.stop(func(la *liveAction) bool { return la.key == req.NamespacedName })
+			r.runs.Stop(func(la *liveAction) bool { return la.Key == req.NamespacedName })
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -162,7 +163,7 @@ func (r *actionRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		return ctrl.Result{}, nil
 	}
 	if wbv1.ActionRunIsFinal(run.Status.Conditions) {
-		r.runs.forget(string(run.UID))
+		r.runs.Forget(string(run.UID))
 		return ctrl.Result{}, nil
 	}
 	cur, next := actionRunOwned(&run.Status), actionRunOwned(&run.Status)
@@ -177,7 +178,7 @@ func (r *actionRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		return ctrl.Result{}, err
 	}
 	if wbv1.ActionRunIsFinal(all) {
-		r.runs.forget(string(run.UID))
+		r.runs.Forget(string(run.UID))
 	}
 	if wrote && before != after {
 		evType := corev1.EventTypeNormal
@@ -219,7 +220,7 @@ func (r *actionRunReconciler) step(ctx context.Context, p *runPass) error {
 	uid := string(p.run.UID)
 	cancelled := !p.run.DeletionTimestamp.IsZero() || p.run.Spec.DesiredState == wbv1.CommandDesiredCancelled
 	p.next.NodeName = a.cfg.NodeName
-	live, result, err := r.runs.settle(uid)
+	live, result, err := r.runs.Settle(uid)
 	if err != nil {
 		return err
 	}
@@ -229,19 +230,19 @@ func (r *actionRunReconciler) step(ctx context.Context, p *runPass) error {
 			return nil
 		}
 		if cancelled {
-			r.runs.stop(func(la *liveAction) bool { return la == live })
+			r.runs.Stop(func(la *liveAction) bool { return la == live })
 			p.result.RequeueAfter = time.Second
 		}
-		p.next.StartTime = &metav1.Time{Time: live.started}
+		p.next.StartTime = &metav1.Time{Time: live.Started}
 		p.set(wbv1.ConditionStarted, true, "Started", "the process runs on this node")
 		return nil
 	}
-	rec, ok, err := r.runs.stored(uid)
+	rec, ok, err := r.runs.Stored(uid)
 	if err != nil {
 		return err
 	}
 	if ok {
-		o, err := r.runs.outcomeOf(rec, func() *actionOutcome {
+		o, err := r.runs.OutcomeOf(rec, func() *actionOutcome {
 			return &actionOutcome{Phase: wbv1.ActionRunFailed, RefusalCode: string(actuation.CodeInterrupted), Completed: time.Now(),
 				Message: "interrupted: the node agent restarted while the action ran; it is never re-run (" + rec.Outcome + ")"}
 		})
@@ -381,29 +382,29 @@ func (r *actionRunReconciler) start(ctx context.Context, p *runPass) error {
 		p.refuse(actuation.Code(c), err.Error())
 		return nil
 	}
-	// The command path's one sequence (runTable.launch): the start record is stored while
+	// The command path's one sequence (runs.Table.Launch): the start record is stored while
 	// the sandbox is set up, and the program runs only once it landed.
-	la := &liveAction{key: client.ObjectKeyFromObject(run), finished: make(chan struct{})}
-	h, o, late, proceed, err := r.runs.launch(a.runner, launchSpec[actionOutcome]{
-		uid: string(run.UID), spec: prep.Spec(), running: string(wbv1.ActionRunRunning), live: la,
+	la := &liveAction{Key: client.ObjectKeyFromObject(run), Finished: make(chan struct{})}
+	h, o, late, proceed, err := r.runs.Launch(a.runner, runs.LaunchSpec[actionOutcome]{
+		UID: string(run.UID), Spec: prep.Spec(), Running: string(wbv1.ActionRunRunning), Live: la,
 		// p is the recording goroutine's until launch returns.
-		record: func() (store.Command, bool, error) {
+		Record: func() (store.Command, bool, error) {
 			rec, created, err := a.store.RecordCommandStart(recordFor(run, d))
 			if err == nil && !created {
 				p.result.RequeueAfter = time.Second // a record appeared meanwhile: the next pass reads it
 			}
 			return rec, err == nil && created, err
 		},
-		startFailed: func(err error) *actionOutcome {
+		StartFailed: func(err error) *actionOutcome {
 			o := &actionOutcome{Phase: wbv1.ActionRunRefused, Message: err.Error(), Completed: time.Now()}
-			if refused, code := startRefusal(err); refused {
+			if refused, code := runs.StartRefusal(err); refused {
 				o.RefusalCode = code
 			} else {
 				o.Phase, o.RefusalCode = wbv1.ActionRunFailed, code
 			}
 			return o
 		},
-		pidDelay: a.cgroups != nil && a.cgroups.Available(),
+		PIDDelay: a.cgroups != nil && a.cgroups.Available(),
 	})
 	if err != nil || !proceed || o != nil {
 		prep.Abort() // nothing runs in the envelope
@@ -415,17 +416,17 @@ func (r *actionRunReconciler) start(ctx context.Context, p *runPass) error {
 		p.finish(o)
 		return nil
 	}
-	go r.await(run.DeepCopy(), act, h, prep, la.started)
+	go r.await(run.DeepCopy(), act, h, prep, la.Started)
 	if late {
 		// Started after shutdown took its list: nothing of it may outlive the agent.
 		h.Kill(procexec.OriginCancel)
 		<-h.Done()
 		return nil
 	}
-	now := metav1.NewTime(la.started)
+	now := metav1.NewTime(la.Started)
 	p.next.StartTime = &now
 	p.set(wbv1.ConditionStarted, true, "Started", fmt.Sprintf("pid %d, class %s (%s) envelope", h.Info().Pid, act.Class, actions.SeedName(act.Class)))
-	if o := r.runs.coalesce(la); o != nil {
+	if o := r.runs.Coalesce(la); o != nil {
 		p.finish(o)
 	}
 	return nil

@@ -183,8 +183,8 @@ func artifactName(run string, i int) string {
 }
 
 func (r *actionRunReconciler) record(uid string, o *actionOutcome) {
-	err := r.runs.record(uid, o, func(la *liveAction, o *actionOutcome) {
-		if la.stopping && o.Phase == wbv1.ActionRunFailed && o.ExitCode == nil && o.RefusalCode != string(actuation.CodeInterrupted) {
+	err := r.runs.Record(uid, o, func(la *liveAction, o *actionOutcome) {
+		if la.Stopping && o.Phase == wbv1.ActionRunFailed && o.ExitCode == nil && o.RefusalCode != string(actuation.CodeInterrupted) {
 			o.Phase, o.RefusalCode, o.Message = wbv1.ActionRunCancelled, "", "cancelled: the run was deleted or cancelled ("+o.Message+")"
 		}
 	})

@@ -28,6 +28,7 @@ import (
 	"sensorium.dev/workbench/internal/nodeagent/artifacts"
 	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/nodeagent/recordings"
+	"sensorium.dev/workbench/internal/nodeagent/runs"
 	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/nodeagent/sessions"
 	"sensorium.dev/workbench/internal/nodeagent/store"
@@ -69,11 +70,11 @@ type Agent struct {
 	sandboxErr error // why the process sandbox cannot be established on this node (checked by New)
 
 	// Components with their own locks: environments and sessions (registries.go), the
-	// commands this process started (runtable.go; the ActionRun controller has a table of
+	// commands this process started (internal/nodeagent/runs; the ActionRun controller has a table of
 	// its own), and what the node publishes about itself (report.go).
 	envs     *envRegistry
 	sess     *sessions.Registry
-	commands *runTable[commandOutcome]
+	commands *runs.Table[commandOutcome]
 	// profiles memoizes the CommandProfiles read for fast-path admission (profile_memo.go).
 	profiles *profileMemo
 	report   *nodeReport
@@ -196,7 +197,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		shared:           opts.SharedProcess,
 		envs:             newEnvRegistry(),
 		sess:             sessions.NewRegistry(),
-		commands:         newRunTable[commandOutcome]("command", db),
+		commands:         runs.NewTable[commandOutcome]("command", db),
 		profiles:         newProfileMemo(),
 		report:           newNodeReport(),
 		wakeCommands:     make(chan event.GenericEvent, 1024),
@@ -317,7 +318,7 @@ func (a *Agent) shutdown(ctx context.Context) {
 	}
 	a.runner.Close() // idle pre-started sandboxes and their groups
 	_ = a.sessions.Shutdown(ctx)
-	ending := a.commands.shutdown() // a guest command stops being waited for; the store keeps it interrupted
+	ending := a.commands.Shutdown() // a guest command stops being waited for; the store keeps it interrupted
 	// Once the commands' cgroups are gone, an agent with no VM left removes its cgroup
 	// parent (best effort, bounded by ctx).
 	for _, h := range ending {
