@@ -25,6 +25,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/nodeagent/actionruns"
 	"sensorium.dev/workbench/internal/nodeagent/artifacts"
 	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/nodeagent/recordings"
@@ -62,8 +63,8 @@ type Agent struct {
 	cgroups  *cgroups.Manager // a group per command, session and VMM
 	storage  storage          // disks, /tmp and file-size bounds (storage.go)
 	shared   bool             // Options.SharedProcess
-	// actionRuns runs ActionRuns (actionrun_controller.go); nil until set up.
-	actionRuns *actionRunReconciler
+	// actionRuns runs ActionRuns (the actionruns room); nil until set up.
+	actionRuns *actionruns.Room
 	client     client.Client
 	reader     client.Reader
 
@@ -310,12 +311,8 @@ func (a *Agent) Run(ctx context.Context, cfg *rest.Config) error {
 // what was interrupted.
 func (a *Agent) shutdown(ctx context.Context) {
 	a.stopping.Store(true)
-	if a.actionRuns != nil {
-		select { // wait for an action-class probe in flight; none starts after this
-		case a.actionRuns.probing <- struct{}{}:
-		case <-ctx.Done():
-		}
-	}
+	// Wait for an action-class probe in flight; none starts after this.
+	a.actionRuns.StopProbing(ctx)
 	a.runner.Close() // idle pre-started sandboxes and their groups
 	_ = a.sessions.Shutdown(ctx)
 	ending := a.commands.Shutdown() // a guest command stops being waited for; the store keeps it interrupted
