@@ -90,7 +90,7 @@ type Agent struct {
 	mu      sync.Mutex
 	uploads map[string]struct{}
 	// sessChanged wakes open attach streams to re-check a session (dataplane.go).
-	sessChanged changeBroadcast
+	sessChanged nodekit.Broadcaster
 
 	// wake re-queues objects from goroutines (command exits, session phase changes).
 	wakeCommands chan event.GenericEvent

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"sync"
 	"syscall"
 	"time"
 
@@ -366,31 +365,7 @@ func (r resolver) CommandsChanged() <-chan struct{} {
 // SessionsChanged implements dataplane.SessionWatcher: the channel closes after the next
 // reconcile of a TerminalSession on this node (its spec changed, it closed, it was deleted),
 // so an open attach re-checks the session's raw-input mode at that event, not per keystroke.
-func (r resolver) SessionsChanged() <-chan struct{} { return r.a.sessChanged.wait() }
-
-// changeBroadcast is a channel closed (then replaced) at the next change.
-type changeBroadcast struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
-
-func (b *changeBroadcast) wait() <-chan struct{} {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.ch == nil {
-		b.ch = make(chan struct{})
-	}
-	return b.ch
-}
-
-func (b *changeBroadcast) notify() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.ch != nil {
-		close(b.ch)
-		b.ch = nil
-	}
-}
+func (r resolver) SessionsChanged() <-chan struct{} { return r.a.sessChanged.Changed() }
 
 // commandsChanged wakes CommandsChanged's waiters.
 func (a *Agent) commandsChanged() { a.commands.Signal() }

@@ -156,6 +156,6 @@ func (t *Table[O]) enter(uid string, lr *Run[O]) (late bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.runs[uid] = lr
-	t.changed.notify()
+	t.changed.Broadcast()
 	return t.closed
 }

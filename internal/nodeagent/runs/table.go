@@ -17,6 +17,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/nodeagent/store"
 	"sensorium.dev/workbench/internal/platform/procexec"
@@ -98,7 +99,7 @@ type Table[O Outcome] struct {
 	// (ReserveGuest): the check and the entry are one reservation.
 	guestStarting int
 	// changed wakes its waiters when a run starts or is reconciled.
-	changed broadcast
+	changed nodekit.Broadcaster
 }
 
 // NewTable returns an empty table of one kind of run over db; kind names the runs in errors.
@@ -381,42 +382,18 @@ func (t *Table[O]) EnterGuest(uid string, lr *Run[O]) {
 	defer t.mu.Unlock()
 	t.runs[uid] = lr
 	t.guestStarting--
-	t.changed.notify()
+	t.changed.Broadcast()
 }
 
 // Changed returns a channel closed at the next change (a run started or reconciled).
-func (t *Table[O]) Changed() <-chan struct{} { return t.changed.wait() }
+func (t *Table[O]) Changed() <-chan struct{} { return t.changed.Changed() }
 
 // Signal wakes Changed's waiters.
-func (t *Table[O]) Signal() { t.changed.notify() }
+func (t *Table[O]) Signal() { t.changed.Broadcast() }
 
 // Len is the number of runs held (running or finished and not yet forgotten).
 func (t *Table[O]) Len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.runs)
-}
-
-// broadcast is a channel closed (then replaced) at the next change.
-type broadcast struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
-
-func (b *broadcast) wait() <-chan struct{} {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.ch == nil {
-		b.ch = make(chan struct{})
-	}
-	return b.ch
-}
-
-func (b *broadcast) notify() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.ch != nil {
-		close(b.ch)
-		b.ch = nil
-	}
 }
