@@ -266,7 +266,7 @@ func TestCatalogEditedAfterSigningStops(t *testing.T) {
 	cat.Spec.Actions[0].DefaultTimeoutSeconds = 31
 	must(t, env.Client.Update(context.Background(), cat))
 	// Admission refuses the run (the node re-verifies the same way at dispatch: a run
-	// admitted before the edit is refused there, see actionrun_controller.go).
+	// admitted before the edit is refused there, see internal/nodeagent/actionruns).
 	run := &wbv1.ActionRun{ObjectMeta: metav1.ObjectMeta{Name: "r1", Namespace: ns},
 		Spec: wbv1.ActionRunSpec{CatalogRef: "cat", ActionID: "a", EnvironmentRef: "e"}}
 	err := env.Client.Create(context.Background(), run)

@@ -25,10 +25,12 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/nodeagent/actionruns"
 	"sensorium.dev/workbench/internal/nodeagent/artifacts"
 	"sensorium.dev/workbench/internal/nodeagent/environments"
 	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/nodeagent/recordings"
+	"sensorium.dev/workbench/internal/nodeagent/runs"
 	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/nodeagent/sessions"
 	"sensorium.dev/workbench/internal/nodeagent/store"
@@ -59,19 +61,19 @@ type Agent struct {
 	cgroups  *cgroups.Manager // a group per command, session and VMM
 	storage  storage          // disks, /tmp and file-size bounds (storage.go)
 	shared   bool             // Options.SharedProcess
-	// actionRuns runs ActionRuns (actionrun_controller.go); nil until set up.
-	actionRuns *actionRunReconciler
+	// actionRuns runs ActionRuns (the actionruns room); nil until set up.
+	actionRuns *actionruns.Room
 	client     client.Client
 	reader     client.Reader
 
 	sandboxErr error // why the process sandbox cannot be established on this node (checked by New)
 
 	// Components with their own locks: environments and sessions (registries.go), the
-	// commands this process started (runtable.go; the ActionRun controller has a table of
+	// commands this process started (internal/nodeagent/runs; the ActionRun controller has a table of
 	// its own), and what the node publishes about itself (report.go).
 	envs     *environments.Registry
 	sess     *sessions.Registry
-	commands *runTable[commandOutcome]
+	commands *runs.Table[commandOutcome]
 	// profiles memoizes the CommandProfiles read for fast-path admission (profile_memo.go).
 	profiles *profileMemo
 	report   *nodeReport
@@ -86,7 +88,7 @@ type Agent struct {
 	mu      sync.Mutex
 	uploads map[string]struct{}
 	// sessChanged wakes open attach streams to re-check a session (dataplane.go).
-	sessChanged changeBroadcast
+	sessChanged nodekit.Broadcaster
 
 	// wake re-queues objects from goroutines (command exits, session phase changes).
 	wakeCommands chan event.GenericEvent
@@ -194,7 +196,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		shared:           opts.SharedProcess,
 		envs:             environments.NewRegistry(),
 		sess:             sessions.NewRegistry(),
-		commands:         newRunTable[commandOutcome]("command", db),
+		commands:         runs.NewTable[commandOutcome]("command", db),
 		profiles:         newProfileMemo(),
 		report:           newNodeReport(),
 		wakeCommands:     make(chan event.GenericEvent, 1024),
@@ -309,15 +311,11 @@ func (a *Agent) Run(ctx context.Context, cfg *rest.Config) error {
 // what was interrupted.
 func (a *Agent) shutdown(ctx context.Context) {
 	a.stopping.Store(true)
-	if a.actionRuns != nil {
-		select { // wait for an action-class probe in flight; none starts after this
-		case a.actionRuns.probing <- struct{}{}:
-		case <-ctx.Done():
-		}
-	}
+	// Wait for an action-class probe in flight; none starts after this.
+	a.actionRuns.StopProbing(ctx)
 	a.runner.Close() // idle pre-started sandboxes and their groups
 	_ = a.sessions.Shutdown(ctx)
-	ending := a.commands.shutdown() // a guest command stops being waited for; the store keeps it interrupted
+	ending := a.commands.Shutdown() // a guest command stops being waited for; the store keeps it interrupted
 	// Once the commands' cgroups are gone, an agent with no VM left removes its cgroup
 	// parent (best effort, bounded by ctx).
 	for _, h := range ending {

@@ -24,6 +24,7 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/convert"
+	"sensorium.dev/workbench/internal/nodeagent/runs"
 	"sensorium.dev/workbench/internal/nodeagent/store"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/platform/procexec"
@@ -148,7 +149,7 @@ func (r *commandReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err := a.client.Get(ctx, req.NamespacedName, &cmd); err != nil {
 		if client.IgnoreNotFound(err) == nil {
 			// Gone (its finalizer released): nothing of it may keep running here.
-			a.stopCommands(func(lc *liveCommand) bool { return lc.key == req.NamespacedName })
+			a.stopCommands(func(lc *liveCommand) bool { return lc.Key == req.NamespacedName })
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -278,7 +279,7 @@ func (p *cmdPass) decide(o *commandOutcome) {
 // admitHere records this node's decision in the pass's status: status.decidedBy node,
 // Admitted=True with who admitted it, the command's identity, its argv digest and the
 // operational context it was admitted under. It is written with the start (a command
-// still running after coalesceWindow) or with the outcome — one status write for a short
+// still running after runs.CoalesceWindow) or with the outcome — one status write for a short
 // command — never alone: no other component decides a command bound to this node, so
 // there is no claim to stake first. From it on this node is the one writer of the
 // command's admission record, phase and outcome (wbv1.CommandPhaseWriter).
@@ -346,19 +347,19 @@ func (r *commandReconciler) step(ctx context.Context, p *cmdPass) error {
 		// A start record (or a stored decision) of a command whose status names no decider:
 		// this node decided it and ran (or refused) it, and the pass that would have written
 		// that crashed or failed to write. The decision is the one recorded with it.
-		rec, ok, err := a.commands.stored(uid)
+		rec, ok, err := a.commands.Stored(uid)
 		if err != nil {
 			return err
 		}
 		if ok {
 			by, context := rec.AdmittedBy, rec.AdmittedContext
-			if o := decodeOutcome[commandOutcome](rec.Outcome); by == "" && o != nil {
+			if o := runs.Decode[commandOutcome](rec.Outcome); by == "" && o != nil {
 				by, context = o.AdmittedBy, o.AdmittedContext
 			}
 			p.admitHere(a.cfg.NodeName, by, wbv1.ContextClass(context))
 		}
 	}
-	live, result, err := a.commands.settle(uid)
+	live, result, err := a.commands.Settle(uid)
 	if err != nil {
 		return err
 	}
@@ -368,10 +369,10 @@ func (r *commandReconciler) step(ctx context.Context, p *cmdPass) error {
 			p.finish(result)
 		} else {
 			if deleting {
-				a.commands.stop(func(lc *liveCommand) bool { return lc == live })
+				a.commands.Stop(func(lc *liveCommand) bool { return lc == live })
 				p.result.RequeueAfter = time.Second // the awaiting goroutine also wakes this command
 			}
-			p.next.StartTime = &metav1.Time{Time: live.started}
+			p.next.StartTime = &metav1.Time{Time: live.Started}
 			if !condTrue(*p.all, wbv1.ConditionStarted) {
 				// Only when status does not show the start yet: the start pass's message
 				// (with the pid) stands, and a wake of a running command writes nothing.
@@ -380,12 +381,12 @@ func (r *commandReconciler) step(ctx context.Context, p *cmdPass) error {
 		}
 		return nil
 	}
-	rec, ok, err := a.commands.stored(uid)
+	rec, ok, err := a.commands.Stored(uid)
 	if err != nil {
 		return err
 	}
 	if ok {
-		o, err := a.commands.outcomeOf(rec, func() *commandOutcome {
+		o, err := a.commands.OutcomeOf(rec, func() *commandOutcome {
 			return &commandOutcome{Phase: wbv1.CommandFailed, RefusalCode: string(actuation.CodeInterrupted), Completed: time.Now(),
 				Message: "interrupted: the node agent restarted while the command ran; it is never re-run (" + rec.Outcome + ")"}
 		})
@@ -411,21 +412,21 @@ func (r *commandReconciler) step(ctx context.Context, p *cmdPass) error {
 // stopCommands stops every running command match selects (deletion, drain) and marks it
 // stopping, so its end is recorded Cancelled.
 func (a *Agent) stopCommands(match func(*liveCommand) bool) []*liveCommand {
-	return a.commands.stop(match)
+	return a.commands.Stop(match)
 }
 
 // commandDrained says whether a node drain stopped the command.
 func (a *Agent) commandDrained(uid string) bool {
 	drained := false
-	a.commands.view(func(runs map[string]*liveCommand) {
+	a.commands.View(func(runs map[string]*liveCommand) {
 		lc := runs[uid]
-		drained = lc != nil && lc.drained
+		drained = lc != nil && lc.Drained
 	})
 	return drained
 }
 
 // forgetCommand drops a finished command from memory once its outcome is stored.
-func (a *Agent) forgetCommand(uid string) { a.commands.forget(uid) }
+func (a *Agent) forgetCommand(uid string) { a.commands.Forget(uid) }
 
 // refuse ends a command at the node with a code (nothing was started).
 func (p *cmdPass) refuse(code, msg string) {
@@ -472,7 +473,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	if env.Status.NodeName != a.cfg.NodeName {
 		return nil // not ours (yet); the label said so, the status does not agree
 	}
-	if code, msg := pausedRefusal(&env); code != "" { // environment_pause.go
+	if code, msg := pausedRefusal(&env); code != "" { // environments/pause.go
 		p.refuse(code, msg)
 		return nil
 	}
@@ -596,21 +597,21 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 	seqFrom := live.LastSeq() + 1 // the data plane's output stream starts here
 	out := &liveOutput{rg: live}
 	spec.OnOutput = out.write
-	lc := &liveCommand{key: client.ObjectKeyFromObject(cmd), envUID: string(env.UID), finished: make(chan struct{}),
-		out: live, seqFrom: seqFrom}
-	h, o, late, proceed, err := a.commands.launch(a.runner, launchSpec[commandOutcome]{
-		uid: string(cmd.UID), spec: spec, running: string(wbv1.CommandRunning), live: lc,
+	lc := &liveCommand{Key: client.ObjectKeyFromObject(cmd), EnvUID: string(env.UID), Finished: make(chan struct{}),
+		Out: live, SeqFrom: seqFrom}
+	h, o, late, proceed, err := a.commands.Launch(a.runner, runs.LaunchSpec[commandOutcome]{
+		UID: string(cmd.UID), Spec: spec, Running: string(wbv1.CommandRunning), Live: lc,
 		// p is the recording goroutine's until launch returns.
-		record: func() (store.Command, bool, error) {
+		Record: func() (store.Command, bool, error) {
 			return a.recordStart(p, string(sess.UID), claim)
 		},
-		ready: func() {
+		Ready: func() {
 			markCommand(cmd, "node-claimed-and-recorded")
 			a.recordBefore(ctx, &env, sess.Name, string(cmd.UID)) // seed 004: state before, when recorded
 		},
-		startFailed: commandStartFailed,
-		pidDelay:    a.cgroups != nil && a.cgroups.Available(),
-		pidRecorded: func(err error) { a.pidRecorded(cmd, err) },
+		StartFailed: commandStartFailed,
+		PIDDelay:    a.cgroups != nil && a.cgroups.Available(),
+		PIDRecorded: func(err error) { a.pidRecorded(cmd, err) },
 	})
 	if err != nil || !proceed {
 		release()
@@ -628,7 +629,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		<-h.Done()
 		release()
 	}()
-	go a.awaitCommand(cmd.DeepCopy(), h, out, lc.started)
+	go a.awaitCommand(cmd.DeepCopy(), h, out, lc.Started)
 	if late {
 		// Started after shutdown took its list (a pass outliving the manager's graceful
 		// stop): nothing of it may outlive the agent, so this pass stops it and waits.
@@ -636,12 +637,12 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 		<-h.Done()
 		return nil
 	}
-	now := metav1.NewTime(lc.started)
+	now := metav1.NewTime(lc.Started)
 	p.next.StartTime, p.next.NodeName = &now, a.cfg.NodeName
 	p.set(wbv1.ConditionStarted, true, "Started", fmt.Sprintf("pid %d in its own process group, no network, writes confined to the environment", h.Info().Pid))
 	// A short command often ends before this pass writes: then one status write records
 	// both its start and its outcome.
-	if o := a.commands.coalesce(lc); o != nil {
+	if o := a.commands.Coalesce(lc); o != nil {
 		markCommand(cmd, "node-coalesced")
 		p.finish(o)
 	}
@@ -649,7 +650,7 @@ func (r *commandReconciler) start(ctx context.Context, p *cmdPass) error {
 }
 
 // pidRecorded marks (or logs the failure of) a running command's PID record, written off
-// the pass (runTable.recordPID). A store failure is only logged: the outcome's own commit,
+// the pass (runs.Table.recordPID). A store failure is only logged: the outcome's own commit,
 // which status waits for, reports its failures.
 func (a *Agent) pidRecorded(cmd *wbv1.TerminalCommand, err error) {
 	if err != nil {
@@ -665,7 +666,7 @@ func (a *Agent) pidRecorded(cmd *wbv1.TerminalCommand, err error) {
 // the runner's code at a cap, else Failed (start-failed).
 func commandStartFailed(err error) *commandOutcome {
 	o := &commandOutcome{Phase: wbv1.CommandRefused, Message: err.Error(), Completed: time.Now()}
-	if refused, code := startRefusal(err); refused {
+	if refused, code := runs.StartRefusal(err); refused {
 		o.RefusalCode = code
 	} else {
 		o.Phase, o.RefusalCode = wbv1.CommandFailed, code
@@ -752,12 +753,6 @@ func (r *commandReconciler) staleMemo(ctx context.Context, p *cmdPass, env *wbv1
 	}
 }
 
-// coalesceWindow bounds how long a reconcile waits for a just-started command to finish, so
-// that one status write carries both its start and its outcome. On a loaded node a short
-// command's exit, teardown and outcome commit take 15–40 ms: a shorter window sent most of
-// them as two writes in a row (Running, then the outcome).
-const coalesceWindow = 50 * time.Millisecond
-
 // recordStart records a command's start durably before any process exists — the rule that
 // makes re-reconciling never run a command twice. proceed is false when the pass already
 // has its outcome: a refusal, or the replay of the command that holds the same idempotency
@@ -805,7 +800,7 @@ func (a *Agent) recordStart(p *cmdPass, sessUID string, claim func() (bool, erro
 		return rec, false, err
 	}
 	if !created {
-		if o := decodeOutcome[commandOutcome](rec.Outcome); o != nil {
+		if o := runs.Decode[commandOutcome](rec.Outcome); o != nil {
 			o.Message = fmt.Sprintf("replay of %s (idempotency key %q): %s", rec.Name, cmd.Spec.IdempotencyKey, o.Message)
 			p.finish(o)
 		} else {
@@ -919,8 +914,8 @@ func (a *Agent) awaitCommand(cmd *wbv1.TerminalCommand, h *procexec.Handle, out 
 // recordOutcome persists a finished command's outcome and hands it to the reconciler. A
 // store failure is logged and left for the reconciler's pass to retry (persisted unset).
 func (a *Agent) recordOutcome(uid string, o *commandOutcome) {
-	err := a.commands.record(uid, o, func(lc *liveCommand, o *commandOutcome) {
-		if lc.stopping && !lc.drained && o.Phase == wbv1.CommandFailed && o.ExitCode == nil {
+	err := a.commands.Record(uid, o, func(lc *liveCommand, o *commandOutcome) {
+		if lc.Stopping && !lc.Drained && o.Phase == wbv1.CommandFailed && o.ExitCode == nil {
 			o.Phase, o.RefusalCode, o.Message = wbv1.CommandCancelled, "", "cancelled: the command was deleted or cancelled ("+o.Message+")"
 		}
 	})

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"sync"
 	"syscall"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/dataplane"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
+	"sensorium.dev/workbench/internal/nodeagent/runs"
 	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/statusapply"
@@ -184,8 +184,8 @@ func (r resolver) Command(ns, name string) (dataplane.Command, error) {
 		return nil, err
 	}
 	uid := string(tc.UID)
-	lc, _, _ := a.commands.get(uid)
-	if lc != nil && lc.out != nil && lc.finished != nil { // both set before the command is entered
+	lc, _, _ := a.commands.Get(uid)
+	if lc != nil && lc.Out != nil && lc.Finished != nil { // both set before the command is entered
 		return liveCommandView{a: a, uid: uid, lc: lc}, nil
 	}
 	// Not started in this process: a recorded outcome whose output is still in its
@@ -196,7 +196,7 @@ func (r resolver) Command(ns, name string) (dataplane.Command, error) {
 	}
 	o := (*commandOutcome)(nil)
 	if ok {
-		o = decodeOutcome[commandOutcome](rec.Outcome)
+		o = runs.Decode[commandOutcome](rec.Outcome)
 	}
 	if o == nil {
 		// Not run here: not yet (output?follow waits), or never (it ended first).
@@ -225,11 +225,11 @@ type liveCommandView struct {
 	lc  *liveCommand
 }
 
-func (v liveCommandView) Ring() *ring.Ring      { return v.lc.out }
-func (v liveCommandView) SeqFrom() uint64       { return v.lc.seqFrom }
-func (v liveCommandView) Done() <-chan struct{} { return v.lc.finished }
+func (v liveCommandView) Ring() *ring.Ring      { return v.lc.Out }
+func (v liveCommandView) SeqFrom() uint64       { return v.lc.SeqFrom }
+func (v liveCommandView) Done() <-chan struct{} { return v.lc.Finished }
 func (v liveCommandView) Result() dataplane.CommandResult {
-	result := v.a.commands.resultOf(v.lc) // the view outlives the table's entry
+	result := v.a.commands.ResultOf(v.lc) // the view outlives the table's entry
 	if result == nil {
 		return dataplane.CommandResult{}
 	}
@@ -237,10 +237,10 @@ func (v liveCommandView) Result() dataplane.CommandResult {
 }
 func (v liveCommandView) Cancel() error {
 	switch {
-	case v.lc.handle != nil:
-		v.lc.handle.Kill(procexec.OriginCancel)
-	case v.lc.cancel != nil:
-		v.lc.cancel()
+	case v.lc.Handle != nil:
+		v.lc.Handle.Kill(procexec.OriginCancel)
+	case v.lc.Cancel != nil:
+		v.lc.Cancel()
 	}
 	return nil
 }
@@ -359,37 +359,13 @@ func (r resolver) UploadArtifact(ctx context.Context, ns, name string, body io.R
 // CommandsChanged implements dataplane.CommandWatcher: the channel closes at the next
 // change of a command on this node (one started, or a TerminalCommand reconciled).
 func (r resolver) CommandsChanged() <-chan struct{} {
-	return r.a.commands.changedSignal()
+	return r.a.commands.Changed()
 }
 
 // SessionsChanged implements dataplane.SessionWatcher: the channel closes after the next
 // reconcile of a TerminalSession on this node (its spec changed, it closed, it was deleted),
 // so an open attach re-checks the session's raw-input mode at that event, not per keystroke.
-func (r resolver) SessionsChanged() <-chan struct{} { return r.a.sessChanged.wait() }
-
-// changeBroadcast is a channel closed (then replaced) at the next change.
-type changeBroadcast struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
-
-func (b *changeBroadcast) wait() <-chan struct{} {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.ch == nil {
-		b.ch = make(chan struct{})
-	}
-	return b.ch
-}
-
-func (b *changeBroadcast) notify() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.ch != nil {
-		close(b.ch)
-		b.ch = nil
-	}
-}
+func (r resolver) SessionsChanged() <-chan struct{} { return r.a.sessChanged.Changed() }
 
 // commandsChanged wakes CommandsChanged's waiters.
-func (a *Agent) commandsChanged() { a.commands.signal() }
+func (a *Agent) commandsChanged() { a.commands.Signal() }

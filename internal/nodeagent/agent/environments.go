@@ -67,18 +67,18 @@ func deref(p *int32) int32 {
 // drainEnvironment stops the environment's running commands and closes its sessions, and
 // waits (bounded by drainWait) for the commands' outcomes to be recorded.
 func (a *Agent) drainEnvironment(ctx context.Context, envUID string) {
-	stopped := a.stopCommands(func(lc *liveCommand) bool { return lc.envUID == envUID })
+	stopped := a.stopCommands(func(lc *liveCommand) bool { return lc.EnvUID == envUID })
 	for _, uid := range a.sess.OpenIn(envUID) {
 		a.closeSession(ctx, uid, false)
 	}
 	t := time.NewTimer(drainWait)
 	defer t.Stop()
 	for _, lc := range stopped {
-		if lc.finished == nil {
+		if lc.Finished == nil {
 			continue // a guest command: cancelling it ended its wait
 		}
 		select {
-		case <-lc.finished:
+		case <-lc.Finished:
 		case <-t.C:
 			return
 		case <-ctx.Done():

@@ -38,7 +38,7 @@ func (a *Agent) kickCapacity() { a.report.kickCapacity() }
 func (a *Agent) freeCapacity() wbv1.NodeFree {
 	caps := a.cfg.Caps
 	open, perEnv := a.sess.OpenCounts()
-	guest := a.commands.guestRunning()
+	guest := a.commands.GuestRunning()
 	waits := a.report.snapshot().Waits
 	var full []wbv1.NodeEnvironmentRef
 	truncated := false

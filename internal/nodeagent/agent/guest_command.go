@@ -49,7 +49,7 @@ func (r *commandReconciler) startGuest(p *cmdPass, g backends.GuestEnv, envUID s
 	cmd := p.cmd
 	// The cap check and the command's entry are one reservation (concurrent passes never
 	// exceed the cap).
-	running, ok := a.commands.reserveGuest(a.cfg.Caps.ConcurrentCommands)
+	running, ok := a.commands.ReserveGuest(a.cfg.Caps.ConcurrentCommands)
 	if !ok {
 		p.refuse(string(actuation.CodeCommandCapReached), fmt.Sprintf("%d guest commands run on this node (cap %d)", running, a.cfg.Caps.ConcurrentCommands))
 		return nil
@@ -57,7 +57,7 @@ func (r *commandReconciler) startGuest(p *cmdPass, g backends.GuestEnv, envUID s
 	reserved := true
 	defer func() {
 		if reserved {
-			a.commands.releaseGuest()
+			a.commands.ReleaseGuest()
 		}
 	}()
 	// The creator's share of the concurrent-command slots (shares.go), held until the
@@ -83,8 +83,8 @@ func (r *commandReconciler) startGuest(p *cmdPass, g backends.GuestEnv, envUID s
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), gc.Wait)
 	seqFrom := rg.LastSeq() + 1
-	a.commands.enterGuest(string(cmd.UID), &liveCommand{key: client.ObjectKeyFromObject(cmd), envUID: envUID, started: now.Time, cancel: cancel,
-		finished: make(chan struct{}), out: rg, seqFrom: seqFrom})
+	a.commands.EnterGuest(string(cmd.UID), &liveCommand{Key: client.ObjectKeyFromObject(cmd), EnvUID: envUID, Started: now.Time, Cancel: cancel,
+		Finished: make(chan struct{}), Out: rg, SeqFrom: seqFrom})
 	reserved = false // the reservation is now the command's own entry
 	go func() {
 		defer release()

@@ -78,10 +78,10 @@ func (a *Agent) wakeNodeBound(ctx context.Context) {
 // markDrained flags the running commands of an environment so their end is recorded as
 // interrupted by the drain, not cancelled by a user.
 func (a *Agent) markDrained(envUID string) {
-	a.commands.view(func(runs map[string]*liveCommand) {
+	a.commands.View(func(runs map[string]*liveCommand) {
 		for _, lc := range runs {
-			if lc.result == nil && lc.envUID == envUID {
-				lc.drained = true
+			if lc.Result == nil && lc.EnvUID == envUID {
+				lc.Drained = true
 			}
 		}
 	})

@@ -32,7 +32,7 @@ func (a *Agent) republishOutcomes(ctx context.Context) (int, error) {
 		if ctx.Err() != nil {
 			return woken, nil
 		}
-		if a.commands.has(r.UID) {
+		if a.commands.Has(r.UID) {
 			continue // this process runs it (or holds its outcome): its own passes write it
 		}
 		var cmd wbv1.TerminalCommand

@@ -203,7 +203,7 @@ func (a *Agent) pruneRecords(ctx context.Context) (int, error) {
 	for _, p := range patches.Items {
 		live[string(p.UID)] = true
 	}
-	a.commands.view(func(runs map[string]*liveCommand) {
+	a.commands.View(func(runs map[string]*liveCommand) {
 		for uid := range runs {
 			live[uid] = true
 		}
@@ -264,7 +264,7 @@ type Footprint struct {
 // Footprint reports what the agent holds now.
 func (a *Agent) Footprint() (Footprint, error) {
 	var f Footprint
-	f.LiveCommands = a.commands.len()
+	f.LiveCommands = a.commands.Len()
 	f.LiveSessions = a.sess.Len()
 	cmds, err := a.store.Commands().List(0)
 	if err != nil {

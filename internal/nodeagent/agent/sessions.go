@@ -43,5 +43,5 @@ func (a *Agent) sessionDeps() sessions.Deps {
 			return a.acquireShare(ctx, a.shares.sessions, sessionCapName, actuation.CodeSessionCapReached, ns, creator)
 		},
 		GuestRelay: a.guestRelay, Limits: environmentLimits, FileSizeLimit: a.fileSizeLimit,
-		Available: a.sessionAvailable, Changed: a.sessChanged.notify, Kick: a.kickCapacity, Event: a.recordEvent, Wake: a.wakeSessions}
+		Available: a.sessionAvailable, Changed: a.sessChanged.Broadcast, Kick: a.kickCapacity, Event: a.recordEvent, Wake: a.wakeSessions}
 }

@@ -13,6 +13,7 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/nodekit"
+	"sensorium.dev/workbench/internal/nodeagent/runs"
 	"sensorium.dev/workbench/internal/nodeagent/waits"
 )
 
@@ -182,10 +183,10 @@ func (a *Agent) commandSource(ctx context.Context, key types.NamespacedName) (wa
 
 func (a *Agent) observeCommand(uid string, key types.NamespacedName) waits.Observation {
 	now := time.Now()
-	_, o, _ := a.commands.get(uid)
+	_, o, _ := a.commands.Get(uid)
 	if o == nil {
 		if rec, ok, err := a.store.Commands().Get(uid); err == nil && ok {
-			o = decodeOutcome[commandOutcome](rec.Outcome)
+			o = runs.Decode[commandOutcome](rec.Outcome)
 		}
 	}
 	if o != nil {

@@ -1,8 +1,6 @@
 package waits
 
-import (
-	"sync"
-)
+import "sensorium.dev/workbench/internal/nodeagent/nodekit"
 
 // Source observes one scoped resource for the engine. The engine depends on
 // nothing else of whoever provides it.
@@ -69,31 +67,6 @@ func FuncSource(changed func() <-chan struct{}, observe func(*Request) (Observat
 	return &funcSource{changed: changed, observe: observe}
 }
 
-// Broadcaster is a change signal a reconciler fires when its resource moves:
-// Changed returns a channel closed at the next Broadcast. The zero value is
-// ready to use; it is safe for concurrent use and allocates a channel only
-// when somebody is listening.
-type Broadcaster struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
-
-// Changed returns a channel closed at the next Broadcast.
-func (b *Broadcaster) Changed() <-chan struct{} {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.ch == nil {
-		b.ch = make(chan struct{})
-	}
-	return b.ch
-}
-
-// Broadcast wakes every current listener.
-func (b *Broadcaster) Broadcast() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.ch != nil {
-		close(b.ch)
-		b.ch = nil
-	}
-}
+// Broadcaster is the change signal a reconciler fires when its resource moves
+// (nodekit.Broadcaster).
+type Broadcaster = nodekit.Broadcaster

@@ -1,4 +1,4 @@
-package agent
+package actionruns
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"sensorium.dev/workbench/internal/actions"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/actionexec"
+	"sensorium.dev/workbench/internal/nodeagent/artifactcapture"
 	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/platform/artifactout"
 	"sensorium.dev/workbench/internal/platform/egress"
@@ -30,7 +31,7 @@ import (
 
 // await waits for the process, finishes the envelope (commit, promotion), persists the
 // outcome and wakes the reconciler to write it.
-func (r *actionRunReconciler) await(run *wbv1.ActionRun, act *actions.Action, h *procexec.Handle, prep *actionexec.Run, started time.Time) {
+func (r *Room) await(run *wbv1.ActionRun, act *actions.Action, h *procexec.Handle, prep *actionexec.Run, started time.Time) {
 	res, runErr := h.Wait()
 	o := &actionOutcome{Started: started, SignalOrigin: string(res.SignalOrigin),
 		StdoutBytes: res.OutputBytesSeen, StderrBytes: res.StderrBytesSeen, Truncated: res.Truncated || res.StderrTruncated}
@@ -78,7 +79,7 @@ func (r *actionRunReconciler) await(run *wbv1.ActionRun, act *actions.Action, h 
 	}
 	o.Completed = time.Now()
 	r.record(string(run.UID), o)
-	r.a.wake(r.wake, run)
+	nodekit.Wake(r.d.Ctx, r.wake, run)
 }
 
 // applyCapture moves the envelope's capture into the outcome: a cap reached while
@@ -128,11 +129,10 @@ func applyCapture(o *actionOutcome, c actionexec.Capture) {
 
 // createArtifacts records each promoted artifact as an Artifact object of the run's
 // environment on this node (owned by the run) and lists it in the outcome.
-func (r *actionRunReconciler) createArtifacts(run *wbv1.ActionRun, arts []artifactout.Artifact, o *actionOutcome) error {
-	a := r.a
+func (r *Room) createArtifacts(run *wbv1.ActionRun, arts []artifactout.Artifact, o *actionOutcome) error {
 	ctx := context.Background()
-	if a.runCtx != nil {
-		ctx = a.runCtx
+	if r.d.Ctx != nil {
+		ctx = r.d.Ctx
 	}
 	for i, art := range arts {
 		if i >= maxArtifactRefs {
@@ -140,31 +140,31 @@ func (r *actionRunReconciler) createArtifacts(run *wbv1.ActionRun, arts []artifa
 		}
 		name := artifactName(run.Name, i)
 		obj := &wbv1.Artifact{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: run.Namespace,
-			Labels: nodekit.WithCorrelation(map[string]string{wbv1.NodeLabel: a.cfg.NodeName}, run)},
+			Labels: nodekit.WithCorrelation(map[string]string{wbv1.NodeLabel: r.d.NodeName}, run)},
 			Spec: wbv1.ArtifactSpec{EnvironmentRef: run.Spec.EnvironmentRef, Source: wbv1.ArtifactSource("action")}}
 		if l := run.Labels[wbv1.EnvironmentLabel]; l != "" {
 			obj.Labels[wbv1.EnvironmentLabel] = l
 		}
-		if err := controllerutil.SetOwnerReference(run, obj, a.client.Scheme()); err != nil {
+		if err := controllerutil.SetOwnerReference(run, obj, r.d.Client.Scheme()); err != nil {
 			return err
 		}
 		// Create fills obj from the server's answer; an artifact left by an earlier pass is
 		// read from the API server (the cache may not hold it yet).
-		if err := a.client.Create(ctx, obj); apierrors.IsAlreadyExists(err) {
-			if err := a.reader.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		if err := r.d.Client.Create(ctx, obj); apierrors.IsAlreadyExists(err) {
+			if err := r.d.Reader.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 				return fmt.Errorf("reading artifact %s/%s: %w", run.Namespace, name, err)
 			}
 		} else if err != nil {
 			return fmt.Errorf("creating artifact %s/%s: %w", run.Namespace, name, err)
 		}
-		cur := artifactOwned(&obj.Status)
+		cur := nodekit.ArtifactOwned(&obj.Status)
 		next := cur
-		until := metav1.NewTime(obj.CreationTimestamp.Add(defaultRetention))
-		next.Digest, next.Size, next.NodeName, next.RetainedUntil = wbv1.Digest(art.SHA256), art.Size, a.cfg.NodeName, &until
+		until := metav1.NewTime(obj.CreationTimestamp.Add(artifactcapture.DefaultRetention))
+		next.Digest, next.Size, next.NodeName, next.RetainedUntil = wbv1.Digest(art.SHA256), art.Size, r.d.NodeName, &until
 		next.ObservedGeneration = obj.Generation
 		statusapply.Set(&next.Conditions, &next.Conditions, statusapply.Cond(wbv1.ConditionReady, true, "Stored",
-			fmt.Sprintf("%d bytes (%s) produced by action run %s, held by node %s", art.Size, art.MediaType, run.Name, a.cfg.NodeName), obj.Generation))
-		if _, err := statusapply.Apply(ctx, a.client, FieldManager+"artifact", obj, cur, next); err != nil {
+			fmt.Sprintf("%d bytes (%s) produced by action run %s, held by node %s", art.Size, art.MediaType, run.Name, r.d.NodeName), obj.Generation))
+		if _, err := statusapply.Apply(ctx, r.d.Client, nodekit.FieldManager+"artifact", obj, cur, next); err != nil {
 			return err
 		}
 		o.Artifacts = append(o.Artifacts, wbv1.ArtifactRef{Name: wbv1.ObjectName(name), Digest: wbv1.Digest(art.SHA256),
@@ -182,14 +182,14 @@ func artifactName(run string, i int) string {
 	return run[:253-len(suffix)-9] + "-" + hex.EncodeToString(sum[:4]) + suffix
 }
 
-func (r *actionRunReconciler) record(uid string, o *actionOutcome) {
-	err := r.runs.record(uid, o, func(la *liveAction, o *actionOutcome) {
-		if la.stopping && o.Phase == wbv1.ActionRunFailed && o.ExitCode == nil && o.RefusalCode != string(actuation.CodeInterrupted) {
+func (r *Room) record(uid string, o *actionOutcome) {
+	err := r.runs.Record(uid, o, func(la *liveAction, o *actionOutcome) {
+		if la.Stopping && o.Phase == wbv1.ActionRunFailed && o.ExitCode == nil && o.RefusalCode != string(actuation.CodeInterrupted) {
 			o.Phase, o.RefusalCode, o.Message = wbv1.ActionRunCancelled, "", "cancelled: the run was deleted or cancelled ("+o.Message+")"
 		}
 	})
-	if err != nil && r.a.runCtx != nil {
-		ctrl.LoggerFrom(r.a.runCtx).Error(err, "Storing an action run outcome; the next pass retries", "actionRun", uid)
+	if err != nil && r.d.Ctx != nil {
+		ctrl.LoggerFrom(r.d.Ctx).Error(err, "Storing an action run outcome; the next pass retries", "actionRun", uid)
 	}
 }
 

@@ -1,4 +1,4 @@
-package agent
+package runs
 
 import (
 	"os"
@@ -14,18 +14,44 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	procexec.MaybeRunHelper() // runtable's launch test starts real sandboxed processes
+	procexec.MaybeRunHelper() // the launch test starts real sandboxed processes
 	os.Exit(m.Run())
 }
 
-func openTable(t *testing.T) (*runTable[commandOutcome], *store.DB) {
+// commandOutcome is a run outcome as the command path records one.
+type commandOutcome struct {
+	Phase       wbv1.CommandPhase `json:"phase"`
+	ExitCode    *int32            `json:"exitCode,omitempty"`
+	RefusalCode string            `json:"refusalCode,omitempty"`
+	Message     string            `json:"message,omitempty"`
+	Completed   time.Time         `json:"completed"`
+}
+
+func (o commandOutcome) RecordedPhase() string { return string(o.Phase) }
+
+// liveCommand is a command run of the table.
+type liveCommand = Run[commandOutcome]
+
+// commandStartFailed is the outcome of a command the runner did not start: Refused with
+// the runner's code at a cap, else Failed (start-failed).
+func commandStartFailed(err error) *commandOutcome {
+	o := &commandOutcome{Phase: wbv1.CommandRefused, Message: err.Error(), Completed: time.Now()}
+	if refused, code := StartRefusal(err); refused {
+		o.RefusalCode = code
+	} else {
+		o.Phase, o.RefusalCode = wbv1.CommandFailed, code
+	}
+	return o
+}
+
+func openTable(t *testing.T) (*Table[commandOutcome], *store.DB) {
 	t.Helper()
 	db, err := store.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	return newRunTable[commandOutcome]("command", db), db
+	return NewTable[commandOutcome]("command", db), db
 }
 
 func startRecord(t *testing.T, db *store.DB, uid string) store.Command {
@@ -43,7 +69,7 @@ func storedOutcome(t *testing.T, db *store.DB, uid string) *commandOutcome {
 	if err != nil || !ok {
 		t.Fatalf("no start record of %s: %v", uid, err)
 	}
-	return decodeOutcome[commandOutcome](rec.Outcome)
+	return Decode[commandOutcome](rec.Outcome)
 }
 
 // An outcome is in the store before the table hands it to the reconciler, and a stopped
@@ -51,14 +77,14 @@ func storedOutcome(t *testing.T, db *store.DB, uid string) *commandOutcome {
 func TestRunTableRecordStoresBeforeShowing(t *testing.T) {
 	tab, db := openTable(t)
 	startRecord(t, db, "u1")
-	lc := &liveCommand{finished: make(chan struct{})}
+	lc := &liveCommand{Finished: make(chan struct{})}
 	if late := tab.enter("u1", lc); late {
 		t.Fatal("a table not shut down reports late")
 	}
-	tab.stop(func(*liveCommand) bool { return true })
+	tab.Stop(func(*liveCommand) bool { return true })
 	o := &commandOutcome{Phase: wbv1.CommandFailed, Message: "killed", Completed: time.Now()}
-	err := tab.record("u1", o, func(lc *liveCommand, o *commandOutcome) {
-		if lc.stopping {
+	err := tab.Record("u1", o, func(lc *liveCommand, o *commandOutcome) {
+		if lc.Stopping {
 			o.Phase = wbv1.CommandCancelled
 		}
 	})
@@ -66,46 +92,46 @@ func TestRunTableRecordStoresBeforeShowing(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-lc.finished:
+	case <-lc.Finished:
 	default:
 		t.Fatal("finished not closed after record")
 	}
-	_, res, persisted := tab.get("u1")
+	_, res, persisted := tab.Get("u1")
 	if res == nil || !persisted || res.Phase != wbv1.CommandCancelled {
 		t.Fatalf("get after record = %+v persisted %v; want Cancelled, persisted", res, persisted)
 	}
 	if got := storedOutcome(t, db, "u1"); got == nil || got.Phase != wbv1.CommandCancelled {
 		t.Fatalf("stored outcome %+v; want Cancelled", got)
 	}
-	tab.forget("u1")
-	if tab.has("u1") || tab.len() != 0 {
+	tab.Forget("u1")
+	if tab.Has("u1") || tab.Len() != 0 {
 		t.Fatal("a stored, finished run is still held after forget")
 	}
 }
 
-// A store failure leaves the outcome unstored (persisted unset, not forgotten); settle
+// A store failure leaves the outcome unstored (persisted unset, not forgotten); Settle
 // stores it on the next pass, or fails that pass.
 func TestRunTableSettleStoresWhatRecordCouldNot(t *testing.T) {
 	tab, db := openTable(t)
-	lc := &liveCommand{finished: make(chan struct{})}
+	lc := &liveCommand{Finished: make(chan struct{})}
 	tab.enter("u2", lc)
 	o := &commandOutcome{Phase: wbv1.CommandSucceeded, Completed: time.Now()}
-	if err := tab.record("u2", o, nil); err == nil {
+	if err := tab.Record("u2", o, nil); err == nil {
 		t.Fatal("record without a start record succeeded")
 	}
-	tab.forget("u2")
-	if !tab.has("u2") {
+	tab.Forget("u2")
+	if !tab.Has("u2") {
 		t.Fatal("an unstored outcome was forgotten")
 	}
-	if _, _, err := tab.settle("u2"); err == nil {
+	if _, _, err := tab.Settle("u2"); err == nil {
 		t.Fatal("settle stored an outcome with no start record")
 	}
 	startRecord(t, db, "u2")
-	live, res, err := tab.settle("u2")
+	live, res, err := tab.Settle("u2")
 	if err != nil || live != lc || res != o {
 		t.Fatalf("settle = %v %+v %v", live, res, err)
 	}
-	if _, _, persisted := tab.get("u2"); !persisted {
+	if _, _, persisted := tab.Get("u2"); !persisted {
 		t.Fatal("settle did not mark the outcome stored")
 	}
 	if got := storedOutcome(t, db, "u2"); got == nil || got.Phase != wbv1.CommandSucceeded {
@@ -123,21 +149,21 @@ func TestRunTableOutcomeOfInterruptedOnce(t *testing.T) {
 		calls++
 		return &commandOutcome{Phase: wbv1.CommandFailed, RefusalCode: string(actuation.CodeInterrupted), Completed: time.Now()}
 	}
-	o, err := tab.outcomeOf(rec, interrupted)
+	o, err := tab.OutcomeOf(rec, interrupted)
 	if err != nil || o.RefusalCode != string(actuation.CodeInterrupted) {
 		t.Fatalf("outcomeOf = %+v, %v", o, err)
 	}
-	rec, ok, err := tab.stored("u3")
+	rec, ok, err := tab.Stored("u3")
 	if err != nil || !ok {
 		t.Fatal(ok, err)
 	}
-	o2, err := tab.outcomeOf(rec, interrupted)
+	o2, err := tab.OutcomeOf(rec, interrupted)
 	if err != nil || calls != 1 || o2.RefusalCode != string(actuation.CodeInterrupted) {
 		t.Fatalf("second outcomeOf = %+v, %v after %d interrupted outcomes; want the stored one", o2, err, calls)
 	}
 }
 
-// launch runs the program only once its start record landed, enters it live and writes
+// Launch runs the program only once its start record landed, enters it live and writes
 // its PID record off the pass; a start the record step refuses runs nothing; at the
 // runner's cap the start is refused with its code and that outcome is stored; after
 // shutdown a launch reports late.
@@ -156,9 +182,9 @@ func TestRunTableLaunch(t *testing.T) {
 		return procexec.Spec{Argv: argv, Dir: work, WritableRoots: []string{work}, Timeout: time.Minute, Network: procexec.NetworkNone}
 	}
 	launch := func(uid string, sp procexec.Spec, record func() (store.Command, bool, error), pid chan error) (*procexec.Handle, *commandOutcome, bool, bool, *liveCommand, error) {
-		lc := &liveCommand{finished: make(chan struct{})}
-		h, o, late, proceed, err := tab.launch(runner, launchSpec[commandOutcome]{uid: uid, spec: sp, running: string(wbv1.CommandRunning), live: lc,
-			record: record, startFailed: commandStartFailed, pidRecorded: func(err error) {
+		lc := &liveCommand{Finished: make(chan struct{})}
+		h, o, late, proceed, err := tab.Launch(runner, LaunchSpec[commandOutcome]{UID: uid, Spec: sp, Running: string(wbv1.CommandRunning), Live: lc,
+			Record: record, StartFailed: commandStartFailed, PIDRecorded: func(err error) {
 				if pid != nil {
 					pid <- err
 				}
@@ -190,8 +216,8 @@ func TestRunTableLaunch(t *testing.T) {
 	if err := <-pid; err != nil {
 		t.Fatal(err)
 	}
-	rec, _, _ := tab.stored("u4")
-	if rec.PID != h.Info().Pid || rec.Phase != string(wbv1.CommandRunning) || lc.handle != h || lc.started.IsZero() || !tab.has("u4") {
+	rec, _, _ := tab.Stored("u4")
+	if rec.PID != h.Info().Pid || rec.Phase != string(wbv1.CommandRunning) || lc.Handle != h || lc.Started.IsZero() || !tab.Has("u4") {
 		t.Fatalf("after launch: record %+v, live %+v", rec, lc)
 	}
 
@@ -199,11 +225,11 @@ func TestRunTableLaunch(t *testing.T) {
 	if err != nil || h2 != nil || o2 == nil || o2.Phase != wbv1.CommandRefused || o2.RefusalCode != string(actuation.CodeCommandCapReached) {
 		t.Fatalf("launch at the cap = %v %+v %v; want Refused %s", h2, o2, err, actuation.CodeCommandCapReached)
 	}
-	if got := storedOutcome(t, db, "u5"); got == nil || got.RefusalCode != string(actuation.CodeCommandCapReached) || tab.has("u5") {
-		t.Fatalf("refused start: stored %+v, live %v", got, tab.has("u5"))
+	if got := storedOutcome(t, db, "u5"); got == nil || got.RefusalCode != string(actuation.CodeCommandCapReached) || tab.Has("u5") {
+		t.Fatalf("refused start: stored %+v, live %v", got, tab.Has("u5"))
 	}
 
-	ending := tab.shutdown()
+	ending := tab.Shutdown()
 	if len(ending) != 1 || ending[0] != h {
 		t.Fatalf("shutdown stops %d processes; want the one running", len(ending))
 	}
@@ -220,9 +246,9 @@ func TestRunTableLaunch(t *testing.T) {
 func TestRunTablePIDRecordNeverHidesTheOutcome(t *testing.T) {
 	tab, db := openTable(t)
 	rec := startRecord(t, db, "u8")
-	lc := &liveCommand{finished: make(chan struct{})}
+	lc := &liveCommand{Finished: make(chan struct{})}
 	tab.enter("u8", lc)
-	if err := tab.record("u8", &commandOutcome{Phase: wbv1.CommandSucceeded, Completed: time.Now()}, nil); err != nil {
+	if err := tab.Record("u8", &commandOutcome{Phase: wbv1.CommandSucceeded, Completed: time.Now()}, nil); err != nil {
 		t.Fatal(err)
 	}
 	rec.PID, rec.Phase = 4242, string(wbv1.CommandRunning)
@@ -248,7 +274,7 @@ func TestRunTableGuestReservations(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, ok := tab.reserveGuest(limit); ok {
+			if _, ok := tab.ReserveGuest(limit); ok {
 				mu.Lock()
 				granted++
 				mu.Unlock()
@@ -256,38 +282,38 @@ func TestRunTableGuestReservations(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if granted != limit || tab.guestRunning() != limit {
-		t.Fatalf("%d reservations granted, %d counted; want %d", granted, tab.guestRunning(), limit)
+	if granted != limit || tab.GuestRunning() != limit {
+		t.Fatalf("%d reservations granted, %d counted; want %d", granted, tab.GuestRunning(), limit)
 	}
-	tab.enterGuest("g1", &liveCommand{cancel: func() {}, finished: make(chan struct{})})
-	tab.releaseGuest()
-	if n := tab.guestRunning(); n != 2 {
+	tab.EnterGuest("g1", &liveCommand{Cancel: func() {}, Finished: make(chan struct{})})
+	tab.ReleaseGuest()
+	if n := tab.GuestRunning(); n != 2 {
 		t.Fatalf("after one entry and one release: %d counted; want 2", n)
 	}
-	if _, ok := tab.reserveGuest(limit); !ok {
+	if _, ok := tab.ReserveGuest(limit); !ok {
 		t.Fatal("a freed slot is not granted")
 	}
-	if running, ok := tab.reserveGuest(limit); ok || running != limit {
+	if running, ok := tab.ReserveGuest(limit); ok || running != limit {
 		t.Fatalf("reserve at the cap = %d %v", running, ok)
 	}
 }
 
-// changedSignal closes at the next change and is replaced.
+// Changed closes at the next change and is replaced.
 func TestRunTableChangedSignal(t *testing.T) {
 	tab, _ := openTable(t)
-	ch := tab.changedSignal()
+	ch := tab.Changed()
 	tab.enter("u7", &liveCommand{})
 	select {
 	case <-ch:
 	default:
 		t.Fatal("entering a run did not signal")
 	}
-	next := tab.changedSignal()
+	next := tab.Changed()
 	select {
 	case <-next:
 		t.Fatal("a fresh signal is already closed")
 	default:
 	}
-	tab.signal()
+	tab.Signal()
 	<-next
 }

@@ -1,4 +1,4 @@
-package agent
+package actionruns
 
 import (
 	"context"
@@ -30,13 +30,13 @@ func recordFor(run *wbv1.ActionRun, d actions.Decision) store.Command {
 
 // consentGranted re-checks a C7 run's consent: the ConsentRequest the manager named must
 // be Granted.
-func (r *actionRunReconciler) consentGranted(ctx context.Context, run *wbv1.ActionRun) (actuation.Code, string) {
+func (r *Room) consentGranted(ctx context.Context, run *wbv1.ActionRun) (actuation.Code, string) {
 	ref := run.Status.ConsentRequestRef
 	if ref == "" {
 		return actuation.CodeConsentRequired, "an operator-gated action runs only after consent; the run names no ConsentRequest"
 	}
 	var cr wbv1.ConsentRequest
-	if err := r.a.reader.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: ref}, &cr); err != nil {
+	if err := r.d.Reader.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: ref}, &cr); err != nil {
 		return actuation.CodeConsentRequired, fmt.Sprintf("consent request %s: %v", ref, err)
 	}
 	switch cr.Status.Decision {

@@ -1,4 +1,4 @@
-package agent
+package actionruns
 
 import (
 	"context"
@@ -12,19 +12,26 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actions"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/nodeagent/actionexec"
+	"sensorium.dev/workbench/internal/nodeagent/nodekit"
+	"sensorium.dev/workbench/internal/nodeagent/runs"
 	"sensorium.dev/workbench/internal/nodeagent/store"
+	"sensorium.dev/workbench/internal/platform/artifactout"
+	"sensorium.dev/workbench/internal/platform/cgroups"
 	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/statusapply"
 )
@@ -42,26 +49,68 @@ const (
 	actionScopeGrace = 2 * time.Minute
 )
 
-// actionRunReconciler runs admitted ActionRuns bound to this node under their class's
-// envelope (internal/nodeagent/actionexec), re-verifying authorization with the core
-// (internal/actions) immediately before spawn. Exactly one outcome is recorded per run:
-// the start is stored before any process exists, the outcome is stored before status
-// shows it, and a stored start without a live process in this agent means a previous
-// process started it: the run ends Failed/interrupted, never re-run.
-type actionRunReconciler struct {
-	a        *Agent
+// Deps is what the ActionRun room needs of the node agent.
+type Deps struct {
+	// Ctx is the agent's run context: the outcome goroutines' wakes and logs, and the
+	// artifacts a run produced are recorded under it.
+	Ctx      context.Context
+	NodeName string
+	// StateDir is the agent's state directory: envelopes and the class probe work under
+	// its tmp/.
+	StateDir string
+	Client   client.Client // the node's cache
+	Reader   client.Reader // the API server, uncached (catalogs, signers, policy, consent)
+	Store    *store.DB     // start records and outcomes (through runs.Table)
+	Runner   *procexec.Runner
+	Blobs    artifactout.Store // promoted artifacts (C5)
+	// Cgroups (nil: none) tells whether a run has its own cgroup, so its PID record may wait.
+	Cgroups *cgroups.Manager
+	// SandboxHelper is the sandbox helper binary (empty: this executable); SandboxErr why
+	// the process sandbox cannot be established on this node (nil: it can). Every class is
+	// unavailable while SandboxErr is set.
+	SandboxHelper string
+	SandboxErr    error
+	// Roots returns an environment's mounted roots once it is ready in this process.
+	Roots func(envUID string) ([]backends.MountedRoot, bool)
+	// VerifyRoots re-checks the roots before a process starts in them (a refusal: nothing runs).
+	VerifyRoots func(envUID string, roots []backends.MountedRoot) error
+	// InGuest says whether env runs in a VM guest (action classes are host-sandbox only).
+	InGuest func(env *wbv1.Environment) bool
+	// Limits are the cgroup limits of one process of env.
+	Limits func(env *wbv1.Environment) cgroups.Limits
+	Event  nodekit.EventFunc
+}
+
+// Room runs admitted ActionRuns bound to this node under their class's envelope
+// (internal/nodeagent/actionexec), re-verifying authorization with the core
+// (internal/actions) immediately before spawn. Exactly one outcome is recorded per run
+// (internal/nodeagent/runs): the start is stored before any process exists, the outcome
+// is stored before status shows it, and a stored start without a live process in this
+// agent means a previous process started it: the run ends Failed/interrupted, never
+// re-run. It imports nothing of the agent: Deps is all it sees.
+type Room struct {
+	d        Deps
 	wake     chan event.GenericEvent
 	stopping atomic.Bool
-	// runs are the ActionRuns this process started (runtable.go: the command path's one
-	// start → record → outcome implementation).
-	runs *runTable[actionOutcome]
+	// runs are the ActionRuns this process started (internal/nodeagent/runs: the command
+	// path's one start → record → outcome implementation).
+	runs *runs.Table[actionOutcome]
 
 	supportOnce sync.Once
 	support     []wbv1.ActionClassSupport
-	// probing is the one slot of the action-class probe (actionrun_support.go): held
-	// while it runs, and taken for good by the agent's shutdown, which so waits for a
+	// probing is the one slot of the action-class probe (support.go): held while it runs,
+	// and taken for good by StopProbing at the agent's shutdown, which so waits for a
 	// probe in flight (its scratch directory removed) and lets none start after.
 	probing chan struct{}
+}
+
+// liveAction is an ActionRun this process started.
+type liveAction = runs.Run[actionOutcome]
+
+// New returns the ActionRun room over d.
+func New(d Deps) *Room {
+	return &Room{d: d, wake: make(chan event.GenericEvent, 1024), runs: runs.NewTable[actionOutcome]("action run", d.Store),
+		probing: make(chan struct{}, 1)}
 }
 
 // actionOutcome is the one recorded outcome, stored on the run's start record before
@@ -86,6 +135,9 @@ type actionOutcome struct {
 	Completed        time.Time               `json:"completed"`
 }
 
+// RecordedPhase is the phase the run's start record carries with its outcome.
+func (o actionOutcome) RecordedPhase() string { return string(o.Phase) }
+
 func actionRunOwned(s *wbv1.ActionRunStatus) wbv1.ActionRunStatus {
 	return wbv1.ActionRunStatus{
 		NodeName: s.NodeName, StartTime: s.StartTime, CompletionTime: s.CompletionTime, ExitCode: s.ExitCode,
@@ -97,12 +149,9 @@ func actionRunOwned(s *wbv1.ActionRunStatus) wbv1.ActionRunStatus {
 	}
 }
 
-// setupActionRuns registers the ActionRun reconciler (this node's runs only: the cache
-// filters on the node label).
-func (a *Agent) setupActionRuns(mgr ctrl.Manager) error {
-	r := &actionRunReconciler{a: a, wake: make(chan event.GenericEvent, 1024), runs: newRunTable[actionOutcome]("action run", a.store),
-		probing: make(chan struct{}, 1)}
-	a.actionRuns = r
+// Setup registers the ActionRun reconciler (this node's runs only: the cache filters on
+// the node label), and stops every running action when the manager stops.
+func (r *Room) Setup(mgr ctrl.Manager) error {
 	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.ActionRun{}).Named("node-actionrun").
 		WatchesRawSource(source.Channel(r.wake, &handler.EnqueueRequestForObject{})).
 		Watches(&wbv1.Environment{}, handler.EnqueueRequestsFromMapFunc(r.runsOfEnvironment)).
@@ -111,10 +160,10 @@ func (a *Agent) setupActionRuns(mgr ctrl.Manager) error {
 	}
 	// When the manager stops, every running action is stopped (its end is recorded
 	// interrupted, never cancelled: nobody cancelled it).
-	return mgr.Add(managerRunnable(func(ctx context.Context) error {
+	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		<-ctx.Done()
 		r.stopping.Store(true)
-		for _, h := range r.runs.shutdown() {
+		for _, h := range r.runs.Shutdown() {
 			select {
 			case <-h.Done():
 			case <-time.After(procexec.MaxGrace + 5*time.Second):
@@ -124,9 +173,9 @@ func (a *Agent) setupActionRuns(mgr ctrl.Manager) error {
 	}))
 }
 
-func (r *actionRunReconciler) runsOfEnvironment(ctx context.Context, obj client.Object) []ctrl.Request {
+func (r *Room) runsOfEnvironment(ctx context.Context, obj client.Object) []ctrl.Request {
 	var runs wbv1.ActionRunList
-	if err := r.a.client.List(ctx, &runs, client.InNamespace(obj.GetNamespace())); err != nil {
+	if err := r.d.Client.List(ctx, &runs, client.InNamespace(obj.GetNamespace())); err != nil {
 		return nil
 	}
 	var out []ctrl.Request
@@ -149,20 +198,19 @@ func (p *runPass) set(t string, ok bool, reason, msg string) {
 	statusapply.Set(&p.next.Conditions, p.all, statusapply.Cond(t, ok, reason, msg, p.run.Generation))
 }
 
-func (r *actionRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	a := r.a
+func (r *Room) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var run wbv1.ActionRun
-	if err := a.client.Get(ctx, req.NamespacedName, &run); err != nil {
+	if err := r.d.Client.Get(ctx, req.NamespacedName, &run); err != nil {
 		if client.IgnoreNotFound(err) == nil {
-			r.runs.stop(func(la *liveAction) bool { return la.key == req.NamespacedName })
+			r.runs.Stop(func(la *liveAction) bool { return la.Key == req.NamespacedName })
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if run.Labels[wbv1.NodeLabel] != a.cfg.NodeName || !condTrue(run.Status.Conditions, wbv1.ConditionAdmitted) {
+	if run.Labels[wbv1.NodeLabel] != r.d.NodeName || !meta.IsStatusConditionTrue(run.Status.Conditions, wbv1.ConditionAdmitted) {
 		return ctrl.Result{}, nil
 	}
 	if wbv1.ActionRunIsFinal(run.Status.Conditions) {
-		r.runs.forget(string(run.UID))
+		r.runs.Forget(string(run.UID))
 		return ctrl.Result{}, nil
 	}
 	cur, next := actionRunOwned(&run.Status), actionRunOwned(&run.Status)
@@ -172,19 +220,19 @@ func (r *actionRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		return ctrl.Result{}, err
 	}
 	before, after := run.Status.Phase, wbv1.ActionRunPhaseFor(all)
-	wrote, err := statusapply.Apply(ctx, a.client, FieldManager+"actionrun", &run, cur, next)
+	wrote, err := statusapply.Apply(ctx, r.d.Client, nodekit.FieldManager+"actionrun", &run, cur, next)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if wbv1.ActionRunIsFinal(all) {
-		r.runs.forget(string(run.UID))
+		r.runs.Forget(string(run.UID))
 	}
 	if wrote && before != after {
 		evType := corev1.EventTypeNormal
 		if after != wbv1.ActionRunRunning && after != wbv1.ActionRunSucceeded {
 			evType = corev1.EventTypeWarning
 		}
-		a.recordEvent(&run, evType, string(after), fmt.Sprintf("Action run is %s on node %s", after, a.cfg.NodeName))
+		r.d.Event(&run, evType, string(after), fmt.Sprintf("Action run is %s on node %s", after, r.d.NodeName))
 	}
 	return p.result, nil
 }
@@ -214,12 +262,11 @@ func (p *runPass) refuse(code actuation.Code, msg string) {
 	p.finish(&actionOutcome{Phase: wbv1.ActionRunRefused, RefusalCode: string(code), Message: string(code) + ": " + msg, Completed: time.Now()})
 }
 
-func (r *actionRunReconciler) step(ctx context.Context, p *runPass) error {
-	a := r.a
+func (r *Room) step(ctx context.Context, p *runPass) error {
 	uid := string(p.run.UID)
 	cancelled := !p.run.DeletionTimestamp.IsZero() || p.run.Spec.DesiredState == wbv1.CommandDesiredCancelled
-	p.next.NodeName = a.cfg.NodeName
-	live, result, err := r.runs.settle(uid)
+	p.next.NodeName = r.d.NodeName
+	live, result, err := r.runs.Settle(uid)
 	if err != nil {
 		return err
 	}
@@ -229,19 +276,19 @@ func (r *actionRunReconciler) step(ctx context.Context, p *runPass) error {
 			return nil
 		}
 		if cancelled {
-			r.runs.stop(func(la *liveAction) bool { return la == live })
+			r.runs.Stop(func(la *liveAction) bool { return la == live })
 			p.result.RequeueAfter = time.Second
 		}
-		p.next.StartTime = &metav1.Time{Time: live.started}
+		p.next.StartTime = &metav1.Time{Time: live.Started}
 		p.set(wbv1.ConditionStarted, true, "Started", "the process runs on this node")
 		return nil
 	}
-	rec, ok, err := r.runs.stored(uid)
+	rec, ok, err := r.runs.Stored(uid)
 	if err != nil {
 		return err
 	}
 	if ok {
-		o, err := r.runs.outcomeOf(rec, func() *actionOutcome {
+		o, err := r.runs.OutcomeOf(rec, func() *actionOutcome {
 			return &actionOutcome{Phase: wbv1.ActionRunFailed, RefusalCode: string(actuation.CodeInterrupted), Completed: time.Now(),
 				Message: "interrupted: the node agent restarted while the action ran; it is never re-run (" + rec.Outcome + ")"}
 		})
@@ -261,21 +308,20 @@ func (r *actionRunReconciler) step(ctx context.Context, p *runPass) error {
 
 // authorize reads the catalog, the signers and the policy afresh from the API server and
 // asks the core again: a catalog edited (or a signer removed) after admission stops here.
-func (r *actionRunReconciler) authorize(ctx context.Context, run *wbv1.ActionRun) (actions.Decision, error) {
-	a := r.a
+func (r *Room) authorize(ctx context.Context, run *wbv1.ActionRun) (actions.Decision, error) {
 	var cat wbv1.ActionCatalog
-	if err := a.reader.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: string(run.Spec.CatalogRef)}, &cat); err != nil {
+	if err := r.d.Reader.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: string(run.Spec.CatalogRef)}, &cat); err != nil {
 		if apierrors.IsNotFound(err) {
 			return actions.Decision{Refusal: actuation.Refuse(actuation.CodeCatalogEntryMissing, "spec.catalogRef", "catalog %s does not exist", run.Spec.CatalogRef)}, nil
 		}
 		return actions.Decision{}, err
 	}
 	var signers wbv1.ActionSignerList
-	if err := a.reader.List(ctx, &signers); err != nil {
+	if err := r.d.Reader.List(ctx, &signers); err != nil {
 		return actions.Decision{}, err
 	}
 	var pol wbv1.WorkbenchPolicy
-	if err := a.reader.Get(ctx, types.NamespacedName{Name: "default"}, &pol); client.IgnoreNotFound(err) != nil {
+	if err := r.d.Reader.Get(ctx, types.NamespacedName{Name: "default"}, &pol); client.IgnoreNotFound(err) != nil {
 		return actions.Decision{}, err
 	}
 	specJSON, err := json.Marshal(&cat.Spec)
@@ -313,29 +359,28 @@ func (r *actionRunReconciler) authorize(ctx context.Context, run *wbv1.ActionRun
 	return actions.Authorize(in), nil
 }
 
-func (r *actionRunReconciler) start(ctx context.Context, p *runPass) error {
-	a := r.a
+func (r *Room) start(ctx context.Context, p *runPass) error {
 	run := p.run
 	var env wbv1.Environment
-	if err := a.client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: string(run.Spec.EnvironmentRef)}, &env); err != nil {
+	if err := r.d.Client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: string(run.Spec.EnvironmentRef)}, &env); err != nil {
 		if client.IgnoreNotFound(err) != nil {
 			return err
 		}
 		return r.notYet(p, "environment "+string(run.Spec.EnvironmentRef)+" is not bound to this node")
 	}
-	if env.Status.NodeName != a.cfg.NodeName {
+	if env.Status.NodeName != r.d.NodeName {
 		return nil
 	}
-	roots, ready := a.mountedRoots(string(env.UID))
+	roots, ready := r.d.Roots(string(env.UID))
 	if !ready {
 		return r.notYet(p, "environment "+env.Name+" is not ready on this node")
 	}
-	if a.guestEnvOf(&env) != nil {
+	if r.d.InGuest(&env) {
 		p.refuse(actuation.CodeActionClassUnavailable, "action classes are enforced by the host sandbox; environment "+env.Name+" runs in a VM guest")
 		return nil
 	}
-	if err := a.verifyRoots(string(env.UID), roots); err != nil {
-		p.refuse(actuation.Code(codeOf(err)), err.Error())
+	if err := r.d.VerifyRoots(string(env.UID), roots); err != nil {
+		p.refuse(actuation.CodeOf(err), err.Error())
 		return nil
 	}
 	// Re-verify everything at dispatch.
@@ -357,7 +402,7 @@ func (r *actionRunReconciler) start(ctx context.Context, p *runPass) error {
 	}
 	act := d.Action
 	if sup := r.classSupport(act.Class); sup.Availability != wbv1.ActionAvailable {
-		p.refuse(actuation.CodeActionClassUnavailable, fmt.Sprintf("class %s is unavailable on node %s: %s %s", act.Class, a.cfg.NodeName, sup.Code, sup.Message))
+		p.refuse(actuation.CodeActionClassUnavailable, fmt.Sprintf("class %s is unavailable on node %s: %s %s", act.Class, r.d.NodeName, sup.Code, sup.Message))
 		return nil
 	}
 	if act.Class == actions.ClassOperatorGated {
@@ -371,8 +416,8 @@ func (r *actionRunReconciler) start(ctx context.Context, p *runPass) error {
 		p.refuse(code, msg)
 		return nil
 	}
-	envl.Resources, envl.CgroupID = environmentLimits(&env), string(run.UID)
-	prep, err := actionexec.Prepare(envl, actionexec.Options{WorkBase: filepath.Join(a.cfg.StateDir, "tmp", "actions"), Store: a.blobs})
+	envl.Resources, envl.CgroupID = r.d.Limits(&env), string(run.UID)
+	prep, err := actionexec.Prepare(envl, actionexec.Options{WorkBase: filepath.Join(r.d.StateDir, "tmp", "actions"), Store: r.d.Blobs})
 	if err != nil {
 		c := string(actuation.CodeOf(err))
 		if c == "" {
@@ -381,29 +426,29 @@ func (r *actionRunReconciler) start(ctx context.Context, p *runPass) error {
 		p.refuse(actuation.Code(c), err.Error())
 		return nil
 	}
-	// The command path's one sequence (runTable.launch): the start record is stored while
+	// The command path's one sequence (runs.Table.Launch): the start record is stored while
 	// the sandbox is set up, and the program runs only once it landed.
-	la := &liveAction{key: client.ObjectKeyFromObject(run), finished: make(chan struct{})}
-	h, o, late, proceed, err := r.runs.launch(a.runner, launchSpec[actionOutcome]{
-		uid: string(run.UID), spec: prep.Spec(), running: string(wbv1.ActionRunRunning), live: la,
+	la := &liveAction{Key: client.ObjectKeyFromObject(run), Finished: make(chan struct{})}
+	h, o, late, proceed, err := r.runs.Launch(r.d.Runner, runs.LaunchSpec[actionOutcome]{
+		UID: string(run.UID), Spec: prep.Spec(), Running: string(wbv1.ActionRunRunning), Live: la,
 		// p is the recording goroutine's until launch returns.
-		record: func() (store.Command, bool, error) {
-			rec, created, err := a.store.RecordCommandStart(recordFor(run, d))
+		Record: func() (store.Command, bool, error) {
+			rec, created, err := r.d.Store.RecordCommandStart(recordFor(run, d))
 			if err == nil && !created {
 				p.result.RequeueAfter = time.Second // a record appeared meanwhile: the next pass reads it
 			}
 			return rec, err == nil && created, err
 		},
-		startFailed: func(err error) *actionOutcome {
+		StartFailed: func(err error) *actionOutcome {
 			o := &actionOutcome{Phase: wbv1.ActionRunRefused, Message: err.Error(), Completed: time.Now()}
-			if refused, code := startRefusal(err); refused {
+			if refused, code := runs.StartRefusal(err); refused {
 				o.RefusalCode = code
 			} else {
 				o.Phase, o.RefusalCode = wbv1.ActionRunFailed, code
 			}
 			return o
 		},
-		pidDelay: a.cgroups != nil && a.cgroups.Available(),
+		PIDDelay: r.d.Cgroups != nil && r.d.Cgroups.Available(),
 	})
 	if err != nil || !proceed || o != nil {
 		prep.Abort() // nothing runs in the envelope
@@ -415,24 +460,24 @@ func (r *actionRunReconciler) start(ctx context.Context, p *runPass) error {
 		p.finish(o)
 		return nil
 	}
-	go r.await(run.DeepCopy(), act, h, prep, la.started)
+	go r.await(run.DeepCopy(), act, h, prep, la.Started)
 	if late {
 		// Started after shutdown took its list: nothing of it may outlive the agent.
 		h.Kill(procexec.OriginCancel)
 		<-h.Done()
 		return nil
 	}
-	now := metav1.NewTime(la.started)
+	now := metav1.NewTime(la.Started)
 	p.next.StartTime = &now
 	p.set(wbv1.ConditionStarted, true, "Started", fmt.Sprintf("pid %d, class %s (%s) envelope", h.Info().Pid, act.Class, actions.SeedName(act.Class)))
-	if o := r.runs.coalesce(la); o != nil {
+	if o := r.runs.Coalesce(la); o != nil {
 		p.finish(o)
 	}
 	return nil
 }
 
 // notYet waits for the run's environment, then refuses once the grace has passed.
-func (r *actionRunReconciler) notYet(p *runPass, why string) error {
+func (r *Room) notYet(p *runPass, why string) error {
 	if time.Since(p.run.CreationTimestamp.Time) >= actionScopeGrace {
 		p.refuse(actuation.CodeEnvironmentUnavailable, why)
 		return nil

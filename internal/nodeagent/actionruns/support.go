@@ -1,6 +1,7 @@
-package agent
+package actionruns
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,29 +14,41 @@ import (
 	"sensorium.dev/workbench/internal/platform/writecap"
 )
 
-// actionClasses is what this node publishes in WorkbenchNode.status.actionClasses: per
+// ActionClasses is what this node publishes in WorkbenchNode.status.actionClasses: per
 // class, whether every primitive of its envelope works here. It is measured once per
 // process by using the primitives (a sandbox, a capped tmpfs area, the egress proxy
 // attached inside a sandbox's network namespace); a class whose primitive fails is
-// Unavailable with the failure's code, and its runs are refused (fail closed).
-func (a *Agent) actionClasses() []wbv1.ActionClassSupport {
-	if a.actionRuns == nil {
+// Unavailable with the failure's code, and its runs are refused (fail closed). A nil room
+// (not set up) publishes nothing.
+func (r *Room) ActionClasses() []wbv1.ActionClassSupport {
+	if r == nil {
 		return nil
 	}
-	r := a.actionRuns
 	r.supportOnce.Do(func() {
 		select {
 		case r.probing <- struct{}{}:
 			defer func() { <-r.probing }()
-			r.support = a.measureActionClasses()
+			r.support = r.measure()
 		default: // the agent is stopping: probe nothing, publish nothing
 		}
 	})
 	return r.support
 }
 
-func (r *actionRunReconciler) classSupport(c actions.Class) wbv1.ActionClassSupport {
-	for _, s := range r.a.actionClasses() {
+// StopProbing takes the class probe's slot for good (the agent is shutting down): it waits
+// for a probe in flight (bounded by ctx), and none starts after. A nil room has none.
+func (r *Room) StopProbing(ctx context.Context) {
+	if r == nil {
+		return
+	}
+	select {
+	case r.probing <- struct{}{}:
+	case <-ctx.Done():
+	}
+}
+
+func (r *Room) classSupport(c actions.Class) wbv1.ActionClassSupport {
+	for _, s := range r.ActionClasses() {
 		if string(s.Class) == string(c) {
 			return s
 		}
@@ -43,8 +56,8 @@ func (r *actionRunReconciler) classSupport(c actions.Class) wbv1.ActionClassSupp
 	return wbv1.ActionClassSupport{Class: wbv1.ActionClass(c), Availability: wbv1.ActionUnavailable, Code: string(actuation.CodeActionClassUnknown)}
 }
 
-func (a *Agent) measureActionClasses() []wbv1.ActionClassSupport {
-	base := filepath.Join(a.cfg.StateDir, "tmp")
+func (r *Room) measure() []wbv1.ActionClassSupport {
+	base := filepath.Join(r.d.StateDir, "tmp")
 	failure := func(err error) (string, string) {
 		code := string(actuation.CodeOf(err))
 		if code == "" {
@@ -52,11 +65,11 @@ func (a *Agent) measureActionClasses() []wbv1.ActionClassSupport {
 		}
 		return code, err.Error()
 	}
-	sandbox := a.sandboxErr
+	sandbox := r.d.SandboxErr
 	var writeErr, egressErr error
 	if sandbox == nil {
 		writeErr = checkWriteArea(base)
-		egressErr = checkEgress(a.sandbox, base)
+		egressErr = checkEgress(r.d.SandboxHelper, base)
 	}
 	out := make([]wbv1.ActionClassSupport, 0, len(actions.Classes))
 	for _, c := range actions.Classes {
