@@ -18,6 +18,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/test/kstate"
 )
 
 // TestLoad puts many sessions and commands on one node agent process whose caps are raised
@@ -53,11 +54,7 @@ func TestLoad(t *testing.T) {
 	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns}, // the first of the cap
 		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e", MaxDurationSeconds: sessionSeconds}}))
 	eventually(t, 60*time.Second, "environment Ready and session Running", func() (bool, string) {
-		var e wbv1.Environment
-		var s wbv1.TerminalSession
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
-		return e.Status.Phase == wbv1.EnvironmentReady && s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("env=%+v session=%+v", e.Status, s.Status)
+		return kstate.ReadyAndRunning(t, env.Client, ns, "e", "s", nil)
 	})
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/echo", nil, []string{"load-"})))
 	rssBefore := rssKiB(p.cmd.Process.Pid)
