@@ -35,13 +35,11 @@ func TestLoad(t *testing.T) {
 	const node = "node-load"
 	sessions, commands := envInt("WB_LOAD_SESSIONS", 10), envInt("WB_LOAD_COMMANDS", 150)
 	ctx := context.Background()
-	bin := buildAgent(t)
-	kubeconfig := boundNodeKubeconfig(t, node)
-	state, root := t.TempDir(), t.TempDir()
-	config := agentConfig(t, node, state, "load", root, fmt.Sprintf(
+	na := newAgentNode(t, node, "load", fmt.Sprintf(
 		"recordRetentionSeconds: 2\ncaps:\n  sessions: %d\n  sessionsPerEnvironment: %d\n  concurrentCommands: %d\n  eventBufferDepth: 200\n",
 		sessions, sessions, envInt("WB_LOAD_CONCURRENT", 8)))
-	p := startAgentProcess(t, bin, kubeconfig, config, "GODEBUG=gctrace=1") // the runtime reports the agent's heap at every collection
+	root := na.root
+	p := na.start(t, "GODEBUG=gctrace=1") // the runtime reports the agent's heap at every collection
 	defer p.stop()
 	ns := namespace(t)
 	// Every session outlives the run: the node's ceiling (12 h) instead of the 1 h default,
