@@ -1,6 +1,6 @@
-// Package kstate holds the conditions the API-server suites poll on workbench objects
-// (through testkit.Eventually or a suite's own eventually): one reading of "ready", not a
-// copy per suite.
+// Package kstate holds how the API-server suites read the state of workbench objects: the
+// conditions they poll (through testkit.Eventually or a suite's own eventually) and what
+// kstatus reads from an object. One reading, not a copy per suite.
 package kstate
 
 import (
@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -29,4 +32,33 @@ func ReadyAndRunning(t testing.TB, c client.Reader, ns, envName, session string,
 	testkit.Must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: session}, &s))
 	return e.Status.Phase == wbv1.EnvironmentReady && s.Status.Phase == wbv1.SessionRunning,
 		fmt.Sprintf("env=%+v session=%+v", e.Status, s.Status)
+}
+
+// ReadKStatus computes what kstatus (the health library behind Flux and apply-and-wait
+// tools) reads from obj as held in memory (as the API server last returned it), and
+// returns obj's unstructured content too, for a failure message or a field kstatus does
+// not weigh.
+func ReadKStatus(t testing.TB, obj runtime.Object) (*kstatus.Result, map[string]any) {
+	t.Helper()
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	testkit.Must(t, err)
+	res, err := kstatus.Compute(&unstructured.Unstructured{Object: m})
+	testkit.Must(t, err)
+	return res, m
+}
+
+// KStatus is ReadKStatus's result alone.
+func KStatus(t testing.TB, obj runtime.Object) *kstatus.Result {
+	t.Helper()
+	res, _ := ReadKStatus(t, obj)
+	return res
+}
+
+// WantKStatus fails the test unless kstatus reads obj as want.
+func WantKStatus(t testing.TB, obj runtime.Object, want kstatus.Status) {
+	t.Helper()
+	res, m := ReadKStatus(t, obj)
+	if res.Status != want {
+		t.Fatalf("kstatus reads %s (%s), want %s; status %+v", res.Status, res.Message, want, m["status"])
+	}
 }
