@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -106,7 +107,19 @@ func vmEnv(t testing.TB) (imageDir string, img *backends.BootImage) {
 		t.Fatal(err)
 	}
 	defer func() { _ = f.Close() }()
-	sc := bufio.NewScanner(f)
+	readDigests(t, f, img)
+	if img.KernelPath == "" || img.InitrdPath == "" {
+		t.Fatalf("digests.txt names no kernel or initrd")
+	}
+	return bin, img
+}
+
+// readDigests fills img from a guest image's digests.txt (hack/guest-image writes it): the
+// kernel, initrd and disk digests and paths and the kernel command line; other lines are
+// passed over.
+func readDigests(t testing.TB, r io.Reader, img *backends.BootImage) {
+	t.Helper()
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		fs := strings.Fields(sc.Text())
 		switch {
@@ -114,14 +127,15 @@ func vmEnv(t testing.TB) (imageDir string, img *backends.BootImage) {
 			img.KernelDigest, img.KernelPath = fs[1], fs[2]
 		case len(fs) >= 3 && fs[0] == "initrd":
 			img.InitrdDigest, img.InitrdPath = fs[1], fs[2]
+		case len(fs) >= 3 && fs[0] == "disk":
+			img.DiskDigest, img.DiskPath = fs[1], fs[2]
 		case len(fs) >= 2 && fs[0] == "cmdline":
-			img.CommandLine = strings.TrimPrefix(sc.Text(), "cmdline ")
+			img.CommandLine = strings.Join(fs[1:], " ")
 		}
 	}
-	if img.KernelPath == "" || img.InitrdPath == "" {
-		t.Fatalf("digests.txt names no kernel or initrd")
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
 	}
-	return bin, img
 }
 
 // testConfig is a TCG configuration with a fresh state directory; whatever a test leaves
