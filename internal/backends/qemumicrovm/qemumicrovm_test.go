@@ -403,17 +403,28 @@ func TestCrashRecovery(t *testing.T) {
 		}
 		return rec
 	}
+	// recoverAfterCrash runs Recover on a new backend over the crashed state, with spec's
+	// environment known to the agent or not.
+	recoverAfterCrash := func(t *testing.T, spec backends.Spec, known bool) (*Backend, []backends.RecoveryAction) {
+		t.Helper()
+		b, _ := New(cfg)
+		var envs map[string]backends.Spec
+		if known {
+			envs = map[string]backends.Spec{spec.ID: {ID: spec.ID}}
+		}
+		acts, err := b.Recover(ctxT(t, 60*time.Second), envs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b, acts
+	}
 	midBoot := func(r *Record) bool { return r.State == StateLaunching && r.QEMU != nil }
 	booted := func(r *Record) bool { return r.State == StateRunning }
 
 	t.Run("booted/known→recovered", func(t *testing.T) {
 		spec := testSpec("env-r1", img)
 		rec := crash(t, spec, booted)
-		b, _ := New(cfg)
-		acts, err := b.Recover(ctxT(t, 60*time.Second), map[string]backends.Spec{spec.ID: {ID: spec.ID}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		b, acts := recoverAfterCrash(t, spec, true)
 		t.Logf("recovery: %+v", acts)
 		if len(acts) != 1 || acts[0].Outcome != OutcomeRecovered {
 			t.Fatalf("actions: %+v", acts)
@@ -435,11 +446,7 @@ func TestCrashRecovery(t *testing.T) {
 	t.Run("booted/unknown→terminated", func(t *testing.T) {
 		spec := testSpec("env-r2", img)
 		rec := crash(t, spec, booted)
-		b, _ := New(cfg)
-		acts, err := b.Recover(ctxT(t, 60*time.Second), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b, acts := recoverAfterCrash(t, spec, false)
 		if len(acts) != 1 || acts[0].Outcome != OutcomeTerminated {
 			t.Fatalf("actions: %+v", acts)
 		}
@@ -452,11 +459,7 @@ func TestCrashRecovery(t *testing.T) {
 	t.Run("mid-boot/known→quarantined", func(t *testing.T) {
 		spec := testSpec("env-r3", img)
 		rec := crash(t, spec, midBoot)
-		b, _ := New(cfg)
-		acts, err := b.Recover(ctxT(t, 60*time.Second), map[string]backends.Spec{spec.ID: {ID: spec.ID}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		b, acts := recoverAfterCrash(t, spec, true)
 		t.Logf("recovery: %+v", acts)
 		want := OutcomeQuarantined
 		if rec.State == StateRunning { // the boot finished before the kill landed
@@ -483,11 +486,7 @@ func TestCrashRecovery(t *testing.T) {
 	t.Run("mid-boot/unknown→terminated", func(t *testing.T) {
 		spec := testSpec("env-r4", img)
 		rec := crash(t, spec, midBoot)
-		b, _ := New(cfg)
-		acts, err := b.Recover(ctxT(t, 60*time.Second), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b, acts := recoverAfterCrash(t, spec, false)
 		if len(acts) != 1 || acts[0].Outcome != OutcomeTerminated {
 			t.Fatalf("actions: %+v", acts)
 		}
