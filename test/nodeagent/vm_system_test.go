@@ -165,14 +165,7 @@ func TestQEMUFullSystemEnvironment(t *testing.T) {
 	// A second environment's clone does not fit the node's reservation: refused.
 	must(t, env.Client.Create(ctx, newEnv("second")))
 	eventually(t, 90*time.Second, "the second environment refused with storage-exhausted", func() (bool, string) {
-		var s wbv1.Environment
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "second"}, &s))
-		for _, c := range s.Status.Conditions {
-			if c.Type == wbv1.ConditionReady && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, "storage-exhausted") {
-				return true, ""
-			}
-		}
-		return false, fmt.Sprintf("%+v", s.Status)
+		return kstate.EnvironmentNotReady(t, env.Client, ns, "second", func(m string) bool { return strings.Contains(m, "storage-exhausted") })
 	})
 	var second wbv1.Environment
 	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "second"}, &second))

@@ -17,6 +17,8 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends/qemumicrovm"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
+
+	"sensorium.dev/workbench/internal/test/kstate"
 )
 
 // qemuSkip says why the suite's agent offers no qemu-microvm.v1 ("" when it does).
@@ -69,8 +71,7 @@ func TestVMMProcessesConfined(t *testing.T) {
 	}}))
 	var e wbv1.Environment
 	eventually(t, 300*time.Second, "VM environment Ready", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm"}, &e))
-		return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
+		return kstate.EnvironmentReady(t, env.Client, ns, "vm", &e)
 	})
 	defer func() {
 		must(t, client.IgnoreNotFound(env.Client.Delete(ctx, &e)))

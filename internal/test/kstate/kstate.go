@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
@@ -61,4 +62,30 @@ func WantKStatus(t testing.TB, obj runtime.Object, want kstatus.Status) {
 	if res.Status != want {
 		t.Fatalf("kstatus reads %s (%s), want %s; status %+v", res.Status, res.Message, want, m["status"])
 	}
+}
+
+// EnvironmentReady reads Environment ns/name (into e when e is not nil) and reports whether
+// it is Ready, with its status as the message. A failed read fails the test.
+func EnvironmentReady(t testing.TB, c client.Reader, ns, name string, e *wbv1.Environment) (bool, string) {
+	t.Helper()
+	if e == nil {
+		e = &wbv1.Environment{}
+	}
+	testkit.Must(t, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, e))
+	return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
+}
+
+// EnvironmentNotReady reads Environment ns/name and reports whether its Ready condition is
+// False with a message match accepts (a refusal's code, as a prefix or anywhere), with its
+// status as the message otherwise. A failed read fails the test.
+func EnvironmentNotReady(t testing.TB, c client.Reader, ns, name string, match func(message string) bool) (bool, string) {
+	t.Helper()
+	var e wbv1.Environment
+	testkit.Must(t, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &e))
+	for _, cond := range e.Status.Conditions {
+		if cond.Type == wbv1.ConditionReady && cond.Status == metav1.ConditionFalse && match(cond.Message) {
+			return true, ""
+		}
+	}
+	return false, fmt.Sprintf("%+v", e.Status)
 }
