@@ -42,8 +42,6 @@ import (
 	"sensorium.dev/workbench/internal/test/envtest"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
 	"sensorium.dev/workbench/internal/test/testkit"
-
-	"sensorium.dev/workbench/internal/test/kstate"
 )
 
 const nodeName = "node-actions"
@@ -150,7 +148,9 @@ func setup(t *testing.T) (string, string) {
 		NodeSelector: map[string]string{wbv1.NodeLabel: nodeName},
 	}}))
 	eventually(t, 30*time.Second, "environment Ready", func() (bool, string) {
-		return kstate.EnvironmentReady(t, env.Client, ns.Name, "e", nil)
+		var e wbv1.Environment
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "e"}, &e))
+		return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
 	})
 	// The manager admits a run only on a node that publishes its class Available.
 	eventually(t, 30*time.Second, "WorkbenchNode with action classes", func() (bool, string) {

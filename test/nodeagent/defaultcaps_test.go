@@ -12,8 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
-
-	"sensorium.dev/workbench/internal/test/kstate"
 )
 
 // TestDefaultCapsServeThreeAgents runs a node agent process configured as `make run-local`
@@ -38,7 +36,9 @@ func TestDefaultCapsServeThreeAgents(t *testing.T) {
 		NodeSelector: map[string]string{wbv1.NodeLabel: node}}}))
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/echo", nil, []string{"agent-"})))
 	eventually(t, 60*time.Second, "environment e Ready on "+node, func() (bool, string) {
-		return kstate.EnvironmentReady(t, env.Client, ns, "e", nil)
+		var e wbv1.Environment
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+		return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
 	})
 
 	agents := []string{"agent-a", "agent-b", "agent-c"}

@@ -15,8 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
-
-	"sensorium.dev/workbench/internal/test/kstate"
 )
 
 // codeShareCapReached is actuation.CodeShareCapReached, spelled out so that the test
@@ -65,7 +63,9 @@ func TestNodeCapsSharedByIdentity(t *testing.T) {
 		NodeSelector: map[string]string{wbv1.NodeLabel: node}}}))
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/sleep", nil, []string{"30"})))
 	eventually(t, 30*time.Second, "environment Ready", func() (bool, string) {
-		return kstate.EnvironmentReady(t, env.Client, ns, "e", nil)
+		var e wbv1.Environment
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+		return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
 	})
 
 	// sessionOutcome creates a session as c and waits until it runs or is refused; a

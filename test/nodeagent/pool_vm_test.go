@@ -24,8 +24,6 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends/qemumicrovm"
 	"sensorium.dev/workbench/internal/guestclient"
-
-	"sensorium.dev/workbench/internal/test/kstate"
 )
 
 // requireFreshGuestImage skips when bin/guest was built from another guest protocol than
@@ -117,7 +115,8 @@ func TestPoolVMClaimAdoptsRunningGuest(t *testing.T) {
 	must(t, env.Client.Create(ctx, claimer(ns, "claimer", "vmpool", tmpl)))
 	var e wbv1.Environment
 	eventually(t, 120*time.Second, "the claimer Ready", func() (bool, string) {
-		return kstate.EnvironmentReady(t, env.Client, ns, "claimer", &e)
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "claimer"}, &e))
+		return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
 	})
 	t.Logf("VM pool claim → Ready through the API server: %v", time.Since(start).Round(time.Millisecond))
 	if e.Status.PoolMember == nil || e.Status.PoolMember.UID != string(member.UID) {

@@ -22,8 +22,6 @@ import (
 	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
 	"sensorium.dev/workbench/internal/test/sourcetest"
-
-	"sensorium.dev/workbench/internal/test/kstate"
 )
 
 // processesIn lists the processes whose working directory lies under dir.
@@ -127,7 +125,8 @@ func TestSourceMaterializationInterruptedByCrash(t *testing.T) {
 	releaseHeld()
 	defer second.stopLogging(t)
 	eventually(t, 120*time.Second, "the restarted agent materializes the source again", func() (bool, string) {
-		return kstate.EnvironmentReady(t, env.Client, ns, "e", &e)
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+		return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
 	})
 	if len(e.Status.Roots) != 1 || e.Status.Roots[0].Resolved != ids[0] || e.Status.Roots[0].Reason != "" || e.Status.Roots[0].Entries == 0 {
 		t.Fatalf("status.roots after the restart: %+v", e.Status.Roots)

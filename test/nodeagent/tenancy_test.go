@@ -16,8 +16,6 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
-
-	"sensorium.dev/workbench/internal/test/kstate"
 )
 
 // TestHostRootTenancyAtNode: the node, not only the webhook, keeps a host directory to one
@@ -81,6 +79,8 @@ func TestHostRootTenancyAtNode(t *testing.T) {
 	}
 	must(t, env.Client.Delete(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: owner}}))
 	eventually(t, 60*time.Second, "the same-directory tenant Ready once the owner is gone", func() (bool, string) {
-		return kstate.EnvironmentReady(t, env.Client, tenants["same"], "e", nil)
+		var e wbv1.Environment
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: tenants["same"], Name: "e"}, &e))
+		return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
 	})
 }

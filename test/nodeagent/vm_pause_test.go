@@ -17,8 +17,6 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
-
-	"sensorium.dev/workbench/internal/test/kstate"
 )
 
 // guestUptime runs `cat /proc/uptime` in the guest as command name and returns the guest's
@@ -164,7 +162,8 @@ func TestQEMUMicroVMPauseResume(t *testing.T) {
 	// Resume.
 	setDesiredState(t, ns, "vm", wbv1.EnvironmentDesiredRunning)
 	eventually(t, 60*time.Second, "environment Ready again", func() (bool, string) {
-		return kstate.EnvironmentReady(t, env.Client, ns, "vm", &e)
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm"}, &e))
+		return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
 	})
 	// (The Ready message says "resumed" only in the pass that resumed; a later pass of the
 	// running VM rewrites it, so the proof of the resume is the command below.)

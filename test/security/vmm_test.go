@@ -17,8 +17,6 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends/qemumicrovm"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
-
-	"sensorium.dev/workbench/internal/test/kstate"
 )
 
 // qemuSkip says why the suite's agent offers no qemu-microvm.v1 ("" when it does).
@@ -71,7 +69,8 @@ func TestVMMProcessesConfined(t *testing.T) {
 	}}))
 	var e wbv1.Environment
 	eventually(t, 300*time.Second, "VM environment Ready", func() (bool, string) {
-		return kstate.EnvironmentReady(t, env.Client, ns, "vm", &e)
+		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm"}, &e))
+		return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
 	})
 	defer func() {
 		must(t, client.IgnoreNotFound(env.Client.Delete(ctx, &e)))

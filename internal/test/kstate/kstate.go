@@ -64,17 +64,6 @@ func WantKStatus(t testing.TB, obj runtime.Object, want kstatus.Status) {
 	}
 }
 
-// EnvironmentReady reads Environment ns/name (into e when e is not nil) and reports whether
-// it is Ready, with its status as the message. A failed read fails the test.
-func EnvironmentReady(t testing.TB, c client.Reader, ns, name string, e *wbv1.Environment) (bool, string) {
-	t.Helper()
-	if e == nil {
-		e = &wbv1.Environment{}
-	}
-	testkit.Must(t, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, e))
-	return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
-}
-
 // EnvironmentNotReady reads Environment ns/name and reports whether its Ready condition is
 // False with a message match accepts (a refusal's code, as a prefix or anywhere), with its
 // status as the message otherwise. A failed read fails the test.
