@@ -64,10 +64,7 @@ func (a *Agent) runningSession(id string) (*session, error) {
 }
 
 func (a *Agent) ptyOpen(args *protocol.PTYOpenArgs) reply {
-	if a.quiesced.Load() {
-		return refused(protocol.Refusef(string(actuation.CodeQuiesced), "the guest is quiesced"))
-	}
-	cwd, err := a.openDir(args.Cwd)
+	cwd, err := a.openStartDir(args.Cwd)
 	if err != nil {
 		return refused(err)
 	}
