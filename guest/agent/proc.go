@@ -109,11 +109,17 @@ func execErr(err error) error {
 	return fmt.Errorf("%w: %w", protocol.Refusef(string(actuation.CodeExecFailed), "%v", err), err)
 }
 
-func (a *Agent) spawn(ctx context.Context, opID string, args *protocol.SpawnArgs) reply {
+// openStartDir is the first step of starting a process or a terminal: refused while the
+// guest is quiesced, else the working directory cwd opened (the caller closes it).
+func (a *Agent) openStartDir(cwd string) (int, error) {
 	if a.quiesced.Load() {
-		return refused(protocol.Refusef(string(actuation.CodeQuiesced), "the guest is quiesced"))
+		return -1, protocol.Refusef(string(actuation.CodeQuiesced), "the guest is quiesced")
 	}
-	cwd, err := a.openDir(args.Cwd)
+	return a.openDir(cwd)
+}
+
+func (a *Agent) spawn(ctx context.Context, opID string, args *protocol.SpawnArgs) reply {
+	cwd, err := a.openStartDir(args.Cwd)
 	if err != nil {
 		return refused(err)
 	}

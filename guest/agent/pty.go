@@ -47,11 +47,24 @@ func (a *Agent) lookupSession(id string) (*session, error) {
 	return s, nil
 }
 
-func (a *Agent) ptyOpen(args *protocol.PTYOpenArgs) reply {
-	if a.quiesced.Load() {
-		return refused(protocol.Refusef(string(actuation.CodeQuiesced), "the guest is quiesced"))
+// runningSession is lookupSession for an operation on the terminal itself (input,
+// resize): a session whose process has exited is refused session-not-running.
+func (a *Agent) runningSession(id string) (*session, error) {
+	s, err := a.lookupSession(id)
+	if err != nil {
+		return nil, err
 	}
-	cwd, err := a.openDir(args.Cwd)
+	s.mu.Lock()
+	exited := s.exited
+	s.mu.Unlock()
+	if exited {
+		return nil, protocol.Refusef(string(actuation.CodeSessionNotRunning), "session %q has exited", s.id)
+	}
+	return s, nil
+}
+
+func (a *Agent) ptyOpen(args *protocol.PTYOpenArgs) reply {
+	cwd, err := a.openStartDir(args.Cwd)
 	if err != nil {
 		return refused(err)
 	}
@@ -202,15 +215,9 @@ func (a *Agent) ptyRead(ctx context.Context, args *protocol.PTYReadArgs) reply {
 }
 
 func (a *Agent) ptyInput(deadline time.Time, args *protocol.PTYInputArgs) reply {
-	s, err := a.lookupSession(args.SessionID)
+	s, err := a.runningSession(args.SessionID)
 	if err != nil {
 		return refused(err)
-	}
-	s.mu.Lock()
-	exited := s.exited
-	s.mu.Unlock()
-	if exited {
-		return refused(protocol.Refusef(string(actuation.CodeSessionNotRunning), "session %q has exited", s.id))
 	}
 	_ = s.ptmx.SetWriteDeadline(deadline)
 	defer func() { _ = s.ptmx.SetWriteDeadline(time.Time{}) }()
@@ -230,15 +237,9 @@ func (a *Agent) ptyInput(deadline time.Time, args *protocol.PTYInputArgs) reply 
 }
 
 func (a *Agent) ptyResize(args *protocol.PTYResizeArgs) reply {
-	s, err := a.lookupSession(args.SessionID)
+	s, err := a.runningSession(args.SessionID)
 	if err != nil {
 		return refused(err)
-	}
-	s.mu.Lock()
-	exited := s.exited
-	s.mu.Unlock()
-	if exited {
-		return refused(protocol.Refusef(string(actuation.CodeSessionNotRunning), "session %q has exited", s.id))
 	}
 	// TIOCSWINSZ on the master; the kernel sends SIGWINCH to the foreground group.
 	if err := pty.Setsize(s.ptmx, &pty.Winsize{Rows: args.Rows, Cols: args.Cols}); err != nil {

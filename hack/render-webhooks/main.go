@@ -94,36 +94,27 @@ func render(src []byte, baseURL string, ca []byte, prefix string) ([]byte, error
 			return nil, fmt.Errorf("reading kind: %w", err)
 		}
 		var obj any
+		var n int
 		switch tm.Kind {
 		case "ValidatingWebhookConfiguration":
 			cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-			if err := yaml.UnmarshalStrict(doc, cfg); err != nil {
-				return nil, fmt.Errorf("decoding %s: %w", tm.Kind, err)
-			}
-			cfg.Name = prefix + cfg.Name
-			for i := range cfg.Webhooks {
-				if err := rewrite(&cfg.Webhooks[i].ClientConfig, cfg.Webhooks[i].Name, base, ca); err != nil {
-					return nil, err
-				}
-				webhooks++
-			}
+			n, err = rewriteConfig(doc, tm.Kind, cfg, &cfg.Name, &cfg.Webhooks, func(w *admissionregistrationv1.ValidatingWebhook) (*admissionregistrationv1.WebhookClientConfig, string) {
+				return &w.ClientConfig, w.Name
+			}, base, ca, prefix)
 			obj = cfg
 		case "MutatingWebhookConfiguration":
 			cfg := &admissionregistrationv1.MutatingWebhookConfiguration{}
-			if err := yaml.UnmarshalStrict(doc, cfg); err != nil {
-				return nil, fmt.Errorf("decoding %s: %w", tm.Kind, err)
-			}
-			cfg.Name = prefix + cfg.Name
-			for i := range cfg.Webhooks {
-				if err := rewrite(&cfg.Webhooks[i].ClientConfig, cfg.Webhooks[i].Name, base, ca); err != nil {
-					return nil, err
-				}
-				webhooks++
-			}
+			n, err = rewriteConfig(doc, tm.Kind, cfg, &cfg.Name, &cfg.Webhooks, func(w *admissionregistrationv1.MutatingWebhook) (*admissionregistrationv1.WebhookClientConfig, string) {
+				return &w.ClientConfig, w.Name
+			}, base, ca, prefix)
 			obj = cfg
 		default:
 			return nil, fmt.Errorf("unexpected document of kind %q (only webhook configurations are expected)", tm.Kind)
 		}
+		if err != nil {
+			return nil, err
+		}
+		webhooks += n
 		b, err := yaml.Marshal(obj)
 		if err != nil {
 			return nil, err
@@ -139,6 +130,24 @@ func render(src []byte, baseURL string, ca []byte, prefix string) ([]byte, error
 		buf.Write(d)
 	}
 	return buf.Bytes(), nil
+}
+
+// rewriteConfig decodes doc (of kind) strictly into cfg, prefixes the configuration's
+// name and rewrites the clientConfig of every webhook in *hooks (clientConfig gives a
+// webhook's clientConfig and name). It returns how many webhooks it rewrote.
+func rewriteConfig[W any](doc []byte, kind string, cfg any, name *string, hooks *[]W,
+	clientConfig func(*W) (*admissionregistrationv1.WebhookClientConfig, string), base *url.URL, ca []byte, prefix string) (int, error) {
+	if err := yaml.UnmarshalStrict(doc, cfg); err != nil {
+		return 0, fmt.Errorf("decoding %s: %w", kind, err)
+	}
+	*name = prefix + *name
+	for i := range *hooks {
+		cc, hookName := clientConfig(&(*hooks)[i])
+		if err := rewrite(cc, hookName, base, ca); err != nil {
+			return 0, err
+		}
+	}
+	return len(*hooks), nil
 }
 
 func rewrite(cc *admissionregistrationv1.WebhookClientConfig, name string, base *url.URL, ca []byte) error {

@@ -36,24 +36,21 @@ func Limits() []Limit {
 // ValidateCommandCeilings refuses a command's timeout or output cap above the node
 // ceilings, whatever its profile says.
 func ValidateCommandCeilings(timeoutSeconds, outputBytes int64) []*Refusal {
-	var out []*Refusal
-	if timeoutSeconds > MaxCommandTimeoutSeconds {
-		out = append(out, Refuse(CodeTimeoutAboveMax, "spec.timeoutSeconds", "must not exceed the node ceiling %d (got %d)", MaxCommandTimeoutSeconds, timeoutSeconds))
-	}
-	if outputBytes > MaxCommandOutputBytes {
-		out = append(out, Refuse(CodeOutputCapAboveMax, "spec.outputBytes", "must not exceed the node ceiling %d (got %d)", MaxCommandOutputBytes, outputBytes))
-	}
-	return out
+	out := aboveCeiling(nil, CodeTimeoutAboveMax, "spec.timeoutSeconds", MaxCommandTimeoutSeconds, timeoutSeconds)
+	return aboveCeiling(out, CodeOutputCapAboveMax, "spec.outputBytes", MaxCommandOutputBytes, outputBytes)
 }
 
 // ValidateSessionCeilings refuses a session's durations above the node ceiling.
 func ValidateSessionCeilings(maxDurationSeconds, idleTimeoutSeconds int64) []*Refusal {
-	var out []*Refusal
-	if maxDurationSeconds > MaxSessionDurationSeconds {
-		out = append(out, Refuse(CodeTimeoutAboveMax, "spec.maxDurationSeconds", "must not exceed the node ceiling %d (got %d)", MaxSessionDurationSeconds, maxDurationSeconds))
-	}
-	if idleTimeoutSeconds > MaxSessionDurationSeconds {
-		out = append(out, Refuse(CodeTimeoutAboveMax, "spec.idleTimeoutSeconds", "must not exceed the node ceiling %d (got %d)", MaxSessionDurationSeconds, idleTimeoutSeconds))
+	out := aboveCeiling(nil, CodeTimeoutAboveMax, "spec.maxDurationSeconds", MaxSessionDurationSeconds, maxDurationSeconds)
+	return aboveCeiling(out, CodeTimeoutAboveMax, "spec.idleTimeoutSeconds", MaxSessionDurationSeconds, idleTimeoutSeconds)
+}
+
+// aboveCeiling appends to out the refusal (code, at field) of a value got above the node
+// ceiling limit; out is returned as it is when got is within it.
+func aboveCeiling(out []*Refusal, code Code, field string, limit, got int64) []*Refusal {
+	if got > limit {
+		out = append(out, Refuse(code, field, "must not exceed the node ceiling %d (got %d)", limit, got))
 	}
 	return out
 }

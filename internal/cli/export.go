@@ -77,11 +77,7 @@ func exportArchiveCommand(o *Options) *cobra.Command {
   kubectl workbench export archive demo:repo/build/out --out out.tar.gz`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
-			r, err := fileAddress(cmd.Context(), cl, args[0])
+			cl, r, err := o.fileRequest(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}

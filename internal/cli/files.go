@@ -31,15 +31,22 @@ func fileAddress(ctx context.Context, cl *wbclient.Client, s string) (wbclient.F
 	return r, nil
 }
 
+// fileRequest connects and resolves the file address arg ([ENV:]ROOT[/PATH]) in one step,
+// as every file command starts.
+func (o *Options) fileRequest(ctx context.Context, arg string) (*wbclient.Client, wbclient.FileRequest, error) {
+	cl, err := o.Client()
+	if err != nil {
+		return nil, wbclient.FileRequest{}, err
+	}
+	r, err := fileAddress(ctx, cl, arg)
+	return cl, r, err
+}
+
 func lsCommand(o *Options) *cobra.Command {
 	return &cobra.Command{
 		Use: "ls [ENV:]ROOT[/PATH]", Short: "List files with sizes and digests (a snapshot)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
-			r, err := fileAddress(cmd.Context(), cl, args[0])
+			cl, r, err := o.fileRequest(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -66,11 +73,7 @@ func catCommand(o *Options) *cobra.Command {
 	c := &cobra.Command{
 		Use: "cat [ENV:]ROOT/PATH", Short: "Print a file (a bounded read)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
-			r, err := fileAddress(cmd.Context(), cl, args[0])
+			cl, r, err := o.fileRequest(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}

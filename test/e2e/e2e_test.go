@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/test/kstate"
 	"sensorium.dev/workbench/internal/test/testkit"
 )
 
@@ -266,12 +267,7 @@ func readyEnvironment(ctx context.Context, t *testing.T, ns, dir string) {
 	must(t, cluster.client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
 		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
 	eventually(t, 2*time.Minute, "environment Ready and session Running", func() (bool, string) {
-		var e wbv1.Environment
-		var s wbv1.TerminalSession
-		must(t, cluster.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
-		must(t, cluster.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
-		return e.Status.Phase == wbv1.EnvironmentReady && s.Status.Phase == wbv1.SessionRunning,
-			fmt.Sprintf("env=%+v session=%+v", e.Status, s.Status)
+		return kstate.ReadyAndRunning(t, cluster.client, ns, "e", "s", nil)
 	})
 }
 

@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/retry"
 	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,6 +20,8 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/skills"
 	"sensorium.dev/workbench/internal/skillsapi"
+
+	"sensorium.dev/workbench/internal/test/kstate"
 )
 
 // TestDeclaredKindsKStatus: the declared kinds nothing else realizes — ActionSigner,
@@ -111,11 +112,8 @@ func eventuallyObserved(t *testing.T, obj client.Object, want kstatus.Status) {
 	t.Helper()
 	eventually(t, 30*time.Second, fmt.Sprintf("%T %s observed and read %s by kstatus", obj, obj.GetName(), want), func() (bool, string) {
 		must(t, env.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj))
-		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-		must(t, err)
+		res, m := kstate.ReadKStatus(t, obj)
 		og, _, _ := unstructured.NestedInt64(m, "status", "observedGeneration")
-		res, err := kstatus.Compute(&unstructured.Unstructured{Object: m})
-		must(t, err)
 		return og == obj.GetGeneration() && res.Status == want, fmt.Sprintf("%s (%s); status %v", res.Status, res.Message, m["status"])
 	})
 }

@@ -9,8 +9,6 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
@@ -18,17 +16,12 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/webhooks"
+
+	"sensorium.dev/workbench/internal/test/kstate"
 )
 
 // kstatusOf computes kstatus for obj as held in memory.
-func kstatusOf(t *testing.T, obj client.Object) *kstatus.Result {
-	t.Helper()
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	must(t, err)
-	res, err := kstatus.Compute(&unstructured.Unstructured{Object: m})
-	must(t, err)
-	return res
-}
+var kstatusOf = kstate.KStatus
 
 // eventuallyKStatus waits (at most 30 s: the manager writes the health conditions with the
 // outcome it derives) until kstatus — the health library behind Flux and apply-and-wait
@@ -37,10 +30,7 @@ func eventuallyKStatus(t *testing.T, obj client.Object, want kstatus.Status) {
 	t.Helper()
 	eventually(t, 30*time.Second, fmt.Sprintf("%T %s read %s by kstatus", obj, obj.GetName(), want), func() (bool, string) {
 		must(t, env.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj))
-		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-		must(t, err)
-		res, err := kstatus.Compute(&unstructured.Unstructured{Object: m})
-		must(t, err)
+		res, m := kstate.ReadKStatus(t, obj)
 		return res.Status == want, fmt.Sprintf("%s (%s); status %v", res.Status, res.Message, m["status"])
 	})
 }

@@ -32,11 +32,9 @@ import (
 func TestFreeCapacity(t *testing.T) {
 	const node = "node-cap"
 	ctx := context.Background()
-	bin := buildAgent(t)
-	kubeconfig := boundNodeKubeconfig(t, node)
-	state, root := t.TempDir(), t.TempDir()
-	config := agentConfig(t, node, state, "cap", root, "capacityPublishMillis: 100\ncaps:\n  sessions: 3\n  sessionsPerEnvironment: 2\n  concurrentCommands: 8\n  pendingWaits: 50\n")
-	p := startAgentProcess(t, bin, kubeconfig, config)
+	na := newAgentNode(t, node, "cap", "capacityPublishMillis: 100\ncaps:\n  sessions: 3\n  sessionsPerEnvironment: 2\n  concurrentCommands: 8\n  pendingWaits: 50\n")
+	root := na.root
+	p := na.start(t)
 	defer p.stopLogging(t)
 	ns := namespace(t)
 	dirE := filepath.Join(root, "e")

@@ -11,9 +11,10 @@ import (
 
 	"golang.org/x/sys/unix"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+
+	"sensorium.dev/workbench/internal/test/kstate"
 )
 
 // TestCommandCgroupLimitsAndTeardown: a command of an Environment with resources.pids 32
@@ -89,13 +90,6 @@ func TestEnvironmentDiskLimitRefused(t *testing.T) {
 		Resources:    &wbv1.EnvironmentResources{DiskMiB: ptr(int32(64))},
 	}}))
 	eventually(t, 30*time.Second, "environment refused with resource-not-enforced", func() (bool, string) {
-		var e wbv1.Environment
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
-		for _, c := range e.Status.Conditions {
-			if c.Type == wbv1.ConditionReady && c.Status == metav1.ConditionFalse && strings.HasPrefix(c.Message, "resource-not-enforced: resources.diskMiB") {
-				return true, ""
-			}
-		}
-		return false, fmt.Sprintf("%+v", e.Status)
+		return kstate.EnvironmentNotReady(t, env.Client, ns, "e", func(m string) bool { return strings.HasPrefix(m, "resource-not-enforced: resources.diskMiB") })
 	})
 }

@@ -52,12 +52,10 @@ func TestChaosKills(t *testing.T) {
 	defer func() { t.Logf("chaos: %d kills, seed %d, %s", kills, seed, time.Since(began).Round(time.Second)) }()
 
 	ctx := context.Background()
-	bin := buildAgent(t)
-	kubeconfig := boundNodeKubeconfig(t, node)
-	state, root := t.TempDir(), t.TempDir()
-	config := agentConfig(t, node, state, "chaos", root, "caps:\n  sessions: 64\n  sessionsPerEnvironment: 64\n")
+	na := newAgentNode(t, node, "chaos", "caps:\n  sessions: 64\n  sessionsPerEnvironment: 64\n")
+	state, root := na.state, na.root
 
-	agentProc := startAgentProcess(t, bin, kubeconfig, config)
+	agentProc := na.start(t)
 	defer func() { agentProc.stop() }() // agentProc is the running agent when the test ends
 	ns := namespace(t)
 	readyEnvironmentOn(t, ns, root, node)
@@ -95,7 +93,7 @@ func TestChaosKills(t *testing.T) {
 		time.Sleep(time.Duration(rng.Intn(1500)) * time.Millisecond) // the random kill point (this is the chaos, not a wait for a condition)
 		must(t, agentProc.cmd.Process.Signal(syscall.SIGKILL))
 		_ = agentProc.cmd.Wait()
-		agentProc = startAgentProcess(t, bin, kubeconfig, config)
+		agentProc = na.start(t)
 	}
 
 	outcomes := map[wbv1.CommandPhase]int{}
@@ -172,7 +170,7 @@ func TestChaosKills(t *testing.T) {
 		}
 	}
 	// Restart once more so the suite's namespace cleanup is not left to a stopped node.
-	agentProc = startAgentProcess(t, bin, kubeconfig, config)
+	agentProc = na.start(t)
 }
 
 // chaosWait is eventually (120 s) for the chaos run's final checks; on a timeout it asks the

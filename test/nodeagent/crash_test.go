@@ -62,6 +62,29 @@ func startAgentProcess(t *testing.T, bin, kubeconfig, config string, env ...stri
 	return p
 }
 
+// agentNode is the setup of one node's agent: the built binary, the node's bound
+// kubeconfig, and a config over fresh state and root directories. A test starts an agent
+// over it, and after killing that one may start another with the same binary, kubeconfig
+// and config.
+type agentNode struct {
+	bin, kubeconfig, config, state, root string
+}
+
+// newAgentNode builds the agent, binds node's identity and writes the config (admitted root
+// rootName over the fresh root; extra is appended to the config).
+func newAgentNode(t *testing.T, node, rootName, extra string) agentNode {
+	t.Helper()
+	n := agentNode{bin: buildAgent(t), kubeconfig: boundNodeKubeconfig(t, node), state: t.TempDir(), root: t.TempDir()}
+	n.config = agentConfig(t, node, n.state, rootName, n.root, extra)
+	return n
+}
+
+// start starts an agent process over n; env is added to its environment.
+func (n agentNode) start(t *testing.T, env ...string) *agentProcess {
+	t.Helper()
+	return startAgentProcess(t, n.bin, n.kubeconfig, n.config, env...)
+}
+
 // startLongSleep runs command "long" (/bin/sleep arg, through profile "p") in ns and waits
 // until it runs, showing agent's log if it does not.
 func startLongSleep(t *testing.T, ns string, agent *agentProcess, arg string) {
@@ -124,13 +147,10 @@ func findProcess(argv ...string) []int {
 // the recovery actions reported on the WorkbenchNode.
 func TestCrashRecovery(t *testing.T) {
 	ctx := context.Background()
-	bin := buildAgent(t)
-	kubeconfig := boundNodeKubeconfig(t, crashNode)
-	state := t.TempDir()
-	root := t.TempDir()
-	config := agentConfig(t, crashNode, state, "crash", root, "")
+	na := newAgentNode(t, crashNode, "crash", "")
+	state, root := na.state, na.root
 
-	first := startAgentProcess(t, bin, kubeconfig, config)
+	first := na.start(t)
 	ns := namespace(t)
 	readyEnvironmentOn(t, ns, root, crashNode)
 	startLongSleep(t, ns, first, "301.25")
@@ -144,7 +164,7 @@ func TestCrashRecovery(t *testing.T) {
 		t.Fatal("the command died with the agent; the test needs an orphan to sweep")
 	}
 
-	second := startAgentProcess(t, bin, kubeconfig, config)
+	second := na.start(t)
 	defer second.stop()
 	var c wbv1.TerminalCommand
 	eventually(t, 60*time.Second, "the interrupted command's truthful outcome", func() (bool, string) {
@@ -218,14 +238,11 @@ func tail(s string) string {
 // is Failed with code interrupted — nobody cancelled it — never Cancelled, never re-run.
 func TestGracefulStopInterrupts(t *testing.T) {
 	ctx := context.Background()
-	bin := buildAgent(t)
 	const node = "node-graceful"
-	kubeconfig := boundNodeKubeconfig(t, node)
-	state := t.TempDir()
-	root := t.TempDir()
-	config := agentConfig(t, node, state, "crash", root, "")
+	na := newAgentNode(t, node, "crash", "")
+	root := na.root
 
-	first := startAgentProcess(t, bin, kubeconfig, config)
+	first := na.start(t)
 	ns := namespace(t)
 	readyEnvironmentOn(t, ns, root, node)
 	startLongSleep(t, ns, first, "302.25")
@@ -235,7 +252,7 @@ func TestGracefulStopInterrupts(t *testing.T) {
 		t.Fatalf("the command outlived the agent's graceful stop: %v", left)
 	}
 
-	second := startAgentProcess(t, bin, kubeconfig, config)
+	second := na.start(t)
 	defer second.stop()
 	var c wbv1.TerminalCommand
 	eventually(t, 60*time.Second, "the interrupted command's derived phase", func() (bool, string) {

@@ -24,11 +24,9 @@ import (
 func TestDefaultCapsServeThreeAgents(t *testing.T) {
 	const node = "node-default-caps"
 	ctx := context.Background()
-	bin := buildAgent(t)
-	kubeconfig := boundNodeKubeconfig(t, node)
-	state, root := t.TempDir(), t.TempDir()
-	config := agentConfig(t, node, state, "w", root, "capacityPublishMillis: 100\n")
-	p := startAgentProcess(t, bin, kubeconfig, config)
+	na := newAgentNode(t, node, "w", "capacityPublishMillis: 100\n")
+	root := na.root
+	p := na.start(t)
 	defer p.stopLogging(t)
 	ns := namespace(t)
 	dir := filepath.Join(root, "e")

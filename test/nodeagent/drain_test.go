@@ -26,15 +26,13 @@ import (
 func TestNodeDrain(t *testing.T) {
 	const node = "node-drain"
 	ctx := context.Background()
-	bin := buildAgent(t)
-	kubeconfig := boundNodeKubeconfig(t, node)
+	na := newAgentNode(t, node, "drain", "")
 	must(t, env.Client.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}))
 	t.Cleanup(func() {
 		_ = env.Client.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
 	})
-	state, root := t.TempDir(), t.TempDir()
-	config := agentConfig(t, node, state, "drain", root, "")
-	p := startAgentProcess(t, bin, kubeconfig, config)
+	root := na.root
+	p := na.start(t)
 	defer p.stopLogging(t)
 	ns := namespace(t)
 	dir := filepath.Join(root, "w")

@@ -36,14 +36,12 @@ const codeShareCapReached = "share-cap-reached"
 func TestNodeCapsSharedByIdentity(t *testing.T) {
 	const node = "node-share"
 	ctx := context.Background()
-	bin := buildAgent(t)
-	kubeconfig := boundNodeKubeconfig(t, node)
-	state, root := t.TempDir(), t.TempDir()
-	config := agentConfig(t, node, state, "share", root, "capacityPublishMillis: 100\n"+
+	na := newAgentNode(t, node, "share", "capacityPublishMillis: 100\n"+
 		"caps:\n  sessions: 4\n  sessionsPerEnvironment: 4\n  concurrentCommands: 4\n"+
 		"sessionShares:\n  operatorReserve: 1\n  perIdentity: 2\n"+
 		"commandShares:\n  operatorReserve: 1\n  perIdentity: 2\n")
-	p := startAgentProcess(t, bin, kubeconfig, config)
+	root := na.root
+	p := na.start(t)
 	defer p.stopLogging(t)
 
 	ns := namespace(t)

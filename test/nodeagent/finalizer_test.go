@@ -97,15 +97,13 @@ func TestDeletingRunningWorkStopsIt(t *testing.T) {
 func TestFinalizerHoldsUntilTheNodeCleansUp(t *testing.T) {
 	const node = "node-fin"
 	ctx := context.Background()
-	bin := buildAgent(t)
-	kubeconfig := boundNodeKubeconfig(t, node)
-	state, root := t.TempDir(), t.TempDir()
+	na := newAgentNode(t, node, "fin", "")
+	state, root := na.state, na.root
 	src := filepath.Join(root, "src")
 	must(t, os.MkdirAll(src, 0o755))
 	must(t, writeFile(filepath.Join(src, "a.txt"), "fixture\n"))
-	config := agentConfig(t, node, state, "fin", root, "")
 
-	first := startAgentProcess(t, bin, kubeconfig, config)
+	first := na.start(t)
 	ns := namespace(t)
 	e := &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
 		Backend: wbv1.BackendFixtureCopy, Roots: []wbv1.EnvironmentRoot{{Name: "repo", Source: ptr(src)}},
@@ -133,7 +131,7 @@ func TestFinalizerHoldsUntilTheNodeCleansUp(t *testing.T) {
 		t.Fatal("the copy vanished while no agent ran")
 	}
 
-	second := startAgentProcess(t, bin, kubeconfig, config)
+	second := na.start(t)
 	defer second.stop()
 	eventually(t, 60*time.Second, "the restarted agent to tear the copy down and the finalizer to be released", func() (bool, string) {
 		ok, seen := gone(ctx, e)()

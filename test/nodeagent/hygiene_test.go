@@ -17,6 +17,7 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/test/dpclient"
+	"sensorium.dev/workbench/internal/test/kstate"
 )
 
 // Workspace hygiene (issue 7 item 3), through the API server and the running agent.
@@ -194,11 +195,7 @@ func TestRootSymlinkSwapNotFollowed(t *testing.T) {
 		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/cat", nil, []string{"a.txt"})))
 	eventually(t, 30*time.Second, "environment Ready and session Running", func() (bool, string) {
-		var e wbv1.Environment
-		var s wbv1.TerminalSession
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
-		return e.Status.Phase == wbv1.EnvironmentReady && s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("env=%+v session=%+v", e.Status, s.Status)
+		return kstate.ReadyAndRunning(t, env.Client, ns, "e", "s", nil)
 	})
 
 	// Swap the link to the other directory. What the product does (docs/security.md): the

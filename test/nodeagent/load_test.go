@@ -18,6 +18,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/test/kstate"
 )
 
 // TestLoad puts many sessions and commands on one node agent process whose caps are raised
@@ -34,13 +35,11 @@ func TestLoad(t *testing.T) {
 	const node = "node-load"
 	sessions, commands := envInt("WB_LOAD_SESSIONS", 10), envInt("WB_LOAD_COMMANDS", 150)
 	ctx := context.Background()
-	bin := buildAgent(t)
-	kubeconfig := boundNodeKubeconfig(t, node)
-	state, root := t.TempDir(), t.TempDir()
-	config := agentConfig(t, node, state, "load", root, fmt.Sprintf(
+	na := newAgentNode(t, node, "load", fmt.Sprintf(
 		"recordRetentionSeconds: 2\ncaps:\n  sessions: %d\n  sessionsPerEnvironment: %d\n  concurrentCommands: %d\n  eventBufferDepth: 200\n",
 		sessions, sessions, envInt("WB_LOAD_CONCURRENT", 8)))
-	p := startAgentProcess(t, bin, kubeconfig, config, "GODEBUG=gctrace=1") // the runtime reports the agent's heap at every collection
+	root := na.root
+	p := na.start(t, "GODEBUG=gctrace=1") // the runtime reports the agent's heap at every collection
 	defer p.stop()
 	ns := namespace(t)
 	// Every session outlives the run: the node's ceiling (12 h) instead of the 1 h default,
@@ -53,11 +52,7 @@ func TestLoad(t *testing.T) {
 	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns}, // the first of the cap
 		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e", MaxDurationSeconds: sessionSeconds}}))
 	eventually(t, 60*time.Second, "environment Ready and session Running", func() (bool, string) {
-		var e wbv1.Environment
-		var s wbv1.TerminalSession
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
-		return e.Status.Phase == wbv1.EnvironmentReady && s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("env=%+v session=%+v", e.Status, s.Status)
+		return kstate.ReadyAndRunning(t, env.Client, ns, "e", "s", nil)
 	})
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/echo", nil, []string{"load-"})))
 	rssBefore := rssKiB(p.cmd.Process.Pid)

@@ -69,20 +69,18 @@ func denyNodeStatusWrites(t *testing.T, user, ns, name string) func() {
 // kubeconfig and config each time, over one state directory and one admitted root, with a
 // Ready environment on that root in namespace ns.
 type restartableNode struct {
-	t                       *testing.T
-	bin, kubeconfig, config string
-	user, state, root, ns   string
-	p                       *agentProcess // the agent running now
+	agentNode
+	t        *testing.T
+	user, ns string
+	p        *agentProcess // the agent running now
 }
 
 // startRestartableNode starts node's agent (admitted root rootName) and makes its
 // namespace and Ready environment. The agent running when the test ends is stopped.
 func startRestartableNode(t *testing.T, node, rootName string) *restartableNode {
 	t.Helper()
-	n := &restartableNode{t: t, bin: buildAgent(t), kubeconfig: boundNodeKubeconfig(t, node), user: webhooks.NodeUserPrefix + node}
-	n.state, n.root = t.TempDir(), t.TempDir()
-	n.config = agentConfig(t, node, n.state, rootName, n.root, "")
-	n.p = startAgentProcess(t, n.bin, n.kubeconfig, n.config)
+	n := &restartableNode{agentNode: newAgentNode(t, node, rootName, ""), t: t, user: webhooks.NodeUserPrefix + node}
+	n.p = n.start(t)
 	t.Cleanup(func() { n.p.stop() })
 	n.ns = namespace(t)
 	readyEnvironmentOn(t, n.ns, n.root, node)
@@ -99,7 +97,7 @@ func (n *restartableNode) kill() {
 // restart starts the agent again and returns it.
 func (n *restartableNode) restart() *agentProcess {
 	n.t.Helper()
-	n.p = startAgentProcess(n.t, n.bin, n.kubeconfig, n.config)
+	n.p = n.start(n.t)
 	return n.p
 }
 

@@ -24,18 +24,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+
+	"sensorium.dev/workbench/internal/test/kstate"
 )
 
 // kstatusOf computes what kstatus (the health library behind Flux and apply-and-wait
 // tools) reads from obj as the API server returned it.
-func kstatusOf(t *testing.T, obj runtime.Object) *kstatus.Result {
-	t.Helper()
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	must(t, err)
-	res, err := kstatus.Compute(&unstructured.Unstructured{Object: m})
-	must(t, err)
-	return res
-}
+var kstatusOf = kstate.KStatus
 
 // sampleObject is one object of one file of config/samples, as applied by the test.
 type sampleObject struct {

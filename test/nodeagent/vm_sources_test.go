@@ -14,6 +14,7 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends/qemumicrovm"
 	"sensorium.dev/workbench/internal/platform/loopdisk"
+	"sensorium.dev/workbench/internal/test/kstate"
 	"sensorium.dev/workbench/internal/test/sourcetest"
 )
 
@@ -68,10 +69,7 @@ func TestQEMUFullSystemGitSource(t *testing.T) {
 		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "sys"}}))
 	var e wbv1.Environment
 	eventually(t, systemBootWithin, "sourced full-system VM Ready and session Running", func() (bool, string) {
-		var s wbv1.TerminalSession
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "sys"}, &e))
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
-		return e.Status.Phase == wbv1.EnvironmentReady && s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("env=%+v session=%+v", e.Status, s.Status)
+		return kstate.ReadyAndRunning(t, env.Client, ns, "sys", "s", &e)
 	})
 	t.Logf("sourced full-system Environment create → Ready %v; status.roots %+v", time.Since(start).Round(time.Millisecond), e.Status.Roots)
 	if len(e.Status.Roots) != 1 {

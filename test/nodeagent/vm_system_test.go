@@ -18,6 +18,7 @@ import (
 	"sensorium.dev/workbench/internal/backends/qemumicrovm"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/test/dpclient"
+	"sensorium.dev/workbench/internal/test/kstate"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
 )
 
@@ -164,14 +165,7 @@ func TestQEMUFullSystemEnvironment(t *testing.T) {
 	// A second environment's clone does not fit the node's reservation: refused.
 	must(t, env.Client.Create(ctx, newEnv("second")))
 	eventually(t, 90*time.Second, "the second environment refused with storage-exhausted", func() (bool, string) {
-		var s wbv1.Environment
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "second"}, &s))
-		for _, c := range s.Status.Conditions {
-			if c.Type == wbv1.ConditionReady && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, "storage-exhausted") {
-				return true, ""
-			}
-		}
-		return false, fmt.Sprintf("%+v", s.Status)
+		return kstate.EnvironmentNotReady(t, env.Client, ns, "second", func(m string) bool { return strings.Contains(m, "storage-exhausted") })
 	})
 	var second wbv1.Environment
 	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "second"}, &second))
@@ -181,10 +175,7 @@ func TestQEMUFullSystemEnvironment(t *testing.T) {
 	must(t, env.Client.Delete(ctx, &second))
 
 	eventually(t, systemBootWithin, "full-system VM Ready and session Running", func() (bool, string) {
-		var s wbv1.TerminalSession
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "sys"}, &e))
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
-		return e.Status.Phase == wbv1.EnvironmentReady && s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("env=%+v session=%+v", e.Status, s.Status)
+		return kstate.ReadyAndRunning(t, env.Client, ns, "sys", "s", &e)
 	})
 	t.Logf("through the API server: full-system Environment create → Ready and session Running %v", time.Since(start).Round(time.Millisecond))
 

@@ -22,6 +22,7 @@ import (
 	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/test/dpclient"
 	"sensorium.dev/workbench/internal/test/envtest"
+	"sensorium.dev/workbench/internal/test/kstate"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
 )
 
@@ -108,14 +109,11 @@ func TestQEMUMicroVMEnvironment(t *testing.T) {
 	var e wbv1.Environment
 	var envReady time.Duration
 	eventually(t, 180*time.Second, "VM environment Ready and session Running", func() (bool, string) {
-		var s wbv1.TerminalSession
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm"}, &e))
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
+		ok, msg := kstate.ReadyAndRunning(t, env.Client, ns, "vm", "s", &e)
 		if envReady == 0 && e.Status.Phase == wbv1.EnvironmentReady {
 			envReady = time.Since(start)
 		}
-		return e.Status.Phase == wbv1.EnvironmentReady && s.Status.Phase == wbv1.SessionRunning,
-			fmt.Sprintf("env=%+v session=%+v", e.Status, s.Status)
+		return ok, msg
 	})
 	t.Logf("through the API server: Environment create → Ready %v; → session Running %v", envReady.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	if e.Status.SourceGeneration != 1 || e.Status.NodeName != nodeName {
@@ -568,10 +566,7 @@ func waitVMAndSession(t *testing.T, ns, envName, session string) wbv1.Environmen
 	t.Helper()
 	var e wbv1.Environment
 	eventually(t, 180*time.Second, "VM environment Ready and session Running", func() (bool, string) {
-		var s wbv1.TerminalSession
-		must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: envName}, &e))
-		must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: session}, &s))
-		return e.Status.Phase == wbv1.EnvironmentReady && s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("env=%+v session=%+v", e.Status, s.Status)
+		return kstate.ReadyAndRunning(t, env.Client, ns, envName, session, &e)
 	})
 	return e
 }

@@ -183,12 +183,10 @@ func TestProbeFileExists(t *testing.T) {
 func TestWaitInterruptedByRestart(t *testing.T) {
 	const node = "node-restart"
 	ctx := context.Background()
-	bin := buildAgent(t)
-	kubeconfig := boundNodeKubeconfig(t, node)
-	state, root := t.TempDir(), t.TempDir()
-	config := agentConfig(t, node, state, "restart", root, "")
+	na := newAgentNode(t, node, "restart", "")
+	root := na.root
 
-	first := startAgentProcess(t, bin, kubeconfig, config)
+	first := na.start(t)
 	ns := namespace(t)
 	readyEnvironmentOn(t, ns, root, node)
 	must(t, env.Client.Create(ctx, wait(ns, "w", fileScope("never.txt"), wbv1.ConditionKindFileExists, 600)))
@@ -201,7 +199,7 @@ func TestWaitInterruptedByRestart(t *testing.T) {
 		t.Fatalf("stopping the agent changed the wait: %+v\nagent log:\n%s", w.Status, tail(first.log.String()))
 	}
 
-	second := startAgentProcess(t, bin, kubeconfig, config)
+	second := na.start(t)
 	defer second.stop()
 	got := waitStatus(t, ns, "w", 60*time.Second, "Failed", isStatus(wbv1.WaitFailed))
 	if got.Status.Refusal == nil || got.Status.Refusal.Code != "interrupted" || got.Status.NodeName != node {

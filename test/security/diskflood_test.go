@@ -22,6 +22,8 @@ import (
 	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/platform/loopdisk"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
+
+	"sensorium.dev/workbench/internal/test/kstate"
 )
 
 // The disk-flood attacks run on an agent of their own (node diskNode) whose storage bounds
@@ -261,14 +263,7 @@ func TestDiskFloodBounded(t *testing.T) {
 	t.Run("reservation exhausted", func(t *testing.T) {
 		diskEnvironment(t, nsC, diskRepo(t), wbv1.BackendFixtureCopy, nil, false)
 		eventually(t, 30*time.Second, "the third environment refused storage-exhausted", func() (bool, string) {
-			var e wbv1.Environment
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: nsC, Name: "e"}, &e))
-			for _, c := range e.Status.Conditions {
-				if c.Type == wbv1.ConditionReady && c.Status == metav1.ConditionFalse && strings.HasPrefix(c.Message, "storage-exhausted:") {
-					return true, ""
-				}
-			}
-			return false, fmt.Sprintf("%+v", e.Status)
+			return kstate.EnvironmentNotReady(t, env.Client, nsC, "e", func(m string) bool { return strings.HasPrefix(m, "storage-exhausted:") })
 		})
 	})
 

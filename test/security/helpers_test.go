@@ -18,6 +18,7 @@ import (
 	"sensorium.dev/workbench/internal/dataplane/protocol/v2"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/test/dpclient"
+	"sensorium.dev/workbench/internal/test/kstate"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
 	"sensorium.dev/workbench/internal/test/testkit"
 )
@@ -147,14 +148,8 @@ func createEnvironment(t testing.TB, ns, dir string, backend wbv1.BackendID, res
 // Running in ns; what names the wait.
 func waitReadyAndRunning(t testing.TB, ns, what string) {
 	t.Helper()
-	ctx := context.Background()
 	eventually(t, 60*time.Second, what, func() (bool, string) {
-		var e wbv1.Environment
-		var s wbv1.TerminalSession
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
-		return e.Status.Phase == wbv1.EnvironmentReady && s.Status.Phase == wbv1.SessionRunning,
-			fmt.Sprintf("env=%+v session=%+v", e.Status, s.Status)
+		return kstate.ReadyAndRunning(t, env.Client, ns, "e", "s", nil)
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -106,7 +107,19 @@ func vmEnv(t testing.TB) (imageDir string, img *backends.BootImage) {
 		t.Fatal(err)
 	}
 	defer func() { _ = f.Close() }()
-	sc := bufio.NewScanner(f)
+	readDigests(t, f, img)
+	if img.KernelPath == "" || img.InitrdPath == "" {
+		t.Fatalf("digests.txt names no kernel or initrd")
+	}
+	return bin, img
+}
+
+// readDigests fills img from a guest image's digests.txt (hack/guest-image writes it): the
+// kernel, initrd and disk digests and paths and the kernel command line; other lines are
+// passed over.
+func readDigests(t testing.TB, r io.Reader, img *backends.BootImage) {
+	t.Helper()
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		fs := strings.Fields(sc.Text())
 		switch {
@@ -114,14 +127,15 @@ func vmEnv(t testing.TB) (imageDir string, img *backends.BootImage) {
 			img.KernelDigest, img.KernelPath = fs[1], fs[2]
 		case len(fs) >= 3 && fs[0] == "initrd":
 			img.InitrdDigest, img.InitrdPath = fs[1], fs[2]
+		case len(fs) >= 3 && fs[0] == "disk":
+			img.DiskDigest, img.DiskPath = fs[1], fs[2]
 		case len(fs) >= 2 && fs[0] == "cmdline":
-			img.CommandLine = strings.TrimPrefix(sc.Text(), "cmdline ")
+			img.CommandLine = strings.Join(fs[1:], " ")
 		}
 	}
-	if img.KernelPath == "" || img.InitrdPath == "" {
-		t.Fatalf("digests.txt names no kernel or initrd")
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
 	}
-	return bin, img
 }
 
 // testConfig is a TCG configuration with a fresh state directory; whatever a test leaves
@@ -389,17 +403,28 @@ func TestCrashRecovery(t *testing.T) {
 		}
 		return rec
 	}
+	// recoverAfterCrash runs Recover on a new backend over the crashed state, with spec's
+	// environment known to the agent or not.
+	recoverAfterCrash := func(t *testing.T, spec backends.Spec, known bool) (*Backend, []backends.RecoveryAction) {
+		t.Helper()
+		b, _ := New(cfg)
+		var envs map[string]backends.Spec
+		if known {
+			envs = map[string]backends.Spec{spec.ID: {ID: spec.ID}}
+		}
+		acts, err := b.Recover(ctxT(t, 60*time.Second), envs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b, acts
+	}
 	midBoot := func(r *Record) bool { return r.State == StateLaunching && r.QEMU != nil }
 	booted := func(r *Record) bool { return r.State == StateRunning }
 
 	t.Run("booted/known→recovered", func(t *testing.T) {
 		spec := testSpec("env-r1", img)
 		rec := crash(t, spec, booted)
-		b, _ := New(cfg)
-		acts, err := b.Recover(ctxT(t, 60*time.Second), map[string]backends.Spec{spec.ID: {ID: spec.ID}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		b, acts := recoverAfterCrash(t, spec, true)
 		t.Logf("recovery: %+v", acts)
 		if len(acts) != 1 || acts[0].Outcome != OutcomeRecovered {
 			t.Fatalf("actions: %+v", acts)
@@ -421,11 +446,7 @@ func TestCrashRecovery(t *testing.T) {
 	t.Run("booted/unknown→terminated", func(t *testing.T) {
 		spec := testSpec("env-r2", img)
 		rec := crash(t, spec, booted)
-		b, _ := New(cfg)
-		acts, err := b.Recover(ctxT(t, 60*time.Second), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b, acts := recoverAfterCrash(t, spec, false)
 		if len(acts) != 1 || acts[0].Outcome != OutcomeTerminated {
 			t.Fatalf("actions: %+v", acts)
 		}
@@ -438,11 +459,7 @@ func TestCrashRecovery(t *testing.T) {
 	t.Run("mid-boot/known→quarantined", func(t *testing.T) {
 		spec := testSpec("env-r3", img)
 		rec := crash(t, spec, midBoot)
-		b, _ := New(cfg)
-		acts, err := b.Recover(ctxT(t, 60*time.Second), map[string]backends.Spec{spec.ID: {ID: spec.ID}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		b, acts := recoverAfterCrash(t, spec, true)
 		t.Logf("recovery: %+v", acts)
 		want := OutcomeQuarantined
 		if rec.State == StateRunning { // the boot finished before the kill landed
@@ -469,11 +486,7 @@ func TestCrashRecovery(t *testing.T) {
 	t.Run("mid-boot/unknown→terminated", func(t *testing.T) {
 		spec := testSpec("env-r4", img)
 		rec := crash(t, spec, midBoot)
-		b, _ := New(cfg)
-		acts, err := b.Recover(ctxT(t, 60*time.Second), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b, acts := recoverAfterCrash(t, spec, false)
 		if len(acts) != 1 || acts[0].Outcome != OutcomeTerminated {
 			t.Fatalf("actions: %+v", acts)
 		}

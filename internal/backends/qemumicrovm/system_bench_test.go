@@ -1,13 +1,11 @@
 package qemumicrovm
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -26,20 +24,7 @@ func vmSystemEnv(t testing.TB) (imageDir string, img *backends.BootImage) {
 	}
 	defer func() { _ = f.Close() }()
 	img = &backends.BootImage{Variant: "full-system"}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		switch {
-		case len(fs) >= 3 && fs[0] == "kernel":
-			img.KernelDigest, img.KernelPath = fs[1], fs[2]
-		case len(fs) >= 3 && fs[0] == "initrd":
-			img.InitrdDigest, img.InitrdPath = fs[1], fs[2]
-		case len(fs) >= 3 && fs[0] == "disk":
-			img.DiskDigest, img.DiskPath = fs[1], fs[2]
-		case len(fs) >= 2 && fs[0] == "cmdline":
-			img.CommandLine = strings.Join(fs[1:], " ")
-		}
-	}
+	readDigests(t, f, img)
 	if img.DiskPath == "" || img.KernelPath == "" {
 		t.Fatalf("incomplete %s", f.Name())
 	}

@@ -357,13 +357,20 @@ func benchTree(b *testing.B) string {
 	return dir
 }
 
-// BenchmarkSnapshot: 10 dirs x 20 files x 4 KiB, hashed.
-func BenchmarkSnapshot(b *testing.B) {
-	r, err := OpenRoot(benchTree(b))
+// openBenchRoot opens dir as a Root for one benchmark and closes it when the benchmark ends.
+func openBenchRoot(b *testing.B, dir string) *Root {
+	b.Helper()
+	r, err := OpenRoot(dir)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer func() { _ = r.Close() }()
+	b.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+// BenchmarkSnapshot: 10 dirs x 20 files x 4 KiB, hashed.
+func BenchmarkSnapshot(b *testing.B) {
+	r := openBenchRoot(b, benchTree(b))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		if _, err := r.Snapshot("", SnapshotLimits{}); err != nil {
@@ -384,11 +391,7 @@ func benchFile(b *testing.B) string {
 
 // BenchmarkReadBeneath: Read (openat2 + fstat + pread + full-file sha256) of 64 KiB.
 func BenchmarkReadBeneath(b *testing.B) {
-	r, err := OpenRoot(benchFile(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = r.Close() }()
+	r := openBenchRoot(b, benchFile(b))
 	b.SetBytes(benchFileBytes)
 	for i := 0; i < b.N; i++ {
 		if _, err := r.Read("f", 0, 0); err != nil {
@@ -399,11 +402,7 @@ func BenchmarkReadBeneath(b *testing.B) {
 
 // BenchmarkReadFileBeneath: ReadFile (openat2 + read, sha256 of content) of 64 KiB.
 func BenchmarkReadFileBeneath(b *testing.B) {
-	r, err := OpenRoot(benchFile(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = r.Close() }()
+	r := openBenchRoot(b, benchFile(b))
 	b.SetBytes(benchFileBytes)
 	for i := 0; i < b.N; i++ {
 		if _, _, err := r.ReadFile("f", 1<<20); err != nil {
@@ -425,11 +424,7 @@ func BenchmarkOsReadFile(b *testing.B) {
 
 // BenchmarkOpenBeneath isolates the resolution cost: openat2(RESOLVE_BENEATH)+close.
 func BenchmarkOpenBeneath(b *testing.B) {
-	r, err := OpenRoot(benchFile(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = r.Close() }()
+	r := openBenchRoot(b, benchFile(b))
 	for i := 0; i < b.N; i++ {
 		fd, err := r.open("f", unix.O_RDONLY, 0)
 		if err != nil {

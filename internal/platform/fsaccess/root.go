@@ -143,6 +143,29 @@ func (r *Root) openParent(rel string) (int, string, error) {
 	return fd, base, nil
 }
 
+// checkedParent is openParent for a rel a caller names: rel is checked (CheckRel, non-empty)
+// first, as every write that creates or removes a name does.
+func (r *Root) checkedParent(rel string) (int, string, error) {
+	if err := CheckRel(rel, true); err != nil {
+		return -1, "", err
+	}
+	return r.openParent(rel)
+}
+
+// entryType classifies a Unix mode's file type bits.
+func entryType(mode uint32) EntryType {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return TypeFile
+	case unix.S_IFDIR:
+		return TypeDir
+	case unix.S_IFLNK:
+		return TypeSymlink
+	default:
+		return TypeOther
+	}
+}
+
 // PermMode is the permission part of a Unix mode m as an fs.FileMode: the 0o777 bits and
 // setuid, setgid and sticky. Host stats and guest entries (internal/nodeagent/guestfs)
 // both report it.

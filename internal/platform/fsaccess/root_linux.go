@@ -77,16 +77,7 @@ func statToEntry(p string, st *unix.Stat_t) Entry {
 		dev:     st.Dev,
 		ctime:   st.Ctim.Sec*1e9 + st.Ctim.Nsec,
 	}
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFREG:
-		e.Type = TypeFile
-	case unix.S_IFDIR:
-		e.Type = TypeDir
-	case unix.S_IFLNK:
-		e.Type = TypeSymlink
-	default:
-		e.Type = TypeOther
-	}
+	e.Type = entryType(st.Mode)
 	return e
 }
 

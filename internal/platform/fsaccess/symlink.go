@@ -6,10 +6,7 @@ import "golang.org/x/sys/unix"
 // followed: its parent is resolved beneath the root like every other write, and what the
 // target names is the caller's business (an extractor checks it stays inside the tree).
 func (r *Root) Symlink(target, rel string) error {
-	if err := CheckRel(rel, true); err != nil {
-		return err
-	}
-	pfd, base, err := r.openParent(rel)
+	pfd, base, err := r.checkedParent(rel)
 	if err != nil {
 		return err
 	}

@@ -158,10 +158,7 @@ func (r *Root) Link(oldRel, newRel string) error {
 
 // Remove deletes the file, symlink (not its target) or empty directory rel.
 func (r *Root) Remove(rel string) error {
-	if err := CheckRel(rel, true); err != nil {
-		return err
-	}
-	pfd, base, err := r.openParent(rel)
+	pfd, base, err := r.checkedParent(rel)
 	if err != nil {
 		return err
 	}
@@ -181,10 +178,7 @@ func (r *Root) Remove(rel string) error {
 
 // Mkdir creates the directory rel with exactly perm&0o777.
 func (r *Root) Mkdir(rel string, perm fs.FileMode) error {
-	if err := CheckRel(rel, true); err != nil {
-		return err
-	}
-	pfd, base, err := r.openParent(rel)
+	pfd, base, err := r.checkedParent(rel)
 	if err != nil {
 		return err
 	}
@@ -342,10 +336,7 @@ func (r *Root) writeAtomic(rel string, data []byte, perm fs.FileMode, noReplace 
 // (a symlink is unlinked, its target untouched). Missing rel is not an error.
 // Refuses (too-many-entries) above MaxRemoveEntries or MaxRemoveDepth.
 func (r *Root) RemoveAll(rel string) error {
-	if err := CheckRel(rel, true); err != nil {
-		return err
-	}
-	pfd, base, err := r.openParent(rel)
+	pfd, base, err := r.checkedParent(rel)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil

@@ -2,7 +2,6 @@ package loopdisk
 
 import (
 	"fmt"
-	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -12,20 +11,7 @@ import (
 // nosuid,nodev, leaving the filesystem as it is (unlike Mount, which shapes a fixture
 // disk's root). The caller unmounts with Unmount.
 func MountImage(image, dir string) error {
-	img, err := os.OpenFile(image, os.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("loopdisk: open %s: %w", image, err)
-	}
-	defer func() { _ = img.Close() }()
-	loop, dev, err := attach(img, image)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = loop.Close() }()
-	if err := unix.Mount(dev, dir, FSType, mountFlags, ""); err != nil {
-		return fmt.Errorf("loopdisk: mount %s (%s) at %s: %w", dev, image, dir, err)
-	}
-	return nil
+	return attachMount(image, dir)
 }
 
 // UnmountNow unmounts dir and fails (never detaches lazily) while something still holds

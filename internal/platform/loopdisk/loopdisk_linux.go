@@ -143,6 +143,25 @@ func (c *capped) Write(p []byte) (int, error) {
 // existing directory) nosuid,nodev. The root of the new filesystem is made 0700 and its
 // lost+found removed, so dir looks as an empty directory the agent made.
 func Mount(image, dir string) error {
+	if err := attachMount(image, dir); err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		_ = Unmount(dir)
+		return fmt.Errorf("loopdisk: chmod %s: %w", dir, err)
+	}
+	if err := os.Remove(filepath.Join(dir, "lost+found")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		_ = Unmount(dir)
+		return fmt.Errorf("loopdisk: remove lost+found in %s: %w", dir, err)
+	}
+	return nil
+}
+
+// attachMount opens image (never through a symlink), attaches it to a free loop device
+// (autoclear) and mounts that at dir nosuid,nodev. The mount holds the device from then
+// on; closing the loop file on return is what lets autoclear detach it once the mount
+// goes.
+func attachMount(image, dir string) error {
 	img, err := os.OpenFile(image, os.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("loopdisk: open %s: %w", image, err)
@@ -152,19 +171,9 @@ func Mount(image, dir string) error {
 	if err != nil {
 		return err
 	}
-	// The mount holds the device from here; closing loop afterwards is what lets
-	// autoclear detach it once the mount goes.
 	defer func() { _ = loop.Close() }()
 	if err := unix.Mount(dev, dir, FSType, mountFlags, ""); err != nil {
 		return fmt.Errorf("loopdisk: mount %s (%s) at %s: %w", dev, image, dir, err)
-	}
-	if err := os.Chmod(dir, 0o700); err != nil {
-		_ = Unmount(dir)
-		return fmt.Errorf("loopdisk: chmod %s: %w", dir, err)
-	}
-	if err := os.Remove(filepath.Join(dir, "lost+found")); err != nil && !errors.Is(err, os.ErrNotExist) {
-		_ = Unmount(dir)
-		return fmt.Errorf("loopdisk: remove lost+found in %s: %w", dir, err)
 	}
 	return nil
 }

@@ -28,6 +28,17 @@ func benchTree() map[string]string {
 	return files
 }
 
+// benchDst makes an empty 0700 destination directory for one iteration (the caller
+// stops the timer around it).
+func benchDst(b *testing.B) string {
+	b.Helper()
+	dst := filepath.Join(b.TempDir(), "copy")
+	if err := os.Mkdir(dst, 0o700); err != nil {
+		b.Fatal(err)
+	}
+	return dst
+}
+
 // BenchmarkGitMaterialize is MaterializeGit of one commit over file:// (scrubbed env,
 // fetch by commit at depth 1, checkout, tree verification, .git finalized, walk).
 // BenchmarkGitCloneFloor is the same-run floor: a plain `git clone --depth 1` of the same
@@ -40,10 +51,7 @@ func BenchmarkGitMaterialize(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		dst := filepath.Join(b.TempDir(), "copy")
-		if err := os.Mkdir(dst, 0o700); err != nil {
-			b.Fatal(err)
-		}
+		dst := benchDst(b)
 		b.StartTimer()
 		if _, err := g.MaterializeGit(context.Background(), sources.GitSource{URL: "file://" + dir, Commit: ids[0]}, pol, dst, sources.Limits{}); err != nil {
 			b.Fatal(err)
@@ -92,10 +100,7 @@ func BenchmarkArchiveExtract(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		dst := filepath.Join(b.TempDir(), "copy")
-		if err := os.Mkdir(dst, 0o700); err != nil {
-			b.Fatal(err)
-		}
+		dst := benchDst(b)
 		root, err := fsaccess.OpenRoot(dst)
 		if err != nil {
 			b.Fatal(err)
@@ -120,10 +125,7 @@ func BenchmarkTarXFloor(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		dst := filepath.Join(b.TempDir(), "copy")
-		if err := os.Mkdir(dst, 0o700); err != nil {
-			b.Fatal(err)
-		}
+		dst := benchDst(b)
 		b.StartTimer()
 		if out, err := exec.Command("tar", "-xzf", f, "-C", dst).CombinedOutput(); err != nil {
 			b.Fatalf("tar: %v %s", err, out)
