@@ -38,7 +38,7 @@ func (r *Room) startGuest(p *cmdPass, g backends.GuestEnv, envUID string, sessUI
 			r.d.Table.ReleaseGuest()
 		}
 	}()
-	// The creator's share of the concurrent-command slots (shares.go), held until the
+	// The creator's share of the concurrent-command slots (the agent's shares.go, Deps.AcquireShare), held until the
 	// guest command's outcome is recorded.
 	release, code, msg := r.d.AcquireShare(context.Background(), cmd.Namespace, cmd.Spec.CreatedBy)
 	if code != "" {

@@ -200,7 +200,7 @@ func derivePhase(next *wbv1.TerminalCommandStatus, all *[]metav1.Condition, gene
 }
 
 func (r *Room) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	defer r.d.KickCapacity() // what this pass opened or ended changes the free capacity (free.go)
+	defer r.d.KickCapacity() // what this pass opened or ended changes the free capacity (the agent's free.go)
 	defer r.d.Table.Signal() // output?follow waiters look again (dataplane.CommandWatcher)
 	var cmd wbv1.TerminalCommand
 	if err := r.d.Client.Get(ctx, req.NamespacedName, &cmd); err != nil {

@@ -62,7 +62,7 @@ func (r *Room) start(ctx context.Context, p *cmdPass) error {
 	if env.Status.NodeName != r.d.NodeName {
 		return nil // not ours (yet); the label said so, the status does not agree
 	}
-	if code, msg := environments.PausedRefusal(&env); code != "" { // environments/pause.go
+	if code, msg := environments.PausedRefusal(&env); code != "" { // internal/nodeagent/environments/pause.go
 		p.refuse(code, msg)
 		return nil
 	}
@@ -167,7 +167,7 @@ func (r *Room) start(ctx context.Context, p *cmdPass) error {
 	}
 	spec.GitMetadataWritable = core.GitMetadataWritable()
 	spec.Resources, spec.CgroupID = r.d.Limits(&env), string(cmd.UID)
-	spec.FileSizeLimit = r.d.FileSizeLimit(&env) // storage.go: EFBIG past it
+	spec.FileSizeLimit = r.d.FileSizeLimit(&env) // the agent's storage.go: EFBIG past it
 	if spans.Enabled() {
 		spec.Trace = spans.Marker(cmd.Namespace + "/" + cmd.Name)
 	}
@@ -176,7 +176,7 @@ func (r *Room) start(ctx context.Context, p *cmdPass) error {
 	// the sandbox, which is set up meanwhile (launch: the program is exec'd only once both
 	// landed; a helper that never gets the go-ahead ends without running anything, also
 	// when this process dies).
-	// The creator's share of the node's concurrent-command slots (shares.go), held until
+	// The creator's share of the node's concurrent-command slots (the agent's shares.go, Deps.AcquireShare), held until
 	// the process ended: one identity cannot take every slot.
 	release, code, msg := r.d.AcquireShare(ctx, cmd.Namespace, cmd.Spec.CreatedBy)
 	if code != "" {
