@@ -14,116 +14,163 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/convert"
 	"sensorium.dev/workbench/internal/nodeagent/environments"
 	"sensorium.dev/workbench/internal/nodeagent/nodekit"
+	"sensorium.dev/workbench/internal/nodeagent/ring"
 	"sensorium.dev/workbench/internal/nodeagent/runs"
 	"sensorium.dev/workbench/internal/nodeagent/store"
 	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/platform/spans"
 )
 
-func (r *Room) start(ctx context.Context, p *cmdPass) error {
+// target is what a command runs against on this node: its session (open here, with its
+// event ring) and its environment (ready here, with its mounted roots).
+type target struct {
+	sess  wbv1.TerminalSession
+	env   wbv1.Environment
+	roots []backends.MountedRoot
+	live  *ring.Ring
+}
+
+// placed resolves the command's session and environment on this node; nil (and no error)
+// when the pass stops here: refused (p.refuse), or waiting for the session or the
+// environment to be bound, opened or mounted here (their events wake the command).
+func (r *Room) placed(ctx context.Context, p *cmdPass) (*target, error) {
 	cmd := p.cmd
-	var sess wbv1.TerminalSession
+	t := &target{}
+	sess, env := &t.sess, &t.env
 	key := types.NamespacedName{Namespace: cmd.Namespace, Name: string(cmd.Spec.SessionRef)}
-	if err := r.d.Client.Get(ctx, key, &sess); err != nil {
+	if err := r.d.Client.Get(ctx, key, sess); err != nil {
 		if client.IgnoreNotFound(err) != nil {
-			return err
+			return nil, err
 		}
 		// Not in this node's cache: either not bound to the node yet (the manager binds
 		// sessions and commands independently) or gone. Ask the API server once.
-		if err := r.d.Reader.Get(ctx, key, &sess); client.IgnoreNotFound(err) != nil {
-			return err
+		if err := r.d.Reader.Get(ctx, key, sess); client.IgnoreNotFound(err) != nil {
+			return nil, err
 		} else if err != nil {
 			p.refuse(string(actuation.CodeSessionMissing), "session "+key.Name+" does not exist")
-			return nil
+			return nil, nil
 		}
 		if l := sess.Labels[wbv1.NodeLabel]; l != "" && l != r.d.NodeName {
 			p.refuse(string(actuation.CodeSessionMissing), "session "+key.Name+" is bound to node "+l)
-			return nil
+			return nil, nil
 		}
-		return nil // binding the session to this node brings it into the cache: its event wakes the command
+		return nil, nil // binding the session to this node brings it into the cache: its event wakes the command
 	}
 	if wbv1.SessionPhaseIsFinal(sess.Status.Phase) {
 		p.refuse(string(actuation.CodeSessionClosed), "session "+sess.Name+" is "+string(sess.Status.Phase))
-		return nil
+		return nil, nil
 	}
-	if ref, err := r.d.SessionEmitter(ctx, cmd, &sess); err != nil { // internal/nodeagent/sessions/emitter.go
-		return err
+	if ref, err := r.d.SessionEmitter(ctx, cmd, sess); err != nil { // internal/nodeagent/sessions/emitter.go
+		return nil, err
 	} else if ref != nil {
 		p.refuse(string(ref.Code), ref.Message)
-		return nil
+		return nil, nil
 	}
-	var env wbv1.Environment
-	if err := r.d.Client.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: string(sess.Spec.EnvironmentRef)}, &env); err != nil {
-		return client.IgnoreNotFound(err)
+	if err := r.d.Client.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: string(sess.Spec.EnvironmentRef)}, env); err != nil {
+		return nil, client.IgnoreNotFound(err)
 	}
 	if env.Status.NodeName != r.d.NodeName {
-		return nil // not ours (yet); the label said so, the status does not agree
+		return nil, nil // not ours (yet); the label said so, the status does not agree
 	}
-	if code, msg := environments.PausedRefusal(&env); code != "" { // internal/nodeagent/environments/pause.go
+	if code, msg := environments.PausedRefusal(env); code != "" { // internal/nodeagent/environments/pause.go
 		p.refuse(code, msg)
-		return nil
+		return nil, nil
 	}
-	roots, ready := r.d.Roots(string(env.UID))
+	var ready bool
+	t.roots, ready = r.d.Roots(string(env.UID))
 	if !ready {
-		return nil // environmentAvailable wakes the command once the environment is mounted here
+		return nil, nil // environmentAvailable wakes the command once the environment is mounted here
 	}
-	live := r.d.SessionRing(string(sess.UID))
-	if live == nil {
-		return nil // sessionAvailable wakes the command once the session is open here
+	if t.live = r.d.SessionRing(string(sess.UID)); t.live == nil {
+		return nil, nil // sessionAvailable wakes the command once the session is open here
 	}
+	return t, nil
+}
+
+// effectiveProfile is the command's profile (nil and no error: refused, it is gone), and
+// whether it came from the node's memo (then the claim reads it again: claimCurrent).
+func (r *Room) effectiveProfile(ctx context.Context, p *cmdPass) (prof *wbv1.CommandProfile, memo bool, err error) {
+	cmd := p.cmd
 	// The effective profile: on a fast pass not yet claimed, the node's memo of its last read
 	// (profile_memo.go) when it is recent — then the claim re-reads it from the API server and
 	// nothing starts unless that read is the version admitted against (claimCurrent);
 	// otherwise read from the API server now.
 	pkey := types.NamespacedName{Namespace: cmd.Namespace, Name: string(cmd.Spec.ProfileRef)}
-	prof := (*wbv1.CommandProfile)(nil)
 	if p.fast && !p.claimed {
 		prof = r.profiles.get(pkey, time.Now())
 	}
-	memo := prof != nil
-	if !memo {
-		prof = &wbv1.CommandProfile{}
-		if err := r.d.Reader.Get(ctx, pkey, prof); err != nil {
-			if client.IgnoreNotFound(err) == nil {
-				r.profiles.drop(pkey)
-				p.refuse(string(actuation.CodeProfileMissing), "profile "+string(cmd.Spec.ProfileRef)+" no longer exists")
-				return nil
-			}
-			return fmt.Errorf("reading CommandProfile %s of command %s/%s: %w", pkey.Name, cmd.Namespace, cmd.Name, err)
-		}
-		r.profiles.put(prof, time.Now())
+	if prof != nil {
+		return prof, true, nil
 	}
-	core, intent := convert.Profile(&prof.Spec), convert.Intent(&cmd.Spec)
-	claimBy := ""
+	prof = &wbv1.CommandProfile{}
+	if err := r.d.Reader.Get(ctx, pkey, prof); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			r.profiles.drop(pkey)
+			p.refuse(string(actuation.CodeProfileMissing), "profile "+string(cmd.Spec.ProfileRef)+" no longer exists")
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("reading CommandProfile %s of command %s/%s: %w", pkey.Name, cmd.Namespace, cmd.Name, err)
+	}
+	r.profiles.put(prof, time.Now())
+	return prof, false, nil
+}
+
+// admit decides the command at the node against prof: on a fast pass who admits it (or a
+// refusal, or the hand-off to the manager); on a pass the manager decided, admission again
+// at the edge. ok false: the pass stops here (p says how, or it waits).
+func (r *Room) admit(ctx context.Context, p *cmdPass, prof *wbv1.CommandProfile, env *wbv1.Environment) (claimBy string, ok bool) {
+	cmd := p.cmd
 	if p.fast {
 		// One hop: this node decides admission itself with the actuation core against the
 		// effective profile it just read; only what the profile or a remembered grant bound
 		// to this environment admits is taken here (allow-once consent, holds and refusals
 		// stay the manager's).
-		by, ok := fastPathAdmit(cmd, prof, &env, r.liveGrant(ctx, cmd.Namespace))
+		by, ok := fastPathAdmit(cmd, prof, env, r.liveGrant(ctx, cmd.Namespace))
 		if !ok && p.claimed {
 			// Claimed by an earlier pass that started nothing (the store has no record),
 			// and the profile no longer admits it: this node owns its outcome now.
 			p.refuse(string(actuation.CodeArgvNotAdmitted), "the effective profile "+prof.Name+" no longer admits this argv at the node")
-			return nil
+			return "", false
 		}
 		if !ok {
 			p.handOff = true // consent, a refusal or a hold: the manager's to decide
-			return nil
+			return "", false
 		}
-		claimBy = by
 		p.admittedBy, p.admittedContext = by, env.Status.EffectiveOperationalContext
 		markCommand(cmd, "node-admitted")
-	} else if actuation.CheckAdmissionContext(actuation.ContextClass(cmd.Status.AdmittedContext), actuation.ContextClass(env.Status.EffectiveOperationalContext)) != nil {
+		return by, true
+	}
+	if actuation.CheckAdmissionContext(actuation.ContextClass(cmd.Status.AdmittedContext), actuation.ContextClass(env.Status.EffectiveOperationalContext)) != nil {
 		// Admitted under an earlier operational context of the environment: not started
 		// under the new one; the manager re-evaluates it and its status write wakes this.
-		return nil
-	} else if ref := admitAtNode(cmd, prof, &env, r.liveGrant(ctx, cmd.Namespace)); ref != nil {
+		return "", false
+	}
+	if ref := admitAtNode(cmd, prof, env, r.liveGrant(ctx, cmd.Namespace)); ref != nil {
 		// Defence in depth: admission again, at the edge, against the effective profile.
 		p.refuse(string(ref.Code), ref.Message)
+		return "", false
+	}
+	return "", true
+}
+
+func (r *Room) start(ctx context.Context, p *cmdPass) error {
+	cmd := p.cmd
+	t, err := r.placed(ctx, p)
+	if t == nil || err != nil {
+		return err
+	}
+	sess, env, roots, live := &t.sess, &t.env, t.roots, t.live
+	prof, memo, err := r.effectiveProfile(ctx, p)
+	if prof == nil || err != nil {
+		return err
+	}
+	core, intent := convert.Profile(&prof.Spec), convert.Intent(&cmd.Spec)
+	claimBy, ok := r.admit(ctx, p, prof, env)
+	if !ok {
 		return nil
 	}
 	envVars, ref := actuation.CuratedEnv(core, intent.Env)
@@ -136,7 +183,7 @@ func (r *Room) start(ctx context.Context, p *cmdPass) error {
 	if memo {
 		claim = func() (bool, error) { return r.claimCurrent(ctx, p, claimBy, prof.ResourceVersion) }
 	}
-	if g := r.d.GuestEnv(&env); g != nil {
+	if g := r.d.GuestEnv(env); g != nil {
 		gc, ref := g.Command(roots, intent, envVars)
 		if ref != nil {
 			p.refuse(string(ref.Code), ref.Message)
@@ -144,13 +191,22 @@ func (r *Room) start(ctx context.Context, p *cmdPass) error {
 		}
 		if claimed, err := claim(); !claimed || err != nil {
 			if err == nil {
-				r.staleMemo(ctx, p, &env)
+				r.staleMemo(ctx, p, env)
 			}
 			return err
 		}
-		r.d.RecordBefore(ctx, &env, sess.Name, string(cmd.UID)) // seed 004: state before, when recorded
+		r.d.RecordBefore(ctx, env, sess.Name, string(cmd.UID)) // seed 004: state before, when recorded
 		return r.startGuest(p, g, string(env.UID), string(sess.UID), gc, live)
 	}
+	return r.startHost(ctx, p, t, core, intent, envVars, claim)
+}
+
+// startHost runs an admitted command in the host sandbox (runs.Table.Launch): the start is
+// recorded (with the claim) before the program is exec'd.
+func (r *Room) startHost(ctx context.Context, p *cmdPass, t *target, core actuation.Profile, intent actuation.CommandIntent,
+	envVars []actuation.EnvVar, claim func() (bool, error)) error {
+	cmd := p.cmd
+	sess, env, roots, live := &t.sess, &t.env, t.roots, t.live
 	if err := r.d.VerifyRoots(string(env.UID), roots); err != nil {
 		p.refuse(string(actuation.CodeOf(err)), err.Error())
 		return nil
@@ -166,8 +222,8 @@ func (r *Room) start(ctx context.Context, p *cmdPass) error {
 		return nil
 	}
 	spec.GitMetadataWritable = core.GitMetadataWritable()
-	spec.Resources, spec.CgroupID = r.d.Limits(&env), string(cmd.UID)
-	spec.FileSizeLimit = r.d.FileSizeLimit(&env) // the agent's storage.go: EFBIG past it
+	spec.Resources, spec.CgroupID = r.d.Limits(env), string(cmd.UID)
+	spec.FileSizeLimit = r.d.FileSizeLimit(env) // the agent's storage.go: EFBIG past it
 	if spans.Enabled() {
 		spec.Trace = spans.Marker(cmd.Namespace + "/" + cmd.Name)
 	}
@@ -196,7 +252,7 @@ func (r *Room) start(ctx context.Context, p *cmdPass) error {
 		},
 		Ready: func() {
 			markCommand(cmd, "node-claimed-and-recorded")
-			r.d.RecordBefore(ctx, &env, sess.Name, string(cmd.UID)) // seed 004: state before, when recorded
+			r.d.RecordBefore(ctx, env, sess.Name, string(cmd.UID)) // seed 004: state before, when recorded
 		},
 		StartFailed: commandStartFailed,
 		PIDDelay:    r.d.Cgroups != nil && r.d.Cgroups.Available(),
@@ -205,7 +261,7 @@ func (r *Room) start(ctx context.Context, p *cmdPass) error {
 	if err != nil || !proceed {
 		release()
 		if err == nil {
-			r.staleMemo(ctx, p, &env)
+			r.staleMemo(ctx, p, env)
 		}
 		return err // nothing ran: a refusal, a replay, or a stale memo (see recordStart)
 	}
