@@ -27,6 +27,7 @@ import (
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/nodeagent/actionruns"
 	"sensorium.dev/workbench/internal/nodeagent/artifacts"
+	"sensorium.dev/workbench/internal/nodeagent/commands"
 	"sensorium.dev/workbench/internal/nodeagent/environments"
 	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/nodeagent/recordings"
@@ -74,9 +75,9 @@ type Agent struct {
 	envs     *environments.Registry
 	sess     *sessions.Registry
 	commands *runs.Table[commandOutcome]
-	// profiles memoizes the CommandProfiles read for fast-path admission (profile_memo.go).
-	profiles *profileMemo
-	report   *nodeReport
+	// cmds is the TerminalCommand room (internal/nodeagent/commands), built at setup.
+	cmds   *commands.Room
+	report *nodeReport
 	// viewHub wakes view streams on changes of views, grants, environments and sessions.
 	viewHub terminalviews.Hub
 	// views is the views room (terminalviews), built when the controllers are set up.
@@ -197,7 +198,6 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		envs:             environments.NewRegistry(),
 		sess:             sessions.NewRegistry(),
 		commands:         runs.NewTable[commandOutcome]("command", db),
-		profiles:         newProfileMemo(),
 		report:           newNodeReport(),
 		wakeCommands:     make(chan event.GenericEvent, 1024),
 		wakeSessions:     make(chan event.GenericEvent, 1024),

@@ -366,6 +366,3 @@ func (r resolver) CommandsChanged() <-chan struct{} {
 // reconcile of a TerminalSession on this node (its spec changed, it closed, it was deleted),
 // so an open attach re-checks the session's raw-input mode at that event, not per keystroke.
 func (r resolver) SessionsChanged() <-chan struct{} { return r.a.sessChanged.Changed() }
-
-// commandsChanged wakes CommandsChanged's waiters.
-func (a *Agent) commandsChanged() { a.commands.Signal() }

@@ -39,7 +39,7 @@ func (a *Agent) setupControllers(mgr ctrl.Manager) error {
 		WatchesRawSource(source.Channel(a.wakeCommands, &handler.EnqueueRequestForObject{})).
 		Watches(&wbv1.TerminalSession{}, handler.EnqueueRequestsFromMapFunc(a.commandsOfSession)).
 		Watches(&wbv1.Environment{}, handler.EnqueueRequestsFromMapFunc(a.commandsOfEnvironment)).
-		Complete(&commandReconciler{a: a}); err != nil {
+		Complete(a.setupCommands()); err != nil {
 		return fmt.Errorf("command controller: %w", err)
 	}
 	if err := a.setupActionRuns(mgr); err != nil {

@@ -6,7 +6,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
-	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/nodeagent/artifactcapture"
 	"sensorium.dev/workbench/internal/nodeagent/filepatches"
 	"sensorium.dev/workbench/internal/nodeagent/nodekit"
@@ -60,9 +59,6 @@ func (a *Agent) patchRoot(ctx context.Context, ns, envName, rootName string) (no
 	ra, err := a.environmentRoot(ctx, ns, envName, rootName)
 	return nodekit.Root{Mount: ra.mr, Host: ra.host, Guest: ra.guest}, err
 }
-
-// codeOf returns the refusal code of err as the status field's string.
-func codeOf(err error) string { return string(actuation.CodeOf(err)) }
 
 // Artifact retention and sources the agent's other parts share with the artifact room.
 const (

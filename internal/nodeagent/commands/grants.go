@@ -1,4 +1,4 @@
-package agent
+package commands
 
 import (
 	"context"
@@ -31,14 +31,14 @@ func admitLive(core actuation.Profile, entries []actuation.ConsentEntry, in actu
 // the ConsentGrant as the API server has it now (not a cache: a revocation just written is
 // seen). A read that fails for another reason than absence refuses too (fail closed): the
 // command is not started on a grant the node could not confirm.
-func (a *Agent) liveGrant(ctx context.Context, ns string) grantCheck {
+func (r *Room) liveGrant(ctx context.Context, ns string) grantCheck {
 	return func(e actuation.ConsentEntry) *actuation.Refusal {
 		now := time.Now()
 		if r := actuation.ConsentEntryLapsed(e, now); r != nil {
 			return r
 		}
 		var g wbv1.ConsentGrant
-		if err := a.reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: e.GrantRef}, &g); err != nil {
+		if err := r.d.Reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: e.GrantRef}, &g); err != nil {
 			if apierrors.IsNotFound(err) {
 				return actuation.Refuse(actuation.CodeConsentRevoked, "grantRef", "grant %s no longer exists; it must not admit", e.GrantRef)
 			}

@@ -1,0 +1,125 @@
+package commands
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/guestclient"
+	"sensorium.dev/workbench/internal/nodeagent/ring"
+)
+
+// startGuest runs an admitted command inside the environment's guest with the host rules:
+// the store records the start before anything is dispatched, the one outcome is persisted
+// before status shows it, and a record without a live handle after a restart ends the
+// command Failed/interrupted (never re-run). The process itself lives in the guest; the
+// store records no host pid for it.
+func (r *Room) startGuest(p *cmdPass, g backends.GuestEnv, envUID string, sessUID string, gc backends.GuestCommand, rg *ring.Ring) error {
+	cmd := p.cmd
+	// The cap check and the command's entry are one reservation (concurrent passes never
+	// exceed the cap).
+	running, ok := r.d.Table.ReserveGuest(r.d.ConcurrentCommands)
+	if !ok {
+		p.refuse(string(actuation.CodeCommandCapReached), fmt.Sprintf("%d guest commands run on this node (cap %d)", running, r.d.ConcurrentCommands))
+		return nil
+	}
+	reserved := true
+	defer func() {
+		if reserved {
+			r.d.Table.ReleaseGuest()
+		}
+	}()
+	// The creator's share of the concurrent-command slots (the agent's shares.go, Deps.AcquireShare), held until the
+	// guest command's outcome is recorded.
+	release, code, msg := r.d.AcquireShare(context.Background(), cmd.Namespace, cmd.Spec.CreatedBy)
+	if code != "" {
+		p.refuse(code, msg)
+		return nil
+	}
+	defer func() {
+		if reserved {
+			release()
+		}
+	}()
+	rec, proceed, err := r.recordStart(p, sessUID, nil) // claimed before (startGuest's caller)
+	if err != nil || !proceed {
+		return err
+	}
+	now := metav1.Now()
+	rec.Phase, rec.UpdatedAt = string(wbv1.CommandRunning), now.Time
+	if err := r.d.Store.Commands().Put(rec); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), gc.Wait)
+	seqFrom := rg.LastSeq() + 1
+	r.d.Table.EnterGuest(string(cmd.UID), &Live{Key: client.ObjectKeyFromObject(cmd), EnvUID: envUID, Started: now.Time, Cancel: cancel,
+		Finished: make(chan struct{}), Out: rg, SeqFrom: seqFrom})
+	reserved = false // the reservation is now the command's own entry
+	go func() {
+		defer release()
+		r.awaitGuestCommand(ctx, cancel, cmd.DeepCopy(), g, gc, rg, seqFrom, now.Time)
+	}()
+	p.next.StartTime, p.next.NodeName = &now, r.d.NodeName
+	p.set(wbv1.ConditionStarted, true, "Started", "dispatched to the guest agent of the environment's VM (no network, no host share)")
+	return nil
+}
+
+// awaitGuestCommand runs the guest spawn to completion and records its one outcome.
+func (r *Room) awaitGuestCommand(ctx context.Context, cancel context.CancelFunc, cmd *wbv1.TerminalCommand, g backends.GuestEnv,
+	gc backends.GuestCommand, rg *ring.Ring, seqFrom uint64, started time.Time) {
+	defer cancel()
+	o := &Outcome{Started: started}
+	var out []byte
+	// The spawn's opID names the process for a guest-side signal; a command UID is 36
+	// bytes of [0-9a-f-].
+	res, err := g.Spawn(ctx, "cmd-"+string(cmd.UID), gc)
+	if err == nil {
+		out = append(res.Stdout, res.Stderr...)
+		o.Truncated = res.Truncated
+		switch {
+		case res.TimedOut:
+			o.Phase, o.SignalOrigin, o.Message = wbv1.CommandTimedOut, "timeout", "timed out; the guest terminated the process group"
+		case res.Signal != "":
+			o.Phase, o.Message = wbv1.CommandFailed, "killed by "+res.Signal+" in the guest"
+		case res.ExitCode == 0:
+			o.Phase, o.Message = wbv1.CommandSucceeded, "exited 0 in the guest"
+		default:
+			o.Phase, o.Message = wbv1.CommandFailed, fmt.Sprintf("exited %d in the guest", res.ExitCode)
+		}
+		if res.Signal == "" {
+			code := int32(res.ExitCode)
+			o.ExitCode, o.SignalOrigin = &code, "exit"
+			if res.TimedOut {
+				o.SignalOrigin = "timeout"
+			}
+		}
+	}
+	if err != nil {
+		o.Phase, o.RefusalCode, o.Message = wbv1.CommandFailed, string(g.RefusalCode(err)), err.Error()
+		if errors.Is(err, guestclient.ErrUnknownOutcome) {
+			o.RefusalCode, o.Message = "", "outcome unknown: "+err.Error()
+		}
+	}
+	o.Completed = time.Now()
+	o.Bytes = int64(len(out))
+	sum := sha256.Sum256(out)
+	o.OutputDigest = "sha256:" + hex.EncodeToString(sum[:])
+	if len(out) > 0 {
+		if last, aerr := rg.Append(ring.KindOutput, out); aerr == nil {
+			o.SeqFrom, o.SeqTo = seqFrom, last
+		}
+	}
+	r.d.RecordAfter(cmd, cmd.Labels[wbv1.EnvironmentLabel], o, out) // seed 004
+	r.recordOutcome(string(cmd.UID), o)
+	r.d.Finished()
+	r.d.Wake(cmd)
+}
