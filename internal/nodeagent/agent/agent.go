@@ -30,6 +30,7 @@ import (
 	"sensorium.dev/workbench/internal/nodeagent/commands"
 	"sensorium.dev/workbench/internal/nodeagent/environments"
 	"sensorium.dev/workbench/internal/nodeagent/nodekit"
+	"sensorium.dev/workbench/internal/nodeagent/nodereport"
 	"sensorium.dev/workbench/internal/nodeagent/recordings"
 	"sensorium.dev/workbench/internal/nodeagent/runs"
 	"sensorium.dev/workbench/internal/nodeagent/session"
@@ -71,13 +72,16 @@ type Agent struct {
 
 	// Components with their own locks: environments and sessions (registries.go), the
 	// commands this process started (internal/nodeagent/runs; the ActionRun controller has a table of
-	// its own), and what the node publishes about itself (report.go).
+	// its own), and what the node publishes about itself (nodereport.Report).
 	envs     *environments.Registry
 	sess     *sessions.Registry
 	commands *runs.Table[commandOutcome]
 	// cmds is the TerminalCommand room (internal/nodeagent/commands), built at setup.
 	cmds   *commands.Room
-	report *nodeReport
+	report *nodereport.Report
+	// nodeReport publishes the node's WorkbenchNode, capabilities and free capacity and
+	// follows its cordon (the nodereport room); nil until set up.
+	nodeReport *nodereport.Room
 	// viewHub wakes view streams on changes of views, grants, environments and sessions.
 	viewHub terminalviews.Hub
 	// views is the views room (terminalviews), built when the controllers are set up.
@@ -105,9 +109,8 @@ type Agent struct {
 	wakePatches, wakeArtifacts, wakeProbes chan event.GenericEvent
 	// sweepArtifacts kicks the artifact retention sweep (retention.go).
 	sweepArtifacts chan struct{}
-	// cordoned mirrors the Node's spec.unschedulable (kubectl drain; node_drain.go), and
-	// wakeEnvironments re-queues environments when it changes.
-	cordoned         atomic.Bool
+	// wakeEnvironments re-queues environments (also when the node's cordon changes:
+	// report.Cordoned, node_drain.go).
 	wakeEnvironments chan event.GenericEvent
 	// rec records admitted work of environments with an active Recording (the recordings
 	// room), built once the agent has its client.
@@ -198,7 +201,7 @@ func New(cfg Config, opts Options) (*Agent, error) {
 		envs:             environments.NewRegistry(),
 		sess:             sessions.NewRegistry(),
 		commands:         runs.NewTable[commandOutcome]("command", db),
-		report:           newNodeReport(),
+		report:           nodereport.NewReport(),
 		wakeCommands:     make(chan event.GenericEvent, 1024),
 		wakeSessions:     make(chan event.GenericEvent, 1024),
 		engine:           waits.NewEngine(waits.Caps{PendingWaits: caps.PendingWaits}),
@@ -286,14 +289,14 @@ func (a *Agent) Run(ctx context.Context, cfg *rest.Config) error {
 		if err := a.startDataPlane(ctx); err != nil {
 			return err
 		}
-		return a.publishLoop(ctx)
+		return a.nodeReport.PublishLoop(ctx)
 	})); err != nil {
 		return err
 	}
 	if err := mgr.Add(managerRunnable(a.artifactSweepLoop)); err != nil {
 		return err
 	}
-	if err := mgr.Add(managerRunnable(a.capacityLoop)); err != nil {
+	if err := mgr.Add(managerRunnable(a.nodeReport.CapacityLoop)); err != nil {
 		return err
 	}
 	if err := mgr.Add(managerRunnable(a.pendingLoop)); err != nil { // republish.go

@@ -31,7 +31,8 @@ func defaultBackends(cfg Config, _ *cgroups.Manager, _ storage) ([]backends.Back
 	return []backends.Backend{vfkitBackend{b}}, nil
 }
 
-// vfkitBackend attests the backend's descriptor through the agent's capabilityReporter.
+// vfkitBackend attests the backend's descriptor through the node report's capabilityReporter
+// (internal/nodeagent/nodereport).
 type vfkitBackend struct{ *vfkitsystem.Backend }
 
 func (b vfkitBackend) Capability() (actuation.Capability, error) {

@@ -156,7 +156,7 @@ func (a *Agent) startDataPlane(ctx context.Context) error {
 	if h, p, err := net.SplitHostPort(ln.Addr().String()); err == nil && (h == "::" || h == "0.0.0.0") {
 		endpoint = "https://" + net.JoinHostPort(hosts[0], p)
 	}
-	a.report.setDataPlane(&wbv1.DataPlane{Endpoint: endpoint, CABundle: string(caPEM)})
+	a.report.SetDataPlane(&wbv1.DataPlane{Endpoint: endpoint, CABundle: string(caPEM)})
 	go func() {
 		if err := srv.ServeListener(ctx, ln); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "Serving the data plane")

@@ -23,7 +23,7 @@ import (
 func (a *Agent) environmentDeps() environments.Deps {
 	return environments.Deps{Ctx: a.runCtx, NodeName: a.cfg.NodeName, StateDir: a.cfg.StateDir, Sources: a.cfg.Sources,
 		RootSharing: a.cfg.RootSharing, Client: a.client, Reader: a.reader, Store: a.store, Backends: a.backends,
-		Registry: a.envs, Blobs: a.blobs, Cordoned: a.cordoned.Load,
+		Registry: a.envs, Blobs: a.blobs, Cordoned: a.report.Cordoned,
 		Drain: a.drainEnvironment, MarkDrained: a.markDrained, // node_drain.go
 		ExpireArtifacts: a.expireArtifactsOf, Available: a.environmentAvailable, // watches.go
 		Kick: a.kickCapacity, Event: a.recordEvent, Wake: a.wakeEnvironments}

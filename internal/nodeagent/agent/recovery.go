@@ -126,7 +126,7 @@ func (a *Agent) recover(ctx context.Context) error {
 	if len(actions) > maxRecoveryReport {
 		actions = actions[len(actions)-maxRecoveryReport:]
 	}
-	a.report.setRecovery(actions)
+	a.report.SetRecovery(actions)
 	return nil
 }
 

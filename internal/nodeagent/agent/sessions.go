@@ -36,7 +36,7 @@ func (a *Agent) sessionDeps() sessions.Deps {
 	return sessions.Deps{Ctx: a.runCtx, NodeName: a.cfg.NodeName, Client: a.client, Reader: a.reader, Store: a.store,
 		Live: a.sess, PTYs: a.sessions,
 		Caps:         sessions.Caps{Sessions: a.cfg.Caps.Sessions, SessionsPerEnvironment: a.cfg.Caps.SessionsPerEnvironment, EventBufferDepth: a.cfg.Caps.EventBufferDepth},
-		Cordoned:     a.cordoned.Load,
+		Cordoned:     a.report.Cordoned,
 		Paused:       pausedRefusal, // environments.go
 		MountedRoots: a.mountedRoots, VerifyRoots: a.verifyRoots,
 		AcquireShare: func(ctx context.Context, ns, creator string) (func(), string, string) { // shares.go

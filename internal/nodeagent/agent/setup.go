@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,9 +27,8 @@ func (a *Agent) setupControllers(mgr ctrl.Manager) error {
 	if err := environments.New(a.environmentDeps()).Setup(mgr); err != nil {
 		return err
 	}
-	if err := ctrl.NewControllerManagedBy(mgr).For(&corev1.Node{}).Named(name("node")).
-		Complete(&nodeReconciler{a: a}); err != nil {
-		return fmt.Errorf("node controller: %w", err)
+	if err := a.setupNodeReport(mgr); err != nil { // nodereport.go
+		return err
 	}
 	if err := sessions.Setup(mgr, a.sessionDeps(), a.sessionsOfEnvironment); err != nil {
 		return err

@@ -18,7 +18,7 @@ import (
 func (a *Agent) setupOperations(mgr ctrl.Manager) error {
 	if err := waits.New(waits.Deps{Ctx: a.runCtx, NodeName: a.cfg.NodeName, Client: a.client, Reader: a.reader, Store: a.store,
 		Engine: a.engine, Signals: &a.signals, Scope: a.scopeSource, Observe: a.recordObservation,
-		Pending: a.report.setWaits, Kick: a.kickCapacity, Event: a.recordEvent, Wake: a.wakeWaits}).Setup(mgr); err != nil {
+		Pending: a.report.SetWaits, Kick: a.kickCapacity, Event: a.recordEvent, Wake: a.wakeWaits}).Setup(mgr); err != nil {
 		return err
 	}
 	if err := probes.Setup(mgr, probes.Deps{NodeName: a.cfg.NodeName, Client: a.client, Engine: a.engine,

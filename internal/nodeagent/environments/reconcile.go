@@ -89,7 +89,7 @@ func (p *pass) set(t string, ok bool, reason, msg string) {
 
 func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	a := r.a
-	defer a.d.Kick() // what this pass opened or ended changes the free capacity (the agent's free.go)
+	defer a.d.Kick() // what this pass opened or ended changes the free capacity (nodereport/free.go)
 	var env wbv1.Environment
 	if err := a.d.Client.Get(ctx, req.NamespacedName, &env); err != nil {
 		if client.IgnoreNotFound(err) == nil {

@@ -1,4 +1,4 @@
-package agent
+package nodereport
 
 import (
 	"context"
@@ -11,11 +11,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/statusapply"
 )
 
 // The node's free capacity in WorkbenchNode status.free: counted from the agent's own
-// state whenever a reconcile pass may have changed it (kickCapacity), written only when it
+// state whenever a reconcile pass may have changed it (Report.Kick), written only when it
 // changed and at most once per capacity interval, so a burst of sessions costs one write
 // per interval and the last state is always published. Admission reads it to refuse early
 // what the node would refuse; the node stays the authority (openSession still counts).
@@ -31,22 +32,18 @@ type slotReporter interface {
 	Slots() (used, limit int)
 }
 
-// kickCapacity asks the capacity loop to recount; it never blocks.
-func (a *Agent) kickCapacity() { a.report.kickCapacity() }
-
 // freeCapacity counts what one more session, reader, command, wait or VM would find.
-func (a *Agent) freeCapacity() wbv1.NodeFree {
-	caps := a.cfg.Caps
-	open, perEnv := a.sess.OpenCounts()
-	guest := a.commands.GuestRunning()
-	waits := a.report.snapshot().Waits
+func (r *Room) freeCapacity() wbv1.NodeFree {
+	caps := r.d.Caps
+	open, perEnv := r.d.OpenSessions()
+	waits := r.d.Report.Snapshot().Waits
 	var full []wbv1.NodeEnvironmentRef
 	truncated := false
 	for uid, n := range perEnv {
 		if n < caps.SessionsPerEnvironment {
 			continue
 		}
-		ns, name, ok := strings.Cut(a.envs.Ref(uid), "/")
+		ns, name, ok := strings.Cut(r.d.EnvironmentRef(uid), "/")
 		if !ok {
 			continue
 		}
@@ -65,14 +62,14 @@ func (a *Agent) freeCapacity() wbv1.NodeFree {
 	nonNeg := func(v int) int32 { return int32(max(v, 0)) }
 	f := wbv1.NodeFree{
 		Sessions:         nonNeg(caps.Sessions - open),
-		ReaderTasks:      nonNeg(caps.ReaderTasks - a.sessions.Readers()),
-		Commands:         nonNeg(caps.ConcurrentCommands - a.runner.Running() - guest),
+		ReaderTasks:      nonNeg(caps.ReaderTasks - r.d.Readers()),
+		Commands:         nonNeg(caps.ConcurrentCommands - r.d.RunningCommands()),
 		Waits:            nonNeg(caps.PendingWaits - waits),
 		FullEnvironments: full, FullEnvironmentsTruncated: truncated,
 	}
 	used, limit, hasVMs := 0, 0, false
-	for _, id := range a.backends.IDs() {
-		b, _ := a.backends.Get(id)
+	for _, id := range r.d.Backends.IDs() {
+		b, _ := r.d.Backends.Get(id)
 		if sr, ok := b.(slotReporter); ok {
 			u, l := sr.Slots()
 			used, limit, hasVMs = used+u, limit+l, true
@@ -85,33 +82,33 @@ func (a *Agent) freeCapacity() wbv1.NodeFree {
 	return f
 }
 
-// capacityLoop publishes status.free on change, rate-bounded, until ctx ends.
-func (a *Agent) capacityLoop(ctx context.Context) error {
+// CapacityLoop publishes status.free on change, rate-bounded, until ctx ends.
+func (r *Room) CapacityLoop(ctx context.Context) error {
 	log := ctrl.LoggerFrom(ctx)
 	interval := DefaultCapacityInterval
-	if a.cfg.CapacityPublishMillis > 0 {
-		interval = time.Duration(a.cfg.CapacityPublishMillis) * time.Millisecond
+	if r.d.CapacityInterval > 0 {
+		interval = r.d.CapacityInterval
 	}
 	var last *wbv1.NodeFree
-	a.kickCapacity()
+	r.d.Report.Kick()
 	t := time.NewTimer(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-a.report.kick:
+		case <-r.d.Report.kick:
 		}
-		f := a.freeCapacity()
+		f := r.freeCapacity()
 		if last == nil || !equality.Semantic.DeepEqual(*last, f) {
 			published := f
 			published.ObservedTime = metav1.Now()
-			node := &wbv1.WorkbenchNode{ObjectMeta: metav1.ObjectMeta{Name: a.cfg.NodeName}}
-			if _, err := statusapply.Apply(ctx, a.client, FieldManager+"capacity", node, nil, wbv1.WorkbenchNodeStatus{Free: &published}); err != nil {
+			node := &wbv1.WorkbenchNode{ObjectMeta: metav1.ObjectMeta{Name: r.d.NodeName}}
+			if _, err := statusapply.Apply(ctx, r.d.Client, nodekit.FieldManager+"capacity", node, nil, wbv1.WorkbenchNodeStatus{Free: &published}); err != nil {
 				// The WorkbenchNode may not exist yet (the heartbeat creates it): retry
 				// after the interval.
 				log.V(1).Info("Publishing free capacity; retrying", "error", err.Error())
-				a.kickCapacity()
+				r.d.Report.Kick()
 			} else {
 				last = &f
 			}

@@ -1,4 +1,4 @@
-package agent
+package nodereport
 
 import (
 	"context"
@@ -20,47 +20,11 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/nodeagent/environments"
+	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/nodeagent/session"
 	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/statusapply"
 )
-
-// publishLoop publishes the node's WorkbenchNode on every heartbeat and, once it exists,
-// its BackendCapability objects (once they are accepted), until ctx ends. A refused
-// publication is retried on the next heartbeat: on a real cluster the node agent's pod may
-// start before the manager's admission webhooks serve.
-//
-// The WorkbenchNode comes first: nothing can be placed on a node before its capabilities
-// exist, so every node that holds something has a WorkbenchNode, and the manager's
-// cleanup escape may read a missing one as a node that is gone. Publishing capabilities
-// first let an environment be placed, allocated and deleted before its node's WorkbenchNode
-// existed; the manager then released its finalizer without the node's report and the copy
-// leaked (TestFinalizerHoldsUntilTheNodeCleansUp under load).
-func (a *Agent) publishLoop(ctx context.Context) error {
-	log := ctrl.LoggerFrom(ctx)
-	t := time.NewTicker(time.Duration(a.cfg.HeartbeatSeconds) * time.Second)
-	defer t.Stop()
-	capsPublished := false
-	for {
-		nodeErr := a.publishNode(ctx)
-		if nodeErr != nil {
-			log.Error(nodeErr, "Publishing WorkbenchNode")
-		}
-		if !capsPublished && nodeErr == nil {
-			if err := a.publishCapabilities(ctx); err != nil {
-				log.Error(err, "Publishing backend capabilities; retrying on the next heartbeat")
-			} else {
-				capsPublished = true
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
-}
 
 // binaryDigest is the digest of the running agent binary, attested in capabilities.
 func binaryDigest() string {
@@ -90,19 +54,19 @@ func hostArch() string {
 // capabilities describes what this node measured and enforces, honestly: host-local and
 // fixture-copy.v1 isolate nothing (isolationClass none); commands run with no network
 // (a fresh netns with loopback only), in their own process group, with Landlock.
-func (a *Agent) capabilities() []wbv1.BackendCapability {
+func (r *Room) capabilities() []wbv1.BackendCapability {
 	digest := wbv1.Digest(binaryDigest())
 	arch := hostArch()
 	base := wbv1.BackendCapabilitySpec{
-		NodeName: a.cfg.NodeName, Provider: "sensorium-workbench", Version: Version, BinaryDigest: digest, PlatformRef: "linux-" + arch,
+		NodeName: r.d.NodeName, Provider: "sensorium-workbench", Version: r.d.Version, BinaryDigest: digest, PlatformRef: "linux-" + arch,
 		Locality: wbv1.LocalityLocalOnly, HostArchitecture: wbv1.Architecture(arch), GuestArchitecture: wbv1.Architecture(arch), IsolationClass: "none",
 		ControlTransport: wbv1.ControlTransportLocalProcess, ControlGuestEndpoint: wbv1.ControlGuestEndpointNone, ControlHostEndpoint: wbv1.ControlHostEndpointNone,
 		ControlChannelBinding: wbv1.ControlChannelBindingNone, BootMode: wbv1.BackendBootModeNone, ConsoleMode: wbv1.ConsoleModeNone, NetworkProfiles: []string{"none"}, CredentialInjection: "denied",
-		ResourceEnforcement: a.hostEnforcement(),
+		ResourceEnforcement: r.d.HostEnforcement(),
 		LifecycleOperations: []string{"allocate", "inspect", "drain", "teardown", "recover"},
 	}
 	var out []wbv1.BackendCapability
-	for _, id := range a.backends.IDs() {
+	for _, id := range r.d.Backends.IDs() {
 		s := base
 		s.BackendID = wbv1.BackendID(id)
 		switch wbv1.BackendID(id) {
@@ -110,14 +74,14 @@ func (a *Agent) capabilities() []wbv1.BackendCapability {
 			s.SystemFidelity, s.HostFilesystemSharing = "process-runtime", "read-write"
 		case wbv1.BackendFixtureCopy:
 			s.SystemFidelity, s.HostFilesystemSharing, s.StorageFormats = "filesystem-view", "denied", []string{"directory-copy"}
-			if b, ok := a.backends.Get(id); ok && environments.EnforcesDisk(b) {
+			if b, ok := r.d.Backends.Get(id); ok && r.d.EnforcesDisk(b) {
 				// Each environment's copies live on a disk of its own (storage.go).
 				s.ResourceEnforcement = append(slices.Clone(s.ResourceEnforcement), "host-storage")
 			}
 		default:
 			// VM backends attest their own measured descriptors (the accelerator a probe VM
 			// really booted under); one that cannot boot anything publishes nothing.
-			b, _ := a.backends.Get(id)
+			b, _ := r.d.Backends.Get(id)
 			cr, ok := b.(capabilityReporter)
 			if !ok {
 				continue
@@ -127,10 +91,10 @@ func (a *Agent) capabilities() []wbv1.BackendCapability {
 				ctrl.Log.WithName("capabilities").Error(err, "Backend attests no capability on this node", "backend", id)
 				continue
 			}
-			s = capabilitySpec(a.cfg.NodeName, c)
+			s = capabilitySpec(r.d.NodeName, c)
 		}
 		out = append(out, wbv1.BackendCapability{
-			ObjectMeta: metav1.ObjectMeta{Name: a.cfg.NodeName + "." + id, Labels: map[string]string{wbv1.NodeLabel: a.cfg.NodeName}},
+			ObjectMeta: metav1.ObjectMeta{Name: r.d.NodeName + "." + id, Labels: map[string]string{wbv1.NodeLabel: r.d.NodeName}},
 			Spec:       s,
 		})
 	}
@@ -155,35 +119,35 @@ func capabilitySpec(node string, c actuation.Capability) wbv1.BackendCapabilityS
 	}
 }
 
-func (a *Agent) publishCapabilities(ctx context.Context) error {
-	for _, want := range a.capabilities() {
+func (r *Room) publishCapabilities(ctx context.Context) error {
+	for _, want := range r.capabilities() {
 		var have wbv1.BackendCapability
-		err := a.client.Get(ctx, client.ObjectKeyFromObject(&want), &have)
+		err := r.d.Client.Get(ctx, client.ObjectKeyFromObject(&want), &have)
 		switch {
 		case apierrors.IsNotFound(err):
 			have = want
-			if err := a.client.Create(ctx, &have); err != nil {
+			if err := r.d.Client.Create(ctx, &have); err != nil {
 				return fmt.Errorf("creating BackendCapability %s: %w", want.Name, err)
 			}
 		case err != nil:
 			return err
 		default:
 			have.Spec, have.Labels = want.Spec, want.Labels
-			if err := a.client.Update(ctx, &have); err != nil {
+			if err := r.d.Client.Update(ctx, &have); err != nil {
 				return fmt.Errorf("updating BackendCapability %s: %w", want.Name, err)
 			}
 		}
 		now := metav1.Now()
-		st := wbv1.BackendCapabilityStatus{AttestedAt: &now, NodeName: a.cfg.NodeName}
+		st := wbv1.BackendCapabilityStatus{AttestedAt: &now, NodeName: r.d.NodeName}
 		if id := want.Spec.BackendID; id == wbv1.BackendHostLocal || id == wbv1.BackendFixtureCopy {
-			c := a.sandboxCondition(have.Generation)
+			c := r.sandboxCondition(have.Generation)
 			c.LastTransitionTime = now
 			if old := meta.FindStatusCondition(have.Status.Conditions, c.Type); old != nil && old.Status == c.Status {
 				c.LastTransitionTime = old.LastTransitionTime
 			}
 			st.Conditions = []metav1.Condition{c}
 		}
-		if _, err := statusapply.Apply(ctx, a.client, FieldManager+"capability", &have, nil, st); err != nil {
+		if _, err := statusapply.Apply(ctx, r.d.Client, nodekit.FieldManager+"capability", &have, nil, st); err != nil {
 			return err
 		}
 	}
@@ -191,57 +155,57 @@ func (a *Agent) publishCapabilities(ctx context.Context) error {
 }
 
 // publishNode writes the WorkbenchNode self-report (created when missing).
-func (a *Agent) publishNode(ctx context.Context) error {
-	node := &wbv1.WorkbenchNode{ObjectMeta: metav1.ObjectMeta{Name: a.cfg.NodeName, Labels: map[string]string{wbv1.NodeLabel: a.cfg.NodeName}}}
-	if err := a.client.Get(ctx, client.ObjectKeyFromObject(node), node); apierrors.IsNotFound(err) {
-		if err := a.client.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating WorkbenchNode %s: %w", a.cfg.NodeName, err)
+func (r *Room) publishNode(ctx context.Context) error {
+	node := &wbv1.WorkbenchNode{ObjectMeta: metav1.ObjectMeta{Name: r.d.NodeName, Labels: map[string]string{wbv1.NodeLabel: r.d.NodeName}}}
+	if err := r.d.Client.Get(ctx, client.ObjectKeyFromObject(node), node); apierrors.IsNotFound(err) {
+		if err := r.d.Client.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating WorkbenchNode %s: %w", r.d.NodeName, err)
 		}
 	} else if err != nil {
 		return err
 	}
 	now := metav1.Now()
-	caps := a.cfg.Caps
-	active, _ := a.sess.OpenCounts()
-	rep := a.report.snapshot()
+	caps := r.d.Caps
+	active, _ := r.d.OpenSessions()
+	rep := r.d.Report.Snapshot()
 	st := wbv1.WorkbenchNodeStatus{
-		AgentVersion: Version, HeartbeatTime: &now,
+		AgentVersion: r.d.Version, HeartbeatTime: &now,
 		Caps: &wbv1.NodeCaps{Sessions: int32(caps.Sessions), SessionsPerEnvironment: int32(caps.SessionsPerEnvironment), ReaderTasks: int32(caps.ReaderTasks),
 			InputQueueDepth: int32(caps.InputQueueDepth), EventBufferDepth: int32(caps.EventBufferDepth), PendingWaits: int32(caps.PendingWaits),
 			// The ceilings the node's runtimes enforce, advertised (the same as admission's).
 			MaxCommandTimeoutSeconds: int64(procexec.MaxTimeout / time.Second), MaxCommandOutputBytes: procexec.MaxOutputBytes,
 			MaxSessionDurationSeconds: int64(session.DefaultMaxDurationCeiling / time.Second)},
 		ActiveSessions: int32(active), ActiveWaits: int32(rep.Waits), Recovery: rep.Recovery, DataPlane: rep.DataPlane,
-		Storage: a.nodeStorage(),
+		Storage: r.d.Storage(),
 	}
-	names := make([]string, 0, len(a.cfg.AdmittedRoots))
-	for n := range a.cfg.AdmittedRoots {
+	names := make([]string, 0, len(r.d.AdmittedRoots))
+	for n := range r.d.AdmittedRoots {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		st.AdmittedRoots = append(st.AdmittedRoots, wbv1.AdmittedRoot{Name: wbv1.RootName(n), Path: a.cfg.AdmittedRoots[n]})
+		st.AdmittedRoots = append(st.AdmittedRoots, wbv1.AdmittedRoot{Name: wbv1.RootName(n), Path: r.d.AdmittedRoots[n]})
 	}
 	degraded := false
-	for _, r := range st.Recovery {
-		if r.Outcome == "failed-retryable" || r.Outcome == "failed-permanent" {
+	for _, rec := range st.Recovery {
+		if rec.Outcome == "failed-retryable" || rec.Outcome == "failed-permanent" {
 			degraded = true
 		}
 	}
 	conds := append([]metav1.Condition(nil), node.Status.Conditions...)
 	reason := map[bool]string{true: "CleanupFailed", false: "Healthy"}[degraded]
-	meta.SetStatusCondition(&conds, statusapply.Cond(wbv1.ConditionReady, true, "Heartbeat", "node agent "+Version+" serving", 0))
+	meta.SetStatusCondition(&conds, statusapply.Cond(wbv1.ConditionReady, true, "Heartbeat", "node agent "+r.d.Version+" serving", 0))
 	meta.SetStatusCondition(&conds, statusapply.Cond(wbv1.ConditionDegraded, degraded, reason, "see recovery actions", 0))
-	if a.cordoned.Load() {
+	if r.d.Report.Cordoned() {
 		meta.SetStatusCondition(&conds, statusapply.Cond(ConditionDraining, true, "NodeCordoned",
 			"the node is cordoned (kubectl drain): its environments are drained, new sessions refused with node-draining", 0))
 	} else {
 		meta.SetStatusCondition(&conds, statusapply.Cond(ConditionDraining, false, "NodeSchedulable", "the node is not cordoned", 0))
 	}
-	meta.SetStatusCondition(&conds, a.storageCondition())
+	meta.SetStatusCondition(&conds, r.d.StorageCondition())
 	st.Conditions = conds
-	st.ActionClasses = a.actionClasses()
-	_, err := statusapply.Apply(ctx, a.client, FieldManager+"node", node, nil, st)
+	st.ActionClasses = r.d.ActionClasses()
+	_, err := statusapply.Apply(ctx, r.d.Client, nodekit.FieldManager+"node", node, nil, st)
 	return err
 }
 
@@ -252,13 +216,13 @@ func (a *Agent) publishNode(ctx context.Context) error {
 const ConditionProcessSandbox = "ProcessSandbox"
 
 // sandboxCondition reports the sandbox check New ran (a trivial program started through it).
-func (a *Agent) sandboxCondition(gen int64) metav1.Condition {
-	if a.sandboxErr != nil {
-		code := string(actuation.CodeOf(a.sandboxErr))
+func (r *Room) sandboxCondition(gen int64) metav1.Condition {
+	if r.d.SandboxErr != nil {
+		code := string(actuation.CodeOf(r.d.SandboxErr))
 		if code == "" {
 			code = string(actuation.CodeSandboxSetupFailed)
 		}
-		return statusapply.Cond(ConditionProcessSandbox, false, "Unavailable", statusapply.Truncate(code+": "+a.sandboxErr.Error(), 1024), gen)
+		return statusapply.Cond(ConditionProcessSandbox, false, "Unavailable", statusapply.Truncate(code+": "+r.d.SandboxErr.Error(), 1024), gen)
 	}
 	return statusapply.Cond(ConditionProcessSandbox, true, "Available",
 		"own user (root mapped to an unprivileged uid), PID, mount, UTS, IPC, cgroup and network namespaces; no capabilities; "+
