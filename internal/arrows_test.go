@@ -9,7 +9,8 @@ import (
 // TestNoArrowRunsBackUp holds issue 26's layering: the platform packages, the backends and
 // the aggregated API server import nothing under internal/nodeagent (errors flow down as
 // actuation.Refusal; wire contracts are packages of their own), and the controllers
-// import no webhook (shared rules live in internal/actuation). It reads the transitive
+// import no webhook (shared rules live in internal/actuation), and nothing under
+// internal/nodeagent imports the agent that wires the rooms. It reads the transitive
 // production imports (`go list -deps`, tests excluded) of every package of each layer.
 func TestNoArrowRunsBackUp(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
@@ -22,6 +23,9 @@ func TestNoArrowRunsBackUp(t *testing.T) {
 	}{
 		{[]string{mod + "internal/platform/...", mod + "internal/backends/...", mod + "internal/apiserver/..."}, mod + "internal/nodeagent/"},
 		{[]string{mod + "controllers/..."}, mod + "webhooks"},
+		// The node agent's rooms (and every other package under internal/nodeagent) are
+		// wired by agent and never reach back into it.
+		{[]string{mod + "internal/nodeagent/..."}, mod + "internal/nodeagent/agent"},
 	} {
 		for _, from := range rule.from {
 			args := append([]string{"list", "-e", "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}{{if .Error}} ERROR:{{.Error}}{{end}}`}, from)
