@@ -14,7 +14,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -34,16 +33,7 @@ import (
 func BenchmarkStatusApplyResponse(b *testing.B) {
 	ctx := context.Background()
 	ns := setup(b)
-	w, err := wc.Watch(ctx, &wbv1.TerminalCommandList{}, client.InNamespace(ns))
-	must(b, err)
-	must(b, env.Client.Create(ctx, &wbv1.TerminalCommand{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: ns},
-		Spec: wbv1.TerminalCommandSpec{SessionRef: "s", ProfileRef: "true", Argv: []string{"/bin/true"}, Cwd: wbv1.CwdAddress{Root: "repo"}}}))
-	for ev := range w.ResultChan() { // a finished command: nobody else writes it any more
-		if c, ok := ev.Object.(*wbv1.TerminalCommand); ok && ev.Type != watch.Deleted && wbv1.CommandPhaseIsFinal(c.Status.Phase) {
-			break
-		}
-	}
-	w.Stop()
+	finishedCommand(ctx, b, ns, "a")
 	var read atomic.Int64
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{rt, &read} })

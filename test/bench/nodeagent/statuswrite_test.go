@@ -27,16 +27,7 @@ import (
 func BenchmarkStatusWriteCost(b *testing.B) {
 	ctx := context.Background()
 	ns := setup(b)
-	w, err := wc.Watch(ctx, &wbv1.TerminalCommandList{}, client.InNamespace(ns))
-	must(b, err)
-	must(b, env.Client.Create(ctx, &wbv1.TerminalCommand{ObjectMeta: metav1.ObjectMeta{Name: "w", Namespace: ns},
-		Spec: wbv1.TerminalCommandSpec{SessionRef: "s", ProfileRef: "true", Argv: []string{"/bin/true"}, Cwd: wbv1.CwdAddress{Root: "repo"}}}))
-	for ev := range w.ResultChan() { // a finished command: nobody else writes it any more
-		if c, ok := ev.Object.(*wbv1.TerminalCommand); ok && ev.Type != watch.Deleted && wbv1.CommandPhaseIsFinal(c.Status.Phase) {
-			break
-		}
-	}
-	w.Stop()
+	finishedCommand(ctx, b, ns, "w")
 	must(b, env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "wc", Namespace: ns}}))
 	cond := func(v string) map[string]any {
 		return map[string]any{"conditions": []any{map[string]any{"type": "BenchWrite", "status": "True", "reason": "R" + v,
@@ -84,4 +75,21 @@ func BenchmarkStatusWriteCost(b *testing.B) {
 	samples.Ratio(b, "command-status-to-configmap", cmdApply, cmPatch)
 	samples.Ratio(b, "command-status-to-profile-status", cmdApply, profApply)
 	samples.Ratio(b, "command-status-apply-to-json-patch", cmdApply, cmdMerge)
+}
+
+// finishedCommand creates TerminalCommand name (/bin/true in session s) and returns once a
+// watch shows it final: nobody else writes it any more, so a benchmark's writes to it are
+// its own.
+func finishedCommand(ctx context.Context, b *testing.B, ns, name string) {
+	b.Helper()
+	w, err := wc.Watch(ctx, &wbv1.TerminalCommandList{}, client.InNamespace(ns))
+	must(b, err)
+	defer w.Stop()
+	must(b, env.Client.Create(ctx, &wbv1.TerminalCommand{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: wbv1.TerminalCommandSpec{SessionRef: "s", ProfileRef: "true", Argv: []string{"/bin/true"}, Cwd: wbv1.CwdAddress{Root: "repo"}}}))
+	for ev := range w.ResultChan() {
+		if c, ok := ev.Object.(*wbv1.TerminalCommand); ok && ev.Type != watch.Deleted && wbv1.CommandPhaseIsFinal(c.Status.Phase) {
+			return
+		}
+	}
 }
