@@ -163,7 +163,7 @@ func LoadBindingFile(path string) (protocol.Binding, error) {
 		return protocol.Binding{}, fmt.Errorf("binding: read %s: %w", path, err)
 	}
 	if len(b) > maxBindingFileBytes {
-		return protocol.Binding{}, protocol.Refusef(string(actuation.CodeBindingInvalid), "binding larger than %d bytes", maxBindingFileBytes)
+		return protocol.Binding{}, actuation.Refusef(actuation.CodeBindingInvalid, "binding larger than %d bytes", maxBindingFileBytes)
 	}
 	var bind protocol.Binding
 	if err := protocol.DecodeJSON(b, &bind); err != nil {
@@ -194,7 +194,7 @@ func (a *Agent) expected() (protocol.Binding, uint64, error) {
 			return protocol.Binding{}, 0, fmt.Errorf("local CID: %w", err)
 		}
 		if cid != b.GuestCID {
-			return protocol.Binding{}, 0, protocol.Refusef(string(actuation.CodeCIDMismatch), "boot binding names CID %d, this guest is CID %d", b.GuestCID, cid)
+			return protocol.Binding{}, 0, actuation.Refusef(actuation.CodeCIDMismatch, "boot binding names CID %d, this guest is CID %d", b.GuestCID, cid)
 		}
 	}
 	a.binding = &b
@@ -239,7 +239,7 @@ func (a *Agent) Serve(l net.Listener) error {
 			go func() {
 				defer func() { _ = c.Close() }()
 				_ = c.SetWriteDeadline(time.Now().Add(time.Second))
-				writeError(c, 0, protocol.Refusef(string(actuation.CodeConnectionCap), "at most %d connections", a.cfg.MaxConns))
+				writeError(c, 0, actuation.Refusef(actuation.CodeConnectionCap, "at most %d connections", a.cfg.MaxConns))
 			}()
 		}
 	}
@@ -253,12 +253,20 @@ func (e *frameError) Unwrap() error { return e.err }
 
 func closeWith(err error) error { return &frameError{err: err} }
 
-func writeError(w io.Writer, seq uint64, err error) {
-	code := protocol.CodeOf(err)
-	if code == "" {
-		code = string(actuation.CodeIOError)
+// wireRefusal is the protocol edge of a refusal: the wire code and message of err (an
+// *actuation.Refusal in its chain, or io-error for an uncoded failure). Frames carry only
+// these two fields; no Go error type crosses the wire.
+func wireRefusal(err error) (code, message string) {
+	c := actuation.CodeOf(err)
+	if c == "" {
+		c = actuation.CodeIOError
 	}
-	p, _ := json.Marshal(protocol.ErrorPayload{Code: code, Message: protocol.Truncate(err.Error())})
+	return string(c), err.Error()
+}
+
+func writeError(w io.Writer, seq uint64, err error) {
+	code, msg := wireRefusal(err)
+	p, _ := json.Marshal(protocol.ErrorPayload{Code: code, Message: protocol.Truncate(msg)})
 	_ = protocol.WriteFrame(w, &protocol.Frame{Header: protocol.Header{Type: protocol.FrameError, Seq: seq}, Payload: p})
 }
 
@@ -277,11 +285,8 @@ func ok(data any, bulk []byte) reply {
 }
 
 func refused(err error) reply {
-	code := protocol.CodeOf(err)
-	if code == "" {
-		code = string(actuation.CodeIOError)
-	}
-	return reply{outcome: protocol.OutcomeRefused, code: code, message: err.Error()}
+	code, msg := wireRefusal(err)
+	return reply{outcome: protocol.OutcomeRefused, code: code, message: msg}
 }
 
 func unknown(code string, err error, data any) reply {
@@ -299,12 +304,12 @@ type conn struct {
 func (a *Agent) serveConn(c net.Conn) {
 	defer func() { _ = c.Close() }()
 	if a.stopping.Load() {
-		writeError(c, 0, protocol.Refusef(string(actuation.CodeShuttingDown), "agent is shutting down"))
+		writeError(c, 0, actuation.Refusef(actuation.CodeShuttingDown, "agent is shutting down"))
 		return
 	}
 	cn := &conn{a: a, c: c}
 	if err := cn.handshake(); err != nil {
-		a.cfg.Logf("handshake refused: %s", protocol.CodeOf(err))
+		a.cfg.Logf("handshake refused: %s", actuation.CodeOf(err))
 		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 		writeError(c, 0, err)
 		return
@@ -313,7 +318,7 @@ func (a *Agent) serveConn(c net.Conn) {
 		_ = c.SetReadDeadline(time.Now().Add(a.cfg.IdleTimeout))
 		f, err := protocol.ReadFrame(c)
 		if err != nil {
-			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || protocol.CodeOf(err) == "" {
+			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || actuation.CodeOf(err) == "" {
 				return
 			}
 			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
@@ -324,7 +329,7 @@ func (a *Agent) serveConn(c net.Conn) {
 		if err != nil {
 			var fe *frameError
 			if errors.As(err, &fe) {
-				a.cfg.Logf("seq %d refused, closing: %s", f.Seq, protocol.CodeOf(err))
+				a.cfg.Logf("seq %d refused, closing: %s", f.Seq, actuation.CodeOf(err))
 				_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 				writeError(c, f.Seq, err)
 			}
@@ -341,13 +346,13 @@ func (cn *conn) handshake() error {
 	_ = cn.c.SetReadDeadline(time.Now().Add(DefaultHandshakeWait))
 	f, err := protocol.ReadFrame(cn.c)
 	if err != nil {
-		if protocol.CodeOf(err) != "" {
+		if actuation.CodeOf(err) != "" {
 			return err
 		}
-		return protocol.Refusef(string(actuation.CodeHandshakeRequired), "no handshake: %v", err)
+		return actuation.Refusef(actuation.CodeHandshakeRequired, "no handshake: %v", err)
 	}
 	if f.Type != protocol.FrameHandshake {
-		return protocol.Refusef(string(actuation.CodeHandshakeRequired), "first frame is %s", f.Type)
+		return actuation.Refusef(actuation.CodeHandshakeRequired, "first frame is %s", f.Type)
 	}
 	deadline := time.Now().Add(time.Duration(f.DeadlineMS) * time.Millisecond)
 	var h protocol.Handshake
@@ -356,8 +361,8 @@ func (cn *conn) handshake() error {
 	}
 	want, epoch, err := cn.a.expected()
 	if err != nil {
-		if protocol.CodeOf(err) == "" {
-			return protocol.Refusef(string(actuation.CodeBindingUnavailable), "%v", err)
+		if actuation.CodeOf(err) == "" {
+			return actuation.Refusef(actuation.CodeBindingUnavailable, "%v", err)
 		}
 		return err
 	}
@@ -413,10 +418,10 @@ func isBulkOp(op protocol.Op) bool {
 func (cn *conn) request(f protocol.Frame) (func(), error) {
 	arrival := time.Now()
 	if f.Type != protocol.FrameRequest {
-		return nil, closeWith(protocol.Refusef(string(actuation.CodeUnexpectedFrame), "expected a request, got %s", f.Type))
+		return nil, closeWith(actuation.Refusef(actuation.CodeUnexpectedFrame, "expected a request, got %s", f.Type))
 	}
 	if f.Seq <= cn.lastSeq {
-		return nil, closeWith(protocol.Refusef(string(actuation.CodeSequenceReplayed), "sequence %d after %d", f.Seq, cn.lastSeq))
+		return nil, closeWith(actuation.Refusef(actuation.CodeSequenceReplayed, "sequence %d after %d", f.Seq, cn.lastSeq))
 	}
 	cn.lastSeq = f.Seq
 	deadline := arrival.Add(time.Duration(f.DeadlineMS) * time.Millisecond)
@@ -425,19 +430,19 @@ func (cn *conn) request(f protocol.Frame) (func(), error) {
 		return nil, closeWith(err)
 	}
 	if !req.Op.Known() {
-		return nil, closeWith(protocol.Refusef(string(actuation.CodeUnknownOperation), "operation %q", protocol.Truncate(string(req.Op))))
+		return nil, closeWith(actuation.Refusef(actuation.CodeUnknownOperation, "operation %q", protocol.Truncate(string(req.Op))))
 	}
 	if !protocol.ValidID(req.OpID) {
-		return nil, closeWith(protocol.Refusef(string(actuation.CodeMalformedPayload), "opID must be 1..%d of [A-Za-z0-9._-]", protocol.MaxIDLen))
+		return nil, closeWith(actuation.Refusef(actuation.CodeMalformedPayload, "opID must be 1..%d of [A-Za-z0-9._-]", protocol.MaxIDLen))
 	}
 	if req.Channel != cn.channel {
-		return nil, closeWith(protocol.Refusef(string(actuation.CodeChannelMismatch), "request bound to another channel"))
+		return nil, closeWith(actuation.Refusef(actuation.CodeChannelMismatch, "request bound to another channel"))
 	}
 	if cn.a.superseded(cn) {
-		return nil, closeWith(protocol.Refusef(string(actuation.CodeNonceMismatch), "the guest was re-bound: this channel's nonce is no longer its binding"))
+		return nil, closeWith(actuation.Refusef(actuation.CodeNonceMismatch, "the guest was re-bound: this channel's nonce is no longer its binding"))
 	}
 	if f.Count != 0 && req.Op != protocol.OpPatchStage {
-		return nil, closeWith(protocol.Refusef(string(actuation.CodeTransferMismatch), "%s takes no upload", req.Op))
+		return nil, closeWith(actuation.Refusef(actuation.CodeTransferMismatch, "%s takes no upload", req.Op))
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
@@ -457,7 +462,7 @@ func (cn *conn) request(f protocol.Frame) (func(), error) {
 // decodeArgs decodes the request's args strictly; a failure closes the connection.
 func decodeArgs(req *protocol.Request, v any) error {
 	if len(req.Args) == 0 {
-		return closeWith(protocol.Refusef(string(actuation.CodeMalformedPayload), "%s without args", req.Op))
+		return closeWith(actuation.Refusef(actuation.CodeMalformedPayload, "%s without args", req.Op))
 	}
 	if err := protocol.DecodeJSON(req.Args, v); err != nil {
 		return closeWith(err)
@@ -480,7 +485,7 @@ func (a *Agent) dispatch(ctx context.Context, cn *conn, f protocol.Frame, req *p
 			return refused(err), nil
 		}
 		if a.stopping.Load() {
-			return refused(protocol.Refusef(string(actuation.CodeShuttingDown), "agent is shutting down")), nil
+			return refused(actuation.Refusef(actuation.CodeShuttingDown, "agent is shutting down")), nil
 		}
 		return run(), nil
 	}
@@ -537,7 +542,7 @@ func (a *Agent) dispatch(ctx context.Context, cn *conn, f protocol.Frame, req *p
 		var args protocol.RebindArgs
 		return simple(&args, func() reply { return a.rebind(ctx, cn, &args) })
 	}
-	return reply{}, closeWith(protocol.Refusef(string(actuation.CodeUnknownOperation), "operation %q", req.Op))
+	return reply{}, closeWith(actuation.Refusef(actuation.CodeUnknownOperation, "operation %q", req.Op))
 }
 
 type emptyArgs struct{}

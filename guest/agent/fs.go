@@ -54,15 +54,15 @@ func openat2(dirfd int, rel string, flags int, mode uint32, resolve uint64) (int
 func mapErr(err error, rel string) error {
 	switch {
 	case errors.Is(err, unix.EXDEV), errors.Is(err, unix.ELOOP):
-		return fmt.Errorf("%w: %w", protocol.Refusef(string(actuation.CodeSymlinkEscape), "%q resolves outside the root (or through a refused link)", rel), err)
+		return fmt.Errorf("%w: %w", actuation.Refusef(actuation.CodeSymlinkEscape, "%q resolves outside the root (or through a refused link)", rel), err)
 	case errors.Is(err, unix.ENOENT):
-		return fmt.Errorf("%w: %w", protocol.Refusef(string(actuation.CodeNotFound), "%q", rel), err)
+		return fmt.Errorf("%w: %w", actuation.Refusef(actuation.CodeNotFound, "%q", rel), err)
 	case errors.Is(err, unix.ENOTDIR):
-		return fmt.Errorf("%w: %w", protocol.Refusef(string(actuation.CodeNotDirectory), "%q: a component is not a directory", rel), err)
+		return fmt.Errorf("%w: %w", actuation.Refusef(actuation.CodeNotDirectory, "%q: a component is not a directory", rel), err)
 	case errors.Is(err, unix.ENOSYS):
-		return fmt.Errorf("%w: %w", protocol.Refusef(string(actuation.CodeIOError), "openat2 unavailable; no string-path fallback"), err)
+		return fmt.Errorf("%w: %w", actuation.Refusef(actuation.CodeIOError, "openat2 unavailable; no string-path fallback"), err)
 	}
-	return fmt.Errorf("%w: %w", protocol.Refusef(string(actuation.CodeIOError), "%q", rel), err)
+	return fmt.Errorf("%w: %w", actuation.Refusef(actuation.CodeIOError, "%q", rel), err)
 }
 
 // openDir opens rel beneath the root as an O_PATH directory fd.
@@ -82,7 +82,7 @@ func (a *Agent) readFile(args *protocol.ReadArgs) reply {
 		return refused(mapErr(err, args.Path))
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return refused(protocol.Refusef(string(actuation.CodeNotRegularFile), "%q is not a regular file", args.Path))
+		return refused(actuation.Refusef(actuation.CodeNotRegularFile, "%q is not a regular file", args.Path))
 	}
 	size := st.Size
 	var n int64
@@ -143,7 +143,7 @@ var errStopWalk = errors.New("walk budget reached")
 
 func (w *walker) walk(dirfd int, rel string, depth int) error {
 	if depth > maxWalkDepth {
-		return protocol.Refusef(string(actuation.CodeTooLarge), "%q is nested deeper than %d", rel, maxWalkDepth)
+		return actuation.Refusef(actuation.CodeTooLarge, "%q is nested deeper than %d", rel, maxWalkDepth)
 	}
 	names, err := dirNames(dirfd, w.budget+1)
 	if err != nil {
@@ -151,7 +151,7 @@ func (w *walker) walk(dirfd int, rel string, depth int) error {
 	}
 	for _, name := range names {
 		if err := w.ctx.Err(); err != nil {
-			return protocol.Refusef(string(actuation.CodeDeadlineExceeded), "deadline passed during the walk")
+			return actuation.Refusef(actuation.CodeDeadlineExceeded, "deadline passed during the walk")
 		}
 		if w.budget == 0 {
 			w.trunc = true
@@ -172,7 +172,7 @@ func (w *walker) walk(dirfd int, rel string, depth int) error {
 		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			cfd, err := openat2(dirfd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0, resolveBeneath|unix.RESOLVE_NO_SYMLINKS)
 			if err != nil {
-				if protocol.CodeOf(err) == string(actuation.CodeNotFound) {
+				if actuation.CodeOf(err) == actuation.CodeNotFound {
 					continue
 				}
 				return err
@@ -311,7 +311,7 @@ func (a *Agent) export(ctx context.Context, args *protocol.ExportArgs) reply {
 		defer func() { _ = f.Close() }()
 		if _, err := io.CopyN(tw, f, st.Size); err != nil {
 			if errors.Is(err, io.EOF) {
-				return protocol.Refusef(string(actuation.CodeIOError), "%q shrank during export", rel)
+				return actuation.Refusef(actuation.CodeIOError, "%q shrank during export", rel)
 			}
 			return exportErr(err)
 		}
@@ -319,7 +319,7 @@ func (a *Agent) export(ctx context.Context, args *protocol.ExportArgs) reply {
 	}
 	if err := w.walk(dfd, "", 0); err != nil {
 		if errors.Is(err, errStopWalk) {
-			return refused(protocol.Refusef(string(actuation.CodeTooLarge), "subtree has more than %d entries", args.MaxEntries))
+			return refused(actuation.Refusef(actuation.CodeTooLarge, "subtree has more than %d entries", args.MaxEntries))
 		}
 		return refused(err)
 	}
@@ -330,11 +330,11 @@ func (a *Agent) export(ctx context.Context, args *protocol.ExportArgs) reply {
 }
 
 func exportErr(err error) error {
-	if protocol.CodeOf(err) == string(actuation.CodeTransferTooLarge) {
-		return protocol.Refusef(string(actuation.CodeTooLarge), "export exceeds its byte budget")
+	if actuation.CodeOf(err) == actuation.CodeTransferTooLarge {
+		return actuation.Refusef(actuation.CodeTooLarge, "export exceeds its byte budget")
 	}
-	if protocol.CodeOf(err) != "" {
+	if actuation.CodeOf(err) != "" {
 		return err
 	}
-	return fmt.Errorf("%w: %w", protocol.Refusef(string(actuation.CodeIOError), "export"), err)
+	return fmt.Errorf("%w: %w", actuation.Refusef(actuation.CodeIOError, "export"), err)
 }

@@ -43,10 +43,10 @@ func (p *proc) signalGroup(sig unix.Signal) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.done || p.pid == 0 {
-		return protocol.Refusef(string(actuation.CodeSessionNotRunning), "process has exited")
+		return actuation.Refusef(actuation.CodeSessionNotRunning, "process has exited")
 	}
 	if err := unix.Kill(-p.pid, sig); err != nil && !errors.Is(err, unix.ESRCH) {
-		return fmt.Errorf("%w: %w", protocol.Refusef(string(actuation.CodeIOError), "kill"), err)
+		return fmt.Errorf("%w: %w", actuation.Refusef(actuation.CodeIOError, "kill"), err)
 	}
 	return nil
 }
@@ -79,20 +79,20 @@ func (a *Agent) register(id string, isSession bool, limit int) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if _, dup := a.procs[id]; dup {
-		return protocol.Refusef(string(actuation.CodeSessionExists), "%q is already running", id)
+		return actuation.Refusef(actuation.CodeSessionExists, "%q is already running", id)
 	}
 	if _, dup := a.sessions[id]; dup {
-		return protocol.Refusef(string(actuation.CodeSessionExists), "%q is already a session", id)
+		return actuation.Refusef(actuation.CodeSessionExists, "%q is already a session", id)
 	}
 	if isSession {
 		if len(a.sessions) >= limit {
-			return protocol.Refusef(string(actuation.CodeSessionCapReached), "at most %d sessions", limit)
+			return actuation.Refusef(actuation.CodeSessionCapReached, "at most %d sessions", limit)
 		}
 		a.sessions[id] = nil // reserved
 		return nil
 	}
 	if len(a.procs) >= limit {
-		return protocol.Refusef(string(actuation.CodeProcessCapReached), "at most %d processes", limit)
+		return actuation.Refusef(actuation.CodeProcessCapReached, "at most %d processes", limit)
 	}
 	a.procs[id] = &proc{}
 	return nil
@@ -106,14 +106,14 @@ func envOrEmpty(env []string) []string {
 }
 
 func execErr(err error) error {
-	return fmt.Errorf("%w: %w", protocol.Refusef(string(actuation.CodeExecFailed), "%v", err), err)
+	return fmt.Errorf("%w: %w", actuation.Refusef(actuation.CodeExecFailed, "%v", err), err)
 }
 
 // openStartDir is the first step of starting a process or a terminal: refused while the
 // guest is quiesced, else the working directory cwd opened (the caller closes it).
 func (a *Agent) openStartDir(cwd string) (int, error) {
 	if a.quiesced.Load() {
-		return -1, protocol.Refusef(string(actuation.CodeQuiesced), "the guest is quiesced")
+		return -1, actuation.Refusef(actuation.CodeQuiesced, "the guest is quiesced")
 	}
 	return a.openDir(cwd)
 }
@@ -172,7 +172,7 @@ func (a *Agent) spawn(ctx context.Context, opID string, args *protocol.SpawnArgs
 	start := time.Now()
 	p.mu.Lock()
 	if p.revoked {
-		err = protocol.Refusef(string(actuation.CodeNonceMismatch), "the guest was re-bound before the process started")
+		err = actuation.Refusef(actuation.CodeNonceMismatch, "the guest was re-bound before the process started")
 	} else {
 		err = cmd.Start()
 	}
@@ -185,7 +185,7 @@ func (a *Agent) spawn(ctx context.Context, opID string, args *protocol.SpawnArgs
 	if err != nil {
 		_ = outR.Close()
 		_ = errR.Close()
-		if protocol.CodeOf(err) != "" {
+		if actuation.CodeOf(err) != "" {
 			return refused(err)
 		}
 		return refused(execErr(err))
@@ -265,7 +265,7 @@ func (a *Agent) spawn(ctx context.Context, opID string, args *protocol.SpawnArgs
 func (a *Agent) signal(args *protocol.SignalArgs) reply {
 	sig := unix.SignalNum(args.Signal)
 	if sig == 0 {
-		return refused(protocol.Refusef(string(actuation.CodeInvalidSpec), "signal %q", args.Signal))
+		return refused(actuation.Refusef(actuation.CodeInvalidSpec, "signal %q", args.Signal))
 	}
 	a.mu.Lock()
 	s := a.sessions[args.Target]
@@ -278,7 +278,7 @@ func (a *Agent) signal(args *protocol.SignalArgs) reply {
 	case p != nil:
 		err = p.signalGroup(sig)
 	default:
-		err = protocol.Refusef(string(actuation.CodeSessionUnknown), "no session or running process %q", args.Target)
+		err = actuation.Refusef(actuation.CodeSessionUnknown, "no session or running process %q", args.Target)
 	}
 	if err != nil {
 		return refused(err)

@@ -42,7 +42,7 @@ func (a *Agent) lookupSession(id string) (*session, error) {
 	defer a.mu.Unlock()
 	s := a.sessions[id]
 	if s == nil {
-		return nil, protocol.Refusef(string(actuation.CodeSessionUnknown), "no session %q", id)
+		return nil, actuation.Refusef(actuation.CodeSessionUnknown, "no session %q", id)
 	}
 	return s, nil
 }
@@ -58,7 +58,7 @@ func (a *Agent) runningSession(id string) (*session, error) {
 	exited := s.exited
 	s.mu.Unlock()
 	if exited {
-		return nil, protocol.Refusef(string(actuation.CodeSessionNotRunning), "session %q has exited", s.id)
+		return nil, actuation.Refusef(actuation.CodeSessionNotRunning, "session %q has exited", s.id)
 	}
 	return s, nil
 }
@@ -115,7 +115,7 @@ func (a *Agent) ptyOpen(args *protocol.PTYOpenArgs) reply {
 		_ = ptmx.Close()
 		_ = cmd.Wait()
 		cg.remove()
-		return refused(protocol.Refusef(string(actuation.CodeNonceMismatch), "the guest was re-bound while the session started"))
+		return refused(actuation.Refusef(actuation.CodeNonceMismatch, "the guest was re-bound while the session started"))
 	}
 	a.sessions[args.SessionID] = s
 	a.mu.Unlock()
@@ -182,7 +182,7 @@ func (a *Agent) ptyRead(ctx context.Context, args *protocol.PTYReadArgs) reply {
 		s.mu.Lock()
 		if args.Offset > s.total {
 			s.mu.Unlock()
-			return refused(protocol.Refusef(string(actuation.CodeInvalidSpec), "offset %d is beyond the stream end %d", args.Offset, s.total))
+			return refused(actuation.Refusef(actuation.CodeInvalidSpec, "offset %d is beyond the stream end %d", args.Offset, s.total))
 		}
 		if args.Offset == s.total && !s.exited {
 			if left := time.Until(waitUntil); left > 0 {
@@ -228,7 +228,7 @@ func (a *Agent) ptyInput(deadline time.Time, args *protocol.PTYInputArgs) reply 
 			code = string(actuation.CodeDeadlineExceeded)
 		}
 		if n == 0 {
-			return refused(fmt.Errorf("%w: %w", protocol.Refusef(code, "terminal input not written"), err))
+			return refused(fmt.Errorf("%w: %w", actuation.Refusef(actuation.Code(code), "terminal input not written"), err))
 		}
 		// Part of the input reached the terminal; what the program made of it is not known.
 		return unknown(code, err, protocol.PTYInputData{Written: uint32(n)})
@@ -243,7 +243,7 @@ func (a *Agent) ptyResize(args *protocol.PTYResizeArgs) reply {
 	}
 	// TIOCSWINSZ on the master; the kernel sends SIGWINCH to the foreground group.
 	if err := pty.Setsize(s.ptmx, &pty.Winsize{Rows: args.Rows, Cols: args.Cols}); err != nil {
-		return refused(fmt.Errorf("%w: %w", protocol.Refusef(string(actuation.CodeIOError), "resize"), err))
+		return refused(fmt.Errorf("%w: %w", actuation.Refusef(actuation.CodeIOError, "resize"), err))
 	}
 	return ok(protocol.Empty{}, nil)
 }

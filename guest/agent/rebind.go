@@ -79,7 +79,7 @@ func (a *Agent) rebind(ctx context.Context, cn *conn, args *protocol.RebindArgs)
 		return refused(err)
 	}
 	if epoch != cn.epoch {
-		return refused(protocol.Refusef(string(actuation.CodeNonceMismatch), "the guest was re-bound: this channel's nonce is no longer its binding"))
+		return refused(actuation.Refusef(actuation.CodeNonceMismatch, "the guest was re-bound: this channel's nonce is no longer its binding"))
 	}
 	next := args.Binding
 	if err := cur.CheckRebind(&next); err != nil {
@@ -87,11 +87,11 @@ func (a *Agent) rebind(ctx context.Context, cn *conn, args *protocol.RebindArgs)
 	}
 	if a.cfg.LocalCID != nil {
 		if cid, err := a.cfg.LocalCID(); err != nil || cid != next.GuestCID {
-			return refused(protocol.Refusef(string(actuation.CodeCIDMismatch), "rebind names CID %d, this guest is CID %d (%v)", next.GuestCID, cid, err))
+			return refused(actuation.Refusef(actuation.CodeCIDMismatch, "rebind names CID %d, this guest is CID %d (%v)", next.GuestCID, cid, err))
 		}
 	}
 	if err := a.persistBinding(next); err != nil {
-		return refused(fmt.Errorf("%w: %w", protocol.Refusef(string(actuation.CodeIOError), "persist the rebind"), err))
+		return refused(fmt.Errorf("%w: %w", actuation.Refusef(actuation.CodeIOError, "persist the rebind"), err))
 	}
 	a.bindMu.Lock()
 	a.binding = &next

@@ -90,13 +90,13 @@ func (s *stageStore) reserve(ref string, n uint64) (exists bool, err error) {
 		return true, nil
 	}
 	if _, ok := s.inflight[ref]; ok {
-		return false, protocol.Refusef(string(actuation.CodeStageInFlight), "the same stage is being uploaded on another connection")
+		return false, actuation.Refusef(actuation.CodeStageInFlight, "the same stage is being uploaded on another connection")
 	}
 	if len(s.sizes)+len(s.inflight) >= protocol.MaxStages {
-		return false, protocol.Refusef(string(actuation.CodeStageCapReached), "at most %d stages are retained", protocol.MaxStages)
+		return false, actuation.Refusef(actuation.CodeStageCapReached, "at most %d stages are retained", protocol.MaxStages)
 	}
 	if s.bytes+s.reserved+n > protocol.MaxStageBytes {
-		return false, protocol.Refusef(string(actuation.CodeStageCapReached), "stages would hold %d bytes, at most %d", s.bytes+s.reserved+n, protocol.MaxStageBytes)
+		return false, actuation.Refusef(actuation.CodeStageCapReached, "stages would hold %d bytes, at most %d", s.bytes+s.reserved+n, protocol.MaxStageBytes)
 	}
 	s.inflight[ref] = n
 	s.inflightAt[ref] = s.epoch
@@ -146,7 +146,7 @@ func (s *stageStore) publish(ref, tmp string, n uint64, epoch uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if at, ok := s.inflightAt[ref]; !ok || at != epoch || epoch != s.epoch {
-		return protocol.Refusef(string(actuation.CodeNonceMismatch), "the guest was re-bound during the upload; the stage is dropped")
+		return actuation.Refusef(actuation.CodeNonceMismatch, "the guest was re-bound during the upload; the stage is dropped")
 	}
 	if err := os.Rename(tmp, s.path(ref)); err != nil {
 		return err
@@ -176,14 +176,14 @@ func (a *Agent) patchStage(ctx context.Context, cn *conn, f protocol.Frame, req 
 		fr, err := protocol.ReadFrame(cn.c)
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			return fr, fmt.Errorf("%w: %w", protocol.Refusef(string(actuation.CodeDeadlineExceeded), "upload did not complete within the request deadline"), err)
+			return fr, fmt.Errorf("%w: %w", actuation.Refusef(actuation.CodeDeadlineExceeded, "upload did not complete within the request deadline"), err)
 		}
 		return fr, err
 	}
 	receive := func(sink io.Writer) error {
 		err := protocol.ReadTransfer(next, f.Seq, args.Content, f.Count, protocol.MaxStageBytes, sink)
-		if err != nil && protocol.CodeOf(err) == string(actuation.CodeTransferIncomplete) && errors.Is(err, &protocol.Refusal{Code: string(actuation.CodeDeadlineExceeded)}) {
-			return protocol.Refusef(string(actuation.CodeDeadlineExceeded), "upload did not complete within the request deadline")
+		if err != nil && actuation.CodeOf(err) == actuation.CodeTransferIncomplete && errors.Is(err, &actuation.Refusal{Code: actuation.CodeDeadlineExceeded}) {
+			return actuation.Refusef(actuation.CodeDeadlineExceeded, "upload did not complete within the request deadline")
 		}
 		return err
 	}
@@ -197,7 +197,7 @@ func (a *Agent) patchStage(ctx context.Context, cn *conn, f protocol.Frame, req 
 		return drainRefuse(err)
 	}
 	if a.stopping.Load() {
-		return drainRefuse(protocol.Refusef(string(actuation.CodeShuttingDown), "agent is shutting down"))
+		return drainRefuse(actuation.Refusef(actuation.CodeShuttingDown, "agent is shutting down"))
 	}
 	ref := protocol.StageRef(args.Target, args.Content.Bytes, args.Content.Digest)
 	epoch := a.stages.currentEpoch()
@@ -217,7 +217,7 @@ func (a *Agent) patchStage(ctx context.Context, cn *conn, f protocol.Frame, req 
 	tmp, err := os.CreateTemp(a.stages.dir, tmpPrefix)
 	if err != nil {
 		a.stages.release(ref)
-		return drainRefuse(fmt.Errorf("%w: %w", protocol.Refusef(string(actuation.CodeIOError), "stage temp file"), err))
+		return drainRefuse(fmt.Errorf("%w: %w", actuation.Refusef(actuation.CodeIOError, "stage temp file"), err))
 	}
 	published := false
 	defer func() {
@@ -228,25 +228,25 @@ func (a *Agent) patchStage(ctx context.Context, cn *conn, f protocol.Frame, req 
 		}
 	}()
 	if err := receive(tmp); err != nil {
-		if protocol.CodeOf(err) == "" {
+		if actuation.CodeOf(err) == "" {
 			// A local write failure: the stream is still in step only if every chunk was
 			// consumed, which we cannot know here; close.
-			err = fmt.Errorf("%w: %w", protocol.Refusef(string(actuation.CodeIOError), "stage write"), err)
+			err = fmt.Errorf("%w: %w", actuation.Refusef(actuation.CodeIOError, "stage write"), err)
 		}
 		return reply{}, closeWith(err)
 	}
 	_ = cn.c.SetReadDeadline(time.Time{})
 	if err := tmp.Sync(); err != nil {
-		return refused(fmt.Errorf("%w: %w", protocol.Refusef(string(actuation.CodeIOError), "stage sync"), err)), nil
+		return refused(fmt.Errorf("%w: %w", actuation.Refusef(actuation.CodeIOError, "stage sync"), err)), nil
 	}
 	if err := tmp.Close(); err != nil {
-		return refused(fmt.Errorf("%w: %w", protocol.Refusef(string(actuation.CodeIOError), "stage close"), err)), nil
+		return refused(fmt.Errorf("%w: %w", actuation.Refusef(actuation.CodeIOError, "stage close"), err)), nil
 	}
 	if err := a.stages.publish(ref, tmp.Name(), args.Content.Bytes, epoch); err != nil {
-		if protocol.CodeOf(err) != "" {
+		if actuation.CodeOf(err) != "" {
 			return refused(err), nil
 		}
-		return refused(fmt.Errorf("%w: %w", protocol.Refusef(string(actuation.CodeIOError), "stage publish"), err)), nil
+		return refused(fmt.Errorf("%w: %w", actuation.Refusef(actuation.CodeIOError, "stage publish"), err)), nil
 	}
 	published = true
 	n, b := a.stages.usage()
@@ -275,19 +275,19 @@ func (a *Agent) patchApply(args *protocol.ApplyArgs) reply {
 	_, have := a.stages.sizes[args.Ref]
 	a.stages.mu.Unlock()
 	if !have {
-		return refused(protocol.Refusef(string(actuation.CodeStageUnknown), "no stage %s", args.Ref))
+		return refused(actuation.Refusef(actuation.CodeStageUnknown, "no stage %s", args.Ref))
 	}
 	content, err := os.ReadFile(a.stages.path(args.Ref))
 	if err != nil {
-		return refused(fmt.Errorf("%w: %w", protocol.Refusef(string(actuation.CodeStageUnknown), "stage unreadable"), err))
+		return refused(fmt.Errorf("%w: %w", actuation.Refusef(actuation.CodeStageUnknown, "stage unreadable"), err))
 	}
 	if protocol.StageRef(args.Target, uint64(len(content)), protocol.DigestOf(content)) != args.Ref {
-		return refused(protocol.Refusef(string(actuation.CodeStageUnknown), "stage %s does not bind target %q (or was damaged)", args.Ref, args.Target))
+		return refused(actuation.Refusef(actuation.CodeStageUnknown, "stage %s does not bind target %q (or was damaged)", args.Ref, args.Target))
 	}
 	dir, base := filepath.Split(args.Target)
 	// O_RDONLY (not O_PATH) so the directory can be fsynced after the rename.
 	pfd, err := openat2(a.rootFd, strings.TrimSuffix(dir, "/"), unix.O_RDONLY|unix.O_DIRECTORY, 0, resolveBeneath)
-	if err != nil && args.Base == protocol.BaseAbsent && protocol.CodeOf(err) == string(actuation.CodeNotFound) {
+	if err != nil && args.Base == protocol.BaseAbsent && actuation.CodeOf(err) == actuation.CodeNotFound {
 		// A create in a directory that does not exist yet: its missing parents are made
 		// (beneath the root, one component at a time, never through a link), as the host
 		// backends do for a created file.
@@ -304,18 +304,18 @@ func (a *Agent) patchApply(args *protocol.ApplyArgs) reply {
 	switch err := unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); {
 	case err == nil:
 		if args.Base == protocol.BaseAbsent {
-			return refused(protocol.Refusef(string(actuation.CodeBaseMismatch), "%q exists; base says absent", args.Target))
+			return refused(actuation.Refusef(actuation.CodeBaseMismatch, "%q exists; base says absent", args.Target))
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFREG {
-			return refused(protocol.Refusef(string(actuation.CodeNotRegularFile), "%q is not a regular file", args.Target))
+			return refused(actuation.Refusef(actuation.CodeNotRegularFile, "%q is not a regular file", args.Target))
 		}
 		if d := hashAt(pfd, base, st.Size, protocol.MaxTransfer); d != args.Base {
-			return refused(protocol.Refusef(string(actuation.CodeBaseMismatch), "%q does not have the base content", args.Target))
+			return refused(actuation.Refusef(actuation.CodeBaseMismatch, "%q does not have the base content", args.Target))
 		}
 		mode = st.Mode & 0o7777
 	case errors.Is(err, unix.ENOENT):
 		if args.Base != protocol.BaseAbsent {
-			return refused(protocol.Refusef(string(actuation.CodeBaseMismatch), "%q does not exist", args.Target))
+			return refused(actuation.Refusef(actuation.CodeBaseMismatch, "%q does not exist", args.Target))
 		}
 	default:
 		return refused(mapErr(err, args.Target))
@@ -329,19 +329,19 @@ func (a *Agent) patchApply(args *protocol.ApplyArgs) reply {
 	cleanup := func() { _ = tf.Close(); _ = unix.Unlinkat(pfd, tmpName, 0) } // the write already failed
 	if _, err := io.Copy(tf, bytes.NewReader(content)); err != nil {
 		cleanup()
-		return refused(fmt.Errorf("%w: %w", protocol.Refusef(string(actuation.CodeIOError), "write"), err))
+		return refused(fmt.Errorf("%w: %w", actuation.Refusef(actuation.CodeIOError, "write"), err))
 	}
 	if err := unix.Fchmod(tfd, mode); err != nil {
 		cleanup()
-		return refused(fmt.Errorf("%w: %w", protocol.Refusef(string(actuation.CodeIOError), "chmod"), err))
+		return refused(fmt.Errorf("%w: %w", actuation.Refusef(actuation.CodeIOError, "chmod"), err))
 	}
 	if err := tf.Sync(); err != nil {
 		cleanup()
-		return refused(fmt.Errorf("%w: %w", protocol.Refusef(string(actuation.CodeIOError), "sync"), err))
+		return refused(fmt.Errorf("%w: %w", actuation.Refusef(actuation.CodeIOError, "sync"), err))
 	}
 	if err := tf.Close(); err != nil {
 		_ = unix.Unlinkat(pfd, tmpName, 0)
-		return refused(fmt.Errorf("%w: %w", protocol.Refusef(string(actuation.CodeIOError), "close"), err))
+		return refused(fmt.Errorf("%w: %w", actuation.Refusef(actuation.CodeIOError, "close"), err))
 	}
 	flags := uint(0)
 	if args.Base == protocol.BaseAbsent {
@@ -349,12 +349,12 @@ func (a *Agent) patchApply(args *protocol.ApplyArgs) reply {
 	} else if d := hashAt(pfd, base, st.Size, protocol.MaxTransfer); d != args.Base {
 		// Re-checked right before the rename to narrow the window a concurrent writer has.
 		_ = unix.Unlinkat(pfd, tmpName, 0)
-		return refused(protocol.Refusef(string(actuation.CodeBaseMismatch), "%q changed before apply", args.Target))
+		return refused(actuation.Refusef(actuation.CodeBaseMismatch, "%q changed before apply", args.Target))
 	}
 	if err := unix.Renameat2(pfd, tmpName, pfd, base, flags); err != nil {
 		_ = unix.Unlinkat(pfd, tmpName, 0)
 		if errors.Is(err, unix.EEXIST) {
-			return refused(protocol.Refusef(string(actuation.CodeBaseMismatch), "%q appeared before apply", args.Target))
+			return refused(actuation.Refusef(actuation.CodeBaseMismatch, "%q appeared before apply", args.Target))
 		}
 		return refused(mapErr(err, args.Target))
 	}
@@ -378,7 +378,7 @@ func (a *Agent) mkdirParents(rel string) error {
 	defer func() { unix.Close(fd) }()
 	for _, c := range strings.Split(rel, "/") {
 		if c == "" || c == "." || c == ".." {
-			return protocol.Refusef(string(actuation.CodeSymlinkEscape), "%q: component %q", rel, c)
+			return actuation.Refusef(actuation.CodeSymlinkEscape, "%q: component %q", rel, c)
 		}
 		if err := unix.Mkdirat(fd, c, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
 			return mapErr(err, rel)

@@ -36,7 +36,53 @@ var (
 	ErrProtocol = errors.New("guestclient: guest protocol violation")
 	// ErrBroken: the channel was closed by an earlier failure.
 	ErrBroken = errors.New("guestclient: channel closed")
+	// ErrGuestRefused is the Cause of every *actuation.Refusal this package returns: the
+	// guest's refusal (an error frame or a refused result, converted here from its wire
+	// code and message), or a refusal of the guest protocol's rules made on this side
+	// (arguments checked before sending, which carry the code the guest would answer, and
+	// a guest answer refused while it is read). It tells a refusal in the guest's words
+	// from the broker's or the host's own (GuestCode), by a marker, not by a type.
+	ErrGuestRefused = errors.New("guest protocol refusal")
 )
+
+// GuestCode returns the code of err's first refusal when that refusal came from the guest
+// protocol (its Cause is ErrGuestRefused and holds no other refusal), or "" when err
+// carries no refusal or its first one is the broker's or the host's (e.g. a node refusal
+// that wraps a guest one it was mapped from).
+func GuestCode(err error) actuation.Code {
+	var r *actuation.Refusal
+	if !errors.As(err, &r) || r == nil || !errors.Is(r.Cause, ErrGuestRefused) || actuation.CodeOf(r.Cause) != "" {
+		return ""
+	}
+	return r.Code
+}
+
+// fromWire converts a refusal's wire code and message (an error frame, a refused result)
+// into the tree's refusal. A code outside actuation's closed vocabulary is a protocol
+// violation: an untrusted guest does not extend the vocabulary the node reports.
+func fromWire(code, message string) error {
+	c := actuation.Code(code)
+	if !actuation.IsKnownCode(c) {
+		return fmt.Errorf("%w: refusal code %q outside the vocabulary", ErrProtocol, protocol.Truncate(code))
+	}
+	return &actuation.Refusal{Code: c, Message: protocol.Truncate(message), Cause: ErrGuestRefused}
+}
+
+// refusef builds a refusal of the guest protocol's rules made on this side.
+func refusef(code actuation.Code, format string, args ...any) *actuation.Refusal {
+	return &actuation.Refusal{Code: code, Message: fmt.Sprintf(format, args...), Cause: ErrGuestRefused}
+}
+
+// marked marks the first refusal in err, one the protocol package's checks returned (a
+// fresh value per call, owned by the caller), as a guest protocol refusal. Errors
+// without a refusal, and refusals with a cause of their own, are returned as they are.
+func marked(err error) error {
+	var r *actuation.Refusal
+	if errors.As(err, &r) && r != nil && r.Cause == nil {
+		r.Cause = ErrGuestRefused
+	}
+	return err
+}
 
 // UnknownError is an unknown outcome reported by the guest (or inferred by the host).
 type UnknownError struct {
@@ -93,7 +139,7 @@ func WaitReady(ctx context.Context, ep Endpoint, b protocol.Binding, interval ti
 		if err == nil {
 			return cl, attempt, nil
 		}
-		if protocol.CodeOf(err) != "" || errors.Is(err, ErrEndpointReplaced) || errors.Is(err, ErrProtocol) {
+		if GuestCode(err) != "" || errors.Is(err, ErrEndpointReplaced) || errors.Is(err, ErrProtocol) {
 			return nil, attempt, err
 		}
 		t := time.NewTimer(interval)
@@ -110,7 +156,7 @@ func WaitReady(ctx context.Context, ep Endpoint, b protocol.Binding, interval ti
 // Client owns conn.
 func Handshake(ctx context.Context, conn net.Conn, b protocol.Binding) (*Client, error) {
 	if err := b.Validate(); err != nil {
-		return nil, fmt.Errorf("guestclient: own binding: %w", err)
+		return nil, fmt.Errorf("guestclient: own binding: %w", marked(err))
 	}
 	deadline, ok := ctx.Deadline()
 	if !ok {
@@ -127,11 +173,11 @@ func Handshake(ctx context.Context, conn net.Conn, b protocol.Binding) (*Client,
 	}
 	_ = conn.SetDeadline(deadline)
 	if err := protocol.WriteFrame(conn, &protocol.Frame{Header: protocol.Header{Type: protocol.FrameHandshake, DeadlineMS: uint32(ms)}, Payload: p}); err != nil {
-		return nil, fmt.Errorf("guestclient: handshake: %w", err)
+		return nil, fmt.Errorf("guestclient: handshake: %w", marked(err))
 	}
 	f, err := protocol.ReadFrame(conn)
 	if err != nil {
-		return nil, fmt.Errorf("guestclient: handshake answer: %w", err)
+		return nil, fmt.Errorf("guestclient: handshake answer: %w", marked(err))
 	}
 	_ = conn.SetDeadline(time.Time{})
 	if f.Seq != 0 {
@@ -146,17 +192,17 @@ func Handshake(ctx context.Context, conn net.Conn, b protocol.Binding) (*Client,
 	}
 	var res protocol.Result
 	if err := protocol.DecodeJSON(f.Payload, &res); err != nil {
-		return nil, fmt.Errorf("%w: handshake result: %w", ErrProtocol, err)
+		return nil, fmt.Errorf("%w: handshake result: %w", ErrProtocol, marked(err))
 	}
 	if res.Outcome != protocol.OutcomeSucceeded || f.Count != 0 || res.Bulk != nil {
 		return nil, fmt.Errorf("%w: handshake result outcome %q", ErrProtocol, res.Outcome)
 	}
 	var ack protocol.HandshakeAck
 	if err := protocol.DecodeJSON(res.Data, &ack); err != nil {
-		return nil, fmt.Errorf("%w: handshake ack: %w", ErrProtocol, err)
+		return nil, fmt.Errorf("%w: handshake ack: %w", ErrProtocol, marked(err))
 	}
 	if err := ack.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: handshake ack: %w", ErrProtocol, err)
+		return nil, fmt.Errorf("%w: handshake ack: %w", ErrProtocol, marked(err))
 	}
 	return &Client{conn: conn, binding: b, ack: ack}, nil
 }
@@ -166,7 +212,7 @@ func decodeErrorFrame(f protocol.Frame) error {
 	if err := protocol.DecodeJSON(f.Payload, &ep); err != nil || ep.Code == "" || len(ep.Code) > 64 {
 		return fmt.Errorf("%w: undecodable error frame", ErrProtocol)
 	}
-	return &protocol.Refusal{Code: ep.Code, Message: protocol.Truncate(ep.Message)}
+	return fromWire(ep.Code, ep.Message)
 }
 
 // Ack is the guest's handshake answer (untrusted, validated for form).
@@ -194,7 +240,8 @@ func (c *Client) breakWith(err error) error {
 }
 
 // call is one request: it returns the validated result envelope and the bulk bytes (at
-// most bulkLimit), or an error: *protocol.Refusal for a refused outcome or an error frame,
+// most bulkLimit), or an error: an *actuation.Refusal whose Cause is ErrGuestRefused for a
+// refused outcome or an error frame,
 // *UnknownError for an unknown outcome, ErrProtocol for a guest violation.
 type call struct {
 	op        protocol.Op
@@ -257,7 +304,7 @@ func (c *Client) do(ctx context.Context, k call) (protocol.Result, []byte, error
 	count := uint32(0)
 	if k.upload != nil {
 		if uint64(len(k.upload)) > protocol.MaxTransfer {
-			return protocol.Result{}, nil, protocol.Refusef(string(actuation.CodeTransferTooLarge), "upload of %d bytes exceeds %d", len(k.upload), protocol.MaxTransfer)
+			return protocol.Result{}, nil, refusef(actuation.CodeTransferTooLarge, "upload of %d bytes exceeds %d", len(k.upload), protocol.MaxTransfer)
 		}
 		count = protocol.ChunkCount(uint64(len(k.upload)))
 	}
@@ -266,19 +313,19 @@ func (c *Client) do(ctx context.Context, k call) (protocol.Result, []byte, error
 	_ = c.conn.SetWriteDeadline(deadline)
 	req := protocol.Frame{Header: protocol.Header{Type: protocol.FrameRequest, Seq: seq, DeadlineMS: ms, Count: count}, Payload: p}
 	if err := protocol.WriteFrame(c.conn, &req); err != nil {
-		return protocol.Result{}, nil, c.breakWith(fmt.Errorf("%s: request not delivered: %w", k.op, err))
+		return protocol.Result{}, nil, c.breakWith(fmt.Errorf("%s: request not delivered: %w", k.op, marked(err)))
 	}
 	if count > 0 {
 		if err := protocol.WriteTransfer(c.conn, seq, k.upload); err != nil {
 			// Nothing is published by a partial upload.
-			return protocol.Result{}, nil, c.breakWith(fmt.Errorf("%s: upload: %w", k.op, err))
+			return protocol.Result{}, nil, c.breakWith(fmt.Errorf("%s: upload: %w", k.op, marked(err)))
 		}
 	}
 	_ = c.conn.SetReadDeadline(deadline.Add(ReportGrace))
 	f, err := protocol.ReadFrame(c.conn)
 	if err != nil {
-		if protocol.CodeOf(err) != "" {
-			return protocol.Result{}, nil, c.breakWith(fmt.Errorf("%w: %s result: %w", ErrProtocol, k.op, err))
+		if actuation.CodeOf(err) != "" {
+			return protocol.Result{}, nil, c.breakWith(fmt.Errorf("%w: %s result: %w", ErrProtocol, k.op, marked(err)))
 		}
 		return protocol.Result{}, nil, c.breakWith(&UnknownError{Op: k.op, Code: string(actuation.CodeDeadlineExceeded), Message: "no result: " + err.Error()})
 	}
@@ -294,7 +341,7 @@ func (c *Client) do(ctx context.Context, k call) (protocol.Result, []byte, error
 	}
 	var res protocol.Result
 	if err := protocol.DecodeJSON(f.Payload, &res); err != nil {
-		return protocol.Result{}, nil, c.breakWith(fmt.Errorf("%w: %s result: %w", ErrProtocol, k.op, err))
+		return protocol.Result{}, nil, c.breakWith(fmt.Errorf("%w: %s result: %w", ErrProtocol, k.op, marked(err)))
 	}
 	if !res.Outcome.Valid() || res.Op != k.op || res.OpID != k.opID ||
 		(res.Outcome == protocol.OutcomeSucceeded) != (res.Code == "") || len(res.Code) > 64 {
@@ -312,7 +359,7 @@ func (c *Client) do(ctx context.Context, k call) (protocol.Result, []byte, error
 		}
 		next := func() (protocol.Frame, error) { return protocol.ReadFrame(c.conn) }
 		if err := protocol.ReadTransfer(next, seq, *res.Bulk, f.Count, k.bulkLimit, sink); err != nil {
-			return protocol.Result{}, nil, c.breakWith(fmt.Errorf("%w: %s bulk: %w", ErrProtocol, k.op, err))
+			return protocol.Result{}, nil, c.breakWith(fmt.Errorf("%w: %s bulk: %w", ErrProtocol, k.op, marked(err)))
 		}
 		bulk = buf.Bytes()
 		if bulk == nil && k.sink == nil {
@@ -324,7 +371,11 @@ func (c *Client) do(ctx context.Context, k call) (protocol.Result, []byte, error
 	_ = c.conn.SetDeadline(time.Time{})
 	switch res.Outcome {
 	case protocol.OutcomeRefused:
-		return res, nil, &protocol.Refusal{Code: res.Code, Message: protocol.Truncate(res.Message)}
+		err := fromWire(res.Code, res.Message)
+		if errors.Is(err, ErrProtocol) {
+			err = c.breakWith(fmt.Errorf("%s result: %w", k.op, err))
+		}
+		return res, nil, err
 	case protocol.OutcomeUnknown:
 		return res, bulk, &UnknownError{Op: k.op, Code: res.Code, Message: protocol.Truncate(res.Message), Data: res.Data}
 	}
@@ -336,7 +387,7 @@ func (c *Client) data(res protocol.Result, v any) error {
 	if err := protocol.DecodeJSON(res.Data, v); err != nil {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		return c.breakWith(fmt.Errorf("%w: %s data: %w", ErrProtocol, res.Op, err))
+		return c.breakWith(fmt.Errorf("%w: %s data: %w", ErrProtocol, res.Op, marked(err)))
 	}
 	return nil
 }

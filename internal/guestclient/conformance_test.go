@@ -478,7 +478,7 @@ func TestSignalRunningSpawn(t *testing.T) {
 		if err == nil {
 			break
 		}
-		if protocol.CodeOf(err) != string(actuation.CodeSessionUnknown) || time.Now().After(end) {
+		if string(GuestCode(err)) != string(actuation.CodeSessionUnknown) || time.Now().After(end) {
 			t.Fatal(err)
 		}
 	}

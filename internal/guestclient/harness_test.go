@@ -261,7 +261,7 @@ func (r *raw) expectError(code string) {
 
 func wantRefusal(t *testing.T, err error, code string) {
 	t.Helper()
-	if got := protocol.CodeOf(err); got != code {
+	if got := string(GuestCode(err)); got != code {
 		t.Fatalf("want refusal %q, got %v", code, err)
 	}
 }

@@ -49,18 +49,18 @@ func decodeEntries(r io.Reader, max uint32) ([]protocol.Entry, error) {
 	window := func() { w.limit = dec.InputOffset() + MaxEntryJSON }
 	fail := func(err error) error {
 		if errors.Is(err, errWindow) {
-			return protocol.Refusef(string(actuation.CodeAnswerOverBound), "listing element at byte %d above %d bytes", dec.InputOffset(), MaxEntryJSON)
+			return refusef(actuation.CodeAnswerOverBound, "listing element at byte %d above %d bytes", dec.InputOffset(), MaxEntryJSON)
 		}
-		if code := protocol.CodeOf(err); code != "" {
-			return err
+		if actuation.CodeOf(err) != "" {
+			return marked(err)
 		}
-		return protocol.Refusef(string(actuation.CodeMalformedPayload), "listing: %s", protocol.Truncate(err.Error()))
+		return refusef(actuation.CodeMalformedPayload, "listing: %s", protocol.Truncate(err.Error()))
 	}
 	window()
 	if t, err := dec.Token(); err != nil {
 		return nil, fail(err)
 	} else if d, ok := t.(json.Delim); !ok || d != '[' {
-		return nil, protocol.Refusef(string(actuation.CodeMalformedPayload), "listing is not a JSON array")
+		return nil, refusef(actuation.CodeMalformedPayload, "listing is not a JSON array")
 	}
 	entries := make([]protocol.Entry, 0, min(max, 1024))
 	for {
@@ -69,7 +69,7 @@ func decodeEntries(r io.Reader, max uint32) ([]protocol.Entry, error) {
 			break
 		}
 		if uint32(len(entries)) >= max {
-			return nil, protocol.Refusef(string(actuation.CodeAnswerOverBound), "listing holds more than the %d entries asked for", max)
+			return nil, refusef(actuation.CodeAnswerOverBound, "listing holds more than the %d entries asked for", max)
 		}
 		var e protocol.Entry
 		if err := dec.Decode(&e); err != nil {
@@ -80,12 +80,12 @@ func decodeEntries(r io.Reader, max uint32) ([]protocol.Entry, error) {
 	if t, err := dec.Token(); err != nil {
 		return nil, fail(err)
 	} else if d, ok := t.(json.Delim); !ok || d != ']' {
-		return nil, protocol.Refusef(string(actuation.CodeMalformedPayload), "listing is not a JSON array")
+		return nil, refusef(actuation.CodeMalformedPayload, "listing is not a JSON array")
 	}
 	window()
 	if _, err := dec.Token(); err != io.EOF {
 		if err == nil {
-			return nil, protocol.Refusef(string(actuation.CodeMalformedPayload), "trailing data after the listing")
+			return nil, refusef(actuation.CodeMalformedPayload, "trailing data after the listing")
 		}
 		return nil, fail(err)
 	}

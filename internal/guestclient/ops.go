@@ -26,7 +26,7 @@ func (c *Client) Spawn(ctx context.Context, opID string, args protocol.SpawnArgs
 		return nil, fmt.Errorf("spawn: %w", err)
 	}
 	if err := args.Validate(ms); err != nil {
-		return nil, err
+		return nil, marked(err)
 	}
 	res, bulk, err := c.do(ctx, call{op: protocol.OpSpawn, opID: opID, args: args, bulkLimit: uint64(max(args.OutputMax, 1)), deadline: deadline, ms: ms})
 	if err != nil {
@@ -61,7 +61,7 @@ func validSignalName(s string) bool {
 func (c *Client) PTYOpen(ctx context.Context, opID string, args protocol.PTYOpenArgs) (protocol.PTYOpenData, error) {
 	var d protocol.PTYOpenData
 	if err := args.Validate(); err != nil {
-		return d, err
+		return d, marked(err)
 	}
 	res, _, err := c.do(ctx, call{op: protocol.OpPTYOpen, opID: opID, args: args})
 	if err != nil {
@@ -80,7 +80,7 @@ func (c *Client) PTYOpen(ctx context.Context, opID string, args protocol.PTYOpen
 func (c *Client) PTYRead(ctx context.Context, opID string, args protocol.PTYReadArgs) (protocol.PTYReadData, []byte, error) {
 	var d protocol.PTYReadData
 	if err := args.Validate(); err != nil {
-		return d, nil, err
+		return d, nil, marked(err)
 	}
 	res, bulk, err := c.do(ctx, call{op: protocol.OpPTYRead, opID: opID, args: args, bulkLimit: uint64(args.Max)})
 	if err != nil {
@@ -100,7 +100,7 @@ func (c *Client) PTYInput(ctx context.Context, opID, sessionID string, data []by
 	args := protocol.PTYInputArgs{SessionID: sessionID, Data: data}
 	var d protocol.PTYInputData
 	if err := args.Validate(); err != nil {
-		return d, err
+		return d, marked(err)
 	}
 	res, _, err := c.do(ctx, call{op: protocol.OpPTYInput, opID: opID, args: args})
 	if err != nil {
@@ -119,7 +119,7 @@ func (c *Client) PTYInput(ctx context.Context, opID, sessionID string, data []by
 func (c *Client) PTYResize(ctx context.Context, opID, sessionID string, rows, cols uint16) error {
 	args := protocol.PTYResizeArgs{SessionID: sessionID, Rows: rows, Cols: cols}
 	if err := args.Validate(); err != nil {
-		return err
+		return marked(err)
 	}
 	_, _, err := c.do(ctx, call{op: protocol.OpPTYResize, opID: opID, args: args})
 	return err
@@ -129,7 +129,7 @@ func (c *Client) PTYResize(ctx context.Context, opID, sessionID string, rows, co
 func (c *Client) PTYClose(ctx context.Context, opID, sessionID string) error {
 	args := protocol.SessionArgs{SessionID: sessionID}
 	if err := args.Validate(); err != nil {
-		return err
+		return marked(err)
 	}
 	_, _, err := c.do(ctx, call{op: protocol.OpPTYClose, opID: opID, args: args})
 	return err
@@ -139,7 +139,7 @@ func (c *Client) PTYClose(ctx context.Context, opID, sessionID string) error {
 func (c *Client) Signal(ctx context.Context, opID, target, signal string) error {
 	args := protocol.SignalArgs{Target: target, Signal: signal}
 	if err := args.Validate(); err != nil {
-		return err
+		return marked(err)
 	}
 	_, _, err := c.do(ctx, call{op: protocol.OpSignal, opID: opID, args: args})
 	return err
@@ -158,7 +158,7 @@ type SnapshotResult struct {
 // transfer itself is bounded by what args.MaxEntries entries can take.
 func (c *Client) Snapshot(ctx context.Context, opID string, args protocol.SnapshotArgs) (*SnapshotResult, error) {
 	if err := args.Validate(); err != nil {
-		return nil, err
+		return nil, marked(err)
 	}
 	pr, pw := io.Pipe()
 	type decoded struct {
@@ -217,7 +217,7 @@ func (c *Client) Snapshot(ctx context.Context, opID string, args protocol.Snapsh
 func (c *Client) ReadFile(ctx context.Context, opID string, args protocol.ReadArgs) (protocol.ReadData, []byte, error) {
 	var d protocol.ReadData
 	if err := args.Validate(); err != nil {
-		return d, nil, err
+		return d, nil, marked(err)
 	}
 	res, bulk, err := c.do(ctx, call{op: protocol.OpFileRead, opID: opID, args: args, bulkLimit: args.Max})
 	if err != nil {
@@ -239,7 +239,7 @@ func (c *Client) StagePatch(ctx context.Context, opID, target string, content []
 	args := protocol.StageArgs{Target: target, Content: protocol.Bulk{Bytes: uint64(len(content)), Digest: protocol.DigestOf(content)}}
 	var d protocol.StageData
 	if err := args.Validate(); err != nil {
-		return d, err
+		return d, marked(err)
 	}
 	if content == nil {
 		content = []byte{}
@@ -264,7 +264,7 @@ func (c *Client) StagePatch(ctx context.Context, opID, target string, content []
 func (c *Client) ApplyPatch(ctx context.Context, opID string, args protocol.ApplyArgs) (protocol.ApplyData, error) {
 	var d protocol.ApplyData
 	if err := args.Validate(); err != nil {
-		return d, err
+		return d, marked(err)
 	}
 	res, _, err := c.do(ctx, call{op: protocol.OpPatchApply, opID: opID, args: args})
 	if err != nil {
@@ -283,7 +283,7 @@ func (c *Client) ApplyPatch(ctx context.Context, opID string, args protocol.Appl
 func (c *Client) Export(ctx context.Context, opID string, args protocol.ExportArgs) (protocol.ExportData, []byte, error) {
 	var d protocol.ExportData
 	if err := args.Validate(); err != nil {
-		return d, nil, err
+		return d, nil, marked(err)
 	}
 	res, bulk, err := c.do(ctx, call{op: protocol.OpExport, opID: opID, args: args, bulkLimit: args.MaxBytes})
 	if err != nil {

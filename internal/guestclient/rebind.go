@@ -15,7 +15,7 @@ import (
 func (c *Client) Rebind(ctx context.Context, opID string, next protocol.Binding) (protocol.RebindData, error) {
 	var d protocol.RebindData
 	if err := c.binding.CheckRebind(&next); err != nil {
-		return d, err
+		return d, marked(err)
 	}
 	defer func() { _ = c.Close() }()
 	res, _, err := c.do(ctx, call{op: protocol.OpRebind, opID: opID, args: protocol.RebindArgs{Binding: next}})

@@ -154,7 +154,7 @@ func TestMicroVMBoot(t *testing.T) {
 	// A stale nonce is refused over the real channel, before any operation.
 	stale := b
 	stale.BootNonce = newNonce()
-	if _, err := Connect(ctxT(t, 10*time.Second), ep, stale); protocol.CodeOf(err) != string(actuation.CodeNonceMismatch) {
+	if _, err := Connect(ctxT(t, 10*time.Second), ep, stale); string(GuestCode(err)) != string(actuation.CodeNonceMismatch) {
 		t.Fatalf("stale nonce: %v", err)
 	}
 
@@ -243,7 +243,7 @@ func TestMicroVMBoot(t *testing.T) {
 	}
 	oldNonce := next
 	oldNonce.BootNonce = b.BootNonce
-	if _, err := Connect(ctxT(t, 10*time.Second), ep, oldNonce); protocol.CodeOf(err) != string(actuation.CodeNonceMismatch) {
+	if _, err := Connect(ctxT(t, 10*time.Second), ep, oldNonce); string(GuestCode(err)) != string(actuation.CodeNonceMismatch) {
 		t.Fatalf("the boot nonce after a rebind: %v", err)
 	}
 	if c, err = Connect(ctxT(t, 10*time.Second), ep, next); err != nil {

@@ -151,12 +151,12 @@ func TestPoolVMClaimAdoptsRunningGuest(t *testing.T) {
 	ep := guestclient.Endpoint{Path: filepath.Join(stateDir, "vms", string(e.UID), "g.sock"), Hybrid: true, Port: guestclient.DefaultPort}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := guestclient.Connect(cctx, ep, mrec.Binding); protocol.CodeOf(err) != string(actuation.CodeEnvironmentMismatch) {
+	if _, err := guestclient.Connect(cctx, ep, mrec.Binding); guestclient.GuestCode(err) != actuation.CodeEnvironmentMismatch {
 		t.Fatalf("the member's binding after adoption: %v", err)
 	}
 	oldNonce := b
 	oldNonce.BootNonce = mrec.Binding.BootNonce
-	if _, err := guestclient.Connect(cctx, ep, oldNonce); protocol.CodeOf(err) != string(actuation.CodeNonceMismatch) {
+	if _, err := guestclient.Connect(cctx, ep, oldNonce); guestclient.GuestCode(err) != actuation.CodeNonceMismatch {
 		t.Fatalf("the member's nonce after adoption: %v", err)
 	}
 	gc, err := guestclient.Connect(cctx, ep, b)

@@ -94,54 +94,54 @@ type Frame struct {
 // payload). It never allocates.
 func (h *Header) Validate() error {
 	if h.Flags != 0 {
-		return Refusef(string(actuation.CodeReservedFlags), "flags %#x", h.Flags)
+		return actuation.Refusef(actuation.CodeReservedFlags, "flags %#x", h.Flags)
 	}
 	if h.Length > MaxPayload {
-		return Refusef(string(actuation.CodeFrameTooLarge), "payload length %d exceeds %d", h.Length, MaxPayload)
+		return actuation.Refusef(actuation.CodeFrameTooLarge, "payload length %d exceeds %d", h.Length, MaxPayload)
 	}
 	if h.Count > MaxChunks {
-		return Refusef(string(actuation.CodeTooManyChunks), "chunk count %d exceeds %d", h.Count, MaxChunks)
+		return actuation.Refusef(actuation.CodeTooManyChunks, "chunk count %d exceeds %d", h.Count, MaxChunks)
 	}
 	switch h.Type {
 	case FrameHandshake:
 		if h.Seq != 0 || h.Count != 0 || h.Index != 0 {
-			return Refusef(string(actuation.CodeBadHeader), "handshake must have sequence 0 and no chunks")
+			return actuation.Refusef(actuation.CodeBadHeader, "handshake must have sequence 0 and no chunks")
 		}
 		if h.DeadlineMS == 0 {
-			return Refusef(string(actuation.CodeDeadlineMissing), "handshake without deadline")
+			return actuation.Refusef(actuation.CodeDeadlineMissing, "handshake without deadline")
 		}
 		if h.DeadlineMS > MaxHandshakeDeadlineMS {
-			return Refusef(string(actuation.CodeDeadlineTooLong), "handshake deadline %d ms exceeds %d", h.DeadlineMS, MaxHandshakeDeadlineMS)
+			return actuation.Refusef(actuation.CodeDeadlineTooLong, "handshake deadline %d ms exceeds %d", h.DeadlineMS, MaxHandshakeDeadlineMS)
 		}
 	case FrameRequest:
 		if h.Seq == 0 || h.Index != 0 {
-			return Refusef(string(actuation.CodeBadHeader), "request must have a sequence >= 1 and index 0")
+			return actuation.Refusef(actuation.CodeBadHeader, "request must have a sequence >= 1 and index 0")
 		}
 		if h.DeadlineMS == 0 {
-			return Refusef(string(actuation.CodeDeadlineMissing), "request without deadline")
+			return actuation.Refusef(actuation.CodeDeadlineMissing, "request without deadline")
 		}
 		if h.DeadlineMS > MaxDeadlineMS {
-			return Refusef(string(actuation.CodeDeadlineTooLong), "request deadline %d ms exceeds %d", h.DeadlineMS, MaxDeadlineMS)
+			return actuation.Refusef(actuation.CodeDeadlineTooLong, "request deadline %d ms exceeds %d", h.DeadlineMS, MaxDeadlineMS)
 		}
 	case FrameChunk:
 		if h.Seq == 0 || h.Count == 0 || h.Index >= h.Count || h.DeadlineMS != 0 {
-			return Refusef(string(actuation.CodeBadHeader), "chunk must have a sequence >= 1, index < count and no deadline")
+			return actuation.Refusef(actuation.CodeBadHeader, "chunk must have a sequence >= 1, index < count and no deadline")
 		}
 		if h.Length == 0 {
-			return Refusef(string(actuation.CodeBadHeader), "empty chunk")
+			return actuation.Refusef(actuation.CodeBadHeader, "empty chunk")
 		}
 	case FrameResult, FrameError:
 		if h.Index != 0 || h.DeadlineMS != 0 {
-			return Refusef(string(actuation.CodeBadHeader), "%s must have index 0 and no deadline", h.Type)
+			return actuation.Refusef(actuation.CodeBadHeader, "%s must have index 0 and no deadline", h.Type)
 		}
 		if h.Type == FrameError && h.Count != 0 {
-			return Refusef(string(actuation.CodeBadHeader), "error frame with chunks")
+			return actuation.Refusef(actuation.CodeBadHeader, "error frame with chunks")
 		}
 	default:
-		return Refusef(string(actuation.CodeUnknownFrameType), "frame type %d", uint8(h.Type))
+		return actuation.Refusef(actuation.CodeUnknownFrameType, "frame type %d", uint8(h.Type))
 	}
 	if h.Type != FrameChunk && h.Length == 0 {
-		return Refusef(string(actuation.CodeMalformedPayload), "%s without payload", h.Type)
+		return actuation.Refusef(actuation.CodeMalformedPayload, "%s without payload", h.Type)
 	}
 	return nil
 }
@@ -164,13 +164,13 @@ func MarshalHeader(b []byte, h *Header) {
 // DecodeHeader parses and validates a header. b must hold at least HeaderSize bytes.
 func DecodeHeader(b []byte) (Header, error) {
 	if len(b) < HeaderSize {
-		return Header{}, Refusef(string(actuation.CodeTruncatedFrame), "header of %d bytes", len(b))
+		return Header{}, actuation.Refusef(actuation.CodeTruncatedFrame, "header of %d bytes", len(b))
 	}
 	if [4]byte(b[0:4]) != magic {
-		return Header{}, Refusef(string(actuation.CodeBadMagic), "magic %q", b[0:4])
+		return Header{}, actuation.Refusef(actuation.CodeBadMagic, "magic %q", b[0:4])
 	}
 	if v := binary.BigEndian.Uint16(b[4:6]); v != Version {
-		return Header{}, Refusef(string(actuation.CodeUnsupportedVersion), "version %d (want %d)", v, Version)
+		return Header{}, actuation.Refusef(actuation.CodeUnsupportedVersion, "version %d (want %d)", v, Version)
 	}
 	h := Header{
 		Type:       FrameType(b[6]),
@@ -191,7 +191,7 @@ func DecodeHeader(b []byte) (Header, error) {
 // AppendFrame validates the frame (computing its digest) and appends its encoding to dst.
 func AppendFrame(dst []byte, f *Frame) ([]byte, error) {
 	if len(f.Payload) > MaxPayload {
-		return dst, Refusef(string(actuation.CodeFrameTooLarge), "payload length %d exceeds %d", len(f.Payload), MaxPayload)
+		return dst, actuation.Refusef(actuation.CodeFrameTooLarge, "payload length %d exceeds %d", len(f.Payload), MaxPayload)
 	}
 	f.Length = uint32(len(f.Payload))
 	f.Digest = sha256.Sum256(f.Payload)
@@ -224,7 +224,7 @@ func ReadFrame(r io.Reader) (Frame, error) {
 	var hb [HeaderSize]byte
 	if _, err := io.ReadFull(r, hb[:]); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return Frame{}, fmt.Errorf("%w: %w", Refusef(string(actuation.CodeTruncatedFrame), "stream ended inside a header"), err)
+			return Frame{}, fmt.Errorf("%w: %w", actuation.Refusef(actuation.CodeTruncatedFrame, "stream ended inside a header"), err)
 		}
 		return Frame{}, err
 	}
@@ -235,12 +235,12 @@ func ReadFrame(r io.Reader) (Frame, error) {
 	payload := make([]byte, h.Length)
 	if _, err := io.ReadFull(r, payload); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return Frame{}, fmt.Errorf("%w: %w", Refusef(string(actuation.CodeTruncatedFrame), "stream ended inside a %s payload", h.Type), io.ErrUnexpectedEOF)
+			return Frame{}, fmt.Errorf("%w: %w", actuation.Refusef(actuation.CodeTruncatedFrame, "stream ended inside a %s payload", h.Type), io.ErrUnexpectedEOF)
 		}
 		return Frame{}, fmt.Errorf("read %s payload: %w", h.Type, err)
 	}
 	if sha256.Sum256(payload) != h.Digest {
-		return Frame{}, Refusef(string(actuation.CodeDigestMismatch), "%s frame seq %d payload digest mismatch", h.Type, h.Seq)
+		return Frame{}, actuation.Refusef(actuation.CodeDigestMismatch, "%s frame seq %d payload digest mismatch", h.Type, h.Seq)
 	}
 	return Frame{Header: h, Payload: payload}, nil
 }
@@ -253,11 +253,11 @@ func DecodeFrame(b []byte) (Frame, error) {
 		return Frame{}, err
 	}
 	if uint64(len(b)-HeaderSize) != uint64(h.Length) {
-		return Frame{}, Refusef(string(actuation.CodeTruncatedFrame), "have %d payload bytes, header says %d", len(b)-HeaderSize, h.Length)
+		return Frame{}, actuation.Refusef(actuation.CodeTruncatedFrame, "have %d payload bytes, header says %d", len(b)-HeaderSize, h.Length)
 	}
 	payload := b[HeaderSize:]
 	if sha256.Sum256(payload) != h.Digest {
-		return Frame{}, Refusef(string(actuation.CodeDigestMismatch), "payload digest mismatch")
+		return Frame{}, actuation.Refusef(actuation.CodeDigestMismatch, "payload digest mismatch")
 	}
 	return Frame{Header: h, Payload: append([]byte(nil), payload...)}, nil
 }

@@ -25,7 +25,7 @@ func encode(t testing.TB, f Frame) []byte {
 
 func wantCode(t *testing.T, err error, code string) {
 	t.Helper()
-	if got := CodeOf(err); got != code {
+	if got := string(actuation.CodeOf(err)); got != code {
 		t.Fatalf("want refusal %q, got %v", code, err)
 	}
 }
@@ -102,7 +102,7 @@ func TestOversizedFrameNotAllocated(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	_, err := ReadFrame(r)
 	runtime.ReadMemStats(&after)
-	if CodeOf(err) != string(actuation.CodeFrameTooLarge) {
+	if actuation.CodeOf(err) != actuation.CodeFrameTooLarge {
 		t.Fatalf("got %v", err)
 	}
 	if n := after.TotalAlloc - before.TotalAlloc; n > 4096 {
@@ -174,7 +174,7 @@ func TestTransfer(t *testing.T) {
 	})
 	t.Run("limited-buffer", func(t *testing.T) {
 		lb := &LimitedBuffer{Max: 10}
-		if _, err := lb.Write(make([]byte, 11)); CodeOf(err) != string(actuation.CodeTransferTooLarge) {
+		if _, err := lb.Write(make([]byte, 11)); actuation.CodeOf(err) != actuation.CodeTransferTooLarge {
 			t.Fatalf("got %v", err)
 		}
 	})
@@ -235,7 +235,7 @@ func TestDecodeJSONStrict(t *testing.T) {
 // host refuses, with the same code.
 func TestCheckPathGoldenVectors(t *testing.T) {
 	for _, v := range testkit.RelativePathVectors(t) {
-		if got := CodeOf(CheckPath(v.Path, !v.RequireFile)); got != v.Code {
+		if got := string(actuation.CodeOf(CheckPath(v.Path, !v.RequireFile))); got != v.Code {
 			t.Errorf("%s: CheckPath(%q, allowRoot=%v) = %q, want %q", v.Name, v.Path, !v.RequireFile, got, v.Code)
 		}
 	}
@@ -280,8 +280,8 @@ func TestAckValidate(t *testing.T) {
 }
 
 func TestRefusalIs(t *testing.T) {
-	err := errors.Join(errors.New("x"), Refusef(string(actuation.CodeNotFound), "y"))
-	if !errors.Is(err, &Refusal{Code: string(actuation.CodeNotFound)}) {
+	err := errors.Join(errors.New("x"), actuation.Refusef(actuation.CodeNotFound, "y"))
+	if !errors.Is(err, &actuation.Refusal{Code: actuation.CodeNotFound}) {
 		t.Fatal("errors.Is by code")
 	}
 	b, _ := json.Marshal(Result{Outcome: OutcomeRefused, Code: string(actuation.CodeNotFound)})

@@ -31,7 +31,7 @@ func FuzzDecodeFrame(f *testing.F) {
 		fr, err := DecodeFrame(in)
 		rf, rerr := ReadFrame(bytes.NewReader(in))
 		if err != nil {
-			if CodeOf(err) == "" {
+			if actuation.CodeOf(err) == "" {
 				t.Fatalf("DecodeFrame error without refusal code: %v", err)
 			}
 			if rerr == nil && len(in) == HeaderSize+int(rf.Length) {
@@ -76,8 +76,8 @@ func FuzzHandshake(f *testing.F) {
 		}
 		var h Handshake
 		if err := DecodeJSON(payload, &h); err != nil {
-			if CodeOf(err) != string(actuation.CodeMalformedPayload) {
-				t.Fatalf("decode error with code %q", CodeOf(err))
+			if actuation.CodeOf(err) != actuation.CodeMalformedPayload {
+				t.Fatalf("decode error with code %q", actuation.CodeOf(err))
 			}
 			return
 		}
@@ -88,7 +88,7 @@ func FuzzHandshake(f *testing.F) {
 			}
 			return
 		}
-		if CodeOf(err) == "" {
+		if actuation.CodeOf(err) == "" {
 			t.Fatalf("refusal without code: %v", err)
 		}
 	})

@@ -34,19 +34,19 @@ const (
 // Validate checks the binding's own form.
 func (b *Binding) Validate() error {
 	if b.EnvironmentRef == "" || len(b.EnvironmentRef) > MaxEnvironmentRef || !printableNoSpace(b.EnvironmentRef) {
-		return Refusef(string(actuation.CodeBindingInvalid), "environment ref must be 1..%d printable ASCII bytes without spaces", MaxEnvironmentRef)
+		return actuation.Refusef(actuation.CodeBindingInvalid, "environment ref must be 1..%d printable ASCII bytes without spaces", MaxEnvironmentRef)
 	}
 	if b.SourceGeneration < 1 {
-		return Refusef(string(actuation.CodeBindingInvalid), "source generation %d < 1", b.SourceGeneration)
+		return actuation.Refusef(actuation.CodeBindingInvalid, "source generation %d < 1", b.SourceGeneration)
 	}
 	if !ValidDigest(b.PlanDigest) || !ValidDigest(b.ImageDigest) {
-		return Refusef(string(actuation.CodeBindingInvalid), "plan and image digests must be sha256:<64 hex>")
+		return actuation.Refusef(actuation.CodeBindingInvalid, "plan and image digests must be sha256:<64 hex>")
 	}
 	if b.GuestCID < 3 {
-		return Refusef(string(actuation.CodeBindingInvalid), "guest CID %d is reserved", b.GuestCID)
+		return actuation.Refusef(actuation.CodeBindingInvalid, "guest CID %d is reserved", b.GuestCID)
 	}
 	if len(b.BootNonce) != NonceHexLen || !isLowerHex(b.BootNonce) {
-		return Refusef(string(actuation.CodeBindingInvalid), "boot nonce must be %d lowercase hex digits", NonceHexLen)
+		return actuation.Refusef(actuation.CodeBindingInvalid, "boot nonce must be %d lowercase hex digits", NonceHexLen)
 	}
 	return nil
 }
@@ -71,24 +71,24 @@ type Handshake struct {
 // mismatching field.
 func (b *Binding) Check(h *Handshake) error {
 	if h.Protocol != Version {
-		return Refusef(string(actuation.CodeProtocolMismatch), "protocol %d, guest speaks %d", h.Protocol, Version)
+		return actuation.Refusef(actuation.CodeProtocolMismatch, "protocol %d, guest speaks %d", h.Protocol, Version)
 	}
 	if err := h.Validate(); err != nil {
 		return err
 	}
 	switch {
 	case h.EnvironmentRef != b.EnvironmentRef:
-		return Refusef(string(actuation.CodeEnvironmentMismatch), "environment ref does not match this boot")
+		return actuation.Refusef(actuation.CodeEnvironmentMismatch, "environment ref does not match this boot")
 	case h.SourceGeneration != b.SourceGeneration:
-		return Refusef(string(actuation.CodeGenerationMismatch), "source generation %d, this boot is generation %d", h.SourceGeneration, b.SourceGeneration)
+		return actuation.Refusef(actuation.CodeGenerationMismatch, "source generation %d, this boot is generation %d", h.SourceGeneration, b.SourceGeneration)
 	case h.PlanDigest != b.PlanDigest:
-		return Refusef(string(actuation.CodePlanDigestMismatch), "plan digest does not match this boot")
+		return actuation.Refusef(actuation.CodePlanDigestMismatch, "plan digest does not match this boot")
 	case h.ImageDigest != b.ImageDigest:
-		return Refusef(string(actuation.CodeImageDigestMismatch), "image digest does not match this boot")
+		return actuation.Refusef(actuation.CodeImageDigestMismatch, "image digest does not match this boot")
 	case h.GuestCID != b.GuestCID:
-		return Refusef(string(actuation.CodeCIDMismatch), "guest CID %d, this boot is CID %d", h.GuestCID, b.GuestCID)
+		return actuation.Refusef(actuation.CodeCIDMismatch, "guest CID %d, this boot is CID %d", h.GuestCID, b.GuestCID)
 	case subtle.ConstantTimeCompare([]byte(h.BootNonce), []byte(b.BootNonce)) != 1:
-		return Refusef(string(actuation.CodeNonceMismatch), "boot nonce does not match this boot (stale or foreign)")
+		return actuation.Refusef(actuation.CodeNonceMismatch, "boot nonce does not match this boot (stale or foreign)")
 	}
 	return nil
 }
@@ -124,16 +124,16 @@ const ChannelHexLen = 32
 // Validate checks the ack's form (the host treats it as untrusted).
 func (a *HandshakeAck) Validate() error {
 	if a.Protocol != Version {
-		return Refusef(string(actuation.CodeProtocolMismatch), "guest answered protocol %d", a.Protocol)
+		return actuation.Refusef(actuation.CodeProtocolMismatch, "guest answered protocol %d", a.Protocol)
 	}
 	if len(a.Channel) != ChannelHexLen || !isLowerHex(a.Channel) {
-		return Refusef(string(actuation.CodeMalformedPayload), "channel id is not %d hex digits", ChannelHexLen)
+		return actuation.Refusef(actuation.CodeMalformedPayload, "channel id is not %d hex digits", ChannelHexLen)
 	}
 	if len(a.BootID) > 64 || len(a.AgentVersion) > 128 {
-		return Refusef(string(actuation.CodeMalformedPayload), "boot id or agent version too long")
+		return actuation.Refusef(actuation.CodeMalformedPayload, "boot id or agent version too long")
 	}
 	if a.Limits != WireLimits() {
-		return Refusef(string(actuation.CodeMalformedPayload), "guest limits %+v differ from %+v", a.Limits, WireLimits())
+		return actuation.Refusef(actuation.CodeMalformedPayload, "guest limits %+v differ from %+v", a.Limits, WireLimits())
 	}
 	return nil
 }
@@ -233,15 +233,15 @@ func Truncate(s string) string {
 // frame size (or the transfer cap).
 func DecodeJSON(b []byte, v any) error {
 	if len(b) == 0 || b[0] != '{' {
-		return Refusef(string(actuation.CodeMalformedPayload), "payload is not a JSON object")
+		return actuation.Refusef(actuation.CodeMalformedPayload, "payload is not a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return Refusef(string(actuation.CodeMalformedPayload), "%s", Truncate(err.Error()))
+		return actuation.Refusef(actuation.CodeMalformedPayload, "%s", Truncate(err.Error()))
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return Refusef(string(actuation.CodeMalformedPayload), "trailing data after the JSON object")
+		return actuation.Refusef(actuation.CodeMalformedPayload, "trailing data after the JSON object")
 	}
 	return nil
 }
@@ -269,7 +269,7 @@ const MaxPathLen = actuation.MaxPathBytes
 // RESOLVE_BENEATH; a resolution outside the root is CodePathEscapesRoot.
 func CheckPath(p string, allowRoot bool) error {
 	if r := actuation.ValidateRelativePath(p, !allowRoot); r != nil {
-		return Refusef(string(r.Code), "%s %q: %s", r.Field, truncatePath(p), r.Message)
+		return actuation.Refusef(r.Code, "%s %q: %s", r.Field, truncatePath(p), r.Message)
 	}
 	return nil
 }
@@ -286,23 +286,23 @@ func truncatePath(p string) string {
 // checkArgvEnv bounds argv and env.
 func checkArgvEnv(argv, env []string) error {
 	if len(argv) == 0 || len(argv) > MaxArgs {
-		return Refusef(string(actuation.CodeInvalidSpec), "argv must have 1..%d entries", MaxArgs)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "argv must have 1..%d entries", MaxArgs)
 	}
 	if !strings.HasPrefix(argv[0], "/") {
-		return Refusef(string(actuation.CodeInvalidSpec), "argv[0] %q must be an absolute executable path", argv[0])
+		return actuation.Refusef(actuation.CodeInvalidSpec, "argv[0] %q must be an absolute executable path", argv[0])
 	}
 	if len(env) > MaxEnv {
-		return Refusef(string(actuation.CodeInvalidSpec), "more than %d environment entries", MaxEnv)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "more than %d environment entries", MaxEnv)
 	}
 	for _, a := range argv {
 		if strings.IndexByte(a, 0) >= 0 {
-			return Refusef(string(actuation.CodeInvalidSpec), "argv entry contains NUL")
+			return actuation.Refusef(actuation.CodeInvalidSpec, "argv entry contains NUL")
 		}
 	}
 	for _, e := range env {
 		k, _, ok := strings.Cut(e, "=")
 		if !ok || k == "" || strings.IndexByte(e, 0) >= 0 {
-			return Refusef(string(actuation.CodeInvalidSpec), "environment entry %q is not KEY=VALUE", Truncate(e))
+			return actuation.Refusef(actuation.CodeInvalidSpec, "environment entry %q is not KEY=VALUE", Truncate(e))
 		}
 	}
 	return nil

@@ -51,13 +51,13 @@ func (a *SpawnArgs) Validate(deadlineMS uint32) error {
 		return err
 	}
 	if a.TimeoutMS == 0 {
-		return Refusef(string(actuation.CodeInvalidSpec), "timeoutMS must be > 0")
+		return actuation.Refusef(actuation.CodeInvalidSpec, "timeoutMS must be > 0")
 	}
 	if a.TimeoutMS > deadlineMS {
-		return Refusef(string(actuation.CodeTimeoutAboveDeadline), "timeout %d ms exceeds the request deadline %d ms", a.TimeoutMS, deadlineMS)
+		return actuation.Refusef(actuation.CodeTimeoutAboveDeadline, "timeout %d ms exceeds the request deadline %d ms", a.TimeoutMS, deadlineMS)
 	}
 	if a.OutputMax > MaxOutputBytes {
-		return Refusef(string(actuation.CodeOutputCapAboveMax), "outputMax %d exceeds %d", a.OutputMax, MaxOutputBytes)
+		return actuation.Refusef(actuation.CodeOutputCapAboveMax, "outputMax %d exceeds %d", a.OutputMax, MaxOutputBytes)
 	}
 	return nil
 }
@@ -87,7 +87,7 @@ type PTYOpenArgs struct {
 // Validate checks the arguments.
 func (a *PTYOpenArgs) Validate() error {
 	if !ValidID(a.SessionID) {
-		return Refusef(string(actuation.CodeInvalidSpec), "session id must be 1..%d of [A-Za-z0-9._-]", MaxIDLen)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "session id must be 1..%d of [A-Za-z0-9._-]", MaxIDLen)
 	}
 	if err := checkArgvEnv(a.Argv, a.Env); err != nil {
 		return err
@@ -100,7 +100,7 @@ func (a *PTYOpenArgs) Validate() error {
 
 func checkDims(rows, cols uint16) error {
 	if rows == 0 || cols == 0 || rows > MaxPTYDim || cols > MaxPTYDim {
-		return Refusef(string(actuation.CodeInvalidSpec), "rows and cols must be 1..%d", MaxPTYDim)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "rows and cols must be 1..%d", MaxPTYDim)
 	}
 	return nil
 }
@@ -123,10 +123,10 @@ type PTYReadArgs struct {
 // Validate checks the arguments.
 func (a *PTYReadArgs) Validate() error {
 	if !ValidID(a.SessionID) {
-		return Refusef(string(actuation.CodeInvalidSpec), "invalid session id")
+		return actuation.Refusef(actuation.CodeInvalidSpec, "invalid session id")
 	}
 	if a.Max == 0 || a.Max > MaxPTYRead {
-		return Refusef(string(actuation.CodeInvalidSpec), "max must be 1..%d", MaxPTYRead)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "max must be 1..%d", MaxPTYRead)
 	}
 	return nil
 }
@@ -152,10 +152,10 @@ type PTYInputArgs struct {
 // Validate checks the arguments.
 func (a *PTYInputArgs) Validate() error {
 	if !ValidID(a.SessionID) {
-		return Refusef(string(actuation.CodeInvalidSpec), "invalid session id")
+		return actuation.Refusef(actuation.CodeInvalidSpec, "invalid session id")
 	}
 	if len(a.Data) == 0 || len(a.Data) > MaxPTYInput {
-		return Refusef(string(actuation.CodeInvalidSpec), "input must be 1..%d bytes", MaxPTYInput)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "input must be 1..%d bytes", MaxPTYInput)
 	}
 	return nil
 }
@@ -176,7 +176,7 @@ type PTYResizeArgs struct {
 // Validate checks the arguments.
 func (a *PTYResizeArgs) Validate() error {
 	if !ValidID(a.SessionID) {
-		return Refusef(string(actuation.CodeInvalidSpec), "invalid session id")
+		return actuation.Refusef(actuation.CodeInvalidSpec, "invalid session id")
 	}
 	return checkDims(a.Rows, a.Cols)
 }
@@ -189,7 +189,7 @@ type SessionArgs struct {
 // Validate checks the arguments.
 func (a *SessionArgs) Validate() error {
 	if !ValidID(a.SessionID) {
-		return Refusef(string(actuation.CodeInvalidSpec), "invalid session id")
+		return actuation.Refusef(actuation.CodeInvalidSpec, "invalid session id")
 	}
 	return nil
 }
@@ -204,10 +204,10 @@ type SignalArgs struct {
 // Validate checks the arguments.
 func (a *SignalArgs) Validate() error {
 	if !ValidID(a.Target) {
-		return Refusef(string(actuation.CodeInvalidSpec), "invalid target id")
+		return actuation.Refusef(actuation.CodeInvalidSpec, "invalid target id")
 	}
 	if !ValidSignal(a.Signal) {
-		return Refusef(string(actuation.CodeInvalidSpec), "signal %q is not one of %v", Truncate(a.Signal), Signals)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "signal %q is not one of %v", Truncate(a.Signal), Signals)
 	}
 	return nil
 }
@@ -226,10 +226,10 @@ func (a *SnapshotArgs) Validate() error {
 		return err
 	}
 	if a.MaxEntries == 0 || a.MaxEntries > MaxSnapshotEntries {
-		return Refusef(string(actuation.CodeInvalidSpec), "maxEntries must be 1..%d", MaxSnapshotEntries)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "maxEntries must be 1..%d", MaxSnapshotEntries)
 	}
 	if a.HashMax > MaxTransfer {
-		return Refusef(string(actuation.CodeInvalidSpec), "hashMax exceeds %d", MaxTransfer)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "hashMax exceeds %d", MaxTransfer)
 	}
 	return nil
 }
@@ -264,7 +264,7 @@ func (a *ReadArgs) Validate() error {
 		return err
 	}
 	if a.Max == 0 || a.Max > MaxReadBytes {
-		return Refusef(string(actuation.CodeInvalidSpec), "max must be 1..%d", MaxReadBytes)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "max must be 1..%d", MaxReadBytes)
 	}
 	return nil
 }
@@ -288,10 +288,10 @@ func (a *StageArgs) Validate() error {
 		return err
 	}
 	if a.Content.Bytes > MaxStageBytes {
-		return Refusef(string(actuation.CodeTransferTooLarge), "stage of %d bytes exceeds %d", a.Content.Bytes, MaxStageBytes)
+		return actuation.Refusef(actuation.CodeTransferTooLarge, "stage of %d bytes exceeds %d", a.Content.Bytes, MaxStageBytes)
 	}
 	if !ValidDigest(a.Content.Digest) {
-		return Refusef(string(actuation.CodeMalformedPayload), "content digest is not sha256:<64 hex>")
+		return actuation.Refusef(actuation.CodeMalformedPayload, "content digest is not sha256:<64 hex>")
 	}
 	return nil
 }
@@ -318,13 +318,13 @@ type ApplyArgs struct {
 // Validate checks the arguments.
 func (a *ApplyArgs) Validate() error {
 	if !ValidDigest(a.Ref) {
-		return Refusef(string(actuation.CodeInvalidSpec), "ref is not sha256:<64 hex>")
+		return actuation.Refusef(actuation.CodeInvalidSpec, "ref is not sha256:<64 hex>")
 	}
 	if err := CheckPath(a.Target, false); err != nil {
 		return err
 	}
 	if a.Base != BaseAbsent && !ValidDigest(a.Base) {
-		return Refusef(string(actuation.CodeInvalidSpec), "base must be %q or sha256:<64 hex>", BaseAbsent)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "base must be %q or sha256:<64 hex>", BaseAbsent)
 	}
 	return nil
 }
@@ -348,10 +348,10 @@ func (a *ExportArgs) Validate() error {
 		return err
 	}
 	if a.MaxBytes == 0 || a.MaxBytes > MaxExportBytes {
-		return Refusef(string(actuation.CodeInvalidSpec), "maxBytes must be 1..%d", MaxExportBytes)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "maxBytes must be 1..%d", MaxExportBytes)
 	}
 	if a.MaxEntries == 0 || a.MaxEntries > MaxExportEntries {
-		return Refusef(string(actuation.CodeInvalidSpec), "maxEntries must be 1..%d", MaxExportEntries)
+		return actuation.Refusef(actuation.CodeInvalidSpec, "maxEntries must be 1..%d", MaxExportEntries)
 	}
 	return nil
 }

@@ -47,13 +47,13 @@ func (b *Binding) CheckRebind(next *Binding) error {
 	}
 	switch {
 	case next.GuestCID != b.GuestCID:
-		return Refusef(string(actuation.CodeCIDMismatch), "rebind to CID %d, this guest is CID %d", next.GuestCID, b.GuestCID)
+		return actuation.Refusef(actuation.CodeCIDMismatch, "rebind to CID %d, this guest is CID %d", next.GuestCID, b.GuestCID)
 	case next.ImageDigest != b.ImageDigest:
-		return Refusef(string(actuation.CodeImageDigestMismatch), "rebind names another image than this boot's")
+		return actuation.Refusef(actuation.CodeImageDigestMismatch, "rebind names another image than this boot's")
 	case next.SourceGeneration <= b.SourceGeneration:
-		return Refusef(string(actuation.CodeGenerationMismatch), "rebind to generation %d, not above the current %d", next.SourceGeneration, b.SourceGeneration)
+		return actuation.Refusef(actuation.CodeGenerationMismatch, "rebind to generation %d, not above the current %d", next.SourceGeneration, b.SourceGeneration)
 	case next.BootNonce == b.BootNonce:
-		return Refusef(string(actuation.CodeNonceMismatch), "rebind must carry a fresh nonce")
+		return actuation.Refusef(actuation.CodeNonceMismatch, "rebind must carry a fresh nonce")
 	}
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"sensorium.dev/workbench/internal/actuation"
 )
 
 type rebindVectors struct {
@@ -62,7 +64,7 @@ func TestRebindGoldenVectors(t *testing.T) {
 			cur = *v.Input.Current
 		}
 		next := v.Input.Next
-		got := CodeOf(cur.CheckRebind(&next))
+		got := string(actuation.CodeOf(cur.CheckRebind(&next)))
 		want := v.Expect.Code
 		if v.Expect.OK {
 			want = ""
@@ -73,7 +75,7 @@ func TestRebindGoldenVectors(t *testing.T) {
 		if got == "" {
 			// An accepted rebind can never be answered by the previous binding's handshake.
 			old := Handshake{Protocol: Version, Binding: cur}
-			if CodeOf(next.Check(&old)) == "" {
+			if actuation.CodeOf(next.Check(&old)) == "" {
 				t.Errorf("%s: the previous binding's handshake passes the next binding", v.Name)
 			}
 		}

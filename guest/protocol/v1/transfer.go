@@ -59,16 +59,16 @@ func CheckTransfer(b Bulk, count uint32, limit uint64) error {
 		limit = MaxTransfer
 	}
 	if b.Bytes > limit {
-		return Refusef(string(actuation.CodeTransferTooLarge), "transfer of %d bytes exceeds %d", b.Bytes, limit)
+		return actuation.Refusef(actuation.CodeTransferTooLarge, "transfer of %d bytes exceeds %d", b.Bytes, limit)
 	}
 	if count > MaxChunks {
-		return Refusef(string(actuation.CodeTooManyChunks), "chunk count %d exceeds %d", count, MaxChunks)
+		return actuation.Refusef(actuation.CodeTooManyChunks, "chunk count %d exceeds %d", count, MaxChunks)
 	}
 	if want := ChunkCount(b.Bytes); count != want {
-		return Refusef(string(actuation.CodeTransferMismatch), "%d bytes need %d chunks, header declares %d", b.Bytes, want, count)
+		return actuation.Refusef(actuation.CodeTransferMismatch, "%d bytes need %d chunks, header declares %d", b.Bytes, want, count)
 	}
 	if !ValidDigest(b.Digest) {
-		return Refusef(string(actuation.CodeMalformedPayload), "transfer digest %q is not sha256:<64 hex>", b.Digest)
+		return actuation.Refusef(actuation.CodeMalformedPayload, "transfer digest %q is not sha256:<64 hex>", b.Digest)
 	}
 	return nil
 }
@@ -104,16 +104,16 @@ func ReadTransfer(next FrameReader, seq uint64, b Bulk, count uint32, limit uint
 	for i := uint32(0); i < count; i++ {
 		f, err := next()
 		if err != nil {
-			return fmt.Errorf("%w: chunk %d/%d: %w", Refusef(string(actuation.CodeTransferIncomplete), "transfer seq %d ended after %d of %d bytes", seq, got, b.Bytes), i, count, err)
+			return fmt.Errorf("%w: chunk %d/%d: %w", actuation.Refusef(actuation.CodeTransferIncomplete, "transfer seq %d ended after %d of %d bytes", seq, got, b.Bytes), i, count, err)
 		}
 		if f.Type != FrameChunk || f.Seq != seq || f.Index != i || f.Count != count {
-			return Refusef(string(actuation.CodeUnexpectedFrame), "want chunk %d/%d of seq %d, got %s seq %d index %d count %d", i, count, seq, f.Type, f.Seq, f.Index, f.Count)
+			return actuation.Refusef(actuation.CodeUnexpectedFrame, "want chunk %d/%d of seq %d, got %s seq %d index %d count %d", i, count, seq, f.Type, f.Seq, f.Index, f.Count)
 		}
 		if got+uint64(len(f.Payload)) > b.Bytes {
-			return Refusef(string(actuation.CodeTransferMismatch), "chunks exceed the declared %d bytes", b.Bytes)
+			return actuation.Refusef(actuation.CodeTransferMismatch, "chunks exceed the declared %d bytes", b.Bytes)
 		}
 		if i+1 < count && len(f.Payload) != MaxPayload {
-			return Refusef(string(actuation.CodeTransferMismatch), "chunk %d of %d has %d bytes; only the last may be short", i, count, len(f.Payload))
+			return actuation.Refusef(actuation.CodeTransferMismatch, "chunk %d of %d has %d bytes; only the last may be short", i, count, len(f.Payload))
 		}
 		got += uint64(len(f.Payload))
 		h.Write(f.Payload)
@@ -122,10 +122,10 @@ func ReadTransfer(next FrameReader, seq uint64, b Bulk, count uint32, limit uint
 		}
 	}
 	if got != b.Bytes {
-		return Refusef(string(actuation.CodeTransferMismatch), "received %d bytes, declared %d", got, b.Bytes)
+		return actuation.Refusef(actuation.CodeTransferMismatch, "received %d bytes, declared %d", got, b.Bytes)
 	}
 	if DigestPrefix+hex.EncodeToString(h.Sum(nil)) != b.Digest {
-		return Refusef(string(actuation.CodeDigestMismatch), "transfer seq %d content digest mismatch", seq)
+		return actuation.Refusef(actuation.CodeDigestMismatch, "transfer seq %d content digest mismatch", seq)
 	}
 	return nil
 }
@@ -140,7 +140,7 @@ type LimitedBuffer struct {
 // Write implements io.Writer.
 func (l *LimitedBuffer) Write(p []byte) (int, error) {
 	if len(l.buf)+len(p) > l.Max {
-		return 0, Refusef(string(actuation.CodeTransferTooLarge), "buffer limit %d bytes", l.Max)
+		return 0, actuation.Refusef(actuation.CodeTransferTooLarge, "buffer limit %d bytes", l.Max)
 	}
 	l.buf = append(l.buf, p...)
 	return len(p), nil

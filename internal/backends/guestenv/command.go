@@ -7,6 +7,7 @@ import (
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/guestclient"
 )
 
 // reportGrace is how long past the command's own timeout the node agent waits for the
@@ -50,25 +51,26 @@ func (e *env) Command(roots []backends.MountedRoot, in actuation.CommandIntent, 
 // RefusalCode maps a guest or broker refusal onto the closed vocabulary (the guest's own
 // code stays in the message).
 func (e *env) RefusalCode(err error) actuation.Code {
-	if c := actuation.CodeOf(err); c != "" {
-		return c // the broker's codes are actuation's
+	gc := guestclient.GuestCode(err)
+	if c := actuation.CodeOf(err); gc == "" && c != "" {
+		return c // the broker's own refusal
 	}
-	if protocol.IsPathCode(protocol.CodeOf(err)) {
+	if protocol.IsPathCode(gc) {
 		return actuation.CodeCwdNotAllowed
 	}
-	switch protocol.CodeOf(err) {
-	case string(actuation.CodeQuiesced), string(actuation.CodeShuttingDown), string(actuation.CodeGenerationMismatch), string(actuation.CodeNonceMismatch),
-		string(actuation.CodeEnvironmentMismatch), string(actuation.CodePlanDigestMismatch), string(actuation.CodeImageDigestMismatch):
+	switch gc {
+	case actuation.CodeQuiesced, actuation.CodeShuttingDown, actuation.CodeGenerationMismatch, actuation.CodeNonceMismatch,
+		actuation.CodeEnvironmentMismatch, actuation.CodePlanDigestMismatch, actuation.CodeImageDigestMismatch:
 		return actuation.CodeEnvironmentUnavailable
-	case string(actuation.CodeNotFound), string(actuation.CodeNotDirectory), string(actuation.CodeSymlinkEscape):
+	case actuation.CodeNotFound, actuation.CodeNotDirectory, actuation.CodeSymlinkEscape:
 		return actuation.CodeCwdNotAllowed
-	case string(actuation.CodeProcessCapReached), string(actuation.CodeConnectionCap):
+	case actuation.CodeProcessCapReached, actuation.CodeConnectionCap:
 		return actuation.CodeCommandCapReached
-	case string(actuation.CodeTimeoutAboveDeadline):
+	case actuation.CodeTimeoutAboveDeadline:
 		return actuation.CodeTimeoutAboveMax
-	case string(actuation.CodeOutputCapAboveMax):
+	case actuation.CodeOutputCapAboveMax:
 		return actuation.CodeOutputCapAboveMax
-	case string(actuation.CodeInvalidSpec):
+	case actuation.CodeInvalidSpec:
 		return actuation.CodeInvalidSpec
 	}
 	return actuation.CodeStartFailed

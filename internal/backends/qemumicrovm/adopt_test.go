@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	protocol "sensorium.dev/workbench/guest/protocol/v1"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/guestclient"
 )
@@ -68,7 +67,7 @@ func TestAdoptMovesRunningVM(t *testing.T) {
 		t.Fatalf("allocate after adoption: %+v %v", st, err)
 	}
 	ep := guestclient.Endpoint{Path: b.dir(to.ID) + "/" + guestSock, Hybrid: true, Port: guestclient.DefaultPort}
-	if _, err := guestclient.Connect(ctxT(t, 30*time.Second), ep, mrec.Binding); protocol.CodeOf(err) == "" {
+	if _, err := guestclient.Connect(ctxT(t, 30*time.Second), ep, mrec.Binding); guestclient.GuestCode(err) == "" {
 		t.Fatalf("the member's binding after adoption: %v", err)
 	}
 	c, err := b.Guest(ctxT(t, 30*time.Second), to.ID)

@@ -400,7 +400,7 @@ func (b *Backend) launch(ctx context.Context, dir string, rec *Record, files *bo
 	c, _, err := guestclient.WaitReady(bootCtx, v.endpoint(), rec.Binding, 20*time.Millisecond)
 	if err != nil {
 		code := bootCode(ctx, exitedErr(err))
-		if protocol.CodeOf(err) != "" {
+		if guestclient.GuestCode(err) != "" {
 			code = string(actuation.CodeBootFailed) // the guest refused this boot's binding
 		}
 		return fail(code, exitedErr(err))

@@ -357,7 +357,7 @@ func TestGenerationAdvancesOnReboot(t *testing.T) {
 	// The first boot's binding is refused by the new guest.
 	v := b.get(spec.ID)
 	stale := first.Binding
-	if _, err := connectWith(ctxT(t, 10*time.Second), v, stale); protocol.CodeOf(err) == "" {
+	if _, err := connectWith(ctxT(t, 10*time.Second), v, stale); guestclient.GuestCode(err) == "" {
 		t.Fatalf("stale binding: %v", err)
 	}
 	teardown(t, b, spec)

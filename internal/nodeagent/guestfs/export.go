@@ -12,6 +12,7 @@ import (
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/guestclient"
 	"sensorium.dev/workbench/internal/platform/fixture"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
@@ -51,10 +52,10 @@ func (r *Root) Export(ctx context.Context, rel string, w io.Writer, lim fixture.
 		}
 		maxEntries := uint32(min(lim.MaxFiles, protocol.MaxExportEntries))
 		_, archive, err = c.Export(ctx, "", protocol.ExportArgs{Path: r.guestPath(rel), MaxBytes: protocol.MaxExportBytes, MaxEntries: maxEntries})
-		switch code := protocol.CodeOf(err); {
+		switch code := guestclient.GuestCode(err); {
 		case err == nil:
 			return nil
-		case code == string(actuation.CodeNotDirectory) && rel != "":
+		case code == actuation.CodeNotDirectory && rel != "":
 			// A single file, reported alone as fsaccess's walk does.
 			e, err := r.lstat(ctx, k, rel)
 			if err != nil {
@@ -74,7 +75,7 @@ func (r *Root) Export(ctx context.Context, rel string, w io.Writer, lim fixture.
 				return err
 			}
 			return nil
-		case code == string(actuation.CodeTooLarge):
+		case code == actuation.CodeTooLarge:
 			return actuation.Wrapf(actuation.CodeFixtureTooLarge, err, "export of %q/%q exceeds the guest's caps (%d entries, %d bytes)", r.display(""), rel, maxEntries, protocol.MaxExportBytes)
 		}
 		return r.mapErr("export", rel, err)

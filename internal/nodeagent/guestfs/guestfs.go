@@ -97,7 +97,7 @@ func (k *channel) get(ctx context.Context) (*guestclient.Client, error) {
 	}
 	c, err := k.r.dial(ctx)
 	if err != nil {
-		if string(actuation.CodeOf(err)) != "" {
+		if guestclient.GuestCode(err) == "" && actuation.CodeOf(err) != "" {
 			return nil, err // the broker's own refusal (vm-not-running)
 		}
 		return nil, unavailable(err)
@@ -130,38 +130,40 @@ func unavailable(err error) error {
 // channelFailure reports whether err is a failure of the channel rather than the guest's
 // refusal of the operation.
 func channelFailure(err error) bool {
-	switch protocol.CodeOf(err) {
-	case "", string(actuation.CodeDeadlineExceeded), string(actuation.CodeQuiesced), string(actuation.CodeShuttingDown), string(actuation.CodeConnectionCap),
-		string(actuation.CodeGenerationMismatch), string(actuation.CodeNonceMismatch), string(actuation.CodeEnvironmentMismatch),
-		string(actuation.CodePlanDigestMismatch), string(actuation.CodeImageDigestMismatch), string(actuation.CodeBindingUnavailable):
+	switch guestclient.GuestCode(err) {
+	case "", actuation.CodeDeadlineExceeded, actuation.CodeQuiesced, actuation.CodeShuttingDown, actuation.CodeConnectionCap,
+		actuation.CodeGenerationMismatch, actuation.CodeNonceMismatch, actuation.CodeEnvironmentMismatch,
+		actuation.CodePlanDigestMismatch, actuation.CodeImageDigestMismatch, actuation.CodeBindingUnavailable:
 		return true
 	}
 	return errors.Is(err, guestclient.ErrUnknownOutcome) || errors.Is(err, guestclient.ErrProtocol) || errors.Is(err, guestclient.ErrBroken)
 }
 
-// mapErr turns a guest refusal into fsaccess's code for the same condition; channel
-// failures become environment-unavailable; any other guest refusal (io-error) stays
-// uncoded, wrapped.
+// mapErr turns a guest refusal (guestclient.GuestCode) into fsaccess's code for the same
+// condition; channel failures become environment-unavailable; any other guest refusal
+// (io-error) stays uncoded: its text is kept, its guest code is not reported as the
+// node's. A refusal of the broker or the host (or one mapped already) passes as it is.
 func (r *Root) mapErr(what, rel string, err error) error {
-	if err == nil || string(actuation.CodeOf(err)) != "" {
+	gc := guestclient.GuestCode(err)
+	if err == nil || gc == "" && actuation.CodeOf(err) != "" {
 		return err
 	}
 	d := r.display(rel)
-	if c := protocol.CodeOf(err); protocol.IsPathCode(c) {
-		return actuation.Wrapf(actuation.Code(c), err, "%s %s", what, d) // the guest applies the host's path rule
+	if protocol.IsPathCode(gc) {
+		return actuation.Wrapf(gc, err, "%s %s", what, d) // the guest applies the host's path rule
 	}
-	switch protocol.CodeOf(err) {
-	case string(actuation.CodeNotFound):
+	switch gc {
+	case actuation.CodeNotFound:
 		return actuation.Wrapf(actuation.CodePathNotFound, fmt.Errorf("%w: %w", fs.ErrNotExist, err), "%s %s", what, d)
-	case string(actuation.CodeNotDirectory):
+	case actuation.CodeNotDirectory:
 		return actuation.Wrapf(actuation.CodeNotDirectory, err, "%s %s: a component is not a directory", what, d)
-	case string(actuation.CodeNotRegularFile):
+	case actuation.CodeNotRegularFile:
 		return actuation.Wrapf(actuation.CodeNotRegularFile, err, "%s %s: not a regular file", what, d)
-	case string(actuation.CodeSymlinkEscape):
+	case actuation.CodeSymlinkEscape:
 		return actuation.Wrapf(actuation.CodeSymlinkEscape, err, "%s %s: resolves outside the root", what, d)
-	case string(actuation.CodeTooLarge):
+	case actuation.CodeTooLarge:
 		return actuation.Wrapf(actuation.CodeTooManyEntries, err, "%s %s: beyond what the guest walks", what, d)
-	case string(actuation.CodeAnswerOverBound):
+	case actuation.CodeAnswerOverBound:
 		// The guest answered beyond the request's bounds (refused while decoding; the
 		// channel is closed): named as such, not as an unavailable environment.
 		return actuation.Wrapf(actuation.CodeAnswerOverBound, err, "%s %s: the guest's answer exceeds the request's bounds", what, d)
@@ -169,7 +171,7 @@ func (r *Root) mapErr(what, rel string, err error) error {
 	if channelFailure(err) {
 		return unavailable(fmt.Errorf("%s %s: %w", what, d, err))
 	}
-	return fmt.Errorf("guestfs: %s %s: %w", what, d, err)
+	return fmt.Errorf("guestfs: %s %s: %v", what, d, err)
 }
 
 func join(dir, name string) string {

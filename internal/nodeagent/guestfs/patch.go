@@ -38,19 +38,19 @@ func (s source) Current(rel string) (bool, []byte, fsaccess.Entry, error) {
 		return false, nil, e, err
 	}
 	d, b, err := c.ReadFile(s.ctx, "", protocol.ReadArgs{Path: s.r.guestPath(rel), Max: patch.MaxFileBytes + 1})
-	switch protocol.CodeOf(err) {
+	switch guestclient.GuestCode(err) {
 	case "":
 		if err != nil {
 			s.k.drop()
 			return false, nil, e, s.r.mapErr("read", rel, err)
 		}
-	case string(actuation.CodeNotFound):
+	case actuation.CodeNotFound:
 		return false, nil, e, nil
-	case string(actuation.CodeNotDirectory):
+	case actuation.CodeNotDirectory:
 		return false, nil, e, actuation.Wrapf(actuation.CodePatchDirty, err, "a parent of %q is not a directory", rel)
-	case string(actuation.CodeSymlinkEscape):
+	case actuation.CodeSymlinkEscape:
 		return false, nil, e, actuation.Wrapf(actuation.CodePatchOutsideRoot, err, "path %q resolves outside the root", rel)
-	case string(actuation.CodeNotRegularFile):
+	case actuation.CodeNotRegularFile:
 		return false, nil, e, actuation.Wrapf(actuation.CodePatchTargetNotRegular, err, "target %q is not a regular file", rel)
 	default:
 		s.k.drop()
@@ -128,19 +128,19 @@ func (r *Root) precheck(ctx context.Context, k *channel, changes []patch.Change)
 			return err
 		}
 		_, err = c.Snapshot(ctx, "", protocol.SnapshotArgs{Path: r.guestPath(parent), MaxEntries: 1})
-		switch protocol.CodeOf(err) {
+		switch guestclient.GuestCode(err) {
 		case "":
 			if err != nil {
 				k.drop()
 				return r.mapErr("stat", parent, err)
 			}
-		case string(actuation.CodeNotFound):
+		case actuation.CodeNotFound:
 			// The guest agent's patch.apply of a create makes the missing parents itself
 			// (beneath its root, never through a link: guest/agent/stage.go mkdirParents).
 			continue
-		case string(actuation.CodeNotDirectory):
+		case actuation.CodeNotDirectory:
 			return actuation.Wrapf(actuation.CodePatchDirty, err, "a parent of %q is not a directory", ch.Path)
-		case string(actuation.CodeSymlinkEscape):
+		case actuation.CodeSymlinkEscape:
 			return actuation.Wrapf(actuation.CodePatchOutsideRoot, err, "path %q resolves outside the root", ch.Path)
 		default:
 			k.drop()
@@ -173,10 +173,10 @@ func (r *Root) stage(ctx context.Context, changes []patch.Change) (refs, origs [
 					break
 				}
 			}
-			switch protocol.CodeOf(last) {
-			case string(actuation.CodeStageCapReached), string(actuation.CodeTransferTooLarge):
+			switch guestclient.GuestCode(last) {
+			case actuation.CodeStageCapReached, actuation.CodeTransferTooLarge:
 				return "", actuation.Wrapf(actuation.CodePatchTooLarge, last, "staging %q in the guest: the guest retains at most %d stages and %d bytes per boot", rel, protocol.MaxStages, protocol.MaxStageBytes)
-			case string(actuation.CodeIOError), string(actuation.CodeStageInFlight):
+			case actuation.CodeIOError, actuation.CodeStageInFlight:
 				return "", actuation.Wrapf(actuation.CodePatchWriteFailed, last, "staging %q in the guest", rel)
 			}
 			return "", r.mapErr("stage", rel, last)
@@ -288,22 +288,22 @@ func (r *Root) replace(ctx context.Context, k *channel, rel, ref, base, want str
 // ambiguous reports whether err leaves open whether an admitted request had its effect: a
 // refusal (the guest's, or the client's before sending) never does.
 func ambiguous(err error) bool {
-	return errors.Is(err, guestclient.ErrUnknownOutcome) || errors.Is(err, guestclient.ErrProtocol) || protocol.CodeOf(err) == ""
+	return errors.Is(err, guestclient.ErrUnknownOutcome) || errors.Is(err, guestclient.ErrProtocol) || guestclient.GuestCode(err) == ""
 }
 
 // applyErr maps a refused patch.apply onto the patch vocabulary.
 func (r *Root) applyErr(rel string, err error) error {
-	if string(actuation.CodeOf(err)) != "" {
+	if guestclient.GuestCode(err) == "" && actuation.CodeOf(err) != "" {
 		return err
 	}
-	switch protocol.CodeOf(err) {
-	case string(actuation.CodeBaseMismatch):
+	switch guestclient.GuestCode(err) {
+	case actuation.CodeBaseMismatch:
 		return actuation.Wrapf(actuation.CodePatchDirty, err, "%q changed since the patch was planned", rel)
-	case string(actuation.CodeNotRegularFile):
+	case actuation.CodeNotRegularFile:
 		return actuation.Wrapf(actuation.CodePatchTargetNotRegular, err, "target %q is not a regular file", rel)
-	case string(actuation.CodeSymlinkEscape):
+	case actuation.CodeSymlinkEscape:
 		return actuation.Wrapf(actuation.CodePatchOutsideRoot, err, "path %q resolves outside the root", rel)
-	case string(actuation.CodeNotFound), string(actuation.CodeNotDirectory):
+	case actuation.CodeNotFound, actuation.CodeNotDirectory:
 		return actuation.Wrapf(actuation.CodePatchDirty, err, "the directory of %q changed since the patch was planned", rel)
 	}
 	if channelFailure(err) {
@@ -320,7 +320,7 @@ func (r *Root) currentDigest(ctx context.Context, k *channel, rel string) (strin
 	}
 	_, b, err := c.ReadFile(ctx, "", protocol.ReadArgs{Path: r.guestPath(rel), Max: patch.MaxFileBytes + 1})
 	switch {
-	case protocol.CodeOf(err) == string(actuation.CodeNotFound):
+	case guestclient.GuestCode(err) == actuation.CodeNotFound:
 		return protocol.BaseAbsent, nil
 	case err != nil:
 		k.drop()
@@ -355,10 +355,10 @@ func (r *Root) rollback(ctx context.Context, k *channel, changes []patch.Change,
 			Message: fmt.Sprintf("writing %q failed and rollback of %d change(s) was incomplete", failed.Path, len(done)),
 			Cause:   errors.Join(append([]error{cause}, incomplete...)...)}
 	}
-	code := string(actuation.CodeOf(cause))
+	code := actuation.CodeOf(cause)
 	if code == "" {
-		code = string(actuation.CodePatchWriteFailed)
+		code = actuation.CodePatchWriteFailed
 	}
-	return &actuation.Refusal{Code: actuation.Code(code),
+	return &actuation.Refusal{Code: code,
 		Message: fmt.Sprintf("change %q failed; %d written change(s) rolled back", failed.Path, len(done)), Cause: cause}
 }

@@ -38,7 +38,7 @@ func (r *Root) Snapshot(ctx context.Context, rel string, lim fsaccess.SnapshotLi
 			return err
 		}
 		res, err := c.Snapshot(ctx, "", protocol.SnapshotArgs{Path: r.guestPath(rel), MaxEntries: uint32(min(lim.MaxEntries, protocol.MaxSnapshotEntries)), HashMax: hashMax})
-		if protocol.CodeOf(err) == string(actuation.CodeNotDirectory) && rel != "" {
+		if guestclient.GuestCode(err) == actuation.CodeNotDirectory && rel != "" {
 			// Not a directory: reported alone, as fsaccess does.
 			e, err := r.lstat(ctx, k, rel)
 			if err != nil {
@@ -130,13 +130,13 @@ func (r *Root) lstat(ctx context.Context, k *channel, rel string) (fsaccess.Entr
 		}
 	}
 	if !res.Truncated {
-		return fsaccess.Entry{}, r.mapErr("lstat", rel, protocol.Refusef(string(actuation.CodeNotFound), "%q is not in its parent's listing", rel))
+		return fsaccess.Entry{}, r.mapErr("lstat", rel, &actuation.Refusal{Code: actuation.CodeNotFound, Message: fmt.Sprintf("%q is not in its parent's listing", rel), Cause: guestclient.ErrGuestRefused})
 	}
 	d, _, err := c.ReadFile(ctx, "", protocol.ReadArgs{Path: r.guestPath(rel), Max: 1})
 	switch {
 	case err == nil:
 		return fsaccess.Entry{Path: rel, Type: fsaccess.TypeFile, Size: d.Size}, nil
-	case protocol.CodeOf(err) == string(actuation.CodeNotRegularFile):
+	case guestclient.GuestCode(err) == actuation.CodeNotRegularFile:
 		return fsaccess.Entry{Path: rel, Type: fsaccess.TypeOther}, nil
 	}
 	k.drop()
@@ -155,9 +155,9 @@ func (r *Root) hash(ctx context.Context, k *channel, rel string, size int64) (di
 			return "", "", err
 		}
 		rd, b, err := c.ReadFile(ctx, "", protocol.ReadArgs{Path: r.guestPath(rel), Offset: uint64(off), Max: chunkBytes})
-		switch code := protocol.CodeOf(err); {
+		switch code := guestclient.GuestCode(err); {
 		case err == nil:
-		case code == string(actuation.CodeNotFound) || code == string(actuation.CodeNotRegularFile) || code == string(actuation.CodeNotDirectory):
+		case code == actuation.CodeNotFound || code == actuation.CodeNotRegularFile || code == actuation.CodeNotDirectory:
 			return "", "changed-during-read", nil
 		default:
 			k.drop()
@@ -237,15 +237,15 @@ func (r *Root) Exists(ctx context.Context, rel string) (bool, string, error) {
 			return err
 		}
 		_, _, err = c.ReadFile(ctx, "", protocol.ReadArgs{Path: r.guestPath(rel), Max: 1})
-		switch protocol.CodeOf(err) {
+		switch guestclient.GuestCode(err) {
 		case "":
 			if err != nil {
 				return r.mapErr("stat", rel, err)
 			}
 			ok, detail = true, "exists (file)"
-		case string(actuation.CodeNotRegularFile):
+		case actuation.CodeNotRegularFile:
 			ok, detail = true, "exists (not a regular file)"
-		case string(actuation.CodeNotFound), string(actuation.CodeNotDirectory):
+		case actuation.CodeNotFound, actuation.CodeNotDirectory:
 			detail = "absent"
 		default:
 			return r.mapErr("stat", rel, err)
