@@ -17,6 +17,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -253,15 +254,16 @@ func (e *frameError) Unwrap() error { return e.err }
 
 func closeWith(err error) error { return &frameError{err: err} }
 
-// wireRefusal is the protocol edge of a refusal: the wire code and message of err (an
-// *actuation.Refusal in its chain, or io-error for an uncoded failure). Frames carry only
-// these two fields; no Go error type crosses the wire.
+// wireRefusal is the protocol edge of a refusal: the wire code and message of err (the
+// code of the *actuation.Refusal in its chain, or io-error for an uncoded failure; the
+// message is err's text without the leading code the wire carries beside it). Frames carry
+// only these two fields; no Go error type crosses the wire.
 func wireRefusal(err error) (code, message string) {
 	c := actuation.CodeOf(err)
 	if c == "" {
 		c = actuation.CodeIOError
 	}
-	return string(c), err.Error()
+	return string(c), strings.TrimPrefix(err.Error(), string(c)+": ")
 }
 
 func writeError(w io.Writer, seq uint64, err error) {
