@@ -223,15 +223,15 @@ func (a *Agent) ptyInput(deadline time.Time, args *protocol.PTYInputArgs) reply 
 	defer func() { _ = s.ptmx.SetWriteDeadline(time.Time{}) }()
 	n, err := s.ptmx.Write(args.Data)
 	if err != nil {
-		code := string(actuation.CodeIOError)
+		code := actuation.CodeIOError
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			code = string(actuation.CodeDeadlineExceeded)
+			code = actuation.CodeDeadlineExceeded
 		}
 		if n == 0 {
-			return refused(fmt.Errorf("%w: %w", actuation.Refusef(actuation.Code(code), "terminal input not written"), err))
+			return refused(fmt.Errorf("%w: %w", actuation.Refusef(code, "terminal input not written"), err))
 		}
 		// Part of the input reached the terminal; what the program made of it is not known.
-		return unknown(code, err, protocol.PTYInputData{Written: uint32(n)})
+		return unknown(string(code), err, protocol.PTYInputData{Written: uint32(n)})
 	}
 	return ok(protocol.PTYInputData{Written: uint32(n)}, nil)
 }
