@@ -155,6 +155,23 @@ func (f *fixture) waitRun(t *testing.T, name string, what string, ok func(*wbv1.
 	return r
 }
 
+// awaitingConsent waits until run name is held AwaitingConsent with its ConsentRequest
+// named, and returns it.
+func (f *fixture) awaitingConsent(t *testing.T, name string) *wbv1.ActionRun {
+	t.Helper()
+	return f.waitRun(t, name, "awaiting consent", func(r *wbv1.ActionRun) bool {
+		return r.Status.Phase == wbv1.ActionRunAwaitingConsent && r.Status.ConsentRequestRef != ""
+	})
+}
+
+// askConsent creates a run of the operator-gated action node.gated with params and waits
+// until it is held for consent.
+func (f *fixture) askConsent(t *testing.T, name, params string) *wbv1.ActionRun {
+	t.Helper()
+	must(t, env.Client.Create(context.Background(), f.run(name, "node.gated", params)))
+	return f.awaitingConsent(t, name)
+}
+
 func admitted(r *wbv1.ActionRun) bool {
 	return meta(r.Status.Conditions, wbv1.ConditionAdmitted) == metav1.ConditionTrue
 }
