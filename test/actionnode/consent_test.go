@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/test/envtest"
 )
 
 // awaitingConsent waits until run names its ConsentRequest and returns the request's name.
@@ -25,8 +25,7 @@ func awaitingConsent(t *testing.T, ns, run string) string {
 }
 
 func grant(op client.Client, ns, request, name string, scope wbv1.ConsentScope) error {
-	return op.Create(context.Background(), &wbv1.ConsentGrant{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: wbv1.ConsentGrantSpec{RequestRef: wbv1.ObjectName(request), Scope: scope}})
+	return op.Create(context.Background(), envtest.ConsentGrant(ns, name, request, scope))
 }
 
 // TestC7CatalogEditedBeforeConsentNeverRuns: a C7 run approved allow-once runs on the node
@@ -34,9 +33,7 @@ func grant(op client.Client, ns, request, name string, scope wbv1.ConsentScope) 
 // approves ends Refused action-catalog-unauthorized and the node never starts it.
 func TestC7CatalogEditedBeforeConsentNeverRuns(t *testing.T) {
 	ns, _ := setup(t)
-	must(t, env.Bind(context.Background(), "workbench-operator", "op-"+ns, ns))
-	op, err := env.As("op-" + ns)
-	must(t, err)
+	op := env.BoundAs(t, "workbench-operator", "op-"+ns, ns)
 	cat := catalog(t, ns, "cat", perl(t, ns, "gated", "C7", `print "gated ran\n";`))
 	start(t, ns, "cat", "r0", "gated", nil)
 	must(t, grant(op, ns, awaitingConsent(t, ns, "r0"), "g0", wbv1.ConsentAllowOnce))
@@ -66,9 +63,7 @@ func TestC7CatalogEditedBeforeConsentNeverRuns(t *testing.T) {
 func TestC7AddToCatalogRunsOnlyOnceSigned(t *testing.T) {
 	ctx := context.Background()
 	ns, _ := setup(t)
-	must(t, env.Bind(ctx, "workbench-operator", "op-"+ns, ns))
-	op, err := env.As("op-" + ns)
-	must(t, err)
+	op := env.BoundAs(t, "workbench-operator", "op-"+ns, ns)
 	catalog(t, ns, "cat", perl(t, ns, "gated", "C7", `print "remembered ran\n";`))
 	start(t, ns, "cat", "r0", "gated", nil)
 	must(t, grant(op, ns, awaitingConsent(t, ns, "r0"), "g0", wbv1.ConsentAddToCatalog))
