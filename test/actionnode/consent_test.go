@@ -2,7 +2,6 @@ package actionnode
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -11,16 +10,16 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/test/envtest"
+	"sensorium.dev/workbench/internal/test/kstate"
 )
 
 // awaitingConsent waits until run names its ConsentRequest and returns the request's name.
 func awaitingConsent(t *testing.T, ns, run string) string {
 	t.Helper()
-	var r wbv1.ActionRun
-	eventually(t, 30*time.Second, "run "+run+" awaiting consent", func() (bool, string) {
-		must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: run}, &r))
-		return r.Status.ConsentRequestRef != "", fmt.Sprintf("%+v", r.Status)
-	})
+	r := kstate.Until(t, env.Client, 30*time.Second, "run "+run+" awaiting consent", ns, run, &wbv1.ActionRun{},
+		func(r *wbv1.ActionRun) bool {
+			return r.Status.ConsentRequestRef != ""
+		})
 	return r.Status.ConsentRequestRef
 }
 

@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/test/envtest"
 )
@@ -30,8 +28,7 @@ func TestActionRunCorrelation(t *testing.T) {
 	if r.Spec.CreatedBy == "" || r.Spec.CreatedBy == "someone-else" {
 		t.Fatalf("createdBy must be the creating user, got %q", r.Spec.CreatedBy)
 	}
-	var cr wbv1.ConsentRequest
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: r.Status.ConsentRequestRef}, &cr))
+	cr := f.consentRequest(t, r)
 	if got := cr.Labels[wbv1.CorrelationLabel]; got != id {
 		t.Fatalf("consent request correlation id = %q, want the run's %q", got, id)
 	}
@@ -46,7 +43,7 @@ func TestActionRunCorrelation(t *testing.T) {
 	if got := r.Labels[wbv1.CorrelationLabel]; got != "agent-trace-42" {
 		t.Fatalf("a supplied correlation id must be kept, got %q", got)
 	}
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: r.Status.ConsentRequestRef}, &cr))
+	cr = f.consentRequest(t, r)
 	if got := cr.Labels[wbv1.CorrelationLabel]; got != "agent-trace-42" {
 		t.Fatalf("consent request correlation id = %q, want agent-trace-42", got)
 	}

@@ -19,8 +19,7 @@ func TestOperatorGatedRun(t *testing.T) {
 	op := env.BoundAs(t, "workbench-operator", "carol", f.ns)
 
 	r := f.askConsent(t, "gated", `{"msg":"a"}`)
-	var cr wbv1.ConsentRequest
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: r.Status.ConsentRequestRef}, &cr))
+	cr := f.consentRequest(t, r)
 	if cr.Spec.Descriptor.Capability != wbv1.CapabilityActionRun || cr.Spec.Descriptor.CommandUID != r.UID || len(cr.Spec.Descriptor.Argv) == 0 {
 		t.Fatalf("request does not bind the run: %+v", cr.Spec.Descriptor)
 	}

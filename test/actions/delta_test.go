@@ -34,8 +34,7 @@ func TestAddToCatalog(t *testing.T) {
 	op := env.BoundAs(t, "workbench-operator", "dave", f.ns)
 
 	r := f.askConsent(t, "gated", `{"msg":"a"}`)
-	var cr wbv1.ConsentRequest
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: r.Status.ConsentRequestRef}, &cr))
+	cr := f.consentRequest(t, r)
 	if !slices.Contains(cr.Spec.Options, wbv1.ConsentAddToCatalog) {
 		t.Fatalf("options %v do not offer add-to-catalog", cr.Spec.Options)
 	}

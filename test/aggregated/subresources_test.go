@@ -26,6 +26,7 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/apiserver"
 	dpprotocol "sensorium.dev/workbench/internal/dataplane/protocol/v2"
+	"sensorium.dev/workbench/internal/test/kstate"
 	"sensorium.dev/workbench/internal/test/testkit"
 )
 
@@ -335,11 +336,10 @@ func TestCommandOutput(t *testing.T) {
 	if code, body, _ := do(t, agentCfg, http.MethodPost, subPath(ns, "terminalcommands", "sleep", "cancel"), nil); code != http.StatusOK {
 		t.Fatalf("cancel: %d %s", code, body)
 	}
-	eventually(t, 30*time.Second, "the sleep Cancelled", func() (bool, string) {
-		var c wbv1.TerminalCommand
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "sleep"}, &c))
-		return c.Status.Phase == wbv1.CommandCancelled, fmt.Sprintf("%+v", c.Status)
-	})
+	kstate.Until(t, env.Client, 30*time.Second, "the sleep Cancelled", ns, "sleep", &wbv1.TerminalCommand{},
+		func(c *wbv1.TerminalCommand) bool {
+			return c.Status.Phase == wbv1.CommandCancelled
+		})
 
 	// Live: `tail -f` prints the file at once and never ends by itself. Its output arrives
 	// over a followed WebSocket stream while it runs; cancel ends it and the stream.

@@ -26,6 +26,7 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 	dpprotocol "sensorium.dev/workbench/internal/dataplane/protocol/v2"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
+	"sensorium.dev/workbench/internal/test/kstate"
 	"sensorium.dev/workbench/webhooks"
 )
 
@@ -96,11 +97,10 @@ func viewEnvironment(t testing.TB, ns, node, base string, class wbv1.ContextClas
 
 func waitSessionRunning(t testing.TB, ns, name string) {
 	t.Helper()
-	eventually(t, 60*time.Second, "session "+name+" Running", func() (bool, string) {
-		var got wbv1.TerminalSession
-		must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &got))
-		return got.Status.Phase == wbv1.SessionRunning && got.Labels[wbv1.NodeLabel] != "", fmt.Sprintf("%+v", got.Status)
-	})
+	kstate.Until(t, env.Client, 60*time.Second, "session "+name+" Running", ns, name, &wbv1.TerminalSession{},
+		func(got *wbv1.TerminalSession) bool {
+			return got.Status.Phase == wbv1.SessionRunning && got.Labels[wbv1.NodeLabel] != ""
+		})
 }
 
 // terminalView is a view of session with ceiling.
