@@ -14,8 +14,7 @@ import (
 // createdBy is the creating user whatever the client sent.
 func TestActionRunCorrelation(t *testing.T) {
 	ctx := context.Background()
-	f := newFixture(t)
-	f.sign(t, f.signer)
+	f := signedFixture(t)
 
 	plain := f.run("corr-gen", "node.gated", `{"msg":"a"}`)
 	plain.Spec.CreatedBy = "someone-else"
@@ -71,8 +70,7 @@ func TestActionRunCorrelation(t *testing.T) {
 // new prompt; another argv still asks.
 func TestActionRunConsentCooldown(t *testing.T) {
 	ctx := context.Background()
-	f := newFixture(t)
-	f.sign(t, f.signer)
+	f := signedFixture(t)
 	op := env.BoundAs(t, "workbench-operator", "carol", f.ns)
 
 	r := f.askConsent(t, "cd-a", `{"msg":"cool"}`)

@@ -14,8 +14,7 @@ import (
 // ConsentRequest; allow-once admits exactly that run, deny refuses with consent-denied.
 func TestOperatorGatedRun(t *testing.T) {
 	ctx := context.Background()
-	f := newFixture(t)
-	f.sign(t, f.signer)
+	f := signedFixture(t)
 	op := env.BoundAs(t, "workbench-operator", "carol", f.ns)
 
 	r := f.askConsent(t, "gated", `{"msg":"a"}`)
@@ -44,8 +43,7 @@ func TestOperatorGatedRun(t *testing.T) {
 // ConsentRequest (no durable grant can need it).
 func TestGatedRunDeletedCollectsRequest(t *testing.T) {
 	ctx := context.Background()
-	f := newFixture(t)
-	f.sign(t, f.signer)
+	f := signedFixture(t)
 	r := f.askConsent(t, "gone", `{"msg":"a"}`)
 	must(t, env.Client.Delete(ctx, r))
 	eventually(t, 30e9, "consent request "+r.Status.ConsentRequestRef+" collected", func() (bool, string) {

@@ -29,8 +29,7 @@ func neverAdmitted(t *testing.T, r *wbv1.ActionRun) {
 // admission until a signer signs it, then admitted without a prompt.
 func TestAddToCatalog(t *testing.T) {
 	ctx := context.Background()
-	f := newFixture(t)
-	f.sign(t, f.signer)
+	f := signedFixture(t)
 	op := env.BoundAs(t, "workbench-operator", "dave", f.ns)
 
 	r := f.askConsent(t, "gated", `{"msg":"a"}`)
@@ -93,8 +92,7 @@ func TestAddToCatalog(t *testing.T) {
 // longer covers the catalog) and an operator's later allow-once cannot admit it.
 func TestCatalogEditedWhileAwaitingConsent(t *testing.T) {
 	ctx := context.Background()
-	f := newFixture(t)
-	f.sign(t, f.signer)
+	f := signedFixture(t)
 	op := env.BoundAs(t, "workbench-operator", "erin", f.ns)
 
 	r := f.askConsent(t, "gated", `{"msg":"a"}`)

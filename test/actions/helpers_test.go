@@ -102,6 +102,14 @@ func newFixture(t *testing.T, classes ...wbv1.ActionClass) *fixture {
 	return f
 }
 
+// signedFixture is newFixture with catalog "tools" signed by the fixture's trusted signer.
+func signedFixture(t *testing.T) *fixture {
+	t.Helper()
+	f := newFixture(t)
+	f.sign(t, f.signer)
+	return f
+}
+
 func (f *fixture) addSigner(t *testing.T, name string, namespaces []string, classes []wbv1.ActionClass) {
 	t.Helper()
 	s := &wbv1.ActionSigner{ObjectMeta: metav1.ObjectMeta{Name: name},

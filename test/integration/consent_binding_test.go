@@ -39,9 +39,7 @@ func awaitingOwnRequest(t *testing.T, ns, name string) (*wbv1.TerminalCommand, *
 // own consent, never admitted by the consumed grant.
 func TestConsentRecreatedCommandIsNotAdmitted(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	placedSetup(t, ns, "node-a")
-	op := operator(t, ns, "erin")
+	ns, op := consentSetup(t, "erin")
 	argv := []string{"/usr/bin/git", "--no-pager", "log"}
 	must(t, env.Client.Create(ctx, command(ns, "x", argv...)))
 	first, cr := awaitingOwnRequest(t, ns, "x")
@@ -83,9 +81,7 @@ func TestConsentRecreatedCommandIsNotAdmitted(t *testing.T) {
 // the command's argv cannot be changed after the request was made.
 func TestConsentAllowOnceBindsArgv(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	placedSetup(t, ns, "node-a")
-	op := operator(t, ns, "frank")
+	ns, op := consentSetup(t, "frank")
 	must(t, env.Client.Create(ctx, command(ns, "a", "/usr/bin/git", "--no-pager", "log", "-1")))
 	_, cr := awaitingOwnRequest(t, ns, "a")
 	must(t, env.Client.Create(ctx, command(ns, "b", "/usr/bin/git", "--no-pager", "log", "-1")))
@@ -154,9 +150,7 @@ func TestConsentRememberedGrantNamesItsEnvironment(t *testing.T) {
 // command with the same argv is admitted by it.
 func TestConsentDurableGrantOutlivesCommand(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	placedSetup(t, ns, "node-a")
-	op := operator(t, ns, "heidi")
+	ns, op := consentSetup(t, "heidi")
 	argv := []string{"/usr/bin/git", "--no-pager", "describe"}
 	must(t, env.Client.Create(ctx, command(ns, "first", argv...)))
 	_, cr := awaitingOwnRequest(t, ns, "first")

@@ -30,6 +30,15 @@ func getRequest(t *testing.T, ns, name string) *wbv1.ConsentRequest {
 
 var grant = envtest.ConsentGrant
 
+// consentSetup makes a namespace with environment e placed on node-a (placedSetup) and
+// returns it with a client acting as operator user, bound there.
+func consentSetup(t *testing.T, user string) (string, client.Client) {
+	t.Helper()
+	ns := namespace(t)
+	placedSetup(t, ns, "node-a")
+	return ns, operator(t, ns, user)
+}
+
 // operator returns a client acting as a fresh operator bound in ns.
 func operator(t *testing.T, ns, user string) client.Client {
 	t.Helper()
@@ -115,9 +124,7 @@ func TestConsentRememberExactArgv(t *testing.T) {
 // TestConsentAllowOnceAndDeny: allow-once admits exactly that command once; deny refuses.
 func TestConsentAllowOnceAndDeny(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	placedSetup(t, ns, "node-a")
-	op := operator(t, ns, "bob")
+	ns, op := consentSetup(t, "bob")
 	askConsent(t, env.Client, ns, "once", "/usr/bin/git", "--no-pager", "log")
 	must(t, op.Create(ctx, grant(ns, "g-once", "once-consent", wbv1.ConsentAllowOnce)))
 	eventually(t, 20*time.Second, "allow-once admits and is consumed", func() (bool, string) {
@@ -175,9 +182,7 @@ func TestConsentExpiresFailClosed(t *testing.T) {
 // being effective, with the diagnostic consent-operator-binding-inactive.
 func TestConsentOperatorBindingInactive(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	placedSetup(t, ns, "node-a")
-	op := operator(t, ns, "carol")
+	ns, op := consentSetup(t, "carol")
 	askConsent(t, env.Client, ns, "c1", "/usr/bin/git", "--no-pager", "show")
 	must(t, op.Create(ctx, grant(ns, "g", "c1-consent", wbv1.ConsentRememberExactArgv)))
 	waitGrant(t, ns, "g", "grant active", func(g *wbv1.ConsentGrant) bool { return g.Status.State == wbv1.ConsentGrantActive })
