@@ -30,12 +30,8 @@ func TestAgentCommandIntoOperatorSessionRefused(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	const opUser, agentUser = "sec-operator", "sec-agent"
-	must(t, env.Bind(ctx, "workbench-operator", opUser, ns))
-	must(t, env.Bind(ctx, "workbench-agent", agentUser, ns))
-	opc, err := env.As(opUser)
-	must(t, err)
-	agc, err := env.As(agentUser)
-	must(t, err)
+	opc := env.BoundAs(t, "workbench-operator", opUser, ns)
+	agc := env.BoundAs(t, "workbench-agent", agentUser, ns)
 
 	dir, err := os.MkdirTemp(workspace, "term-")
 	must(t, err)
