@@ -88,7 +88,7 @@ func TestConsentRememberExactArgv(t *testing.T) {
 	if g.Spec.Operator != "alice" {
 		t.Fatalf("operator not stamped from the request: %q", g.Spec.Operator)
 	}
-	c = waitCommandPhase(t, ns, "diff", wbv1.CommandPending)
+	waitCommandPhase(t, ns, "diff", wbv1.CommandPending)
 	waitCommand(t, ns, "diff", "command admitted by consent", func(c *wbv1.TerminalCommand) bool {
 		return c.Status.AdmittedBy == "g1" && isTrue(c.Status.Conditions, wbv1.ConditionAdmitted)
 	})
