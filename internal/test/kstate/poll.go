@@ -17,8 +17,16 @@ import (
 // Get reads ns/name into obj and returns it; a failed read fails the test.
 func Get[T client.Object](t testing.TB, c client.Reader, ns, name string, obj T) T {
 	t.Helper()
-	testkit.Must(t, c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, obj))
+	testkit.Must(t, read(c, ns, name, obj))
 	return obj
+}
+
+// read reads ns/name into obj after zeroing it: decoding into an object read before keeps
+// the fields the new read omits (a cleared status field would read as its old value).
+func read(c client.Reader, ns, name string, obj client.Object) error {
+	v := reflect.ValueOf(obj).Elem()
+	v.Set(reflect.Zero(v.Type()))
+	return c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, obj)
 }
 
 // Until reads ns/name into obj until ok holds on it (polling as testkit.Eventually does) and
@@ -27,7 +35,7 @@ func Get[T client.Object](t testing.TB, c client.Reader, ns, name string, obj T)
 func Until[T client.Object](t testing.TB, c client.Reader, timeout time.Duration, what, ns, name string, obj T, ok func(T) bool) T {
 	t.Helper()
 	testkit.Eventually(t, timeout, what, func() (bool, string) {
-		if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, obj); err != nil {
+		if err := read(c, ns, name, obj); err != nil {
 			return false, err.Error()
 		}
 		return ok(obj), StatusOf(obj)
@@ -60,12 +68,11 @@ func StatusOf(obj any) string {
 // conflicts with the controllers' writes. It returns the read's or the write's error (a
 // refusal, for the tests that expect one).
 func Update[T client.Object](c client.Client, ns, name string, obj T, mut func(T)) error {
-	ctx := context.Background()
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj); err != nil {
+		if err := read(c, ns, name, obj); err != nil {
 			return err
 		}
 		mut(obj)
-		return c.Update(ctx, obj)
+		return c.Update(context.Background(), obj)
 	})
 }
