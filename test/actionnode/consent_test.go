@@ -2,31 +2,29 @@ package actionnode
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/test/envtest"
+	"sensorium.dev/workbench/internal/test/kstate"
 )
 
 // awaitingConsent waits until run names its ConsentRequest and returns the request's name.
 func awaitingConsent(t *testing.T, ns, run string) string {
 	t.Helper()
-	var r wbv1.ActionRun
-	eventually(t, 30*time.Second, "run "+run+" awaiting consent", func() (bool, string) {
-		must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: run}, &r))
-		return r.Status.ConsentRequestRef != "", fmt.Sprintf("%+v", r.Status)
-	})
+	r := kstate.Until(t, env.Client, 30*time.Second, "run "+run+" awaiting consent", ns, run, &wbv1.ActionRun{},
+		func(r *wbv1.ActionRun) bool {
+			return r.Status.ConsentRequestRef != ""
+		})
 	return r.Status.ConsentRequestRef
 }
 
 func grant(op client.Client, ns, request, name string, scope wbv1.ConsentScope) error {
-	return op.Create(context.Background(), &wbv1.ConsentGrant{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: wbv1.ConsentGrantSpec{RequestRef: wbv1.ObjectName(request), Scope: scope}})
+	return op.Create(context.Background(), envtest.ConsentGrant(ns, name, request, scope))
 }
 
 // TestC7CatalogEditedBeforeConsentNeverRuns: a C7 run approved allow-once runs on the node
@@ -34,9 +32,7 @@ func grant(op client.Client, ns, request, name string, scope wbv1.ConsentScope) 
 // approves ends Refused action-catalog-unauthorized and the node never starts it.
 func TestC7CatalogEditedBeforeConsentNeverRuns(t *testing.T) {
 	ns, _ := setup(t)
-	must(t, env.Bind(context.Background(), "workbench-operator", "op-"+ns, ns))
-	op, err := env.As("op-" + ns)
-	must(t, err)
+	op := env.BoundAs(t, "workbench-operator", "op-"+ns, ns)
 	cat := catalog(t, ns, "cat", perl(t, ns, "gated", "C7", `print "gated ran\n";`))
 	start(t, ns, "cat", "r0", "gated", nil)
 	must(t, grant(op, ns, awaitingConsent(t, ns, "r0"), "g0", wbv1.ConsentAllowOnce))
@@ -66,9 +62,7 @@ func TestC7CatalogEditedBeforeConsentNeverRuns(t *testing.T) {
 func TestC7AddToCatalogRunsOnlyOnceSigned(t *testing.T) {
 	ctx := context.Background()
 	ns, _ := setup(t)
-	must(t, env.Bind(ctx, "workbench-operator", "op-"+ns, ns))
-	op, err := env.As("op-" + ns)
-	must(t, err)
+	op := env.BoundAs(t, "workbench-operator", "op-"+ns, ns)
 	catalog(t, ns, "cat", perl(t, ns, "gated", "C7", `print "remembered ran\n";`))
 	start(t, ns, "cat", "r0", "gated", nil)
 	must(t, grant(op, ns, awaitingConsent(t, ns, "r0"), "g0", wbv1.ConsentAddToCatalog))

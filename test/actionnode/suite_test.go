@@ -40,6 +40,7 @@ import (
 	"sensorium.dev/workbench/internal/actions"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/test/envtest"
+	"sensorium.dev/workbench/internal/test/kstate"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
 	"sensorium.dev/workbench/internal/test/testkit"
 )
@@ -147,11 +148,10 @@ func setup(t *testing.T) (string, string) {
 		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: &dir}},
 		NodeSelector: map[string]string{wbv1.NodeLabel: nodeName},
 	}}))
-	eventually(t, 30*time.Second, "environment Ready", func() (bool, string) {
-		var e wbv1.Environment
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "e"}, &e))
-		return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
-	})
+	kstate.Until(t, env.Client, 30*time.Second, "environment Ready", ns.Name, "e", &wbv1.Environment{},
+		func(e *wbv1.Environment) bool {
+			return e.Status.Phase == wbv1.EnvironmentReady
+		})
 	// The manager admits a run only on a node that publishes its class Available.
 	eventually(t, 30*time.Second, "WorkbenchNode with action classes", func() (bool, string) {
 		var wn wbv1.WorkbenchNode
@@ -234,14 +234,13 @@ func start(t *testing.T, ns, catName, name, id string, params map[string]any) *w
 // final waits for the node's one recorded outcome.
 func final(t *testing.T, ns, name string) *wbv1.ActionRun {
 	t.Helper()
-	var r wbv1.ActionRun
-	eventually(t, 90*time.Second, "action run "+name+" outcome", func() (bool, string) {
-		must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &r))
-		return wbv1.ActionRunIsFinal(r.Status.Conditions), fmt.Sprintf("%+v", r.Status)
-	})
+	r := kstate.Until(t, env.Client, 90*time.Second, "action run "+name+" outcome", ns, name, &wbv1.ActionRun{},
+		func(r *wbv1.ActionRun) bool {
+			return wbv1.ActionRunIsFinal(r.Status.Conditions)
+		})
 	t.Logf("%s: completed %s, refusal %+v, exit %v, stdout %q, touched %+v, transcript %+v, artifacts %+v",
-		name, reason(&r), r.Status.Refusal, deref(r.Status.ExitCode), r.Status.Stdout, r.Status.TouchedFiles, r.Status.NetworkTranscript, r.Status.ArtifactRefs)
-	return &r
+		name, reason(r), r.Status.Refusal, deref(r.Status.ExitCode), r.Status.Stdout, r.Status.TouchedFiles, r.Status.NetworkTranscript, r.Status.ArtifactRefs)
+	return r
 }
 
 func reason(r *wbv1.ActionRun) string {

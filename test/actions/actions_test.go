@@ -80,8 +80,7 @@ func TestCLISignedCatalogAdmitsRun(t *testing.T) {
 // Bootstrap policy; re-signing authorizes it again.
 func TestCatalogEditedAfterSigning(t *testing.T) {
 	ctx := context.Background()
-	f := newFixture(t)
-	f.sign(t, f.signer)
+	f := signedFixture(t)
 	must(t, env.Client.Create(ctx, f.run("before", "node.echo", `{"msg":"a"}`)))
 	f.waitRun(t, "before", "admitted", admitted)
 
@@ -135,8 +134,7 @@ func TestSignerScope(t *testing.T) {
 // still runs.
 func TestEmergencyPosture(t *testing.T) {
 	ctx := context.Background()
-	f := newFixture(t)
-	f.sign(t, f.signer)
+	f := signedFixture(t)
 	setPolicy(t, wbv1.WorkbenchPolicySpec{Posture: wbv1.PostureEmergency, SignaturePolicy: wbv1.SignatureStrict})
 	mustRefuse(t, env.Client.Create(ctx, f.run("write", "node.write", `{"msg":"a.txt"}`)), "emergency-policy-blocked")
 	must(t, env.Client.Create(ctx, f.run("echo", "node.echo", `{"msg":"a"}`)))

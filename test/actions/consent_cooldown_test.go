@@ -5,10 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/test/envtest"
 )
 
 // TestActionRunCorrelation (issue 30 item 5): a run created without a correlation id is given
@@ -16,13 +14,12 @@ import (
 // createdBy is the creating user whatever the client sent.
 func TestActionRunCorrelation(t *testing.T) {
 	ctx := context.Background()
-	f := newFixture(t)
-	f.sign(t, f.signer)
+	f := signedFixture(t)
 
 	plain := f.run("corr-gen", "node.gated", `{"msg":"a"}`)
 	plain.Spec.CreatedBy = "someone-else"
 	must(t, env.Client.Create(ctx, plain))
-	r := f.waitRun(t, "corr-gen", "awaiting consent", func(r *wbv1.ActionRun) bool { return r.Status.ConsentRequestRef != "" })
+	r := f.awaitingConsent(t, "corr-gen")
 	id := r.Labels[wbv1.CorrelationLabel]
 	if !strings.HasPrefix(id, "wb-") {
 		t.Fatalf("a run without a correlation id must be given one, labels %v", r.Labels)
@@ -30,8 +27,7 @@ func TestActionRunCorrelation(t *testing.T) {
 	if r.Spec.CreatedBy == "" || r.Spec.CreatedBy == "someone-else" {
 		t.Fatalf("createdBy must be the creating user, got %q", r.Spec.CreatedBy)
 	}
-	var cr wbv1.ConsentRequest
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: r.Status.ConsentRequestRef}, &cr))
+	cr := f.consentRequest(t, r)
 	if got := cr.Labels[wbv1.CorrelationLabel]; got != id {
 		t.Fatalf("consent request correlation id = %q, want the run's %q", got, id)
 	}
@@ -42,11 +38,11 @@ func TestActionRunCorrelation(t *testing.T) {
 	supplied := f.run("corr-kept", "node.gated", `{"msg":"b"}`)
 	supplied.Labels = map[string]string{wbv1.CorrelationLabel: "agent-trace-42"}
 	must(t, env.Client.Create(ctx, supplied))
-	r = f.waitRun(t, "corr-kept", "awaiting consent", func(r *wbv1.ActionRun) bool { return r.Status.ConsentRequestRef != "" })
+	r = f.awaitingConsent(t, "corr-kept")
 	if got := r.Labels[wbv1.CorrelationLabel]; got != "agent-trace-42" {
 		t.Fatalf("a supplied correlation id must be kept, got %q", got)
 	}
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: r.Status.ConsentRequestRef}, &cr))
+	cr = f.consentRequest(t, r)
 	if got := cr.Labels[wbv1.CorrelationLabel]; got != "agent-trace-42" {
 		t.Fatalf("consent request correlation id = %q, want agent-trace-42", got)
 	}
@@ -74,16 +70,11 @@ func TestActionRunCorrelation(t *testing.T) {
 // new prompt; another argv still asks.
 func TestActionRunConsentCooldown(t *testing.T) {
 	ctx := context.Background()
-	f := newFixture(t)
-	f.sign(t, f.signer)
-	must(t, env.Bind(ctx, "workbench-operator", "carol", f.ns))
-	op, err := env.As("carol")
-	must(t, err)
+	f := signedFixture(t)
+	op := env.BoundAs(t, "workbench-operator", "carol", f.ns)
 
-	must(t, env.Client.Create(ctx, f.run("cd-a", "node.gated", `{"msg":"cool"}`)))
-	r := f.waitRun(t, "cd-a", "awaiting consent", func(r *wbv1.ActionRun) bool { return r.Status.ConsentRequestRef != "" })
-	must(t, op.Create(ctx, &wbv1.ConsentGrant{ObjectMeta: metav1.ObjectMeta{Name: "g-cd-deny", Namespace: f.ns},
-		Spec: wbv1.ConsentGrantSpec{RequestRef: wbv1.ObjectName(r.Status.ConsentRequestRef), Scope: wbv1.ConsentDeny}}))
+	r := f.askConsent(t, "cd-a", `{"msg":"cool"}`)
+	must(t, op.Create(ctx, envtest.ConsentGrant(f.ns, "g-cd-deny", r.Status.ConsentRequestRef, wbv1.ConsentDeny)))
 	r = f.waitRun(t, "cd-a", "refused", func(r *wbv1.ActionRun) bool { return r.Status.Phase == wbv1.ActionRunRefused })
 	if r.Status.Refusal == nil || r.Status.Refusal.Code != "consent-denied" {
 		t.Fatalf("refusal = %+v", r.Status.Refusal)
@@ -98,5 +89,5 @@ func TestActionRunConsentCooldown(t *testing.T) {
 	}
 
 	must(t, env.Client.Create(ctx, f.run("cd-c", "node.gated", `{"msg":"other"}`)))
-	f.waitRun(t, "cd-c", "awaiting consent (another argv)", func(r *wbv1.ActionRun) bool { return r.Status.ConsentRequestRef != "" })
+	f.awaitingConsent(t, "cd-c")
 }

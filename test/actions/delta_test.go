@@ -12,6 +12,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/controllers"
+	"sensorium.dev/workbench/internal/test/envtest"
 )
 
 // never fails the test when the run was ever admitted or bound to a node.
@@ -28,21 +29,15 @@ func neverAdmitted(t *testing.T, r *wbv1.ActionRun) {
 // admission until a signer signs it, then admitted without a prompt.
 func TestAddToCatalog(t *testing.T) {
 	ctx := context.Background()
-	f := newFixture(t)
-	f.sign(t, f.signer)
-	must(t, env.Bind(ctx, "workbench-operator", "dave", f.ns))
-	op, err := env.As("dave")
-	must(t, err)
+	f := signedFixture(t)
+	op := env.BoundAs(t, "workbench-operator", "dave", f.ns)
 
-	must(t, env.Client.Create(ctx, f.run("gated", "node.gated", `{"msg":"a"}`)))
-	r := f.waitRun(t, "gated", "awaiting consent", func(r *wbv1.ActionRun) bool { return r.Status.ConsentRequestRef != "" })
-	var cr wbv1.ConsentRequest
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: r.Status.ConsentRequestRef}, &cr))
+	r := f.askConsent(t, "gated", `{"msg":"a"}`)
+	cr := f.consentRequest(t, r)
 	if !slices.Contains(cr.Spec.Options, wbv1.ConsentAddToCatalog) {
 		t.Fatalf("options %v do not offer add-to-catalog", cr.Spec.Options)
 	}
-	must(t, op.Create(ctx, &wbv1.ConsentGrant{ObjectMeta: metav1.ObjectMeta{Name: "g-add", Namespace: f.ns},
-		Spec: wbv1.ConsentGrantSpec{RequestRef: wbv1.ObjectName(cr.Name), Scope: wbv1.ConsentAddToCatalog}}))
+	must(t, op.Create(ctx, envtest.ConsentGrant(f.ns, "g-add", cr.Name, wbv1.ConsentAddToCatalog)))
 	r = f.waitRun(t, "gated", "refused with a delta", func(r *wbv1.ActionRun) bool { return r.Status.Phase == wbv1.ActionRunRefused })
 	if r.Status.Refusal == nil || r.Status.Refusal.Code != "action-catalog-unauthorized" || r.Status.CatalogDeltaRef == "" {
 		t.Fatalf("refusal=%+v catalogDeltaRef=%q", r.Status.Refusal, r.Status.CatalogDeltaRef)
@@ -77,7 +72,7 @@ func TestAddToCatalog(t *testing.T) {
 	unsigned.Spec.CatalogRef = wbv1.ObjectName(delta.Name)
 	mustRefuse(t, env.Client.Create(ctx, unsigned), "action-catalog-unauthorized")
 
-	_, err = f.client(t).SignCatalog(ctx, delta.Name, f.signer, f.key, metav1.Now())
+	_, err := f.client(t).SignCatalog(ctx, delta.Name, f.signer, f.key, metav1.Now())
 	must(t, err)
 	signed := f.run("on-signed", "node.gated", `{"msg":"a"}`)
 	signed.Spec.CatalogRef = wbv1.ObjectName(delta.Name)
@@ -97,16 +92,10 @@ func TestAddToCatalog(t *testing.T) {
 // longer covers the catalog) and an operator's later allow-once cannot admit it.
 func TestCatalogEditedWhileAwaitingConsent(t *testing.T) {
 	ctx := context.Background()
-	f := newFixture(t)
-	f.sign(t, f.signer)
-	must(t, env.Bind(ctx, "workbench-operator", "erin", f.ns))
-	op, err := env.As("erin")
-	must(t, err)
+	f := signedFixture(t)
+	op := env.BoundAs(t, "workbench-operator", "erin", f.ns)
 
-	must(t, env.Client.Create(ctx, f.run("gated", "node.gated", `{"msg":"a"}`)))
-	r := f.waitRun(t, "gated", "awaiting consent", func(r *wbv1.ActionRun) bool {
-		return r.Status.Phase == wbv1.ActionRunAwaitingConsent && r.Status.ConsentRequestRef != ""
-	})
+	r := f.askConsent(t, "gated", `{"msg":"a"}`)
 	// The edit is a user's: read, change, write, and read again when the manager's status
 	// write on the catalog (its verification) landed in between.
 	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -116,8 +105,7 @@ func TestCatalogEditedWhileAwaitingConsent(t *testing.T) {
 	}))
 	// The operator approves; whether the manager refused at the edit or at the decision,
 	// the run ends refused and is never admitted.
-	if err := op.Create(ctx, &wbv1.ConsentGrant{ObjectMeta: metav1.ObjectMeta{Name: "g-late", Namespace: f.ns},
-		Spec: wbv1.ConsentGrantSpec{RequestRef: wbv1.ObjectName(r.Status.ConsentRequestRef), Scope: wbv1.ConsentAllowOnce}}); err != nil {
+	if err := op.Create(ctx, envtest.ConsentGrant(f.ns, "g-late", r.Status.ConsentRequestRef, wbv1.ConsentAllowOnce)); err != nil {
 		t.Logf("grant after the edit refused: %v", err)
 	}
 	r = f.waitRun(t, "gated", "refused", func(r *wbv1.ActionRun) bool { return r.Status.Phase == wbv1.ActionRunRefused })

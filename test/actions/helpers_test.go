@@ -19,6 +19,7 @@ import (
 	"sensorium.dev/workbench/internal/actions"
 	"sensorium.dev/workbench/internal/test/aggtest"
 	"sensorium.dev/workbench/internal/test/envtest"
+	"sensorium.dev/workbench/internal/test/kstate"
 	"sensorium.dev/workbench/internal/test/testkit"
 	wbclient "sensorium.dev/workbench/pkg/client"
 )
@@ -96,13 +97,16 @@ func newFixture(t *testing.T, classes ...wbv1.ActionClass) *fixture {
 			declaration("node.gated", wbv1.ActionClassOperatorGated),
 		}},
 	}))
-	eventually(t, 20*time.Second, "environment e placed on "+f.node, func() (bool, string) {
-		var e wbv1.Environment
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e); err != nil {
-			return false, err.Error()
-		}
-		return e.Status.NodeName == f.node, fmt.Sprintf("%+v", e.Status)
-	})
+	kstate.Until(t, env.Client, 20*time.Second, "environment e placed on "+f.node, ns, "e", &wbv1.Environment{},
+		func(e *wbv1.Environment) bool { return e.Status.NodeName == f.node })
+	return f
+}
+
+// signedFixture is newFixture with catalog "tools" signed by the fixture's trusted signer.
+func signedFixture(t *testing.T) *fixture {
+	t.Helper()
+	f := newFixture(t)
+	f.sign(t, f.signer)
 	return f
 }
 
@@ -140,9 +144,13 @@ func (f *fixture) run(name, action string, params string) *wbv1.ActionRun {
 
 func (f *fixture) getRun(t *testing.T, name string) *wbv1.ActionRun {
 	t.Helper()
-	var r wbv1.ActionRun
-	must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: name}, &r))
-	return &r
+	return kstate.Get(t, env.Client, f.ns, name, &wbv1.ActionRun{})
+}
+
+// consentRequest reads the ConsentRequest run r names.
+func (f *fixture) consentRequest(t *testing.T, r *wbv1.ActionRun) *wbv1.ConsentRequest {
+	t.Helper()
+	return kstate.Get(t, env.Client, f.ns, r.Status.ConsentRequestRef, &wbv1.ConsentRequest{})
 }
 
 func (f *fixture) waitRun(t *testing.T, name string, what string, ok func(*wbv1.ActionRun) bool) *wbv1.ActionRun {
@@ -153,6 +161,23 @@ func (f *fixture) waitRun(t *testing.T, name string, what string, ok func(*wbv1.
 		return ok(r), fmt.Sprintf("phase=%s refusal=%+v labels=%v conditions=%+v", r.Status.Phase, r.Status.Refusal, r.Labels, r.Status.Conditions)
 	})
 	return r
+}
+
+// awaitingConsent waits until run name is held AwaitingConsent with its ConsentRequest
+// named, and returns it.
+func (f *fixture) awaitingConsent(t *testing.T, name string) *wbv1.ActionRun {
+	t.Helper()
+	return f.waitRun(t, name, "awaiting consent", func(r *wbv1.ActionRun) bool {
+		return r.Status.Phase == wbv1.ActionRunAwaitingConsent && r.Status.ConsentRequestRef != ""
+	})
+}
+
+// askConsent creates a run of the operator-gated action node.gated with params and waits
+// until it is held for consent.
+func (f *fixture) askConsent(t *testing.T, name, params string) *wbv1.ActionRun {
+	t.Helper()
+	must(t, env.Client.Create(context.Background(), f.run(name, "node.gated", params)))
+	return f.awaitingConsent(t, name)
 }
 
 func admitted(r *wbv1.ActionRun) bool {

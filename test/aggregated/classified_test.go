@@ -3,14 +3,8 @@ package aggregated
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"net/http"
-	"os"
 	"testing"
-	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
@@ -24,17 +18,10 @@ import (
 func TestArtifactClassificationDecidesDownload(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	dir := readyEnvironment(t, ns, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s"}})
-	must(t, os.MkdirAll(dir+"/out", 0o755))
-	must(t, os.WriteFile(dir+"/out/secret.txt", []byte("classified-payload\n"), 0o644))
+	exportDir(t, ns, "secret.txt", "classified-payload\n")
 	stored := func(name string, class wbv1.Classification) {
-		must(t, env.Client.Create(ctx, &wbv1.Artifact{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{wbv1.NodeLabel: nodeName}},
-			Spec: wbv1.ArtifactSpec{EnvironmentRef: "e", Source: "export", Root: ptr(wbv1.RootName("repo")), Path: ptr(wbv1.RelativePath("out")), Classification: class}}))
-		eventually(t, 30*time.Second, "artifact "+name+" stored", func() (bool, string) {
-			var a wbv1.Artifact
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &a))
-			return a.Status.Digest != "", fmt.Sprintf("%+v", a.Status)
-		})
+		must(t, env.Client.Create(ctx, artifact(ns, name, exportSpec(class))))
+		waitStored(t, ns, name)
 	}
 	stored("internal", "internal")
 	stored("confidential", "confidential")

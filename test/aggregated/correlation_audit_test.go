@@ -44,9 +44,9 @@ func TestCorrelationInAudit(t *testing.T) {
 	cmd("sup", map[string]string{wbv1.CorrelationLabel: supplied})
 	must(t, env.Client.Create(ctx, &wbv1.Wait{ObjectMeta: metav1.ObjectMeta{Name: "w", Namespace: ns, Labels: map[string]string{wbv1.CorrelationLabel: supplied}},
 		Spec: wbv1.WaitSpec{Scope: &wbv1.Scope{CommandRef: ptr(wbv1.ObjectName("sup"))}, Condition: wbv1.WaitCondition{Kind: wbv1.ConditionKindCommandDone}, DeadlineSeconds: 30}}))
-	must(t, env.Client.Create(ctx, &wbv1.Artifact{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: ns, Labels: map[string]string{wbv1.NodeLabel: nodeName},
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: wbv1.GroupVersion.String(), Kind: "TerminalCommand", Name: "gen", UID: generated.UID}}},
-		Spec: wbv1.ArtifactSpec{EnvironmentRef: "e", Source: "export", Root: ptr(wbv1.RootName("repo")), Path: ptr(wbv1.RelativePath("out"))}}))
+	owned := artifact(ns, "a", exportSpec(""))
+	owned.OwnerReferences = []metav1.OwnerReference{{APIVersion: wbv1.GroupVersion.String(), Kind: "TerminalCommand", Name: "gen", UID: generated.UID}}
+	must(t, env.Client.Create(ctx, owned))
 
 	key := func(webhook string) string {
 		return webhook + ".workbench.sensorium.dev/" + webhooks.CorrelationAuditKey

@@ -15,10 +15,10 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/test/kstate"
 	wbclient "sensorium.dev/workbench/pkg/client"
 )
 
@@ -109,11 +109,10 @@ func TestArchiveSourceThroughAPI(t *testing.T) {
 			Backend: wbv1.BackendFixtureCopy, NodeSelector: map[string]string{wbv1.NodeLabel: nodeName},
 			Roots: []wbv1.EnvironmentRoot{{Name: "repo", Archive: &wbv1.ArchiveRootSource{ArtifactRef: wbv1.ObjectName(art), Format: c.format, Digest: &a.Status.Digest}}},
 		}}))
-		var e wbv1.Environment
-		eventually(t, 60*time.Second, "environment "+name+" Ready or Failed", func() (bool, string) {
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &e))
-			return e.Status.Phase == wbv1.EnvironmentReady || e.Status.Phase == wbv1.EnvironmentFailed, fmt.Sprintf("%+v", e.Status)
-		})
+		e := kstate.Until(t, env.Client, 60*time.Second, "environment "+name+" Ready or Failed", ns, name, &wbv1.Environment{},
+			func(e *wbv1.Environment) bool {
+				return e.Status.Phase == wbv1.EnvironmentReady || e.Status.Phase == wbv1.EnvironmentFailed
+			})
 		if len(e.Status.Roots) != 1 {
 			t.Fatalf("%s: status.roots = %+v", c.name, e.Status.Roots)
 		}

@@ -26,6 +26,7 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/apiserver"
 	dpprotocol "sensorium.dev/workbench/internal/dataplane/protocol/v2"
+	"sensorium.dev/workbench/internal/test/kstate"
 	"sensorium.dev/workbench/internal/test/testkit"
 )
 
@@ -335,11 +336,10 @@ func TestCommandOutput(t *testing.T) {
 	if code, body, _ := do(t, agentCfg, http.MethodPost, subPath(ns, "terminalcommands", "sleep", "cancel"), nil); code != http.StatusOK {
 		t.Fatalf("cancel: %d %s", code, body)
 	}
-	eventually(t, 30*time.Second, "the sleep Cancelled", func() (bool, string) {
-		var c wbv1.TerminalCommand
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "sleep"}, &c))
-		return c.Status.Phase == wbv1.CommandCancelled, fmt.Sprintf("%+v", c.Status)
-	})
+	kstate.Until(t, env.Client, 30*time.Second, "the sleep Cancelled", ns, "sleep", &wbv1.TerminalCommand{},
+		func(c *wbv1.TerminalCommand) bool {
+			return c.Status.Phase == wbv1.CommandCancelled
+		})
 
 	// Live: `tail -f` prints the file at once and never ends by itself. Its output arrives
 	// over a followed WebSocket stream while it runs; cancel ends it and the stream.
@@ -434,16 +434,9 @@ func TestAuditLog(t *testing.T) {
 func TestArtifactDownload(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	dir := readyEnvironment(t, ns, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s"}})
-	must(t, os.MkdirAll(dir+"/out", 0o755))
-	must(t, os.WriteFile(dir+"/out/result.txt", []byte("exported\n"), 0o644))
-	must(t, env.Client.Create(ctx, &wbv1.Artifact{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: ns, Labels: map[string]string{wbv1.NodeLabel: nodeName}},
-		Spec: wbv1.ArtifactSpec{EnvironmentRef: "e", Source: "export", Root: ptr(wbv1.RootName("repo")), Path: ptr(wbv1.RelativePath("out"))}}))
-	var a wbv1.Artifact
-	eventually(t, 30*time.Second, "the artifact stored", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "a"}, &a))
-		return a.Status.Digest != "", fmt.Sprintf("%+v", a.Status)
-	})
+	exportDir(t, ns, "result.txt", "exported\n")
+	must(t, env.Client.Create(ctx, artifact(ns, "a", exportSpec(""))))
+	a := waitStored(t, ns, "a")
 	agentCfg, _ := saUser(t, ns, "agent", "workbench-agent")
 	code, body, h := do(t, agentCfg, http.MethodGet, subPath(ns, "artifacts", "a", "download"), nil)
 	if code != http.StatusOK || h.Get("X-Workbench-Digest") != string(a.Status.Digest) || int64(len(body)) != a.Status.Size ||

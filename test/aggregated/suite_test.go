@@ -9,7 +9,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"fmt"
 	"net/http"
 	"os"
 	"testing"
@@ -17,12 +16,12 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/nodeagent/dataplane"
 	"sensorium.dev/workbench/internal/test/aggtest"
 	"sensorium.dev/workbench/internal/test/envtest"
+	"sensorium.dev/workbench/internal/test/kstate"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
 	"sensorium.dev/workbench/internal/test/testkit"
 )
@@ -93,22 +92,42 @@ func readyEnvironment(t testing.TB, ns string, sessions ...*wbv1.TerminalSession
 		s.Spec.EnvironmentRef = "e"
 		must(t, env.Client.Create(ctx, s))
 	}
+	names := make([]string, len(sessions))
+	for i, s := range sessions {
+		names[i] = s.Name
+	}
 	eventually(t, 60*time.Second, "environment Ready and sessions Running", func() (bool, string) {
-		var e wbv1.Environment
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
-		if e.Status.Phase != wbv1.EnvironmentReady {
-			return false, fmt.Sprintf("env=%+v", e.Status)
-		}
-		for _, s := range sessions {
-			var got wbv1.TerminalSession
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: s.Name}, &got))
-			if got.Status.Phase != wbv1.SessionRunning {
-				return false, fmt.Sprintf("session %s=%+v", s.Name, got.Status)
-			}
-		}
-		return true, ""
+		return kstate.ReadyAndAllRunning(t, env.Client, ns, "e", names...)
 	})
 	return dir
+}
+
+// exportDir makes a ready environment with structured session s whose root holds
+// out/file with content, and returns the root's directory.
+func exportDir(t testing.TB, ns, file, content string) string {
+	t.Helper()
+	dir := readyEnvironment(t, ns, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s"}})
+	must(t, os.MkdirAll(dir+"/out", 0o755))
+	must(t, os.WriteFile(dir+"/out/"+file, []byte(content), 0o644))
+	return dir
+}
+
+// artifact is Artifact ns/name of environment e on the suite's node.
+func artifact(ns, name string, spec wbv1.ArtifactSpec) *wbv1.Artifact {
+	spec.EnvironmentRef = "e"
+	return &wbv1.Artifact{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{wbv1.NodeLabel: nodeName}}, Spec: spec}
+}
+
+// exportSpec exports root repo's out directory, classified class ("" the default).
+func exportSpec(class wbv1.Classification) wbv1.ArtifactSpec {
+	return wbv1.ArtifactSpec{Source: "export", Root: ptr(wbv1.RootName("repo")), Path: ptr(wbv1.RelativePath("out")), Classification: class}
+}
+
+// waitStored waits until artifact ns/name's blob is stored and returns the artifact.
+func waitStored(t testing.TB, ns, name string) *wbv1.Artifact {
+	t.Helper()
+	return kstate.Until(t, env.Client, 30*time.Second, "artifact "+name+" stored", ns, name, &wbv1.Artifact{},
+		func(a *wbv1.Artifact) bool { return a.Status.Digest != "" })
 }
 
 // profile is a CommandProfile for exe.

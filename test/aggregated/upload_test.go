@@ -61,8 +61,7 @@ func TestArtifactUpload(t *testing.T) {
 	}
 
 	// Above the cap: a streamed body and an announced Content-Length are both refused.
-	empty := &wbv1.Artifact{ObjectMeta: metav1.ObjectMeta{Name: "big", Namespace: ns, Labels: map[string]string{wbv1.NodeLabel: nodeName}},
-		Spec: wbv1.ArtifactSpec{EnvironmentRef: "e", Source: "upload"}}
+	empty := artifact(ns, "big", wbv1.ArtifactSpec{Source: "upload"})
 	must(t, env.Client.Create(ctx, empty))
 	err = op.UploadTo(ctx, "big", io.LimitReader(zeros{}, wbclient.MaxUploadBytes+1))
 	var we *wbclient.Error
@@ -88,8 +87,7 @@ func TestArtifactUpload(t *testing.T) {
 	}
 
 	// An export artifact takes no upload.
-	must(t, env.Client.Create(ctx, &wbv1.Artifact{ObjectMeta: metav1.ObjectMeta{Name: "exp", Namespace: ns, Labels: map[string]string{wbv1.NodeLabel: nodeName}},
-		Spec: wbv1.ArtifactSpec{EnvironmentRef: "e", Source: "export", Root: ptr(wbv1.RootName("repo"))}}))
+	must(t, env.Client.Create(ctx, artifact(ns, "exp", wbv1.ArtifactSpec{Source: "export", Root: ptr(wbv1.RootName("repo"))})))
 	if code, body, _ := do(t, opCfg, http.MethodPost, subPath(ns, "artifacts", "exp", "upload"), "x"); code != http.StatusConflict ||
 		!strings.Contains(string(body), string(actuation.CodeInvalidSpec)) {
 		t.Fatalf("upload into an export artifact: %d %s", code, body)

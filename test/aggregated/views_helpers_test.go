@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,16 +21,14 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/apiserver"
 	"sensorium.dev/workbench/internal/nodeagent/dataplane"
 	"sensorium.dev/workbench/internal/test/aggtest"
+	"sensorium.dev/workbench/internal/test/kstate"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
-	"sensorium.dev/workbench/webhooks"
 )
 
 // recvFrame is one line of a view stream with the moment the observer read it.
@@ -271,17 +268,17 @@ func grant(t testing.TB, as client.Client, ns, name, view string, subject wbv1.V
 	return g
 }
 
+// waitPatchPhase waits until FilePatch fp's status reads phase.
+func waitPatchPhase(t testing.TB, fp *wbv1.FilePatch, phase wbv1.FilePatchPhase) {
+	t.Helper()
+	kstate.Until(t, env.Client, 30*time.Second, "the patch "+string(phase), fp.Namespace, fp.Name, &wbv1.FilePatch{},
+		func(got *wbv1.FilePatch) bool { return got.Status.Phase == phase })
+}
+
 // revoke sets revoked on a grant as the granter and returns when the API server stored it.
 func revoke(t testing.TB, as client.Client, ns, name string) time.Time {
 	t.Helper()
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var g wbv1.ViewGrant
-		if err := as.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &g); err != nil {
-			return err
-		}
-		g.Spec.Revoked = ptr(true)
-		return as.Update(context.Background(), &g)
-	}))
+	must(t, kstate.Update(as, ns, name, &wbv1.ViewGrant{}, func(g *wbv1.ViewGrant) { g.Spec.Revoked = ptr(true) }))
 	return time.Now()
 }
 
@@ -289,7 +286,6 @@ func revoke(t testing.TB, as client.Client, ns, name string) time.Time {
 // kill it with SIGKILL.
 type agentProc struct {
 	cmd *exec.Cmd
-	log *os.File
 }
 
 var (
@@ -319,16 +315,10 @@ func buildAgent(t testing.TB) string {
 // loopback port accepting forwarded identities only from workbench-apiserver's certificate.
 func agentSetup(t testing.TB, node, workspace string) (kubeconfig, config string) {
 	t.Helper()
-	ctx := context.Background()
-	user := webhooks.NodeUserPrefix + node
-	u, err := env.Env.AddUser(crenvtest.User{Name: user, Groups: []string{webhooks.NodeGroup}}, nil)
-	must(t, err)
-	kc, err := u.KubeConfig()
-	must(t, err)
 	dir := t.TempDir()
-	kubeconfig = filepath.Join(dir, "kubeconfig")
-	must(t, os.WriteFile(kubeconfig, kc, 0o600))
-	must(t, env.Bind(ctx, "workbench-node-agent", user, ""))
+	kubeconfig, err := nodeagenttest.NodeKubeconfig(env, node, dir)
+	must(t, err)
+	must(t, nodeagenttest.BindNodeAgent(context.Background(), env, node))
 	config = filepath.Join(dir, "node-agent.yaml")
 	must(t, os.WriteFile(config, []byte(fmt.Sprintf(
 		"nodeName: %s\nstateDir: %s\nadmittedRoots:\n  work: %s\nheartbeatSeconds: 2\ndataPlaneAddress: 127.0.0.1:0\ndataPlaneForwardingCAFile: %s\ndataPlaneForwardingNames: [%s]\n",
@@ -340,26 +330,7 @@ func startAgentProc(t testing.TB, bin, kubeconfig, config string) *agentProc {
 	t.Helper()
 	logf, err := os.CreateTemp(t.TempDir(), "agent-*.log")
 	must(t, err)
-	p := &agentProc{cmd: exec.Command(bin, "--config", config, "--kubeconfig", kubeconfig), log: logf}
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	p.cmd.Env = []string{"PATH=/usr/bin:/bin"}
-	must(t, p.cmd.Start())
-	t.Cleanup(func() {
-		if p.cmd.ProcessState != nil {
-			return
-		}
-		// A graceful stop: the agent ends its sessions' programs before it exits.
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = p.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(40 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-done
-		}
-	})
-	return p
+	return &agentProc{cmd: nodeagenttest.StartAgentProcess(t, bin, config, kubeconfig, logf, 40*time.Second)}
 }
 
 // kill ends the agent with SIGKILL (no graceful shutdown) and reaps it.

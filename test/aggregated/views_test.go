@@ -19,13 +19,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	dpprotocol "sensorium.dev/workbench/internal/dataplane/protocol/v2"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
+	"sensorium.dev/workbench/internal/test/kstate"
 	"sensorium.dev/workbench/webhooks"
 )
 
@@ -96,11 +96,10 @@ func viewEnvironment(t testing.TB, ns, node, base string, class wbv1.ContextClas
 
 func waitSessionRunning(t testing.TB, ns, name string) {
 	t.Helper()
-	eventually(t, 60*time.Second, "session "+name+" Running", func() (bool, string) {
-		var got wbv1.TerminalSession
-		must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &got))
-		return got.Status.Phase == wbv1.SessionRunning && got.Labels[wbv1.NodeLabel] != "", fmt.Sprintf("%+v", got.Status)
-	})
+	kstate.Until(t, env.Client, 60*time.Second, "session "+name+" Running", ns, name, &wbv1.TerminalSession{},
+		func(got *wbv1.TerminalSession) bool {
+			return got.Status.Phase == wbv1.SessionRunning && got.Labels[wbv1.NodeLabel] != ""
+		})
 }
 
 // terminalView is a view of session with ceiling.
@@ -227,11 +226,7 @@ func TestSharedChairTerminalStory(t *testing.T) {
 		err := bClient.Create(ctx, fp.DeepCopy())
 		return err == nil, fmt.Sprint(err)
 	})
-	eventually(t, 30*time.Second, "the patch awaits approval", func() (bool, string) {
-		var got wbv1.FilePatch
-		must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(fp), &got))
-		return got.Status.Phase == "AwaitingApproval", fmt.Sprintf("%+v", got.Status)
-	})
+	waitPatchPhase(t, fp, "AwaitingApproval")
 	if raw, _ := os.ReadFile(filepath.Join(dir, "manifest.py")); string(raw) != storyFixture["manifest.py"] {
 		t.Fatalf("an unapproved patch changed the workspace: %q", raw)
 	}
@@ -246,19 +241,8 @@ func TestSharedChairTerminalStory(t *testing.T) {
 	t.Logf("C: revocation stored -> stream closed in %s", closedAt.Sub(revokedAt))
 
 	// The operator approves; the chair re-runs the test.
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var got wbv1.FilePatch
-		if err := chair.Get(ctx, client.ObjectKeyFromObject(fp), &got); err != nil {
-			return err
-		}
-		got.Spec.Approval = "Approved"
-		return chair.Update(ctx, &got)
-	}))
-	eventually(t, 30*time.Second, "the patch is applied", func() (bool, string) {
-		var got wbv1.FilePatch
-		must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(fp), &got))
-		return got.Status.Phase == "Applied", fmt.Sprintf("%+v", got.Status)
-	})
+	must(t, kstate.Update(chair, fp.Namespace, fp.Name, &wbv1.FilePatch{}, func(got *wbv1.FilePatch) { got.Spec.Approval = "Approved" }))
+	waitPatchPhase(t, fp, "Applied")
 	term.run(t, "run", "MANIFEST TEST: PASS")
 	b.waitScreen("B observes the passing test", "MANIFEST TEST: PASS", 30*time.Second)
 
@@ -287,23 +271,13 @@ func TestSharedChairTerminalStory(t *testing.T) {
 	agent.kill(t)
 	startAgentProc(t, bin, kubeconfig, config)
 	waitDataPlane(t, node, ep)
-	eventually(t, 60*time.Second, "the swept session is final", func() (bool, string) {
-		var s wbv1.TerminalSession
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "chair"}, &s))
-		return wbv1.SessionPhaseIsFinal(s.Status.Phase), string(s.Status.Phase)
-	})
+	kstate.Until(t, env.Client, 60*time.Second, "the swept session is final", ns, "chair", &wbv1.TerminalSession{},
+		func(s *wbv1.TerminalSession) bool { return wbv1.SessionPhaseIsFinal(s.Status.Phase) })
 	// The chair opens a new terminal in the same environment and re-points the view to it:
 	// the binding (environment, generation, context) and so B's grant still hold.
 	must(t, env.Client.Create(ctx, shellSession(ns, "chair2")))
 	waitSessionRunning(t, ns, "chair2")
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var v wbv1.TerminalView
-		if err := chair.Get(ctx, client.ObjectKey{Namespace: ns, Name: "chair-view"}, &v); err != nil {
-			return err
-		}
-		v.Spec.SessionRef = "chair2"
-		return chair.Update(ctx, &v)
-	}))
+	must(t, kstate.Update(chair, ns, "chair-view", &wbv1.TerminalView{}, func(v *wbv1.TerminalView) { v.Spec.SessionRef = "chair2" }))
 	term2 := attachChair(t, chairCfg, ns, "chair2")
 	term2.run(t, "run", "MANIFEST TEST: PASS")
 	fresh := b.waitScreenFrom(bBefore, "B resumes with a fresh frame", "MANIFEST TEST: PASS", 60*time.Second)
@@ -324,13 +298,8 @@ func TestSharedChairTerminalStory(t *testing.T) {
 
 	// Context replacement: the environment's context is raised to production. B's view,
 	// bound to test, is superseded; a new view and a new grant admit B again.
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var e wbv1.Environment
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e); err != nil {
-			return err
-		}
+	must(t, kstate.Update(env.Client, ns, "e", &wbv1.Environment{}, func(e *wbv1.Environment) {
 		e.Spec.OperationalContext = &wbv1.OperationalContext{Class: "production"}
-		return env.Client.Update(ctx, &e)
 	}))
 	if code := b.waitFinal("B's old view is superseded", 10*time.Second); code != string(actuation.CodeViewContextSuperseded) {
 		t.Fatalf("B's stream ended with %q, want %s", code, actuation.CodeViewContextSuperseded)

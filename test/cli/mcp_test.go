@@ -113,15 +113,24 @@ func exerciseAgentTools(t *testing.T, s *mcp.ClientSession) {
 	}
 }
 
+// mcpStdio starts `kubectl-workbench mcp` in ns as user, with the Go SDK's own client as
+// the agent, for at most timeout; it returns the call context and the session, both ended
+// when the test ends.
+func mcpStdio(t *testing.T, timeout time.Duration, ns, user string) (context.Context, *mcp.ClientSession) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	client := mcp.NewClient(&mcp.Implementation{Name: "go-sdk-test", Version: "v0"}, nil)
+	s, err := client.Connect(ctx, &mcp.CommandTransport{Command: kwCommand(ctx, ns, user, "mcp")}, nil)
+	must(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return ctx, s
+}
+
 // TestMCPStdio drives `kubectl-workbench mcp` with the Go SDK's own client as the agent.
 func TestMCPStdio(t *testing.T) {
 	ns := mcpFixture(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	client := mcp.NewClient(&mcp.Implementation{Name: "go-sdk-test", Version: "v0"}, nil)
-	s, err := client.Connect(ctx, &mcp.CommandTransport{Command: kwCommand(ctx, ns, agentUser, "mcp")}, nil)
-	must(t, err)
-	defer func() { _ = s.Close() }()
+	_, s := mcpStdio(t, 5*time.Minute, ns, agentUser)
 	exerciseAgentTools(t, s)
 }
 

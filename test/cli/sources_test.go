@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -120,12 +119,7 @@ func TestExportPatchCLI(t *testing.T) {
 // malformed source comes back as a tool error naming the fix, creating nothing.
 func TestMCPCreateEnvironmentSources(t *testing.T) {
 	ns := namespace(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	client := mcp.NewClient(&mcp.Implementation{Name: "go-sdk-test", Version: "v0"}, nil)
-	s, err := client.Connect(ctx, &mcp.CommandTransport{Command: kwCommand(ctx, ns, operatorUser, "mcp")}, nil)
-	must(t, err)
-	defer func() { _ = s.Close() }()
+	ctx, s := mcpStdio(t, 2*time.Minute, ns, operatorUser)
 	tools, err := s.ListTools(ctx, nil)
 	must(t, err)
 	var props map[string]any

@@ -13,10 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 )
 
 var (
@@ -69,11 +66,7 @@ func TestAggregatedAPIOutput(t *testing.T) {
 	}
 	ns := "e2e-aggregated"
 	readyNamespace(ctx, t, ns)
-	must(t, cluster.client.Create(ctx, &wbv1.CommandProfile{ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: ns}, Spec: wbv1.CommandProfileSpec{
-		Executable: "/usr/bin/echo", AllowedArgPrefixes: []string{"through-"}, AllowedRoots: []string{"repo"},
-		Env:               wbv1.CommandEnvPolicy{Defaults: []wbv1.EnvVar{{Name: "PATH", Value: "/usr/bin:/bin"}}},
-		MaxTimeoutSeconds: 60, MaxOutputBytes: 1 << 16,
-	}}))
+	must(t, cluster.client.Create(ctx, execProfile(ns, "echo", "/usr/bin/echo", "through-", "/usr/bin:/bin")))
 	workbenchCLI(t) // built before the clock starts
 	start := time.Now()
 	out, err := workbench(t, "-n", ns, "run", "-e", "e", "-p", "echo", "--session", "s", "--", "/usr/bin/echo", "through-the-aggregated-api")

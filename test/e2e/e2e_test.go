@@ -243,19 +243,36 @@ func startSleep(ctx context.Context, t *testing.T, ns, arg string) {
 	t.Helper()
 	must(t, cluster.client.Create(ctx, sleepProfile(ns)))
 	must(t, cluster.client.Create(ctx, sleepCommand(ns, "long", arg)))
-	eventually(t, time.Minute, "the command to run", func() (bool, string) {
-		var c wbv1.TerminalCommand
-		must(t, cluster.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
-		return c.Status.Phase == wbv1.CommandRunning, fmt.Sprintf("%+v", c.Status)
-	})
+	kstate.Until(t, cluster.client, time.Minute, "the command to run", ns, "long", &wbv1.TerminalCommand{},
+		func(c *wbv1.TerminalCommand) bool { return c.Status.Phase == wbv1.CommandRunning })
 }
 
 func sleepProfile(ns string) *wbv1.CommandProfile {
-	return &wbv1.CommandProfile{ObjectMeta: metav1.ObjectMeta{Name: "sleep", Namespace: ns}, Spec: wbv1.CommandProfileSpec{
-		Executable: "/usr/bin/sleep", AllowedArgPrefixes: []string{"30"}, AllowedRoots: []string{"repo"},
-		Env:               wbv1.CommandEnvPolicy{Defaults: []wbv1.EnvVar{{Name: "PATH", Value: "/usr/bin:/bin"}}},
-		MaxTimeoutSeconds: 600, MaxOutputBytes: 1 << 16,
+	p := execProfile(ns, "sleep", "/usr/bin/sleep", "30", "/usr/bin:/bin")
+	p.Spec.MaxTimeoutSeconds = 600
+	return p
+}
+
+// execProfile is CommandProfile ns/name admitting exe with arguments starting with prefix
+// in root repo, PATH path, for 60 s and 64 KiB of output.
+func execProfile(ns, name, exe, prefix, path string) *wbv1.CommandProfile {
+	return &wbv1.CommandProfile{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: wbv1.CommandProfileSpec{
+		Executable: exe, AllowedArgPrefixes: []string{prefix}, AllowedRoots: []string{"repo"},
+		Env:               wbv1.CommandEnvPolicy{Defaults: []wbv1.EnvVar{{Name: "PATH", Value: path}}},
+		MaxTimeoutSeconds: 60, MaxOutputBytes: 1 << 16,
 	}}
+}
+
+// waitInterrupted waits until command ns/name has its final outcome (its phase the one its
+// conditions give) and fails unless that is Failed with refusal interrupted.
+func waitInterrupted(t *testing.T, timeout time.Duration, what, ns, name string) {
+	t.Helper()
+	c := kstate.Until(t, cluster.client, timeout, what, ns, name, &wbv1.TerminalCommand{}, func(c *wbv1.TerminalCommand) bool {
+		return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions)
+	})
+	if c.Status.Phase != wbv1.CommandFailed || c.Status.Refusal == nil || c.Status.Refusal.Code != "interrupted" {
+		t.Fatalf("%s: %+v", what, c.Status)
+	}
 }
 
 func readyEnvironment(ctx context.Context, t *testing.T, ns, dir string) {
@@ -320,14 +337,7 @@ func TestNodeAgentPodDeletedMidCommand(t *testing.T) {
 		p, states := agentPod(ctx, t)
 		return p != nil && p.UID != old.UID, states
 	})
-	var c wbv1.TerminalCommand
-	eventually(t, 2*time.Minute, "the interrupted command's truthful outcome", func() (bool, string) {
-		must(t, cluster.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
-		return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
-	})
-	if c.Status.Phase != wbv1.CommandFailed || c.Status.Refusal == nil || c.Status.Refusal.Code != "interrupted" {
-		t.Fatalf("outcome after the node agent's restart: %+v", c.Status)
-	}
+	waitInterrupted(t, 2*time.Minute, "the interrupted command's truthful outcome after the node agent's restart", ns, "long")
 	if left := hostProcesses("/usr/bin/sleep", "307.25"); len(left) != 0 {
 		t.Fatalf("processes of the interrupted command left on the host: %v", left)
 	}

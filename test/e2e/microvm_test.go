@@ -126,11 +126,7 @@ func TestMicroVMInDaemonSetPod(t *testing.T) {
 		}
 		t.Logf("QEMU pid %d uid %s, cgroups:\n%s", pids[0], uid, cg)
 	}
-	must(t, cluster.client.Create(ctx, &wbv1.CommandProfile{ObjectMeta: metav1.ObjectMeta{Name: "uname", Namespace: ns}, Spec: wbv1.CommandProfileSpec{
-		Executable: "/bin/uname", AllowedArgPrefixes: []string{"-r"}, AllowedRoots: []string{"repo"},
-		Env:               wbv1.CommandEnvPolicy{Defaults: []wbv1.EnvVar{{Name: "PATH", Value: "/bin:/sbin"}}},
-		MaxTimeoutSeconds: 60, MaxOutputBytes: 1 << 16,
-	}}))
+	must(t, cluster.client.Create(ctx, execProfile(ns, "uname", "/bin/uname", "-r", "/bin:/sbin")))
 	workbenchCLI(t) // built before the clock starts
 	ran := time.Now()
 	out, err := workbench(t, "-n", ns, "run", "-e", "vm", "-p", "uname", "--", "/bin/uname", "-r")

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/test/kstate"
 )
 
 // TestNodeDrain: `kubectl drain` of the node (it runs last: the drain evicts the manager and
@@ -72,14 +73,7 @@ func TestNodeDrain(t *testing.T) {
 	drained = false
 	kubectl(t, "-n", systemNamespace, "rollout", "status", "deployment/"+managerName, "--timeout=300s")
 	kubectl(t, "-n", systemNamespace, "rollout", "status", "deployment/workbench-apiserver", "--timeout=300s")
-	var c wbv1.TerminalCommand
-	eventually(t, 3*time.Minute, "the drained command's recorded outcome", func() (bool, string) {
-		must(t, cluster.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
-		return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
-	})
-	if c.Status.Phase != wbv1.CommandFailed || c.Status.Refusal == nil || c.Status.Refusal.Code != "interrupted" {
-		t.Fatalf("the drained command's outcome: %+v", c.Status)
-	}
+	waitInterrupted(t, 3*time.Minute, "the drained command's recorded outcome", ns, "long")
 	var s wbv1.TerminalSession
 	eventually(t, 2*time.Minute, "the drained session's outcome", func() (bool, string) {
 		must(t, cluster.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
@@ -111,10 +105,8 @@ func TestNodeDrain(t *testing.T) {
 	after := sleepCommand(ns, "after", "30")
 	after.Spec.SessionRef, after.Spec.TimeoutSeconds = "after", 1
 	must(t, cluster.client.Create(ctx, after))
-	eventually(t, 2*time.Minute, "a command after uncordon runs (and times out as asked)", func() (bool, string) {
-		must(t, cluster.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "after"}, &c))
-		return c.Status.Phase == wbv1.CommandTimedOut, fmt.Sprintf("%+v", c.Status)
-	})
+	kstate.Until(t, cluster.client, 2*time.Minute, "a command after uncordon runs (and times out as asked)", ns, "after", &wbv1.TerminalCommand{},
+		func(c *wbv1.TerminalCommand) bool { return c.Status.Phase == wbv1.CommandTimedOut })
 	t.Logf("drain: processes gone %s after kubectl drain began; restored after uncordon in %s", drainedIn.Round(time.Millisecond),
 		time.Since(start).Round(time.Millisecond)-drainedIn.Round(time.Millisecond))
 }

@@ -8,10 +8,10 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/test/kstate"
 )
 
 // TestAdmissionRefusals sends each malformed manifest class through the API server and
@@ -130,13 +130,7 @@ func TestCommandSpecImmutable(t *testing.T) {
 	c := command(ns, "c", "/usr/bin/git", "--no-pager", "status")
 	must(t, env.Client.Create(ctx, c))
 	// The manager writes the command's status meanwhile: retry on a stale resource version.
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
-			return err
-		}
-		c.Spec.Argv = append(c.Spec.Argv, "--short")
-		return env.Client.Update(ctx, c)
-	})
+	err := kstate.Update(env.Client, ns, "c", c, func(c *wbv1.TerminalCommand) { c.Spec.Argv = append(c.Spec.Argv, "--short") })
 	mustRefuse(t, err, "immutable")
 }
 

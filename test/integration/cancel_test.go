@@ -5,10 +5,10 @@ import (
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/test/kstate"
 )
 
 // TestAgentCancelsAndCloses: the workbench-agent identity may cancel its command (set
@@ -20,21 +20,11 @@ func TestAgentCancelsAndCloses(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	placedSetup(t, ns, "node-a")
-	must(t, env.Bind(ctx, "workbench-agent", "agent-c", ns))
-	agent, err := env.As("agent-c")
-	must(t, err)
-	must(t, agent.Create(ctx, command(ns, "held", "/usr/bin/git", "--no-pager", "log")))
-	waitCommandPhase(t, ns, "held", wbv1.CommandAwaitingConsent)
+	agent := env.BoundAs(t, "workbench-agent", "agent-c", ns)
+	askConsent(t, agent, ns, "held", "/usr/bin/git", "--no-pager", "log")
 
 	update := func(c client.Client, mut func(*wbv1.TerminalCommand)) error {
-		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			var cmd wbv1.TerminalCommand
-			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "held"}, &cmd); err != nil {
-				return err
-			}
-			mut(&cmd)
-			return c.Update(ctx, &cmd)
-		})
+		return kstate.Update(c, ns, "held", &wbv1.TerminalCommand{}, mut)
 	}
 	mustRefuse(t, update(agent, func(c *wbv1.TerminalCommand) { c.Spec.TimeoutSeconds = 5 }), "immutable")
 	mustRefuse(t, update(agent, func(c *wbv1.TerminalCommand) {
@@ -52,23 +42,14 @@ func TestAgentCancelsAndCloses(t *testing.T) {
 
 	// Sessions: close yes, anything else no.
 	updateSession := func(mut func(*wbv1.TerminalSession)) error {
-		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			var s wbv1.TerminalSession
-			if err := agent.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s); err != nil {
-				return err
-			}
-			mut(&s)
-			return agent.Update(ctx, &s)
-		})
+		return kstate.Update(agent, ns, "s", &wbv1.TerminalSession{}, mut)
 	}
 	mustRefuse(t, updateSession(func(s *wbv1.TerminalSession) { s.Labels = map[string]string{wbv1.NodeLabel: "node-b"} }), "immutable")
 	must(t, updateSession(func(s *wbv1.TerminalSession) { s.Spec.DesiredState = wbv1.SessionDesiredClosed }))
 	mustRefuse(t, updateSession(func(s *wbv1.TerminalSession) { s.Spec.DesiredState = wbv1.SessionDesiredOpen }), "immutable")
 
 	// A viewer may do neither.
-	must(t, env.Bind(ctx, "workbench-viewer", "viewer-c", ns))
-	viewer, err := env.As("viewer-c")
-	must(t, err)
+	viewer := env.BoundAs(t, "workbench-viewer", "viewer-c", ns)
 	var cmd wbv1.TerminalCommand
 	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "held"}, &cmd))
 	if err := viewer.Update(ctx, &cmd); !apierrors.IsForbidden(err) {

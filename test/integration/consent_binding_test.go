@@ -12,21 +12,12 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 )
 
-func getGrant(t *testing.T, ns, name string) *wbv1.ConsentGrant {
-	t.Helper()
-	var g wbv1.ConsentGrant
-	must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &g))
-	return &g
-}
-
 // awaitingOwnRequest waits until the command is held AwaitingConsent with a request bound
 // to this very object (UID and argv digest), and returns that request.
 func awaitingOwnRequest(t *testing.T, ns, name string) (*wbv1.TerminalCommand, *wbv1.ConsentRequest) {
 	t.Helper()
-	var c *wbv1.TerminalCommand
-	eventually(t, 30*time.Second, "command "+name+" held with its own request", func() (bool, string) {
-		c = getCommand(t, ns, name)
-		return c.Status.Phase == wbv1.CommandAwaitingConsent && c.Status.ConsentRequestRef != "", fmt.Sprintf("%+v", c.Status)
+	c := waitCommand(t, ns, name, "command "+name+" held with its own request", func(c *wbv1.TerminalCommand) bool {
+		return c.Status.Phase == wbv1.CommandAwaitingConsent && c.Status.ConsentRequestRef != ""
 	})
 	cr := getRequest(t, ns, c.Status.ConsentRequestRef)
 	d := cr.Spec.Descriptor
@@ -48,9 +39,7 @@ func awaitingOwnRequest(t *testing.T, ns, name string) (*wbv1.TerminalCommand, *
 // own consent, never admitted by the consumed grant.
 func TestConsentRecreatedCommandIsNotAdmitted(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	placedSetup(t, ns, "node-a")
-	op := operator(t, ns, "erin")
+	ns, op := consentSetup(t, "erin")
 	argv := []string{"/usr/bin/git", "--no-pager", "log"}
 	must(t, env.Client.Create(ctx, command(ns, "x", argv...)))
 	first, cr := awaitingOwnRequest(t, ns, "x")
@@ -68,18 +57,14 @@ func TestConsentRecreatedCommandIsNotAdmitted(t *testing.T) {
 		argv, // the same argv on a new object
 	} {
 		must(t, env.Client.Delete(ctx, command(ns, "x")))
-		eventually(t, 20*time.Second, "x gone", func() (bool, string) {
-			err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "x"}, &wbv1.TerminalCommand{})
-			return apierrors.IsNotFound(err), fmt.Sprint(err)
-		})
+		waitCommandGone(t, ns, "x")
 		must(t, env.Client.Create(ctx, command(ns, "x", again...)))
 		c, _ := awaitingOwnRequest(t, ns, "x")
 		if c.UID == first.UID {
 			t.Fatalf("case %d: not a new object", i)
 		}
-		eventually(t, 20*time.Second, "the grant stays consumed by the first object", func() (bool, string) {
-			g := getGrant(t, ns, "g-once")
-			return g.Status.ConsumedByUID == first.UID && g.Status.State == wbv1.ConsentGrantConsumed, fmt.Sprintf("case %d: %+v", i, g.Status)
+		waitGrant(t, ns, "g-once", fmt.Sprintf("case %d: the grant stays consumed by the first object", i), func(g *wbv1.ConsentGrant) bool {
+			return g.Status.ConsumedByUID == first.UID && g.Status.State == wbv1.ConsentGrantConsumed
 		})
 	}
 	// The request of the deleted command, answered only by a consumed allow-once grant, is
@@ -96,9 +81,7 @@ func TestConsentRecreatedCommandIsNotAdmitted(t *testing.T) {
 // the command's argv cannot be changed after the request was made.
 func TestConsentAllowOnceBindsArgv(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	placedSetup(t, ns, "node-a")
-	op := operator(t, ns, "frank")
+	ns, op := consentSetup(t, "frank")
 	must(t, env.Client.Create(ctx, command(ns, "a", "/usr/bin/git", "--no-pager", "log", "-1")))
 	_, cr := awaitingOwnRequest(t, ns, "a")
 	must(t, env.Client.Create(ctx, command(ns, "b", "/usr/bin/git", "--no-pager", "log", "-1")))
@@ -111,14 +94,10 @@ func TestConsentAllowOnceBindsArgv(t *testing.T) {
 	mustRefuse(t, env.Client.Update(ctx, a), "immutable")
 
 	must(t, op.Create(ctx, grant(ns, "g", cr.Name, wbv1.ConsentAllowOnce)))
-	eventually(t, 20*time.Second, "a admitted by g", func() (bool, string) {
-		c := getCommand(t, ns, "a")
-		return c.Status.AdmittedBy == "g", fmt.Sprintf("%+v", c.Status)
-	})
+	waitAdmittedBy(t, ns, "a", "g")
 	// The projection keeps the consumed entry bound to a's UID and digest (the node agent
 	// verifies it before starting a), and it admits nothing else.
-	var prof wbv1.CommandProfile
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "git"}, &prof))
+	prof := getProfile(t, ns)
 	a = getCommand(t, ns, "a")
 	var bound bool
 	for _, e := range prof.Status.ConsentEntries {
@@ -144,11 +123,7 @@ func TestConsentRememberedGrantNamesItsEnvironment(t *testing.T) {
 	placedSetup(t, ns, "node-a")
 	must(t, env.Client.Create(ctx, environment(ns, "e2")))
 	must(t, env.Client.Create(ctx, session(ns, "s2", "e2")))
-	eventually(t, 20*time.Second, "environment e2 placed", func() (bool, string) {
-		var e wbv1.Environment
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e2"}, &e))
-		return e.Status.NodeName != "", fmt.Sprintf("%+v", e.Status)
-	})
+	waitPlaced(t, ns, "e2")
 	op := operator(t, ns, "grace")
 	argv := []string{"/usr/bin/git", "--no-pager", "shortlog"}
 	must(t, env.Client.Create(ctx, command(ns, "on-e", argv...)))
@@ -157,20 +132,14 @@ func TestConsentRememberedGrantNamesItsEnvironment(t *testing.T) {
 		t.Fatalf("request names environment %q", cr.Spec.Descriptor.EnvironmentRef)
 	}
 	must(t, op.Create(ctx, grant(ns, "g", cr.Name, wbv1.ConsentRememberExactArgv)))
-	eventually(t, 20*time.Second, "on-e admitted by g", func() (bool, string) {
-		c := getCommand(t, ns, "on-e")
-		return c.Status.AdmittedBy == "g", fmt.Sprintf("%+v", c.Status)
-	})
+	waitAdmittedBy(t, ns, "on-e", "g")
 	other := command(ns, "on-e2", argv...)
 	other.Spec.SessionRef = "s2"
 	must(t, env.Client.Create(ctx, other))
 	awaitingOwnRequest(t, ns, "on-e2")
 	// Still admitted on the environment it was reviewed on.
 	must(t, env.Client.Create(ctx, command(ns, "on-e-again", argv...)))
-	eventually(t, 20*time.Second, "on-e-again admitted by g", func() (bool, string) {
-		c := getCommand(t, ns, "on-e-again")
-		return c.Status.AdmittedBy == "g", fmt.Sprintf("%+v", c.Status)
-	})
+	waitAdmittedBy(t, ns, "on-e-again", "g")
 	if c := getCommand(t, ns, "on-e2"); c.Status.AdmittedBy != "" {
 		t.Fatalf("on-e2 admitted on another environment: %+v", c.Status)
 	}
@@ -181,27 +150,16 @@ func TestConsentRememberedGrantNamesItsEnvironment(t *testing.T) {
 // command with the same argv is admitted by it.
 func TestConsentDurableGrantOutlivesCommand(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	placedSetup(t, ns, "node-a")
-	op := operator(t, ns, "heidi")
+	ns, op := consentSetup(t, "heidi")
 	argv := []string{"/usr/bin/git", "--no-pager", "describe"}
 	must(t, env.Client.Create(ctx, command(ns, "first", argv...)))
 	_, cr := awaitingOwnRequest(t, ns, "first")
 	must(t, op.Create(ctx, grant(ns, "g", cr.Name, wbv1.ConsentRememberExactArgv)))
-	eventually(t, 20*time.Second, "first admitted by g", func() (bool, string) {
-		c := getCommand(t, ns, "first")
-		return c.Status.AdmittedBy == "g", fmt.Sprintf("%+v", c.Status)
-	})
+	waitAdmittedBy(t, ns, "first", "g")
 	must(t, env.Client.Delete(ctx, command(ns, "first")))
-	eventually(t, 20*time.Second, "first gone", func() (bool, string) {
-		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "first"}, &wbv1.TerminalCommand{})
-		return apierrors.IsNotFound(err), fmt.Sprint(err)
-	})
+	waitCommandGone(t, ns, "first")
 	must(t, env.Client.Create(ctx, command(ns, "later", argv...)))
-	eventually(t, 20*time.Second, "later admitted by g", func() (bool, string) {
-		c := getCommand(t, ns, "later")
-		return c.Status.AdmittedBy == "g", fmt.Sprintf("%+v", c.Status)
-	})
+	waitAdmittedBy(t, ns, "later", "g")
 	if left := getRequest(t, ns, cr.Name); left.UID != cr.UID {
 		t.Fatalf("request replaced")
 	}

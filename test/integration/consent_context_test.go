@@ -2,11 +2,7 @@ package integration
 
 import (
 	"context"
-	"fmt"
 	"testing"
-	"time"
-
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 )
@@ -33,18 +29,16 @@ func TestConsentRememberedGrantHeldToReviewedContext(t *testing.T) {
 	must(t, op.Create(ctx, grant(ns, "g-test", cr.Name, wbv1.ConsentRememberExactArgv)))
 	must(t, env.Client.Create(ctx, command(ns, "again", argv...)))
 	for _, name := range []string{"first", "again"} {
-		eventually(t, 20*time.Second, name+" admitted by g-test under test", func() (bool, string) {
-			c := getCommand(t, ns, name)
-			return c.Status.AdmittedBy == "g-test" && c.Status.AdmittedContext == "test", fmt.Sprintf("%+v", c.Status)
+		waitCommand(t, ns, name, name+" admitted by g-test under test", func(c *wbv1.TerminalCommand) bool {
+			return c.Status.AdmittedBy == "g-test" && c.Status.AdmittedContext == "test"
 		})
 	}
-	var prof wbv1.CommandProfile
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "git"}, &prof))
+	prof := getProfile(t, ns)
 	if n := len(prof.Status.ConsentEntries); n != 1 || prof.Status.ConsentEntries[0].OperationalContext != "test" {
 		t.Fatalf("the projected entry does not carry the reviewed context: %+v", prof.Status.ConsentEntries)
 	}
 
-	must(t, setContext(ctx, ns, "e", &wbv1.OperationalContext{Class: "production"}))
+	must(t, setContext(ns, "e", &wbv1.OperationalContext{Class: "production"}))
 	waitPlanned(t, ns, "e", "production")
 	must(t, env.Client.Create(ctx, command(ns, "raised", argv...)))
 	_, raisedReq := awaitingOwnRequest(t, ns, "raised")
@@ -67,10 +61,8 @@ func TestConsentRememberedGrantHeldToReviewedContext(t *testing.T) {
 
 	must(t, op.Create(ctx, grant(ns, "g-prod", raisedReq.Name, wbv1.ConsentRememberExactArgv)))
 	for _, name := range []string{"raised", "first", "again"} {
-		eventually(t, 20*time.Second, name+" admitted by g-prod under production", func() (bool, string) {
-			c := getCommand(t, ns, name)
-			return c.Status.AdmittedBy == "g-prod" && c.Status.AdmittedContext == "production" && isTrue(c.Status.Conditions, wbv1.ConditionAdmitted),
-				fmt.Sprintf("%+v", c.Status)
+		waitCommand(t, ns, name, name+" admitted by g-prod under production", func(c *wbv1.TerminalCommand) bool {
+			return c.Status.AdmittedBy == "g-prod" && c.Status.AdmittedContext == "production" && isTrue(c.Status.Conditions, wbv1.ConditionAdmitted)
 		})
 	}
 }

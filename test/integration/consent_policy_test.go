@@ -2,10 +2,8 @@ package integration
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"testing"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,8 +46,7 @@ func TestConsentPolicyNotGrantable(t *testing.T) {
 	setConsentPolicy(t, &wbv1.ConsentPolicySpec{DurableGrants: []wbv1.DurableGrantRule{
 		{Capability: wbv1.CapabilityTerminalCommand, Profiles: []string{"some-other-profile"}},
 	}})
-	must(t, env.Client.Create(ctx, command(ns, "np", "/usr/bin/git", "--no-pager", "describe")))
-	waitCommandPhase(t, ns, "np", wbv1.CommandAwaitingConsent)
+	askConsent(t, env.Client, ns, "np", "/usr/bin/git", "--no-pager", "describe")
 	cr := getRequest(t, ns, "np-consent")
 	if slices.Contains(cr.Spec.Options, wbv1.ConsentRememberExactArgv) || slices.Contains(cr.Spec.Options, wbv1.ConsentRememberArgvPrefix) ||
 		!slices.Contains(cr.Spec.Options, wbv1.ConsentAllowOnce) {
@@ -61,10 +58,7 @@ func TestConsentPolicyNotGrantable(t *testing.T) {
 	g.Spec.PrefixLength = ptr(int32(2))
 	mustRefuse(t, op.Create(ctx, g), "consent-capability-not-grantable")
 	must(t, op.Create(ctx, grant(ns, "g-once", "np-consent", wbv1.ConsentAllowOnce)))
-	eventually(t, 20*time.Second, "allow-once still admits", func() (bool, string) {
-		c := getCommand(t, ns, "np")
-		return c.Status.AdmittedBy == "g-once", fmt.Sprintf("%+v", c.Status)
-	})
+	waitAdmittedBy(t, ns, "np", "g-once") // allow-once still admits
 }
 
 // TestConsentPolicyRevokesGrantability: a remembered grant given while the policy allowed
@@ -74,31 +68,19 @@ func TestConsentPolicyRevokesGrantability(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	placedSetup(t, ns, "node-a")
-	must(t, env.Client.Create(ctx, command(ns, "rv", "/usr/bin/git", "--no-pager", "shortlog")))
-	waitCommandPhase(t, ns, "rv", wbv1.CommandAwaitingConsent)
+	askConsent(t, env.Client, ns, "rv", "/usr/bin/git", "--no-pager", "shortlog")
 	op := operator(t, ns, "frank")
 	must(t, op.Create(ctx, grant(ns, "g", "rv-consent", wbv1.ConsentRememberExactArgv)))
-	eventually(t, 20*time.Second, "remembered grant projected", func() (bool, string) {
-		var prof wbv1.CommandProfile
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "git"}, &prof))
-		return len(prof.Status.ConsentEntries) == 1, fmt.Sprintf("%+v", prof.Status)
-	})
+	waitProfile(t, ns, "remembered grant projected", func(p *wbv1.CommandProfile) bool { return len(p.Status.ConsentEntries) == 1 })
 	setConsentPolicy(t, &wbv1.ConsentPolicySpec{DurableGrants: []wbv1.DurableGrantRule{
 		{Capability: wbv1.CapabilityTerminalCommand, Namespaces: []string{"not-" + ns}},
 	}})
-	eventually(t, 30*time.Second, "grant no longer grantable", func() (bool, string) {
-		var g wbv1.ConsentGrant
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "g"}, &g))
-		return g.Status.State == wbv1.ConsentGrantUnbound && hasDiag(g.Status.Diagnostics, "consent-capability-not-grantable"), fmt.Sprintf("%+v", g.Status)
+	waitGrant(t, ns, "g", "grant no longer grantable", func(g *wbv1.ConsentGrant) bool {
+		return g.Status.State == wbv1.ConsentGrantUnbound && hasDiag(g.Status.Diagnostics, "consent-capability-not-grantable")
 	})
-	eventually(t, 20*time.Second, "projection drops the grant", func() (bool, string) {
-		var prof wbv1.CommandProfile
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "git"}, &prof))
-		return len(prof.Status.ConsentEntries) == 0, fmt.Sprintf("%+v", prof.Status)
-	})
+	waitProfile(t, ns, "projection drops the grant", func(p *wbv1.CommandProfile) bool { return len(p.Status.ConsentEntries) == 0 })
 	// The same argv asks again instead of running on the no-longer-grantable grant.
-	must(t, env.Client.Create(ctx, command(ns, "rv-2", "/usr/bin/git", "--no-pager", "shortlog")))
-	waitCommandPhase(t, ns, "rv-2", wbv1.CommandAwaitingConsent)
+	askConsent(t, env.Client, ns, "rv-2", "/usr/bin/git", "--no-pager", "shortlog")
 }
 
 // TestConsentDenyCooldown: after an operator denies an argv, the same identity's next
@@ -110,8 +92,7 @@ func TestConsentDenyCooldown(t *testing.T) {
 	placedSetup(t, ns, "node-a")
 	setConsentPolicy(t, &wbv1.ConsentPolicySpec{DenyCooldownSeconds: ptr(int64(600))})
 	argv := []string{"/usr/bin/git", "--no-pager", "reflog"}
-	must(t, env.Client.Create(ctx, command(ns, "d1", argv...)))
-	waitCommandPhase(t, ns, "d1", wbv1.CommandAwaitingConsent)
+	askConsent(t, env.Client, ns, "d1", argv...)
 	op := operator(t, ns, "gina")
 	must(t, op.Create(ctx, grant(ns, "g-deny", "d1-consent", wbv1.ConsentDeny)))
 	waitCommandPhase(t, ns, "d1", wbv1.CommandRefused)
@@ -128,12 +109,8 @@ func TestConsentDenyCooldown(t *testing.T) {
 		t.Fatalf("a cooled-down argv must not create a consent request: %v", err)
 	}
 	// Another argv of the same identity still asks.
-	must(t, env.Client.Create(ctx, command(ns, "d3", "/usr/bin/git", "--no-pager", "reflog", "--all")))
-	waitCommandPhase(t, ns, "d3", wbv1.CommandAwaitingConsent)
+	askConsent(t, env.Client, ns, "d3", "/usr/bin/git", "--no-pager", "reflog", "--all")
 	// Another identity with the same argv still asks.
-	must(t, env.Bind(ctx, "workbench-agent", "agent-cool", ns))
-	agent, err := env.As("agent-cool")
-	must(t, err)
-	must(t, agent.Create(ctx, command(ns, "d4", argv...)))
-	waitCommandPhase(t, ns, "d4", wbv1.CommandAwaitingConsent)
+	agent := env.BoundAs(t, "workbench-agent", "agent-cool", ns)
+	askConsent(t, agent, ns, "d4", argv...)
 }

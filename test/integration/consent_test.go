@@ -10,11 +10,12 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/test/envtest"
+	"sensorium.dev/workbench/internal/test/kstate"
 )
 
 func getRequest(t *testing.T, ns, name string) *wbv1.ConsentRequest {
@@ -27,18 +28,21 @@ func getRequest(t *testing.T, ns, name string) *wbv1.ConsentRequest {
 	return &cr
 }
 
-func grant(ns, name, request string, scope wbv1.ConsentScope) *wbv1.ConsentGrant {
-	return &wbv1.ConsentGrant{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: wbv1.ConsentGrantSpec{RequestRef: wbv1.ObjectName(request), Scope: scope}}
+var grant = envtest.ConsentGrant
+
+// consentSetup makes a namespace with environment e placed on node-a (placedSetup) and
+// returns it with a client acting as operator user, bound there.
+func consentSetup(t *testing.T, user string) (string, client.Client) {
+	t.Helper()
+	ns := namespace(t)
+	placedSetup(t, ns, "node-a")
+	return ns, operator(t, ns, user)
 }
 
 // operator returns a client acting as a fresh operator bound in ns.
 func operator(t *testing.T, ns, user string) client.Client {
 	t.Helper()
-	must(t, env.Bind(context.Background(), "workbench-operator", user, ns))
-	c, err := env.As(user)
-	must(t, err)
-	return c
+	return env.BoundAs(t, "workbench-operator", user, ns)
 }
 
 // TestAdmittedByProfile: an argv the profile admits is bound to the environment's node.
@@ -46,12 +50,9 @@ func TestAdmittedByProfile(t *testing.T) {
 	ns := namespace(t)
 	placedSetup(t, ns, "node-a")
 	must(t, env.Client.Create(context.Background(), command(ns, "ok", "/usr/bin/git", "--no-pager", "status", "--short")))
-	eventually(t, 20*time.Second, "command admitted", func() (bool, string) {
-		c := getCommand(t, ns, "ok")
-		return isTrue(c.Status.Conditions, wbv1.ConditionAdmitted) && c.Labels[wbv1.NodeLabel] == "node-a",
-			fmt.Sprintf("labels=%v status=%+v", c.Labels, c.Status)
+	c := waitCommand(t, ns, "ok", "command admitted and bound to node-a", func(c *wbv1.TerminalCommand) bool {
+		return isTrue(c.Status.Conditions, wbv1.ConditionAdmitted) && c.Labels[wbv1.NodeLabel] == "node-a"
 	})
-	c := getCommand(t, ns, "ok")
 	if c.Status.AdmittedBy != "profile" || c.Status.Phase != wbv1.CommandPending || !strings.HasPrefix(string(c.Status.ArgvDigest), "sha256:") {
 		t.Fatalf("unexpected status: %+v", c.Status)
 	}
@@ -65,8 +66,7 @@ func TestConsentRememberExactArgv(t *testing.T) {
 	ns := namespace(t)
 	placedSetup(t, ns, "node-a")
 	argv := []string{"/usr/bin/git", "--no-pager", "diff", "--stat"}
-	must(t, env.Client.Create(ctx, command(ns, "diff", argv...)))
-	c := waitCommandPhase(t, ns, "diff", wbv1.CommandAwaitingConsent)
+	c := askConsent(t, env.Client, ns, "diff", argv...)
 	if c.Status.ConsentRequestRef != "diff-consent" {
 		t.Fatalf("consentRequestRef = %q", c.Status.ConsentRequestRef)
 	}
@@ -75,9 +75,7 @@ func TestConsentRememberExactArgv(t *testing.T) {
 		t.Fatalf("descriptor does not bind the command: %+v", cr.Spec.Descriptor)
 	}
 
-	must(t, env.Bind(ctx, "workbench-agent", "agent-1", ns))
-	agent, err := env.As("agent-1")
-	must(t, err)
+	agent := env.BoundAs(t, "workbench-agent", "agent-1", ns)
 	if err := agent.Create(ctx, grant(ns, "by-agent", "diff-consent", wbv1.ConsentRememberExactArgv)); !apierrors.IsForbidden(err) {
 		t.Fatalf("an agent must not create grants; got %v", err)
 	}
@@ -90,13 +88,11 @@ func TestConsentRememberExactArgv(t *testing.T) {
 	if g.Spec.Operator != "alice" {
 		t.Fatalf("operator not stamped from the request: %q", g.Spec.Operator)
 	}
-	c = waitCommandPhase(t, ns, "diff", wbv1.CommandPending)
-	eventually(t, 20*time.Second, "command admitted by consent", func() (bool, string) {
-		c = getCommand(t, ns, "diff")
-		return c.Status.AdmittedBy == "g1" && isTrue(c.Status.Conditions, wbv1.ConditionAdmitted), fmt.Sprintf("%+v", c.Status)
+	waitCommandPhase(t, ns, "diff", wbv1.CommandPending)
+	waitCommand(t, ns, "diff", "command admitted by consent", func(c *wbv1.TerminalCommand) bool {
+		return c.Status.AdmittedBy == "g1" && isTrue(c.Status.Conditions, wbv1.ConditionAdmitted)
 	})
-	var prof wbv1.CommandProfile
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "git"}, &prof))
+	prof := getProfile(t, ns)
 	if len(prof.Status.ConsentEntries) != 1 || prof.Status.ConsentEntries[0].Operator != "alice" || prof.Status.ConsentEntries[0].DeltaDigest == "" {
 		t.Fatalf("effective profile lacks the grant's provenance: %+v", prof.Status)
 	}
@@ -109,51 +105,34 @@ func TestConsentRememberExactArgv(t *testing.T) {
 	}
 	// The remembered argv admits the same command again without a prompt.
 	must(t, env.Client.Create(ctx, command(ns, "diff-again", argv...)))
-	eventually(t, 20*time.Second, "second command admitted by the remembered grant", func() (bool, string) {
-		c := getCommand(t, ns, "diff-again")
-		return c.Status.AdmittedBy == "g1", fmt.Sprintf("%+v", c.Status)
-	})
+	waitAdmittedBy(t, ns, "diff-again", "g1") // by the remembered grant
 	// A different argv is still not admitted: the grant is exact.
-	must(t, env.Client.Create(ctx, command(ns, "diff-other", "/usr/bin/git", "--no-pager", "diff")))
-	waitCommandPhase(t, ns, "diff-other", wbv1.CommandAwaitingConsent)
+	askConsent(t, env.Client, ns, "diff-other", "/usr/bin/git", "--no-pager", "diff")
 
 	// Revoking removes the entry from the effective profile with a diagnostic; a revoked
 	// grant stays revoked. Status writes bump the resource version, so retry on conflict.
 	setRevoked := func(v bool) error {
-		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			if err := op.Get(ctx, client.ObjectKeyFromObject(g), g); err != nil {
-				return err
-			}
-			g.Spec.Revoked = ptr(v)
-			return op.Update(ctx, g)
-		})
+		return kstate.Update(op, ns, g.Name, g, func(g *wbv1.ConsentGrant) { g.Spec.Revoked = ptr(v) })
 	}
 	must(t, setRevoked(true))
 	mustRefuse(t, setRevoked(false), "consent-revoked")
-	eventually(t, 20*time.Second, "revoked grant leaves the projection", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "git"}, &prof))
-		return len(prof.Status.ConsentEntries) == 0 && hasDiag(prof.Status.Diagnostics, "consent-revoked"), fmt.Sprintf("%+v", prof.Status)
+	waitProfile(t, ns, "revoked grant leaves the projection", func(p *wbv1.CommandProfile) bool {
+		return len(p.Status.ConsentEntries) == 0 && hasDiag(p.Status.Diagnostics, "consent-revoked")
 	})
 }
 
 // TestConsentAllowOnceAndDeny: allow-once admits exactly that command once; deny refuses.
 func TestConsentAllowOnceAndDeny(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	placedSetup(t, ns, "node-a")
-	op := operator(t, ns, "bob")
-	must(t, env.Client.Create(ctx, command(ns, "once", "/usr/bin/git", "--no-pager", "log")))
-	waitCommandPhase(t, ns, "once", wbv1.CommandAwaitingConsent)
+	ns, op := consentSetup(t, "bob")
+	askConsent(t, env.Client, ns, "once", "/usr/bin/git", "--no-pager", "log")
 	must(t, op.Create(ctx, grant(ns, "g-once", "once-consent", wbv1.ConsentAllowOnce)))
 	eventually(t, 20*time.Second, "allow-once admits and is consumed", func() (bool, string) {
-		c := getCommand(t, ns, "once")
-		var g wbv1.ConsentGrant
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "g-once"}, &g))
+		c, g := getCommand(t, ns, "once"), getGrant(t, ns, "g-once")
 		return c.Status.AdmittedBy == "g-once" && g.Status.ConsumedBy == "once" && g.Status.State == wbv1.ConsentGrantConsumed, fmt.Sprintf("cmd=%+v grant=%+v", c.Status, g.Status)
 	})
 	// The same argv in another command is not admitted by the consumed grant.
-	must(t, env.Client.Create(ctx, command(ns, "once-b", "/usr/bin/git", "--no-pager", "log")))
-	waitCommandPhase(t, ns, "once-b", wbv1.CommandAwaitingConsent)
+	askConsent(t, env.Client, ns, "once-b", "/usr/bin/git", "--no-pager", "log")
 
 	must(t, op.Create(ctx, grant(ns, "g-deny", "once-b-consent", wbv1.ConsentDeny)))
 	c := waitCommandPhase(t, ns, "once-b", wbv1.CommandRefused)
@@ -181,8 +160,7 @@ func TestConsentPromptingForbidden(t *testing.T) {
 func TestConsentExpiresFailClosed(t *testing.T) {
 	ns := namespace(t)
 	placedSetup(t, ns, "node-a")
-	must(t, env.Client.Create(context.Background(), command(ns, "late", "/usr/bin/git", "--no-pager", "blame")))
-	waitCommandPhase(t, ns, "late", wbv1.CommandAwaitingConsent)
+	askConsent(t, env.Client, ns, "late", "/usr/bin/git", "--no-pager", "blame")
 	var c *wbv1.TerminalCommand
 	eventually(t, (testConsentTimeout+20)*time.Second, "request expiry refuses the command", func() (bool, string) {
 		c = getCommand(t, ns, "late")
@@ -204,27 +182,16 @@ func TestConsentExpiresFailClosed(t *testing.T) {
 // being effective, with the diagnostic consent-operator-binding-inactive.
 func TestConsentOperatorBindingInactive(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	placedSetup(t, ns, "node-a")
-	op := operator(t, ns, "carol")
-	must(t, env.Client.Create(ctx, command(ns, "c1", "/usr/bin/git", "--no-pager", "show")))
-	waitCommandPhase(t, ns, "c1", wbv1.CommandAwaitingConsent)
+	ns, op := consentSetup(t, "carol")
+	askConsent(t, env.Client, ns, "c1", "/usr/bin/git", "--no-pager", "show")
 	must(t, op.Create(ctx, grant(ns, "g", "c1-consent", wbv1.ConsentRememberExactArgv)))
-	eventually(t, 20*time.Second, "grant active", func() (bool, string) {
-		var g wbv1.ConsentGrant
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "g"}, &g))
-		return g.Status.State == wbv1.ConsentGrantActive, fmt.Sprintf("%+v", g.Status)
-	})
+	waitGrant(t, ns, "g", "grant active", func(g *wbv1.ConsentGrant) bool { return g.Status.State == wbv1.ConsentGrantActive })
 	must(t, env.Client.Delete(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "workbench-operator-carol", Namespace: ns}}))
-	eventually(t, 30*time.Second, "grant inactive after the operator lost the role", func() (bool, string) {
-		var g wbv1.ConsentGrant
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "g"}, &g))
-		return g.Status.State == wbv1.ConsentGrantUnbound && hasDiag(g.Status.Diagnostics, "consent-operator-binding-inactive"), fmt.Sprintf("%+v", g.Status)
+	waitGrant(t, ns, "g", "grant inactive after the operator lost the role", func(g *wbv1.ConsentGrant) bool {
+		return g.Status.State == wbv1.ConsentGrantUnbound && hasDiag(g.Status.Diagnostics, "consent-operator-binding-inactive")
 	})
-	eventually(t, 20*time.Second, "projection drops the grant", func() (bool, string) {
-		var prof wbv1.CommandProfile
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "git"}, &prof))
-		return len(prof.Status.ConsentEntries) == 0 && hasDiag(prof.Status.Diagnostics, "consent-operator-binding-inactive"), fmt.Sprintf("%+v", prof.Status)
+	waitProfile(t, ns, "projection drops the grant", func(p *wbv1.CommandProfile) bool {
+		return len(p.Status.ConsentEntries) == 0 && hasDiag(p.Status.Diagnostics, "consent-operator-binding-inactive")
 	})
 }
 
@@ -233,13 +200,10 @@ func TestConsentGrantRefusals(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	placedSetup(t, ns, "node-a")
-	must(t, env.Client.Create(ctx, command(ns, "p", "/usr/bin/git", "--no-pager", "log", "--oneline")))
-	waitCommandPhase(t, ns, "p", wbv1.CommandAwaitingConsent)
+	askConsent(t, env.Client, ns, "p", "/usr/bin/git", "--no-pager", "log", "--oneline")
 	op := operator(t, ns, "dave")
 	// A viewer is no operator.
-	must(t, env.Bind(ctx, "workbench-viewer", "vic", ns))
-	viewer, err := env.As("vic")
-	must(t, err)
+	viewer := env.BoundAs(t, "workbench-viewer", "vic", ns)
 	if err := viewer.Create(ctx, grant(ns, "gv", "p-consent", wbv1.ConsentAllowOnce)); !apierrors.IsForbidden(err) {
 		t.Fatalf("viewer grant: %v", err)
 	}
@@ -258,10 +222,7 @@ func TestConsentGrantRefusals(t *testing.T) {
 	g.Spec.VariablePrefixes = []string{"--oneline", "-n"}
 	must(t, op.Create(ctx, g))
 	must(t, env.Client.Create(ctx, command(ns, "p2", "/usr/bin/git", "--no-pager", "log", "-n5")))
-	eventually(t, 20*time.Second, "prefix grant admits a later command", func() (bool, string) {
-		c := getCommand(t, ns, "p2")
-		return c.Status.AdmittedBy == "g-prefix", fmt.Sprintf("%+v", c.Status)
-	})
+	waitAdmittedBy(t, ns, "p2", "g-prefix") // the prefix grant admits a later command
 }
 
 func hasDiag(ds []wbv1.Diagnostic, code string) bool {

@@ -2,15 +2,14 @@ package integration
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/test/kstate"
 )
 
 // TestGrantNotInheritedByRecreatedEnvironment: a remembered grant binds to the Environment
@@ -22,8 +21,7 @@ func TestGrantNotInheritedByRecreatedEnvironment(t *testing.T) {
 	ns := namespace(t)
 	placedSetup(t, ns, "node-a")
 	argv := []string{"/usr/bin/git", "--no-pager", "diff", "--stat"}
-	must(t, env.Client.Create(ctx, command(ns, "diff", argv...)))
-	waitCommandPhase(t, ns, "diff", wbv1.CommandAwaitingConsent)
+	askConsent(t, env.Client, ns, "diff", argv...)
 	var old wbv1.Environment
 	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &old))
 	if cr := getRequest(t, ns, "diff-consent"); cr.Spec.Descriptor.EnvironmentUID != old.UID {
@@ -31,10 +29,7 @@ func TestGrantNotInheritedByRecreatedEnvironment(t *testing.T) {
 	}
 	op := operator(t, ns, "alice")
 	must(t, op.Create(ctx, grant(ns, "g1", "diff-consent", wbv1.ConsentRememberExactArgv)))
-	eventually(t, 20*time.Second, "command admitted by the grant", func() (bool, string) {
-		c := getCommand(t, ns, "diff")
-		return c.Status.AdmittedBy == "g1", fmt.Sprintf("%+v", c.Status)
-	})
+	waitAdmittedBy(t, ns, "diff", "g1")
 
 	// Delete the environment (no node holds it here: its cleanup finalizer is released by
 	// hand, as a node would after teardown) and recreate it under the same name.
@@ -47,21 +42,13 @@ func TestGrantNotInheritedByRecreatedEnvironment(t *testing.T) {
 		e.Finalizers = nil
 		return client.IgnoreNotFound(env.Client.Update(ctx, &e))
 	}))
-	eventually(t, 20*time.Second, "environment e gone", func() (bool, string) {
-		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &wbv1.Environment{})
-		return apierrors.IsNotFound(err), fmt.Sprint(err)
-	})
+	kstate.Gone(t, env.Client, 20*time.Second, ns, "e", &wbv1.Environment{})
 	must(t, env.Client.Create(ctx, environment(ns, "e")))
-	var fresh wbv1.Environment
-	eventually(t, 20*time.Second, "environment e placed again", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &fresh))
-		return fresh.Status.NodeName != "", fmt.Sprintf("%+v", fresh.Status)
-	})
+	fresh := waitPlaced(t, ns, "e") // placed again
 	if fresh.UID == old.UID {
 		t.Fatal("the recreated environment has the old UID")
 	}
-	must(t, env.Client.Create(ctx, command(ns, "diff-again", argv...)))
-	c := waitCommandPhase(t, ns, "diff-again", wbv1.CommandAwaitingConsent)
+	c := askConsent(t, env.Client, ns, "diff-again", argv...)
 	if c.Status.AdmittedBy == "g1" {
 		t.Fatalf("the old grant admitted a command on the recreated environment: %+v", c.Status)
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	sessionrt "sensorium.dev/workbench/internal/nodeagent/session"
@@ -24,61 +26,55 @@ func TestLimitsAgreeEndToEnd(t *testing.T) {
 	})
 	n := 0
 	name := func() string { n++; return fmt.Sprintf("l%d", n) }
-	create := func(l actuation.Limit, v int64) error {
-		switch l.Name {
-		case "command-timeout", "command-output":
-			c := command(ns, name(), "/usr/bin/git", "--no-pager", "status")
-			c.Spec.TimeoutSeconds, c.Spec.OutputBytes = 60, 1024
-			if l.Name == "command-timeout" {
-				c.Spec.TimeoutSeconds = v
-			} else {
-				c.Spec.OutputBytes = v
-			}
-			return env.Client.Create(ctx, c)
-		case "profile-timeout", "profile-output":
-			p := profile(ns, name())
-			if l.Name == "profile-timeout" {
-				p.Spec.MaxTimeoutSeconds = v
-			} else {
-				p.Spec.MaxOutputBytes = v
-			}
-			return env.Client.Create(ctx, p)
-		case "session-duration", "session-idle":
-			s := session(ns, name(), "e")
-			if l.Name == "session-duration" {
-				s.Spec.MaxDurationSeconds = v
-			} else {
-				s.Spec.IdleTimeoutSeconds = v
-			}
-			return env.Client.Create(ctx, s)
-		}
-		return fmt.Errorf("no object for limit %s", l.Name)
+	// objects holds, per limit, the object whose field the limit bounds, with that field v.
+	cmd := func() *wbv1.TerminalCommand {
+		c := command(ns, name(), "/usr/bin/git", "--no-pager", "status")
+		c.Spec.TimeoutSeconds, c.Spec.OutputBytes = 60, 1024
+		return c
 	}
-	// node is the refusal code the node's runtime gives v (false: not a node-side limit). Only
-	// values above the ceiling are tried: the runtime refuses them before spawning anything.
-	mgr := sessionrt.NewManager(sessionrt.Caps{})
-	node := func(l actuation.Limit, v int64) (string, bool) {
-		switch l.Name {
-		case "command-timeout", "command-output":
-			spec := procexec.Spec{Argv: []string{"/bin/true"}, Timeout: time.Second, OutputBytes: 1024}
-			if l.Name == "command-timeout" {
-				spec.Timeout = time.Duration(v) * time.Second
-			} else {
-				spec.OutputBytes = v
-			}
-			_, err := procexec.Start(ctx, spec) // refused before anything is spawned
-			return string(actuation.CodeOf(err)), true
-		case "session-duration", "session-idle":
-			spec := sessionrt.Spec{ID: name(), EnvironmentID: "e", Argv: []string{"/bin/true"}}
-			if l.Name == "session-duration" {
-				spec.MaxDuration = time.Duration(v) * time.Second
-			} else {
-				spec.IdleTimeout = time.Duration(v) * time.Second
-			}
-			_, err := mgr.Open(ctx, spec) // refused before anything is spawned
-			return string(actuation.CodeOf(err)), true
+	objects := map[string]func(v int64) client.Object{
+		"command-timeout":  func(v int64) client.Object { c := cmd(); c.Spec.TimeoutSeconds = v; return c },
+		"command-output":   func(v int64) client.Object { c := cmd(); c.Spec.OutputBytes = v; return c },
+		"profile-timeout":  func(v int64) client.Object { p := profile(ns, name()); p.Spec.MaxTimeoutSeconds = v; return p },
+		"profile-output":   func(v int64) client.Object { p := profile(ns, name()); p.Spec.MaxOutputBytes = v; return p },
+		"session-duration": func(v int64) client.Object { s := session(ns, name(), "e"); s.Spec.MaxDurationSeconds = v; return s },
+		"session-idle":     func(v int64) client.Object { s := session(ns, name(), "e"); s.Spec.IdleTimeoutSeconds = v; return s },
+	}
+	create := func(l actuation.Limit, v int64) error {
+		obj, ok := objects[l.Name]
+		if !ok {
+			return fmt.Errorf("no object for limit %s", l.Name)
 		}
-		return "", false
+		return env.Client.Create(ctx, obj(v))
+	}
+	// nodeSide holds, per node-side limit, the node runtime's start of a spec with that
+	// value v. Only values above the ceiling are tried: the runtime refuses them before
+	// spawning anything.
+	mgr := sessionrt.NewManager(sessionrt.Caps{})
+	sec := func(v int64) time.Duration { return time.Duration(v) * time.Second }
+	run := func(spec procexec.Spec) error {
+		spec.Argv = []string{"/bin/true"}
+		_, err := procexec.Start(ctx, spec)
+		return err
+	}
+	open := func(spec sessionrt.Spec) error {
+		spec.ID, spec.EnvironmentID, spec.Argv = name(), "e", []string{"/bin/true"}
+		_, err := mgr.Open(ctx, spec)
+		return err
+	}
+	nodeSide := map[string]func(v int64) error{
+		"command-timeout":  func(v int64) error { return run(procexec.Spec{Timeout: sec(v), OutputBytes: 1024}) },
+		"command-output":   func(v int64) error { return run(procexec.Spec{Timeout: time.Second, OutputBytes: v}) },
+		"session-duration": func(v int64) error { return open(sessionrt.Spec{MaxDuration: sec(v)}) },
+		"session-idle":     func(v int64) error { return open(sessionrt.Spec{IdleTimeout: sec(v)}) },
+	}
+	// node is the refusal code the node's runtime gives v (false: not a node-side limit).
+	node := func(l actuation.Limit, v int64) (string, bool) {
+		start, ok := nodeSide[l.Name]
+		if !ok {
+			return "", false
+		}
+		return string(actuation.CodeOf(start(v))), true
 	}
 	for _, l := range actuation.Limits() {
 		t.Run(l.Name, func(t *testing.T) {

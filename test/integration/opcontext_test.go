@@ -8,45 +8,32 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/client-go/util/retry"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/test/kstate"
 )
 
 // setContext updates environment name's declared operational context (nil removes it),
 // retrying on conflicts with the controllers' status writes.
-func setContext(ctx context.Context, ns, name string, oc *wbv1.OperationalContext) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var e wbv1.Environment
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &e); err != nil {
-			return err
-		}
-		e.Spec.OperationalContext = oc
-		return env.Client.Update(ctx, &e)
-	})
+func setContext(ns, name string, oc *wbv1.OperationalContext) error {
+	return kstate.Update(env.Client, ns, name, &wbv1.Environment{}, func(e *wbv1.Environment) { e.Spec.OperationalContext = oc })
 }
 
 func getEnvironment(t *testing.T, ns, name string) *wbv1.Environment {
 	t.Helper()
-	var e wbv1.Environment
-	must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &e))
-	return &e
+	return kstate.Get(t, env.Client, ns, name, &wbv1.Environment{})
 }
 
 // waitPlanned waits until environment name's plan was made at its current generation and
 // returns it.
 func waitPlanned(t *testing.T, ns, name string, want wbv1.ContextClass) *wbv1.Environment {
 	t.Helper()
-	var e *wbv1.Environment
-	eventually(t, 20*time.Second, fmt.Sprintf("environment %s planned under %s at its generation", name, want), func() (bool, string) {
-		e = getEnvironment(t, ns, name)
-		sc := meta.FindStatusCondition(e.Status.Conditions, wbv1.ConditionScheduled)
-		return sc != nil && sc.Status == "True" && sc.ObservedGeneration == e.Generation && e.Status.EffectiveOperationalContext == want,
-			fmt.Sprintf("generation=%d status=%+v", e.Generation, e.Status)
-	})
-	return e
+	return kstate.Until(t, env.Client, 20*time.Second, fmt.Sprintf("environment %s planned under %s at its generation", name, want), ns, name, &wbv1.Environment{},
+		func(e *wbv1.Environment) bool {
+			sc := meta.FindStatusCondition(e.Status.Conditions, wbv1.ConditionScheduled)
+			return sc != nil && sc.Status == "True" && sc.ObservedGeneration == e.Generation && e.Status.EffectiveOperationalContext == want
+		})
 }
 
 // TestOperationalContextOnlyRises: the floor comes from the selected capability (host-local
@@ -69,7 +56,7 @@ func TestOperationalContextOnlyRises(t *testing.T) {
 	}
 
 	before := waitPlanned(t, ns, "e", "test")
-	must(t, setContext(ctx, ns, "e", &wbv1.OperationalContext{Class: "production"}))
+	must(t, setContext(ns, "e", &wbv1.OperationalContext{Class: "production"}))
 	after := waitPlanned(t, ns, "e", "production")
 	if after.Generation <= before.Generation {
 		t.Fatalf("raising the context did not advance the generation: %d -> %d", before.Generation, after.Generation)
@@ -83,7 +70,7 @@ func TestOperationalContextOnlyRises(t *testing.T) {
 	}
 
 	for _, oc := range []*wbv1.OperationalContext{{Class: "test"}, {Class: "experimental"}, nil} {
-		err := setContext(ctx, ns, "e", oc)
+		err := setContext(ns, "e", oc)
 		mustRefuse(t, err, string(actuation.CodeOperationalContextLowered))
 	}
 	// Refused updates changed nothing.
@@ -91,8 +78,8 @@ func TestOperationalContextOnlyRises(t *testing.T) {
 		t.Fatalf("a refused lowering changed the environment: generation %d spec %+v", e.Generation, e.Spec.OperationalContext)
 	}
 	// Equal (with a new summary) and higher are admitted.
-	must(t, setContext(ctx, ns, "e", &wbv1.OperationalContext{Class: "production", Summary: ptr("release branch")}))
-	must(t, setContext(ctx, ns, "e", &wbv1.OperationalContext{Class: "critical"}))
+	must(t, setContext(ns, "e", &wbv1.OperationalContext{Class: "production", Summary: ptr("release branch")}))
+	must(t, setContext(ns, "e", &wbv1.OperationalContext{Class: "critical"}))
 	waitPlanned(t, ns, "e", "critical")
 }
 
@@ -108,24 +95,21 @@ func TestAdmissionSupersededByContextRaise(t *testing.T) {
 	op := operator(t, ns, "carol")
 
 	must(t, env.Client.Create(ctx, command(ns, "by-profile", "/usr/bin/git", "--no-pager", "status", "--short")))
-	must(t, env.Client.Create(ctx, command(ns, "by-consent", "/usr/bin/git", "--no-pager", "log")))
-	waitCommandPhase(t, ns, "by-consent", wbv1.CommandAwaitingConsent)
+	askConsent(t, env.Client, ns, "by-consent", "/usr/bin/git", "--no-pager", "log")
 	must(t, op.Create(ctx, grant(ns, "g-once", "by-consent-consent", wbv1.ConsentAllowOnce)))
 	for _, name := range []string{"by-profile", "by-consent"} {
-		eventually(t, 20*time.Second, name+" admitted under test", func() (bool, string) {
-			c := getCommand(t, ns, name)
-			return isTrue(c.Status.Conditions, wbv1.ConditionAdmitted) && c.Status.AdmittedContext == "test", fmt.Sprintf("%+v", c.Status)
+		waitCommand(t, ns, name, name+" admitted under test", func(c *wbv1.TerminalCommand) bool {
+			return isTrue(c.Status.Conditions, wbv1.ConditionAdmitted) && c.Status.AdmittedContext == "test"
 		})
 	}
 
-	must(t, setContext(ctx, ns, "e", &wbv1.OperationalContext{Class: "production"}))
+	must(t, setContext(ns, "e", &wbv1.OperationalContext{Class: "production"}))
 	waitPlanned(t, ns, "e", "production")
 
-	eventually(t, 20*time.Second, "profile admission re-evaluated under production", func() (bool, string) {
-		c := getCommand(t, ns, "by-profile")
+	waitCommand(t, ns, "by-profile", "profile admission re-evaluated under production", func(c *wbv1.TerminalCommand) bool {
 		a := meta.FindStatusCondition(c.Status.Conditions, wbv1.ConditionAdmitted)
 		return a != nil && a.Status == "True" && c.Status.AdmittedContext == "production" && strings.Contains(a.Message, "re-evaluated") &&
-			c.Status.AdmittedBy == "profile" && c.Status.Phase == wbv1.CommandPending, fmt.Sprintf("%+v", c.Status)
+			c.Status.AdmittedBy == "profile" && c.Status.Phase == wbv1.CommandPending
 	})
 	c := waitCommandPhase(t, ns, "by-consent", wbv1.CommandRefused)
 	if c.Status.Refusal == nil || c.Status.Refusal.Code != string(actuation.CodeOperationalContextSuperseded) || isTrue(c.Status.Conditions, wbv1.ConditionAdmitted) {
@@ -133,8 +117,7 @@ func TestAdmissionSupersededByContextRaise(t *testing.T) {
 	}
 	// A command created after the raise is admitted under the new context directly.
 	must(t, env.Client.Create(ctx, command(ns, "after", "/usr/bin/git", "--no-pager", "status")))
-	eventually(t, 20*time.Second, "new command admitted under production", func() (bool, string) {
-		c := getCommand(t, ns, "after")
-		return isTrue(c.Status.Conditions, wbv1.ConditionAdmitted) && c.Status.AdmittedContext == "production", fmt.Sprintf("%+v", c.Status)
+	waitCommand(t, ns, "after", "new command admitted under production", func(c *wbv1.TerminalCommand) bool {
+		return isTrue(c.Status.Conditions, wbv1.ConditionAdmitted) && c.Status.AdmittedContext == "production"
 	})
 }

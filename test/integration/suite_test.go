@@ -15,6 +15,7 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/controllers"
 	"sensorium.dev/workbench/internal/test/envtest"
+	"sensorium.dev/workbench/internal/test/kstate"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
 	"sensorium.dev/workbench/internal/test/testkit"
 )
@@ -92,28 +93,72 @@ func placedSetup(t *testing.T, ns, node string, prof ...func(*wbv1.CommandProfil
 	must(t, env.Client.Create(ctx, profile(ns, "git", prof...)))
 	must(t, env.Client.Create(ctx, environment(ns, "e")))
 	must(t, env.Client.Create(ctx, session(ns, "s", "e")))
-	eventually(t, 20*time.Second, "environment e placed", func() (bool, string) {
-		var e wbv1.Environment
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e); err != nil {
-			return false, err.Error()
-		}
-		return e.Status.NodeName != "", fmt.Sprintf("%+v", e.Status)
-	})
+	waitPlaced(t, ns, "e")
+}
+
+// waitPlaced waits until environment ns/name is placed on a node and returns it.
+func waitPlaced(t *testing.T, ns, name string) *wbv1.Environment {
+	t.Helper()
+	return kstate.Until(t, env.Client, 20*time.Second, "environment "+name+" placed", ns, name, &wbv1.Environment{},
+		func(e *wbv1.Environment) bool { return e.Status.NodeName != "" })
 }
 
 func getCommand(t *testing.T, ns, name string) *wbv1.TerminalCommand {
 	t.Helper()
-	var c wbv1.TerminalCommand
-	must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &c))
-	return &c
+	return kstate.Get(t, env.Client, ns, name, &wbv1.TerminalCommand{})
+}
+
+// waitCommand waits until ok holds on command ns/name and returns it as last read.
+func waitCommand(t *testing.T, ns, name, what string, ok func(*wbv1.TerminalCommand) bool) *wbv1.TerminalCommand {
+	t.Helper()
+	return kstate.Until(t, env.Client, 30*time.Second, what, ns, name, &wbv1.TerminalCommand{}, ok)
 }
 
 func waitCommandPhase(t *testing.T, ns, name string, phase wbv1.CommandPhase) *wbv1.TerminalCommand {
 	t.Helper()
-	var c *wbv1.TerminalCommand
-	eventually(t, 30*time.Second, fmt.Sprintf("command %s phase %s", name, phase), func() (bool, string) {
-		c = getCommand(t, ns, name)
-		return c.Status.Phase == phase, fmt.Sprintf("phase=%s refusal=%+v conditions=%+v", c.Status.Phase, c.Status.Refusal, c.Status.Conditions)
-	})
-	return c
+	return waitCommand(t, ns, name, fmt.Sprintf("command %s phase %s", name, phase),
+		func(c *wbv1.TerminalCommand) bool { return c.Status.Phase == phase })
+}
+
+// askConsent creates command ns/name with argv as c (an identity the command is created
+// by) and waits until it is held AwaitingConsent; it returns the command.
+func askConsent(t *testing.T, c client.Client, ns, name string, argv ...string) *wbv1.TerminalCommand {
+	t.Helper()
+	must(t, c.Create(context.Background(), command(ns, name, argv...)))
+	return waitCommandPhase(t, ns, name, wbv1.CommandAwaitingConsent)
+}
+
+// waitAdmittedBy waits until command ns/name is admitted by by (a grant's name, or
+// "profile") and returns it.
+func waitAdmittedBy(t *testing.T, ns, name, by string) *wbv1.TerminalCommand {
+	t.Helper()
+	return waitCommand(t, ns, name, name+" admitted by "+by, func(c *wbv1.TerminalCommand) bool { return c.Status.AdmittedBy == by })
+}
+
+// waitGrant waits until ok holds on ConsentGrant ns/name and returns it.
+func waitGrant(t *testing.T, ns, name, what string, ok func(*wbv1.ConsentGrant) bool) *wbv1.ConsentGrant {
+	t.Helper()
+	return kstate.Until(t, env.Client, 30*time.Second, what, ns, name, &wbv1.ConsentGrant{}, ok)
+}
+
+// waitProfile waits until ok holds on the effective profile ns/git and returns it.
+func waitProfile(t *testing.T, ns, what string, ok func(*wbv1.CommandProfile) bool) *wbv1.CommandProfile {
+	t.Helper()
+	return kstate.Until(t, env.Client, 30*time.Second, what, ns, "git", &wbv1.CommandProfile{}, ok)
+}
+
+func getProfile(t *testing.T, ns string) *wbv1.CommandProfile {
+	t.Helper()
+	return kstate.Get(t, env.Client, ns, "git", &wbv1.CommandProfile{})
+}
+
+func getGrant(t *testing.T, ns, name string) *wbv1.ConsentGrant {
+	t.Helper()
+	return kstate.Get(t, env.Client, ns, name, &wbv1.ConsentGrant{})
+}
+
+// waitCommandGone waits until command ns/name is deleted.
+func waitCommandGone(t *testing.T, ns, name string) {
+	t.Helper()
+	kstate.Gone(t, env.Client, 20*time.Second, ns, name, &wbv1.TerminalCommand{})
 }

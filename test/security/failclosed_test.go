@@ -3,13 +3,9 @@ package security
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +14,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
+	"sensorium.dev/workbench/internal/test/testkit"
 )
 
 // TestSandboxUnavailableFailsClosed: a second node agent (the real binary) whose sandbox
@@ -48,25 +45,13 @@ func TestSandboxUnavailableFailsClosed(t *testing.T) {
 	config := filepath.Join(t.TempDir(), "node-agent.yaml")
 	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nadmittedRoots:\n  work: %s\nheartbeatSeconds: 2\nsandboxHelper: %s\n",
 		node, filepath.Join(tmp, "nosandbox-state"), dir, helper)), 0o600))
-	var log strings.Builder
-	agentCmd := exec.Command(bin, "--config", config, "--kubeconfig", kcPath)
-	agentCmd.Stdout, agentCmd.Stderr = &syncWriter{w: &log}, &syncWriter{w: &log}
-	agentCmd.Env = []string{"PATH=/usr/bin:/bin"}
-	must(t, agentCmd.Start())
-	t.Cleanup(func() {
-		_ = agentCmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = agentCmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = agentCmd.Process.Kill()
-			<-done
-		}
+	var log testkit.LockedBuffer // the agent's two output streams, serialised
+	t.Cleanup(func() {           // runs after the agent's stop
 		if t.Failed() {
 			t.Logf("agent log:\n%s", tail(log.String()))
 		}
 	})
+	nodeagenttest.StartAgentProcess(t, bin, config, kcPath, &log, 20*time.Second)
 	const wantCode = "sandbox-setup-failed"
 	for _, b := range []wbv1.BackendID{wbv1.BackendHostLocal, wbv1.BackendFixtureCopy} {
 		var bc wbv1.BackendCapability
@@ -115,15 +100,4 @@ func TestSandboxUnavailableFailsClosed(t *testing.T) {
 	if _, err := os.Stat(marker); !os.IsNotExist(err) {
 		t.Fatalf("the command's side effect exists (%v): something ran outside the sandbox", err)
 	}
-}
-
-// syncWriter serialises the agent's two output streams into one buffer.
-type syncWriter struct{ w io.Writer }
-
-var logMu sync.Mutex
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	logMu.Lock()
-	defer logMu.Unlock()
-	return s.w.Write(p)
 }

@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -310,19 +309,11 @@ func TestGitMetadataHostOwnedForCommands(t *testing.T) {
 // code is capability-mismatch) or the .git stays byte-identical.
 func TestGitMetadataHostOwnedForPTYPrograms(t *testing.T) {
 	requireProcessSandbox(t)
-	ctx := context.Background()
 	for _, bc := range backendCases {
 		t.Run(bc.name, func(t *testing.T) {
 			ns, _, root := gitEnvironment(t, bc.backend)
 			before := treeDigest(t, root)
-			must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "pty", Namespace: ns},
-				Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e", ShellProfileRef: ptr(wbv1.ObjectName("make-git-pty")), RawInput: wbv1.RawInputOperatorOnly}}))
-			var s wbv1.TerminalSession
-			eventually(t, 60*time.Second, "the PTY session running or refused", func() (bool, string) {
-				must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pty"}, &s))
-				ended := s.Status.Phase == wbv1.SessionClosed || s.Status.Phase == wbv1.SessionFailed
-				return s.Status.Phase == wbv1.SessionRunning || s.Status.Refusal != nil || ended, fmt.Sprintf("%+v", s.Status)
-			})
+			s := openPTY(t, ns, "make-git-pty")
 			if s.Status.Refusal != nil {
 				if bc.backend == wbv1.BackendFixtureCopy && s.Status.Refusal.Code == "capability-mismatch" {
 					t.Logf("fixture-copy.v1 refuses PTY programs (%s: %s): nothing ran", s.Status.Refusal.Code, s.Status.Refusal.Message)

@@ -14,10 +14,9 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/test/kstate"
 )
 
 // expectedProbes is every probe the suite requires a verdict for.
@@ -56,7 +55,7 @@ func calibrate(t *testing.T) map[string]probeLine {
 			calibrateErr = err
 			return
 		}
-		before := tcpAccepted.Load() + unixAccepted.Load()
+		before := hostAccepted()
 		cmd := exec.Command("/usr/bin/make", "-s", targetProbes)
 		cmd.Dir, cmd.Env = dir, []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "TMPDIR=" + dir + "/tmp"}
 		out, err := cmd.Output()
@@ -69,7 +68,7 @@ func calibrate(t *testing.T) map[string]probeLine {
 			calibrateErr = fmt.Errorf("the unsandboxed probe run did not finish: %s", out)
 			return
 		}
-		if after := tcpAccepted.Load() + unixAccepted.Load(); after == before {
+		if after := hostAccepted(); after == before {
 			calibrateErr = fmt.Errorf("the host listeners saw nothing from the unsandboxed probe: the network probes would prove nothing")
 			return
 		}
@@ -122,17 +121,14 @@ func TestProbesRefusedForCommands(t *testing.T) {
 	calibrate(t)
 	for _, bc := range backendCases {
 		t.Run(bc.name, func(t *testing.T) {
-			ns := namespace(t)
-			dir := workDir(t, "unused")
-			environment(t, ns, dir, bc.backend, nil)
-			before := tcpAccepted.Load() + unixAccepted.Load()
+			ns, dir, before := probeEnvironment(t, bc.backend)
 			c, out := runMake(t, ns, "probes", targetProbes, 60)
 			if c.Status.Phase == wbv1.CommandRefused {
 				t.Fatalf("the command was refused before it ran (%+v): the probes prove nothing", c.Status.Refusal)
 			}
 			assertRefused(t, bc.name+" command", out)
 			assertNothingMinted(t, bc.name+" command", dir, stateDir)
-			if n := tcpAccepted.Load() + unixAccepted.Load() - before; n != 0 {
+			if n := hostAccepted() - before; n != 0 {
 				t.Errorf("the host listeners accepted %d connection(s) from the sandboxed command", n)
 			}
 		})
@@ -146,22 +142,11 @@ func TestProbesRefusedForCommands(t *testing.T) {
 func TestProbesRefusedForPTYPrograms(t *testing.T) {
 	requireProcessSandbox(t)
 	calibrate(t)
-	ctx := context.Background()
 	for _, bc := range backendCases {
 		t.Run(bc.name, func(t *testing.T) {
-			ns := namespace(t)
-			dir := workDir(t, "unused")
-			environment(t, ns, dir, bc.backend, nil)
-			before := tcpAccepted.Load() + unixAccepted.Load()
+			ns, dir, before := probeEnvironment(t, bc.backend)
 			taken := ag.PrestartedSessionsTaken()
-			must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "pty", Namespace: ns},
-				Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e", ShellProfileRef: ptr(wbv1.ObjectName("make-pty")), RawInput: wbv1.RawInputOperatorOnly}}))
-			var s wbv1.TerminalSession
-			eventually(t, 60*time.Second, "the PTY session running or refused", func() (bool, string) {
-				must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pty"}, &s))
-				ended := s.Status.Phase == wbv1.SessionClosed || s.Status.Phase == wbv1.SessionFailed
-				return s.Status.Phase == wbv1.SessionRunning || s.Status.Refusal != nil || ended, fmt.Sprintf("%+v", s.Status)
-			})
+			s := openPTY(t, ns, "make-pty")
 			if s.Status.Refusal == nil && s.Status.Phase != wbv1.SessionRunning {
 				t.Fatalf("the PTY session ended before its output could be read: %+v", s.Status)
 			}
@@ -181,7 +166,7 @@ func TestProbesRefusedForPTYPrograms(t *testing.T) {
 			assertRefused(t, bc.name+" PTY program", out)
 			// The program still runs: its private tmp is on the host under the state dir.
 			assertNothingMinted(t, bc.name+" PTY program", dir, stateDir)
-			if n := tcpAccepted.Load() + unixAccepted.Load() - before; n != 0 {
+			if n := hostAccepted() - before; n != 0 {
 				t.Errorf("the host listeners accepted %d connection(s) from the sandboxed PTY program", n)
 			}
 			closeSession(t, ns, "pty")
@@ -191,15 +176,36 @@ func TestProbesRefusedForPTYPrograms(t *testing.T) {
 
 func closeSession(t *testing.T, ns, name string) {
 	t.Helper()
-	ctx := context.Background()
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var s wbv1.TerminalSession
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s); err != nil {
-			return err
-		}
+	must(t, kstate.Update(env.Client, ns, name, &wbv1.TerminalSession{}, func(s *wbv1.TerminalSession) {
 		s.Spec.DesiredState = wbv1.SessionDesiredClosed
-		return env.Client.Update(ctx, &s)
 	}))
+}
+
+// probeEnvironment makes a namespace with environment e (backend, over an unused work
+// directory dir) and its session and profiles, and returns them with how many connections
+// the host listeners had accepted so far.
+func probeEnvironment(t *testing.T, backend wbv1.BackendID) (ns, dir string, accepted int64) {
+	t.Helper()
+	ns = namespace(t)
+	dir = workDir(t, "unused")
+	environment(t, ns, dir, backend, nil)
+	return ns, dir, hostAccepted()
+}
+
+// hostAccepted is how many connections the host's TCP and AF_UNIX listeners accepted.
+func hostAccepted() int64 { return tcpAccepted.Load() + unixAccepted.Load() }
+
+// openPTY creates TerminalSession ns/pty running shell profile profile (raw input for the
+// operator only) and waits until it runs, is refused or has ended; it returns the session.
+func openPTY(t *testing.T, ns string, profile wbv1.ObjectName) *wbv1.TerminalSession {
+	t.Helper()
+	must(t, env.Client.Create(context.Background(), &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "pty", Namespace: ns},
+		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e", ShellProfileRef: ptr(profile), RawInput: wbv1.RawInputOperatorOnly}}))
+	return kstate.Until(t, env.Client, 60*time.Second, "the PTY session running or refused", ns, "pty", &wbv1.TerminalSession{},
+		func(s *wbv1.TerminalSession) bool {
+			ended := s.Status.Phase == wbv1.SessionClosed || s.Status.Phase == wbv1.SessionFailed
+			return s.Status.Phase == wbv1.SessionRunning || s.Status.Refusal != nil || ended
+		})
 }
 
 // TestForkStormContained: a fork storm above the environment's pids limit has forks

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/test/kstate"
 )
 
 // codeSessionNotOwned is actuation.CodeSessionNotOwned, spelled out so that this file also
@@ -29,12 +30,8 @@ func TestAgentCommandIntoOperatorSessionRefused(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	const opUser, agentUser = "sec-operator", "sec-agent"
-	must(t, env.Bind(ctx, "workbench-operator", opUser, ns))
-	must(t, env.Bind(ctx, "workbench-agent", agentUser, ns))
-	opc, err := env.As(opUser)
-	must(t, err)
-	agc, err := env.As(agentUser)
-	must(t, err)
+	opc := env.BoundAs(t, "workbench-operator", opUser, ns)
+	agc := env.BoundAs(t, "workbench-agent", agentUser, ns)
 
 	dir, err := os.MkdirTemp(workspace, "term-")
 	must(t, err)
@@ -73,19 +70,7 @@ func TestAgentCommandIntoOperatorSessionRefused(t *testing.T) {
 	running := func(names ...string) {
 		t.Helper()
 		eventually(t, 60*time.Second, fmt.Sprintf("environment Ready and sessions %v Running", names), func() (bool, string) {
-			var e wbv1.Environment
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
-			if e.Status.Phase != wbv1.EnvironmentReady {
-				return false, fmt.Sprintf("env=%+v", e.Status)
-			}
-			for _, n := range names {
-				var s wbv1.TerminalSession
-				must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: n}, &s))
-				if s.Status.Phase != wbv1.SessionRunning {
-					return false, fmt.Sprintf("session %s=%+v", n, s.Status)
-				}
-			}
-			return true, ""
+			return kstate.ReadyAndAllRunning(t, env.Client, ns, "e", names...)
 		})
 	}
 	running("op-pty", "op-shared", "agent-own")

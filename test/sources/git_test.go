@@ -167,14 +167,7 @@ func TestGitSourceRefusals(t *testing.T) {
 				c.pre(ns)
 			}
 			sourcedEnvironment(t, ns, c.root)
-			e := waitEnvironment(t, ns)
-			cond := readyCondition(e)
-			if e.Status.Phase != wbv1.EnvironmentFailed || !strings.HasPrefix(cond.Message, string(c.code)+":") {
-				t.Fatalf("phase %s, Ready %+v: want Failed with %s", e.Status.Phase, cond, c.code)
-			}
-			if len(e.Status.Roots) != 1 || e.Status.Roots[0].Reason != string(c.code) {
-				t.Fatalf("status.roots = %+v", e.Status.Roots)
-			}
+			wantFailedWith(t, waitEnvironment(t, ns), c.code)
 		})
 	}
 	// The webhook refuses what is malformed before any node sees it.

@@ -2,53 +2,14 @@ package sources
 
 import (
 	"archive/tar"
-	"bytes"
-	"io"
 	"os"
 	"path/filepath"
 	"testing"
-
-	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/test/sourcetest"
 )
-
-func ociLayer(t *testing.T, files map[string]string, extra ...*tar.Header) v1.Layer {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for n, c := range files {
-		must(t, tw.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: int64(len(c)), Typeflag: tar.TypeReg}))
-		_, _ = tw.Write([]byte(c))
-	}
-	for _, h := range extra {
-		must(t, tw.WriteHeader(h))
-	}
-	must(t, tw.Close())
-	data := buf.Bytes()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
-	must(t, err)
-	return l
-}
-
-func push(t *testing.T, reg, repoTag string, layers ...v1.Layer) string {
-	t.Helper()
-	img, err := mutate.AppendLayers(empty.Image, layers...)
-	must(t, err)
-	ref, err := name.ParseReference(reg + "/" + repoTag)
-	must(t, err)
-	must(t, remote.Write(ref, img))
-	d, err := img.Digest()
-	must(t, err)
-	return d.String()
-}
 
 // TestOCISourceByDigestAndTag: an OCI artifact in an in-process registry (go-containerregistry's
 // pkg/registry) on loopback materializes by digest, and by tag (this node's policy allows
@@ -56,7 +17,7 @@ func push(t *testing.T, reg, repoTag string, layers ...v1.Layer) string {
 // its archive code.
 func TestOCISourceByDigestAndTag(t *testing.T) {
 	reg := sourcetest.ServeRegistry(t)
-	digest := push(t, reg, "team/ws:v1", ociLayer(t, map[string]string{"a.txt": "one\n"}), ociLayer(t, map[string]string{"dir/b.txt": "two\n"}))
+	digest := sourcetest.PushOCI(t, reg, "team/ws:v1", sourcetest.OCILayer(t, map[string]string{"a.txt": "one\n"}), sourcetest.OCILayer(t, map[string]string{"dir/b.txt": "two\n"}))
 	for _, ref := range []string{reg + "/team/ws@" + digest, reg + "/team/ws:v1"} {
 		ns := namespace(t)
 		sourcedEnvironment(t, ns, wbv1.EnvironmentRoot{OCI: &wbv1.OCIRootSource{Ref: ref}})
@@ -73,7 +34,7 @@ func TestOCISourceByDigestAndTag(t *testing.T) {
 			t.Fatalf("dir/b.txt %q %v", b, err)
 		}
 	}
-	bad := push(t, reg, "team/bad:v1", ociLayer(t, nil, &tar.Header{Name: "etc", Linkname: "/etc", Typeflag: tar.TypeSymlink}))
+	bad := sourcetest.PushOCI(t, reg, "team/bad:v1", sourcetest.OCILayer(t, nil, &tar.Header{Name: "etc", Linkname: "/etc", Typeflag: tar.TypeSymlink}))
 	ns := namespace(t)
 	sourcedEnvironment(t, ns, wbv1.EnvironmentRoot{OCI: &wbv1.OCIRootSource{Ref: reg + "/team/bad@" + bad}})
 	e := waitEnvironment(t, ns)

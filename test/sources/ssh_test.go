@@ -81,14 +81,6 @@ func TestGitSourceSSHKeyNeverLeaks(t *testing.T) {
 		ns := namespace(t)
 		secret(ns, sourcetest.NewSSHKey(t).PEM)
 		sourcedEnvironment(t, ns, root)
-		e := waitEnvironment(t, ns)
-		cond := readyCondition(e)
-		code := actuation.CodeSourceCredentialsRejected
-		if e.Status.Phase != wbv1.EnvironmentFailed || !strings.HasPrefix(cond.Message, string(code)+":") {
-			t.Fatalf("phase %s, Ready %+v: want Failed with %s", e.Status.Phase, cond, code)
-		}
-		if len(e.Status.Roots) != 1 || e.Status.Roots[0].Reason != string(code) {
-			t.Fatalf("status.roots = %+v", e.Status.Roots)
-		}
+		wantFailedWith(t, waitEnvironment(t, ns), actuation.CodeSourceCredentialsRejected)
 	})
 }

@@ -3,7 +3,6 @@ package sources
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -78,13 +77,6 @@ func TestGitSourceSubmodulesDeclared(t *testing.T) {
 		osuper, ocommit := superRepo(t, repos, "sm-evil", "file://"+odir)
 		ns := namespace(t)
 		sourcedEnvironment(t, ns, wbv1.EnvironmentRoot{Git: &wbv1.GitRootSource{URL: "file://" + osuper, Commit: ptr(ocommit), Submodules: wbv1.GitSubmodulesFetch}})
-		e := waitEnvironment(t, ns)
-		cond := readyCondition(e)
-		if e.Status.Phase != wbv1.EnvironmentFailed || !strings.HasPrefix(cond.Message, string(actuation.CodeSourceHostNotAllowed)+":") {
-			t.Fatalf("phase %s, Ready %+v: want Failed with %s", e.Status.Phase, cond, actuation.CodeSourceHostNotAllowed)
-		}
-		if len(e.Status.Roots) != 1 || e.Status.Roots[0].Reason != string(actuation.CodeSourceHostNotAllowed) {
-			t.Fatalf("status.roots = %+v", e.Status.Roots)
-		}
+		wantFailedWith(t, waitEnvironment(t, ns), actuation.CodeSourceHostNotAllowed)
 	})
 }

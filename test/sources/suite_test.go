@@ -7,7 +7,6 @@
 package sources
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,10 +24,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends/guestenv"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/test/envtest"
+	"sensorium.dev/workbench/internal/test/kstate"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
 	"sensorium.dev/workbench/internal/test/testkit"
 )
@@ -41,27 +41,9 @@ var (
 	env      *envtest.Env
 	ag       *agent.Agent
 	stateDir string
-	repos    string // file:// repositories live here (an allowed file dir)
-	logs     capture
+	repos    string               // file:// repositories live here (an allowed file dir)
+	logs     testkit.LockedBuffer // fd 2 teed (teeStderr)
 )
-
-// capture tees fd 2 into a buffer.
-type capture struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (c *capture) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.Write(p)
-}
-
-func (c *capture) String() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.String()
-}
 
 // teeStderr replaces fd 2 with a pipe whose reader copies into logs and the real stderr.
 func teeStderr() {
@@ -121,12 +103,9 @@ func sourcedEnvironment(t *testing.T, ns string, root wbv1.EnvironmentRoot) {
 // waitEnvironment waits until Environment ns/e is Ready or Failed and returns it.
 func waitEnvironment(t *testing.T, ns string) *wbv1.Environment {
 	t.Helper()
-	var e wbv1.Environment
-	eventually(t, 90*time.Second, "environment Ready or Failed", func() (bool, string) {
-		must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "e"}, &e))
-		return e.Status.Phase == wbv1.EnvironmentReady || e.Status.Phase == wbv1.EnvironmentFailed, fmt.Sprintf("%+v", e.Status)
+	return kstate.Until(t, env.Client, 90*time.Second, "environment Ready or Failed", ns, "e", &wbv1.Environment{}, func(e *wbv1.Environment) bool {
+		return e.Status.Phase == wbv1.EnvironmentReady || e.Status.Phase == wbv1.EnvironmentFailed
 	})
-	return &e
 }
 
 func readyCondition(e *wbv1.Environment) metav1.Condition {
@@ -136,6 +115,19 @@ func readyCondition(e *wbv1.Environment) metav1.Condition {
 		}
 	}
 	return metav1.Condition{}
+}
+
+// wantFailedWith fails the test unless environment e failed with code: phase Failed, the
+// Ready condition's message starting with the code, and its one root's reason the code.
+func wantFailedWith(t *testing.T, e *wbv1.Environment, code actuation.Code) {
+	t.Helper()
+	cond := readyCondition(e)
+	if e.Status.Phase != wbv1.EnvironmentFailed || !strings.HasPrefix(cond.Message, string(code)+":") {
+		t.Fatalf("phase %s, Ready %+v: want Failed with %s", e.Status.Phase, cond, code)
+	}
+	if len(e.Status.Roots) != 1 || e.Status.Roots[0].Reason != string(code) {
+		t.Fatalf("status.roots = %+v", e.Status.Roots)
+	}
 }
 
 // eventsText is every event message and reason in ns.
