@@ -64,7 +64,7 @@ func TestFreeCapacity(t *testing.T) {
 		t.Helper()
 		eventually(t, 30*time.Second, "session "+name+" Running", func() (bool, string) {
 			var s wbv1.TerminalSession
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s))
+			get(t, ns, name, &s)
 			return s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("%+v", s.Status)
 		})
 	}
@@ -112,7 +112,7 @@ func TestFreeCapacity(t *testing.T) {
 		NodeSelector: map[string]string{wbv1.NodeLabel: node}}}))
 	var u1 wbv1.TerminalSession
 	eventually(t, 30*time.Second, "u1 refused by the node with CapacityAvailable=False", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "u1"}, &u1))
+		get(t, ns, "u1", &u1)
 		c := meta.FindStatusCondition(u1.Status.Conditions, wbv1.ConditionCapacityAvailable)
 		return u1.Status.Phase == wbv1.SessionFailed && u1.Status.Refusal != nil && u1.Status.Refusal.Code == string(actuation.CodeSessionCapReached) &&
 			c != nil && c.Status == metav1.ConditionFalse, fmt.Sprintf("%+v", u1.Status)
@@ -123,7 +123,7 @@ func TestFreeCapacity(t *testing.T) {
 	must(t, env.Client.Patch(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "t1", Namespace: ns}},
 		client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"desiredState":"Closed"}}`))))
 	eventually(t, 30*time.Second, "u1 CapacityAvailable=True after t1 closed", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "u1"}, &u1))
+		get(t, ns, "u1", &u1)
 		c := meta.FindStatusCondition(u1.Status.Conditions, wbv1.ConditionCapacityAvailable)
 		return c != nil && c.Status == metav1.ConditionTrue && !c.LastTransitionTime.Time.Before(closedAt), fmt.Sprintf("%+v", u1.Status.Conditions)
 	})

@@ -100,7 +100,7 @@ func TestChaosKills(t *testing.T) {
 	for _, name := range cmds {
 		var c wbv1.TerminalCommand
 		chaosWait(t, agentProc, "command "+name+" to have its one outcome", func() (bool, string) {
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c))
+			get(t, ns, name, &c)
 			return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
 		})
 		outcomes[c.Status.Phase]++
@@ -119,7 +119,7 @@ func TestChaosKills(t *testing.T) {
 	for _, name := range sleepers {
 		var c wbv1.TerminalCommand
 		chaosWait(t, agentProc, "command "+name+" to have its one outcome", func() (bool, string) {
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c))
+			get(t, ns, name, &c)
 			return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
 		})
 		outcomes[c.Status.Phase]++
@@ -127,7 +127,7 @@ func TestChaosKills(t *testing.T) {
 	for _, name := range waitNames {
 		var w wbv1.Wait
 		eventually(t, 150*time.Second, "wait "+name+" to have its one outcome", func() (bool, string) {
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &w))
+			get(t, ns, name, &w)
 			return wbv1.WaitIsFinal(w.Status.ConditionStatus), fmt.Sprintf("%+v", w.Status)
 		})
 	}

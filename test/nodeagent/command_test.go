@@ -19,7 +19,7 @@ import (
 func sessionUID(t *testing.T, ns string) string {
 	t.Helper()
 	var s wbv1.TerminalSession
-	must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "s"}, &s))
+	get(t, ns, "s", &s)
 	return string(s.UID)
 }
 

@@ -94,7 +94,7 @@ func startLongSleep(t *testing.T, ns string, agent *agentProcess, arg string) {
 	must(t, env.Client.Create(ctx, command(ns, "long", "/bin/sleep", arg)))
 	eventually(t, 30*time.Second, "the command to run", func() (bool, string) {
 		var c wbv1.TerminalCommand
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
+		get(t, ns, "long", &c)
 		return c.Status.Phase == wbv1.CommandRunning, fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(agent.log.String()))
 	})
 }
@@ -168,7 +168,7 @@ func TestCrashRecovery(t *testing.T) {
 	defer second.stop()
 	var c wbv1.TerminalCommand
 	eventually(t, 60*time.Second, "the interrupted command's truthful outcome", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
+		get(t, ns, "long", &c)
 		return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions),
 			fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(second.log.String()))
 	})
@@ -190,7 +190,7 @@ func TestCrashRecovery(t *testing.T) {
 	})
 	var s wbv1.TerminalSession
 	eventually(t, 30*time.Second, "the interrupted session ends Failed", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
+		get(t, ns, "s", &s)
 		return s.Status.Phase == wbv1.SessionFailed && s.Status.Refusal != nil && s.Status.Refusal.Code == "interrupted", fmt.Sprintf("%+v", s.Status)
 	})
 	wantKStatusFailed(t, &s)
@@ -220,7 +220,7 @@ func TestCrashRecovery(t *testing.T) {
 		must(t, env.Client.Create(ctx, c))
 		eventually(t, 30*time.Second, "command "+tc.name+" after recovery is "+string(tc.want), func() (bool, string) {
 			var got wbv1.TerminalCommand
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: tc.name}, &got))
+			get(t, ns, tc.name, &got)
 			return got.Status.Phase == tc.want, fmt.Sprintf("%+v\nagent log:\n%s", got.Status, tail(second.log.String()))
 		})
 	}
@@ -237,7 +237,6 @@ func tail(s string) string {
 // does) while a command runs: the agent kills the command on its way out, and the outcome
 // is Failed with code interrupted — nobody cancelled it — never Cancelled, never re-run.
 func TestGracefulStopInterrupts(t *testing.T) {
-	ctx := context.Background()
 	const node = "node-graceful"
 	na := newAgentNode(t, node, "crash", "")
 	root := na.root
@@ -256,7 +255,7 @@ func TestGracefulStopInterrupts(t *testing.T) {
 	defer second.stop()
 	var c wbv1.TerminalCommand
 	eventually(t, 60*time.Second, "the interrupted command's derived phase", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
+		get(t, ns, "long", &c)
 		return wbv1.CommandPhaseIsFinal(c.Status.Phase), fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(second.log.String()))
 	})
 	if c.Status.Phase != wbv1.CommandFailed || c.Status.Refusal == nil || c.Status.Refusal.Code != "interrupted" || c.Status.SignalOrigin == "cancel" {

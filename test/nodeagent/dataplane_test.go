@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
@@ -52,7 +51,7 @@ func TestDataPlanePTYSession(t *testing.T) {
 		EnvironmentRef: "e", ShellProfileRef: ptr(wbv1.ObjectName("cat")), RawInput: wbv1.RawInputOperatorOnly}}))
 	eventually(t, 30*time.Second, "the PTY session running", func() (bool, string) {
 		var s wbv1.TerminalSession
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pty"}, &s))
+		get(t, ns, "pty", &s)
 		return s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("%+v", s.Status)
 	})
 	dp := dataPlane(t)

@@ -37,7 +37,7 @@ func TestDefaultCapsServeThreeAgents(t *testing.T) {
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/echo", nil, []string{"agent-"})))
 	eventually(t, 60*time.Second, "environment e Ready on "+node, func() (bool, string) {
 		var e wbv1.Environment
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+		get(t, ns, "e", &e)
 		return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
 	})
 
@@ -53,7 +53,7 @@ func TestDefaultCapsServeThreeAgents(t *testing.T) {
 		seen := ""
 		for _, a := range agents {
 			var s wbv1.TerminalSession
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: a}, &s))
+			get(t, ns, a, &s)
 			if s.Status.Phase != wbv1.SessionRunning {
 				return false, fmt.Sprintf("%s: %+v", a, s.Status)
 			}
@@ -75,7 +75,7 @@ func TestDefaultCapsServeThreeAgents(t *testing.T) {
 	}
 	var s wbv1.TerminalSession
 	for _, a := range agents {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: a}, &s))
+		get(t, ns, a, &s)
 		if s.Status.Phase != wbv1.SessionRunning {
 			t.Fatalf("session %s no longer Running after its command: %+v", a, s.Status)
 		}

@@ -42,7 +42,7 @@ func TestNodeDrain(t *testing.T) {
 	must(t, env.Client.Create(ctx, command(ns, "long", "/usr/bin/sleep", "41.25")))
 	eventually(t, 30*time.Second, "command running", func() (bool, string) {
 		var c wbv1.TerminalCommand
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
+		get(t, ns, "long", &c)
 		return c.Status.Phase == wbv1.CommandRunning && len(findProcess("/usr/bin/sleep", "41.25")) == 1, fmt.Sprintf("%+v", c.Status)
 	})
 
@@ -55,7 +55,7 @@ func TestNodeDrain(t *testing.T) {
 		t.Helper()
 		eventually(t, 30*time.Second, "WorkbenchNode Draining="+string(want), func() (bool, string) {
 			var wn wbv1.WorkbenchNode
-			must(t, env.Client.Get(ctx, client.ObjectKey{Name: node}, &wn))
+			get(t, "", node, &wn)
 			c := meta.FindStatusCondition(wn.Status.Conditions, "Draining")
 			return c != nil && c.Status == want, fmt.Sprintf("%+v", wn.Status.Conditions)
 		})
@@ -63,7 +63,7 @@ func TestNodeDrain(t *testing.T) {
 	cordon(true)
 	var c wbv1.TerminalCommand
 	eventually(t, 60*time.Second, "the running command interrupted by the drain", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
+		get(t, ns, "long", &c)
 		return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
 	})
 	if c.Status.Phase != wbv1.CommandFailed || c.Status.Refusal == nil || c.Status.Refusal.Code != string(actuation.CodeInterrupted) {
@@ -76,7 +76,7 @@ func TestNodeDrain(t *testing.T) {
 		t.Helper()
 		eventually(t, 30*time.Second, "session "+name+" Failed/"+string(code), func() (bool, string) {
 			var s wbv1.TerminalSession
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s))
+			get(t, ns, name, &s)
 			return s.Status.Phase == wbv1.SessionFailed && s.Status.Refusal != nil && s.Status.Refusal.Code == string(code), fmt.Sprintf("%+v", s.Status)
 		})
 	}
@@ -85,7 +85,7 @@ func TestNodeDrain(t *testing.T) {
 		t.Helper()
 		eventually(t, 30*time.Second, "environment "+string(want), func() (bool, string) {
 			var e wbv1.Environment
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+			get(t, ns, "e", &e)
 			return e.Status.Phase == want, fmt.Sprintf("%+v", e.Status)
 		})
 	}

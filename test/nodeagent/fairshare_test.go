@@ -64,7 +64,7 @@ func TestNodeCapsSharedByIdentity(t *testing.T) {
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/sleep", nil, []string{"30"})))
 	eventually(t, 30*time.Second, "environment Ready", func() (bool, string) {
 		var e wbv1.Environment
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+		get(t, ns, "e", &e)
 		return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
 	})
 
@@ -78,7 +78,7 @@ func TestNodeCapsSharedByIdentity(t *testing.T) {
 		}
 		var s wbv1.TerminalSession
 		eventually(t, 30*time.Second, "session "+name+" Running or refused", func() (bool, string) {
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s))
+			get(t, ns, name, &s)
 			return s.Status.Phase == wbv1.SessionRunning || s.Status.Refusal != nil, fmt.Sprintf("%+v", s.Status)
 		})
 		if s.Status.Refusal != nil {
@@ -127,7 +127,7 @@ func TestNodeCapsSharedByIdentity(t *testing.T) {
 		}
 		var got wbv1.TerminalCommand
 		eventually(t, 30*time.Second, "command "+name+" Running or refused", func() (bool, string) {
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &got))
+			get(t, ns, name, &got)
 			return got.Status.Phase == wbv1.CommandRunning || wbv1.CommandIsFinal(got.Status.Conditions), fmt.Sprintf("%+v", got.Status)
 		})
 		if got.Status.Phase == wbv1.CommandRunning {
@@ -172,7 +172,7 @@ func TestNodeCapsSharedByIdentity(t *testing.T) {
 	waitFinal(t, ns, "ca1")
 	eventually(t, 30*time.Second, "session a2 closed", func() (bool, string) {
 		var s wbv1.TerminalSession
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "a2"}, &s))
+		get(t, ns, "a2", &s)
 		return s.Status.Phase == wbv1.SessionClosed, fmt.Sprintf("%+v", s.Status)
 	})
 	opens(ac, "a4")

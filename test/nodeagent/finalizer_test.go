@@ -55,7 +55,7 @@ func TestDeletingRunningWorkStopsIt(t *testing.T) {
 		c := command(ns, name, "/bin/sleep", arg)
 		must(t, env.Client.Create(ctx, c))
 		eventually(t, 30*time.Second, "command "+name+" running", func() (bool, string) {
-			must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(c), c))
+			refresh(t, c)
 			return c.Status.Phase == wbv1.CommandRunning && len(findProcess("/bin/sleep", arg)) == 1, fmt.Sprintf("%+v", c.Status)
 		})
 		if !controllerutil.ContainsFinalizer(c, wbv1.CleanupFinalizer) {
@@ -73,10 +73,10 @@ func TestDeletingRunningWorkStopsIt(t *testing.T) {
 
 	c2 := running("drained", "303.5")
 	var e wbv1.Environment
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+	get(t, ns, "e", &e)
 	must(t, env.Client.Delete(ctx, &e))
 	eventually(t, 30*time.Second, "the command of the deleted environment to end Cancelled", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(c2), c2))
+		refresh(t, c2)
 		return c2.Status.Phase == wbv1.CommandCancelled, fmt.Sprintf("%+v", c2.Status)
 	})
 	if left := findProcess("/bin/sleep", "303.5"); len(left) != 0 {
@@ -84,7 +84,7 @@ func TestDeletingRunningWorkStopsIt(t *testing.T) {
 	}
 	eventually(t, 30*time.Second, "the deleted environment to go", gone(ctx, &e))
 	var s wbv1.TerminalSession
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
+	get(t, ns, "s", &s)
 	must(t, env.Client.Delete(ctx, &s))
 	eventually(t, 30*time.Second, "the session to go", gone(ctx, &s))
 	must(t, env.Client.Delete(ctx, c2))
@@ -111,7 +111,7 @@ func TestFinalizerHoldsUntilTheNodeCleansUp(t *testing.T) {
 	}}
 	must(t, env.Client.Create(ctx, e))
 	eventually(t, 60*time.Second, "the fixture-copy environment Ready with its finalizer", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(e), e))
+		refresh(t, e)
 		return e.Status.Phase == wbv1.EnvironmentReady && controllerutil.ContainsFinalizer(e, wbv1.CleanupFinalizer),
 			fmt.Sprintf("%+v finalizers=%v\nagent log:\n%s", e.Status, e.Finalizers, tail(first.log.String()))
 	})
@@ -123,7 +123,7 @@ func TestFinalizerHoldsUntilTheNodeCleansUp(t *testing.T) {
 	_ = first.cmd.Wait()
 
 	must(t, env.Client.Delete(ctx, e))
-	must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(e), e))
+	refresh(t, e)
 	if e.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(e, wbv1.CleanupFinalizer) {
 		t.Fatalf("the deleted environment should be held by its finalizer: deletion=%v finalizers=%v", e.DeletionTimestamp, e.Finalizers)
 	}
@@ -161,7 +161,7 @@ func TestFinalizerEscapeWhenTheNodeIsLost(t *testing.T) {
 			}}
 			must(t, env.Client.Create(ctx, e))
 			eventually(t, 30*time.Second, "the manager to add the cleanup finalizer", func() (bool, string) {
-				must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(e), e))
+				refresh(t, e)
 				return controllerutil.ContainsFinalizer(e, wbv1.CleanupFinalizer), fmt.Sprintf("%v", e.Finalizers)
 			})
 			// Bind it to the lost node as placement would (status as an administrator).

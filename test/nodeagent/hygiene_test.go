@@ -262,7 +262,7 @@ func TestRootSymlinkSwapNotFollowed(t *testing.T) {
 	}))
 	eventually(t, 30*time.Second, "environment failed with root-changed", func() (bool, string) {
 		var e wbv1.Environment
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+		get(t, ns, "e", &e)
 		for _, c := range e.Status.Conditions {
 			if c.Type == wbv1.ConditionReady && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, "root-changed") {
 				return e.Status.Phase == wbv1.EnvironmentFailed, fmt.Sprintf("phase %s", e.Status.Phase)
@@ -293,7 +293,7 @@ func patchFinal(t *testing.T, ns, name string) *wbv1.FilePatch {
 	t.Helper()
 	var fp wbv1.FilePatch
 	eventually(t, 30*time.Second, "file patch "+name+" final", func() (bool, string) {
-		must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &fp))
+		get(t, ns, name, &fp)
 		return wbv1.FilePatchIsFinal(fp.Status.Phase), fmt.Sprintf("%+v", fp.Status)
 	})
 	return &fp

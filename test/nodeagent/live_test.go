@@ -47,7 +47,7 @@ func TestCommandOutputIsLive(t *testing.T) {
 	must(t, env.Client.Create(ctx, command(ns, "c", "/usr/bin/python3", "build.py")))
 	waitStatus(t, ns, "w", 30*time.Second, "Satisfied", isStatus(wbv1.WaitSatisfied))
 	var c wbv1.TerminalCommand
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c"}, &c))
+	get(t, ns, "c", &c)
 	if wbv1.CommandIsFinal(c.Status.Conditions) {
 		t.Fatalf("the command ended before its release: %+v", c.Status)
 	}
@@ -73,7 +73,7 @@ func TestCommandCancel(t *testing.T) {
 	must(t, env.Client.Create(ctx, command(ns, "c", "/usr/bin/python3", "build.py")))
 	var c wbv1.TerminalCommand
 	eventually(t, 30*time.Second, "command running with output", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c"}, &c))
+		get(t, ns, "c", &c)
 		return c.Status.Phase == wbv1.CommandRunning, fmt.Sprintf("%+v", c.Status)
 	})
 	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {

@@ -127,7 +127,7 @@ func TestNodeRefusalIsTheStoredOutcome(t *testing.T) {
 	})
 	n.kill()
 	var got wbv1.TerminalCommand
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c"}, &got))
+	get(t, ns, "c", &got)
 	if wbv1.CommandIsFinal(got.Status.Conditions) {
 		t.Fatalf("the refusal reached the API past the policy: %+v", got.Status)
 	}
@@ -170,7 +170,7 @@ func TestWaitBoundWhenItsCommandAppearsLater(t *testing.T) {
 	// Ordering, not an assertion: the binder sees the wait before its command exists.
 	time.Sleep(2 * time.Second)
 	var w wbv1.Wait
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "w"}, &w))
+	get(t, ns, "w", &w)
 	if w.Labels[wbv1.NodeLabel] != "" {
 		t.Fatalf("wait bound before its command exists: %v", w.Labels)
 	}
@@ -206,7 +206,7 @@ func TestWakePendingSelectsWhatLacksAnOutcome(t *testing.T) {
 		t.Errorf("a command with its outcome was woken: %v", woken)
 	}
 	var held wbv1.TerminalCommand
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "held"}, &held))
+	get(t, ns, "held", &held)
 	if wbv1.CommandIsFinal(held.Status.Conditions) || held.Labels[wbv1.NodeLabel] != nodeName {
 		t.Fatalf("held: labels %v status %+v", held.Labels, held.Status)
 	}

@@ -102,7 +102,7 @@ func TestStoredOutcomeRepublished(t *testing.T) {
 	must(t, env.Client.Create(ctx, command(ns, "c", "/bin/sleep", token)))
 	eventually(t, 60*time.Second, "the command Running on the node", func() (bool, string) {
 		var c wbv1.TerminalCommand
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c"}, &c))
+		get(t, ns, "c", &c)
 		return c.Status.Phase == wbv1.CommandRunning && len(findProcess("/bin/sleep", token)) == 1, fmt.Sprintf("%+v", c.Status)
 	})
 
@@ -123,7 +123,7 @@ func TestStoredOutcomeRepublished(t *testing.T) {
 	})
 	n.kill()
 	var c wbv1.TerminalCommand
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c"}, &c))
+	get(t, ns, "c", &c)
 	if wbv1.CommandIsFinal(c.Status.Conditions) {
 		t.Fatalf("the outcome reached the API without the node's binding: %+v", c.Status)
 	}

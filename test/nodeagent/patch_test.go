@@ -29,7 +29,7 @@ func autoApply(t *testing.T, ns string) {
 	t.Helper()
 	ctx := context.Background()
 	var e wbv1.Environment
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+	get(t, ns, "e", &e)
 	base := e.DeepCopy()
 	e.Spec.PatchApproval = ptr(wbv1.PatchApprovalAutoApply)
 	must(t, env.Client.Patch(ctx, &e, client.MergeFrom(base)))
@@ -50,7 +50,7 @@ func patchPhase(t *testing.T, ns, name string, want wbv1.FilePatchPhase) *wbv1.F
 	t.Helper()
 	var fp wbv1.FilePatch
 	eventually(t, 30*time.Second, "file patch "+name+" "+string(want), func() (bool, string) {
-		must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &fp))
+		get(t, ns, name, &fp)
 		return fp.Status.Phase == want, fmt.Sprintf("%+v", fp.Status)
 	})
 	return &fp

@@ -115,7 +115,7 @@ func TestPoolVMClaimAdoptsRunningGuest(t *testing.T) {
 	must(t, env.Client.Create(ctx, claimer(ns, "claimer", "vmpool", tmpl)))
 	var e wbv1.Environment
 	eventually(t, 120*time.Second, "the claimer Ready", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "claimer"}, &e))
+		get(t, ns, "claimer", &e)
 		return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
 	})
 	t.Logf("VM pool claim → Ready through the API server: %v", time.Since(start).Round(time.Millisecond))
@@ -186,7 +186,7 @@ func TestPoolVMClaimAdoptsRunningGuest(t *testing.T) {
 		return errors.Is(err, syscall.ESRCH), fmt.Sprintf("kill -0 %d: %v", qemuPid, err)
 	})
 	var p wbv1.EnvironmentPool
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vmpool"}, &p))
+	get(t, ns, "vmpool", &p)
 	must(t, env.Client.Delete(ctx, &p))
 	waitGone(t, &p)
 	eventually(t, 120*time.Second, "no VM of this namespace's environments left", func() (bool, string) {

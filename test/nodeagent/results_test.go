@@ -15,7 +15,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
@@ -194,7 +193,7 @@ func TestExportRefusals(t *testing.T) {
 	})))
 	var a wbv1.Artifact
 	eventually(t, 30*time.Second, "artifact norepo refused", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "norepo"}, &a))
+		get(t, ns, "norepo", &a)
 		return a.Status.Refusal != nil || a.Status.Digest != "", fmt.Sprintf("%+v", a.Status)
 	})
 	if a.Status.Refusal == nil || a.Status.Refusal.Code != string(actuation.CodeExportBaseUnknown) {
@@ -231,7 +230,7 @@ func sourcedEnvironment(t *testing.T, ns, url, commit string) *wbv1.Environment 
 	var e wbv1.Environment
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+		get(t, ns, "e", &e)
 		if len(e.Status.Roots) > 0 && (e.Status.Phase == wbv1.EnvironmentReady || e.Status.Phase == wbv1.EnvironmentFailed) {
 			break
 		}
@@ -322,7 +321,7 @@ func TestPoolClaimBySource(t *testing.T) {
 	must(t, env.Client.Create(ctx, claimer(ns, "other", "pool", other)))
 	eventually(t, 30*time.Second, "claim for another commit refused", func() (bool, string) {
 		var o wbv1.Environment
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "other"}, &o))
+		get(t, ns, "other", &o)
 		for _, c := range o.Status.Conditions {
 			if c.Type == wbv1.ConditionScheduled && strings.Contains(c.Message, string(actuation.CodePoolTemplateMismatch)) {
 				return true, ""

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
@@ -98,7 +97,7 @@ func TestSourceMaterializationInterruptedByCrash(t *testing.T) {
 		t.Fatalf("the agent never fetched the pack; agent log:\n%s", tail(first.log.String()))
 	}
 	var e wbv1.Environment
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+	get(t, ns, "e", &e)
 	copies := filepath.Join(state, "fixtures", string(e.UID), "repo")
 	staging, _ := filepath.Glob(filepath.Join(copies, ".staging-*"))
 	if len(staging) != 1 {
@@ -125,7 +124,7 @@ func TestSourceMaterializationInterruptedByCrash(t *testing.T) {
 	releaseHeld()
 	defer second.stopLogging(t)
 	eventually(t, 120*time.Second, "the restarted agent materializes the source again", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+		get(t, ns, "e", &e)
 		return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
 	})
 	if len(e.Status.Roots) != 1 || e.Status.Roots[0].Resolved != ids[0] || e.Status.Roots[0].Reason != "" || e.Status.Roots[0].Entries == 0 {

@@ -121,7 +121,7 @@ func waitFinal(t *testing.T, ns, name string) *wbv1.TerminalCommand {
 	t.Helper()
 	var c wbv1.TerminalCommand
 	eventually(t, 60*time.Second, "command "+name+" outcome", func() (bool, string) {
-		must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &c))
+		get(t, ns, name, &c)
 		// The node records the outcome; the manager derives the phase from it a moment later.
 		return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
 	})
@@ -149,7 +149,7 @@ func waitSessionClosedClean(t *testing.T, ns, name, what string) {
 	t.Helper()
 	eventually(t, 30*time.Second, what, func() (bool, string) {
 		var s wbv1.TerminalSession
-		must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &s))
+		get(t, ns, name, &s)
 		return s.Status.Phase == wbv1.SessionClosed && meta.IsStatusConditionTrue(s.Status.Conditions, wbv1.ConditionCleanupComplete),
 			fmt.Sprintf("%+v", s.Status)
 	})

@@ -114,7 +114,7 @@ func TestQEMUMicroVMPauseResume(t *testing.T) {
 	// Pause.
 	setDesiredState(t, ns, "vm", wbv1.EnvironmentDesiredPaused)
 	eventually(t, 60*time.Second, "environment Paused", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm"}, &e))
+		get(t, ns, "vm", &e)
 		return e.Status.Phase == wbv1.EnvironmentPaused, fmt.Sprintf("%+v", e.Status)
 	})
 	pausedAt := time.Now()
@@ -143,7 +143,7 @@ func TestQEMUMicroVMPauseResume(t *testing.T) {
 		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "vm"}}))
 	eventually(t, 60*time.Second, "a session on a paused environment refused", func() (bool, string) {
 		var s wbv1.TerminalSession
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s-paused"}, &s))
+		get(t, ns, "s-paused", &s)
 		return s.Status.Refusal != nil && s.Status.Refusal.Code == string(actuation.CodeEnvironmentPaused), fmt.Sprintf("%+v", s.Status)
 	})
 
@@ -162,7 +162,7 @@ func TestQEMUMicroVMPauseResume(t *testing.T) {
 	// Resume.
 	setDesiredState(t, ns, "vm", wbv1.EnvironmentDesiredRunning)
 	eventually(t, 60*time.Second, "environment Ready again", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm"}, &e))
+		get(t, ns, "vm", &e)
 		return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
 	})
 	// (The Ready message says "resumed" only in the pass that resumed; a later pass of the

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends/qemumicrovm"
@@ -48,7 +47,7 @@ func TestQEMUFullSystemGitSource(t *testing.T) {
 	must(t, env.Client.Create(ctx, newEnv("wrong", wrong)))
 	var bad wbv1.Environment
 	eventually(t, 120*time.Second, "the wrong commit refused with source-commit-not-found", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "wrong"}, &bad))
+		get(t, ns, "wrong", &bad)
 		c := readyOf(&bad)
 		return c.Status == metav1.ConditionFalse && strings.HasPrefix(c.Message, "source-commit-not-found"), fmt.Sprintf("%+v\nagent log:\n%s", bad.Status, tail(proc.log.String()))
 	})

@@ -153,7 +153,7 @@ func TestQEMUFullSystemEnvironment(t *testing.T) {
 		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "sys"}}))
 	var e wbv1.Environment
 	eventually(t, 60*time.Second, "the environment's working disk cloned", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "sys"}, &e))
+		get(t, ns, "sys", &e)
 		if e.UID == "" {
 			return false, "no uid"
 		}
@@ -168,7 +168,7 @@ func TestQEMUFullSystemEnvironment(t *testing.T) {
 		return kstate.EnvironmentNotReady(t, env.Client, ns, "second", func(m string) bool { return strings.Contains(m, "storage-exhausted") })
 	})
 	var second wbv1.Environment
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "second"}, &second))
+	get(t, ns, "second", &second)
 	if exists(filepath.Join(state, qemumicrovm.DisksDir, string(second.UID)+".img")) {
 		t.Fatal("the refused clone left a disk")
 	}
@@ -263,7 +263,7 @@ func TestQEMUFullSystemEnvironment(t *testing.T) {
 		EnvironmentRef: "sys", ShellProfileRef: ptr(wbv1.ObjectName("cat")), RawInput: wbv1.RawInputOperatorOnly}}))
 	eventually(t, 60*time.Second, "the guest PTY session running", func() (bool, string) {
 		var s wbv1.TerminalSession
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pty"}, &s))
+		get(t, ns, "pty", &s)
 		return s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("%+v", s.Status)
 	})
 	dp.Echo(t, opToken, opToken, ns, "pty", "hello full system", 2, 60*time.Second)

@@ -164,7 +164,7 @@ func TestQEMUMicroVMEnvironment(t *testing.T) {
 		EnvironmentRef: "vm", ShellProfileRef: ptr(wbv1.ObjectName("cat")), RawInput: wbv1.RawInputOperatorOnly}}))
 	eventually(t, 60*time.Second, "the guest PTY session running", func() (bool, string) {
 		var s wbv1.TerminalSession
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pty"}, &s))
+		get(t, ns, "pty", &s)
 		return s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("%+v", s.Status)
 	})
 	// The guest terminal echoes the line, then cat prints it: twice.
@@ -198,7 +198,7 @@ func TestQEMUHardwareVMNeverPlacedOnTCG(t *testing.T) {
 	}}))
 	var e wbv1.Environment
 	eventually(t, 60*time.Second, "Scheduled=False naming isolationClass", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "hw"}, &e))
+		get(t, ns, "hw", &e)
 		for _, c := range e.Status.Conditions {
 			if c.Type == wbv1.ConditionScheduled && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, "isolationClass=hardware-vm") {
 				return true, c.Message
@@ -255,7 +255,7 @@ func TestQEMUAgentCrash(t *testing.T) {
 	readyEnv := func(name string, a *agentProcess) *wbv1.Environment {
 		var e wbv1.Environment
 		eventually(t, 120*time.Second, "environment "+name+" Ready", func() (bool, string) {
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &e))
+			get(t, ns, name, &e)
 			return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v\nagent log:\n%s", e.Status, tail(a.log.String()))
 		})
 		return &e
@@ -273,7 +273,7 @@ func TestQEMUAgentCrash(t *testing.T) {
 	must(t, env.Client.Create(ctx, command(ns, "long", "/bin/sleep", "30")))
 	eventually(t, 60*time.Second, "the guest command to run", func() (bool, string) {
 		var c wbv1.TerminalCommand
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
+		get(t, ns, "long", &c)
 		return c.Status.Phase == wbv1.CommandRunning, fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(first.log.String()))
 	})
 	must(t, first.cmd.Process.Signal(syscall.SIGKILL))
@@ -285,7 +285,7 @@ func TestQEMUAgentCrash(t *testing.T) {
 	second := startAgentProcess(t, bin, kubeconfig, config)
 	var c wbv1.TerminalCommand
 	eventually(t, 60*time.Second, "the interrupted guest command's truthful outcome", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
+		get(t, ns, "long", &c)
 		return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions), fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(second.log.String()))
 	})
 	if c.Status.Phase != wbv1.CommandFailed || c.Status.Refusal == nil || c.Status.Refusal.Code != "interrupted" {
@@ -324,7 +324,7 @@ func TestQEMUAgentCrash(t *testing.T) {
 	vm2 := createVM("vm2")
 	record := ""
 	eventually(t, 60*time.Second, "vm2's QEMU launched (record before the handshake)", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm2"}, vm2))
+		get(t, ns, "vm2", vm2)
 		if vm2.UID == "" {
 			return false, "no uid"
 		}
@@ -545,7 +545,7 @@ func TestQEMUMicroVMFileOperations(t *testing.T) {
 	for name, want := range map[string]wbv1.ProbeResult{"present": "Pass", "absent": "Fail"} {
 		var p wbv1.Probe
 		eventually(t, 30*time.Second, "probe "+name+" result", func() (bool, string) {
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p))
+			get(t, ns, name, &p)
 			return p.Status.Result != "" && p.Status.Result != "Pending", fmt.Sprintf("%+v", p.Status)
 		})
 		if p.Status.Result != want || p.Status.ObservedAt == nil || p.Status.Refusal != nil {
