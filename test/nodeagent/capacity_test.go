@@ -57,9 +57,6 @@ func TestFreeCapacity(t *testing.T) {
 		t.Fatalf("free capacity with one structured session open: %+v", f)
 	}
 
-	session := func(name, envName string) *wbv1.TerminalSession {
-		return &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: wbv1.TerminalSessionSpec{EnvironmentRef: wbv1.ObjectName(envName)}}
-	}
 	running := func(name string) {
 		t.Helper()
 		eventually(t, 30*time.Second, "session "+name+" Running", func() (bool, string) {
@@ -84,32 +81,28 @@ func TestFreeCapacity(t *testing.T) {
 
 	// Environment e at its per-environment cap (2): listed as full, a third session on it
 	// refused at admission.
-	must(t, env.Client.Create(ctx, session("s2", "e")))
+	must(t, env.Client.Create(ctx, session(ns, "s2", "e")))
 	running("s2")
 	free("e listed full, 1 slot", func(f *wbv1.NodeFree) bool {
 		return f.Sessions == 1 && slices.Contains(f.FullEnvironments, wbv1.NodeEnvironmentRef{Namespace: ns, Name: "e"})
 	})
-	refusedAtAdmission(session("s3", "e"), "per-environment session cap")
+	refusedAtAdmission(session(ns, "s3", "e"), "per-environment session cap")
 
 	// A second environment takes the node's last slot: any session is refused at admission.
 	dir := filepath.Join(root, "f")
 	must(t, os.MkdirAll(dir, 0o755))
-	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "f", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
-		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(dir)}},
-		NodeSelector: map[string]string{wbv1.NodeLabel: node}}}))
-	must(t, env.Client.Create(ctx, session("t1", "f")))
+	must(t, env.Client.Create(ctx, hostEnvironment(ns, "f", dir, node)))
+	must(t, env.Client.Create(ctx, session(ns, "t1", "f")))
 	running("t1")
 	free("no slot", func(f *wbv1.NodeFree) bool { return f.Sessions == 0 })
-	refusedAtAdmission(session("t2", "f"), "no free session slot")
+	refusedAtAdmission(session(ns, "t2", "f"), "no free session slot")
 
 	// Admission cannot judge a session whose environment does not exist yet; the node,
 	// the authority, refuses it once it is bound.
-	must(t, env.Client.Create(ctx, session("u1", "g")))
+	must(t, env.Client.Create(ctx, session(ns, "u1", "g")))
 	dirG := filepath.Join(root, "g")
 	must(t, os.MkdirAll(dirG, 0o755))
-	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "g", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
-		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(dirG)}},
-		NodeSelector: map[string]string{wbv1.NodeLabel: node}}}))
+	must(t, env.Client.Create(ctx, hostEnvironment(ns, "g", dirG, node)))
 	var u1 wbv1.TerminalSession
 	eventually(t, 30*time.Second, "u1 refused by the node with CapacityAvailable=False", func() (bool, string) {
 		get(t, ns, "u1", &u1)
@@ -130,7 +123,7 @@ func TestFreeCapacity(t *testing.T) {
 	if u1.Status.Phase != wbv1.SessionFailed {
 		t.Fatalf("the refused session must stay Failed (a retry is a new session): %+v", u1.Status)
 	}
-	must(t, env.Client.Create(ctx, session("u2", "g")))
+	must(t, env.Client.Create(ctx, session(ns, "u2", "g")))
 	running("u2")
 	free("no slot again", func(f *wbv1.NodeFree) bool { return f.Sessions == 0 })
 }

@@ -36,8 +36,7 @@ func TestCommandCgroupLimitsAndTeardown(t *testing.T) {
 		NodeSelector: map[string]string{wbv1.NodeLabel: nodeName},
 		Resources:    &wbv1.EnvironmentResources{PIDs: ptr(int32(32))},
 	}}))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+	must(t, env.Client.Create(ctx, session(ns, "s", "e")))
 	// The program: a setsid'd daemon, then 200 background sleepers (testdata/forkstorm).
 	storm := filepath.Join(dir, "forkstorm")
 	if out, err := exec.Command("go", "build", "-o", storm, "./testdata/forkstorm").CombinedOutput(); err != nil {

@@ -64,22 +64,21 @@ func TestChaosKills(t *testing.T) {
 	must(t, env.Client.Create(ctx, profile(ns, "sleep", "/bin/sleep", nil, []string{chaosSleep})))
 
 	var cmds, sleepers, waitNames []string
-	session := "s"
+	sess := "s"
 	for k := 0; k < kills; k++ {
 		// A fresh session after every restart: the previous one was interrupted.
 		if k > 0 {
-			session = fmt.Sprintf("s%d", k)
-			must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: session, Namespace: ns},
-				Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+			sess = fmt.Sprintf("s%d", k)
+			must(t, env.Client.Create(ctx, session(ns, sess, "e")))
 		}
 		for i, n := 0, 1+rng.Intn(4); i < n; i++ {
 			name := fmt.Sprintf("c%d-%d", k, i)
 			c := command(ns, name, append(append([]string{"/bin/dd"}, chaosCount...), "of=count-"+name)...)
-			c.Spec.SessionRef = wbv1.ObjectName(session)
+			c.Spec.SessionRef = wbv1.ObjectName(sess)
 			must(t, env.Client.Create(ctx, c))
 			cmds = append(cmds, name)
 			sl := command(ns, "sleep-"+name, "/bin/sleep", chaosSleep)
-			sl.Spec.SessionRef, sl.Spec.ProfileRef = wbv1.ObjectName(session), "sleep"
+			sl.Spec.SessionRef, sl.Spec.ProfileRef = wbv1.ObjectName(sess), "sleep"
 			must(t, env.Client.Create(ctx, sl))
 			sleepers = append(sleepers, sl.Name)
 			if rng.Intn(2) == 0 {

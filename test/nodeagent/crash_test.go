@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -210,7 +209,7 @@ func TestCrashRecovery(t *testing.T) {
 	// The agent serves again after the sweep: a command on a new session runs; one on the
 	// interrupted session is refused.
 	must(t, env.Client.Create(ctx, profile(ns, "p2", "/bin/echo", nil, []string{"back"})))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s2", Namespace: ns}, Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+	must(t, env.Client.Create(ctx, session(ns, "s2", "e")))
 	for _, tc := range []struct {
 		name, session string
 		want          wbv1.CommandPhase

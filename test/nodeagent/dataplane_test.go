@@ -47,8 +47,9 @@ func TestDataPlanePTYSession(t *testing.T) {
 	ctx := context.Background()
 	ns, dir := readyWorkEnvironment(t)
 	must(t, env.Client.Create(ctx, profile(ns, "cat", "/bin/cat", nil, nil, func(s *wbv1.CommandProfileSpec) { s.PTY = "Allowed" })))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "pty", Namespace: ns}, Spec: wbv1.TerminalSessionSpec{
-		EnvironmentRef: "e", ShellProfileRef: ptr(wbv1.ObjectName("cat")), RawInput: wbv1.RawInputOperatorOnly}}))
+	must(t, env.Client.Create(ctx, session(ns, "pty", "e", func(s *wbv1.TerminalSessionSpec) {
+		s.ShellProfileRef, s.RawInput = ptr(wbv1.ObjectName("cat")), wbv1.RawInputOperatorOnly
+	})))
 	eventually(t, 30*time.Second, "the PTY session running", func() (bool, string) {
 		var s wbv1.TerminalSession
 		get(t, ns, "pty", &s)

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -31,9 +30,7 @@ func TestDefaultCapsServeThreeAgents(t *testing.T) {
 	ns := namespace(t)
 	dir := filepath.Join(root, "e")
 	must(t, os.MkdirAll(dir, 0o755))
-	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
-		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(dir)}},
-		NodeSelector: map[string]string{wbv1.NodeLabel: node}}}))
+	must(t, env.Client.Create(ctx, hostEnvironment(ns, "e", dir, node)))
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/echo", nil, []string{"agent-"})))
 	eventually(t, 60*time.Second, "environment e Ready on "+node, func() (bool, string) {
 		var e wbv1.Environment
@@ -46,8 +43,7 @@ func TestDefaultCapsServeThreeAgents(t *testing.T) {
 		must(t, env.Bind(ctx, "workbench-agent", a, ns))
 		c, err := env.As(a)
 		must(t, err)
-		must(t, c.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: a, Namespace: ns},
-			Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+		must(t, c.Create(ctx, session(ns, a, "e")))
 	}
 	eventually(t, 60*time.Second, "three agents' sessions Running at once", func() (bool, string) {
 		seen := ""

@@ -91,13 +91,13 @@ func TestNodeDrain(t *testing.T) {
 	}
 	envPhase(wbv1.EnvironmentDraining)
 	nodeDraining(metav1.ConditionTrue)
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "during", Namespace: ns}, Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+	must(t, env.Client.Create(ctx, session(ns, "during", "e")))
 	sessionFailed("during", actuation.CodeNodeDraining)
 
 	cordon(false)
 	envPhase(wbv1.EnvironmentReady)
 	nodeDraining(metav1.ConditionFalse)
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "after", Namespace: ns}, Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+	must(t, env.Client.Create(ctx, session(ns, "after", "e")))
 	must(t, env.Client.Create(ctx, profile(ns, "echo", "/bin/echo", nil, []string{"restored"})))
 	after := command(ns, "after", "/bin/echo", "restored")
 	after.Spec.SessionRef, after.Spec.ProfileRef = "after", "echo"

@@ -58,9 +58,7 @@ func TestNodeCapsSharedByIdentity(t *testing.T) {
 
 	dir := filepath.Join(root, "e")
 	must(t, os.MkdirAll(dir, 0o755))
-	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
-		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(dir)}},
-		NodeSelector: map[string]string{wbv1.NodeLabel: node}}}))
+	must(t, env.Client.Create(ctx, hostEnvironment(ns, "e", dir, node)))
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/sleep", nil, []string{"30"})))
 	eventually(t, 30*time.Second, "environment Ready", func() (bool, string) {
 		var e wbv1.Environment
@@ -72,7 +70,7 @@ func TestNodeCapsSharedByIdentity(t *testing.T) {
 	// refusal at admission counts as refused (its code from the status cause).
 	sessionOutcome := func(c client.Client, name string) (running bool, code, msg string) {
 		t.Helper()
-		err := c.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}})
+		err := c.Create(ctx, session(ns, name, "e"))
 		if err != nil {
 			return false, admissionCode(err), err.Error()
 		}

@@ -155,10 +155,7 @@ func TestFinalizerEscapeWhenTheNodeIsLost(t *testing.T) {
 	for _, node := range []string{"node-never-existed", "node-stale"} {
 		t.Run(node, func(t *testing.T) {
 			ns := namespace(t)
-			e := &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
-				Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr("/nonexistent")}},
-				NodeSelector: map[string]string{wbv1.NodeLabel: "no-such-capability"},
-			}}
+			e := hostEnvironment(ns, "e", "/nonexistent", "no-such-capability")
 			must(t, env.Client.Create(ctx, e))
 			eventually(t, 30*time.Second, "the manager to add the cleanup finalizer", func() (bool, string) {
 				refresh(t, e)

@@ -191,8 +191,7 @@ func TestRootSymlinkSwapNotFollowed(t *testing.T) {
 		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(link)}},
 		PatchApproval: ptr(wbv1.PatchApprovalAutoApply), NodeSelector: map[string]string{wbv1.NodeLabel: nodeName},
 	}}))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+	must(t, env.Client.Create(ctx, session(ns, "s", "e")))
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/cat", nil, []string{"a.txt"})))
 	eventually(t, 30*time.Second, "environment Ready and session Running", func() (bool, string) {
 		return kstate.ReadyAndRunning(t, env.Client, ns, "e", "s", nil)

@@ -45,12 +45,8 @@ func TestLoad(t *testing.T) {
 	// Every session outlives the run: the node's ceiling (12 h) instead of the 1 h default,
 	// so a full-size run's commands never meet a session closed by its maximum duration.
 	const sessionSeconds = 43200
-	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
-		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(root)}},
-		NodeSelector: map[string]string{wbv1.NodeLabel: node},
-	}}))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns}, // the first of the cap
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e", MaxDurationSeconds: sessionSeconds}}))
+	must(t, env.Client.Create(ctx, hostEnvironment(ns, "e", root, node)))
+	must(t, env.Client.Create(ctx, session(ns, "s", "e", func(s *wbv1.TerminalSessionSpec) { s.MaxDurationSeconds = sessionSeconds })))
 	eventually(t, 60*time.Second, "environment Ready and session Running", func() (bool, string) {
 		return kstate.ReadyAndRunning(t, env.Client, ns, "e", "s", nil)
 	})
@@ -62,8 +58,7 @@ func TestLoad(t *testing.T) {
 	// else by the node.
 	admissionRefused := 0
 	for i := 1; i < sessions+2; i++ {
-		err := env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s%d", i), Namespace: ns},
-			Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e", MaxDurationSeconds: sessionSeconds}})
+		err := env.Client.Create(ctx, session(ns, fmt.Sprintf("s%d", i), "e", func(s *wbv1.TerminalSessionSpec) { s.MaxDurationSeconds = sessionSeconds }))
 		if apierrors.IsTooManyRequests(err) &&
 			strings.Contains(err.Error(), string(actuation.CodeSessionCapReached)) {
 			admissionRefused++

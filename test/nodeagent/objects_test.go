@@ -4,7 +4,10 @@ import (
 	"context"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 )
 
 // get reads object ns/name (ns "" for a cluster-scoped one) into obj through the suite's
@@ -18,4 +21,29 @@ func get(t testing.TB, ns, name string, obj client.Object) {
 func refresh(t testing.TB, obj client.Object) {
 	t.Helper()
 	must(t, env.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj))
+}
+
+// hostEnvironment is host-local environment ns/name with root "repo" at dir, placed on
+// node through a node selector (none when node is ""); mut adjusts the rest of the spec.
+func hostEnvironment(ns, name, dir, node string, mut ...func(*wbv1.EnvironmentSpec)) *wbv1.Environment {
+	e := &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: wbv1.EnvironmentSpec{
+		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(dir)}},
+	}}
+	if node != "" {
+		e.Spec.NodeSelector = map[string]string{wbv1.NodeLabel: node}
+	}
+	for _, m := range mut {
+		m(&e.Spec)
+	}
+	return e
+}
+
+// session is terminal session ns/name in environment envRef; mut adjusts the rest of the
+// spec.
+func session(ns, name string, envRef wbv1.ObjectName, mut ...func(*wbv1.TerminalSessionSpec)) *wbv1.TerminalSession {
+	s := &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: wbv1.TerminalSessionSpec{EnvironmentRef: envRef}}
+	for _, m := range mut {
+		m(&s.Spec)
+	}
+	return s
 }

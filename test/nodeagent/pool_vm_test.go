@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -101,8 +100,7 @@ func TestPoolVMClaimAdoptsRunningGuest(t *testing.T) {
 
 	// Someone with access to the pool's namespace runs a session and a command on the
 	// member before the claim: the file stays in the guest, the session does not.
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "ms", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: wbv1.ObjectName(member.Name)}}))
+	must(t, env.Client.Create(ctx, session(ns, "ms", wbv1.ObjectName(member.Name))))
 	must(t, env.Client.Create(ctx, profile(ns, "touch", "/bin/touch", nil, []string{"member-was-here"})))
 	touch := command(ns, "touch", "/bin/touch", "member-was-here")
 	touch.Spec.SessionRef, touch.Spec.ProfileRef = "ms", "touch"
@@ -169,8 +167,7 @@ func TestPoolVMClaimAdoptsRunningGuest(t *testing.T) {
 	}
 
 	// A command in the adopted guest: the file the member's command made is there.
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "claimer"}}))
+	must(t, env.Client.Create(ctx, session(ns, "s", "claimer")))
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/ls", nil, nil)))
 	must(t, env.Client.Create(ctx, command(ns, "ls", "/bin/ls")))
 	c := waitFinal(t, ns, "ls")

@@ -253,8 +253,7 @@ func TestPatchExportOfGitSource(t *testing.T) {
 	ns := namespace(t)
 	src, commit := gitRepoWorkDir(t)
 	sourcedEnvironment(t, ns, "file://"+src, commit)
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+	must(t, env.Client.Create(ctx, session(ns, "s", "e")))
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/cp", nil, []string{"README.md", "NOTES.md"})))
 	must(t, env.Client.Create(ctx, command(ns, "c", "/bin/cp", "README.md", "NOTES.md")))
 	if c := waitFinal(t, ns, "c"); c.Status.Phase != wbv1.CommandSucceeded {

@@ -381,10 +381,8 @@ func TestTerminalOutcomesThroughKStatus(t *testing.T) {
 
 	// Sessions: a shell profile that admits no PTY (Failed), a PTY program that ends by
 	// itself although nobody asked the session to close.
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "no-pty", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e", ShellProfileRef: ptr(wbv1.ObjectName("p"))}}))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "ends", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e", ShellProfileRef: ptr(wbv1.ObjectName("pty-exits"))}}))
+	must(t, env.Client.Create(ctx, session(ns, "no-pty", "e", func(s *wbv1.TerminalSessionSpec) { s.ShellProfileRef = ptr(wbv1.ObjectName("p")) })))
+	must(t, env.Client.Create(ctx, session(ns, "ends", "e", func(s *wbv1.TerminalSessionSpec) { s.ShellProfileRef = ptr(wbv1.ObjectName("pty-exits")) })))
 	for _, name := range []string{"no-pty", "ends"} {
 		var s wbv1.TerminalSession
 		eventually(t, 60*time.Second, "session "+name+" ends and reads Failed", func() (bool, string) {
@@ -408,9 +406,7 @@ func TestTerminalOutcomesThroughKStatus(t *testing.T) {
 
 	// An environment whose root the node does not admit.
 	outside := t.TempDir()
-	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "outside", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
-		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(outside)}},
-		NodeSelector: map[string]string{wbv1.NodeLabel: nodeName}}}))
+	must(t, env.Client.Create(ctx, hostEnvironment(ns, "outside", outside, nodeName)))
 	eventually(t, 60*time.Second, "environment outside Failed and read Failed", func() (bool, string) {
 		var e wbv1.Environment
 		get(t, ns, "outside", &e)

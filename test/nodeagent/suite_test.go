@@ -101,12 +101,8 @@ func readyEnvironment(t *testing.T, ns, dir string) {
 func readyEnvironmentOn(t *testing.T, ns, dir, node string) {
 	t.Helper()
 	ctx := context.Background()
-	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
-		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(dir)}},
-		NodeSelector: map[string]string{wbv1.NodeLabel: node},
-	}}))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+	must(t, env.Client.Create(ctx, hostEnvironment(ns, "e", dir, node)))
+	must(t, env.Client.Create(ctx, session(ns, "s", "e")))
 	eventually(t, 30*time.Second, "environment Ready and session Running", func() (bool, string) {
 		return kstate.ReadyAndRunning(t, env.Client, ns, "e", "s", nil)
 	})

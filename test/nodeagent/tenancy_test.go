@@ -39,12 +39,8 @@ func TestHostRootTenancyAtNode(t *testing.T) {
 		must(t, os.Symlink(target, link))
 		ns := namespace(t)
 		tenants[name] = ns
-		must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
-			Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(link)}},
-			NodeSelector: map[string]string{wbv1.NodeLabel: nodeName},
-		}}))
-		must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
-			Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+		must(t, env.Client.Create(ctx, hostEnvironment(ns, "e", link, nodeName)))
+		must(t, env.Client.Create(ctx, session(ns, "s", "e")))
 	}
 	refused := func(ns string) (bool, string) {
 		var e wbv1.Environment

@@ -94,8 +94,7 @@ func TestQEMUMicroVMPauseResume(t *testing.T) {
 		Resources:    &wbv1.EnvironmentResources{VCPUs: ptr(int32(1)), MemoryMiB: ptr(int32(512))},
 		NodeSelector: map[string]string{wbv1.NodeLabel: nodeName},
 	}}))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "vm"}}))
+	must(t, env.Client.Create(ctx, session(ns, "s", "vm")))
 	e := waitVMAndSession(t, ns, "vm", "s")
 	defer func() {
 		_ = env.Client.Delete(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns}})
@@ -139,8 +138,7 @@ func TestQEMUMicroVMPauseResume(t *testing.T) {
 		c.Status.Refusal.Code != string(actuation.CodeEnvironmentPaused) {
 		t.Fatalf("a command on a paused environment: %+v", c.Status)
 	}
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s-paused", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "vm"}}))
+	must(t, env.Client.Create(ctx, session(ns, "s-paused", "vm")))
 	eventually(t, 60*time.Second, "a session on a paused environment refused", func() (bool, string) {
 		var s wbv1.TerminalSession
 		get(t, ns, "s-paused", &s)

@@ -64,8 +64,7 @@ func TestQEMUFullSystemGitSource(t *testing.T) {
 
 	start := time.Now()
 	must(t, env.Client.Create(ctx, newEnv("sys", ids[0])))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "sys"}}))
+	must(t, env.Client.Create(ctx, session(ns, "s", "sys")))
 	var e wbv1.Environment
 	eventually(t, systemBootWithin, "sourced full-system VM Ready and session Running", func() (bool, string) {
 		return kstate.ReadyAndRunning(t, env.Client, ns, "sys", "s", &e)

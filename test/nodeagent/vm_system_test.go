@@ -149,8 +149,7 @@ func TestQEMUFullSystemEnvironment(t *testing.T) {
 	stopVMsAtEnd(t, ns, state)
 	start := time.Now()
 	must(t, env.Client.Create(ctx, newEnv("sys")))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "sys"}}))
+	must(t, env.Client.Create(ctx, session(ns, "s", "sys")))
 	var e wbv1.Environment
 	eventually(t, 60*time.Second, "the environment's working disk cloned", func() (bool, string) {
 		get(t, ns, "sys", &e)
@@ -259,8 +258,9 @@ func TestQEMUFullSystemEnvironment(t *testing.T) {
 
 	// A PTY session in the guest: operator input reaches its program, the echo comes back.
 	must(t, env.Client.Create(ctx, profile(ns, "cat", "/usr/bin/cat", nil, nil, func(s *wbv1.CommandProfileSpec) { s.PTY = "Allowed" })))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "pty", Namespace: ns}, Spec: wbv1.TerminalSessionSpec{
-		EnvironmentRef: "sys", ShellProfileRef: ptr(wbv1.ObjectName("cat")), RawInput: wbv1.RawInputOperatorOnly}}))
+	must(t, env.Client.Create(ctx, session(ns, "pty", "sys", func(s *wbv1.TerminalSessionSpec) {
+		s.ShellProfileRef, s.RawInput = ptr(wbv1.ObjectName("cat")), wbv1.RawInputOperatorOnly
+	})))
 	eventually(t, 60*time.Second, "the guest PTY session running", func() (bool, string) {
 		var s wbv1.TerminalSession
 		get(t, ns, "pty", &s)

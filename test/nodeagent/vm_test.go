@@ -104,8 +104,7 @@ func TestQEMUMicroVMEnvironment(t *testing.T) {
 		Resources:    &wbv1.EnvironmentResources{VCPUs: ptr(int32(1)), MemoryMiB: ptr(int32(512))},
 		NodeSelector: map[string]string{wbv1.NodeLabel: nodeName},
 	}}))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "vm"}}))
+	must(t, env.Client.Create(ctx, session(ns, "s", "vm")))
 	var e wbv1.Environment
 	var envReady time.Duration
 	eventually(t, 180*time.Second, "VM environment Ready and session Running", func() (bool, string) {
@@ -160,8 +159,9 @@ func TestQEMUMicroVMEnvironment(t *testing.T) {
 	// An interactive session with a shell profile runs its program on a PTY in the guest:
 	// operator input reaches it through the data plane and its echo comes back.
 	must(t, env.Client.Create(ctx, profile(ns, "cat", "/bin/cat", nil, nil, func(s *wbv1.CommandProfileSpec) { s.PTY = "Allowed" })))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "pty", Namespace: ns}, Spec: wbv1.TerminalSessionSpec{
-		EnvironmentRef: "vm", ShellProfileRef: ptr(wbv1.ObjectName("cat")), RawInput: wbv1.RawInputOperatorOnly}}))
+	must(t, env.Client.Create(ctx, session(ns, "pty", "vm", func(s *wbv1.TerminalSessionSpec) {
+		s.ShellProfileRef, s.RawInput = ptr(wbv1.ObjectName("cat")), wbv1.RawInputOperatorOnly
+	})))
 	eventually(t, 60*time.Second, "the guest PTY session running", func() (bool, string) {
 		var s wbv1.TerminalSession
 		get(t, ns, "pty", &s)
@@ -263,7 +263,7 @@ func TestQEMUAgentCrash(t *testing.T) {
 
 	first := startAgentProcess(t, bin, kubeconfig, config)
 	createVM("vm")
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns}, Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "vm"}}))
+	must(t, env.Client.Create(ctx, session(ns, "s", "vm")))
 	vm := readyEnv("vm", first)
 	procs := vmProcessesIn(t, state, string(vm.UID))
 	if len(procs) != 2 {
@@ -304,7 +304,7 @@ func TestQEMUAgentCrash(t *testing.T) {
 		return false, fmt.Sprintf("%+v", node.Status.Recovery)
 	})
 	// The adopted VM serves a new session: same processes, same generation.
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s2", Namespace: ns}, Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "vm"}}))
+	must(t, env.Client.Create(ctx, session(ns, "s2", "vm")))
 	must(t, env.Client.Create(ctx, profile(ns, "u", "/bin/uname", nil, []string{"-r"})))
 	after := command(ns, "after", "/bin/uname", "-r")
 	after.Spec.ProfileRef, after.Spec.SessionRef = "u", "s2"
@@ -405,8 +405,7 @@ func TestQEMUMicroVMFileOperations(t *testing.T) {
 		PatchPolicy:   &wbv1.EnvironmentPatchPolicy{AllowDelete: ptr(true)}, // so the delete below reaches the guest path
 		NodeSelector:  map[string]string{wbv1.NodeLabel: nodeName},
 	}}))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+	must(t, env.Client.Create(ctx, session(ns, "s", "e")))
 	e := waitVMAndSession(t, ns, "e", "s")
 	defer func() {
 		// One VM per test: tear it down before the next test boots its own.
