@@ -35,7 +35,7 @@ func TestFreeCapacity(t *testing.T) {
 	na := newAgentNode(t, node, "cap", "capacityPublishMillis: 100\ncaps:\n  sessions: 3\n  sessionsPerEnvironment: 2\n  concurrentCommands: 8\n  pendingWaits: 50\n")
 	root := na.root
 	p := na.start(t)
-	defer p.stopLogging(t)
+	defer p.StopLogging(t)
 	ns := namespace(t)
 	dirE := filepath.Join(root, "e")
 	must(t, os.MkdirAll(dirE, 0o755))

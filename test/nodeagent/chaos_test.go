@@ -56,7 +56,7 @@ func TestChaosKills(t *testing.T) {
 	state, root := na.state, na.root
 
 	agentProc := na.start(t)
-	defer func() { agentProc.stop() }() // agentProc is the running agent when the test ends
+	defer func() { agentProc.Stop() }() // agentProc is the running agent when the test ends
 	ns := namespace(t)
 	readyEnvironmentOn(t, ns, root, node)
 	must(t, os.WriteFile(filepath.Join(root, "chaos-line"), []byte("ran\n"), 0o644))
@@ -90,8 +90,7 @@ func TestChaosKills(t *testing.T) {
 			}
 		}
 		time.Sleep(time.Duration(rng.Intn(1500)) * time.Millisecond) // the random kill point (this is the chaos, not a wait for a condition)
-		must(t, agentProc.cmd.Process.Signal(syscall.SIGKILL))
-		_ = agentProc.cmd.Wait()
+		must(t, agentProc.Crash())
 		agentProc = na.start(t)
 	}
 
@@ -133,8 +132,7 @@ func TestChaosKills(t *testing.T) {
 	t.Logf("chaos: %d counted commands, %d sleepers, %d waits, outcomes %v", len(cmds), len(sleepers), len(waitNames), outcomes)
 
 	// Stop the agent cleanly and look at what it left.
-	must(t, agentProc.cmd.Process.Signal(syscall.SIGTERM))
-	_ = agentProc.cmd.Wait()
+	must(t, agentProc.Terminate())
 	// Graceful stop kills and waits for every process the agent holds; the sleepers of
 	// SIGKILLed agents were killed (and waited for) by the next agent's recovery sweep
 	// before it served. None of this run's may be alive now.
@@ -184,16 +182,15 @@ func chaosWait(t *testing.T, p *agentProcess, what string, cond func() (bool, st
 			return
 		}
 		if time.Now().After(deadline) {
-			_ = p.cmd.Process.Signal(syscall.SIGQUIT)
-			_ = p.cmd.Wait()
+			_ = p.Signal(syscall.SIGQUIT)
 			f, err := os.CreateTemp("", "chaos-agent-*.log")
 			path := "(not kept: " + fmt.Sprint(err) + ")"
 			if err == nil {
-				_, _ = f.WriteString(p.log.String())
+				_, _ = f.WriteString(p.Log.String())
 				_ = f.Close()
 				path = f.Name()
 			}
-			t.Fatalf("timed out after 120s waiting for %s; last saw: %s\nagent log with goroutine dump: %s\n%s", what, seen, path, tail(p.log.String()))
+			t.Fatalf("timed out after 120s waiting for %s; last saw: %s\nagent log with goroutine dump: %s\n%s", what, seen, path, p.LogTail())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

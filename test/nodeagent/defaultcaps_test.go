@@ -26,7 +26,7 @@ func TestDefaultCapsServeThreeAgents(t *testing.T) {
 	na := newAgentNode(t, node, "w", "capacityPublishMillis: 100\n")
 	root := na.root
 	p := na.start(t)
-	defer p.stopLogging(t)
+	defer p.StopLogging(t)
 	ns := namespace(t)
 	dir := filepath.Join(root, "e")
 	must(t, os.MkdirAll(dir, 0o755))

@@ -33,7 +33,7 @@ func TestNodeDrain(t *testing.T) {
 	})
 	root := na.root
 	p := na.start(t)
-	defer p.stopLogging(t)
+	defer p.StopLogging(t)
 	ns := namespace(t)
 	dir := filepath.Join(root, "w")
 	must(t, os.MkdirAll(dir, 0o755))

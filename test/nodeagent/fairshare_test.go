@@ -42,7 +42,7 @@ func TestNodeCapsSharedByIdentity(t *testing.T) {
 		"commandShares:\n  operatorReserve: 1\n  perIdentity: 2\n")
 	root := na.root
 	p := na.start(t)
-	defer p.stopLogging(t)
+	defer p.StopLogging(t)
 
 	ns := namespace(t)
 	const opUser, agentA, agentB = "share-operator", "share-agent-a", "share-agent-b"

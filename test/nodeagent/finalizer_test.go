@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -113,14 +112,13 @@ func TestFinalizerHoldsUntilTheNodeCleansUp(t *testing.T) {
 	eventually(t, 60*time.Second, "the fixture-copy environment Ready with its finalizer", func() (bool, string) {
 		refresh(t, e)
 		return e.Status.Phase == wbv1.EnvironmentReady && controllerutil.ContainsFinalizer(e, wbv1.CleanupFinalizer),
-			fmt.Sprintf("%+v finalizers=%v\nagent log:\n%s", e.Status, e.Finalizers, tail(first.log.String()))
+			fmt.Sprintf("%+v finalizers=%v\nagent log:\n%s", e.Status, e.Finalizers, first.LogTail())
 	})
 	copies := dirsNamed(state, string(e.UID))
 	if len(copies) == 0 {
 		t.Fatalf("no managed copy named %s under %s", e.UID, state)
 	}
-	must(t, first.cmd.Process.Signal(syscall.SIGKILL))
-	_ = first.cmd.Wait()
+	must(t, first.Crash())
 
 	must(t, env.Client.Delete(ctx, e))
 	refresh(t, e)
@@ -132,10 +130,10 @@ func TestFinalizerHoldsUntilTheNodeCleansUp(t *testing.T) {
 	}
 
 	second := na.start(t)
-	defer second.stop()
+	defer second.Stop()
 	eventually(t, 60*time.Second, "the restarted agent to tear the copy down and the finalizer to be released", func() (bool, string) {
 		ok, seen := gone(ctx, e)()
-		return ok, seen + "\nagent log:\n" + tail(second.log.String())
+		return ok, seen + "\nagent log:\n" + second.LogTail()
 	})
 	if left := dirsNamed(state, string(e.UID)); len(left) != 0 {
 		t.Fatalf("the copy outlived its environment: %v", left)

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -81,7 +80,7 @@ func startRestartableNode(t *testing.T, node, rootName string) *restartableNode 
 	t.Helper()
 	n := &restartableNode{agentNode: newAgentNode(t, node, rootName, ""), t: t, user: webhooks.NodeUserPrefix + node}
 	n.p = n.start(t)
-	t.Cleanup(func() { n.p.stop() })
+	t.Cleanup(func() { n.p.Stop() })
 	n.ns = namespace(t)
 	readyEnvironmentOn(t, n.ns, n.root, node)
 	return n
@@ -90,8 +89,7 @@ func startRestartableNode(t *testing.T, node, rootName string) *restartableNode 
 // kill ends the running agent with SIGKILL (no graceful stop) and waits for it.
 func (n *restartableNode) kill() {
 	n.t.Helper()
-	must(n.t, n.p.cmd.Process.Signal(syscall.SIGKILL))
-	_ = n.p.cmd.Wait()
+	must(n.t, n.p.Crash())
 }
 
 // restart starts the agent again and returns it.
@@ -120,10 +118,10 @@ func TestNodeRefusalIsTheStoredOutcome(t *testing.T) {
 	c := command(ns, "c", "/bin/dd", "if=../chaos-line", "oflag=append", "conv=notrunc", "status=none", "of=count-c")
 	c.Spec.Cwd.Path = "later"
 	must(t, env.Client.Create(ctx, c))
-	from := len(p.log.String())
+	from := len(p.Log.String())
 	failedWrite := "applying status of TerminalCommand " + ns + "/c"
 	eventually(t, 60*time.Second, "the node's status write of its refusal refused", func() (bool, string) {
-		return strings.Contains(p.log.String()[from:], failedWrite), tail(p.log.String())
+		return strings.Contains(p.Log.String()[from:], failedWrite), p.LogTail()
 	})
 	n.kill()
 	var got wbv1.TerminalCommand
@@ -147,7 +145,7 @@ func TestNodeRefusalIsTheStoredOutcome(t *testing.T) {
 	final := waitFinal(t, ns, "c")
 	if final.Status.Phase != wbv1.CommandRefused || final.Status.Refusal == nil || final.Status.Refusal.Code == "" ||
 		!strings.Contains(rec.Outcome, final.Status.Refusal.Code) {
-		t.Fatalf("want the stored refusal (%s) published, got %+v\nagent log:\n%s", rec.Outcome, final.Status, tail(p.log.String()))
+		t.Fatalf("want the stored refusal (%s) published, got %+v\nagent log:\n%s", rec.Outcome, final.Status, p.LogTail())
 	}
 	if _, err := os.Stat(filepath.Join(root, "later", "count-c")); !os.IsNotExist(err) {
 		t.Fatalf("the refused command ran after the restart (count file: %v)", err)

@@ -116,10 +116,10 @@ func TestStoredOutcomeRepublished(t *testing.T) {
 	})
 	// After the process ended, the agent's status write of the outcome fails; the node
 	// stores the outcome before it ever writes it, so this message means it is stored.
-	from := len(p.log.String())
+	from := len(p.Log.String())
 	failedWrite := "applying status of TerminalCommand " + ns + "/c"
 	eventually(t, 60*time.Second, "the agent's outcome write refused", func() (bool, string) {
-		return strings.Contains(p.log.String()[from:], failedWrite), tail(p.log.String())
+		return strings.Contains(p.Log.String()[from:], failedWrite), p.LogTail()
 	})
 	n.kill()
 	var c wbv1.TerminalCommand
@@ -132,7 +132,7 @@ func TestStoredOutcomeRepublished(t *testing.T) {
 	p = n.restart()
 	got := waitFinal(t, ns, "c")
 	if got.Status.Phase != wbv1.CommandSucceeded || got.Status.ExitCode == nil || *got.Status.ExitCode != 0 || got.Status.Refusal != nil {
-		t.Fatalf("want the stored outcome (Succeeded, exit 0) republished, got %+v\nagent log:\n%s", got.Status, tail(p.log.String()))
+		t.Fatalf("want the stored outcome (Succeeded, exit 0) republished, got %+v\nagent log:\n%s", got.Status, p.LogTail())
 	}
 }
 

@@ -93,8 +93,8 @@ func TestSourceMaterializationInterruptedByCrash(t *testing.T) {
 	select {
 	case <-entered:
 	case <-time.After(90 * time.Second):
-		first.stop()
-		t.Fatalf("the agent never fetched the pack; agent log:\n%s", tail(first.log.String()))
+		first.Stop()
+		t.Fatalf("the agent never fetched the pack; agent log:\n%s", first.LogTail())
 	}
 	var e wbv1.Environment
 	get(t, ns, "e", &e)
@@ -103,8 +103,7 @@ func TestSourceMaterializationInterruptedByCrash(t *testing.T) {
 	if len(staging) != 1 {
 		t.Fatalf("while the fetch is held: staging copies %v (want the one being filled)", staging)
 	}
-	must(t, first.cmd.Process.Kill()) // SIGKILL mid-materialization
-	_ = first.cmd.Wait()
+	must(t, first.Crash()) // SIGKILL mid-materialization
 	// git's remote helper (blocked on the held request) outlives the SIGKILL; the restarted
 	// agent ends it before its first fetch (sources.SweepScratch).
 	dead := processesIn(state)
@@ -122,7 +121,7 @@ func TestSourceMaterializationInterruptedByCrash(t *testing.T) {
 		return len(alive) == 0, fmt.Sprint(alive)
 	})
 	releaseHeld()
-	defer second.stopLogging(t)
+	defer second.StopLogging(t)
 	eventually(t, 120*time.Second, "the restarted agent materializes the source again", func() (bool, string) {
 		get(t, ns, "e", &e)
 		return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)

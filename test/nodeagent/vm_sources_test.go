@@ -49,7 +49,7 @@ func TestQEMUFullSystemGitSource(t *testing.T) {
 	eventually(t, 120*time.Second, "the wrong commit refused with source-commit-not-found", func() (bool, string) {
 		get(t, ns, "wrong", &bad)
 		c := readyOf(&bad)
-		return c.Status == metav1.ConditionFalse && strings.HasPrefix(c.Message, "source-commit-not-found"), fmt.Sprintf("%+v\nagent log:\n%s", bad.Status, tail(proc.log.String()))
+		return c.Status == metav1.ConditionFalse && strings.HasPrefix(c.Message, "source-commit-not-found"), fmt.Sprintf("%+v\nagent log:\n%s", bad.Status, proc.LogTail())
 	})
 	if len(bad.Status.Roots) != 1 || bad.Status.Roots[0].Reason != "source-commit-not-found" {
 		t.Fatalf("status.roots of the refused VM: %+v", bad.Status.Roots)

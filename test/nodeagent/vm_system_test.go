@@ -77,7 +77,7 @@ func startFullSystemNode(t *testing.T, node, statePrefix string, maxMiB int, ext
 	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nheartbeatSeconds: 2\ndataPlaneAddress: 127.0.0.1:0\n"+
 		"storage:\n  maxMiB: %d\n  defaultDiskMiB: 64\nqemu:\n  enabled: true\n  imageDir: %s\n  accel: tcg\n%s", node, state, maxMiB, q.ImageDir, extra)), 0o600))
 	proc = startAgentProcess(t, buildAgent(t), boundNodeKubeconfig(t, node), config)
-	t.Cleanup(func() { proc.stopLogging(t) })
+	t.Cleanup(func() { proc.StopLogging(t) })
 	eventually(t, 60*time.Second, "the node's qemu-microvm.v1 capability claims full-system-linux", func() (bool, string) {
 		var c wbv1.BackendCapability
 		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: node + ".qemu-microvm.v1"}, &c); err != nil {

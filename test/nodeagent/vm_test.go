@@ -256,7 +256,7 @@ func TestQEMUAgentCrash(t *testing.T) {
 		var e wbv1.Environment
 		eventually(t, 120*time.Second, "environment "+name+" Ready", func() (bool, string) {
 			get(t, ns, name, &e)
-			return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v\nagent log:\n%s", e.Status, tail(a.log.String()))
+			return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v\nagent log:\n%s", e.Status, a.LogTail())
 		})
 		return &e
 	}
@@ -274,10 +274,9 @@ func TestQEMUAgentCrash(t *testing.T) {
 	eventually(t, 60*time.Second, "the guest command to run", func() (bool, string) {
 		var c wbv1.TerminalCommand
 		get(t, ns, "long", &c)
-		return c.Status.Phase == wbv1.CommandRunning, fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(first.log.String()))
+		return c.Status.Phase == wbv1.CommandRunning, fmt.Sprintf("%+v\nagent log:\n%s", c.Status, first.LogTail())
 	})
-	must(t, first.cmd.Process.Signal(syscall.SIGKILL))
-	_ = first.cmd.Wait()
+	must(t, first.Crash())
 	if got := vmProcessesIn(t, state, string(vm.UID)); strings.Join(got, ",") != strings.Join(procs, ",") {
 		t.Fatalf("the VM did not survive the agent: %v, before %v", got, procs)
 	}
@@ -286,7 +285,7 @@ func TestQEMUAgentCrash(t *testing.T) {
 	var c wbv1.TerminalCommand
 	eventually(t, 60*time.Second, "the interrupted guest command's truthful outcome", func() (bool, string) {
 		get(t, ns, "long", &c)
-		return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions), fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(second.log.String()))
+		return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions), fmt.Sprintf("%+v\nagent log:\n%s", c.Status, second.LogTail())
 	})
 	if c.Status.Phase != wbv1.CommandFailed || c.Status.Refusal == nil || c.Status.Refusal.Code != "interrupted" {
 		t.Fatalf("status = %+v", c.Status)
@@ -334,19 +333,18 @@ func TestQEMUAgentCrash(t *testing.T) {
 	})
 	// Freeze the agent first, so the record it left is the one read here: the crash
 	// happens while the boot is unfinished, which must be quarantined (never adopted).
-	must(t, second.cmd.Process.Signal(syscall.SIGSTOP))
+	must(t, second.Cmd.Process.Signal(syscall.SIGSTOP))
 	b, err := os.ReadFile(filepath.Join(state, "vms", string(vm2.UID), "record.json"))
 	must(t, err)
 	if !strings.Contains(string(b), `"state": "launching"`) {
-		_ = second.cmd.Process.Signal(syscall.SIGKILL)
+		_ = second.Cmd.Process.Signal(syscall.SIGKILL)
 		t.Fatalf("vm2's boot finished before the agent was frozen; the mid-boot crash was not exercised: %s", b)
 	}
-	must(t, second.cmd.Process.Signal(syscall.SIGKILL))
-	_ = second.cmd.Wait()
+	must(t, second.Crash())
 	half := vmProcessesIn(t, state, string(vm2.UID))
 
 	third := startAgentProcess(t, bin, kubeconfig, config)
-	defer third.stop()
+	defer third.Stop()
 	vm2 = readyEnv("vm2", third)
 	eventually(t, 30*time.Second, "vm2 quarantined in the recovery actions", func() (bool, string) {
 		if err := env.Client.Get(ctx, client.ObjectKey{Name: vmNode}, &node); err != nil {

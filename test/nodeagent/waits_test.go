@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -191,16 +190,15 @@ func TestWaitInterruptedByRestart(t *testing.T) {
 	readyEnvironmentOn(t, ns, root, node)
 	must(t, env.Client.Create(ctx, wait(ns, "w", fileScope("never.txt"), wbv1.ConditionKindFileExists, 600)))
 	waitStatus(t, ns, "w", 30*time.Second, "Pending", isStatus(wbv1.WaitPending))
-	must(t, first.cmd.Process.Signal(syscall.SIGTERM))
-	_ = first.cmd.Wait()
+	must(t, first.Terminate())
 	var w wbv1.Wait
 	get(t, ns, "w", &w)
 	if w.Status.ConditionStatus != wbv1.WaitPending {
-		t.Fatalf("stopping the agent changed the wait: %+v\nagent log:\n%s", w.Status, tail(first.log.String()))
+		t.Fatalf("stopping the agent changed the wait: %+v\nagent log:\n%s", w.Status, first.LogTail())
 	}
 
 	second := na.start(t)
-	defer second.stop()
+	defer second.Stop()
 	got := waitStatus(t, ns, "w", 60*time.Second, "Failed", isStatus(wbv1.WaitFailed))
 	if got.Status.Refusal == nil || got.Status.Refusal.Code != "interrupted" || got.Status.NodeName != node {
 		t.Fatalf("status = %+v", got.Status)
