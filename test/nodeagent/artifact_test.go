@@ -77,10 +77,7 @@ func TestExportArtifact(t *testing.T) {
 // TestCaptureArtifact: a capture holds the output the session's ring retains.
 func TestCaptureArtifact(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	readyEnvironment(t, ns, workDir(t))
-	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/echo", nil, []string{"captured"})))
-	must(t, env.Client.Create(ctx, command(ns, "c", "/bin/echo", "captured")))
+	ns := commandInFreshEnvironment(t, "/bin/echo", []string{"captured"}, "captured")
 	if c := waitFinal(t, ns, "c"); c.Status.Phase != wbv1.CommandSucceeded {
 		t.Fatalf("command: %+v", c.Status)
 	}

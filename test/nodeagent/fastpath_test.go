@@ -60,11 +60,7 @@ func TestCommandOneHop(t *testing.T) {
 // claimed by the node: the manager holds it AwaitingConsent with a ConsentRequest, and no
 // Started condition appears.
 func TestCommandNeedingConsentNotTakenByNode(t *testing.T) {
-	ctx := context.Background()
-	ns := namespace(t)
-	readyEnvironment(t, ns, workDir(t))
-	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/echo", nil, []string{"hello"})))
-	must(t, env.Client.Create(ctx, command(ns, "c", "/bin/echo", "other")))
+	ns := commandInFreshEnvironment(t, "/bin/echo", []string{"hello"}, "other")
 	var c wbv1.TerminalCommand
 	eventually(t, 30*time.Second, "command held for consent", func() (bool, string) {
 		get(t, ns, "c", &c)

@@ -47,3 +47,16 @@ func session(ns, name string, envRef wbv1.ObjectName, mut ...func(*wbv1.Terminal
 	}
 	return s
 }
+
+// commandInFreshEnvironment makes a fresh namespace with an environment over a fresh work
+// directory (readyEnvironment), creates profile "p" for exe (variable atoms under
+// prefixes) and command "c" running exe with args, and returns the namespace.
+func commandInFreshEnvironment(t *testing.T, exe string, prefixes []string, args ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	ns := namespace(t)
+	readyEnvironment(t, ns, workDir(t))
+	must(t, env.Client.Create(ctx, profile(ns, "p", exe, nil, prefixes)))
+	must(t, env.Client.Create(ctx, command(ns, "c", append([]string{exe}, args...)...)))
+	return ns
+}

@@ -29,10 +29,7 @@ import (
 // keeps its one outcome.
 func TestOutcomeNeverReplaced(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	readyEnvironment(t, ns, workDir(t))
-	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/echo", nil, []string{"once-"})))
-	must(t, env.Client.Create(ctx, command(ns, "c", "/bin/echo", "once-1")))
+	ns := commandInFreshEnvironment(t, "/bin/echo", []string{"once-"}, "once-1")
 	done := waitFinal(t, ns, "c")
 	if done.Status.Phase != wbv1.CommandSucceeded || done.Status.ExitCode == nil || *done.Status.ExitCode != 0 {
 		t.Fatalf("command did not succeed: %+v", done.Status)

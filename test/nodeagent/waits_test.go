@@ -52,10 +52,7 @@ func completed(conds []metav1.Condition) *metav1.Condition {
 // names finishes, and records the node, its start and its duration.
 func TestWaitCommandDone(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	readyEnvironment(t, ns, workDir(t))
-	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/sleep", nil, []string{"2"})))
-	must(t, env.Client.Create(ctx, command(ns, "c", "/bin/sleep", "2")))
+	ns := commandInFreshEnvironment(t, "/bin/sleep", []string{"2"}, "2")
 	cmdRef := wbv1.ObjectName("c")
 	must(t, env.Client.Create(ctx, wait(ns, "w", wbv1.Scope{CommandRef: &cmdRef}, wbv1.ConditionKindCommandDone, 60)))
 	w := waitStatus(t, ns, "w", 60*time.Second, "Satisfied", isStatus(wbv1.WaitSatisfied))
@@ -124,10 +121,7 @@ func TestWaitOutputMatchesStructuredSession(t *testing.T) {
 // command it watched keeps running, and that command later exits on its own.
 func TestWaitTimesOutAndKillsNothing(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	readyEnvironment(t, ns, workDir(t))
-	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/sleep", nil, []string{"8"})))
-	must(t, env.Client.Create(ctx, command(ns, "c", "/bin/sleep", "8")))
+	ns := commandInFreshEnvironment(t, "/bin/sleep", []string{"8"}, "8")
 	cmdRef := wbv1.ObjectName("c")
 	must(t, env.Client.Create(ctx, wait(ns, "w", wbv1.Scope{CommandRef: &cmdRef}, wbv1.ConditionKindCommandDone, 2)))
 	w := waitStatus(t, ns, "w", 30*time.Second, "TimedOut", isStatus(wbv1.WaitTimedOut))
