@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -33,12 +31,10 @@ func TestFreeCapacity(t *testing.T) {
 	const node = "node-cap"
 	ctx := context.Background()
 	na := newAgentNode(t, node, "cap", "capacityPublishMillis: 100\ncaps:\n  sessions: 3\n  sessionsPerEnvironment: 2\n  concurrentCommands: 8\n  pendingWaits: 50\n")
-	root := na.root
 	p := na.start(t)
 	defer p.StopLogging(t)
 	ns := namespace(t)
-	dirE := filepath.Join(root, "e")
-	must(t, os.MkdirAll(dirE, 0o755))
+	dirE := na.dir(t, "e")
 	readyEnvironmentOn(t, ns, dirE, node) // environment e, session s: 1 of 3
 
 	free := func(what string, ok func(f *wbv1.NodeFree) bool) *wbv1.NodeFree {
@@ -89,8 +85,7 @@ func TestFreeCapacity(t *testing.T) {
 	refusedAtAdmission(session(ns, "s3", "e"), "per-environment session cap")
 
 	// A second environment takes the node's last slot: any session is refused at admission.
-	dir := filepath.Join(root, "f")
-	must(t, os.MkdirAll(dir, 0o755))
+	dir := na.dir(t, "f")
 	must(t, env.Client.Create(ctx, hostEnvironment(ns, "f", dir, node)))
 	must(t, env.Client.Create(ctx, session(ns, "t1", "f")))
 	running("t1")
@@ -100,8 +95,7 @@ func TestFreeCapacity(t *testing.T) {
 	// Admission cannot judge a session whose environment does not exist yet; the node,
 	// the authority, refuses it once it is bound.
 	must(t, env.Client.Create(ctx, session(ns, "u1", "g")))
-	dirG := filepath.Join(root, "g")
-	must(t, os.MkdirAll(dirG, 0o755))
+	dirG := na.dir(t, "g")
 	must(t, env.Client.Create(ctx, hostEnvironment(ns, "g", dirG, node)))
 	var u1 wbv1.TerminalSession
 	eventually(t, 30*time.Second, "u1 refused by the node with CapacityAvailable=False", func() (bool, string) {

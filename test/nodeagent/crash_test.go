@@ -67,6 +67,14 @@ func newAgentNode(t *testing.T, node, rootName, extra string) agentNode {
 	return n
 }
 
+// dir makes directory name under n's admitted root and returns its path.
+func (n agentNode) dir(t *testing.T, name string) string {
+	t.Helper()
+	d := filepath.Join(n.root, name)
+	must(t, os.MkdirAll(d, 0o755))
+	return d
+}
+
 // start starts an agent process over n; env is added to its environment.
 func (n agentNode) start(t *testing.T, env ...string) *agentProcess {
 	t.Helper()

@@ -3,8 +3,6 @@ package nodeagent
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -24,12 +22,10 @@ func TestDefaultCapsServeThreeAgents(t *testing.T) {
 	const node = "node-default-caps"
 	ctx := context.Background()
 	na := newAgentNode(t, node, "w", "capacityPublishMillis: 100\n")
-	root := na.root
 	p := na.start(t)
 	defer p.StopLogging(t)
 	ns := namespace(t)
-	dir := filepath.Join(root, "e")
-	must(t, os.MkdirAll(dir, 0o755))
+	dir := na.dir(t, "e")
 	must(t, env.Client.Create(ctx, hostEnvironment(ns, "e", dir, node)))
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/echo", nil, []string{"agent-"})))
 	eventually(t, 60*time.Second, "environment e Ready on "+node, func() (bool, string) {

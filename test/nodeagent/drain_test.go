@@ -3,8 +3,6 @@ package nodeagent
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -31,12 +29,10 @@ func TestNodeDrain(t *testing.T) {
 	t.Cleanup(func() {
 		_ = env.Client.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
 	})
-	root := na.root
 	p := na.start(t)
 	defer p.StopLogging(t)
 	ns := namespace(t)
-	dir := filepath.Join(root, "w")
-	must(t, os.MkdirAll(dir, 0o755))
+	dir := na.dir(t, "w")
 	readyEnvironmentOn(t, ns, dir, node)
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/usr/bin/sleep", nil, []string{"41.25"})))
 	must(t, env.Client.Create(ctx, command(ns, "long", "/usr/bin/sleep", "41.25")))

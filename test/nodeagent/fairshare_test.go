@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -40,7 +38,6 @@ func TestNodeCapsSharedByIdentity(t *testing.T) {
 		"caps:\n  sessions: 4\n  sessionsPerEnvironment: 4\n  concurrentCommands: 4\n"+
 		"sessionShares:\n  operatorReserve: 1\n  perIdentity: 2\n"+
 		"commandShares:\n  operatorReserve: 1\n  perIdentity: 2\n")
-	root := na.root
 	p := na.start(t)
 	defer p.StopLogging(t)
 
@@ -56,8 +53,7 @@ func TestNodeCapsSharedByIdentity(t *testing.T) {
 	bc, err := env.As(agentB)
 	must(t, err)
 
-	dir := filepath.Join(root, "e")
-	must(t, os.MkdirAll(dir, 0o755))
+	dir := na.dir(t, "e")
 	must(t, env.Client.Create(ctx, hostEnvironment(ns, "e", dir, node)))
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/sleep", nil, []string{"30"})))
 	eventually(t, 30*time.Second, "environment Ready", func() (bool, string) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -97,9 +96,8 @@ func TestFinalizerHoldsUntilTheNodeCleansUp(t *testing.T) {
 	const node = "node-fin"
 	ctx := context.Background()
 	na := newAgentNode(t, node, "fin", "")
-	state, root := na.state, na.root
-	src := filepath.Join(root, "src")
-	must(t, os.MkdirAll(src, 0o755))
+	state := na.state
+	src := na.dir(t, "src")
 	must(t, writeFile(filepath.Join(src, "a.txt"), "fixture\n"))
 
 	first := na.start(t)
