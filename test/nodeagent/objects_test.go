@@ -2,7 +2,9 @@ package nodeagent
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -59,4 +61,21 @@ func commandInFreshEnvironment(t *testing.T, exe string, prefixes []string, args
 	must(t, env.Client.Create(ctx, profile(ns, "p", exe, nil, prefixes)))
 	must(t, env.Client.Create(ctx, command(ns, "c", append([]string{exe}, args...)...)))
 	return ns
+}
+
+// catPTYSession creates profile "cat" (the cat binary at catPath, PTY allowed) and session
+// "pty" in environment envRef running it on a PTY, raw input for operators only, and waits
+// within for the session to run.
+func catPTYSession(t *testing.T, ns string, envRef wbv1.ObjectName, catPath string, within time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	must(t, env.Client.Create(ctx, profile(ns, "cat", catPath, nil, nil, func(s *wbv1.CommandProfileSpec) { s.PTY = "Allowed" })))
+	must(t, env.Client.Create(ctx, session(ns, "pty", envRef, func(s *wbv1.TerminalSessionSpec) {
+		s.ShellProfileRef, s.RawInput = ptr(wbv1.ObjectName("cat")), wbv1.RawInputOperatorOnly
+	})))
+	eventually(t, within, "PTY session pty running", func() (bool, string) {
+		var s wbv1.TerminalSession
+		get(t, ns, "pty", &s)
+		return s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("%+v", s.Status)
+	})
 }

@@ -257,15 +257,7 @@ func TestQEMUFullSystemEnvironment(t *testing.T) {
 	t.Logf("in the guest under resources.pids=24: %s", strings.TrimSpace(forks))
 
 	// A PTY session in the guest: operator input reaches its program, the echo comes back.
-	must(t, env.Client.Create(ctx, profile(ns, "cat", "/usr/bin/cat", nil, nil, func(s *wbv1.CommandProfileSpec) { s.PTY = "Allowed" })))
-	must(t, env.Client.Create(ctx, session(ns, "pty", "sys", func(s *wbv1.TerminalSessionSpec) {
-		s.ShellProfileRef, s.RawInput = ptr(wbv1.ObjectName("cat")), wbv1.RawInputOperatorOnly
-	})))
-	eventually(t, 60*time.Second, "the guest PTY session running", func() (bool, string) {
-		var s wbv1.TerminalSession
-		get(t, ns, "pty", &s)
-		return s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("%+v", s.Status)
-	})
+	catPTYSession(t, ns, "sys", "/usr/bin/cat", 60*time.Second)
 	dp.Echo(t, opToken, opToken, ns, "pty", "hello full system", 2, 60*time.Second)
 	askSessionClosed(t, ns, "pty")
 	waitSessionClosedClean(t, ns, "pty", "the guest PTY session closed with cleanup complete")

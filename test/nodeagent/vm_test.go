@@ -158,15 +158,7 @@ func TestQEMUMicroVMEnvironment(t *testing.T) {
 
 	// An interactive session with a shell profile runs its program on a PTY in the guest:
 	// operator input reaches it through the data plane and its echo comes back.
-	must(t, env.Client.Create(ctx, profile(ns, "cat", "/bin/cat", nil, nil, func(s *wbv1.CommandProfileSpec) { s.PTY = "Allowed" })))
-	must(t, env.Client.Create(ctx, session(ns, "pty", "vm", func(s *wbv1.TerminalSessionSpec) {
-		s.ShellProfileRef, s.RawInput = ptr(wbv1.ObjectName("cat")), wbv1.RawInputOperatorOnly
-	})))
-	eventually(t, 60*time.Second, "the guest PTY session running", func() (bool, string) {
-		var s wbv1.TerminalSession
-		get(t, ns, "pty", &s)
-		return s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("%+v", s.Status)
-	})
+	catPTYSession(t, ns, "vm", "/bin/cat", 60*time.Second)
 	// The guest terminal echoes the line, then cat prints it: twice.
 	opToken := tokenFor(t, ns, "op", "workbench-operator")
 	dataPlane(t).Echo(t, opToken, opToken, ns, "pty", "hello guest", 2, 30*time.Second)
