@@ -94,11 +94,7 @@ func TestNodeDrain(t *testing.T) {
 	envPhase(wbv1.EnvironmentReady)
 	nodeDraining(metav1.ConditionFalse)
 	must(t, env.Client.Create(ctx, session(ns, "after", "e")))
-	must(t, env.Client.Create(ctx, profile(ns, "echo", "/bin/echo", nil, []string{"restored"})))
-	after := command(ns, "after", "/bin/echo", "restored")
-	after.Spec.SessionRef, after.Spec.ProfileRef = "after", "echo"
-	must(t, env.Client.Create(ctx, after))
-	if got := waitFinal(t, ns, "after"); got.Status.Phase != wbv1.CommandSucceeded {
+	if got := runProfiled(t, ns, "after", "after", 0, "/bin/echo", "restored"); got.Status.Phase != wbv1.CommandSucceeded {
 		t.Fatalf("a command after uncordon: %+v", got.Status)
 	}
 }

@@ -79,3 +79,19 @@ func catPTYSession(t *testing.T, ns string, envRef wbv1.ObjectName, catPath stri
 		return s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("%+v", s.Status)
 	})
 }
+
+// runProfiled creates profile name for exe (the atoms args allowed as prefixes) and command
+// name running exe with args through it on session sess, with timeoutSeconds (0: the
+// command builder's default), and returns the command once final (waitFinal).
+func runProfiled(t *testing.T, ns string, sess wbv1.ObjectName, name string, timeoutSeconds int64, exe string, args ...string) *wbv1.TerminalCommand {
+	t.Helper()
+	ctx := context.Background()
+	must(t, env.Client.Create(ctx, profile(ns, name, exe, nil, args)))
+	c := command(ns, name, append([]string{exe}, args...)...)
+	c.Spec.ProfileRef, c.Spec.SessionRef = wbv1.ObjectName(name), sess
+	if timeoutSeconds > 0 {
+		c.Spec.TimeoutSeconds = timeoutSeconds
+	}
+	must(t, env.Client.Create(ctx, c))
+	return waitFinal(t, ns, name)
+}

@@ -101,11 +101,7 @@ func TestPoolVMClaimAdoptsRunningGuest(t *testing.T) {
 	// Someone with access to the pool's namespace runs a session and a command on the
 	// member before the claim: the file stays in the guest, the session does not.
 	must(t, env.Client.Create(ctx, session(ns, "ms", wbv1.ObjectName(member.Name))))
-	must(t, env.Client.Create(ctx, profile(ns, "touch", "/bin/touch", nil, []string{"member-was-here"})))
-	touch := command(ns, "touch", "/bin/touch", "member-was-here")
-	touch.Spec.SessionRef, touch.Spec.ProfileRef = "ms", "touch"
-	must(t, env.Client.Create(ctx, touch))
-	if c := waitFinal(t, ns, "touch"); c.Status.Phase != wbv1.CommandSucceeded {
+	if c := runProfiled(t, ns, "ms", "touch", 0, "/bin/touch", "member-was-here"); c.Status.Phase != wbv1.CommandSucceeded {
 		t.Fatalf("touch on the member: %+v", c.Status)
 	}
 

@@ -86,11 +86,7 @@ func TestQEMUFullSystemGitSource(t *testing.T) {
 	// In the guest: the commit's tree beneath the root (cwd = the root).
 	phase := func(name, exe string, argv ...string) wbv1.CommandPhase {
 		t.Helper()
-		must(t, env.Client.Create(ctx, profile(ns, name, exe, nil, argv)))
-		c := command(ns, name, append([]string{exe}, argv...)...)
-		c.Spec.ProfileRef, c.Spec.TimeoutSeconds = wbv1.ObjectName(name), 60
-		must(t, env.Client.Create(ctx, c))
-		return waitFinal(t, ns, name).Status.Phase
+		return runProfiled(t, ns, "s", name, 60, exe, argv...).Status.Phase
 	}
 	for _, c := range []struct {
 		name string

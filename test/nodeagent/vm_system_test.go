@@ -182,11 +182,7 @@ func TestQEMUFullSystemEnvironment(t *testing.T) {
 	opToken := tokenFor(t, ns, "op", "workbench-operator")
 	run := func(name, exe string, argv ...string) (*wbv1.TerminalCommand, string) {
 		t.Helper()
-		must(t, env.Client.Create(ctx, profile(ns, name, exe, nil, argv)))
-		c := command(ns, name, append([]string{exe}, argv...)...)
-		c.Spec.ProfileRef, c.Spec.TimeoutSeconds = wbv1.ObjectName(name), 60
-		must(t, env.Client.Create(ctx, c))
-		done := waitFinal(t, ns, name)
+		done := runProfiled(t, ns, "s", name, 60, exe, argv...)
 		return done, sessionOutput(t, dp, opToken, ns, "s", done)
 	}
 	ok := func(name, exe string, argv ...string) string {

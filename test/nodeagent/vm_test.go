@@ -139,20 +139,12 @@ func TestQEMUMicroVMEnvironment(t *testing.T) {
 	}
 
 	// Inside the guest only the loopback interface exists.
-	must(t, env.Client.Create(ctx, profile(ns, "net", "/bin/ls", nil, []string{"/sys/class/net"})))
-	netCmd := command(ns, "net", "/bin/ls", "/sys/class/net")
-	netCmd.Spec.ProfileRef = "net"
-	must(t, env.Client.Create(ctx, netCmd))
-	if c := waitFinal(t, ns, "net"); c.Status.Phase != wbv1.CommandSucceeded || strings.Join(strings.Fields(output(t, ns, c)), ",") != "lo" {
+	if c := runProfiled(t, ns, "s", "net", 0, "/bin/ls", "/sys/class/net"); c.Status.Phase != wbv1.CommandSucceeded || strings.Join(strings.Fields(output(t, ns, c)), ",") != "lo" {
 		t.Fatalf("/sys/class/net: %+v %q", c.Status, output(t, ns, c))
 	}
 
 	// The command's working directory is the root inside the guest.
-	must(t, env.Client.Create(ctx, profile(ns, "pwd", "/bin/realpath", nil, []string{"."})))
-	pwd := command(ns, "pwd", "/bin/realpath", ".")
-	pwd.Spec.ProfileRef = "pwd"
-	must(t, env.Client.Create(ctx, pwd))
-	if c := waitFinal(t, ns, "pwd"); c.Status.Phase != wbv1.CommandSucceeded || output(t, ns, c) != "/workspace/repo\n" {
+	if c := runProfiled(t, ns, "s", "pwd", 0, "/bin/realpath", "."); c.Status.Phase != wbv1.CommandSucceeded || output(t, ns, c) != "/workspace/repo\n" {
 		t.Fatalf("cwd: %+v %q", c.Status, output(t, ns, c))
 	}
 
@@ -296,11 +288,7 @@ func TestQEMUAgentCrash(t *testing.T) {
 	})
 	// The adopted VM serves a new session: same processes, same generation.
 	must(t, env.Client.Create(ctx, session(ns, "s2", "vm")))
-	must(t, env.Client.Create(ctx, profile(ns, "u", "/bin/uname", nil, []string{"-r"})))
-	after := command(ns, "after", "/bin/uname", "-r")
-	after.Spec.ProfileRef, after.Spec.SessionRef = "u", "s2"
-	must(t, env.Client.Create(ctx, after))
-	if got := waitFinal(t, ns, "after"); got.Status.Phase != wbv1.CommandSucceeded {
+	if got := runProfiled(t, ns, "s2", "after", 0, "/bin/uname", "-r"); got.Status.Phase != wbv1.CommandSucceeded {
 		t.Fatalf("command in the adopted VM: %+v", got.Status)
 	}
 	if vm = readyEnv("vm", second); vm.Status.SourceGeneration != 1 {
