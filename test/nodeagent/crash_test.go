@@ -190,8 +190,6 @@ func TestCrashRecovery(t *testing.T) {
 	}
 }
 
-var tail = nodeagenttest.Tail
-
 // TestGracefulStopInterrupts stops the node agent with SIGTERM (as `kubectl delete pod`
 // does) while a command runs: the agent kills the command on its way out, and the outcome
 // is Failed with code interrupted — nobody cancelled it — never Cancelled, never re-run.
