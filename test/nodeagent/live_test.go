@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/util/retry"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 )
 
@@ -76,13 +73,7 @@ func TestCommandCancel(t *testing.T) {
 		get(t, ns, "c", &c)
 		return c.Status.Phase == wbv1.CommandRunning, fmt.Sprintf("%+v", c.Status)
 	})
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c"}, &c); err != nil {
-			return err
-		}
-		c.Spec.DesiredState = wbv1.CommandDesiredCancelled
-		return env.Client.Update(ctx, &c)
-	}))
+	update(t, env.Client, ns, "c", func(c *wbv1.TerminalCommand) { c.Spec.DesiredState = wbv1.CommandDesiredCancelled })
 	final := waitFinal(t, ns, "c")
 	if final.Status.Phase != wbv1.CommandCancelled || final.Status.SignalOrigin != "cancel" || final.Status.StartTime == nil {
 		t.Fatalf("status = %+v", final.Status)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -94,4 +95,22 @@ func runProfiled(t *testing.T, ns string, sess wbv1.ObjectName, name string, tim
 	}
 	must(t, env.Client.Create(ctx, c))
 	return waitFinal(t, ns, name)
+}
+
+// update reads object ns/name afresh through c, applies change and writes it back
+// (Update), retrying on a conflict with the agent's or the manager's own writes; any other
+// error fails the test.
+func update[T any, PT interface {
+	*T
+	client.Object
+}](t testing.TB, c client.Client, ns, name string, change func(PT)) {
+	t.Helper()
+	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		obj := PT(new(T))
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, obj); err != nil {
+			return err
+		}
+		change(obj)
+		return c.Update(context.Background(), obj)
+	}))
 }

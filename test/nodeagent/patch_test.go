@@ -11,7 +11,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -110,14 +109,7 @@ func TestFilePatchAwaitsOperatorApproval(t *testing.T) {
 	must(t, env.Bind(ctx, "workbench-operator", "olga", ns))
 	op, err := env.As("olga")
 	must(t, err)
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var fp wbv1.FilePatch
-		if err := op.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fp"}, &fp); err != nil {
-			return err
-		}
-		fp.Spec.Approval = "Approved"
-		return op.Update(ctx, &fp)
-	}))
+	update(t, op, ns, "fp", func(fp *wbv1.FilePatch) { fp.Spec.Approval = "Approved" })
 	fp := patchPhase(t, ns, "fp", "Applied")
 	if len(fp.Status.ChangedFiles) != 1 || fp.Status.ChangedFiles[0].DigestAfter != sha("approved\n") {
 		t.Fatalf("status = %+v", fp.Status)

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -78,14 +77,7 @@ func waitPoolReady(t *testing.T, ns, name string, want int32) map[string]wbv1.En
 // own writes (its finalizer).
 func updatePool(t *testing.T, ns, name string, change func(*wbv1.EnvironmentPool)) {
 	t.Helper()
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var p wbv1.EnvironmentPool
-		if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &p); err != nil {
-			return err
-		}
-		change(&p)
-		return env.Client.Update(context.Background(), &p)
-	}))
+	update(t, env.Client, ns, name, change)
 }
 
 func claimer(ns, name, pool string, spec wbv1.EnvironmentSpec) *wbv1.Environment {

@@ -331,14 +331,7 @@ func TestTerminalOutcomesThroughKStatus(t *testing.T) {
 		get(t, ns, "cancelled", &c)
 		return c.Status.Phase == wbv1.CommandRunning, fmt.Sprintf("%+v", c.Status)
 	})
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var c wbv1.TerminalCommand
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "cancelled"}, &c); err != nil {
-			return err
-		}
-		c.Spec.DesiredState = wbv1.CommandDesiredCancelled
-		return env.Client.Update(ctx, &c)
-	}))
+	update(t, env.Client, ns, "cancelled", func(c *wbv1.TerminalCommand) { c.Spec.DesiredState = wbv1.CommandDesiredCancelled })
 
 	var held wbv1.TerminalCommand
 	eventually(t, 30*time.Second, "command consent-denied AwaitingConsent", func() (bool, string) {
