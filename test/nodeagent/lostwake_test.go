@@ -92,6 +92,18 @@ func (n *restartableNode) kill() {
 	must(n.t, n.p.Crash())
 }
 
+// waitStatusWriteRefused waits until the running agent logs, after this call, that the API
+// server refused its status write of TerminalCommand ns/c (the node stores what it writes
+// before it writes it, so the message means it is stored).
+func (n *restartableNode) waitStatusWriteRefused(what string) {
+	n.t.Helper()
+	from := len(n.p.Log.String())
+	failedWrite := "applying status of TerminalCommand " + n.ns + "/c"
+	eventually(n.t, 60*time.Second, what, func() (bool, string) {
+		return strings.Contains(n.p.Log.String()[from:], failedWrite), n.p.LogTail()
+	})
+}
+
 // restart starts the agent again and returns it.
 func (n *restartableNode) restart() *agentProcess {
 	n.t.Helper()
@@ -118,11 +130,7 @@ func TestNodeRefusalIsTheStoredOutcome(t *testing.T) {
 	c := command(ns, "c", "/bin/dd", "if=../chaos-line", "oflag=append", "conv=notrunc", "status=none", "of=count-c")
 	c.Spec.Cwd.Path = "later"
 	must(t, env.Client.Create(ctx, c))
-	from := len(p.Log.String())
-	failedWrite := "applying status of TerminalCommand " + ns + "/c"
-	eventually(t, 60*time.Second, "the node's status write of its refusal refused", func() (bool, string) {
-		return strings.Contains(p.Log.String()[from:], failedWrite), p.LogTail()
-	})
+	n.waitStatusWriteRefused("the node's status write of its refusal refused")
 	n.kill()
 	var got wbv1.TerminalCommand
 	get(t, ns, "c", &got)

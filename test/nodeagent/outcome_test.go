@@ -113,11 +113,7 @@ func TestStoredOutcomeRepublished(t *testing.T) {
 	})
 	// After the process ended, the agent's status write of the outcome fails; the node
 	// stores the outcome before it ever writes it, so this message means it is stored.
-	from := len(p.Log.String())
-	failedWrite := "applying status of TerminalCommand " + ns + "/c"
-	eventually(t, 60*time.Second, "the agent's outcome write refused", func() (bool, string) {
-		return strings.Contains(p.Log.String()[from:], failedWrite), p.LogTail()
-	})
+	n.waitStatusWriteRefused("the agent's outcome write refused")
 	n.kill()
 	var c wbv1.TerminalCommand
 	get(t, ns, "c", &c)
