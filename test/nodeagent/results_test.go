@@ -18,22 +18,17 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/test/sourcetest"
 )
 
 // Issue 28 item 2: results out of a workspace, through the API server and the running node
 // agent.
 
+// runGit runs git in dir as sourcetest.Git does (fixed identity, no user configuration),
+// with file:// remotes allowed and any directory owner trusted.
 func runGit(t *testing.T, dir string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "init.defaultBranch=main",
-		"-c", "protocol.file.allow=always", "-c", "safe.directory=*"}, args...)...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v in %s: %v\n%s", args, dir, err, out)
-	}
-	return strings.TrimSpace(string(out))
+	return sourcetest.Git(t, dir, append([]string{"-c", "init.defaultBranch=main", "-c", "protocol.file.allow=always", "-c", "safe.directory=*"}, args...)...)
 }
 
 // gitRepoWorkDir makes a work directory that is a git repository with one commit, as an
