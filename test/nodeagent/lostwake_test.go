@@ -121,7 +121,7 @@ func TestNodeRefusalIsTheStoredOutcome(t *testing.T) {
 	const node = "node-refusal"
 	ctx := context.Background()
 	n := startRestartableNode(t, node, "refusal")
-	p, user, state, root, ns := n.p, n.user, n.state, n.root, n.ns
+	user, state, root, ns := n.user, n.state, n.root, n.ns
 	must(t, os.WriteFile(filepath.Join(root, "chaos-line"), []byte("ran\n"), 0o644))
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/dd", []string{"if=../chaos-line", "oflag=append", "conv=notrunc", "status=none"}, []string{"of=count-"})))
 
@@ -149,7 +149,7 @@ func TestNodeRefusalIsTheStoredOutcome(t *testing.T) {
 	// Deciding again now would run it: the directory exists.
 	must(t, os.Mkdir(filepath.Join(root, "later"), 0o755))
 	allow()
-	p = n.restart()
+	p := n.restart()
 	final := waitFinal(t, ns, "c")
 	if final.Status.Phase != wbv1.CommandRefused || final.Status.Refusal == nil || final.Status.Refusal.Code == "" ||
 		!strings.Contains(rec.Outcome, final.Status.Refusal.Code) {

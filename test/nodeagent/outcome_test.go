@@ -92,7 +92,7 @@ func TestStoredOutcomeRepublished(t *testing.T) {
 	const node = "node-republish"
 	ctx := context.Background()
 	n := startRestartableNode(t, node, "republish")
-	p, user, ns := n.p, n.user, n.ns
+	user, ns := n.user, n.ns
 	// A sleeper with a token unique to this run: it is still running when the binding goes.
 	token := fmt.Sprintf("1.%06d", os.Getpid()%1000000)
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/sleep", nil, []string{token})))
@@ -122,7 +122,7 @@ func TestStoredOutcomeRepublished(t *testing.T) {
 	}
 
 	must(t, env.Bind(ctx, "workbench-node-agent", user, ""))
-	p = n.restart()
+	p := n.restart()
 	got := waitFinal(t, ns, "c")
 	if got.Status.Phase != wbv1.CommandSucceeded || got.Status.ExitCode == nil || *got.Status.ExitCode != 0 || got.Status.Refusal != nil {
 		t.Fatalf("want the stored outcome (Succeeded, exit 0) republished, got %+v\nagent log:\n%s", got.Status, p.LogTail())
