@@ -248,32 +248,33 @@ func excludeFloorNamespace(b *testing.B, ctx context.Context, env *envtest.Env) 
 	b.Helper()
 	skip := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: noWebhooksLabel, Operator: metav1.LabelSelectorOpDoesNotExist}}}
 	var muts admissionregistrationv1.MutatingWebhookConfigurationList
+	var vals admissionregistrationv1.ValidatingWebhookConfigurationList
 	if err := env.Client.List(ctx, &muts); err != nil {
 		b.Fatal(err)
 	}
-	found := 0
-	for i := range muts.Items {
-		c := &muts.Items[i]
-		for j := range c.Webhooks {
-			if _, ok := commandWebhooks[c.Webhooks[j].Name]; ok {
-				c.Webhooks[j].NamespaceSelector, found = skip, found+1
-			}
-		}
-		if err := env.Client.Update(ctx, c); err != nil {
-			b.Fatal(err)
-		}
-	}
-	var vals admissionregistrationv1.ValidatingWebhookConfigurationList
 	if err := env.Client.List(ctx, &vals); err != nil {
 		b.Fatal(err)
 	}
-	for i := range vals.Items {
-		c := &vals.Items[i]
-		for j := range c.Webhooks {
-			if _, ok := commandWebhooks[c.Webhooks[j].Name]; ok {
-				c.Webhooks[j].NamespaceSelector, found = skip, found+1
-			}
+	found := 0
+	exclude := func(name string, sel **metav1.LabelSelector) {
+		if _, ok := commandWebhooks[name]; ok {
+			*sel, found = skip, found+1
 		}
+	}
+	var configs []client.Object
+	for i := range muts.Items {
+		for j := range muts.Items[i].Webhooks {
+			exclude(muts.Items[i].Webhooks[j].Name, &muts.Items[i].Webhooks[j].NamespaceSelector)
+		}
+		configs = append(configs, &muts.Items[i])
+	}
+	for i := range vals.Items {
+		for j := range vals.Items[i].Webhooks {
+			exclude(vals.Items[i].Webhooks[j].Name, &vals.Items[i].Webhooks[j].NamespaceSelector)
+		}
+		configs = append(configs, &vals.Items[i])
+	}
+	for _, c := range configs {
 		if err := env.Client.Update(ctx, c); err != nil {
 			b.Fatal(err)
 		}

@@ -40,7 +40,7 @@ func TestNodeRefusesWhatTheGateDidNotAdmit(t *testing.T) {
 	must(t, env.Client.Create(ctx, command(ns, "evil", "/usr/bin/touch", "pwned")))
 	var c wbv1.TerminalCommand
 	eventually(t, 30*time.Second, "evil held AwaitingConsent by the gate", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "evil"}, &c))
+		get(t, ns, "evil", &c)
 		return c.Status.Phase == wbv1.CommandAwaitingConsent && c.Status.ArgvDigest != "", fmt.Sprintf("%+v", c.Status)
 	})
 	// Bypass the gate as the manager identity: bind to the node, mark admitted.

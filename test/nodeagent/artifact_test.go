@@ -15,7 +15,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 )
@@ -33,7 +32,7 @@ func storedArtifact(t *testing.T, ns, name string) (*wbv1.Artifact, []byte) {
 	t.Helper()
 	var a wbv1.Artifact
 	eventually(t, 30*time.Second, "artifact "+name+" stored", func() (bool, string) {
-		must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &a))
+		get(t, ns, name, &a)
 		return a.Status.Digest != "" || a.Status.Refusal != nil, fmt.Sprintf("%+v", a.Status)
 	})
 	if a.Status.Refusal != nil {
@@ -78,10 +77,7 @@ func TestExportArtifact(t *testing.T) {
 // TestCaptureArtifact: a capture holds the output the session's ring retains.
 func TestCaptureArtifact(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	readyEnvironment(t, ns, workDir(t))
-	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/echo", nil, []string{"captured"})))
-	must(t, env.Client.Create(ctx, command(ns, "c", "/bin/echo", "captured")))
+	ns := commandInFreshEnvironment(t, "/bin/echo", []string{"captured"}, "captured")
 	if c := waitFinal(t, ns, "c"); c.Status.Phase != wbv1.CommandSucceeded {
 		t.Fatalf("command: %+v", c.Status)
 	}

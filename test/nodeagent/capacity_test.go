@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -33,12 +31,10 @@ func TestFreeCapacity(t *testing.T) {
 	const node = "node-cap"
 	ctx := context.Background()
 	na := newAgentNode(t, node, "cap", "capacityPublishMillis: 100\ncaps:\n  sessions: 3\n  sessionsPerEnvironment: 2\n  concurrentCommands: 8\n  pendingWaits: 50\n")
-	root := na.root
 	p := na.start(t)
-	defer p.stopLogging(t)
+	defer p.StopLogging(t)
 	ns := namespace(t)
-	dirE := filepath.Join(root, "e")
-	must(t, os.MkdirAll(dirE, 0o755))
+	dirE := na.dir(t, "e")
 	readyEnvironmentOn(t, ns, dirE, node) // environment e, session s: 1 of 3
 
 	free := func(what string, ok func(f *wbv1.NodeFree) bool) *wbv1.NodeFree {
@@ -57,14 +53,11 @@ func TestFreeCapacity(t *testing.T) {
 		t.Fatalf("free capacity with one structured session open: %+v", f)
 	}
 
-	session := func(name, envName string) *wbv1.TerminalSession {
-		return &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: wbv1.TerminalSessionSpec{EnvironmentRef: wbv1.ObjectName(envName)}}
-	}
 	running := func(name string) {
 		t.Helper()
 		eventually(t, 30*time.Second, "session "+name+" Running", func() (bool, string) {
 			var s wbv1.TerminalSession
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s))
+			get(t, ns, name, &s)
 			return s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("%+v", s.Status)
 		})
 	}
@@ -84,35 +77,29 @@ func TestFreeCapacity(t *testing.T) {
 
 	// Environment e at its per-environment cap (2): listed as full, a third session on it
 	// refused at admission.
-	must(t, env.Client.Create(ctx, session("s2", "e")))
+	must(t, env.Client.Create(ctx, session(ns, "s2", "e")))
 	running("s2")
 	free("e listed full, 1 slot", func(f *wbv1.NodeFree) bool {
 		return f.Sessions == 1 && slices.Contains(f.FullEnvironments, wbv1.NodeEnvironmentRef{Namespace: ns, Name: "e"})
 	})
-	refusedAtAdmission(session("s3", "e"), "per-environment session cap")
+	refusedAtAdmission(session(ns, "s3", "e"), "per-environment session cap")
 
 	// A second environment takes the node's last slot: any session is refused at admission.
-	dir := filepath.Join(root, "f")
-	must(t, os.MkdirAll(dir, 0o755))
-	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "f", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
-		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(dir)}},
-		NodeSelector: map[string]string{wbv1.NodeLabel: node}}}))
-	must(t, env.Client.Create(ctx, session("t1", "f")))
+	dir := na.dir(t, "f")
+	must(t, env.Client.Create(ctx, hostEnvironment(ns, "f", dir, node)))
+	must(t, env.Client.Create(ctx, session(ns, "t1", "f")))
 	running("t1")
 	free("no slot", func(f *wbv1.NodeFree) bool { return f.Sessions == 0 })
-	refusedAtAdmission(session("t2", "f"), "no free session slot")
+	refusedAtAdmission(session(ns, "t2", "f"), "no free session slot")
 
 	// Admission cannot judge a session whose environment does not exist yet; the node,
 	// the authority, refuses it once it is bound.
-	must(t, env.Client.Create(ctx, session("u1", "g")))
-	dirG := filepath.Join(root, "g")
-	must(t, os.MkdirAll(dirG, 0o755))
-	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "g", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
-		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(dirG)}},
-		NodeSelector: map[string]string{wbv1.NodeLabel: node}}}))
+	must(t, env.Client.Create(ctx, session(ns, "u1", "g")))
+	dirG := na.dir(t, "g")
+	must(t, env.Client.Create(ctx, hostEnvironment(ns, "g", dirG, node)))
 	var u1 wbv1.TerminalSession
 	eventually(t, 30*time.Second, "u1 refused by the node with CapacityAvailable=False", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "u1"}, &u1))
+		get(t, ns, "u1", &u1)
 		c := meta.FindStatusCondition(u1.Status.Conditions, wbv1.ConditionCapacityAvailable)
 		return u1.Status.Phase == wbv1.SessionFailed && u1.Status.Refusal != nil && u1.Status.Refusal.Code == string(actuation.CodeSessionCapReached) &&
 			c != nil && c.Status == metav1.ConditionFalse, fmt.Sprintf("%+v", u1.Status)
@@ -123,14 +110,14 @@ func TestFreeCapacity(t *testing.T) {
 	must(t, env.Client.Patch(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "t1", Namespace: ns}},
 		client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"desiredState":"Closed"}}`))))
 	eventually(t, 30*time.Second, "u1 CapacityAvailable=True after t1 closed", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "u1"}, &u1))
+		get(t, ns, "u1", &u1)
 		c := meta.FindStatusCondition(u1.Status.Conditions, wbv1.ConditionCapacityAvailable)
 		return c != nil && c.Status == metav1.ConditionTrue && !c.LastTransitionTime.Time.Before(closedAt), fmt.Sprintf("%+v", u1.Status.Conditions)
 	})
 	if u1.Status.Phase != wbv1.SessionFailed {
 		t.Fatalf("the refused session must stay Failed (a retry is a new session): %+v", u1.Status)
 	}
-	must(t, env.Client.Create(ctx, session("u2", "g")))
+	must(t, env.Client.Create(ctx, session(ns, "u2", "g")))
 	running("u2")
 	free("no slot again", func(f *wbv1.NodeFree) bool { return f.Sessions == 0 })
 }

@@ -36,8 +36,7 @@ func TestCommandCgroupLimitsAndTeardown(t *testing.T) {
 		NodeSelector: map[string]string{wbv1.NodeLabel: nodeName},
 		Resources:    &wbv1.EnvironmentResources{PIDs: ptr(int32(32))},
 	}}))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+	must(t, env.Client.Create(ctx, session(ns, "s", "e")))
 	// The program: a setsid'd daemon, then 200 background sleepers (testdata/forkstorm).
 	storm := filepath.Join(dir, "forkstorm")
 	if out, err := exec.Command("go", "build", "-o", storm, "./testdata/forkstorm").CombinedOutput(); err != nil {
@@ -68,11 +67,7 @@ func TestCommandCgroupLimitsAndTeardown(t *testing.T) {
 	if !strings.Contains(msg, fmt.Sprintf("killed %d process(es) left in the cgroup", started+1)) {
 		t.Fatalf("the outcome does not report %d killed processes: %q", started+1, msg)
 	}
-	must(t, env.Client.Create(ctx, profile(ns, "p2", "/bin/echo", nil, []string{"alive"})))
-	after := command(ns, "after", "/bin/echo", "alive")
-	after.Spec.ProfileRef = "p2"
-	must(t, env.Client.Create(ctx, after))
-	if c := waitFinal(t, ns, "after"); c.Status.Phase != wbv1.CommandSucceeded {
+	if c := runProfiled(t, ns, "s", "after", 0, "/bin/echo", "alive"); c.Status.Phase != wbv1.CommandSucceeded {
 		t.Fatalf("the next command: %+v", c.Status)
 	}
 }

@@ -56,7 +56,7 @@ func TestChaosKills(t *testing.T) {
 	state, root := na.state, na.root
 
 	agentProc := na.start(t)
-	defer func() { agentProc.stop() }() // agentProc is the running agent when the test ends
+	defer func() { agentProc.Stop() }() // agentProc is the running agent when the test ends
 	ns := namespace(t)
 	readyEnvironmentOn(t, ns, root, node)
 	must(t, os.WriteFile(filepath.Join(root, "chaos-line"), []byte("ran\n"), 0o644))
@@ -64,22 +64,21 @@ func TestChaosKills(t *testing.T) {
 	must(t, env.Client.Create(ctx, profile(ns, "sleep", "/bin/sleep", nil, []string{chaosSleep})))
 
 	var cmds, sleepers, waitNames []string
-	session := "s"
+	sess := "s"
 	for k := 0; k < kills; k++ {
 		// A fresh session after every restart: the previous one was interrupted.
 		if k > 0 {
-			session = fmt.Sprintf("s%d", k)
-			must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: session, Namespace: ns},
-				Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+			sess = fmt.Sprintf("s%d", k)
+			must(t, env.Client.Create(ctx, session(ns, sess, "e")))
 		}
 		for i, n := 0, 1+rng.Intn(4); i < n; i++ {
 			name := fmt.Sprintf("c%d-%d", k, i)
 			c := command(ns, name, append(append([]string{"/bin/dd"}, chaosCount...), "of=count-"+name)...)
-			c.Spec.SessionRef = wbv1.ObjectName(session)
+			c.Spec.SessionRef = wbv1.ObjectName(sess)
 			must(t, env.Client.Create(ctx, c))
 			cmds = append(cmds, name)
 			sl := command(ns, "sleep-"+name, "/bin/sleep", chaosSleep)
-			sl.Spec.SessionRef, sl.Spec.ProfileRef = wbv1.ObjectName(session), "sleep"
+			sl.Spec.SessionRef, sl.Spec.ProfileRef = wbv1.ObjectName(sess), "sleep"
 			must(t, env.Client.Create(ctx, sl))
 			sleepers = append(sleepers, sl.Name)
 			if rng.Intn(2) == 0 {
@@ -91,8 +90,7 @@ func TestChaosKills(t *testing.T) {
 			}
 		}
 		time.Sleep(time.Duration(rng.Intn(1500)) * time.Millisecond) // the random kill point (this is the chaos, not a wait for a condition)
-		must(t, agentProc.cmd.Process.Signal(syscall.SIGKILL))
-		_ = agentProc.cmd.Wait()
+		must(t, agentProc.Crash())
 		agentProc = na.start(t)
 	}
 
@@ -100,7 +98,7 @@ func TestChaosKills(t *testing.T) {
 	for _, name := range cmds {
 		var c wbv1.TerminalCommand
 		chaosWait(t, agentProc, "command "+name+" to have its one outcome", func() (bool, string) {
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c))
+			get(t, ns, name, &c)
 			return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
 		})
 		outcomes[c.Status.Phase]++
@@ -119,7 +117,7 @@ func TestChaosKills(t *testing.T) {
 	for _, name := range sleepers {
 		var c wbv1.TerminalCommand
 		chaosWait(t, agentProc, "command "+name+" to have its one outcome", func() (bool, string) {
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &c))
+			get(t, ns, name, &c)
 			return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
 		})
 		outcomes[c.Status.Phase]++
@@ -127,15 +125,14 @@ func TestChaosKills(t *testing.T) {
 	for _, name := range waitNames {
 		var w wbv1.Wait
 		eventually(t, 150*time.Second, "wait "+name+" to have its one outcome", func() (bool, string) {
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &w))
+			get(t, ns, name, &w)
 			return wbv1.WaitIsFinal(w.Status.ConditionStatus), fmt.Sprintf("%+v", w.Status)
 		})
 	}
 	t.Logf("chaos: %d counted commands, %d sleepers, %d waits, outcomes %v", len(cmds), len(sleepers), len(waitNames), outcomes)
 
 	// Stop the agent cleanly and look at what it left.
-	must(t, agentProc.cmd.Process.Signal(syscall.SIGTERM))
-	_ = agentProc.cmd.Wait()
+	must(t, agentProc.Terminate())
 	// Graceful stop kills and waits for every process the agent holds; the sleepers of
 	// SIGKILLed agents were killed (and waited for) by the next agent's recovery sweep
 	// before it served. None of this run's may be alive now.
@@ -185,16 +182,15 @@ func chaosWait(t *testing.T, p *agentProcess, what string, cond func() (bool, st
 			return
 		}
 		if time.Now().After(deadline) {
-			_ = p.cmd.Process.Signal(syscall.SIGQUIT)
-			_ = p.cmd.Wait()
+			_ = p.Signal(syscall.SIGQUIT)
 			f, err := os.CreateTemp("", "chaos-agent-*.log")
 			path := "(not kept: " + fmt.Sprint(err) + ")"
 			if err == nil {
-				_, _ = f.WriteString(p.log.String())
+				_, _ = f.WriteString(p.Log.String())
 				_ = f.Close()
 				path = f.Name()
 			}
-			t.Fatalf("timed out after 120s waiting for %s; last saw: %s\nagent log with goroutine dump: %s\n%s", what, seen, path, tail(p.log.String()))
+			t.Fatalf("timed out after 120s waiting for %s; last saw: %s\nagent log with goroutine dump: %s\n%s", what, seen, path, p.LogTail())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

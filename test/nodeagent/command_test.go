@@ -19,7 +19,7 @@ import (
 func sessionUID(t *testing.T, ns string) string {
 	t.Helper()
 	var s wbv1.TerminalSession
-	must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "s"}, &s))
+	get(t, ns, "s", &s)
 	return string(s.UID)
 }
 
@@ -33,11 +33,7 @@ func output(t *testing.T, ns string, c *wbv1.TerminalCommand) string {
 // TestCommandSucceeds: kubectl apply of a profile, environment, session and command ends in
 // exactly one recorded outcome with the output's digest and sequence range.
 func TestCommandSucceeds(t *testing.T) {
-	ctx := context.Background()
-	ns := namespace(t)
-	readyEnvironment(t, ns, workDir(t))
-	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/echo", nil, []string{"hello"})))
-	must(t, env.Client.Create(ctx, command(ns, "c", "/bin/echo", "hello")))
+	ns := commandInFreshEnvironment(t, "/bin/echo", []string{"hello"}, "hello")
 	c := waitFinal(t, ns, "c")
 	if c.Status.Phase != wbv1.CommandSucceeded || c.Status.ExitCode == nil || *c.Status.ExitCode != 0 || c.Status.SignalOrigin != "exit" {
 		t.Fatalf("status = %+v", c.Status)

@@ -4,31 +4,21 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
-	"sensorium.dev/workbench/internal/test/testkit"
 )
 
 const crashNode = "node-crash"
 
 // agentProcess is a node agent running as its own process (the real binary).
-type agentProcess struct {
-	cmd *exec.Cmd
-	log lockedBuffer
-}
-
-type lockedBuffer = testkit.LockedBuffer
+type agentProcess = nodeagenttest.Process
 
 func buildAgent(t *testing.T) string {
 	t.Helper()
@@ -55,10 +45,8 @@ func boundNodeKubeconfig(t *testing.T, node string) string {
 
 func startAgentProcess(t *testing.T, bin, kubeconfig, config string, env ...string) *agentProcess {
 	t.Helper()
-	p := &agentProcess{cmd: exec.Command(bin, "--config", config, "--kubeconfig", kubeconfig)}
-	p.cmd.Stdout, p.cmd.Stderr = &p.log, &p.log
-	p.cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, env...)
-	must(t, p.cmd.Start())
+	p, err := nodeagenttest.StartProcess(bin, kubeconfig, config, env...)
+	must(t, err)
 	return p
 }
 
@@ -79,6 +67,14 @@ func newAgentNode(t *testing.T, node, rootName, extra string) agentNode {
 	return n
 }
 
+// dir makes directory name under n's admitted root and returns its path.
+func (n agentNode) dir(t *testing.T, name string) string {
+	t.Helper()
+	d := filepath.Join(n.root, name)
+	must(t, os.MkdirAll(d, 0o755))
+	return d
+}
+
 // start starts an agent process over n; env is added to its environment.
 func (n agentNode) start(t *testing.T, env ...string) *agentProcess {
 	t.Helper()
@@ -94,53 +90,22 @@ func startLongSleep(t *testing.T, ns string, agent *agentProcess, arg string) {
 	must(t, env.Client.Create(ctx, command(ns, "long", "/bin/sleep", arg)))
 	eventually(t, 30*time.Second, "the command to run", func() (bool, string) {
 		var c wbv1.TerminalCommand
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
-		return c.Status.Phase == wbv1.CommandRunning, fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(agent.log.String()))
+		get(t, ns, "long", &c)
+		return c.Status.Phase == wbv1.CommandRunning, fmt.Sprintf("%+v\nagent log:\n%s", c.Status, agent.LogTail())
 	})
-}
-
-// stop ends the agent (SIGTERM) and waits for it.
-func (p *agentProcess) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	_ = p.cmd.Wait()
-}
-
-// stopLogging stops the agent and, when the test failed, logs the end of its output.
-func (p *agentProcess) stopLogging(t *testing.T) {
-	p.stop()
-	if t.Failed() {
-		t.Logf("agent log:\n%s", tail(p.log.String()))
-	}
 }
 
 // agentConfig writes a node agent config: node, its state dir, one admitted root (name:
 // dir), a 2 s heartbeat, then extra (YAML lines, may be empty). It returns the file's path.
 func agentConfig(t *testing.T, node, state, rootName, root, extra string) string {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), "node-agent.yaml")
-	must(t, os.WriteFile(p, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nadmittedRoots:\n  %s: %s\nheartbeatSeconds: 2\n", node, state, rootName, root)+extra), 0o600))
+	p, err := nodeagenttest.WriteConfig(t.TempDir(), node, state, rootName, root, extra)
+	must(t, err)
 	return p
 }
 
-// findProcess returns the pids whose command line is exactly argv.
-func findProcess(argv ...string) []int {
-	want := strings.Join(argv, "\x00") + "\x00"
-	ents, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && string(b) == want {
-			if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil && !strings.Contains(string(st), ") Z ") {
-				pids = append(pids, pid)
-			}
-		}
-	}
-	return pids
-}
+// findProcess returns the pids of the live processes whose command line is exactly argv.
+var findProcess = nodeagenttest.FindProcesses
 
 // TestCrashRecovery kills the node agent with SIGKILL while a command and a session run,
 // restarts it, and checks: no orphan process, no leaked temp root, truthful statuses, and
@@ -158,19 +123,18 @@ func TestCrashRecovery(t *testing.T) {
 	if len(pids) != 1 {
 		t.Fatalf("expected one sleep process, found %v", pids)
 	}
-	must(t, first.cmd.Process.Signal(syscall.SIGKILL))
-	_ = first.cmd.Wait()
+	must(t, first.Crash())
 	if len(findProcess("/bin/sleep", "301.25")) != 1 {
 		t.Fatal("the command died with the agent; the test needs an orphan to sweep")
 	}
 
 	second := na.start(t)
-	defer second.stop()
+	defer second.Stop()
 	var c wbv1.TerminalCommand
 	eventually(t, 60*time.Second, "the interrupted command's truthful outcome", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
+		get(t, ns, "long", &c)
 		return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions),
-			fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(second.log.String()))
+			fmt.Sprintf("%+v\nagent log:\n%s", c.Status, second.LogTail())
 	})
 	if c.Status.Phase != wbv1.CommandFailed || c.Status.Refusal == nil || c.Status.Refusal.Code != "interrupted" {
 		t.Fatalf("status = %+v", c.Status)
@@ -190,7 +154,7 @@ func TestCrashRecovery(t *testing.T) {
 	})
 	var s wbv1.TerminalSession
 	eventually(t, 30*time.Second, "the interrupted session ends Failed", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
+		get(t, ns, "s", &s)
 		return s.Status.Phase == wbv1.SessionFailed && s.Status.Refusal != nil && s.Status.Refusal.Code == "interrupted", fmt.Sprintf("%+v", s.Status)
 	})
 	wantKStatusFailed(t, &s)
@@ -210,7 +174,7 @@ func TestCrashRecovery(t *testing.T) {
 	// The agent serves again after the sweep: a command on a new session runs; one on the
 	// interrupted session is refused.
 	must(t, env.Client.Create(ctx, profile(ns, "p2", "/bin/echo", nil, []string{"back"})))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s2", Namespace: ns}, Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+	must(t, env.Client.Create(ctx, session(ns, "s2", "e")))
 	for _, tc := range []struct {
 		name, session string
 		want          wbv1.CommandPhase
@@ -220,24 +184,16 @@ func TestCrashRecovery(t *testing.T) {
 		must(t, env.Client.Create(ctx, c))
 		eventually(t, 30*time.Second, "command "+tc.name+" after recovery is "+string(tc.want), func() (bool, string) {
 			var got wbv1.TerminalCommand
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: tc.name}, &got))
-			return got.Status.Phase == tc.want, fmt.Sprintf("%+v\nagent log:\n%s", got.Status, tail(second.log.String()))
+			get(t, ns, tc.name, &got)
+			return got.Status.Phase == tc.want, fmt.Sprintf("%+v\nagent log:\n%s", got.Status, second.LogTail())
 		})
 	}
-}
-
-func tail(s string) string {
-	if len(s) > 3000 {
-		return s[len(s)-3000:]
-	}
-	return s
 }
 
 // TestGracefulStopInterrupts stops the node agent with SIGTERM (as `kubectl delete pod`
 // does) while a command runs: the agent kills the command on its way out, and the outcome
 // is Failed with code interrupted — nobody cancelled it — never Cancelled, never re-run.
 func TestGracefulStopInterrupts(t *testing.T) {
-	ctx := context.Background()
 	const node = "node-graceful"
 	na := newAgentNode(t, node, "crash", "")
 	root := na.root
@@ -246,18 +202,17 @@ func TestGracefulStopInterrupts(t *testing.T) {
 	ns := namespace(t)
 	readyEnvironmentOn(t, ns, root, node)
 	startLongSleep(t, ns, first, "302.25")
-	must(t, first.cmd.Process.Signal(syscall.SIGTERM))
-	_ = first.cmd.Wait()
+	must(t, first.Terminate())
 	if left := findProcess("/bin/sleep", "302.25"); len(left) != 0 {
 		t.Fatalf("the command outlived the agent's graceful stop: %v", left)
 	}
 
 	second := na.start(t)
-	defer second.stop()
+	defer second.Stop()
 	var c wbv1.TerminalCommand
 	eventually(t, 60*time.Second, "the interrupted command's derived phase", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
-		return wbv1.CommandPhaseIsFinal(c.Status.Phase), fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(second.log.String()))
+		get(t, ns, "long", &c)
+		return wbv1.CommandPhaseIsFinal(c.Status.Phase), fmt.Sprintf("%+v\nagent log:\n%s", c.Status, second.LogTail())
 	})
 	if c.Status.Phase != wbv1.CommandFailed || c.Status.Refusal == nil || c.Status.Refusal.Code != "interrupted" || c.Status.SignalOrigin == "cancel" {
 		t.Fatalf("outcome after a graceful stop of the agent: %+v", c.Status)

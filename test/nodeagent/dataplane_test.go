@@ -2,7 +2,6 @@ package nodeagent
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -10,28 +9,19 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/test/dpclient"
+	"sensorium.dev/workbench/internal/test/nodeagenttest"
 )
 
 // tokenFor creates a ServiceAccount bound to role in ns and returns a token for it.
 func tokenFor(t *testing.T, ns, name, role string) string {
 	t.Helper()
-	ctx := context.Background()
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
-	must(t, env.Client.Create(ctx, sa))
-	must(t, env.Client.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role}}))
-	must(t, env.WaitAuthorized(ctx, "system:serviceaccount:"+ns+":"+name, ns))
-	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(600)), Audiences: []string{agent.DataPlaneAudience()}}}
-	must(t, env.Client.SubResource("token").Create(ctx, sa, tr))
-	return tr.Status.Token
+	token, err := nodeagenttest.TokenFor(context.Background(), env, ns, name, role)
+	must(t, err)
+	return token
 }
 
 // dataPlane is a client of the node's data plane (its published endpoint and CA).
@@ -45,16 +35,8 @@ func dataPlane(t *testing.T) dpclient.Client {
 // program and its echo comes back through the event stream; an agent may read screens but
 // never type.
 func TestDataPlanePTYSession(t *testing.T) {
-	ctx := context.Background()
 	ns, dir := readyWorkEnvironment(t)
-	must(t, env.Client.Create(ctx, profile(ns, "cat", "/bin/cat", nil, nil, func(s *wbv1.CommandProfileSpec) { s.PTY = "Allowed" })))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "pty", Namespace: ns}, Spec: wbv1.TerminalSessionSpec{
-		EnvironmentRef: "e", ShellProfileRef: ptr(wbv1.ObjectName("cat")), RawInput: wbv1.RawInputOperatorOnly}}))
-	eventually(t, 30*time.Second, "the PTY session running", func() (bool, string) {
-		var s wbv1.TerminalSession
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pty"}, &s))
-		return s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("%+v", s.Status)
-	})
+	catPTYSession(t, ns, "e", "/bin/cat", 30*time.Second)
 	dp := dataPlane(t)
 	opToken := tokenFor(t, ns, "op", "workbench-operator")
 	agentToken := tokenFor(t, ns, "ag", "workbench-agent")

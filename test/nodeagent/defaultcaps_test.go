@@ -3,12 +3,9 @@ package nodeagent
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -25,19 +22,15 @@ func TestDefaultCapsServeThreeAgents(t *testing.T) {
 	const node = "node-default-caps"
 	ctx := context.Background()
 	na := newAgentNode(t, node, "w", "capacityPublishMillis: 100\n")
-	root := na.root
 	p := na.start(t)
-	defer p.stopLogging(t)
+	defer p.StopLogging(t)
 	ns := namespace(t)
-	dir := filepath.Join(root, "e")
-	must(t, os.MkdirAll(dir, 0o755))
-	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
-		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(dir)}},
-		NodeSelector: map[string]string{wbv1.NodeLabel: node}}}))
+	dir := na.dir(t, "e")
+	must(t, env.Client.Create(ctx, hostEnvironment(ns, "e", dir, node)))
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/echo", nil, []string{"agent-"})))
 	eventually(t, 60*time.Second, "environment e Ready on "+node, func() (bool, string) {
 		var e wbv1.Environment
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+		get(t, ns, "e", &e)
 		return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
 	})
 
@@ -46,14 +39,13 @@ func TestDefaultCapsServeThreeAgents(t *testing.T) {
 		must(t, env.Bind(ctx, "workbench-agent", a, ns))
 		c, err := env.As(a)
 		must(t, err)
-		must(t, c.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: a, Namespace: ns},
-			Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+		must(t, c.Create(ctx, session(ns, a, "e")))
 	}
 	eventually(t, 60*time.Second, "three agents' sessions Running at once", func() (bool, string) {
 		seen := ""
 		for _, a := range agents {
 			var s wbv1.TerminalSession
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: a}, &s))
+			get(t, ns, a, &s)
 			if s.Status.Phase != wbv1.SessionRunning {
 				return false, fmt.Sprintf("%s: %+v", a, s.Status)
 			}
@@ -75,7 +67,7 @@ func TestDefaultCapsServeThreeAgents(t *testing.T) {
 	}
 	var s wbv1.TerminalSession
 	for _, a := range agents {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: a}, &s))
+		get(t, ns, a, &s)
 		if s.Status.Phase != wbv1.SessionRunning {
 			t.Fatalf("session %s no longer Running after its command: %+v", a, s.Status)
 		}

@@ -3,8 +3,6 @@ package nodeagent
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -31,18 +29,16 @@ func TestNodeDrain(t *testing.T) {
 	t.Cleanup(func() {
 		_ = env.Client.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
 	})
-	root := na.root
 	p := na.start(t)
-	defer p.stopLogging(t)
+	defer p.StopLogging(t)
 	ns := namespace(t)
-	dir := filepath.Join(root, "w")
-	must(t, os.MkdirAll(dir, 0o755))
+	dir := na.dir(t, "w")
 	readyEnvironmentOn(t, ns, dir, node)
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/usr/bin/sleep", nil, []string{"41.25"})))
 	must(t, env.Client.Create(ctx, command(ns, "long", "/usr/bin/sleep", "41.25")))
 	eventually(t, 30*time.Second, "command running", func() (bool, string) {
 		var c wbv1.TerminalCommand
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
+		get(t, ns, "long", &c)
 		return c.Status.Phase == wbv1.CommandRunning && len(findProcess("/usr/bin/sleep", "41.25")) == 1, fmt.Sprintf("%+v", c.Status)
 	})
 
@@ -55,7 +51,7 @@ func TestNodeDrain(t *testing.T) {
 		t.Helper()
 		eventually(t, 30*time.Second, "WorkbenchNode Draining="+string(want), func() (bool, string) {
 			var wn wbv1.WorkbenchNode
-			must(t, env.Client.Get(ctx, client.ObjectKey{Name: node}, &wn))
+			get(t, "", node, &wn)
 			c := meta.FindStatusCondition(wn.Status.Conditions, "Draining")
 			return c != nil && c.Status == want, fmt.Sprintf("%+v", wn.Status.Conditions)
 		})
@@ -63,7 +59,7 @@ func TestNodeDrain(t *testing.T) {
 	cordon(true)
 	var c wbv1.TerminalCommand
 	eventually(t, 60*time.Second, "the running command interrupted by the drain", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
+		get(t, ns, "long", &c)
 		return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
 	})
 	if c.Status.Phase != wbv1.CommandFailed || c.Status.Refusal == nil || c.Status.Refusal.Code != string(actuation.CodeInterrupted) {
@@ -76,7 +72,7 @@ func TestNodeDrain(t *testing.T) {
 		t.Helper()
 		eventually(t, 30*time.Second, "session "+name+" Failed/"+string(code), func() (bool, string) {
 			var s wbv1.TerminalSession
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s))
+			get(t, ns, name, &s)
 			return s.Status.Phase == wbv1.SessionFailed && s.Status.Refusal != nil && s.Status.Refusal.Code == string(code), fmt.Sprintf("%+v", s.Status)
 		})
 	}
@@ -85,24 +81,20 @@ func TestNodeDrain(t *testing.T) {
 		t.Helper()
 		eventually(t, 30*time.Second, "environment "+string(want), func() (bool, string) {
 			var e wbv1.Environment
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+			get(t, ns, "e", &e)
 			return e.Status.Phase == want, fmt.Sprintf("%+v", e.Status)
 		})
 	}
 	envPhase(wbv1.EnvironmentDraining)
 	nodeDraining(metav1.ConditionTrue)
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "during", Namespace: ns}, Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+	must(t, env.Client.Create(ctx, session(ns, "during", "e")))
 	sessionFailed("during", actuation.CodeNodeDraining)
 
 	cordon(false)
 	envPhase(wbv1.EnvironmentReady)
 	nodeDraining(metav1.ConditionFalse)
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "after", Namespace: ns}, Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
-	must(t, env.Client.Create(ctx, profile(ns, "echo", "/bin/echo", nil, []string{"restored"})))
-	after := command(ns, "after", "/bin/echo", "restored")
-	after.Spec.SessionRef, after.Spec.ProfileRef = "after", "echo"
-	must(t, env.Client.Create(ctx, after))
-	if got := waitFinal(t, ns, "after"); got.Status.Phase != wbv1.CommandSucceeded {
+	must(t, env.Client.Create(ctx, session(ns, "after", "e")))
+	if got := runProfiled(t, ns, "after", "after", 0, "/bin/echo", "restored"); got.Status.Phase != wbv1.CommandSucceeded {
 		t.Fatalf("a command after uncordon: %+v", got.Status)
 	}
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -40,9 +38,8 @@ func TestNodeCapsSharedByIdentity(t *testing.T) {
 		"caps:\n  sessions: 4\n  sessionsPerEnvironment: 4\n  concurrentCommands: 4\n"+
 		"sessionShares:\n  operatorReserve: 1\n  perIdentity: 2\n"+
 		"commandShares:\n  operatorReserve: 1\n  perIdentity: 2\n")
-	root := na.root
 	p := na.start(t)
-	defer p.stopLogging(t)
+	defer p.StopLogging(t)
 
 	ns := namespace(t)
 	const opUser, agentA, agentB = "share-operator", "share-agent-a", "share-agent-b"
@@ -56,15 +53,12 @@ func TestNodeCapsSharedByIdentity(t *testing.T) {
 	bc, err := env.As(agentB)
 	must(t, err)
 
-	dir := filepath.Join(root, "e")
-	must(t, os.MkdirAll(dir, 0o755))
-	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
-		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(dir)}},
-		NodeSelector: map[string]string{wbv1.NodeLabel: node}}}))
+	dir := na.dir(t, "e")
+	must(t, env.Client.Create(ctx, hostEnvironment(ns, "e", dir, node)))
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/sleep", nil, []string{"30"})))
 	eventually(t, 30*time.Second, "environment Ready", func() (bool, string) {
 		var e wbv1.Environment
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+		get(t, ns, "e", &e)
 		return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
 	})
 
@@ -72,13 +66,13 @@ func TestNodeCapsSharedByIdentity(t *testing.T) {
 	// refusal at admission counts as refused (its code from the status cause).
 	sessionOutcome := func(c client.Client, name string) (running bool, code, msg string) {
 		t.Helper()
-		err := c.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}})
+		err := c.Create(ctx, session(ns, name, "e"))
 		if err != nil {
 			return false, admissionCode(err), err.Error()
 		}
 		var s wbv1.TerminalSession
 		eventually(t, 30*time.Second, "session "+name+" Running or refused", func() (bool, string) {
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s))
+			get(t, ns, name, &s)
 			return s.Status.Phase == wbv1.SessionRunning || s.Status.Refusal != nil, fmt.Sprintf("%+v", s.Status)
 		})
 		if s.Status.Refusal != nil {
@@ -127,7 +121,7 @@ func TestNodeCapsSharedByIdentity(t *testing.T) {
 		}
 		var got wbv1.TerminalCommand
 		eventually(t, 30*time.Second, "command "+name+" Running or refused", func() (bool, string) {
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &got))
+			get(t, ns, name, &got)
 			return got.Status.Phase == wbv1.CommandRunning || wbv1.CommandIsFinal(got.Status.Conditions), fmt.Sprintf("%+v", got.Status)
 		})
 		if got.Status.Phase == wbv1.CommandRunning {
@@ -172,7 +166,7 @@ func TestNodeCapsSharedByIdentity(t *testing.T) {
 	waitFinal(t, ns, "ca1")
 	eventually(t, 30*time.Second, "session a2 closed", func() (bool, string) {
 		var s wbv1.TerminalSession
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "a2"}, &s))
+		get(t, ns, "a2", &s)
 		return s.Status.Phase == wbv1.SessionClosed, fmt.Sprintf("%+v", s.Status)
 	})
 	opens(ac, "a4")

@@ -10,7 +10,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -38,7 +37,7 @@ func TestCommandOneHop(t *testing.T) {
 	// The manager records the node's admission once the node reported the start or the
 	// outcome (not while the node's status write is in flight).
 	eventually(t, 30*time.Second, "the node's admission recorded", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c"}, got))
+		get(t, ns, "c", got)
 		return meta.FindStatusCondition(got.Status.Conditions, wbv1.ConditionAdmitted) != nil, fmt.Sprintf("%+v", got.Status)
 	})
 	if got.Status.Phase != wbv1.CommandSucceeded || got.Status.AdmittedBy != actuation.AdmittedByProfile {
@@ -61,21 +60,17 @@ func TestCommandOneHop(t *testing.T) {
 // claimed by the node: the manager holds it AwaitingConsent with a ConsentRequest, and no
 // Started condition appears.
 func TestCommandNeedingConsentNotTakenByNode(t *testing.T) {
-	ctx := context.Background()
-	ns := namespace(t)
-	readyEnvironment(t, ns, workDir(t))
-	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/echo", nil, []string{"hello"})))
-	must(t, env.Client.Create(ctx, command(ns, "c", "/bin/echo", "other")))
+	ns := commandInFreshEnvironment(t, "/bin/echo", []string{"hello"}, "other")
 	var c wbv1.TerminalCommand
 	eventually(t, 30*time.Second, "command held for consent", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c"}, &c))
+		get(t, ns, "c", &c)
 		return c.Status.Phase == wbv1.CommandAwaitingConsent && c.Status.ConsentRequestRef != "", fmt.Sprintf("%+v", c.Status)
 	})
 	if s := meta.FindStatusCondition(c.Status.Conditions, wbv1.ConditionStarted); s != nil {
 		t.Fatalf("the node claimed a command awaiting consent: %+v", s)
 	}
 	var cr wbv1.ConsentRequest
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: c.Status.ConsentRequestRef}, &cr))
+	get(t, ns, c.Status.ConsentRequestRef, &cr)
 	if cr.Spec.Descriptor.CommandUID != c.UID {
 		t.Fatalf("consent request bound to %q, want %q", cr.Spec.Descriptor.CommandUID, c.UID)
 	}
@@ -107,14 +102,14 @@ func TestStaleProfileMemoNeverAdmits(t *testing.T) {
 		}
 		// Tighten the profile: "ran" is no longer admitted.
 		var p wbv1.CommandProfile
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "p"}, &p))
+		get(t, ns, "p", &p)
 		p.Spec.AllowedArgPrefixes = []string{"warm"}
 		must(t, env.Client.Update(ctx, &p))
 		c := command(ns, "c"+n, "/bin/echo", "ran")
 		must(t, env.Client.Create(ctx, c))
 		var got wbv1.TerminalCommand
 		eventually(t, 30*time.Second, "command decided", func() (bool, string) {
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: c.Name}, &got))
+			get(t, ns, c.Name, &got)
 			return wbv1.CommandIsFinal(got.Status.Conditions) || got.Status.Phase == wbv1.CommandAwaitingConsent, fmt.Sprintf("%+v", got.Status)
 		})
 		if s := meta.FindStatusCondition(got.Status.Conditions, wbv1.ConditionStarted); s != nil && s.Status == metav1.ConditionTrue {
@@ -129,7 +124,7 @@ func TestStaleProfileMemoNeverAdmits(t *testing.T) {
 		}
 		rec.Take(ns + "/" + warm.Name)
 		// Restore the profile for the next attempt.
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "p"}, &p))
+		get(t, ns, "p", &p)
 		p.Spec.AllowedArgPrefixes = []string{"warm", "ran"}
 		must(t, env.Client.Update(ctx, &p))
 		if !memoUsed {

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -55,7 +53,7 @@ func TestDeletingRunningWorkStopsIt(t *testing.T) {
 		c := command(ns, name, "/bin/sleep", arg)
 		must(t, env.Client.Create(ctx, c))
 		eventually(t, 30*time.Second, "command "+name+" running", func() (bool, string) {
-			must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(c), c))
+			refresh(t, c)
 			return c.Status.Phase == wbv1.CommandRunning && len(findProcess("/bin/sleep", arg)) == 1, fmt.Sprintf("%+v", c.Status)
 		})
 		if !controllerutil.ContainsFinalizer(c, wbv1.CleanupFinalizer) {
@@ -73,10 +71,10 @@ func TestDeletingRunningWorkStopsIt(t *testing.T) {
 
 	c2 := running("drained", "303.5")
 	var e wbv1.Environment
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+	get(t, ns, "e", &e)
 	must(t, env.Client.Delete(ctx, &e))
 	eventually(t, 30*time.Second, "the command of the deleted environment to end Cancelled", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(c2), c2))
+		refresh(t, c2)
 		return c2.Status.Phase == wbv1.CommandCancelled, fmt.Sprintf("%+v", c2.Status)
 	})
 	if left := findProcess("/bin/sleep", "303.5"); len(left) != 0 {
@@ -84,7 +82,7 @@ func TestDeletingRunningWorkStopsIt(t *testing.T) {
 	}
 	eventually(t, 30*time.Second, "the deleted environment to go", gone(ctx, &e))
 	var s wbv1.TerminalSession
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
+	get(t, ns, "s", &s)
 	must(t, env.Client.Delete(ctx, &s))
 	eventually(t, 30*time.Second, "the session to go", gone(ctx, &s))
 	must(t, env.Client.Delete(ctx, c2))
@@ -98,9 +96,8 @@ func TestFinalizerHoldsUntilTheNodeCleansUp(t *testing.T) {
 	const node = "node-fin"
 	ctx := context.Background()
 	na := newAgentNode(t, node, "fin", "")
-	state, root := na.state, na.root
-	src := filepath.Join(root, "src")
-	must(t, os.MkdirAll(src, 0o755))
+	state := na.state
+	src := na.dir(t, "src")
 	must(t, writeFile(filepath.Join(src, "a.txt"), "fixture\n"))
 
 	first := na.start(t)
@@ -111,19 +108,18 @@ func TestFinalizerHoldsUntilTheNodeCleansUp(t *testing.T) {
 	}}
 	must(t, env.Client.Create(ctx, e))
 	eventually(t, 60*time.Second, "the fixture-copy environment Ready with its finalizer", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(e), e))
+		refresh(t, e)
 		return e.Status.Phase == wbv1.EnvironmentReady && controllerutil.ContainsFinalizer(e, wbv1.CleanupFinalizer),
-			fmt.Sprintf("%+v finalizers=%v\nagent log:\n%s", e.Status, e.Finalizers, tail(first.log.String()))
+			fmt.Sprintf("%+v finalizers=%v\nagent log:\n%s", e.Status, e.Finalizers, first.LogTail())
 	})
 	copies := dirsNamed(state, string(e.UID))
 	if len(copies) == 0 {
 		t.Fatalf("no managed copy named %s under %s", e.UID, state)
 	}
-	must(t, first.cmd.Process.Signal(syscall.SIGKILL))
-	_ = first.cmd.Wait()
+	must(t, first.Crash())
 
 	must(t, env.Client.Delete(ctx, e))
-	must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(e), e))
+	refresh(t, e)
 	if e.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(e, wbv1.CleanupFinalizer) {
 		t.Fatalf("the deleted environment should be held by its finalizer: deletion=%v finalizers=%v", e.DeletionTimestamp, e.Finalizers)
 	}
@@ -132,10 +128,10 @@ func TestFinalizerHoldsUntilTheNodeCleansUp(t *testing.T) {
 	}
 
 	second := na.start(t)
-	defer second.stop()
+	defer second.Stop()
 	eventually(t, 60*time.Second, "the restarted agent to tear the copy down and the finalizer to be released", func() (bool, string) {
 		ok, seen := gone(ctx, e)()
-		return ok, seen + "\nagent log:\n" + tail(second.log.String())
+		return ok, seen + "\nagent log:\n" + second.LogTail()
 	})
 	if left := dirsNamed(state, string(e.UID)); len(left) != 0 {
 		t.Fatalf("the copy outlived its environment: %v", left)
@@ -155,13 +151,10 @@ func TestFinalizerEscapeWhenTheNodeIsLost(t *testing.T) {
 	for _, node := range []string{"node-never-existed", "node-stale"} {
 		t.Run(node, func(t *testing.T) {
 			ns := namespace(t)
-			e := &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
-				Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr("/nonexistent")}},
-				NodeSelector: map[string]string{wbv1.NodeLabel: "no-such-capability"},
-			}}
+			e := hostEnvironment(ns, "e", "/nonexistent", "no-such-capability")
 			must(t, env.Client.Create(ctx, e))
 			eventually(t, 30*time.Second, "the manager to add the cleanup finalizer", func() (bool, string) {
-				must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(e), e))
+				refresh(t, e)
 				return controllerutil.ContainsFinalizer(e, wbv1.CleanupFinalizer), fmt.Sprintf("%v", e.Finalizers)
 			})
 			// Bind it to the lost node as placement would (status as an administrator).

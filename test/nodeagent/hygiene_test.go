@@ -11,8 +11,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
@@ -25,15 +23,7 @@ import (
 // setPatchPolicy replaces environment e's host-owned patch policy (as its owner would).
 func setPatchPolicy(t *testing.T, ns string, pol *wbv1.EnvironmentPatchPolicy) {
 	t.Helper()
-	ctx := context.Background()
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var e wbv1.Environment
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e); err != nil {
-			return err
-		}
-		e.Spec.PatchPolicy = pol
-		return env.Client.Update(ctx, &e)
-	}))
+	update(t, env.Client, ns, "e", func(e *wbv1.Environment) { e.Spec.PatchPolicy = pol })
 }
 
 func rejectedWith(t *testing.T, ns, name, code string) {
@@ -146,14 +136,7 @@ func TestFilePatchPolicyNeverWidensEnvironment(t *testing.T) {
 	must(t, env.Bind(ctx, "workbench-operator", "olga", ns))
 	op, err := env.As("olga")
 	must(t, err)
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var fp wbv1.FilePatch
-		if err := op.Get(ctx, client.ObjectKey{Namespace: ns, Name: "narrowed-later"}, &fp); err != nil {
-			return err
-		}
-		fp.Spec.Approval = "Approved"
-		return op.Update(ctx, &fp)
-	}))
+	update(t, op, ns, "narrowed-later", func(fp *wbv1.FilePatch) { fp.Spec.Approval = "Approved" })
 	rejectedWith(t, ns, "narrowed-later", "patch-policy-exceeds-environment")
 	if got := readFile(t, filepath.Join(dir, "keep.txt")); got != "keep\n" {
 		t.Fatalf("keep.txt = %q", got)
@@ -191,8 +174,7 @@ func TestRootSymlinkSwapNotFollowed(t *testing.T) {
 		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(link)}},
 		PatchApproval: ptr(wbv1.PatchApprovalAutoApply), NodeSelector: map[string]string{wbv1.NodeLabel: nodeName},
 	}}))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+	must(t, env.Client.Create(ctx, session(ns, "s", "e")))
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/cat", nil, []string{"a.txt"})))
 	eventually(t, 30*time.Second, "environment Ready and session Running", func() (bool, string) {
 		return kstate.ReadyAndRunning(t, env.Client, ns, "e", "s", nil)
@@ -249,20 +231,15 @@ func TestRootSymlinkSwapNotFollowed(t *testing.T) {
 
 	// The environment's next pass sees the swap and fails closed: a change to the
 	// Environment starts that pass now instead of at the periodic re-inspection.
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var e wbv1.Environment
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e); err != nil {
-			return err
-		}
+	update(t, env.Client, ns, "e", func(e *wbv1.Environment) {
 		if e.Annotations == nil {
 			e.Annotations = map[string]string{}
 		}
 		e.Annotations["test/nudge"] = time.Now().Format(time.RFC3339Nano)
-		return env.Client.Update(ctx, &e)
-	}))
+	})
 	eventually(t, 30*time.Second, "environment failed with root-changed", func() (bool, string) {
 		var e wbv1.Environment
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+		get(t, ns, "e", &e)
 		for _, c := range e.Status.Conditions {
 			if c.Type == wbv1.ConditionReady && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, "root-changed") {
 				return e.Status.Phase == wbv1.EnvironmentFailed, fmt.Sprintf("phase %s", e.Status.Phase)
@@ -293,7 +270,7 @@ func patchFinal(t *testing.T, ns, name string) *wbv1.FilePatch {
 	t.Helper()
 	var fp wbv1.FilePatch
 	eventually(t, 30*time.Second, "file patch "+name+" final", func() (bool, string) {
-		must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &fp))
+		get(t, ns, name, &fp)
 		return wbv1.FilePatchIsFinal(fp.Status.Phase), fmt.Sprintf("%+v", fp.Status)
 	})
 	return &fp

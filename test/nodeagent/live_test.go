@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/util/retry"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 )
 
@@ -47,7 +44,7 @@ func TestCommandOutputIsLive(t *testing.T) {
 	must(t, env.Client.Create(ctx, command(ns, "c", "/usr/bin/python3", "build.py")))
 	waitStatus(t, ns, "w", 30*time.Second, "Satisfied", isStatus(wbv1.WaitSatisfied))
 	var c wbv1.TerminalCommand
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c"}, &c))
+	get(t, ns, "c", &c)
 	if wbv1.CommandIsFinal(c.Status.Conditions) {
 		t.Fatalf("the command ended before its release: %+v", c.Status)
 	}
@@ -73,16 +70,10 @@ func TestCommandCancel(t *testing.T) {
 	must(t, env.Client.Create(ctx, command(ns, "c", "/usr/bin/python3", "build.py")))
 	var c wbv1.TerminalCommand
 	eventually(t, 30*time.Second, "command running with output", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c"}, &c))
+		get(t, ns, "c", &c)
 		return c.Status.Phase == wbv1.CommandRunning, fmt.Sprintf("%+v", c.Status)
 	})
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c"}, &c); err != nil {
-			return err
-		}
-		c.Spec.DesiredState = wbv1.CommandDesiredCancelled
-		return env.Client.Update(ctx, &c)
-	}))
+	update(t, env.Client, ns, "c", func(c *wbv1.TerminalCommand) { c.Spec.DesiredState = wbv1.CommandDesiredCancelled })
 	final := waitFinal(t, ns, "c")
 	if final.Status.Phase != wbv1.CommandCancelled || final.Status.SignalOrigin != "cancel" || final.Status.StartTime == nil {
 		t.Fatalf("status = %+v", final.Status)

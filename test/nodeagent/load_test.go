@@ -40,30 +40,25 @@ func TestLoad(t *testing.T) {
 		sessions, sessions, envInt("WB_LOAD_CONCURRENT", 8)))
 	root := na.root
 	p := na.start(t, "GODEBUG=gctrace=1") // the runtime reports the agent's heap at every collection
-	defer p.stop()
+	defer p.Stop()
 	ns := namespace(t)
 	// Every session outlives the run: the node's ceiling (12 h) instead of the 1 h default,
 	// so a full-size run's commands never meet a session closed by its maximum duration.
 	const sessionSeconds = 43200
-	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
-		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(root)}},
-		NodeSelector: map[string]string{wbv1.NodeLabel: node},
-	}}))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns}, // the first of the cap
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e", MaxDurationSeconds: sessionSeconds}}))
+	must(t, env.Client.Create(ctx, hostEnvironment(ns, "e", root, node)))
+	must(t, env.Client.Create(ctx, session(ns, "s", "e", func(s *wbv1.TerminalSessionSpec) { s.MaxDurationSeconds = sessionSeconds })))
 	eventually(t, 60*time.Second, "environment Ready and session Running", func() (bool, string) {
 		return kstate.ReadyAndRunning(t, env.Client, ns, "e", "s", nil)
 	})
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/echo", nil, []string{"load-"})))
-	rssBefore := rssKiB(p.cmd.Process.Pid)
+	rssBefore := rssKiB(p.Cmd.Process.Pid)
 
 	// Sessions up to the cap open ("s" and s1..), the two above it are refused with the cap's
 	// code: at admission when the node's published free capacity already says so (429),
 	// else by the node.
 	admissionRefused := 0
 	for i := 1; i < sessions+2; i++ {
-		err := env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s%d", i), Namespace: ns},
-			Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e", MaxDurationSeconds: sessionSeconds}})
+		err := env.Client.Create(ctx, session(ns, fmt.Sprintf("s%d", i), "e", func(s *wbv1.TerminalSessionSpec) { s.MaxDurationSeconds = sessionSeconds }))
 		if apierrors.IsTooManyRequests(err) &&
 			strings.Contains(err.Error(), string(actuation.CodeSessionCapReached)) {
 			admissionRefused++
@@ -102,7 +97,7 @@ func TestLoad(t *testing.T) {
 	defer stopWatch()
 	go tracker.follow(watchCtx, t, wc, ns)
 	<-tracker.ready
-	heapBefore := lastLiveHeapMB(p.log.String())
+	heapBefore := lastLiveHeapMB(p.Log.String())
 
 	start := time.Now()
 	created := make(map[string]time.Time, commands)
@@ -116,12 +111,12 @@ func TestLoad(t *testing.T) {
 	var rssPeak int64
 	progress := time.Now()
 	eventually(t, time.Duration(commands)*400*time.Millisecond+60*time.Second, "every command's one outcome", func() (bool, string) {
-		rssPeak = max(rssPeak, rssKiB(p.cmd.Process.Pid))
+		rssPeak = max(rssPeak, rssKiB(p.Cmd.Process.Pid))
 		n, outcomes := tracker.summary()
 		if time.Since(progress) >= time.Minute { // a long run reports as it goes
 			progress = time.Now()
 			t.Logf("load progress at %s: %d of %d final %v; agent live heap %d MB (peak %d MB), RSS %d KiB",
-				time.Since(start).Round(time.Second), n, commands, outcomes, lastLiveHeapMB(p.log.String()), maxLiveHeapMB(p.log.String()), rssKiB(p.cmd.Process.Pid))
+				time.Since(start).Round(time.Second), n, commands, outcomes, lastLiveHeapMB(p.Log.String()), maxLiveHeapMB(p.Log.String()), rssKiB(p.Cmd.Process.Pid))
 		}
 		return n == commands, fmt.Sprintf("%d of %d final: %v", n, commands, outcomes)
 	})
@@ -153,18 +148,18 @@ func TestLoad(t *testing.T) {
 	}
 	lat := tracker.latencies(created)
 	p50, p99 := percentile(lat, 0.50), percentile(lat, 0.99)
-	heapPeak := maxLiveHeapMB(p.log.String())
-	rssAfter := rssKiB(p.cmd.Process.Pid)
+	heapPeak := maxLiveHeapMB(p.Log.String())
+	rssAfter := rssKiB(p.Cmd.Process.Pid)
 	heapAfter := "not measured (CI size)"
 	if commands >= 1000 {
 		// The Go runtime forces a collection at least every 2 minutes: the next one after the
 		// work shows the heap the agent keeps once it is done.
-		from := len(p.log.String())
+		from := len(p.Log.String())
 		eventually(t, 150*time.Second, "a collection of the agent after the work", func() (bool, string) {
-			return lastLiveHeapMB(p.log.String()[from:]) >= 0, "no gc yet"
+			return lastLiveHeapMB(p.Log.String()[from:]) >= 0, "no gc yet"
 		})
-		heapAfter = fmt.Sprintf("%d MB", lastLiveHeapMB(p.log.String()[from:]))
-		rssAfter = rssKiB(p.cmd.Process.Pid)
+		heapAfter = fmt.Sprintf("%d MB", lastLiveHeapMB(p.Log.String()[from:]))
+		rssAfter = rssKiB(p.Cmd.Process.Pid)
 	}
 	t.Logf("load: %d sessions (+2 refused at the cap), %d commands created in %s, all final %s after the first create; "+
 		"throughput %.1f commands/s; time per command (create → outcome seen) p50 %s p99 %s; outcomes %v; "+

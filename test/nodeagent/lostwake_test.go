@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -81,7 +80,7 @@ func startRestartableNode(t *testing.T, node, rootName string) *restartableNode 
 	t.Helper()
 	n := &restartableNode{agentNode: newAgentNode(t, node, rootName, ""), t: t, user: webhooks.NodeUserPrefix + node}
 	n.p = n.start(t)
-	t.Cleanup(func() { n.p.stop() })
+	t.Cleanup(func() { n.p.Stop() })
 	n.ns = namespace(t)
 	readyEnvironmentOn(t, n.ns, n.root, node)
 	return n
@@ -90,8 +89,19 @@ func startRestartableNode(t *testing.T, node, rootName string) *restartableNode 
 // kill ends the running agent with SIGKILL (no graceful stop) and waits for it.
 func (n *restartableNode) kill() {
 	n.t.Helper()
-	must(n.t, n.p.cmd.Process.Signal(syscall.SIGKILL))
-	_ = n.p.cmd.Wait()
+	must(n.t, n.p.Crash())
+}
+
+// waitStatusWriteRefused waits until the running agent logs, after this call, that the API
+// server refused its status write of TerminalCommand ns/c (the node stores what it writes
+// before it writes it, so the message means it is stored).
+func (n *restartableNode) waitStatusWriteRefused(what string) {
+	n.t.Helper()
+	from := len(n.p.Log.String())
+	failedWrite := "applying status of TerminalCommand " + n.ns + "/c"
+	eventually(n.t, 60*time.Second, what, func() (bool, string) {
+		return strings.Contains(n.p.Log.String()[from:], failedWrite), n.p.LogTail()
+	})
 }
 
 // restart starts the agent again and returns it.
@@ -111,7 +121,7 @@ func TestNodeRefusalIsTheStoredOutcome(t *testing.T) {
 	const node = "node-refusal"
 	ctx := context.Background()
 	n := startRestartableNode(t, node, "refusal")
-	p, user, state, root, ns := n.p, n.user, n.state, n.root, n.ns
+	user, state, root, ns := n.user, n.state, n.root, n.ns
 	must(t, os.WriteFile(filepath.Join(root, "chaos-line"), []byte("ran\n"), 0o644))
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/dd", []string{"if=../chaos-line", "oflag=append", "conv=notrunc", "status=none"}, []string{"of=count-"})))
 
@@ -120,14 +130,10 @@ func TestNodeRefusalIsTheStoredOutcome(t *testing.T) {
 	c := command(ns, "c", "/bin/dd", "if=../chaos-line", "oflag=append", "conv=notrunc", "status=none", "of=count-c")
 	c.Spec.Cwd.Path = "later"
 	must(t, env.Client.Create(ctx, c))
-	from := len(p.log.String())
-	failedWrite := "applying status of TerminalCommand " + ns + "/c"
-	eventually(t, 60*time.Second, "the node's status write of its refusal refused", func() (bool, string) {
-		return strings.Contains(p.log.String()[from:], failedWrite), tail(p.log.String())
-	})
+	n.waitStatusWriteRefused("the node's status write of its refusal refused")
 	n.kill()
 	var got wbv1.TerminalCommand
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c"}, &got))
+	get(t, ns, "c", &got)
 	if wbv1.CommandIsFinal(got.Status.Conditions) {
 		t.Fatalf("the refusal reached the API past the policy: %+v", got.Status)
 	}
@@ -143,11 +149,11 @@ func TestNodeRefusalIsTheStoredOutcome(t *testing.T) {
 	// Deciding again now would run it: the directory exists.
 	must(t, os.Mkdir(filepath.Join(root, "later"), 0o755))
 	allow()
-	p = n.restart()
+	p := n.restart()
 	final := waitFinal(t, ns, "c")
 	if final.Status.Phase != wbv1.CommandRefused || final.Status.Refusal == nil || final.Status.Refusal.Code == "" ||
 		!strings.Contains(rec.Outcome, final.Status.Refusal.Code) {
-		t.Fatalf("want the stored refusal (%s) published, got %+v\nagent log:\n%s", rec.Outcome, final.Status, tail(p.log.String()))
+		t.Fatalf("want the stored refusal (%s) published, got %+v\nagent log:\n%s", rec.Outcome, final.Status, p.LogTail())
 	}
 	if _, err := os.Stat(filepath.Join(root, "later", "count-c")); !os.IsNotExist(err) {
 		t.Fatalf("the refused command ran after the restart (count file: %v)", err)
@@ -170,7 +176,7 @@ func TestWaitBoundWhenItsCommandAppearsLater(t *testing.T) {
 	// Ordering, not an assertion: the binder sees the wait before its command exists.
 	time.Sleep(2 * time.Second)
 	var w wbv1.Wait
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "w"}, &w))
+	get(t, ns, "w", &w)
 	if w.Labels[wbv1.NodeLabel] != "" {
 		t.Fatalf("wait bound before its command exists: %v", w.Labels)
 	}
@@ -206,7 +212,7 @@ func TestWakePendingSelectsWhatLacksAnOutcome(t *testing.T) {
 		t.Errorf("a command with its outcome was woken: %v", woken)
 	}
 	var held wbv1.TerminalCommand
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "held"}, &held))
+	get(t, ns, "held", &held)
 	if wbv1.CommandIsFinal(held.Status.Conditions) || held.Labels[wbv1.NodeLabel] != nodeName {
 		t.Fatalf("held: labels %v status %+v", held.Labels, held.Status)
 	}

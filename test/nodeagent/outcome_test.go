@@ -29,10 +29,7 @@ import (
 // keeps its one outcome.
 func TestOutcomeNeverReplaced(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	readyEnvironment(t, ns, workDir(t))
-	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/echo", nil, []string{"once-"})))
-	must(t, env.Client.Create(ctx, command(ns, "c", "/bin/echo", "once-1")))
+	ns := commandInFreshEnvironment(t, "/bin/echo", []string{"once-"}, "once-1")
 	done := waitFinal(t, ns, "c")
 	if done.Status.Phase != wbv1.CommandSucceeded || done.Status.ExitCode == nil || *done.Status.ExitCode != 0 {
 		t.Fatalf("command did not succeed: %+v", done.Status)
@@ -95,14 +92,14 @@ func TestStoredOutcomeRepublished(t *testing.T) {
 	const node = "node-republish"
 	ctx := context.Background()
 	n := startRestartableNode(t, node, "republish")
-	p, user, ns := n.p, n.user, n.ns
+	user, ns := n.user, n.ns
 	// A sleeper with a token unique to this run: it is still running when the binding goes.
 	token := fmt.Sprintf("1.%06d", os.Getpid()%1000000)
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/sleep", nil, []string{token})))
 	must(t, env.Client.Create(ctx, command(ns, "c", "/bin/sleep", token)))
 	eventually(t, 60*time.Second, "the command Running on the node", func() (bool, string) {
 		var c wbv1.TerminalCommand
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c"}, &c))
+		get(t, ns, "c", &c)
 		return c.Status.Phase == wbv1.CommandRunning && len(findProcess("/bin/sleep", token)) == 1, fmt.Sprintf("%+v", c.Status)
 	})
 
@@ -116,23 +113,19 @@ func TestStoredOutcomeRepublished(t *testing.T) {
 	})
 	// After the process ended, the agent's status write of the outcome fails; the node
 	// stores the outcome before it ever writes it, so this message means it is stored.
-	from := len(p.log.String())
-	failedWrite := "applying status of TerminalCommand " + ns + "/c"
-	eventually(t, 60*time.Second, "the agent's outcome write refused", func() (bool, string) {
-		return strings.Contains(p.log.String()[from:], failedWrite), tail(p.log.String())
-	})
+	n.waitStatusWriteRefused("the agent's outcome write refused")
 	n.kill()
 	var c wbv1.TerminalCommand
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c"}, &c))
+	get(t, ns, "c", &c)
 	if wbv1.CommandIsFinal(c.Status.Conditions) {
 		t.Fatalf("the outcome reached the API without the node's binding: %+v", c.Status)
 	}
 
 	must(t, env.Bind(ctx, "workbench-node-agent", user, ""))
-	p = n.restart()
+	p := n.restart()
 	got := waitFinal(t, ns, "c")
 	if got.Status.Phase != wbv1.CommandSucceeded || got.Status.ExitCode == nil || *got.Status.ExitCode != 0 || got.Status.Refusal != nil {
-		t.Fatalf("want the stored outcome (Succeeded, exit 0) republished, got %+v\nagent log:\n%s", got.Status, tail(p.log.String()))
+		t.Fatalf("want the stored outcome (Succeeded, exit 0) republished, got %+v\nagent log:\n%s", got.Status, p.LogTail())
 	}
 }
 

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -29,7 +28,7 @@ func autoApply(t *testing.T, ns string) {
 	t.Helper()
 	ctx := context.Background()
 	var e wbv1.Environment
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+	get(t, ns, "e", &e)
 	base := e.DeepCopy()
 	e.Spec.PatchApproval = ptr(wbv1.PatchApprovalAutoApply)
 	must(t, env.Client.Patch(ctx, &e, client.MergeFrom(base)))
@@ -50,7 +49,7 @@ func patchPhase(t *testing.T, ns, name string, want wbv1.FilePatchPhase) *wbv1.F
 	t.Helper()
 	var fp wbv1.FilePatch
 	eventually(t, 30*time.Second, "file patch "+name+" "+string(want), func() (bool, string) {
-		must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &fp))
+		get(t, ns, name, &fp)
 		return fp.Status.Phase == want, fmt.Sprintf("%+v", fp.Status)
 	})
 	return &fp
@@ -110,14 +109,7 @@ func TestFilePatchAwaitsOperatorApproval(t *testing.T) {
 	must(t, env.Bind(ctx, "workbench-operator", "olga", ns))
 	op, err := env.As("olga")
 	must(t, err)
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var fp wbv1.FilePatch
-		if err := op.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fp"}, &fp); err != nil {
-			return err
-		}
-		fp.Spec.Approval = "Approved"
-		return op.Update(ctx, &fp)
-	}))
+	update(t, op, ns, "fp", func(fp *wbv1.FilePatch) { fp.Spec.Approval = "Approved" })
 	fp := patchPhase(t, ns, "fp", "Applied")
 	if len(fp.Status.ChangedFiles) != 1 || fp.Status.ChangedFiles[0].DigestAfter != sha("approved\n") {
 		t.Fatalf("status = %+v", fp.Status)

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
@@ -55,7 +54,7 @@ func waitPoolReady(t *testing.T, ns, name string, want int32) map[string]wbv1.En
 	var ready map[string]wbv1.Environment
 	eventually(t, 60*time.Second, "pool "+name+" ready", func() (bool, string) {
 		var p wbv1.EnvironmentPool
-		must(t, env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &p))
+		get(t, ns, name, &p)
 		ready = map[string]wbv1.Environment{}
 		for n, m := range members(t, ns, name) {
 			if m.Status.Phase == wbv1.EnvironmentReady && m.Labels[wbv1.PoolClaimedByLabel] == "" && m.DeletionTimestamp.IsZero() &&
@@ -78,14 +77,7 @@ func waitPoolReady(t *testing.T, ns, name string, want int32) map[string]wbv1.En
 // own writes (its finalizer).
 func updatePool(t *testing.T, ns, name string, change func(*wbv1.EnvironmentPool)) {
 	t.Helper()
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var p wbv1.EnvironmentPool
-		if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &p); err != nil {
-			return err
-		}
-		change(&p)
-		return env.Client.Update(context.Background(), &p)
-	}))
+	update(t, env.Client, ns, name, change)
 }
 
 func claimer(ns, name, pool string, spec wbv1.EnvironmentSpec) *wbv1.Environment {
@@ -98,7 +90,7 @@ func waitEnvReady(t *testing.T, ns, name string) *wbv1.Environment {
 	t.Helper()
 	var e wbv1.Environment
 	eventually(t, 60*time.Second, "environment "+name+" Ready", func() (bool, string) {
-		must(t, env.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &e))
+		get(t, ns, name, &e)
 		return e.Status.Phase == wbv1.EnvironmentReady && e.Status.ObservedGeneration == e.Generation, fmt.Sprintf("%+v", e.Status)
 	})
 	return &e
@@ -189,7 +181,7 @@ func TestPoolFillClaimRefill(t *testing.T) {
 		t.Fatalf("want exactly one new member after one claim; before %v after %v", keys(before), keys(after))
 	}
 	var p wbv1.EnvironmentPool
-	must(t, env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "pool"}, &p))
+	get(t, ns, "pool", &p)
 	if p.Status.Claims != 1 {
 		t.Errorf("pool counts %d claims, want 1", p.Status.Claims)
 	}
@@ -447,7 +439,7 @@ func TestPoolLostClaimRace(t *testing.T) {
 		uids = append(uids, mm.UID)
 	}
 	var p wbv1.EnvironmentPool
-	must(t, env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "pool"}, &p))
+	get(t, ns, "pool", &p)
 	must(t, env.Client.Delete(ctx, &p))
 	waitGone(t, &p)
 	eventually(t, 60*time.Second, "every member gone", func() (bool, string) {
@@ -463,19 +455,18 @@ func TestPoolLostClaimRace(t *testing.T) {
 
 // TestPoolTemplateRecreate: changing the template replaces the members made from the old one.
 func TestPoolTemplateRecreate(t *testing.T) {
-	ctx := context.Background()
 	ns := namespace(t)
 	createPool(t, ns, "pool", 1, poolTemplate(t))
 	old := waitPoolReady(t, ns, "pool", 1)
 	var p wbv1.EnvironmentPool
-	must(t, env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "pool"}, &p))
+	get(t, ns, "pool", &p)
 	oldDigest := p.Status.TemplateDigest
 	updatePool(t, ns, "pool", func(p *wbv1.EnvironmentPool) {
 		p.Spec.Template.OperationalContext = &wbv1.OperationalContext{Class: "research", Summary: ptr("template v2")}
 	})
 	eventually(t, 60*time.Second, "old members replaced", func() (bool, string) {
 		var cur wbv1.EnvironmentPool
-		must(t, env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "pool"}, &cur))
+		get(t, ns, "pool", &cur)
 		ms := members(t, ns, "pool")
 		for n := range old {
 			if _, still := ms[n]; still {
@@ -512,7 +503,7 @@ func TestPoolDeleteReleasesMembers(t *testing.T) {
 	kept := waitEnvReady(t, ns, "kept")
 	ms := waitPoolReady(t, ns, "pool", 2)
 	var p wbv1.EnvironmentPool
-	must(t, env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "pool"}, &p))
+	get(t, ns, "pool", &p)
 	must(t, env.Client.Delete(ctx, &p))
 	waitGone(t, &p)
 	for _, m := range ms {
@@ -541,7 +532,7 @@ func TestPoolClaimRefusals(t *testing.T) {
 	for name, code := range map[string]actuation.Code{"orphan": actuation.CodePoolNotFound, "mismatch": actuation.CodePoolTemplateMismatch} {
 		eventually(t, 30*time.Second, name+" refused with "+string(code), func() (bool, string) {
 			var e wbv1.Environment
-			must(t, env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &e))
+			get(t, ns, name, &e)
 			for _, c := range e.Status.Conditions {
 				if c.Type == wbv1.ConditionScheduled && c.Status == metav1.ConditionFalse && strings.HasPrefix(c.Message, string(code)+":") {
 					return e.Status.NodeName == "" && e.Status.PoolMember == nil, fmt.Sprintf("%+v", e.Status)

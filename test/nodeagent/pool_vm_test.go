@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -101,13 +100,8 @@ func TestPoolVMClaimAdoptsRunningGuest(t *testing.T) {
 
 	// Someone with access to the pool's namespace runs a session and a command on the
 	// member before the claim: the file stays in the guest, the session does not.
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "ms", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: wbv1.ObjectName(member.Name)}}))
-	must(t, env.Client.Create(ctx, profile(ns, "touch", "/bin/touch", nil, []string{"member-was-here"})))
-	touch := command(ns, "touch", "/bin/touch", "member-was-here")
-	touch.Spec.SessionRef, touch.Spec.ProfileRef = "ms", "touch"
-	must(t, env.Client.Create(ctx, touch))
-	if c := waitFinal(t, ns, "touch"); c.Status.Phase != wbv1.CommandSucceeded {
+	must(t, env.Client.Create(ctx, session(ns, "ms", wbv1.ObjectName(member.Name))))
+	if c := runProfiled(t, ns, "ms", "touch", 0, "/bin/touch", "member-was-here"); c.Status.Phase != wbv1.CommandSucceeded {
 		t.Fatalf("touch on the member: %+v", c.Status)
 	}
 
@@ -115,7 +109,7 @@ func TestPoolVMClaimAdoptsRunningGuest(t *testing.T) {
 	must(t, env.Client.Create(ctx, claimer(ns, "claimer", "vmpool", tmpl)))
 	var e wbv1.Environment
 	eventually(t, 120*time.Second, "the claimer Ready", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "claimer"}, &e))
+		get(t, ns, "claimer", &e)
 		return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
 	})
 	t.Logf("VM pool claim → Ready through the API server: %v", time.Since(start).Round(time.Millisecond))
@@ -169,8 +163,7 @@ func TestPoolVMClaimAdoptsRunningGuest(t *testing.T) {
 	}
 
 	// A command in the adopted guest: the file the member's command made is there.
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "claimer"}}))
+	must(t, env.Client.Create(ctx, session(ns, "s", "claimer")))
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/ls", nil, nil)))
 	must(t, env.Client.Create(ctx, command(ns, "ls", "/bin/ls")))
 	c := waitFinal(t, ns, "ls")
@@ -186,7 +179,7 @@ func TestPoolVMClaimAdoptsRunningGuest(t *testing.T) {
 		return errors.Is(err, syscall.ESRCH), fmt.Sprintf("kill -0 %d: %v", qemuPid, err)
 	})
 	var p wbv1.EnvironmentPool
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vmpool"}, &p))
+	get(t, ns, "vmpool", &p)
 	must(t, env.Client.Delete(ctx, &p))
 	waitGone(t, &p)
 	eventually(t, 120*time.Second, "no VM of this namespace's environments left", func() (bool, string) {

@@ -15,26 +15,20 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/test/sourcetest"
 )
 
 // Issue 28 item 2: results out of a workspace, through the API server and the running node
 // agent.
 
+// runGit runs git in dir as sourcetest.Git does (fixed identity, no user configuration),
+// with file:// remotes allowed and any directory owner trusted.
 func runGit(t *testing.T, dir string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "init.defaultBranch=main",
-		"-c", "protocol.file.allow=always", "-c", "safe.directory=*"}, args...)...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v in %s: %v\n%s", args, dir, err, out)
-	}
-	return strings.TrimSpace(string(out))
+	return sourcetest.Git(t, dir, append([]string{"-c", "init.defaultBranch=main", "-c", "protocol.file.allow=always", "-c", "safe.directory=*"}, args...)...)
 }
 
 // gitRepoWorkDir makes a work directory that is a git repository with one commit, as an
@@ -194,7 +188,7 @@ func TestExportRefusals(t *testing.T) {
 	})))
 	var a wbv1.Artifact
 	eventually(t, 30*time.Second, "artifact norepo refused", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "norepo"}, &a))
+		get(t, ns, "norepo", &a)
 		return a.Status.Refusal != nil || a.Status.Digest != "", fmt.Sprintf("%+v", a.Status)
 	})
 	if a.Status.Refusal == nil || a.Status.Refusal.Code != string(actuation.CodeExportBaseUnknown) {
@@ -231,7 +225,7 @@ func sourcedEnvironment(t *testing.T, ns, url, commit string) *wbv1.Environment 
 	var e wbv1.Environment
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+		get(t, ns, "e", &e)
 		if len(e.Status.Roots) > 0 && (e.Status.Phase == wbv1.EnvironmentReady || e.Status.Phase == wbv1.EnvironmentFailed) {
 			break
 		}
@@ -254,8 +248,7 @@ func TestPatchExportOfGitSource(t *testing.T) {
 	ns := namespace(t)
 	src, commit := gitRepoWorkDir(t)
 	sourcedEnvironment(t, ns, "file://"+src, commit)
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+	must(t, env.Client.Create(ctx, session(ns, "s", "e")))
 	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/cp", nil, []string{"README.md", "NOTES.md"})))
 	must(t, env.Client.Create(ctx, command(ns, "c", "/bin/cp", "README.md", "NOTES.md")))
 	if c := waitFinal(t, ns, "c"); c.Status.Phase != wbv1.CommandSucceeded {
@@ -322,7 +315,7 @@ func TestPoolClaimBySource(t *testing.T) {
 	must(t, env.Client.Create(ctx, claimer(ns, "other", "pool", other)))
 	eventually(t, 30*time.Second, "claim for another commit refused", func() (bool, string) {
 		var o wbv1.Environment
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "other"}, &o))
+		get(t, ns, "other", &o)
 		for _, c := range o.Status.Conditions {
 			if c.Type == wbv1.ConditionScheduled && strings.Contains(c.Message, string(actuation.CodePoolTemplateMismatch)) {
 				return true, ""

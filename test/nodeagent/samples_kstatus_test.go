@@ -210,7 +210,7 @@ func TestSamplesThroughKStatus(t *testing.T) {
 			o := s.obj
 			got := &unstructured.Unstructured{}
 			got.SetGroupVersionKind(o.GroupVersionKind())
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: o.GetNamespace(), Name: o.GetName()}, got))
+			get(t, o.GetNamespace(), o.GetName(), got)
 			s.obj.Object = got.Object
 			res, err := kstatus.Compute(got)
 			must(t, err)
@@ -274,11 +274,11 @@ func TestSamplesThroughKStatus(t *testing.T) {
 		others = append(others, &grants.Items[i])
 	}
 	var node wbv1.WorkbenchNode
-	must(t, env.Client.Get(ctx, client.ObjectKey{Name: nodeName}, &node))
+	get(t, "", nodeName, &node)
 	others = append(others, &node)
 	for _, o := range others {
 		eventually(t, 30*time.Second, fmt.Sprintf("%T %s Current", o, o.GetName()), func() (bool, string) {
-			must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(o), o))
+			refresh(t, o)
 			res := kstatusOf(t, o)
 			return res.Status == kstatus.CurrentStatus, fmt.Sprintf("%s: %s", res.Status, res.Message)
 		})
@@ -328,21 +328,14 @@ func TestTerminalOutcomesThroughKStatus(t *testing.T) {
 
 	eventually(t, 30*time.Second, "command cancelled Running", func() (bool, string) {
 		var c wbv1.TerminalCommand
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "cancelled"}, &c))
+		get(t, ns, "cancelled", &c)
 		return c.Status.Phase == wbv1.CommandRunning, fmt.Sprintf("%+v", c.Status)
 	})
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var c wbv1.TerminalCommand
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "cancelled"}, &c); err != nil {
-			return err
-		}
-		c.Spec.DesiredState = wbv1.CommandDesiredCancelled
-		return env.Client.Update(ctx, &c)
-	}))
+	update(t, env.Client, ns, "cancelled", func(c *wbv1.TerminalCommand) { c.Spec.DesiredState = wbv1.CommandDesiredCancelled })
 
 	var held wbv1.TerminalCommand
 	eventually(t, 30*time.Second, "command consent-denied AwaitingConsent", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "consent-denied"}, &held))
+		get(t, ns, "consent-denied", &held)
 		return held.Status.Phase == wbv1.CommandAwaitingConsent && held.Status.ConsentRequestRef != "", fmt.Sprintf("%+v", held.Status)
 	})
 	if res := kstatusOf(t, &held); res.Status != kstatus.InProgressStatus {
@@ -373,7 +366,7 @@ func TestTerminalOutcomesThroughKStatus(t *testing.T) {
 		}
 		// The manager writes the health conditions with the phase it derives.
 		eventually(t, 30*time.Second, "command "+tc.name+" reads "+string(tc.want), func() (bool, string) {
-			must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(c), c))
+			refresh(t, c)
 			res := kstatusOf(t, c)
 			return res.Status == tc.want, fmt.Sprintf("%s (%s); status %+v", res.Status, res.Message, c.Status)
 		})
@@ -381,14 +374,12 @@ func TestTerminalOutcomesThroughKStatus(t *testing.T) {
 
 	// Sessions: a shell profile that admits no PTY (Failed), a PTY program that ends by
 	// itself although nobody asked the session to close.
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "no-pty", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e", ShellProfileRef: ptr(wbv1.ObjectName("p"))}}))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "ends", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e", ShellProfileRef: ptr(wbv1.ObjectName("pty-exits"))}}))
+	must(t, env.Client.Create(ctx, session(ns, "no-pty", "e", func(s *wbv1.TerminalSessionSpec) { s.ShellProfileRef = ptr(wbv1.ObjectName("p")) })))
+	must(t, env.Client.Create(ctx, session(ns, "ends", "e", func(s *wbv1.TerminalSessionSpec) { s.ShellProfileRef = ptr(wbv1.ObjectName("pty-exits")) })))
 	for _, name := range []string{"no-pty", "ends"} {
 		var s wbv1.TerminalSession
 		eventually(t, 60*time.Second, "session "+name+" ends and reads Failed", func() (bool, string) {
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s))
+			get(t, ns, name, &s)
 			res := kstatusOf(t, &s)
 			return wbv1.SessionPhaseIsFinal(s.Status.Phase) && res.Status == kstatus.FailedStatus,
 				fmt.Sprintf("%s (%s); status %+v", res.Status, res.Message, s.Status)
@@ -401,19 +392,17 @@ func TestTerminalOutcomesThroughKStatus(t *testing.T) {
 	askSessionClosed(t, ns, "s")
 	eventually(t, 60*time.Second, "session s closed as asked reads Current", func() (bool, string) {
 		var s wbv1.TerminalSession
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
+		get(t, ns, "s", &s)
 		res := kstatusOf(t, &s)
 		return s.Status.Phase == wbv1.SessionClosed && res.Status == kstatus.CurrentStatus, fmt.Sprintf("%s (%s); status %+v", res.Status, res.Message, s.Status)
 	})
 
 	// An environment whose root the node does not admit.
 	outside := t.TempDir()
-	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "outside", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
-		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(outside)}},
-		NodeSelector: map[string]string{wbv1.NodeLabel: nodeName}}}))
+	must(t, env.Client.Create(ctx, hostEnvironment(ns, "outside", outside, nodeName)))
 	eventually(t, 60*time.Second, "environment outside Failed and read Failed", func() (bool, string) {
 		var e wbv1.Environment
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "outside"}, &e))
+		get(t, ns, "outside", &e)
 		res := kstatusOf(t, &e)
 		return e.Status.Phase == wbv1.EnvironmentFailed && res.Status == kstatus.FailedStatus, fmt.Sprintf("%s (%s); status %+v", res.Status, res.Message, e.Status)
 	})

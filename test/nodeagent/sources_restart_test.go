@@ -16,7 +16,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
@@ -94,18 +93,17 @@ func TestSourceMaterializationInterruptedByCrash(t *testing.T) {
 	select {
 	case <-entered:
 	case <-time.After(90 * time.Second):
-		first.stop()
-		t.Fatalf("the agent never fetched the pack; agent log:\n%s", tail(first.log.String()))
+		first.Stop()
+		t.Fatalf("the agent never fetched the pack; agent log:\n%s", first.LogTail())
 	}
 	var e wbv1.Environment
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+	get(t, ns, "e", &e)
 	copies := filepath.Join(state, "fixtures", string(e.UID), "repo")
 	staging, _ := filepath.Glob(filepath.Join(copies, ".staging-*"))
 	if len(staging) != 1 {
 		t.Fatalf("while the fetch is held: staging copies %v (want the one being filled)", staging)
 	}
-	must(t, first.cmd.Process.Kill()) // SIGKILL mid-materialization
-	_ = first.cmd.Wait()
+	must(t, first.Crash()) // SIGKILL mid-materialization
 	// git's remote helper (blocked on the held request) outlives the SIGKILL; the restarted
 	// agent ends it before its first fetch (sources.SweepScratch).
 	dead := processesIn(state)
@@ -123,9 +121,9 @@ func TestSourceMaterializationInterruptedByCrash(t *testing.T) {
 		return len(alive) == 0, fmt.Sprint(alive)
 	})
 	releaseHeld()
-	defer second.stopLogging(t)
+	defer second.StopLogging(t)
 	eventually(t, 120*time.Second, "the restarted agent materializes the source again", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+		get(t, ns, "e", &e)
 		return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
 	})
 	if len(e.Status.Roots) != 1 || e.Status.Roots[0].Resolved != ids[0] || e.Status.Roots[0].Reason != "" || e.Status.Roots[0].Entries == 0 {

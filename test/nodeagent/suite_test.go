@@ -101,12 +101,8 @@ func readyEnvironment(t *testing.T, ns, dir string) {
 func readyEnvironmentOn(t *testing.T, ns, dir, node string) {
 	t.Helper()
 	ctx := context.Background()
-	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
-		Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(dir)}},
-		NodeSelector: map[string]string{wbv1.NodeLabel: node},
-	}}))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+	must(t, env.Client.Create(ctx, hostEnvironment(ns, "e", dir, node)))
+	must(t, env.Client.Create(ctx, session(ns, "s", "e")))
 	eventually(t, 30*time.Second, "environment Ready and session Running", func() (bool, string) {
 		return kstate.ReadyAndRunning(t, env.Client, ns, "e", "s", nil)
 	})
@@ -121,7 +117,7 @@ func waitFinal(t *testing.T, ns, name string) *wbv1.TerminalCommand {
 	t.Helper()
 	var c wbv1.TerminalCommand
 	eventually(t, 60*time.Second, "command "+name+" outcome", func() (bool, string) {
-		must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &c))
+		get(t, ns, name, &c)
 		// The node records the outcome; the manager derives the phase from it a moment later.
 		return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions), fmt.Sprintf("%+v", c.Status)
 	})
@@ -149,7 +145,7 @@ func waitSessionClosedClean(t *testing.T, ns, name, what string) {
 	t.Helper()
 	eventually(t, 30*time.Second, what, func() (bool, string) {
 		var s wbv1.TerminalSession
-		must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &s))
+		get(t, ns, name, &s)
 		return s.Status.Phase == wbv1.SessionClosed && meta.IsStatusConditionTrue(s.Status.Conditions, wbv1.ConditionCleanupComplete),
 			fmt.Sprintf("%+v", s.Status)
 	})

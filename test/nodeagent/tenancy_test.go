@@ -39,16 +39,12 @@ func TestHostRootTenancyAtNode(t *testing.T) {
 		must(t, os.Symlink(target, link))
 		ns := namespace(t)
 		tenants[name] = ns
-		must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
-			Backend: wbv1.BackendHostLocal, Roots: []wbv1.EnvironmentRoot{{Name: "repo", HostPath: ptr(link)}},
-			NodeSelector: map[string]string{wbv1.NodeLabel: nodeName},
-		}}))
-		must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
-			Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+		must(t, env.Client.Create(ctx, hostEnvironment(ns, "e", link, nodeName)))
+		must(t, env.Client.Create(ctx, session(ns, "s", "e")))
 	}
 	refused := func(ns string) (bool, string) {
 		var e wbv1.Environment
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &e))
+		get(t, ns, "e", &e)
 		c := meta.FindStatusCondition(e.Status.Conditions, wbv1.ConditionReady)
 		return c != nil && c.Status == metav1.ConditionFalse && strings.HasPrefix(c.Message, string(actuation.CodeRootInUse)+":") &&
 			e.Status.Phase != wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
@@ -56,14 +52,14 @@ func TestHostRootTenancyAtNode(t *testing.T) {
 	for name, ns := range tenants {
 		eventually(t, 30*time.Second, "the "+name+" tenant refused by the node with root-in-use", func() (bool, string) { return refused(ns) })
 		var s wbv1.TerminalSession
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &s))
+		get(t, ns, "s", &s)
 		if s.Status.Phase == wbv1.SessionRunning {
 			t.Fatalf("a session runs in the %s tenant's refused environment: %+v", name, s.Status)
 		}
 	}
 	// The owner is untouched.
 	var o wbv1.Environment
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: owner, Name: "e"}, &o))
+	get(t, owner, "e", &o)
 	if o.Status.Phase != wbv1.EnvironmentReady {
 		t.Fatalf("the owner's environment is no longer Ready: %+v", o.Status)
 	}
@@ -80,7 +76,7 @@ func TestHostRootTenancyAtNode(t *testing.T) {
 	must(t, env.Client.Delete(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: owner}}))
 	eventually(t, 60*time.Second, "the same-directory tenant Ready once the owner is gone", func() (bool, string) {
 		var e wbv1.Environment
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: tenants["same"], Name: "e"}, &e))
+		get(t, tenants["same"], "e", &e)
 		return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
 	})
 }

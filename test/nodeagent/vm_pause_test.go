@@ -94,8 +94,7 @@ func TestQEMUMicroVMPauseResume(t *testing.T) {
 		Resources:    &wbv1.EnvironmentResources{VCPUs: ptr(int32(1)), MemoryMiB: ptr(int32(512))},
 		NodeSelector: map[string]string{wbv1.NodeLabel: nodeName},
 	}}))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "vm"}}))
+	must(t, env.Client.Create(ctx, session(ns, "s", "vm")))
 	e := waitVMAndSession(t, ns, "vm", "s")
 	defer func() {
 		_ = env.Client.Delete(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns}})
@@ -114,7 +113,7 @@ func TestQEMUMicroVMPauseResume(t *testing.T) {
 	// Pause.
 	setDesiredState(t, ns, "vm", wbv1.EnvironmentDesiredPaused)
 	eventually(t, 60*time.Second, "environment Paused", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm"}, &e))
+		get(t, ns, "vm", &e)
 		return e.Status.Phase == wbv1.EnvironmentPaused, fmt.Sprintf("%+v", e.Status)
 	})
 	pausedAt := time.Now()
@@ -139,11 +138,10 @@ func TestQEMUMicroVMPauseResume(t *testing.T) {
 		c.Status.Refusal.Code != string(actuation.CodeEnvironmentPaused) {
 		t.Fatalf("a command on a paused environment: %+v", c.Status)
 	}
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s-paused", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "vm"}}))
+	must(t, env.Client.Create(ctx, session(ns, "s-paused", "vm")))
 	eventually(t, 60*time.Second, "a session on a paused environment refused", func() (bool, string) {
 		var s wbv1.TerminalSession
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s-paused"}, &s))
+		get(t, ns, "s-paused", &s)
 		return s.Status.Refusal != nil && s.Status.Refusal.Code == string(actuation.CodeEnvironmentPaused), fmt.Sprintf("%+v", s.Status)
 	})
 
@@ -162,7 +160,7 @@ func TestQEMUMicroVMPauseResume(t *testing.T) {
 	// Resume.
 	setDesiredState(t, ns, "vm", wbv1.EnvironmentDesiredRunning)
 	eventually(t, 60*time.Second, "environment Ready again", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm"}, &e))
+		get(t, ns, "vm", &e)
 		return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v", e.Status)
 	})
 	// (The Ready message says "resumed" only in the pass that resumed; a later pass of the

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends/qemumicrovm"
@@ -48,9 +47,9 @@ func TestQEMUFullSystemGitSource(t *testing.T) {
 	must(t, env.Client.Create(ctx, newEnv("wrong", wrong)))
 	var bad wbv1.Environment
 	eventually(t, 120*time.Second, "the wrong commit refused with source-commit-not-found", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "wrong"}, &bad))
+		get(t, ns, "wrong", &bad)
 		c := readyOf(&bad)
-		return c.Status == metav1.ConditionFalse && strings.HasPrefix(c.Message, "source-commit-not-found"), fmt.Sprintf("%+v\nagent log:\n%s", bad.Status, tail(proc.log.String()))
+		return c.Status == metav1.ConditionFalse && strings.HasPrefix(c.Message, "source-commit-not-found"), fmt.Sprintf("%+v\nagent log:\n%s", bad.Status, proc.LogTail())
 	})
 	if len(bad.Status.Roots) != 1 || bad.Status.Roots[0].Reason != "source-commit-not-found" {
 		t.Fatalf("status.roots of the refused VM: %+v", bad.Status.Roots)
@@ -65,8 +64,7 @@ func TestQEMUFullSystemGitSource(t *testing.T) {
 
 	start := time.Now()
 	must(t, env.Client.Create(ctx, newEnv("sys", ids[0])))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "sys"}}))
+	must(t, env.Client.Create(ctx, session(ns, "s", "sys")))
 	var e wbv1.Environment
 	eventually(t, systemBootWithin, "sourced full-system VM Ready and session Running", func() (bool, string) {
 		return kstate.ReadyAndRunning(t, env.Client, ns, "sys", "s", &e)
@@ -88,11 +86,7 @@ func TestQEMUFullSystemGitSource(t *testing.T) {
 	// In the guest: the commit's tree beneath the root (cwd = the root).
 	phase := func(name, exe string, argv ...string) wbv1.CommandPhase {
 		t.Helper()
-		must(t, env.Client.Create(ctx, profile(ns, name, exe, nil, argv)))
-		c := command(ns, name, append([]string{exe}, argv...)...)
-		c.Spec.ProfileRef, c.Spec.TimeoutSeconds = wbv1.ObjectName(name), 60
-		must(t, env.Client.Create(ctx, c))
-		return waitFinal(t, ns, name).Status.Phase
+		return runProfiled(t, ns, "s", name, 60, exe, argv...).Status.Phase
 	}
 	for _, c := range []struct {
 		name string

@@ -77,7 +77,7 @@ func startFullSystemNode(t *testing.T, node, statePrefix string, maxMiB int, ext
 	must(t, os.WriteFile(config, []byte(fmt.Sprintf("nodeName: %s\nstateDir: %s\nheartbeatSeconds: 2\ndataPlaneAddress: 127.0.0.1:0\n"+
 		"storage:\n  maxMiB: %d\n  defaultDiskMiB: 64\nqemu:\n  enabled: true\n  imageDir: %s\n  accel: tcg\n%s", node, state, maxMiB, q.ImageDir, extra)), 0o600))
 	proc = startAgentProcess(t, buildAgent(t), boundNodeKubeconfig(t, node), config)
-	t.Cleanup(func() { proc.stopLogging(t) })
+	t.Cleanup(func() { proc.StopLogging(t) })
 	eventually(t, 60*time.Second, "the node's qemu-microvm.v1 capability claims full-system-linux", func() (bool, string) {
 		var c wbv1.BackendCapability
 		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: node + ".qemu-microvm.v1"}, &c); err != nil {
@@ -149,11 +149,10 @@ func TestQEMUFullSystemEnvironment(t *testing.T) {
 	stopVMsAtEnd(t, ns, state)
 	start := time.Now()
 	must(t, env.Client.Create(ctx, newEnv("sys")))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "sys"}}))
+	must(t, env.Client.Create(ctx, session(ns, "s", "sys")))
 	var e wbv1.Environment
 	eventually(t, 60*time.Second, "the environment's working disk cloned", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "sys"}, &e))
+		get(t, ns, "sys", &e)
 		if e.UID == "" {
 			return false, "no uid"
 		}
@@ -168,7 +167,7 @@ func TestQEMUFullSystemEnvironment(t *testing.T) {
 		return kstate.EnvironmentNotReady(t, env.Client, ns, "second", func(m string) bool { return strings.Contains(m, "storage-exhausted") })
 	})
 	var second wbv1.Environment
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "second"}, &second))
+	get(t, ns, "second", &second)
 	if exists(filepath.Join(state, qemumicrovm.DisksDir, string(second.UID)+".img")) {
 		t.Fatal("the refused clone left a disk")
 	}
@@ -183,11 +182,7 @@ func TestQEMUFullSystemEnvironment(t *testing.T) {
 	opToken := tokenFor(t, ns, "op", "workbench-operator")
 	run := func(name, exe string, argv ...string) (*wbv1.TerminalCommand, string) {
 		t.Helper()
-		must(t, env.Client.Create(ctx, profile(ns, name, exe, nil, argv)))
-		c := command(ns, name, append([]string{exe}, argv...)...)
-		c.Spec.ProfileRef, c.Spec.TimeoutSeconds = wbv1.ObjectName(name), 60
-		must(t, env.Client.Create(ctx, c))
-		done := waitFinal(t, ns, name)
+		done := runProfiled(t, ns, "s", name, 60, exe, argv...)
 		return done, sessionOutput(t, dp, opToken, ns, "s", done)
 	}
 	ok := func(name, exe string, argv ...string) string {
@@ -258,14 +253,7 @@ func TestQEMUFullSystemEnvironment(t *testing.T) {
 	t.Logf("in the guest under resources.pids=24: %s", strings.TrimSpace(forks))
 
 	// A PTY session in the guest: operator input reaches its program, the echo comes back.
-	must(t, env.Client.Create(ctx, profile(ns, "cat", "/usr/bin/cat", nil, nil, func(s *wbv1.CommandProfileSpec) { s.PTY = "Allowed" })))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "pty", Namespace: ns}, Spec: wbv1.TerminalSessionSpec{
-		EnvironmentRef: "sys", ShellProfileRef: ptr(wbv1.ObjectName("cat")), RawInput: wbv1.RawInputOperatorOnly}}))
-	eventually(t, 60*time.Second, "the guest PTY session running", func() (bool, string) {
-		var s wbv1.TerminalSession
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pty"}, &s))
-		return s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("%+v", s.Status)
-	})
+	catPTYSession(t, ns, "sys", "/usr/bin/cat", 60*time.Second)
 	dp.Echo(t, opToken, opToken, ns, "pty", "hello full system", 2, 60*time.Second)
 	askSessionClosed(t, ns, "pty")
 	waitSessionClosedClean(t, ns, "pty", "the guest PTY session closed with cleanup complete")

@@ -104,8 +104,7 @@ func TestQEMUMicroVMEnvironment(t *testing.T) {
 		Resources:    &wbv1.EnvironmentResources{VCPUs: ptr(int32(1)), MemoryMiB: ptr(int32(512))},
 		NodeSelector: map[string]string{wbv1.NodeLabel: nodeName},
 	}}))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "vm"}}))
+	must(t, env.Client.Create(ctx, session(ns, "s", "vm")))
 	var e wbv1.Environment
 	var envReady time.Duration
 	eventually(t, 180*time.Second, "VM environment Ready and session Running", func() (bool, string) {
@@ -140,33 +139,18 @@ func TestQEMUMicroVMEnvironment(t *testing.T) {
 	}
 
 	// Inside the guest only the loopback interface exists.
-	must(t, env.Client.Create(ctx, profile(ns, "net", "/bin/ls", nil, []string{"/sys/class/net"})))
-	netCmd := command(ns, "net", "/bin/ls", "/sys/class/net")
-	netCmd.Spec.ProfileRef = "net"
-	must(t, env.Client.Create(ctx, netCmd))
-	if c := waitFinal(t, ns, "net"); c.Status.Phase != wbv1.CommandSucceeded || strings.Join(strings.Fields(output(t, ns, c)), ",") != "lo" {
+	if c := runProfiled(t, ns, "s", "net", 0, "/bin/ls", "/sys/class/net"); c.Status.Phase != wbv1.CommandSucceeded || strings.Join(strings.Fields(output(t, ns, c)), ",") != "lo" {
 		t.Fatalf("/sys/class/net: %+v %q", c.Status, output(t, ns, c))
 	}
 
 	// The command's working directory is the root inside the guest.
-	must(t, env.Client.Create(ctx, profile(ns, "pwd", "/bin/realpath", nil, []string{"."})))
-	pwd := command(ns, "pwd", "/bin/realpath", ".")
-	pwd.Spec.ProfileRef = "pwd"
-	must(t, env.Client.Create(ctx, pwd))
-	if c := waitFinal(t, ns, "pwd"); c.Status.Phase != wbv1.CommandSucceeded || output(t, ns, c) != "/workspace/repo\n" {
+	if c := runProfiled(t, ns, "s", "pwd", 0, "/bin/realpath", "."); c.Status.Phase != wbv1.CommandSucceeded || output(t, ns, c) != "/workspace/repo\n" {
 		t.Fatalf("cwd: %+v %q", c.Status, output(t, ns, c))
 	}
 
 	// An interactive session with a shell profile runs its program on a PTY in the guest:
 	// operator input reaches it through the data plane and its echo comes back.
-	must(t, env.Client.Create(ctx, profile(ns, "cat", "/bin/cat", nil, nil, func(s *wbv1.CommandProfileSpec) { s.PTY = "Allowed" })))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "pty", Namespace: ns}, Spec: wbv1.TerminalSessionSpec{
-		EnvironmentRef: "vm", ShellProfileRef: ptr(wbv1.ObjectName("cat")), RawInput: wbv1.RawInputOperatorOnly}}))
-	eventually(t, 60*time.Second, "the guest PTY session running", func() (bool, string) {
-		var s wbv1.TerminalSession
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pty"}, &s))
-		return s.Status.Phase == wbv1.SessionRunning, fmt.Sprintf("%+v", s.Status)
-	})
+	catPTYSession(t, ns, "vm", "/bin/cat", 60*time.Second)
 	// The guest terminal echoes the line, then cat prints it: twice.
 	opToken := tokenFor(t, ns, "op", "workbench-operator")
 	dataPlane(t).Echo(t, opToken, opToken, ns, "pty", "hello guest", 2, 30*time.Second)
@@ -198,7 +182,7 @@ func TestQEMUHardwareVMNeverPlacedOnTCG(t *testing.T) {
 	}}))
 	var e wbv1.Environment
 	eventually(t, 60*time.Second, "Scheduled=False naming isolationClass", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "hw"}, &e))
+		get(t, ns, "hw", &e)
 		for _, c := range e.Status.Conditions {
 			if c.Type == wbv1.ConditionScheduled && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, "isolationClass=hardware-vm") {
 				return true, c.Message
@@ -255,15 +239,15 @@ func TestQEMUAgentCrash(t *testing.T) {
 	readyEnv := func(name string, a *agentProcess) *wbv1.Environment {
 		var e wbv1.Environment
 		eventually(t, 120*time.Second, "environment "+name+" Ready", func() (bool, string) {
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &e))
-			return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v\nagent log:\n%s", e.Status, tail(a.log.String()))
+			get(t, ns, name, &e)
+			return e.Status.Phase == wbv1.EnvironmentReady, fmt.Sprintf("%+v\nagent log:\n%s", e.Status, a.LogTail())
 		})
 		return &e
 	}
 
 	first := startAgentProcess(t, bin, kubeconfig, config)
 	createVM("vm")
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns}, Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "vm"}}))
+	must(t, env.Client.Create(ctx, session(ns, "s", "vm")))
 	vm := readyEnv("vm", first)
 	procs := vmProcessesIn(t, state, string(vm.UID))
 	if len(procs) != 2 {
@@ -273,11 +257,10 @@ func TestQEMUAgentCrash(t *testing.T) {
 	must(t, env.Client.Create(ctx, command(ns, "long", "/bin/sleep", "30")))
 	eventually(t, 60*time.Second, "the guest command to run", func() (bool, string) {
 		var c wbv1.TerminalCommand
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
-		return c.Status.Phase == wbv1.CommandRunning, fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(first.log.String()))
+		get(t, ns, "long", &c)
+		return c.Status.Phase == wbv1.CommandRunning, fmt.Sprintf("%+v\nagent log:\n%s", c.Status, first.LogTail())
 	})
-	must(t, first.cmd.Process.Signal(syscall.SIGKILL))
-	_ = first.cmd.Wait()
+	must(t, first.Crash())
 	if got := vmProcessesIn(t, state, string(vm.UID)); strings.Join(got, ",") != strings.Join(procs, ",") {
 		t.Fatalf("the VM did not survive the agent: %v, before %v", got, procs)
 	}
@@ -285,8 +268,8 @@ func TestQEMUAgentCrash(t *testing.T) {
 	second := startAgentProcess(t, bin, kubeconfig, config)
 	var c wbv1.TerminalCommand
 	eventually(t, 60*time.Second, "the interrupted guest command's truthful outcome", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "long"}, &c))
-		return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions), fmt.Sprintf("%+v\nagent log:\n%s", c.Status, tail(second.log.String()))
+		get(t, ns, "long", &c)
+		return wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions), fmt.Sprintf("%+v\nagent log:\n%s", c.Status, second.LogTail())
 	})
 	if c.Status.Phase != wbv1.CommandFailed || c.Status.Refusal == nil || c.Status.Refusal.Code != "interrupted" {
 		t.Fatalf("status = %+v", c.Status)
@@ -304,12 +287,8 @@ func TestQEMUAgentCrash(t *testing.T) {
 		return false, fmt.Sprintf("%+v", node.Status.Recovery)
 	})
 	// The adopted VM serves a new session: same processes, same generation.
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s2", Namespace: ns}, Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "vm"}}))
-	must(t, env.Client.Create(ctx, profile(ns, "u", "/bin/uname", nil, []string{"-r"})))
-	after := command(ns, "after", "/bin/uname", "-r")
-	after.Spec.ProfileRef, after.Spec.SessionRef = "u", "s2"
-	must(t, env.Client.Create(ctx, after))
-	if got := waitFinal(t, ns, "after"); got.Status.Phase != wbv1.CommandSucceeded {
+	must(t, env.Client.Create(ctx, session(ns, "s2", "vm")))
+	if got := runProfiled(t, ns, "s2", "after", 0, "/bin/uname", "-r"); got.Status.Phase != wbv1.CommandSucceeded {
 		t.Fatalf("command in the adopted VM: %+v", got.Status)
 	}
 	if vm = readyEnv("vm", second); vm.Status.SourceGeneration != 1 {
@@ -324,7 +303,7 @@ func TestQEMUAgentCrash(t *testing.T) {
 	vm2 := createVM("vm2")
 	record := ""
 	eventually(t, 60*time.Second, "vm2's QEMU launched (record before the handshake)", func() (bool, string) {
-		must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vm2"}, vm2))
+		get(t, ns, "vm2", vm2)
 		if vm2.UID == "" {
 			return false, "no uid"
 		}
@@ -334,19 +313,18 @@ func TestQEMUAgentCrash(t *testing.T) {
 	})
 	// Freeze the agent first, so the record it left is the one read here: the crash
 	// happens while the boot is unfinished, which must be quarantined (never adopted).
-	must(t, second.cmd.Process.Signal(syscall.SIGSTOP))
+	must(t, second.Cmd.Process.Signal(syscall.SIGSTOP))
 	b, err := os.ReadFile(filepath.Join(state, "vms", string(vm2.UID), "record.json"))
 	must(t, err)
 	if !strings.Contains(string(b), `"state": "launching"`) {
-		_ = second.cmd.Process.Signal(syscall.SIGKILL)
+		_ = second.Cmd.Process.Signal(syscall.SIGKILL)
 		t.Fatalf("vm2's boot finished before the agent was frozen; the mid-boot crash was not exercised: %s", b)
 	}
-	must(t, second.cmd.Process.Signal(syscall.SIGKILL))
-	_ = second.cmd.Wait()
+	must(t, second.Crash())
 	half := vmProcessesIn(t, state, string(vm2.UID))
 
 	third := startAgentProcess(t, bin, kubeconfig, config)
-	defer third.stop()
+	defer third.Stop()
 	vm2 = readyEnv("vm2", third)
 	eventually(t, 30*time.Second, "vm2 quarantined in the recovery actions", func() (bool, string) {
 		if err := env.Client.Get(ctx, client.ObjectKey{Name: vmNode}, &node); err != nil {
@@ -405,8 +383,7 @@ func TestQEMUMicroVMFileOperations(t *testing.T) {
 		PatchPolicy:   &wbv1.EnvironmentPatchPolicy{AllowDelete: ptr(true)}, // so the delete below reaches the guest path
 		NodeSelector:  map[string]string{wbv1.NodeLabel: nodeName},
 	}}))
-	must(t, env.Client.Create(ctx, &wbv1.TerminalSession{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns},
-		Spec: wbv1.TerminalSessionSpec{EnvironmentRef: "e"}}))
+	must(t, env.Client.Create(ctx, session(ns, "s", "e")))
 	e := waitVMAndSession(t, ns, "e", "s")
 	defer func() {
 		// One VM per test: tear it down before the next test boots its own.
@@ -545,7 +522,7 @@ func TestQEMUMicroVMFileOperations(t *testing.T) {
 	for name, want := range map[string]wbv1.ProbeResult{"present": "Pass", "absent": "Fail"} {
 		var p wbv1.Probe
 		eventually(t, 30*time.Second, "probe "+name+" result", func() (bool, string) {
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p))
+			get(t, ns, name, &p)
 			return p.Status.Result != "" && p.Status.Result != "Pending", fmt.Sprintf("%+v", p.Status)
 		})
 		if p.Status.Result != want || p.Status.ObservedAt == nil || p.Status.Refusal != nil {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -30,7 +29,7 @@ func waitStatus(t *testing.T, ns, name string, timeout time.Duration, what strin
 	t.Helper()
 	var w wbv1.Wait
 	eventually(t, timeout, "wait "+name+" "+what, func() (bool, string) {
-		must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &w))
+		get(t, ns, name, &w)
 		return cond(&w.Status), fmt.Sprintf("%+v", w.Status)
 	})
 	return &w
@@ -53,10 +52,7 @@ func completed(conds []metav1.Condition) *metav1.Condition {
 // names finishes, and records the node, its start and its duration.
 func TestWaitCommandDone(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	readyEnvironment(t, ns, workDir(t))
-	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/sleep", nil, []string{"2"})))
-	must(t, env.Client.Create(ctx, command(ns, "c", "/bin/sleep", "2")))
+	ns := commandInFreshEnvironment(t, "/bin/sleep", []string{"2"}, "2")
 	cmdRef := wbv1.ObjectName("c")
 	must(t, env.Client.Create(ctx, wait(ns, "w", wbv1.Scope{CommandRef: &cmdRef}, wbv1.ConditionKindCommandDone, 60)))
 	w := waitStatus(t, ns, "w", 60*time.Second, "Satisfied", isStatus(wbv1.WaitSatisfied))
@@ -82,7 +78,7 @@ func TestWaitFileExistsByInotify(t *testing.T) {
 	waitStatus(t, ns, "w", 30*time.Second, "Pending", isStatus(wbv1.WaitPending))
 	eventually(t, 20*time.Second, "WorkbenchNode counting the pending wait", func() (bool, string) {
 		var n wbv1.WorkbenchNode
-		must(t, env.Client.Get(ctx, client.ObjectKey{Name: nodeName}, &n))
+		get(t, "", nodeName, &n)
 		return n.Status.ActiveWaits >= 1, fmt.Sprintf("activeWaits=%d", n.Status.ActiveWaits)
 	})
 	time.Sleep(time.Second) // the wait holds while nothing happens
@@ -125,15 +121,12 @@ func TestWaitOutputMatchesStructuredSession(t *testing.T) {
 // command it watched keeps running, and that command later exits on its own.
 func TestWaitTimesOutAndKillsNothing(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	readyEnvironment(t, ns, workDir(t))
-	must(t, env.Client.Create(ctx, profile(ns, "p", "/bin/sleep", nil, []string{"8"})))
-	must(t, env.Client.Create(ctx, command(ns, "c", "/bin/sleep", "8")))
+	ns := commandInFreshEnvironment(t, "/bin/sleep", []string{"8"}, "8")
 	cmdRef := wbv1.ObjectName("c")
 	must(t, env.Client.Create(ctx, wait(ns, "w", wbv1.Scope{CommandRef: &cmdRef}, wbv1.ConditionKindCommandDone, 2)))
 	w := waitStatus(t, ns, "w", 30*time.Second, "TimedOut", isStatus(wbv1.WaitTimedOut))
 	var c wbv1.TerminalCommand
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c"}, &c))
+	get(t, ns, "c", &c)
 	if c.Status.Phase != wbv1.CommandRunning {
 		t.Fatalf("the watched command is %s after the wait timed out: %+v", c.Status.Phase, c.Status)
 	}
@@ -163,7 +156,7 @@ func TestProbeFileExists(t *testing.T) {
 	for name, want := range map[string]wbv1.ProbeResult{"present": "Pass", "absent": "Fail"} {
 		var p wbv1.Probe
 		eventually(t, 30*time.Second, "probe "+name+" result", func() (bool, string) {
-			must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p))
+			get(t, ns, name, &p)
 			return p.Status.Result != "" && p.Status.Result != "Pending", fmt.Sprintf("%+v", p.Status)
 		})
 		if p.Status.Result != want || p.Status.ObservedAt == nil || p.Status.Refusal != nil {
@@ -191,16 +184,15 @@ func TestWaitInterruptedByRestart(t *testing.T) {
 	readyEnvironmentOn(t, ns, root, node)
 	must(t, env.Client.Create(ctx, wait(ns, "w", fileScope("never.txt"), wbv1.ConditionKindFileExists, 600)))
 	waitStatus(t, ns, "w", 30*time.Second, "Pending", isStatus(wbv1.WaitPending))
-	must(t, first.cmd.Process.Signal(syscall.SIGTERM))
-	_ = first.cmd.Wait()
+	must(t, first.Terminate())
 	var w wbv1.Wait
-	must(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "w"}, &w))
+	get(t, ns, "w", &w)
 	if w.Status.ConditionStatus != wbv1.WaitPending {
-		t.Fatalf("stopping the agent changed the wait: %+v\nagent log:\n%s", w.Status, tail(first.log.String()))
+		t.Fatalf("stopping the agent changed the wait: %+v\nagent log:\n%s", w.Status, first.LogTail())
 	}
 
 	second := na.start(t)
-	defer second.stop()
+	defer second.Stop()
 	got := waitStatus(t, ns, "w", 60*time.Second, "Failed", isStatus(wbv1.WaitFailed))
 	if got.Status.Refusal == nil || got.Status.Refusal.Code != "interrupted" || got.Status.NodeName != node {
 		t.Fatalf("status = %+v", got.Status)
