@@ -34,17 +34,20 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 		now = cfg.Clock
 	}
 	cooldown := actuation.NewDenyCooldown()
+	gate := func(recorder string) ConsentGate {
+		return ConsentGate{Client: c, Recorder: mgr.GetEventRecorder(recorder), Now: now, ConsentTimeoutSeconds: cfg.ConsentTimeoutSeconds, Cooldown: cooldown}
+	}
 	for _, s := range []interface{ SetupWithManager(ctrl.Manager) error }{
 		&EnvironmentReconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("workbench-environment"), Now: now},
 		&EnvironmentPoolReconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("workbench-environmentpool")},
 		&CommandProfileReconciler{Client: c},
 		&ConsentRequestReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-consent"), Now: now, Cooldown: cooldown},
 		&ConsentGrantReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-consent"), Now: now, Recheck: cfg.BindingRecheck},
-		&TerminalCommandReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-command"), Now: now, ConsentTimeoutSeconds: cfg.ConsentTimeoutSeconds, Cooldown: cooldown},
+		&TerminalCommandReconciler{gate("workbench-command")},
 		sessionBinder(c, now), waitBinder(c, now), probeBinder(c, now), patchBinder(c, now),
 		&SessionCapacityReconciler{Client: c}, &ImageManifestReconciler{Client: c},
 		&ActionCatalogReconciler{Client: c},
-		&ActionRunReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-action"), Now: now, ConsentTimeoutSeconds: cfg.ConsentTimeoutSeconds, Cooldown: cooldown},
+		&ActionRunReconciler{gate("workbench-action")},
 		recordingBinder(c, now), &SkillReplayReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-skillreplay"), Now: now},
 	} {
 		if err := s.SetupWithManager(mgr); err != nil {

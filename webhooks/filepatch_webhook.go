@@ -2,10 +2,8 @@ package webhooks
 
 import (
 	"context"
-	"fmt"
 	"io/fs"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -64,11 +62,8 @@ func (v FilePatchValidator) validateAgainstEnvironment(ctx context.Context, obj 
 		return nil, nil
 	}
 	var env wbv1.Environment
-	if err := v.Reader.Get(ctx, client.ObjectKey{Namespace: obj.Namespace, Name: string(obj.Spec.EnvironmentRef)}, &env); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("reading Environment %s/%s for FilePatch %s: %w", obj.Namespace, obj.Spec.EnvironmentRef, obj.Name, err)
+	if found, err := lookup(ctx, v.Reader, "Environment", obj.Namespace, obj.Spec.EnvironmentRef, &env, " for FilePatch "+obj.Name); err != nil || !found {
+		return nil, err
 	}
 	return validatePatchAgainstEnvironment(&obj.Spec, &env.Spec), nil
 }
