@@ -63,14 +63,7 @@ func ValidateActionCatalog(cat *wbv1.ActionCatalog) field.ErrorList {
 
 // ValidateCreate implements admission.Validator.
 func (ActionCatalogValidator) ValidateCreate(ctx context.Context, obj *wbv1.ActionCatalog) (admission.Warnings, error) {
-	req, err := request(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := nodeRestriction(req, "ActionCatalog", obj.Name); err != nil {
-		return nil, err
-	}
-	return nil, invalid("ActionCatalog", obj.Name, ValidateActionCatalog(obj))
+	return nil, specRefusals(ctx, "ActionCatalog", obj.Name, func() field.ErrorList { return ValidateActionCatalog(obj) })
 }
 
 // ValidateUpdate implements admission.Validator.
@@ -109,11 +102,7 @@ func (ActionSignerValidator) ValidateDelete(context.Context, *wbv1.ActionSigner)
 
 // ValidateCreate implements admission.Validator.
 func (v ActionRunValidator) ValidateCreate(ctx context.Context, obj *wbv1.ActionRun) (admission.Warnings, error) {
-	req, err := request(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := nodeRestriction(req, "ActionRun", obj.Name); err != nil {
+	if _, err := nodeRestrictedRequest(ctx, "ActionRun", obj.Name); err != nil {
 		return nil, err
 	}
 	d, err := v.Decide(ctx, obj)

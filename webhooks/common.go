@@ -75,6 +75,25 @@ func lookup[N ~string](ctx context.Context, r client.Reader, kind, namespace str
 	}
 }
 
+// nodeRestrictedRequest is the admission request in ctx, refused (nodeRestriction) when a
+// node identity writes the spec of kind, or creates one.
+func nodeRestrictedRequest(ctx context.Context, kind, name string) (admission.Request, error) {
+	req, err := request(ctx)
+	if err != nil {
+		return admission.Request{}, err
+	}
+	return req, nodeRestriction(req, kind, name)
+}
+
+// specRefusals is the rule of a kind judged by its spec alone: no node identity writes it,
+// and the spec's refusals (computed only then) make one Invalid error.
+func specRefusals(ctx context.Context, kind, name string, refusals func() field.ErrorList) error {
+	if _, err := nodeRestrictedRequest(ctx, kind, name); err != nil {
+		return err
+	}
+	return invalid(kind, name, refusals())
+}
+
 // invalid turns refusals into one Invalid error whose causes carry the refusal codes.
 func invalid(kind string, name string, errs field.ErrorList) error {
 	if len(errs) == 0 {

@@ -35,11 +35,8 @@ func setupFilePatch(mgr ctrl.Manager) error {
 
 // ValidateCreate implements admission.Validator.
 func (v FilePatchValidator) ValidateCreate(ctx context.Context, obj *wbv1.FilePatch) (admission.Warnings, error) {
-	req, err := request(ctx)
+	req, err := nodeRestrictedRequest(ctx, "FilePatch", obj.Name)
 	if err != nil {
-		return nil, err
-	}
-	if err := nodeRestriction(req, "FilePatch", obj.Name); err != nil {
 		return nil, err
 	}
 	if obj.Spec.Approval != "" && obj.Spec.Approval != "Pending" {
@@ -86,11 +83,8 @@ func validatePatchAgainstEnvironment(spec *wbv1.FilePatchSpec, envSpec *wbv1.Env
 
 // ValidateUpdate implements admission.Validator.
 func (v FilePatchValidator) ValidateUpdate(ctx context.Context, old, obj *wbv1.FilePatch) (admission.Warnings, error) {
-	req, err := request(ctx)
+	req, err := nodeRestrictedRequest(ctx, "FilePatch", obj.Name)
 	if err != nil {
-		return nil, err
-	}
-	if err := nodeRestriction(req, "FilePatch", obj.Name); err != nil {
 		return nil, err
 	}
 	if !isStatus(req) && old.Spec.Approval != obj.Spec.Approval {

@@ -44,11 +44,7 @@ func setupTerminalCommand(mgr ctrl.Manager) error {
 
 // ValidateCreate implements admission.Validator.
 func (v TerminalCommandValidator) ValidateCreate(ctx context.Context, obj *wbv1.TerminalCommand) (admission.Warnings, error) {
-	req, err := request(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := nodeRestriction(req, "TerminalCommand", obj.Name); err != nil {
+	if _, err := nodeRestrictedRequest(ctx, "TerminalCommand", obj.Name); err != nil {
 		return nil, err
 	}
 	errs := ValidateCommandShape(&obj.Spec)

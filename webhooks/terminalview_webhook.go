@@ -97,11 +97,8 @@ func (TerminalViewValidator) ValidateDelete(context.Context, *wbv1.TerminalView)
 }
 
 func (v TerminalViewValidator) validate(ctx context.Context, obj *wbv1.TerminalView) error {
-	req, err := request(ctx)
+	req, err := nodeRestrictedRequest(ctx, "TerminalView", obj.Name)
 	if err != nil {
-		return err
-	}
-	if err := nodeRestriction(req, "TerminalView", obj.Name); err != nil {
 		return err
 	}
 	if isStatus(req) {
