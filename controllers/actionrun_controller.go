@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -28,15 +27,7 @@ import (
 // node publishes the class as enforceable, holds C7 runs for an operator's consent, and
 // binds admitted runs to the Environment's node. The node agent decides again before it
 // spawns anything; every run ends in exactly one recorded outcome.
-type ActionRunReconciler struct {
-	client.Client
-	Recorder events.EventRecorder
-	Now      func() time.Time
-	// ConsentTimeoutSeconds overrides DefaultConsentTimeout for C7 requests.
-	ConsentTimeoutSeconds int64
-	// Cooldown remembers denied argv per identity (shared with the consent request controller).
-	Cooldown *actuation.DenyCooldown
-}
+type ActionRunReconciler struct{ ConsentGate }
 
 // +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=actionruns,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=actionruns/status,verbs=get;update;patch
@@ -72,6 +63,8 @@ func (p *runPass) set(c metav1.Condition) { setCondition(&p.next.Conditions, &p.
 func (p *runPass) hold(reason, msg string) {
 	p.set(cond(wbv1.ConditionAdmitted, false, reason, msg, p.run.Generation))
 }
+
+func (p *runPass) requeueAfter(d time.Duration) { p.result.RequeueAfter = d }
 
 func (r *ActionRunReconciler) refuse(p *runPass, rf *actuation.Refusal) {
 	msg := rf.Message
@@ -135,17 +128,12 @@ func (r *ActionRunReconciler) gate(ctx context.Context, p *runPass) error {
 	run := p.run
 	young := r.Now().Sub(run.CreationTimestamp.Time) < ReferenceGrace
 	var cat wbv1.ActionCatalog
-	if err := r.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: string(run.Spec.CatalogRef)}, &cat); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("reading ActionCatalog of run %s: %w", run.Name, err)
+	if found, rf, err := readReference(ctx, r.Client, run.Namespace, reference{kind: "ActionCatalog", what: "catalog", name: string(run.Spec.CatalogRef),
+		waiting: ReasonWaitingForCatalog, missing: actuation.CodeCatalogEntryMissing, field: "spec.catalogRef"}, &cat, "run "+run.Name, young, p); !found {
+		if rf != nil {
+			r.refuse(p, rf)
 		}
-		if young {
-			p.hold(ReasonWaitingForCatalog, "catalog "+string(run.Spec.CatalogRef)+" does not exist yet")
-			p.result.RequeueAfter = ReferenceGrace
-			return nil
-		}
-		r.refuse(p, actuation.Refuse(actuation.CodeCatalogEntryMissing, "spec.catalogRef", "catalog %s does not exist", run.Spec.CatalogRef))
-		return nil
+		return err
 	}
 	signers, pol, err := convert.ActionAuthority(ctx, r.Client)
 	if err != nil {
@@ -170,27 +158,18 @@ func (r *ActionRunReconciler) gate(ctx context.Context, p *runPass) error {
 	p.next.Observation = convert.ActionObservation(d.Observation)
 
 	var env wbv1.Environment
-	if err := r.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: string(run.Spec.EnvironmentRef)}, &env); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("reading Environment of run %s: %w", run.Name, err)
+	if found, rf, err := readReference(ctx, r.Client, run.Namespace, environmentReference(run.Spec.EnvironmentRef), &env, "run "+run.Name, young, p); !found {
+		if rf != nil {
+			r.refuse(p, rf)
 		}
-		if young {
-			p.hold(wbv1.ReasonWaitingForPlacement, "environment "+string(run.Spec.EnvironmentRef)+" does not exist yet")
-			p.result.RequeueAfter = ReferenceGrace
-			return nil
-		}
-		r.refuse(p, actuation.Refuse(actuation.CodeEnvironmentUnavailable, "spec.environmentRef", "environment %s does not exist", run.Spec.EnvironmentRef))
+		return err
+	}
+	if rf := environmentUnusable(&env); rf != nil {
+		r.refuse(p, rf)
 		return nil
 	}
-	switch env.Status.Phase {
-	case wbv1.EnvironmentFailed, wbv1.EnvironmentExpired, wbv1.EnvironmentClosed, wbv1.EnvironmentDraining:
-		r.refuse(p, actuation.Refuse(actuation.CodeEnvironmentUnavailable, "spec.environmentRef", "environment %s is %s", env.Name, env.Status.Phase))
-		return nil
-	}
-	node := env.Status.NodeName
+	node := placedNode(&env, p)
 	if node == "" {
-		p.hold(wbv1.ReasonWaitingForPlacement, "environment "+env.Name+" is not placed on a node yet")
-		p.result.RequeueAfter = PlacementRecheck
 		return nil
 	}
 	var wn wbv1.WorkbenchNode
@@ -210,16 +189,8 @@ func (r *ActionRunReconciler) gate(ctx context.Context, p *runPass) error {
 		}
 		reason, by = wbv1.ReasonAdmittedByConsent, "consent "+p.next.ConsentRequestRef
 	}
-	if run.Labels[wbv1.NodeLabel] != node || run.Labels[wbv1.EnvironmentLabel] != env.Name {
-		orig := run.DeepCopy()
-		if run.Labels == nil {
-			run.Labels = map[string]string{}
-		}
-		run.Labels[wbv1.NodeLabel] = node
-		run.Labels[wbv1.EnvironmentLabel] = env.Name
-		if err := r.Patch(ctx, run, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-			return fmt.Errorf("binding ActionRun %s to node %s: %w", run.Name, node, err)
-		}
+	if err := bindToNode(ctx, r.Client, "ActionRun", run, node, env.Name); err != nil {
+		return err
 	}
 	p.set(cond(wbv1.ConditionAdmitted, true, reason, "admitted by "+by+" for node "+node, run.Generation))
 	return nil
@@ -251,21 +222,15 @@ func (r *ActionRunReconciler) consent(ctx context.Context, p *runPass, env *wbv1
 					SafetyCaps:     wbv1.SafetyCaps{TimeoutSeconds: p.next.TimeoutSeconds, OutputBytes: 0, Egress: "Deny", Credentials: "Denied"},
 					ReasonCode:     string(actuation.CodeConsentRequired),
 				},
-				Options:        []wbv1.ConsentScope{wbv1.ConsentDeny, wbv1.ConsentAllowOnce, wbv1.ConsentAddToCatalog},
-				TimeoutSeconds: DefaultConsentTimeout,
+				Options: []wbv1.ConsentScope{wbv1.ConsentDeny, wbv1.ConsentAllowOnce, wbv1.ConsentAddToCatalog},
 			},
 		}
-		if r.ConsentTimeoutSeconds > 0 {
-			cr.Spec.TimeoutSeconds = r.ConsentTimeoutSeconds
-		}
-		opts, ref, err := consentGate(ctx, r.Client, r.Cooldown, run.Namespace, &cr.Spec.Descriptor, cr.Spec.Options, r.Now())
-		if err != nil || ref != nil {
+		if ref, err := r.settle(ctx, &cr); err != nil || ref != nil {
 			if ref != nil {
 				r.refuse(p, ref)
 			}
 			return false, err
 		}
-		cr.Spec.Options = opts
 		log.FromContext(ctx).Info("Creating consent request for operator-gated run", "run", client.ObjectKeyFromObject(run), "request", name)
 		if err := r.Create(ctx, &cr); err != nil {
 			return false, fmt.Errorf("creating ConsentRequest %s for run %s: %w", name, run.Name, err)

@@ -187,26 +187,26 @@ func (r *ConsentRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			g := o.(*wbv1.ConsentGrant)
 			return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: g.Namespace, Name: string(g.Spec.RequestRef)}}}
 		})).
-		Watches(&wbv1.TerminalCommand{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			c := o.(*wbv1.TerminalCommand)
-			if c.Status.ConsentRequestRef == "" {
-				return nil
-			}
-			return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: c.Namespace, Name: c.Status.ConsentRequestRef}}}
-		}), builder.WithPredicates(predicate.Funcs{
-			CreateFunc: func(event.CreateEvent) bool { return false }, UpdateFunc: func(event.UpdateEvent) bool { return false },
-			DeleteFunc: func(event.DeleteEvent) bool { return true }, GenericFunc: func(event.GenericEvent) bool { return false },
-		})).
-		Watches(&wbv1.ActionRun{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			r := o.(*wbv1.ActionRun)
-			if r.Status.ConsentRequestRef == "" {
-				return nil
-			}
-			return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: r.Namespace, Name: r.Status.ConsentRequestRef}}}
-		}), builder.WithPredicates(predicate.Funcs{
-			CreateFunc: func(event.CreateEvent) bool { return false }, UpdateFunc: func(event.UpdateEvent) bool { return false },
-			DeleteFunc: func(event.DeleteEvent) bool { return true }, GenericFunc: func(event.GenericEvent) bool { return false },
-		})).
+		Watches(&wbv1.TerminalCommand{}, requestOfDeleted(func(o client.Object) string { return o.(*wbv1.TerminalCommand).Status.ConsentRequestRef }), deletesOnly).
+		Watches(&wbv1.ActionRun{}, requestOfDeleted(func(o client.Object) string { return o.(*wbv1.ActionRun).Status.ConsentRequestRef }), deletesOnly).
 		Named("consentrequest").
 		Complete(r)
+}
+
+// deletesOnly passes only delete events: a request is collected once what asked it is gone.
+var deletesOnly = builder.WithPredicates(predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false }, UpdateFunc: func(event.UpdateEvent) bool { return false },
+	DeleteFunc: func(event.DeleteEvent) bool { return true }, GenericFunc: func(event.GenericEvent) bool { return false },
+})
+
+// requestOfDeleted maps a deleted command or run to the consent request it names (ref; none
+// when it asked none).
+func requestOfDeleted(ref func(client.Object) string) handler.EventHandler {
+	return handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		name := ref(o)
+		if name == "" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
+	})
 }

@@ -93,8 +93,7 @@ func declaredReconcilers(c client.Client) []interface{ SetupWithManager(ctrl.Man
 				return declaredStatus{KeyID: o.Status.KeyID, ObservedGeneration: o.Status.ObservedGeneration, Conditions: o.Status.Conditions}
 			},
 			Check: func(o *wbv1.ActionSigner) (wbv1.Digest, error) {
-				id, err := actions.ValidateSigner(o.Spec.PublicKey, o.Spec.Namespaces)
-				return wbv1.Digest(id), err
+				return signerKeyID(o.Spec.PublicKey, o.Spec.Namespaces)
 			}},
 		&DeclaredHealthReconciler[*wbv1.BundleSigner]{Client: c, Kind: "BundleSigner",
 			NewObj: func() *wbv1.BundleSigner { return &wbv1.BundleSigner{} },
@@ -102,8 +101,7 @@ func declaredReconcilers(c client.Client) []interface{ SetupWithManager(ctrl.Man
 				return declaredStatus{KeyID: o.Status.KeyID, ObservedGeneration: o.Status.ObservedGeneration, Conditions: o.Status.Conditions}
 			},
 			Check: func(o *wbv1.BundleSigner) (wbv1.Digest, error) {
-				id, err := actions.ValidateSigner(o.Spec.PublicKey, o.Spec.Namespaces)
-				return wbv1.Digest(id), err
+				return signerKeyID(o.Spec.PublicKey, o.Spec.Namespaces)
 			}},
 		&DeclaredHealthReconciler[*wbv1.Skill]{Client: c, Kind: "Skill",
 			NewObj: func() *wbv1.Skill { return &wbv1.Skill{} },
@@ -118,4 +116,11 @@ func declaredReconcilers(c client.Client) []interface{ SetupWithManager(ctrl.Man
 				return "", m.Validate()
 			}},
 	}
+}
+
+// signerKeyID is the key ID of a signer (ActionSigner, BundleSigner) whose key decodes and
+// whose namespaces are valid (actions.ValidateSigner).
+func signerKeyID(publicKey string, namespaces []string) (wbv1.Digest, error) {
+	id, err := actions.ValidateSigner(publicKey, namespaces)
+	return wbv1.Digest(id), err
 }

@@ -27,8 +27,7 @@ func recordingBinder(c client.Client, now func() time.Time) *BindingReconciler[*
 			return o.Status.TraceArtifactRef != "" || o.Status.Phase == wbv1.RecordingPhaseFailed
 		},
 		Fail: func(ctx context.Context, c client.Client, o *wbv1.Recording, code actuation.Code, msg string) error {
-			_, err := applyStatus(ctx, c, "binding", o, wbv1.RecordingStatus{}, wbv1.RecordingStatus{Phase: wbv1.RecordingPhaseFailed, Refusal: refusal(code, msg)})
-			return err
+			return applyBinding(ctx, c, o, wbv1.RecordingStatus{Phase: wbv1.RecordingPhaseFailed, Refusal: refusal(code, msg)})
 		},
 	}
 }

@@ -34,17 +34,20 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 		now = cfg.Clock
 	}
 	cooldown := actuation.NewDenyCooldown()
+	gate := func(recorder string) ConsentGate {
+		return ConsentGate{Client: c, Recorder: mgr.GetEventRecorder(recorder), Now: now, ConsentTimeoutSeconds: cfg.ConsentTimeoutSeconds, Cooldown: cooldown}
+	}
 	for _, s := range []interface{ SetupWithManager(ctrl.Manager) error }{
 		&EnvironmentReconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("workbench-environment"), Now: now},
 		&EnvironmentPoolReconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("workbench-environmentpool")},
 		&CommandProfileReconciler{Client: c},
 		&ConsentRequestReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-consent"), Now: now, Cooldown: cooldown},
 		&ConsentGrantReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-consent"), Now: now, Recheck: cfg.BindingRecheck},
-		&TerminalCommandReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-command"), Now: now, ConsentTimeoutSeconds: cfg.ConsentTimeoutSeconds, Cooldown: cooldown},
+		&TerminalCommandReconciler{gate("workbench-command")},
 		sessionBinder(c, now), waitBinder(c, now), probeBinder(c, now), patchBinder(c, now),
 		&SessionCapacityReconciler{Client: c}, &ImageManifestReconciler{Client: c},
 		&ActionCatalogReconciler{Client: c},
-		&ActionRunReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-action"), Now: now, ConsentTimeoutSeconds: cfg.ConsentTimeoutSeconds, Cooldown: cooldown},
+		&ActionRunReconciler{gate("workbench-action")},
 		recordingBinder(c, now), &SkillReplayReconciler{Client: c, Recorder: mgr.GetEventRecorder("workbench-skillreplay"), Now: now},
 	} {
 		if err := s.SetupWithManager(mgr); err != nil {
@@ -63,6 +66,20 @@ func refusal(code actuation.Code, msg string) *wbv1.Refusal {
 	return &wbv1.Refusal{Code: string(code), Message: truncate(msg, 1024)}
 }
 
+// failed is the conditions of an object the binder fails with msg: its own condition
+// (condType, status, reason) first, then the health conditions of health for phase.
+func failed(condType string, status bool, reason string, health wbv1.Health, phase, msg string, gen int64) []metav1.Condition {
+	return append([]metav1.Condition{cond(condType, status, reason, msg, gen)}, wbv1.HealthConditions(health, phase, msg, gen)...)
+}
+
+// applyBinding applies next, the whole status the binder writes of o (under its own field
+// manager, over nothing it owned before).
+func applyBinding[S any](ctx context.Context, c client.Client, o client.Object, next S) error {
+	var none S
+	_, err := applyStatus(ctx, c, "binding", o, none, next)
+	return err
+}
+
 func sessionBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1.TerminalSession] {
 	return &BindingReconciler[*wbv1.TerminalSession]{
 		Client: c, Now: now, Kind: "TerminalSession", NewObj: func() *wbv1.TerminalSession { return &wbv1.TerminalSession{} },
@@ -72,11 +89,8 @@ func sessionBinder(c client.Client, now func() time.Time) *BindingReconciler[*wb
 		},
 		Final: func(o *wbv1.TerminalSession) bool { return wbv1.SessionPhaseIsFinal(o.Status.Phase) },
 		Fail: func(ctx context.Context, c client.Client, o *wbv1.TerminalSession, code actuation.Code, msg string) error {
-			next := wbv1.TerminalSessionStatus{Phase: wbv1.SessionFailed, Refusal: refusal(code, msg), ObservedGeneration: o.Generation,
-				Conditions: append([]metav1.Condition{cond(wbv1.ConditionReady, false, wbv1.ReasonFailed, string(code)+": "+msg, o.Generation)},
-					wbv1.HealthConditions(wbv1.HealthStalled, string(wbv1.SessionFailed), string(code)+": "+msg, o.Generation)...)}
-			_, err := applyStatus(ctx, c, "binding", o, wbv1.TerminalSessionStatus{}, next)
-			return err
+			conds := failed(wbv1.ConditionReady, false, wbv1.ReasonFailed, wbv1.HealthStalled, string(wbv1.SessionFailed), string(code)+": "+msg, o.Generation)
+			return applyBinding(ctx, c, o, wbv1.TerminalSessionStatus{Phase: wbv1.SessionFailed, Refusal: refusal(code, msg), ObservedGeneration: o.Generation, Conditions: conds})
 		},
 	}
 }
@@ -93,12 +107,8 @@ func waitBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1.
 			return scopeCorrelation(ctx, r, o, o.Spec.Scope)
 		},
 		Fail: func(ctx context.Context, c client.Client, o *wbv1.Wait, code actuation.Code, msg string) error {
-			m := string(code) + ": " + msg
-			conds := append([]metav1.Condition{cond(wbv1.ConditionCompleted, true, string(wbv1.WaitFailed), m, o.Generation)},
-				wbv1.HealthConditions(wbv1.WaitHealth(wbv1.WaitFailed), string(wbv1.WaitFailed), m, o.Generation)...)
-			_, err := applyStatus(ctx, c, "binding", o, wbv1.WaitStatus{}, wbv1.WaitStatus{ConditionStatus: wbv1.WaitStatusFor(conds),
-				Refusal: refusal(code, msg), ObservedGeneration: o.Generation, Conditions: conds})
-			return err
+			conds := failed(wbv1.ConditionCompleted, true, string(wbv1.WaitFailed), wbv1.WaitHealth(wbv1.WaitFailed), string(wbv1.WaitFailed), string(code)+": "+msg, o.Generation)
+			return applyBinding(ctx, c, o, wbv1.WaitStatus{ConditionStatus: wbv1.WaitStatusFor(conds), Refusal: refusal(code, msg), ObservedGeneration: o.Generation, Conditions: conds})
 		},
 	}
 }
@@ -115,12 +125,8 @@ func probeBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1
 			return scopeCorrelation(ctx, r, o, o.Spec.Scope)
 		},
 		Fail: func(ctx context.Context, c client.Client, o *wbv1.Probe, code actuation.Code, msg string) error {
-			m := string(code) + ": " + msg
-			conds := append([]metav1.Condition{cond(wbv1.ConditionCompleted, true, string(wbv1.ProbeError), m, o.Generation)},
-				wbv1.HealthConditions(wbv1.ProbeHealth(wbv1.ProbeError), string(wbv1.ProbeError), m, o.Generation)...)
-			_, err := applyStatus(ctx, c, "binding", o, wbv1.ProbeStatus{}, wbv1.ProbeStatus{Result: wbv1.ProbeResultFor(conds),
-				Refusal: refusal(code, msg), ObservedGeneration: o.Generation, Conditions: conds})
-			return err
+			conds := failed(wbv1.ConditionCompleted, true, string(wbv1.ProbeError), wbv1.ProbeHealth(wbv1.ProbeError), string(wbv1.ProbeError), string(code)+": "+msg, o.Generation)
+			return applyBinding(ctx, c, o, wbv1.ProbeStatus{Result: wbv1.ProbeResultFor(conds), Refusal: refusal(code, msg), ObservedGeneration: o.Generation, Conditions: conds})
 		},
 	}
 }
@@ -134,12 +140,8 @@ func patchBinder(c client.Client, now func() time.Time) *BindingReconciler[*wbv1
 		},
 		Final: func(o *wbv1.FilePatch) bool { return wbv1.FilePatchIsFinal(o.Status.Phase) },
 		Fail: func(ctx context.Context, c client.Client, o *wbv1.FilePatch, code actuation.Code, msg string) error {
-			m := string(code) + ": " + msg
-			conds := append([]metav1.Condition{cond(wbv1.ConditionApplied, false, wbv1.ReasonRefused, m, o.Generation)},
-				wbv1.HealthConditions(wbv1.FilePatchHealth(wbv1.FilePatchRejected), string(wbv1.FilePatchRejected), m, o.Generation)...)
-			_, err := applyStatus(ctx, c, "binding", o, wbv1.FilePatchStatus{}, wbv1.FilePatchStatus{Phase: wbv1.FilePatchPhaseFor(conds),
-				Refusal: refusal(code, msg), ObservedGeneration: o.Generation, Conditions: conds})
-			return err
+			conds := failed(wbv1.ConditionApplied, false, wbv1.ReasonRefused, wbv1.FilePatchHealth(wbv1.FilePatchRejected), string(wbv1.FilePatchRejected), string(code)+": "+msg, o.Generation)
+			return applyBinding(ctx, c, o, wbv1.FilePatchStatus{Phase: wbv1.FilePatchPhaseFor(conds), Refusal: refusal(code, msg), ObservedGeneration: o.Generation, Conditions: conds})
 		},
 	}
 }

@@ -117,15 +117,21 @@ func (r *SkillReplayReconciler) step(ctx context.Context, sr *wbv1.SkillReplay, 
 		next.StartTime = &metav1.Time{Time: now}
 		next.Result, next.ResultText = wbv1.SkillReplayRunning, "running"
 	}
-	var sk wbv1.Skill
-	if err := r.Get(ctx, types.NamespacedName{Namespace: sr.Namespace, Name: string(sr.Spec.SkillRef)}, &sk); err != nil {
+	// unread ends the pass on a reference that could not be read: a read error, a wait while
+	// the replay is younger than ReferenceGrace (GitOps applies objects in any order), then
+	// the whole replay's refusal (code).
+	unread := func(err error, code actuation.Code, what, name string) (ctrl.Result, error) {
 		if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, err
 		}
 		if now.Sub(sr.CreationTimestamp.Time) < ReferenceGrace {
 			return ctrl.Result{RequeueAfter: ReferenceGrace}, nil
 		}
-		return r.refuseWhole(sr, next, actuation.CodeSkillInvalid, "skill "+string(sr.Spec.SkillRef)+" does not exist"), nil
+		return r.refuseWhole(sr, next, code, what+" "+name+" does not exist"), nil
+	}
+	var sk wbv1.Skill
+	if err := r.Get(ctx, types.NamespacedName{Namespace: sr.Namespace, Name: string(sr.Spec.SkillRef)}, &sk); err != nil {
+		return unread(err, actuation.CodeSkillInvalid, "skill", string(sr.Spec.SkillRef))
 	}
 	m, err := skillsapi.Manifest(&sk.Spec)
 	if err != nil {
@@ -133,13 +139,7 @@ func (r *SkillReplayReconciler) step(ctx context.Context, sr *wbv1.SkillReplay, 
 	}
 	var env wbv1.Environment
 	if err := r.Get(ctx, types.NamespacedName{Namespace: sr.Namespace, Name: string(sr.Spec.EnvironmentRef)}, &env); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return ctrl.Result{}, err
-		}
-		if now.Sub(sr.CreationTimestamp.Time) < ReferenceGrace {
-			return ctrl.Result{RequeueAfter: ReferenceGrace}, nil
-		}
-		return r.refuseWhole(sr, next, actuation.CodeEnvironmentUnavailable, "environment "+string(sr.Spec.EnvironmentRef)+" does not exist"), nil
+		return unread(err, actuation.CodeEnvironmentUnavailable, "environment", string(sr.Spec.EnvironmentRef))
 	}
 	if env.Status.Phase != wbv1.EnvironmentReady {
 		return ctrl.Result{RequeueAfter: PlacementRecheck}, nil // the environment's readiness is not owned here: recheck

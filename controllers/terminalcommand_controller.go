@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -45,15 +44,7 @@ const (
 // prompting. A command bound to a node with an agent is that node's to decide; the manager
 // writes nothing of it unless handed over. Every accepted command ends in exactly one
 // recorded outcome.
-type TerminalCommandReconciler struct {
-	client.Client
-	Recorder events.EventRecorder
-	Now      func() time.Time
-	// ConsentTimeoutSeconds overrides DefaultConsentTimeout.
-	ConsentTimeoutSeconds int64
-	// Cooldown remembers denied argv per identity (shared with the consent request controller).
-	Cooldown *actuation.DenyCooldown
-}
+type TerminalCommandReconciler struct{ ConsentGate }
 
 // +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=terminalcommands,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=workbench.sensorium.dev,resources=terminalcommands/status,verbs=get;update;patch
@@ -128,6 +119,8 @@ func (p *commandPass) hold(reason, msg string) {
 	p.next.AdmittedBy, p.next.AdmittedContext = "", ""
 	p.set(cond(wbv1.ConditionAdmitted, false, reason, msg, p.cmd.Generation))
 }
+
+func (p *commandPass) requeueAfter(d time.Duration) { p.result.RequeueAfter = d }
 
 func (r *TerminalCommandReconciler) refuse(p *commandPass, code actuation.Code, msg string) {
 	p.next.Refusal = &wbv1.Refusal{Code: string(code), Message: truncate(msg, 1024)}
@@ -219,17 +212,9 @@ func (r *TerminalCommandReconciler) gate(ctx context.Context, p *commandPass) er
 	}
 	young := r.Now().Sub(cmd.CreationTimestamp.Time) < ReferenceGrace
 	var sess wbv1.TerminalSession
-	if err := r.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: string(cmd.Spec.SessionRef)}, &sess); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("reading TerminalSession of %s: %w", cmd.Name, err)
-		}
-		if young {
-			p.hold(wbv1.ReasonWaitingForSession, "session "+string(cmd.Spec.SessionRef)+" does not exist yet")
-			p.result.RequeueAfter = ReferenceGrace
-			return nil
-		}
-		r.refuse(p, actuation.CodeSessionMissing, "session "+string(cmd.Spec.SessionRef)+" does not exist")
-		return nil
+	if found, err := r.readReference(ctx, p, reference{kind: "TerminalSession", what: "session", name: string(cmd.Spec.SessionRef),
+		waiting: wbv1.ReasonWaitingForSession, missing: actuation.CodeSessionMissing, field: "spec.sessionRef"}, &sess, young); !found {
+		return err
 	}
 	switch sess.Status.Phase {
 	case wbv1.SessionClosed, wbv1.SessionFailed, wbv1.SessionExpired, wbv1.SessionKilled:
@@ -237,35 +222,17 @@ func (r *TerminalCommandReconciler) gate(ctx context.Context, p *commandPass) er
 		return nil
 	}
 	var env wbv1.Environment
-	if err := r.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: string(sess.Spec.EnvironmentRef)}, &env); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("reading Environment of %s: %w", cmd.Name, err)
-		}
-		if young {
-			p.hold(wbv1.ReasonWaitingForPlacement, "environment "+string(sess.Spec.EnvironmentRef)+" does not exist yet")
-			p.result.RequeueAfter = ReferenceGrace
-			return nil
-		}
-		r.refuse(p, actuation.CodeEnvironmentUnavailable, "environment "+string(sess.Spec.EnvironmentRef)+" does not exist")
-		return nil
+	if found, err := r.readReference(ctx, p, environmentReference(sess.Spec.EnvironmentRef), &env, young); !found {
+		return err
 	}
-	switch env.Status.Phase {
-	case wbv1.EnvironmentFailed, wbv1.EnvironmentExpired, wbv1.EnvironmentClosed, wbv1.EnvironmentDraining:
-		r.refuse(p, actuation.CodeEnvironmentUnavailable, "environment "+env.Name+" is "+string(env.Status.Phase))
+	if rf := environmentUnusable(&env); rf != nil {
+		r.refuse(p, rf.Code, rf.Message)
 		return nil
 	}
 	var prof wbv1.CommandProfile
-	if err := r.Get(ctx, types.NamespacedName{Namespace: cmd.Namespace, Name: string(cmd.Spec.ProfileRef)}, &prof); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("reading CommandProfile of %s: %w", cmd.Name, err)
-		}
-		if young {
-			p.hold(wbv1.ReasonWaitingForProfile, "profile "+string(cmd.Spec.ProfileRef)+" does not exist yet")
-			p.result.RequeueAfter = ReferenceGrace
-			return nil
-		}
-		r.refuse(p, actuation.CodeProfileMissing, "profile "+string(cmd.Spec.ProfileRef)+" does not exist")
-		return nil
+	if found, err := r.readReference(ctx, p, reference{kind: "CommandProfile", what: "profile", name: string(cmd.Spec.ProfileRef),
+		waiting: wbv1.ReasonWaitingForProfile, missing: actuation.CodeProfileMissing, field: "spec.profileRef"}, &prof, young); !found {
+		return err
 	}
 	// The core's one admission pipeline (shape, caps, cwd, env, argv against the profile and
 	// the consent entries bound to this command); the node decides with the same function.
@@ -285,6 +252,16 @@ func (r *TerminalCommandReconciler) gate(ctx context.Context, p *commandPass) er
 		adm = actuation.Admission{Admitted: true, By: p.next.AdmittedBy, Scope: actuation.ConsentScope(wbv1.ConsentAllowOnce)}
 	}
 	return r.admit(ctx, p, &env, adm)
+}
+
+// readReference is the gate's readReference for a command: a missing object still missing
+// after ReferenceGrace is refused here. found is true only when obj was read.
+func (r *TerminalCommandReconciler) readReference(ctx context.Context, p *commandPass, ref reference, obj client.Object, young bool) (bool, error) {
+	found, rf, err := readReference(ctx, r.Client, p.cmd.Namespace, ref, obj, p.cmd.Name, young, p)
+	if rf != nil {
+		r.refuse(p, rf.Code, rf.Message)
+	}
+	return found, err
 }
 
 // idempotencyConflict enforces that an idempotency key names one intent in its namespace
@@ -442,18 +419,12 @@ func (r *TerminalCommandReconciler) ensureConsentRequest(ctx context.Context, p 
 				Requester:  cmd.Spec.CreatedBy,
 				ReasonCode: string(actuation.CodeConsentRequired),
 			},
-			Options:        []wbv1.ConsentScope{wbv1.ConsentDeny, wbv1.ConsentAllowOnce, wbv1.ConsentRememberExactArgv, wbv1.ConsentRememberArgvPrefix},
-			TimeoutSeconds: DefaultConsentTimeout,
+			Options: []wbv1.ConsentScope{wbv1.ConsentDeny, wbv1.ConsentAllowOnce, wbv1.ConsentRememberExactArgv, wbv1.ConsentRememberArgvPrefix},
 		},
 	}
-	if r.ConsentTimeoutSeconds > 0 {
-		cr.Spec.TimeoutSeconds = r.ConsentTimeoutSeconds
-	}
-	opts, ref, err := consentGate(ctx, r.Client, r.Cooldown, cmd.Namespace, &cr.Spec.Descriptor, cr.Spec.Options, r.Now())
-	if err != nil || ref != nil {
+	if ref, err := r.settle(ctx, cr); err != nil || ref != nil {
 		return nil, errors.Join(err, ref.Err())
 	}
-	cr.Spec.Options = opts
 	// No owner reference: a remembered grant outlives the command that prompted it, so the
 	// request it answers must too. The consent request controller deletes a request once
 	// its command is gone and no durable grant needs it.
@@ -469,10 +440,8 @@ func (r *TerminalCommandReconciler) ensureConsentRequest(ctx context.Context, p 
 // consumed first, so it can never admit two commands.
 func (r *TerminalCommandReconciler) admit(ctx context.Context, p *commandPass, env *wbv1.Environment, adm actuation.Admission) error {
 	cmd := p.cmd
-	node := env.Status.NodeName
+	node := placedNode(env, p)
 	if node == "" {
-		p.hold(wbv1.ReasonWaitingForPlacement, "environment "+env.Name+" is not placed on a node yet")
-		p.result.RequeueAfter = PlacementRecheck
 		return nil
 	}
 	if p.reevaluate && adm.By != actuation.AdmittedByProfile && adm.Scope == actuation.ConsentScope(wbv1.ConsentAllowOnce) {
@@ -488,16 +457,8 @@ func (r *TerminalCommandReconciler) admit(ctx context.Context, p *commandPass, e
 			return err
 		}
 	}
-	if cmd.Labels[wbv1.NodeLabel] != node || cmd.Labels[wbv1.EnvironmentLabel] != env.Name {
-		orig := cmd.DeepCopy()
-		if cmd.Labels == nil {
-			cmd.Labels = map[string]string{}
-		}
-		cmd.Labels[wbv1.NodeLabel] = node
-		cmd.Labels[wbv1.EnvironmentLabel] = env.Name
-		if err := r.Patch(ctx, cmd, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-			return fmt.Errorf("binding TerminalCommand %s to node %s: %w", cmd.Name, node, err)
-		}
+	if err := bindToNode(ctx, r.Client, "TerminalCommand", cmd, node, env.Name); err != nil {
+		return err
 	}
 	reason := wbv1.ReasonAdmittedByProfile
 	if adm.By != "profile" {

@@ -55,7 +55,7 @@ func (f *gateFixture) reconciler(t *testing.T, cd *actuation.DenyCooldown) *Term
 	if cd == nil {
 		cd = actuation.NewDenyCooldown()
 	}
-	return &TerminalCommandReconciler{Client: cachedClient(t), Recorder: recorder(t, "test-command"), Now: f.clock.Now, Cooldown: cd}
+	return &TerminalCommandReconciler{ConsentGate{Client: cachedClient(t), Recorder: recorder(t, "test-command"), Now: f.clock.Now, Cooldown: cd}}
 }
 
 // command creates a command on session s with argv, as the admin client (the webhook stamps

@@ -2,10 +2,7 @@ package webhooks
 
 import (
 	"context"
-	"fmt"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -66,14 +63,7 @@ func ValidateActionCatalog(cat *wbv1.ActionCatalog) field.ErrorList {
 
 // ValidateCreate implements admission.Validator.
 func (ActionCatalogValidator) ValidateCreate(ctx context.Context, obj *wbv1.ActionCatalog) (admission.Warnings, error) {
-	req, err := request(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := nodeRestriction(req, "ActionCatalog", obj.Name); err != nil {
-		return nil, err
-	}
-	return nil, invalid("ActionCatalog", obj.Name, ValidateActionCatalog(obj))
+	return nil, specRefusals(ctx, "ActionCatalog", obj.Name, func() field.ErrorList { return ValidateActionCatalog(obj) })
 }
 
 // ValidateUpdate implements admission.Validator.
@@ -112,11 +102,7 @@ func (ActionSignerValidator) ValidateDelete(context.Context, *wbv1.ActionSigner)
 
 // ValidateCreate implements admission.Validator.
 func (v ActionRunValidator) ValidateCreate(ctx context.Context, obj *wbv1.ActionRun) (admission.Warnings, error) {
-	req, err := request(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := nodeRestriction(req, "ActionRun", obj.Name); err != nil {
+	if _, err := nodeRestrictedRequest(ctx, "ActionRun", obj.Name); err != nil {
 		return nil, err
 	}
 	d, err := v.Decide(ctx, obj)
@@ -133,11 +119,11 @@ func (v ActionRunValidator) ValidateCreate(ctx context.Context, obj *wbv1.Action
 // A missing catalog is catalog-entry-missing.
 func (v ActionRunValidator) Decide(ctx context.Context, run *wbv1.ActionRun) (actions.Decision, error) {
 	var cat wbv1.ActionCatalog
-	if err := v.Reader.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: string(run.Spec.CatalogRef)}, &cat); err != nil {
-		if apierrors.IsNotFound(err) {
+	if found, err := lookup(ctx, v.Reader, "ActionCatalog", run.Namespace, run.Spec.CatalogRef, &cat, ""); err != nil || !found {
+		if err == nil {
 			return actions.Decision{Refusal: actuation.Refuse(actuation.CodeCatalogEntryMissing, "spec.catalogRef", "catalog %s does not exist in %s", run.Spec.CatalogRef, run.Namespace)}, nil
 		}
-		return actions.Decision{}, fmt.Errorf("reading ActionCatalog %s/%s: %w", run.Namespace, run.Spec.CatalogRef, err)
+		return actions.Decision{}, err
 	}
 	signers, pol, err := convert.ActionAuthority(ctx, v.Reader)
 	if err != nil {

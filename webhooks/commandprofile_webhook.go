@@ -33,11 +33,8 @@ func (CommandProfileValidator) ValidateDelete(context.Context, *wbv1.CommandProf
 }
 
 func validateCommandProfile(ctx context.Context, obj *wbv1.CommandProfile) (admission.Warnings, error) {
-	req, err := request(ctx)
+	req, err := nodeRestrictedRequest(ctx, "CommandProfile", obj.Name)
 	if err != nil {
-		return nil, err
-	}
-	if err := nodeRestriction(req, "CommandProfile", obj.Name); err != nil {
 		return nil, err
 	}
 	if isStatus(req) {

@@ -12,6 +12,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -57,6 +58,40 @@ func request(ctx context.Context) (admission.Request, error) {
 		return admission.Request{}, fmt.Errorf("reading admission request: %w", err)
 	}
 	return req, nil
+}
+
+// lookup reads the object name in namespace into obj, live or from the validator's reader.
+// found is false, with no error, when it does not exist: what a missing object means is each
+// caller's rule (a refusal, or nothing to check yet). Any other error names the kind and
+// object read and, in purpose (" for TerminalView v", " of a new command" or ""), what for.
+func lookup[N ~string](ctx context.Context, r client.Reader, kind, namespace string, name N, obj client.Object, purpose string) (found bool, err error) {
+	switch err := r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: string(name)}, obj); {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err):
+		return false, nil
+	default:
+		return false, fmt.Errorf("reading %s %s/%s%s: %w", kind, namespace, name, purpose, err)
+	}
+}
+
+// nodeRestrictedRequest is the admission request in ctx, refused (nodeRestriction) when a
+// node identity writes the spec of kind, or creates one.
+func nodeRestrictedRequest(ctx context.Context, kind, name string) (admission.Request, error) {
+	req, err := request(ctx)
+	if err != nil {
+		return admission.Request{}, err
+	}
+	return req, nodeRestriction(req, kind, name)
+}
+
+// specRefusals is the rule of a kind judged by its spec alone: no node identity writes it,
+// and the spec's refusals (computed only then) make one Invalid error.
+func specRefusals(ctx context.Context, kind, name string, refusals func() field.ErrorList) error {
+	if _, err := nodeRestrictedRequest(ctx, kind, name); err != nil {
+		return err
+	}
+	return invalid(kind, name, refusals())
 }
 
 // invalid turns refusals into one Invalid error whose causes carry the refusal codes.

@@ -2,12 +2,9 @@ package webhooks
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,7 +32,7 @@ type ConsentGrantStamper struct {
 // Default implements admission.Defaulter.
 func (s ConsentGrantStamper) Default(ctx context.Context, obj *wbv1.ConsentGrant) error {
 	var cr wbv1.ConsentRequest
-	user, groups, found, err := consentGranter.stamp(ctx, s.Reader, obj.Name, types.NamespacedName{Namespace: obj.Namespace, Name: string(obj.Spec.RequestRef)}, &cr)
+	user, groups, found, err := consentGranter.stamp(ctx, s.Reader, obj.Name, obj.Namespace, string(obj.Spec.RequestRef), &cr)
 	if err != nil {
 		return err
 	}
@@ -65,12 +62,12 @@ func (v ConsentGrantValidator) ValidateCreate(ctx context.Context, g *wbv1.Conse
 	}
 	specPath := field.NewPath("spec")
 	var cr wbv1.ConsentRequest
-	if err := v.Reader.Get(ctx, types.NamespacedName{Namespace: g.Namespace, Name: string(g.Spec.RequestRef)}, &cr); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, invalid("ConsentGrant", g.Name, field.ErrorList{field.Invalid(specPath.Child("requestRef"), g.Spec.RequestRef,
+	if found, err := lookup(ctx, v.Reader, "ConsentRequest", g.Namespace, g.Spec.RequestRef, &cr, ""); err != nil || !found {
+		if err == nil {
+			err = invalid("ConsentGrant", g.Name, field.ErrorList{field.Invalid(specPath.Child("requestRef"), g.Spec.RequestRef,
 				string(actuation.CodeConsentScopeInvalid)+": the consent request does not exist")})
 		}
-		return nil, fmt.Errorf("reading ConsentRequest %s/%s: %w", g.Namespace, g.Spec.RequestRef, err)
+		return nil, err
 	}
 	var errs field.ErrorList
 	if g.Spec.RequestUID != cr.UID {
@@ -106,11 +103,11 @@ func (v ConsentGrantValidator) ValidateCreate(ctx context.Context, g *wbv1.Conse
 	}
 	if len(errs) == 0 && g.Spec.Scope != wbv1.ConsentDeny && d.Capability == wbv1.CapabilityTerminalCommand {
 		var prof wbv1.CommandProfile
-		if err := v.Reader.Get(ctx, types.NamespacedName{Namespace: g.Namespace, Name: string(d.ProfileRef)}, &prof); err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil, invalid("ConsentGrant", g.Name, field.ErrorList{field.Invalid(specPath.Child("requestRef"), g.Spec.RequestRef, string(actuation.CodeProfileMissing)+": the request's profile no longer exists")})
+		if found, err := lookup(ctx, v.Reader, "CommandProfile", g.Namespace, d.ProfileRef, &prof, ""); err != nil || !found {
+			if err == nil {
+				err = invalid("ConsentGrant", g.Name, field.ErrorList{field.Invalid(specPath.Child("requestRef"), g.Spec.RequestRef, string(actuation.CodeProfileMissing)+": the request's profile no longer exists")})
 			}
-			return nil, fmt.Errorf("reading CommandProfile %s/%s: %w", g.Namespace, d.ProfileRef, err)
+			return nil, err
 		}
 		errs = append(errs, refusalErrors(specPath, one(actuation.ValidateConsentEntry(convert.Profile(&prof.Spec), convert.Entry(g.Namespace, g, d))))...)
 	}

@@ -19,14 +19,12 @@ type ConsentRequestValidator struct{}
 
 // ValidateCreate implements admission.Validator.
 func (ConsentRequestValidator) ValidateCreate(ctx context.Context, obj *wbv1.ConsentRequest) (admission.Warnings, error) {
-	req, err := request(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := nodeRestriction(req, "ConsentRequest", obj.Name); err != nil {
-		return nil, err
-	}
-	d := &obj.Spec.Descriptor
+	return nil, specRefusals(ctx, "ConsentRequest", obj.Name, func() field.ErrorList { return validateDescriptor(&obj.Spec.Descriptor) })
+}
+
+// validateDescriptor checks the reviewed argv's shape and cwd, and that the argv digest is
+// the digest of the descriptor's argv, cwd and profile.
+func validateDescriptor(d *wbv1.ConsentDescriptor) field.ErrorList {
 	descPath := field.NewPath("spec", "descriptor")
 	errs := refusalErrors(descPath.Child("argv"), actuation.ValidateArgvShape(d.Argv))
 	errs = append(errs, pathErrors(descPath.Child("cwd", "path"), string(d.Cwd.Path), false)...)
@@ -35,7 +33,7 @@ func (ConsentRequestValidator) ValidateCreate(ctx context.Context, obj *wbv1.Con
 			errs = append(errs, field.Invalid(descPath.Child("argvDigest"), d.ArgvDigest, string(actuation.CodeDigestMismatch)+": must be "+want))
 		}
 	}
-	return nil, invalid("ConsentRequest", obj.Name, errs)
+	return errs
 }
 
 // ValidateUpdate implements admission.Validator (the spec is immutable by CEL).

@@ -47,11 +47,8 @@ func (EnvironmentValidator) ValidateDelete(context.Context, *wbv1.Environment) (
 }
 
 func (v EnvironmentValidator) validate(ctx context.Context, boundLabels map[string]string, old, env *wbv1.Environment) (admission.Warnings, error) {
-	req, err := request(ctx)
+	req, err := nodeRestrictedRequest(ctx, "Environment", env.Name)
 	if err != nil {
-		return nil, err
-	}
-	if err := nodeRestriction(req, "Environment", env.Name); err != nil {
 		return nil, err
 	}
 	if isStatus(req) {

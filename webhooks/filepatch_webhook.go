@@ -2,10 +2,8 @@ package webhooks
 
 import (
 	"context"
-	"fmt"
 	"io/fs"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,11 +35,8 @@ func setupFilePatch(mgr ctrl.Manager) error {
 
 // ValidateCreate implements admission.Validator.
 func (v FilePatchValidator) ValidateCreate(ctx context.Context, obj *wbv1.FilePatch) (admission.Warnings, error) {
-	req, err := request(ctx)
+	req, err := nodeRestrictedRequest(ctx, "FilePatch", obj.Name)
 	if err != nil {
-		return nil, err
-	}
-	if err := nodeRestriction(req, "FilePatch", obj.Name); err != nil {
 		return nil, err
 	}
 	if obj.Spec.Approval != "" && obj.Spec.Approval != "Pending" {
@@ -64,11 +59,8 @@ func (v FilePatchValidator) validateAgainstEnvironment(ctx context.Context, obj 
 		return nil, nil
 	}
 	var env wbv1.Environment
-	if err := v.Reader.Get(ctx, client.ObjectKey{Namespace: obj.Namespace, Name: string(obj.Spec.EnvironmentRef)}, &env); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("reading Environment %s/%s for FilePatch %s: %w", obj.Namespace, obj.Spec.EnvironmentRef, obj.Name, err)
+	if found, err := lookup(ctx, v.Reader, "Environment", obj.Namespace, obj.Spec.EnvironmentRef, &env, " for FilePatch "+obj.Name); err != nil || !found {
+		return nil, err
 	}
 	return validatePatchAgainstEnvironment(&obj.Spec, &env.Spec), nil
 }
@@ -91,11 +83,8 @@ func validatePatchAgainstEnvironment(spec *wbv1.FilePatchSpec, envSpec *wbv1.Env
 
 // ValidateUpdate implements admission.Validator.
 func (v FilePatchValidator) ValidateUpdate(ctx context.Context, old, obj *wbv1.FilePatch) (admission.Warnings, error) {
-	req, err := request(ctx)
+	req, err := nodeRestrictedRequest(ctx, "FilePatch", obj.Name)
 	if err != nil {
-		return nil, err
-	}
-	if err := nodeRestriction(req, "FilePatch", obj.Name); err != nil {
 		return nil, err
 	}
 	if !isStatus(req) && old.Spec.Approval != obj.Spec.Approval {

@@ -2,12 +2,9 @@ package webhooks
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -38,18 +35,15 @@ var (
 )
 
 // stamp returns the granting identity of the admission request in ctx (a client never
-// chooses it) and reads into ref the object the grant named name answers (at key); found is
-// false when that object does not exist, which the validator refuses.
-func (g granter) stamp(ctx context.Context, r client.Reader, name string, key types.NamespacedName, ref client.Object) (user string, groups []string, found bool, err error) {
+// chooses it) and reads into ref the object the grant named name answers (refName in
+// namespace); found is false when that object does not exist, which the validator refuses.
+func (g granter) stamp(ctx context.Context, r client.Reader, name, namespace, refName string, ref client.Object) (user string, groups []string, found bool, err error) {
 	req, err := request(ctx)
 	if err != nil {
 		return "", nil, false, err
 	}
-	switch err := r.Get(ctx, key, ref); {
-	case err == nil:
-		found = true
-	case !apierrors.IsNotFound(err):
-		return "", nil, false, fmt.Errorf("reading %s %s for %s %s: %w", g.refKind, key, g.kind, name, err)
+	if found, err = lookup(ctx, r, g.refKind, namespace, refName, ref, " for "+g.kind+" "+name); err != nil {
+		return "", nil, false, err
 	}
 	return req.UserInfo.Username, slices.Clone(req.UserInfo.Groups), found, nil
 }

@@ -16,14 +16,9 @@ type ProbeValidator struct{}
 
 // ValidateCreate implements admission.Validator.
 func (ProbeValidator) ValidateCreate(ctx context.Context, obj *wbv1.Probe) (admission.Warnings, error) {
-	req, err := request(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := nodeRestriction(req, "Probe", obj.Name); err != nil {
-		return nil, err
-	}
-	return nil, invalid("Probe", obj.Name, validateCondition(field.NewPath("spec"), obj.Spec.Scope, &obj.Spec.Condition))
+	return nil, specRefusals(ctx, "Probe", obj.Name, func() field.ErrorList {
+		return validateCondition(field.NewPath("spec"), obj.Spec.Scope, &obj.Spec.Condition)
+	})
 }
 
 // ValidateUpdate implements admission.Validator.

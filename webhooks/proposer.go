@@ -27,11 +27,8 @@ import (
 //     an administrator) may change them. The schema's CEL keeps the rest of a command's spec
 //     immutable for everyone.
 func proposedUpdate(ctx context.Context, c client.Client, kind, resource string, old, obj client.Object, stateOK bool, specErr error) error {
-	req, err := request(ctx)
+	req, err := nodeRestrictedRequest(ctx, kind, obj.GetName())
 	if err != nil {
-		return err
-	}
-	if err := nodeRestriction(req, kind, obj.GetName()); err != nil {
 		return err
 	}
 	if isStatus(req) {

@@ -11,7 +11,6 @@ import (
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -92,11 +91,8 @@ func (b TerminalCommandBinder) Handle(ctx context.Context, req admission.Request
 // same rule before it starts anything.
 func (b TerminalCommandBinder) owned(ctx context.Context, obj *wbv1.TerminalCommand) error {
 	var sess wbv1.TerminalSession
-	if err := b.Reader.Get(ctx, types.NamespacedName{Namespace: obj.Namespace, Name: string(obj.Spec.SessionRef)}, &sess); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("reading TerminalSession %s/%s of a new command: %w", obj.Namespace, obj.Spec.SessionRef, err)
+	if found, err := lookup(ctx, b.Reader, "TerminalSession", obj.Namespace, obj.Spec.SessionRef, &sess, " of a new command"); err != nil || !found {
+		return err
 	}
 	if sess.Spec.CreatedBy != "" && sess.Spec.CreatedBy == obj.Spec.CreatedBy {
 		return nil // the owner's own command: no view lookup
@@ -169,21 +165,15 @@ func pointerEscape(s string) string {
 // environment does not exist yet, is over, or is not placed).
 func (b TerminalCommandBinder) resolve(ctx context.Context, obj *wbv1.TerminalCommand) (string, string, error) {
 	var sess wbv1.TerminalSession
-	if err := b.Reader.Get(ctx, types.NamespacedName{Namespace: obj.Namespace, Name: string(obj.Spec.SessionRef)}, &sess); err != nil {
-		if apierrors.IsNotFound(err) {
-			return "", "", nil
-		}
-		return "", "", fmt.Errorf("reading TerminalSession %s/%s of a new command: %w", obj.Namespace, obj.Spec.SessionRef, err)
+	if found, err := lookup(ctx, b.Reader, "TerminalSession", obj.Namespace, obj.Spec.SessionRef, &sess, " of a new command"); err != nil || !found {
+		return "", "", err
 	}
 	if wbv1.SessionPhaseIsFinal(sess.Status.Phase) {
 		return "", "", nil
 	}
 	var env wbv1.Environment
-	if err := b.Reader.Get(ctx, types.NamespacedName{Namespace: obj.Namespace, Name: string(sess.Spec.EnvironmentRef)}, &env); err != nil {
-		if apierrors.IsNotFound(err) {
-			return "", "", nil
-		}
-		return "", "", fmt.Errorf("reading Environment %s/%s of a new command: %w", obj.Namespace, sess.Spec.EnvironmentRef, err)
+	if found, err := lookup(ctx, b.Reader, "Environment", obj.Namespace, sess.Spec.EnvironmentRef, &env, " of a new command"); err != nil || !found {
+		return "", "", err
 	}
 	if env.Status.NodeName == "" || env.Status.Phase != wbv1.EnvironmentReady {
 		return "", "", nil

@@ -2,10 +2,7 @@ package webhooks
 
 import (
 	"context"
-	"fmt"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -47,11 +44,7 @@ func setupTerminalCommand(mgr ctrl.Manager) error {
 
 // ValidateCreate implements admission.Validator.
 func (v TerminalCommandValidator) ValidateCreate(ctx context.Context, obj *wbv1.TerminalCommand) (admission.Warnings, error) {
-	req, err := request(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := nodeRestriction(req, "TerminalCommand", obj.Name); err != nil {
+	if _, err := nodeRestrictedRequest(ctx, "TerminalCommand", obj.Name); err != nil {
 		return nil, err
 	}
 	errs := ValidateCommandShape(&obj.Spec)
@@ -93,11 +86,8 @@ func ValidateCommandShape(spec *wbv1.TerminalCommandSpec) field.ErrorList {
 // A missing profile is not a malformation: the manager refuses with profile-missing.
 func (v TerminalCommandValidator) againstProfile(ctx context.Context, obj *wbv1.TerminalCommand) (field.ErrorList, error) {
 	var prof wbv1.CommandProfile
-	if err := v.Reader.Get(ctx, types.NamespacedName{Namespace: obj.Namespace, Name: string(obj.Spec.ProfileRef)}, &prof); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("reading CommandProfile %s/%s: %w", obj.Namespace, obj.Spec.ProfileRef, err)
+	if found, err := lookup(ctx, v.Reader, "CommandProfile", obj.Namespace, obj.Spec.ProfileRef, &prof, ""); err != nil || !found {
+		return nil, err
 	}
 	// The core's one admission pipeline, against the profile alone (no grants: consent is
 	// decided later): what it finds malformed no operator could admit.

@@ -120,9 +120,6 @@ func (TerminalSessionValidator) ValidateDelete(context.Context, *wbv1.TerminalSe
 
 // nodeRestricted applies only the node restriction (a node never writes a spec).
 func nodeRestricted(ctx context.Context, kind, name string) (admission.Warnings, error) {
-	req, err := request(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return nil, nodeRestriction(req, kind, name)
+	_, err := nodeRestrictedRequest(ctx, kind, name)
+	return nil, err
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -38,11 +36,8 @@ func (s TerminalViewStamper) Default(ctx context.Context, v *wbv1.TerminalView) 
 		return nil
 	}
 	var ts wbv1.TerminalSession
-	switch err := s.Reader.Get(ctx, types.NamespacedName{Namespace: v.Namespace, Name: string(v.Spec.SessionRef)}, &ts); {
-	case apierrors.IsNotFound(err):
-		return nil // the validator refuses
-	case err != nil:
-		return fmt.Errorf("reading TerminalSession %s/%s for TerminalView %s: %w", v.Namespace, v.Spec.SessionRef, v.Name, err)
+	if found, err := lookup(ctx, s.Reader, "TerminalSession", v.Namespace, v.Spec.SessionRef, &ts, " for TerminalView "+v.Name); err != nil || !found {
+		return err // not found: the validator refuses
 	}
 	if node := ts.Labels[wbv1.NodeLabel]; node != "" {
 		if v.Labels == nil {
@@ -55,11 +50,8 @@ func (s TerminalViewStamper) Default(ctx context.Context, v *wbv1.TerminalView) 
 	}
 	v.Spec.Binding = nil
 	var env wbv1.Environment
-	switch err := s.Reader.Get(ctx, types.NamespacedName{Namespace: v.Namespace, Name: string(ts.Spec.EnvironmentRef)}, &env); {
-	case apierrors.IsNotFound(err):
-		return nil
-	case err != nil:
-		return fmt.Errorf("reading Environment %s/%s for TerminalView %s: %w", v.Namespace, ts.Spec.EnvironmentRef, v.Name, err)
+	if found, err := lookup(ctx, s.Reader, "Environment", v.Namespace, ts.Spec.EnvironmentRef, &env, " for TerminalView "+v.Name); err != nil || !found {
+		return err
 	}
 	v.Spec.Binding = &wbv1.ViewBinding{
 		EnvironmentRef: ts.Spec.EnvironmentRef, EnvironmentUID: env.UID,
@@ -105,11 +97,8 @@ func (TerminalViewValidator) ValidateDelete(context.Context, *wbv1.TerminalView)
 }
 
 func (v TerminalViewValidator) validate(ctx context.Context, obj *wbv1.TerminalView) error {
-	req, err := request(ctx)
+	req, err := nodeRestrictedRequest(ctx, "TerminalView", obj.Name)
 	if err != nil {
-		return err
-	}
-	if err := nodeRestriction(req, "TerminalView", obj.Name); err != nil {
 		return err
 	}
 	if isStatus(req) {
@@ -120,12 +109,12 @@ func (v TerminalViewValidator) validate(ctx context.Context, obj *wbv1.TerminalV
 		return invalid("TerminalView", obj.Name, field.ErrorList{field.NotSupported(spec.Child("publish"), obj.Spec.Publish, []string{string(wbv1.ViewPublishScreen)})})
 	}
 	var ts wbv1.TerminalSession
-	if err := v.Reader.Get(ctx, types.NamespacedName{Namespace: obj.Namespace, Name: string(obj.Spec.SessionRef)}, &ts); err != nil {
-		if apierrors.IsNotFound(err) {
-			return invalid("TerminalView", obj.Name, field.ErrorList{field.Invalid(spec.Child("sessionRef"), obj.Spec.SessionRef,
+	if found, err := lookup(ctx, v.Reader, "TerminalSession", obj.Namespace, obj.Spec.SessionRef, &ts, ""); err != nil || !found {
+		if err == nil {
+			err = invalid("TerminalView", obj.Name, field.ErrorList{field.Invalid(spec.Child("sessionRef"), obj.Spec.SessionRef,
 				string(actuation.CodeSessionMissing)+": the terminal session does not exist")})
 		}
-		return fmt.Errorf("reading TerminalSession %s/%s: %w", obj.Namespace, obj.Spec.SessionRef, err)
+		return err
 	}
 	b := obj.Spec.Binding
 	if b == nil {

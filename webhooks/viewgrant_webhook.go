@@ -2,10 +2,7 @@ package webhooks
 
 import (
 	"context"
-	"fmt"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,7 +30,7 @@ type ViewGrantStamper struct {
 // Default implements admission.Defaulter.
 func (s ViewGrantStamper) Default(ctx context.Context, g *wbv1.ViewGrant) error {
 	var v wbv1.TerminalView
-	user, groups, found, err := viewGranter.stamp(ctx, s.Reader, g.Name, types.NamespacedName{Namespace: g.Namespace, Name: string(g.Spec.ViewRef)}, &v)
+	user, groups, found, err := viewGranter.stamp(ctx, s.Reader, g.Name, g.Namespace, string(g.Spec.ViewRef), &v)
 	if err != nil {
 		return err
 	}
@@ -70,10 +67,9 @@ func (v ViewGrantValidator) ValidateCreate(ctx context.Context, g *wbv1.ViewGran
 	spec := field.NewPath("spec")
 	var errs field.ErrorList
 	var view wbv1.TerminalView
-	if err := v.Reader.Get(ctx, types.NamespacedName{Namespace: g.Namespace, Name: string(g.Spec.ViewRef)}, &view); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("reading TerminalView %s/%s: %w", g.Namespace, g.Spec.ViewRef, err)
-		}
+	if found, err := lookup(ctx, v.Reader, "TerminalView", g.Namespace, g.Spec.ViewRef, &view, ""); err != nil {
+		return nil, err
+	} else if !found {
 		errs = append(errs, field.Invalid(spec.Child("viewRef"), g.Spec.ViewRef, string(actuation.CodeViewGrantMissing)+": the terminal view does not exist"))
 	} else if g.Spec.ViewUID != view.UID {
 		errs = append(errs, field.Invalid(spec.Child("viewUID"), g.Spec.ViewUID, string(actuation.CodeViewGrantMissing)+": must be the UID of the view granted ("+string(view.UID)+")"))

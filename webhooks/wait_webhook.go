@@ -19,19 +19,18 @@ type WaitValidator struct{}
 
 // ValidateCreate implements admission.Validator.
 func (WaitValidator) ValidateCreate(ctx context.Context, obj *wbv1.Wait) (admission.Warnings, error) {
-	req, err := request(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := nodeRestriction(req, "Wait", obj.Name); err != nil {
-		return nil, err
-	}
-	errs := validateCondition(field.NewPath("spec"), obj.Spec.Scope, &obj.Spec.Condition)
-	if obj.Spec.DeadlineSeconds > MaxWaitDeadlineSeconds {
-		errs = append(errs, field.Invalid(field.NewPath("spec", "deadlineSeconds"), obj.Spec.DeadlineSeconds,
+	return nil, specRefusals(ctx, "Wait", obj.Name, func() field.ErrorList { return validateWaitSpec(&obj.Spec) })
+}
+
+// validateWaitSpec checks the condition against its scope and the deadline against the
+// policy maximum.
+func validateWaitSpec(spec *wbv1.WaitSpec) field.ErrorList {
+	errs := validateCondition(field.NewPath("spec"), spec.Scope, &spec.Condition)
+	if spec.DeadlineSeconds > MaxWaitDeadlineSeconds {
+		errs = append(errs, field.Invalid(field.NewPath("spec", "deadlineSeconds"), spec.DeadlineSeconds,
 			string(actuation.CodeDeadlineAboveMax)+": must be at most the policy maximum"))
 	}
-	return nil, invalid("Wait", obj.Name, errs)
+	return errs
 }
 
 // ValidateUpdate implements admission.Validator.

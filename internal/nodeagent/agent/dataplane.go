@@ -51,10 +51,7 @@ type resolver struct{ a *Agent }
 func (r resolver) Session(ns, name string) (dataplane.Terminal, dataplane.SessionInfo, error) {
 	a := r.a
 	var ts wbv1.TerminalSession
-	if err := a.client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &ts); err != nil {
-		if client.IgnoreNotFound(err) == nil {
-			return nil, dataplane.SessionInfo{}, fmt.Errorf("session %s/%s: %w", ns, name, dataplane.ErrNotFound)
-		}
+	if err := r.get("session", ns, name, &ts); err != nil {
 		return nil, dataplane.SessionInfo{}, err
 	}
 	live := a.sess.Open(string(ts.UID))
@@ -71,10 +68,7 @@ func (r resolver) Session(ns, name string) (dataplane.Terminal, dataplane.Sessio
 func (r resolver) Root(ns, env, root string) (dataplane.Files, error) {
 	a := r.a
 	var e wbv1.Environment
-	if err := a.client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: env}, &e); err != nil {
-		if client.IgnoreNotFound(err) == nil {
-			return nil, fmt.Errorf("environment %s/%s: %w", ns, env, dataplane.ErrNotFound)
-		}
+	if err := r.get("environment", ns, env, &e); err != nil {
 		return nil, err
 	}
 	roots, ok := a.mountedRoots(string(e.UID))
@@ -173,14 +167,23 @@ const dataPlaneAudience = "workbench.sensorium.dev/dataplane"
 // DataPlaneAudience returns the audience of data-plane tokens.
 func DataPlaneAudience() string { return dataPlaneAudience }
 
+// get reads ns/name from the node's cache into obj; a missing object is
+// dataplane.ErrNotFound, named by what.
+func (r resolver) get(what, ns, name string, obj client.Object) error {
+	if err := r.a.client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, obj); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			return fmt.Errorf("%s %s/%s: %w", what, ns, name, dataplane.ErrNotFound)
+		}
+		return err
+	}
+	return nil
+}
+
 // Command implements dataplane.CommandResolver: a command of a session open on this node.
 func (r resolver) Command(ns, name string) (dataplane.Command, error) {
 	a := r.a
 	var tc wbv1.TerminalCommand
-	if err := a.client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &tc); err != nil {
-		if client.IgnoreNotFound(err) == nil {
-			return nil, fmt.Errorf("command %s/%s: %w", ns, name, dataplane.ErrNotFound)
-		}
+	if err := r.get("command", ns, name, &tc); err != nil {
 		return nil, err
 	}
 	uid := string(tc.UID)
@@ -262,10 +265,7 @@ func (v finalCommandView) Cancel() error                   { return nil }
 func (r resolver) OpenArtifact(ns, name string) (io.ReadCloser, string, int64, error) {
 	a := r.a
 	var art wbv1.Artifact
-	if err := a.client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &art); err != nil {
-		if client.IgnoreNotFound(err) == nil {
-			return nil, "", 0, fmt.Errorf("artifact %s/%s: %w", ns, name, dataplane.ErrNotFound)
-		}
+	if err := r.get("artifact", ns, name, &art); err != nil {
 		return nil, "", 0, err
 	}
 	if art.Status.Digest == "" || art.Status.NodeName != a.cfg.NodeName {
@@ -282,10 +282,7 @@ func (r resolver) OpenArtifact(ns, name string) (io.ReadCloser, string, int64, e
 // spec.classification, which decides who may download it (actuation.ArtifactDownloadVerb).
 func (r resolver) ArtifactClassification(ns, name string) (string, error) {
 	var art wbv1.Artifact
-	if err := r.a.client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &art); err != nil {
-		if client.IgnoreNotFound(err) == nil {
-			return "", fmt.Errorf("artifact %s/%s: %w", ns, name, dataplane.ErrNotFound)
-		}
+	if err := r.get("artifact", ns, name, &art); err != nil {
 		return "", err
 	}
 	return string(art.Spec.Classification), nil

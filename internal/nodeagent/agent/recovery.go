@@ -6,7 +6,9 @@ import (
 	"os"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -174,38 +176,35 @@ type inventory struct {
 // wantedInventory lists this node's objects from the API server (not the cache, which is
 // not started during the sweep), filtered at the server by the node label.
 func (a *Agent) wantedInventory(ctx context.Context) (*inventory, error) {
-	sel := client.MatchingLabels{wbv1.NodeLabel: a.cfg.NodeName}
 	inv := &inventory{environments: map[string]bool{}, sessions: map[string]bool{}, commands: map[string]bool{}}
-	var envs wbv1.EnvironmentList
-	if err := a.reader.List(ctx, &envs, sel); err != nil {
-		return nil, fmt.Errorf("listing environments of node %s: %w", a.cfg.NodeName, err)
-	}
-	for _, e := range envs.Items {
-		inv.environments[string(e.UID)] = true
-	}
-	var sessions wbv1.TerminalSessionList
-	if err := a.reader.List(ctx, &sessions, sel); err != nil {
-		return nil, fmt.Errorf("listing sessions of node %s: %w", a.cfg.NodeName, err)
-	}
-	for _, s := range sessions.Items {
-		inv.sessions[string(s.UID)] = true
-	}
-	var cmds wbv1.TerminalCommandList
-	if err := a.reader.List(ctx, &cmds, sel); err != nil {
-		return nil, fmt.Errorf("listing commands of node %s: %w", a.cfg.NodeName, err)
-	}
-	for _, c := range cmds.Items {
-		inv.commands[string(c.UID)] = true
-	}
-	// ActionRuns keep their start and outcome records in the same table (exactly once).
-	var runs wbv1.ActionRunList
-	if err := a.reader.List(ctx, &runs, sel); err != nil {
-		return nil, fmt.Errorf("listing action runs of node %s: %w", a.cfg.NodeName, err)
-	}
-	for _, r := range runs.Items {
-		inv.commands[string(r.UID)] = true
+	for _, l := range []struct {
+		list client.ObjectList
+		what string
+		into map[string]bool
+	}{
+		{&wbv1.EnvironmentList{}, "environments", inv.environments},
+		{&wbv1.TerminalSessionList{}, "sessions", inv.sessions},
+		{&wbv1.TerminalCommandList{}, "commands", inv.commands},
+		// ActionRuns keep their start and outcome records in the same table (exactly once).
+		{&wbv1.ActionRunList{}, "action runs", inv.commands},
+	} {
+		if err := a.markUIDs(ctx, a.reader, l.list, l.what, l.into); err != nil {
+			return nil, err
+		}
 	}
 	return inv, nil
+}
+
+// markUIDs lists (into list, through r) the objects of this node, by its label, and marks
+// their UIDs in into; what names them for errors.
+func (a *Agent) markUIDs(ctx context.Context, r client.Reader, list client.ObjectList, what string, into map[string]bool) error {
+	if err := r.List(ctx, list, client.MatchingLabels{wbv1.NodeLabel: a.cfg.NodeName}); err != nil {
+		return fmt.Errorf("listing %s of node %s: %w", what, a.cfg.NodeName, err)
+	}
+	return meta.EachListItem(list, func(o runtime.Object) error {
+		into[string(o.(client.Object).GetUID())] = true
+		return nil
+	})
 }
 
 // pruneOrphanRecords drops the store records of sessions and commands whose objects are

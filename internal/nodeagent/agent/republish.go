@@ -6,6 +6,8 @@ import (
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 )
@@ -48,38 +50,42 @@ func (a *Agent) pendingLoop(ctx context.Context) error {
 // ("TerminalCommand ns/name", "TerminalSession ns/name"). The node's cache holds only this
 // node's objects; the label is checked again here.
 func (a *Agent) WakePending(ctx context.Context) ([]string, error) {
-	var woken []string
 	var cmds wbv1.TerminalCommandList
 	if err := a.client.List(ctx, &cmds); err != nil {
 		return nil, fmt.Errorf("listing the commands of node %s: %w", a.cfg.NodeName, err)
 	}
-	for i := range cmds.Items {
-		c := &cmds.Items[i]
-		if c.Labels[wbv1.NodeLabel] != a.cfg.NodeName || wbv1.CommandIsFinal(c.Status.Conditions) {
-			continue
-		}
-		if ctx.Err() != nil {
-			return woken, nil
-		}
-		a.wake(a.wakeCommands, c)
-		woken = append(woken, "TerminalCommand "+c.Namespace+"/"+c.Name)
+	woken, more := wakeBound(ctx, a, a.wakeCommands, "TerminalCommand", cmds.Items, nil,
+		func(c *wbv1.TerminalCommand) bool { return wbv1.CommandIsFinal(c.Status.Conditions) })
+	if !more {
+		return woken, nil
 	}
 	var sessions wbv1.TerminalSessionList
 	if err := a.client.List(ctx, &sessions); err != nil {
 		return woken, fmt.Errorf("listing the sessions of node %s: %w", a.cfg.NodeName, err)
 	}
-	for i := range sessions.Items {
-		s := &sessions.Items[i]
-		if s.Labels[wbv1.NodeLabel] != a.cfg.NodeName || wbv1.SessionPhaseIsFinal(s.Status.Phase) {
+	woken, _ = wakeBound(ctx, a, a.wakeSessions, "TerminalSession", sessions.Items, woken,
+		func(s *wbv1.TerminalSession) bool { return wbv1.SessionPhaseIsFinal(s.Status.Phase) })
+	return woken, nil
+}
+
+// wakeBound wakes on ch every item of kind bound to this node (by its label) that is not
+// over, appending "kind ns/name" to woken. more is false when ctx ended before all were woken.
+func wakeBound[T any, PT interface {
+	*T
+	client.Object
+}](ctx context.Context, a *Agent, ch chan event.GenericEvent, kind string, items []T, woken []string, over func(PT) bool) (_ []string, more bool) {
+	for i := range items {
+		o := PT(&items[i])
+		if o.GetLabels()[wbv1.NodeLabel] != a.cfg.NodeName || over(o) {
 			continue
 		}
 		if ctx.Err() != nil {
-			return woken, nil
+			return woken, false
 		}
-		a.wake(a.wakeSessions, s)
-		woken = append(woken, "TerminalSession "+s.Namespace+"/"+s.Name)
+		a.wake(ch, o)
+		woken = append(woken, kind+" "+o.GetNamespace()+"/"+o.GetName())
 	}
-	return woken, nil
+	return woken, true
 }
 
 // republishOutcomes is the command room's store→status reconciliation

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/nodeagent/store"
 	"sensorium.dev/workbench/internal/statusapply"
 )
 
@@ -179,30 +180,17 @@ func condFalseWithReason(conds []metav1.Condition, t, reason string) bool {
 // longer exist (the cache holds every object of this node; a record is only ever made for
 // an object the cache showed). A command still running in this process keeps its record.
 func (a *Agent) pruneRecords(ctx context.Context) (int, error) {
-	sel := client.MatchingLabels{wbv1.NodeLabel: a.cfg.NodeName}
-	var cmds wbv1.TerminalCommandList
-	if err := a.client.List(ctx, &cmds, sel); err != nil {
-		return 0, fmt.Errorf("listing commands of node %s: %w", a.cfg.NodeName, err)
-	}
-	var sessions wbv1.TerminalSessionList
-	if err := a.client.List(ctx, &sessions, sel); err != nil {
-		return 0, fmt.Errorf("listing sessions of node %s: %w", a.cfg.NodeName, err)
-	}
-	var patches wbv1.FilePatchList
-	if err := a.client.List(ctx, &patches, sel); err != nil {
-		return 0, fmt.Errorf("listing file patches of node %s: %w", a.cfg.NodeName, err)
-	}
 	live := map[string]bool{}
-	for _, c := range cmds.Items {
-		live[string(c.UID)] = true
+	if err := a.markUIDs(ctx, a.client, &wbv1.TerminalCommandList{}, "commands", live); err != nil {
+		return 0, err
 	}
-	for _, s := range sessions.Items {
-		live[string(s.UID)] = true
+	if err := a.markUIDs(ctx, a.client, &wbv1.TerminalSessionList{}, "sessions", live); err != nil {
+		return 0, err
 	}
-	a.sess.DropClosed(live) // a closed session whose object is gone: drop its ring
-	for _, p := range patches.Items {
-		live[string(p.UID)] = true
+	if err := a.markUIDs(ctx, a.client, &wbv1.FilePatchList{}, "file patches", live); err != nil {
+		return 0, err
 	}
+	a.sess.DropClosed(live) // a closed session whose object is gone: drop its ring (a patch's UID is no session's)
 	a.commands.View(func(runs map[string]*liveCommand) {
 		for uid := range runs {
 			live[uid] = true
@@ -211,38 +199,31 @@ func (a *Agent) pruneRecords(ctx context.Context) (int, error) {
 	for _, uid := range a.sess.UIDs() {
 		live[uid] = true
 	}
-	pruned := 0
-	crecs, err := a.store.Commands().List(0)
+	keep := a.cfg.recordRetention()
+	pruned, err := pruneTable(a.store.Commands(), live, keep, func(r *store.Command) (string, time.Time) { return r.UID, r.UpdatedAt })
+	if err != nil {
+		return pruned, err
+	}
+	n, err := pruneTable(a.store.Sessions(), live, keep, func(r *store.Session) (string, time.Time) { return r.UID, r.UpdatedAt })
+	if pruned += n; err != nil {
+		return pruned, err
+	}
+	n, err = pruneTable(a.store.Patches(), live, keep, func(r *store.Patch) (string, time.Time) { return r.UID, r.UpdatedAt })
+	return pruned + n, err
+}
+
+// pruneTable deletes the records of t not live and not updated for keep; it returns how
+// many it deleted.
+func pruneTable[T any](t store.Table[T], live map[string]bool, keep time.Duration, key func(*T) (uid string, updated time.Time)) (int, error) {
+	recs, err := t.List(0)
 	if err != nil {
 		return 0, err
 	}
-	for _, r := range crecs {
-		if !live[r.UID] && time.Since(r.UpdatedAt) > a.cfg.recordRetention() {
-			if err := a.store.Commands().Delete(r.UID); err != nil {
-				return pruned, err
-			}
-			pruned++
-		}
-	}
-	srecs, err := a.store.Sessions().List(0)
-	if err != nil {
-		return pruned, err
-	}
-	for _, r := range srecs {
-		if !live[r.UID] && time.Since(r.UpdatedAt) > a.cfg.recordRetention() {
-			if err := a.store.Sessions().Delete(r.UID); err != nil {
-				return pruned, err
-			}
-			pruned++
-		}
-	}
-	precs, err := a.store.Patches().List(0)
-	if err != nil {
-		return pruned, err
-	}
-	for _, r := range precs {
-		if !live[r.UID] && time.Since(r.UpdatedAt) > a.cfg.recordRetention() {
-			if err := a.store.Patches().Delete(r.UID); err != nil {
+	pruned := 0
+	for i := range recs {
+		uid, updated := key(&recs[i])
+		if !live[uid] && time.Since(updated) > keep {
+			if err := t.Delete(uid); err != nil {
 				return pruned, err
 			}
 			pruned++

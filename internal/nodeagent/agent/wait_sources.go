@@ -79,6 +79,21 @@ func (a *Agent) getScoped(ctx context.Context, key types.NamespacedName, obj cli
 	return err
 }
 
+// readScoped is getScoped for a source: a missing object is the refusal missing, one the
+// cache does not hold yet errNotYet, any other error names the kind and key read.
+func (a *Agent) readScoped(ctx context.Context, kind string, key types.NamespacedName, obj client.Object, missing *actuation.Refusal) error {
+	err := a.getScoped(ctx, key, obj)
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsNotFound(err):
+		return missing
+	case errors.Is(err, errNotYet):
+		return err
+	}
+	return fmt.Errorf("reading %s %s: %w", kind, key, err)
+}
+
 // fileWatcher returns the agent's inotify watcher, opening it on first use. When the
 // kernel refuses one, file waits refuse watch-unavailable: there is no polling fallback.
 func (a *Agent) fileWatcher() (*waits.FileWatcher, error) {
@@ -98,14 +113,9 @@ func (a *Agent) fileWatcher() (*waits.FileWatcher, error) {
 // its host directory, or its directory inside the environment's VM guest.
 func (a *Agent) environmentRoot(ctx context.Context, ns, envName, rootName string) (rootAccess, error) {
 	var env wbv1.Environment
-	if err := a.getScoped(ctx, types.NamespacedName{Namespace: ns, Name: envName}, &env); err != nil {
-		switch {
-		case apierrors.IsNotFound(err):
-			return rootAccess{}, actuation.Refusef(actuation.CodeEnvironmentUnavailable, "environment %s/%s does not exist", ns, envName)
-		case errors.Is(err, errNotYet):
-			return rootAccess{}, err
-		}
-		return rootAccess{}, fmt.Errorf("reading Environment %s/%s: %w", ns, envName, err)
+	key := types.NamespacedName{Namespace: ns, Name: envName}
+	if err := a.readScoped(ctx, "Environment", key, &env, actuation.Refusef(actuation.CodeEnvironmentUnavailable, "environment %s does not exist", key)); err != nil {
+		return rootAccess{}, err
 	}
 	if env.Status.NodeName != a.cfg.NodeName {
 		return rootAccess{}, errNotYet
@@ -134,14 +144,8 @@ func (a *Agent) environmentRoot(ctx context.Context, ns, envName, rootName strin
 // engine's session source, or the event ring of a structured session.
 func (a *Agent) sessionSource(ctx context.Context, key types.NamespacedName) (waits.Source, error) {
 	var ts wbv1.TerminalSession
-	if err := a.getScoped(ctx, key, &ts); err != nil {
-		switch {
-		case apierrors.IsNotFound(err):
-			return nil, actuation.Refusef(actuation.CodeSessionMissing, "session %s does not exist", key)
-		case errors.Is(err, errNotYet):
-			return nil, err
-		}
-		return nil, fmt.Errorf("reading TerminalSession %s: %w", key, err)
+	if err := a.readScoped(ctx, "TerminalSession", key, &ts, actuation.Refusef(actuation.CodeSessionMissing, "session %s does not exist", key)); err != nil {
+		return nil, err
 	}
 	if isFinalSessionPhase(string(ts.Status.Phase)) {
 		return nil, actuation.Refusef(actuation.CodeSessionClosed, "session %s is %s", key, ts.Status.Phase)
@@ -166,14 +170,8 @@ func (a *Agent) sessionSource(ctx context.Context, key types.NamespacedName) (wa
 // process (the fast path, woken by commandFinished) or in its status.
 func (a *Agent) commandSource(ctx context.Context, key types.NamespacedName) (waits.Source, error) {
 	var cmd wbv1.TerminalCommand
-	if err := a.getScoped(ctx, key, &cmd); err != nil {
-		switch {
-		case apierrors.IsNotFound(err):
-			return nil, actuation.Refusef(actuation.CodeWaitScopeInvalid, "command %s does not exist", key)
-		case errors.Is(err, errNotYet):
-			return nil, err
-		}
-		return nil, fmt.Errorf("reading TerminalCommand %s: %w", key, err)
+	if err := a.readScoped(ctx, "TerminalCommand", key, &cmd, actuation.Refusef(actuation.CodeWaitScopeInvalid, "command %s does not exist", key)); err != nil {
+		return nil, err
 	}
 	uid := string(cmd.UID)
 	return waits.FuncSource(a.signals.Command.Changed, func(*waits.Request) (waits.Observation, error) {

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/nodeagent/nodekit"
 	"sensorium.dev/workbench/internal/nodeagent/waits"
 )
 
@@ -53,27 +54,13 @@ func (a *Agent) setupIndexes(ctx context.Context, mgr ctrl.Manager) error {
 	return nil
 }
 
-func requestsOf[T any, PT interface {
-	*T
-	client.Object
-}](items []T, keep func(PT) bool) []reconcile.Request {
-	var out []reconcile.Request
-	for i := range items {
-		o := PT(&items[i])
-		if keep == nil || keep(o) {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)})
-		}
-	}
-	return out
-}
-
 // sessionsOfEnvironment maps an Environment to its sessions.
 func (a *Agent) sessionsOfEnvironment(ctx context.Context, o client.Object) []reconcile.Request {
 	var list wbv1.TerminalSessionList
 	if err := a.client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexEnvironmentRef: o.GetName()}); err != nil {
 		return nil
 	}
-	return requestsOf(list.Items, func(s *wbv1.TerminalSession) bool { return !wbv1.SessionPhaseIsFinal(s.Status.Phase) })
+	return nodekit.RequestsOf(list.Items, func(s *wbv1.TerminalSession) bool { return !wbv1.SessionPhaseIsFinal(s.Status.Phase) })
 }
 
 // commandsOfSession maps a TerminalSession to its commands that have no outcome yet.
@@ -82,7 +69,7 @@ func (a *Agent) commandsOfSession(ctx context.Context, o client.Object) []reconc
 	if err := a.client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexSessionRef: o.GetName()}); err != nil {
 		return nil
 	}
-	return requestsOf(list.Items, func(c *wbv1.TerminalCommand) bool { return !wbv1.CommandIsFinal(c.Status.Conditions) })
+	return nodekit.RequestsOf(list.Items, func(c *wbv1.TerminalCommand) bool { return !wbv1.CommandIsFinal(c.Status.Conditions) })
 }
 
 // commandsOfEnvironment maps an Environment to the pending commands of its sessions.
@@ -102,7 +89,7 @@ func (a *Agent) patchesOfEnvironment(ctx context.Context, o client.Object) []rec
 	if err := a.client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexEnvironmentRef: o.GetName()}); err != nil {
 		return nil
 	}
-	return requestsOf(list.Items, func(p *wbv1.FilePatch) bool { return !patchIsFinal(&p.Status) })
+	return nodekit.RequestsOf(list.Items, func(p *wbv1.FilePatch) bool { return !patchIsFinal(&p.Status) })
 }
 
 // patchesOfNamespace maps an Artifact to the pending patches of its namespace (a patch may
@@ -112,7 +99,7 @@ func (a *Agent) patchesOfNamespace(ctx context.Context, o client.Object) []recon
 	if err := a.client.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
 		return nil
 	}
-	return requestsOf(list.Items, func(p *wbv1.FilePatch) bool { return !patchIsFinal(&p.Status) })
+	return nodekit.RequestsOf(list.Items, func(p *wbv1.FilePatch) bool { return !patchIsFinal(&p.Status) })
 }
 
 // artifactsOfEnvironment maps an Environment to its artifacts not stored yet.
@@ -121,7 +108,7 @@ func (a *Agent) artifactsOfEnvironment(ctx context.Context, o client.Object) []r
 	if err := a.client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexEnvironmentRef: o.GetName()}); err != nil {
 		return nil
 	}
-	return requestsOf(list.Items, func(x *wbv1.Artifact) bool { return x.Status.Digest == "" && x.Status.Refusal == nil })
+	return nodekit.RequestsOf(list.Items, func(x *wbv1.Artifact) bool { return x.Status.Digest == "" && x.Status.Refusal == nil })
 }
 
 // artifactsOfSession maps a session to the artifacts of its environment not stored yet.
@@ -159,7 +146,7 @@ func (a *Agent) wakeOperations(ctx context.Context, ns string) {
 	a.wakeAll(a.wakeWaits, waits.Pending(ctx, a.client, ns))
 	var probes wbv1.ProbeList
 	if err := a.client.List(ctx, &probes, client.InNamespace(ns)); err == nil {
-		a.wakeAll(a.wakeProbes, requestsOf(probes.Items, func(p *wbv1.Probe) bool { return !probeIsFinal(&p.Status) }))
+		a.wakeAll(a.wakeProbes, nodekit.RequestsOf(probes.Items, func(p *wbv1.Probe) bool { return !probeIsFinal(&p.Status) }))
 	}
 	a.signals.Environment.Broadcast()
 }
@@ -179,5 +166,5 @@ func (a *Agent) probesAwaitingScope(ctx context.Context, o client.Object) []reco
 	if err := a.client.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
 		return nil
 	}
-	return requestsOf(list.Items, func(p *wbv1.Probe) bool { return !probeIsFinal(&p.Status) })
+	return nodekit.RequestsOf(list.Items, func(p *wbv1.Probe) bool { return !probeIsFinal(&p.Status) })
 }

@@ -145,15 +145,8 @@ func TestKubeInputEcho(t *testing.T) {
 // events.
 func TestKubeFollowWakesOnOutput(t *testing.T) {
 	fx := requireAPIServer(t)
-	parked := make(chan struct{}, 16)
-	ts := startKubeServer(t, Limits{}, CacheOptions{}, func(s *Server) {
-		s.waitHook = func() {
-			select {
-			case parked <- struct{}{}:
-			default:
-			}
-		}
-	})
+	parked, onPark := parkSignal()
+	ts := startKubeServer(t, Limits{}, CacheOptions{}, onPark)
 	s := ts.openSession(t, testNS, "wake", wbv1.RawInputOperatorOnly, 0)
 	cursor := s.Events().LastSeq()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -188,15 +181,8 @@ func TestKubeEventsReadDoesNotWait(t *testing.T) {
 // refused with 429 queue-full, and so is an attach; plain reads still work.
 func TestKubeStreamCap(t *testing.T) {
 	fx := requireAPIServer(t)
-	parked := make(chan struct{}, 16)
-	ts := startKubeServer(t, Limits{MaxLongPolls: 1}, CacheOptions{}, func(s *Server) {
-		s.waitHook = func() {
-			select {
-			case parked <- struct{}{}:
-			default:
-			}
-		}
-	})
+	parked, onPark := parkSignal()
+	ts := startKubeServer(t, Limits{MaxLongPolls: 1}, CacheOptions{}, onPark)
 	s := ts.openSession(t, testNS, "cap", wbv1.RawInputOperatorOnly, 0)
 	cursor := s.Events().LastSeq()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -217,3 +217,17 @@ func readStdout(tb testing.TB, ws *websocket.Conn, until func([]byte) bool) []by
 	tb.Helper()
 	return dpclient.ReadStdout(tb, ws, 20*time.Second, until)
 }
+
+// parkSignal is a server option whose wait hook signals every stream that parks, so a test
+// observes parking instead of sleeping for it.
+func parkSignal() (<-chan struct{}, func(*Server)) {
+	parked := make(chan struct{}, 16)
+	return parked, func(s *Server) {
+		s.waitHook = func() {
+			select {
+			case parked <- struct{}{}:
+			default:
+			}
+		}
+	}
+}

@@ -19,15 +19,8 @@ import (
 // fix the agent took every slot and the operator was refused with queue-full.
 func TestKubeStreamSharesKeepOperatorsServed(t *testing.T) {
 	fx := requireAPIServer(t)
-	parked := make(chan struct{}, 16)
-	ts := startKubeServer(t, Limits{MaxLongPolls: 6, StreamOperatorReserve: 2, StreamPerIdentity: 3}, CacheOptions{}, func(s *Server) {
-		s.waitHook = func() {
-			select {
-			case parked <- struct{}{}:
-			default:
-			}
-		}
-	})
+	parked, onPark := parkSignal()
+	ts := startKubeServer(t, Limits{MaxLongPolls: 6, StreamOperatorReserve: 2, StreamPerIdentity: 3}, CacheOptions{}, onPark)
 	s := ts.openSession(t, testNS, "shares", wbv1.RawInputOperatorOnly, 0)
 	cursor := s.Events().LastSeq()
 	path := fmt.Sprintf("%s?since=%d&follow=true", sessionPath(testNS, "shares", "events"), cursor)

@@ -214,11 +214,8 @@ func (a *Room) allocate(ctx context.Context, p *pass, b backends.Backend, spec b
 	if adoptedFrom == "" {
 		// A host directory has one tenant: the record and its claims are written in one
 		// store transaction that checks every other environment's claims (tenancy.go).
-		if code, msg, err := a.claimOrRefuse(rec); err != nil {
+		if claimed, err := a.claim(p, rec); !claimed {
 			return false, err
-		} else if code != "" {
-			a.failed(p, "RootInUse", msg)
-			return false, nil
 		}
 	}
 	p.mark("node-record-put")
@@ -235,11 +232,8 @@ func (a *Room) allocate(ctx context.Context, p *pass, b backends.Backend, spec b
 		// (a symlink swapped since the claim above names another directory).
 		if more := mergeClaims(rec.HostClaims, mountedClaims(spec, st.Roots)); len(more) != len(rec.HostClaims) {
 			rec.HostClaims = more
-			if code, msg, cerr := a.claimOrRefuse(rec); cerr != nil {
+			if claimed, cerr := a.claim(p, rec); !claimed {
 				return false, cerr
-			} else if code != "" {
-				a.failed(p, "RootInUse", msg)
-				return false, nil
 			}
 		}
 	}

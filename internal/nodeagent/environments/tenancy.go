@@ -127,6 +127,20 @@ func (a *Room) wakeRootWaiters(ctx context.Context) {
 	}
 }
 
+// claim is claimOrRefuse for a pass: a root another environment holds fails the pass
+// (RootInUse) and claimed is false, as it is with a (retried) error.
+func (a *Room) claim(p *pass, rec store.Environment) (claimed bool, err error) {
+	code, msg, err := a.claimOrRefuse(rec)
+	if err != nil {
+		return false, err
+	}
+	if code != "" {
+		a.failed(p, "RootInUse", msg)
+		return false, nil
+	}
+	return true, nil
+}
+
 // claimOrRefuse claims rec's host directories (claimHostRoots) and turns a root-in-use
 // refusal into its code and a condition message that starts with the code; other errors
 // are returned (the pass is retried).

@@ -45,21 +45,7 @@ func init() {
 func cgroupHarness(t *testing.T) (*harness, *cgroups.Manager) {
 	t.Helper()
 	cm := cgrouptest.Manager(t)
-	h := &harness{t: t, phases: make(chan PhaseChange, 1024)}
-	h.m = NewManager(Caps{}, WithCgroups(cm), WithObserver(func(pc PhaseChange) {
-		select {
-		case h.phases <- pc:
-		default:
-		}
-	}))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-		defer cancel()
-		if err := h.m.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	})
-	return h, cm
+	return newHarness(t, Caps{}, WithCgroups(cm)), cm
 }
 
 func selfExe(t *testing.T) string {

@@ -589,17 +589,18 @@ func (s *Session) Signal(sig syscall.Signal) error {
 // It is idempotent: later calls just wait for the same outcome.
 func (s *Session) Close(ctx context.Context) error {
 	s.terminate(originClose, false, "close requested")
-	select {
-	case <-s.done:
-		return nil
-	case <-ctx.Done():
-		return actuation.Refusef(actuation.CodeCleanupIncomplete, "session %q: cleanup not confirmed: %v", s.spec.ID, ctx.Err())
-	}
+	return s.awaitCleanup(ctx)
 }
 
 // Kill terminates the session at once with SIGKILL; it ends Killed.
 func (s *Session) Kill(ctx context.Context) error {
 	s.terminate(originKill, true, "kill requested")
+	return s.awaitCleanup(ctx)
+}
+
+// awaitCleanup waits until the session's cleanup is confirmed; cleanup-incomplete when ctx
+// ends first.
+func (s *Session) awaitCleanup(ctx context.Context) error {
 	select {
 	case <-s.done:
 		return nil

@@ -42,15 +42,17 @@ type harness struct {
 	phases chan PhaseChange
 }
 
-func newHarness(t *testing.T, caps Caps) *harness {
+// newHarness is a manager with caps and opts whose phase changes the harness records; it
+// is shut down when the test ends.
+func newHarness(t *testing.T, caps Caps, opts ...Option) *harness {
 	t.Helper()
 	h := &harness{t: t, phases: make(chan PhaseChange, 1024)}
-	h.m = NewManager(caps, WithObserver(func(pc PhaseChange) {
+	h.m = NewManager(caps, append(opts, WithObserver(func(pc PhaseChange) {
 		select {
 		case h.phases <- pc:
 		default:
 		}
-	}))
+	}))...)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		defer cancel()

@@ -186,61 +186,38 @@ func (db *DB) MarkInterrupted(reason string, now time.Time) (*InterruptSummary, 
 			sum.Records = append(sum.Records, r)
 			return err
 		}
-		sessions, err := liveTx[Session](tx, bucketSessions, func(v *Session) bool { return !terminalSession[v.Phase] })
-		if err != nil {
+		var err error
+		if sum.Sessions, err = interruptTx(tx, bucketSessions, "session", OutcomeFailedPermanent, rec,
+			func(v *Session) bool { return !terminalSession[v.Phase] },
+			func(s *Session) (string, string, string) {
+				s.Phase, s.Reason, s.UpdatedAt = PhaseFailed, why, now
+				return s.UID, s.Namespace, s.Name
+			}); err != nil {
 			return err
 		}
-		for _, s := range sessions {
-			s.Phase, s.Reason, s.UpdatedAt = PhaseFailed, why, now
-			if err := putTx(tx, bucketSessions, s.UID, &s); err != nil {
-				return err
-			}
-			if err := rec("session", s.Namespace, s.Name, s.UID, OutcomeFailedPermanent); err != nil {
-				return err
-			}
-			sum.Sessions++
-		}
-		commands, err := liveTx[Command](tx, bucketCommands, func(v *Command) bool { return !terminalCommand[v.Phase] })
-		if err != nil {
+		if sum.Commands, err = interruptTx(tx, bucketCommands, "command", OutcomeFailedPermanent, rec,
+			func(v *Command) bool { return !terminalCommand[v.Phase] },
+			func(c *Command) (string, string, string) {
+				c.Phase, c.Outcome, c.UpdatedAt = PhaseFailed, why, now
+				return c.UID, c.Namespace, c.Name
+			}); err != nil {
 			return err
 		}
-		for _, c := range commands {
-			c.Phase, c.Outcome, c.UpdatedAt = PhaseFailed, why, now
-			if err := putTx(tx, bucketCommands, c.UID, &c); err != nil {
-				return err
-			}
-			if err := rec("command", c.Namespace, c.Name, c.UID, OutcomeFailedPermanent); err != nil {
-				return err
-			}
-			sum.Commands++
-		}
-		waits, err := liveTx[Wait](tx, bucketWaits, func(v *Wait) bool { return !terminalWait[v.Phase] })
-		if err != nil {
+		if sum.Waits, err = interruptTx(tx, bucketWaits, "wait", OutcomeFailedRetryable, rec,
+			func(v *Wait) bool { return !terminalWait[v.Phase] },
+			func(w *Wait) (string, string, string) {
+				w.Phase, w.Reason, w.UpdatedAt = PhaseFailed, why, now
+				return w.UID, w.Namespace, w.Name
+			}); err != nil {
 			return err
 		}
-		for _, w := range waits {
-			w.Phase, w.Reason, w.UpdatedAt = PhaseFailed, why, now
-			if err := putTx(tx, bucketWaits, w.UID, &w); err != nil {
-				return err
-			}
-			if err := rec("wait", w.Namespace, w.Name, w.UID, OutcomeFailedRetryable); err != nil {
-				return err
-			}
-			sum.Waits++
-		}
-		patches, err := liveTx[Patch](tx, bucketPatches, func(v *Patch) bool { return !terminalPatch[v.Phase] })
-		if err != nil {
+		if sum.Patches, err = interruptTx(tx, bucketPatches, "patch", OutcomeUnknown, rec,
+			func(v *Patch) bool { return !terminalPatch[v.Phase] },
+			func(p *Patch) (string, string, string) {
+				p.Phase, p.RefusalCode, p.UpdatedAt = PhaseFailed, "interrupted", now
+				return p.UID, p.Namespace, p.Name
+			}); err != nil {
 			return err
-		}
-		for _, p := range patches {
-			p.Phase, p.RefusalCode, p.UpdatedAt = PhaseFailed, "interrupted", now
-			if err := putTx(tx, bucketPatches, p.UID, &p); err != nil {
-				return err
-			}
-			if err := rec("patch", p.Namespace, p.Name, p.UID, OutcomeUnknown); err != nil {
-				return err
-			}
-			sum.Patches++
 		}
 		return nil
 	})
@@ -248,6 +225,27 @@ func (db *DB) MarkInterrupted(reason string, now time.Time) (*InterruptSummary, 
 		return nil, fmt.Errorf("store: mark interrupted in %s: %w", db.path, err)
 	}
 	return sum, nil
+}
+
+// interruptTx fails every record of bucket still live (not in a terminal phase): mark sets
+// its failed phase and returns its UID, namespace and name; it is put back and one recovery
+// fact (kind, outcome) recorded by rec. It returns how many it failed.
+func interruptTx[T any](tx *bolt.Tx, bucket []byte, kind, outcome string, rec func(kind, ns, name, uid, outcome string) error,
+	live func(*T) bool, mark func(*T) (uid, ns, name string)) (int, error) {
+	recs, err := liveTx[T](tx, bucket, live)
+	if err != nil {
+		return 0, err
+	}
+	for i := range recs {
+		uid, ns, name := mark(&recs[i])
+		if err := putTx(tx, bucket, uid, &recs[i]); err != nil {
+			return i, err
+		}
+		if err := rec(kind, ns, name, uid, outcome); err != nil {
+			return i, err
+		}
+	}
+	return len(recs), nil
 }
 
 // liveTx collects matching records first (bbolt forbids mutating a bucket

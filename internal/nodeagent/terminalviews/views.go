@@ -320,22 +320,14 @@ func (a *Room) Setup(ctx context.Context, mgr ctrl.Manager) error {
 		if err := a.d.Client.List(ctx, &l, client.InNamespace(o.GetNamespace())); err != nil {
 			return nil
 		}
-		out := make([]reconcile.Request, 0, len(l.Items))
-		for i := range l.Items {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&l.Items[i])})
-		}
-		return out
+		return nodekit.RequestsOf(l.Items, nil)
 	}
 	grantsIn := func(ctx context.Context, o client.Object) []reconcile.Request {
 		var l wbv1.ViewGrantList
 		if err := a.d.Client.List(ctx, &l, client.InNamespace(o.GetNamespace())); err != nil {
 			return nil
 		}
-		out := make([]reconcile.Request, 0, len(l.Items))
-		for i := range l.Items {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&l.Items[i])})
-		}
-		return out
+		return nodekit.RequestsOf(l.Items, nil)
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&wbv1.TerminalView{}).Named("node-terminalview").
 		Watches(&wbv1.Environment{}, handler.EnqueueRequestsFromMapFunc(viewsIn)).
