@@ -22,7 +22,6 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"sensorium.dev/workbench/internal/test/testkit"
@@ -34,15 +33,7 @@ import (
 // kubelet would from the mounted Secret) and the caBundle is injected, and put the CA back
 // when someone overwrites the caBundle.
 func TestCertRotationIssuesAndInjects(t *testing.T) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Skip("KUBEBUILDER_ASSETS is not set: run make test (hack/build-control-plane.sh builds the API server)")
-	}
-	env := &envtest.Environment{ControlPlaneStartTimeout: 2 * time.Minute} // several control planes start at once under go test ./...
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("starting the API server: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	cfg := startAPIServer(t)
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
@@ -85,15 +76,7 @@ func TestCertRotationIssuesAndInjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mgrCtx, stopMgr := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mgrCtx) }()
-	t.Cleanup(func() {
-		stopMgr()
-		if err := <-done; err != nil {
-			t.Errorf("the manager ended with an error: %v", err)
-		}
-	})
+	runManager(ctx, t, mgr)
 
 	// The kubelet's part: project the Secret's keys into the cert dir once they exist.
 	sec := waitSecret(ctx, t, c, ns, secretName, func(s *corev1.Secret) bool { return len(s.Data["tls.crt"]) > 0 })
@@ -176,15 +159,7 @@ var must = testkit.Must
 // CA into the APIService's caBundle, and write its client certificate for the node data
 // planes (common name workbench-apiserver, client auth only) with its own CA.
 func TestAPIServerCertRotation(t *testing.T) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Skip("KUBEBUILDER_ASSETS is not set: run make test (hack/build-control-plane.sh builds the API server)")
-	}
-	env := &envtest.Environment{ControlPlaneStartTimeout: 2 * time.Minute}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("starting the API server: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	cfg := startAPIServer(t)
 	scheme := runtime.NewScheme()
 	must(t, clientgoscheme.AddToScheme(scheme))
 	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
@@ -221,15 +196,7 @@ func TestAPIServerCertRotation(t *testing.T) {
 		_, err := r.rot.start(mgr, r.dir)
 		must(t, err)
 	}
-	mgrCtx, stopMgr := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mgrCtx) }()
-	t.Cleanup(func() {
-		stopMgr()
-		if err := <-done; err != nil {
-			t.Errorf("the manager ended with an error: %v", err)
-		}
-	})
+	runManager(ctx, t, mgr)
 
 	leafOf := func(sec *corev1.Secret) (*x509.Certificate, *x509.CertPool) {
 		t.Helper()

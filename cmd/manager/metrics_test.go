@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 )
 
@@ -30,15 +29,7 @@ import (
 // token of an account bound to config/rbac/metrics_reader_role.yaml (as shipped) 200 with
 // Prometheus text.
 func TestMetricsAuthenticatedAndAuthorized(t *testing.T) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Skip("KUBEBUILDER_ASSETS is not set: run make test (hack/build-control-plane.sh builds the API server)")
-	}
-	env := &envtest.Environment{ControlPlaneStartTimeout: 2 * time.Minute}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("starting the API server: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	cfg := startAPIServer(t)
 	cs, err := kubernetes.NewForConfig(cfg)
 	must(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -95,15 +86,7 @@ func TestMetricsAuthenticatedAndAuthorized(t *testing.T) {
 	must(t, l.Close())
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Metrics: metricsOptions(addr, nil), HealthProbeBindAddress: "0"})
 	must(t, err)
-	mctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	ended := runManager(ctx, t, mgr)
 
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the server's certificate is self-signed; the test checks authn/authz, not TLS identity
@@ -136,8 +119,8 @@ func TestMetricsAuthenticatedAndAuthorized(t *testing.T) {
 		select {
 		case <-ctx.Done():
 			t.Fatalf("metrics server at %s never answered: %v", addr, err)
-		case err := <-done:
-			t.Fatalf("manager stopped: %v", err)
+		case <-ended:
+			t.Fatalf("the manager stopped before its metrics server answered (its error is reported at cleanup)")
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

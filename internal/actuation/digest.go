@@ -36,10 +36,11 @@ func Digest(v any) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return digestBytes(b), nil
+	return DigestBytes(b), nil
 }
 
-func digestBytes(b []byte) string {
+// DigestBytes returns "sha256:<lowercase hex>" of b as it is.
+func DigestBytes(b []byte) string {
 	sum := sha256.Sum256(b)
 	return DigestPrefix + hex.EncodeToString(sum[:])
 }

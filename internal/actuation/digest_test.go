@@ -60,7 +60,7 @@ func TestConsentDeltaDigest(t *testing.T) {
 	}
 	var nilRoots ConsentDelta
 	c, _ := CanonicalJSON(ConsentDelta{Roots: []string{}})
-	if ConsentDeltaDigest(nilRoots) != digestBytes(c) {
+	if ConsentDeltaDigest(nilRoots) != DigestBytes(c) {
 		t.Error("nil roots must digest as []")
 	}
 }

@@ -7,7 +7,7 @@ package actuation
 // stamps it on the patches it creates: one rule, here.
 func PatchDigest(unifiedPatch *string, operations any) (string, error) {
 	if unifiedPatch != nil {
-		return digestBytes([]byte(*unifiedPatch)), nil
+		return DigestBytes([]byte(*unifiedPatch)), nil
 	}
 	return Digest(operations)
 }

@@ -336,7 +336,7 @@ func runDigestVector(t *testing.T, v vector, e expectation) {
 		if string(canonical) != *v.Canonical {
 			t.Errorf("canonical = %s, want %s", canonical, *v.Canonical)
 		}
-		if digestBytes([]byte(*v.Canonical)) != e.Digest {
+		if DigestBytes([]byte(*v.Canonical)) != e.Digest {
 			t.Errorf("sha256 of the canonical string does not equal expect.digest")
 		}
 	}
@@ -410,7 +410,7 @@ func runConsentDeltaVector(t *testing.T, v vector, e expectation) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if string(c) != *v.Canonical || digestBytes(c) != e.Digest {
+			if string(c) != *v.Canonical || DigestBytes(c) != e.Digest {
 				t.Errorf("canonical = %s, want %s", c, *v.Canonical)
 			}
 		}

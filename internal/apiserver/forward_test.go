@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
@@ -102,6 +103,12 @@ func fixture(t *testing.T, nodeName, endpoint string, caPEM []byte, bind bool) (
 }
 
 func newForwarder(t *testing.T) (*Forwarder, *envtest.CA) {
+	return forwarderWith(t, env.Client)
+}
+
+// forwarderWith is a Forwarder over c whose client certificate (common name
+// workbench-apiserver) is issued by a fresh CA, returned for the node side to trust.
+func forwarderWith(t *testing.T, c client.Client) (*Forwarder, *envtest.CA) {
 	t.Helper()
 	ca, err := envtest.NewCA("test apiserver client CA")
 	must(t, err)
@@ -109,7 +116,7 @@ func newForwarder(t *testing.T) (*Forwarder, *envtest.CA) {
 	must(t, err)
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	must(t, err)
-	fwd, err := NewForwarder(env.Client, cert)
+	fwd, err := NewForwarder(c, cert)
 	must(t, err)
 	return fwd, ca
 }

@@ -2,7 +2,6 @@ package apiserver
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -24,17 +23,9 @@ import (
 // waits on a watch of the command.
 func watchingForwarder(t *testing.T) (*Forwarder, *envtest.CA) {
 	t.Helper()
-	ca, err := envtest.NewCA("test apiserver client CA")
-	must(t, err)
-	certPEM, keyPEM, err := ca.Issue("workbench-apiserver")
-	must(t, err)
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	must(t, err)
 	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: crdScheme()})
 	must(t, err)
-	fwd, err := NewForwarder(c, cert)
-	must(t, err)
-	return fwd, ca
+	return forwarderWith(t, c)
 }
 
 // unboundCommand creates a TerminalCommand no node is bound to (its session does not

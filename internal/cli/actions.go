@@ -90,11 +90,7 @@ func catalogCommand(o *Options) *cobra.Command {
 
 	verify := &cobra.Command{
 		Use: "verify CATALOG", Short: "Decide the catalog's signature with the same core as the manager and the node", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
+		RunE: o.withClient(func(cmd *cobra.Command, args []string, cl *wbclient.Client) error {
 			v, err := cl.VerifyCatalog(cmd.Context(), args[0])
 			if err != nil {
 				return err
@@ -113,15 +109,11 @@ func catalogCommand(o *Options) *cobra.Command {
 				return &wbclient.Error{Code: v.Code, Class: wbclient.ClassOf(v.Code), Message: v.Message, Object: "actioncatalog " + v.Catalog}
 			}
 			return nil
-		},
+		}),
 	}
 	digest := &cobra.Command{
 		Use: "digest CATALOG", Short: "Print the sha256 of the catalog's RFC 8785 canonical spec (what a signature covers)", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
+		RunE: o.withClient(func(cmd *cobra.Command, args []string, cl *wbclient.Client) error {
 			cat, err := cl.GetCatalog(cmd.Context(), args[0])
 			if err != nil {
 				return err
@@ -131,7 +123,7 @@ func catalogCommand(o *Options) *cobra.Command {
 				return err
 			}
 			return o.print(map[string]string{"specDigest": d}, func(w io.Writer) { fmt.Fprintln(w, d) })
-		},
+		}),
 	}
 	c.AddCommand(keygen, sign, verify, digest)
 	return c

@@ -17,11 +17,7 @@ func consentCommand(o *Options) *cobra.Command {
 	var all bool
 	ls := &cobra.Command{
 		Use: "ls", Aliases: []string{"list"}, Short: "List consent requests (pending ones unless --all)", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
+		RunE: o.withClient(func(cmd *cobra.Command, _ []string, cl *wbclient.Client) error {
 			items, err := cl.ListConsentRequests(cmd.Context(), !all)
 			if err != nil {
 				return err
@@ -33,7 +29,7 @@ func consentCommand(o *Options) *cobra.Command {
 				}
 				table(w, "NAME\tCOMMAND\tDECISION\tARGV\tEXPIRES", rows)
 			})
-		},
+		}),
 	}
 	ls.Flags().BoolVar(&all, "all", false, "include decided requests")
 	c.AddCommand(ls, decideCommand(o, "approve"), decideCommand(o, "deny"), revokeCommand(o))
@@ -48,11 +44,7 @@ func decideCommand(o *Options, verb string) *cobra.Command {
 	}
 	c := &cobra.Command{
 		Use: verb + " REQUEST", Short: short, Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
+		RunE: o.withClient(func(cmd *cobra.Command, args []string, cl *wbclient.Client) error {
 			d.Request = args[0]
 			if verb == "deny" {
 				d.Scope = string(wbv1.ConsentDeny)
@@ -64,7 +56,7 @@ func decideCommand(o *Options, verb string) *cobra.Command {
 			return o.printObject(g, func(w io.Writer) {
 				fmt.Fprintf(w, "consentgrant/%s created: %s on consentrequest/%s\n", g.Name, g.Spec.Scope, d.Request)
 			})
-		},
+		}),
 	}
 	c.Flags().StringVar(&d.Reason, "reason", "", "a note for the record")
 	if verb == "approve" {
@@ -78,16 +70,12 @@ func decideCommand(o *Options, verb string) *cobra.Command {
 func revokeCommand(o *Options) *cobra.Command {
 	return &cobra.Command{
 		Use: "revoke GRANT|REQUEST", Short: "Revoke a consent grant (named directly or by its request)", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
+		RunE: o.withClient(func(cmd *cobra.Command, args []string, cl *wbclient.Client) error {
 			g, err := cl.Revoke(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
 			return o.printObject(g, func(w io.Writer) { fmt.Fprintf(w, "consentgrant/%s revoked\n", g.Name) })
-		},
+		}),
 	}
 }

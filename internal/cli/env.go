@@ -165,11 +165,7 @@ func describeProgress(name string, p wbclient.EnvironmentProgress) string {
 func envLsCommand(o *Options) *cobra.Command {
 	return &cobra.Command{
 		Use: "ls", Aliases: []string{"list"}, Short: "List environments", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
+		RunE: o.withClient(func(cmd *cobra.Command, _ []string, cl *wbclient.Client) error {
 			envs, err := cl.ListEnvironments(cmd.Context())
 			if err != nil {
 				return err
@@ -181,7 +177,7 @@ func envLsCommand(o *Options) *cobra.Command {
 				}
 				table(w, "NAME\tBACKEND\tPHASE\tNODE\tAGE", rows)
 			})
-		},
+		}),
 	}
 }
 
@@ -189,11 +185,7 @@ func envRmCommand(o *Options) *cobra.Command {
 	var wait bool
 	c := &cobra.Command{
 		Use: "rm NAME...", Aliases: []string{"delete"}, Short: "Delete environments (tearing them down)", Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
+		RunE: o.withClient(func(cmd *cobra.Command, args []string, cl *wbclient.Client) error {
 			for _, name := range args {
 				if err := cl.DeleteEnvironment(cmd.Context(), name, wait); err != nil {
 					return err
@@ -201,7 +193,7 @@ func envRmCommand(o *Options) *cobra.Command {
 				fmt.Fprintf(o.IO.Out, "environment/%s deleted\n", name)
 			}
 			return nil
-		},
+		}),
 	}
 	c.Flags().BoolVar(&wait, "wait", true, "wait until the node has torn the environment down")
 	return c

@@ -39,11 +39,7 @@ func exportPatchCommand(o *Options) *cobra.Command {
 		Example: `  kubectl workbench export patch demo --out demo.patch
   kubectl workbench export patch demo --file-patch fix-readme   # only the files FilePatch fix-readme changed`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
+		RunE: o.withClient(func(cmd *cobra.Command, args []string, cl *wbclient.Client) error {
 			env := args[0]
 			if root == "" {
 				e, err := cl.GetEnvironment(cmd.Context(), env)
@@ -59,7 +55,7 @@ func exportPatchCommand(o *Options) *cobra.Command {
 				return err
 			}
 			return o.download(cmd, cl, a, out)
-		},
+		}),
 	}
 	c.Flags().StringVar(&root, "root", "", "root to export (default: the environment's sourced root, or its only root)")
 	c.Flags().StringVar(&filePatch, "file-patch", "", "restrict the patch to the files this applied FilePatch changed")

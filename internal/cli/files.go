@@ -109,11 +109,7 @@ func cpCommand(o *Options) *cobra.Command {
   kubectl workbench cp ./input.bin demo:            # upload as an Artifact (source: upload) of environment demo
   kubectl workbench cp ./input.bin artifact/in-1    # upload into an existing upload Artifact`,
 		Args: cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
+		RunE: o.withClient(func(cmd *cobra.Command, args []string, cl *wbclient.Client) error {
 			ctx := cmd.Context()
 			src, dst := args[0], args[1]
 			if target, ok := strings.CutPrefix(dst, "artifact/"); ok { // upload into an existing Artifact
@@ -177,7 +173,7 @@ func cpCommand(o *Options) *cobra.Command {
 				return o.print(res, func(w io.Writer) { fmt.Fprintf(w, "artifact/%s -> %s (%d bytes, %s)\n", artifact, dst, n, digest) })
 			}
 			return nil
-		},
+		}),
 	}
 	c.Flags().StringVar(&uploadEnv, "upload-to", "", "upload SRC as an artifact of this environment (same as DST ENV:)")
 	c.Flags().StringVar(&name, "name", "", "name of the uploaded Artifact (default: generated)")

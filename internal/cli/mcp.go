@@ -4,6 +4,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"sensorium.dev/workbench/internal/mcpserver"
+	wbclient "sensorium.dev/workbench/pkg/client"
 )
 
 func mcpCommand(o *Options) *cobra.Command {
@@ -14,12 +15,8 @@ func mcpCommand(o *Options) *cobra.Command {
 runs as the identity of your kubeconfig (--kubeconfig, --context, -n, --as apply), through the
 same admission as the CLI. It offers no raw terminal input and no approvals.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
+		RunE: o.withClient(func(cmd *cobra.Command, _ []string, cl *wbclient.Client) error {
 			return mcpserver.ServeStdio(cmd.Context(), cl, o.IO.In, o.IO.Out)
-		},
+		}),
 	}
 }

@@ -17,12 +17,9 @@ func patchCommand(o *Options) *cobra.Command {
 	var file string
 	propose := &cobra.Command{
 		Use: "propose -e ENV --root ROOT -f DIFF|-", Short: "Propose a unified diff (a FilePatch awaiting approval)", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
+		RunE: o.withClient(func(cmd *cobra.Command, _ []string, cl *wbclient.Client) error {
 			var b []byte
+			var err error
 			if file == "-" {
 				b, err = io.ReadAll(io.LimitReader(o.IO.In, 1<<20+1))
 			} else {
@@ -37,7 +34,7 @@ func patchCommand(o *Options) *cobra.Command {
 				return err
 			}
 			return o.printObject(p, func(w io.Writer) { fmt.Fprintf(w, "filepatch/%s proposed (awaiting approval)\n", p.Name) })
-		},
+		}),
 	}
 	propose.Flags().StringVarP(&req.Environment, "environment", "e", "", "environment")
 	propose.Flags().StringVar(&req.Root, "root", "", "root the diff's paths are relative to")
@@ -56,11 +53,7 @@ func decidePatchCommand(o *Options, approve bool) *cobra.Command {
 	var wait bool
 	c := &cobra.Command{
 		Use: verb + " PATCH", Short: short, Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
+		RunE: o.withClient(func(cmd *cobra.Command, args []string, cl *wbclient.Client) error {
 			p, perr := cl.DecidePatch(cmd.Context(), args[0], approve, wait)
 			if p == nil {
 				return perr
@@ -75,7 +68,7 @@ func decidePatchCommand(o *Options, approve bool) *cobra.Command {
 				return err
 			}
 			return perr
-		},
+		}),
 	}
 	c.Flags().BoolVar(&wait, "wait", true, "wait for the node's outcome")
 	return c

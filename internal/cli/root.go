@@ -45,6 +45,18 @@ func (o *Options) Client() (*wbclient.Client, error) {
 	return wbclient.New(cfg, ns)
 }
 
+// withClient is the RunE of a command that needs the workbench client: it builds the
+// client (a usage error when the kubeconfig cannot be loaded) before run sees the args.
+func (o *Options) withClient(run func(cmd *cobra.Command, args []string, cl *wbclient.Client) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		cl, err := o.Client()
+		if err != nil {
+			return err
+		}
+		return run(cmd, args, cl)
+	}
+}
+
 // structured reports whether -o asks for json or yaml.
 func (o *Options) structured() bool { return o.Output == "json" || o.Output == "yaml" }
 

@@ -115,16 +115,12 @@ func printConsentWait(w io.Writer, t *wbv1.TerminalCommand, info *wbclient.Conse
 func cancelCommand(o *Options) *cobra.Command {
 	return &cobra.Command{
 		Use: "cancel COMMAND", Short: "Cancel a running command", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
+		RunE: o.withClient(func(cmd *cobra.Command, args []string, cl *wbclient.Client) error {
 			if err := cl.CancelCommand(cmd.Context(), args[0]); err != nil {
 				return err
 			}
 			fmt.Fprintf(o.IO.Out, "terminalcommand/%s cancelled\n", args[0])
 			return nil
-		},
+		}),
 	}
 }

@@ -24,11 +24,7 @@ only shows the terminal (RBAC get on terminalsessions/attach suffices); with --s
 go to the PTY, which needs create on terminalsessions/attach and the session's
 spec.rawInput: OperatorOnly. Detach with Ctrl-] .`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
+		RunE: o.withClient(func(cmd *cobra.Command, args []string, cl *wbclient.Client) error {
 			opts := wbclient.AttachOptions{Stdout: o.IO.Out, TTY: tty}
 			if stdin {
 				in := o.IO.In
@@ -44,7 +40,7 @@ spec.rawInput: OperatorOnly. Detach with Ctrl-] .`,
 				opts.Stdin = in
 			}
 			return cl.Attach(cmd.Context(), args[0], opts)
-		},
+		}),
 	}
 	c.Flags().BoolVarP(&stdin, "stdin", "i", false, "send keystrokes to the session (operators, sessions with rawInput: OperatorOnly)")
 	c.Flags().BoolVarP(&tty, "tty", "t", true, "the session is a terminal")
@@ -63,11 +59,7 @@ func (f *fixedSize) Next() *remotecommand.TerminalSize {
 func screenCommand(o *Options) *cobra.Command {
 	return &cobra.Command{
 		Use: "screen SESSION", Short: "Print a session's current screen", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
+		RunE: o.withClient(func(cmd *cobra.Command, args []string, cl *wbclient.Client) error {
 			s, err := cl.Screen(cmd.Context(), args[0])
 			if err != nil {
 				return err
@@ -77,7 +69,7 @@ func screenCommand(o *Options) *cobra.Command {
 					fmt.Fprintln(w, termsafe.Line(l))
 				}
 			})
-		},
+		}),
 	}
 }
 
@@ -85,11 +77,7 @@ func eventsCommand(o *Options) *cobra.Command {
 	var opts wbclient.EventsOptions
 	c := &cobra.Command{
 		Use: "events SESSION [-f]", Short: "Print a session's events (output, input, resize, exit, gaps)", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
+		RunE: o.withClient(func(cmd *cobra.Command, args []string, cl *wbclient.Client) error {
 			return cl.Events(cmd.Context(), args[0], opts, func(ev wbclient.Event) error {
 				switch o.Output {
 				case "json":
@@ -122,7 +110,7 @@ func eventsCommand(o *Options) *cobra.Command {
 				}
 				return nil
 			})
-		},
+		}),
 	}
 	c.Flags().BoolVarP(&opts.Follow, "follow", "f", false, "keep streaming new events")
 	c.Flags().Int64Var(&opts.Since, "since", 0, "only events after this sequence number")

@@ -62,11 +62,7 @@ func recordCommand(o *Options) *cobra.Command {
 	var env, session string
 	start := &cobra.Command{
 		Use: "start NAME -e ENV", Short: "Start a Recording: the node records each admitted command, applied patch, satisfied wait and probe", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
+		RunE: o.withClient(func(cmd *cobra.Command, args []string, cl *wbclient.Client) error {
 			if env == "" {
 				return wbclient.Usage("--environment is required")
 			}
@@ -78,17 +74,13 @@ func recordCommand(o *Options) *cobra.Command {
 				fmt.Fprintf(w, "recording/%s recording environment %s on node %s (trace %s, initial state %s)\n",
 					rec.Name, rec.Spec.EnvironmentRef, rec.Status.NodeName, rec.Status.TraceID, rec.Status.InitialStateDigest)
 			})
-		},
+		}),
 	}
 	start.Flags().StringVarP(&env, "environment", "e", "", "environment to record")
 	start.Flags().StringVar(&session, "session", "", "record only this session's commands and waits")
 	stop := &cobra.Command{
 		Use: "stop NAME", Short: "Stop a Recording and wait until its trace is stored", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
+		RunE: o.withClient(func(cmd *cobra.Command, args []string, cl *wbclient.Client) error {
 			rec, err := cl.StopRecording(cmd.Context(), args[0])
 			if err != nil {
 				return err
@@ -99,7 +91,7 @@ func recordCommand(o *Options) *cobra.Command {
 					s.Counts.Commands, s.Counts.Patches, s.Counts.Waits, s.Counts.Probes)
 				fmt.Fprintf(w, "  trace      artifact/%s %s\n  states     %s → %s\n", s.TraceArtifactRef, s.TraceDigest, s.InitialStateDigest, s.LastStateDigest)
 			})
-		},
+		}),
 	}
 	c.AddCommand(start, stop)
 	return c
@@ -128,11 +120,7 @@ func crystallizeCommand(o *Options) *cobra.Command {
 	var params []string
 	c := &cobra.Command{
 		Use: "crystallize RECORDING --display-name NAME", Short: "Turn a stopped Recording's trace into a Skill", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
+		RunE: o.withClient(func(cmd *cobra.Command, args []string, cl *wbclient.Client) error {
 			req.Recording = args[0]
 			kv, err := parseParams(params)
 			if err != nil {
@@ -150,7 +138,7 @@ func crystallizeCommand(o *Options) *cobra.Command {
 				return err
 			}
 			return o.printObject(sk, func(w io.Writer) { printSkill(w, sk) })
-		},
+		}),
 	}
 	c.Flags().StringVar(&req.SkillName, "name", "", "Skill object name (default: the slug of --display-name)")
 	c.Flags().StringVar(&req.DisplayName, "display-name", "", "human name of the skill")
@@ -235,15 +223,12 @@ func skillReplayCommand(o *Options) *cobra.Command {
 	var wait bool
 	c := &cobra.Command{
 		Use: "replay SKILL -e ENV", Short: "Replay a skill through normal admission (patch steps wait for an operator's approval)", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
+		RunE: o.withClient(func(cmd *cobra.Command, args []string, cl *wbclient.Client) error {
 			req.Skill, req.Mode = args[0], wbv1.SkillReplayMode(mode)
 			if req.Environment == "" {
 				return wbclient.Usage("--environment is required")
 			}
+			var err error
 			if req.Parameters, err = parseParams(params); err != nil {
 				return err
 			}
@@ -265,7 +250,7 @@ func skillReplayCommand(o *Options) *cobra.Command {
 				return verdictExit(string(skills.VerdictInconclusive))
 			}
 			return verdictExit(string(sr.Status.Proof.OverallVerdict))
-		},
+		}),
 	}
 	c.Flags().StringVarP(&req.Environment, "environment", "e", "", "target environment")
 	c.Flags().StringVar(&req.Name, "name", "", "SkillReplay name (default: generated)")
@@ -278,11 +263,7 @@ func skillReplayCommand(o *Options) *cobra.Command {
 func skillShowCommand(o *Options) *cobra.Command {
 	return &cobra.Command{
 		Use: "show SKILL", Short: "Show a skill's manifest and its replays with their verdicts", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
+		RunE: o.withClient(func(cmd *cobra.Command, args []string, cl *wbclient.Client) error {
 			var sk wbv1.Skill
 			if err := cl.Kube.Get(cmd.Context(), client.ObjectKey{Namespace: cl.Namespace, Name: args[0]}, &sk); err != nil {
 				return wbclient.Wrap("skill "+args[0], err)
@@ -301,7 +282,7 @@ func skillShowCommand(o *Options) *cobra.Command {
 					printReplay(w, &replays[i])
 				}
 			})
-		},
+		}),
 	}
 }
 
@@ -325,11 +306,7 @@ func skillExportCommand(o *Options) *cobra.Command {
 	var profile, file, signKey string
 	c := &cobra.Command{
 		Use: "export SKILL [-f FILE]", Short: "Export a content-hashed SkillBundle (redaction pre-selected, never silently none; signed with --sign-key)", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
+		RunE: o.withClient(func(cmd *cobra.Command, args []string, cl *wbclient.Client) error {
 			req.Skill, req.Profile, req.WorkbenchVersion = args[0], skills.RedactionProfile(profile), Version
 			if signKey != "" {
 				text, err := readCapped(signKey, 4096)
@@ -369,7 +346,7 @@ func skillExportCommand(o *Options) *cobra.Command {
 				fmt.Fprintf(w, "    %-28s %-12s %s\n", g.ID, g.Verdict, g.Reason)
 			}
 			return nil
-		},
+		}),
 	}
 	c.Flags().StringVar(&req.Replay, "replay", "", "include this SkillReplay's report as replay evidence")
 	c.Flags().StringVar(&profile, "redaction", "", "none, transcript_pii or full (default: pre-selected by the secret detector)")
@@ -406,12 +383,9 @@ func skillImportCommand(o *Options) *cobra.Command {
 	var create, requireSigned bool
 	c := &cobra.Command{
 		Use: "import -f FILE", Short: "Verify a SkillBundle (schema, content hash) and optionally create its Skill; never runs anything", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
+		RunE: o.withClient(func(cmd *cobra.Command, _ []string, cl *wbclient.Client) error {
 			var raw []byte
+			var err error
 			if file == "-" {
 				raw, err = io.ReadAll(io.LimitReader(o.IO.In, skills.MaxBundleBytes+1))
 			} else {
@@ -430,7 +404,7 @@ func skillImportCommand(o *Options) *cobra.Command {
 				}
 			}
 			return err
-		},
+		}),
 	}
 	c.Flags().StringVarP(&file, "filename", "f", "-", "the bundle (- for stdin)")
 	c.Flags().BoolVar(&create, "create", false, "create a Skill object from the bundle's manifest")

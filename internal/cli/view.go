@@ -109,17 +109,13 @@ func viewGrantCommand(o *Options) *cobra.Command {
 func viewRevokeCommand(o *Options) *cobra.Command {
 	return &cobra.Command{
 		Use: "revoke GRANT", Short: "Revoke a view grant: the subject's streams close within a second", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
+		RunE: o.withClient(func(cmd *cobra.Command, args []string, cl *wbclient.Client) error {
 			g, err := cl.RevokeViewGrant(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
 			return o.printObject(g, func(w io.Writer) { fmt.Fprintf(w, "viewgrant/%s revoked\n", g.Name) })
-		},
+		}),
 	}
 }
 

@@ -35,11 +35,7 @@ func waitCommand(o *Options) *cobra.Command {
 		Short:   "Wait for a condition (a Wait object): exit 0 when satisfied, 124 when its deadline passes",
 		Example: "  kubectl workbench wait --for terminal.command.done --command run-make-x7k2\n  kubectl workbench wait --for terminal.output.matches --session s --pattern 'PASS|FAIL' --timeout 600",
 		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
+		RunE: o.withClient(func(cmd *cobra.Command, _ []string, cl *wbclient.Client) error {
 			w, werr := cl.Wait(cmd.Context(), r)
 			if w == nil {
 				return werr
@@ -54,7 +50,7 @@ func waitCommand(o *Options) *cobra.Command {
 				return err
 			}
 			return werr
-		},
+		}),
 	}
 	conditionFlags(c, &r, "deadline in seconds (default 60, at most 3600)")
 	return c
@@ -66,11 +62,7 @@ func probeCommand(o *Options) *cobra.Command {
 		Use:   "probe --for KIND SCOPE",
 		Short: "Check a condition now (a Probe object): exit 0 on Pass, 1 on Fail",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := o.Client()
-			if err != nil {
-				return err
-			}
+		RunE: o.withClient(func(cmd *cobra.Command, _ []string, cl *wbclient.Client) error {
 			p, perr := cl.Probe(cmd.Context(), r)
 			if p == nil {
 				return perr
@@ -81,7 +73,7 @@ func probeCommand(o *Options) *cobra.Command {
 				return err
 			}
 			return perr
-		},
+		}),
 	}
 	conditionFlags(c, &r, "probe timeout in seconds")
 	return c

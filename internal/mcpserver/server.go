@@ -270,16 +270,23 @@ func observed(o *wbv1.Observed, r *ConditionResult) {
 	}
 }
 
+// conditionResult is what the wait and probe tools answer: the object's name, its
+// summarized phase, its diagnostics and what it observed.
+func conditionResult(name, phase string, diags []wbv1.WaitDiagnostic, o *wbv1.Observed) ConditionResult {
+	res := ConditionResult{Name: name, Status: phase}
+	for _, d := range diags {
+		res.Diagnostics = append(res.Diagnostics, string(d))
+	}
+	observed(o, &res)
+	return res
+}
+
 func waitTool(ctx context.Context, cl *wbclient.Client, r wbclient.ConditionRequest) (ConditionResult, error) {
 	w, err := cl.Wait(ctx, r)
 	if w == nil {
 		return ConditionResult{}, err
 	}
-	res := ConditionResult{Name: w.Name, Status: wbv1.WaitSummary(w).Phase}
-	for _, d := range w.Status.Diagnostics {
-		res.Diagnostics = append(res.Diagnostics, string(d))
-	}
-	observed(w.Status.Observed, &res)
+	res := conditionResult(w.Name, wbv1.WaitSummary(w).Phase, w.Status.Diagnostics, w.Status.Observed)
 	var e *wbclient.Error
 	if errors.As(err, &e) && (e.Class == wbclient.ClassTimedOut || e.Class == wbclient.ClassCancelled) {
 		return res, nil // a deadline is an outcome of a wait, not a refusal
@@ -292,11 +299,7 @@ func probeTool(ctx context.Context, cl *wbclient.Client, r wbclient.ConditionReq
 	if p == nil {
 		return ConditionResult{}, err
 	}
-	res := ConditionResult{Name: p.Name, Status: wbv1.ProbeSummary(p).Phase}
-	for _, d := range p.Status.Diagnostics {
-		res.Diagnostics = append(res.Diagnostics, string(d))
-	}
-	observed(p.Status.Observed, &res)
+	res := conditionResult(p.Name, wbv1.ProbeSummary(p).Phase, p.Status.Diagnostics, p.Status.Observed)
 	var failed *wbclient.ProbeFailed
 	if errors.As(err, &failed) {
 		return res, nil

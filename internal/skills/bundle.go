@@ -3,8 +3,6 @@ package skills
 import (
 	"bytes"
 	"crypto/ed25519"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -396,12 +394,7 @@ func ComputeHash(b *Bundle) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return hashBytes(c), nil
-}
-
-func hashBytes(b []byte) string {
-	s := sha256.Sum256(b)
-	return actuation.DigestPrefix + hex.EncodeToString(s[:])
+	return actuation.DigestBytes(c), nil
 }
 
 // Marshal renders a bundle as indented JSON (the file format; the hash does
@@ -498,7 +491,7 @@ func ImportWith(raw []byte, opts ImportOptions) (*Imported, error) {
 	if err != nil {
 		return nil, refuse(actuation.CodeBundleSchemaInvalid, "", "must canonicalize: %v", err)
 	}
-	if got := hashBytes(generic); got != b.ContentHash {
+	if got := actuation.DigestBytes(generic); got != b.ContentHash {
 		return nil, refuse(actuation.CodeBundleHashMismatch, "content_hash", "must equal the sha256 of the canonical document: recorded %s, computed %s", b.ContentHash, got)
 	}
 	typed, err := CanonicalTyped(&b)

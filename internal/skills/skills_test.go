@@ -518,7 +518,7 @@ func TestBundleHashReproducibleAndImportVerifies(t *testing.T) {
 	if !bytes.Equal(typed, g1) || !bytes.Equal(g1, g2) {
 		t.Fatal("canonical forms differ across serializations")
 	}
-	if hashBytes(typed) != b.ContentHash {
+	if actuation.DigestBytes(typed) != b.ContentHash {
 		t.Fatal("contentHash is not the hash of the canonical form")
 	}
 	// Export → import → export of the imported value: same hash.

@@ -1,7 +1,6 @@
 package procexec
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -11,8 +10,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 const (
@@ -46,14 +43,7 @@ func TestSandboxEndsAtDeadlineWhenAgentKilled(t *testing.T) {
 	requireSandbox(t)
 	cmd := exec.Command(selfExe(t))
 	cmd.Env = []string{testModeEnv + "=" + agentDiesMode, "PROCEXEC_TEST_HELPER=" + slimHelper(t), noRaceExitSleep, "TMPDIR=" + t.TempDir()}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
+	line, err := firstLine(t, cmd)
 	started := time.Now()
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
@@ -64,14 +54,7 @@ func TestSandboxEndsAtDeadlineWhenAgentKilled(t *testing.T) {
 	if err != nil {
 		t.Fatalf("child reported %q, want the helper's pid", line)
 	}
-	done := make(chan unix.WaitStatus, 1)
-	go func() {
-		var ws unix.WaitStatus
-		if _, err := unix.Wait4(pid, &ws, 0, nil); err != nil {
-			t.Errorf("wait for the orphaned helper %d: %v", pid, err)
-		}
-		done <- ws
-	}()
+	done := reap(t, pid)
 	// A failure bound only (the command would otherwise run an hour): far beyond the
 	// deadline, grace and margin.
 	select {

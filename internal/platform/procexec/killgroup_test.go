@@ -1,7 +1,6 @@
 package procexec
 
 import (
-	"bufio"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -16,14 +15,7 @@ func startGroup(t *testing.T, script string) (*exec.Cmd, string) {
 	t.Helper()
 	cmd := exec.Command("/bin/sh", "-c", script)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
+	line, err := firstLine(t, cmd)
 	if err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()

@@ -1,7 +1,6 @@
 package procexec
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -12,8 +11,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // helperPool is a Pool of real waiting sandbox helpers (the slim helper binary).
@@ -206,14 +203,7 @@ func TestPoolHelperEndsWithItsAgent(t *testing.T) {
 	requireSandbox(t)
 	cmd := exec.Command(selfExe(t))
 	cmd.Env = []string{testModeEnv + "=" + poolOrphanMode, "PROCEXEC_TEST_HELPER=" + slimHelper(t), noRaceExitSleep}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
+	line, err := firstLine(t, cmd)
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
 	if err != nil || strings.HasPrefix(line, "err") {
@@ -225,14 +215,7 @@ func TestPoolHelperEndsWithItsAgent(t *testing.T) {
 	}
 	for _, f := range fields {
 		pid, _ := strconv.Atoi(f)
-		done := make(chan unix.WaitStatus, 1)
-		go func() {
-			var ws unix.WaitStatus
-			if _, err := unix.Wait4(pid, &ws, 0, nil); err != nil {
-				t.Errorf("wait for orphaned helper %d: %v", pid, err)
-			}
-			done <- ws
-		}()
+		done := reap(t, pid)
 		select {
 		case ws := <-done:
 			if !ws.Exited() || ws.ExitStatus() != helperFailExit {

@@ -23,7 +23,8 @@ import (
 // mistake fails visibly instead of running anything. The declarations mirror the Linux
 // ones (spawn_linux.go, helper_linux.go, prestart_linux.go, terminal_prestart_linux.go,
 // killgroup_linux.go, proc_linux.go) so the node agent type-checks for darwin
-// (make darwin-check); their field sets must stay equal.
+// (make darwin-check); their field sets must stay equal (SandboxSpec and Mount are
+// shared: sandboxspec.go).
 
 // noSandbox is the refusal of every darwin entry point that would start a host process.
 func noSandbox(what string) error {
@@ -46,32 +47,6 @@ const HelperArg = "__sensorium_procexec_sandbox_helper__"
 
 // MinLandlockABI is the lowest Landlock ABI the Linux sandbox accepts.
 const MinLandlockABI = 3
-
-// SandboxSpec is what runs inside one sandbox (Linux: spawn_linux.go).
-type SandboxSpec struct {
-	Argv                []string
-	Env                 []string
-	Dir                 string
-	WritableRoots       []string
-	ReadableRoots       []string
-	TempDir             string
-	TTY                 string
-	Mounts              []Mount
-	FileSizeLimit       int64
-	KillAfter           time.Duration
-	GitMetadataWritable bool
-	TempBytes           int64
-}
-
-// Mount is one host path attached inside a sandbox at Target.
-type Mount struct {
-	Source   string
-	Target   string
-	Writable bool
-}
-
-// MaxMounts bounds SandboxSpec.Mounts.
-const MaxMounts = 8
 
 // ValidateMounts refuses: there are no sandbox mounts on darwin.
 func ValidateMounts([]Mount) error { return noSandbox("sandbox mounts") }
