@@ -16,6 +16,8 @@ import (
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/guestclient"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
+	"sensorium.dev/workbench/internal/nodeagent/runs"
+	"sensorium.dev/workbench/internal/platform/procexec"
 )
 
 // startGuest runs an admitted command inside the environment's guest with the host rules:
@@ -82,29 +84,21 @@ func (r *Room) awaitGuestCommand(ctx context.Context, cancel context.CancelFunc,
 	// The spawn's opID names the process for a guest-side signal; a command UID is 36
 	// bytes of [0-9a-f-].
 	res, err := g.Spawn(ctx, "cmd-"+string(cmd.UID), gc)
+	x := runs.Exit{Err: err, Guest: true}
 	if err == nil {
 		out = append(res.Stdout, res.Stderr...)
 		o.Truncated = res.Truncated
+		x.ExitCode, x.Signal = res.ExitCode, res.Signal
 		switch {
 		case res.TimedOut:
-			o.Phase, o.SignalOrigin, o.Message = wbv1.CommandTimedOut, "timeout", "timed out; the guest terminated the process group"
-		case res.Signal != "":
-			o.Phase, o.Message = wbv1.CommandFailed, "killed by "+res.Signal+" in the guest"
-		case res.ExitCode == 0:
-			o.Phase, o.Message = wbv1.CommandSucceeded, "exited 0 in the guest"
-		default:
-			o.Phase, o.Message = wbv1.CommandFailed, fmt.Sprintf("exited %d in the guest", res.ExitCode)
-		}
-		if res.Signal == "" {
-			code := int32(res.ExitCode)
-			o.ExitCode, o.SignalOrigin = &code, "exit"
-			if res.TimedOut {
-				o.SignalOrigin = "timeout"
-			}
+			x.SignalOrigin = procexec.OriginTimeout
+		case res.Signal == "":
+			x.SignalOrigin = procexec.OriginExit
 		}
 	}
+	o.applyEnding(runs.Classify(x))
 	if err != nil {
-		o.Phase, o.RefusalCode, o.Message = wbv1.CommandFailed, string(g.RefusalCode(err)), err.Error()
+		o.RefusalCode = string(g.RefusalCode(err))
 		if errors.Is(err, guestclient.ErrUnknownOutcome) {
 			o.RefusalCode, o.Message = "", "outcome unknown: "+err.Error()
 		}
