@@ -3,71 +3,15 @@ package commands
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"path/filepath"
-	"slices"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
-	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/nodeagent/runs"
-	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/platform/spans"
 )
-
-// other roots are not visible to the command at all.
-func commandSpec(roots []backends.MountedRoot, allowed []string, in actuation.CommandIntent, envVars []actuation.EnvVar) (procexec.Spec, string, string) {
-	var rootPath string
-	var writable, readable []string
-	for _, r := range roots {
-		if !slices.Contains(allowed, r.Name) {
-			continue
-		}
-		if r.Name == in.Cwd.Root {
-			rootPath = r.Path
-		}
-		if r.ReadOnly {
-			readable = append(readable, r.Path)
-		} else {
-			writable = append(writable, r.Path)
-		}
-	}
-	if rootPath == "" {
-		return procexec.Spec{}, string(actuation.CodeRootNotAllowed), "root " + in.Cwd.Root + " is not a root of the environment"
-	}
-	dir := rootPath
-	if in.Cwd.Path != "" {
-		root, err := fsaccess.OpenRoot(rootPath)
-		if err != nil {
-			return procexec.Spec{}, string(actuation.CodeRootInvalid), err.Error()
-		}
-		fi, err := root.Lstat(in.Cwd.Path)
-		_ = root.Close()
-		if err != nil {
-			code := string(actuation.CodeOf(err))
-			if code == "" {
-				code = string(actuation.CodeCwdNotAllowed)
-			}
-			return procexec.Spec{}, code, err.Error()
-		}
-		if fi.Type != fsaccess.TypeDir {
-			return procexec.Spec{}, string(actuation.CodeCwdNotAllowed), "cwd " + in.Cwd.Path + " is not a directory"
-		}
-		dir = filepath.Join(rootPath, in.Cwd.Path)
-	}
-	env := make([]string, 0, len(envVars))
-	for _, e := range envVars {
-		env = append(env, e.Name+"="+e.Value)
-	}
-	return procexec.Spec{
-		Argv: in.Argv, Env: env, Dir: dir, Timeout: time.Duration(in.TimeoutSeconds) * time.Second,
-		OutputBytes: in.OutputBytes, Network: procexec.NetworkNone, WritableRoots: writable, ReadableRoots: readable,
-		TempDirEnv: "TMPDIR",
-	}, "", ""
-}
 
 // awaitCommand waits for the process, appends its output to the session's event ring,
 // persists the outcome, and wakes the reconciler to write it.
