@@ -37,7 +37,7 @@ func (Executor) ActionClasses() *actuation.Refusal { return nil }
 func (Executor) Command(req backends.CommandRequest) (backends.Command, *actuation.Refusal) {
 	in := req.Intent
 	// The program the node starts is the symlink-resolved one: classify it again.
-	if ref := actuation.CheckResolvedExecutable(req.Profile, ResolveExecutable(in.Argv[0]), in.Argv); ref != nil {
+	if ref := actuation.CheckResolvedExecutable(req.Profile, procexec.ResolveExecutable(in.Argv[0]), in.Argv); ref != nil {
 		return backends.Command{}, ref
 	}
 	spec, ref := commandSpec(req.Roots, req.Profile.AllowedRoots, in, req.Env)
@@ -46,15 +46,6 @@ func (Executor) Command(req backends.CommandRequest) (backends.Command, *actuati
 	}
 	spec.GitMetadataWritable = req.Profile.GitMetadataWritable()
 	return backends.Command{Sandbox: &spec}, nil
-}
-
-// ResolveExecutable is exe with every symlink resolved ("" when it does not resolve).
-func ResolveExecutable(exe string) string {
-	r, err := filepath.EvalSymlinks(exe)
-	if err != nil {
-		return ""
-	}
-	return r
 }
 
 // commandSpec resolves the working directory beneath its root (openat2, so no symlink

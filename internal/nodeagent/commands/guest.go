@@ -84,7 +84,7 @@ func (r *Room) awaitRemote(ctx context.Context, cancel context.CancelFunc, cmd *
 	// The spawn's opID names the process for a guest-side signal; a command UID is 36
 	// bytes of [0-9a-f-].
 	res, err := rc.Run(ctx, "cmd-"+string(cmd.UID))
-	x := runs.Exit{Err: err, Guest: true}
+	x := runs.Exit{Err: err, Remote: true}
 	if err == nil {
 		out = append(res.Stdout, res.Stderr...)
 		o.Truncated = res.Truncated

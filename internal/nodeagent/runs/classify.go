@@ -21,7 +21,7 @@ const (
 )
 
 // Exit is what is known of a finished run's process: the runner's result (host sandbox)
-// or the guest's report translated into the same terms (Guest set).
+// or a remote (guest) report translated into the same terms (Remote set).
 type Exit struct {
 	// Err is the runner's (or the executor's) error: the run failed with its code.
 	Err          error
@@ -37,8 +37,10 @@ type Exit struct {
 	// NodeName names the node in a drained run's message; Noun names the run in an
 	// interrupted run's message ("command", "action").
 	NodeName, Noun string
-	// Guest: the process ran inside a VM guest (its messages say so).
-	Guest bool
+	// Remote: the process ran outside the host sandbox (a backends.RemoteCommand, in a VM
+	// guest): its report, not a runner's result (no zero result on an error, no process
+	// group of the node's to clean up); its messages say where it ran.
+	Remote bool
 }
 
 // Ending is the one classification of a finished run (Classify).
@@ -64,13 +66,13 @@ type Ending struct {
 func Classify(x Exit) Ending {
 	e := Ending{SignalOrigin: string(x.SignalOrigin)}
 	where := ""
-	if x.Guest {
+	if x.Remote {
 		where = " in the guest"
 	}
 	switch {
 	case x.Err != nil:
 		e.End, e.Code, e.Message = EndFailed, actuation.CodeOf(x.Err), x.Err.Error()
-	case x.SignalOrigin == procexec.OriginTimeout && x.Guest:
+	case x.SignalOrigin == procexec.OriginTimeout && x.Remote:
 		e.End, e.Message = EndTimedOut, "timed out; the guest terminated the process group"
 	case x.SignalOrigin == procexec.OriginTimeout:
 		e.End, e.Message = EndTimedOut, "timed out; the process group was terminated"
@@ -84,22 +86,22 @@ func Classify(x Exit) Ending {
 		e.Message = "interrupted: the node agent stopped while the " + x.Noun + " ran"
 	case x.SignalOrigin == procexec.OriginCancel || x.SignalOrigin == procexec.OriginOperator:
 		e.End, e.Message = EndCancelled, "cancelled ("+string(x.SignalOrigin)+")"
-	case x.Signal != "" && x.Guest:
+	case x.Signal != "" && x.Remote:
 		e.End, e.Message = EndFailed, "killed by "+x.Signal+where
 	case x.ExitCode == 0 && x.Signal == "":
 		e.End, e.Message = EndSucceeded, "exited 0"+where
-	case x.Guest:
+	case x.Remote:
 		e.End, e.Message = EndFailed, fmt.Sprintf("exited %d%s", x.ExitCode, where)
 	default:
 		e.End, e.Message = EndFailed, fmt.Sprintf("exited %d %s", x.ExitCode, x.Signal)
 	}
 	// A host runner's error leaves its zero result: exit code 0 is recorded with it (as
 	// always); a guest's error carries no exit code.
-	if (x.Err == nil || !x.Guest) && (x.Signal == "" || x.SignalOrigin == procexec.OriginExit) {
+	if (x.Err == nil || !x.Remote) && (x.Signal == "" || x.SignalOrigin == procexec.OriginExit) {
 		code := int32(x.ExitCode)
 		e.ExitCode = &code
 	}
-	if !x.CleanupComplete && !x.Guest && x.Err == nil {
+	if !x.CleanupComplete && !x.Remote && x.Err == nil {
 		e.Cleanup = "; cleanup incomplete: processes of the group may remain"
 	}
 	return e

@@ -34,11 +34,11 @@ func TestClassify(t *testing.T) {
 		{"cancel", Exit{ExitCode: -1, Signal: "SIGKILL", SignalOrigin: procexec.OriginCancel, CleanupComplete: true}, EndCancelled, "", "cancelled (cancel)", nil, "cancel", false},
 		{"operator", Exit{ExitCode: -1, Signal: "SIGKILL", SignalOrigin: procexec.OriginOperator}, EndCancelled, "", "cancelled (operator)", nil, "operator", true},
 		{"runner refusal", Exit{Err: capErr}, EndFailed, actuation.CodeCommandCapReached, capErr.Error(), exit(0), "", false},
-		{"guest exit 0", Exit{SignalOrigin: procexec.OriginExit, Guest: true}, EndSucceeded, "", "exited 0 in the guest", exit(0), "exit", false},
-		{"guest exit 2", Exit{ExitCode: 2, SignalOrigin: procexec.OriginExit, Guest: true}, EndFailed, "", "exited 2 in the guest", exit(2), "exit", false},
-		{"guest signal", Exit{ExitCode: -1, Signal: "SIGTERM", Guest: true}, EndFailed, "", "killed by SIGTERM in the guest", nil, "", false},
-		{"guest timeout", Exit{ExitCode: 124, SignalOrigin: procexec.OriginTimeout, Guest: true}, EndTimedOut, "", "timed out; the guest terminated the process group", exit(124), "timeout", false},
-		{"guest error", Exit{Err: capErr, Guest: true}, EndFailed, actuation.CodeCommandCapReached, capErr.Error(), nil, "", false},
+		{"guest exit 0", Exit{SignalOrigin: procexec.OriginExit, Remote: true}, EndSucceeded, "", "exited 0 in the guest", exit(0), "exit", false},
+		{"guest exit 2", Exit{ExitCode: 2, SignalOrigin: procexec.OriginExit, Remote: true}, EndFailed, "", "exited 2 in the guest", exit(2), "exit", false},
+		{"guest signal", Exit{ExitCode: -1, Signal: "SIGTERM", Remote: true}, EndFailed, "", "killed by SIGTERM in the guest", nil, "", false},
+		{"guest timeout", Exit{ExitCode: 124, SignalOrigin: procexec.OriginTimeout, Remote: true}, EndTimedOut, "", "timed out; the guest terminated the process group", exit(124), "timeout", false},
+		{"guest error", Exit{Err: capErr, Remote: true}, EndFailed, actuation.CodeCommandCapReached, capErr.Error(), nil, "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := Classify(tc.x)
