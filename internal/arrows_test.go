@@ -1,7 +1,12 @@
 package internal_test
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -50,5 +55,67 @@ func TestNoArrowRunsBackUp(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestRoomsNeverAskPlacement holds issue 26 item 4: whether an environment's processes and
+// roots live on the host or in a VM guest is its backend's (backends.Env: Exec and the
+// file access the agent opens from it), so no room of the node agent branches on it. It
+// parses every production file under internal/nodeagent outside the agent that wires the
+// rooms (and guestfs, the guest implementation of file access) and fails on a reference
+// to a placement (backends.Placement, PlaceHost, PlaceGuest), the guest side of an Env
+// (backends.GuestEnv, GuestCommand, an Env's .Guest or .Placement field, a root's .Guest)
+// or an import of an implementation (guestenv, hostexec).
+func TestRoomsNeverAskPlacement(t *testing.T) {
+	forbiddenSel := map[string]bool{"Placement": true, "PlaceHost": true, "PlaceGuest": true, "GuestEnv": true, "GuestCommand": true,
+		"Guest": true}
+	forbiddenImport := []string{"sensorium.dev/workbench/internal/backends/guestenv", "sensorium.dev/workbench/internal/backends/hostexec"}
+	exempt := []string{filepath.Join("nodeagent", "agent"), filepath.Join("nodeagent", "guestfs")}
+	files := 0
+	err := filepath.WalkDir("nodeagent", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			for _, e := range exempt {
+				if path == e {
+					return filepath.SkipDir
+				}
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		files++
+		for _, imp := range f.Imports {
+			for _, fi := range forbiddenImport {
+				if strings.Trim(imp.Path.Value, `"`) == fi {
+					t.Errorf("%s imports %s: a room uses the backends port, never an implementation", path, fi)
+				}
+			}
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if !ok || !forbiddenSel[sel.Sel.Name] {
+				return true
+			}
+			if x, ok := sel.X.(*ast.Ident); ok && x.Name != "backends" && (sel.Sel.Name == "Placement" || sel.Sel.Name == "PlaceHost" || sel.Sel.Name == "PlaceGuest" || sel.Sel.Name == "GuestEnv" || sel.Sel.Name == "GuestCommand") {
+				return true // another package's identifier of the same name
+			}
+			t.Errorf("%s references .%s: a room asks where an environment runs instead of using its backend's port", path, sel.Sel.Name)
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files < 50 {
+		t.Fatalf("parsed %d files under internal/nodeagent: the walk did not find the rooms", files)
 	}
 }

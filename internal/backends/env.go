@@ -5,7 +5,6 @@ import (
 	"time"
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
-	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/guestclient"
 )
 
@@ -25,40 +24,28 @@ const (
 )
 
 // Env is one environment opened for work (Backend.Open): the executor that starts its
-// commands and PTY programs and the access to its roots. Callers decide nothing from the
-// backend's identity: they use the Env the backend hands out.
+// commands and the access to its roots. Callers decide nothing from the backend's
+// identity: they use the Env the backend hands out.
 type Env struct {
 	// ID is the environment's ID (Spec.ID).
 	ID        string
 	Placement Placement
-	// Guest is the guest executor and file channel of a PlaceGuest environment; nil for
-	// PlaceHost, whose executor is the node's sandbox runner and whose file access is the
+	// Exec starts the environment's commands: the node's sandbox (hostexec) or the guest
+	// (guestenv). Never nil in an Env a backend opened.
+	Exec Executor
+	// Guest is the guest channel of a PlaceGuest environment (its roots' file access and
+	// PTY relay, wired by the node agent); nil for PlaceHost, whose file access is the
 	// pinned fsaccess root of each mounted root (MountedRoot.Path).
 	Guest GuestEnv
 }
 
-// HostEnv is the Env of a host-sandbox environment.
-func HostEnv(id string) Env { return Env{ID: id, Placement: PlaceHost} }
-
-// GuestEnv is the guest implementation of the executor and file access
-// (internal/backends/guestenv): every operation opens its own handshaken channel to the
-// running boot, whose endpoint and binding the backend's broker pins (never the caller).
+// GuestEnv is the guest side of an Env beyond its executor (internal/backends/guestenv):
+// every operation opens its own handshaken channel to the running boot, whose endpoint
+// and binding the backend's broker pins (never the caller).
 type GuestEnv interface {
 	// Dial opens a handshaken channel to the guest agent (file operations); the caller
 	// closes it.
 	Dial(ctx context.Context) (*guestclient.Client, error)
-	// Command checks one admitted command against the guest's bounds and translates it
-	// for the guest: argv as admitted, the curated environment, the working directory
-	// beneath the guest root (<root>[/<path>]), the timeout and one output budget. A
-	// refusal carries a code of the closed vocabulary.
-	Command(roots []MountedRoot, in actuation.CommandIntent, env []actuation.EnvVar) (GuestCommand, *actuation.Refusal)
-	// Spawn runs cmd inside the guest to completion (or its timeout); opID names the
-	// process for a guest-side signal. Ending ctx ends the wait; the caller bounds it
-	// by cmd.Wait.
-	Spawn(ctx context.Context, opID string, cmd GuestCommand) (*guestclient.SpawnResult, error)
-	// RefusalCode maps a Spawn error (the guest's or the broker's refusal) onto the
-	// closed vocabulary; the guest's own code stays in the error's message.
-	RefusalCode(err error) actuation.Code
 	// Relay returns the host program of a PTY session whose program runs in the guest:
 	// self (the node agent's own executable) in relay mode, and its one environment entry.
 	// The relay's working directory on the host is "/".

@@ -1,7 +1,10 @@
 package fixturecopy
 
-import "sensorium.dev/workbench/internal/backends"
+import (
+	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/backends/hostexec"
+)
 
-// Open returns the host Env of environment id: the node's sandbox runs its processes and
-// its roots are host directories (MountedRoot.Path).
-func (b *Backend) Open(id string) (backends.Env, error) { return backends.HostEnv(id), nil }
+// Open returns the host Env of environment id: the node's sandbox runs its processes
+// (hostexec) and its roots are host directories (MountedRoot.Path).
+func (b *Backend) Open(id string) (backends.Env, error) { return hostexec.Open(id), nil }

@@ -27,7 +27,8 @@ type Broker interface {
 
 // Open returns the Env of environment id behind b.
 func Open(b Broker, id string) backends.Env {
-	return backends.Env{ID: id, Placement: backends.PlaceGuest, Guest: &env{b: b, id: id}}
+	e := &env{b: b, id: id}
+	return backends.Env{ID: id, Placement: backends.PlaceGuest, Exec: executor{e}, Guest: e}
 }
 
 type env struct {

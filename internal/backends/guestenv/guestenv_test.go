@@ -81,46 +81,56 @@ func newBroker(t *testing.T) *broker {
 
 // TestGuestEnvSpawns: the guest Env of the port runs a command in the guest through the
 // backend's broker (one channel per spawn) and reports its exit and output; the broker's
-// refusal of an environment it does not run passes through with its code.
+// refusal of an environment it does not run passes through with its code; what the guest
+// cannot do (action classes) is the executor's refusal with its code.
 func TestGuestEnvSpawns(t *testing.T) {
 	b := newBroker(t)
 	e := Open(b, "env-1")
-	if e.Placement != backends.PlaceGuest || e.Guest == nil || e.ID != "env-1" {
+	if e.Placement != backends.PlaceGuest || e.Guest == nil || e.Exec == nil || e.ID != "env-1" {
 		t.Fatalf("Open = %+v, want a guest Env", e)
+	}
+	if ref := e.Exec.ActionClasses(); ref == nil || ref.Code != actuation.CodeActionClassUnavailable {
+		t.Fatalf("ActionClasses = %v, want %s", ref, actuation.CodeActionClassUnavailable)
 	}
 	roots := []backends.MountedRoot{{Name: "repo", GuestDir: "repo"}}
 	in := actuation.CommandIntent{Argv: []string{"/bin/sh", "-c", "echo out; echo err >&2; exit 3"}, TimeoutSeconds: 10, OutputBytes: 4096}
 	in.Cwd.Root = "repo"
-	gc, ref := e.Guest.Command(roots, in, []actuation.EnvVar{{Name: "LANG", Value: "C"}})
+	req := backends.CommandRequest{Roots: roots, Intent: in, Env: []actuation.EnvVar{{Name: "LANG", Value: "C"}}}
+	c, ref := e.Exec.Command(req)
 	if ref != nil {
 		t.Fatal(ref)
 	}
-	if gc.Args.Cwd != "repo" || !slices.Equal(gc.Args.Env, []string{"LANG=C"}) || gc.Args.TimeoutMS != 10000 || gc.Wait <= 10*time.Second {
-		t.Fatalf("command = %+v", gc)
+	gc := c.Remote.(remote).gc
+	if c.Sandbox != nil || gc.Args.Cwd != "repo" || !slices.Equal(gc.Args.Env, []string{"LANG=C"}) || gc.Args.TimeoutMS != 10000 || c.Remote.Wait() <= 10*time.Second {
+		t.Fatalf("command = %+v", c)
 	}
-	res, err := e.Guest.Spawn(context.Background(), "cmd-1", gc)
+	res, err := c.Remote.Run(context.Background(), "cmd-1")
 	must(t, err)
 	if res.ExitCode != 3 || string(res.Stdout) != "out\n" || string(res.Stderr) != "err\n" || b.dials != 1 {
 		t.Fatalf("spawn = exit %d stdout %q stderr %q after %d dials", res.ExitCode, res.Stdout, res.Stderr, b.dials)
 	}
-	_, err = Open(b, "env-2").Guest.Spawn(context.Background(), "cmd-2", gc)
+	c2, ref := Open(b, "env-2").Exec.Command(req)
+	if ref != nil {
+		t.Fatal(ref)
+	}
+	_, err = c2.Remote.Run(context.Background(), "cmd-2")
 	wantCode(t, err, string(actuation.CodeVMNotRunning))
-	if c := e.Guest.RefusalCode(err); c != actuation.CodeVMNotRunning {
+	if c := c2.Remote.RefusalCode(err); c != actuation.CodeVMNotRunning {
 		t.Fatalf("RefusalCode = %q", c)
 	}
-	bad := in
-	bad.Cwd.Root = "other"
-	if _, ref := e.Guest.Command(roots, bad, nil); ref == nil || ref.Code != actuation.CodeRootNotAllowed {
+	bad := req
+	bad.Intent.Cwd.Root = "other"
+	if _, ref := e.Exec.Command(bad); ref == nil || ref.Code != actuation.CodeRootNotAllowed {
 		t.Fatalf("command in a root the environment lacks: %v", ref)
 	}
-	bad = in
-	bad.TimeoutSeconds = 0
-	if _, ref := e.Guest.Command(roots, bad, nil); ref == nil || ref.Code != actuation.CodeTimeoutAboveMax {
+	bad = req
+	bad.Intent.TimeoutSeconds = 0
+	if _, ref := e.Exec.Command(bad); ref == nil || ref.Code != actuation.CodeTimeoutAboveMax {
 		t.Fatalf("command without a timeout: %v", ref)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := e.Guest.Spawn(ctx, "cmd-3", gc); err == nil {
+	if _, err := c.Remote.Run(ctx, "cmd-3"); err == nil {
 		t.Fatal("a spawn under an ended context succeeded")
 	}
 }

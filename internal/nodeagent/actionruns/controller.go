@@ -74,8 +74,9 @@ type Deps struct {
 	Roots func(envUID string) ([]backends.MountedRoot, bool)
 	// VerifyRoots re-checks the roots before a process starts in them (a refusal: nothing runs).
 	VerifyRoots func(envUID string, roots []backends.MountedRoot) error
-	// InGuest says whether env runs in a VM guest (action classes are host-sandbox only).
-	InGuest func(env *wbv1.Environment) bool
+	// Executor is env's executor (its backend's port, backends.Env.Exec); an error is a
+	// refusal with its code. Action classes run only where it enforces them (ActionClasses).
+	Executor func(env *wbv1.Environment) (backends.Executor, error)
 	// Limits are the cgroup limits of one process of env.
 	Limits func(env *wbv1.Environment) cgroups.Limits
 	Event  nodekit.EventFunc
@@ -375,8 +376,13 @@ func (r *Room) start(ctx context.Context, p *runPass) error {
 	if !ready {
 		return r.notYet(p, "environment "+env.Name+" is not ready on this node")
 	}
-	if r.d.InGuest(&env) {
-		p.refuse(actuation.CodeActionClassUnavailable, "action classes are enforced by the host sandbox; environment "+env.Name+" runs in a VM guest")
+	ex, err := r.d.Executor(&env)
+	if err != nil {
+		p.refuse(actuation.CodeOf(err), err.Error())
+		return nil
+	}
+	if ref := ex.ActionClasses(); ref != nil {
+		p.refuse(ref.Code, ref.Message+" (environment "+env.Name+")")
 		return nil
 	}
 	if err := r.d.VerifyRoots(string(env.UID), roots); err != nil {

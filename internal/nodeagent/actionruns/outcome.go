@@ -20,6 +20,7 @@ import (
 	"sensorium.dev/workbench/internal/nodeagent/actionexec"
 	"sensorium.dev/workbench/internal/nodeagent/artifactcapture"
 	"sensorium.dev/workbench/internal/nodeagent/nodekit"
+	"sensorium.dev/workbench/internal/nodeagent/runs"
 	"sensorium.dev/workbench/internal/platform/artifactout"
 	"sensorium.dev/workbench/internal/platform/egress"
 	"sensorium.dev/workbench/internal/platform/procexec"
@@ -38,24 +39,14 @@ func (r *Room) await(run *wbv1.ActionRun, act *actions.Action, h *procexec.Handl
 	sum := sha256.Sum256(res.Output)
 	o.OutputDigest = "sha256:" + hex.EncodeToString(sum[:])
 	o.Stdout = truncateUTF8(string(res.Output), maxStatusStdout)
-	switch {
-	case runErr != nil:
-		o.Phase, o.RefusalCode, o.Message = wbv1.ActionRunFailed, string(actuation.CodeOf(runErr)), runErr.Error()
-	case res.SignalOrigin == procexec.OriginTimeout:
-		o.Phase, o.RefusalCode, o.Message = wbv1.ActionRunTimedOut, string(actuation.CodeActionTimeout), "timed out; the process group was terminated"
-	case res.SignalOrigin == procexec.OriginCancel && r.stopping.Load():
-		o.Phase, o.RefusalCode, o.SignalOrigin = wbv1.ActionRunFailed, string(actuation.CodeInterrupted), ""
-		o.Message = "interrupted: the node agent stopped while the action ran"
-	case res.SignalOrigin == procexec.OriginCancel || res.SignalOrigin == procexec.OriginOperator:
-		o.Phase, o.Message = wbv1.ActionRunCancelled, "cancelled ("+string(res.SignalOrigin)+")"
-	case res.ExitCode == 0:
-		o.Phase, o.Message = wbv1.ActionRunSucceeded, "exited 0"
-	default:
-		o.Phase, o.Message = wbv1.ActionRunFailed, fmt.Sprintf("exited %d %s", res.ExitCode, res.Signal)
-	}
-	if res.Signal == "" || res.SignalOrigin == procexec.OriginExit {
-		code := int32(res.ExitCode)
-		o.ExitCode = &code
+	e := runs.Classify(runs.Exit{Err: runErr, ExitCode: res.ExitCode, Signal: res.Signal, SignalOrigin: res.SignalOrigin,
+		CleanupComplete: res.CleanupComplete, Noun: "action",
+		Stopping: res.SignalOrigin == procexec.OriginCancel && r.stopping.Load()})
+	o.Phase = map[runs.End]wbv1.ActionRunPhase{runs.EndSucceeded: wbv1.ActionRunSucceeded, runs.EndFailed: wbv1.ActionRunFailed,
+		runs.EndTimedOut: wbv1.ActionRunTimedOut, runs.EndCancelled: wbv1.ActionRunCancelled, runs.EndInterrupted: wbv1.ActionRunFailed}[e.End]
+	o.RefusalCode, o.Message, o.ExitCode, o.SignalOrigin = string(e.Code), e.Message, e.ExitCode, e.SignalOrigin
+	if e.End == runs.EndTimedOut {
+		o.RefusalCode = string(actuation.CodeActionTimeout) // an action's timeout is a refusal of its class
 	}
 	capt, ferr := prep.Finish(o.Phase != wbv1.ActionRunSucceeded)
 	applyCapture(o, capt)
@@ -74,9 +65,7 @@ func (r *Room) await(run *wbv1.ActionRun, act *actions.Action, h *procexec.Handl
 			o.Phase, o.RefusalCode, o.Message = wbv1.ActionRunFailed, string(actuation.CodeStartFailed), "recording artifacts: "+err.Error()
 		}
 	}
-	if !res.CleanupComplete && runErr == nil {
-		o.Message += "; cleanup incomplete: processes of the group may remain"
-	}
+	o.Message += e.Cleanup
 	o.Completed = time.Now()
 	r.record(string(run.UID), o)
 	nodekit.Wake(r.d.Ctx, r.wake, run)

@@ -13,8 +13,7 @@ func (a *Agent) setupActionRuns(mgr ctrl.Manager) error {
 	a.actionRuns = actionruns.New(actionruns.Deps{Ctx: a.runCtx, NodeName: a.cfg.NodeName, StateDir: a.cfg.StateDir,
 		Client: a.client, Reader: a.reader, Store: a.store, Runner: a.runner, Blobs: a.blobs, Cgroups: a.cgroups,
 		SandboxHelper: a.sandbox, SandboxErr: a.sandboxErr, Roots: a.mountedRoots, VerifyRoots: a.verifyRoots,
-		InGuest: func(env *wbv1.Environment) bool { return a.guestEnvOf(env) != nil },
-		Limits:  environmentLimits, Event: a.recordEvent})
+		Executor: a.executorOf, Limits: environmentLimits, Event: a.recordEvent})
 	return a.actionRuns.Setup(mgr)
 }
 

@@ -19,7 +19,7 @@ func (a *Agent) setupCommands() *commands.Room {
 		Event: a.recordEvent, Wake: func(obj client.Object) { a.wake(a.wakeCommands, obj) },
 		KickCapacity: a.kickCapacity, Finished: a.commandFinished, Stopping: a.stopping.Load,
 		Roots: a.mountedRoots, VerifyRoots: a.verifyRoots, SessionRing: a.sessionRing, SessionEmitter: a.sessionEmitter,
-		GuestEnv: a.guestEnvOf, Limits: environmentLimits, FileSizeLimit: a.fileSizeLimit,
+		Executor: a.executorOf, Limits: environmentLimits, FileSizeLimit: a.fileSizeLimit,
 		AcquireShare: func(ctx context.Context, ns, creator string) (func(), string, string) {
 			return a.acquireShare(ctx, a.shares.commands, commandCapName, actuation.CodeCommandCapReached, ns, creator)
 		},

@@ -20,7 +20,20 @@ func (a *Agent) openEnv(env *wbv1.Environment) (backends.Env, error) {
 	return b.Open(string(env.UID))
 }
 
-// guestEnvOf is env's guest executor, nil when its processes run in the host sandbox (or
+// executorOf is env's executor (backends.Env.Exec): the host sandbox or the guest; an
+// unregistered backend, or one that offers no executor, is refused with its code.
+func (a *Agent) executorOf(env *wbv1.Environment) (backends.Executor, error) {
+	e, err := a.openEnv(env)
+	if err != nil {
+		return nil, err
+	}
+	if e.Exec == nil {
+		return nil, actuation.Refusef(actuation.CodeCapabilityMismatch, "backend %s offers no executor", env.Spec.Backend)
+	}
+	return e.Exec, nil
+}
+
+// guestEnvOf is env's guest channel, nil when its processes run in the host sandbox (or
 // its backend offers no executor: the host path then refuses on its roots, as before).
 func (a *Agent) guestEnvOf(env *wbv1.Environment) backends.GuestEnv {
 	e, err := a.openEnv(env)

@@ -2,13 +2,17 @@ package agent
 
 import (
 	"context"
+	"io"
 	"time"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/nodeagent/guestfs"
+	"sensorium.dev/workbench/internal/nodeagent/nodekit"
+	"sensorium.dev/workbench/internal/nodeagent/patch"
 	"sensorium.dev/workbench/internal/nodeagent/waits"
+	"sensorium.dev/workbench/internal/platform/fixture"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 )
 
@@ -29,6 +33,49 @@ func (ra rootAccess) files() fsaccess.Files {
 	}
 	return fsaccess.Host(ra.host)
 }
+
+// rootFiles is the root's file access as the rooms see it (nodekit.RootFiles): the host
+// directory or the guest directory behind one interface.
+func (ra rootAccess) rootFiles() nodekit.RootFiles {
+	if ra.guest != nil {
+		return guestRootFiles{Root: ra.guest, name: ra.mr.Name}
+	}
+	if ra.host == nil {
+		return nil
+	}
+	return hostRootFiles{Files: fsaccess.Host(ra.host), r: ra.host}
+}
+
+// hostRootFiles is a host root's nodekit.RootFiles: the pinned directory.
+type hostRootFiles struct {
+	fsaccess.Files
+	r *fsaccess.Root
+}
+
+func (h hostRootFiles) ApplyPatch(_ context.Context, req patch.Request) (*patch.Result, error) {
+	return patch.Apply(h.r, req)
+}
+
+func (h hostRootFiles) Export(_ context.Context, rel string, w io.Writer, lim fixture.Limits) (*fixture.ExportResult, error) {
+	return fixture.ExportRoot(h.r, rel, w, lim)
+}
+
+func (h hostRootFiles) GitPatchRoot() (*fsaccess.Root, error) { return h.r, nil }
+
+func (hostRootFiles) Origin() string { return "" }
+
+// guestRootFiles is a guest root's nodekit.RootFiles: every operation over the guest
+// protocol (guestfs).
+type guestRootFiles struct {
+	*guestfs.Root
+	name string
+}
+
+func (g guestRootFiles) GitPatchRoot() (*fsaccess.Root, error) {
+	return nil, actuation.Refusef(actuation.CodeExportInvalid, "root %s lives in a VM guest; git-patch exports read host roots only (export it as tar)", g.name)
+}
+
+func (guestRootFiles) Origin() string { return "the guest" }
 
 // errGuestFileWaits refuses file waits on VM roots: the guest protocol has no change
 // notifications, and a wait never polls.

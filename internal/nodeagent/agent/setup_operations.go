@@ -57,7 +57,7 @@ func patchIsFinal(s *wbv1.FilePatchStatus) bool { return filepatches.IsFinal(s) 
 // patchRoot opens a root of a mounted environment for the file patch and artifact rooms.
 func (a *Agent) patchRoot(ctx context.Context, ns, envName, rootName string) (nodekit.Root, error) {
 	ra, err := a.environmentRoot(ctx, ns, envName, rootName)
-	return nodekit.Root{Mount: ra.mr, Host: ra.host, Guest: ra.guest}, err
+	return nodekit.Root{Mount: ra.mr, Files: ra.rootFiles()}, err
 }
 
 // Artifact retention and sources the agent's other parts share with the artifact room.

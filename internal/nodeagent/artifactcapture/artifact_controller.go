@@ -237,15 +237,7 @@ func (a *Deps) exportArtifact(ctx context.Context, art *wbv1.Artifact) (string, 
 	lim := fixture.Limits{MaxBytes: maxArtifactBytes}
 	note := ""
 	digest, size, err := a.putStream(gzipIf(art.Spec.Format != nil && *art.Spec.Format == wbv1.ExportFormatTarGzip, func(w io.Writer) error {
-		switch {
-		case ra.Guest != nil:
-			// The guest's archive is validated and re-encoded in the same format.
-			ctx, cancel := context.WithTimeout(ctx, guestExportTimeout)
-			defer cancel()
-			_, err := ra.Guest.Export(ctx, rel, w, lim)
-			note = " (exported from the guest)"
-			return err
-		case env.Spec.Backend == wbv1.BackendFixtureCopy:
+		if env.Spec.Backend == wbv1.BackendFixtureCopy {
 			m, err := fixture.NewManager(filepath.Dir(ra.Mount.Path))
 			if err != nil {
 				return err
@@ -254,7 +246,13 @@ func (a *Deps) exportArtifact(ctx context.Context, art *wbv1.Artifact) (string, 
 			_, err = m.Export(ra.Mount.Path, rel, w, lim)
 			return err
 		}
-		_, err := fixture.ExportRoot(ra.Host, rel, w, lim)
+		// A guest's archive is validated and re-encoded in the same format.
+		ctx, cancel := context.WithTimeout(ctx, guestExportTimeout)
+		defer cancel()
+		_, err := ra.Files.Export(ctx, rel, w, lim)
+		if o := ra.Files.Origin(); o != "" {
+			note = " (exported from " + o + ")"
+		}
 		return err
 	}))
 	return digest, size, note, err

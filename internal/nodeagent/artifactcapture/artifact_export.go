@@ -96,8 +96,9 @@ func (a *Deps) exportPatchArtifact(ctx context.Context, art *wbv1.Artifact) (str
 	if err != nil {
 		return "", 0, nil, err
 	}
-	if ra.Host == nil {
-		return "", 0, nil, actuation.Refusef(actuation.CodeExportInvalid, "root %s lives in a VM guest; git-patch exports read host roots only (export it as tar)", root)
+	host, err := ra.Files.GitPatchRoot()
+	if err != nil {
+		return "", 0, nil, err
 	}
 	scratch := filepath.Join(a.StateDir, "tmp", "exports")
 	if err := os.MkdirAll(scratch, 0o700); err != nil {
@@ -111,7 +112,7 @@ func (a *Deps) exportPatchArtifact(ctx context.Context, art *wbv1.Artifact) (str
 	digest, size, err := a.putStream(func(w io.Writer) error {
 		var err error
 		res, err = gitexport.Patch(ctx, gitexport.Request{
-			Root: ra.Host, Base: base, Paths: paths, Subject: subject, Date: art.CreationTimestamp.Time,
+			Root: host, Base: base, Paths: paths, Subject: subject, Date: art.CreationTimestamp.Time,
 			ScratchDir: scratch, Limits: gitexport.Limits{MaxPatchBytes: maxArtifactBytes},
 		}, w)
 		return err

@@ -16,6 +16,8 @@ import (
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/guestclient"
 	"sensorium.dev/workbench/internal/nodeagent/ring"
+	"sensorium.dev/workbench/internal/nodeagent/runs"
+	"sensorium.dev/workbench/internal/platform/procexec"
 )
 
 // startGuest runs an admitted command inside the environment's guest with the host rules:
@@ -23,7 +25,7 @@ import (
 // before status shows it, and a record without a live handle after a restart ends the
 // command Failed/interrupted (never re-run). The process itself lives in the guest; the
 // store records no host pid for it.
-func (r *Room) startGuest(p *cmdPass, g backends.GuestEnv, envUID string, sessUID string, gc backends.GuestCommand, rg *ring.Ring) error {
+func (r *Room) startRemote(p *cmdPass, rc backends.RemoteCommand, envUID string, sessUID string, rg *ring.Ring) error {
 	cmd := p.cmd
 	// The cap check and the command's entry are one reservation (concurrent passes never
 	// exceed the cap).
@@ -59,52 +61,44 @@ func (r *Room) startGuest(p *cmdPass, g backends.GuestEnv, envUID string, sessUI
 	if err := r.d.Store.Commands().Put(rec); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), gc.Wait)
+	ctx, cancel := context.WithTimeout(context.Background(), rc.Wait())
 	seqFrom := rg.LastSeq() + 1
 	r.d.Table.EnterGuest(string(cmd.UID), &Live{Key: client.ObjectKeyFromObject(cmd), EnvUID: envUID, Started: now.Time, Cancel: cancel,
 		Finished: make(chan struct{}), Out: rg, SeqFrom: seqFrom})
 	reserved = false // the reservation is now the command's own entry
 	go func() {
 		defer release()
-		r.awaitGuestCommand(ctx, cancel, cmd.DeepCopy(), g, gc, rg, seqFrom, now.Time)
+		r.awaitRemote(ctx, cancel, cmd.DeepCopy(), rc, rg, seqFrom, now.Time)
 	}()
 	p.next.StartTime, p.next.NodeName = &now, r.d.NodeName
 	p.set(wbv1.ConditionStarted, true, "Started", "dispatched to the guest agent of the environment's VM (no network, no host share)")
 	return nil
 }
 
-// awaitGuestCommand runs the guest spawn to completion and records its one outcome.
-func (r *Room) awaitGuestCommand(ctx context.Context, cancel context.CancelFunc, cmd *wbv1.TerminalCommand, g backends.GuestEnv,
-	gc backends.GuestCommand, rg *ring.Ring, seqFrom uint64, started time.Time) {
+// awaitRemote runs a remote (guest) command to completion and records its one outcome.
+func (r *Room) awaitRemote(ctx context.Context, cancel context.CancelFunc, cmd *wbv1.TerminalCommand, rc backends.RemoteCommand,
+	rg *ring.Ring, seqFrom uint64, started time.Time) {
 	defer cancel()
 	o := &Outcome{Started: started}
 	var out []byte
 	// The spawn's opID names the process for a guest-side signal; a command UID is 36
 	// bytes of [0-9a-f-].
-	res, err := g.Spawn(ctx, "cmd-"+string(cmd.UID), gc)
+	res, err := rc.Run(ctx, "cmd-"+string(cmd.UID))
+	x := runs.Exit{Err: err, Remote: true}
 	if err == nil {
 		out = append(res.Stdout, res.Stderr...)
 		o.Truncated = res.Truncated
+		x.ExitCode, x.Signal = res.ExitCode, res.Signal
 		switch {
 		case res.TimedOut:
-			o.Phase, o.SignalOrigin, o.Message = wbv1.CommandTimedOut, "timeout", "timed out; the guest terminated the process group"
-		case res.Signal != "":
-			o.Phase, o.Message = wbv1.CommandFailed, "killed by "+res.Signal+" in the guest"
-		case res.ExitCode == 0:
-			o.Phase, o.Message = wbv1.CommandSucceeded, "exited 0 in the guest"
-		default:
-			o.Phase, o.Message = wbv1.CommandFailed, fmt.Sprintf("exited %d in the guest", res.ExitCode)
-		}
-		if res.Signal == "" {
-			code := int32(res.ExitCode)
-			o.ExitCode, o.SignalOrigin = &code, "exit"
-			if res.TimedOut {
-				o.SignalOrigin = "timeout"
-			}
+			x.SignalOrigin = procexec.OriginTimeout
+		case res.Signal == "":
+			x.SignalOrigin = procexec.OriginExit
 		}
 	}
+	o.applyEnding(runs.Classify(x))
 	if err != nil {
-		o.Phase, o.RefusalCode, o.Message = wbv1.CommandFailed, string(g.RefusalCode(err)), err.Error()
+		o.RefusalCode = string(rc.RefusalCode(err))
 		if errors.Is(err, guestclient.ErrUnknownOutcome) {
 			o.RefusalCode, o.Message = "", "outcome unknown: "+err.Error()
 		}

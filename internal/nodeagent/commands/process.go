@@ -3,71 +3,15 @@ package commands
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
-	"path/filepath"
-	"slices"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
-	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/backends"
-	"sensorium.dev/workbench/internal/platform/fsaccess"
+	"sensorium.dev/workbench/internal/nodeagent/runs"
 	"sensorium.dev/workbench/internal/platform/procexec"
 	"sensorium.dev/workbench/internal/platform/spans"
 )
-
-// other roots are not visible to the command at all.
-func commandSpec(roots []backends.MountedRoot, allowed []string, in actuation.CommandIntent, envVars []actuation.EnvVar) (procexec.Spec, string, string) {
-	var rootPath string
-	var writable, readable []string
-	for _, r := range roots {
-		if !slices.Contains(allowed, r.Name) {
-			continue
-		}
-		if r.Name == in.Cwd.Root {
-			rootPath = r.Path
-		}
-		if r.ReadOnly {
-			readable = append(readable, r.Path)
-		} else {
-			writable = append(writable, r.Path)
-		}
-	}
-	if rootPath == "" {
-		return procexec.Spec{}, string(actuation.CodeRootNotAllowed), "root " + in.Cwd.Root + " is not a root of the environment"
-	}
-	dir := rootPath
-	if in.Cwd.Path != "" {
-		root, err := fsaccess.OpenRoot(rootPath)
-		if err != nil {
-			return procexec.Spec{}, string(actuation.CodeRootInvalid), err.Error()
-		}
-		fi, err := root.Lstat(in.Cwd.Path)
-		_ = root.Close()
-		if err != nil {
-			code := string(actuation.CodeOf(err))
-			if code == "" {
-				code = string(actuation.CodeCwdNotAllowed)
-			}
-			return procexec.Spec{}, code, err.Error()
-		}
-		if fi.Type != fsaccess.TypeDir {
-			return procexec.Spec{}, string(actuation.CodeCwdNotAllowed), "cwd " + in.Cwd.Path + " is not a directory"
-		}
-		dir = filepath.Join(rootPath, in.Cwd.Path)
-	}
-	env := make([]string, 0, len(envVars))
-	for _, e := range envVars {
-		env = append(env, e.Name+"="+e.Value)
-	}
-	return procexec.Spec{
-		Argv: in.Argv, Env: env, Dir: dir, Timeout: time.Duration(in.TimeoutSeconds) * time.Second,
-		OutputBytes: in.OutputBytes, Network: procexec.NetworkNone, WritableRoots: writable, ReadableRoots: readable,
-		TempDirEnv: "TMPDIR",
-	}, "", ""
-}
 
 // awaitCommand waits for the process, appends its output to the session's event ring,
 // persists the outcome, and wakes the reconciler to write it.
@@ -77,42 +21,28 @@ func (r *Room) awaitCommand(cmd *wbv1.TerminalCommand, h *procexec.Handle, out *
 	sum := sha256.Sum256(res.Output)
 	o.OutputDigest = "sha256:" + hex.EncodeToString(sum[:])
 	o.SeqFrom, o.SeqTo = out.bounds() // the output reached the ring while the command ran
-	switch {
-	case err != nil:
-		o.Phase, o.RefusalCode, o.Message = wbv1.CommandFailed, string(actuation.CodeOf(err)), err.Error()
-	case res.SignalOrigin == procexec.OriginTimeout:
-		o.Phase, o.Message = wbv1.CommandTimedOut, "timed out; the process group was terminated"
-	case res.SignalOrigin == procexec.OriginCancel && r.commandDrained(string(cmd.UID)):
-		o.Phase, o.RefusalCode, o.SignalOrigin = wbv1.CommandFailed, string(actuation.CodeInterrupted), ""
-		o.Message = "interrupted: node " + r.d.NodeName + " was drained (cordoned) while the command ran"
-	case res.SignalOrigin == procexec.OriginCancel && r.d.Stopping():
-		// Killed because the node agent is stopping (e.g. its pod was deleted): nobody
-		// cancelled it, and it will not be re-run — the truthful outcome is interrupted.
-		o.Phase, o.RefusalCode, o.SignalOrigin = wbv1.CommandFailed, string(actuation.CodeInterrupted), ""
-		o.Message = "interrupted: the node agent stopped while the command ran"
-	case res.SignalOrigin == procexec.OriginCancel || res.SignalOrigin == procexec.OriginOperator:
-		o.Phase, o.Message = wbv1.CommandCancelled, "cancelled ("+string(res.SignalOrigin)+")"
-	case res.ExitCode == 0:
-		o.Phase, o.Message = wbv1.CommandSucceeded, "exited 0"
-	default:
-		o.Phase, o.Message = wbv1.CommandFailed, fmt.Sprintf("exited %d %s", res.ExitCode, res.Signal)
-	}
-	if res.Signal == "" || res.SignalOrigin == procexec.OriginExit {
-		code := int32(res.ExitCode)
-		o.ExitCode = &code
-	}
+	e := runs.Classify(runs.Exit{Err: err, ExitCode: res.ExitCode, Signal: res.Signal, SignalOrigin: res.SignalOrigin,
+		CleanupComplete: res.CleanupComplete, NodeName: r.d.NodeName, Noun: "command",
+		Drained:  res.SignalOrigin == procexec.OriginCancel && r.commandDrained(string(cmd.UID)),
+		Stopping: res.SignalOrigin == procexec.OriginCancel && r.d.Stopping()})
+	o.applyEnding(e)
 	if s := res.Cgroup.Summary(); s != "" {
 		o.Message += "; " + s // what the cgroup teardown found, limits that were hit
 	}
-	if !res.CleanupComplete && err == nil {
-		o.Message += "; cleanup incomplete: processes of the group may remain"
-	}
+	o.Message += e.Cleanup
 	markCommand(cmd, "node-command-ended")
 	r.d.RecordAfter(cmd, cmd.Labels[wbv1.EnvironmentLabel], o, res.Output) // seed 004
 	r.recordOutcome(string(cmd.UID), o)
 	markCommand(cmd, "node-outcome-stored")
 	r.d.Finished()
 	r.d.Wake(cmd)
+}
+
+// applyEnding names a finished command's classification (runs.Classify) with its phase.
+func (o *Outcome) applyEnding(e runs.Ending) {
+	o.Phase = map[runs.End]wbv1.CommandPhase{runs.EndSucceeded: wbv1.CommandSucceeded, runs.EndFailed: wbv1.CommandFailed,
+		runs.EndTimedOut: wbv1.CommandTimedOut, runs.EndCancelled: wbv1.CommandCancelled, runs.EndInterrupted: wbv1.CommandFailed}[e.End]
+	o.RefusalCode, o.Message, o.ExitCode, o.SignalOrigin = string(e.Code), e.Message, e.ExitCode, e.SignalOrigin
 }
 
 // recordOutcome persists a finished command's outcome and hands it to the reconciler. A

@@ -89,8 +89,9 @@ type Deps struct {
 	// refuses a command its session's emitter does not admit.
 	SessionRing    func(sessUID string) *ring.Ring
 	SessionEmitter func(ctx context.Context, cmd *wbv1.TerminalCommand, sess *wbv1.TerminalSession) (*actuation.Refusal, error)
-	// GuestEnv is env's guest executor, nil when its processes run in the host sandbox.
-	GuestEnv func(env *wbv1.Environment) backends.GuestEnv
+	// Executor is env's executor (its backend's port, backends.Env.Exec: the host
+	// sandbox or the guest); an error is a refusal with its code.
+	Executor func(env *wbv1.Environment) (backends.Executor, error)
 	// Limits are the cgroup limits of one process of env; FileSizeLimit its file-size bound.
 	Limits        func(env *wbv1.Environment) cgroups.Limits
 	FileSizeLimit func(env *wbv1.Environment) int64

@@ -183,12 +183,23 @@ func (r *Room) start(ctx context.Context, p *cmdPass) error {
 	if memo {
 		claim = func() (bool, error) { return r.claimCurrent(ctx, p, claimBy, prof.ResourceVersion) }
 	}
-	if g := r.d.GuestEnv(env); g != nil {
-		gc, ref := g.Command(roots, intent, envVars)
-		if ref != nil {
-			p.refuse(string(ref.Code), ref.Message)
-			return nil
-		}
+	// The environment's executor (the backend's port: the host sandbox or the guest)
+	// checks and translates the command; the room never asks which one it holds.
+	ex, err := r.d.Executor(env)
+	if err != nil {
+		p.refuse(string(actuation.CodeOf(err)), err.Error())
+		return nil
+	}
+	if err := r.d.VerifyRoots(string(env.UID), roots); err != nil {
+		p.refuse(string(actuation.CodeOf(err)), err.Error())
+		return nil
+	}
+	c, ref := ex.Command(backends.CommandRequest{Profile: core, Roots: roots, Intent: intent, Env: envVars})
+	if ref != nil {
+		p.refuse(string(ref.Code), ref.Message)
+		return nil
+	}
+	if c.Remote != nil {
 		if claimed, err := claim(); !claimed || err != nil {
 			if err == nil {
 				r.staleMemo(ctx, p, env)
@@ -196,32 +207,17 @@ func (r *Room) start(ctx context.Context, p *cmdPass) error {
 			return err
 		}
 		r.d.RecordBefore(ctx, env, sess.Name, string(cmd.UID)) // seed 004: state before, when recorded
-		return r.startGuest(p, g, string(env.UID), string(sess.UID), gc, live)
+		return r.startRemote(p, c.Remote, string(env.UID), string(sess.UID), live)
 	}
-	return r.startHost(ctx, p, t, core, intent, envVars, claim)
+	return r.startSandboxed(ctx, p, t, *c.Sandbox, claim)
 }
 
-// startHost runs an admitted command in the host sandbox (runs.Table.Launch): the start is
-// recorded (with the claim) before the program is exec'd.
-func (r *Room) startHost(ctx context.Context, p *cmdPass, t *target, core actuation.Profile, intent actuation.CommandIntent,
-	envVars []actuation.EnvVar, claim func() (bool, error)) error {
+// startSandboxed runs an admitted command in the host sandbox (runs.Table.Launch): the
+// start is recorded (with the claim) while the sandbox is set up, before the program is
+// exec'd; the process gets its own cgroup and its PID record.
+func (r *Room) startSandboxed(ctx context.Context, p *cmdPass, t *target, spec procexec.Spec, claim func() (bool, error)) error {
 	cmd := p.cmd
-	sess, env, roots, live := &t.sess, &t.env, t.roots, t.live
-	if err := r.d.VerifyRoots(string(env.UID), roots); err != nil {
-		p.refuse(string(actuation.CodeOf(err)), err.Error())
-		return nil
-	}
-	// The program the node starts is the symlink-resolved one: classify it again.
-	if ref := actuation.CheckResolvedExecutable(core, nodekit.ResolveExecutable(intent.Argv[0]), intent.Argv); ref != nil {
-		p.refuse(string(ref.Code), ref.Message)
-		return nil
-	}
-	spec, code, msg := commandSpec(roots, core.AllowedRoots, intent, envVars)
-	if code != "" {
-		p.refuse(code, msg)
-		return nil
-	}
-	spec.GitMetadataWritable = core.GitMetadataWritable()
+	sess, env, live := &t.sess, &t.env, t.live
 	spec.Resources, spec.CgroupID = r.d.Limits(env), string(cmd.UID)
 	spec.FileSizeLimit = r.d.FileSizeLimit(env) // the agent's storage.go: EFBIG past it
 	if spans.Enabled() {
@@ -454,7 +450,3 @@ func (r *Room) recordStart(p *cmdPass, sessUID string, claim func() (bool, error
 	}
 	return rec, true, nil
 }
-
-// commandSpec resolves the working directory beneath its root (openat2, so no symlink
-// escapes) and builds the sandboxed process spec. Only the profile's allowedRoots are
-// mounted in the sandbox (writable when the environment's root is); the environment's

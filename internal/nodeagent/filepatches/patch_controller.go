@@ -249,21 +249,19 @@ func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
 	}
 	a.Recorder.Before(ctx, &env, "", string(fp.UID)) // seed 004: state before, when recorded
 	var res *patch.Result
-	if ra.Guest != nil {
-		gctx, cancel := context.WithTimeout(ctx, a.GuestTimeout)
-		res, err = ra.Guest.ApplyPatch(gctx, req)
-		cancel()
-		if errors.Is(err, guestfs.ErrOutcomeUnknown) {
-			// Which files changed cannot be proved: recorded as the store records an
-			// interrupted apply (never retried), reported Unknown.
-			if rerr := a.recordPatch(fp, string(env.UID), store.PhaseFailed, string(actuation.CodeInterrupted), nil); rerr != nil {
-				return rerr
-			}
-			p.unknown("applying the patch inside the VM guest: " + err.Error())
-			return nil
+	// Bounded for a root inside a guest (planning reads, stages, commit); a host root's
+	// apply is local.
+	gctx, cancel := context.WithTimeout(ctx, a.GuestTimeout)
+	res, err = ra.Files.ApplyPatch(gctx, req)
+	cancel()
+	if errors.Is(err, guestfs.ErrOutcomeUnknown) {
+		// Which files changed cannot be proved: recorded as the store records an
+		// interrupted apply (never retried), reported Unknown.
+		if rerr := a.recordPatch(fp, string(env.UID), store.PhaseFailed, string(actuation.CodeInterrupted), nil); rerr != nil {
+			return rerr
 		}
-	} else {
-		res, err = patch.Apply(ra.Host, req)
+		p.unknown("applying the patch in " + originOf(ra.Files) + ": " + err.Error())
+		return nil
 	}
 	if err != nil {
 		a.Recorder.Discard(string(fp.UID)) // nothing applied: no edge
@@ -380,4 +378,12 @@ func Setup(mgr ctrl.Manager, d Deps, wake <-chan event.GenericEvent, ofEnvironme
 		return fmt.Errorf("file patch controller: %w", err)
 	}
 	return nil
+}
+
+// originOf names where a root's files live in a message.
+func originOf(f nodekit.RootFiles) string {
+	if o := f.Origin(); o != "" {
+		return o
+	}
+	return "the host root"
 }

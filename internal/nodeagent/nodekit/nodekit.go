@@ -6,6 +6,7 @@ package nodekit
 import (
 	"context"
 	"errors"
+	"io"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,7 +20,8 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
-	"sensorium.dev/workbench/internal/nodeagent/guestfs"
+	"sensorium.dev/workbench/internal/nodeagent/patch"
+	"sensorium.dev/workbench/internal/platform/fixture"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/statusapply"
 )
@@ -102,12 +104,29 @@ func SetHealth(conds *[]metav1.Condition, h wbv1.Health, reason, msg string, gen
 	}
 }
 
-// Root is one environment root as a room sees it: a host directory, or a directory inside
-// the environment's VM guest. Exactly one of Host and Guest is set.
+// Root is one environment root as a room sees it: its mount and its file access, wherever
+// it lives (a host directory or a directory inside the environment's VM guest: the agent
+// opens the one its backend's Env says). Rooms never ask which.
 type Root struct {
 	Mount backends.MountedRoot
-	Host  *fsaccess.Root
-	Guest *guestfs.Root
+	Files RootFiles
+}
+
+// RootFiles is one root's file access for the rooms: reads (fsaccess.Files), patches and
+// exports, host or guest alike. What a placement cannot do is a refusal with its code.
+type RootFiles interface {
+	fsaccess.Files
+	// ApplyPatch applies a planned patch (patch.Apply's rules); an error wrapping
+	// guestfs.ErrOutcomeUnknown says which files changed cannot be proved (the host's
+	// apply never returns it: it rolls back or reports).
+	ApplyPatch(ctx context.Context, req patch.Request) (*patch.Result, error)
+	// Export writes rel as a tar stream to w within lim.
+	Export(ctx context.Context, rel string, w io.Writer, lim fixture.Limits) (*fixture.ExportResult, error)
+	// GitPatchRoot is the host directory a git-patch export reads; a root inside a guest
+	// refuses (export-invalid).
+	GitPatchRoot() (*fsaccess.Root, error)
+	// Origin names where the root's files come from in messages ("" on the host).
+	Origin() string
 }
 
 // CodeOf returns the refusal code of err as a status field's string ("" for none).
