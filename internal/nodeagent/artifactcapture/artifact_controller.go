@@ -142,9 +142,9 @@ func (r *artifactReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	case errors.Is(err, nodekit.ErrNotYet):
 		err = actuation.Refusef(actuation.CodeEnvironmentUnavailable, "its environment or session did not become available on this node within %s", artifactScopeGrace)
 		fallthrough
-	case nodekit.CodeOf(err) != "":
-		next.Refusal = &wbv1.Refusal{Code: nodekit.CodeOf(err), Message: statusapply.Truncate(err.Error(), 1024)}
-		set(false, wbv1.ReasonFailed, nodekit.CodeOf(err)+": "+err.Error())
+	case string(actuation.CodeOf(err)) != "":
+		next.Refusal = &wbv1.Refusal{Code: string(actuation.CodeOf(err)), Message: statusapply.Truncate(err.Error(), 1024)}
+		set(false, wbv1.ReasonFailed, string(actuation.CodeOf(err))+": "+err.Error())
 	case err != nil:
 		return ctrl.Result{}, err
 	default:
@@ -275,7 +275,7 @@ func (a *Deps) putStream(write func(io.Writer) error) (string, int64, error) {
 	pr.CloseWithError(errPutEnded) // unblocks the writer when the store stopped early
 	werr := <-done
 	switch {
-	case nodekit.CodeOf(werr) != "":
+	case string(actuation.CodeOf(werr)) != "":
 		return "", 0, werr
 	case perr != nil:
 		return "", 0, perr

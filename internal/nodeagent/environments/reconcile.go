@@ -253,7 +253,7 @@ func (a *Room) allocate(ctx context.Context, p *pass, b backends.Backend, spec b
 		ids, err := a.d.Registry.pin(spec.ID, st.Roots, rec.RootIdentities)
 		if err != nil {
 			a.forgetEnv(spec.ID)
-			code := nodekit.CodeOf(err)
+			code := string(actuation.CodeOf(err))
 			if code == "" {
 				code = string(actuation.CodeRootInvalid)
 			}

@@ -225,8 +225,8 @@ func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
 	switch {
 	case errors.Is(err, nodekit.ErrNotYet):
 		return nil // environmentAvailable wakes the patch once the environment is mounted here
-	case codeOf(err) != "":
-		p.reject(codeOf(err), err.Error())
+	case string(actuation.CodeOf(err)) != "":
+		p.reject(string(actuation.CodeOf(err)), err.Error())
 		return nil
 	case err != nil:
 		return err
@@ -238,8 +238,8 @@ func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
 	switch {
 	case errors.Is(err, nodekit.ErrNotYet):
 		return nil // the artifact's status (stored here) wakes the patch
-	case codeOf(err) != "":
-		p.reject(codeOf(err), err.Error())
+	case string(actuation.CodeOf(err)) != "":
+		p.reject(string(actuation.CodeOf(err)), err.Error())
 		return nil
 	case err != nil:
 		return err
@@ -364,7 +364,6 @@ func (a *Deps) artifactBytes(ctx context.Context, key types.NamespacedName, maxB
 }
 
 // codeOf returns the refusal code of err as the status field's string.
-func codeOf(err error) string { return string(actuation.CodeOf(err)) }
 
 // Setup registers the room's reconciler with mgr. wake re-queues patches whose environment
 // became available in this process; ofEnvironment and ofNamespace map an Environment's

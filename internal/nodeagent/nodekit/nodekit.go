@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
-	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/nodeagent/patch"
 	"sensorium.dev/workbench/internal/platform/fixture"
@@ -128,6 +127,3 @@ type RootFiles interface {
 	// Origin names where the root's files come from in messages ("" on the host).
 	Origin() string
 }
-
-// CodeOf returns the refusal code of err as a status field's string ("" for none).
-func CodeOf(err error) string { return string(actuation.CodeOf(err)) }

@@ -320,7 +320,7 @@ func (a *Room) open(ctx context.Context, ts *wbv1.TerminalSession) (ctrl.Result,
 			return ctrl.Result{}, string(actuation.CodeRootNotAllowed), "no root of the environment is allowed by the profile", nil
 		}
 		if err := a.d.VerifyRoots(string(env.UID), roots); err != nil {
-			return ctrl.Result{}, nodekit.CodeOf(err), err.Error(), nil
+			return ctrl.Result{}, string(actuation.CodeOf(err)), err.Error(), nil
 		}
 		kv := make([]string, 0, len(envVars))
 		for _, e := range envVars {
