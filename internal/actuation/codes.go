@@ -192,7 +192,7 @@ const (
 	CodeInvalidArgument    Code = "invalid-argument"    // a malformed numeric argument (negative offset, cap <= 0)
 )
 
-// Patch application (internal/nodeagent/patch), beyond the policy codes above.
+// Patch application (internal/platform/patch), beyond the policy codes above.
 const (
 	CodePatchMalformed          Code = "patch-malformed"           // unparsable, empty, duplicate path, unknown operation or format
 	CodePatchTooLarge           Code = "patch-too-large"           // the patch, one file or the total above its size cap

@@ -1,7 +1,7 @@
 // Package guestenv is the guest implementation of the backends.Env port: an environment
 // whose commands, PTY programs and roots live inside a VM guest. Commands are spawned over
 // the guest protocol (internal/guestclient over vsock), file operations open their own
-// channels (internal/nodeagent/guestfs wraps Dial), and a PTY session runs the node
+// channels (internal/backends/guestfs wraps Dial), and a PTY session runs the node
 // agent's own executable as the guest PTY relay (relay.go). The VM backend supplies the
 // Broker: endpoint, socket identity and the boot's binding come from its recovery record,
 // never from a caller.

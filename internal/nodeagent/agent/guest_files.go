@@ -8,12 +8,12 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
-	"sensorium.dev/workbench/internal/nodeagent/guestfs"
+	"sensorium.dev/workbench/internal/backends/guestfs"
 	"sensorium.dev/workbench/internal/nodeagent/nodekit"
-	"sensorium.dev/workbench/internal/nodeagent/patch"
 	"sensorium.dev/workbench/internal/nodeagent/waits"
 	"sensorium.dev/workbench/internal/platform/fixture"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
+	"sensorium.dev/workbench/internal/platform/patch"
 )
 
 // rootAccess is one environment root: a host directory (host-local, fixture-copy) or a

@@ -10,7 +10,7 @@ import (
 
 // Files is one environment root's file access, wherever the root lives: a host directory
 // (Host over a pinned Root) or a directory inside a VM guest
-// (internal/nodeagent/guestfs.Root, over the guest protocol). Both apply the rules of
+// (internal/backends/guestfs.Root, over the guest protocol). Both apply the rules of
 // this package, each in one place: CheckRel (path validation), CheckRead (read
 // arguments and caps), SnapshotLimits.WithDefaults and SnapshotLimits.DigestOmission
 // (snapshot bounds and the hashing budget), DigestOmitted reasons and refusal codes.

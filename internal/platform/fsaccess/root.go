@@ -167,7 +167,7 @@ func entryType(mode uint32) EntryType {
 }
 
 // PermMode is the permission part of a Unix mode m as an fs.FileMode: the 0o777 bits and
-// setuid, setgid and sticky. Host stats and guest entries (internal/nodeagent/guestfs)
+// setuid, setgid and sticky. Host stats and guest entries (internal/backends/guestfs)
 // both report it.
 func PermMode(m uint32) fs.FileMode {
 	mode := fs.FileMode(m & 0o777)

@@ -8,8 +8,8 @@ import (
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/guestclient"
-	"sensorium.dev/workbench/internal/nodeagent/patch"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
+	"sensorium.dev/workbench/internal/platform/patch"
 )
 
 // ErrOutcomeUnknown: a patch's effect on the guest's files cannot be proved (an apply or
