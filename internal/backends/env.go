@@ -33,6 +33,10 @@ type Env struct {
 	// Exec starts the environment's commands: the node's sandbox (hostexec) or the guest
 	// (guestenv). Never nil in an Env a backend opened.
 	Exec Executor
+	// Roots opens the environment's roots for file access (files.go): the node's pinned
+	// host directories (hostexec) or the guest's directories (guestenv). Never nil in an
+	// Env a backend opened.
+	Roots RootOpener
 	// Guest is the guest channel of a PlaceGuest environment (its roots' file access and
 	// PTY relay, wired by the node agent); nil for PlaceHost, whose file access is the
 	// pinned fsaccess root of each mounted root (MountedRoot.Path).

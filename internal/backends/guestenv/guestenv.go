@@ -28,7 +28,7 @@ type Broker interface {
 // Open returns the Env of environment id behind b.
 func Open(b Broker, id string) backends.Env {
 	e := &env{b: b, id: id}
-	return backends.Env{ID: id, Placement: backends.PlaceGuest, Exec: executor{e}, Guest: e}
+	return backends.Env{ID: id, Placement: backends.PlaceGuest, Exec: executor{e}, Roots: e, Guest: e}
 }
 
 type env struct {

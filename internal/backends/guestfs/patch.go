@@ -7,6 +7,7 @@ import (
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/guestclient"
 	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/platform/patch"
@@ -14,8 +15,8 @@ import (
 
 // ErrOutcomeUnknown: a patch's effect on the guest's files cannot be proved (an apply or
 // a rollback was admitted but its answer was lost, and re-reading the file did not settle
-// it). Returned wrapped; never for a refusal.
-var ErrOutcomeUnknown = errors.New("guestfs: patch outcome unknown")
+// it). Returned wrapped; never for a refusal. It is the port's backends.ErrPatchOutcomeUnknown.
+var ErrOutcomeUnknown = backends.ErrPatchOutcomeUnknown
 
 // beforeApply is a test hook called before each file is replaced.
 var beforeApply func(rel string)

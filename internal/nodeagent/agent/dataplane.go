@@ -77,11 +77,11 @@ func (r resolver) Root(ns, env, root string) (dataplane.Files, error) {
 	}
 	for _, mr := range roots {
 		if mr.Name == root {
-			ra, err := a.openRootAccess(&e, mr)
+			files, err := a.openRoot(&e, mr)
 			if err != nil {
 				return nil, err
 			}
-			return ra.files(), nil
+			return files, nil
 		}
 	}
 	return nil, fmt.Errorf("root %s of environment %s/%s: %w", root, ns, env, dataplane.ErrNotFound)

@@ -19,11 +19,15 @@ func (a *Agent) newRecordings() *recordings.Room {
 	return recordings.New(recordings.Deps{Ctx: a.runCtx, NodeName: a.cfg.NodeName, StateDir: a.cfg.StateDir,
 		Client: a.client, Reader: a.reader, Blobs: a.blobs, MountedRoots: a.mountedRoots,
 		OpenRoot: func(env *wbv1.Environment, mr backends.MountedRoot) (*fsaccess.Root, dataplane.Files, error) {
-			ra, err := a.openRootAccess(env, mr)
+			files, err := a.openRoot(env, mr)
 			if err != nil {
 				return nil, nil, err
 			}
-			return ra.host, ra.files(), nil
+			host, werr := files.Watch() // a root with no host directory is read through its files
+			if werr != nil {
+				host = nil
+			}
+			return host, files, nil
 		}})
 }
 

@@ -29,7 +29,7 @@ func (a *Agent) setupOperations(mgr ctrl.Manager) error {
 		return err
 	}
 	if err := filepatches.Setup(mgr, filepatches.Deps{NodeName: a.cfg.NodeName, Client: a.client, Reader: a.reader,
-		Store: a.store, Blobs: a.blobs, Scoped: a.getScoped, Root: a.patchRoot, Recorder: a.rec, Event: a.recordEvent, GuestTimeout: guestPatchTimeout},
+		Store: a.store, Blobs: a.blobs, Scoped: a.getScoped, Root: a.patchRoot, Recorder: a.rec, Event: a.recordEvent, GuestTimeout: patchTimeout},
 		a.wakePatches, a.patchesOfEnvironment, a.patchesOfNamespace); err != nil {
 		return err
 	}
@@ -56,8 +56,7 @@ func patchIsFinal(s *wbv1.FilePatchStatus) bool { return filepatches.IsFinal(s) 
 
 // patchRoot opens a root of a mounted environment for the file patch and artifact rooms.
 func (a *Agent) patchRoot(ctx context.Context, ns, envName, rootName string) (nodekit.Root, error) {
-	ra, err := a.environmentRoot(ctx, ns, envName, rootName)
-	return nodekit.Root{Mount: ra.mr, Files: ra.rootFiles()}, err
+	return a.environmentRoot(ctx, ns, envName, rootName)
 }
 
 // Artifact retention and sources the agent's other parts share with the artifact room.

@@ -39,21 +39,25 @@ func (a *Agent) scopeSource(ctx context.Context, ns string, s *wbv1.Scope, watch
 		return waits.EnvironmentSource(a.client, &a.signals.Environment, types.NamespacedName{Namespace: ns, Name: string(*s.EnvironmentRef)}), nil
 	case s.File != nil:
 		ra, err := a.environmentRoot(ctx, ns, string(s.File.EnvironmentRef), string(s.File.Root))
-		switch {
-		case err != nil:
+		if err != nil {
 			return nil, err
-		case ra.guest != nil && watch:
-			return nil, errGuestFileWaits
-		case ra.guest != nil:
-			return &guestFileSource{root: ra.guest, rel: string(s.File.Path)}, nil
+		}
+		// A root with no change notifications refuses Watch (its refusal ends a file
+		// wait); its probes read once through its file access.
+		host, werr := ra.Files.Watch()
+		switch {
+		case werr != nil && watch:
+			return nil, werr
+		case werr != nil:
+			return waits.FilesSource(ra.Files, string(s.File.Path)), nil
 		case !watch:
-			return waits.FileSource(ra.host, string(s.File.Path), nil), nil
+			return waits.FileSource(host, string(s.File.Path), nil), nil
 		}
 		w, err := a.fileWatcher()
 		if err != nil {
 			return nil, err
 		}
-		return w.Source(ra.host, string(s.File.Path))
+		return w.Source(host, string(s.File.Path))
 	case s.ArtifactRef != nil:
 		return waits.ArtifactSource(a.client, &a.signals.Artifact, types.NamespacedName{Namespace: ns, Name: string(*s.ArtifactRef)}), nil
 	case s.OperationRef != nil:
@@ -109,35 +113,35 @@ func (a *Agent) fileWatcher() (*waits.FileWatcher, error) {
 	return a.watcher, nil
 }
 
-// environmentRoot opens the named root of an environment that is ready in this process:
-// its host directory, or its directory inside the environment's VM guest.
-func (a *Agent) environmentRoot(ctx context.Context, ns, envName, rootName string) (rootAccess, error) {
+// environmentRoot opens the named root of an environment that is ready in this process,
+// through its backend's file access (openRoot).
+func (a *Agent) environmentRoot(ctx context.Context, ns, envName, rootName string) (nodekit.Root, error) {
 	var env wbv1.Environment
 	key := types.NamespacedName{Namespace: ns, Name: envName}
 	if err := a.readScoped(ctx, "Environment", key, &env, actuation.Refusef(actuation.CodeEnvironmentUnavailable, "environment %s does not exist", key)); err != nil {
-		return rootAccess{}, err
+		return nodekit.Root{}, err
 	}
 	if env.Status.NodeName != a.cfg.NodeName {
-		return rootAccess{}, errNotYet
+		return nodekit.Root{}, errNotYet
 	}
 	roots, ready := a.mountedRoots(string(env.UID))
 	if !ready {
 		switch env.Status.Phase {
 		case wbv1.EnvironmentFailed, wbv1.EnvironmentExpired, wbv1.EnvironmentClosed, wbv1.EnvironmentDraining:
-			return rootAccess{}, actuation.Refusef(actuation.CodeEnvironmentUnavailable, "environment %s/%s is %s", ns, envName, env.Status.Phase)
+			return nodekit.Root{}, actuation.Refusef(actuation.CodeEnvironmentUnavailable, "environment %s/%s is %s", ns, envName, env.Status.Phase)
 		}
-		return rootAccess{}, errNotYet
+		return nodekit.Root{}, errNotYet
 	}
 	for _, mr := range roots {
 		if mr.Name == rootName {
-			ra, err := a.openRootAccess(&env, mr)
+			files, err := a.openRoot(&env, mr)
 			if err != nil {
-				return ra, fmt.Errorf("opening root %s of environment %s/%s: %w", rootName, ns, envName, err)
+				return nodekit.Root{Mount: mr}, fmt.Errorf("opening root %s of environment %s/%s: %w", rootName, ns, envName, err)
 			}
-			return ra, nil
+			return nodekit.Root{Mount: mr, Files: files}, nil
 		}
 	}
-	return rootAccess{}, actuation.Refusef(actuation.CodeRootNotAllowed, "%s is not a root of environment %s/%s", rootName, ns, envName)
+	return nodekit.Root{}, actuation.Refusef(actuation.CodeRootNotAllowed, "%s is not a root of environment %s/%s", rootName, ns, envName)
 }
 
 // sessionSource observes an open session: its PTY program (screen and ring) through the

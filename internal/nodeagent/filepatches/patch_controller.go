@@ -23,7 +23,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
-	"sensorium.dev/workbench/internal/backends/guestfs"
+	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/convert"
 	"sensorium.dev/workbench/internal/nodeagent/artifacts"
 	"sensorium.dev/workbench/internal/nodeagent/nodekit"
@@ -254,7 +254,7 @@ func (r *patchReconciler) step(ctx context.Context, p *patchPass) error {
 	gctx, cancel := context.WithTimeout(ctx, a.GuestTimeout)
 	res, err = ra.Files.ApplyPatch(gctx, req)
 	cancel()
-	if errors.Is(err, guestfs.ErrOutcomeUnknown) {
+	if errors.Is(err, backends.ErrPatchOutcomeUnknown) {
 		// Which files changed cannot be proved: recorded as the store records an
 		// interrupted apply (never retried), reported Unknown.
 		if rerr := a.recordPatch(fp, string(env.UID), store.PhaseFailed, string(actuation.CodeInterrupted), nil); rerr != nil {
@@ -380,7 +380,7 @@ func Setup(mgr ctrl.Manager, d Deps, wake <-chan event.GenericEvent, ofEnvironme
 }
 
 // originOf names where a root's files live in a message.
-func originOf(f nodekit.RootFiles) string {
+func originOf(f backends.RootFiles) string {
 	if o := f.Origin(); o != "" {
 		return o
 	}

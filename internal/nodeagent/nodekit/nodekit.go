@@ -6,7 +6,6 @@ package nodekit
 import (
 	"context"
 	"errors"
-	"io"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,9 +18,6 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/backends"
-	"sensorium.dev/workbench/internal/platform/fixture"
-	"sensorium.dev/workbench/internal/platform/fsaccess"
-	"sensorium.dev/workbench/internal/platform/patch"
 	"sensorium.dev/workbench/internal/statusapply"
 )
 
@@ -108,22 +104,5 @@ func SetHealth(conds *[]metav1.Condition, h wbv1.Health, reason, msg string, gen
 // opens the one its backend's Env says). Rooms never ask which.
 type Root struct {
 	Mount backends.MountedRoot
-	Files RootFiles
-}
-
-// RootFiles is one root's file access for the rooms: reads (fsaccess.Files), patches and
-// exports, host or guest alike. What a placement cannot do is a refusal with its code.
-type RootFiles interface {
-	fsaccess.Files
-	// ApplyPatch applies a planned patch (patch.Apply's rules); an error wrapping
-	// guestfs.ErrOutcomeUnknown says which files changed cannot be proved (the host's
-	// apply never returns it: it rolls back or reports).
-	ApplyPatch(ctx context.Context, req patch.Request) (*patch.Result, error)
-	// Export writes rel as a tar stream to w within lim.
-	Export(ctx context.Context, rel string, w io.Writer, lim fixture.Limits) (*fixture.ExportResult, error)
-	// GitPatchRoot is the host directory a git-patch export reads; a root inside a guest
-	// refuses (export-invalid).
-	GitPatchRoot() (*fsaccess.Root, error)
-	// Origin names where the root's files come from in messages ("" on the host).
-	Origin() string
+	Files backends.RootFiles
 }
