@@ -37,9 +37,9 @@ type Env struct {
 	// host directories (hostexec) or the guest's directories (guestenv). Never nil in an
 	// Env a backend opened.
 	Roots RootOpener
-	// Guest is the guest channel of a PlaceGuest environment (its roots' file access and
-	// PTY relay, wired by the node agent); nil for PlaceHost, whose file access is the
-	// pinned fsaccess root of each mounted root (MountedRoot.Path).
+	// Guest is the guest channel of a PlaceGuest environment (nil for PlaceHost): what
+	// the guest implementations of Exec (its commands and PTY relay) and Roots (guestfs)
+	// use. The node agent reaches the guest only through Exec and Roots.
 	Guest GuestEnv
 }
 

@@ -23,6 +23,41 @@ type Executor interface {
 	// ActionClasses refuses (action-class-unavailable) when this placement cannot enforce
 	// the action classes' envelope (internal/nodeagent/actionexec); nil: it can.
 	ActionClasses() *actuation.Refusal
+	// Terminal checks one admitted PTY program against this placement's rules and
+	// translates it into the host program the node's session manager runs in its sandbox:
+	// the program itself beneath its root (host), or the node agent's own executable as
+	// the relay to a guest that runs it (guest). A refusal carries a code of the closed
+	// vocabulary; nothing has started.
+	Terminal(req TerminalRequest) (Terminal, *actuation.Refusal)
+}
+
+// TerminalRequest is one admitted PTY program as the node decided it: its effective
+// profile, the environment's mounted roots, the program (executable and fixed arguments)
+// and its curated environment (KEY=VALUE, git-pinned).
+type TerminalRequest struct {
+	Profile actuation.Profile
+	Roots   []MountedRoot
+	// SessionID names the session (its TerminalSession's UID).
+	SessionID string
+	Argv      []string
+	Env       []string
+	// Relay is the node agent's own executable, which a placement whose programs run
+	// elsewhere starts on the host as the relay to them.
+	Relay string
+}
+
+// Terminal is the host program of a PTY session (Executor.Terminal): what the node's
+// session manager starts in its sandbox.
+type Terminal struct {
+	Argv []string
+	Env  []string
+	// Dir is the program's working directory on the host.
+	Dir string
+	// WritableRoots and ReadableRoots are the host directories the program sees (the
+	// profile's allowed roots; none for a relay).
+	WritableRoots, ReadableRoots []string
+	// HostRelay: the host program is the relay to a program running elsewhere.
+	HostRelay bool
 }
 
 // CommandRequest is one admitted command as the node decided it: its effective profile,

@@ -2,6 +2,7 @@ package guestenv
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"sensorium.dev/workbench/internal/actuation"
@@ -43,3 +44,31 @@ func (r remote) Run(ctx context.Context, opID string) (*guestclient.SpawnResult,
 func (r remote) Wait() time.Duration { return r.gc.Wait }
 
 func (r remote) RefusalCode(err error) actuation.Code { return r.e.RefusalCode(err) }
+
+// Terminal runs the PTY program in the guest, in the first allowed root's directory
+// beneath the guest root: the host program is the relay (Relay) to it, working in "/" and
+// seeing no host root.
+func (x executor) Terminal(req backends.TerminalRequest) (backends.Terminal, *actuation.Refusal) {
+	dir := ""
+	for _, r := range req.Roots {
+		if len(req.Profile.AllowedRoots) > 0 && r.Name == req.Profile.AllowedRoots[0] {
+			dir = r.GuestDir
+		}
+	}
+	if dir == "" {
+		return backends.Terminal{}, actuation.Refusef(actuation.CodeRootNotAllowed, "no root of the environment is allowed by the profile")
+	}
+	argv, env, err := x.e.Relay(req.Relay, backends.RelayRequest{SessionID: req.SessionID, Argv: req.Argv, Env: req.Env, Cwd: dir})
+	if err != nil {
+		ref := &actuation.Refusal{Code: actuation.CodeOf(err), Message: err.Error()}
+		var r *actuation.Refusal
+		if errors.As(err, &r) {
+			ref.Message = r.Message
+		}
+		if ref.Code == "" {
+			ref.Code = actuation.CodeEnvironmentUnavailable
+		}
+		return backends.Terminal{}, ref
+	}
+	return backends.Terminal{Argv: argv, Env: env, Dir: "/", HostRelay: true}, nil
+}

@@ -19,6 +19,7 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
 	"sensorium.dev/workbench/internal/guestclient"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/test/testkit"
 )
 
@@ -163,4 +164,56 @@ func TestGuestEnvRelay(t *testing.T) {
 	b.channelErr = errors.New("socket gone")
 	_, _, err = g.Relay("/bin/agent", backends.RelayRequest{SessionID: "s-1", Argv: []string{"/bin/sh"}})
 	wantCode(t, err, string(actuation.CodeEnvironmentUnavailable))
+}
+
+// TestGuestTerminalAndRoots: through the port, a guest Env's PTY program runs in the
+// guest (the host program is the relay, in "/", seeing no host root) and a refusal of the
+// relay keeps its code; its roots are opened in the guest without consulting the node's
+// pinned roots, read through the guest protocol, and refuse what the guest cannot do —
+// file waits (no change notifications) and git-patch exports — with their codes.
+func TestGuestTerminalAndRoots(t *testing.T) {
+	b := newBroker(t)
+	e := Open(b, "env-1")
+	roots := []backends.MountedRoot{{Name: "repo", GuestDir: "repo"}}
+	req := backends.TerminalRequest{Profile: actuation.Profile{AllowedRoots: []string{"repo"}}, Roots: roots, SessionID: "s-1",
+		Argv: []string{"/bin/sh"}, Env: []string{"TERM=xterm"}, Relay: "/usr/local/bin/node-agent"}
+	term, ref := e.Exec.Terminal(req)
+	if ref != nil {
+		t.Fatal(ref)
+	}
+	if !term.HostRelay || term.Dir != "/" || !slices.Equal(term.Argv, []string{"/usr/local/bin/node-agent", RelayArg}) ||
+		len(term.WritableRoots)+len(term.ReadableRoots) != 0 || len(term.Env) != 1 {
+		t.Fatalf("terminal = %+v", term)
+	}
+	none := req
+	none.Profile.AllowedRoots = []string{"other"}
+	if _, ref := e.Exec.Terminal(none); ref == nil || ref.Code != actuation.CodeRootNotAllowed {
+		t.Fatalf("terminal with no allowed root: %v", ref)
+	}
+	b.channelErr = actuation.Refusef(actuation.CodeVMNotRunning, "no VM")
+	if _, ref := e.Exec.Terminal(req); ref == nil || ref.Code != actuation.CodeVMNotRunning || ref.Message != "no VM" {
+		t.Fatalf("terminal without a VM: %v", ref)
+	}
+	b.channelErr = nil
+
+	f, err := e.Roots.OpenRoot(roots[0], func() (*fsaccess.Root, error) {
+		t.Fatal("a guest root consulted the node's pinned roots")
+		return nil, nil
+	})
+	must(t, err)
+	if _, err := f.Snapshot(context.Background(), "", fsaccess.SnapshotLimits{}); err != nil {
+		t.Fatalf("snapshot of a guest root: %v", err)
+	}
+	if _, err := f.Watch(); actuation.CodeOf(err) != actuation.CodeCapabilityMismatch {
+		t.Fatalf("Watch of a guest root: %v", err)
+	}
+	if _, err := f.GitPatchRoot(); actuation.CodeOf(err) != actuation.CodeExportInvalid {
+		t.Fatalf("GitPatchRoot of a guest root: %v", err)
+	}
+	if f.Origin() == "" {
+		t.Fatal("a guest root's origin is empty")
+	}
+	if _, err := e.Roots.OpenRoot(backends.MountedRoot{Name: "host", Path: "/tmp"}, nil); actuation.CodeOf(err) != actuation.CodeCapabilityMismatch {
+		t.Fatalf("root without a guest directory: %v", err)
+	}
 }

@@ -101,3 +101,34 @@ func commandSpec(roots []backends.MountedRoot, allowed []string, in actuation.Co
 		TempDirEnv: "TMPDIR",
 	}, nil
 }
+
+// Terminal checks an admitted PTY program against the host's rules (the symlink-resolved
+// program classified again) and gives it the profile's allowed roots: its working
+// directory is the first allowed root, and only the allowed roots are mounted (ro/rw).
+func (Executor) Terminal(req backends.TerminalRequest) (backends.Terminal, *actuation.Refusal) {
+	t := backends.Terminal{Argv: req.Argv, Env: req.Env}
+	allowed := req.Profile.AllowedRoots
+	for _, r := range req.Roots {
+		if len(allowed) > 0 && r.Name == allowed[0] {
+			t.Dir = r.Path
+		}
+		if r.Path != "" && slices.Contains(allowed, r.Name) {
+			if r.ReadOnly {
+				t.ReadableRoots = append(t.ReadableRoots, r.Path)
+			} else {
+				t.WritableRoots = append(t.WritableRoots, r.Path)
+			}
+		}
+	}
+	if t.Dir == "" {
+		return backends.Terminal{}, actuation.Refusef(actuation.CodeRootNotAllowed, "no root of the environment is allowed by the profile")
+	}
+	if len(req.Argv) == 0 {
+		return backends.Terminal{}, actuation.Refusef(actuation.CodeInvalidSpec, "a terminal needs a program")
+	}
+	if ref := actuation.CheckResolvedExecutable(req.Profile, procexec.ResolveExecutable(req.Argv[0]), req.Argv); ref != nil {
+		return backends.Terminal{}, ref
+	}
+	t.Dir = filepath.Clean(t.Dir)
+	return t, nil
+}

@@ -1,6 +1,7 @@
 package hostexec
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,6 +10,7 @@ import (
 
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
+	"sensorium.dev/workbench/internal/platform/fsaccess"
 	"sensorium.dev/workbench/internal/platform/procexec"
 )
 
@@ -91,5 +93,74 @@ func TestHostCommand(t *testing.T) {
 				t.Fatalf("refusal without a code: %v", ref)
 			}
 		})
+	}
+}
+
+// TestHostTerminal: a host PTY program runs beneath the first allowed root with only the
+// profile's allowed roots mounted (read-only ones read-only), and a program that resolves
+// to a launcher or a profile allowing no root of the environment is refused with its code.
+func TestHostTerminal(t *testing.T) {
+	base := t.TempDir()
+	repo, docs, secret := filepath.Join(base, "repo"), filepath.Join(base, "docs"), filepath.Join(base, "secret")
+	roots := []backends.MountedRoot{{Name: "repo", Path: repo}, {Name: "docs", Path: docs, ReadOnly: true}, {Name: "secret", Path: secret}}
+	prof := actuation.Profile{Executable: "/bin/cat", AllowedRoots: []string{"repo", "docs"}}
+	req := backends.TerminalRequest{Profile: prof, Roots: roots, SessionID: "s-1", Argv: []string{"/bin/cat"}, Env: []string{"TERM=xterm"}, Relay: "/agent"}
+	term, ref := Open("env-1").Exec.Terminal(req)
+	if ref != nil {
+		t.Fatal(ref)
+	}
+	if term.Dir != repo || term.HostRelay || !slices.Equal(term.Argv, req.Argv) || !slices.Equal(term.Env, req.Env) ||
+		!slices.Equal(term.WritableRoots, []string{repo}) || !slices.Equal(term.ReadableRoots, []string{docs}) {
+		t.Fatalf("terminal = %+v", term)
+	}
+	none := req
+	none.Profile.AllowedRoots = []string{"other"}
+	if _, ref := Open("env-1").Exec.Terminal(none); ref == nil || ref.Code != actuation.CodeRootNotAllowed {
+		t.Fatalf("terminal with no allowed root: %v", ref)
+	}
+	link := filepath.Join(base, "cat")
+	if err := os.Symlink("/usr/bin/env", link); err != nil {
+		t.Fatal(err)
+	}
+	launcher := req
+	launcher.Profile.Executable, launcher.Argv = link, []string{link}
+	if _, ref := Open("env-1").Exec.Terminal(launcher); ref == nil {
+		t.Fatal("a terminal program that resolves to a launcher was not refused")
+	}
+}
+
+// TestHostRoots: a host root's file access is the node's pinned directory (read, watch
+// and git-patch root alike); a root without a host directory is refused.
+func TestHostRoots(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.txt"), []byte("hi\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := fsaccess.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = r.Close() }()
+	mr := backends.MountedRoot{Name: "repo", Path: dir}
+	f, err := Open("env-1").Roots.OpenRoot(mr, func() (*fsaccess.Root, error) { return r, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.Read(context.Background(), "a.txt", 0, 100)
+	if err != nil || string(res.Data) != "hi\n" {
+		t.Fatalf("read = %+v, %v", res, err)
+	}
+	if w, err := f.Watch(); err != nil || w != r {
+		t.Fatalf("Watch = %v, %v; want the pinned root", w, err)
+	}
+	if g, err := f.GitPatchRoot(); err != nil || g != r || f.Origin() != "" {
+		t.Fatalf("GitPatchRoot = %v, %v; origin %q", g, err, f.Origin())
+	}
+	changed := actuation.Refusef(actuation.CodeRootChanged, "not pinned")
+	if _, err := Open("env-1").Roots.OpenRoot(mr, func() (*fsaccess.Root, error) { return nil, changed }); actuation.CodeOf(err) != actuation.CodeRootChanged {
+		t.Fatalf("unpinned root: %v", err)
+	}
+	if _, err := Open("env-1").Roots.OpenRoot(backends.MountedRoot{Name: "vm", GuestDir: "vm"}, nil); actuation.CodeOf(err) != actuation.CodeCapabilityMismatch {
+		t.Fatalf("root without a host directory: %v", err)
 	}
 }

@@ -1,9 +1,6 @@
 package agent
 
 import (
-	"errors"
-	"fmt"
-
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/backends"
@@ -31,38 +28,4 @@ func (a *Agent) executorOf(env *wbv1.Environment) (backends.Executor, error) {
 		return nil, actuation.Refusef(actuation.CodeCapabilityMismatch, "backend %s offers no executor", env.Spec.Backend)
 	}
 	return e.Exec, nil
-}
-
-// guestEnvOf is env's guest channel, nil when its processes run in the host sandbox (or
-// its backend offers no executor: the host path then refuses on its roots, as before).
-func (a *Agent) guestEnvOf(env *wbv1.Environment) backends.GuestEnv {
-	e, err := a.openEnv(env)
-	if err != nil {
-		return nil
-	}
-	return e.Guest
-}
-
-// guestRelay turns a shell-profile session of a VM environment into the host session that
-// runs this executable as the guest PTY relay (internal/backends/guestenv): the program,
-// its curated environment and its working directory (the root beneath the guest root) go
-// to the guest; on the host only the relay runs.
-func (a *Agent) guestRelay(env *wbv1.Environment, ts *wbv1.TerminalSession, argv, kv []string, guestDir string) ([]string, []string, string, string, string) {
-	g := a.guestEnvOf(env)
-	if g == nil {
-		return nil, nil, "", string(actuation.CodeCapabilityMismatch), fmt.Sprintf("backend %s offers no guest terminal", env.Spec.Backend)
-	}
-	rargv, renv, err := g.Relay(a.helper, backends.RelayRequest{SessionID: "s-" + string(ts.UID), Argv: argv, Env: kv, Cwd: guestDir})
-	if err != nil {
-		code, msg := string(actuation.CodeOf(err)), err.Error()
-		var ref *actuation.Refusal
-		if errors.As(err, &ref) {
-			msg = ref.Message
-		}
-		if code == "" {
-			code = string(actuation.CodeEnvironmentUnavailable)
-		}
-		return nil, nil, "", code, msg
-	}
-	return rargv, renv, "/", "", ""
 }

@@ -42,6 +42,6 @@ func (a *Agent) sessionDeps() sessions.Deps {
 		AcquireShare: func(ctx context.Context, ns, creator string) (func(), string, string) { // shares.go
 			return a.acquireShare(ctx, a.shares.sessions, sessionCapName, actuation.CodeSessionCapReached, ns, creator)
 		},
-		GuestRelay: a.guestRelay, Limits: environmentLimits, FileSizeLimit: a.fileSizeLimit,
+		Executor: a.executorOf, Relay: a.helper, Limits: environmentLimits, FileSizeLimit: a.fileSizeLimit,
 		Available: a.sessionAvailable, Changed: a.sessChanged.Broadcast, Kick: a.kickCapacity, Event: a.recordEvent, Wake: a.wakeSessions}
 }

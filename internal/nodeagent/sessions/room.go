@@ -60,8 +60,12 @@ type Deps struct {
 	VerifyRoots func(envUID string, roots []backends.MountedRoot) error
 	// AcquireShare takes the creator's slot of the node's session shares.
 	AcquireShare func(ctx context.Context, ns, creator string) (release func(), code, msg string)
-	// GuestRelay turns a PTY program of a VM environment into the host relay to its guest.
-	GuestRelay func(env *wbv1.Environment, ts *wbv1.TerminalSession, argv, kv []string, guestDir string) ([]string, []string, string, string, string)
+	// Executor is the environment's executor (backends.Env.Exec): it translates the PTY
+	// program into the host program the session manager runs (the program itself, or the
+	// relay to a guest that runs it).
+	Executor func(env *wbv1.Environment) (backends.Executor, error)
+	// Relay is the node agent's own executable (the relay of a guest terminal).
+	Relay string
 	// Limits and FileSizeLimit are the environment's cgroup limits and RLIMIT_FSIZE.
 	Limits        func(env *wbv1.Environment) cgroups.Limits
 	FileSizeLimit func(env *wbv1.Environment) int64
@@ -302,22 +306,14 @@ func (a *Room) open(ctx context.Context, ts *wbv1.TerminalSession) (ctrl.Result,
 		}
 		resolved := nodekit.ResolveExecutable(core.Executable)
 		envVars = nodekit.GitPinnedEnv(core.Executable, resolved, envVars)
-		dir, guestDir := "", ""
-		var writable, readable []string // the profile's allowed roots: all the program sees of the host
-		for _, r := range roots {
-			if len(core.AllowedRoots) > 0 && r.Name == core.AllowedRoots[0] {
-				dir, guestDir = r.Path, r.GuestDir
-			}
-			if r.Path != "" && slices.Contains(core.AllowedRoots, r.Name) {
-				if r.ReadOnly {
-					readable = append(readable, r.Path)
-				} else {
-					writable = append(writable, r.Path)
-				}
-			}
-		}
-		if dir == "" && guestDir == "" {
+		if !slices.ContainsFunc(roots, func(r backends.MountedRoot) bool {
+			return len(core.AllowedRoots) > 0 && r.Name == core.AllowedRoots[0] && (r.Path != "" || r.GuestDir != "")
+		}) {
 			return ctrl.Result{}, string(actuation.CodeRootNotAllowed), "no root of the environment is allowed by the profile", nil
+		}
+		ex, err := a.d.Executor(&env)
+		if err != nil {
+			return ctrl.Result{}, string(actuation.CodeOf(err)), err.Error(), nil
 		}
 		if err := a.d.VerifyRoots(string(env.UID), roots); err != nil {
 			return ctrl.Result{}, string(actuation.CodeOf(err)), err.Error(), nil
@@ -326,26 +322,20 @@ func (a *Room) open(ctx context.Context, ts *wbv1.TerminalSession) (ctrl.Result,
 		for _, e := range envVars {
 			kv = append(kv, e.Name+"="+e.Value)
 		}
-		argv := append([]string{core.Executable}, core.FixedArgs...)
-		if guestDir == "" {
-			if ref := actuation.CheckResolvedExecutable(core, resolved, argv); ref != nil {
-				return ctrl.Result{}, string(ref.Code), ref.Message, nil
-			}
-		}
-		if guestDir != "" {
-			// The program runs in the VM guest; the host session runs the relay to it.
-			var code, msg string
-			if argv, kv, dir, code, msg = a.d.GuestRelay(&env, ts, argv, kv, guestDir); code != "" {
-				return ctrl.Result{}, code, msg, nil
-			}
+		// The executor says what the host runs: the program beneath its root, or the relay
+		// to the guest that runs it.
+		term, ref := ex.Terminal(backends.TerminalRequest{Profile: core, Roots: roots, SessionID: "s-" + string(ts.UID),
+			Argv: append([]string{core.Executable}, core.FixedArgs...), Env: kv, Relay: a.d.Relay})
+		if ref != nil {
+			return ctrl.Result{}, string(ref.Code), ref.Message, nil
 		}
 		if err := a.d.Store.Sessions().Put(rec); err != nil {
 			return ctrl.Result{}, "", "", err
 		}
 		s, err := a.d.PTYs.Open(context.Background(), session.Spec{
-			ID: string(ts.UID), EnvironmentID: string(env.UID), Argv: argv, Env: kv,
-			Dir: filepath.Clean(dir), Rows: uint16(ts.Spec.Rows), Cols: uint16(ts.Spec.Cols),
-			WritableRoots: writable, ReadableRoots: readable, HostRelay: guestDir != "",
+			ID: string(ts.UID), EnvironmentID: string(env.UID), Argv: term.Argv, Env: term.Env,
+			Dir: filepath.Clean(term.Dir), Rows: uint16(ts.Spec.Rows), Cols: uint16(ts.Spec.Cols),
+			WritableRoots: term.WritableRoots, ReadableRoots: term.ReadableRoots, HostRelay: term.HostRelay,
 			GitMetadataWritable: core.GitMetadataWritable(),
 			IdleTimeout:         time.Duration(ts.Spec.IdleTimeoutSeconds) * time.Second, MaxDuration: time.Duration(ts.Spec.MaxDurationSeconds) * time.Second,
 			Resources: a.d.Limits(&env), FileSizeLimit: a.d.FileSizeLimit(&env),
