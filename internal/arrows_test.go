@@ -58,19 +58,21 @@ func TestNoArrowRunsBackUp(t *testing.T) {
 	}
 }
 
-// TestRoomsNeverAskPlacement holds issue 26 item 4: whether an environment's processes and
-// roots live on the host or in a VM guest is its backend's (backends.Env: Exec and the
-// file access the agent opens from it), so no room of the node agent branches on it. It
-// parses every production file under internal/nodeagent outside the agent that wires the
-// rooms (and guestfs, the guest implementation of file access) and fails on a reference
+// TestRoomsNeverAskPlacement holds issue 26 item 4: whether an environment's processes,
+// PTY programs and roots live on the host or in a VM guest is its backend's (backends.Env:
+// Exec and Roots, returned by Backend.Open), so no room of the node agent branches on it,
+// nor does the agent that wires them. It parses every production file under
+// internal/nodeagent (the guest file implementation, guestfs, lives under
+// internal/backends) and fails on a reference
 // to a placement (backends.Placement, PlaceHost, PlaceGuest), the guest side of an Env
-// (backends.GuestEnv, GuestCommand, an Env's .Guest or .Placement field, a root's .Guest)
-// or an import of an implementation (guestenv, hostexec).
+// (backends.GuestEnv, GuestCommand, an Env's .Guest or .Placement field, a root's .Guest
+// or .GuestDir: where a guest root lives is the backend's file access and executor's) or
+// an import of an implementation (guestenv, hostexec).
 func TestRoomsNeverAskPlacement(t *testing.T) {
 	forbiddenSel := map[string]bool{"Placement": true, "PlaceHost": true, "PlaceGuest": true, "GuestEnv": true, "GuestCommand": true,
-		"Guest": true}
+		"Guest": true, "GuestDir": true}
 	forbiddenImport := []string{"sensorium.dev/workbench/internal/backends/guestenv", "sensorium.dev/workbench/internal/backends/hostexec"}
-	exempt := []string{filepath.Join("nodeagent", "agent"), filepath.Join("nodeagent", "guestfs")}
+	var exempt []string // the agent's wiring too: only Backend.Open decides
 	files := 0
 	err := filepath.WalkDir("nodeagent", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {

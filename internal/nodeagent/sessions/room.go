@@ -307,7 +307,7 @@ func (a *Room) open(ctx context.Context, ts *wbv1.TerminalSession) (ctrl.Result,
 		resolved := nodekit.ResolveExecutable(core.Executable)
 		envVars = nodekit.GitPinnedEnv(core.Executable, resolved, envVars)
 		if !slices.ContainsFunc(roots, func(r backends.MountedRoot) bool {
-			return len(core.AllowedRoots) > 0 && r.Name == core.AllowedRoots[0] && (r.Path != "" || r.GuestDir != "")
+			return len(core.AllowedRoots) > 0 && r.Name == core.AllowedRoots[0]
 		}) {
 			return ctrl.Result{}, string(actuation.CodeRootNotAllowed), "no root of the environment is allowed by the profile", nil
 		}
