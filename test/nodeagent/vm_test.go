@@ -493,13 +493,8 @@ func TestQEMUMicroVMFileOperations(t *testing.T) {
 	}
 
 	// An export artifact of a guest directory: the stored blob's digest, the host's format.
-	must(t, env.Client.Create(ctx, artifact(ns, "x", func(s *wbv1.ArtifactSpec) {
-		s.Source, s.Root, s.Path = "export", ptr(wbv1.RootName("repo")), ptr(wbv1.RelativePath("out"))
-	})))
-	_, blob := storedArtifact(t, ns, "x")
-	var names []string
-	for _, en := range tarEntries(t, blob) {
-		names = append(names, en.hdr.Name)
+	entries := exportedOut(ctx, t, ns, "x")
+	for _, en := range entries {
 		if h := en.hdr; !h.ModTime.Equal(time.Unix(0, 0)) || h.Uid != 0 || h.Uname != "" {
 			t.Fatalf("entry %q is not in the deterministic format: %+v", h.Name, h)
 		}
@@ -507,27 +502,15 @@ func TestQEMUMicroVMFileOperations(t *testing.T) {
 			t.Fatalf("exported report.txt = %q", en.data)
 		}
 	}
-	if got := strings.Join(names, ","); got != "out/report.txt" {
+	if got := entryNames(entries); got != "out/report.txt" {
 		t.Fatalf("tar entries = %s", got)
 	}
 
 	// file.exists probes evaluated once inside the guest.
-	probe := func(name, path string) {
-		s := fileScope(path)
-		must(t, env.Client.Create(ctx, &wbv1.Probe{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-			Spec: wbv1.ProbeSpec{Scope: &s, Condition: wbv1.WaitCondition{Kind: wbv1.ConditionKindFileExists}, TimeoutSeconds: 10}}))
-	}
-	probe("present", "copied.txt")
-	probe("absent", "absent.txt")
+	must(t, env.Client.Create(ctx, fileExistsProbe(ns, "present", "copied.txt", 10)))
+	must(t, env.Client.Create(ctx, fileExistsProbe(ns, "absent", "absent.txt", 10)))
 	for name, want := range map[string]wbv1.ProbeResult{"present": "Pass", "absent": "Fail"} {
-		var p wbv1.Probe
-		eventually(t, 30*time.Second, "probe "+name+" result", func() (bool, string) {
-			get(t, ns, name, &p)
-			return p.Status.Result != "" && p.Status.Result != "Pending", fmt.Sprintf("%+v", p.Status)
-		})
-		if p.Status.Result != want || p.Status.ObservedAt == nil || p.Status.Refusal != nil {
-			t.Fatalf("probe %s: %+v, want %s", name, p.Status, want)
-		}
+		probeResult(t, ns, name, want)
 	}
 	// A file wait is refused: no change notifications, and waits never poll.
 	must(t, env.Client.Create(ctx, wait(ns, "w", fileScope("later.txt"), wbv1.ConditionKindFileExists, 30)))
