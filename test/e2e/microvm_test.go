@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -70,7 +69,7 @@ func qemuProcesses(s string) []int {
 		if !strings.HasSuffix(strings.SplitN(string(cmdline), "\x00", 2)[0], "qemu-system-x86_64") {
 			return false
 		}
-		dir := filepath.Join("/proc", strconv.Itoa(pid), "fd")
+		dir := proctest.Path(pid, "fd")
 		fds, _ := os.ReadDir(dir)
 		for _, fd := range fds {
 			if l, err := os.Readlink(filepath.Join(dir, fd.Name())); err == nil && strings.Contains(l, s) {

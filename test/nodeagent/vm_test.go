@@ -24,6 +24,7 @@ import (
 	"sensorium.dev/workbench/internal/test/envtest"
 	"sensorium.dev/workbench/internal/test/kstate"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
+	"sensorium.dev/workbench/internal/test/proctest"
 )
 
 // qemuSkip says why the qemu-microvm.v1 tests skip ("" when the suite's agent runs the
@@ -57,24 +58,21 @@ func vmProcesses(t *testing.T, envUID string) []string {
 func vmProcessesIn(t *testing.T, state, envUID string) []string {
 	t.Helper()
 	dir := filepath.Join(state, "vms", envUID) + "/"
-	ents, err := os.ReadDir("/proc")
+	pids, err := proctest.Pids()
 	must(t, err)
 	var out []string
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		exe, _ := os.Readlink("/proc/" + e.Name() + "/exe")
+	for _, pid := range pids {
+		exe, _ := os.Readlink(proctest.Path(pid, "exe"))
 		base := filepath.Base(strings.TrimSuffix(exe, " (deleted)"))
 		if base != "qemu-system-x86_64" && base != "vhost-device-vsock" {
 			continue
 		}
 		// The confined VMM processes reach their directory through a descriptor; the
 		// launch names it in their environment.
-		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		env, _ := os.ReadFile("/proc/" + e.Name() + "/environ")
+		cmd, _ := os.ReadFile(proctest.Path(pid, "cmdline"))
+		env, _ := os.ReadFile(proctest.Path(pid, "environ"))
 		if bytes.Contains(cmd, []byte(dir)) || bytes.Contains(append([]byte{0}, env...), []byte("\x00WORKBENCH_VM_DIR="+strings.TrimSuffix(dir, "/")+"\x00")) {
-			out = append(out, e.Name()+" "+base)
+			out = append(out, strconv.Itoa(pid)+" "+base)
 		}
 	}
 	return out

@@ -1,7 +1,6 @@
 package security
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"sensorium.dev/workbench/internal/test/dpclient"
 	"sensorium.dev/workbench/internal/test/kstate"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
+	"sensorium.dev/workbench/internal/test/proctest"
 	"sensorium.dev/workbench/internal/test/testkit"
 )
 
@@ -252,21 +252,7 @@ func agentRSS(t testing.TB) int64 {
 }
 
 // hostProcessesWith lists host processes whose command line holds marker.
-func hostProcessesWith(marker string) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, d := range ents {
-		var pid int
-		if _, err := fmt.Sscanf(d.Name(), "%d", &pid); err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
-		if err == nil && bytes.Contains(b, []byte(marker)) {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
+var hostProcessesWith = proctest.WithArg
 
 // hostCapability is this node's published host-local BackendCapability.
 func hostCapability(t testing.TB) *wbv1.BackendCapability {

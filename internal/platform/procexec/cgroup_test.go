@@ -220,15 +220,11 @@ func BenchmarkProcexecTrueCgroup(b *testing.B) {
 
 // descendantComms lists the command names of pid and its descendants, read from /proc.
 func descendantComms(pid int) []string {
-	entries, _ := os.ReadDir("/proc")
 	parent := map[int]int{}
 	comm := map[int]string{}
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+	pids, _ := proctest.Pids()
+	for _, p := range pids {
+		b, err := os.ReadFile(proctest.Path(p, "stat"))
 		if err != nil {
 			continue
 		}

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/test/proctest"
 )
 
 // Environment variables that switch the test binary into a child mode when it
@@ -212,16 +212,13 @@ func requireNamespaceEmpty(t *testing.T, out string) {
 	if !strings.HasPrefix(ns, "pid:[") || ns == own {
 		t.Fatalf("sandbox PID namespace %q (the test's is %q)", ns, own)
 	}
-	ents, err := os.ReadDir("/proc")
+	pids, err := proctest.Pids()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		if l, err := os.Readlink("/proc/" + e.Name() + "/ns/pid"); err == nil && l == ns {
-			t.Fatalf("process %s of the sandbox's PID namespace %s survived the command", e.Name(), ns)
+	for _, pid := range pids {
+		if l, err := os.Readlink(proctest.Path(pid, "ns/pid")); err == nil && l == ns {
+			t.Fatalf("process %d of the sandbox's PID namespace %s survived the command", pid, ns)
 		}
 	}
 }

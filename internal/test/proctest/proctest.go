@@ -10,18 +10,36 @@ import (
 	"strings"
 )
 
+// Pids lists the processes now in /proc.
+func Pids() ([]int, error) {
+	ents, err := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out, err
+}
+
+// pids is Pids without its error: a scan that cannot read /proc finds nothing.
+func pids() []int {
+	out, _ := Pids()
+	return out
+}
+
+// Path is the path of name (cmdline, exe, stat, fd, ...) in pid's /proc directory.
+func Path(pid int, name string) string {
+	return filepath.Join("/proc", strconv.Itoa(pid), name)
+}
+
 // Matching returns the pids of the processes whose command line (/proc/PID/cmdline:
 // the argv atoms, each ended by a NUL) satisfies match. A process that ends during the
 // scan is passed over.
 func Matching(match func(pid int, cmdline []byte) bool) []int {
-	ents, _ := os.ReadDir("/proc")
 	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+	for _, pid := range pids() {
+		b, err := os.ReadFile(Path(pid, "cmdline"))
 		if err == nil && match(pid, b) {
 			out = append(out, pid)
 		}
@@ -45,6 +63,6 @@ func Exactly(argv ...string) []int {
 // Live reports whether pid is alive and not a zombie (its /proc/PID/stat reads, with a
 // state other than Z).
 func Live(pid int) bool {
-	st, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	st, err := os.ReadFile(Path(pid, "stat"))
 	return err == nil && !strings.Contains(string(st), ") Z ")
 }
