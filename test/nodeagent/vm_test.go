@@ -48,6 +48,20 @@ func applyImageManifest(t *testing.T) string {
 	return name
 }
 
+// smallMicroVM is Environment ns/name of backend qemu-microvm.v1 on this test's node: guest
+// image image, one root repo, 1 vCPU and 512 MiB; mut (when not nil) changes its spec.
+func smallMicroVM(ns, name, image string, mut func(*wbv1.EnvironmentSpec)) *wbv1.Environment {
+	e := &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: wbv1.EnvironmentSpec{
+		Backend: wbv1.BackendQEMUMicroVM, Roots: []wbv1.EnvironmentRoot{{Name: "repo"}}, ImageRef: ptr(image),
+		Resources:    &wbv1.EnvironmentResources{VCPUs: ptr(int32(1)), MemoryMiB: ptr(int32(512))},
+		NodeSelector: map[string]string{wbv1.NodeLabel: nodeName},
+	}}
+	if mut != nil {
+		mut(&e.Spec)
+	}
+	return e
+}
+
 // vmProcesses lists the QEMU and vhost-device-vsock processes of one environment's VM
 // directory (by executable name and the directory in their command line).
 func vmProcesses(t *testing.T, envUID string) []string {
@@ -374,13 +388,10 @@ func TestQEMUMicroVMFileOperations(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	image := applyImageManifest(t)
-	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
-		Backend: wbv1.BackendQEMUMicroVM, Roots: []wbv1.EnvironmentRoot{{Name: "repo"}}, ImageRef: ptr(image),
-		Resources:     &wbv1.EnvironmentResources{VCPUs: ptr(int32(1)), MemoryMiB: ptr(int32(512))},
-		PatchApproval: ptr(wbv1.PatchApprovalAutoApply),
-		PatchPolicy:   &wbv1.EnvironmentPatchPolicy{AllowDelete: ptr(true)}, // so the delete below reaches the guest path
-		NodeSelector:  map[string]string{wbv1.NodeLabel: nodeName},
-	}}))
+	must(t, env.Client.Create(ctx, smallMicroVM(ns, "e", image, func(s *wbv1.EnvironmentSpec) {
+		s.PatchApproval = ptr(wbv1.PatchApprovalAutoApply)
+		s.PatchPolicy = &wbv1.EnvironmentPatchPolicy{AllowDelete: ptr(true)} // so the delete below reaches the guest path
+	})))
 	must(t, env.Client.Create(ctx, session(ns, "s", "e")))
 	e := waitVMAndSession(t, ns, "e", "s")
 	defer func() {
