@@ -580,39 +580,38 @@ func TestEgressForbiddenWithoutPrivilege(t *testing.T) {
 	}
 }
 
-var (
-	slimOnce sync.Once
-	slimPath string
-	slimErr  error
-)
+// slimPath is where slimBinary builds the helper (TestMain removes its directory).
+var slimPath string
+
+// slimBinary builds testdata/helper once per run.
+var slimBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "procexec-helper-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "helper")
+	slimPath = bin
+	// Static, as the image ships cmd/workbench-sandbox (Dockerfile): a cgo build pays
+	// the dynamic loader and libc's start on every sandbox.
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./testdata/helper")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build testdata/helper: %v\n%s", err, out)
+	}
+	return bin, nil
+})
 
 // slimHelper builds testdata/helper (a binary that only runs MaybeRunHelper).
 func slimHelper(t testing.TB) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
+	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("needs the go toolchain to build testdata/helper")
 	}
-	slimOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "procexec-helper-")
-		if err != nil {
-			slimErr = err
-			return
-		}
-		slimPath = filepath.Join(dir, "helper")
-		// Static, as the image ships cmd/workbench-sandbox (Dockerfile): a cgo build pays
-		// the dynamic loader and libc's start on every sandbox.
-		build := exec.Command(goBin, "build", "-trimpath", "-ldflags=-s -w", "-o", slimPath, "./testdata/helper")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		out, err := build.CombinedOutput()
-		if err != nil {
-			slimErr = fmt.Errorf("go build testdata/helper: %v\n%s", err, out)
-		}
-	})
-	if slimErr != nil {
-		t.Fatal(slimErr)
+	bin, err := slimBinary()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return slimPath
+	return bin
 }
 
 func TestDedicatedHelperBinary(t *testing.T) {
