@@ -116,6 +116,14 @@ type backendCase struct {
 
 var backendCases = []backendCase{{"host-local", wbv1.BackendHostLocal}, {"fixture-copy", wbv1.BackendFixtureCopy}}
 
+// eachBackend runs f as a subtest (named by the backend) on every backend of backendCases.
+func eachBackend(t *testing.T, f func(t *testing.T, bc backendCase)) {
+	t.Helper()
+	for _, bc := range backendCases {
+		t.Run(bc.name, func(t *testing.T) { f(t, bc) })
+	}
+}
+
 // environment creates environment e over dir on backend (fixture-copy copies dir), with
 // a structured session s and the make profiles, and waits until both are running.
 func environment(t testing.TB, ns, dir string, backend wbv1.BackendID, res *wbv1.EnvironmentResources) {
