@@ -132,6 +132,22 @@ func run(t *testing.T, spec Spec) Result {
 	return res
 }
 
+// runWithTemp starts spec on r, waits for it and returns its result with the host path of
+// its private temp directory (Info().TempDir, read while it runs).
+func runWithTemp(ctx context.Context, t *testing.T, r *Runner, spec Spec) (Result, string) {
+	t.Helper()
+	h, err := r.Start(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostTmp := h.Info().TempDir
+	res, err := h.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, hostTmp
+}
+
 func selfExe(t testing.TB) string {
 	t.Helper()
 	p, err := os.Executable()
@@ -423,20 +439,12 @@ func TestReadConfinementAndPrivateTemp(t *testing.T) {
 	if err := os.WriteFile(secret, []byte("s3cret"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	h, err := Start(context.Background(), Spec{
+	res, hostTmp := runWithTemp(context.Background(), t, defaultRunner, Spec{
 		Argv: []string{"/bin/sh", "-c",
 			`echo x > "$TMPDIR/f" && cat "$TMPDIR/f" && echo "$TMPDIR" && cat "$1" 2>/dev/null || echo read-denied`,
 			"sh", secret},
 		TempDirEnv: "TMPDIR",
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hostTmp := h.Info().TempDir
-	res, err := h.Wait()
-	if err != nil {
-		t.Fatal(err)
-	}
 	lines := strings.Split(strings.TrimSpace(string(res.Output)), "\n")
 	if len(lines) != 3 || lines[0] != "x" || lines[1] != SandboxTmp || lines[2] != "read-denied" {
 		t.Fatalf("output %q", res.Output)
