@@ -42,3 +42,12 @@ func Bounds() []Bound {
 		{"timeout-seconds", "TerminalCommand.spec.timeoutSeconds", MaxCommandTimeoutSeconds, CodeTimeoutAboveMax},
 	}
 }
+
+// OrDefault is the rule of every configurable cap: a value that is not positive (zero:
+// unset; negative: meaningless) asks for the default def.
+func OrDefault[T ~int | ~int32 | ~int64](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
+}

@@ -134,3 +134,17 @@ func ruleMax(t *testing.T, m map[string]any) int64 {
 	t.Fatalf("no 'self <= N' rule in %v", rules)
 	return 0
 }
+
+// TestOrDefault: zero and negative caps ask for the default, a positive one stands.
+func TestOrDefault(t *testing.T) {
+	for _, c := range []struct{ v, def, want int64 }{
+		{0, 7, 7}, {-1, 7, 7}, {-1 << 62, 7, 7}, {1, 7, 1}, {9, 7, 9}, {1 << 62, 7, 1 << 62},
+	} {
+		if got := actuation.OrDefault(c.v, c.def); got != c.want {
+			t.Errorf("OrDefault(%d, %d) = %d, want %d", c.v, c.def, got, c.want)
+		}
+	}
+	if got := actuation.OrDefault(0, 3); got != 3 { // int
+		t.Errorf("OrDefault(0, 3) = %d", got)
+	}
+}

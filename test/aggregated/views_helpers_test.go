@@ -288,26 +288,22 @@ type agentProc struct {
 	cmd *exec.Cmd
 }
 
-var (
-	agentBinOnce sync.Once
-	agentBin     string
-	agentBinErr  error
-)
+// agentBinary builds the node agent once per run.
+var agentBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "wb-views-agent-")
+	if err != nil {
+		return "", err
+	}
+	return nodeagenttest.BuildAgent(dir)
+})
 
 func buildAgent(t testing.TB) string {
 	t.Helper()
-	agentBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "wb-views-agent-")
-		if err != nil {
-			agentBinErr = err
-			return
-		}
-		agentBin, agentBinErr = nodeagenttest.BuildAgent(dir)
-	})
-	if agentBinErr != nil {
-		t.Fatal(agentBinErr)
+	bin, err := agentBinary()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return agentBin
+	return bin
 }
 
 // agentSetup prepares node's identity (user workbench:node:<node>, ClusterRole

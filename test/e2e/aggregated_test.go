@@ -16,30 +16,25 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-var (
-	cliOnce sync.Once
-	cliPath string
-	cliErr  error
-)
+// cliBinary builds kubectl-workbench once per run.
+var cliBinary = sync.OnceValues(func() (string, error) {
+	bin := filepath.Join(os.TempDir(), fmt.Sprintf("e2e-kubectl-workbench-%d", os.Getpid()))
+	build := exec.Command("go", "build", "-o", bin, "./cmd/kubectl-workbench")
+	build.Dir = repoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building kubectl-workbench: %v\n%s", err, out)
+	}
+	return bin, nil
+})
 
 // workbenchCLI builds kubectl-workbench once per run.
 func workbenchCLI(t *testing.T) string {
 	t.Helper()
-	cliOnce.Do(func() {
-		bin := filepath.Join(os.TempDir(), fmt.Sprintf("e2e-kubectl-workbench-%d", os.Getpid()))
-		build := exec.Command("go", "build", "-o", bin, "./cmd/kubectl-workbench")
-		build.Dir = repoRoot()
-		out, err := build.CombinedOutput()
-		if err != nil {
-			cliErr = fmt.Errorf("building kubectl-workbench: %v\n%s", err, out)
-			return
-		}
-		cliPath = bin
-	})
-	if cliErr != nil {
-		t.Fatal(cliErr)
+	bin, err := cliBinary()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return cliPath
+	return bin
 }
 
 // workbench runs kubectl-workbench against the cluster and returns its stdout+stderr and error.

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +20,7 @@ import (
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/test/kstate"
+	"sensorium.dev/workbench/internal/test/proctest"
 	"sensorium.dev/workbench/internal/test/testkit"
 )
 
@@ -295,25 +295,7 @@ func sleepCommand(ns, name, seconds string) *wbv1.TerminalCommand {
 }
 
 // hostProcesses lists the pids on this machine whose argv is exactly argv.
-func hostProcesses(argv ...string) []int {
-	want := strings.Join(argv, "\x00")
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		if strings.TrimRight(string(b), "\x00") == want {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
+var hostProcesses = proctest.Exactly
 
 // TestNodeAgentPodDeletedMidCommand: `kubectl delete pod` of the node agent while a
 // command runs. The DaemonSet starts a new pod, its recovery sweep finds the interrupted

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
+	"sensorium.dev/workbench/internal/test/proctest"
 )
 
 // vmAvailable says why the cluster's node agent offers no qemu-microvm.v1 ("" when it does):
@@ -65,26 +65,19 @@ func ptrTo[T any](v T) *T { return &v }
 // qemuProcesses lists the host pids of QEMU processes holding a descriptor whose path
 // mentions s (the VM directory, named by the environment's UID, reaches QEMU as fd 5).
 func qemuProcesses(s string) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
+	return proctest.Matching(func(pid int, cmdline []byte) bool {
+		if !strings.HasSuffix(strings.SplitN(string(cmdline), "\x00", 2)[0], "qemu-system-x86_64") {
+			return false
 		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !strings.HasSuffix(strings.SplitN(string(b), "\x00", 2)[0], "qemu-system-x86_64") {
-			continue
-		}
-		fds, _ := os.ReadDir(filepath.Join("/proc", e.Name(), "fd"))
+		dir := proctest.Path(pid, "fd")
+		fds, _ := os.ReadDir(dir)
 		for _, fd := range fds {
-			if l, err := os.Readlink(filepath.Join("/proc", e.Name(), "fd", fd.Name())); err == nil && strings.Contains(l, s) {
-				out = append(out, pid)
-				break
+			if l, err := os.Readlink(filepath.Join(dir, fd.Name())); err == nil && strings.Contains(l, s) {
+				return true
 			}
 		}
-	}
-	return out
+		return false
+	})
 }
 
 // TestMicroVMInDaemonSetPod: a qemu-microvm.v1 Environment boots inside the node-agent

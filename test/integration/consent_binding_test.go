@@ -12,6 +12,14 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 )
 
+// createAwaiting creates command ns/name running argv and waits until it is held with its
+// own consent request (awaitingOwnRequest).
+func createAwaiting(t *testing.T, ns, name string, argv ...string) (*wbv1.TerminalCommand, *wbv1.ConsentRequest) {
+	t.Helper()
+	must(t, env.Client.Create(context.Background(), command(ns, name, argv...)))
+	return awaitingOwnRequest(t, ns, name)
+}
+
 // awaitingOwnRequest waits until the command is held AwaitingConsent with a request bound
 // to this very object (UID and argv digest), and returns that request.
 func awaitingOwnRequest(t *testing.T, ns, name string) (*wbv1.TerminalCommand, *wbv1.ConsentRequest) {
@@ -41,8 +49,7 @@ func TestConsentRecreatedCommandIsNotAdmitted(t *testing.T) {
 	ctx := context.Background()
 	ns, op := consentSetup(t, "erin")
 	argv := []string{"/usr/bin/git", "--no-pager", "log"}
-	must(t, env.Client.Create(ctx, command(ns, "x", argv...)))
-	first, cr := awaitingOwnRequest(t, ns, "x")
+	first, cr := createAwaiting(t, ns, "x", argv...)
 	must(t, op.Create(ctx, grant(ns, "g-once", cr.Name, wbv1.ConsentAllowOnce)))
 	if g := getGrant(t, ns, "g-once"); g.Spec.RequestUID != cr.UID {
 		t.Fatalf("grant not stamped with the request's UID: %q, want %q", g.Spec.RequestUID, cr.UID)
@@ -58,8 +65,7 @@ func TestConsentRecreatedCommandIsNotAdmitted(t *testing.T) {
 	} {
 		must(t, env.Client.Delete(ctx, command(ns, "x")))
 		waitCommandGone(t, ns, "x")
-		must(t, env.Client.Create(ctx, command(ns, "x", again...)))
-		c, _ := awaitingOwnRequest(t, ns, "x")
+		c, _ := createAwaiting(t, ns, "x", again...)
 		if c.UID == first.UID {
 			t.Fatalf("case %d: not a new object", i)
 		}
@@ -82,8 +88,7 @@ func TestConsentRecreatedCommandIsNotAdmitted(t *testing.T) {
 func TestConsentAllowOnceBindsArgv(t *testing.T) {
 	ctx := context.Background()
 	ns, op := consentSetup(t, "frank")
-	must(t, env.Client.Create(ctx, command(ns, "a", "/usr/bin/git", "--no-pager", "log", "-1")))
-	_, cr := awaitingOwnRequest(t, ns, "a")
+	_, cr := createAwaiting(t, ns, "a", "/usr/bin/git", "--no-pager", "log", "-1")
 	must(t, env.Client.Create(ctx, command(ns, "b", "/usr/bin/git", "--no-pager", "log", "-1")))
 	must(t, env.Client.Create(ctx, command(ns, "c", "/usr/bin/git", "--no-pager", "log", "-2")))
 	awaitingOwnRequest(t, ns, "b")
@@ -126,8 +131,7 @@ func TestConsentRememberedGrantNamesItsEnvironment(t *testing.T) {
 	waitPlaced(t, ns, "e2")
 	op := operator(t, ns, "grace")
 	argv := []string{"/usr/bin/git", "--no-pager", "shortlog"}
-	must(t, env.Client.Create(ctx, command(ns, "on-e", argv...)))
-	_, cr := awaitingOwnRequest(t, ns, "on-e")
+	_, cr := createAwaiting(t, ns, "on-e", argv...)
 	if cr.Spec.Descriptor.EnvironmentRef != "e" {
 		t.Fatalf("request names environment %q", cr.Spec.Descriptor.EnvironmentRef)
 	}
@@ -152,8 +156,7 @@ func TestConsentDurableGrantOutlivesCommand(t *testing.T) {
 	ctx := context.Background()
 	ns, op := consentSetup(t, "heidi")
 	argv := []string{"/usr/bin/git", "--no-pager", "describe"}
-	must(t, env.Client.Create(ctx, command(ns, "first", argv...)))
-	_, cr := awaitingOwnRequest(t, ns, "first")
+	_, cr := createAwaiting(t, ns, "first", argv...)
 	must(t, op.Create(ctx, grant(ns, "g", cr.Name, wbv1.ConsentRememberExactArgv)))
 	waitAdmittedBy(t, ns, "first", "g")
 	must(t, env.Client.Delete(ctx, command(ns, "first")))

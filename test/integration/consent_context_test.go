@@ -21,8 +21,7 @@ func TestConsentRememberedGrantHeldToReviewedContext(t *testing.T) {
 	argv := []string{"/usr/bin/git", "--no-pager", "shortlog"}
 	waitPlanned(t, ns, "e", "test")
 
-	must(t, env.Client.Create(ctx, command(ns, "first", argv...)))
-	_, cr := awaitingOwnRequest(t, ns, "first")
+	_, cr := createAwaiting(t, ns, "first", argv...)
 	if cr.Spec.Descriptor.OperationalContext != "test" {
 		t.Fatalf("request %s does not record the context it is reviewed under: %+v", cr.Name, cr.Spec.Descriptor)
 	}
@@ -40,8 +39,7 @@ func TestConsentRememberedGrantHeldToReviewedContext(t *testing.T) {
 
 	must(t, setContext(ns, "e", &wbv1.OperationalContext{Class: "production"}))
 	waitPlanned(t, ns, "e", "production")
-	must(t, env.Client.Create(ctx, command(ns, "raised", argv...)))
-	_, raisedReq := awaitingOwnRequest(t, ns, "raised")
+	_, raisedReq := createAwaiting(t, ns, "raised", argv...)
 	if raisedReq.Spec.Descriptor.OperationalContext != "production" {
 		t.Fatalf("request %s asked under %q, want production", raisedReq.Name, raisedReq.Spec.Descriptor.OperationalContext)
 	}

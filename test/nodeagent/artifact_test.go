@@ -61,15 +61,8 @@ func TestExportArtifact(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(dir, "out", "report.txt"), []byte("report\n"), 0o644))
 	must(t, os.WriteFile(filepath.Join(dir, "out", "deep", "data.bin"), []byte{0, 1, 2}, 0o600))
 	must(t, os.WriteFile(filepath.Join(dir, "secret.txt"), []byte("not exported\n"), 0o600))
-	must(t, env.Client.Create(ctx, artifact(ns, "x", func(s *wbv1.ArtifactSpec) {
-		s.Source, s.Root, s.Path = "export", ptr(wbv1.RootName("repo")), ptr(wbv1.RelativePath("out"))
-	})))
-	_, blob := storedArtifact(t, ns, "x")
-	var names []string
-	for _, en := range tarEntries(t, blob) {
-		names = append(names, en.hdr.Name)
-	}
-	if got := strings.Join(names, ","); got != "out/deep/,out/deep/data.bin,out/report.txt" {
+	entries := exportedOut(ctx, t, ns, "x")
+	if got := entryNames(entries); got != "out/deep/,out/deep/data.bin,out/report.txt" {
 		t.Fatalf("tar entries = %s", got)
 	}
 }
@@ -94,6 +87,26 @@ func TestCaptureArtifact(t *testing.T) {
 type tarEntry struct {
 	hdr  *tar.Header
 	data []byte
+}
+
+// exportedOut creates export Artifact ns/name of directory out of root repo in environment
+// e and returns the entries of the tar the node stored.
+func exportedOut(ctx context.Context, t *testing.T, ns, name string) []tarEntry {
+	t.Helper()
+	must(t, env.Client.Create(ctx, artifact(ns, name, func(s *wbv1.ArtifactSpec) {
+		s.Source, s.Root, s.Path = "export", ptr(wbv1.RootName("repo")), ptr(wbv1.RelativePath("out"))
+	})))
+	_, blob := storedArtifact(t, ns, name)
+	return tarEntries(t, blob)
+}
+
+// entryNames joins the names of entries with commas, in their order.
+func entryNames(entries []tarEntry) string {
+	names := make([]string, 0, len(entries))
+	for _, en := range entries {
+		names = append(names, en.hdr.Name)
+	}
+	return strings.Join(names, ",")
 }
 
 // tarEntries reads every entry of the tar stream blob.

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,21 +21,19 @@ import (
 	wbv1 "sensorium.dev/workbench/api/v1alpha1"
 	"sensorium.dev/workbench/internal/nodeagent/agent"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
+	"sensorium.dev/workbench/internal/test/proctest"
 	"sensorium.dev/workbench/internal/test/sourcetest"
 )
 
 // processesIn lists the processes whose working directory lies under dir.
 func processesIn(dir string) []string {
-	ents, _ := os.ReadDir("/proc")
+	pids, _ := proctest.Pids()
 	var out []string
-	for _, e := range ents {
-		if e.Name()[0] < '0' || e.Name()[0] > '9' {
-			continue
-		}
-		cwd, err := os.Readlink("/proc/" + e.Name() + "/cwd")
+	for _, pid := range pids {
+		cwd, err := os.Readlink(proctest.Path(pid, "cwd"))
 		if err == nil && strings.HasPrefix(cwd, dir+"/") {
-			comm, _ := os.ReadFile("/proc/" + e.Name() + "/comm")
-			out = append(out, e.Name()+":"+strings.TrimSpace(string(comm))+"@"+cwd)
+			comm, _ := os.ReadFile(proctest.Path(pid, "comm"))
+			out = append(out, strconv.Itoa(pid)+":"+strings.TrimSpace(string(comm))+"@"+cwd)
 		}
 	}
 	return out

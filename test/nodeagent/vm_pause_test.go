@@ -89,11 +89,7 @@ func TestQEMUMicroVMPauseResume(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	image := applyImageManifest(t)
-	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "vm", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
-		Backend: wbv1.BackendQEMUMicroVM, Roots: []wbv1.EnvironmentRoot{{Name: "repo"}}, ImageRef: ptr(image),
-		Resources:    &wbv1.EnvironmentResources{VCPUs: ptr(int32(1)), MemoryMiB: ptr(int32(512))},
-		NodeSelector: map[string]string{wbv1.NodeLabel: nodeName},
-	}}))
+	must(t, env.Client.Create(ctx, smallMicroVM(ns, "vm", image, nil)))
 	must(t, env.Client.Create(ctx, session(ns, "s", "vm")))
 	e := waitVMAndSession(t, ns, "vm", "s")
 	defer func() {

@@ -24,6 +24,7 @@ import (
 	"sensorium.dev/workbench/internal/test/envtest"
 	"sensorium.dev/workbench/internal/test/kstate"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
+	"sensorium.dev/workbench/internal/test/proctest"
 )
 
 // qemuSkip says why the qemu-microvm.v1 tests skip ("" when the suite's agent runs the
@@ -47,6 +48,20 @@ func applyImageManifest(t *testing.T) string {
 	return name
 }
 
+// smallMicroVM is Environment ns/name of backend qemu-microvm.v1 on this test's node: guest
+// image image, one root repo, 1 vCPU and 512 MiB; mut (when not nil) changes its spec.
+func smallMicroVM(ns, name, image string, mut func(*wbv1.EnvironmentSpec)) *wbv1.Environment {
+	e := &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: wbv1.EnvironmentSpec{
+		Backend: wbv1.BackendQEMUMicroVM, Roots: []wbv1.EnvironmentRoot{{Name: "repo"}}, ImageRef: ptr(image),
+		Resources:    &wbv1.EnvironmentResources{VCPUs: ptr(int32(1)), MemoryMiB: ptr(int32(512))},
+		NodeSelector: map[string]string{wbv1.NodeLabel: nodeName},
+	}}
+	if mut != nil {
+		mut(&e.Spec)
+	}
+	return e
+}
+
 // vmProcesses lists the QEMU and vhost-device-vsock processes of one environment's VM
 // directory (by executable name and the directory in their command line).
 func vmProcesses(t *testing.T, envUID string) []string {
@@ -57,24 +72,21 @@ func vmProcesses(t *testing.T, envUID string) []string {
 func vmProcessesIn(t *testing.T, state, envUID string) []string {
 	t.Helper()
 	dir := filepath.Join(state, "vms", envUID) + "/"
-	ents, err := os.ReadDir("/proc")
+	pids, err := proctest.Pids()
 	must(t, err)
 	var out []string
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		exe, _ := os.Readlink("/proc/" + e.Name() + "/exe")
+	for _, pid := range pids {
+		exe, _ := os.Readlink(proctest.Path(pid, "exe"))
 		base := filepath.Base(strings.TrimSuffix(exe, " (deleted)"))
 		if base != "qemu-system-x86_64" && base != "vhost-device-vsock" {
 			continue
 		}
 		// The confined VMM processes reach their directory through a descriptor; the
 		// launch names it in their environment.
-		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		env, _ := os.ReadFile("/proc/" + e.Name() + "/environ")
+		cmd, _ := os.ReadFile(proctest.Path(pid, "cmdline"))
+		env, _ := os.ReadFile(proctest.Path(pid, "environ"))
 		if bytes.Contains(cmd, []byte(dir)) || bytes.Contains(append([]byte{0}, env...), []byte("\x00WORKBENCH_VM_DIR="+strings.TrimSuffix(dir, "/")+"\x00")) {
-			out = append(out, e.Name()+" "+base)
+			out = append(out, strconv.Itoa(pid)+" "+base)
 		}
 	}
 	return out
@@ -376,13 +388,10 @@ func TestQEMUMicroVMFileOperations(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	image := applyImageManifest(t)
-	must(t, env.Client.Create(ctx, &wbv1.Environment{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns}, Spec: wbv1.EnvironmentSpec{
-		Backend: wbv1.BackendQEMUMicroVM, Roots: []wbv1.EnvironmentRoot{{Name: "repo"}}, ImageRef: ptr(image),
-		Resources:     &wbv1.EnvironmentResources{VCPUs: ptr(int32(1)), MemoryMiB: ptr(int32(512))},
-		PatchApproval: ptr(wbv1.PatchApprovalAutoApply),
-		PatchPolicy:   &wbv1.EnvironmentPatchPolicy{AllowDelete: ptr(true)}, // so the delete below reaches the guest path
-		NodeSelector:  map[string]string{wbv1.NodeLabel: nodeName},
-	}}))
+	must(t, env.Client.Create(ctx, smallMicroVM(ns, "e", image, func(s *wbv1.EnvironmentSpec) {
+		s.PatchApproval = ptr(wbv1.PatchApprovalAutoApply)
+		s.PatchPolicy = &wbv1.EnvironmentPatchPolicy{AllowDelete: ptr(true)} // so the delete below reaches the guest path
+	})))
 	must(t, env.Client.Create(ctx, session(ns, "s", "e")))
 	e := waitVMAndSession(t, ns, "e", "s")
 	defer func() {
@@ -493,13 +502,8 @@ func TestQEMUMicroVMFileOperations(t *testing.T) {
 	}
 
 	// An export artifact of a guest directory: the stored blob's digest, the host's format.
-	must(t, env.Client.Create(ctx, artifact(ns, "x", func(s *wbv1.ArtifactSpec) {
-		s.Source, s.Root, s.Path = "export", ptr(wbv1.RootName("repo")), ptr(wbv1.RelativePath("out"))
-	})))
-	_, blob := storedArtifact(t, ns, "x")
-	var names []string
-	for _, en := range tarEntries(t, blob) {
-		names = append(names, en.hdr.Name)
+	entries := exportedOut(ctx, t, ns, "x")
+	for _, en := range entries {
 		if h := en.hdr; !h.ModTime.Equal(time.Unix(0, 0)) || h.Uid != 0 || h.Uname != "" {
 			t.Fatalf("entry %q is not in the deterministic format: %+v", h.Name, h)
 		}
@@ -507,27 +511,15 @@ func TestQEMUMicroVMFileOperations(t *testing.T) {
 			t.Fatalf("exported report.txt = %q", en.data)
 		}
 	}
-	if got := strings.Join(names, ","); got != "out/report.txt" {
+	if got := entryNames(entries); got != "out/report.txt" {
 		t.Fatalf("tar entries = %s", got)
 	}
 
 	// file.exists probes evaluated once inside the guest.
-	probe := func(name, path string) {
-		s := fileScope(path)
-		must(t, env.Client.Create(ctx, &wbv1.Probe{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-			Spec: wbv1.ProbeSpec{Scope: &s, Condition: wbv1.WaitCondition{Kind: wbv1.ConditionKindFileExists}, TimeoutSeconds: 10}}))
-	}
-	probe("present", "copied.txt")
-	probe("absent", "absent.txt")
+	must(t, env.Client.Create(ctx, fileExistsProbe(ns, "present", "copied.txt", 10)))
+	must(t, env.Client.Create(ctx, fileExistsProbe(ns, "absent", "absent.txt", 10)))
 	for name, want := range map[string]wbv1.ProbeResult{"present": "Pass", "absent": "Fail"} {
-		var p wbv1.Probe
-		eventually(t, 30*time.Second, "probe "+name+" result", func() (bool, string) {
-			get(t, ns, name, &p)
-			return p.Status.Result != "" && p.Status.Result != "Pending", fmt.Sprintf("%+v", p.Status)
-		})
-		if p.Status.Result != want || p.Status.ObservedAt == nil || p.Status.Refusal != nil {
-			t.Fatalf("probe %s: %+v, want %s", name, p.Status, want)
-		}
+		probeResult(t, ns, name, want)
 	}
 	// A file wait is refused: no change notifications, and waits never poll.
 	must(t, env.Client.Create(ctx, wait(ns, "w", fileScope("later.txt"), wbv1.ConditionKindFileExists, 30)))

@@ -140,32 +140,43 @@ func TestWaitTimesOutAndKillsNothing(t *testing.T) {
 	}
 }
 
+// fileExistsProbe is Probe ns/name: does path exist in root repo of environment e, asked
+// once with the given timeout.
+func fileExistsProbe(ns, name, path string, timeoutSeconds int32) *wbv1.Probe {
+	s := fileScope(path)
+	return &wbv1.Probe{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: wbv1.ProbeSpec{Scope: &s, Condition: wbv1.WaitCondition{Kind: wbv1.ConditionKindFileExists}, TimeoutSeconds: timeoutSeconds}}
+}
+
+// probeResult waits (30 s) until Probe ns/name has a result and fails the test unless it
+// is want, observed, with no refusal.
+func probeResult(t *testing.T, ns, name string, want wbv1.ProbeResult) *wbv1.Probe {
+	t.Helper()
+	var p wbv1.Probe
+	eventually(t, 30*time.Second, "probe "+name+" result", func() (bool, string) {
+		get(t, ns, name, &p)
+		return p.Status.Result != "" && p.Status.Result != "Pending", fmt.Sprintf("%+v", p.Status)
+	})
+	if p.Status.Result != want || p.Status.ObservedAt == nil || p.Status.Refusal != nil {
+		t.Fatalf("probe %s: %+v, want %s", name, p.Status, want)
+	}
+	return &p
+}
+
 // TestProbeFileExists: a probe checks once, now: Pass for a present file, Fail for an
 // absent one.
 func TestProbeFileExists(t *testing.T) {
 	ctx := context.Background()
 	ns, dir := readyWorkEnvironment(t)
 	must(t, os.WriteFile(filepath.Join(dir, "present.txt"), []byte("x"), 0o644))
-	probe := func(name, path string) *wbv1.Probe {
-		s := fileScope(path)
-		return &wbv1.Probe{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-			Spec: wbv1.ProbeSpec{Scope: &s, Condition: wbv1.WaitCondition{Kind: wbv1.ConditionKindFileExists}, TimeoutSeconds: 5}}
-	}
-	must(t, env.Client.Create(ctx, probe("present", "present.txt")))
-	must(t, env.Client.Create(ctx, probe("absent", "absent.txt")))
+	must(t, env.Client.Create(ctx, fileExistsProbe(ns, "present", "present.txt", 5)))
+	must(t, env.Client.Create(ctx, fileExistsProbe(ns, "absent", "absent.txt", 5)))
 	for name, want := range map[string]wbv1.ProbeResult{"present": "Pass", "absent": "Fail"} {
-		var p wbv1.Probe
-		eventually(t, 30*time.Second, "probe "+name+" result", func() (bool, string) {
-			get(t, ns, name, &p)
-			return p.Status.Result != "" && p.Status.Result != "Pending", fmt.Sprintf("%+v", p.Status)
-		})
-		if p.Status.Result != want || p.Status.ObservedAt == nil || p.Status.Refusal != nil {
-			t.Fatalf("probe %s: %+v, want %s", name, p.Status, want)
-		}
+		p := probeResult(t, ns, name, want)
 		if want == "Pass" {
-			wantKStatus(t, &p, kstatus.CurrentStatus)
+			wantKStatus(t, p, kstatus.CurrentStatus)
 		} else {
-			wantKStatus(t, &p, kstatus.FailedStatus)
+			wantKStatus(t, p, kstatus.FailedStatus)
 		}
 	}
 }

@@ -282,26 +282,24 @@ func gitEnvironment(t *testing.T, backend wbv1.BackendID) (ns, dir, root string)
 // (of the managed copy, on fixture-copy) byte-identical, and no hook.
 func TestGitMetadataHostOwnedForCommands(t *testing.T) {
 	requireProcessSandbox(t)
-	for _, bc := range backendCases {
-		t.Run(bc.name, func(t *testing.T) {
-			ns, dir, root := gitEnvironment(t, bc.backend)
-			before := treeDigest(t, root)
-			if len(before) < 10 {
-				t.Fatalf("the repository has no .git to attack (%d entries under %s)", len(before), root)
+	eachBackend(t, func(t *testing.T, bc backendCase) {
+		ns, dir, root := gitEnvironment(t, bc.backend)
+		before := treeDigest(t, root)
+		if len(before) < 10 {
+			t.Fatalf("the repository has no .git to attack (%d entries under %s)", len(before), root)
+		}
+		c, out := runCommand(t, ns, "attack", "make-git", "", "/usr/bin/make", "-s", targetGitAttack)
+		if c.Status.Phase == wbv1.CommandRefused {
+			t.Fatalf("the command was refused before it ran (%+v): the attack proves nothing", c.Status.Refusal)
+		}
+		assertGitUnchanged(t, bc.name+" command", root, before, out)
+		if bc.backend == wbv1.BackendFixtureCopy {
+			// The source is never written by a fixture-copy command, whatever it does.
+			if h := hooks(dir); len(h) > 0 {
+				t.Errorf("the fixture source holds hooks: %v", h)
 			}
-			c, out := runCommand(t, ns, "attack", "make-git", "", "/usr/bin/make", "-s", targetGitAttack)
-			if c.Status.Phase == wbv1.CommandRefused {
-				t.Fatalf("the command was refused before it ran (%+v): the attack proves nothing", c.Status.Refusal)
-			}
-			assertGitUnchanged(t, bc.name+" command", root, before, out)
-			if bc.backend == wbv1.BackendFixtureCopy {
-				// The source is never written by a fixture-copy command, whatever it does.
-				if h := hooks(dir); len(h) > 0 {
-					t.Errorf("the fixture source holds hooks: %v", h)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // TestGitMetadataHostOwnedForPTYPrograms: the same attack as a TerminalSession's PTY
@@ -309,29 +307,27 @@ func TestGitMetadataHostOwnedForCommands(t *testing.T) {
 // code is capability-mismatch) or the .git stays byte-identical.
 func TestGitMetadataHostOwnedForPTYPrograms(t *testing.T) {
 	requireProcessSandbox(t)
-	for _, bc := range backendCases {
-		t.Run(bc.name, func(t *testing.T) {
-			ns, _, root := gitEnvironment(t, bc.backend)
-			before := treeDigest(t, root)
-			s := openPTY(t, ns, "make-git-pty")
-			if s.Status.Refusal != nil {
-				if bc.backend == wbv1.BackendFixtureCopy && s.Status.Refusal.Code == "capability-mismatch" {
-					t.Logf("fixture-copy.v1 refuses PTY programs (%s: %s): nothing ran", s.Status.Refusal.Code, s.Status.Refusal.Message)
-					if d := diffDigests(before, treeDigest(t, root)); len(d) > 0 {
-						t.Errorf("the copy's .git changed although nothing ran: %v", d)
-					}
-					return
+	eachBackend(t, func(t *testing.T, bc backendCase) {
+		ns, _, root := gitEnvironment(t, bc.backend)
+		before := treeDigest(t, root)
+		s := openPTY(t, ns, "make-git-pty")
+		if s.Status.Refusal != nil {
+			if bc.backend == wbv1.BackendFixtureCopy && s.Status.Refusal.Code == "capability-mismatch" {
+				t.Logf("fixture-copy.v1 refuses PTY programs (%s: %s): nothing ran", s.Status.Refusal.Code, s.Status.Refusal.Message)
+				if d := diffDigests(before, treeDigest(t, root)); len(d) > 0 {
+					t.Errorf("the copy's .git changed although nothing ran: %v", d)
 				}
-				t.Fatalf("the PTY session was refused (%+v): the attack proves nothing", s.Status.Refusal)
+				return
 			}
-			if s.Status.Phase != wbv1.SessionRunning {
-				t.Fatalf("the PTY session ended before its output could be read: %+v", s.Status)
-			}
-			out := readPTY(t, ns, "pty")
-			assertGitUnchanged(t, bc.name+" PTY program", root, before, out)
-			closeSession(t, ns, "pty")
-		})
-	}
+			t.Fatalf("the PTY session was refused (%+v): the attack proves nothing", s.Status.Refusal)
+		}
+		if s.Status.Phase != wbv1.SessionRunning {
+			t.Fatalf("the PTY session ended before its output could be read: %+v", s.Status)
+		}
+		out := readPTY(t, ns, "pty")
+		assertGitUnchanged(t, bc.name+" PTY program", root, before, out)
+		closeSession(t, ns, "pty")
+	})
 }
 
 // TestGitEmbeddedBareRepositoryRunsNothing: a previous command plants an embedded bare
@@ -340,29 +336,27 @@ func TestGitMetadataHostOwnedForPTYPrograms(t *testing.T) {
 // directory) then runs, its outcome is recorded, and PWNED does not exist.
 func TestGitEmbeddedBareRepositoryRunsNothing(t *testing.T) {
 	requireProcessSandbox(t)
-	for _, bc := range backendCases {
-		t.Run(bc.name, func(t *testing.T) {
-			ns, _, root := gitEnvironment(t, bc.backend)
-			c, out := runCommand(t, ns, "plant", "make-git", "", "/usr/bin/make", "-s", targetPlant)
-			if c.Status.Phase != wbv1.CommandSucceeded || !strings.Contains(out, "planted") {
-				t.Fatalf("the bare repository was not planted (the test proves nothing): %+v %q", c.Status, tail(out))
-			}
-			if _, err := os.Stat(filepath.Join(root, "vendor", "evil", "config")); err != nil {
-				t.Fatalf("the planted repository is not on the host: %v", err)
-			}
-			c, out = runCommand(t, ns, "status", "git", "vendor/evil", "/usr/bin/git", "--no-pager", "status")
-			if c.Status.Phase == wbv1.CommandRefused {
-				t.Fatalf("the node's git command was refused before it ran (%+v): the attack proves nothing", c.Status.Refusal)
-			}
-			if c.Status.ExitCode == nil {
-				t.Fatalf("the git command's outcome records no exit code: %+v", c.Status)
-			}
-			t.Logf("git status in the embedded repository: phase %s, exit %d, output %q", c.Status.Phase, *c.Status.ExitCode, tail(out))
-			if b, err := os.ReadFile(filepath.Join(root, "PWNED")); err == nil {
-				t.Errorf("the embedded repository's fsmonitor or hook ran under the node's git (PWNED %q; output %q)", b, tail(out))
-			}
-		})
-	}
+	eachBackend(t, func(t *testing.T, bc backendCase) {
+		ns, _, root := gitEnvironment(t, bc.backend)
+		c, out := runCommand(t, ns, "plant", "make-git", "", "/usr/bin/make", "-s", targetPlant)
+		if c.Status.Phase != wbv1.CommandSucceeded || !strings.Contains(out, "planted") {
+			t.Fatalf("the bare repository was not planted (the test proves nothing): %+v %q", c.Status, tail(out))
+		}
+		if _, err := os.Stat(filepath.Join(root, "vendor", "evil", "config")); err != nil {
+			t.Fatalf("the planted repository is not on the host: %v", err)
+		}
+		c, out = runCommand(t, ns, "status", "git", "vendor/evil", "/usr/bin/git", "--no-pager", "status")
+		if c.Status.Phase == wbv1.CommandRefused {
+			t.Fatalf("the node's git command was refused before it ran (%+v): the attack proves nothing", c.Status.Refusal)
+		}
+		if c.Status.ExitCode == nil {
+			t.Fatalf("the git command's outcome records no exit code: %+v", c.Status)
+		}
+		t.Logf("git status in the embedded repository: phase %s, exit %d, output %q", c.Status.Phase, *c.Status.ExitCode, tail(out))
+		if b, err := os.ReadFile(filepath.Join(root, "PWNED")); err == nil {
+			t.Errorf("the embedded repository's fsmonitor or hook ran under the node's git (PWNED %q; output %q)", b, tail(out))
+		}
+	})
 }
 
 // TestGitMetadataWritableOptIn: a profile with spec.gitMetadata Writable lets the same

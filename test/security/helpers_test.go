@@ -1,7 +1,6 @@
 package security
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"sensorium.dev/workbench/internal/test/dpclient"
 	"sensorium.dev/workbench/internal/test/kstate"
 	"sensorium.dev/workbench/internal/test/nodeagenttest"
+	"sensorium.dev/workbench/internal/test/proctest"
 	"sensorium.dev/workbench/internal/test/testkit"
 )
 
@@ -115,6 +115,14 @@ type backendCase struct {
 }
 
 var backendCases = []backendCase{{"host-local", wbv1.BackendHostLocal}, {"fixture-copy", wbv1.BackendFixtureCopy}}
+
+// eachBackend runs f as a subtest (named by the backend) on every backend of backendCases.
+func eachBackend(t *testing.T, f func(t *testing.T, bc backendCase)) {
+	t.Helper()
+	for _, bc := range backendCases {
+		t.Run(bc.name, func(t *testing.T) { f(t, bc) })
+	}
+}
 
 // environment creates environment e over dir on backend (fixture-copy copies dir), with
 // a structured session s and the make profiles, and waits until both are running.
@@ -252,21 +260,7 @@ func agentRSS(t testing.TB) int64 {
 }
 
 // hostProcessesWith lists host processes whose command line holds marker.
-func hostProcessesWith(marker string) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, d := range ents {
-		var pid int
-		if _, err := fmt.Sscanf(d.Name(), "%d", &pid); err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
-		if err == nil && bytes.Contains(b, []byte(marker)) {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
+var hostProcessesWith = proctest.WithArg
 
 // hostCapability is this node's published host-local BackendCapability.
 func hostCapability(t testing.TB) *wbv1.BackendCapability {

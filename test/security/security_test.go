@@ -119,20 +119,18 @@ func assertRefused(t *testing.T, where, output string) {
 func TestProbesRefusedForCommands(t *testing.T) {
 	requireProcessSandbox(t)
 	calibrate(t)
-	for _, bc := range backendCases {
-		t.Run(bc.name, func(t *testing.T) {
-			ns, dir, before := probeEnvironment(t, bc.backend)
-			c, out := runMake(t, ns, "probes", targetProbes, 60)
-			if c.Status.Phase == wbv1.CommandRefused {
-				t.Fatalf("the command was refused before it ran (%+v): the probes prove nothing", c.Status.Refusal)
-			}
-			assertRefused(t, bc.name+" command", out)
-			assertNothingMinted(t, bc.name+" command", dir, stateDir)
-			if n := hostAccepted() - before; n != 0 {
-				t.Errorf("the host listeners accepted %d connection(s) from the sandboxed command", n)
-			}
-		})
-	}
+	eachBackend(t, func(t *testing.T, bc backendCase) {
+		ns, dir, before := probeEnvironment(t, bc.backend)
+		c, out := runMake(t, ns, "probes", targetProbes, 60)
+		if c.Status.Phase == wbv1.CommandRefused {
+			t.Fatalf("the command was refused before it ran (%+v): the probes prove nothing", c.Status.Refusal)
+		}
+		assertRefused(t, bc.name+" command", out)
+		assertNothingMinted(t, bc.name+" command", dir, stateDir)
+		if n := hostAccepted() - before; n != 0 {
+			t.Errorf("the host listeners accepted %d connection(s) from the sandboxed command", n)
+		}
+	})
 }
 
 // TestProbesRefusedForPTYPrograms: the same Makefile run as a TerminalSession's PTY
@@ -142,36 +140,34 @@ func TestProbesRefusedForCommands(t *testing.T) {
 func TestProbesRefusedForPTYPrograms(t *testing.T) {
 	requireProcessSandbox(t)
 	calibrate(t)
-	for _, bc := range backendCases {
-		t.Run(bc.name, func(t *testing.T) {
-			ns, dir, before := probeEnvironment(t, bc.backend)
-			taken := ag.PrestartedSessionsTaken()
-			s := openPTY(t, ns, "make-pty")
-			if s.Status.Refusal == nil && s.Status.Phase != wbv1.SessionRunning {
-				t.Fatalf("the PTY session ended before its output could be read: %+v", s.Status)
+	eachBackend(t, func(t *testing.T, bc backendCase) {
+		ns, dir, before := probeEnvironment(t, bc.backend)
+		taken := ag.PrestartedSessionsTaken()
+		s := openPTY(t, ns, "make-pty")
+		if s.Status.Refusal == nil && s.Status.Phase != wbv1.SessionRunning {
+			t.Fatalf("the PTY session ended before its output could be read: %+v", s.Status)
+		}
+		if s.Status.Refusal != nil {
+			if bc.backend == wbv1.BackendFixtureCopy && s.Status.Refusal.Code == "capability-mismatch" {
+				t.Logf("fixture-copy.v1 refuses PTY programs (%s): nothing ran", s.Status.Refusal.Message)
+				return
 			}
-			if s.Status.Refusal != nil {
-				if bc.backend == wbv1.BackendFixtureCopy && s.Status.Refusal.Code == "capability-mismatch" {
-					t.Logf("fixture-copy.v1 refuses PTY programs (%s): nothing ran", s.Status.Refusal.Message)
-					return
-				}
-				t.Fatalf("the PTY session was refused (%+v): the probes prove nothing", s.Status.Refusal)
-			}
-			// The agent's pre-started session pool is on (its default): the PTY program ran on
-			// a helper started ahead, and every probe below is refused there too.
-			if bc.backend == wbv1.BackendHostLocal && ag.PrestartedSessionsTaken() == taken {
-				t.Fatal("the PTY session did not open on a pre-started sandbox helper: the probes would not cover the pool")
-			}
-			out := readPTY(t, ns, "pty")
-			assertRefused(t, bc.name+" PTY program", out)
-			// The program still runs: its private tmp is on the host under the state dir.
-			assertNothingMinted(t, bc.name+" PTY program", dir, stateDir)
-			if n := hostAccepted() - before; n != 0 {
-				t.Errorf("the host listeners accepted %d connection(s) from the sandboxed PTY program", n)
-			}
-			closeSession(t, ns, "pty")
-		})
-	}
+			t.Fatalf("the PTY session was refused (%+v): the probes prove nothing", s.Status.Refusal)
+		}
+		// The agent's pre-started session pool is on (its default): the PTY program ran on
+		// a helper started ahead, and every probe below is refused there too.
+		if bc.backend == wbv1.BackendHostLocal && ag.PrestartedSessionsTaken() == taken {
+			t.Fatal("the PTY session did not open on a pre-started sandbox helper: the probes would not cover the pool")
+		}
+		out := readPTY(t, ns, "pty")
+		assertRefused(t, bc.name+" PTY program", out)
+		// The program still runs: its private tmp is on the host under the state dir.
+		assertNothingMinted(t, bc.name+" PTY program", dir, stateDir)
+		if n := hostAccepted() - before; n != 0 {
+			t.Errorf("the host listeners accepted %d connection(s) from the sandboxed PTY program", n)
+		}
+		closeSession(t, ns, "pty")
+	})
 }
 
 func closeSession(t *testing.T, ns, name string) {

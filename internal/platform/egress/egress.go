@@ -511,6 +511,26 @@ func (px *Proxy) end(c net.Conn, resp string, rec Connection, outcome, code stri
 	px.record(rec)
 }
 
+// admitDial decides a proxy request to rec's host and port (ok: the address parsed): it is
+// refused with 403 unless that is a declared endpoint (of protocol want, when want is not
+// empty), and ends with 502 when the dial fails; otherwise rec gets the endpoint's protocol
+// and the upstream connection is returned. A nil connection means c has been answered and
+// the connection recorded.
+func (px *Proxy) admitDial(c net.Conn, rec *Connection, ok bool, want Protocol, start time.Time) (Endpoint, net.Conn) {
+	e, allowed := px.lookup(rec.Host, rec.Port)
+	if !ok || !allowed || (want != "" && e.Protocol != want) {
+		px.end(c, respForbidden, *rec, OutcomeRefused, string(actuation.CodeEgressEndpointForbidden), start)
+		return e, nil
+	}
+	rec.Protocol = e.Protocol
+	up, err := px.dial(e)
+	if err != nil {
+		px.end(c, respBadGateway, *rec, OutcomeFailed, string(actuation.CodeEgressDialFailed), start)
+		return e, nil
+	}
+	return e, up
+}
+
 // serveProxy serves one client of the HTTP proxy: CONNECT or one
 // absolute-form request.
 func (px *Proxy) serveProxy(c net.Conn) {
@@ -528,15 +548,8 @@ func (px *Proxy) serveProxy(c net.Conn) {
 	if req.Method == http.MethodConnect {
 		host, port, ok := splitHostPort(req.Host)
 		rec := Connection{Host: host, Port: port, Via: "connect"}
-		e, allowed := px.lookup(host, port)
-		if !ok || !allowed {
-			px.end(c, respForbidden, rec, OutcomeRefused, string(actuation.CodeEgressEndpointForbidden), start)
-			return
-		}
-		rec.Protocol = e.Protocol
-		up, err := px.dial(e)
-		if err != nil {
-			px.end(c, respBadGateway, rec, OutcomeFailed, string(actuation.CodeEgressDialFailed), start)
+		e, up := px.admitDial(c, &rec, ok, "", start)
+		if up == nil {
 			return
 		}
 		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
@@ -567,15 +580,8 @@ func (px *Proxy) serveProxy(c net.Conn) {
 	}
 	host, port, ok := splitHostPort(hp)
 	rec.Host, rec.Port = host, port
-	e, allowed := px.lookup(host, port)
-	if !ok || !allowed || e.Protocol != ProtocolHTTP {
-		px.end(c, respForbidden, rec, OutcomeRefused, string(actuation.CodeEgressEndpointForbidden), start)
-		return
-	}
-	rec.Protocol = e.Protocol
-	up, err := px.dial(e)
-	if err != nil {
-		px.end(c, respBadGateway, rec, OutcomeFailed, string(actuation.CodeEgressDialFailed), start)
+	_, up := px.admitDial(c, &rec, ok, ProtocolHTTP, start)
+	if up == nil {
 		return
 	}
 	// One request per connection: the relay carries it and the response.

@@ -87,18 +87,10 @@ func CheckRead(display, rel string, offset int64, maxBytes int) (int, error) {
 
 // WithDefaults fills every limit <= 0 with its default.
 func (l SnapshotLimits) WithDefaults() SnapshotLimits {
-	if l.MaxEntries <= 0 {
-		l.MaxEntries = DefaultMaxEntries
-	}
-	if l.MaxDepth <= 0 {
-		l.MaxDepth = DefaultMaxDepth
-	}
-	if l.MaxFileBytesToHash <= 0 {
-		l.MaxFileBytesToHash = DefaultMaxFileBytesToHash
-	}
-	if l.MaxTotalBytesToHash <= 0 {
-		l.MaxTotalBytesToHash = DefaultMaxTotalBytesToHash
-	}
+	l.MaxEntries = actuation.OrDefault(l.MaxEntries, DefaultMaxEntries)
+	l.MaxDepth = actuation.OrDefault(l.MaxDepth, DefaultMaxDepth)
+	l.MaxFileBytesToHash = actuation.OrDefault(l.MaxFileBytesToHash, DefaultMaxFileBytesToHash)
+	l.MaxTotalBytesToHash = actuation.OrDefault(l.MaxTotalBytesToHash, DefaultMaxTotalBytesToHash)
 	return l
 }
 

@@ -1,6 +1,7 @@
 package fsaccess
 
 import (
+	"io/fs"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -28,4 +29,13 @@ func (r *Root) adoptOwner(fd int, rel string) error {
 		return r.writeErr("chown", rel, err)
 	}
 	return nil
+}
+
+// setModeOwner sets exactly perm&0o777 on fd (rel, just created or opened beneath r;
+// umask does not apply to fchmod) and then gives it the root's owner (adoptOwner).
+func (r *Root) setModeOwner(fd int, rel string, perm fs.FileMode) error {
+	if err := unix.Fchmod(fd, uint32(perm&0o777)); err != nil {
+		return r.writeErr("chmod", rel, err)
+	}
+	return r.adoptOwner(fd, rel)
 }

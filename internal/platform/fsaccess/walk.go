@@ -32,12 +32,8 @@ type WalkLimits struct {
 }
 
 func (l WalkLimits) withDefaults() WalkLimits {
-	if l.MaxEntries <= 0 {
-		l.MaxEntries = DefaultMaxEntries
-	}
-	if l.MaxDepth <= 0 {
-		l.MaxDepth = DefaultMaxDepth
-	}
+	l.MaxEntries = actuation.OrDefault(l.MaxEntries, DefaultMaxEntries)
+	l.MaxDepth = actuation.OrDefault(l.MaxDepth, DefaultMaxDepth)
 	return l
 }
 

@@ -66,11 +66,7 @@ func (r *Root) CreateExclusive(rel string, perm fs.FileMode) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := unix.Fchmod(fd, uint32(perm&0o777)); err != nil {
-		unix.Close(fd)
-		return nil, r.writeErr("chmod", rel, err)
-	}
-	if err := r.adoptOwner(fd, rel); err != nil {
+	if err := r.setModeOwner(fd, rel, perm); err != nil {
 		unix.Close(fd)
 		return nil, err
 	}
@@ -194,10 +190,7 @@ func (r *Root) Mkdir(rel string, perm fs.FileMode) error {
 		return err
 	}
 	defer unix.Close(fd)
-	if err := unix.Fchmod(fd, uint32(perm&0o777)); err != nil {
-		return r.writeErr("chmod", rel, err)
-	}
-	return r.adoptOwner(fd, rel)
+	return r.setModeOwner(fd, rel, perm)
 }
 
 // MkdirAll creates rel and any missing parents (each with perm) and returns the
@@ -409,10 +402,7 @@ func (r *Root) Chmod(rel string, perm fs.FileMode) error {
 		return err
 	}
 	defer unix.Close(fd)
-	if err := unix.Fchmod(fd, uint32(perm&0o777)); err != nil {
-		return r.writeErr("chmod", rel, err)
-	}
-	return r.adoptOwner(fd, rel)
+	return r.setModeOwner(fd, rel, perm)
 }
 
 // SyncFS flushes the whole filesystem holding the root (one syncfs(2) instead

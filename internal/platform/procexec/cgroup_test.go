@@ -19,6 +19,7 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/cgroups"
 	"sensorium.dev/workbench/internal/test/cgrouptest"
+	"sensorium.dev/workbench/internal/test/proctest"
 	"sensorium.dev/workbench/internal/test/storm"
 )
 
@@ -162,7 +163,7 @@ func TestCgroupDaemonKilledAtTeardown(t *testing.T) {
 	if res.ExitCode != 0 || strings.TrimSpace(string(res.Output)) != "launched" {
 		t.Fatalf("launcher: %+v", res)
 	}
-	if left := processesWithArg(marker); len(left) > 0 {
+	if left := proctest.WithArg(marker); len(left) > 0 {
 		t.Fatalf("daemon processes %v survived the command", left)
 	}
 	cg := res.Cgroup
@@ -173,23 +174,6 @@ func TestCgroupDaemonKilledAtTeardown(t *testing.T) {
 	if cg.Kill.Found < 1 || !strings.Contains(cg.Summary(), "left in the cgroup") {
 		t.Fatalf("the outcome does not report the daemon: %+v", cg.Kill)
 	}
-}
-
-// processesWithArg lists live processes with arg in their command line.
-func processesWithArg(arg string) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && bytes.Contains(b, []byte(arg)) {
-			out = append(out, pid)
-		}
-	}
-	return out
 }
 
 func TestCgroupUnavailableFailsClosed(t *testing.T) {
@@ -236,15 +220,11 @@ func BenchmarkProcexecTrueCgroup(b *testing.B) {
 
 // descendantComms lists the command names of pid and its descendants, read from /proc.
 func descendantComms(pid int) []string {
-	entries, _ := os.ReadDir("/proc")
 	parent := map[int]int{}
 	comm := map[int]string{}
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+	pids, _ := proctest.Pids()
+	for _, p := range pids {
+		b, err := os.ReadFile(proctest.Path(p, "stat"))
 		if err != nil {
 			continue
 		}

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sensorium.dev/workbench/internal/actuation"
+	"sensorium.dev/workbench/internal/test/proctest"
 )
 
 // Environment variables that switch the test binary into a child mode when it
@@ -132,6 +132,22 @@ func run(t *testing.T, spec Spec) Result {
 	return res
 }
 
+// runWithTemp starts spec on r, waits for it and returns its result with the host path of
+// its private temp directory (Info().TempDir, read while it runs).
+func runWithTemp(ctx context.Context, t *testing.T, r *Runner, spec Spec) (Result, string) {
+	t.Helper()
+	h, err := r.Start(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostTmp := h.Info().TempDir
+	res, err := h.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, hostTmp
+}
+
 func selfExe(t testing.TB) string {
 	t.Helper()
 	p, err := os.Executable()
@@ -212,16 +228,13 @@ func requireNamespaceEmpty(t *testing.T, out string) {
 	if !strings.HasPrefix(ns, "pid:[") || ns == own {
 		t.Fatalf("sandbox PID namespace %q (the test's is %q)", ns, own)
 	}
-	ents, err := os.ReadDir("/proc")
+	pids, err := proctest.Pids()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		if l, err := os.Readlink("/proc/" + e.Name() + "/ns/pid"); err == nil && l == ns {
-			t.Fatalf("process %s of the sandbox's PID namespace %s survived the command", e.Name(), ns)
+	for _, pid := range pids {
+		if l, err := os.Readlink(proctest.Path(pid, "ns/pid")); err == nil && l == ns {
+			t.Fatalf("process %d of the sandbox's PID namespace %s survived the command", pid, ns)
 		}
 	}
 }
@@ -426,20 +439,12 @@ func TestReadConfinementAndPrivateTemp(t *testing.T) {
 	if err := os.WriteFile(secret, []byte("s3cret"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	h, err := Start(context.Background(), Spec{
+	res, hostTmp := runWithTemp(context.Background(), t, defaultRunner, Spec{
 		Argv: []string{"/bin/sh", "-c",
 			`echo x > "$TMPDIR/f" && cat "$TMPDIR/f" && echo "$TMPDIR" && cat "$1" 2>/dev/null || echo read-denied`,
 			"sh", secret},
 		TempDirEnv: "TMPDIR",
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hostTmp := h.Info().TempDir
-	res, err := h.Wait()
-	if err != nil {
-		t.Fatal(err)
-	}
 	lines := strings.Split(strings.TrimSpace(string(res.Output)), "\n")
 	if len(lines) != 3 || lines[0] != "x" || lines[1] != SandboxTmp || lines[2] != "read-denied" {
 		t.Fatalf("output %q", res.Output)
@@ -583,39 +588,38 @@ func TestEgressForbiddenWithoutPrivilege(t *testing.T) {
 	}
 }
 
-var (
-	slimOnce sync.Once
-	slimPath string
-	slimErr  error
-)
+// slimPath is where slimBinary builds the helper (TestMain removes its directory).
+var slimPath string
+
+// slimBinary builds testdata/helper once per run.
+var slimBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "procexec-helper-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "helper")
+	slimPath = bin
+	// Static, as the image ships cmd/workbench-sandbox (Dockerfile): a cgo build pays
+	// the dynamic loader and libc's start on every sandbox.
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./testdata/helper")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build testdata/helper: %v\n%s", err, out)
+	}
+	return bin, nil
+})
 
 // slimHelper builds testdata/helper (a binary that only runs MaybeRunHelper).
 func slimHelper(t testing.TB) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
+	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("needs the go toolchain to build testdata/helper")
 	}
-	slimOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "procexec-helper-")
-		if err != nil {
-			slimErr = err
-			return
-		}
-		slimPath = filepath.Join(dir, "helper")
-		// Static, as the image ships cmd/workbench-sandbox (Dockerfile): a cgo build pays
-		// the dynamic loader and libc's start on every sandbox.
-		build := exec.Command(goBin, "build", "-trimpath", "-ldflags=-s -w", "-o", slimPath, "./testdata/helper")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		out, err := build.CombinedOutput()
-		if err != nil {
-			slimErr = fmt.Errorf("go build testdata/helper: %v\n%s", err, out)
-		}
-	})
-	if slimErr != nil {
-		t.Fatal(slimErr)
+	bin, err := slimBinary()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return slimPath
+	return bin
 }
 
 func TestDedicatedHelperBinary(t *testing.T) {

@@ -20,17 +20,9 @@ func TestPrivateTmpFloodBounded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var hostBytes int64
-	h, err := r.Start(ctx, Spec{Argv: []string{"/bin/sh", "-c",
-		`head -c 33554432 /dev/zero > /tmp/flood; echo "rc=$?"; ls -l /tmp/flood | awk '{print "size=" $5}'; rm /tmp/flood; echo ok > /tmp/after && cat /tmp/after`}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// While it runs, the host temp dir gets nothing (it is not mounted).
-	hostTmp := h.Info().TempDir
-	res, err := h.Wait()
-	if err != nil {
-		t.Fatal(err)
-	}
+	res, hostTmp := runWithTemp(ctx, t, r, Spec{Argv: []string{"/bin/sh", "-c",
+		`head -c 33554432 /dev/zero > /tmp/flood; echo "rc=$?"; ls -l /tmp/flood | awk '{print "size=" $5}'; rm /tmp/flood; echo ok > /tmp/after && cat /tmp/after`}})
 	_ = filepath.Walk(base, func(_ string, fi os.FileInfo, err error) error {
 		if err == nil && fi.Mode().IsRegular() {
 			hostBytes += fi.Size()

@@ -46,24 +46,14 @@ type Limits struct {
 
 // WithDefaults fills zero fields with the defaults.
 func (l Limits) WithDefaults() Limits {
-	if l.MaxEntries <= 0 {
-		l.MaxEntries = DefaultMaxEntries
-	}
-	if l.MaxBytes <= 0 {
-		l.MaxBytes = DefaultMaxBytes
-	}
-	if l.MaxFileBytes <= 0 {
-		l.MaxFileBytes = DefaultMaxFileBytes
-	}
+	l.MaxEntries = actuation.OrDefault(l.MaxEntries, DefaultMaxEntries)
+	l.MaxBytes = actuation.OrDefault(l.MaxBytes, DefaultMaxBytes)
+	l.MaxFileBytes = actuation.OrDefault(l.MaxFileBytes, DefaultMaxFileBytes)
 	if l.MaxFileBytes > l.MaxBytes {
 		l.MaxFileBytes = l.MaxBytes
 	}
-	if l.MaxDepth <= 0 {
-		l.MaxDepth = DefaultMaxDepth
-	}
-	if l.MaxFetchBytes <= 0 {
-		l.MaxFetchBytes = DefaultMaxFetchBytes
-	}
+	l.MaxDepth = actuation.OrDefault(l.MaxDepth, DefaultMaxDepth)
+	l.MaxFetchBytes = actuation.OrDefault(l.MaxFetchBytes, DefaultMaxFetchBytes)
 	return l
 }
 

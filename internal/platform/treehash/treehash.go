@@ -66,15 +66,9 @@ type Limits struct {
 }
 
 func (l Limits) withDefaults() Limits {
-	if l.MaxEntries <= 0 {
-		l.MaxEntries = DefaultMaxEntries
-	}
-	if l.MaxBytes <= 0 {
-		l.MaxBytes = DefaultMaxBytes
-	}
-	if l.MaxFile <= 0 {
-		l.MaxFile = DefaultMaxFile
-	}
+	l.MaxEntries = actuation.OrDefault(l.MaxEntries, DefaultMaxEntries)
+	l.MaxBytes = actuation.OrDefault(l.MaxBytes, DefaultMaxBytes)
+	l.MaxFile = actuation.OrDefault(l.MaxFile, DefaultMaxFile)
 	return l
 }
 

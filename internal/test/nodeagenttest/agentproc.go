@@ -5,12 +5,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"sensorium.dev/workbench/internal/test/proctest"
 	"sensorium.dev/workbench/internal/test/testkit"
 )
 
@@ -100,19 +99,10 @@ func WriteConfig(dir, node, state, rootName, root, extra string) (string, error)
 // FindProcesses returns the pids of the live (not zombie) processes whose command line is
 // exactly argv.
 func FindProcesses(argv ...string) []int {
-	want := strings.Join(argv, "\x00") + "\x00"
-	ents, _ := os.ReadDir("/proc")
 	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && string(b) == want {
-			if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil && !strings.Contains(string(st), ") Z ") {
-				pids = append(pids, pid)
-			}
+	for _, pid := range proctest.Exactly(argv...) {
+		if proctest.Live(pid) {
+			pids = append(pids, pid)
 		}
 	}
 	return pids
