@@ -1,14 +1,12 @@
 package session
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/cgroups"
 	"sensorium.dev/workbench/internal/test/cgrouptest"
+	"sensorium.dev/workbench/internal/test/proctest"
 	"sensorium.dev/workbench/internal/test/storm"
 )
 
@@ -70,7 +69,7 @@ func TestCgroupSessionDaemonGoneAfterClose(t *testing.T) {
 		t.Fatalf("the session's program %d is not in its cgroup", s.Info().Pid)
 	}
 	closeSession(t, s)
-	if left := processesWithArg(marker); len(left) > 0 {
+	if left := proctest.WithArg(marker); len(left) > 0 {
 		t.Fatalf("daemon processes %v survived Close", left)
 	}
 	rep := s.CgroupReport()
@@ -91,7 +90,7 @@ func TestCgroupSessionDaemonGoneAfterClose(t *testing.T) {
 func waitDaemon(t *testing.T, marker string) {
 	t.Helper()
 	deadline := time.Now().Add(testTimeout)
-	for len(processesWithArg("/bin/sleep\x00"+marker+"\x00")) == 0 {
+	for len(proctest.WithArg("/bin/sleep\x00"+marker+"\x00")) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("daemon with %s never started", marker)
 		}
@@ -102,22 +101,6 @@ func waitDaemon(t *testing.T, marker string) {
 func inGroup(cm *cgroups.Manager, name string, pid int) bool {
 	g, err := cm.Load(name)
 	return err == nil && g.Contains(pid)
-}
-
-func processesWithArg(arg string) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && bytes.Contains(b, []byte(arg)) {
-			out = append(out, pid)
-		}
-	}
-	return out
 }
 
 // A fork storm in a PTY program is refused at the session's pids limit.
