@@ -256,6 +256,11 @@ func TestRootSymlinkSwapNotFollowed(t *testing.T) {
 	if fp2 := patchFinal(t, ns, "fp2"); fp2.Status.Phase != wbv1.FilePatchRejected || fp2.Status.Refusal == nil || !unavailable(fp2.Status.Refusal.Code) {
 		t.Fatalf("patch on the failed environment: %+v", fp2.Status)
 	}
+	// A read of the failed environment is refused as unavailable: it exists and is bound
+	// here, so it is never reported not-found.
+	if code, body, _ := dataPlane(t).Get(t, dpclient.FilesPath(ns, "e")+"?op=read&root=repo&path=a.txt", opToken); code != http.StatusServiceUnavailable || dpclient.Code(t, body) != string(actuation.CodeEnvironmentUnavailable) {
+		t.Fatalf("data-plane read of the failed environment: %d %s (want 503 environment-unavailable)", code, body)
+	}
 	must(t, env.Client.Create(ctx, command(ns, "c2", "/bin/cat", "a.txt")))
 	if c2 := waitFinal(t, ns, "c2"); c2.Status.Phase != wbv1.CommandRefused && c2.Status.Phase != wbv1.CommandFailed {
 		t.Fatalf("command on the failed environment: %+v", c2.Status)

@@ -73,7 +73,10 @@ func (r resolver) Root(ns, env, root string) (dataplane.Files, error) {
 	}
 	roots, ok := a.mountedRoots(string(e.UID))
 	if !ok {
-		return nil, fmt.Errorf("environment %s/%s is not ready on this node: %w", ns, env, dataplane.ErrNotFound)
+		// Bound to this node (the node's cache holds nothing else) but with no pinned roots
+		// here: not yet allocated, failed (a root changed under it), paused or torn down.
+		// It exists, so this is unavailable (retryable), not not-found.
+		return nil, actuation.Refusef(actuation.CodeEnvironmentUnavailable, "environment %s/%s is not ready on this node", ns, env)
 	}
 	for _, mr := range roots {
 		if mr.Name == root {
