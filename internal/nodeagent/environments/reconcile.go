@@ -328,7 +328,7 @@ func (a *Room) bind(ctx context.Context, p *pass, b backends.Backend, spec *back
 		return nil, false, nil
 	}
 	// Sourced roots (git, archive, oci): bound here, materialized by Allocate (sources.go).
-	srcs, code, msg, err := a.bindSources(ctx, env, spec)
+	srcs, code, msg, err := a.bindSources(ctx, env, b, spec)
 	if err != nil {
 		return nil, false, err
 	} else if code != "" {
