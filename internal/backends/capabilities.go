@@ -27,3 +27,19 @@ func (r *Registry) SourceMaterializers() []string {
 	}
 	return out
 }
+
+// PIDsBounder is implemented by a backend that bounds resources.pids for spec: through
+// the cgroup of every command and session on the host (host-local, fixture-copy.v1), or
+// through the guest agent's own cgroup per command in a full-system VM variant
+// (qemu-microvm.v1 with a boot disk). A backend without it, or answering false, does not
+// bound the processes of spec's environment: the node refuses resources.pids there
+// (resource-not-enforced) instead of accepting and ignoring it.
+type PIDsBounder interface {
+	BoundsPIDs(spec Spec) bool
+}
+
+// BoundsPIDs says whether b bounds resources.pids for spec (PIDsBounder).
+func BoundsPIDs(b Backend, spec Spec) bool {
+	p, ok := b.(PIDsBounder)
+	return ok && p.BoundsPIDs(spec)
+}

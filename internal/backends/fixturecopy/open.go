@@ -67,3 +67,7 @@ func (f files) Export(_ context.Context, rel string, w io.Writer, lim fixture.Li
 	defer func() { _ = m.Close() }()
 	return m.Export(f.copyDir, rel, w, lim)
 }
+
+// BoundsPIDs: every command runs in a cgroup of its own with the environment's pids limit
+// (as on host-local).
+func (b *Backend) BoundsPIDs(backends.Spec) bool { return true }

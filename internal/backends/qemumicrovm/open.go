@@ -12,3 +12,11 @@ func (b *Backend) Open(id string) (backends.Env, error) { return guestenv.Open(b
 // MaterializesSources: a sourced root is filled into the working disk of a full-system
 // variant (sources.go); a variant without a disk refuses it at Allocate.
 func (b *Backend) MaterializesSources() bool { return true }
+
+// BoundsPIDs: a full-system variant (a boot image with a raw disk) bounds every guest
+// command through its own cgroup inside the guest (the guest agent's limits); the minimal
+// initramfs variant does not, and the host bounds only QEMU's threads, not the guest's
+// processes.
+func (b *Backend) BoundsPIDs(spec backends.Spec) bool {
+	return spec.Boot != nil && spec.Boot.DiskPath != ""
+}

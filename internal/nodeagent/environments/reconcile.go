@@ -323,7 +323,7 @@ func (a *Room) bind(ctx context.Context, p *pass, b backends.Backend, spec *back
 		a.failed(p, "AllocationFailed", code+": "+msg)
 		return nil, false, nil
 	}
-	if code, msg := unenforcedResources(b.ID(), *spec, EnforcesDisk(b)); code != "" {
+	if code, msg := unenforcedResources(b, *spec, EnforcesDisk(b)); code != "" {
 		a.failed(p, "AllocationFailed", code+": "+msg)
 		return nil, false, nil
 	}
