@@ -82,11 +82,10 @@ func TestNoArrowRunsBackUp(t *testing.T) {
 //     their fidelity, storage formats, and the process-sandbox condition they carry — while
 //     the VM backends measure and attest their own descriptors (Capability); this is the
 //     node's report about its backends, not a decision about one environment's work;
-//   - environments/lifecycle.go resolveBootImage: the Environment reconciler resolves
-//     spec.imageRef, an ImageManifest (a Kubernetes API object, which backends never see),
-//     into the boot variant the environment's VM backend boots (direct-kernel x86_64 for
-//     qemu-microvm.v1, EFI arm64 for vfkit-system.v1) and hands the backend only the
-//     neutral backends.BootImage/EFIBootImage.
+//
+// A spec.backend compared with another field (an ImageManifest variant's backendID, the key
+// the environments room resolves the backend's boot variant by, backends.ImageBooter) is a
+// lookup, not a branch on the identity, and passes.
 func TestRoomsNeverAskPlacement(t *testing.T) {
 	forbiddenSel := map[string]bool{"Placement": true, "PlaceHost": true, "PlaceGuest": true, "GuestEnv": true, "GuestCommand": true,
 		"Guest": true, "GuestDir": true}
@@ -152,8 +151,7 @@ var (
 	// backendIdentityExempt: file -> functions that legitimately name backends (see
 	// TestRoomsNeverAskPlacement).
 	backendIdentityExempt = map[string][]string{
-		filepath.Join("nodeagent", "nodereport", "node.go"):        {"capabilities", "publishCapabilities"},
-		filepath.Join("nodeagent", "environments", "lifecycle.go"): {"resolveBootImage"},
+		filepath.Join("nodeagent", "nodereport", "node.go"): {"capabilities", "publishCapabilities"},
 	}
 )
 

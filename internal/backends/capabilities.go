@@ -43,3 +43,19 @@ func BoundsPIDs(b Backend, spec Spec) bool {
 	p, ok := b.(PIDsBounder)
 	return ok && p.BoundsPIDs(spec)
 }
+
+// BootVariant is what an ImageManifest variant must be for a VM backend to boot it: its
+// guest architecture ("x86_64", "arm64") and whether it boots through EFI from a raw disk
+// (EFIBootImage) or directly from a kernel and an initrd (BootImage).
+type BootVariant struct {
+	Architecture string
+	EFI          bool
+}
+
+// ImageBooter is implemented by a VM backend that boots an environment's ImageManifest
+// (spec.imageRef): the node resolves the manifest's variant for the backend by BootVariant
+// and hands it over as Spec.Boot or Spec.EFI. A backend without it boots nothing (no
+// imageRef needed).
+type ImageBooter interface {
+	BootVariant() BootVariant
+}

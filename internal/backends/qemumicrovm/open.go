@@ -20,3 +20,9 @@ func (b *Backend) MaterializesSources() bool { return true }
 func (b *Backend) BoundsPIDs(spec backends.Spec) bool {
 	return spec.Boot != nil && spec.Boot.DiskPath != ""
 }
+
+// BootVariant: qemu-system-x86_64 boots a direct-kernel x86_64 variant (its capability's
+// guestArchitecture and bootMode).
+func (b *Backend) BootVariant() backends.BootVariant {
+	return backends.BootVariant{Architecture: "x86_64"}
+}

@@ -317,7 +317,7 @@ func (a *Room) allocate(ctx context.Context, p *pass, b backends.Backend, spec b
 // refused, the pass's status says why.
 func (a *Room) bind(ctx context.Context, p *pass, b backends.Backend, spec *backends.Spec) (srcs *sourceOutcomes, ok bool, err error) {
 	env := p.env
-	if code, msg, err := a.resolveBootImage(ctx, env, spec); err != nil {
+	if code, msg, err := a.resolveBootImage(ctx, env, b, spec); err != nil {
 		return nil, false, err
 	} else if code != "" {
 		a.failed(p, "AllocationFailed", code+": "+msg)
