@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -68,6 +70,22 @@ func TestNoArrowRunsBackUp(t *testing.T) {
 // (backends.GuestEnv, GuestCommand, an Env's .Guest or .Placement field, a root's .Guest
 // or .GuestDir: where a guest root lives is the backend's file access and executor's) or
 // an import of an implementation (guestenv, hostexec).
+//
+// Nor does a room branch on a backend's identity (what a backend can do is its own answer:
+// Backend.Open's Env, backends.SourceMaterializer, backends.PIDsBounder, DiskBackend): it
+// fails on a backend identity constant (wbv1.BackendFixtureCopy, BackendQEMUMicroVM,
+// BackendVfkit, BackendHostLocal, ... of any package), a string literal spelling one
+// ("fixture-copy.v1"), or a spec.backend compared (==, !=, switch) with a constant or
+// literal. Exempt, by function (backendIdentityExempt):
+//   - nodereport/node.go capabilities and publishCapabilities: the node's BackendCapability
+//     reports describe the processless host backends (host-local, fixture-copy.v1) by name —
+//     their fidelity, storage formats, and the process-sandbox condition they carry — while
+//     the VM backends measure and attest their own descriptors (Capability); this is the
+//     node's report about its backends, not a decision about one environment's work;
+//
+// A spec.backend compared with another field (an ImageManifest variant's backendID, the key
+// the environments room resolves the backend's boot variant by, backends.ImageBooter) is a
+// lookup, not a branch on the identity, and passes.
 func TestRoomsNeverAskPlacement(t *testing.T) {
 	forbiddenSel := map[string]bool{"Placement": true, "PlaceHost": true, "PlaceGuest": true, "GuestEnv": true, "GuestCommand": true,
 		"Guest": true, "GuestDir": true}
@@ -112,6 +130,7 @@ func TestRoomsNeverAskPlacement(t *testing.T) {
 			t.Errorf("%s references .%s: a room asks where an environment runs instead of using its backend's port", path, sel.Sel.Name)
 			return true
 		})
+		checkBackendIdentity(t, path, f)
 		return nil
 	})
 	if err != nil {
@@ -119,5 +138,80 @@ func TestRoomsNeverAskPlacement(t *testing.T) {
 	}
 	if files < 50 {
 		t.Fatalf("parsed %d files under internal/nodeagent: the walk did not find the rooms", files)
+	}
+}
+
+// backendIdentities are the backend identity constants (api/v1alpha1, internal/actuation)
+// and the identities they spell.
+var (
+	backendIdentityNames = map[string]bool{"BackendHostLocal": true, "BackendFixtureCopy": true, "BackendQEMUMicroVM": true,
+		"BackendVfkit": true, "BackendVfkitSystem": true, "BackendCloudHypervisor": true, "BackendFirecracker": true}
+	backendIdentityValues = map[string]bool{"host-local": true, "fixture-copy.v1": true, "qemu-microvm.v1": true,
+		"vfkit-system.v1": true, "cloud-hypervisor-system.v1": true, "firecracker-system.v1": true}
+	// backendIdentityExempt: file -> functions that legitimately name backends (see
+	// TestRoomsNeverAskPlacement).
+	backendIdentityExempt = map[string][]string{
+		filepath.Join("nodeagent", "nodereport", "node.go"): {"capabilities", "publishCapabilities"},
+	}
+)
+
+// checkBackendIdentity reports every place in f (outside its exempt functions) that names
+// a backend identity or compares spec.backend with a constant.
+func checkBackendIdentity(t *testing.T, path string, f *ast.File) {
+	t.Helper()
+	isSpecBackend := func(e ast.Expr) bool {
+		sel, ok := e.(*ast.SelectorExpr)
+		if !ok || sel.Sel.Name != "Backend" {
+			return false
+		}
+		x, ok := sel.X.(*ast.SelectorExpr)
+		return ok && x.Sel.Name == "Spec"
+	}
+	constant := func(e ast.Expr) bool {
+		for {
+			switch v := e.(type) {
+			case *ast.BasicLit:
+				return v.Kind == token.STRING
+			case *ast.SelectorExpr:
+				return backendIdentityNames[v.Sel.Name]
+			case *ast.ParenExpr:
+				e = v.X
+			case *ast.CallExpr: // a conversion: string(wbv1.BackendX), wbv1.BackendID("...")
+				if len(v.Args) != 1 {
+					return false
+				}
+				e = v.Args[0]
+			default:
+				return false
+			}
+		}
+	}
+	for _, d := range f.Decls {
+		if fd, ok := d.(*ast.FuncDecl); ok && slices.Contains(backendIdentityExempt[path], fd.Name.Name) {
+			continue
+		}
+		ast.Inspect(d, func(n ast.Node) bool {
+			switch v := n.(type) {
+			case *ast.SelectorExpr:
+				if _, ok := v.X.(*ast.Ident); ok && backendIdentityNames[v.Sel.Name] {
+					t.Errorf("%s names backend identity %s: a room asks the backend what it can do, never which one it is", path, v.Sel.Name)
+				}
+			case *ast.BasicLit:
+				if v.Kind == token.STRING {
+					if s, err := strconv.Unquote(v.Value); err == nil && backendIdentityValues[s] {
+						t.Errorf("%s spells backend identity %q: a room asks the backend what it can do, never which one it is", path, s)
+					}
+				}
+			case *ast.BinaryExpr:
+				if (v.Op == token.EQL || v.Op == token.NEQ) && (isSpecBackend(v.X) && constant(v.Y) || isSpecBackend(v.Y) && constant(v.X)) {
+					t.Errorf("%s compares spec.backend with a constant: a room asks the backend what it can do, never which one it is", path)
+				}
+			case *ast.SwitchStmt:
+				if v.Tag != nil && isSpecBackend(v.Tag) {
+					t.Errorf("%s switches on spec.backend: a room asks the backend what it can do, never which one it is", path)
+				}
+			}
+			return true
+		})
 	}
 }

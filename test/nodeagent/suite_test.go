@@ -25,6 +25,10 @@ import (
 
 const nodeName = "node-test"
 
+// suiteStorageMiB is the suite agent's storage.maxMiB: room for 64 environment disks of
+// the default 1 GiB, well above what the suite holds at once.
+const suiteStorageMiB = 64 << 10
+
 var (
 	suite     *nodeagenttest.Suite
 	env       *envtest.Env
@@ -46,6 +50,14 @@ func startAgent() (*agent.Agent, error) {
 	cfg := suite.AgentConfig(nodeName)
 	cfg.RecordRetentionSeconds = 2
 	cfg.Caps = agent.Caps{Sessions: 64, SessionsPerEnvironment: 4}
+	// A fixed reservation for environment disks, not the default half of the state
+	// filesystem's free space: every fixture-copy.v1 environment the suite makes holds a
+	// disk of storage.defaultDiskMiB (1 GiB) until the suite ends (its namespaces are never
+	// deleted), some two dozen over a whole run, so the default made the suite fail with
+	// storage-exhausted on a machine with less than ~20 GiB free (a large build cache).
+	// The images are sparse: what the disks really take on the host is what is written to
+	// them (their filesystems' metadata and the tests' small files), not this budget.
+	cfg.Storage = &agent.StorageConfig{MaxMiB: suiteStorageMiB}
 	cfg.QEMU, qemuSkip = nodeagenttest.QEMU()
 	// git sources from file:// repositories the tests make inside the admitted workspace.
 	cfg.Sources = &agent.SourcesConfig{AllowedFileDirs: []string{workspace}}

@@ -34,7 +34,7 @@ func (x executor) Command(req backends.CommandRequest) (backends.Command, *actua
 // remote is one command translated for the guest.
 type remote struct {
 	e  *env
-	gc backends.GuestCommand
+	gc guestCommand
 }
 
 func (r remote) Run(ctx context.Context, opID string) (*guestclient.SpawnResult, error) {
@@ -58,7 +58,7 @@ func (x executor) Terminal(req backends.TerminalRequest) (backends.Terminal, *ac
 	if dir == "" {
 		return backends.Terminal{}, actuation.Refusef(actuation.CodeRootNotAllowed, "no root of the environment is allowed by the profile")
 	}
-	argv, env, err := x.e.Relay(req.Relay, backends.RelayRequest{SessionID: req.SessionID, Argv: req.Argv, Env: req.Env, Cwd: dir})
+	argv, env, err := x.e.Relay(req.Relay, relayRequest{SessionID: req.SessionID, Argv: req.Argv, Env: req.Env, Cwd: dir})
 	if err != nil {
 		ref := &actuation.Refusal{Code: actuation.CodeOf(err), Message: err.Error()}
 		var r *actuation.Refusal

@@ -9,6 +9,7 @@ package guestenv
 
 import (
 	"context"
+	"time"
 
 	protocol "sensorium.dev/workbench/guest/protocol/v1"
 	"sensorium.dev/workbench/internal/actuation"
@@ -28,19 +29,39 @@ type Broker interface {
 // Open returns the Env of environment id behind b.
 func Open(b Broker, id string) backends.Env {
 	e := &env{b: b, id: id}
-	return backends.Env{ID: id, Placement: backends.PlaceGuest, Exec: executor{e}, Roots: e, Guest: e}
+	return backends.Env{ID: id, Exec: executor{e}, Roots: e}
 }
 
+// env is the guest side of one environment: every operation opens its own handshaken
+// channel to the running boot, whose endpoint and binding the broker pins (never the
+// caller). Its executor (exec.go) and file access (files.go) are all the node reaches.
 type env struct {
 	b  Broker
 	id string
 }
 
-var _ backends.GuestEnv = (*env)(nil)
+// guestCommand is one command translated for the guest (env.Command).
+type guestCommand struct {
+	Args protocol.SpawnArgs
+	// Wait bounds the wait for the guest's report: the command's timeout plus the grace
+	// in which the guest, having ended the process at its timeout, answers.
+	Wait time.Duration
+}
 
+// relayRequest is the guest side of a PTY session: its ID and the program, curated
+// environment and working directory (beneath the guest root) it runs in the guest.
+type relayRequest struct {
+	SessionID string
+	Argv      []string
+	Env       []string
+	Cwd       string
+}
+
+// Dial opens a handshaken channel to the guest agent (file operations); the caller closes
+// it.
 func (e *env) Dial(ctx context.Context) (*guestclient.Client, error) { return e.b.Guest(ctx, e.id) }
 
-func (e *env) Spawn(ctx context.Context, opID string, cmd backends.GuestCommand) (*guestclient.SpawnResult, error) {
+func (e *env) Spawn(ctx context.Context, opID string, cmd guestCommand) (*guestclient.SpawnResult, error) {
 	c, err := e.b.Guest(ctx, e.id)
 	if err != nil {
 		return nil, err
@@ -53,7 +74,10 @@ func (e *env) Spawn(ctx context.Context, opID string, cmd backends.GuestCommand)
 	return c.Spawn(ctx, opID, cmd.Args)
 }
 
-func (e *env) Relay(self string, r backends.RelayRequest) ([]string, []string, error) {
+// Relay returns the host program of a PTY session whose program runs in the guest: self
+// (the node agent's own executable) in relay mode, and its one environment entry. The
+// relay's working directory on the host is "/".
+func (e *env) Relay(self string, r relayRequest) ([]string, []string, error) {
 	ep, binding, err := e.b.GuestChannel(e.id)
 	if err != nil {
 		if actuation.CodeOf(err) == "" {

@@ -87,7 +87,7 @@ func newBroker(t *testing.T) *broker {
 func TestGuestEnvSpawns(t *testing.T) {
 	b := newBroker(t)
 	e := Open(b, "env-1")
-	if e.Placement != backends.PlaceGuest || e.Guest == nil || e.Exec == nil || e.ID != "env-1" {
+	if _, ok := e.Exec.(executor); !ok || e.Roots == nil || e.ID != "env-1" {
 		t.Fatalf("Open = %+v, want a guest Env", e)
 	}
 	if ref := e.Exec.ActionClasses(); ref == nil || ref.Code != actuation.CodeActionClassUnavailable {
@@ -142,8 +142,8 @@ func TestGuestEnvSpawns(t *testing.T) {
 // without an executable are refused with stable codes before anything starts.
 func TestGuestEnvRelay(t *testing.T) {
 	b := newBroker(t)
-	g := Open(b, "env-1").Guest
-	argv, env, err := g.Relay("/usr/local/bin/node-agent", backends.RelayRequest{SessionID: "s-1", Argv: []string{"/bin/sh"}, Env: []string{"TERM=xterm"}, Cwd: "repo"})
+	g := Open(b, "env-1").Exec.(executor).e
+	argv, env, err := g.Relay("/usr/local/bin/node-agent", relayRequest{SessionID: "s-1", Argv: []string{"/bin/sh"}, Env: []string{"TERM=xterm"}, Cwd: "repo"})
 	must(t, err)
 	if !slices.Equal(argv, []string{"/usr/local/bin/node-agent", RelayArg}) || len(env) != 1 || !strings.HasPrefix(env[0], RelayEnvKey+"=") {
 		t.Fatalf("relay argv %q env %q", argv, env)
@@ -154,15 +154,15 @@ func TestGuestEnvRelay(t *testing.T) {
 		t.Fatalf("relay config %+v", cfg)
 	}
 
-	_, _, err = g.Relay("/bin/agent", backends.RelayRequest{SessionID: "../s", Argv: []string{"/bin/sh"}})
+	_, _, err = g.Relay("/bin/agent", relayRequest{SessionID: "../s", Argv: []string{"/bin/sh"}})
 	wantCode(t, err, string(actuation.CodeInvalidSpec))
-	_, _, err = g.Relay("", backends.RelayRequest{SessionID: "s-1", Argv: []string{"/bin/sh"}})
+	_, _, err = g.Relay("", relayRequest{SessionID: "s-1", Argv: []string{"/bin/sh"}})
 	wantCode(t, err, string(actuation.CodeCapabilityMismatch))
 	b.channelErr = actuation.Refusef(actuation.CodeVMNotRunning, "no VM")
-	_, _, err = g.Relay("/bin/agent", backends.RelayRequest{SessionID: "s-1", Argv: []string{"/bin/sh"}})
+	_, _, err = g.Relay("/bin/agent", relayRequest{SessionID: "s-1", Argv: []string{"/bin/sh"}})
 	wantCode(t, err, string(actuation.CodeVMNotRunning))
 	b.channelErr = errors.New("socket gone")
-	_, _, err = g.Relay("/bin/agent", backends.RelayRequest{SessionID: "s-1", Argv: []string{"/bin/sh"}})
+	_, _, err = g.Relay("/bin/agent", relayRequest{SessionID: "s-1", Argv: []string{"/bin/sh"}})
 	wantCode(t, err, string(actuation.CodeEnvironmentUnavailable))
 }
 

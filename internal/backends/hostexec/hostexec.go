@@ -21,7 +21,7 @@ import (
 // Open returns the host Env of environment id: the node's sandbox runs its processes and
 // its roots are host directories (MountedRoot.Path).
 func Open(id string) backends.Env {
-	return backends.Env{ID: id, Placement: backends.PlaceHost, Exec: Executor{}, Roots: Roots{}}
+	return backends.Env{ID: id, Exec: Executor{}, Roots: Roots{}}
 }
 
 // Executor runs an environment's commands in the node's sandbox.

@@ -41,7 +41,7 @@ func TestHostCommand(t *testing.T) {
 	req := backends.CommandRequest{Profile: prof, Roots: roots, Intent: in, Env: []actuation.EnvVar{{Name: "LANG", Value: "C"}}}
 
 	e := Open("env-1")
-	if e.Placement != backends.PlaceHost || e.Guest != nil || e.Exec == nil {
+	if _, ok := e.Exec.(Executor); !ok || e.Roots == nil || e.ID != "env-1" {
 		t.Fatalf("Open = %+v, want a host Env", e)
 	}
 	if ref := e.Exec.ActionClasses(); ref != nil {

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -210,8 +209,8 @@ func (a *Deps) captureArtifact(ctx context.Context, art *wbv1.Artifact) (string,
 	return digest, size, note + ")", err
 }
 
-// exportArtifact stores a deterministic tar of a subtree of an environment root: through
-// fixture.Export for a managed copy, fixture.ExportRoot (same format) for a host root.
+// exportArtifact stores a deterministic tar of a subtree of an environment root, exported
+// by the root's file access (backends.RootFiles.Export: the backend's own way).
 func (a *Deps) exportArtifact(ctx context.Context, art *wbv1.Artifact) (string, int64, string, error) {
 	if art.Spec.Root == nil {
 		return "", 0, "", actuation.Refusef(actuation.CodeRootNotAllowed, "an export names a root (spec.root)")
@@ -237,16 +236,9 @@ func (a *Deps) exportArtifact(ctx context.Context, art *wbv1.Artifact) (string, 
 	lim := fixture.Limits{MaxBytes: maxArtifactBytes}
 	note := ""
 	digest, size, err := a.putStream(gzipIf(art.Spec.Format != nil && *art.Spec.Format == wbv1.ExportFormatTarGzip, func(w io.Writer) error {
-		if env.Spec.Backend == wbv1.BackendFixtureCopy {
-			m, err := fixture.NewManager(filepath.Dir(ra.Mount.Path))
-			if err != nil {
-				return err
-			}
-			defer func() { _ = m.Close() }()
-			_, err = m.Export(ra.Mount.Path, rel, w, lim)
-			return err
-		}
-		// A guest's archive is validated and re-encoded in the same format.
+		// The root's backend exports it: a host root through fixture.ExportRoot, a managed
+		// copy through its fixture.Manager (same format), a guest's archive validated and
+		// re-encoded in the same format.
 		ctx, cancel := context.WithTimeout(ctx, guestExportTimeout)
 		defer cancel()
 		_, err := ra.Files.Export(ctx, rel, w, lim)

@@ -128,14 +128,16 @@ func (a *Room) drainForCordon(ctx context.Context, p *pass, b backends.Backend, 
 }
 
 // resolveBootImage resolves a VM environment's spec.imageRef → ImageManifest → the variant
-// for its backend on this node's architecture, and puts the boot files (paths beneath the
-// backend's image directory, digests the backend verifies before booting) into spec. It
-// returns a refusal code and message when the image cannot be resolved; processless
-// backends need nothing.
-func (a *Room) resolveBootImage(ctx context.Context, env *wbv1.Environment, spec *backends.Spec) (string, string, error) {
-	if env.Spec.Backend != wbv1.BackendQEMUMicroVM && env.Spec.Backend != wbv1.BackendVfkit {
+// its backend b boots (b's own answer, backends.ImageBooter: architecture and boot mode),
+// and puts the boot files (paths beneath the backend's image directory, digests the
+// backend verifies before booting) into spec. It returns a refusal code and message when
+// the image cannot be resolved; a backend that boots no image needs nothing.
+func (a *Room) resolveBootImage(ctx context.Context, env *wbv1.Environment, b backends.Backend, spec *backends.Spec) (string, string, error) {
+	booter, ok := b.(backends.ImageBooter)
+	if !ok {
 		return "", "", nil
 	}
+	boot := booter.BootVariant()
 	code := string(actuation.CodeImageInvalid)
 	if env.Spec.ImageRef == nil || *env.Spec.ImageRef == "" {
 		return code, fmt.Sprintf("%s needs spec.imageRef naming an ImageManifest", env.Spec.Backend), nil
@@ -156,15 +158,14 @@ func (a *Room) resolveBootImage(ctx context.Context, env *wbv1.Environment, spec
 		}
 		return "", "", fmt.Errorf("reading ImageManifest %s: %w", *env.Spec.ImageRef, err)
 	}
-	if env.Spec.Backend == wbv1.BackendVfkit {
-		// vfkit-system.v1 boots the arm64 EFI variant from its raw disk (its capability's
-		// guestArchitecture and bootMode).
-		if spec.EFI = convert.EFIVariant(&im.Spec, env.Spec.Backend, wbv1.ArchitectureARM64); spec.EFI == nil {
-			return code, fmt.Sprintf("ImageManifest %s has no efi %s variant with a disk for arm64", im.Name, env.Spec.Backend), nil
+	arch := wbv1.Architecture(boot.Architecture)
+	if boot.EFI {
+		// An EFI-booting backend (vfkit-system.v1) boots the EFI variant from its raw disk.
+		if spec.EFI = convert.EFIVariant(&im.Spec, env.Spec.Backend, arch); spec.EFI == nil {
+			return code, fmt.Sprintf("ImageManifest %s has no efi %s variant with a disk for %s", im.Name, env.Spec.Backend, arch), nil
 		}
 		return "", "", nil
 	}
-	arch := wbv1.ArchitectureX8664 // qemu-microvm.v1 runs qemu-system-x86_64 guests (its capability's guestArchitecture)
 	// An environment that needs full-system-linux boots only a variant with a disk (the
 	// minimal initramfs variant is process-runtime), and such a manifest must carry the
 	// equivalence fields (the admission rule, checked again here: the manifest may predate it).

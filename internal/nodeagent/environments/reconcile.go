@@ -317,18 +317,18 @@ func (a *Room) allocate(ctx context.Context, p *pass, b backends.Backend, spec b
 // refused, the pass's status says why.
 func (a *Room) bind(ctx context.Context, p *pass, b backends.Backend, spec *backends.Spec) (srcs *sourceOutcomes, ok bool, err error) {
 	env := p.env
-	if code, msg, err := a.resolveBootImage(ctx, env, spec); err != nil {
+	if code, msg, err := a.resolveBootImage(ctx, env, b, spec); err != nil {
 		return nil, false, err
 	} else if code != "" {
 		a.failed(p, "AllocationFailed", code+": "+msg)
 		return nil, false, nil
 	}
-	if code, msg := unenforcedResources(b.ID(), *spec, EnforcesDisk(b)); code != "" {
+	if code, msg := unenforcedResources(b, *spec, EnforcesDisk(b)); code != "" {
 		a.failed(p, "AllocationFailed", code+": "+msg)
 		return nil, false, nil
 	}
 	// Sourced roots (git, archive, oci): bound here, materialized by Allocate (sources.go).
-	srcs, code, msg, err := a.bindSources(ctx, env, spec)
+	srcs, code, msg, err := a.bindSources(ctx, env, b, spec)
 	if err != nil {
 		return nil, false, err
 	} else if code != "" {

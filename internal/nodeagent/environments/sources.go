@@ -137,6 +137,17 @@ func sourceKind(r wbv1.EnvironmentRoot) string {
 	return ""
 }
 
+// sourceBackendsHint names the backends of this node that materialize sources, for the
+// refusal of a sourced root on one that does not: " (use fixture-copy.v1 or
+// qemu-microvm.v1)", "" when none does.
+func (a *Room) sourceBackendsHint() string {
+	ids := a.d.Backends.SourceMaterializers()
+	if len(ids) == 0 {
+		return ""
+	}
+	return " (use " + strings.Join(ids, " or ") + ")"
+}
+
 // sourceID is a sourced root's identity: its kind and a digest of its declaration (and,
 // for an archive, of the blob it names). A complete copy of the same identity is reused.
 func sourceID(kind string, decl any, extra string) string {
@@ -146,11 +157,11 @@ func sourceID(kind string, decl any, extra string) string {
 }
 
 // bindSources binds every sourced root of env into spec (Materialize and SourceID). It
-// returns a refusal (code, message) when a source cannot be used at all — a backend that
-// does not materialize sources, a credentials Secret or an Artifact that is not usable —
-// before anything is fetched. Credentials are read here, by the agent, and stay in the
+// returns a refusal (code, message) when a source cannot be used at all — a backend b that
+// does not materialize sources (b's own answer, backends.MaterializesSources), a
+// credentials Secret or an Artifact that is not usable — before anything is fetched. Credentials are read here, by the agent, and stay in the
 // closures: never in the spec's record, a status, an event or a log.
-func (a *Room) bindSources(ctx context.Context, env *wbv1.Environment, spec *backends.Spec) (*sourceOutcomes, string, string, error) {
+func (a *Room) bindSources(ctx context.Context, env *wbv1.Environment, b backends.Backend, spec *backends.Spec) (*sourceOutcomes, string, string, error) {
 	var out *sourceOutcomes
 	pol, lim, timeout := a.sourcePolicy()
 	if d := env.Spec.Resources; d != nil && d.DiskMiB != nil && *d.DiskMiB > 0 {
@@ -167,8 +178,8 @@ func (a *Room) bindSources(ctx context.Context, env *wbv1.Environment, spec *bac
 			out = &sourceOutcomes{roots: map[string]wbv1.RootSourceStatus{}}
 		}
 		field := fmt.Sprintf("spec.roots[%d].%s", i, kind)
-		if env.Spec.Backend != wbv1.BackendFixtureCopy && env.Spec.Backend != wbv1.BackendQEMUMicroVM { // a VM: into its working disk (qemumicrovm/sources.go)
-			return out, string(actuation.CodeSourceBackendUnsupported), fmt.Sprintf("%s: backend %s does not materialize sources (use %s or %s)", field, env.Spec.Backend, wbv1.BackendFixtureCopy, wbv1.BackendQEMUMicroVM), nil
+		if !backends.MaterializesSources(b) { // the backend answers (backends.SourceMaterializer)
+			return out, string(actuation.CodeSourceBackendUnsupported), fmt.Sprintf("%s: backend %s does not materialize sources%s", field, b.ID(), a.sourceBackendsHint()), nil
 		}
 		name := string(r.Name)
 		var m backends.MaterializeFunc

@@ -297,20 +297,12 @@ func (a *Room) open(ctx context.Context, ts *wbv1.TerminalSession) (ctrl.Result,
 		if core.PTY != "Allowed" {
 			return ctrl.Result{}, string(actuation.CodeProfileInvalid), "profile " + prof.Name + " does not allow a PTY", nil
 		}
-		if env.Spec.Backend == wbv1.BackendFixtureCopy {
-			return ctrl.Result{}, string(actuation.CodeCapabilityMismatch), "fixture-copy.v1 is a managed copy, not a process sandbox: no PTY", nil
-		}
 		envVars, ref := actuation.CuratedEnv(core, nil)
 		if ref != nil {
 			return ctrl.Result{}, string(ref.Code), ref.Message, nil
 		}
 		resolved := nodekit.ResolveExecutable(core.Executable)
 		envVars = nodekit.GitPinnedEnv(core.Executable, resolved, envVars)
-		if !slices.ContainsFunc(roots, func(r backends.MountedRoot) bool {
-			return len(core.AllowedRoots) > 0 && r.Name == core.AllowedRoots[0]
-		}) {
-			return ctrl.Result{}, string(actuation.CodeRootNotAllowed), "no root of the environment is allowed by the profile", nil
-		}
 		ex, err := a.d.Executor(&env)
 		if err != nil {
 			return ctrl.Result{}, string(actuation.CodeOf(err)), err.Error(), nil
@@ -322,8 +314,9 @@ func (a *Room) open(ctx context.Context, ts *wbv1.TerminalSession) (ctrl.Result,
 		for _, e := range envVars {
 			kv = append(kv, e.Name+"="+e.Value)
 		}
-		// The executor says what the host runs: the program beneath its root, or the relay
-		// to the guest that runs it.
+		// The executor says what the host runs — the program beneath its root, or the relay
+		// to the guest that runs it — or refuses: what its backend cannot run (fixture-copy.v1:
+		// no PTY), a profile that allows no root of the environment (root-not-allowed).
 		term, ref := ex.Terminal(backends.TerminalRequest{Profile: core, Roots: roots, SessionID: "s-" + string(ts.UID),
 			Argv: append([]string{core.Executable}, core.FixedArgs...), Env: kv, Relay: a.d.Relay})
 		if ref != nil {
