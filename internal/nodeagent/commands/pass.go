@@ -53,7 +53,7 @@ func (p *cmdPass) decide(o *Outcome) {
 // admitHere records this node's decision in the pass's status: status.decidedBy node,
 // Admitted=True with who admitted it, the command's identity, its argv digest and the
 // operational context it was admitted under. It is written with the start (a command
-// still running after runs.CoalesceWindow) or with the outcome — one status write for a short
+// still running after runs.RunningDelay) or with the outcome — one status write for a short
 // command — never alone: no other component decides a command bound to this node, so
 // there is no claim to stake first. From it on this node is the one writer of the
 // command's admission record, phase and outcome (wbv1.CommandPhaseWriter).
@@ -145,11 +145,18 @@ func (r *Room) step(ctx context.Context, p *cmdPass) error {
 				r.d.Table.Stop(func(lc *Live) bool { return lc == live })
 				p.result.RequeueAfter = time.Second // the awaiting goroutine also wakes this command
 			}
+			shown := meta.IsStatusConditionTrue(*p.all, wbv1.ConditionStarted)
+			if !shown && !deleting && r.d.Table.RunningDue(live, time.Now()) > 0 {
+				// Started moments ago: its Running status waits (runs.RunningDelay) so a
+				// short command's outcome is written with its start; the start's timer
+				// (startSandboxed) or the outcome wakes it. This pass writes nothing.
+				return nil
+			}
 			p.next.StartTime = &metav1.Time{Time: live.Started}
-			if !meta.IsStatusConditionTrue(*p.all, wbv1.ConditionStarted) {
-				// Only when status does not show the start yet: the start pass's message
-				// (with the pid) stands, and a wake of a running command writes nothing.
-				p.set(wbv1.ConditionStarted, true, "Started", "the process runs on this node")
+			if !shown {
+				// Only when status does not show the start yet: a wake of a running command
+				// writes nothing.
+				p.set(wbv1.ConditionStarted, true, "Started", startedMessage(live.Handle))
 			}
 		}
 		return nil
