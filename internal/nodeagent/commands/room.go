@@ -290,12 +290,12 @@ func (r *Room) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, er
 		// no other command is starting), not during its teardown, outcome or status write.
 		r.d.Runner.Refill()
 	}
-	if wrote && before != after {
-		evType := corev1.EventTypeNormal
-		if after != wbv1.CommandRunning && after != wbv1.CommandSucceeded {
-			evType = corev1.EventTypeWarning
-		}
-		r.d.Event(&cmd, evType, string(after), fmt.Sprintf("Command is %s on node %s", after, r.d.NodeName))
+	if wrote && before != after && after != wbv1.CommandRunning && after != wbv1.CommandSucceeded {
+		// A Warning Event for what a person must look at (refused, failed, timed out,
+		// cancelled). Running and Succeeded get none: status already says so, and an Event
+		// per command is one more API write and etcd object per command on the hot path
+		// (issue 27; docs/scale.md section 1).
+		r.d.Event(&cmd, corev1.EventTypeWarning, string(after), fmt.Sprintf("Command is %s on node %s", after, r.d.NodeName))
 	}
 	return p.result, nil
 }
