@@ -91,12 +91,24 @@ func (p *cmdPass) set(t string, ok bool, reason, msg string) {
 	statusapply.Set(&p.next.Conditions, p.all, statusapply.Cond(t, ok, reason, msg, p.cmd.Generation))
 }
 
+// setAt is set with the condition's transition time taken from the record (a start, an
+// outcome) instead of the clock: a second pass over the same record — one that read a cache
+// older than this node's own write — computes the same status, so the API server stores
+// nothing new for it.
+func (p *cmdPass) setAt(t string, ok bool, reason, msg string, at time.Time) {
+	c := statusapply.Cond(t, ok, reason, msg, p.cmd.Generation)
+	if !at.IsZero() {
+		c.LastTransitionTime = metav1.NewTime(at)
+	}
+	statusapply.Set(&p.next.Conditions, p.all, c)
+}
+
 // finish records the outcome in status. Every field this agent owns is set again, so a
 // pass that read a stale copy never drops what an earlier pass wrote.
 func (p *cmdPass) finish(o *Outcome) {
 	if !o.Started.IsZero() {
 		p.next.StartTime = &metav1.Time{Time: o.Started}
-		p.set(wbv1.ConditionStarted, true, "Started", "the process was started on this node")
+		p.setAt(wbv1.ConditionStarted, true, "Started", "the process was started on this node", o.Started)
 	}
 	p.next.ExitCode = o.ExitCode
 	p.next.SignalOrigin = wbv1.SignalOrigin(o.SignalOrigin)
@@ -107,7 +119,7 @@ func (p *cmdPass) finish(o *Outcome) {
 	if o.RefusalCode != "" {
 		p.next.Refusal = &wbv1.Refusal{Code: o.RefusalCode, Message: statusapply.Truncate(o.Message, 1024)}
 	}
-	p.set(wbv1.ConditionCompleted, true, string(o.Phase), statusapply.Truncate(o.Message, 1024))
+	p.setAt(wbv1.ConditionCompleted, true, string(o.Phase), statusapply.Truncate(o.Message, 1024), o.Completed)
 }
 
 // step decides one pass. The order matters for exactly-once: the store records the start

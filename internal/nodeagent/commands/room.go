@@ -195,6 +195,11 @@ func derivePhase(next *wbv1.TerminalCommandStatus, all *[]metav1.Condition, gene
 	}
 	next.Phase, next.ObservedGeneration = phase, generation
 	for _, hc := range wbv1.HealthConditions(wbv1.CommandHealth(phase), string(phase), "command is "+string(phase), generation) {
+		if wbv1.CommandIsFinal(*all) && next.CompletionTime != nil {
+			// Final: the transition is the outcome's, so a second pass over the same outcome
+			// writes the same status (no stored write).
+			hc.LastTransitionTime = *next.CompletionTime
+		}
 		statusapply.Set(&next.Conditions, all, hc)
 	}
 	return phase
