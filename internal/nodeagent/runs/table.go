@@ -275,10 +275,12 @@ func (t *Table[O]) Coalesce(lr *Run[O]) *O {
 // (the outcome's wake writes it); one still running then gets its Running write (kstatus
 // InProgress). Nothing of exactly-once waits on it: the start record was stored before the
 // process existed, and a crash inside the window ends the run interrupted from that record.
-// It is a pass's requeue, not a wait: no reconcile worker blocks on it. A loaded node's
-// /bin/true takes 0.2–0.5 s from its start to its stored outcome (docs/benchmarks.md), so
-// CoalesceWindow's 50 ms sent most short commands as two writes (Running, then the outcome).
-const RunningDelay = time.Second
+// It is a timer's wake, not a wait: no reconcile worker blocks on it. On a loaded node a
+// short command's exit, cgroup teardown and outcome commit often take longer than
+// CoalesceWindow's 50 ms, which sent most of them as two writes (Running, then the
+// outcome); 300 ms covers them at load 8 on two cores (docs/scale.md) and still shows a
+// command of a second or more Running while it runs.
+const RunningDelay = 300 * time.Millisecond
 
 // RunningDue says how long until a pass may publish lr's Running status (0: now). A host
 // run's Running status waits RunningDelay from its start (a run that ends sooner is written
