@@ -168,7 +168,7 @@ func (r *Room) step(ctx context.Context, p *cmdPass) error {
 			if !shown {
 				// Only when status does not show the start yet: a wake of a running command
 				// writes nothing.
-				p.set(wbv1.ConditionStarted, true, "Started", startedMessage(live.Handle))
+				p.setAt(wbv1.ConditionStarted, true, "Started", startedMessage(live.Handle), live.Started)
 			}
 		}
 		return nil
