@@ -57,7 +57,10 @@ func (p *cmdPass) decide(o *Outcome) {
 // command — never alone: no other component decides a command bound to this node, so
 // there is no claim to stake first. From it on this node is the one writer of the
 // command's admission record, phase and outcome (wbv1.CommandPhaseWriter).
-func (p *cmdPass) admitHere(node, by string, context wbv1.ContextClass) {
+//
+// at is when the node decided (its start record's creation; zero: now), so every pass over
+// the same record computes the same condition.
+func (p *cmdPass) admitHere(node, by string, context wbv1.ContextClass, at time.Time) {
 	if by == "" {
 		by = actuation.AdmittedByProfile
 	}
@@ -70,7 +73,7 @@ func (p *cmdPass) admitHere(node, by string, context wbv1.ContextClass) {
 	if by != actuation.AdmittedByProfile {
 		reason = wbv1.ReasonAdmittedByConsent
 	}
-	p.set(wbv1.ConditionAdmitted, true, reason, "admitted at node "+node+" by "+by+" under operational context "+string(context)+" (fast path)")
+	p.setAt(wbv1.ConditionAdmitted, true, reason, "admitted at node "+node+" by "+by+" under operational context "+string(context)+" (fast path)", at)
 }
 
 // handOff leaves a command this node does not admit itself to the manager: one write of
@@ -141,7 +144,7 @@ func (r *Room) step(ctx context.Context, p *cmdPass) error {
 			if o := runs.Decode[Outcome](rec.Outcome); by == "" && o != nil {
 				by, context = o.AdmittedBy, o.AdmittedContext
 			}
-			p.admitHere(r.d.NodeName, by, wbv1.ContextClass(context))
+			p.admitHere(r.d.NodeName, by, wbv1.ContextClass(context), rec.CreatedAt)
 		}
 	}
 	live, result, err := r.d.Table.Settle(uid)

@@ -335,7 +335,7 @@ func (r *Room) claim(_ context.Context, p *cmdPass, by string) (bool, error) {
 	if !p.fast || p.claimed {
 		return true, nil
 	}
-	p.admitHere(r.d.NodeName, by, p.admittedContext)
+	p.admitHere(r.d.NodeName, by, p.admittedContext, time.Time{})
 	markCommand(p.cmd, "node-claim-taken")
 	return true, nil
 }
