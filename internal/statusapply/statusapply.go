@@ -4,6 +4,7 @@
 package statusapply
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -52,7 +53,7 @@ type applyMeta struct {
 }
 
 func apply(ctx context.Context, c client.Client, owner string, obj client.Object, rv string, cur, next any) (bool, error) {
-	if equality.Semantic.DeepEqual(cur, next) {
+	if equality.Semantic.DeepEqual(cur, next) || storesTheSame(cur, next) {
 		return false, nil
 	}
 	gvk, err := apiutil.GVKForObject(obj, c.Scheme())
@@ -78,6 +79,20 @@ func apply(ctx context.Context, c client.Client, owner string, obj client.Object
 		return false, fmt.Errorf("applying status of %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(obj), err)
 	}
 	return true, nil
+}
+
+// storesTheSame says whether cur and next encode alike: what the API server would store is
+// the same (a metav1.Time keeps whole seconds, so a time computed in this process differs
+// from the one read back only below them). Sending such a projection stores a new version
+// anyway — its field manager's timestamp moves — which is a watch event and an etcd
+// revision for nothing.
+func storesTheSame(cur, next any) bool {
+	a, err := json.Marshal(cur)
+	if err != nil {
+		return false
+	}
+	b, err := json.Marshal(next)
+	return err == nil && bytes.Equal(a, b)
 }
 
 // Owned returns copies of the conditions of the given types.

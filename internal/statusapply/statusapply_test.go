@@ -92,3 +92,30 @@ func TestApplyWritesOwnedFieldsOnly(t *testing.T) {
 		t.Errorf("stored status after ApplyIfUnchanged: %+v", c)
 	}
 }
+
+func condAt(at time.Time) owned {
+	c := cond("First")
+	c.Conditions[0].LastTransitionTime = metav1.NewTime(at)
+	return c
+}
+
+// TestApplySkipsWhatStoresTheSame: a projection that differs from the stored one only below
+// what the API server stores (a time's sub-second part: metav1.Time is stored in whole
+// seconds) writes nothing — before, it was sent, and the server stored a new version whose
+// only change was the field manager's timestamp (a watch event and an etcd revision).
+func TestApplySkipsWhatStoresTheSame(t *testing.T) {
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "statusapply-"}}
+	testkit.Must(t, env.Client.Create(ctx, ns))
+	p := &wbv1.CommandProfile{ObjectMeta: metav1.ObjectMeta{Name: "git", Namespace: ns.Name},
+		Spec: wbv1.CommandProfileSpec{Executable: "/usr/bin/git", AllowedRoots: []string{"repo"}}}
+	testkit.Must(t, env.Client.Create(ctx, p))
+	at := time.Date(2026, 12, 6, 12, 0, 0, 123456789, time.UTC)
+	stored, fresh := condAt(at.Truncate(time.Second)), condAt(at) // as read back; as computed in process
+	if wrote, err := statusapply.Apply(ctx, env.Client, "statusapply-test", p, stored, fresh); err != nil || wrote {
+		t.Fatalf("Apply of a projection equal as stored: wrote=%v err=%v, want no write", wrote, err)
+	}
+	if wrote, err := statusapply.Apply(ctx, env.Client, "statusapply-test", p, stored, condAt(at.Add(time.Second))); err != nil || !wrote {
+		t.Fatalf("Apply of a changed projection: wrote=%v err=%v, want a write", wrote, err)
+	}
+}

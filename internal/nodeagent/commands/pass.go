@@ -53,11 +53,14 @@ func (p *cmdPass) decide(o *Outcome) {
 // admitHere records this node's decision in the pass's status: status.decidedBy node,
 // Admitted=True with who admitted it, the command's identity, its argv digest and the
 // operational context it was admitted under. It is written with the start (a command
-// still running after runs.CoalesceWindow) or with the outcome — one status write for a short
+// still running after runs.RunningDelay) or with the outcome — one status write for a short
 // command — never alone: no other component decides a command bound to this node, so
 // there is no claim to stake first. From it on this node is the one writer of the
 // command's admission record, phase and outcome (wbv1.CommandPhaseWriter).
-func (p *cmdPass) admitHere(node, by string, context wbv1.ContextClass) {
+//
+// at is when the node decided (its start record's creation; zero: now), so every pass over
+// the same record computes the same condition.
+func (p *cmdPass) admitHere(node, by string, context wbv1.ContextClass, at time.Time) {
 	if by == "" {
 		by = actuation.AdmittedByProfile
 	}
@@ -70,7 +73,7 @@ func (p *cmdPass) admitHere(node, by string, context wbv1.ContextClass) {
 	if by != actuation.AdmittedByProfile {
 		reason = wbv1.ReasonAdmittedByConsent
 	}
-	p.set(wbv1.ConditionAdmitted, true, reason, "admitted at node "+node+" by "+by+" under operational context "+string(context)+" (fast path)")
+	p.setAt(wbv1.ConditionAdmitted, true, reason, "admitted at node "+node+" by "+by+" under operational context "+string(context)+" (fast path)", at)
 }
 
 // handOff leaves a command this node does not admit itself to the manager: one write of
@@ -91,12 +94,24 @@ func (p *cmdPass) set(t string, ok bool, reason, msg string) {
 	statusapply.Set(&p.next.Conditions, p.all, statusapply.Cond(t, ok, reason, msg, p.cmd.Generation))
 }
 
+// setAt is set with the condition's transition time taken from the record (a start, an
+// outcome) instead of the clock: a second pass over the same record — one that read a cache
+// older than this node's own write — computes the same status, so the API server stores
+// nothing new for it.
+func (p *cmdPass) setAt(t string, ok bool, reason, msg string, at time.Time) {
+	c := statusapply.Cond(t, ok, reason, msg, p.cmd.Generation)
+	if !at.IsZero() {
+		c.LastTransitionTime = metav1.NewTime(at)
+	}
+	statusapply.Set(&p.next.Conditions, p.all, c)
+}
+
 // finish records the outcome in status. Every field this agent owns is set again, so a
 // pass that read a stale copy never drops what an earlier pass wrote.
 func (p *cmdPass) finish(o *Outcome) {
 	if !o.Started.IsZero() {
 		p.next.StartTime = &metav1.Time{Time: o.Started}
-		p.set(wbv1.ConditionStarted, true, "Started", "the process was started on this node")
+		p.setAt(wbv1.ConditionStarted, true, "Started", "the process was started on this node", o.Started)
 	}
 	p.next.ExitCode = o.ExitCode
 	p.next.SignalOrigin = wbv1.SignalOrigin(o.SignalOrigin)
@@ -107,7 +122,7 @@ func (p *cmdPass) finish(o *Outcome) {
 	if o.RefusalCode != "" {
 		p.next.Refusal = &wbv1.Refusal{Code: o.RefusalCode, Message: statusapply.Truncate(o.Message, 1024)}
 	}
-	p.set(wbv1.ConditionCompleted, true, string(o.Phase), statusapply.Truncate(o.Message, 1024))
+	p.setAt(wbv1.ConditionCompleted, true, string(o.Phase), statusapply.Truncate(o.Message, 1024), o.Completed)
 }
 
 // step decides one pass. The order matters for exactly-once: the store records the start
@@ -129,7 +144,7 @@ func (r *Room) step(ctx context.Context, p *cmdPass) error {
 			if o := runs.Decode[Outcome](rec.Outcome); by == "" && o != nil {
 				by, context = o.AdmittedBy, o.AdmittedContext
 			}
-			p.admitHere(r.d.NodeName, by, wbv1.ContextClass(context))
+			p.admitHere(r.d.NodeName, by, wbv1.ContextClass(context), rec.CreatedAt)
 		}
 	}
 	live, result, err := r.d.Table.Settle(uid)
@@ -145,11 +160,18 @@ func (r *Room) step(ctx context.Context, p *cmdPass) error {
 				r.d.Table.Stop(func(lc *Live) bool { return lc == live })
 				p.result.RequeueAfter = time.Second // the awaiting goroutine also wakes this command
 			}
+			shown := meta.IsStatusConditionTrue(*p.all, wbv1.ConditionStarted)
+			if !shown && !deleting && r.d.Table.RunningDue(live, time.Now()) > 0 {
+				// Started moments ago: its Running status waits (runs.RunningDelay) so a
+				// short command's outcome is written with its start; the start's timer
+				// (startSandboxed) or the outcome wakes it. This pass writes nothing.
+				return nil
+			}
 			p.next.StartTime = &metav1.Time{Time: live.Started}
-			if !meta.IsStatusConditionTrue(*p.all, wbv1.ConditionStarted) {
-				// Only when status does not show the start yet: the start pass's message
-				// (with the pid) stands, and a wake of a running command writes nothing.
-				p.set(wbv1.ConditionStarted, true, "Started", "the process runs on this node")
+			if !shown {
+				// Only when status does not show the start yet: a wake of a running command
+				// writes nothing.
+				p.setAt(wbv1.ConditionStarted, true, "Started", startedMessage(live.Handle), live.Started)
 			}
 		}
 		return nil

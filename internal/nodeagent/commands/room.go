@@ -112,6 +112,9 @@ type Room struct {
 	d Deps
 	// profiles memoizes the CommandProfiles read for fast-path admission (profile_memo.go).
 	profiles *profileMemo
+	// written is how far this node's own last status write of each command got, until its
+	// cache shows it (written.go).
+	written *writtenMemo
 	// decideFrom is when this node starts deciding the commands bound to it (set once its
 	// WorkbenchNode shows the registration; zero until then).
 	mu         sync.Mutex
@@ -119,7 +122,7 @@ type Room struct {
 }
 
 // New returns the TerminalCommand room over d.
-func New(d Deps) *Room { return &Room{d: d, profiles: newProfileMemo()} }
+func New(d Deps) *Room { return &Room{d: d, profiles: newProfileMemo(), written: newWrittenMemo()} }
 
 // Live is a TerminalCommand this process started (internal/nodeagent/runs: the command
 // path's one start → record → outcome sequence, shared with the ActionRun room).
@@ -195,6 +198,11 @@ func derivePhase(next *wbv1.TerminalCommandStatus, all *[]metav1.Condition, gene
 	}
 	next.Phase, next.ObservedGeneration = phase, generation
 	for _, hc := range wbv1.HealthConditions(wbv1.CommandHealth(phase), string(phase), "command is "+string(phase), generation) {
+		if wbv1.CommandIsFinal(*all) && next.CompletionTime != nil {
+			// Final: the transition is the outcome's, so a second pass over the same outcome
+			// writes the same status (no stored write).
+			hc.LastTransitionTime = *next.CompletionTime
+		}
 		statusapply.Set(&next.Conditions, all, hc)
 	}
 	return phase
@@ -215,6 +223,11 @@ func (r *Room) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, er
 		return ctrl.Result{}, nil
 	}
 	markCommand(&cmd, "node-reconcile")
+	if cmd.DeletionTimestamp.IsZero() && cmd.Spec.DesiredState != wbv1.CommandDesiredCancelled && r.written.behind(&cmd, time.Now()) {
+		// The cache has not yet shown this node's own last write of the command: this pass
+		// would only write it again. The watch event of that write brings the next pass.
+		return ctrl.Result{}, nil
+	}
 	// Nobody decided it yet (no decidedBy): this node is its one decider (the manager never
 	// decides a command bound to a node with an agent): it admits and runs it, or hands it
 	// to the manager (decidedBy manager) for what needs the manager — consent, refusals,
@@ -253,7 +266,7 @@ func (r *Room) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, er
 		// Admitted here, then refused on what only this node sees (a cwd, a root, the
 		// environment's variables): this node's decision, stored before status shows it, so
 		// a crash before the write never lets a later pass decide again and run it.
-		p.admitHere(r.d.NodeName, p.admittedBy, p.admittedContext)
+		p.admitHere(r.d.NodeName, p.admittedBy, p.admittedContext, time.Time{})
 		p.decided.AdmittedBy, p.decided.AdmittedContext = p.admittedBy, string(p.admittedContext)
 	}
 	if p.fast && !p.claimed && (p.handOff || p.decided != nil) {
@@ -283,6 +296,7 @@ func (r *Room) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, er
 	}
 	if wrote {
 		markCommand(&cmd, "node-status-written-"+string(after))
+		r.written.note(&cmd, all, time.Now())
 	}
 	if wbv1.CommandIsFinal(all) {
 		r.d.Table.Forget(string(cmd.UID)) // bounded memory: the outcome is in status and in the store
@@ -290,12 +304,12 @@ func (r *Room) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, er
 		// no other command is starting), not during its teardown, outcome or status write.
 		r.d.Runner.Refill()
 	}
-	if wrote && before != after {
-		evType := corev1.EventTypeNormal
-		if after != wbv1.CommandRunning && after != wbv1.CommandSucceeded {
-			evType = corev1.EventTypeWarning
-		}
-		r.d.Event(&cmd, evType, string(after), fmt.Sprintf("Command is %s on node %s", after, r.d.NodeName))
+	if wrote && before != after && after != wbv1.CommandRunning && after != wbv1.CommandSucceeded {
+		// A Warning Event for what a person must look at (refused, failed, timed out,
+		// cancelled). Running and Succeeded get none: status already says so, and an Event
+		// per command is one more API write and etcd object per command on the hot path
+		// (issue 27; docs/scale.md section 1).
+		r.d.Event(&cmd, corev1.EventTypeWarning, string(after), fmt.Sprintf("Command is %s on node %s", after, r.d.NodeName))
 	}
 	return p.result, nil
 }

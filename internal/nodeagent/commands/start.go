@@ -7,7 +7,6 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -278,16 +277,29 @@ func (r *Room) startSandboxed(ctx context.Context, p *cmdPass, t *target, spec p
 		<-h.Done()
 		return nil
 	}
-	now := metav1.NewTime(lc.Started)
-	p.next.StartTime, p.next.NodeName = &now, r.d.NodeName
-	p.set(wbv1.ConditionStarted, true, "Started", fmt.Sprintf("pid %d in its own process group, no network, writes confined to the environment", h.Info().Pid))
-	// A short command often ends before this pass writes: then one status write records
-	// both its start and its outcome.
-	if o := r.d.Table.Coalesce(lc); o != nil {
-		markCommand(cmd, "node-coalesced")
-		p.finish(o)
-	}
+	// No status write for the start itself (the store's start record, written before the
+	// program ran, is the durable record; status is its published copy): a command that
+	// ends within runs.RunningDelay is written once, decision, start and outcome together,
+	// by the pass its outcome wakes (awaitCommand); one still running then is woken here
+	// and that pass writes Running (step, runs.Table.RunningDue). Nothing blocks this pass.
+	wake := cmd.DeepCopy()
+	time.AfterFunc(runs.RunningDelay, func() {
+		select {
+		case <-lc.Finished:
+		default:
+			r.d.Wake(wake)
+		}
+	})
 	return nil
+}
+
+// startedMessage is the Started condition's message of a command running in the host
+// sandbox (h its handle; nil: a command in a VM guest, or none known).
+func startedMessage(h *procexec.Handle) string {
+	if h == nil {
+		return "the process runs on this node"
+	}
+	return fmt.Sprintf("pid %d in its own process group, no network, writes confined to the environment", h.Info().Pid)
 }
 
 // pidRecorded marks (or logs the failure of) a running command's PID record, written off
@@ -323,7 +335,7 @@ func (r *Room) claim(_ context.Context, p *cmdPass, by string) (bool, error) {
 	if !p.fast || p.claimed {
 		return true, nil
 	}
-	p.admitHere(r.d.NodeName, by, p.admittedContext)
+	p.admitHere(r.d.NodeName, by, p.admittedContext, time.Time{})
 	markCommand(p.cmd, "node-claim-taken")
 	return true, nil
 }

@@ -2,7 +2,7 @@
 // sequence, shared by TerminalCommands (the agent's command controller) and ActionRuns
 // (internal/nodeagent/actionruns): the store records a run's start before any process
 // exists, the process is started once that record landed and its pid recorded (Launch),
-// a short run's start and outcome coalesce into one status write (Coalesce), its outcome
+// a short run's start and outcome coalesce into one status write (Coalesce, RunningDue), its outcome
 // is stored before status may show it (Record, Settle), and a stored start with no live
 // run in this process ends interrupted, never re-run (Stored, OutcomeOf). Shutdown stops
 // what still runs. Table is generic over the kind's outcome type. It imports no room.
@@ -268,6 +268,40 @@ func (t *Table[O]) Coalesce(lr *Run[O]) *O {
 		return nil // an outcome the store lacks is never shown: the next pass stores it first
 	}
 	return lr.Result
+}
+
+// RunningDelay is how long a just-started host run's Running status is held back: a run
+// that ends within it gets one status write carrying its admission, start and outcome
+// (the outcome's wake writes it); one still running then gets its Running write (kstatus
+// InProgress). Nothing of exactly-once waits on it: the start record was stored before the
+// process existed, and a crash inside the window ends the run interrupted from that record.
+// It is a timer's wake, not a wait: no reconcile worker blocks on it. On a loaded node a
+// short command's exit, cgroup teardown and outcome commit often take longer than
+// CoalesceWindow's 50 ms, which sent most of them as two writes (Running, then the
+// outcome); 300 ms covers them at load 8 on two cores (docs/scale.md) and still shows a
+// command of a second or more Running while it runs.
+const RunningDelay = 300 * time.Millisecond
+
+// RunningDue says how long until a pass may publish lr's Running status (0: now). A host
+// run's Running status waits RunningDelay from its start (a run that ends sooner is written
+// once, with its outcome), then for its PID record (bounded by pidRecordWait, as Coalesce):
+// a crash after status says Running finds the process by its record. A run without a PID
+// record (a command in a VM guest) is due at once.
+func (t *Table[O]) RunningDue(lr *Run[O], now time.Time) time.Duration {
+	if lr.pidDone == nil {
+		return 0
+	}
+	if wait := lr.Started.Add(RunningDelay).Sub(now); wait > 0 {
+		return wait
+	}
+	timer := time.NewTimer(pidRecordWait)
+	defer timer.Stop()
+	select {
+	case <-lr.pidDone:
+	case <-lr.Finished:
+	case <-timer.C:
+	}
+	return 0
 }
 
 // Stop stops every running run match selects (deletion, drain) and marks it stopping, so

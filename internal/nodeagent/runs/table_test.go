@@ -317,3 +317,31 @@ func TestRunTableChangedSignal(t *testing.T) {
 	tab.Signal()
 	<-next
 }
+
+// A host run's Running status is held back RunningDelay from its start (a short run is
+// written once, with its outcome), then waits for its PID record; a guest run (no PID
+// record) is due at once. The clock is passed in: no timed assertion.
+func TestRunTableRunningDue(t *testing.T) {
+	tab, _ := openTable(t)
+	start := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	host := &liveCommand{Started: start, Finished: make(chan struct{}), pidDone: make(chan struct{})}
+	if got := tab.RunningDue(host, start); got != RunningDelay {
+		t.Fatalf("RunningDue at the start = %v, want %v", got, RunningDelay)
+	}
+	if got := tab.RunningDue(host, start.Add(RunningDelay/4)); got != RunningDelay*3/4 {
+		t.Fatalf("RunningDue a quarter in = %v, want %v", got, RunningDelay*3/4)
+	}
+	close(host.pidDone) // the PID record landed
+	if got := tab.RunningDue(host, start.Add(RunningDelay)); got != 0 {
+		t.Fatalf("RunningDue after the delay with the PID record stored = %v, want 0", got)
+	}
+	ended := &liveCommand{Started: start, Finished: make(chan struct{}), pidDone: make(chan struct{})}
+	close(ended.Finished) // ended before its PID record: nothing to wait for
+	if got := tab.RunningDue(ended, start.Add(2*RunningDelay)); got != 0 {
+		t.Fatalf("RunningDue of an ended run = %v, want 0", got)
+	}
+	guest := &liveCommand{Started: start, Finished: make(chan struct{})}
+	if got := tab.RunningDue(guest, start); got != 0 {
+		t.Fatalf("RunningDue of a guest run = %v, want 0 (written with its dispatch)", got)
+	}
+}

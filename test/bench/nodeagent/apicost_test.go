@@ -8,11 +8,13 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -36,20 +38,39 @@ func BenchmarkCommandAPICost(b *testing.B) {
 	n := throughputN()
 	kc, err := kubernetes.NewForConfig(env.Config)
 	must(b, err)
-	var writes, notStored, cmdWrites, statusWrites, events, dbBytes, objBytes float64
+	var writes, notStored, cmdWrites, statusWrites, events, dbBytes, objBytes, oneWrite float64
+	shapes := map[string]int{}
 	for i := 0; i < b.N; i++ {
-		w, err := wc.Watch(ctx, &wbv1.TerminalCommandList{}, client.InNamespace(ns))
+		// The watch starts at the namespace's current resourceVersion: a watch without one
+		// first replays every existing object as Added (the earlier iterations' commands),
+		// which is not a write of this iteration.
+		var cur wbv1.TerminalCommandList
+		must(b, wc.List(ctx, &cur, client.InNamespace(ns)))
+		w, err := wc.Watch(ctx, &wbv1.TerminalCommandList{}, client.InNamespace(ns),
+			&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: cur.ResourceVersion}})
 		must(b, err)
 		before := apiWrites(b, kc)
 		dbBefore := etcdInUse(b)
 		seen := 0
+		prefix := fmt.Sprintf("a%d-", i)
 		counted := make(chan int, 1)
+		versions := map[string][]string{} // command → what each of its versions carried, in order
+		prev := map[string]*wbv1.TerminalCommand{}
+		var rewrites []string // what changed in a version that kept its predecessor's phase and conditions
 		go func() {
 			c := 0
 			for ev := range w.ResultChan() {
-				if ev.Type == watch.Added || ev.Type == watch.Modified {
-					c++
+				tc, ok := ev.Object.(*wbv1.TerminalCommand)
+				if !ok || !strings.HasPrefix(tc.Name, prefix) || (ev.Type != watch.Added && ev.Type != watch.Modified) {
+					continue
 				}
+				c++
+				content := versionContent(tc)
+				if vs := versions[tc.Name]; len(vs) > 0 && vs[len(vs)-1] == content && len(rewrites) < 3 {
+					rewrites = append(rewrites, tc.Name+": "+statusChange(prev[tc.Name], tc))
+				}
+				versions[tc.Name] = append(versions[tc.Name], content)
+				prev[tc.Name] = tc
 			}
 			counted <- c
 		}()
@@ -61,10 +82,22 @@ func BenchmarkCommandAPICost(b *testing.B) {
 			return ok && wbv1.CommandIsFinal(c.Status.Conditions) && c.Status.Phase == wbv1.CommandPhaseFor(c.Status.Conditions)
 		})
 		_ = d
+		// Writes after the final status (a late Running, a rewrite of the outcome) count
+		// too: the window closes a settle time after the last command was seen final.
+		time.Sleep(apiCostSettle())
 		after := apiWrites(b, kc)
 		dbAfter := etcdInUse(b)
 		w.Stop()
 		seen = <-counted
+		for _, r := range rewrites {
+			b.Logf("same-shape rewrite %s", r)
+		}
+		for _, vs := range versions {
+			shapes[strings.Join(vs, " → ")]++
+			if len(vs) == 2 {
+				oneWrite++
+			}
+		}
 		var last wbv1.TerminalCommand
 		must(b, wc.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("a%d-0", i)}, &last))
 		raw, err := json.Marshal(&last)
@@ -98,7 +131,80 @@ func BenchmarkCommandAPICost(b *testing.B) {
 	b.ReportMetric(events/per, "watch-events/cmd")
 	b.ReportMetric(dbBytes/per, "etcd-inuse-bytes/cmd")
 	b.ReportMetric(objBytes/float64(b.N), "object-bytes")
+	b.ReportMetric(oneWrite/per, "one-status-write-share")
+	for shape, k := range shapes {
+		b.Logf("%3d commands: %s", k, shape)
+	}
 	b.ReportMetric(0, "ns/op")
+}
+
+// versionContent names what one version of a command carried: its phase, the conditions
+// it shows True (Admitted, Started, Completed) and who decided it.
+func versionContent(tc *wbv1.TerminalCommand) string {
+	if tc.Status.Phase == "" && len(tc.Status.Conditions) == 0 {
+		return "create"
+	}
+	var conds []string
+	for _, t := range []string{wbv1.ConditionAdmitted, wbv1.ConditionStarted, wbv1.ConditionCompleted} {
+		if meta.IsStatusConditionTrue(tc.Status.Conditions, t) {
+			conds = append(conds, t)
+		}
+	}
+	return fmt.Sprintf("%s[%s by %s]", tc.Status.Phase, strings.Join(conds, ","), tc.Status.DecidedBy)
+}
+
+// statusChange names what differs between two versions of a command's status: the
+// top-level fields, and each condition whose status, reason, message or transition time moved.
+func statusChange(a, b *wbv1.TerminalCommand) string {
+	var out []string
+	ja, _ := json.Marshal(a.Status)
+	jb, _ := json.Marshal(b.Status)
+	var ma, mb map[string]any
+	_ = json.Unmarshal(ja, &ma)
+	_ = json.Unmarshal(jb, &mb)
+	for k, v := range mb {
+		if k == "conditions" {
+			continue
+		}
+		if fmt.Sprint(ma[k]) != fmt.Sprint(v) {
+			out = append(out, k)
+		}
+	}
+	for k := range ma {
+		if _, ok := mb[k]; !ok {
+			out = append(out, "-"+k)
+		}
+	}
+	for _, ca := range a.Status.Conditions {
+		if meta.FindStatusCondition(b.Status.Conditions, ca.Type) == nil {
+			out = append(out, "-"+ca.Type)
+		}
+	}
+	if !reflect.DeepEqual(a.Labels, b.Labels) || !reflect.DeepEqual(a.Annotations, b.Annotations) || !reflect.DeepEqual(a.Finalizers, b.Finalizers) {
+		out = append(out, "metadata (labels, annotations or finalizers)")
+	}
+	for _, m := range b.ManagedFields {
+		out = append(out, fmt.Sprintf("manager %s/%s %s at %s", m.Manager, m.Subresource, m.Operation, m.Time.Format("15:04:05")))
+	}
+	for _, cb := range b.Status.Conditions {
+		ca := meta.FindStatusCondition(a.Status.Conditions, cb.Type)
+		switch {
+		case ca == nil:
+			out = append(out, "+"+cb.Type)
+		case ca.Status != cb.Status || ca.Reason != cb.Reason || ca.Message != cb.Message || !ca.LastTransitionTime.Equal(&cb.LastTransitionTime):
+			out = append(out, fmt.Sprintf("%s(%q→%q, %s→%s)", cb.Type, ca.Message, cb.Message, ca.LastTransitionTime.Format("15:04:05"), cb.LastTransitionTime.Format("15:04:05")))
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// apiCostSettle is how long BenchmarkCommandAPICost keeps counting after every command was
+// seen final (BENCH_APICOST_SETTLE, a Go duration; default 2 s, past the node's Running delay).
+func apiCostSettle() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("BENCH_APICOST_SETTLE")); err == nil {
+		return d
+	}
+	return 2 * time.Second
 }
 
 // apiWrites reads kube-apiserver's apiserver_request_total and returns the mutating
