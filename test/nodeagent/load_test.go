@@ -24,7 +24,8 @@ import (
 // TestLoad puts many sessions and commands on one node agent process whose caps are raised
 // by configuration, and checks: no lost outcome (every command ends in exactly one),
 // overload is refused with its code (sessions above the cap: session-cap-reached; commands
-// above the concurrency cap: command-cap-reached) and never queued without bound, and the
+// above the concurrency cap wait for a slot, bounded, then command-cap-reached) and never
+// queued without bound, and the
 // agent's memory (live heap from the Go runtime's GC trace, RSS) is reported before, under
 // and after the load, with the time per command (p50, p99, from the create call to the
 // outcome seen on a watch) and the throughput.

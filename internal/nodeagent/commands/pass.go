@@ -39,6 +39,8 @@ type cmdPass struct {
 	fresh *wbv1.CommandProfile
 	// admittedContext is the environment's operational context a fast pass admitted under.
 	admittedContext wbv1.ContextClass
+	// slot is the concurrent-command slot reserved for this pass's start (slots.go).
+	slot *procexec.Slot
 }
 
 // decide ends the command with an outcome decided at the node, nothing started.

@@ -115,6 +115,8 @@ type Room struct {
 	// written is how far this node's own last status write of each command got, until its
 	// cache shows it (written.go).
 	written *writtenMemo
+	// waiters are the commands waiting for a concurrent-command slot (slots.go).
+	waiters slotWaiters
 	// decideFrom is when this node starts deciding the commands bound to it (set once its
 	// WorkbenchNode shows the registration; zero until then).
 	mu         sync.Mutex

@@ -157,6 +157,10 @@ func (r *Room) admit(ctx context.Context, p *cmdPass, prof *wbv1.CommandProfile,
 }
 
 func (r *Room) start(ctx context.Context, p *cmdPass) error {
+	if !r.reserveSlot(p) {
+		return nil // every slot is taken: it waits, nothing decided (slots.go)
+	}
+	defer r.releaseSlot(p) // a slot no start took (a refusal, a wait, a guest command)
 	cmd := p.cmd
 	t, err := r.placed(ctx, p)
 	if t == nil || err != nil {
@@ -218,6 +222,7 @@ func (r *Room) startSandboxed(ctx context.Context, p *cmdPass, t *target, spec p
 	cmd := p.cmd
 	sess, env, live := &t.sess, &t.env, t.live
 	spec.Resources, spec.CgroupID = r.d.Limits(env), string(cmd.UID)
+	spec.Slot = p.slot
 	spec.FileSizeLimit = r.d.FileSizeLimit(env) // the agent's storage.go: EFBIG past it
 	if spans.Enabled() {
 		spec.Trace = spans.Marker(cmd.Namespace + "/" + cmd.Name)
@@ -255,6 +260,7 @@ func (r *Room) startSandboxed(ctx context.Context, p *cmdPass, t *target, spec p
 	})
 	if err != nil || !proceed {
 		release()
+		r.slotFreed() // the start ended before the program: its slot is free again
 		if err == nil {
 			r.staleMemo(ctx, p, env)
 		}
@@ -262,12 +268,14 @@ func (r *Room) startSandboxed(ctx context.Context, p *cmdPass, t *target, spec p
 	}
 	if o != nil {
 		release()
+		r.slotFreed()
 		p.finish(o)
 		return nil
 	}
 	go func() {
 		<-h.Done()
 		release()
+		r.slotFreed() // its slot is free (the runner released it before Done)
 	}()
 	go r.awaitCommand(cmd.DeepCopy(), h, out, lc.Started)
 	if late {

@@ -161,6 +161,9 @@ type Spec struct {
 	// Trace, when set, is called with the name of each start and teardown step as it
 	// completes (benchmarks' span breakdown, internal/platform/spans). It must not block.
 	Trace func(step string)
+	// Slot, when set, is a concurrency slot the caller reserved (Runner.Reserve): Start
+	// uses it instead of taking one, so it never refuses at the cap.
+	Slot *Slot
 }
 
 // Info identifies a started command (for status and crash recovery).
@@ -263,6 +266,40 @@ func Start(ctx context.Context, spec Spec) (*Handle, error) { return defaultRunn
 // Running returns the number of commands holding a concurrency slot.
 func (r *Runner) Running() int { return len(r.sem) }
 
+// Reserve takes one of the runner's concurrency slots for a Start to come (Spec.Slot), or
+// reports that none is free: a caller that would rather wait for a slot than be refused
+// at the cap (command-cap-reached) reserves first. Release gives back a slot no Start used.
+func (r *Runner) Reserve() (*Slot, bool) {
+	select {
+	case r.sem <- struct{}{}:
+		return &Slot{r: r}, true
+	default:
+		return nil, false
+	}
+}
+
+// Slot is one reserved concurrency slot of a Runner (Reserve).
+type Slot struct {
+	r    *Runner
+	used atomic.Bool
+}
+
+// Release returns the slot to its runner if no Start took it, and reports whether it did;
+// after a Start took it, it does nothing (the slot is released when that command ends).
+func (s *Slot) Release() bool {
+	if s == nil || !s.used.CompareAndSwap(false, true) {
+		return false
+	}
+	<-s.r.sem
+	return true
+}
+
+// take hands the slot to a Start on r: false when there is none to take (nil, used, or
+// reserved on another runner).
+func (s *Slot) take(r *Runner) bool {
+	return s != nil && s.r == r && s.used.CompareAndSwap(false, true)
+}
+
 // Run runs spec on the default runner and waits for it.
 func Run(ctx context.Context, spec Spec) (Result, error) { return defaultRunner.Run(ctx, spec) }
 
@@ -325,10 +362,12 @@ func (r *Runner) Start(ctx context.Context, spec Spec) (*Handle, error) {
 		}
 	}
 
-	select {
-	case r.sem <- struct{}{}:
-	default:
-		return nil, actuation.Refusef(actuation.CodeCommandCapReached, "%d commands already running", cap(r.sem))
+	if !spec.Slot.take(r) {
+		select {
+		case r.sem <- struct{}{}:
+		default:
+			return nil, actuation.Refusef(actuation.CodeCommandCapReached, "%d commands already running", cap(r.sem))
+		}
 	}
 	r.starting.Add(1)
 	startEnded := false
