@@ -41,11 +41,7 @@ func cond(reason string) owned {
 // resourceVersion (a stale read gets a Conflict, a fresh one writes).
 func TestApplyWritesOwnedFieldsOnly(t *testing.T) {
 	ctx := context.Background()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "statusapply-"}}
-	testkit.Must(t, env.Client.Create(ctx, ns))
-	p := &wbv1.CommandProfile{ObjectMeta: metav1.ObjectMeta{Name: "git", Namespace: ns.Name},
-		Spec: wbv1.CommandProfileSpec{Executable: "/usr/bin/git", AllowedRoots: []string{"repo"}}}
-	testkit.Must(t, env.Client.Create(ctx, p))
+	p := gitProfile(t)
 	before := p.DeepCopy()
 	get := func() *wbv1.CommandProfile {
 		var got wbv1.CommandProfile
@@ -105,11 +101,7 @@ func condAt(at time.Time) owned {
 // only change was the field manager's timestamp (a watch event and an etcd revision).
 func TestApplySkipsWhatStoresTheSame(t *testing.T) {
 	ctx := context.Background()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "statusapply-"}}
-	testkit.Must(t, env.Client.Create(ctx, ns))
-	p := &wbv1.CommandProfile{ObjectMeta: metav1.ObjectMeta{Name: "git", Namespace: ns.Name},
-		Spec: wbv1.CommandProfileSpec{Executable: "/usr/bin/git", AllowedRoots: []string{"repo"}}}
-	testkit.Must(t, env.Client.Create(ctx, p))
+	p := gitProfile(t)
 	at := time.Date(2026, 12, 6, 12, 0, 0, 123456789, time.UTC)
 	stored, fresh := condAt(at.Truncate(time.Second)), condAt(at) // as read back; as computed in process
 	if wrote, err := statusapply.Apply(ctx, env.Client, "statusapply-test", p, stored, fresh); err != nil || wrote {
@@ -118,4 +110,17 @@ func TestApplySkipsWhatStoresTheSame(t *testing.T) {
 	if wrote, err := statusapply.Apply(ctx, env.Client, "statusapply-test", p, stored, condAt(at.Add(time.Second))); err != nil || !wrote {
 		t.Fatalf("Apply of a changed projection: wrote=%v err=%v, want a write", wrote, err)
 	}
+}
+
+// gitProfile creates a CommandProfile in a namespace of its own (the object both tests apply
+// status to).
+func gitProfile(t *testing.T) *wbv1.CommandProfile {
+	t.Helper()
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "statusapply-"}}
+	testkit.Must(t, env.Client.Create(ctx, ns))
+	p := &wbv1.CommandProfile{ObjectMeta: metav1.ObjectMeta{Name: "git", Namespace: ns.Name},
+		Spec: wbv1.CommandProfileSpec{Executable: "/usr/bin/git", AllowedRoots: []string{"repo"}}}
+	testkit.Must(t, env.Client.Create(ctx, p))
+	return p
 }
