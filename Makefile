@@ -141,8 +141,8 @@ chaos: control-plane ## Kill the node agent with SIGKILL at 100 seeded random po
 		go test ./test/nodeagent/ -run '^TestChaosKills$$' -count=1 -v -timeout 60m
 
 .PHONY: load
-load: control-plane ## Full-size load (200 sessions, 10,000 commands on one agent, p50/p99 per step; WB_LOAD_SESSIONS/WB_LOAD_COMMANDS override), a longer soak (WB_SOAK_ROUNDS, default 20), then the control-plane simulation of docs/scale.md (WB_SIM_NODES simulated nodes, default 100, × WB_SIM_COMMANDS, default 50); CI runs the first two CI-sized in make test.
-	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh path)" WB_LOAD_SESSIONS=$${WB_LOAD_SESSIONS:-200} WB_LOAD_COMMANDS=$${WB_LOAD_COMMANDS:-10000} \
+load: control-plane ## Full-size load (200 sessions, 10,000 commands on one agent created at 7/s, p50/p99 per step; WB_LOAD_SESSIONS/WB_LOAD_COMMANDS/WB_LOAD_RATE override, WB_LOAD_RATE=0 a burst), a longer soak (WB_SOAK_ROUNDS, default 20), then the control-plane simulation of docs/scale.md (WB_SIM_NODES simulated nodes, default 100, × WB_SIM_COMMANDS, default 50); CI runs the first two CI-sized in make test.
+	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh path)" WB_LOAD_SESSIONS=$${WB_LOAD_SESSIONS:-200} WB_LOAD_COMMANDS=$${WB_LOAD_COMMANDS:-10000} WB_LOAD_RATE=$${WB_LOAD_RATE:-7} \
 		WB_SOAK_ROUNDS=$${WB_SOAK_ROUNDS:-20} go test ./test/nodeagent/ -run '^(TestLoad|TestSoakFootprintFlat)$$' -count=1 -v -timeout 120m
 	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh path)" WB_SIM_NODES=$${WB_SIM_NODES:-100} WB_SIM_COMMANDS=$${WB_SIM_COMMANDS:-50} \
 		go test ./test/bench/scale/ -run '^TestScaleSimulation$$' -count=1 -v -timeout 60m

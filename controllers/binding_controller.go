@@ -98,7 +98,13 @@ func (r *BindingReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) 
 		labels[wbv1.CorrelationLabel] = cid
 	}
 	obj.SetLabels(labels)
-	if err := r.Patch(ctx, obj, patch); err != nil {
+	err = r.Patch(ctx, obj, patch)
+	if apierrors.IsConflict(err) {
+		// Another writer moved it (the cleanup finalizer, the node): not an error to log, the
+		// next pass reads it again.
+		return ctrl.Result{Requeue: true}, nil //nolint:staticcheck // SA1019: the rate-limited requeue RequeueAfter has no form for
+	}
+	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("binding %s %s to node %s: %w", r.Kind, req, node, err)
 	}
 	return ctrl.Result{}, nil

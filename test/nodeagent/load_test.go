@@ -30,8 +30,8 @@ import (
 // and after the load, with the time per command (p50, p99, from the create call to the
 // outcome seen on a watch) and the throughput.
 //
-// CI-sized by default (WB_LOAD_SESSIONS=10, WB_LOAD_COMMANDS=150); `make load` runs the
-// issue's full size, WB_LOAD_SESSIONS=200 WB_LOAD_COMMANDS=10000.
+// CI-sized by default (WB_LOAD_SESSIONS=10, WB_LOAD_COMMANDS=150, a burst); `make load` runs
+// the issue's full size, WB_LOAD_SESSIONS=200 WB_LOAD_COMMANDS=10000, paced by WB_LOAD_RATE.
 func TestLoad(t *testing.T) {
 	const node = "node-load"
 	sessions, commands := envInt("WB_LOAD_SESSIONS", 10), envInt("WB_LOAD_COMMANDS", 150)
@@ -100,15 +100,32 @@ func TestLoad(t *testing.T) {
 	<-tracker.ready
 	heapBefore := lastLiveHeapMB(p.Log.String())
 
+	// WB_LOAD_RATE (commands/s) paces the creates, a steady load such as agents running a
+	// command every few seconds; unset, every command is created as fast as the API server
+	// takes it (a burst). A paced run reports how far the creates fell behind their schedule.
+	rate := envInt("WB_LOAD_RATE", 0)
 	start := time.Now()
 	created := make(map[string]time.Time, commands)
+	var behind time.Duration
 	for i := 0; i < commands; i++ {
+		if rate > 0 {
+			due := start.Add(time.Duration(i) * time.Second / time.Duration(rate))
+			if wait := time.Until(due); wait > 0 {
+				time.Sleep(wait)
+			} else {
+				behind = max(behind, -wait)
+			}
+		}
 		c := command(ns, fmt.Sprintf("c%d", i), "/bin/echo", fmt.Sprintf("load-%d", i))
 		c.Spec.SessionRef = wbv1.ObjectName(openNames[i%len(openNames)])
 		created[c.Name] = time.Now()
 		must(t, env.Client.Create(ctx, c))
 	}
 	createdIn := time.Since(start)
+	pacing := "a burst (as fast as the API server takes them)"
+	if rate > 0 {
+		pacing = fmt.Sprintf("paced at %d/s (creates at most %s behind their schedule)", rate, behind.Round(time.Millisecond))
+	}
 	var rssPeak int64
 	progress := time.Now()
 	eventually(t, time.Duration(commands)*400*time.Millisecond+60*time.Second, "every command's one outcome", func() (bool, string) {
@@ -162,10 +179,10 @@ func TestLoad(t *testing.T) {
 		heapAfter = fmt.Sprintf("%d MB", lastLiveHeapMB(p.Log.String()[from:]))
 		rssAfter = rssKiB(p.Cmd.Process.Pid)
 	}
-	t.Logf("load: %d sessions (+2 refused at the cap), %d commands created in %s, all final %s after the first create; "+
+	t.Logf("load: %d sessions (+2 refused at the cap), %d commands created %s in %s, all final %s after the first create; "+
 		"throughput %.1f commands/s; time per command (create → outcome seen) p50 %s p99 %s; outcomes %v; "+
 		"agent live heap (after GC) %d MB before, %d MB peak, after: %s; agent RSS %d KiB before, %d KiB peak, %d KiB after",
-		sessions, commands, createdIn.Round(time.Millisecond), elapsed.Round(time.Millisecond), float64(commands)/elapsed.Seconds(),
+		sessions, commands, pacing, createdIn.Round(time.Millisecond), elapsed.Round(time.Millisecond), float64(commands)/elapsed.Seconds(),
 		p50.Round(time.Millisecond), p99.Round(time.Millisecond), outcomes, heapBefore, heapPeak, heapAfter, rssBefore, rssPeak, rssAfter)
 	for _, st := range tracker.stepLatencies(created) {
 		t.Logf("load step %-18s p50 %10s p99 %10s (%d commands)", st.name, percentile(st.d, 0.50).Round(time.Millisecond), percentile(st.d, 0.99).Round(time.Millisecond), len(st.d))
