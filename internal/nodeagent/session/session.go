@@ -215,9 +215,9 @@ func (s *Session) start() error {
 		}
 		s.cg, s.spec.Resources = g, procexec.ResolveLimits(s.spec.Resources)
 	}
-	var cmd *exec.Cmd
+	var proc *os.Process
 	if s.spec.HostRelay {
-		cmd = &exec.Cmd{
+		cmd := &exec.Cmd{
 			Path:        s.spec.Argv[0],
 			Args:        s.spec.Argv,
 			Env:         s.spec.Env,
@@ -236,6 +236,7 @@ func (s *Session) start() error {
 			s.dropCgroup()
 			return fmt.Errorf("start %s: %w", s.spec.Argv[0], err)
 		}
+		proc = cmd.Process
 	} else {
 		tmp, err := os.MkdirTemp(s.m.sandbox.TempBase, "session-")
 		if err != nil {
@@ -287,9 +288,9 @@ func (s *Session) start() error {
 			}
 			return fmt.Errorf("start %s: %w", s.spec.Argv[0], err)
 		}
-		cmd, s.sb, s.tmpDir = sb.Cmd, sb, tmp
+		proc, s.sb, s.tmpDir = sb.Process, sb, tmp
 	}
-	pid := cmd.Process.Pid
+	pid := proc.Pid
 	info := Info{Pid: pid, Pgid: pid, Sid: pid, TTY: tty.Name(), Started: time.Now()}
 	// The leader is our unreaped child: its /proc entry exists even if it
 	// already exited.
@@ -298,7 +299,7 @@ func (s *Session) start() error {
 	}
 	s.start0 = info.Started
 	s.master = master
-	s.process = cmd.Process
+	s.process = proc
 
 	// Running is entered before anything that can move the session on
 	// (leader exit, timers, a pending Close), so every later transition

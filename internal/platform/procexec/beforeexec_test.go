@@ -118,7 +118,7 @@ func TestBeforeExecHelperEndsOnParentEOF(t *testing.T) {
 		if err := unix.Shutdown(hp.cfgParent, unix.SHUT_WR); err != nil {
 			return err
 		}
-		ws, werr := hp.cmd.Process.Wait()
+		ws, werr := hp.proc.Wait()
 		if werr != nil {
 			return werr
 		}

@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -316,7 +315,7 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 type Handle struct {
 	spec    Spec
 	info    Info
-	cmd     *exec.Cmd
+	proc    *os.Process
 	sb      *Sandboxed
 	started time.Time
 	release func()
@@ -564,7 +563,7 @@ func (r *Runner) handle(ctx context.Context, spec Spec, sb *Sandboxed, g *cgroup
 	pid := sb.Pid
 	h := &Handle{
 		spec:    spec,
-		cmd:     sb.Cmd,
+		proc:    sb.Process,
 		sb:      sb,
 		cgroup:  g,
 		started: time.Now(),
@@ -702,7 +701,7 @@ func (h *Handle) waitLoop() {
 		h.grace.Stop()
 	}
 	h.mu.Unlock()
-	_ = h.cmd.Process.Release()
+	_ = h.proc.Release()
 	exists, err := GroupExists(h.info.Pgid)
 	if err != nil {
 		errs = append(errs, err)

@@ -5,7 +5,6 @@ package procexec
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -63,8 +62,8 @@ type StartOptions struct {
 
 // Sandboxed is a started sandbox; on darwin none is ever returned.
 type Sandboxed struct {
-	Cmd *exec.Cmd
-	Pid int
+	Process *os.Process
+	Pid     int
 }
 
 // ExitStatus describes the helper's wait status.

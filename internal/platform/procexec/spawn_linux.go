@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,11 +18,13 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"sensorium.dev/workbench/internal/actuation"
 	"sensorium.dev/workbench/internal/platform/cgroups"
+	"sensorium.dev/workbench/internal/platform/procexec/sandboxhelper"
 )
 
 // DefaultSandboxUID is the host uid (and gid) that uid 0 of a sandbox's user
@@ -102,9 +105,11 @@ type StartOptions struct {
 // Sandboxed is a started sandbox whose program has been exec'd. Pid is the
 // helper (PID 1 of the sandbox, leader of its process group or session).
 type Sandboxed struct {
-	Cmd    *exec.Cmd
-	Pid    int
-	status *os.File
+	// Process is the helper, a child of the caller (re-parented to it when a spawner
+	// cloned it: startHelper).
+	Process *os.Process
+	Pid     int
+	status  *os.File
 	br     *bufio.Reader
 
 	endOnce sync.Once
@@ -208,14 +213,17 @@ func prepareSandbox(spec SandboxSpec) (*helperConfig, []idmapSource, error) {
 // helperProc is a sandbox helper started in its namespaces and waiting for its
 // configuration on fd 3: it has done nothing else yet.
 type helperProc struct {
-	cmd       *exec.Cmd
+	proc      *os.Process
 	pid       int
 	cfgParent int // the parent's end of the configuration socket
 	statusR   *os.File
 }
 
-// startHelper clones the helper into new user, mount, PID, UTS, IPC and network namespaces
-// and execs it; it then waits for its configuration (configure).
+// startHelper starts the helper in new user, mount, PID, UTS, IPC and network namespaces;
+// it then waits for its configuration (configure). When the caller is a child subreaper
+// (the node agent is), a spawner clones the helper (sandboxhelper/spawn_linux.go): the
+// caller itself then clones only with CLONE_VM|CLONE_VFORK, whatever its size. Otherwise
+// the caller clones the helper itself, with the full fork a new user namespace needs.
 func startHelper(opts StartOptions) (*helperProc, error) {
 	var err error
 	helper := opts.HelperPath
@@ -245,7 +253,35 @@ func startHelper(opts StartOptions) (*helperProc, error) {
 		unix.Close(cfgParent)
 		return nil, fmt.Errorf("procexec: status pipe: %w", err)
 	}
+	cmd := &exec.Cmd{
+		// Exec through the descriptor: the helper's directory need not be
+		// reachable by the sandbox uid (test binaries live in 0700 dirs).
+		Path:       "/proc/self/fd/" + strconv.Itoa(helperExecFD),
+		Env:        []string{helperEnvKey + "=" + helperEnvValue},
+		Dir:        "/",
+		Stdin:      opts.Stdin,
+		Stdout:     opts.Stdout,
+		Stderr:     opts.Stderr,
+		ExtraFiles: []*os.File{cfgChild, statusW, exe},
+	}
+	var proc *os.Process
+	if isSubreaper() {
+		proc, err = spawnHelper(cmd, helper, uid, opts.Terminal)
+	} else {
+		proc, err = cloneHelper(cmd, helper, uid, opts.Terminal)
+	}
+	_ = cfgChild.Close()
+	_ = statusW.Close()
+	if err != nil {
+		_ = statusR.Close()
+		unix.Close(cfgParent)
+		return nil, err
+	}
+	return &helperProc{proc: proc, pid: proc.Pid, cfgParent: cfgParent, statusR: statusR}, nil
+}
 
+// cloneHelper clones the helper into its namespaces from this process (a full fork).
+func cloneHelper(cmd *exec.Cmd, helper string, uid uint32, terminal bool) (*os.Process, error) {
 	attr := &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
 			syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET,
@@ -255,44 +291,95 @@ func startHelper(opts StartOptions) (*helperProc, error) {
 		// No supplementary group of the agent survives.
 		Credential: &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
 	}
-	if opts.Terminal {
+	if terminal {
 		attr.Setsid, attr.Setctty, attr.Ctty = true, true, 0
 	} else {
 		attr.Setpgid = true
 	}
-	cmd := &exec.Cmd{
-		// Exec through the descriptor: the helper's directory need not be
-		// reachable by the sandbox uid (test binaries live in 0700 dirs).
-		Path:        "/proc/self/fd/" + strconv.Itoa(helperExecFD),
-		Args:        []string{helper, HelperArg},
-		Env:         []string{helperEnvKey + "=" + helperEnvValue},
-		Dir:         "/",
-		Stdin:       opts.Stdin,
-		Stdout:      opts.Stdout,
-		Stderr:      opts.Stderr,
-		ExtraFiles:  []*os.File{cfgChild, statusW, exe},
-		SysProcAttr: attr,
+	cmd.Args, cmd.SysProcAttr = []string{helper, HelperArg}, attr
+	if err := cmd.Start(); err != nil {
+		return nil, namespaceRefusal(err)
 	}
+	return cmd.Process, nil
+}
+
+// spawnHelper starts the spawner (cheaply: no new namespace, so a vfork), reads the pid of
+// the helper it cloned, and reaps it: the helper, orphaned, is then this subreaper's child.
+func spawnHelper(cmd *exec.Cmd, helper string, uid uint32, terminal bool) (*os.Process, error) {
+	reportR, reportW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("procexec: spawner report pipe: %w", err)
+	}
+	defer func() { _ = reportR.Close() }()
+	mode := sandboxhelper.SpawnGroup
+	if terminal {
+		mode = sandboxhelper.SpawnTerminal
+	}
+	cmd.Args = []string{helper, sandboxhelper.SpawnArg, strconv.FormatUint(uint64(uid), 10), mode}
+	cmd.ExtraFiles = append(cmd.ExtraFiles, reportW)
 	startErr := cmd.Start()
-	_ = cfgChild.Close()
-	_ = statusW.Close()
+	_ = reportW.Close()
 	if startErr != nil {
-		_ = statusR.Close()
-		unix.Close(cfgParent)
-		if errors.Is(startErr, syscall.EPERM) || errors.Is(startErr, syscall.EINVAL) ||
-			errors.Is(startErr, syscall.ENOSPC) || errors.Is(startErr, syscall.EUSERS) || errors.Is(startErr, syscall.EACCES) {
-			return nil, actuation.Refusef(actuation.CodeUserNamespaceUnavailable,
-				"cannot create the sandbox's user, PID, mount and network namespaces (%v); refusing to run unconfined", startErr)
-		}
-		return nil, fmt.Errorf("procexec: start sandbox helper: %w", startErr)
+		return nil, fmt.Errorf("procexec: start the sandbox spawner: %w", startErr)
 	}
-	return &helperProc{cmd: cmd, pid: cmd.Process.Pid, cfgParent: cfgParent, statusR: statusR}, nil
+	_ = reportR.SetReadDeadline(time.Now().Add(HelperStartTimeout))
+	raw, readErr := io.ReadAll(io.LimitReader(reportR, sandboxhelper.MaxSpawnReport))
+	if readErr != nil {
+		_ = cmd.Process.Kill()
+	}
+	_ = cmd.Wait() // the spawner exits once it has reported: its helper is ours from here
+	var n int
+	switch report := strings.TrimSpace(string(raw)); {
+	case readErr != nil:
+		return nil, fmt.Errorf("procexec: read the sandbox spawner's report: %w", readErr)
+	case scanReport(report, "pid ", &n) && n > 0:
+		proc, err := os.FindProcess(n)
+		if err != nil {
+			return nil, fmt.Errorf("procexec: the sandbox helper %d: %w", n, err)
+		}
+		return proc, nil
+	case scanReport(report, "errno ", &n):
+		return nil, namespaceRefusal(&os.SyscallError{Syscall: "clone", Err: syscall.Errno(n)})
+	default:
+		return nil, fmt.Errorf("procexec: the sandbox spawner ended without a report (%q, %v)", report, cmd.ProcessState)
+	}
+}
+
+// scanReport parses "<prefix><int>".
+func scanReport(report, prefix string, n *int) bool {
+	v, ok := strings.CutPrefix(report, prefix)
+	if !ok {
+		return false
+	}
+	var err error
+	*n, err = strconv.Atoi(v)
+	return err == nil
+}
+
+// namespaceRefusal maps a failed clone into the sandbox's namespaces to its refusal.
+func namespaceRefusal(err error) error {
+	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) ||
+		errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EUSERS) || errors.Is(err, syscall.EACCES) {
+		return actuation.Refusef(actuation.CodeUserNamespaceUnavailable,
+			"cannot create the sandbox's user, PID, mount and network namespaces (%v); refusing to run unconfined", err)
+	}
+	return fmt.Errorf("procexec: start sandbox helper: %w", err)
+}
+
+// isSubreaper reports whether this process is a child subreaper (EnableSubreaper): only then
+// does a helper orphaned by its spawner come back to it.
+func isSubreaper() bool {
+	var v int32
+	if err := unix.Prctl(unix.PR_GET_CHILD_SUBREAPER, uintptr(unsafe.Pointer(&v)), 0, 0, 0); err != nil {
+		return false
+	}
+	return v != 0
 }
 
 // discard kills a helper that will not be configured and reaps it.
 func (hp *helperProc) discard() {
-	_ = hp.cmd.Process.Kill()
-	_, _ = hp.cmd.Process.Wait()
+	_ = hp.proc.Kill()
+	_, _ = hp.proc.Wait()
 	_ = hp.statusR.Close()
 	unix.Close(hp.cfgParent)
 }
@@ -302,12 +389,12 @@ func (hp *helperProc) discard() {
 // sandbox refused. With beforeExec the helper waits, set up, until beforeExec returns nil.
 // The helper is discarded on any failure.
 func (hp *helperProc) configure(cfg *helperConfig, idmaps []idmapSource, before func(pid int) error, beforeExec func() error) (*Sandboxed, error) {
-	cmd, pid, cfgParent, statusR := hp.cmd, hp.pid, hp.cfgParent, hp.statusR
+	proc, pid, cfgParent, statusR := hp.proc, hp.pid, hp.cfgParent, hp.statusR
 	defer unix.Close(cfgParent)
-	sb := &Sandboxed{Cmd: cmd, Pid: pid, status: statusR, br: bufio.NewReaderSize(statusR, 4096)}
+	sb := &Sandboxed{Process: proc, Pid: pid, status: statusR, br: bufio.NewReaderSize(statusR, 4096)}
 	abort := func(err error) (*Sandboxed, error) {
-		_ = cmd.Process.Kill()
-		_, _ = cmd.Process.Wait()
+		_ = proc.Kill()
+		_, _ = proc.Wait()
 		_ = statusR.Close()
 		return nil, err
 	}
@@ -631,7 +718,7 @@ func CheckSandbox(opts StartOptions, tempBase string) error {
 		return err
 	}
 	defer sb.Close()
-	st, err := sb.Cmd.Process.Wait()
+	st, err := sb.Process.Wait()
 	if err != nil {
 		return fmt.Errorf("procexec: sandbox check: %w", err)
 	}

@@ -164,7 +164,13 @@ func leftovers() (int, []LeftProc) {
 // calls it for binaries that re-execute themselves as the helper). In a normal invocation
 // it returns immediately; in a sandbox-helper invocation it never returns.
 func MaybeRun() {
-	if len(os.Args) != 2 || os.Args[1] != Arg || os.Getenv(EnvKey) != EnvValue {
+	if os.Getenv(EnvKey) != EnvValue {
+		return
+	}
+	if len(os.Args) == 4 && os.Args[1] == SpawnArg {
+		runSpawner(os.Args)
+	}
+	if len(os.Args) != 2 || os.Args[1] != Arg {
 		return
 	}
 	runHelper()
