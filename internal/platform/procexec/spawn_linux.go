@@ -331,7 +331,7 @@ func spawnHelper(cmd *exec.Cmd, helper string, uid uint32, terminal bool) (*os.P
 	var n int
 	switch report := strings.TrimSpace(string(raw)); {
 	case readErr != nil:
-		return nil, fmt.Errorf("procexec: read the sandbox spawner's report: %w", readErr)
+		return nil, actuation.Refusef(actuation.CodeSandboxSetupFailed, "the sandbox spawner did not report: %v", readErr)
 	case scanReport(report, "pid ", &n) && n > 0:
 		proc, err := os.FindProcess(n)
 		if err != nil {
@@ -340,8 +340,8 @@ func spawnHelper(cmd *exec.Cmd, helper string, uid uint32, terminal bool) (*os.P
 		return proc, nil
 	case scanReport(report, "errno ", &n):
 		return nil, namespaceRefusal(&os.SyscallError{Syscall: "clone", Err: syscall.Errno(n)})
-	default:
-		return nil, fmt.Errorf("procexec: the sandbox spawner ended without a report (%q, %v)", report, cmd.ProcessState)
+	default: // not the helper this agent ships (or it crashed): nothing was set up
+		return nil, actuation.Refusef(actuation.CodeSandboxSetupFailed, "the sandbox spawner ended without a report (%q, %v)", report, cmd.ProcessState)
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 // TestSpawnerHandsTheHelperToTheSubreaper: in a child subreaper (this test binary, like the
 // node agent) the helper is cloned by the spawner, which exits; the helper is then this
 // process's child (so it can be waited for and its group reaped), in its own user namespace
-// with root mapped to the sandbox uid, and the spawner is gone (reaped, no zombie).
+// with root mapped to the sandbox uid.
 func TestSpawnerHandsTheHelperToTheSubreaper(t *testing.T) {
 	requireSandbox(t)
 	if !isSubreaper() {
@@ -50,22 +50,30 @@ func TestSpawnerHandsTheHelperToTheSubreaper(t *testing.T) {
 	if f := strings.Fields(string(uidMap)); len(f) != 3 || f[0] != "0" || f[1] != strconv.Itoa(int(DefaultSandboxUID)) || f[2] != "1" {
 		t.Fatalf("helper uid_map %q, want 0 %d 1", uidMap, DefaultSandboxUID)
 	}
-	// No child of ours other than the helper is a zombie (the spawner was reaped): the
-	// children of every thread of this process.
-	tasks, err := os.ReadDir("/proc/self/task")
+}
+
+// TestSpawnerIsReaped: spawnHelper waits for the spawner it started (no zombie is left per
+// command), and the helper it reports is this process's child: Wait returns its status
+// (here a helper given no configuration, which fails at once).
+func TestSpawnerIsReaped(t *testing.T) {
+	requireSandbox(t)
+	cmd, self := spawnerCmd(t)
+	proc, err := spawnHelper(cmd, self, DefaultSandboxUID, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, task := range tasks {
-		children, err := os.ReadFile("/proc/self/task/" + task.Name() + "/children")
-		if err != nil {
-			continue // the thread ended meanwhile
-		}
-		for _, c := range strings.Fields(string(children)) {
-			if c != strconv.Itoa(hp.pid) && procStatusField(t, mustAtoi(t, c), "State") == "Z" {
-				t.Errorf("a zombie child %s is left (the spawner not reaped?)", c)
-			}
-		}
+	if cmd.ProcessState == nil {
+		t.Fatal("the spawner was not waited for")
+	}
+	if !cmd.ProcessState.Success() {
+		t.Errorf("spawner ended %v, want exit 0 after its report", cmd.ProcessState)
+	}
+	st, err := proc.Wait()
+	if err != nil {
+		t.Fatalf("wait for the helper %d: %v (not our child)", proc.Pid, err)
+	}
+	if st.ExitCode() != helperFailExit {
+		t.Errorf("helper without configuration: %v, want exit %d", st, helperFailExit)
 	}
 }
 
@@ -74,6 +82,17 @@ func TestSpawnerHandsTheHelperToTheSubreaper(t *testing.T) {
 // userns-unavailable exactly as a failed clone in this process would be.
 func TestSpawnerRefusalIsTheNamespaceRefusal(t *testing.T) {
 	requireSandbox(t)
+	cmd, self := spawnerCmd(t)
+	_, err := spawnHelper(cmd, self, 0, false) // uid 0 is never a sandbox uid
+	if actuation.CodeOf(err) != actuation.CodeUserNamespaceUnavailable {
+		t.Fatalf("spawner with uid 0: %v (code %q), want %s", err, actuation.CodeOf(err), actuation.CodeUserNamespaceUnavailable)
+	}
+}
+
+// spawnerCmd is the spawner's command as startHelper prepares it, with this test binary as
+// the helper and no configuration socket nor status pipe.
+func spawnerCmd(t *testing.T) (*exec.Cmd, string) {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -82,17 +101,13 @@ func TestSpawnerRefusalIsTheNamespaceRefusal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = exe.Close() }()
-	cmd := &exec.Cmd{
+	t.Cleanup(func() { _ = exe.Close() })
+	return &exec.Cmd{
 		Path:       "/proc/self/fd/" + strconv.Itoa(helperExecFD),
 		Env:        []string{helperEnvKey + "=" + helperEnvValue},
 		Dir:        "/",
 		ExtraFiles: []*os.File{nil, nil, exe},
-	}
-	_, err = spawnHelper(cmd, self, 0, false) // uid 0 is never a sandbox uid
-	if actuation.CodeOf(err) != actuation.CodeUserNamespaceUnavailable {
-		t.Fatalf("spawner with uid 0: %v (code %q), want %s", err, actuation.CodeOf(err), actuation.CodeUserNamespaceUnavailable)
-	}
+	}, self
 }
 
 func procStatusField(t *testing.T, pid int, key string) string {
@@ -112,11 +127,21 @@ func procStatusField(t *testing.T, pid int, key string) string {
 	return ""
 }
 
-func mustAtoi(t *testing.T, s string) int {
-	t.Helper()
-	n, err := strconv.Atoi(s)
-	if err != nil {
+// TestForeignHelperFailsClosed: a helper binary that is not this agent's (it does not know the
+// spawner's invocation and exits without a report) is refused sandbox-setup-failed: nothing
+// ran, and the failure reads as the sandbox's, not as an error of the command.
+func TestForeignHelperFailsClosed(t *testing.T) {
+	requireSandbox(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return n
+	helper := dir + "/helper"
+	if err := os.WriteFile(helper, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err := startHelper(StartOptions{HelperPath: helper})
+	if actuation.CodeOf(err) != actuation.CodeSandboxSetupFailed {
+		t.Fatalf("foreign helper: %v (code %q), want %s", err, actuation.CodeOf(err), actuation.CodeSandboxSetupFailed)
+	}
 }

@@ -16,11 +16,19 @@ import (
 // These helpers run the node agent as its own process (the real binary), as a DaemonSet
 // pod would: one process is one agent.
 
-// BuildAgent builds cmd/node-agent into dir and returns the binary's path.
+// BuildAgent builds cmd/node-agent into dir, with cmd/workbench-sandbox next to it as the
+// image ships them (the agent uses a sibling helper: every command of the suites then
+// starts through the deployed helper, static and without cgo, not through a re-executed
+// agent), and returns the agent binary's path.
 func BuildAgent(dir string) (string, error) {
 	bin := filepath.Join(dir, "node-agent")
 	if out, err := exec.Command("go", "build", "-o", bin, "sensorium.dev/workbench/cmd/node-agent").CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building node-agent: %w\n%s", err, out)
+	}
+	helper := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(dir, "workbench-sandbox"), "sensorium.dev/workbench/cmd/workbench-sandbox")
+	helper.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := helper.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building workbench-sandbox: %w\n%s", err, out)
 	}
 	return bin, nil
 }
