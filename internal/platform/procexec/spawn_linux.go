@@ -110,7 +110,7 @@ type Sandboxed struct {
 	Process *os.Process
 	Pid     int
 	status  *os.File
-	br     *bufio.Reader
+	br      *bufio.Reader
 
 	endOnce sync.Once
 	end     helperStatus
