@@ -185,15 +185,20 @@ func (c *Client) resolveProfile(ctx context.Context, name string, argv []string)
 		}
 		return &p, nil
 	}
-	var l wbv1.CommandProfileList
-	if err := c.Kube.List(ctx, &l, ctrlclient.InNamespace(c.Namespace)); err != nil {
-		return nil, Wrap("commandprofiles", err)
-	}
 	var match []*wbv1.CommandProfile
-	for i := range l.Items {
-		p := &l.Items[i]
-		if p.Spec.Executable == argv[0] || path.Base(p.Spec.Executable) == argv[0] {
-			match = append(match, p)
+	for _, fresh := range []bool{false, true} {
+		var l wbv1.CommandProfileList
+		if err := c.Kube.List(ctx, &l, ctrlclient.InNamespace(c.Namespace), listFrom(fresh)); err != nil {
+			return nil, Wrap("commandprofiles", err)
+		}
+		for i := range l.Items {
+			p := &l.Items[i]
+			if p.Spec.Executable == argv[0] || path.Base(p.Spec.Executable) == argv[0] {
+				match = append(match, p)
+			}
+		}
+		if len(match) > 0 {
+			break
 		}
 	}
 	if len(match) == 0 {
@@ -258,21 +263,38 @@ func (c *Client) EnsureSession(ctx context.Context, env string) (*wbv1.TerminalS
 
 // openSession is an open structured session of environment env, or nil (one list).
 func (c *Client) openSession(ctx context.Context, env string) (*wbv1.TerminalSession, error) {
-	var l wbv1.TerminalSessionList
-	if err := c.Kube.List(ctx, &l, &ctrlclient.ListOptions{Namespace: c.Namespace,
-		FieldSelector: fields.OneTermEqualSelector("spec.environmentRef", env)}); err != nil {
-		return nil, Wrap("terminalsessions", err)
-	}
-	for i := range l.Items {
-		s := &l.Items[i]
-		// A session with a PTY program or raw input is someone's terminal: only its owner's
-		// commands may write into it (session-not-owned), so it is never picked here.
-		if s.Spec.ShellProfileRef == nil && s.Spec.RawInput != wbv1.RawInputOperatorOnly && s.Spec.DesiredState != "Closed" && s.DeletionTimestamp == nil &&
-			(s.Status.Phase == wbv1.SessionRunning || s.Status.Phase == wbv1.SessionIdle) {
-			return s, nil
+	for _, fresh := range []bool{false, true} {
+		var l wbv1.TerminalSessionList
+		if err := c.Kube.List(ctx, &l, &ctrlclient.ListOptions{Namespace: c.Namespace,
+			FieldSelector: fields.OneTermEqualSelector("spec.environmentRef", env)}, listFrom(fresh)); err != nil {
+			return nil, Wrap("terminalsessions", err)
+		}
+		for i := range l.Items {
+			s := &l.Items[i]
+			// A session with a PTY program or raw input is someone's terminal: only its owner's
+			// commands may write into it (session-not-owned), so it is never picked here.
+			if s.Spec.ShellProfileRef == nil && s.Spec.RawInput != wbv1.RawInputOperatorOnly && s.Spec.DesiredState != "Closed" && s.DeletionTimestamp == nil &&
+				(s.Status.Phase == wbv1.SessionRunning || s.Status.Phase == wbv1.SessionIdle) {
+				return s, nil
+			}
 		}
 	}
 	return nil, nil
+}
+
+// listFrom is where a lookup list is served from. First (fresh false) the API server's
+// watch cache as it stands (resourceVersion "0"): a consistent list waits until that cache
+// has caught up with etcd, which measured ~40 ms per list while the cluster writes
+// (BenchmarkRunTrue, docs/benchmarks.md). A lookup only chooses what the request names:
+// the admission webhooks and the node read the session and the profile again and decide,
+// so a cache a moment old can cost a refusal, never an authorization. Only when that answer
+// finds nothing is the list asked again, consistent (fresh true), so an object created just
+// before is still found and no second session is opened for want of a fresh read.
+func listFrom(fresh bool) ctrlclient.ListOption {
+	if fresh {
+		return &ctrlclient.ListOptions{}
+	}
+	return &ctrlclient.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}}
 }
 
 // createSession creates a structured session of environment env and waits until it runs.
