@@ -282,21 +282,7 @@ func startHelper(opts StartOptions) (*helperProc, error) {
 
 // cloneHelper clones the helper into its namespaces from this process (a full fork).
 func cloneHelper(cmd *exec.Cmd, helper string, uid uint32, terminal bool) (*os.Process, error) {
-	attr := &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
-			syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET,
-		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(uid), Size: 1}},
-		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(uid), Size: 1}},
-		GidMappingsEnableSetgroups: true,
-		// No supplementary group of the agent survives.
-		Credential: &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
-	}
-	if terminal {
-		attr.Setsid, attr.Setctty, attr.Ctty = true, true, 0
-	} else {
-		attr.Setpgid = true
-	}
-	cmd.Args, cmd.SysProcAttr = []string{helper, HelperArg}, attr
+	cmd.Args, cmd.SysProcAttr = []string{helper, HelperArg}, sandboxhelper.NamespaceAttr(int(uid), terminal)
 	if err := cmd.Start(); err != nil {
 		return nil, namespaceRefusal(err)
 	}

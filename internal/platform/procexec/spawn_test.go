@@ -145,3 +145,28 @@ func TestForeignHelperFailsClosed(t *testing.T) {
 		t.Fatalf("foreign helper: %v (code %q), want %s", err, actuation.CodeOf(err), actuation.CodeSandboxSetupFailed)
 	}
 }
+
+// TestCloneHelperDirect: a caller that is no subreaper clones the helper itself, with the
+// same namespaces and mapping as the spawner gives it (sandboxhelper.NamespaceAttr).
+func TestCloneHelperDirect(t *testing.T) {
+	requireSandbox(t)
+	cmd, self := spawnerCmd(t)
+	proc, err := cloneHelper(cmd, self, DefaultSandboxUID, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uidMap, err := os.ReadFile("/proc/" + strconv.Itoa(proc.Pid) + "/uid_map")
+	st, werr := proc.Wait()
+	if werr != nil {
+		t.Fatalf("wait for the helper: %v", werr)
+	}
+	if err != nil {
+		t.Fatalf("read the helper's uid_map: %v (it ended %v)", err, st)
+	}
+	if f := strings.Fields(string(uidMap)); len(f) != 3 || f[0] != "0" || f[1] != strconv.Itoa(int(DefaultSandboxUID)) || f[2] != "1" {
+		t.Fatalf("helper uid_map %q, want 0 %d 1", uidMap, DefaultSandboxUID)
+	}
+	if st.ExitCode() != helperFailExit {
+		t.Errorf("helper without configuration: %v, want exit %d", st, helperFailExit)
+	}
+}

@@ -48,20 +48,7 @@ func runSpawner(args []string) {
 		_, _ = report.WriteString("errno " + strconv.Itoa(int(syscall.EINVAL)) + "\n")
 		os.Exit(FailExit)
 	}
-	attr := &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
-			syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET,
-		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}},
-		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}},
-		GidMappingsEnableSetgroups: true,
-		// No supplementary group of the agent survives.
-		Credential: &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
-	}
-	if args[3] == SpawnTerminal {
-		attr.Setsid, attr.Setctty, attr.Ctty = true, true, 0
-	} else {
-		attr.Setpgid = true
-	}
+	attr := NamespaceAttr(uid, args[3] == SpawnTerminal)
 	pid, err := syscall.ForkExec("/proc/self/fd/"+strconv.Itoa(ExecFD), []string{args[0], Arg}, &syscall.ProcAttr{
 		Dir:   "/",
 		Env:   []string{EnvKey + "=" + EnvValue},
@@ -78,4 +65,26 @@ func runSpawner(args []string) {
 	}
 	_, _ = report.WriteString("pid " + strconv.Itoa(pid) + "\n")
 	os.Exit(0)
+}
+
+// NamespaceAttr is how the helper is cloned, by the spawner or by a parent that clones it
+// itself: new user (root mapped to the host uid, nothing else), mount, PID, UTS, IPC and
+// network namespaces, no supplementary group of the parent, and the helper leading a new
+// session with its stdin as controlling terminal (terminal) or a new process group.
+func NamespaceAttr(uid int, terminal bool) *syscall.SysProcAttr {
+	attr := &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
+			syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}},
+		GidMappingsEnableSetgroups: true,
+		// No supplementary group of the parent survives.
+		Credential: &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
+	}
+	if terminal {
+		attr.Setsid, attr.Setctty, attr.Ctty = true, true, 0
+	} else {
+		attr.Setpgid = true
+	}
+	return attr
 }
