@@ -53,13 +53,8 @@ func TestMain(m *testing.M) {
 		}
 		// The agent's own small sandbox helper, as deployed next to the agent binary.
 		helper := s.Dir + "/workbench-sandbox"
-		// Built as the image ships it (Dockerfile, hack/images): static, no cgo. A cgo build
-		// is dynamically linked and costs every command the loader and libc's start (~5 ms
-		// of CPU per helper on the bench machine), which the deployed node does not pay.
-		build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", helper, "sensorium.dev/workbench/cmd/workbench-sandbox")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := build.CombinedOutput(); err != nil {
-			return fmt.Errorf("building workbench-sandbox: %w: %s", err, out)
+		if err := nodeagenttest.BuildHelper(helper); err != nil {
+			return err
 		}
 		cfg := agent.Config{NodeName: node, StateDir: s.StateDir, AdmittedRoots: map[string]string{"work": admitted},
 			Caps: agent.Caps{Sessions: benchSessions, ConcurrentCommands: concurrentCommands, PrestartedSandboxes: prestarted()}}
